@@ -1,0 +1,35 @@
+# Two set-up commands (README): `make quickstart` and `make test`. Both create .venv and install
+# everything themselves. torch is pinned here (the CPU wheel on CPU hosts); hydra-core in pyproject.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+TORCH ?= torch==2.13.0
+
+.PHONY: venv quickstart test test-all bench clean ui
+
+$(BIN)/.installed: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "$(TORCH)"
+	$(BIN)/pip install -q -e ".[test]"
+	touch $@
+
+venv: $(BIN)/.installed
+
+quickstart: venv  ## train (if no champion) -> promote -> screen, on the shipped dataset
+	$(BIN)/carb-quickstart
+
+test: venv  ## the fast test suite (what CI runs)
+	$(BIN)/python -m pytest -q
+
+test-all: venv  ## include slow tests
+	$(BIN)/python -m pytest -q -m "slow or not slow"
+
+bench: venv
+	$(BIN)/python experiments/benchmarks/features.py
+
+ui: venv  ## MLflow UI on the local store
+	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow ui --workers 1 --backend-store-uri sqlite:///mlruns/mlflow.db
+
+clean:
+	rm -rf $(VENV) outputs multirun

@@ -1,0 +1,454 @@
+"""The meter abstraction: one object per device that measures a model the way the paper's Section 3.3
+does, and knows what its device cannot report.
+
+A :class:`Meter` runs one fixed protocol (:meth:`Meter.measure`) and delegates the device-specific
+parts to small hooks that the backends (:class:`carb.measure.cpu.CpuMeter`,
+:class:`carb.measure.cuda.CudaMeter`) implement:
+
+1. cool-down: garbage-collect, empty the device cache, synchronize, sleep ``cooldown_s``;
+2. move the model to the device and precision, eval mode, synthetic input ``(B, 3, H, W)``;
+3. ``n_warmup`` forward passes (also used to estimate the time per batch);
+4. peak memory over one forward (after a peak reset);
+5. the timed loop: ``n_runs`` forwards between two synchronized reads of the clock and the energy
+   counter. If the loop lasts less than ``min_window_s`` (the energy counter updates coarsely), it is
+   repeated with more runs (up to ``max_runs``); the ``n_runs`` used and the window length
+   (``duration_s``) are recorded. Temperature is the mean of a reading before and after the loop;
+6. kernel launches over one forward (GPU only);
+7. utilization sampled over ``util_window_s`` of training-mode forward+backward (GPU only).
+
+Whatever a device cannot report is NaN with the reason in ``missing_reason`` (``"col, col: reason;
+col: reason"``, see :func:`parse_missing_reason`), never 0. Units are in the names: seconds ``_s``,
+milliseconds ``_ms``, joules ``_J``, MB = 2**20 bytes.
+
+A meter is a context manager: leaving it (also by an exception or Ctrl-C) calls :meth:`Meter.close`,
+which restores what the meter changed (GPU clocks, thread count, cudnn flags).
+"""
+from __future__ import annotations
+
+import gc
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from carb.dataset import RECORD, RUNTIME_FEATURES, TARGETS
+from carb.errors import ConfigError
+
+#: Columns a meter returns: the schema's runtime features, targets and measurement record, plus
+#: ``missing_reason``.
+MEASURED_COLUMNS: tuple[str, ...] = (*RUNTIME_FEATURES, *TARGETS, *RECORD, "missing_reason")
+MB = 2.0**20
+NAN = float("nan")
+
+_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """The measurement protocol (``conf/measure/*.yaml``).
+
+    n_runs: batches in the timed loop (raised when the loop would be shorter than ``min_window_s``).
+    n_warmup: forward passes before anything is measured.
+    min_window_s: shortest timed loop, seconds (the NVML energy counter updates every ~10-100 ms).
+    max_runs: upper bound for the raised ``n_runs``.
+    util_window_s: seconds of training-mode forward+backward during which utilization is sampled
+        (0 disables it; the columns are then NaN with a reason).
+    util_interval_s: seconds between two utilization samples.
+    cooldown_s: sleep before each configuration, after gc / empty_cache / synchronize.
+    threads: CPU threads for torch (``torch.set_num_threads``); None = all cores this process may use.
+    lock_clocks: try to lock GPU clocks (needs root); on refusal: a warning, actual clocks recorded.
+    sm_clock_MHz / mem_clock_MHz: clocks to lock (None = leave that clock unlocked).
+    require_energy: on a GPU without the NVML energy counter, refuse to start (True) or record
+        energy as missing (False).
+    kernel_launches: count kernel launches with torch.profiler over one forward (GPU).
+    rapl_root: the powercap folder read for CPU energy.
+    """
+
+    n_runs: int = 100
+    n_warmup: int = 10
+    min_window_s: float = 1.0
+    max_runs: int = 10000
+    util_window_s: float = 2.0
+    util_interval_s: float = 0.05
+    cooldown_s: float = 1.0
+    threads: int | None = None
+    lock_clocks: bool = False
+    sm_clock_MHz: int | None = None
+    mem_clock_MHz: int | None = None
+    require_energy: bool = True
+    kernel_launches: bool = True
+    rapl_root: str = "/sys/class/powercap"
+
+    def __post_init__(self) -> None:
+        for name in ("n_runs", "max_runs"):
+            if int(getattr(self, name)) < 1:
+                raise ConfigError(f"measure.{name}: must be an integer >= 1, got {getattr(self, name)!r}")
+        if int(self.n_warmup) < 0:
+            raise ConfigError(f"measure.n_warmup: must be an integer >= 0, got {self.n_warmup!r}")
+        for name in ("min_window_s", "util_window_s", "cooldown_s"):
+            if float(getattr(self, name)) < 0:
+                raise ConfigError(f"measure.{name}: must be >= 0 seconds, got {getattr(self, name)!r}")
+        if float(self.util_interval_s) <= 0:
+            raise ConfigError(f"measure.util_interval_s: must be > 0 seconds, got {self.util_interval_s!r}")
+        if self.threads is not None and int(self.threads) < 1:
+            raise ConfigError(f"measure.threads: must be null or an integer >= 1, got {self.threads!r}")
+
+    @classmethod
+    def from_mapping(cls, settings: Mapping[str, Any]) -> "MeasureSettings":
+        """Build from a (possibly nested) mapping such as the composed ``measure`` node.
+
+        A nested ``clocks: {lock, sm_MHz, mem_MHz}`` maps to ``lock_clocks`` / ``sm_clock_MHz`` /
+        ``mem_clock_MHz``. Unknown keys raise :class:`ConfigError` naming the allowed ones."""
+        flat = dict(settings)
+        clocks = flat.pop("clocks", None) or {}
+        for src, dst in (("lock", "lock_clocks"), ("sm_MHz", "sm_clock_MHz"), ("mem_MHz", "mem_clock_MHz")):
+            if src in clocks:
+                flat[dst] = clocks[src]
+        bad = sorted(set(clocks) - {"lock", "sm_MHz", "mem_MHz"})
+        allowed = [f.name for f in fields(cls)]
+        bad += sorted(k for k in flat if k not in allowed)
+        if bad:
+            raise ConfigError(f"measure: unknown setting(s) {bad}; allowed: {allowed} "
+                              f"(clocks: lock, sm_MHz, mem_MHz)")
+        return cls(**flat)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def knobs_of(cfg: Any) -> tuple[int, int, str]:
+    """``(batch_size, input_size, precision)`` of an :class:`~carb.space.ArchConfig` (or any object
+    with those attributes)."""
+    try:
+        return int(cfg.batch_size), int(cfg.input_size), str(cfg.precision)
+    except AttributeError as e:
+        raise ConfigError(f"measure: config needs batch_size, input_size and precision ({e})") from None
+
+
+def torch_dtype(precision: str):
+    """The torch dtype of a precision knob ('fp32' | 'fp16' | 'bf16')."""
+    import torch
+
+    if precision not in _DTYPES:
+        raise ConfigError(f"precision: {precision!r} is not allowed; allowed: {list(_DTYPES)}")
+    return getattr(torch, _DTYPES[precision])
+
+
+class Reasons:
+    """Collects ``column -> reason`` for NaN values and renders them grouped by reason."""
+
+    def __init__(self) -> None:
+        self._by_col: dict[str, str] = {}
+
+    def add(self, reason: str, *columns: str) -> None:
+        for c in columns:
+            self._by_col.setdefault(c, " ".join(str(reason).split()))
+
+    def render(self) -> str:
+        groups: dict[str, list[str]] = {}
+        for col, reason in self._by_col.items():
+            groups.setdefault(reason, []).append(col)
+        return "; ".join(f"{', '.join(cols)}: {reason}" for reason, cols in groups.items())
+
+
+def parse_missing_reason(text: str | None) -> dict[str, str]:
+    """Inverse of the ``missing_reason`` rendering: ``{"energy_J": "RAPL ...", ...}``."""
+    out: dict[str, str] = {}
+    if not text or (isinstance(text, float) and math.isnan(text)):
+        return out
+    for part in str(text).split("; "):
+        if ": " not in part:
+            continue
+        cols, reason = part.split(": ", 1)
+        for c in cols.split(", "):
+            out[c.strip()] = reason
+    return out
+
+
+class LoopTimer:
+    """Per-iteration wall-clock timer (``time.perf_counter``); the CUDA backend uses CUDA events."""
+
+    def __init__(self) -> None:
+        self._t: list[float] = []
+
+    def mark(self) -> None:
+        self._t.append(time.perf_counter())
+
+    def intervals_ms(self) -> list[float]:
+        """Milliseconds between consecutive marks (call after the final synchronize)."""
+        return [(b - a) * 1e3 for a, b in zip(self._t, self._t[1:])]
+
+
+class Meter:
+    """Base class of the device backends. Subclasses set :attr:`kind` and implement the hooks."""
+
+    kind = "abstract"
+
+    def __init__(self, settings: MeasureSettings | Mapping[str, Any] | None = None) -> None:
+        if settings is None:
+            settings = MeasureSettings()
+        elif not isinstance(settings, MeasureSettings):
+            settings = MeasureSettings.from_mapping(settings)
+        self.settings = settings
+        self._closed = False
+        #: Seconds spent inside the protocol by the last :meth:`measure` call, by phase.
+        self.last_phases: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+    def __enter__(self) -> "Meter":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Restore what the meter changed. Idempotent."""
+        self._closed = True
+
+    # ------------------------------------------------------------------ hooks
+    def device_facts(self) -> dict[str, Any]:
+        """Identity of the device and the software: ``device_name``, ``device_kind``, ``driver``,
+        ``torch_version``, ``cuda_version``, clocks, ``threads``, ... (JSON-serializable)."""
+        raise NotImplementedError
+
+    def identity(self) -> dict[str, str]:
+        """The identity columns the dataset stores for each row of this device."""
+        f = self.device_facts()
+        return {k: str(f.get(k, "unknown")) for k in ("device_name", "device_kind", "driver", "torch_version")}
+
+    def sync(self) -> None:
+        """Wait for queued device work (no-op on CPU)."""
+
+    def release(self) -> None:
+        """Free what the last configuration left: gc and the device cache (also after an OOM)."""
+        gc.collect()
+
+    def cool_down(self) -> float:
+        """gc, empty the device cache, synchronize, sleep ``cooldown_s``. Returns seconds spent."""
+        t0 = time.perf_counter()
+        self.release()
+        self.sync()
+        if self.settings.cooldown_s > 0:
+            time.sleep(self.settings.cooldown_s)
+        return time.perf_counter() - t0
+
+    def prepare(self, model, cfg: Any):
+        """Move/cast the model, eval mode; return ``(model, input)`` with input ``(B, 3, H, W)``."""
+        raise NotImplementedError
+
+    def make_timer(self) -> LoopTimer:
+        return LoopTimer()
+
+    def energy_snapshot(self) -> Any:
+        """An opaque reading of the energy counter (None when energy is not measurable)."""
+        return None
+
+    def energy_since_J(self, snapshot: Any) -> float:
+        """Joules consumed since ``snapshot`` (NaN when not measurable)."""
+        return NAN
+
+    def energy_missing_reason(self) -> str | None:
+        """Why energy is not measured on this device, or None when it is."""
+        return "no energy counter on this device"
+
+    def read_temperature_C(self) -> float:
+        return NAN
+
+    def temperature_missing_reason(self) -> str | None:
+        return "no GPU temperature sensor on this device"
+
+    def peak_memory_MB(self, model, x) -> float:
+        """Peak memory (MB) over one forward of ``x`` (no grad)."""
+        raise NotImplementedError
+
+    def kernel_launches(self, model, x) -> float:
+        return NAN
+
+    def kernel_launches_missing_reason(self) -> str | None:
+        return "no GPU kernels on this device"
+
+    def utilization(self, model, x) -> tuple[float, float]:
+        """``(avg_sm_util %, avg_mem_util %)`` over the training-mode window."""
+        return NAN, NAN
+
+    def utilization_missing_reason(self) -> str | None:
+        return "no GPU utilization counters on this device"
+
+    def after_timed_loop(self) -> None:
+        """Called right after the timed loop (the CUDA backend reads the clocks under load)."""
+
+    def locked_clocks_MHz(self) -> tuple[float, float]:
+        """``(sm, mem)`` clocks locked for the run, NaN where not locked."""
+        return NAN, NAN
+
+    def clocks_missing_reason(self) -> str | None:
+        return None
+
+    def threads(self) -> float:
+        import torch
+
+        return float(torch.get_num_threads())
+
+    # ------------------------------------------------------------------ protocol
+    def _timed_loop(self, step: Callable[[], Any], n: int) -> tuple[float, list[float], float]:
+        """Run ``step`` n times between two synchronized reads. Returns ``(seconds, per-iteration ms,
+        energy J)``."""
+        timer = self.make_timer()
+        self.sync()
+        snap = self.energy_snapshot()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            timer.mark()
+            step()
+        timer.mark()
+        self.sync()
+        t1 = time.perf_counter()
+        energy = self.energy_since_J(snap) if snap is not None else NAN
+        return t1 - t0, timer.intervals_ms(), energy
+
+    def runs_for(self, per_batch_s: float) -> int:
+        """``n_runs`` raised so that the timed loop lasts at least ``min_window_s`` (5 % margin)."""
+        s = self.settings
+        n = s.n_runs
+        if per_batch_s > 0 and s.min_window_s > 0:
+            n = max(n, math.ceil(1.05 * s.min_window_s / per_batch_s))
+        return int(min(max(n, 1), s.max_runs))
+
+    def measure(self, model, cfg: Any) -> dict[str, Any]:
+        """Measure ``model`` (an ``nn.Module``, fp32 on the CPU, as built) for the batch size, input
+        size and precision of ``cfg``. Returns exactly :data:`MEASURED_COLUMNS`.
+
+        Exceptions (including out-of-memory) propagate; the collector turns them into rows."""
+        import torch
+
+        t_start = time.perf_counter()
+        phases: dict[str, float] = {}
+        reasons = Reasons()
+        s = self.settings
+        phases["cooldown_s"] = self.cool_down()
+        t = time.perf_counter()
+        model, x = self.prepare(model, cfg)
+        phases["prepare_s"] = time.perf_counter() - t
+
+        t = time.perf_counter()
+        with torch.no_grad():
+            step = lambda: model(x)  # noqa: E731
+            per_batch = 0.0
+            if s.n_warmup:
+                warm_t = []
+                for _ in range(s.n_warmup):
+                    t_w = time.perf_counter()
+                    step()
+                    self.sync()
+                    warm_t.append(time.perf_counter() - t_w)
+                tail = warm_t[len(warm_t) // 2:]
+                per_batch = sum(tail) / len(tail)
+            phases["warmup_s"] = time.perf_counter() - t
+
+            t = time.perf_counter()
+            peak = self.peak_memory_MB(model, x)
+            phases["peak_memory_s"] = time.perf_counter() - t
+
+            t = time.perf_counter()
+            n = self.runs_for(per_batch)
+            temp0 = self.read_temperature_C()
+            for _attempt in range(4):
+                duration, iters_ms, energy = self._timed_loop(step, n)
+                if duration >= s.min_window_s or n >= s.max_runs:
+                    break
+                n = int(min(s.max_runs, max(n + 1, math.ceil(1.1 * n * s.min_window_s / max(duration, 1e-9)))))
+            temp1 = self.read_temperature_C()
+            self.after_timed_loop()
+            phases["timed_loop_s"] = time.perf_counter() - t
+
+            t = time.perf_counter()
+            kernels = NAN
+            if s.kernel_launches:
+                kernels = self.kernel_launches(model, x)
+            phases["kernel_launches_s"] = time.perf_counter() - t
+
+        t = time.perf_counter()
+        sm_util, mem_util = NAN, NAN
+        if s.util_window_s > 0:
+            sm_util, mem_util = self.utilization(model, x)
+        phases["utilization_s"] = time.perf_counter() - t
+        del x
+
+        if duration < s.min_window_s:
+            reasons.add(f"timed loop of {n} runs lasted {duration:.3f} s < min_window_s={s.min_window_s} "
+                        f"(max_runs reached)", "energy_J", "avg_power_W")
+            energy = NAN
+        if math.isnan(energy):
+            reasons.add(self.energy_missing_reason() or "energy counter gave no reading", "energy_J",
+                        "avg_power_W")
+        elif energy <= 0:
+            reasons.add(f"energy counter did not advance over the {duration:.3f} s loop", "energy_J",
+                        "avg_power_W")
+            energy = NAN
+        temp = (temp0 + temp1) / 2.0
+        if math.isnan(temp):
+            reasons.add(self.temperature_missing_reason() or "no temperature reading", "gpu_temp_C")
+        if math.isnan(kernels):
+            reasons.add("disabled (measure.kernel_launches=false)" if not s.kernel_launches
+                        else self.kernel_launches_missing_reason() or "profiler gave no count",
+                        "kernel_launches")
+        if math.isnan(sm_util) or math.isnan(mem_util):
+            why = ("disabled (measure.util_window_s=0)" if s.util_window_s <= 0
+                   else self.utilization_missing_reason() or "no utilization samples")
+            if math.isnan(sm_util):
+                reasons.add(why, "avg_sm_util")
+            if math.isnan(mem_util):
+                reasons.add(why, "avg_mem_util")
+        if math.isnan(peak):
+            reasons.add("peak memory not measurable on this device", "peak_memory_MB")
+        sm_clk, mem_clk = self.locked_clocks_MHz()
+        clk_reason = self.clocks_missing_reason()
+        if clk_reason:
+            if math.isnan(sm_clk):
+                reasons.add(clk_reason, "locked_sm_clock_MHz")
+            if math.isnan(mem_clk):
+                reasons.add(clk_reason, "locked_mem_clock_MHz")
+        mean_ms = duration * 1e3 / n
+        std_ms = _std(iters_ms)
+        out = {
+            "avg_sm_util": sm_util, "avg_mem_util": mem_util, "gpu_temp_C": temp,
+            "kernel_launches": kernels,
+            "peak_memory_MB": peak, "energy_J": energy, "latency_ms": mean_ms,
+            "n_runs": float(n), "n_warmup": float(s.n_warmup), "latency_std_ms": std_ms,
+            "avg_power_W": energy / duration if not math.isnan(energy) and duration > 0 else NAN,
+            "locked_sm_clock_MHz": sm_clk, "locked_mem_clock_MHz": mem_clk,
+            "duration_s": duration, "threads": self.threads(),
+            "protocol_s": time.perf_counter() - t_start,
+            "missing_reason": reasons.render() or None,
+        }
+        phases["protocol_s"] = out["protocol_s"]
+        self.last_phases = phases
+        return out
+
+
+def _std(values: list[float]) -> float:
+    """Sample standard deviation (ddof=1); NaN for fewer than two values."""
+    n = len(values)
+    if n < 2:
+        return NAN
+    m = sum(values) / n
+    return math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
+
+
+def is_oom(exc: BaseException) -> bool:
+    """True for out-of-memory errors: ``torch.cuda.OutOfMemoryError``, a RuntimeError saying
+    'out of memory', the CPU allocator's "can't allocate memory", or ``MemoryError``."""
+    if isinstance(exc, MemoryError):
+        return True
+    try:
+        import torch
+
+        if isinstance(exc, torch.cuda.OutOfMemoryError):
+            return True
+    except (ImportError, AttributeError):
+        pass
+    if isinstance(exc, RuntimeError):
+        msg = str(exc).lower()
+        return "out of memory" in msg or "can't allocate memory" in msg or "cannot allocate memory" in msg
+    return False

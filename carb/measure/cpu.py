@@ -1,0 +1,215 @@
+"""The CPU backend: latency, peak tensor memory and (where readable) RAPL package energy.
+
+Peak memory: the peak of the bytes held by live tensor storages during one no-grad forward,
+plus the storages alive when it starts (parameters, buffers, input), in MB (2**20 bytes). This is what
+``reset_peak_memory_stats`` + ``max_memory_allocated`` reports on a GPU (the caching allocator's
+allocated bytes, params included), so CPU and GPU rows mean the same thing.
+
+How: :class:`PeakTensorMemory`, a ``TorchDispatchMode`` that sees every aten op's outputs, registers
+each new storage once (keyed by its storage identity, so views and in-place ops are not counted twice)
+with its ``nbytes()``, and subtracts it from the live total when the storage dies (a ``weakref`` on
+the storage object, which torch keeps tied to the C++ storage). Why this and not the alternatives:
+
+- ``torch.profiler(profile_memory=True)`` also reports allocations, but costs a full profiled
+  forward, gives per-op deltas that must be replayed, and reports allocator requests that include
+  temporary allocations;
+- process RSS (``/proc/self/status``) is dominated by the allocator's and oneDNN's caches and
+  freed-but-kept pages, so it barely moves with the model;
+- the dispatch mode is exact for tensors, independent of the allocator, deterministic, and cheap (a
+  Python callback per op, a few hundred per ResNet forward).
+
+What it does not see: scratch buffers that kernels (oneDNN convolution workspaces) allocate
+internally without making a tensor. That memory is transient and not what the GPU counter's
+``max_memory_allocated`` for activations is about either.
+
+Threads: ``torch.set_num_threads(settings.threads)`` (all cores this process may use when None),
+recorded in every row (``threads``) and in the device facts, and restored on :meth:`CpuMeter.close`.
+Utilization, temperature and kernel launches are GPU quantities: NaN with the reason.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import weakref
+from typing import Any
+
+from carb.measure.base import MB, NAN, MeasureSettings, Meter, knobs_of, torch_dtype
+from carb.measure.rapl import RaplReader
+
+
+def _storage_key(t) -> int:
+    return t.untyped_storage()._cdata
+
+
+def _make_tracker_class():
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    class PeakTensorMemory(TorchDispatchMode):
+        """Tracks the peak bytes of live tensor storages created while the mode is active.
+
+        ``known`` storages (alive before, e.g. parameters) are never counted. After the block,
+        ``peak_bytes`` is the maximum of ``live_bytes`` (bytes of storages created inside and still
+        alive) reached at any op boundary."""
+
+        def __init__(self, known: set[int] | None = None) -> None:
+            super().__init__()
+            self.known = set(known or ())
+            self.live_bytes = 0
+            self.peak_bytes = 0
+            self._refs: dict[int, Any] = {}
+
+        def _freed(self, key: int, nbytes: int) -> None:
+            if self._refs.pop(key, None) is not None:
+                self.live_bytes -= nbytes
+
+        def _track(self, t) -> None:
+            if t.device.type == "meta":
+                return
+            st = t.untyped_storage()
+            key = st._cdata
+            if key in self.known or key in self._refs:
+                return
+            n = int(st.nbytes())
+            self._refs[key] = weakref.ref(st, lambda _r, key=key, n=n: self._freed(key, n))
+            self.live_bytes += n
+            if self.live_bytes > self.peak_bytes:
+                self.peak_bytes = self.live_bytes
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            import torch
+
+            out = func(*args, **(kwargs or {}))
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor):
+                    self._track(t)
+            return out
+
+    return PeakTensorMemory
+
+
+_TRACKER = None
+
+
+def peak_tensor_memory_class():
+    """The :class:`PeakTensorMemory` dispatch mode class (created lazily: importing this module does
+    not import torch)."""
+    global _TRACKER
+    if _TRACKER is None:
+        _TRACKER = _make_tracker_class()
+    return _TRACKER
+
+
+def live_storage_bytes(*tensors_or_modules) -> tuple[int, set[int]]:
+    """Bytes and identities of the distinct storages of the given tensors and modules' parameters and
+    buffers."""
+    import torch
+
+    seen: dict[int, int] = {}
+    for obj in tensors_or_modules:
+        ts = ([*obj.parameters(), *obj.buffers()] if isinstance(obj, torch.nn.Module) else [obj])
+        for t in ts:
+            st = t.untyped_storage()
+            seen.setdefault(st._cdata, int(st.nbytes()))
+    return sum(seen.values()), set(seen)
+
+
+def cpu_model_name() -> str:
+    """The processor's model name (``/proc/cpuinfo``), or ``platform.processor()``."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown cpu"
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+class CpuMeter(Meter):
+    """Measures on the CPU. See the module docstring for what each column means here."""
+
+    kind = "cpu"
+
+    def __init__(self, settings: MeasureSettings | dict | None = None, rapl: RaplReader | None = None) -> None:
+        super().__init__(settings)
+        import torch
+
+        self._torch = torch
+        self._prev_threads = torch.get_num_threads()
+        self._threads = int(self.settings.threads or usable_cores())
+        torch.set_num_threads(self._threads)
+        self.rapl = rapl if rapl is not None else RaplReader(self.settings.rapl_root)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._torch.set_num_threads(self._prev_threads)
+        super().close()
+
+    def device_facts(self) -> dict[str, Any]:
+        t = self._torch
+        return {
+            "device_name": cpu_model_name(), "device_kind": "cpu",
+            "driver": f"linux-{platform.release()}" if platform.system() == "Linux" else platform.platform(),
+            "torch_version": t.__version__, "cuda_version": None, "cudnn_version": None,
+            "cpu_model": cpu_model_name(), "logical_cores": os.cpu_count(), "usable_cores": usable_cores(),
+            "threads": self._threads, "interop_threads": t.get_num_interop_threads(),
+            "mkldnn": bool(t.backends.mkldnn.is_available()),
+            "python": platform.python_version(), "platform": platform.platform(),
+            "rapl_available": self.rapl.available, "rapl_reason": self.rapl.reason,
+            "rapl_domains": [d.name for d in self.rapl.domains],
+            "clocks": None, "clocks_locked": False,
+        }
+
+    def threads(self) -> float:
+        return float(self._threads)
+
+    def prepare(self, model, cfg: Any):
+        batch, size, precision = knobs_of(cfg)
+        dtype = torch_dtype(precision)
+        model = model.to(dtype=dtype).eval()
+        x = self._torch.randn(batch, 3, size, size, dtype=dtype)
+        return model, x
+
+    # energy -------------------------------------------------------------
+    def energy_snapshot(self):
+        if not self.rapl.available:
+            return None
+        try:
+            return self.rapl.read_energy_uj()
+        except OSError:
+            return None
+
+    def energy_since_J(self, snapshot) -> float:
+        try:
+            return self.rapl.energy_between_J(snapshot, self.rapl.read_energy_uj())
+        except OSError:
+            return NAN
+
+    def energy_missing_reason(self) -> str | None:
+        return self.rapl.reason or "RAPL counter could not be read during the loop"
+
+    # memory -------------------------------------------------------------
+    def peak_memory_MB(self, model, x) -> float:
+        base_bytes, known = live_storage_bytes(model, x)
+        tracker = peak_tensor_memory_class()(known)
+        with tracker:
+            out = model(x)
+        del out
+        return (base_bytes + tracker.peak_bytes) / MB
+
+    def temperature_missing_reason(self) -> str | None:
+        return "no GPU on a cpu device"
+
+    def kernel_launches_missing_reason(self) -> str | None:
+        return "no GPU on a cpu device"
+
+    def utilization_missing_reason(self) -> str | None:
+        return "no GPU on a cpu device"

@@ -1,0 +1,321 @@
+"""The CUDA backend: the paper's Section 3.3 protocol on an NVIDIA GPU, through torch.cuda and NVML.
+
+- energy: difference of NVML's total-energy counter (mJ -> J) around the timed loop, read right after
+  a ``torch.cuda.synchronize()``; the loop is lengthened to ``min_window_s`` (see
+  :class:`~carb.measure.base.Meter`);
+- latency: mean per batch over the timed loop (wall clock between synchronizations); the per-batch
+  spread ``latency_std_ms`` comes from CUDA events recorded between iterations (no extra syncs);
+- peak memory: ``reset_peak_memory_stats`` then ``max_memory_allocated`` over one forward;
+- temperature: mean of NVML readings before and after the timed loop;
+- utilization: NVML SM and memory utilization sampled in a background thread while the model runs
+  forward+backward in training mode for ``util_window_s``;
+- kernel launches: device kernels seen by ``torch.profiler`` over one forward;
+- ``cudnn.benchmark`` off (restored on close); clocks locked when configured and permitted (see
+  :class:`~carb.measure.nvml.NvmlDevice`), reset on close, atexit and SIGTERM.
+
+The torch.cuda calls go through :class:`TorchCudaOps`, so tests can run the whole protocol on the
+CPU with a fake ``ops`` and a mocked ``pynvml``.
+"""
+from __future__ import annotations
+
+import gc
+import math
+import time
+from typing import Any
+
+from carb.errors import MeasurementError
+from carb.measure.base import MB, NAN, LoopTimer, MeasureSettings, Meter, is_oom, knobs_of, torch_dtype
+from carb.measure.nvml import NvmlDevice, UtilizationSampler
+
+
+class _EventTimer(LoopTimer):
+    def __init__(self, torch) -> None:
+        super().__init__()
+        self._torch = torch
+        self._events: list[Any] = []
+
+    def mark(self) -> None:
+        ev = self._torch.cuda.Event(enable_timing=True)
+        ev.record()
+        self._events.append(ev)
+
+    def intervals_ms(self) -> list[float]:
+        return [float(a.elapsed_time(b)) for a, b in zip(self._events, self._events[1:])]
+
+
+class TorchCudaOps:
+    """The torch.cuda operations the meter needs, for one device index."""
+
+    def __init__(self, index: int = 0) -> None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise MeasurementError("device: cuda requested but torch.cuda.is_available() is False (no NVIDIA "
+                                   "GPU, no driver, or a CPU-only torch build); use device=cpu")
+        if index >= torch.cuda.device_count():
+            raise MeasurementError(f"device.index: {index} is out of range; this machine has "
+                                   f"{torch.cuda.device_count()} CUDA device(s)")
+        self.torch = torch
+        self.index = int(index)
+        self.device = torch.device("cuda", self.index)
+        torch.cuda.set_device(self.device)
+
+    def uuid(self) -> str | None:
+        try:
+            return str(self.torch.cuda.get_device_properties(self.index).uuid)
+        except Exception:  # noqa: BLE001 - older torch
+            return None
+
+    def sync(self) -> None:
+        self.torch.cuda.synchronize(self.device)
+
+    def empty_cache(self) -> None:
+        self.torch.cuda.empty_cache()
+
+    def reset_peak(self) -> None:
+        self.torch.cuda.reset_peak_memory_stats(self.device)
+
+    def max_allocated_bytes(self) -> int:
+        return int(self.torch.cuda.max_memory_allocated(self.device))
+
+    def timer(self) -> LoopTimer:
+        return _EventTimer(self.torch)
+
+    def count_kernels(self, fn) -> float:
+        """Device kernels launched by ``fn()`` (torch.profiler, CUDA activity)."""
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            fn()
+            self.sync()
+        cuda_type = self.torch.autograd.DeviceType.CUDA
+        n = 0
+        launches = 0
+        for e in prof.events():
+            name = str(getattr(e, "name", ""))
+            if getattr(e, "device_type", None) == cuda_type and not name.startswith(("Memcpy", "Memset")):
+                n += 1
+            elif name in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx"):
+                launches += 1
+        return float(n or launches) if (n or launches) else NAN
+
+    def facts(self) -> dict[str, Any]:
+        t = self.torch
+        p = t.cuda.get_device_properties(self.index)
+        return {"device_name": t.cuda.get_device_name(self.index), "cuda_version": t.version.cuda,
+                "cudnn_version": t.backends.cudnn.version(), "compute_capability": f"{p.major}.{p.minor}",
+                "total_memory_MB": p.total_memory / MB, "multiprocessors": p.multi_processor_count,
+                "torch_version": t.__version__}
+
+    def is_cuda_oom(self, exc: BaseException) -> bool:
+        return isinstance(exc, self.torch.cuda.OutOfMemoryError)
+
+
+class CudaMeter(Meter):
+    """Measures on one NVIDIA GPU.
+
+    settings: :class:`MeasureSettings` (or mapping). index: CUDA device index.
+    nvml: pynvml module (injectable), ops: :class:`TorchCudaOps`-like object (injectable).
+    Raises :class:`MeasurementError` when there is no usable GPU, or when the energy counter is
+    missing and ``require_energy`` is set."""
+
+    kind = "cuda"
+
+    def __init__(self, settings: MeasureSettings | dict | None = None, index: int = 0, nvml: Any = None,
+                 ops: Any = None) -> None:
+        super().__init__(settings)
+        import torch
+
+        self._torch = torch
+        self.ops = ops if ops is not None else TorchCudaOps(index)
+        self.index = int(index)
+        self._prev_benchmark = torch.backends.cudnn.benchmark
+        torch.backends.cudnn.benchmark = False
+        self.nvml = NvmlDevice(index, uuid=self.ops.uuid(), nvml=nvml)
+        self._util_reason: str | None = None
+        self._last_clocks: dict[str, float] = {}
+        try:
+            ok, self._energy_reason = self.nvml.energy_support()
+            if not ok and self.settings.require_energy:
+                self.nvml.check_energy_support()
+            self._energy_ok = ok
+            self._clock_request = None
+            if self.settings.lock_clocks:
+                self._clock_request = self.nvml.lock_clocks(self.settings.sm_clock_MHz, self.settings.mem_clock_MHz)
+            self._start_clocks = self.nvml.clocks_MHz()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if not self._closed:
+            try:
+                self.nvml.close()
+            finally:
+                self._torch.backends.cudnn.benchmark = self._prev_benchmark
+        super().close()
+
+    # ------------------------------------------------------------------ facts
+    def device_facts(self) -> dict[str, Any]:
+        f = dict(self.ops.facts())
+        sm, mem = self.nvml.locked_clocks_MHz
+        try:
+            max_clk = self.nvml.max_clocks_MHz()
+        except MeasurementError:
+            max_clk = None
+        try:
+            import pynvml  # noqa: F401
+
+            from importlib.metadata import version
+
+            nvml_py = version("nvidia-ml-py")
+        except Exception:  # noqa: BLE001
+            nvml_py = None
+        f.update({
+            "device_name": f.get("device_name") or self.nvml.name(), "device_kind": "cuda",
+            "driver": self.nvml.driver_version(), "nvml_name": self.nvml.name(),
+            "nvidia_ml_py": nvml_py, "cuda_index": self.index,
+            "energy_counter": self._energy_ok, "energy_reason": self._energy_reason,
+            "power_limit_W": self.nvml.power_limit_W(),
+            "clocks": {"requested_sm_MHz": self.settings.sm_clock_MHz if self.settings.lock_clocks else None,
+                       "requested_mem_MHz": self.settings.mem_clock_MHz if self.settings.lock_clocks else None,
+                       "locked_sm_MHz": sm, "locked_mem_MHz": mem, "lock_reason": self.nvml.lock_reason,
+                       "at_start": self._start_clocks, "max": max_clk},
+            "clocks_locked": sm is not None or mem is not None,
+            "cudnn_benchmark": False, "threads": self._torch.get_num_threads(),
+        })
+        return f
+
+    # ------------------------------------------------------------------ hooks
+    def sync(self) -> None:
+        self.ops.sync()
+
+    def release(self) -> None:
+        gc.collect()
+        self.ops.empty_cache()
+
+    def make_timer(self) -> LoopTimer:
+        return self.ops.timer()
+
+    def prepare(self, model, cfg: Any):
+        batch, size, precision = knobs_of(cfg)
+        dtype = torch_dtype(precision)
+        model = model.to(device=self.ops.device, dtype=dtype).eval()
+        x = self._torch.randn(batch, 3, size, size, dtype=dtype, device=self.ops.device)
+        return model, x
+
+    def energy_snapshot(self):
+        return self.nvml.read_energy_mJ() if self._energy_ok else None
+
+    def energy_since_J(self, snapshot) -> float:
+        return NvmlDevice.energy_between_J(snapshot, self.nvml.read_energy_mJ())
+
+    def energy_missing_reason(self) -> str | None:
+        return self._energy_reason
+
+    def read_temperature_C(self) -> float:
+        return self.nvml.temperature_C()
+
+    def after_timed_loop(self) -> None:
+        try:
+            self._last_clocks = self.nvml.clocks_MHz()
+        except MeasurementError:
+            self._last_clocks = {}
+
+    def peak_memory_MB(self, model, x) -> float:
+        self.sync()
+        self.ops.reset_peak()
+        out = model(x)
+        self.sync()
+        peak = self.ops.max_allocated_bytes() / MB
+        del out
+        return peak
+
+    def kernel_launches(self, model, x) -> float:
+        try:
+            return self.ops.count_kernels(lambda: model(x))
+        except MeasurementError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the profiler is optional
+            if is_oom(e):
+                raise
+            self._kernel_reason = f"torch.profiler failed: {' '.join(str(e).split())[:200]}"
+            return NAN
+
+    def kernel_launches_missing_reason(self) -> str | None:
+        return getattr(self, "_kernel_reason", None) or "torch.profiler reported no CUDA kernels"
+
+    def utilization(self, model, x) -> tuple[float, float]:
+        """SM and memory utilization (%) sampled over ``util_window_s`` of training-mode
+        forward+backward. A training-mode failure (out of memory, batch norm on a 1x1 map with batch
+        1) falls back to batch norm in eval mode once, then gives NaN with the reason."""
+        torch = self._torch
+        s = self.settings
+        self._util_reason = None
+        xt = x.detach()
+        params = [p for p in model.parameters()]
+
+        def step() -> None:
+            out = model(xt)
+            out.float().sum().backward()
+            for p in params:
+                p.grad = None
+
+        try:
+            for bn_eval in (False, True):
+                model.train()
+                if bn_eval:
+                    for m in model.modules():
+                        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+                            m.eval()
+                try:
+                    with torch.enable_grad():
+                        step()
+                        self.sync()
+                        sampler = UtilizationSampler(self.nvml, s.util_interval_s).start()
+                        try:
+                            t_end = time.perf_counter() + s.util_window_s
+                            while time.perf_counter() < t_end:
+                                step()
+                            self.sync()
+                        finally:
+                            sm, mem, n = sampler.stop()
+                    if n == 0:
+                        self._util_reason = "no NVML utilization samples in the window"
+                    return sm, mem
+                except MeasurementError:
+                    raise
+                except Exception as e:  # noqa: BLE001
+                    msg = " ".join(str(e).split())[:200]
+                    if is_oom(e):
+                        self._util_reason = f"training-mode window ran out of memory ({msg})"
+                        break
+                    if bn_eval:
+                        self._util_reason = f"training-mode window failed ({msg})"
+                    continue
+            return NAN, NAN
+        finally:
+            for p in params:
+                p.grad = None
+            model.eval()
+            self.release()
+
+    def utilization_missing_reason(self) -> str | None:
+        return self._util_reason
+
+    def locked_clocks_MHz(self) -> tuple[float, float]:
+        sm, mem = self.nvml.locked_clocks_MHz
+        return (float(sm) if sm is not None else NAN, float(mem) if mem is not None else NAN)
+
+    def clocks_missing_reason(self) -> str | None:
+        if not self.settings.lock_clocks:
+            return None
+        reason = self.nvml.lock_reason
+        if reason and self._last_clocks:
+            reason += (f"; SM {self._last_clocks.get('sm', math.nan):.0f} MHz, memory "
+                       f"{self._last_clocks.get('mem', math.nan):.0f} MHz after the timed loop")
+        return reason
+
+    def threads(self) -> float:
+        return float(self._torch.get_num_threads())
+

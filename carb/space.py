@@ -1,0 +1,311 @@
+"""The design space: an immutable, validated :class:`ArchConfig` per CNN configuration, and the
+expansion of a space config (``conf/space/*.yaml``) into a list of them (grid or seeded random sample).
+
+Nothing here imports torch or Hydra: spaces are plain YAML read with OmegaConf, so screening a grid
+stays light. ``load_space("screening", ["batch_sizes=[1,8]"])`` gives the same configs as
+``carb-screen space.batch_sizes=[1,8]``.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from carb.errors import ConfigError
+
+BLOCKS: tuple[str, ...] = ("basic", "bottleneck")
+PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16")
+#: Bytes per element at each precision.
+BYTES_PER_ELEMENT: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2}
+
+#: Named stage layouts (blocks per stage). Basic: CIFAR pattern depth = 6n+2 (three stages of n
+#: blocks) plus ImageNet 18/34; bottleneck: ImageNet layouts.
+BASIC_CIFAR_DEPTHS: tuple[int, ...] = (8, 14, 20, 32, 44, 56, 110, 152)
+LAYOUTS: dict[str, dict[int, tuple[int, ...]]] = {
+    "basic": {**{d: ((d - 2) // 6,) * 3 for d in BASIC_CIFAR_DEPTHS},
+              18: (2, 2, 2, 2), 34: (3, 4, 6, 3)},
+    "bottleneck": {26: (2, 2, 2, 2), 50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3),
+                   200: (3, 24, 36, 3)},
+}
+#: Layers per block (convolutions on the main path).
+LAYERS_PER_BLOCK = {"basic": 2, "bottleneck": 3}
+#: Bottleneck expansion factor.
+EXPANSION = {"basic": 1, "bottleneck": 4}
+
+KNOB_NAMES: tuple[str, ...] = ("block", "depth", "width_mult", "input_size", "batch_size", "precision",
+                               "early_downsample", "stages")
+SPACE_KEYS: tuple[str, ...] = ("name", "mode", "n", "seed", "blocks", "depths", "width_mults",
+                               "input_sizes", "batch_sizes", "precisions", "early_downsample",
+                               "stages", "num_classes", "description")
+
+_CONF_SPACE = Path(__file__).resolve().parent.parent / "conf" / "space"
+
+
+def depth_of(block: str, stages: Sequence[int]) -> int:
+    """Nominal depth of a layout: layers per block x blocks + stem conv + classifier."""
+    return LAYERS_PER_BLOCK[block] * int(sum(stages)) + 2
+
+
+def base_widths(n_stages: int) -> tuple[int, ...]:
+    """Base channel widths per stage: ImageNet (64, 128, 256, 512) for four stages, CIFAR
+    (16, 32, 64, ...) otherwise."""
+    base = 64 if n_stages == 4 else 16
+    return tuple(base * 2**i for i in range(n_stages))
+
+
+def _parse_stages(stages: Any) -> tuple[int, ...] | None:
+    if stages is None or stages == "" or (isinstance(stages, float) and math.isnan(stages)):
+        return None
+    if isinstance(stages, str):
+        parts = [p for p in stages.replace(",", "-").split("-") if p.strip()]
+        try:
+            return tuple(int(p) for p in parts)
+        except ValueError:
+            raise ConfigError(f"stages: expected blocks per stage like '2-2-2-2' or [2,2,2,2], got {stages!r}") from None
+    try:
+        return tuple(int(s) for s in stages)
+    except (TypeError, ValueError):
+        raise ConfigError(f"stages: expected a list of positive ints, got {stages!r}") from None
+
+
+@dataclass(frozen=True)
+class ArchConfig:
+    """One CNN configuration: a ResNet-style network plus its input and numeric format.
+
+    block: 'basic' (two 3x3 convs) or 'bottleneck' (1x1-3x3-1x1, expansion 4).
+    depth: nominal depth; must be a named layout of the block family unless ``stages`` is given,
+        in which case it must equal ``layers_per_block * sum(stages) + 2``.
+    width_mult: multiplier (> 0) on every stage's channel width.
+    input_size: square input side H = W in pixels; at least the network's total downsampling.
+    batch_size: images per forward (> 0).
+    precision: 'fp32' | 'fp16' | 'bf16'.
+    early_downsample: True = 7x7 stride-2 conv + 3x3 stride-2 max-pool stem (ImageNet);
+        False = 3x3 stride-1 conv stem (CIFAR).
+    stages: explicit blocks per stage, or None for the named layout of ``depth``.
+    num_classes: classifier outputs.
+    """
+
+    block: str
+    depth: int
+    width_mult: float = 1.0
+    input_size: int = 224
+    batch_size: int = 1
+    precision: str = "fp32"
+    early_downsample: bool = True
+    stages: tuple[int, ...] | None = None
+    num_classes: int = 1000
+    _layout: tuple[int, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.block not in BLOCKS:
+            raise ConfigError(f"block: {self.block!r} is not allowed; allowed: {list(BLOCKS)}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"precision: {self.precision!r} is not allowed; allowed: {list(PRECISIONS)}")
+        for name in ("depth", "input_size", "batch_size", "num_classes"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int,)) and not (isinstance(v, float) and v.is_integer()):
+                raise ConfigError(f"{name}: must be a positive integer, got {v!r}")
+            object.__setattr__(self, name, int(v))
+            if int(v) <= 0:
+                raise ConfigError(f"{name}: must be a positive integer, got {v!r}")
+        try:
+            w = float(self.width_mult)
+        except (TypeError, ValueError):
+            raise ConfigError(f"width_mult: must be a positive number, got {self.width_mult!r}") from None
+        if not math.isfinite(w) or w <= 0:
+            raise ConfigError(f"width_mult: must be a positive number, got {self.width_mult!r}")
+        object.__setattr__(self, "width_mult", w)
+        if not isinstance(self.early_downsample, bool):
+            v = str(self.early_downsample).strip().lower()
+            if v not in ("true", "false", "1", "0"):
+                raise ConfigError(f"early_downsample: must be true or false, got {self.early_downsample!r}")
+            object.__setattr__(self, "early_downsample", v in ("true", "1"))
+        stages = _parse_stages(self.stages)
+        object.__setattr__(self, "stages", stages)
+        if stages is None:
+            allowed = LAYOUTS[self.block]
+            if self.depth not in allowed:
+                raise ConfigError(f"depth: {self.depth} is not a {self.block} layout; allowed: "
+                                  f"{sorted(allowed)} (or give explicit stages)")
+            layout = allowed[self.depth]
+        else:
+            if not stages or any(s <= 0 for s in stages):
+                raise ConfigError(f"stages: need at least one stage of >= 1 block, got {list(stages)}")
+            if depth_of(self.block, stages) != self.depth:
+                raise ConfigError(f"depth: {self.depth} does not match stages {list(stages)} for {self.block} "
+                                  f"blocks (expected {depth_of(self.block, stages)})")
+            layout = stages
+        object.__setattr__(self, "_layout", tuple(layout))
+        if self.input_size < self.min_input_size:
+            raise ConfigError(f"input_size: {self.input_size} is too small for this network's downsampling "
+                              f"(stem {'7x7/2 + maxpool/2' if self.early_downsample else '3x3/1'}, "
+                              f"{len(layout)} stages); allowed: >= {self.min_input_size}")
+
+    # ----------------------------------------------------------------- derived
+    @property
+    def layout(self) -> tuple[int, ...]:
+        """Blocks per stage actually built."""
+        return self._layout
+
+    @property
+    def min_input_size(self) -> int:
+        """Smallest input side the network can downsample: stem factor x 2**(stages - 1)."""
+        return (4 if self.early_downsample else 1) * 2 ** (len(self._layout) - 1)
+
+    @property
+    def stages_str(self) -> str:
+        return "-".join(map(str, self._layout))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Knob columns of the dataset schema (``stages`` as '2-2-2-2')."""
+        return {"block": self.block, "depth": self.depth, "width_mult": self.width_mult,
+                "input_size": self.input_size, "batch_size": self.batch_size, "precision": self.precision,
+                "early_downsample": self.early_downsample, "stages": self.stages_str}
+
+    @property
+    def config_id(self) -> str:
+        """Stable 16-hex-digit hash of the knobs (same on every machine and Python version)."""
+        d = self.to_dict()
+        d["width_mult"] = repr(float(d["width_mult"]))
+        d["num_classes"] = self.num_classes
+        blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+    def replace(self, **changes: Any) -> "ArchConfig":
+        d = {k: v for k, v in asdict(self).items() if k != "_layout"}
+        d.update(changes)
+        return ArchConfig(**d)
+
+
+# --------------------------------------------------------------------------- spaces
+
+def _as_plain(node: Any) -> Any:
+    try:
+        from omegaconf import OmegaConf
+
+        if OmegaConf.is_config(node):
+            return OmegaConf.to_container(node, resolve=True)
+    except ImportError:  # pragma: no cover
+        pass
+    return node
+
+
+def _listify(name: str, v: Any) -> list:
+    if isinstance(v, (list, tuple)):
+        if not v:
+            raise ConfigError(f"space.{name}: empty list; give at least one value")
+        return list(v)
+    return [v]
+
+
+def space_size(space: Mapping[str, Any]) -> int:
+    """Size of the full product of a space's knob values."""
+    return len(_product(space))
+
+
+def _product(space: Mapping[str, Any]) -> list[tuple]:
+    unknown = sorted(set(space) - set(SPACE_KEYS))
+    if unknown:
+        raise ConfigError(f"space: unknown key(s) {unknown}; allowed: {list(SPACE_KEYS)}")
+    blocks = _listify("blocks", space.get("blocks", list(BLOCKS)))
+    depths = space.get("depths")
+    if not isinstance(depths, Mapping):
+        raise ConfigError("space.depths: must map each block family to its depths, e.g. "
+                          "{basic: [14, 20], bottleneck: [50]}")
+    bad = sorted(set(depths) - set(BLOCKS))
+    if bad:
+        raise ConfigError(f"space.depths: unknown block family {bad}; allowed: {list(BLOCKS)}")
+    rows = []
+    for block in blocks:
+        if block not in BLOCKS:
+            raise ConfigError(f"space.blocks: {block!r} is not allowed; allowed: {list(BLOCKS)}")
+        if block not in depths or depths[block] in (None, []):
+            raise ConfigError(f"space.depths.{block}: no depths given for block family {block!r}")
+        for combo in itertools.product(
+                _listify(f"depths.{block}", depths[block]), _listify("width_mults", space.get("width_mults", [1.0])),
+                _listify("input_sizes", space.get("input_sizes", [224])),
+                _listify("batch_sizes", space.get("batch_sizes", [1])),
+                _listify("precisions", space.get("precisions", ["fp32"])),
+                _listify("early_downsample", space.get("early_downsample", [True]))):
+            rows.append((block, *combo))
+    return rows
+
+
+def configs_from_cfg(space: Mapping[str, Any]) -> list[ArchConfig]:
+    """Expand a space config (the composed ``space`` node or a plain dict) into validated configs.
+
+    ``mode: grid`` gives the full product in a fixed order; ``mode: random`` gives ``n`` distinct
+    configs drawn with ``seed`` (all of them, shuffled, when ``n`` >= the product size). Every config is
+    validated before anything is built; the first invalid one raises :class:`ConfigError`.
+    """
+    space = _as_plain(space)
+    mode = space.get("mode", "grid")
+    if mode not in ("grid", "random"):
+        raise ConfigError(f"space.mode: {mode!r} is not allowed; allowed: ['grid', 'random']")
+    rows = _product(space)
+    if mode == "random":
+        n = space.get("n")
+        if n is None or int(n) <= 0:
+            raise ConfigError(f"space.n: random mode needs a positive sample size, got {n!r}")
+        rng = random.Random(int(space.get("seed", 0) or 0))
+        rows = rng.sample(rows, min(int(n), len(rows)))
+    num_classes = int(space.get("num_classes", 1000) or 1000)
+    out = []
+    for block, depth, w, size, bs, prec, ed in rows:
+        out.append(ArchConfig(block=block, depth=depth, width_mult=w, input_size=size, batch_size=bs,
+                              precision=prec, early_downsample=ed, num_classes=num_classes))
+    if not out:
+        raise ConfigError("space: yields no configurations")
+    return out
+
+
+def space_config(name: str, overrides: Iterable[str] = ()) -> dict[str, Any]:
+    """Read ``conf/space/<name>.yaml`` and apply dotlist overrides (``batch_sizes=[1,8]``, with or
+    without a leading ``space.``) exactly as Hydra would on the command line."""
+    from omegaconf import OmegaConf
+
+    path = _CONF_SPACE / f"{name}.yaml"
+    if not path.exists():
+        allowed = sorted(p.stem for p in _CONF_SPACE.glob("*.yaml"))
+        raise ConfigError(f"space: {name!r} is not a known space; allowed: {allowed}")
+    cfg = OmegaConf.load(path)
+    dot = [o[len("space."):] if o.startswith("space.") else o for o in overrides]
+    if dot:
+        for o in dot:
+            key = o.split("=", 1)[0].lstrip("+~")
+            if key.split(".")[0] not in SPACE_KEYS:
+                raise ConfigError(f"space: unknown key {key!r}; allowed: {list(SPACE_KEYS)}")
+        cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(dot))
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+
+
+def load_space(name: str, overrides: Iterable[str] = ()) -> list[ArchConfig]:
+    """The configs of ``conf/space/<name>.yaml`` with overrides applied (see :func:`space_config`)."""
+    return configs_from_cfg(space_config(name, overrides))
+
+
+def configs_from_records(records: Iterable[Mapping[str, Any]], source: str = "grid") -> list[ArchConfig]:
+    """Build configs from rows of knob values (e.g. a CSV/parquet grid file).
+
+    Unknown columns raise :class:`ConfigError` naming them and the allowed knobs; NaN ``stages`` means
+    the named layout."""
+    allowed = set(KNOB_NAMES) | {"num_classes", "config_id"}
+    out = []
+    for i, rec in enumerate(records):
+        unknown = sorted(set(rec) - allowed)
+        if unknown:
+            raise ConfigError(f"{source}: unknown knob column(s) {unknown}; allowed: {list(KNOB_NAMES)}")
+        d = {k: v for k, v in rec.items() if k != "config_id"}
+        try:
+            out.append(ArchConfig(**d))
+        except TypeError as e:
+            raise ConfigError(f"{source}: row {i}: {e}") from None
+        except ConfigError as e:
+            raise ConfigError(f"{source}: row {i}: {e}") from None
+    return out

@@ -1,0 +1,313 @@
+"""MLflow tracking: the only module in CARB that imports ``mlflow``.
+
+Everything a command records goes through here: runs (one experiment per kind of command), params,
+metrics, figures and tables as artifacts, datasets as run inputs, the fitted cascade as an MLflow
+model in the registry, and alias resolution for ``models:/<name>@<alias>`` URIs.
+
+The default store is embedded: ``sqlite:///mlruns/mlflow.db`` with artifacts under ``mlruns/artifacts``
+(MLflow 3 refuses the plain file store). A tracking server URL (``http://host:5000``) works the same.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from carb.errors import ModelError
+
+#: Experiment names, one per kind of command, so runs of one kind sit side by side in the UI.
+EXPERIMENTS = {
+    "collect": "carb-collect",
+    "train": "carb-train",
+    "tune": "carb-tune",
+    "characterize": "carb-characterize",
+    "screen": "carb-screen",
+    "promote": "carb-promote",
+}
+
+_MAX_PARAM_LEN = 500
+
+
+def _mlflow():
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    import mlflow
+
+    return mlflow
+
+
+def artifact_root_for(tracking_uri: str, artifact_root: str | None = None) -> str | None:
+    """Artifact location for new experiments: ``artifact_root`` if given, else ``<db dir>/artifacts``
+    for a SQLite store, else None (the server decides)."""
+    if artifact_root:
+        return Path(artifact_root).resolve().as_uri()
+    if tracking_uri.startswith("sqlite:///"):
+        db = Path(tracking_uri[len("sqlite:///"):])
+        return (db.resolve().parent / "artifacts").as_uri()
+    return None
+
+
+def configure(tracking_uri: str, artifact_root: str | None = None) -> None:
+    """Point MLflow at ``tracking_uri`` (creating the SQLite folder if needed)."""
+    mlflow = _mlflow()
+    if tracking_uri.startswith("sqlite:///"):
+        Path(tracking_uri[len("sqlite:///"):]).resolve().parent.mkdir(parents=True, exist_ok=True)
+    mlflow.set_tracking_uri(tracking_uri)
+    mlflow.set_registry_uri(tracking_uri)
+    global _ARTIFACT_ROOT
+    _ARTIFACT_ROOT = artifact_root_for(tracking_uri, artifact_root)
+
+
+_ARTIFACT_ROOT: str | None = None
+
+
+def _experiment_id(name: str) -> str:
+    mlflow = _mlflow()
+    exp = mlflow.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    loc = f"{_ARTIFACT_ROOT}/{name}" if _ARTIFACT_ROOT else None
+    try:
+        return mlflow.create_experiment(name, artifact_location=loc)
+    except Exception:  # created concurrently by another worker
+        exp = mlflow.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        return exp.experiment_id
+
+
+def git_commit() -> str:
+    """Short git commit of the working tree, or 'unknown'."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             timeout=5, cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip() or "unknown"
+    except Exception:
+        return "unknown"
+
+
+@contextlib.contextmanager
+def start_run(kind: str, run_name: str, tracking_uri: str, tags: Mapping[str, Any] | None = None,
+              nested: bool = False, artifact_root: str | None = None,
+              experiment: str | None = None) -> Iterator[str]:
+    """Open an MLflow run in the experiment for ``kind`` (see :data:`EXPERIMENTS`); yield its run id.
+
+    A nested run (``nested=True``) goes under the currently active run (e.g. Optuna trials under the
+    study's parent run). Tags ``carb.kind`` and ``git_commit`` are always set.
+    """
+    mlflow = _mlflow()
+    if not nested:
+        configure(tracking_uri, artifact_root)
+    exp_id = _experiment_id(experiment or EXPERIMENTS.get(kind, f"carb-{kind}"))
+    all_tags = {"carb.kind": kind, "git_commit": git_commit()}
+    all_tags.update({k: str(v) for k, v in (tags or {}).items()})
+    with mlflow.start_run(experiment_id=exp_id, run_name=run_name, nested=nested, tags=all_tags) as run:
+        yield run.info.run_id
+
+
+def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Flatten nested mappings to dotted keys: ``{"a": {"b": 1}} -> {"a.b": 1}``."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def log_params(params: Mapping[str, Any]) -> None:
+    """Log (nested) params flattened to dotted keys; values are stringified and truncated to 500."""
+    mlflow = _mlflow()
+    flat = {k: (json.dumps(v) if isinstance(v, (list, tuple)) else str(v))[:_MAX_PARAM_LEN]
+            for k, v in flatten(params).items()}
+    items = list(flat.items())
+    for i in range(0, len(items), 100):
+        mlflow.log_params(dict(items[i:i + 100]))
+
+
+def log_metrics(metrics: Mapping[str, Any], step: int | None = None) -> dict[str, float]:
+    """Log finite numeric metrics; NaN/None values are skipped (a missing target is not a 0).
+
+    Returns the dict actually logged."""
+    mlflow = _mlflow()
+    clean = {}
+    for k, v in metrics.items():
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(f):
+            clean[k] = f
+    if clean:
+        mlflow.log_metrics(clean, step=step)
+    return clean
+
+
+def set_tags(tags: Mapping[str, Any]) -> None:
+    """Set string tags on the active run."""
+    _mlflow().set_tags({k: str(v) for k, v in tags.items()})
+
+
+def log_artifact(path: str | Path, artifact_path: str | None = None) -> None:
+    """Upload a local file or folder to the active run's artifacts."""
+    mlflow = _mlflow()
+    p = Path(path)
+    if p.is_dir():
+        mlflow.log_artifacts(str(p), artifact_path=artifact_path)
+    else:
+        mlflow.log_artifact(str(p), artifact_path=artifact_path)
+
+
+def log_figure(fig, filename: str) -> None:
+    """Log a matplotlib figure as a PNG artifact (``filename`` like ``figures/pred_vs_meas.png``)."""
+    _mlflow().log_figure(fig, filename)
+
+
+def log_text(text: str, filename: str) -> None:
+    """Log a text artifact."""
+    _mlflow().log_text(text, filename)
+
+
+def log_dict(d: Mapping[str, Any], filename: str) -> None:
+    """Log a dict as a JSON/YAML artifact."""
+    _mlflow().log_dict(dict(d), filename)
+
+
+def log_dataset(df, name: str, source: str, context: str = "training", targets: str | None = None) -> str:
+    """Record a DataFrame as an MLflow run input (name, digest, source, schema). Returns the digest."""
+    mlflow = _mlflow()
+    ds = mlflow.data.from_pandas(df, source=str(source), name=name, targets=targets)
+    mlflow.log_input(ds, context=context)
+    return ds.digest
+
+
+def active_run_id() -> str | None:
+    run = _mlflow().active_run()
+    return run.info.run_id if run else None
+
+
+# --------------------------------------------------------------------------- models and registry
+
+def _pip_requirements() -> list[str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    reqs = []
+    for pkg in ("scikit-learn", "xgboost", "lightgbm", "pandas", "numpy", "scipy"):
+        try:
+            reqs.append(f"{pkg}=={version(pkg)}")
+        except PackageNotFoundError:
+            if pkg == "xgboost":
+                try:
+                    reqs.append(f"xgboost-cpu=={version('xgboost-cpu')}")
+                except PackageNotFoundError:
+                    pass
+    return reqs
+
+
+def log_cascade(model, input_example, registered_name: str | None = None,
+                metadata: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Log a fitted cascade as an MLflow (sklearn-flavour) model in the active run, with signature
+    and input example, and register it as a new version of ``registered_name`` (no alias).
+
+    Returns ``{"model_uri", "registered_name", "version"}`` (version None if not registered)."""
+    mlflow = _mlflow()
+    from mlflow.models import infer_signature
+
+    signature = infer_signature(input_example, model.predict(input_example))
+    info = mlflow.sklearn.log_model(
+        sk_model=model, name="model", signature=signature, input_example=input_example,
+        pip_requirements=_pip_requirements(), registered_model_name=registered_name,
+        metadata=dict(metadata or {}), serialization_format="cloudpickle",
+    )
+    version = getattr(info, "registered_model_version", None)
+    if registered_name and version is not None:
+        client = mlflow.MlflowClient()
+        for k, v in (metadata or {}).items():
+            client.set_model_version_tag(registered_name, str(version), k, str(v)[:5000])
+    return {"model_uri": info.model_uri, "registered_name": registered_name,
+            "version": None if version is None else str(version)}
+
+
+def load_cascade(uri: str, tracking_uri: str | None = None):
+    """Load a fitted cascade from ``models:/name@alias``, ``models:/name/<version>``,
+    ``runs:/<run_id>/model`` or a local path. Raises :class:`ModelError` with one line if the store,
+    name, version, alias or run does not resolve."""
+    mlflow = _mlflow()
+    if tracking_uri:
+        configure(tracking_uri)
+    try:
+        model = mlflow.sklearn.load_model(uri)
+    except Exception as e:  # MLflow raises several types (MlflowException, OSError, ...)
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelError(f"cannot load model {uri!r} from {mlflow.get_tracking_uri()!r}: {msg}") from None
+    model.model_uri_ = uri
+    return model
+
+
+def resolve_version(uri: str) -> dict[str, Any]:
+    """For a ``models:/`` URI, return ``{"name", "version", "run_id"}``; ``{}`` for other URIs."""
+    if not uri.startswith("models:/"):
+        return {}
+    mlflow = _mlflow()
+    client = mlflow.MlflowClient()
+    rest = uri[len("models:/"):]
+    try:
+        if "@" in rest:
+            name, alias = rest.split("@", 1)
+            mv = client.get_model_version_by_alias(name, alias)
+        else:
+            name, version = rest.rsplit("/", 1)
+            mv = client.get_model_version(name, version)
+    except Exception as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelError(f"cannot resolve {uri!r}: {msg}") from None
+    return {"name": mv.name, "version": str(mv.version), "run_id": mv.run_id}
+
+
+def model_versions(name: str) -> list[dict[str, Any]]:
+    """All versions of a registered model with their run's metrics:
+    ``[{"version", "run_id", "metrics": {...}, "aliases": [...]}, ...]`` sorted by version."""
+    mlflow = _mlflow()
+    client = mlflow.MlflowClient()
+    try:
+        versions = client.search_model_versions(f"name = '{name}'")
+    except Exception as e:
+        raise ModelError(f"cannot list versions of {name!r}: {str(e).splitlines()[0]}") from None
+    out = []
+    for mv in versions:
+        metrics = client.get_run(mv.run_id).data.metrics if mv.run_id else {}
+        out.append({"version": str(mv.version), "run_id": mv.run_id, "metrics": dict(metrics),
+                    "aliases": list(getattr(mv, "aliases", []) or [])})
+    return sorted(out, key=lambda r: int(r["version"]))
+
+
+def get_alias(name: str, alias: str) -> str | None:
+    """Version number the alias points to, or None."""
+    client = _mlflow().MlflowClient()
+    try:
+        return str(client.get_model_version_by_alias(name, alias).version)
+    except Exception:
+        return None
+
+
+def set_alias(name: str, alias: str, version: str) -> None:
+    """Point ``name@alias`` at ``version``."""
+    _mlflow().MlflowClient().set_registered_model_alias(name, alias, str(version))
+
+
+def registered_models() -> list[str]:
+    """Names of all registered models in the store."""
+    client = _mlflow().MlflowClient()
+    return sorted(m.name for m in client.search_registered_models())
+
+
+def temp_dir() -> tempfile.TemporaryDirectory:
+    """A temporary folder for artifacts written before upload."""
+    return tempfile.TemporaryDirectory(prefix="carb-")

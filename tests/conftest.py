@@ -1,0 +1,63 @@
+"""Shared pytest fixtures and the gpu-marker skip."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+
+
+def _has_gpu() -> bool:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        n = pynvml.nvmlDeviceGetCount()
+        pynvml.nvmlShutdown()
+        return n > 0
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if any("gpu" in item.keywords for item in items) and not _has_gpu():
+        skip = pytest.mark.skip(reason="needs an NVIDIA GPU with NVML (none found)")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+
+
+@pytest.fixture
+def tracking_uri(tmp_path):
+    """A fresh SQLite MLflow store in tmp_path."""
+    return f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+
+
+@pytest.fixture
+def no_cuda(monkeypatch):
+    """Pretend there is no CUDA device."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    return True
+
+
+@pytest.fixture(autouse=True)
+def _clean_mlflow_env(monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    yield
+    try:
+        import mlflow
+
+        while mlflow.active_run():
+            mlflow.end_run()
+    except ImportError:
+        pass
+
+
+def has_exe(name: str) -> bool:
+    return shutil.which(name) is not None
