@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, NullFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 NOT_MEASURED = "not measured"
 TARGET_LABELS: dict[str, str] = {
@@ -49,10 +49,16 @@ def _spans_decade(values: Sequence[float] | np.ndarray) -> bool:
     return len(v) > 1 and v.max() / v.min() >= 10
 
 
-def _log(ax, axis: str = "y", base: float = 10) -> None:
-    """Log scale on ``axis`` ('x' or 'y') with plain-number tick labels (1, 10, 100; no 3x10^1)."""
+def _log(ax, axis: str = "y", base: float = 10, values=None) -> None:
+    """Log scale on ``axis`` ('x' or 'y') with plain-number tick labels (1, 10, 100; no 3x10^1);
+    ticks at 1-2-5 per decade when ``values`` span at most two and a half decades."""
     getattr(ax, f"set_{axis}scale")("log", base=base)
     a = ax.xaxis if axis == "x" else ax.yaxis
+    if base == 10 and values is not None:
+        v = np.asarray(values, dtype=float)
+        v = v[np.isfinite(v) & (v > 0)]
+        if len(v) and np.log10(v.max() / v.min()) <= 2.5:
+            a.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     a.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     a.set_minor_formatter(NullFormatter())
 
@@ -96,6 +102,13 @@ def _grouped_bars(ax, categories: Sequence[str], series: Mapping[str, Sequence[f
     ax.set_xticks(x, categories)
 
 
+def _legend_below(ax, title: str | None = None) -> None:
+    """Legend under the axes (bars reach the top of a panel, so a legend inside would hide them)."""
+    n = len(ax.get_legend_handles_labels()[0])
+    ax.legend(fontsize=7, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.2),
+              ncol=min(n, 3), title=title, title_fontsize=7)
+
+
 # --------------------------------------------------------------------------- Figure 1
 
 def knob_figure(medians: pd.DataFrame, target: str, device: str = "") -> Figure | None:
@@ -126,8 +139,9 @@ def knob_figure(medians: pd.DataFrame, target: str, device: str = "") -> Figure 
             _log(ax, "x", base=2 if knob == "batch_size" else 10)
             ticks = sorted(set(sub["value"].astype(float)))
             ax.set_xticks(ticks, [f"{v:g}" for v in ticks], fontsize=8)
-        if _spans_decade(pd.concat([sub["q25"], sub["q75"], sub["median"]])):
-            _log(ax, "y")
+        yv = pd.concat([sub["q25"], sub["q75"], sub["median"]])
+        if _spans_decade(yv):
+            _log(ax, "y", values=yv)
         ax.set_xlabel(KNOB_LABELS.get(knob, knob))
         ax.set_ylabel(f"median {TARGET_LABELS.get(target, target)}")
         ax.grid(True, alpha=0.3, which="both")
@@ -160,10 +174,10 @@ def divergence_figure(cells: pd.DataFrame, ratios: pd.DataFrame, device: str = "
                   for s, c in SM_COLORS.items()}
         _grouped_bars(ax, tiers, series, colors)
         if _spans_decade(cells[col]):
-            _log(ax, "y")
+            _log(ax, "y", values=cells[col])
         ax.set_xlabel("batch tier")
         ax.set_ylabel(f"mean {TARGET_LABELS[target]}")
-        ax.legend(fontsize=7, frameon=False)
+        _legend_below(ax)
         ax.grid(True, axis="y", alpha=0.3, which="both")
     ax = axes[2]
     ok = ratios[np.isfinite(ratios["latency_high_low"]) | np.isfinite(ratios["energy_high_low"])]
@@ -179,8 +193,9 @@ def divergence_figure(cells: pd.DataFrame, ratios: pd.DataFrame, device: str = "
                 ax.plot(x, v, marker="o", color=color, label=label)
         ax.axhline(1.0, color="#999999", linewidth=0.8, linestyle=":")
         ax.set_xticks(x, ok["batch_tier"])
-        if _spans_decade(np.r_[ok["energy_high_low"], ok["latency_high_low"]]):
-            _log(ax, "y")
+        rv = np.r_[ok["energy_high_low"], ok["latency_high_low"]]
+        if _spans_decade(rv):
+            _log(ax, "y", values=rv)
         ax.set_xlabel("batch tier")
         ax.set_ylabel("high-SM / low-SM mean (x)")
         ax.legend(fontsize=8, frameon=False)
@@ -205,14 +220,15 @@ def efficiency_figure(eff: pd.DataFrame, device: str = "") -> Figure | None:
             _note(ax, f"no {view} groups")
             continue
         cats = [str(c) for c in dict.fromkeys(sub["group"])]
-        series = {f"{fam}": [sub[(sub["family"] == fam) & (sub["group"].astype(str) == c)]["mean_J_per_GFLOP"]
+        series = {("all rows" if fam == "all" else f"{fam} family"): [sub[(sub["family"] == fam) & (sub["group"].astype(str) == c)]["mean_J_per_GFLOP"]
                              .mean() for c in cats] for fam in _order(sub["family"])}
-        _grouped_bars(ax, cats, series, FAMILY_COLORS)
+        _grouped_bars(ax, cats, series, {**{f"{k} family": c for k, c in FAMILY_COLORS.items()},
+                                         "all rows": FAMILY_COLORS["all"]})
         if _spans_decade(sub["mean_J_per_GFLOP"]):
-            _log(ax, "y")
+            _log(ax, "y", values=sub["mean_J_per_GFLOP"])
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylab)
-        ax.legend(fontsize=8, frameon=False, title="family", title_fontsize=8)
+        _legend_below(ax)
         ax.grid(True, axis="y", alpha=0.3, which="both")
     ax = axes[2]
     sub = ok[ok["view"] == "depth"]
@@ -224,7 +240,7 @@ def efficiency_figure(eff: pd.DataFrame, device: str = "") -> Figure | None:
             ax.plot(g["group"].astype(float), g["mean_J_per_GFLOP"], marker=FAMILY_MARKERS.get(fam, "o"),
                     color=_color(fam), label=f"{fam} family")
         if _spans_decade(sub["mean_J_per_GFLOP"]):
-            _log(ax, "y")
+            _log(ax, "y", values=sub["mean_J_per_GFLOP"])
         ax.set_xlabel(KNOB_LABELS["depth"])
         ax.set_ylabel(ylab)
         ax.legend(fontsize=8, frameon=False)
@@ -253,18 +269,22 @@ def cross_device_figure(pairs: pd.DataFrame, fits: pd.DataFrame, dev_a: str, dev
             ax.scatter(x[k], y[k], s=14, alpha=0.75, color=_color(f), zorder=1 if f == "other" else 2,
                        marker=FAMILY_MARKERS.get(f, "o") if f != "other" else "o",
                        label=f"{f} family" if f != "other" else "other (no block family)", edgecolors="none")
-        lo = float(min(x[m].min(), y[m].min()))
-        hi = float(max(x[m].max(), y[m].max()))
-        log = _spans_decade(np.r_[x[m], y[m]]) and lo > 0
-        grid = np.geomspace(lo, hi, 200) if log else np.linspace(lo, hi, 200)
+        both = np.r_[x[m], y[m]]
+        lo, hi = float(both.min()), float(both.max())
+        log = _spans_decade(both) and lo > 0
+        pad = (hi / lo) ** 0.04 if log else None
+        lim = (lo / pad, hi * pad) if log else (lo - 0.04 * (hi - lo), hi + 0.04 * (hi - lo))
+        grid = np.geomspace(*lim, 300) if log else np.linspace(*lim, 300)
         ax.plot(grid, grid, linestyle="--", color="#777777", linewidth=1, label="y = x")
         yfit = fit.slope * grid + fit.intercept
-        keep = yfit > 0 if log else np.ones_like(yfit, dtype=bool)
+        keep = (yfit >= lim[0]) & (yfit <= lim[1])   # the line leaves the panel where it would dive below
         ax.plot(grid[keep], yfit[keep], color="black", linewidth=1.4,
                 label=f"fit: y = {fit.slope:.3g}x {'+' if fit.intercept >= 0 else '-'} {abs(fit.intercept):.3g}")
         if log:
-            _log(ax, "x")
-            _log(ax, "y")
+            _log(ax, "x", values=both)
+            _log(ax, "y", values=both)
+        ax.set_xlim(*lim)
+        ax.set_ylim(*lim)
         ax.set_xlabel(f"{dev_a}: {TARGET_LABELS.get(t, t)}")
         ax.set_ylabel(f"{dev_b}: {TARGET_LABELS.get(t, t)}")
         ax.set_title(f"{t}: R² = {fit.r2:.3f}, Spearman ρ = {fit.spearman:.3f}, n = {fit.n}", fontsize=9)

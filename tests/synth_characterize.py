@@ -13,14 +13,12 @@ from carb.dataset import COLUMNS, conform, validate_dataset
 def frame(rows: list[dict], device: str = "Synthetic GPU A") -> pd.DataFrame:
     """Schema frame from partial rows (missing columns NaN/NA; status ok; config_id from the knobs)."""
     df = pd.DataFrame(rows)
+    if "config_id" not in df.columns:   # same rows -> same ids on every device
+        df["config_id"] = [hashlib.sha1(f"{i}:{sorted(r.items())}".encode()).hexdigest()[:16]
+                           for i, r in enumerate(rows)]
     df["device_name"] = device
     df["device_kind"] = "cuda"
     df["status"] = "ok"
-    if "config_id" not in df.columns:
-        knobs = [c for c in ("block", "depth", "width_mult", "input_size", "batch_size", "precision")
-                 if c in df.columns]
-        df["config_id"] = [hashlib.sha1(repr(tuple(r)).encode()).hexdigest()[:16]
-                           for r in df[knobs].itertuples(index=False)]
     defaults = {"block": "basic", "depth": 18, "width_mult": 1.0, "input_size": 32, "batch_size": 1,
                 "precision": "fp32", "early_downsample": True, "stages": "2-2-2-2", "params": 1000,
                 "n_conv": 20}
@@ -42,8 +40,9 @@ def grid_dataset(device: str = "Synthetic GPU A", scale: float = 1.0, energy: bo
         for depth in depths:
             flops = depth * 2e7 * bs * w ** 2 * (3 if block == "bottleneck" else 1)
             noise = rng.uniform(0.98, 1.02, size=3)
-            sm = min(95.0, 15.0 + 12.0 * np.log2(bs) + 5 * w)
+            sm = min(95.0, 10.0 + 6.0 * np.log2(bs) + 35.0 * (w - 1) + 0.2 * depth)
             rows.append({
+                "config_id": hashlib.sha1(f"{block}{depth}{bs}{prec}{w}".encode()).hexdigest()[:16],
                 "block": block, "depth": depth, "width_mult": w, "input_size": 32, "batch_size": bs,
                 "precision": prec, "stages": "2-2-2-2", "params": int(depth * 1e5 * w ** 2),
                 "n_conv": depth + 2, "flops": flops,

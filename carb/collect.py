@@ -1,0 +1,358 @@
+"""``carb-collect``: measure the configurations of a design space on one device into a dataset.
+
+``run_collect(cfg)`` takes the composed ``conf/collect.yaml`` and
+
+1. expands ``cfg.space`` into configurations, shuffles them with ``cfg.seed`` and keeps the shard
+   ``shard.index`` of ``shard.count`` (disjoint slices ``order[index::count]`` of one shuffled order);
+2. checks the output before touching anything: writable, and an existing file must be a dataset of
+   this schema measured on this device (else a one-line :class:`ConfigError` / :class:`DatasetError`);
+3. skips the ``config_id`` values that file already holds (resume), and for each remaining config:
+   static features (closed form, :func:`carb.features.grid_features`), builds the model, measures it
+   with the device's meter, and appends the row to the file at once (atomic rewrite: temp file +
+   rename), so a killed run loses at most the configuration in flight. Out of memory gives a
+   ``status=oom`` row, any other failure a ``status=error`` row with the message; the run goes on;
+4. shows a tqdm progress bar with ETA and logs one MLflow run: the config, the device facts,
+   ok/oom/error counts, duration, seconds per config, the collector's overhead fraction, and the
+   dataset as a run input and an artifact.
+
+``max_minutes`` stops the run before a configuration that would end after the deadline (GPU script).
+Overhead = wall time of the measuring loop outside each row's ``protocol_s`` (cool-down, warm-up,
+timed loop, utilization window): model building, features, writing, bookkeeping.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from carb import tracking
+from carb.cli import hydra_command, to_dict
+from carb.dataset import COLUMNS, SCHEMA, device_slug, empty_frame, load_dataset, validate_dataset
+from carb.errors import ConfigError, DatasetError
+from carb.space import ArchConfig, configs_from_cfg
+
+SUFFIXES = (".parquet", ".csv")
+
+
+# --------------------------------------------------------------------------- pieces (pure)
+
+def shard_configs(configs: Sequence[ArchConfig], seed: int, index: int = 0, count: int = 1) -> list[ArchConfig]:
+    """Shuffle ``configs`` with ``seed`` (duplicates by config_id dropped) and return shard ``index``
+    of ``count``: ``order[index::count]``. The shards of one seed are disjoint and cover all."""
+    check_shard(index, count)
+    seen: dict[str, ArchConfig] = {}
+    for c in configs:
+        seen.setdefault(c.config_id, c)
+    unique = list(seen.values())
+    order = np.random.default_rng(int(seed)).permutation(len(unique))
+    return [unique[i] for i in order[index::count]]
+
+
+def check_shard(index: Any, count: Any) -> tuple[int, int]:
+    """Validate ``shard.index`` / ``shard.count``; return them as ints."""
+    try:
+        i, n = int(index), int(count)
+    except (TypeError, ValueError):
+        raise ConfigError(f"shard: index and count must be integers, got index={index!r} count={count!r}") from None
+    if n < 1:
+        raise ConfigError(f"shard.count: must be >= 1, got {n}")
+    if not 0 <= i < n:
+        raise ConfigError(f"shard.index: must satisfy 0 <= index < count={n}, got {i}")
+    return i, n
+
+
+def resolve_out(out: Any, index: int, count: int) -> Path:
+    """The file this shard writes: ``out`` itself for a single shard with a .parquet/.csv suffix,
+    else ``out/shard-<index>-of-<count>.parquet``."""
+    if out is None or str(out).strip() == "":
+        raise ConfigError("out: give an output file (.parquet or .csv) or folder")
+    p = Path(str(out)).expanduser()
+    suffix = p.suffix.lower()
+    if suffix in SUFFIXES:
+        if count > 1:
+            raise ConfigError(f"out: with shard.count={count} give a folder (each shard writes "
+                              f"shard-<index>-of-<count>.parquet in it), got a file {str(p)!r}")
+        return p
+    if suffix and not p.is_dir():
+        raise ConfigError(f"out: {str(p)!r} has suffix {suffix!r}; allowed: {list(SUFFIXES)} or a folder")
+    return p / f"shard-{index}-of-{count}.parquet"
+
+
+def check_writable(path: Path) -> None:
+    """Raise :class:`ConfigError` unless ``path`` can be created/replaced (probes with a temp file;
+    creates missing parent folders)."""
+    parent = path.parent
+    if path.exists() and path.is_dir():
+        raise ConfigError(f"out: {str(path)!r} is a folder, expected a dataset file")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        probe = parent / f".carb-write-probe-{uuid.uuid4().hex}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise ConfigError(f"out: {str(path)!r} is not writable ({e.strerror or e})") from None
+
+
+def read_existing(path: Path, identity: Mapping[str, str]) -> pd.DataFrame:
+    """The rows already in ``path`` (empty frame if absent). Raises :class:`DatasetError` when the file
+    is not a dataset of this schema or holds rows of another device."""
+    if not path.exists():
+        return empty_frame()
+    try:
+        df = load_dataset(path)
+    except DatasetError as e:
+        raise DatasetError(f"out: {str(path)!r} exists but is not a CARB dataset of this schema ({e}); "
+                           f"choose another out") from None
+    extra = [c for c in df.columns if c not in SCHEMA]
+    if extra:
+        raise DatasetError(f"out: {str(path)!r} has columns outside the schema {extra[:5]}; it belongs to "
+                           f"another schema, choose another out")
+    if len(df):
+        other = df[(df["device_name"] != identity["device_name"]) | (df["device_kind"] != identity["device_kind"])]
+        if len(other):
+            r = other.iloc[0]
+            raise DatasetError(f"out: {str(path)!r} holds rows of device {r['device_name']!r} ({r['device_kind']}); "
+                               f"this run measures {identity['device_name']!r} ({identity['device_kind']}); "
+                               f"choose another out")
+    return df
+
+
+def error_line(exc: BaseException, limit: int = 500) -> str:
+    """One line: ``Type: message`` (whitespace collapsed, truncated)."""
+    msg = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {msg}"[:limit] if msg else type(exc).__name__
+
+
+def make_row(cfg: ArchConfig, identity: Mapping[str, str], static: Mapping[str, Any],
+             measured: Mapping[str, Any] | None, status: str, error: str | None) -> dict[str, Any]:
+    """One dataset row (all :data:`carb.dataset.COLUMNS`)."""
+    row: dict[str, Any] = {c: (pd.NA if SCHEMA[c] == "string" else np.nan) for c in COLUMNS}
+    row.update(identity)
+    row.update(cfg.to_dict())
+    row.update({k: static[k] for k in static if k in SCHEMA})
+    row["config_id"] = cfg.config_id
+    row["measured_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    row["status"] = status
+    row["error"] = error if error else pd.NA
+    if measured is not None:
+        row.update({k: measured[k] for k in measured if k in SCHEMA})
+    else:
+        row["missing_reason"] = f"not measured: status={status}"
+    if row.get("missing_reason") is None:
+        row["missing_reason"] = pd.NA
+    return row
+
+
+class DatasetAppender:
+    """Holds the dataset in memory and rewrites ``path`` atomically after each appended row (each
+    new row is validated on its own; the file is a valid dataset after every row)."""
+
+    def __init__(self, path: Path, existing: pd.DataFrame) -> None:
+        self.path = path
+        self.frame = existing.reset_index(drop=True)
+        self.write_s = 0.0
+
+    def append(self, row: Mapping[str, Any]) -> None:
+        t = time.perf_counter()
+        new = validate_dataset(pd.DataFrame([row]), source=f"{self.path} (new row)")
+        self.frame = new if not len(self.frame) else pd.concat([self.frame, new], ignore_index=True)
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        if self.path.suffix.lower() == ".csv":
+            self.frame.to_csv(tmp, index=False)
+        else:
+            self.frame.to_parquet(tmp, index=False)
+        os.replace(tmp, self.path)
+        self.write_s += time.perf_counter() - t
+
+
+# --------------------------------------------------------------------------- the command
+
+def _settings(c: Mapping[str, Any]) -> tuple[int, int, float | None, int | None]:
+    index, count = check_shard((c.get("shard") or {}).get("index", 0), (c.get("shard") or {}).get("count", 1))
+    mm = c.get("max_minutes")
+    if mm is not None:
+        try:
+            mm = float(mm)
+        except (TypeError, ValueError):
+            raise ConfigError(f"max_minutes: must be null or a positive number, got {mm!r}") from None
+        if not mm > 0:
+            raise ConfigError(f"max_minutes: must be null or a positive number, got {mm!r}")
+    limit = c.get("limit")
+    if limit is not None:
+        if isinstance(limit, bool) or int(limit) < 1:
+            raise ConfigError(f"limit: must be null or an integer >= 1, got {limit!r}")
+        limit = int(limit)
+    return index, count, mm, limit
+
+
+def _static_table(configs: Sequence[ArchConfig]) -> dict[str, dict[str, Any]]:
+    from carb.features import STATIC_COLUMNS, grid_features
+
+    if not configs:
+        return {}
+    df = grid_features(list(configs))
+    return {cid: {k: rec[k] for k in STATIC_COLUMNS}
+            for cid, rec in zip(df["config_id"], df.to_dict("records"))}
+
+
+def _get_meter(device: Mapping[str, Any], measure: Mapping[str, Any]):
+    from carb.measure import get_meter
+
+    return get_meter(str(device.get("kind", "auto")), index=int(device.get("index", 0) or 0), settings=measure)
+
+
+def _build_model(cfg: ArchConfig):
+    from carb.resnet import build_model
+
+    return build_model(cfg)
+
+
+def _progress(total: int, desc: str, enabled: bool):
+    from tqdm import tqdm
+
+    tty = sys.stderr.isatty()
+    return tqdm(total=total, desc=desc, unit="cfg", disable=not enabled, file=sys.stderr, dynamic_ncols=True,
+                mininterval=0.5 if tty else 30.0, smoothing=0.1)
+
+
+def run_collect(cfg: Any) -> dict[str, Any]:
+    """Collect the configured space on the configured device (see the module docstring).
+
+    Returns ``{"out", "run_id", "n_ok", "n_oom", "n_error", "n_existing", "n_todo", "n_measured",
+    "stopped", "duration_s", "s_per_config", "overhead_fraction", "strict_overhead_fraction",
+    "device": facts}``."""
+    t_start = time.perf_counter()
+    c = to_dict(cfg)
+    index, count, max_minutes, limit = _settings(c)
+    deadline = t_start + 60.0 * max_minutes if max_minutes else None
+    space = c.get("space") or {}
+    space_name = str(space.get("name", "space"))
+    configs = configs_from_cfg(space)
+    if not configs:  # configs_from_cfg raises first; kept for custom spaces
+        raise ConfigError(f"space: {space_name!r} yields no configurations")
+    out = resolve_out(c.get("out"), index, count)
+    check_writable(out)
+    if out.exists():  # schema check before any device work
+        read_existing(out, {"device_name": "", "device_kind": ""}) if False else load_dataset(out) \
+            if _quick_schema_ok(out) else None
+    shard = shard_configs(configs, int(c.get("seed", 0) or 0), index, count)
+    tr = c.get("tracking") or {}
+
+    with _get_meter(c.get("device") or {}, c.get("measure") or {}) as meter:
+        facts = meter.device_facts()
+        identity = meter.identity()
+        existing = read_existing(out, identity)
+        done = set(existing["config_id"].astype(str))
+        todo = [x for x in shard if x.config_id not in done]
+        if limit is not None:
+            todo = todo[:limit]
+        slug = device_slug(identity["device_name"])
+        run_name = c.get("run_name") or f"collect-{space_name}-{slug}-shard{index}of{count}"
+        counts = {"ok": 0, "oom": 0, "error": 0}
+        stopped = None
+        protocol_total = strict_total = 0.0
+        appender = DatasetAppender(out, existing)
+        row_times: list[float] = []
+        t_loop = time.perf_counter()
+        with tracking.start_run("collect", run_name, tracking_uri=tr.get("uri", "sqlite:///mlruns/mlflow.db"),
+                                artifact_root=tr.get("artifact_root"),
+                                tags={"space": space_name, "device_name": identity["device_name"],
+                                      "device_kind": identity["device_kind"], "shard": f"{index}/{count}"}) as run_id:
+            tracking.log_params({"space": space, "measure": c.get("measure") or {}, "device": c.get("device") or {},
+                                 "seed": c.get("seed", 0), "shard": {"index": index, "count": count},
+                                 "out": str(out), "max_minutes": max_minutes, "limit": limit,
+                                 "n_space": len(configs), "n_shard": len(shard), "n_existing": len(existing),
+                                 "n_todo": len(todo)})
+            tracking.log_params({"device_facts": {k: v for k, v in facts.items() if not isinstance(v, dict)}})
+            tracking.log_dict(facts, "device_facts.json")
+            t_loop = time.perf_counter()
+            bar = _progress(len(todo), f"{space_name} {index + 1}/{count}", bool(c.get("progress", True)))
+            try:
+                static = _static_table(todo)
+                for arch in todo:
+                    now = time.perf_counter()
+                    if deadline is not None:
+                        est = (sum(row_times) / len(row_times)) if row_times else 0.0
+                        if now + est > deadline:
+                            stopped = "deadline"
+                            break
+                    status, err, measured = "ok", None, None
+                    model = None
+                    try:
+                        model = _build_model(arch)
+                        measured = meter.measure(model, arch)
+                    except Exception as e:  # noqa: BLE001 - one config's failure is a row, not a crash
+                        from carb.measure import is_oom
+
+                        status = "oom" if is_oom(e) else "error"
+                        err = error_line(e)
+                    model = None
+                    if status != "ok":
+                        meter.release()
+                    else:
+                        protocol_total += float(measured["protocol_s"])
+                        ph = meter.last_phases
+                        strict_total += sum(ph.get(k, 0.0) for k in ("cooldown_s", "timed_loop_s", "utilization_s"))
+                    appender.append(make_row(arch, identity, static[arch.config_id], measured, status, err))
+                    counts[status] += 1
+                    row_times.append(time.perf_counter() - now)
+                    bar.update(1)
+                    bar.set_postfix(ok=counts["ok"], oom=counts["oom"], err=counts["error"], refresh=False)
+            finally:
+                bar.close()
+                loop_s = time.perf_counter() - t_loop
+                n_meas = sum(counts.values())
+                result = {
+                    "out": str(out), "run_id": run_id, "n_ok": counts["ok"], "n_oom": counts["oom"],
+                    "n_error": counts["error"], "n_existing": len(existing), "n_todo": len(todo),
+                    "n_measured": n_meas, "n_rows": len(appender.frame), "stopped": stopped,
+                    "duration_s": time.perf_counter() - t_start, "loop_s": loop_s,
+                    "setup_s": t_loop - t_start,
+                    "s_per_config": loop_s / n_meas if n_meas else math.nan,
+                    "overhead_fraction": (1.0 - protocol_total / loop_s) if loop_s > 0 and n_meas else math.nan,
+                    "strict_overhead_fraction": (1.0 - strict_total / loop_s) if loop_s > 0 and n_meas else math.nan,
+                    "write_s": appender.write_s, "device": facts,
+                }
+                tracking.log_metrics({k: result[k] for k in (
+                    "n_ok", "n_oom", "n_error", "n_existing", "n_measured", "n_rows", "duration_s", "loop_s",
+                    "setup_s", "s_per_config", "overhead_fraction", "strict_overhead_fraction", "write_s")})
+                tracking.set_tags({"stopped": stopped or ("interrupted" if n_meas < len(todo) else "complete")})
+                if len(appender.frame) and out.exists():
+                    tracking.log_dataset(appender.frame, name=f"{space_name}-{slug}", source=str(out),
+                                         context="collection")
+                    tracking.log_artifact(out, "dataset")
+    return result
+
+
+def _quick_schema_ok(path: Path) -> bool:
+    """Fail early (before the device is opened) when ``path`` is not a dataset of this schema."""
+    read_existing_schema_only(path)
+    return False
+
+
+def read_existing_schema_only(path: Path) -> None:
+    """Raise :class:`DatasetError` when ``path`` exists but is not a dataset of this schema."""
+    try:
+        df = load_dataset(path)
+    except DatasetError as e:
+        raise DatasetError(f"out: {str(path)!r} exists but is not a CARB dataset of this schema ({e}); "
+                           f"choose another out") from None
+    extra = [c for c in df.columns if c not in SCHEMA]
+    if extra:
+        raise DatasetError(f"out: {str(path)!r} has columns outside the schema {extra[:5]}; it belongs to "
+                           f"another schema, choose another out")
+
+
+main = hydra_command("collect")(run_collect)
+
+if __name__ == "__main__":
+    main()

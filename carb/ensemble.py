@@ -1,0 +1,248 @@
+"""Per-target specialist ensemble: XGBoost + LightGBM + ExtraTrees blended with weights calibrated on a
+validation split (the paper's Section 5.3).
+
+:class:`BlendedRegressor` is a plain scikit-learn regressor on a numeric matrix (NaN allowed). Every
+hyperparameter of the three specialists comes in as a dict (``xgb``, ``lgbm``, ``et``), straight from
+``conf/model/*.yaml``, so a tuned preset only has to supply other dicts.
+
+Blend weights: non-negative and summing to 1, chosen to minimise the squared validation error of the
+blended prediction in the fitting space (log space when the target is fitted in log space), solved with
+``scipy.optimize.minimize`` (SLSQP, from equal weights; bounds ``[0, 1]``, equality ``sum w = 1``).
+
+Log space: ``log_target="auto"`` decides per fit by measurement. A probe LightGBM (the ``lgbm`` params
+with ``n_estimators`` capped at ``probe_estimators``) is fitted on the raw target and on ``log(y)``; the
+space with the lower validation MAE in the target's own units wins. The choice and the two probe MAEs
+are kept in ``log_target_`` and ``probe_val_mae_``.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.model_selection import train_test_split
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+#: Specialist names in blend order (weights are reported in this order).
+MEMBERS: tuple[str, ...] = ("xgb", "lgbm", "et")
+#: Below this many rows no internal validation split is made (equal weights, raw space).
+MIN_ROWS_FOR_SPLIT = 20
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on (affinity-aware; at least 1)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def resolve_n_jobs(n_jobs: int | None) -> int:
+    """``None`` or a value <= 0 means every available core; otherwise the value itself."""
+    if n_jobs is None or int(n_jobs) <= 0:
+        return available_cores()
+    return int(n_jobs)
+
+
+def make_member(name: str, params: Mapping[str, Any] | None, n_jobs: int, random_state: int):
+    """One unfitted specialist with ``params`` (threads and seed set here, not in ``params``)."""
+    p = dict(params or {})
+    if name == "xgb":
+        from xgboost import XGBRegressor
+
+        p.setdefault("tree_method", "hist")
+        return XGBRegressor(**p, n_jobs=n_jobs, random_state=random_state)
+    if name == "lgbm":
+        from lightgbm import LGBMRegressor
+
+        p.setdefault("verbose", -1)
+        return LGBMRegressor(**p, n_jobs=n_jobs, random_state=random_state)
+    if name == "et":
+        from sklearn.ensemble import ExtraTreesRegressor
+
+        return ExtraTreesRegressor(**p, n_jobs=n_jobs, random_state=random_state)
+    raise ValueError(f"unknown specialist {name!r}; allowed: {list(MEMBERS)}")
+
+
+def simplex_weights(preds: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Weights ``w >= 0, sum(w) = 1`` minimising ``mean((preds @ w - y)**2)``.
+
+    ``preds``: (n_rows, n_members); ``y``: (n_rows,). SLSQP from equal weights; falls back to equal
+    weights if the solver fails."""
+    from scipy.optimize import minimize
+
+    k = preds.shape[1]
+    w0 = np.full(k, 1.0 / k)
+    if k == 1:
+        return w0
+    scale = float(np.var(y)) or 1.0
+    r = preds - y[:, None]
+
+    def fun(w):
+        e = r @ w
+        return float(e @ e) / (len(y) * scale), (2.0 / (len(y) * scale)) * (r.T @ e)
+
+    res = minimize(fun, w0, jac=True, method="SLSQP", bounds=[(0.0, 1.0)] * k,
+                   constraints=[{"type": "eq", "fun": lambda w: w.sum() - 1.0,
+                                 "jac": lambda w: np.ones_like(w)}],
+                   options={"maxiter": 200, "ftol": 1e-12})
+    w = np.clip(res.x if res.success else w0, 0.0, None)
+    return w / w.sum() if w.sum() > 0 else w0
+
+
+class BlendedRegressor(RegressorMixin, BaseEstimator):
+    """Blend of XGBoost, LightGBM and ExtraTrees for one target.
+
+    Parameters
+    ----------
+    xgb, lgbm, et : dict or None
+        Constructor params of ``xgboost.XGBRegressor``, ``lightgbm.LGBMRegressor`` and
+        ``sklearn.ensemble.ExtraTreesRegressor`` (without ``n_jobs``/``random_state``).
+    members : sequence of str
+        Which specialists to blend (subset of :data:`MEMBERS`).
+    weights : sequence of float or None
+        Fixed blend weights (normalised to sum 1); None calibrates them on validation.
+    log_target : "auto", True or False
+        Fit ``log(y)`` (predictions are ``exp`` of the blend); "auto" measures (module docstring).
+    probe_estimators : int
+        Trees of the LightGBM probe used by ``log_target="auto"``.
+    val_fraction : float
+        Share of rows held out for calibration when ``fit`` gets no ``X_val`` and something needs
+        calibrating (weights None or log "auto"). The specialists are then fitted on the rest.
+    n_jobs : int or None
+        Threads per specialist; None = every available core.
+    random_state : int
+        Seed of the specialists and of the internal split.
+
+    Fitted attributes: ``members_`` (dict name -> fitted specialist), ``weights_`` (array, order of
+    ``members``), ``log_target_`` (bool), ``probe_val_mae_`` (dict raw/log, NaN if not probed),
+    ``val_mae_`` (validation MAE of the blend, target units, NaN without validation),
+    ``member_val_mae_`` (dict), ``n_features_in_`` (and ``feature_names_in_`` for DataFrame input).
+    """
+
+    def __init__(self, xgb: Mapping[str, Any] | None = None, lgbm: Mapping[str, Any] | None = None,
+                 et: Mapping[str, Any] | None = None, members: Sequence[str] = MEMBERS,
+                 weights: Sequence[float] | None = None, log_target: str | bool = "auto",
+                 probe_estimators: int = 200, val_fraction: float = 0.2, n_jobs: int | None = None,
+                 random_state: int = 0):
+        self.xgb = xgb
+        self.lgbm = lgbm
+        self.et = et
+        self.members = members
+        self.weights = weights
+        self.log_target = log_target
+        self.probe_estimators = probe_estimators
+        self.val_fraction = val_fraction
+        self.n_jobs = n_jobs
+        self.random_state = random_state
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True
+        return tags
+
+    # ------------------------------------------------------------------ helpers
+    def _params(self, name: str) -> dict[str, Any]:
+        return dict({"xgb": self.xgb, "lgbm": self.lgbm, "et": self.et}[name] or {})
+
+    def _check_members(self) -> list[str]:
+        names = list(self.members)
+        bad = [m for m in names if m not in MEMBERS]
+        if not names or bad:
+            raise ValueError(f"members must be a non-empty subset of {list(MEMBERS)}, got {names}")
+        if self.weights is not None and len(self.weights) != len(names):
+            raise ValueError(f"weights has {len(self.weights)} entries for {len(names)} members {names}")
+        if self.log_target not in ("auto", True, False):
+            raise ValueError(f"log_target allows 'auto', True, False; got {self.log_target!r}")
+        return names
+
+    def _probe(self, X, y, Xv, yv, n_jobs: int) -> tuple[bool, dict[str, float]]:
+        p = self._params("lgbm")
+        p["n_estimators"] = int(min(self.probe_estimators, p.get("n_estimators", 100)))
+        mae = {}
+        for space, fwd, inv in (("raw", lambda v: v, lambda v: v), ("log", np.log, np.exp)):
+            m = make_member("lgbm", p, n_jobs, self.random_state).fit(X, fwd(y))
+            mae[space] = float(np.mean(np.abs(inv(m.predict(Xv)) - yv)))
+        return bool(mae["log"] < mae["raw"]), mae
+
+    # ------------------------------------------------------------------ API
+    def fit(self, X, y, X_val=None, y_val=None) -> BlendedRegressor:
+        """Fit the specialists on (X, y); calibrate weights (and the log choice) on (X_val, y_val),
+        or on an internal ``val_fraction`` split when no validation set is given. X: (n, p), y: (n,)."""
+        names = self._check_members()
+        X, y = validate_data(self, X, y, ensure_all_finite="allow-nan", y_numeric=True)
+        y = np.asarray(y, dtype=float)
+        if not np.all(np.isfinite(y)):
+            raise ValueError("y contains NaN or infinite values; drop unmeasured rows before fitting")
+        n_jobs = resolve_n_jobs(self.n_jobs)
+        need_val = self.weights is None or self.log_target == "auto"
+        if X_val is not None and y_val is not None:
+            Xv = validate_data(self, X_val, ensure_all_finite="allow-nan", reset=False)
+            yv = np.asarray(y_val, dtype=float).ravel()
+            Xf, yf = X, y
+        elif need_val and len(y) >= MIN_ROWS_FOR_SPLIT:
+            Xf, Xv, yf, yv = train_test_split(X, y, test_size=self.val_fraction,
+                                              random_state=self.random_state)
+        else:
+            Xf, yf, Xv, yv = X, y, None, None
+        positive = bool(np.all(yf > 0) and (yv is None or np.all(yv > 0)))
+        self.probe_val_mae_ = {"raw": float("nan"), "log": float("nan")}
+        if self.log_target == "auto":
+            if Xv is not None and positive and len(yv):
+                self.log_target_, self.probe_val_mae_ = self._probe(Xf, yf, Xv, yv, n_jobs)
+            else:
+                self.log_target_ = False
+        else:
+            if self.log_target and not positive:
+                raise ValueError("log_target=True needs a strictly positive target")
+            self.log_target_ = bool(self.log_target)
+        fwd = np.log if self.log_target_ else (lambda v: v)
+        inv = np.exp if self.log_target_ else (lambda v: v)
+        self.members_ = {m: make_member(m, self._params(m), n_jobs, self.random_state).fit(Xf, fwd(yf))
+                         for m in names}
+        self.member_val_mae_ = {m: float("nan") for m in names}
+        if Xv is not None and len(yv):
+            P = np.column_stack([self.members_[m].predict(Xv) for m in names])
+            self.member_val_mae_ = {m: float(np.mean(np.abs(inv(P[:, i]) - yv)))
+                                    for i, m in enumerate(names)}
+        if self.weights is not None:
+            w = np.clip(np.asarray(self.weights, dtype=float), 0, None)
+            if w.sum() <= 0:
+                raise ValueError(f"weights must have a positive sum, got {list(self.weights)}")
+            self.weights_ = w / w.sum()
+        elif Xv is not None and len(yv) >= 2:
+            self.weights_ = simplex_weights(P, fwd(yv))
+        else:
+            self.weights_ = np.full(len(names), 1.0 / len(names))
+        self.val_mae_ = (float(np.mean(np.abs(inv(P @ self.weights_) - yv)))
+                         if Xv is not None and len(yv) else float("nan"))
+        return self
+
+    def _blend(self, X) -> np.ndarray:
+        return np.column_stack([self.members_[m].predict(X) for m in self.members_]) @ self.weights_
+
+    def predict(self, X) -> np.ndarray:
+        """Blended prediction in the target's units, shape (n,)."""
+        check_is_fitted(self, "members_")
+        X = validate_data(self, X, ensure_all_finite="allow-nan", reset=False)
+        z = self._blend(X)
+        return np.exp(z) if self.log_target_ else z
+
+    def weights_by_member(self) -> dict[str, float]:
+        """Fitted blend weights as ``{member: weight}``."""
+        check_is_fitted(self, "weights_")
+        return {m: float(w) for m, w in zip(self.members_, self.weights_)}
+
+    def importances(self, kind: str = "split"):
+        """LightGBM feature importances (``split`` counts or ``gain``) as a Series sorted descending,
+        indexed by feature name (``x<i>`` for array input). Needs the ``lgbm`` member."""
+        import pandas as pd
+
+        check_is_fitted(self, "members_")
+        if "lgbm" not in self.members_:
+            raise ValueError("importances need the 'lgbm' member")
+        names = list(getattr(self, "feature_names_in_", [f"x{i}" for i in range(self.n_features_in_)]))
+        vals = self.members_["lgbm"].booster_.feature_importance(importance_type=kind)
+        return pd.Series(vals, index=names, dtype=float).sort_values(ascending=False, kind="stable")

@@ -1,0 +1,54 @@
+"""Figures for screening: the Pareto plot (all candidates, feasible ones, the front, budget lines)."""
+from __future__ import annotations
+
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from carb.screening import PRED  # noqa: E402
+
+LABELS = {"energy_J": "predicted energy (J per timed loop)", "peak_memory_MB": "predicted peak memory (MB)",
+          "latency_ms": "predicted latency (ms per batch)"}
+
+
+def pareto_figure(result: Any):
+    """Scatter of the whole grid on the two Pareto axes (log scales), feasible candidates, the front
+    (joined as a step line) and the budget lines; borderline candidates ringed."""
+    df = result.scored
+    axes = result.axes if len(result.axes) == 2 else (result.axes + result.axes)[:2]
+    x, y = PRED[axes[0]], PRED[axes[1]]
+    fig, ax = plt.subplots(figsize=(7, 5))
+    ax.scatter(df[x], df[y], s=6, c="0.75", label=f"all candidates ({len(df)})", rasterized=True)
+    feas = df[df["feasible"]]
+    ax.scatter(feas[x], feas[y], s=10, c="tab:blue", label=f"feasible ({len(feas)})")
+    border = df[df["decision"] == "borderline"]
+    if len(border):
+        ax.scatter(border[x], border[y], s=40, facecolors="none", edgecolors="tab:orange",
+                   label=f"borderline: profile ({len(border)})")
+    front = df[df["pareto"]].sort_values(x)
+    if len(front):
+        ax.step(front[x], front[y], where="post", c="tab:red", lw=1.2)
+        ax.scatter(front[x], front[y], s=28, c="tab:red", marker="D", label=f"Pareto front ({len(front)})")
+    for t, limit in result.budget.items():
+        if t == axes[0]:
+            ax.axvline(limit, ls="--", c="k", lw=1)
+            ax.text(limit, ax.get_ylim()[1], f" {t} budget", va="top", fontsize=8)
+        elif t == axes[1]:
+            ax.axhline(limit, ls="--", c="k", lw=1)
+            ax.text(ax.get_xlim()[0], limit, f"{t} budget", va="bottom", fontsize=8)
+    for a, col in ((ax.set_xscale, x), (ax.set_yscale, y)):
+        v = df[col].to_numpy(dtype=float)
+        v = v[np.isfinite(v) & (v > 0)]
+        if len(v) and v.max() / v.min() > 30:
+            a("log")
+    ax.set_xlabel(LABELS.get(axes[0], axes[0]))
+    ax.set_ylabel(LABELS.get(axes[1], axes[1]))
+    ax.set_title(f"Screening: {len(df)} candidates, objective {result.objective}")
+    ax.legend(fontsize=8, loc="best")
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,301 @@
+"""Design-space screening with fitted cascades (paper Section 7), as pure functions on DataFrames.
+
+Enumerate -> score (fast static features, telemetry fixed to the model's training medians per batch
+tier, cascade prediction) -> screen (budget per target, rank by an objective, Pareto front) ->
+prioritize (``borderline`` within one test-set MAE of a budget line, else ``accept`` / ``reject``).
+Two-stage: rank the whole grid with a source device's model, keep the top K, re-score them with the
+target device's model.
+
+No torch import here: screening runs on the closed-form features of :mod:`carb.features`.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from carb.dataset import RUNTIME_FEATURES, TARGETS, batch_tier
+from carb.errors import ConfigError
+from carb.features import grid_features, interaction_features
+
+PRED = {t: f"pred_{t}" for t in TARGETS}
+#: Pareto axes in order of preference: energy and memory (the paper), else what the model has.
+PARETO_PREFERENCE = ("energy_J", "peak_memory_MB", "latency_ms")
+
+
+def model_targets(model: Any) -> list[str]:
+    """Targets a fitted cascade predicts, in cascade order."""
+    targets = getattr(model, "targets_", None)
+    if targets is None:
+        raise ConfigError("model: not a fitted CARB cascade (no targets_)")
+    return [t for t in TARGETS if t in targets]
+
+
+def with_telemetry(features: pd.DataFrame, medians: Mapping[str, Mapping[str, float]]) -> pd.DataFrame:
+    """Fix runtime features to the training medians of each row's batch tier (``medians`` as stored by
+    the cascade: ``{tier: {column: value}, "all": {...}}``) and add the interaction features."""
+    out = features.copy()
+    tiers = batch_tier(out["batch_size"].to_numpy())
+    for col in RUNTIME_FEATURES:
+        fallback = float(medians.get("all", {}).get(col, float("nan")))
+        lut = {t: float(v.get(col, fallback)) for t, v in medians.items()}
+        out[col] = pd.Series(tiers).map(lambda t: lut.get(t, fallback)).to_numpy(dtype=float)
+    return interaction_features(out)
+
+
+def score(model: Any, features: pd.DataFrame, with_medians: bool = True) -> pd.DataFrame:
+    """Predictions of ``model`` for each row of ``features`` (static features + knobs; runtime features
+    are filled from the model's medians when ``with_medians``). Returns ``features`` with the runtime
+    columns and ``pred_<target>`` columns added."""
+    X = with_telemetry(features, getattr(model, "telemetry_medians_", {}) or {}) if with_medians \
+        else interaction_features(features)
+    pred = model.predict(X)
+    out = X.copy()
+    for c in pred.columns:
+        out[c] = pred[c].to_numpy()
+    return out
+
+
+def check_budget(budget: Mapping[str, Any], targets: Sequence[str]) -> dict[str, float]:
+    """Keep the budget entries that are set (not None); raise :class:`ConfigError` for a target the
+    model does not predict or a non-positive limit."""
+    clean: dict[str, float] = {}
+    for k, v in (budget or {}).items():
+        if v is None:
+            continue
+        if k not in TARGETS:
+            raise ConfigError(f"screen.budget.{k}: unknown target; allowed: {list(TARGETS)}")
+        if k not in targets:
+            raise ConfigError(f"screen.budget.{k}: the model does not predict {k} (it predicts "
+                              f"{list(targets)}); drop that budget or use another model")
+        f = float(v)
+        if not math.isfinite(f) or f <= 0:
+            raise ConfigError(f"screen.budget.{k}: must be a positive number, got {v!r}")
+        clean[k] = f
+    return clean
+
+
+def pareto_mask(values: np.ndarray) -> np.ndarray:
+    """Boolean mask of the non-dominated rows of ``values`` (n x d, all minimized).
+
+    A row is dominated when another is <= on every axis and < on one. O(n log n) for d = 2 (sort and
+    sweep), chunked O(n^2) comparisons otherwise."""
+    v = np.asarray(values, dtype=float)
+    n = len(v)
+    if n == 0:
+        return np.zeros(0, dtype=bool)
+    if v.ndim == 1 or v.shape[1] == 1:
+        col = v.reshape(-1)
+        return col == col.min()
+    if v.shape[1] == 2:
+        order = np.lexsort((v[:, 1], v[:, 0]))
+        mask = np.zeros(n, dtype=bool)
+        best_y = math.inf
+        last_x, last_y = None, None
+        for i in order:
+            x, y = v[i]
+            if y < best_y:
+                mask[i] = True
+                best_y = y
+                last_x, last_y = x, y
+            elif y == last_y and x == last_x:
+                mask[i] = True  # exact duplicates of a front point are on the front too
+        return mask
+    mask = np.ones(n, dtype=bool)
+    for start in range(0, n, 2048):
+        block = v[start:start + 2048]
+        le = (v[None, :, :] <= block[:, None, :]).all(axis=2)
+        lt = (v[None, :, :] < block[:, None, :]).any(axis=2)
+        mask[start:start + 2048] = ~(le & lt).any(axis=1)
+    return mask
+
+
+def prioritize(scored: pd.DataFrame, budget: Mapping[str, float], mae: Mapping[str, float]) -> pd.DataFrame:
+    """Add ``feasible`` (every budgeted prediction within its limit), ``margin_<target>`` (limit minus
+    prediction, in the target's unit) and ``decision``: ``borderline`` when some budgeted prediction is
+    within one test-set MAE of its limit (profile these), else ``accept`` if feasible, else ``reject``."""
+    out = scored.copy()
+    feasible = np.ones(len(out), dtype=bool)
+    near = np.zeros(len(out), dtype=bool)
+    for t, limit in budget.items():
+        p = out[PRED[t]].to_numpy(dtype=float)
+        out[f"margin_{t}"] = limit - p
+        feasible &= p <= limit
+        m = float(mae.get(t, 0.0) or 0.0)
+        if math.isfinite(m) and m > 0:
+            near |= np.abs(p - limit) <= m
+    out["feasible"] = feasible
+    out["decision"] = np.where(near, "borderline", np.where(feasible, "accept", "reject"))
+    return out
+
+
+def pareto_axes(targets: Sequence[str]) -> list[str]:
+    """The (up to) two axes of the front: energy and memory when predicted, else what is there."""
+    return [t for t in PARETO_PREFERENCE if t in targets][:2]
+
+
+def default_objective(targets: Sequence[str]) -> str:
+    """Predicted energy, or latency where the model has no energy stage, else memory."""
+    for t in ("energy_J", "latency_ms", "peak_memory_MB"):
+        if t in targets:
+            return t
+    raise ConfigError("model: predicts no target")
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman rank correlation (average ranks for ties)."""
+    ra = pd.Series(a).rank().to_numpy()
+    rb = pd.Series(b).rank().to_numpy()
+    if np.std(ra) == 0 or np.std(rb) == 0:
+        return float("nan")
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+@dataclass
+class ScreenResult:
+    """Everything a screening produced. ``scored`` holds the whole grid (one row per candidate)."""
+
+    scored: pd.DataFrame
+    shortlist: pd.DataFrame
+    objective: str
+    axes: list[str]
+    budget: dict[str, float]
+    stages: dict[str, Any] = field(default_factory=dict)
+    timings_s: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        d = self.scored["decision"].value_counts().to_dict() if "decision" in self.scored else {}
+        c = {f"n_{k}": int(d.get(k, 0)) for k in ("accept", "borderline", "reject")}
+        c["n_candidates"] = int(len(self.scored))
+        c["n_pareto"] = int(self.scored.get("pareto", pd.Series(dtype=bool)).sum())
+        c["n_shortlist"] = int(len(self.shortlist))
+        return c
+
+
+def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] | None = None,
+           objective: str | None = None, source_model: Any = None, top_k: int = 100,
+           shortlist_size: int = 20) -> ScreenResult:
+    """Screen a featurized grid (output of :func:`carb.features.grid_features`).
+
+    Single-stage with only ``target_model``; two-stage with ``source_model``: the source ranks the whole
+    grid by ``objective``, the best ``top_k`` are re-scored by the target model, and only those can be
+    accepted. Returns a :class:`ScreenResult`; ``scored`` has ``rank`` (by objective among feasible
+    candidates, 1 = best), ``pareto`` (on the front among feasible candidates) and ``decision``.
+    """
+    timings: dict[str, float] = {}
+    targets = model_targets(target_model)
+    obj = objective or default_objective(targets)
+    if obj not in targets:
+        raise ConfigError(f"screen.objective: {obj!r} is not predicted by the target model; allowed: "
+                          f"{list(targets)}")
+    clean_budget = check_budget(budget or {}, targets)
+    stages: dict[str, Any] = {"n_grid": int(len(features))}
+    t = time.perf_counter()
+    scored = score(target_model, features)
+    timings["predict_target_s"] = time.perf_counter() - t
+    keep = np.ones(len(scored), dtype=bool)
+    if source_model is not None:
+        src_targets = model_targets(source_model)
+        if obj not in src_targets:
+            raise ConfigError(f"screen.source: the source model does not predict the objective {obj!r}")
+        t = time.perf_counter()
+        src = score(source_model, features)
+        timings["predict_source_s"] = time.perf_counter() - t
+        src_pred = src[PRED[obj]].to_numpy(dtype=float)
+        scored[f"source_{PRED[obj]}"] = src_pred
+        order = np.argsort(src_pred, kind="stable")
+        k = int(min(top_k, len(order)))
+        keep = np.zeros(len(scored), dtype=bool)
+        keep[order[:k]] = True
+        scored["stage1_rank"] = pd.Series(src_pred).rank(method="first").astype(int).to_numpy()
+        stages.update({"stage1_kept": k, "spearman_source_target": spearman(
+            src_pred, scored[PRED[obj]].to_numpy(dtype=float))})
+    scored["stage1_kept"] = keep
+    t = time.perf_counter()
+    scored = prioritize(scored, clean_budget, getattr(target_model, "test_mae_", {}) or {})
+    scored.loc[~keep, "decision"] = "reject"
+    scored.loc[~keep, "feasible"] = False
+    feas = scored["feasible"].to_numpy()
+    axes = pareto_axes(targets)
+    scored["pareto"] = False
+    if feas.any():
+        idx = np.flatnonzero(feas)
+        m = pareto_mask(scored.iloc[idx][[PRED[a] for a in axes]].to_numpy(dtype=float))
+        scored.loc[scored.index[idx[m]], "pareto"] = True
+    scored["rank"] = np.nan
+    if feas.any():
+        scored.loc[feas, "rank"] = scored.loc[feas, PRED[obj]].rank(method="first")
+    timings["screen_pareto_s"] = time.perf_counter() - t
+    stages["stage2_feasible"] = int(feas.sum())
+    front = scored[scored["pareto"]].sort_values(PRED[obj])
+    rest = scored[feas & ~scored["pareto"].to_numpy()].sort_values(PRED[obj])
+    shortlist = pd.concat([front, rest]).head(max(shortlist_size, len(front)) if len(front) <= shortlist_size
+                                                else shortlist_size)
+    return ScreenResult(scored=scored, shortlist=shortlist, objective=obj, axes=axes,
+                        budget=clean_budget, stages=stages, timings_s=timings)
+
+
+def closest_candidates(scored: pd.DataFrame, budget: Mapping[str, float], n: int = 5) -> pd.DataFrame:
+    """When nothing meets the budget: the ``n`` candidates with the smallest worst relative overshoot."""
+    if not budget:
+        return scored.head(0)
+    over = np.zeros(len(scored))
+    for t, limit in budget.items():
+        over = np.maximum(over, scored[PRED[t]].to_numpy(dtype=float) / limit - 1.0)
+    out = scored.assign(worst_overshoot=over)
+    return out.sort_values("worst_overshoot").head(n)
+
+
+def budget_classification(measured: np.ndarray, predicted: np.ndarray, limit: float) -> dict[str, float]:
+    """Budget decisions vs the truth at ``limit``: accuracy, false-accept rate (predicted within budget,
+    measured over it) and false-reject rate (predicted over, measured within), as fractions of all
+    rows, plus counts."""
+    m = np.asarray(measured, dtype=float)
+    p = np.asarray(predicted, dtype=float)
+    ok = np.isfinite(m) & np.isfinite(p)
+    m, p = m[ok], p[ok]
+    n = len(m)
+    if n == 0:
+        return {"n": 0, "accuracy": float("nan"), "false_accept_rate": float("nan"),
+                "false_reject_rate": float("nan")}
+    true_in, pred_in = m <= limit, p <= limit
+    fa = int((pred_in & ~true_in).sum())
+    fr = int((~pred_in & true_in).sum())
+    return {"n": n, "accuracy": float((pred_in == true_in).mean()), "false_accept_rate": fa / n,
+            "false_reject_rate": fr / n, "n_false_accept": fa, "n_false_reject": fr,
+            "n_measured_feasible": int(true_in.sum())}
+
+
+def validate(model: Any, measured: pd.DataFrame, budget: Mapping[str, float]) -> dict[str, Any]:
+    """Score measured configs with their REAL features (measured telemetry) and compare each budgeted
+    target's decision with the measurement (paper Section 7.3). Returns flat metrics:
+    ``validate_<target>_{accuracy,false_accept_rate,false_reject_rate,n}``, ``validate_<target>_mae``
+    over all rows and ``validate_<target>_feasible_mae`` over the predicted-feasible ones."""
+    targets = model_targets(model)
+    scored = score(model, measured, with_medians=False)
+    out: dict[str, Any] = {"validate_n_rows": int(len(scored))}
+    for t, limit in budget.items():
+        if t not in targets or t not in measured or measured[t].notna().sum() == 0:
+            continue
+        m = measured[t].to_numpy(dtype=float)
+        p = scored[PRED[t]].to_numpy(dtype=float)
+        cls = budget_classification(m, p, limit)
+        for k, v in cls.items():
+            out[f"validate_{t}_{k}"] = v
+        ok = np.isfinite(m)
+        out[f"validate_{t}_mae"] = float(np.mean(np.abs(m[ok] - p[ok]))) if ok.any() else float("nan")
+        feas = ok & (p <= limit)
+        out[f"validate_{t}_feasible_mae"] = float(np.mean(np.abs(m[feas] - p[feas]))) if feas.any() \
+            else float("nan")
+    return out
+
+
+def featurize(configs: Sequence[Any] | pd.DataFrame) -> pd.DataFrame:
+    """Fast static features of the candidates (see :func:`carb.features.grid_features`)."""
+    return grid_features(configs)
