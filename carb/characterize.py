@@ -376,7 +376,7 @@ def _unique_by_key(df: pd.DataFrame, key: str, which: str) -> pd.DataFrame:
     if dup.any():
         ex = list(pd.unique(ok.loc[dup, key]))[:3]
         raise DatasetError(f"dataset {which}: {key} is not unique among ok rows (e.g. {ex}); select one "
-                           f"device (device= / compare_device=) so each configuration appears once")
+                           f"device (data.device= / compare_device=) so each configuration appears once")
     return ok
 
 
@@ -498,6 +498,14 @@ def _select_device(df: pd.DataFrame, device: str | None, field: str) -> pd.DataF
     return df
 
 
+def _dataset_ref(ref: Any, device: Any) -> tuple[str | None, str | None]:
+    """A dataset given as a path/name string, or as a node with ``path`` (and optional ``device``),
+    as the ``conf/data`` group gives it; returns (path or None, device or None)."""
+    if ref is not None and not isinstance(ref, str) and hasattr(ref, "get"):
+        return (str(ref.get("path")) if ref.get("path") else None), (device or ref.get("device"))
+    return (str(ref) if ref else None), (str(device) if device else None)
+
+
 def load_inputs(cfg: Any) -> tuple[pd.DataFrame, pd.DataFrame | None, str, dict[str, Any]]:
     """Datasets A (and B) named by a characterize config, a label for the run and provenance params."""
     source = str(cfg.get("source") or "dataset")
@@ -509,22 +517,25 @@ def load_inputs(cfg: Any) -> tuple[pd.DataFrame, pd.DataFrame | None, str, dict[
                          memory_layout=t.memory_layout, torch=str(t.torch), plain_only=bool(t.plain_only),
                          path=t.get("path"))
         label = f"timm-{device_slug(t.gpu_a)}-vs-{device_slug(t.gpu_b)}-{t.precision}-{t.compile}"
-        prov = {"source": "timm", "data": str(t.get("path") or TIMM_DATA), **{f"timm.{k}": v for k, v in to_dict(t).items()},
+        prov = {"source": "timm", "data": str(t.get("path") or TIMM_DATA),
+                **{f"timm.{k}": v for k, v in to_dict(t).items()},
                 "torch_a": ",".join(sorted(a["torch_version"].dropna().unique())),
                 "torch_b": ",".join(sorted(b["torch_version"].dropna().unique()))}
         return a, b, label, prov
     if source != "dataset":
         raise ConfigError(f"source={source!r} is not allowed; allowed: ['dataset', 'timm']")
-    if not cfg.get("data"):
-        raise ConfigError("data: give a dataset (.parquet/.csv file, folder of shards, or 'reference'), "
-                          "or source=timm")
-    a = _select_device(load_dataset(cfg.data), cfg.get("device"), "device")
+    data, device = _dataset_ref(cfg.get("data"), None)
+    compare, compare_device = _dataset_ref(cfg.get("compare"), cfg.get("compare_device"))
+    if not data:
+        raise ConfigError("data.path: give a dataset (.parquet/.csv file, folder of shards, or "
+                          "'reference'), or source=timm")
+    a = _select_device(load_dataset(data), device, "data.device")
     b = None
-    if cfg.get("compare"):
-        b = _select_device(load_dataset(cfg.compare), cfg.get("compare_device"), "compare_device")
+    if compare:
+        b = _select_device(load_dataset(compare), compare_device, "compare_device")
     label = device_slug(device_label(a)) + (f"-vs-{device_slug(device_label(b))}" if b is not None else "")
-    prov = {"source": "dataset", "data": str(cfg.data), "compare": str(cfg.get("compare")),
-            "device": str(cfg.get("device")), "compare_device": str(cfg.get("compare_device"))}
+    prov = {"source": "dataset", "data": str(data), "compare": str(compare), "data_device": str(device),
+            "compare_device": str(compare_device)}
     return a, b, label, prov
 
 

@@ -102,9 +102,9 @@ def check_writable(path: Path) -> None:
         raise ConfigError(f"out: {str(path)!r} is not writable ({e.strerror or e})") from None
 
 
-def read_existing(path: Path, identity: Mapping[str, str]) -> pd.DataFrame:
-    """The rows already in ``path`` (empty frame if absent). Raises :class:`DatasetError` when the file
-    is not a dataset of this schema or holds rows of another device."""
+def read_schema(path: Path) -> pd.DataFrame:
+    """The dataset in ``path`` (empty frame if absent); :class:`DatasetError` when it exists but is not
+    a dataset of this schema."""
     if not path.exists():
         return empty_frame()
     try:
@@ -116,13 +116,25 @@ def read_existing(path: Path, identity: Mapping[str, str]) -> pd.DataFrame:
     if extra:
         raise DatasetError(f"out: {str(path)!r} has columns outside the schema {extra[:5]}; it belongs to "
                            f"another schema, choose another out")
-    if len(df):
-        other = df[(df["device_name"] != identity["device_name"]) | (df["device_kind"] != identity["device_kind"])]
-        if len(other):
-            r = other.iloc[0]
-            raise DatasetError(f"out: {str(path)!r} holds rows of device {r['device_name']!r} ({r['device_kind']}); "
-                               f"this run measures {identity['device_name']!r} ({identity['device_kind']}); "
-                               f"choose another out")
+    return df
+
+
+def check_device(df: pd.DataFrame, path: Path, identity: Mapping[str, str]) -> None:
+    """:class:`DatasetError` when ``df`` holds rows of a device other than ``identity``'s."""
+    if not len(df):
+        return
+    other = df[(df["device_name"] != identity["device_name"]) | (df["device_kind"] != identity["device_kind"])]
+    if len(other):
+        r = other.iloc[0]
+        raise DatasetError(f"out: {str(path)!r} holds rows of device {r['device_name']!r} ({r['device_kind']}); "
+                           f"this run measures {identity['device_name']!r} ({identity['device_kind']}); "
+                           f"choose another out")
+
+
+def read_existing(path: Path, identity: Mapping[str, str]) -> pd.DataFrame:
+    """The rows already in ``path`` (empty frame if absent), checked for schema and device."""
+    df = read_schema(path)
+    check_device(df, path, identity)
     return df
 
 
@@ -241,16 +253,14 @@ def run_collect(cfg: Any) -> dict[str, Any]:
         raise ConfigError(f"space: {space_name!r} yields no configurations")
     out = resolve_out(c.get("out"), index, count)
     check_writable(out)
-    if out.exists():  # schema check before any device work
-        read_existing(out, {"device_name": "", "device_kind": ""}) if False else load_dataset(out) \
-            if _quick_schema_ok(out) else None
+    existing = read_schema(out)  # schema check before the device is opened
     shard = shard_configs(configs, int(c.get("seed", 0) or 0), index, count)
     tr = c.get("tracking") or {}
 
     with _get_meter(c.get("device") or {}, c.get("measure") or {}) as meter:
         facts = meter.device_facts()
         identity = meter.identity()
-        existing = read_existing(out, identity)
+        check_device(existing, out, identity)
         done = set(existing["config_id"].astype(str))
         todo = [x for x in shard if x.config_id not in done]
         if limit is not None:
@@ -331,25 +341,6 @@ def run_collect(cfg: Any) -> dict[str, Any]:
                                          context="collection")
                     tracking.log_artifact(out, "dataset")
     return result
-
-
-def _quick_schema_ok(path: Path) -> bool:
-    """Fail early (before the device is opened) when ``path`` is not a dataset of this schema."""
-    read_existing_schema_only(path)
-    return False
-
-
-def read_existing_schema_only(path: Path) -> None:
-    """Raise :class:`DatasetError` when ``path`` exists but is not a dataset of this schema."""
-    try:
-        df = load_dataset(path)
-    except DatasetError as e:
-        raise DatasetError(f"out: {str(path)!r} exists but is not a CARB dataset of this schema ({e}); "
-                           f"choose another out") from None
-    extra = [c for c in df.columns if c not in SCHEMA]
-    if extra:
-        raise DatasetError(f"out: {str(path)!r} has columns outside the schema {extra[:5]}; it belongs to "
-                           f"another schema, choose another out")
 
 
 main = hydra_command("collect")(run_collect)

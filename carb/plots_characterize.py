@@ -9,12 +9,11 @@ the divergence figure).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
 
 NOT_MEASURED = "not measured"
 TARGET_LABELS: dict[str, str] = {
@@ -59,6 +58,8 @@ def _log(ax, axis: str = "y", base: float = 10, values=None) -> None:
         v = v[np.isfinite(v) & (v > 0)]
         if len(v) and np.log10(v.max() / v.min()) <= 2.5:
             a.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        elif len(v):
+            a.set_minor_locator(NullLocator())   # many decades: minor ticks only clutter (and are slow)
     a.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     a.set_minor_formatter(NullFormatter())
 
@@ -144,7 +145,7 @@ def knob_figure(medians: pd.DataFrame, target: str, device: str = "") -> Figure 
             _log(ax, "y", values=yv)
         ax.set_xlabel(KNOB_LABELS.get(knob, knob))
         ax.set_ylabel(f"median {TARGET_LABELS.get(target, target)}")
-        ax.grid(True, alpha=0.3, which="both")
+        ax.grid(True, alpha=0.3, which="major")
     axes[0].legend(fontsize=8, frameon=False)
     fig.suptitle(f"{TARGET_LABELS.get(target, target)} per design knob (median, IQR band)"
                  + (f" on {device}" if device else ""))
@@ -178,7 +179,7 @@ def divergence_figure(cells: pd.DataFrame, ratios: pd.DataFrame, device: str = "
         ax.set_xlabel("batch tier")
         ax.set_ylabel(f"mean {TARGET_LABELS[target]}")
         _legend_below(ax)
-        ax.grid(True, axis="y", alpha=0.3, which="both")
+        ax.grid(True, axis="y", alpha=0.3, which="major")
     ax = axes[2]
     ok = ratios[np.isfinite(ratios["latency_high_low"]) | np.isfinite(ratios["energy_high_low"])]
     if ok.empty:
@@ -199,7 +200,7 @@ def divergence_figure(cells: pd.DataFrame, ratios: pd.DataFrame, device: str = "
         ax.set_xlabel("batch tier")
         ax.set_ylabel("high-SM / low-SM mean (x)")
         ax.legend(fontsize=8, frameon=False)
-        ax.grid(True, alpha=0.3, which="both")
+        ax.grid(True, alpha=0.3, which="major")
     fig.suptitle("energy-latency divergence by batch tier and SM utilization" + (f" on {device}" if device else ""))
     return fig
 
@@ -220,8 +221,13 @@ def efficiency_figure(eff: pd.DataFrame, device: str = "") -> Figure | None:
             _note(ax, f"no {view} groups")
             continue
         cats = [str(c) for c in dict.fromkeys(sub["group"])]
-        series = {("all rows" if fam == "all" else f"{fam} family"): [sub[(sub["family"] == fam) & (sub["group"].astype(str) == c)]["mean_J_per_GFLOP"]
-                             .mean() for c in cats] for fam in _order(sub["family"])}
+
+        def mean_of(fam: str, c: str) -> float:
+            m = (sub["family"] == fam) & (sub["group"].astype(str) == c)
+            return float(sub.loc[m, "mean_J_per_GFLOP"].mean())
+
+        series = {("all rows" if fam == "all" else f"{fam} family"): [mean_of(fam, c) for c in cats]
+                  for fam in _order(sub["family"])}
         _grouped_bars(ax, cats, series, {**{f"{k} family": c for k, c in FAMILY_COLORS.items()},
                                          "all rows": FAMILY_COLORS["all"]})
         if _spans_decade(sub["mean_J_per_GFLOP"]):
@@ -229,7 +235,7 @@ def efficiency_figure(eff: pd.DataFrame, device: str = "") -> Figure | None:
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylab)
         _legend_below(ax)
-        ax.grid(True, axis="y", alpha=0.3, which="both")
+        ax.grid(True, axis="y", alpha=0.3, which="major")
     ax = axes[2]
     sub = ok[ok["view"] == "depth"]
     if sub.empty:
@@ -244,7 +250,7 @@ def efficiency_figure(eff: pd.DataFrame, device: str = "") -> Figure | None:
         ax.set_xlabel(KNOB_LABELS["depth"])
         ax.set_ylabel(ylab)
         ax.legend(fontsize=8, frameon=False)
-        ax.grid(True, alpha=0.3, which="both")
+        ax.grid(True, alpha=0.3, which="major")
     fig.suptitle("energy efficiency (mean J/GFLOP)" + (f" on {device}" if device else ""))
     return fig
 
@@ -289,7 +295,7 @@ def cross_device_figure(pairs: pd.DataFrame, fits: pd.DataFrame, dev_a: str, dev
         ax.set_ylabel(f"{dev_b}: {TARGET_LABELS.get(t, t)}")
         ax.set_title(f"{t}: R² = {fit.r2:.3f}, Spearman ρ = {fit.spearman:.3f}, n = {fit.n}", fontsize=9)
         ax.legend(fontsize=7, frameon=False, loc="upper left")
-        ax.grid(True, alpha=0.3, which="both")
+        ax.grid(True, alpha=0.3, which="major")
     fig.suptitle(f"cross-device transfer: {dev_b} vs {dev_a} (same configurations)")
     return fig
 
@@ -327,5 +333,5 @@ def characterize_figures(tables: Mapping[str, pd.DataFrame], dev_a: str = "",
     return figs, skipped
 
 
-__all__: list[Any] = ["characterize_figures", "knob_figure", "divergence_figure", "efficiency_figure",
+__all__: list[str] = ["characterize_figures", "knob_figure", "divergence_figure", "efficiency_figure",
                       "cross_device_figure"]

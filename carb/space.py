@@ -42,7 +42,7 @@ KNOB_NAMES: tuple[str, ...] = ("block", "depth", "width_mult", "input_size", "ba
                                "early_downsample", "stages")
 SPACE_KEYS: tuple[str, ...] = ("name", "mode", "n", "seed", "blocks", "depths", "width_mults",
                                "input_sizes", "batch_sizes", "precisions", "early_downsample",
-                               "stages", "num_classes", "description")
+                               "stages", "num_classes", "description", "max_flops")
 
 _CONF_SPACE = Path(__file__).resolve().parent.parent / "conf" / "space"
 
@@ -237,10 +237,27 @@ def _product(space: Mapping[str, Any]) -> list[tuple]:
     return rows
 
 
+def _cap_flops(rows: list[tuple], max_flops: float, num_classes: int) -> list[tuple]:
+    """Keep the rows whose forward of the whole batch costs at most ``max_flops`` (fvcore count)."""
+    from carb.features import per_image_counts
+
+    keep = []
+    for row in rows:
+        block, depth, w, size, bs, _prec, ed = row
+        layout = LAYOUTS.get(block, {}).get(int(depth))
+        if layout is None:  # invalid depth: let ArchConfig raise the clear error
+            keep.append(row)
+            continue
+        if per_image_counts(block, layout, float(w), int(size), bool(ed), num_classes)[0] * bs <= max_flops:
+            keep.append(row)
+    return keep
+
+
 def configs_from_cfg(space: Mapping[str, Any]) -> list[ArchConfig]:
     """Expand a space config (the composed ``space`` node or a plain dict) into validated configs.
 
-    ``mode: grid`` gives the full product in a fixed order; ``mode: random`` gives ``n`` distinct
+    ``max_flops`` (optional) drops configs whose whole-batch forward exceeds that fvcore count before
+    sampling. ``mode: grid`` gives the full product in a fixed order; ``mode: random`` gives ``n`` distinct
     configs drawn with ``seed`` (all of them, shuffled, when ``n`` >= the product size). Every config is
     validated before anything is built; the first invalid one raises :class:`ConfigError`.
     """
@@ -249,13 +266,16 @@ def configs_from_cfg(space: Mapping[str, Any]) -> list[ArchConfig]:
     if mode not in ("grid", "random"):
         raise ConfigError(f"space.mode: {mode!r} is not allowed; allowed: ['grid', 'random']")
     rows = _product(space)
+    num_classes = int(space.get("num_classes", 1000) or 1000)
+    max_flops = space.get("max_flops")
+    if max_flops is not None:
+        rows = _cap_flops(rows, float(max_flops), num_classes)
     if mode == "random":
         n = space.get("n")
         if n is None or int(n) <= 0:
             raise ConfigError(f"space.n: random mode needs a positive sample size, got {n!r}")
         rng = random.Random(int(space.get("seed", 0) or 0))
         rows = rng.sample(rows, min(int(n), len(rows)))
-    num_classes = int(space.get("num_classes", 1000) or 1000)
     out = []
     for block, depth, w, size, bs, prec, ed in rows:
         out.append(ArchConfig(block=block, depth=depth, width_mult=w, input_size=size, batch_size=bs,

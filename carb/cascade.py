@@ -1,0 +1,559 @@
+"""The CARB cascade (paper Sections 5.3 and 5.5): peak memory -> energy -> latency.
+
+:class:`CarbCascade` is a scikit-learn meta-estimator on raw dataset frames. Per target it fits a
+:class:`carb.ensemble.BlendedRegressor` (XGBoost + LightGBM + ExtraTrees, validation-calibrated blend).
+Each downstream stage gets the upstream predictions as extra features (``pred_peak_memory_MB`` for
+energy, ``pred_peak_memory_MB`` and ``pred_energy_J`` for latency). On the training rows those priors
+are out-of-fold (seeded ``KFold``: each row's prior comes from a stage model that never saw the row),
+on validation and at serving they come from the stage fitted on all training rows, so training and
+serving see the same kind of input.
+
+Regime correctors (a small ``HistGradientBoostingRegressor`` on the stage's out-of-fold residuals,
+in the stage's fitting space) are fitted for the low-batch regime (``batch_size <= 8``, every target)
+and the high-load regime (SM or memory utilization > 65 %, memory only by default), one after the
+other, and each is kept only when it lowers the stage's validation MAE (``corrector_report_`` says
+what happened and why).
+
+The estimator encodes the categorical knobs itself (``block`` -> ``block_bottleneck``, ``precision``
+-> ``precision_bits`` and ``precision_bf16``, ``early_downsample`` -> 0/1) and computes the
+interaction features (:func:`carb.features.interaction_features`) when they are named but absent, so
+the logged model takes raw frames. A target that ``y`` does not measure (all NaN, e.g. energy on a CPU
+without RAPL) drops its stage with a warning; the other stages still fit. A feature column that is
+all-NaN in training (telemetry a device cannot report) is dropped with a warning.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator, RegressorMixin, clone
+from sklearn.model_selection import KFold, train_test_split
+from sklearn.utils.validation import check_is_fitted
+
+from carb.dataset import (INTERACTION_FEATURES, KNOBS, RUNTIME_FEATURES, STATIC_FEATURES, TARGETS,
+                          hardware_stress, low_batch, strata_key, telemetry_medians)
+from carb.ensemble import MEMBERS, BlendedRegressor, resolve_n_jobs
+from carb.errors import ConfigError, DatasetError
+
+log = logging.getLogger(__name__)
+
+#: Knobs the cascade uses as features (``stages`` is implied by ``block`` and ``depth``).
+MODEL_KNOBS: tuple[str, ...] = tuple(k for k in KNOBS if k != "stages")
+#: Default feature list (the ``full`` set, the paper's M1).
+FULL_FEATURES: tuple[str, ...] = MODEL_KNOBS + STATIC_FEATURES + RUNTIME_FEATURES + INTERACTION_FEATURES
+#: Allowed values of the categorical knobs.
+CATEGORIES: dict[str, tuple] = {"block": ("basic", "bottleneck"), "precision": ("fp32", "fp16", "bf16"),
+                                "early_downsample": (False, True)}
+_PRECISION_BITS = {"fp32": 32.0, "fp16": 16.0, "bf16": 16.0}
+#: Columns the interaction features are computed from.
+INTERACTION_INPUTS: tuple[str, ...] = ("batch_size", "avg_sm_util", "flops", "total_activation_MB",
+                                       "avg_mem_util")
+UTIL_COLUMNS = ("avg_sm_util", "avg_mem_util")
+#: Paper sizes (Section 5.3); conf/model/carb.yaml carries the same numbers plus the remaining params.
+PAPER_SPECIALISTS: dict[str, dict[str, Any]] = {
+    "xgb": {"n_estimators": 800, "max_depth": 9, "learning_rate": 0.05},
+    "lgbm": {"n_estimators": 800, "num_leaves": 127, "learning_rate": 0.05},
+    "et": {"n_estimators": 400, "min_samples_leaf": 5},
+}
+DEFAULT_CORRECTORS: dict[str, Any] = {
+    "low_batch": {"enabled": True, "targets": None},
+    "high_load": {"enabled": True, "targets": ["peak_memory_MB"]},
+    "model": {"max_iter": 150, "max_depth": 3, "learning_rate": 0.05, "min_samples_leaf": 10,
+              "l2_regularization": 1.0},
+    "min_rows": 20,
+    "min_gain": 0.0,
+}
+REGIMES = {"low_batch": low_batch, "high_load": hardware_stress}
+
+
+def pred_name(target: str) -> str:
+    """Column name of a target's prediction: ``pred_<target>``."""
+    return f"pred_{target}"
+
+
+def add_interactions(X: pd.DataFrame) -> pd.DataFrame:
+    """``X`` with the interaction features added where missing (NaN propagates from telemetry)."""
+    from carb.features import interaction_features
+
+    missing = [c for c in INTERACTION_FEATURES if c not in X.columns]
+    if not missing:
+        return X
+    base = X.copy()
+    for c in INTERACTION_INPUTS:
+        if c not in base.columns:
+            base[c] = np.nan
+    full = interaction_features(base)
+    out = X.copy()
+    for c in missing:
+        out[c] = full[c].to_numpy()
+    return out
+
+
+def _bad_rows(mask: np.ndarray, k: int = 5) -> str:
+    return ", ".join(map(str, np.flatnonzero(mask)[:k].tolist()))
+
+
+def encode(X: pd.DataFrame, features: Sequence[str]) -> pd.DataFrame:
+    """Numeric design matrix (float64) of ``features`` from a raw frame.
+
+    Categorical knobs are expanded (``block_bottleneck``, ``precision_bits`` + ``precision_bf16``,
+    ``early_downsample`` as 0/1); everything else is cast to float. Raises :class:`ConfigError` for a
+    category outside :data:`CATEGORIES`."""
+    cols: dict[str, np.ndarray] = {}
+    for f in features:
+        v = X[f]
+        if f in CATEGORIES:
+            if f == "early_downsample":
+                s = v.map(lambda a: {"true": True, "false": False, "1": True, "0": False}.get(
+                    str(a).strip().lower()) if not isinstance(a, (bool, np.bool_)) else bool(a))
+            else:
+                s = v.astype("object")
+            bad = (~s.isin(CATEGORIES[f])).to_numpy()
+            if bad.any():
+                raise ConfigError(f"column {f!r} allows {list(CATEGORIES[f])}; other values in rows "
+                                  f"{_bad_rows(bad)} (e.g. {v.iloc[int(np.flatnonzero(bad)[0])]!r})")
+            if f == "block":
+                cols["block_bottleneck"] = (s == "bottleneck").to_numpy(float)
+            elif f == "precision":
+                cols["precision_bits"] = s.map(_PRECISION_BITS).to_numpy(float)
+                cols["precision_bf16"] = (s == "bf16").to_numpy(float)
+            else:
+                cols["early_downsample"] = s.astype(bool).to_numpy(float)
+        else:
+            num = pd.to_numeric(v, errors="coerce")
+            bad = (num.isna() & v.notna()).to_numpy()
+            if bad.any():
+                raise ConfigError(f"feature column {f!r} must be numeric; non-numeric values in rows "
+                                  f"{_bad_rows(bad)}")
+            cols[f] = num.to_numpy(float)
+    return pd.DataFrame(cols, index=X.index)
+
+
+def _inv(log_space: bool):
+    return np.exp if log_space else (lambda v: v)
+
+
+def _fwd(log_space: bool):
+    return np.log if log_space else (lambda v: v)
+
+
+def _mae(y: np.ndarray, p: np.ndarray) -> float:
+    return float(np.mean(np.abs(y - p))) if len(y) else float("nan")
+
+
+@dataclass
+class Stage:
+    """One fitted cascade stage: the blended specialists, its design columns (base features plus
+    upstream predictions), the kept regime correctors and its fitting space."""
+
+    target: str
+    columns: list[str]
+    model: BlendedRegressor
+    log_target: bool
+    correctors: list[tuple[str, Any]] = field(default_factory=list)
+
+    def _corrector_input(self, D: pd.DataFrame, base: np.ndarray) -> np.ndarray:
+        return np.column_stack([D[self.columns].to_numpy(float), _fwd(self.log_target)(base)])
+
+    def predict(self, D: pd.DataFrame, X: pd.DataFrame) -> np.ndarray:
+        """Prediction (target units) for design rows ``D`` (which hold the upstream predictions) of
+        raw rows ``X`` (for the regime masks)."""
+        base = self.model.predict(D[self.columns])
+        return self.apply_correctors(D, X, base)
+
+    def apply_correctors(self, D: pd.DataFrame, X: pd.DataFrame, base: np.ndarray,
+                         upto: int | None = None) -> np.ndarray:
+        """Apply the kept correctors in order (each sees the prediction corrected so far)."""
+        pred = np.asarray(base, dtype=float)
+        for name, corr in self.correctors[:upto]:
+            mask = REGIMES[name](X)
+            if mask.any():
+                z = _fwd(self.log_target)(pred).copy()
+                z[mask] += corr.predict(self._corrector_input(D, pred)[mask])
+                pred = _inv(self.log_target)(z)
+        return pred
+
+
+class CarbCascade(RegressorMixin, BaseEstimator):
+    """Memory -> energy -> latency cascade of blended specialists with regime correctors.
+
+    Parameters (every one can come straight from ``conf/model/*.yaml``)
+    ----------
+    features : sequence of str or None
+        Raw feature columns (knobs, static, runtime, interaction names); None = :data:`FULL_FEATURES`.
+    feature_set : str
+        Name of the feature set (``full`` / ``no_util`` / ``arch_only``), recorded for serving.
+    specialists : dict or None
+        ``{"xgb": {...}, "lgbm": {...}, "et": {...}}`` constructor params; None = :data:`PAPER_SPECIALISTS`.
+    per_target : dict or None
+        Per-target overrides ``{target: {"xgb": {...}, "lgbm": {...}, "et": {...}, "weights": [...],
+        "log_target": ...}}`` merged over ``specialists`` (what a tuned preset supplies).
+    members : sequence of str
+        Specialists to blend (subset of ``("xgb", "lgbm", "et")``).
+    log_target : "auto", bool or dict
+        Fitting space per target (see :mod:`carb.ensemble`); a dict maps target -> value.
+    probe_estimators : int
+        Trees of the LightGBM probe behind ``log_target="auto"``.
+    oof_folds : int
+        Folds of the out-of-fold predictions (priors for downstream stages, residuals for correctors).
+    correctors : dict or None
+        ``{"low_batch": {"enabled", "targets"}, "high_load": {"enabled", "targets"}, "model": {...},
+        "min_rows": int, "min_gain": float}`` (missing keys from :data:`DEFAULT_CORRECTORS`).
+        ``min_gain`` is the relative validation-MAE reduction a corrector must bring to be kept.
+    val_fraction : float
+        Validation share of an internal stratified split when ``fit`` gets no validation set.
+    n_jobs : int or None
+        Threads per specialist; None = every available core.
+    random_state : int
+        Seed of specialists, folds and internal split.
+
+    Fitted attributes: ``targets_`` (cascade order), ``dropped_targets_`` (target -> reason),
+    ``feature_names_`` (raw feature columns used), ``feature_set_``, ``dropped_features_``,
+    ``input_columns_`` (raw columns ``predict`` needs), ``stages_`` (target -> :class:`Stage`),
+    ``log_target_``, ``blend_weights_``, ``probe_val_mae_``, ``corrector_report_``, ``val_mae_``,
+    ``test_mae_`` (filled by :meth:`record_test_mae`), ``telemetry_medians_``, ``device_name_``,
+    ``oof_predictions_`` (train rows), ``fit_seconds_`` (per stage, incl. out-of-fold fits).
+    """
+
+    def __init__(self, features: Sequence[str] | None = None, feature_set: str = "full",
+                 specialists: Mapping[str, Mapping[str, Any]] | None = None,
+                 per_target: Mapping[str, Mapping[str, Any]] | None = None,
+                 members: Sequence[str] = MEMBERS, log_target: Any = "auto", probe_estimators: int = 200,
+                 oof_folds: int = 5, correctors: Mapping[str, Any] | None = None,
+                 val_fraction: float = 0.15, n_jobs: int | None = None, random_state: int = 0):
+        self.features = features
+        self.feature_set = feature_set
+        self.specialists = specialists
+        self.per_target = per_target
+        self.members = members
+        self.log_target = log_target
+        self.probe_estimators = probe_estimators
+        self.oof_folds = oof_folds
+        self.correctors = correctors
+        self.val_fraction = val_fraction
+        self.n_jobs = n_jobs
+        self.random_state = random_state
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True
+        tags.input_tags.categorical = True
+        tags.input_tags.string = True
+        tags.target_tags.multi_output = True
+        tags.target_tags.single_output = False
+        tags.non_deterministic = False
+        return tags
+
+    # ------------------------------------------------------------------ configuration helpers
+    def _corrector_cfg(self) -> dict[str, Any]:
+        cfg = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in DEFAULT_CORRECTORS.items()}
+        for k, v in (self.correctors or {}).items():
+            if k not in cfg:
+                raise ConfigError(f"model.correctors.{k}: unknown key; allowed: {list(cfg)}")
+            cfg[k] = {**cfg[k], **dict(v)} if isinstance(cfg[k], dict) and isinstance(v, Mapping) else v
+        return cfg
+
+    def _stage_estimator(self, target: str) -> BlendedRegressor:
+        base = {m: dict((self.specialists or PAPER_SPECIALISTS).get(m) or {}) for m in MEMBERS}
+        over = dict((self.per_target or {}).get(target) or {})
+        unknown = set(over) - set(MEMBERS) - {"weights", "log_target"}
+        if unknown:
+            raise ConfigError(f"model.per_target.{target}: unknown key(s) {sorted(unknown)}; allowed: "
+                              f"{list(MEMBERS) + ['weights', 'log_target']}")
+        for m in MEMBERS:
+            base[m].update(dict(over.get(m) or {}))
+        lt = self.log_target.get(target, "auto") if isinstance(self.log_target, Mapping) else self.log_target
+        lt = over.get("log_target", lt)
+        return BlendedRegressor(xgb=base["xgb"], lgbm=base["lgbm"], et=base["et"], members=tuple(self.members),
+                                weights=over.get("weights"), log_target=lt,
+                                probe_estimators=self.probe_estimators, n_jobs=resolve_n_jobs(self.n_jobs),
+                                random_state=self.random_state)
+
+    # ------------------------------------------------------------------ data preparation
+    @staticmethod
+    def _targets_frame(y) -> pd.DataFrame:
+        if isinstance(y, pd.Series):
+            y = y.to_frame()
+        if not isinstance(y, pd.DataFrame):
+            raise DatasetError(f"y must be a DataFrame with target columns among {list(TARGETS)}")
+        unknown = [c for c in y.columns if c not in TARGETS]
+        if unknown:
+            raise DatasetError(f"y has unknown target column(s) {unknown}; allowed: {list(TARGETS)}")
+        return y.apply(pd.to_numeric, errors="coerce").astype(float)
+
+    def _raw_inputs(self, features: Sequence[str]) -> list[str]:
+        cols = [f for f in features if f not in INTERACTION_FEATURES]
+        if any(f in INTERACTION_FEATURES for f in features):
+            cols += [c for c in INTERACTION_INPUTS if c not in cols]
+        return cols
+
+    def _prepare(self, X: pd.DataFrame, features: Sequence[str], what: str) -> pd.DataFrame:
+        if not isinstance(X, pd.DataFrame):
+            raise DatasetError(f"{what}: X must be a pandas DataFrame with the feature columns "
+                               f"(got {type(X).__name__})")
+        X = add_interactions(X) if any(f in INTERACTION_FEATURES for f in features) else X
+        missing = [f for f in features if f not in X.columns]
+        if missing:
+            raise DatasetError(f"feature set {self.feature_set!r} needs column(s) {missing} that the "
+                               f"{what} data lacks")
+        return X
+
+    def _internal_split(self, X: pd.DataFrame, y: pd.DataFrame):
+        n = len(X)
+        if n < 10:
+            raise DatasetError(f"too few rows to fit the cascade: {n} rows, need at least 10")
+        strat = None
+        if "batch_size" in X.columns and "depth" in X.columns:
+            key = pd.Series(strata_key(X))
+            counts = key.map(key.value_counts())
+            key = key.where(counts >= 4, "pooled")
+            if key.value_counts().min() >= 2:
+                strat = key.to_numpy()
+        idx = np.arange(n)
+        try:
+            tr, va = train_test_split(idx, test_size=self.val_fraction, random_state=self.random_state,
+                                      stratify=strat)
+        except ValueError:
+            tr, va = train_test_split(idx, test_size=self.val_fraction, random_state=self.random_state)
+        tr, va = np.sort(tr), np.sort(va)
+        return (X.iloc[tr].reset_index(drop=True), y.iloc[tr].reset_index(drop=True),
+                X.iloc[va].reset_index(drop=True), y.iloc[va].reset_index(drop=True))
+
+    # ------------------------------------------------------------------ fitting
+    def fit(self, X: pd.DataFrame, y, X_val: pd.DataFrame | None = None, y_val=None) -> CarbCascade:
+        """Fit the cascade on raw frames. ``y``: DataFrame of target columns (NaN where unmeasured);
+        ``X_val``/``y_val``: validation rows for blend weights, log-space choice and corrector gating
+        (an internal stratified ``val_fraction`` split of (X, y) when not given)."""
+        t_start = time.perf_counter()
+        if not isinstance(X, pd.DataFrame):
+            raise DatasetError(f"X must be a pandas DataFrame with the feature columns (got {type(X).__name__})")
+        features = list(self.features if self.features is not None else FULL_FEATURES)
+        if not features:
+            raise ConfigError("features: the feature list is empty")
+        yf = self._targets_frame(y)
+        if X_val is None or y_val is None:
+            if len(X) != len(yf):
+                raise DatasetError(f"X has {len(X)} rows but y has {len(yf)}")
+            X, yf, X_val, yv = self._internal_split(X.reset_index(drop=True), yf.reset_index(drop=True))
+        else:
+            yv = self._targets_frame(y_val)
+        X = self._prepare(X, features, "training").reset_index(drop=True)
+        X_val = self._prepare(X_val, features, "validation").reset_index(drop=True)
+        yf, yv = yf.reset_index(drop=True), yv.reset_index(drop=True)
+        if len(X) != len(yf) or len(X_val) != len(yv):
+            raise DatasetError(f"X/y row counts differ: train {len(X)}/{len(yf)}, validation "
+                               f"{len(X_val)}/{len(yv)}")
+
+        # targets: cascade order, drop unmeasured ones with a message
+        self.dropped_targets_: dict[str, str] = {}
+        targets = []
+        for t in TARGETS:
+            if t not in yf.columns:
+                continue
+            if yf[t].notna().sum() == 0:
+                reason = f"{t}: no measured value in the training data (all NaN); its stage is dropped"
+                self.dropped_targets_[t] = reason
+                warnings.warn(f"CARB cascade: {reason}", UserWarning, stacklevel=2)
+                log.warning(reason)
+            elif yv.get(t, pd.Series(dtype=float)).notna().sum() == 0:
+                reason = f"{t}: no measured value in the validation data; its stage is dropped"
+                self.dropped_targets_[t] = reason
+                warnings.warn(f"CARB cascade: {reason}", UserWarning, stacklevel=2)
+                log.warning(reason)
+            else:
+                targets.append(t)
+        if not targets:
+            raise DatasetError(f"no target to fit: y needs measured values in at least one of {list(TARGETS)} "
+                               f"(got columns {list(yf.columns)})")
+
+        # features: drop all-NaN columns (telemetry a device cannot report)
+        self.dropped_features_ = {}
+        kept = []
+        for f in features:
+            if X[f].isna().all():
+                self.dropped_features_[f] = "all NaN in the training data"
+            else:
+                kept.append(f)
+        if self.dropped_features_:
+            msg = (f"CARB cascade: feature set {self.feature_set!r}: dropping feature(s) "
+                   f"{list(self.dropped_features_)} (all NaN in the training data)")
+            warnings.warn(msg, UserWarning, stacklevel=2)
+            log.warning(msg)
+        if not kept:
+            raise DatasetError(f"feature set {self.feature_set!r}: every feature column is all NaN")
+        self.feature_names_ = kept
+        self.feature_set_ = str(self.feature_set)
+        self.input_columns_ = self._raw_inputs(kept)
+        self.telemetry_medians_ = telemetry_medians(X) if "batch_size" in X.columns else {}
+        if "device_name" in X.columns and X["device_name"].notna().any():
+            self.device_name_ = str(X["device_name"].dropna().astype(str).mode().iloc[0])
+        else:
+            self.device_name_ = "unknown"
+
+        D, Dv = encode(X, kept), encode(X_val, kept)
+        self.encoded_names_ = list(D.columns)
+        ccfg = self._corrector_cfg()
+        has_util = any(c in kept for c in UTIL_COLUMNS)
+
+        self.stages_: dict[str, Stage] = {}
+        self.log_target_, self.blend_weights_, self.probe_val_mae_ = {}, {}, {}
+        self.corrector_report_, self.val_mae_, self.fit_seconds_ = {}, {}, {}
+        oof = pd.DataFrame(index=D.index)
+        upstream: list[str] = []
+        for t in targets:
+            t0 = time.perf_counter()
+            cols = self.encoded_names_ + [pred_name(u) for u in upstream]
+            stage, oof_t, val_t = self._fit_stage(t, cols, D, Dv, X, X_val, yf[t].to_numpy(float),
+                                                  yv[t].to_numpy(float), ccfg, has_util)
+            self.stages_[t] = stage
+            D[pred_name(t)] = oof_t
+            Dv[pred_name(t)] = val_t
+            oof[pred_name(t)] = oof_t
+            upstream.append(t)
+            self.fit_seconds_[t] = time.perf_counter() - t0
+        self.targets_ = targets
+        self.oof_predictions_ = oof
+        self.test_mae_: dict[str, float] = {}
+        self.fit_seconds_["total"] = time.perf_counter() - t_start
+        return self
+
+    def _fit_stage(self, t: str, cols: list[str], D: pd.DataFrame, Dv: pd.DataFrame, X: pd.DataFrame,
+                   Xv: pd.DataFrame, y: np.ndarray, yv: np.ndarray, ccfg: dict[str, Any],
+                   has_util: bool) -> tuple[Stage, np.ndarray, np.ndarray]:
+        m, mv = np.isfinite(y), np.isfinite(yv)
+        est = self._stage_estimator(t)
+        model = clone(est).fit(D.loc[m, cols], y[m], X_val=Dv.loc[mv, cols], y_val=yv[mv])
+        stage = Stage(target=t, columns=cols, model=model, log_target=bool(model.log_target_))
+        self.log_target_[t] = stage.log_target
+        self.blend_weights_[t] = model.weights_by_member()
+        self.probe_val_mae_[t] = dict(model.probe_val_mae_)
+
+        # out-of-fold predictions of the stage on its training rows (same weights and space)
+        base_oof = model.predict(D[cols])  # rows without a measured target: the full stage model
+        rows = np.flatnonzero(m)
+        k = int(min(max(2, self.oof_folds), len(rows)))
+        fold_est = clone(est).set_params(weights=list(model.weights_), log_target=stage.log_target)
+        for tr_i, te_i in KFold(n_splits=k, shuffle=True, random_state=self.random_state).split(rows):
+            fm = clone(fold_est).fit(D.iloc[rows[tr_i]][cols], y[rows[tr_i]])
+            base_oof[rows[te_i]] = fm.predict(D.iloc[rows[te_i]][cols])
+        base_val = model.predict(Dv[cols])
+
+        # regime correctors, greedily, each kept only if it lowers validation MAE
+        report: dict[str, dict[str, Any]] = {}
+        cur_oof, cur_val = base_oof.copy(), base_val.copy()
+        fwd = _fwd(stage.log_target)
+        for name in ("low_batch", "high_load"):
+            spec = ccfg[name]
+            wanted = spec.get("targets")
+            entry: dict[str, Any] = {"kept": False}
+            report[name] = entry
+            if not spec.get("enabled", True) or (wanted is not None and t not in list(wanted)):
+                entry["reason"] = "not enabled for this target"
+                continue
+            if name == "high_load" and not has_util:
+                entry["reason"] = "feature set has no utilization telemetry"
+                continue
+            rm, rmv = REGIMES[name](X) & m, REGIMES[name](Xv) & mv
+            entry.update(n_train=int(rm.sum()), n_val=int(rmv.sum()))
+            if rm.sum() < int(ccfg["min_rows"]) or rmv.sum() == 0:
+                entry["reason"] = (f"too few regime rows (train {int(rm.sum())} < {ccfg['min_rows']} or "
+                                   f"validation {int(rmv.sum())} = 0)")
+                continue
+            from sklearn.ensemble import HistGradientBoostingRegressor
+
+            Xc = stage._corrector_input(D, cur_oof)
+            resid = fwd(y[rm]) - fwd(cur_oof[rm])
+            corr = HistGradientBoostingRegressor(**dict(ccfg["model"]), random_state=self.random_state)
+            corr.fit(Xc[rm], resid)
+            before = _mae(yv[mv], cur_val[mv])
+            zv = fwd(cur_val).copy()
+            zv[rmv] += corr.predict(stage._corrector_input(Dv, cur_val)[rmv])
+            new_val = _inv(stage.log_target)(zv)
+            after = _mae(yv[mv], new_val[mv])
+            entry.update(val_mae_before=before, val_mae_after=after)
+            if after < before * (1.0 - float(ccfg["min_gain"])):
+                entry.update(kept=True, reason="lowers validation MAE")
+                stage.correctors.append((name, corr))
+                z = fwd(cur_oof).copy()
+                z[rm] += corr.predict(Xc[rm])
+                cur_oof, cur_val = _inv(stage.log_target)(z), new_val
+            else:
+                entry["reason"] = "does not lower validation MAE"
+        self.corrector_report_[t] = report
+        self.val_mae_[t] = _mae(yv[mv], cur_val[mv])
+        return stage, cur_oof, cur_val
+
+    # ------------------------------------------------------------------ serving
+    def predict(self, X: pd.DataFrame) -> pd.DataFrame:
+        """Predictions for raw rows: a DataFrame (index of ``X``) with ``pred_<target>`` for each
+        fitted target in cascade order (``pred_peak_memory_MB`` MB, ``pred_energy_J`` J,
+        ``pred_latency_ms`` ms)."""
+        check_is_fitted(self, "stages_")
+        X = self._prepare(X, self.feature_names_, "prediction")
+        idx = X.index
+        Xr = X.reset_index(drop=True)
+        D = encode(Xr, self.feature_names_)
+        out = {}
+        for t in self.targets_:
+            p = self.stages_[t].predict(D, Xr)
+            D[pred_name(t)] = p
+            out[pred_name(t)] = p
+        return pd.DataFrame(out, index=idx)
+
+    def score(self, X: pd.DataFrame, y, sample_weight=None) -> float:
+        """Mean R^2 over the fitted targets that ``y`` measures (rows with NaN skipped)."""
+        from sklearn.metrics import r2_score
+
+        yf = self._targets_frame(y)
+        pred = self.predict(X)
+        scores = []
+        for t in self.targets_:
+            if t in yf.columns:
+                yt = yf[t].to_numpy(float)
+                ok = np.isfinite(yt)
+                if ok.sum() >= 2:
+                    scores.append(r2_score(yt[ok], pred[pred_name(t)].to_numpy()[ok]))
+        return float(np.mean(scores)) if scores else float("nan")
+
+    def record_test_mae(self, X: pd.DataFrame, y) -> dict[str, float]:
+        """Compute the test-set MAE per fitted target (target units), store it in ``test_mae_`` (used
+        by screening for borderline flags) and return it."""
+        check_is_fitted(self, "stages_")
+        yf = self._targets_frame(y)
+        pred = self.predict(X)
+        res = {}
+        for t in self.targets_:
+            if t in yf.columns:
+                yt = yf[t].to_numpy(float)
+                ok = np.isfinite(yt)
+                res[t] = _mae(yt[ok], pred[pred_name(t)].to_numpy()[ok])
+        self.test_mae_ = res
+        return res
+
+    def stage_columns(self) -> dict[str, list[str]]:
+        """Design columns per stage (encoded features, then upstream ``pred_*`` columns)."""
+        check_is_fitted(self, "stages_")
+        return {t: list(s.columns) for t, s in self.stages_.items()}
+
+    def importances(self, top: int = 10, kind: str = "split") -> dict[str, pd.Series]:
+        """Top-``top`` LightGBM importances per target (``split`` counts by default)."""
+        check_is_fitted(self, "stages_")
+        return {t: s.model.importances(kind).head(top) for t, s in self.stages_.items()
+                if "lgbm" in s.model.members_}
+
+    def summary(self) -> dict[str, Any]:
+        """What the fitted cascade is, as plain data (for logging)."""
+        check_is_fitted(self, "stages_")
+        return {"targets": list(self.targets_), "dropped_targets": dict(self.dropped_targets_),
+                "feature_set": self.feature_set_, "features": list(self.feature_names_),
+                "dropped_features": dict(self.dropped_features_), "device_name": self.device_name_,
+                "log_target": dict(self.log_target_), "blend_weights": dict(self.blend_weights_),
+                "probe_val_mae": dict(self.probe_val_mae_), "correctors": self.corrector_report_,
+                "val_mae": dict(self.val_mae_), "test_mae": dict(self.test_mae_),
+                "fit_seconds": dict(self.fit_seconds_), "stage_columns": self.stage_columns()}

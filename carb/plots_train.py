@@ -1,0 +1,108 @@
+"""Training figures for ``carb-train`` (PNG artifacts): predicted vs measured per target, top LightGBM
+importances per target, and relative residuals by batch tier.
+
+Figures are built with matplotlib's object API on the Agg canvas (no pyplot, no display, no global
+state), so they work headless and in parallel runs. Each function returns a ``Figure``.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from carb.dataset import BATCH_TIERS, TARGETS, batch_tier
+from carb.evaluate import regression_metrics
+
+_UNITS = {"peak_memory_MB": "MB", "energy_J": "J", "latency_ms": "ms"}
+_TIER_COLORS = {"small": "#d62728", "medium": "#ff7f0e", "large": "#2ca02c", "xlarge": "#1f77b4"}
+
+
+def _figure(n: int, width: float = 4.2, height: float = 4.0) -> tuple[Figure, list]:
+    fig = Figure(figsize=(width * max(n, 1), height), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, max(n, 1), squeeze=False)[0]
+    return fig, list(axes)
+
+
+def _targets(df: pd.DataFrame, pred: pd.DataFrame, targets: Sequence[str]) -> list[str]:
+    return [t for t in targets if f"pred_{t}" in pred.columns and t in df.columns
+            and np.isfinite(df[t].to_numpy(float)).any()]
+
+
+def pred_vs_measured(df: pd.DataFrame, pred: pd.DataFrame, targets: Sequence[str] = TARGETS,
+                     title: str = "test split") -> Figure:
+    """Log-log scatter of predicted vs measured per target, coloured by batch tier, with y = x and the
+    test R^2 / MAE in each panel."""
+    ts = _targets(df, pred, targets)
+    fig, axes = _figure(len(ts))
+    tiers = batch_tier(df["batch_size"].to_numpy())
+    for ax, t in zip(axes, ts):
+        y, p = df[t].to_numpy(float), pred[f"pred_{t}"].to_numpy(float)
+        ok = np.isfinite(y) & np.isfinite(p) & (y > 0) & (p > 0)
+        for name, _ in BATCH_TIERS:
+            m = ok & (tiers == name)
+            if m.any():
+                ax.scatter(y[m], p[m], s=8, alpha=0.6, color=_TIER_COLORS[name], label=f"bs {name}")
+        if ok.any():
+            lo, hi = float(min(y[ok].min(), p[ok].min())), float(max(y[ok].max(), p[ok].max()))
+            ax.plot([lo, hi], [lo, hi], color="black", lw=0.8)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+        r = regression_metrics(y, p)
+        ax.set_title(f"{t}\nR2={r['r2']:.4f}  MAE={r['mae']:.4g} {_UNITS[t]}", fontsize=9)
+        ax.set_xlabel(f"measured [{_UNITS[t]}]")
+        ax.set_ylabel(f"predicted [{_UNITS[t]}]")
+        ax.legend(fontsize=7, loc="upper left")
+    if not ts:
+        axes[0].text(0.5, 0.5, "no measured target", ha="center", va="center")
+    fig.suptitle(f"CARB predicted vs measured ({title})", fontsize=10)
+    return fig
+
+
+def importances_figure(importances: Mapping[str, Sequence[tuple[str, float]]]) -> Figure:
+    """Horizontal bars of the top LightGBM split importances per target (output of
+    :func:`carb.evaluate.top_importances`)."""
+    ts = [t for t in TARGETS if t in importances]
+    fig, axes = _figure(len(ts), width=4.6, height=4.2)
+    for ax, t in zip(axes, ts):
+        items = list(importances[t])[::-1]
+        names = [n for n, _ in items]
+        vals = [v for _, v in items]
+        colors = ["#9467bd" if n.startswith("pred_") else "#1f77b4" for n in names]
+        ax.barh(range(len(vals)), vals, color=colors)
+        ax.set_yticks(range(len(vals)), names, fontsize=8)
+        ax.set_title(f"{t}: top-{len(vals)} LightGBM splits", fontsize=9)
+        ax.set_xlabel("split count")
+    if not ts:
+        axes[0].text(0.5, 0.5, "no LightGBM member", ha="center", va="center")
+    fig.suptitle("Feature importances (purple: upstream cascade predictions)", fontsize=10)
+    return fig
+
+
+def residuals_by_tier(df: pd.DataFrame, pred: pd.DataFrame, targets: Sequence[str] = TARGETS) -> Figure:
+    """Box plots of the relative residual ``100 * (predicted - measured) / measured`` (%) per batch
+    tier, one panel per target."""
+    ts = _targets(df, pred, targets)
+    fig, axes = _figure(len(ts))
+    tiers = batch_tier(df["batch_size"].to_numpy())
+    for ax, t in zip(axes, ts):
+        y, p = df[t].to_numpy(float), pred[f"pred_{t}"].to_numpy(float)
+        ok = np.isfinite(y) & np.isfinite(p) & (y != 0)
+        rel = 100.0 * (p - y) / np.where(y == 0, np.nan, y)
+        data, labels = [], []
+        for name, _ in BATCH_TIERS:
+            m = ok & (tiers == name)
+            if m.any():
+                data.append(rel[m])
+                labels.append(f"{name}\n(n={int(m.sum())})")
+        if data:
+            ax.boxplot(data, tick_labels=labels, showfliers=False)
+        ax.axhline(0.0, color="black", lw=0.8)
+        ax.set_title(f"{t}: relative residual by batch tier", fontsize=9)
+        ax.set_ylabel("(pred - meas) / meas [%]")
+    if not ts:
+        axes[0].text(0.5, 0.5, "no measured target", ha="center", va="center")
+    return fig
