@@ -94,11 +94,14 @@ def git_commit() -> str:
 @contextlib.contextmanager
 def start_run(kind: str, run_name: str, tracking_uri: str, tags: Mapping[str, Any] | None = None,
               nested: bool = False, artifact_root: str | None = None,
-              experiment: str | None = None) -> Iterator[str]:
+              experiment: str | None = None, parent_run_id: str | None = None,
+              run_id: str | None = None) -> Iterator[str]:
     """Open an MLflow run in the experiment for ``kind`` (see :data:`EXPERIMENTS`); yield its run id.
 
     A nested run (``nested=True``) goes under the currently active run (e.g. Optuna trials under the
-    study's parent run). Tags ``carb.kind`` and ``git_commit`` are always set.
+    study's parent run). ``parent_run_id`` nests the run under a parent started by another process
+    (e.g. another tuning worker); ``run_id`` resumes an existing run. Tags ``carb.kind`` and
+    ``git_commit`` are always set.
     """
     mlflow = _mlflow()
     if not nested:
@@ -106,8 +109,26 @@ def start_run(kind: str, run_name: str, tracking_uri: str, tags: Mapping[str, An
     exp_id = _experiment_id(experiment or EXPERIMENTS.get(kind, f"carb-{kind}"))
     all_tags = {"carb.kind": kind, "git_commit": git_commit()}
     all_tags.update({k: str(v) for k, v in (tags or {}).items()})
+    if parent_run_id:
+        all_tags["mlflow.parentRunId"] = parent_run_id
+    if run_id:
+        with mlflow.start_run(run_id=run_id) as run:
+            yield run.info.run_id
+        return
     with mlflow.start_run(experiment_id=exp_id, run_name=run_name, nested=nested, tags=all_tags) as run:
         yield run.info.run_id
+
+
+def find_runs(kind: str, tags: Mapping[str, Any], experiment: str | None = None) -> list[str]:
+    """Run ids (oldest first) in the experiment for ``kind`` whose tags equal ``tags``."""
+    mlflow = _mlflow()
+    exp = mlflow.get_experiment_by_name(experiment or EXPERIMENTS.get(kind, f"carb-{kind}"))
+    if exp is None:
+        return []
+    flt = " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())
+    runs = mlflow.search_runs([exp.experiment_id], filter_string=flt, output_format="list",
+                              order_by=["attributes.start_time ASC"])
+    return [r.info.run_id for r in runs]
 
 
 def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -146,6 +146,18 @@ def run_train(cfg: Any) -> dict[str, Any]:
     train, val, test = split.frames(full)
     model_cfg = to_dict(cfg.model)
     preset = str(model_cfg.get("name", "custom"))
+    tuned = model_cfg.pop("tuned_from", None)
+    tune_tags: dict[str, str] = {}
+    if tuned:
+        import json
+
+        from carb.tune import tuned_per_target
+
+        per_target, prov = tuned_per_target(str(tuned["study"]), str(tuned["storage"]))
+        model_cfg["per_target"] = {**dict(model_cfg.get("per_target") or {}), **per_target}
+        tune_tags = {"tuned_study": str(tuned["study"]), "tuned_storage": str(tuned["storage"]),
+                     "tuned_trials": json.dumps(prov)}
+        print(f"carb-train: using the best parameters of study {tuned['study']!r} (trials {prov})")
     features = to_dict(cfg.features)
     cascade = build_cascade(model_cfg, features)
     targets = [t for t in TARGETS if t in full.columns]
@@ -161,7 +173,7 @@ def run_train(cfg: Any) -> dict[str, Any]:
         [slug, cascade.feature_set_, preset] + ([str(cfg.run_suffix)] if cfg.get("run_suffix") else []))
     reg_name = f"carb-{slug}" if cfg.get("register", True) else None
     tags = {"device": device, "device_slug": slug, "feature_set": cascade.feature_set_, "preset": preset,
-            "targets": ",".join(cascade.targets_), "dataset": data_path}
+            "targets": ",".join(cascade.targets_), "dataset": data_path, **tune_tags}
     with tracking.start_run("train", run_name, tracking_uri=cfg.tracking.uri, tags=tags,
                             artifact_root=cfg.tracking.get("artifact_root")) as run_id:
         tracking.log_params(to_dict(cfg))
