@@ -36,7 +36,15 @@ _MAX_PARAM_LEN = 500
 
 def _mlflow():
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    import logging
+    import warnings
+
     import mlflow
+
+    # MLflow's own chatter (schema hints, pickle advice, DB migrations) is not the user's concern here.
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"mlflow(\.|$)")
+    for name in ("mlflow.sklearn", "mlflow.store.db.utils", "mlflow.models.model", "alembic"):
+        logging.getLogger(name).setLevel(logging.ERROR)
 
     return mlflow
 
