@@ -63,15 +63,33 @@ def artifact_root_for(tracking_uri: str, artifact_root: str | None = None) -> st
 def configure(tracking_uri: str, artifact_root: str | None = None) -> None:
     """Point MLflow at ``tracking_uri`` (creating the SQLite folder if needed)."""
     mlflow = _mlflow()
-    if tracking_uri.startswith("sqlite:///"):
-        Path(tracking_uri[len("sqlite:///"):]).resolve().parent.mkdir(parents=True, exist_ok=True)
     mlflow.set_tracking_uri(tracking_uri)
     mlflow.set_registry_uri(tracking_uri)
+    if tracking_uri.startswith("sqlite:///"):
+        _init_sqlite(Path(tracking_uri[len("sqlite:///"):]).resolve())
     global _ARTIFACT_ROOT
     _ARTIFACT_ROOT = artifact_root_for(tracking_uri, artifact_root)
 
 
 _ARTIFACT_ROOT: str | None = None
+_INITIALIZED: set[str] = set()
+
+
+def _init_sqlite(db: Path) -> None:
+    """Create the SQLite store's tables once, under a file lock, so parallel workers of a multirun
+    (joblib launcher) that start on a fresh store do not race on the schema migration."""
+    if str(db) in _INITIALIZED:
+        return
+    import fcntl
+
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(db.with_name(db.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            _mlflow().MlflowClient().search_experiments(max_results=1)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    _INITIALIZED.add(str(db))
 
 
 def _experiment_id(name: str) -> str:

@@ -71,8 +71,16 @@ def storage_for(url: str):
     if url.startswith("sqlite:///"):
         from pathlib import Path
 
-        Path(url[len("sqlite:///"):]).resolve().parent.mkdir(parents=True, exist_ok=True)
-        return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 120}})
+        import fcntl
+
+        db = Path(url[len("sqlite:///"):]).resolve()
+        db.parent.mkdir(parents=True, exist_ok=True)
+        with open(db.with_name(db.name + ".lock"), "w") as lock:  # workers on a fresh file: one migrates
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 120}})
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
     return optuna.storages.RDBStorage(url)
 
 

@@ -1,0 +1,46 @@
+"""The CPU meter on tiny real models: latency, peak live-tensor memory, energy missing with a reason."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from carb.measure import get_meter
+from carb.measure.base import MEASURED_COLUMNS
+from carb.resnet import build_model
+from carb.space import ArchConfig
+
+FAST = dict(n_runs=2, n_warmup=1, min_window_s=0.0, cooldown_s=0.0, util_window_s=0.0, kernel_launches=False,
+            threads=1)
+
+
+def test_cpu_row(tmp_path):
+    cfg = ArchConfig("basic", 8, 0.25, 32, 2, "fp32", False, num_classes=10)
+    with get_meter("cpu", settings={**FAST, "rapl_root": str(tmp_path / "none")}) as m:
+        row = m.measure(build_model(cfg), cfg)
+        facts = m.device_facts()
+    assert set(row) == set(MEASURED_COLUMNS)
+    assert row["latency_ms"] > 0 and row["peak_memory_MB"] > 0 and row["threads"] == 1.0
+    assert math.isnan(row["energy_J"]) and "RAPL" in row["missing_reason"]
+    assert math.isnan(row["avg_sm_util"]) and "avg_sm_util" in row["missing_reason"]
+    assert facts["device_kind"] == "cpu" and facts["rapl_available"] is False
+
+
+def test_peak_memory_grows_with_batch():
+    peaks = []
+    with get_meter("cpu", settings=FAST) as m:
+        for bs in (1, 8):
+            cfg = ArchConfig("basic", 8, 0.25, 32, bs, "fp32", False, num_classes=10)
+            peaks.append(m.measure(build_model(cfg), cfg)["peak_memory_MB"])
+    assert peaks[1] > 2 * peaks[0]
+
+
+def test_bad_device_and_settings():
+    from carb.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="allowed"):
+        get_meter("tpu")
+    with pytest.raises(ConfigError, match="n_runs"):
+        get_meter("cpu", settings={"n_runs": 0})
+    with pytest.raises(ConfigError, match="unknown setting"):
+        get_meter("cpu", settings={"n_rnus": 3})

@@ -1,0 +1,220 @@
+"""The CUDA/NVML meter against a fake ``pynvml`` module and fake torch.cuda operations (no GPU),
+the way Zeus tests its GPU code: energy delta and units, counter support, clock locking refused,
+clocks restored after an exception, and the minimum timed window."""
+from __future__ import annotations
+
+import math
+import time
+import types
+
+import pytest
+import torch
+from torch import nn
+
+from carb.errors import MeasurementError
+from carb.measure.base import LoopTimer, MeasureSettings
+from carb.measure.cuda import CudaMeter
+from carb.measure.nvml import NvmlDevice
+from carb.space import ArchConfig
+
+CFG = ArchConfig("basic", 8, 0.25, 32, 2, "fp32", False, num_classes=10)
+
+
+class FakeNVMLError(Exception):
+    def __init__(self, value: int) -> None:
+        super().__init__(f"NVML error {value}")
+        self.value = value
+
+
+def fake_pynvml(energy_step_mJ: int = 250, energy_supported: bool = True, lock_allowed: bool = True):
+    """A stand-in for the pynvml module that records calls. The energy counter advances by
+    ``energy_step_mJ`` at every read."""
+    calls: list[str] = []
+    state = {"energy": 1_000_000, "sm": 1980, "mem": 2619}
+    m = types.SimpleNamespace(calls=calls, state=state, NVMLError=FakeNVMLError,
+                              NVML_ERROR_NOT_SUPPORTED=3, NVML_ERROR_NO_PERMISSION=4,
+                              NVML_CLOCK_SM=1, NVML_CLOCK_MEM=2, NVML_TEMPERATURE_GPU=0)
+
+    def rec(name, result=None, fn=None):
+        def f(*args):
+            calls.append(name)
+            return fn(*args) if fn else result
+        return f
+
+    def energy(_h):
+        calls.append("energy")
+        if not energy_supported:
+            raise FakeNVMLError(3)
+        state["energy"] += energy_step_mJ
+        return state["energy"]
+
+    def lock_sm(_h, lo, hi):
+        calls.append("lock_sm")
+        if not lock_allowed:
+            raise FakeNVMLError(4)
+        state["sm"] = lo
+
+    def lock_mem(_h, lo, hi):
+        calls.append("lock_mem")
+        if not lock_allowed:
+            raise FakeNVMLError(4)
+        state["mem"] = lo
+
+    def reset_sm(_h):
+        calls.append("reset_sm")
+        state["sm"] = 1980
+
+    def reset_mem(_h):
+        calls.append("reset_mem")
+        state["mem"] = 2619
+
+    m.nvmlInit = rec("init")
+    m.nvmlShutdown = rec("shutdown")
+    m.nvmlDeviceGetHandleByIndex = rec("handle", result="h0")
+    m.nvmlDeviceGetHandleByUUID = rec("handle_uuid", result="h0")
+    m.nvmlDeviceGetName = rec("name", result="Fake GPU 100")
+    m.nvmlSystemGetDriverVersion = rec("driver", result="999.1")
+    m.nvmlDeviceGetTotalEnergyConsumption = energy
+    m.nvmlDeviceGetTemperature = rec("temp", result=50)
+    m.nvmlDeviceGetClockInfo = lambda h, which: state["sm"] if which == 1 else state["mem"]
+    m.nvmlDeviceGetMaxClockInfo = lambda h, which: 2100 if which == 1 else 2619
+    m.nvmlDeviceGetPowerManagementLimit = rec("power", result=300_000)
+    m.nvmlDeviceGetUtilizationRates = rec("util", result=types.SimpleNamespace(gpu=80, memory=40))
+    m.nvmlDeviceSetGpuLockedClocks = lock_sm
+    m.nvmlDeviceSetMemoryLockedClocks = lock_mem
+    m.nvmlDeviceResetGpuLockedClocks = reset_sm
+    m.nvmlDeviceResetMemoryLockedClocks = reset_mem
+    return m
+
+
+class FakeOps:
+    """torch.cuda operations replaced by CPU equivalents."""
+
+    device = torch.device("cpu")
+
+    def uuid(self):
+        return None
+
+    def sync(self):
+        pass
+
+    def empty_cache(self):
+        pass
+
+    def reset_peak(self):
+        self.reset = True
+
+    def max_allocated_bytes(self):
+        return 3 * 2**20
+
+    def timer(self):
+        return LoopTimer()
+
+    def count_kernels(self, fn):
+        fn()
+        return 42.0
+
+    def facts(self):
+        return {"device_name": "Fake GPU 100", "cuda_version": "13.0", "torch_version": torch.__version__}
+
+    def is_cuda_oom(self, exc):
+        return False
+
+
+def settings(**kw) -> MeasureSettings:
+    base = dict(n_runs=3, n_warmup=1, min_window_s=0.0, util_window_s=0.0, cooldown_s=0.0,
+                kernel_launches=True)
+    base.update(kw)
+    return MeasureSettings(**base)
+
+
+def tiny_model() -> nn.Module:
+    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 10))
+
+
+def test_energy_delta_in_joules():
+    nv = fake_pynvml(energy_step_mJ=250)
+    with CudaMeter(settings(), nvml=nv, ops=FakeOps()) as meter:
+        row = meter.measure(tiny_model(), CFG)
+    assert row["energy_J"] == pytest.approx(0.250)  # one read before, one after the loop: 250 mJ
+    assert row["avg_power_W"] == pytest.approx(0.25 / row["duration_s"])
+    assert row["peak_memory_MB"] == pytest.approx(3.0) and row["kernel_launches"] == 42.0
+    assert row["gpu_temp_C"] == 50.0 and row["n_runs"] == 3.0
+    assert NvmlDevice.energy_between_J(1_000, 3_500) == pytest.approx(2.5)
+    assert "shutdown" in nv.calls
+
+
+def test_counter_not_supported():
+    nv = fake_pynvml(energy_supported=False)
+    with pytest.raises(MeasurementError, match="not supported"):
+        CudaMeter(settings(require_energy=True), nvml=nv, ops=FakeOps())
+    assert "shutdown" in nv.calls  # cleaned up on the failed start
+    nv = fake_pynvml(energy_supported=False)
+    with CudaMeter(settings(require_energy=False), nvml=nv, ops=FakeOps()) as meter:
+        row = meter.measure(tiny_model(), CFG)
+    assert math.isnan(row["energy_J"]) and "not supported" in row["missing_reason"]
+    assert row["energy_J"] != 0
+
+
+def test_clock_locking_denied_warns_and_records_actual():
+    nv = fake_pynvml(lock_allowed=False)
+    with pytest.warns(RuntimeWarning, match="refused"):
+        meter = CudaMeter(settings(lock_clocks=True, sm_clock_MHz=1350, mem_clock_MHz=5001), nvml=nv,
+                          ops=FakeOps())
+    with meter:
+        row = meter.measure(tiny_model(), CFG)
+        facts = meter.device_facts()
+    assert math.isnan(row["locked_sm_clock_MHz"]) and math.isnan(row["locked_mem_clock_MHz"])
+    assert "refused" in row["missing_reason"] and "1980 MHz" in row["missing_reason"]
+    assert facts["clocks_locked"] is False and facts["clocks"]["at_start"]["sm"] == 1980
+    assert "reset_sm" not in nv.calls  # nothing was locked, nothing to reset
+
+
+def test_clocks_restored_after_exception():
+    nv = fake_pynvml(lock_allowed=True)
+
+    class Boom(nn.Module):
+        def forward(self, x):
+            raise RuntimeError("kernel exploded")
+
+    with pytest.raises(RuntimeError, match="exploded"):
+        with CudaMeter(settings(lock_clocks=True, sm_clock_MHz=1350, mem_clock_MHz=5001), nvml=nv,
+                       ops=FakeOps()) as meter:
+            assert meter.locked_clocks_MHz() == (1350.0, 5001.0)
+            assert nv.state["sm"] == 1350
+            meter.measure(Boom(), CFG)
+    assert nv.calls.count("reset_sm") == 1 and nv.calls.count("reset_mem") == 1
+    assert nv.state["sm"] == 1980 and "shutdown" in nv.calls
+
+
+def test_locked_clocks_recorded_when_permitted():
+    nv = fake_pynvml(lock_allowed=True)
+    with CudaMeter(settings(lock_clocks=True, sm_clock_MHz=1350, mem_clock_MHz=5001), nvml=nv,
+                   ops=FakeOps()) as meter:
+        row = meter.measure(tiny_model(), CFG)
+    assert row["locked_sm_clock_MHz"] == 1350.0 and row["locked_mem_clock_MHz"] == 5001.0
+
+
+def test_short_configs_get_more_runs():
+    class Slow(nn.Module):
+        def forward(self, x):
+            time.sleep(0.01)
+            return x.mean()
+
+    with CudaMeter(settings(n_runs=2, n_warmup=2, min_window_s=0.15), nvml=fake_pynvml(), ops=FakeOps()) as m:
+        row = m.measure(Slow(), CFG)
+    assert row["duration_s"] >= 0.15 and row["n_runs"] > 2
+    assert row["latency_ms"] == pytest.approx(row["duration_s"] * 1e3 / row["n_runs"])
+
+
+def test_nvml_error_becomes_measurement_error():
+    nv = fake_pynvml()
+
+    def broken(*_args):
+        raise FakeNVMLError(999)
+
+    nv.nvmlDeviceGetTemperature = broken
+    dev = NvmlDevice(0, nvml=nv)
+    with pytest.raises(MeasurementError, match="nvmlDeviceGetTemperature failed"):
+        dev.temperature_C()
+    dev.close()
