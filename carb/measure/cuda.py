@@ -319,3 +319,38 @@ class CudaMeter(Meter):
     def threads(self) -> float:
         return float(self._torch.get_num_threads())
 
+
+
+def energy_update_period_under_load(index: int = 0, seconds: float = 3.0) -> dict[str, Any]:
+    """Measure how often the NVML total-energy counter changes while the GPU runs a matmul loop in a
+    background thread (an idle GPU's counter can advance slowly). Returns the dict of
+    :func:`carb.measure.nvml.measure_energy_update_period` plus the device name."""
+    import threading
+
+    import torch
+
+    from carb.measure.nvml import NvmlDevice, measure_energy_update_period
+
+    if not torch.cuda.is_available():
+        raise MeasurementError("device: the energy update period needs a CUDA device; none is available")
+    dev = torch.device("cuda", index)
+    stop = threading.Event()
+
+    def load() -> None:
+        a = torch.randn(4096, 4096, device=dev)
+        while not stop.is_set():
+            a = (a @ a).clamp_(-1, 1)
+            torch.cuda.synchronize(dev)
+
+    th = threading.Thread(target=load, daemon=True)
+    th.start()
+    try:
+        with NvmlDevice(index) as nv:
+            time.sleep(0.5)
+            res = measure_energy_update_period(nv, seconds=seconds)
+            res["device_name"] = nv.name()
+            res["driver"] = nv.driver_version()
+    finally:
+        stop.set()
+        th.join(timeout=10)
+    return res

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Prepared GPU run: on a machine with an NVIDIA GPU and this repository checked out,
+#   bash experiments/gpu/run_gpu.sh --minutes 7 --out gpu-run
+# 1. creates .venv-gpu and installs the project (PyPI's default torch there is a CUDA build);
+# 2. runs the gpu-marked tests;
+# 3. measures the NVML energy counter's update period (-> <out>/nvml_energy_update_period.json);
+# 4. collects the `paper` space until the budget is spent (-> <out>/dataset.parquet, resumable);
+# 5. writes <out>/provenance.json. Fits a 9-minute call with --minutes 7 (collection gets what is left
+#    of the budget after install and tests; it stops itself before a config would pass the deadline).
+set -euo pipefail
+MINUTES=7
+OUT=gpu-run
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --minutes) MINUTES="$2"; shift 2 ;;
+    --out) OUT="$2"; shift 2 ;;
+    *) echo "usage: $0 [--minutes M] [--out DIR]" >&2; exit 2 ;;
+  esac
+done
+cd "$(dirname "$0")/../.."
+mkdir -p "$OUT"
+LOG="$OUT/run_gpu.log"
+START=$(date +%s)
+log() { echo "[run_gpu $(date -u +%H:%M:%S)] $*" | tee -a "$LOG"; }
+left_min() { python3 -c "import sys; print(max(0.5, $MINUTES - ($(date +%s) - $START)/60 - 0.4))"; }
+
+log "budget ${MINUTES} min, output $OUT"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$LOG" || true
+if [[ ! -x .venv-gpu/bin/python ]]; then python3 -m venv .venv-gpu; fi
+PY=.venv-gpu/bin/python
+$PY -m pip install -q --upgrade pip >>"$LOG" 2>&1
+# torch: whatever CUDA build PyPI (or the machine's index) provides; the CPU pin of the Makefile is for CPU hosts.
+$PY -m pip install -q "torch>=2.4,<2.14" >>"$LOG" 2>&1
+$PY -m pip install -q -e ".[test]" >>"$LOG" 2>&1
+log "installed: $($PY -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.is_available())')"
+
+log "gpu tests"
+timeout 120 $PY -m pytest -q -m gpu tests/ 2>&1 | tail -5 | tee -a "$LOG" || log "gpu tests failed (collection continues)"
+
+log "NVML energy counter update period"
+timeout 60 $PY experiments/gpu/gpu_helpers.py period "$OUT" 2>&1 | tee -a "$LOG" || log "period measurement failed"
+
+M=$(left_min)
+log "collecting the paper space for ${M} min"
+timeout $(python3 -c "print(int(($M + 0.5) * 60))") $PY -m carb.collect space=paper device=cuda measure=gpu \
+  out="$OUT/dataset.parquet" max_minutes="$M" tracking.uri="sqlite:///$OUT/mlflow.db" run_name=gpu-paper \
+  2>&1 | tr '\r' '\n' | grep -v -i warn | tail -20 | tee -a "$LOG" || log "collection ended early (rows so far are kept)"
+
+$PY experiments/gpu/gpu_helpers.py provenance "$OUT" "$MINUTES" "$LOG" 2>&1 | tee -a "$LOG"
+log "done in $(( $(date +%s) - START )) s"
