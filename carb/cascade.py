@@ -14,6 +14,10 @@ and the high-load regime (SM or memory utilization > 65 %, memory only by defaul
 other, and each is kept only when it lowers the stage's validation MAE (``corrector_report_`` says
 what happened and why).
 
+Predictions are floored at half the smallest positive training value of each target (costs are
+positive; raw-space boosting with correctors can otherwise extrapolate below zero), before they feed
+the next stage.
+
 The estimator encodes the categorical knobs itself (``block`` -> ``block_bottleneck``, ``precision``
 -> ``precision_bits`` and ``precision_bf16``, ``early_downsample`` -> 0/1) and computes the
 interaction features (:func:`carb.features.interaction_features`) when they are named but absent, so
@@ -157,6 +161,9 @@ class Stage:
     model: BlendedRegressor
     log_target: bool
     correctors: list[tuple[str, Any]] = field(default_factory=list)
+    #: Smallest value the stage returns (target units): half the smallest positive training target.
+    #: Costs are positive; raw-space boosting plus correctors can otherwise extrapolate below zero.
+    floor: float = 0.0
 
     def _corrector_input(self, D: pd.DataFrame, base: np.ndarray) -> np.ndarray:
         return np.column_stack([D[self.columns].to_numpy(float), _fwd(self.log_target)(base)])
@@ -165,7 +172,7 @@ class Stage:
         """Prediction (target units) for design rows ``D`` (which hold the upstream predictions) of
         raw rows ``X`` (for the regime masks)."""
         base = self.model.predict(D[self.columns])
-        return self.apply_correctors(D, X, base)
+        return np.maximum(self.apply_correctors(D, X, base), self.floor)
 
     def apply_correctors(self, D: pd.DataFrame, X: pd.DataFrame, base: np.ndarray,
                          upto: int | None = None) -> np.ndarray:
@@ -486,6 +493,9 @@ class CarbCascade(RegressorMixin, BaseEstimator):
             else:
                 entry["reason"] = "does not lower validation MAE"
         self.corrector_report_[t] = report
+        pos = y[m][y[m] > 0]
+        stage.floor = float(0.5 * pos.min()) if len(pos) else 0.0
+        cur_oof, cur_val = np.maximum(cur_oof, stage.floor), np.maximum(cur_val, stage.floor)
         self.val_mae_[t] = _mae(yv[mv], cur_val[mv])
         return stage, cur_oof, cur_val
 

@@ -253,23 +253,19 @@ def closest_candidates(scored: pd.DataFrame, budget: Mapping[str, float], n: int
 
 
 def budget_classification(measured: np.ndarray, predicted: np.ndarray, limit: float) -> dict[str, float]:
-    """Budget decisions vs the truth at ``limit``: accuracy, false-accept rate (predicted within budget,
-    measured over it) and false-reject rate (predicted over, measured within), as fractions of all
-    rows, plus counts."""
+    """Budget decisions vs the truth at ``limit`` (:func:`carb.evaluate.budget_classification`: accuracy,
+    false-accept and false-reject rates as shares of all rows) plus the counts behind them."""
+    from carb.evaluate import budget_classification as rates
+
     m = np.asarray(measured, dtype=float)
     p = np.asarray(predicted, dtype=float)
     ok = np.isfinite(m) & np.isfinite(p)
-    m, p = m[ok], p[ok]
-    n = len(m)
-    if n == 0:
-        return {"n": 0, "accuracy": float("nan"), "false_accept_rate": float("nan"),
-                "false_reject_rate": float("nan")}
-    true_in, pred_in = m <= limit, p <= limit
-    fa = int((pred_in & ~true_in).sum())
-    fr = int((~pred_in & true_in).sum())
-    return {"n": n, "accuracy": float((pred_in == true_in).mean()), "false_accept_rate": fa / n,
-            "false_reject_rate": fr / n, "n_false_accept": fa, "n_false_reject": fr,
-            "n_measured_feasible": int(true_in.sum())}
+    out: dict[str, float] = dict(rates(m, p, limit))
+    out["n"] = int(ok.sum())
+    out["n_false_accept"] = int(((p <= limit) & (m > limit) & ok).sum())
+    out["n_false_reject"] = int(((p > limit) & (m <= limit) & ok).sum())
+    out["n_measured_feasible"] = int(((m <= limit) & ok).sum())
+    return out
 
 
 def validate(model: Any, measured: pd.DataFrame, budget: Mapping[str, float]) -> dict[str, Any]:
