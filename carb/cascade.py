@@ -367,12 +367,10 @@ class CarbCascade(RegressorMixin, BaseEstimator):
                 reason = f"{t}: no measured value in the training data (all NaN); its stage is dropped"
                 self.dropped_targets_[t] = reason
                 warnings.warn(f"CARB cascade: {reason}", UserWarning, stacklevel=2)
-                log.warning(reason)
             elif yv.get(t, pd.Series(dtype=float)).notna().sum() == 0:
                 reason = f"{t}: no measured value in the validation data; its stage is dropped"
                 self.dropped_targets_[t] = reason
                 warnings.warn(f"CARB cascade: {reason}", UserWarning, stacklevel=2)
-                log.warning(reason)
             else:
                 targets.append(t)
         if not targets:
@@ -391,7 +389,6 @@ class CarbCascade(RegressorMixin, BaseEstimator):
             msg = (f"CARB cascade: feature set {self.feature_set!r}: dropping feature(s) "
                    f"{list(self.dropped_features_)} (all NaN in the training data)")
             warnings.warn(msg, UserWarning, stacklevel=2)
-            log.warning(msg)
         if not kept:
             raise DatasetError(f"feature set {self.feature_set!r}: every feature column is all NaN")
         self.feature_names_ = kept

@@ -17,6 +17,13 @@ from carb.errors import CarbError
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
 
+def concise_warnings() -> None:
+    """Show warnings as one line (``warning: <message>``) instead of file, line and source."""
+    import warnings
+
+    warnings.formatwarning = lambda message, category, *a, **k: f"warning: {message}\n"
+
+
 def fail(command: str, err: BaseException) -> None:
     """Print ``carb-<command>: error: <one line>`` to stderr and exit 2."""
     msg = " ".join(str(err).split()) or type(err).__name__
@@ -33,6 +40,7 @@ def hydra_command(command: str, config_name: str | None = None) -> Callable:
 
         @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name=config_name or command)
         def _main(cfg) -> Any:
+            concise_warnings()
             try:
                 return run_fn(cfg)
             except CarbError as e:

@@ -59,6 +59,9 @@ def run_quickstart(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def main() -> None:
+    from carb.cli import concise_warnings
+
+    concise_warnings()
     try:
         run_quickstart(sys.argv[1:])
     except CarbError as e:
