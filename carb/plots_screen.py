@@ -36,10 +36,11 @@ def pareto_figure(result: Any):
     for t, limit in result.budget.items():
         if t == axes[0]:
             ax.axvline(limit, ls="--", c="k", lw=1)
-            ax.text(limit, ax.get_ylim()[1], f" {t} budget", va="top", fontsize=8)
+            ax.text(limit, 0.98, f" {t} budget", va="top", fontsize=8, transform=ax.get_xaxis_transform())
         elif t == axes[1]:
             ax.axhline(limit, ls="--", c="k", lw=1)
-            ax.text(ax.get_xlim()[0], limit, f"{t} budget", va="bottom", fontsize=8)
+            ax.text(0.99, limit, f"{t} budget ", va="bottom", ha="right", fontsize=8,
+                    transform=ax.get_yaxis_transform())
     for a, col in ((ax.set_xscale, x), (ax.set_yscale, y)):
         v = df[col].to_numpy(dtype=float)
         v = v[np.isfinite(v) & (v > 0)]
