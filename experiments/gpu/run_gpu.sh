@@ -26,12 +26,21 @@ left_min() { python3 -c "import sys; print(max(0.5, $MINUTES - ($(date +%s) - $S
 
 log "budget ${MINUTES} min, output $OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$LOG" || true
-if [[ ! -x .venv-gpu/bin/python ]]; then python3 -m venv .venv-gpu; fi
+# The venv sees the machine's own packages (a device image's CUDA torch is reused as is).
+if [[ ! -x .venv-gpu/bin/python ]]; then python3 -m venv --system-site-packages .venv-gpu; fi
 PY=.venv-gpu/bin/python
-$PY -m pip install -q --upgrade pip >>"$LOG" 2>&1
-# torch: whatever CUDA build PyPI (or the machine's index) provides; the CPU pin of the Makefile is for CPU hosts.
-$PY -m pip install -q "torch>=2.4,<2.14" >>"$LOG" 2>&1
-$PY -m pip install -q -e ".[test]" >>"$LOG" 2>&1
+if [[ -d .whl ]] && ls .whl/*.whl >/dev/null 2>&1; then
+  # Offline machine: dependencies travel as wheels in .whl/ (see experiments/gpu/README note in the report).
+  $PY -m pip install -q --no-index --no-deps --find-links .whl .whl/*.whl >>"$LOG" 2>&1 || log "wheel install failed"
+  $PY -m pip install -q --no-index --no-deps --no-build-isolation -e . >>"$LOG" 2>&1 || log "editable install failed; using PYTHONPATH"
+else
+  $PY -m pip install -q --upgrade pip >>"$LOG" 2>&1 || true
+  # torch only when the machine has none with CUDA: PyPI's default build there is a CUDA one.
+  $PY -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null \
+    || $PY -m pip install -q "torch>=2.4,<2.14" >>"$LOG" 2>&1 || log "torch install failed"
+  $PY -m pip install -q -e ".[test]" >>"$LOG" 2>&1 || log "project install failed (offline?); using PYTHONPATH"
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 log "installed: $($PY -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.is_available())')"
 
 log "gpu tests"
