@@ -241,7 +241,8 @@ def run_collect(cfg: Any) -> dict[str, Any]:
 
     Returns ``{"out", "run_id", "n_ok", "n_oom", "n_error", "n_existing", "n_todo", "n_measured",
     "stopped", "duration_s", "s_per_config", "overhead_fraction", "strict_overhead_fraction",
-    "device": facts}``."""
+    "phases_s" (seconds by phase: build_model_s, static_features_s, write_s and the meter's cooldown_s,
+    prepare_s, warmup_s, peak_memory_s, timed_loop_s, kernel_launches_s, utilization_s), "device": facts}``."""
     t_start = time.perf_counter()
     c = to_dict(cfg)
     index, count, max_minutes, limit = _settings(c)
@@ -270,6 +271,7 @@ def run_collect(cfg: Any) -> dict[str, Any]:
         counts = {"ok": 0, "oom": 0, "error": 0}
         stopped = None
         protocol_total = strict_total = 0.0
+        phases: dict[str, float] = {"build_model_s": 0.0, "static_features_s": 0.0}
         appender = DatasetAppender(out, existing)
         row_times: list[float] = []
         t_loop = time.perf_counter()
@@ -287,7 +289,9 @@ def run_collect(cfg: Any) -> dict[str, Any]:
             t_loop = time.perf_counter()
             bar = _progress(len(todo), f"{space_name} {index + 1}/{count}", bool(c.get("progress", True)))
             try:
+                t_static = time.perf_counter()
                 static = _static_table(todo)
+                phases["static_features_s"] = time.perf_counter() - t_static
                 for arch in todo:
                     now = time.perf_counter()
                     if deadline is not None:
@@ -298,7 +302,9 @@ def run_collect(cfg: Any) -> dict[str, Any]:
                     status, err, measured = "ok", None, None
                     model = None
                     try:
+                        t_build = time.perf_counter()
                         model = _build_model(arch)
+                        phases["build_model_s"] += time.perf_counter() - t_build
                         measured = meter.measure(model, arch)
                     except Exception as e:  # noqa: BLE001 - one config's failure is a row, not a crash
                         from carb.measure import is_oom
@@ -312,6 +318,9 @@ def run_collect(cfg: Any) -> dict[str, Any]:
                         protocol_total += float(measured["protocol_s"])
                         ph = meter.last_phases
                         strict_total += sum(ph.get(k, 0.0) for k in ("cooldown_s", "timed_loop_s", "utilization_s"))
+                        for k, v in ph.items():
+                            if k != "protocol_s":
+                                phases[k] = phases.get(k, 0.0) + float(v)
                     appender.append(make_row(arch, identity, static[arch.config_id], measured, status, err))
                     counts[status] += 1
                     row_times.append(time.perf_counter() - now)
@@ -331,10 +340,12 @@ def run_collect(cfg: Any) -> dict[str, Any]:
                     "overhead_fraction": (1.0 - protocol_total / loop_s) if loop_s > 0 and n_meas else math.nan,
                     "strict_overhead_fraction": (1.0 - strict_total / loop_s) if loop_s > 0 and n_meas else math.nan,
                     "write_s": appender.write_s, "device": facts,
+                    "phases_s": {**phases, "write_s": appender.write_s},
                 }
                 tracking.log_metrics({k: result[k] for k in (
                     "n_ok", "n_oom", "n_error", "n_existing", "n_measured", "n_rows", "duration_s", "loop_s",
                     "setup_s", "s_per_config", "overhead_fraction", "strict_overhead_fraction", "write_s")})
+                tracking.log_metrics({f"phase_{k}": v for k, v in result["phases_s"].items()})
                 tracking.set_tags({"stopped": stopped or ("interrupted" if n_meas < len(todo) else "complete")})
                 if len(appender.frame) and out.exists():
                     tracking.log_dataset(appender.frame, name=f"{space_name}-{slug}", source=str(out),

@@ -1,42 +1,138 @@
-"""Evaluation metrics on arrays with known answers."""
+"""carb.evaluate and carb.baselines on hand-made arrays with known answers."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from carb.evaluate import budget_classification, prediction_metrics, regression_metrics, residual_spearman
+from carb import evaluate as E
+from carb.baselines import FlopsLinear, LatencyEnergyProxy
+from carb.errors import DatasetError
 
 
 def test_regression_metrics_known_values():
-    r = regression_metrics([1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 6.0])
-    assert r["mae"] == pytest.approx(0.5) and r["rmse"] == pytest.approx(1.0)
-    assert r["mape"] == pytest.approx(12.5) and r["r2"] == pytest.approx(1 - 4 / 5)
-    assert np.isnan(regression_metrics([np.nan], [1.0])["mae"])
+    m = E.regression_metrics([1, 2, 3, 4], [1, 2, 3, 5])
+    assert m["mae"] == pytest.approx(0.25)
+    assert m["rmse"] == pytest.approx(0.5)
+    assert m["mape"] == pytest.approx(6.25)  # 100 * mean(0, 0, 0, 1/4)
+    assert m["r2"] == pytest.approx(0.8)  # 1 - 1 / 5
+    perfect = E.regression_metrics([1.0, 2.0], [1.0, 2.0])
+    assert perfect == {"r2": 1.0, "mae": 0.0, "rmse": 0.0, "mape": 0.0}
 
 
-def test_budget_rates():
-    r = budget_classification([10, 20, 80, 90, 70], [12, 85, 70, 95, 74], 75.0)
-    assert r["accuracy"] == pytest.approx(0.6)
-    assert r["false_accept_rate"] == pytest.approx(0.2) and r["false_reject_rate"] == pytest.approx(0.2)
+def test_regression_metrics_skip_nan_and_degenerate_cases():
+    m = E.regression_metrics([1, np.nan, 3, 4], [1, 2, np.nan, 5])
+    assert m["mae"] == pytest.approx(0.5) and m["rmse"] == pytest.approx(np.sqrt(0.5))
+    assert np.isnan(E.regression_metrics([2.0], [3.0])["r2"])  # one row: no R^2
+    assert np.isnan(E.regression_metrics([2.0, 2.0], [2.0, 3.0])["r2"])  # constant truth
+    assert all(np.isnan(v) for v in E.regression_metrics([np.nan], [1.0]).values())
+    assert np.isnan(E.regression_metrics([0.0, 0.0], [1.0, 1.0])["mape"])  # no non-zero truth
 
 
-def test_prediction_metrics_regimes():
-    df = pd.DataFrame({"batch_size": [1, 2, 64, 128], "depth": [20, 20, 50, 50], "avg_sm_util": [10, 90, 50, 95],
-                       "avg_mem_util": [5, 5, 5, 5], "latency_ms": [1.0, 2.0, 3.0, 4.0]})
-    pred = pd.DataFrame({"pred_latency_ms": [1.0, 2.0, 3.0, 5.0]})
-    m = prediction_metrics(df, pred, "test", ["latency_ms"])
-    assert m["test_latency_ms_mae"] == pytest.approx(0.25)
-    assert m["test_low_batch_latency_ms_mae"] == pytest.approx(0.0)
-    assert "test_energy_J_mae" not in m  # a target without predictions is not reported as 0
+def test_budget_false_accept_and_false_reject_rates():
+    # budget 2.5: predicted within = [T, F, T, F], measured within = [T, T, F, F]
+    r = E.budget_classification([1, 2, 3, 4], [1, 3, 2, 5], budget=2.5)
+    assert r["accuracy"] == pytest.approx(0.5)
+    assert r["false_accept_rate"] == pytest.approx(0.25)  # row 2: predicted ok, measured over
+    assert r["false_reject_rate"] == pytest.approx(0.25)  # row 1: predicted over, measured ok
+    assert r["n"] == 4
+    assert r["accuracy"] + r["false_accept_rate"] + r["false_reject_rate"] == pytest.approx(1.0)
+    r = E.budget_classification([1, 2, np.nan], [5, 5, 1], budget=3)
+    assert r["n"] == 2 and r["false_reject_rate"] == 1.0 and r["false_accept_rate"] == 0.0
+    assert np.isnan(E.budget_classification([], [], 1.0)["accuracy"])
 
 
-def test_residual_spearman_sign():
-    rng = np.random.default_rng(0)
-    u = rng.uniform(0, 100, 60)
-    df = pd.DataFrame({"batch_size": 32, "depth": 20, "avg_sm_util": u, "avg_mem_util": 10.0,
-                       "energy_J": 10 + 0.1 * u})
-    pred = pd.DataFrame({"pred_energy_J": np.full(60, 10.0)})
-    out = residual_spearman(df, pred, targets=["energy_J"])
-    key = next(k for k in out if k.endswith("overall_energy_J"))
-    assert out[key] == pytest.approx(1.0)
+def frame(n: int = 40, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    bs = np.tile([1, 2, 4, 8, 16, 32, 64, 128], n // 8 + 1)[:n]
+    flops = rng.uniform(1e8, 1e10, n)
+    sm = rng.uniform(10, 95, n)
+    lat = 2.0 + flops / 1e8
+    return pd.DataFrame({"batch_size": bs, "flops": flops, "avg_sm_util": sm, "avg_mem_util": sm / 2,
+                         "peak_memory_MB": 50 + flops / 1e7, "latency_ms": lat,
+                         "energy_J": 3.0 * lat + 1.0})
+
+
+def test_budget_metrics_names():
+    df = frame()
+    pred = pd.DataFrame({"pred_energy_J": df["energy_J"] * 1.0})
+    out = E.budget_metrics(df, pred, "energy_J", float(df["energy_J"].median()))
+    assert out["budget_accuracy"] == 1.0 and out["budget_false_accept_rate"] == 0.0
+    assert out["budget_energy_J"] == pytest.approx(df["energy_J"].median())
+    assert E.budget_metrics(df, pred.rename(columns=str.upper), "energy_J", 1.0) == {}
+    assert E.budget_metrics(df, pred, "energy_J", float("nan")) == {}
+
+
+def test_prediction_metrics_names_and_regimes():
+    df = frame()
+    pred = pd.DataFrame({"pred_latency_ms": df["latency_ms"] + 1.0})
+    m = E.prediction_metrics(df, pred, "test", ("peak_memory_MB", "latency_ms"))
+    assert m["test_latency_ms_mae"] == pytest.approx(1.0)
+    assert "test_peak_memory_MB_mae" not in m  # not predicted: skipped
+    assert m["test_low_batch_n"] == float((df["batch_size"] <= 8).sum())
+    assert m["test_large_batch_n"] == float((df["batch_size"] > 16).sum())
+    assert m["test_high_load_n"] == float(((df["avg_sm_util"] > 65) | (df["avg_mem_util"] > 65)).sum())
+    for r in E.REGIMES:
+        assert m[f"test_{r}_latency_ms_mae"] == pytest.approx(1.0)
+    assert not any(k.startswith("test_low") for k in E.prediction_metrics(df, pred, regimes=False))
+
+
+def test_residual_spearman():
+    df = frame(48)
+    # residual = measured - predicted grows with utilization: rho = +1 overall and in every regime
+    pred = pd.DataFrame({"pred_latency_ms": df["latency_ms"] - df["avg_sm_util"] / 10})
+    out = E.residual_spearman(df, pred, targets=("latency_ms",))
+    assert out["resid_spearman_sm_overall_latency_ms"] == pytest.approx(1.0)
+    assert out["resid_spearman_sm_low_batch_latency_ms"] == pytest.approx(1.0)
+    # opposite sign: -1
+    pred = pd.DataFrame({"pred_latency_ms": df["latency_ms"] + df["avg_sm_util"] / 10})
+    out = E.residual_spearman(df, pred, targets=("latency_ms",))
+    assert out["resid_spearman_sm_overall_latency_ms"] == pytest.approx(-1.0)
+    # no telemetry: NaN, not an error
+    out = E.residual_spearman(df.drop(columns=["avg_sm_util"]), pred, targets=("latency_ms",))
+    assert np.isnan(out["resid_spearman_sm_overall_latency_ms"])
+
+
+def test_leave_one_batch_tier_out_with_b1():
+    df = frame(80)
+    out, model = E.leave_one_batch_tier_out(FlopsLinear(), df, ["peak_memory_MB", "latency_ms"],
+                                            max_batch=8, min_rows=10)
+    assert out["lobo_n_train"] == float((df["batch_size"] > 8).sum())
+    assert out["lobo_n_test"] == float((df["batch_size"] <= 8).sum())
+    assert out["lobo_max_batch"] == 8.0
+    # the targets are exactly linear in flops: the linear baseline transfers across batch tiers
+    assert out["lobo_latency_ms_r2"] == pytest.approx(1.0) and out["lobo_peak_memory_MB_mae"] < 1e-6
+    assert model.targets_ == ["peak_memory_MB", "latency_ms"]
+    assert E.leave_one_batch_tier_out(FlopsLinear(), df, ["latency_ms"], min_rows=1000) == ({}, None)
+
+
+def test_baselines_b1_b2():
+    df = frame(60)
+    b1 = FlopsLinear().fit(df, df[["peak_memory_MB", "energy_J", "latency_ms"]])
+    p = b1.predict(df)
+    assert list(p.columns) == ["pred_peak_memory_MB", "pred_energy_J", "pred_latency_ms"]
+    np.testing.assert_allclose(p["pred_latency_ms"], df["latency_ms"])
+    b2 = LatencyEnergyProxy().fit(df, df["energy_J"])
+    assert b2.model_.coef_[0] == pytest.approx(3.0) and b2.model_.intercept_ == pytest.approx(1.0)
+    m = E.baseline_metrics(b1, b2, df)
+    assert m["b1_latency_ms_r2"] == pytest.approx(1.0) and m["b2_energy_J_r2"] == pytest.approx(1.0)
+    assert not any(k.startswith("b2_latency") for k in m)
+    # B2 needs measured latency at prediction time; rows without it get NaN
+    q = b2.predict(df.assign(latency_ms=np.where(df.index < 5, np.nan, df["latency_ms"])))
+    assert q["pred_energy_J"].isna().sum() == 5
+    with pytest.raises(DatasetError, match="flops"):
+        FlopsLinear().fit(df.drop(columns=["flops"]), df[["latency_ms"]])
+    with pytest.raises(DatasetError, match="no target"):
+        FlopsLinear().fit(df, df[["energy_J"]] * np.nan)
+    with pytest.raises(DatasetError, match="energy_J"):
+        LatencyEnergyProxy().fit(df, df["energy_J"] * np.nan)
+
+
+def test_results_table():
+    m = {"test_latency_ms_r2": 0.91234, "test_latency_ms_mae": 1.5, "test_latency_ms_mape": 4.2,
+         "b1_latency_ms_r2": 0.5, "lobo_latency_ms_r2": float("nan")}
+    table = E.results_table(m)
+    lines = table.splitlines()
+    assert lines[0].split()[:3] == ["target", "CARB", "R2"] and len(lines) == 2
+    assert lines[1].startswith("latency_ms") and "0.9123" in lines[1] and "0.5000" in lines[1]
+    assert lines[1].rstrip().endswith("-")  # NaN LOBO shown as '-'

@@ -15,15 +15,20 @@ FAST = dict(n_runs=2, n_warmup=1, min_window_s=0.0, cooldown_s=0.0, util_window_
 
 
 def test_cpu_row(tmp_path):
+    import torch
+
     cfg = ArchConfig("basic", 8, 0.25, 32, 2, "fp32", False, num_classes=10)
-    with get_meter("cpu", settings={**FAST, "rapl_root": str(tmp_path / "none")}) as m:
+    prev = torch.get_num_threads()
+    with get_meter("cpu", settings={**FAST, "threads": 2, "rapl_root": str(tmp_path / "none")}) as m:
+        assert torch.get_num_threads() == 2
         row = m.measure(build_model(cfg), cfg)
         facts = m.device_facts()
     assert set(row) == set(MEASURED_COLUMNS)
-    assert row["latency_ms"] > 0 and row["peak_memory_MB"] > 0 and row["threads"] == 1.0
+    assert row["latency_ms"] > 0 and row["peak_memory_MB"] > 0 and row["threads"] == 2.0
     assert math.isnan(row["energy_J"]) and "RAPL" in row["missing_reason"]
     assert math.isnan(row["avg_sm_util"]) and "avg_sm_util" in row["missing_reason"]
-    assert facts["device_kind"] == "cpu" and facts["rapl_available"] is False
+    assert facts["device_kind"] == "cpu" and facts["rapl_available"] is False and facts["threads"] == 2
+    assert torch.get_num_threads() == prev  # restored on exit
 
 
 def test_peak_memory_grows_with_batch():

@@ -4,6 +4,7 @@ clocks restored after an exception, and the minimum timed window."""
 from __future__ import annotations
 
 import math
+import sys
 import time
 import types
 
@@ -218,3 +219,152 @@ def test_nvml_error_becomes_measurement_error():
     with pytest.raises(MeasurementError, match="nvmlDeviceGetTemperature failed"):
         dev.temperature_C()
     dev.close()
+
+
+# --------------------------------------------------------------------------- Zeus style: sys.modules + torch.cuda
+
+
+def real_error_pynvml(log: list[str], energy_supported: bool = True, lock_allowed: bool = True):
+    """The fake module of :func:`fake_pynvml` raising the real ``pynvml`` error classes (nvidia-ml-py:
+    ``NVMLError(NVML_ERROR_NO_PERMISSION)`` is an ``NVMLError_NoPermission``), logging energy reads."""
+    real = pytest.importorskip("pynvml")
+    m = fake_pynvml(energy_supported=True, lock_allowed=True)
+    m.NVMLError = real.NVMLError
+    m.NVML_ERROR_NOT_SUPPORTED = real.NVML_ERROR_NOT_SUPPORTED
+    m.NVML_ERROR_NO_PERMISSION = real.NVML_ERROR_NO_PERMISSION
+
+    def energy(_h):
+        log.append("energy")
+        if not energy_supported:
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+        m.state["energy"] += 250
+        return m.state["energy"]
+
+    def denied(*_args):
+        raise real.NVMLError(real.NVML_ERROR_NO_PERMISSION)
+
+    m.nvmlDeviceGetTotalEnergyConsumption = energy
+    if not lock_allowed:
+        m.nvmlDeviceSetGpuLockedClocks = denied
+        m.nvmlDeviceSetMemoryLockedClocks = denied
+    return m
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """The real :class:`TorchCudaOps` over monkeypatched ``torch.cuda`` functions (no GPU); returns the
+    call log shared with the fake NVML module. Tensors stay on the CPU (``ops.device`` is set to cpu)."""
+    import carb.measure.cuda as cuda_mod
+
+    log: list[str] = []
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.t = None
+
+        def record(self, stream=None):
+            self.t = time.perf_counter()
+
+        def elapsed_time(self, other):
+            return (other.t - self.t) * 1e3
+
+    props = types.SimpleNamespace(major=9, minor=0, total_memory=80 * 2**30, multi_processor_count=132,
+                                  uuid="0000-fake")
+    for name, fn in {
+        "is_available": lambda: True, "device_count": lambda: 1, "set_device": lambda d: None,
+        "synchronize": lambda d=None: log.append("sync"), "empty_cache": lambda: log.append("empty_cache"),
+        "reset_peak_memory_stats": lambda d=None: log.append("reset_peak"),
+        "max_memory_allocated": lambda d=None: 5 * 2**20, "get_device_properties": lambda i: props,
+        "get_device_name": lambda i=0: "Fake GPU 100", "Event": Event,
+    }.items():
+        monkeypatch.setattr(torch.cuda, name, fn)
+    real_init = cuda_mod.TorchCudaOps.__init__
+
+    def init_on_cpu(self, index=0):
+        real_init(self, index)
+        self.device = torch.device("cpu")
+
+    monkeypatch.setattr(cuda_mod.TorchCudaOps, "__init__", init_on_cpu)
+    return log
+
+
+def test_zeus_style_energy_units_and_sync(monkeypatch, fake_cuda):
+    nv = real_error_pynvml(fake_cuda)
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    from carb.measure import get_meter
+
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
+    with get_meter("cuda", settings=settings(kernel_launches=False)) as meter:
+        assert torch.backends.cudnn.benchmark is False  # off while measuring
+        start = len(fake_cuda)
+        row = meter.measure(tiny_model(), CFG)
+        facts = meter.device_facts()
+    loop = fake_cuda[start:]
+    reads = [i for i, e in enumerate(loop) if e == "energy"]
+    assert len(reads) == 2 and all(loop[i - 1] == "sync" for i in reads)  # counter read after a synchronize
+    assert row["energy_J"] == pytest.approx(0.25)  # 250 mJ between the two reads -> J
+    assert row["peak_memory_MB"] == pytest.approx(5.0) and "reset_peak" in loop
+    assert "empty_cache" in loop  # cool-down empties the cache
+    assert facts["device_name"] == "Fake GPU 100" and facts["driver"] == "999.1"
+    assert facts["compute_capability"] == "9.0" and facts["cudnn_benchmark"] is False
+    assert torch.backends.cudnn.benchmark is True and "shutdown" in nv.calls  # restored on exit
+
+
+def test_zeus_style_not_supported_message(monkeypatch, fake_cuda):
+    monkeypatch.setitem(sys.modules, "pynvml", real_error_pynvml(fake_cuda, energy_supported=False))
+    from carb.measure import get_meter
+
+    with pytest.raises(MeasurementError) as ei:
+        get_meter("cuda", settings=settings(require_energy=True))
+    msg = str(ei.value)
+    assert "\n" not in msg and "not supported on Fake GPU 100" in msg and "require_energy=false" in msg
+
+
+def test_zeus_style_no_permission_warns_with_actual_clocks(monkeypatch, fake_cuda):
+    nv = real_error_pynvml(fake_cuda, lock_allowed=False)
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    from carb.measure import get_meter
+
+    with pytest.warns(RuntimeWarning, match="Insufficient Permissions"):
+        meter = get_meter("cuda", settings=settings(lock_clocks=True, sm_clock_MHz=1350, mem_clock_MHz=3201,
+                                                    kernel_launches=False))
+    with meter:
+        row = meter.measure(tiny_model(), CFG)
+        clocks = meter.device_facts()["clocks"]
+    assert math.isnan(row["locked_sm_clock_MHz"]) and "SM 1980 MHz" in row["missing_reason"]
+    assert clocks["locked_sm_MHz"] is None and clocks["at_start"] == {"sm": 1980.0, "mem": 2619.0}
+    assert clocks["requested_sm_MHz"] == 1350 and "refused" in clocks["lock_reason"]
+
+
+@pytest.mark.parametrize("exc", [RuntimeError("boom"), KeyboardInterrupt()])
+def test_zeus_style_clocks_restored_after_error_or_ctrl_c(monkeypatch, fake_cuda, exc):
+    nv = real_error_pynvml(fake_cuda)
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    from carb.measure import get_meter
+
+    class Boom(nn.Module):
+        def forward(self, x):
+            raise exc
+
+    with pytest.raises(type(exc)):
+        with get_meter("cuda", settings=settings(lock_clocks=True, sm_clock_MHz=1350)) as meter:
+            assert nv.state["sm"] == 1350
+            meter.measure(Boom(), CFG)
+    assert nv.state["sm"] == 1980 and nv.calls.count("reset_sm") == 1 and "shutdown" in nv.calls
+    assert "reset_mem" not in nv.calls  # the memory clock was not locked, so not reset
+
+
+def test_zeus_style_window_raised_to_min_window(monkeypatch, fake_cuda):
+    monkeypatch.setitem(sys.modules, "pynvml", real_error_pynvml(fake_cuda))
+    from carb.measure import get_meter
+
+    class Slow(nn.Module):
+        def forward(self, x):
+            time.sleep(0.005)
+            return x.mean()
+
+    with get_meter("cuda", settings=settings(n_runs=2, n_warmup=2, min_window_s=0.1,
+                                             kernel_launches=False)) as m:
+        row = m.measure(Slow(), CFG)
+    assert row["n_runs"] > 2 and row["duration_s"] >= 0.1
+    assert row["latency_std_ms"] >= 0 and row["latency_ms"] >= 5.0

@@ -56,3 +56,44 @@ def test_unreadable_counter(tmp_path):
     (z / "energy_uj").mkdir()  # reading a directory fails like an unreadable file
     r = RaplReader(tmp_path)
     assert not r.available and "not readable" in r.reason
+
+
+def test_permission_denied_gives_reason(tmp_path, monkeypatch):
+    zone(tmp_path, 0, "package-0", 1)
+    real = Path.read_text
+
+    def read_text(self, *a, **kw):
+        if self.name == "energy_uj":
+            raise PermissionError(13, "Permission denied")
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    r = RaplReader(tmp_path)
+    assert not r.available and "permission denied" in r.reason and "CVE-2020-8694" in r.reason
+
+
+def test_cpu_meter_reads_a_moving_counter(tmp_path):
+    """The CPU meter's energy is the RAPL delta over the timed loop (counter advanced by each read)."""
+    import math
+
+    from carb.measure.cpu import CpuMeter
+    from carb.resnet import build_model
+    from carb.space import ArchConfig
+
+    z = zone(tmp_path, 0, "package-0", 10_000_000)
+    r = RaplReader(tmp_path)
+    real_read = r.read_energy_uj
+
+    def advancing():
+        v = real_read()
+        (z / "energy_uj").write_text(f"{v[0] + 2_000_000}\n")  # +2 J per read
+        return v
+
+    r.read_energy_uj = advancing
+    cfg = ArchConfig("basic", 8, 0.25, 32, 1, "fp32", False, num_classes=10)
+    with CpuMeter(dict(n_runs=2, n_warmup=1, min_window_s=0, cooldown_s=0, util_window_s=0,
+                       kernel_launches=False, threads=1), rapl=r) as m:
+        row = m.measure(build_model(cfg), cfg)
+    assert row["energy_J"] == pytest.approx(2.0)
+    assert row["avg_power_W"] == pytest.approx(2.0 / row["duration_s"])
+    assert "energy_J" not in (row["missing_reason"] or "") and not math.isnan(row["energy_J"])

@@ -1,97 +1,179 @@
-"""carb-train end to end: metrics, tags, figures, registered model round trip, ablation multirun, errors."""
+"""carb-train end to end: run_train on a small synthetic dataset and on the shipped CPU reference
+(model=carb_fast), the MLflow run (metrics, params, tags, figures, dataset input, registered version),
+the MLflow round trip, the ablation multirun as a subprocess, and one-line errors for bad input."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import mlflow
+import numpy as np
 import pandas as pd
 import pytest
 
-from carb import load_model
+from carb import load_model, tracking
 from carb.cli import compose
-from carb.dataset import save_dataset
+from carb.dataset import TARGETS, load_dataset, ok_rows, save_dataset, split_dataset
 from carb.errors import DatasetError
+from carb.evaluate import regression_metrics
 
 sys.path.insert(0, str(Path(__file__).parent))
 from synthetic import synthetic_dataset  # noqa: E402
 
-TINY = ["model=carb_fast", "model.specialists.xgb.n_estimators=20", "model.specialists.lgbm.n_estimators=20",
-        "model.specialists.et.n_estimators=10", "model.oof_folds=2", "model.probe_estimators=20", "model.n_jobs=1"]
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ["model=carb_fast", "model.specialists.xgb.n_estimators=15", "model.specialists.xgb.max_depth=4",
+        "model.specialists.lgbm.n_estimators=15", "model.specialists.lgbm.num_leaves=15",
+        "model.specialists.et.n_estimators=10", "model.oof_folds=2", "model.probe_estimators=15",
+        "model.correctors.model.max_iter=30", "model.n_jobs=1", "print_table=false"]
 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     d = tmp_path_factory.mktemp("train")
-    save_dataset(synthetic_dataset(220, seed=7), d / "syn.parquet")
-    return {"dir": d, "data": str(d / "syn.parquet"), "uri": f"sqlite:///{d}/mlflow.db"}
+    data = d / "syn.parquet"
+    save_dataset(synthetic_dataset(240, seed=7, device_name="Synthetic GPU", n_oom=5), data)
+    return {"dir": d, "data": str(data), "uri": f"sqlite:///{d}/mlruns/mlflow.db"}
+
+
+def over(env, *extra):
+    return [f"data.path={env['data']}", f"tracking.uri={env['uri']}", f"paths.output_dir={env['dir']}/out",
+            *extra]
 
 
 @pytest.fixture(scope="module")
-def trained(env):
+def syn_run(env):
     from carb.train import run_train
 
-    return run_train(compose("train", [f"data.path={env['data']}", f"tracking.uri={env['uri']}", *TINY]))
+    return run_train(compose("train", over(env, *TINY)))
 
 
-def test_metrics_tags_figures(env, trained):
-    m = trained["metrics"]
-    for k in ("test_peak_memory_MB_r2", "test_energy_J_mae", "test_latency_ms_mape", "val_energy_J_mae",
-              "lobo_latency_ms_r2", "b1_energy_J_r2", "b2_energy_J_mae", "budget_accuracy",
-              "budget_false_accept_rate"):
-        assert k in m, k
-    assert m["test_peak_memory_MB_r2"] > m["b1_peak_memory_MB_r2"]
-    run = mlflow.get_run(trained["run_id"])
-    for tag in ("device", "feature_set", "preset", "dataset_digest", "git_commit"):
-        assert run.data.tags.get(tag), tag
-    assert run.info.run_name == "synthetic-gpu/full/carb_fast"
-    arts = {a.path for a in mlflow.MlflowClient().list_artifacts(trained["run_id"], "figures")}
-    assert {"figures/pred_vs_measured.png", "figures/importances.png",
-            "figures/residuals_by_batch_tier.png"} <= arts
+def _run(env, run_id):
+    tracking.configure(env["uri"])
+    return mlflow.get_run(run_id)
+
+
+def test_synthetic_run_is_logged_and_registered(env, syn_run):
+    assert syn_run["targets"] == list(TARGETS) and syn_run["dropped_targets"] == {}
+    assert syn_run["registered_name"] == "carb-synthetic-gpu" and syn_run["version"] == "1"
+    assert syn_run["run_name"] == "synthetic-gpu/full/carb_fast"
+    run = _run(env, syn_run["run_id"])
+    m = run.data.metrics
+    for t in TARGETS:
+        for k in ("r2", "mae", "rmse", "mape"):
+            assert f"test_{t}_{k}" in m and f"lobo_{t}_{k}" in m and f"b1_{t}_{k}" in m
+        assert f"val_{t}_mae" in m and f"log_target_{t}" in m and f"test_low_batch_{t}_r2" in m
+        assert f"resid_spearman_sm_overall_{t}" in m and f"fit_{t}_s" in m
+        assert f"corrector_low_batch_{t}_kept" in m
+        assert abs(sum(m[f"weight_{t}_{w}"] for w in ("xgb", "lgbm", "et")) - 1) < 1e-6
+    for k in ("b2_energy_J_r2", "budget_accuracy", "budget_false_accept_rate", "budget_false_reject_rate",
+              "fit_total_s", "lobo_n_train"):
+        assert k in m
+    assert m["test_peak_memory_MB_r2"] > 0.8  # the known cost model is learnable
+    tags = run.data.tags
+    assert tags["device"] == "Synthetic GPU" and tags["device_slug"] == "synthetic-gpu"
+    assert tags["feature_set"] == "full" and tags["preset"] == "carb_fast"
+    assert tags["git_commit"] and len(tags["dataset_digest"]) > 0
+    assert run.data.params["model.specialists.xgb.n_estimators"] == "15"
+    assert run.data.params["features.name"] == "full"
     assert len(run.inputs.dataset_inputs) == 1
+    exp = mlflow.get_experiment(run.info.experiment_id)
+    assert exp.name == "carb-train"
+    arts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id, "figures")}
+    assert arts == {"figures/pred_vs_measured.png", "figures/importances.png",
+                    "figures/residuals_by_batch_tier.png"}
+    top = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
+    assert {"cascade_summary.json", "importances.json"} <= top
 
 
-def test_registered_model_round_trip(env, trained):
-    by_version = load_model(f"models:/carb-synthetic-gpu/{trained['version']}", tracking_uri=env["uri"])
-    by_run = load_model(f"runs:/{trained['run_id']}/model", tracking_uri=env["uri"])
-    X = synthetic_dataset(30, seed=11)
-    pd.testing.assert_frame_equal(by_version.predict(X), by_run.predict(X))
-    # the stored test MAE is the number logged for the run
-    assert by_version.test_mae_["energy_J"] == pytest.approx(trained["metrics"]["test_energy_J_mae"])
-    import mlflow.pyfunc
+def test_mlflow_round_trip_predicts_the_logged_numbers(env, syn_run):
+    """Load the registered version and reproduce the logged test metrics from its predictions."""
+    by_version = load_model(f"models:/carb-synthetic-gpu/{syn_run['version']}", tracking_uri=env["uri"])
+    by_run = tracking.load_cascade(f"runs:/{syn_run['run_id']}/model", tracking_uri=env["uri"])
+    full = ok_rows(load_dataset(env["data"]))
+    _, _, test = split_dataset(full, seed=0).frames(full)
+    p = by_version.predict(test)
+    pd.testing.assert_frame_equal(p, by_run.predict(test))
+    for t in TARGETS:
+        r = regression_metrics(test[t], p[f"pred_{t}"])
+        assert r["mae"] == pytest.approx(syn_run["metrics"][f"test_{t}_mae"], rel=1e-9)
+        assert by_version.test_mae_[t] == pytest.approx(r["mae"], rel=1e-9)
+    assert by_version.device_name_ == "Synthetic GPU" and by_version.feature_set_ == "full"
 
-    pyf = mlflow.pyfunc.load_model(f"models:/carb-synthetic-gpu/{trained['version']}")
-    out = pyf.predict(X[by_version.input_columns_])
-    assert list(out.columns) == ["pred_peak_memory_MB", "pred_energy_J", "pred_latency_ms"]
 
-
-def test_reference_dataset_drops_energy(env):
+def test_reference_dataset_carb_fast(env):
+    """The shipped CPU data (no RAPL, no telemetry): energy is dropped, memory and latency fit."""
     from carb.train import run_train
 
-    r = run_train(compose("train", [f"tracking.uri={env['uri']}", "evaluate.lobo.enabled=false",
-                                    "evaluate.figures=false", *TINY]))
+    uri = f"sqlite:///{env['dir']}/ref/mlflow.db"
+    r = run_train(compose("train", [f"tracking.uri={uri}", f"paths.output_dir={env['dir']}/out",
+                                    "model=carb_fast", "model.n_jobs=2", "evaluate.figures=false",
+                                    "evaluate.lobo.enabled=false"]))
     assert r["targets"] == ["peak_memory_MB", "latency_ms"] and "energy_J" in r["dropped_targets"]
-    assert "val_latency_ms_mae" in r["metrics"] and "test_energy_J_mae" not in r["metrics"]
-    assert r["registered_name"] == "carb-amd-epyc"
+    assert r["registered_name"] == "carb-amd-epyc" and r["version"] == "1"
+    m = r["metrics"]
+    assert m["test_peak_memory_MB_r2"] > 0.95 and m["test_latency_ms_r2"] > 0.8
+    assert m["test_latency_ms_r2"] > m["b1_latency_ms_r2"]  # CARB beats FLOPs-only
+    assert "test_energy_J_mae" not in m and "b2_energy_J_r2" not in m
+    assert "latency_ms" in r["table"] and "energy_J" not in r["table"]
 
 
-def test_too_few_rows(env, tmp_path):
+def _cli(args, env=None, timeout=300):
+    e = {**os.environ, "CARB_N_JOBS": "1", "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "carb.train", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, env=e)
+
+
+def test_ablation_multirun_subprocess(env):
+    uri = f"sqlite:///{env['dir']}/abl/mlflow.db"
+    out = _cli(["-m", "features=full,no_util,arch_only", f"data.path={env['data']}", f"tracking.uri={uri}",
+                f"hydra.sweep.dir={env['dir']}/sweep", "evaluate.lobo.enabled=false",
+                "evaluate.figures=false", *TINY])
+    assert out.returncode == 0, out.stderr[-2000:]
+    tracking.configure(uri)
+    exp = mlflow.get_experiment_by_name("carb-train")
+    runs = mlflow.search_runs([exp.experiment_id], output_format="list")
+    assert sorted(r.data.tags["feature_set"] for r in runs) == ["arch_only", "full", "no_util"]
+    assert all("test_latency_ms_r2" in r.data.metrics for r in runs)
+    assert {r.info.run_name for r in runs} == {f"synthetic-gpu/{f}/carb_fast" for f in
+                                              ("full", "no_util", "arch_only")}
+    versions = tracking.model_versions("carb-synthetic-gpu")
+    assert len(versions) == 3
+
+
+def test_too_few_rows_one_line_error(env):
     from carb.train import run_train
 
-    save_dataset(synthetic_dataset(12, seed=1), tmp_path / "small.parquet")
-    with pytest.raises(DatasetError, match="too few rows"):
-        run_train(compose("train", [f"data.path={tmp_path}/small.parquet", f"tracking.uri={env['uri']}", *TINY]))
+    small = env["dir"] / "small.parquet"
+    save_dataset(synthetic_dataset(12, seed=1, device_name="Synthetic GPU"), small)
+    with pytest.raises(DatasetError, match="too few rows") as e:
+        run_train(compose("train", [f"data.path={small}", f"tracking.uri={env['uri']}", *TINY]))
+    assert "\n" not in str(e.value)
 
 
-def test_ablation_multirun(env):
-    cmd = [sys.executable, "-m", "carb.train", "-m", "features=full,no_util,arch_only", f"data.path={env['data']}",
-           f"tracking.uri={env['uri']}", f"paths.output_dir={env['dir']}/out", "evaluate.lobo.enabled=false",
-           "evaluate.figures=false", *TINY]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-2000:]
-    mlflow.set_tracking_uri(env["uri"])
-    runs = mlflow.search_runs(experiment_names=["carb-train"], output_format="list")
-    names = {x.info.run_name for x in runs}
-    assert {"synthetic-gpu/full/carb_fast", "synthetic-gpu/no_util/carb_fast",
-            "synthetic-gpu/arch_only/carb_fast"} <= names
+def test_dataset_without_any_target_one_line_error(env):
+    from carb.train import run_train
+
+    df = synthetic_dataset(60, seed=1, device_name="Synthetic GPU")
+    df[list(TARGETS)] = np.nan
+    path = env["dir"] / "notarget.parquet"
+    save_dataset(df, path)
+    with pytest.raises(DatasetError, match="no measured target") as e:
+        run_train(compose("train", [f"data.path={path}", f"tracking.uri={env['uri']}", *TINY]))
+    assert "\n" not in str(e.value)
+    # from the command line: one line on stderr, exit 2, no traceback
+    out = _cli([f"data.path={path}", f"tracking.uri={env['uri']}", f"hydra.run.dir={env['dir']}/run"])
+    assert out.returncode == 2
+    err = [line for line in out.stderr.splitlines() if line.startswith("carb-train: error:")]
+    assert len(err) == 1 and "no measured target" in err[0] and "Traceback" not in out.stderr
+
+
+def test_feature_set_naming_a_missing_column(env):
+    from carb.train import run_train
+
+    with pytest.raises(DatasetError, match="no_such_col") as e:
+        run_train(compose("train", over(env, *TINY, "features=arch_only",
+                                        "features.columns=[batch_size,flops,no_such_col]",
+                                        "register=false")))
+    assert "\n" not in str(e.value) and "arch_only" in str(e.value)

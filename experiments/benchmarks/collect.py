@@ -28,6 +28,9 @@ def main() -> None:
         print(f"{name}: {r['n_measured']} configs, {r['s_per_config']:.2f} s/config, overhead "
               f"{r['overhead_fraction']:.3f} (strict, warm-up counted: {r['strict_overhead_fraction']:.3f}), "
               f"writing {r['write_s']:.2f} s")
+        loop = r["loop_s"]
+        shares = sorted(r["phases_s"].items(), key=lambda kv: -kv[1])
+        print("  share of the loop's wall time: " + ", ".join(f"{k[:-2]} {v / loop:.3f}" for k, v in shares if v > 0))
     print(f"cpu_s_per_config={cpu['s_per_config']:.3f} overhead_fraction={cpu['overhead_fraction']:.3f}")
 
 
