@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from carb.dataset import COLUMNS, conform, validate_dataset
+from carb.data.schema import COLUMNS, conform, validate_dataset
 
 
 def frame(rows: list[dict], device: str = "Synthetic GPU A") -> pd.DataFrame:

@@ -20,7 +20,7 @@ import hashlib
 import numpy as np
 import pandas as pd
 
-from carb.dataset import COLUMNS, SCHEMA, conform
+from carb.data.schema import COLUMNS, SCHEMA, conform
 
 BASIC_DEPTHS = (10, 14, 18, 26, 34)
 BOTTLENECK_DEPTHS = (50, 101, 152)
@@ -50,7 +50,7 @@ def synthetic_dataset(n: int = 600, seed: int = 0, device_name: str = "Synthetic
                       energy: bool = True, telemetry: bool = True, noise: float = 0.03,
                       n_oom: int = 0) -> pd.DataFrame:
     """``n`` distinct configurations (plus ``n_oom`` OOM rows) in the schema of
-    :data:`carb.dataset.COLUMNS`, seeded. Units as in the schema (MB = 2**20 bytes, J, ms)."""
+    :data:`carb.data.schema.COLUMNS`, seeded. Units as in the schema (MB = 2**20 bytes, J, ms)."""
     rng = np.random.default_rng(seed)
     grid = _grid()
     total = n + n_oom
@@ -149,7 +149,7 @@ def _PEAK_TFLOPS_arr(precision: pd.Series) -> np.ndarray:
 
 def with_interactions(df: pd.DataFrame) -> pd.DataFrame:
     """The paper's interaction features computed inline (the contract of
-    ``carb.features.interaction_features``), for tests that need them precomputed."""
+    ``carb.model.encoding.interaction_features``), for tests that need them precomputed."""
     out = df.copy()
     out["batch_x_sm"] = out["batch_size"] * out["avg_sm_util"]
     out["flops_x_sm"] = np.log1p(out["flops"]) * out["avg_sm_util"]

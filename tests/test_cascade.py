@@ -14,9 +14,10 @@ import pytest
 import yaml
 from sklearn.base import clone
 
-from carb.cascade import CarbCascade, add_interactions, encode
-from carb.dataset import TARGETS
-from carb.ensemble import BlendedRegressor
+from carb.model.cascade import CarbCascade
+from carb.model.encoding import add_interactions, encode
+from carb.data.schema import TARGETS
+from carb.model.ensemble import BlendedRegressor
 from carb.errors import DatasetError
 
 sys.path.insert(0, str(Path(__file__).parent))

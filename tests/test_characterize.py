@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from carb import characterize as ch
+from carb.analysis import characterize as ch
 from carb.errors import DatasetError
 from synth_characterize import frame, grid_dataset
 
@@ -197,7 +197,7 @@ def test_cross_device_duplicate_key_is_an_error():
 
 
 def test_tables_and_figures_on_grid():
-    from carb.plots_characterize import characterize_figures
+    from carb.plots.characterize import characterize_figures
 
     a, b = grid_dataset("GPU A"), grid_dataset("GPU B", scale=2.0, seed=1)
     tables = ch.characterize_tables(a, b)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from carb.cli import compose
-from carb.characterize import load_inputs, run_characterize
-from carb.dataset import _REFERENCE, save_dataset
+from carb.commands.cli import compose
+from carb.commands.characterize import load_inputs, run_characterize
+from carb.data.io import _REFERENCE, save_dataset
 from carb.errors import ConfigError
 from synth_characterize import grid_dataset
 

@@ -9,11 +9,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from carb.cli import compose
-from carb.collect import run_collect, shard_configs
-from carb.dataset import load_dataset
+from carb.commands.cli import compose
+from carb.commands.collect import run_collect
+from carb.measure.collector import shard_configs
+from carb.data.io import load_dataset
 from carb.errors import ConfigError, DatasetError
-from carb.space import load_space
+from carb.design.space import load_space
 
 TINY = ["device=cpu", "measure=cpu", "measure.n_runs=2", "measure.n_warmup=1", "measure.min_window_s=0",
         "measure.cooldown_s=0", "progress=false"]
@@ -71,7 +72,7 @@ def test_oom_and_error_rows(tmp_path, db, monkeypatch):
     message; the other configurations are measured."""
     import mlflow
 
-    import carb.collect as C
+    import carb.commands.collect as C
     from carb.measure.cpu import CpuMeter
 
     cfgs = shard_configs(load_space("smoke", ["batch_sizes=[1]"]), 0)

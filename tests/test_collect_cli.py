@@ -11,8 +11,8 @@ import time
 import pandas as pd
 import pytest
 
-from carb.dataset import load_dataset
-from carb.space import load_space
+from carb.data.io import load_dataset
+from carb.design.space import load_space
 
 TINY = ["device=cpu", "measure=cpu", "measure.n_runs=2", "measure.n_warmup=1", "measure.min_window_s=0",
         "measure.cooldown_s=0", "progress=false"]

@@ -5,11 +5,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from carb.dataset import (COLUMNS, TARGETS, batch_tier, depth_tier, load_dataset, save_dataset,
-                          split_dataset, strata_key, telemetry_medians, validate_dataset)
+from carb.data.io import load_dataset, save_dataset
+from carb.data.schema import COLUMNS, TARGETS, validate_dataset
+from carb.data.split import split_dataset
+from carb.data.tiers import batch_tier, depth_tier, strata_key, telemetry_medians
 from carb.errors import DatasetError
-from carb.features import grid_features
-from carb.space import load_space
+from carb.design.features import grid_features
+from carb.design.space import load_space
 
 
 def make_rows(n: int = 120, seed: int = 0, device: str = "test-device") -> pd.DataFrame:

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from carb.ensemble import BlendedRegressor, simplex_weights
+from carb.model.ensemble import BlendedRegressor, simplex_weights
 
 TINY = dict(xgb={"n_estimators": 15, "max_depth": 3}, lgbm={"n_estimators": 15, "num_leaves": 7, "min_child_samples": 2},
             et={"n_estimators": 10}, probe_estimators=10, n_jobs=1)

@@ -1,12 +1,12 @@
-"""carb.evaluate and carb.baselines on hand-made arrays with known answers."""
+"""carb.analysis.evaluate and carb.model.baselines on hand-made arrays with known answers."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from carb import evaluate as E
-from carb.baselines import FlopsLinear, LatencyEnergyProxy
+from carb.analysis import evaluate as E
+from carb.model.baselines import FlopsLinear, LatencyEnergyProxy
 from carb.errors import DatasetError
 
 

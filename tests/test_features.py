@@ -8,9 +8,10 @@ import sys
 import numpy as np
 import pytest
 
-from carb.features import (STATIC_COLUMNS, flop_counter_mode_flops, grid_features, interaction_features,
-                           static_features)
-from carb.space import ArchConfig, load_space
+from carb.design.features import STATIC_FEATURES, flop_counter_mode_flops, grid_features, static_features
+from carb.model.encoding import interaction_features
+from carb.design.arch import ArchConfig
+from carb.design.space import load_space
 
 
 def _varied_configs(n: int = 50, seed: int = 0) -> list[ArchConfig]:
@@ -43,7 +44,7 @@ def test_fast_equals_fvcore_on_50_configs():
     fast = grid_features(cfgs)
     for i, c in enumerate(cfgs):
         ref = static_features(c)
-        for k in STATIC_COLUMNS:
+        for k in STATIC_FEATURES:
             assert fast.loc[i, k] == pytest.approx(ref[k], rel=1e-12), (c, k)
 
 
@@ -69,7 +70,7 @@ def test_grid_features_columns_and_ids():
     cs = load_space("smoke")
     f = grid_features(cs)
     assert list(f["config_id"]) == [c.config_id for c in cs]
-    for k in STATIC_COLUMNS:
+    for k in STATIC_FEATURES:
         assert k in f and np.isfinite(f[k]).all()
 
 
@@ -86,7 +87,7 @@ def test_interaction_features_nan_propagates():
 
 
 def test_fast_path_does_not_import_torch():
-    code = ("import sys; from carb.features import grid_features; from carb.space import load_space; "
+    code = ("import sys; from carb.design.features import grid_features; from carb.design.space import load_space; "
             "grid_features(load_space('screening')); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -10,8 +10,8 @@ pytestmark = pytest.mark.gpu
 
 def test_cuda_row_has_energy_and_memory():
     from carb.measure import get_meter
-    from carb.resnet import build_model
-    from carb.space import ArchConfig
+    from carb.design.resnet import build_model
+    from carb.design.arch import ArchConfig
 
     cfg = ArchConfig("basic", 20, 1.0, 64, 16, "fp16", False)
     with get_meter("cuda", settings=dict(n_runs=20, n_warmup=5, min_window_s=1.0, util_window_s=1.0,

@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from carb.dataset import COLUMNS, validate_dataset
+from carb.data.schema import COLUMNS, validate_dataset
 from carb.errors import ConfigError, DatasetError
-from carb.importers import TIMM_DATA, import_timm, load_timm_table, timm_config_id, timm_pair
-from carb.importers.timm import timm_overlaps
+from carb.data.importers.timm import TIMM_DATA, import_timm, load_timm_table, timm_config_id, timm_pair
+from carb.data.importers.timm import timm_overlaps
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "timm-gpu-bench"
 

@@ -7,8 +7,8 @@ import pytest
 
 from carb.measure import get_meter
 from carb.measure.base import MEASURED_COLUMNS
-from carb.resnet import build_model
-from carb.space import ArchConfig
+from carb.design.resnet import build_model
+from carb.design.arch import ArchConfig
 
 FAST = dict(n_runs=2, n_warmup=1, min_window_s=0.0, cooldown_s=0.0, util_window_s=0.0, kernel_launches=False,
             threads=1)

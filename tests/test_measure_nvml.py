@@ -16,7 +16,7 @@ from carb.errors import MeasurementError
 from carb.measure.base import LoopTimer, MeasureSettings
 from carb.measure.cuda import CudaMeter
 from carb.measure.nvml import NvmlDevice
-from carb.space import ArchConfig
+from carb.design.arch import ArchConfig
 
 CFG = ArchConfig("basic", 8, 0.25, 32, 2, "fp32", False, num_classes=10)
 

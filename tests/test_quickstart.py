@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from carb.cli import compose
-from carb.dataset import reference_dataset, save_dataset
+from carb.commands.cli import compose
+from carb.data.io import reference_dataset, save_dataset
 
 sys.path.insert(0, str(Path(__file__).parent))
 from synthetic import synthetic_dataset  # noqa: E402
@@ -20,7 +20,7 @@ FAST = ["evaluate.lobo.enabled=false", "evaluate.figures=false"]
 
 @pytest.fixture(scope="module")
 def qs(tmp_path_factory):
-    from carb.quickstart import run_quickstart
+    from carb.commands.quickstart import run_quickstart
 
     d = tmp_path_factory.mktemp("qs")
     common = [f"tracking.uri=sqlite:///{d}/mlruns/mlflow.db", f"paths.output_dir={d}/out"]
@@ -41,7 +41,7 @@ def test_quickstart_fresh_store_trains_promotes_screens(qs):
 
 
 def test_quickstart_second_run_screens_straight_away(qs):
-    from carb.quickstart import run_quickstart
+    from carb.commands.quickstart import run_quickstart
 
     again = run_quickstart(qs["common"])
     assert again["steps"] == ["screen"]
@@ -67,7 +67,7 @@ def test_screen_bad_input_is_one_line(qs, args, needle):
 
 def test_grid_file_with_unknown_knob(qs, tmp_path):
     from carb.errors import ConfigError
-    from carb.screen import run_screen
+    from carb.commands.screen import run_screen
 
     grid = tmp_path / "grid.csv"
     pd.DataFrame({"block": ["basic"], "depth": [20], "colour": ["red"]}).to_csv(grid, index=False)
@@ -76,7 +76,7 @@ def test_grid_file_with_unknown_knob(qs, tmp_path):
 
 
 def test_impossible_budget_shows_closest(qs, capsys):
-    from carb.screen import run_screen
+    from carb.commands.screen import run_screen
 
     r = run_screen(compose("screen", [*qs["common"], "screen.budget.latency_ms=1e-6"]))
     assert r["n_shortlist"] == 0
@@ -84,7 +84,7 @@ def test_impossible_budget_shows_closest(qs, capsys):
 
 
 def test_validation_on_held_out_reference(qs):
-    from carb.screen import run_screen
+    from carb.commands.screen import run_screen
 
     r = run_screen(compose("screen", [*qs["common"], "screen=quickstart", "screen.validate=reference",
                                       "screen.validate_split=test"]))
@@ -98,8 +98,8 @@ def test_validation_on_held_out_reference(qs):
 
 
 def test_two_stage_with_two_registered_models(qs):
-    from carb.screen import run_screen
-    from carb.train import run_train
+    from carb.commands.screen import run_screen
+    from carb.commands.train import run_train
 
     data = qs["dir"] / "gpu.parquet"
     save_dataset(synthetic_dataset(150, seed=5, device_name="Synthetic GPU"), data)

@@ -77,8 +77,8 @@ def test_cpu_meter_reads_a_moving_counter(tmp_path):
     import math
 
     from carb.measure.cpu import CpuMeter
-    from carb.resnet import build_model
-    from carb.space import ArchConfig
+    from carb.design.resnet import build_model
+    from carb.design.arch import ArchConfig
 
     z = zone(tmp_path, 0, "package-0", 10_000_000)
     r = RaplReader(tmp_path)

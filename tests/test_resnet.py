@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from carb.errors import ConfigError
-from carb.resnet import build_model, torchvision_equivalent
-from carb.space import ArchConfig
+from carb.design.resnet import build_model, torchvision_equivalent
+from carb.design.arch import ArchConfig
 
 TORCHVISION_PARAMS = {"resnet18": 11_689_512, "resnet34": 21_797_672, "resnet50": 25_557_032,
                       "resnet101": 44_549_160, "resnet152": 60_192_808, "wide_resnet50_2": 68_883_240}

@@ -6,10 +6,10 @@ import pandas as pd
 import pytest
 
 from carb.errors import ConfigError
-from carb.screening import (budget_classification, check_budget, closest_candidates, pareto_mask,
-                            prioritize, screen, spearman, validate)
-from carb.space import load_space
-from carb.features import grid_features
+from carb.analysis.evaluate import budget_classification
+from carb.analysis.screening import (check_budget, closest_candidates, pareto_mask, prioritize, screen, spearman, validate)
+from carb.design.space import load_space
+from carb.design.features import grid_features
 
 
 class AnalyticModel:

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from carb.errors import ConfigError
-from carb.space import ArchConfig, configs_from_records, load_space, space_config
+from carb.design.arch import ArchConfig, configs_from_records
+from carb.design.space import load_space, space_config
 
 
 def test_space_sizes():

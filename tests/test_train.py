@@ -14,10 +14,12 @@ import pandas as pd
 import pytest
 
 from carb import load_model, tracking
-from carb.cli import compose
-from carb.dataset import TARGETS, load_dataset, ok_rows, save_dataset, split_dataset
+from carb.commands.cli import compose
+from carb.data.io import load_dataset, save_dataset
+from carb.data.schema import TARGETS, ok_rows
+from carb.data.split import split_dataset
 from carb.errors import DatasetError
-from carb.evaluate import regression_metrics
+from carb.analysis.evaluate import regression_metrics
 
 sys.path.insert(0, str(Path(__file__).parent))
 from synthetic import synthetic_dataset  # noqa: E402
@@ -44,7 +46,7 @@ def over(env, *extra):
 
 @pytest.fixture(scope="module")
 def syn_run(env):
-    from carb.train import run_train
+    from carb.commands.train import run_train
 
     return run_train(compose("train", over(env, *TINY)))
 
@@ -104,7 +106,7 @@ def test_mlflow_round_trip_predicts_the_logged_numbers(env, syn_run):
 
 def test_reference_dataset_carb_fast(env):
     """The shipped CPU data (no RAPL, no telemetry): energy is dropped, memory and latency fit."""
-    from carb.train import run_train
+    from carb.commands.train import run_train
 
     uri = f"sqlite:///{env['dir']}/ref/mlflow.db"
     r = run_train(compose("train", [f"tracking.uri={uri}", f"paths.output_dir={env['dir']}/out",
@@ -143,7 +145,7 @@ def test_ablation_multirun_subprocess(env):
 
 
 def test_too_few_rows_one_line_error(env):
-    from carb.train import run_train
+    from carb.commands.train import run_train
 
     small = env["dir"] / "small.parquet"
     save_dataset(synthetic_dataset(12, seed=1, device_name="Synthetic GPU"), small)
@@ -153,7 +155,7 @@ def test_too_few_rows_one_line_error(env):
 
 
 def test_dataset_without_any_target_one_line_error(env):
-    from carb.train import run_train
+    from carb.commands.train import run_train
 
     df = synthetic_dataset(60, seed=1, device_name="Synthetic GPU")
     df[list(TARGETS)] = np.nan
@@ -170,7 +172,7 @@ def test_dataset_without_any_target_one_line_error(env):
 
 
 def test_feature_set_naming_a_missing_column(env):
-    from carb.train import run_train
+    from carb.commands.train import run_train
 
     with pytest.raises(DatasetError, match="no_such_col") as e:
         run_train(compose("train", over(env, *TINY, "features=arch_only",

@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 from carb import load_model, tracking
-from carb.cli import compose
-from carb.dataset import save_dataset
+from carb.commands.cli import compose
+from carb.data.io import save_dataset
 from carb.errors import ConfigError, ModelError
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -46,7 +46,7 @@ def _over(env, *extra):
 
 @pytest.fixture(scope="module")
 def study(env):
-    from carb.tune import run_tune
+    from carb.commands.tune import run_tune
 
     cfg = compose("tune", _over(env, "tune.study=s3", "tune.n_trials=3", "tune.blend_trials=3", *TINY))
     return run_tune(cfg)
@@ -67,7 +67,8 @@ def test_three_trial_study(env, study):
 
 
 def test_search_space_errors(env):
-    from carb.tune import metric_fn, run_tune
+    from carb.commands.tune import run_tune
+    from carb.model.tuning import metric_fn
 
     with pytest.raises(ConfigError, match="tune.metric"):
         metric_fn("r2")
@@ -92,8 +93,8 @@ def test_two_workers_share_one_study(env):
 
 
 def test_train_tuned_promote_load(env, study):
-    from carb.promote import run_promote
-    from carb.train import run_train
+    from carb.commands.promote import run_promote
+    from carb.commands.train import run_train
 
     over = _over(env, "evaluate.lobo.enabled=false", "evaluate.figures=false", *TINY[:5])
     r1 = run_train(compose("train", [*over, "model=carb_fast"]))
@@ -138,7 +139,7 @@ def test_load_errors(env, study):
 
 
 def test_promote_refuses(env, tmp_path):
-    from carb.promote import choose, run_promote
+    from carb.commands.promote import choose, run_promote
 
     with pytest.raises(ModelError, match="no versions"):
         run_promote(compose("promote", [f"tracking.uri=sqlite:///{tmp_path}/empty.db", "promote.name=carb-x"]))
@@ -151,7 +152,7 @@ def test_promote_refuses(env, tmp_path):
 
 
 def test_promote_moves_previous(env, study):
-    from carb.promote import run_promote
+    from carb.commands.promote import run_promote
 
     tracking.configure(env["uri"])
     vs = tracking.model_versions("carb-synthetic-gpu")

@@ -22,7 +22,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from carb.errors import ConfigError
-from carb.measure.base import MEASURED_COLUMNS, MeasureSettings, Meter, is_oom, parse_missing_reason
+from carb.measure.base import (
+    MEASURED_COLUMNS,
+    MeasureSettings,
+    Meter,
+    is_oom,
+    parse_missing_reason,
+)
 
 DEVICES = ("auto", "cuda", "cpu")
 

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from carb.dataset import RECORD, RUNTIME_FEATURES, TARGETS
+from carb.data.schema import RECORD, RUNTIME_FEATURES, TARGETS
 from carb.errors import ConfigError
 
 #: Columns a meter returns: the schema's runtime features, targets and measurement record, plus
@@ -118,7 +118,7 @@ class MeasureSettings:
 
 
 def knobs_of(cfg: Any) -> tuple[int, int, str]:
-    """``(batch_size, input_size, precision)`` of an :class:`~carb.space.ArchConfig` (or any object
+    """``(batch_size, input_size, precision)`` of an :class:`~carb.design.arch.ArchConfig` (or any object
     with those attributes)."""
     try:
         return int(cfg.batch_size), int(cfg.input_size), str(cfg.precision)

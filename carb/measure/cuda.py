@@ -24,7 +24,16 @@ import time
 from typing import Any
 
 from carb.errors import MeasurementError
-from carb.measure.base import MB, NAN, LoopTimer, MeasureSettings, Meter, is_oom, knobs_of, torch_dtype
+from carb.measure.base import (
+    MB,
+    NAN,
+    LoopTimer,
+    MeasureSettings,
+    Meter,
+    is_oom,
+    knobs_of,
+    torch_dtype,
+)
 from carb.measure.nvml import NvmlDevice, UtilizationSampler
 
 
@@ -164,9 +173,9 @@ class CudaMeter(Meter):
         except MeasurementError:
             max_clk = None
         try:
-            import pynvml  # noqa: F401
-
             from importlib.metadata import version
+
+            import pynvml  # noqa: F401
 
             nvml_py = version("nvidia-ml-py")
         except Exception:  # noqa: BLE001

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import tempfile
 
-from carb.cli import compose
-from carb.collect import run_collect
+from carb.commands.cli import compose
+from carb.commands.collect import run_collect
 
 
 def collect(space: str, extra: list[str], tmp: str) -> dict:

@@ -12,8 +12,8 @@ import sys
 import time
 import warnings
 
-from carb.features import grid_features, per_image_counts, static_features
-from carb.space import load_space
+from carb.design.features import grid_features, per_image_counts, static_features
+from carb.design.space import load_space
 
 
 def main(sample: int = 12) -> None:

@@ -12,8 +12,9 @@ import time
 
 import numpy as np
 
-from carb import screening
-from carb.space import ArchConfig, configs_from_cfg, space_config
+from carb.analysis import screening
+from carb.design.arch import ArchConfig
+from carb.design.space import configs_from_cfg, space_config
 
 
 def big_grid(n: int, seed: int = 0) -> list[ArchConfig]:
@@ -28,9 +29,11 @@ def big_grid(n: int, seed: int = 0) -> list[ArchConfig]:
 
 
 def fit_reference():
-    from carb.cli import compose, to_dict
-    from carb.dataset import TARGETS, reference_dataset, ok_rows, split_dataset
-    from carb.train import build_cascade
+    from carb.commands.cli import compose, to_dict
+    from carb.data.io import reference_dataset
+    from carb.data.schema import TARGETS, ok_rows
+    from carb.data.split import split_dataset
+    from carb.model.presets import build_cascade
 
     cfg = compose("train", ["model=carb_fast"])
     df = ok_rows(reference_dataset())
@@ -70,7 +73,7 @@ def main() -> None:
         source = target
     grid = configs_from_cfg(space_config("screening"))
     run_once(grid[:200], target, source)  # warm-up
-    from carb.features import per_image_counts
+    from carb.design.features import per_image_counts
 
     res = {}
     for name, cfgs in (("3072", grid), ("100k", None)):

@@ -13,9 +13,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 
 def fit(preset: str, df) -> tuple[float, dict]:
-    from carb.cli import compose, to_dict
-    from carb.dataset import TARGETS, split_dataset
-    from carb.train import build_cascade
+    from carb.commands.cli import compose, to_dict
+    from carb.data.schema import TARGETS
+    from carb.data.split import split_dataset
+    from carb.model.presets import build_cascade
 
     cfg = compose("train", [f"model={preset}"])
     tr, va, _ = split_dataset(df, 0).frames(df)
@@ -31,7 +32,8 @@ def fit(preset: str, df) -> tuple[float, dict]:
 def main() -> None:
     from synthetic import synthetic_dataset
 
-    from carb.dataset import ok_rows, reference_dataset
+    from carb.data.io import reference_dataset
+    from carb.data.schema import ok_rows
 
     ref = ok_rows(reference_dataset())
     fast_s, fast_split = fit("carb_fast", ref)

@@ -87,7 +87,7 @@ def gpu_facts() -> dict[str, Any]:
 
 def collect_settings(overrides: list[str]) -> dict[str, Any]:
     """The resolved measure settings, seed and space of the collection (composed like the command)."""
-    from carb.cli import compose, to_dict
+    from carb.commands.cli import compose, to_dict
 
     c = to_dict(compose("collect", [*COLLECT_OVERRIDES, *overrides]))
     return {"overrides": [*COLLECT_OVERRIDES, *overrides], "measure": c["measure"], "seed": c["seed"],

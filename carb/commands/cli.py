@@ -1,20 +1,20 @@
 """Shared plumbing for the command modules: Hydra entry points that turn a :class:`CarbError`
 into one line on stderr and exit code 2 (no traceback), and small config helpers.
 
-Only command modules (``carb.collect``, ``carb.train``, ...) and this module import Hydra.
+Only command modules (``carb.commands.collect``, ``carb.commands.train``, ...) and this module import Hydra.
 """
 from __future__ import annotations
 
 import functools
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from carb.errors import CarbError
+from carb.resources import CONF_DIR as _CONF_DIR
 
 #: The project's ``conf/`` folder (top level of the repository; the package is installed editable).
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+CONF_DIR = str(_CONF_DIR)
 
 
 def concise_warnings() -> None:

@@ -1,4 +1,4 @@
-"""Static (architecture-only) features of a configuration, and the runtime interaction features.
+"""Static (architecture-only) features of a configuration: what it costs before it runs.
 
 Two paths give the same numbers:
 
@@ -27,10 +27,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from carb.space import BYTES_PER_ELEMENT, EXPANSION, ArchConfig, base_widths
+from carb.design.arch import BYTES_PER_ELEMENT, EXPANSION, ArchConfig, base_widths
 
 MB = 2.0**20
-STATIC_COLUMNS = ("flops", "params", "param_size_MB", "total_activation_MB", "max_activation_MB",
+STATIC_FEATURES = ("flops", "params", "param_size_MB", "total_activation_MB", "max_activation_MB",
                   "flops_per_param_log", "compute_intensity", "n_conv")
 
 
@@ -130,11 +130,11 @@ def _derived(flops: np.ndarray, params: np.ndarray, param_mb: np.ndarray, act_mb
 
 def grid_features(configs: Sequence[ArchConfig] | pd.DataFrame) -> pd.DataFrame:
     """Fast static features for many configs: one row per config with ``config_id``, the knob
-    columns and :data:`STATIC_COLUMNS` (same names and values as :func:`static_features`).
+    columns and :data:`STATIC_FEATURES` (same names and values as :func:`static_features`).
 
     ``configs`` is a list of :class:`ArchConfig` or a DataFrame with the knob columns."""
     if isinstance(configs, pd.DataFrame):
-        from carb.space import configs_from_records
+        from carb.design.arch import configs_from_records
 
         configs = configs_from_records(configs.to_dict("records"), source="grid frame")
     configs = list(configs)
@@ -169,14 +169,14 @@ def grid_features(configs: Sequence[ArchConfig] | pd.DataFrame) -> pd.DataFrame:
 def static_features(cfg: ArchConfig) -> dict[str, Any]:
     """Reference static features of one config (builds the model; fvcore FLOPs; hook activations).
 
-    Returns a dict with the keys of :data:`STATIC_COLUMNS`."""
+    Returns a dict with the keys of :data:`STATIC_FEATURES`."""
     import warnings
 
     import torch
     from fvcore.nn import FlopCountAnalysis
     from torch import nn
 
-    from carb.resnet import build_model
+    from carb.design.resnet import build_model
 
     model = build_model(cfg)
     x = torch.zeros(cfg.batch_size, 3, cfg.input_size, cfg.input_size)
@@ -205,21 +205,6 @@ def static_features(cfg: ArchConfig) -> dict[str, Any]:
             "n_conv": sum(1 for m in model.modules() if isinstance(m, nn.Conv2d))}
 
 
-def interaction_features(df: pd.DataFrame) -> pd.DataFrame:
-    """Add the paper's Section 5.1 hardware-load interactions (NaN where telemetry is NaN):
-    ``batch_x_sm = batch_size * avg_sm_util``, ``flops_x_sm = log1p(flops) * avg_sm_util``,
-    ``act_x_mem = log1p(total_activation_MB) * avg_mem_util``, ``util_product = avg_sm_util * avg_mem_util``.
-    Utilizations are in %. Returns a new frame."""
-    out = df.copy()
-    sm = pd.to_numeric(out.get("avg_sm_util", np.nan), errors="coerce")
-    mem = pd.to_numeric(out.get("avg_mem_util", np.nan), errors="coerce")
-    out["batch_x_sm"] = out["batch_size"] * sm
-    out["flops_x_sm"] = np.log1p(out["flops"].astype(float)) * sm
-    out["act_x_mem"] = np.log1p(out["total_activation_MB"].astype(float)) * mem
-    out["util_product"] = sm * mem
-    return out
-
-
 def flop_counter_mode_flops(cfg: ArchConfig) -> float:
     """FLOPs from ``torch.utils.flop_counter.FlopCounterMode`` on the meta device (no memory used).
 
@@ -228,7 +213,7 @@ def flop_counter_mode_flops(cfg: ArchConfig) -> float:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from carb.resnet import build_model
+    from carb.design.resnet import build_model
 
     with torch.device("meta"):
         model = build_model(cfg)

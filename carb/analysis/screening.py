@@ -6,7 +6,7 @@ prioritize (``borderline`` within one test-set MAE of a budget line, else ``acce
 Two-stage: rank the whole grid with a source device's model, keep the top K, re-score them with the
 target device's model.
 
-No torch import here: screening runs on the closed-form features of :mod:`carb.features`.
+No torch import here: screening runs on the closed-form features of :mod:`carb.design.features`.
 """
 from __future__ import annotations
 
@@ -19,11 +19,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from carb.dataset import RUNTIME_FEATURES, TARGETS, batch_tier
+from carb.analysis.evaluate import budget_classification
+from carb.data.schema import RUNTIME_FEATURES, TARGETS
+from carb.data.tiers import batch_tier
+from carb.design.features import grid_features
 from carb.errors import ConfigError
-from carb.features import grid_features, interaction_features
+from carb.model.encoding import interaction_features, pred_name
 
-PRED = {t: f"pred_{t}" for t in TARGETS}
 #: Pareto axes in order of preference: energy and memory (the paper), else what the model has.
 PARETO_PREFERENCE = ("energy_J", "peak_memory_MB", "latency_ms")
 
@@ -123,7 +125,7 @@ def prioritize(scored: pd.DataFrame, budget: Mapping[str, float], mae: Mapping[s
     feasible = np.ones(len(out), dtype=bool)
     near = np.zeros(len(out), dtype=bool)
     for t, limit in budget.items():
-        p = out[PRED[t]].to_numpy(dtype=float)
+        p = out[pred_name(t)].to_numpy(dtype=float)
         out[f"margin_{t}"] = limit - p
         feasible &= p <= limit
         m = float(mae.get(t, 0.0) or 0.0)
@@ -181,7 +183,7 @@ class ScreenResult:
 def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] | None = None,
            objective: str | None = None, source_model: Any = None, top_k: int = 100,
            shortlist_size: int = 20) -> ScreenResult:
-    """Screen a featurized grid (output of :func:`carb.features.grid_features`).
+    """Screen a featurized grid (output of :func:`carb.design.features.grid_features`).
 
     Single-stage with only ``target_model``; two-stage with ``source_model``: the source ranks the whole
     grid by ``objective``, the best ``top_k`` are re-scored by the target model, and only those can be
@@ -207,15 +209,15 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
         t = time.perf_counter()
         src = score(source_model, features)
         timings["predict_source_s"] = time.perf_counter() - t
-        src_pred = src[PRED[obj]].to_numpy(dtype=float)
-        scored[f"source_{PRED[obj]}"] = src_pred
+        src_pred = src[pred_name(obj)].to_numpy(dtype=float)
+        scored[f"source_{pred_name(obj)}"] = src_pred
         order = np.argsort(src_pred, kind="stable")
         k = int(min(top_k, len(order)))
         keep = np.zeros(len(scored), dtype=bool)
         keep[order[:k]] = True
         scored["stage1_rank"] = pd.Series(src_pred).rank(method="first").astype(int).to_numpy()
         stages.update({"stage1_kept": k, "spearman_source_target": spearman(
-            src_pred, scored[PRED[obj]].to_numpy(dtype=float))})
+            src_pred, scored[pred_name(obj)].to_numpy(dtype=float))})
     scored["stage1_kept"] = keep
     t = time.perf_counter()
     scored = prioritize(scored, clean_budget, getattr(target_model, "test_mae_", {}) or {})
@@ -226,15 +228,15 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
     scored["pareto"] = False
     if feas.any():
         idx = np.flatnonzero(feas)
-        m = pareto_mask(scored.iloc[idx][[PRED[a] for a in axes]].to_numpy(dtype=float))
+        m = pareto_mask(scored.iloc[idx][[pred_name(a) for a in axes]].to_numpy(dtype=float))
         scored.loc[scored.index[idx[m]], "pareto"] = True
     scored["rank"] = np.nan
     if feas.any():
-        scored.loc[feas, "rank"] = scored.loc[feas, PRED[obj]].rank(method="first")
+        scored.loc[feas, "rank"] = scored.loc[feas, pred_name(obj)].rank(method="first")
     timings["screen_pareto_s"] = time.perf_counter() - t
     stages["stage2_feasible"] = int(feas.sum())
-    front = scored[scored["pareto"]].sort_values(PRED[obj])
-    rest = scored[feas & ~scored["pareto"].to_numpy()].sort_values(PRED[obj])
+    front = scored[scored["pareto"]].sort_values(pred_name(obj))
+    rest = scored[feas & ~scored["pareto"].to_numpy()].sort_values(pred_name(obj))
     shortlist = pd.concat([front, rest]).head(max(shortlist_size, len(front)) if len(front) <= shortlist_size
                                                 else shortlist_size)
     return ScreenResult(scored=scored, shortlist=shortlist, objective=obj, axes=axes,
@@ -247,25 +249,9 @@ def closest_candidates(scored: pd.DataFrame, budget: Mapping[str, float], n: int
         return scored.head(0)
     over = np.zeros(len(scored))
     for t, limit in budget.items():
-        over = np.maximum(over, scored[PRED[t]].to_numpy(dtype=float) / limit - 1.0)
+        over = np.maximum(over, scored[pred_name(t)].to_numpy(dtype=float) / limit - 1.0)
     out = scored.assign(worst_overshoot=over)
     return out.sort_values("worst_overshoot").head(n)
-
-
-def budget_classification(measured: np.ndarray, predicted: np.ndarray, limit: float) -> dict[str, float]:
-    """Budget decisions vs the truth at ``limit`` (:func:`carb.evaluate.budget_classification`: accuracy,
-    false-accept and false-reject rates as shares of all rows) plus the counts behind them."""
-    from carb.evaluate import budget_classification as rates
-
-    m = np.asarray(measured, dtype=float)
-    p = np.asarray(predicted, dtype=float)
-    ok = np.isfinite(m) & np.isfinite(p)
-    out: dict[str, float] = dict(rates(m, p, limit))
-    out["n"] = int(ok.sum())
-    out["n_false_accept"] = int(((p <= limit) & (m > limit) & ok).sum())
-    out["n_false_reject"] = int(((p > limit) & (m <= limit) & ok).sum())
-    out["n_measured_feasible"] = int(((m <= limit) & ok).sum())
-    return out
 
 
 def validate(model: Any, measured: pd.DataFrame, budget: Mapping[str, float]) -> dict[str, Any]:
@@ -280,7 +266,7 @@ def validate(model: Any, measured: pd.DataFrame, budget: Mapping[str, float]) ->
         if t not in targets or t not in measured or measured[t].notna().sum() == 0:
             continue
         m = measured[t].to_numpy(dtype=float)
-        p = scored[PRED[t]].to_numpy(dtype=float)
+        p = scored[pred_name(t)].to_numpy(dtype=float)
         cls = budget_classification(m, p, limit)
         for k, v in cls.items():
             out[f"validate_{t}_{k}"] = v
@@ -293,5 +279,5 @@ def validate(model: Any, measured: pd.DataFrame, budget: Mapping[str, float]) ->
 
 
 def featurize(configs: Sequence[Any] | pd.DataFrame) -> pd.DataFrame:
-    """Fast static features of the candidates (see :func:`carb.features.grid_features`)."""
+    """Fast static features of the candidates (see :func:`carb.design.features.grid_features`)."""
     return grid_features(configs)

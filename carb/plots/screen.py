@@ -9,7 +9,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from carb.screening import PRED  # noqa: E402
+from carb.model.encoding import pred_name
 
 LABELS = {"energy_J": "predicted energy (J per timed loop)", "peak_memory_MB": "predicted peak memory (MB)",
           "latency_ms": "predicted latency (ms per batch)"}
@@ -20,7 +20,7 @@ def pareto_figure(result: Any):
     (joined as a step line) and the budget lines; borderline candidates ringed."""
     df = result.scored
     axes = result.axes if len(result.axes) == 2 else (result.axes + result.axes)[:2]
-    x, y = PRED[axes[0]], PRED[axes[1]]
+    x, y = pred_name(axes[0]), pred_name(axes[1])
     fig, ax = plt.subplots(figsize=(7, 5))
     ax.scatter(df[x], df[y], s=6, c="0.75", label=f"all candidates ({len(df)})", rasterized=True)
     feas = df[df["feasible"]]

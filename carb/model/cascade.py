@@ -1,7 +1,7 @@
 """The CARB cascade (paper Sections 5.3 and 5.5): peak memory -> energy -> latency.
 
 :class:`CarbCascade` is a scikit-learn meta-estimator on raw dataset frames. Per target it fits a
-:class:`carb.ensemble.BlendedRegressor` (XGBoost + LightGBM + ExtraTrees, validation-calibrated blend).
+:class:`carb.model.ensemble.BlendedRegressor` (XGBoost + LightGBM + ExtraTrees, validation-calibrated blend).
 Each downstream stage gets the upstream predictions as extra features (``pred_peak_memory_MB`` for
 energy, ``pred_peak_memory_MB`` and ``pred_energy_J`` for latency). On the training rows those priors
 are out-of-fold (seeded ``KFold``: each row's prior comes from a stage model that never saw the row),
@@ -20,10 +20,11 @@ the next stage.
 
 The estimator encodes the categorical knobs itself (``block`` -> ``block_bottleneck``, ``precision``
 -> ``precision_bits`` and ``precision_bf16``, ``early_downsample`` -> 0/1) and computes the
-interaction features (:func:`carb.features.interaction_features`) when they are named but absent, so
+interaction features (:func:`carb.model.encoding.interaction_features`) when they are named but absent, so
 the logged model takes raw frames. A target that ``y`` does not measure (all NaN, e.g. energy on a CPU
 without RAPL) drops its stage with a warning; the other stages still fit. A feature column that is
 all-NaN in training (telemetry a device cannot report) is dropped with a warning.
+
 """
 from __future__ import annotations
 
@@ -31,7 +32,6 @@ import logging
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -40,151 +40,36 @@ from sklearn.base import BaseEstimator, RegressorMixin, clone
 from sklearn.model_selection import KFold, train_test_split
 from sklearn.utils.validation import check_is_fitted
 
-from carb.dataset import (INTERACTION_FEATURES, KNOBS, RUNTIME_FEATURES, STATIC_FEATURES, TARGETS,
-                          hardware_stress, low_batch, strata_key, telemetry_medians)
-from carb.ensemble import MEMBERS, BlendedRegressor, resolve_n_jobs
+from carb.data.schema import INTERACTION_FEATURES, TARGETS
+from carb.data.tiers import strata_key, telemetry_medians
 from carb.errors import ConfigError, DatasetError
+from carb.model.correctors import (
+    DEFAULT_CORRECTORS,
+    REGIMES,
+    Stage,
+    forward_space,
+    inverse_space,
+    mae,
+)
+from carb.model.encoding import (
+    FULL_FEATURES,
+    INTERACTION_INPUTS,
+    UTIL_COLUMNS,
+    add_interactions,
+    encode,
+    pred_name,
+)
+from carb.model.ensemble import MEMBERS, BlendedRegressor, resolve_n_jobs
 
 log = logging.getLogger(__name__)
 
-#: Knobs the cascade uses as features (``stages`` is implied by ``block`` and ``depth``).
-MODEL_KNOBS: tuple[str, ...] = tuple(k for k in KNOBS if k != "stages")
-#: Default feature list (the ``full`` set, the paper's M1).
-FULL_FEATURES: tuple[str, ...] = MODEL_KNOBS + STATIC_FEATURES + RUNTIME_FEATURES + INTERACTION_FEATURES
-#: Allowed values of the categorical knobs.
-CATEGORIES: dict[str, tuple] = {"block": ("basic", "bottleneck"), "precision": ("fp32", "fp16", "bf16"),
-                                "early_downsample": (False, True)}
-_PRECISION_BITS = {"fp32": 32.0, "fp16": 16.0, "bf16": 16.0}
-#: Columns the interaction features are computed from.
-INTERACTION_INPUTS: tuple[str, ...] = ("batch_size", "avg_sm_util", "flops", "total_activation_MB",
-                                       "avg_mem_util")
-UTIL_COLUMNS = ("avg_sm_util", "avg_mem_util")
+
 #: Paper sizes (Section 5.3); conf/model/carb.yaml carries the same numbers plus the remaining params.
 PAPER_SPECIALISTS: dict[str, dict[str, Any]] = {
     "xgb": {"n_estimators": 800, "max_depth": 9, "learning_rate": 0.05},
     "lgbm": {"n_estimators": 800, "num_leaves": 127, "learning_rate": 0.05},
     "et": {"n_estimators": 400, "min_samples_leaf": 5},
 }
-DEFAULT_CORRECTORS: dict[str, Any] = {
-    "low_batch": {"enabled": True, "targets": None},
-    "high_load": {"enabled": True, "targets": ["peak_memory_MB"]},
-    "model": {"max_iter": 150, "max_depth": 3, "learning_rate": 0.05, "min_samples_leaf": 10,
-              "l2_regularization": 1.0},
-    "min_rows": 20,
-    "min_gain": 0.0,
-}
-REGIMES = {"low_batch": low_batch, "high_load": hardware_stress}
-
-
-def pred_name(target: str) -> str:
-    """Column name of a target's prediction: ``pred_<target>``."""
-    return f"pred_{target}"
-
-
-def add_interactions(X: pd.DataFrame) -> pd.DataFrame:
-    """``X`` with the interaction features added where missing (NaN propagates from telemetry)."""
-    from carb.features import interaction_features
-
-    missing = [c for c in INTERACTION_FEATURES if c not in X.columns]
-    if not missing:
-        return X
-    base = X.copy()
-    for c in INTERACTION_INPUTS:
-        if c not in base.columns:
-            base[c] = np.nan
-    full = interaction_features(base)
-    out = X.copy()
-    for c in missing:
-        out[c] = full[c].to_numpy()
-    return out
-
-
-def _bad_rows(mask: np.ndarray, k: int = 5) -> str:
-    return ", ".join(map(str, np.flatnonzero(mask)[:k].tolist()))
-
-
-def encode(X: pd.DataFrame, features: Sequence[str]) -> pd.DataFrame:
-    """Numeric design matrix (float64) of ``features`` from a raw frame.
-
-    Categorical knobs are expanded (``block_bottleneck``, ``precision_bits`` + ``precision_bf16``,
-    ``early_downsample`` as 0/1); everything else is cast to float. Raises :class:`ConfigError` for a
-    category outside :data:`CATEGORIES`."""
-    cols: dict[str, np.ndarray] = {}
-    for f in features:
-        v = X[f]
-        if f in CATEGORIES:
-            if f == "early_downsample":
-                s = v.map(lambda a: {"true": True, "false": False, "1": True, "0": False}.get(
-                    str(a).strip().lower()) if not isinstance(a, (bool, np.bool_)) else bool(a))
-            else:
-                s = v.astype("object")
-            bad = (~s.isin(CATEGORIES[f])).to_numpy()
-            if bad.any():
-                raise ConfigError(f"column {f!r} allows {list(CATEGORIES[f])}; other values in rows "
-                                  f"{_bad_rows(bad)} (e.g. {v.iloc[int(np.flatnonzero(bad)[0])]!r})")
-            if f == "block":
-                cols["block_bottleneck"] = (s == "bottleneck").to_numpy(float)
-            elif f == "precision":
-                cols["precision_bits"] = s.map(_PRECISION_BITS).to_numpy(float)
-                cols["precision_bf16"] = (s == "bf16").to_numpy(float)
-            else:
-                cols["early_downsample"] = s.astype(bool).to_numpy(float)
-        else:
-            num = pd.to_numeric(v, errors="coerce")
-            bad = (num.isna() & v.notna()).to_numpy()
-            if bad.any():
-                raise ConfigError(f"feature column {f!r} must be numeric; non-numeric values in rows "
-                                  f"{_bad_rows(bad)}")
-            cols[f] = num.to_numpy(float)
-    return pd.DataFrame(cols, index=X.index)
-
-
-def _inv(log_space: bool):
-    return np.exp if log_space else (lambda v: v)
-
-
-def _fwd(log_space: bool):
-    return np.log if log_space else (lambda v: v)
-
-
-def _mae(y: np.ndarray, p: np.ndarray) -> float:
-    return float(np.mean(np.abs(y - p))) if len(y) else float("nan")
-
-
-@dataclass
-class Stage:
-    """One fitted cascade stage: the blended specialists, its design columns (base features plus
-    upstream predictions), the kept regime correctors and its fitting space."""
-
-    target: str
-    columns: list[str]
-    model: BlendedRegressor
-    log_target: bool
-    correctors: list[tuple[str, Any]] = field(default_factory=list)
-    #: Smallest value the stage returns (target units): half the smallest positive training target.
-    #: Costs are positive; raw-space boosting plus correctors can otherwise extrapolate below zero.
-    floor: float = 0.0
-
-    def _corrector_input(self, D: pd.DataFrame, base: np.ndarray) -> np.ndarray:
-        return np.column_stack([D[self.columns].to_numpy(float), _fwd(self.log_target)(base)])
-
-    def predict(self, D: pd.DataFrame, X: pd.DataFrame) -> np.ndarray:
-        """Prediction (target units) for design rows ``D`` (which hold the upstream predictions) of
-        raw rows ``X`` (for the regime masks)."""
-        base = self.model.predict(D[self.columns])
-        return np.maximum(self.apply_correctors(D, X, base), self.floor)
-
-    def apply_correctors(self, D: pd.DataFrame, X: pd.DataFrame, base: np.ndarray,
-                         upto: int | None = None) -> np.ndarray:
-        """Apply the kept correctors in order (each sees the prediction corrected so far)."""
-        pred = np.asarray(base, dtype=float)
-        for name, corr in self.correctors[:upto]:
-            mask = REGIMES[name](X)
-            if mask.any():
-                z = _fwd(self.log_target)(pred).copy()
-                z[mask] += corr.predict(self._corrector_input(D, pred)[mask])
-                pred = _inv(self.log_target)(z)
-        return pred
 
 
 class CarbCascade(RegressorMixin, BaseEstimator):
@@ -204,7 +89,7 @@ class CarbCascade(RegressorMixin, BaseEstimator):
     members : sequence of str
         Specialists to blend (subset of ``("xgb", "lgbm", "et")``).
     log_target : "auto", bool or dict
-        Fitting space per target (see :mod:`carb.ensemble`); a dict maps target -> value.
+        Fitting space per target (see :mod:`carb.model.ensemble`); a dict maps target -> value.
     probe_estimators : int
         Trees of the LightGBM probe behind ``log_target="auto"``.
     oof_folds : int
@@ -451,7 +336,7 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         # regime correctors, greedily, each kept only if it lowers validation MAE
         report: dict[str, dict[str, Any]] = {}
         cur_oof, cur_val = base_oof.copy(), base_val.copy()
-        fwd = _fwd(stage.log_target)
+        fwd = forward_space(stage.log_target)
         for name in ("low_batch", "high_load"):
             spec = ccfg[name]
             wanted = spec.get("targets")
@@ -475,25 +360,25 @@ class CarbCascade(RegressorMixin, BaseEstimator):
             resid = fwd(y[rm]) - fwd(cur_oof[rm])
             corr = HistGradientBoostingRegressor(**dict(ccfg["model"]), random_state=self.random_state)
             corr.fit(Xc[rm], resid)
-            before = _mae(yv[mv], cur_val[mv])
+            before = mae(yv[mv], cur_val[mv])
             zv = fwd(cur_val).copy()
             zv[rmv] += corr.predict(stage._corrector_input(Dv, cur_val)[rmv])
-            new_val = _inv(stage.log_target)(zv)
-            after = _mae(yv[mv], new_val[mv])
+            new_val = inverse_space(stage.log_target)(zv)
+            after = mae(yv[mv], new_val[mv])
             entry.update(val_mae_before=before, val_mae_after=after)
             if after < before * (1.0 - float(ccfg["min_gain"])):
                 entry.update(kept=True, reason="lowers validation MAE")
                 stage.correctors.append((name, corr))
                 z = fwd(cur_oof).copy()
                 z[rm] += corr.predict(Xc[rm])
-                cur_oof, cur_val = _inv(stage.log_target)(z), new_val
+                cur_oof, cur_val = inverse_space(stage.log_target)(z), new_val
             else:
                 entry["reason"] = "does not lower validation MAE"
         self.corrector_report_[t] = report
         pos = y[m][y[m] > 0]
         stage.floor = float(0.5 * pos.min()) if len(pos) else 0.0
         cur_oof, cur_val = np.maximum(cur_oof, stage.floor), np.maximum(cur_val, stage.floor)
-        self.val_mae_[t] = _mae(yv[mv], cur_val[mv])
+        self.val_mae_[t] = mae(yv[mv], cur_val[mv])
         return stage, cur_oof, cur_val
 
     # ------------------------------------------------------------------ serving
@@ -539,7 +424,7 @@ class CarbCascade(RegressorMixin, BaseEstimator):
             if t in yf.columns:
                 yt = yf[t].to_numpy(float)
                 ok = np.isfinite(yt)
-                res[t] = _mae(yt[ok], pred[pred_name(t)].to_numpy()[ok])
+                res[t] = mae(yt[ok], pred[pred_name(t)].to_numpy()[ok])
         self.test_mae_ = res
         return res
 

@@ -17,7 +17,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.linear_model import LinearRegression
 from sklearn.utils.validation import check_is_fitted
 
-from carb.dataset import TARGETS
+from carb.data.schema import TARGETS
 from carb.errors import DatasetError
 
 

@@ -5,7 +5,7 @@ The table (``carb/data/timm-gpu-bench.csv``, an unmodified copy of the project's
 license text in ``carb/data/LICENSE-timm-gpu-bench``) holds one row per GPU x precision x memory layout
 x torch version x compile mode x model x image size, each at one large batch size. It has latency only.
 
-Mapping onto :mod:`carb.dataset` columns:
+Mapping onto :mod:`carb.data.schema` columns:
 
 - ``device_name`` = ``gpu``; ``device_kind`` = ``'import'``; ``torch_version`` = ``torch``; ``status`` = ok;
   ``n_warmup`` = 10 (the benchmark's warm-up count).
@@ -31,7 +31,7 @@ Mapping onto :mod:`carb.dataset` columns:
 
 Choice of rows and key: by default ALL 117 models are kept (``plain_only=False``), because the
 cross-device analysis needs no architecture knobs; non-plain models have ``block``/``depth`` NA, so such
-a frame does not pass :func:`carb.dataset.validate_dataset`. With ``plain_only=True`` only the 9 plain
+a frame does not pass :func:`carb.data.schema.validate_dataset`. With ``plain_only=True`` only the 9 plain
 torchvision-style ResNets remain and the frame is schema-validated. ``config_id`` is
 :func:`timm_config_id`: a hash of model, image size, batch size, timm precision, compile mode and
 memory layout (not of the GPU or the torch version), so the same benchmark configuration has the same
@@ -48,11 +48,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from carb.dataset import COLUMNS, conform, validate_dataset
+from carb.data.schema import COLUMNS, conform, validate_dataset
 from carb.errors import ConfigError, DatasetError
+from carb.resources import DATA_DIR
 
 #: The shipped copy of the table.
-TIMM_DATA = Path(__file__).resolve().parent.parent / "data" / "timm-gpu-bench.csv"
+TIMM_DATA = DATA_DIR / "timm-gpu-bench.csv"
 
 #: timm precision name -> schema precision.
 PRECISIONS: dict[str, str] = {"amp_fp16": "fp16", "amp_bf16": "bf16", "bf16": "bf16"}

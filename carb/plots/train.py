@@ -13,8 +13,9 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from carb.dataset import BATCH_TIERS, TARGETS, batch_tier
-from carb.evaluate import regression_metrics
+from carb.analysis.evaluate import regression_metrics
+from carb.data.schema import TARGETS
+from carb.data.tiers import BATCH_TIERS, batch_tier
 
 _UNITS = {"peak_memory_MB": "MB", "energy_J": "J", "latency_ms": "ms"}
 _TIER_COLORS = {"small": "#d62728", "medium": "#ff7f0e", "large": "#2ca02c", "xlarge": "#1f77b4"}
@@ -64,7 +65,7 @@ def pred_vs_measured(df: pd.DataFrame, pred: pd.DataFrame, targets: Sequence[str
 
 def importances_figure(importances: Mapping[str, Sequence[tuple[str, float]]]) -> Figure:
     """Horizontal bars of the top LightGBM split importances per target (output of
-    :func:`carb.evaluate.top_importances`)."""
+    :func:`carb.analysis.evaluate.top_importances`)."""
     ts = [t for t in TARGETS if t in importances]
     fig, axes = _figure(len(ts), width=4.6, height=4.2)
     for ax, t in zip(axes, ts):

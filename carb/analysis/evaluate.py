@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from carb.dataset import LOW_BATCH_MAX, TARGETS, hardware_stress, low_batch
+from carb.data.schema import TARGETS
+from carb.data.tiers import LOW_BATCH_MAX, hardware_stress, low_batch
 
 #: Evaluation regimes (``overall`` is reported without a regime infix).
 REGIMES: tuple[str, ...] = ("low_batch", "high_load", "large_batch")
@@ -85,17 +86,20 @@ def budget_classification(y_true, y_pred, budget: float) -> dict[str, float]:
 
     ``accuracy``: share of rows classified right; ``false_accept_rate``: share predicted within budget
     but measured over it (the operationally critical error); ``false_reject_rate``: share predicted over
-    but measured within. Shares of all rows with both values finite (they sum to 1); ``n`` rows."""
+    but measured within. Shares of all ``n`` rows with both values finite (they sum to 1); the counts
+    behind them: ``n_false_accept``, ``n_false_reject`` and ``n_measured_feasible``."""
     y, p = np.asarray(y_true, dtype=float), np.asarray(y_pred, dtype=float)
     ok = np.isfinite(y) & np.isfinite(p)
     y, p = y[ok], p[ok]
     n = len(y)
+    pin, tin = p <= budget, y <= budget
+    counts = {"n": n, "n_false_accept": int(np.sum(pin & ~tin)), "n_false_reject": int(np.sum(~pin & tin)),
+              "n_measured_feasible": int(np.sum(tin))}
     if n == 0:
         nan = float("nan")
-        return {"accuracy": nan, "false_accept_rate": nan, "false_reject_rate": nan, "n": 0.0}
-    pin, tin = p <= budget, y <= budget
+        return {"accuracy": nan, "false_accept_rate": nan, "false_reject_rate": nan, **counts}
     return {"accuracy": float(np.mean(pin == tin)), "false_accept_rate": float(np.mean(pin & ~tin)),
-            "false_reject_rate": float(np.mean(~pin & tin)), "n": float(n)}
+            "false_reject_rate": float(np.mean(~pin & tin)), **counts}
 
 
 def budget_metrics(df: pd.DataFrame, pred: pd.DataFrame, target: str, budget: float) -> dict[str, float]:
@@ -105,7 +109,7 @@ def budget_metrics(df: pd.DataFrame, pred: pd.DataFrame, target: str, budget: fl
     if col not in pred.columns or target not in df.columns or not np.isfinite(budget):
         return {}
     res = budget_classification(df[target].to_numpy(float), pred[col].to_numpy(float), budget)
-    out = {f"budget_{k}": v for k, v in res.items()}
+    out = {f"budget_{k}": float(res[k]) for k in ("accuracy", "false_accept_rate", "false_reject_rate", "n")}
     out[f"budget_{target}"] = float(budget)
     return out
 

@@ -1,4 +1,4 @@
-"""Configurable ResNet builder: the ``nn.Module`` for an :class:`~carb.space.ArchConfig`.
+"""Configurable ResNet builder: the ``nn.Module`` for an :class:`~carb.design.arch.ArchConfig`.
 
 The module structure mirrors torchvision's ResNet (same layer order, projection shortcuts, zero
 biases in convolutions), so with the ImageNet stem, base width 64 and 1000 classes the parameter
@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from carb.space import EXPANSION, ArchConfig, base_widths
+from carb.design.arch import EXPANSION, ArchConfig, base_widths
 
 
 def scaled(channels: int, width_mult: float) -> int:

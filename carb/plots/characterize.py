@@ -1,4 +1,4 @@
-"""Figures for the characterization tables of :mod:`carb.characterize` (paper Figures 1-4).
+"""Figures for the characterization tables of :mod:`carb.commands.characterize` (paper Figures 1-4).
 
 Each function takes the tables (DataFrames) and returns a :class:`matplotlib.figure.Figure`, or None
 when there is nothing measured to draw. Figures are built with the object-oriented API (no pyplot

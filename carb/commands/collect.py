@@ -1,0 +1,220 @@
+"""``carb-collect``: measure the configurations of a design space on one device into a dataset.
+
+``run_collect(cfg)`` takes the composed ``conf/collect.yaml`` and
+
+1. expands ``cfg.space`` into configurations, shuffles them with ``cfg.seed`` and keeps the shard
+   ``shard.index`` of ``shard.count`` (disjoint slices ``order[index::count]`` of one shuffled order);
+2. checks the output before touching anything: writable, and an existing file must be a dataset of
+   this schema measured on this device (else a one-line :class:`ConfigError` / :class:`DatasetError`);
+3. skips the ``config_id`` values that file already holds (resume), and for each remaining config:
+   static features (closed form, :func:`carb.design.features.grid_features`), builds the model, measures it
+   with the device's meter, and appends the row to the file at once (atomic rewrite: temp file +
+   rename), so a killed run loses at most the configuration in flight. Out of memory gives a
+   ``status=oom`` row, any other failure a ``status=error`` row with the message; the run goes on;
+4. shows a tqdm progress bar with ETA and logs one MLflow run: the config, the device facts,
+   ok/oom/error counts, duration, seconds per config, the collector's overhead fraction, and the
+   dataset as a run input and an artifact.
+
+``max_minutes`` stops the run before a configuration that would end after the deadline (GPU script).
+Overhead = wall time of the measuring loop outside each row's ``protocol_s`` (cool-down, warm-up,
+timed loop, utilization window): model building, features, writing, bookkeeping.
+
+"""
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from carb import tracking
+from carb.commands.cli import hydra_command, to_dict
+from carb.data.io import DatasetAppender
+from carb.data.schema import device_slug
+from carb.design.arch import ArchConfig
+from carb.design.space import configs_from_cfg
+from carb.errors import ConfigError
+from carb.measure.collector import (
+    check_device,
+    check_shard,
+    check_writable,
+    error_line,
+    make_row,
+    read_schema,
+    resolve_out,
+    shard_configs,
+)
+
+
+def _settings(c: Mapping[str, Any]) -> tuple[int, int, float | None, int | None]:
+    index, count = check_shard((c.get("shard") or {}).get("index", 0), (c.get("shard") or {}).get("count", 1))
+    mm = c.get("max_minutes")
+    if mm is not None:
+        try:
+            mm = float(mm)
+        except (TypeError, ValueError):
+            raise ConfigError(f"max_minutes: must be null or a positive number, got {mm!r}") from None
+        if not mm > 0:
+            raise ConfigError(f"max_minutes: must be null or a positive number, got {mm!r}")
+    limit = c.get("limit")
+    if limit is not None:
+        if isinstance(limit, bool) or int(limit) < 1:
+            raise ConfigError(f"limit: must be null or an integer >= 1, got {limit!r}")
+        limit = int(limit)
+    return index, count, mm, limit
+
+
+def _static_table(configs: Sequence[ArchConfig]) -> dict[str, dict[str, Any]]:
+    from carb.design.features import STATIC_FEATURES, grid_features
+
+    if not configs:
+        return {}
+    df = grid_features(list(configs))
+    return {cid: {k: rec[k] for k in STATIC_FEATURES}
+            for cid, rec in zip(df["config_id"], df.to_dict("records"))}
+
+
+def _get_meter(device: Mapping[str, Any], measure: Mapping[str, Any]):
+    from carb.measure import get_meter
+
+    return get_meter(str(device.get("kind", "auto")), index=int(device.get("index", 0) or 0), settings=measure)
+
+
+def _build_model(cfg: ArchConfig):
+    from carb.design.resnet import build_model
+
+    return build_model(cfg)
+
+
+def _progress(total: int, desc: str, enabled: bool):
+    from tqdm import tqdm
+
+    tty = sys.stderr.isatty()
+    return tqdm(total=total, desc=desc, unit="cfg", disable=not enabled, file=sys.stderr, dynamic_ncols=True,
+                mininterval=0.5 if tty else 30.0, smoothing=0.1)
+
+
+def run_collect(cfg: Any) -> dict[str, Any]:
+    """Collect the configured space on the configured device (see the module docstring).
+
+    Returns ``{"out", "run_id", "n_ok", "n_oom", "n_error", "n_existing", "n_todo", "n_measured",
+    "stopped", "duration_s", "s_per_config", "overhead_fraction", "strict_overhead_fraction",
+    "phases_s" (seconds by phase: build_model_s, static_features_s, write_s and the meter's cooldown_s,
+    prepare_s, warmup_s, peak_memory_s, timed_loop_s, kernel_launches_s, utilization_s), "device": facts}``."""
+    t_start = time.perf_counter()
+    c = to_dict(cfg)
+    index, count, max_minutes, limit = _settings(c)
+    deadline = t_start + 60.0 * max_minutes if max_minutes else None
+    space = c.get("space") or {}
+    space_name = str(space.get("name", "space"))
+    configs = configs_from_cfg(space)
+    if not configs:  # configs_from_cfg raises first; kept for custom spaces
+        raise ConfigError(f"space: {space_name!r} yields no configurations")
+    out = resolve_out(c.get("out"), index, count)
+    check_writable(out)
+    existing = read_schema(out)  # schema check before the device is opened
+    shard = shard_configs(configs, int(c.get("seed", 0) or 0), index, count)
+    tr = c.get("tracking") or {}
+
+    with _get_meter(c.get("device") or {}, c.get("measure") or {}) as meter:
+        facts = meter.device_facts()
+        identity = meter.identity()
+        check_device(existing, out, identity)
+        done = set(existing["config_id"].astype(str))
+        todo = [x for x in shard if x.config_id not in done]
+        if limit is not None:
+            todo = todo[:limit]
+        slug = device_slug(identity["device_name"])
+        run_name = c.get("run_name") or f"collect-{space_name}-{slug}-shard{index}of{count}"
+        counts = {"ok": 0, "oom": 0, "error": 0}
+        stopped = None
+        protocol_total = strict_total = 0.0
+        phases: dict[str, float] = {"build_model_s": 0.0, "static_features_s": 0.0}
+        appender = DatasetAppender(out, existing)
+        row_times: list[float] = []
+        t_loop = time.perf_counter()
+        with tracking.start_run("collect", run_name, tracking_uri=tr.get("uri", "sqlite:///mlruns/mlflow.db"),
+                                artifact_root=tr.get("artifact_root"),
+                                tags={"space": space_name, "device_name": identity["device_name"],
+                                      "device_kind": identity["device_kind"], "shard": f"{index}/{count}"}) as run_id:
+            tracking.log_params({"space": space, "measure": c.get("measure") or {}, "device": c.get("device") or {},
+                                 "seed": c.get("seed", 0), "shard": {"index": index, "count": count},
+                                 "out": str(out), "max_minutes": max_minutes, "limit": limit,
+                                 "n_space": len(configs), "n_shard": len(shard), "n_existing": len(existing),
+                                 "n_todo": len(todo)})
+            tracking.log_params({"device_facts": {k: v for k, v in facts.items() if not isinstance(v, dict)}})
+            tracking.log_dict(facts, "device_facts.json")
+            t_loop = time.perf_counter()
+            bar = _progress(len(todo), f"{space_name} {index + 1}/{count}", bool(c.get("progress", True)))
+            try:
+                t_static = time.perf_counter()
+                static = _static_table(todo)
+                phases["static_features_s"] = time.perf_counter() - t_static
+                for arch in todo:
+                    now = time.perf_counter()
+                    if deadline is not None:
+                        est = (sum(row_times) / len(row_times)) if row_times else 0.0
+                        if now + est > deadline:
+                            stopped = "deadline"
+                            break
+                    status, err, measured = "ok", None, None
+                    model = None
+                    try:
+                        t_build = time.perf_counter()
+                        model = _build_model(arch)
+                        phases["build_model_s"] += time.perf_counter() - t_build
+                        measured = meter.measure(model, arch)
+                    except Exception as e:  # noqa: BLE001 - one config's failure is a row, not a crash
+                        from carb.measure import is_oom
+
+                        status = "oom" if is_oom(e) else "error"
+                        err = error_line(e)
+                    model = None
+                    if status != "ok":
+                        meter.release()
+                    else:
+                        protocol_total += float(measured["protocol_s"])
+                        ph = meter.last_phases
+                        strict_total += sum(ph.get(k, 0.0) for k in ("cooldown_s", "timed_loop_s", "utilization_s"))
+                        for k, v in ph.items():
+                            if k != "protocol_s":
+                                phases[k] = phases.get(k, 0.0) + float(v)
+                    appender.append(make_row(arch, identity, static[arch.config_id], measured, status, err))
+                    counts[status] += 1
+                    row_times.append(time.perf_counter() - now)
+                    bar.update(1)
+                    bar.set_postfix(ok=counts["ok"], oom=counts["oom"], err=counts["error"], refresh=False)
+            finally:
+                bar.close()
+                loop_s = time.perf_counter() - t_loop
+                n_meas = sum(counts.values())
+                result = {
+                    "out": str(out), "run_id": run_id, "n_ok": counts["ok"], "n_oom": counts["oom"],
+                    "n_error": counts["error"], "n_existing": len(existing), "n_todo": len(todo),
+                    "n_measured": n_meas, "n_rows": len(appender.frame), "stopped": stopped,
+                    "duration_s": time.perf_counter() - t_start, "loop_s": loop_s,
+                    "setup_s": t_loop - t_start,
+                    "s_per_config": loop_s / n_meas if n_meas else math.nan,
+                    "overhead_fraction": (1.0 - protocol_total / loop_s) if loop_s > 0 and n_meas else math.nan,
+                    "strict_overhead_fraction": (1.0 - strict_total / loop_s) if loop_s > 0 and n_meas else math.nan,
+                    "write_s": appender.write_s, "device": facts,
+                    "phases_s": {**phases, "write_s": appender.write_s},
+                }
+                tracking.log_metrics({k: result[k] for k in (
+                    "n_ok", "n_oom", "n_error", "n_existing", "n_measured", "n_rows", "duration_s", "loop_s",
+                    "setup_s", "s_per_config", "overhead_fraction", "strict_overhead_fraction", "write_s")})
+                tracking.log_metrics({f"phase_{k}": v for k, v in result["phases_s"].items()})
+                tracking.set_tags({"stopped": stopped or ("interrupted" if n_meas < len(todo) else "complete")})
+                if len(appender.frame) and out.exists():
+                    tracking.log_dataset(appender.frame, name=f"{space_name}-{slug}", source=str(out),
+                                         context="collection")
+                    tracking.log_artifact(out, "dataset")
+    return result
+
+
+main = hydra_command("collect")(run_collect)
+
+
+if __name__ == "__main__":
+    main()

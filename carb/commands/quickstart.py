@@ -1,0 +1,73 @@
+"""``carb-quickstart``: the main job on embedded defaults.
+
+On a fresh store (nothing in ``mlruns/``) it trains the cascade on the shipped CPU reference dataset
+with the fast preset, promotes that version to ``champion``, then screens the default grid against a
+budget suited to that dataset and prints the shortlist. When a champion already exists it screens
+straight away. Extra arguments are Hydra overrides: ``tracking.*`` and ``paths.*`` apply to every
+step, anything else to the screening step (e.g. ``space.batch_sizes=[1,8]``).
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from carb.commands.cli import compose, fail
+from carb.errors import CarbError
+
+
+def _split(argv: list[str]) -> tuple[list[str], list[str]]:
+    common = [a for a in argv if a.split("=", 1)[0].lstrip("+~").startswith(("tracking.", "paths."))]
+    rest = [a for a in argv if a not in common]
+    return common, rest
+
+
+def run_quickstart(argv: list[str] | None = None) -> dict[str, Any]:
+    """Train (if needed) -> promote -> screen. Returns the screening summary plus what was done."""
+    from carb import tracking
+    from carb.commands.promote import run_promote
+    from carb.commands.screen import run_screen
+    from carb.commands.train import run_train
+    from carb.data.io import reference_dataset
+    from carb.data.schema import device_slug
+
+    common, screen_overrides = _split(list(argv or []))
+    t0 = time.perf_counter()
+    cfg = compose("screen", common)
+    tracking.configure(cfg.tracking.uri, cfg.tracking.get("artifact_root"))
+    ref = reference_dataset()
+    device = str(ref["device_name"].iloc[0])
+    name = f"carb-{device_slug(device)}"
+    steps = []
+    if tracking.get_alias(name, "champion") is None:
+        print(f"carb-quickstart: no champion for {name} in {cfg.tracking.uri}; training the fast preset "
+              f"on the shipped reference dataset ({len(ref)} rows measured on {device})")
+        run_train(compose("train", ["model=carb_fast", *common]))
+        steps.append("train")
+        run_promote(compose("promote", [f"promote.name={name}", *common]))
+        steps.append("promote")
+    else:
+        print(f"carb-quickstart: {name}@champion exists (version {tracking.get_alias(name, 'champion')}); "
+              f"screening straight away")
+    out = run_screen(compose("screen", ["screen=quickstart", f"screen.target=models:/{name}@champion",
+                                        *common, *screen_overrides]))
+    steps.append("screen")
+    uri = cfg.tracking.uri
+    print(f"carb-quickstart: done in {time.perf_counter() - t0:.0f} s ({' -> '.join(steps)}).")
+    print(f"Open the MLflow UI:  MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false .venv/bin/mlflow ui --workers 1 "
+          f"--backend-store-uri {uri}   (then http://127.0.0.1:5000)")
+    return {**out, "steps": steps}
+
+
+def main() -> None:
+    from carb.commands.cli import concise_warnings
+
+    concise_warnings()
+    try:
+        run_quickstart(sys.argv[1:])
+    except CarbError as e:
+        fail("quickstart", e)
+
+
+if __name__ == "__main__":
+    main()

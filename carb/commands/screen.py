@@ -1,0 +1,185 @@
+"""``carb-screen``: screen a design space with registered CARB models (paper Section 7).
+
+Enumerates a grid (``space=...`` or ``screen.grid_file=...``), scores it with the target model
+(``screen.target=models:/carb-<device>@champion``), optionally ranks it first with a source model
+(``screen.source=...``, two-stage), applies the budget, extracts the Pareto front, flags borderline
+candidates, prints the shortlist, writes the scored grid (parquet + CSV) and a Pareto figure, and logs
+all of it to one MLflow run. ``screen.validate=<dataset>`` also checks budget decisions on measured
+configurations (Section 7.3).
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from carb import tracking
+from carb.analysis import screening
+from carb.commands.cli import hydra_command, to_dict
+from carb.errors import ConfigError, ModelError
+from carb.model.encoding import pred_name
+
+SHOW_COLUMNS = ["block", "depth", "width_mult", "input_size", "batch_size", "precision",
+                "early_downsample"]
+
+
+def default_target(tracking_uri: str, artifact_root: str | None = None) -> str:
+    """``models:/<name>@champion`` for the only registered CARB model with a champion."""
+    tracking.configure(tracking_uri, artifact_root)
+    names = [n for n in tracking.registered_models() if n.startswith("carb-")]
+    with_champion = [n for n in names if tracking.get_alias(n, "champion")]
+    if len(with_champion) == 1:
+        return f"models:/{with_champion[0]}@champion"
+    if not with_champion:
+        raise ModelError(f"screen.target: not given and no registered model has a 'champion' alias in "
+                         f"{tracking_uri} (registered: {names or 'none'}); run carb-train then carb-promote, "
+                         f"or give screen.target=models:/<name>@<alias>")
+    raise ModelError(f"screen.target: not given and several models have a champion {with_champion}; "
+                     f"choose one with screen.target=models:/<name>@champion")
+
+
+def load_grid(cfg: Any) -> pd.DataFrame:
+    """Featurized candidates from ``screen.grid_file`` or the ``space`` config."""
+    from carb.design.arch import configs_from_records
+    from carb.design.space import configs_from_cfg
+
+    grid_file = cfg.screen.get("grid_file")
+    if grid_file:
+        p = Path(grid_file)
+        if not p.exists():
+            raise ConfigError(f"screen.grid_file: {str(p)!r} does not exist")
+        df = pd.read_parquet(p) if p.suffix == ".parquet" else pd.read_csv(p)
+        df = df.loc[:, [c for c in df.columns if not str(c).startswith("Unnamed")]]
+        configs = configs_from_records(df.to_dict("records"), source=f"screen.grid_file {p.name}")
+    else:
+        configs = configs_from_cfg(to_dict(cfg.space))
+    return screening.featurize(configs)
+
+
+def _load(uri: str, role: str) -> Any:
+    try:
+        model = tracking.load_cascade(uri)
+    except ModelError as e:
+        raise ModelError(f"screen.{role}: {e}") from None
+    model.registry_ = tracking.resolve_version(uri) if uri.startswith("models:/") else {}
+    return model
+
+
+def format_table(df: pd.DataFrame, preds: list[str], extra: list[str]) -> str:
+    """Terminal table of candidates: knobs, predictions, flags."""
+    cols = [c for c in SHOW_COLUMNS if c in df] + preds + [c for c in extra if c in df]
+    show = df[cols].copy()
+    for c in preds:
+        show[c] = show[c].map(lambda v: f"{v:.3g}")
+    return show.to_string(index=False)
+
+
+def _validation(cfg: Any, model: Any, budget: dict[str, float]) -> dict[str, Any]:
+    from carb.data.io import load_dataset
+    from carb.data.schema import ok_rows
+    from carb.data.split import split_dataset
+
+    measured = ok_rows(load_dataset(cfg.screen.validate))
+    which = cfg.screen.get("validate_split", "all")
+    if which == "test":
+        seed = int(getattr(model, "split_seed_", 0) or 0)
+        measured = split_dataset(measured, seed=seed).frames(measured)[2]
+    elif which != "all":
+        raise ConfigError(f"screen.validate_split: {which!r} is not allowed; allowed: ['all', 'test']")
+    if not budget:
+        raise ConfigError("screen.validate: needs a budget on at least one measured target "
+                          "(screen.budget.<target>=<limit>)")
+    return screening.validate(model, measured, budget)
+
+
+def run_screen(cfg: Any) -> dict[str, Any]:
+    """Screen the grid and log the run. Returns counts, stage figures, timings and file paths."""
+    uri = cfg.tracking.uri
+    art = cfg.tracking.get("artifact_root")
+    tracking.configure(uri, art)
+    target_uri = cfg.screen.target or default_target(uri, art)
+    t0 = time.perf_counter()
+    target = _load(target_uri, "target")
+    source = None
+    notes: list[str] = []
+    if cfg.screen.get("source"):
+        try:
+            source = _load(cfg.screen.source, "source")
+        except ModelError as e:
+            if not cfg.screen.get("source_optional", False):
+                raise
+            notes.append(f"source model {cfg.screen.source} is not available ({e}); running single-stage "
+                         f"with the target model only")
+    targets = screening.model_targets(target)
+    budget_cfg = {k: v for k, v in to_dict(cfg.screen.budget).items() if v is not None}
+    if cfg.screen.get("skip_unpredicted_budget", False):
+        for k in [k for k in budget_cfg if k not in targets]:
+            notes.append(f"budget on {k} dropped: the target model does not predict it (predicts {targets})")
+            budget_cfg.pop(k)
+    load_s = time.perf_counter() - t0
+    t = time.perf_counter()
+    features = load_grid(cfg)
+    feat_s = time.perf_counter() - t
+    result = screening.screen(features, target, budget_cfg, cfg.screen.get("objective"), source,
+                              int(cfg.screen.top_k), int(cfg.screen.shortlist_size))
+    result.timings_s.update({"features_s": feat_s, "load_models_s": load_s})
+    for n in notes:
+        print(f"note: {n}")
+    mode = "two-stage" if source is not None else "single-stage"
+    print(f"carb-screen: {mode}; target {target_uri} "
+          f"(v{target.registry_.get('version', '?')}, device {getattr(target, 'device_name_', '?')})"
+          + (f"; source {cfg.screen.source} (v{source.registry_.get('version', '?')})" if source else ""))
+    counts = result.counts
+    print(f"grid {counts['n_candidates']} candidates; budget {result.budget or 'none'}; objective "
+          f"{result.objective}; Pareto axes {result.axes}")
+    if source is not None:
+        print(f"stage 1 kept top {result.stages['stage1_kept']} by the source model; Spearman(source, target) "
+              f"on the whole grid = {result.stages['spearman_source_target']:.3f}")
+    print(f"accept {counts['n_accept']}, borderline {counts['n_borderline']} (within one test MAE of a budget "
+          f"line: profile these), reject {counts['n_reject']}; Pareto front {counts['n_pareto']}")
+    preds = [pred_name(t) for t in targets]
+    if result.shortlist.empty:
+        closest = screening.closest_candidates(result.scored, result.budget)
+        print("no candidate meets the budget; closest candidates (worst relative overshoot):")
+        print(format_table(closest, preds, ["worst_overshoot"]))
+    else:
+        print(f"shortlist ({len(result.shortlist)}; Pareto front first, by predicted {result.objective}):")
+        print(format_table(result.shortlist, preds, ["decision", "pareto"]))
+    out_dir = Path(cfg.screen.output_dir) / time.strftime("%Y%m%d-%H%M%S")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result.scored.to_parquet(out_dir / "scored.parquet", index=False)
+    result.scored.to_csv(out_dir / "scored.csv", index=False)
+    result.shortlist.to_csv(out_dir / "shortlist.csv", index=False)
+    from carb.plots.screen import pareto_figure
+
+    fig = pareto_figure(result)
+    fig.savefig(out_dir / "pareto.png", dpi=130, bbox_inches="tight")
+    validation = _validation(cfg, target, result.budget) if cfg.screen.get("validate") else {}
+    for k, v in validation.items():
+        if k.endswith(("accuracy", "rate", "mae")):
+            print(f"{k} = {v:.4f}" if isinstance(v, float) else f"{k} = {v}")
+    tags = {"target_model": target_uri, "target_version": target.registry_.get("version", ""),
+            "device": getattr(target, "device_name_", ""), "mode": mode}
+    if source is not None:
+        tags.update({"source_model": cfg.screen.source, "source_version": source.registry_.get("version", "")})
+    run_name = f"screen/{getattr(target, 'device_name_', 'model')}/{mode}"
+    with tracking.start_run("screen", run_name, uri, tags=tags, artifact_root=art) as run_id:
+        tracking.log_params({"screen": to_dict(cfg.screen), "space": to_dict(cfg.space)})
+        metrics = {**counts, **{k: v for k, v in result.stages.items()}, **result.timings_s, **validation}
+        tracking.log_metrics(metrics)
+        tracking.log_artifact(out_dir, "screen")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    print(f"wrote {out_dir}/scored.parquet, scored.csv, shortlist.csv, pareto.png; MLflow run {run_id}")
+    return {**counts, **result.stages, "timings_s": result.timings_s, "output_dir": str(out_dir),
+            "run_id": run_id, "target": target_uri, "mode": mode, "validation": validation,
+            "shortlist": result.shortlist, "notes": notes}
+
+
+main = hydra_command("screen")(run_screen)
+
+if __name__ == "__main__":
+    main()

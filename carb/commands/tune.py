@@ -1,0 +1,225 @@
+"""``carb-tune``: Optuna tuning of CARB's specialists and blend weights on the validation split.
+
+For each target (cascade order) and each specialist (XGBoost, LightGBM, ExtraTrees) a sub-study
+``<study>.<target>.<member>`` minimizes the validation metric (default MAE, in the target's unit) over
+the search space of ``conf/tune/*.yaml``; then ``<study>.<target>.blend`` tunes the blend weights of the
+three best specialists. Everything that does not depend on a trial is built once, outside the
+objectives: the split, a base cascade of the ``model`` preset (its out-of-fold upstream predictions are
+the downstream stages' inputs, its log-space choice per target is kept), and the design matrices.
+
+Sampler: TPE, seeded (worker ``i`` uses ``seed + i``). Pruner: median pruner on intermediate
+validation scores reported by XGBoost and LightGBM every ``report_every`` boosting rounds. Storage: any
+Optuna RDB URL (default ``sqlite:///mlruns/optuna.db``), so several workers share one study and Optuna
+hands out trial numbers. Each trial is a nested MLflow run under one parent run per study; the parent
+gets the best params and Optuna's optimization-history and parameter-importance figures.
+
+``carb-train model=tuned tune.study=<name>`` fits the cascade with the best parameters
+(:func:`tuned_per_target`).
+
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from carb.commands.cli import hydra_command, to_dict
+from carb.errors import ConfigError
+from carb.model.tuning import (
+    fit_member,
+    make_study,
+    member_predict,
+    metric_fn,
+    quiet_warnings,
+    stage_data,
+    storage_for,
+    sub_name,
+    suggest,
+)
+
+
+class TrialLogger:
+    """One nested MLflow run per trial under the study's parent run (few lines, no Optuna callback)."""
+
+    def __init__(self, cfg: Any, parent_run_id: str | None, enabled: bool) -> None:
+        self.cfg, self.parent, self.enabled = cfg, parent_run_id, enabled and parent_run_id is not None
+
+    def __call__(self, study, trial) -> None:
+        if not self.enabled:
+            return
+        from carb import tracking
+
+        with tracking.start_run("tune", f"{study.study_name}/trial-{trial.number}", self.cfg.tracking.uri,
+                                tags={"carb.study": self.cfg.tune.study, "carb.sub_study": study.study_name,
+                                      "carb.role": "trial", "carb.worker": self.cfg.tune.worker,
+                                      "trial_state": trial.state.name},
+                                parent_run_id=self.parent, artifact_root=self.cfg.tracking.get("artifact_root")):
+            tracking.log_params({**trial.params, "trial_number": trial.number})
+            if trial.value is not None:
+                tracking.log_metrics({f"val_{self.cfg.tune.metric}": trial.value})
+
+
+def parent_run(cfg: Any) -> str:
+    """The study's parent MLflow run: found by tag, or created by the first worker."""
+    from carb import tracking
+
+    tags = {"carb.study": cfg.tune.study, "carb.role": "parent"}
+    tracking.configure(cfg.tracking.uri, cfg.tracking.get("artifact_root"))
+    if int(cfg.tune.worker) > 0:
+        time.sleep(2.0 + int(cfg.tune.worker))  # let worker 0 create it
+    found = tracking.find_runs("tune", tags)
+    if found:
+        return found[0]
+    with tracking.start_run("tune", f"tune/{cfg.tune.study}", cfg.tracking.uri, tags=tags,
+                            artifact_root=cfg.tracking.get("artifact_root")) as run_id:
+        tracking.log_params({"tune": to_dict(cfg.tune), "model": to_dict(cfg.model),
+                             "features": cfg.features.name, "data": to_dict(cfg.data),
+                             "split_seed": cfg.split.seed})
+    return run_id
+
+
+def run_tune(cfg: Any) -> dict[str, Any]:
+    """Run this worker's share of the study. Returns best values/params per sub-study and timing."""
+    import optuna
+
+    from carb.data.io import load_training_frame
+    from carb.data.schema import TARGETS
+    from carb.data.split import split_dataset
+    from carb.model.ensemble import MEMBERS, resolve_n_jobs
+    from carb.model.presets import build_cascade
+
+    tc = cfg.tune
+    metric = metric_fn(str(tc.metric))
+    members = list(tc.members)
+    bad = [m for m in members if m not in MEMBERS]
+    if bad or not members:
+        raise ConfigError(f"tune.members: {bad or members} not allowed; allowed: {list(MEMBERS)}")
+    space = to_dict(tc.search_space)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = storage_for(str(tc.storage))
+    worker = int(tc.worker)
+    seed = int(tc.seed) + worker
+
+    full, device = load_training_frame(str(cfg.data.get("path") or "reference"), cfg.data.get("device"))
+    train, val, _test = split_dataset(full, seed=int(cfg.split.seed)).frames(full)
+    model_cfg = to_dict(cfg.model)
+    model_cfg.pop("tuned_from", None)
+    base = build_cascade(model_cfg, to_dict(cfg.features))
+    targets_all = [t for t in TARGETS if t in full.columns]
+    base.fit(train, train[targets_all], val, val[targets_all])
+    wanted = list(tc.targets) if tc.get("targets") else list(base.targets_)
+    unknown = [t for t in wanted if t not in base.targets_]
+    if unknown:
+        raise ConfigError(f"tune.targets: {unknown} not measured in the data; allowed: {list(base.targets_)}")
+    data = stage_data(base, train, val)
+    n_jobs = resolve_n_jobs(model_cfg.get("n_jobs"))
+    specialists = model_cfg.get("specialists") or {}
+    parent = parent_run(cfg) if tc.get("log_trials", True) else None
+    logger = TrialLogger(cfg, parent, bool(tc.get("log_trials", True)))
+    report_every = int(tc.pruner.get("report_every", 10))
+    timeout = tc.get("timeout_s")
+    results: dict[str, Any] = {}
+    n_done, t0 = 0, time.perf_counter()
+    for t in wanted:
+        sd = data[t]
+        best_models = {}
+        for m in members:
+            name = sub_name(tc.study, t, m)
+            study = make_study(name, storage, seed, int(tc.n_startup_trials), tc.pruner)
+            base_params = dict(specialists.get(m) or {})
+
+            def objective(trial, m=m, base_params=base_params):
+                params = {**base_params, **suggest(trial, space.get(m) or {})}
+                model = fit_member(m, params, sd, n_jobs, int(cfg.split.seed), trial, report_every, metric)
+                return metric(sd.yva, member_predict(model, sd))
+
+            study.optimize(objective, n_trials=int(tc.n_trials), timeout=timeout, callbacks=[logger],
+                           catch=())
+            n_done += int(tc.n_trials)
+            best = study.best_trial
+            results[name] = {"value": best.value, "params": best.params, "trial": best.number}
+            params = {**base_params, **best.params}
+            best_models[m] = fit_member(m, params, sd, n_jobs, int(cfg.split.seed))
+        P = np.column_stack([member_predict(best_models[m], sd) for m in members])
+        bname = sub_name(tc.study, t, "blend")
+        bstudy = make_study(bname, storage, seed, int(tc.n_startup_trials), tc.pruner)
+
+        def blend_objective(trial):
+            w = np.array([trial.suggest_float(f"w_{m}", 0.0, 1.0) for m in members])
+            if w.sum() <= 0:
+                w = np.ones(len(members))
+            w = w / w.sum()
+            trial.set_user_attr("weights", w.tolist())
+            z = np.column_stack([sd.fwd(P[:, i]) for i in range(len(members))]) @ w
+            return metric(sd.yva, sd.inv(z))
+
+        bstudy.enqueue_trial({f"w_{m}": 1.0 for m in members}, skip_if_exists=True)
+        bstudy.optimize(blend_objective, n_trials=int(tc.blend_trials), timeout=timeout, callbacks=[logger])
+        n_done += int(tc.blend_trials)
+        bb = bstudy.best_trial
+        results[bname] = {"value": bb.value, "weights": bb.user_attrs.get("weights"), "trial": bb.number,
+                          "member_trials": {m: results[sub_name(tc.study, t, m)]["trial"] for m in members}}
+        results[f"base.{t}"] = {"value": metric(sd.yva, base.predict(val)[f"pred_{t}"].to_numpy()[np.isfinite(val[t].to_numpy(float))])}
+    elapsed = time.perf_counter() - t0
+    per_min = n_done / elapsed * 60 if elapsed > 0 else float("nan")
+    summary = {"study": tc.study, "worker": worker, "device": device, "trials_run": n_done,
+               "elapsed_s": elapsed, "trials_per_minute": per_min, "results": results}
+    if parent:
+        _log_parent(cfg, parent, storage, wanted, members, summary)
+    print(f"carb-tune: study {tc.study!r} worker {worker}: {n_done} trials in {elapsed:.0f} s "
+          f"({per_min:.1f} trials/min) on {device}")
+    for t in wanted:
+        b = results[sub_name(tc.study, t, "blend")]
+        print(f"  {t}: base preset val {tc.metric} {results[f'base.{t}']['value']:.4g} -> tuned blend "
+              f"{b['value']:.4g} (weights {np.round(b['weights'], 3).tolist()})")
+    print(f"  use it: carb-train model=tuned tune.study={tc.study}")
+    return summary
+
+
+def _log_parent(cfg, parent: str, storage, targets, members, summary) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import optuna
+    from optuna.visualization import matplotlib as ovm
+
+    from carb import tracking
+
+    tc = cfg.tune
+    with tracking.start_run("tune", "", cfg.tracking.uri, run_id=parent):
+        metrics = {f"worker{summary['worker']}_trials_per_minute": summary["trials_per_minute"]}
+        best = {}
+        for name, r in summary["results"].items():
+            key = name.replace(f"{tc.study}.", "")
+            metrics[f"best_val_{tc.metric}.{key}"] = r["value"]
+            if "params" in r:
+                best[key] = {"params": r["params"], "trial": r["trial"], "value": r["value"]}
+            elif "weights" in r:
+                best[key] = {"weights": r["weights"], "trial": r["trial"], "value": r["value"]}
+        tracking.log_metrics(metrics)
+        tracking.log_dict(best, "best_params.json")
+        for t in targets:
+            for m in members + ["blend"]:
+                study = optuna.load_study(study_name=sub_name(tc.study, t, m), storage=storage)
+                done = [x for x in study.trials if x.state == optuna.trial.TrialState.COMPLETE]
+                if len(done) < 2:
+                    continue
+                with quiet_warnings():
+                    ax = ovm.plot_optimization_history(study)
+                    tracking.log_figure(ax.figure, f"figures/{t}/{m}_history.png")
+                    plt.close(ax.figure)
+                    try:
+                        ax = ovm.plot_param_importances(study)
+                        tracking.log_figure(ax.figure, f"figures/{t}/{m}_importances.png")
+                        plt.close(ax.figure)
+                    except Exception:  # too few distinct trials for importances
+                        pass
+
+
+main = hydra_command("tune")(run_tune)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""Reading and writing datasets: one file (parquet or CSV) or a folder of shards, validated against the
+schema; the shipped reference dataset; the ok rows of one device for training.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from carb.data.schema import TARGETS, available_targets, ok_rows, validate_dataset
+from carb.errors import ConfigError, DatasetError
+from carb.resources import DATA_DIR
+
+_REFERENCE = DATA_DIR / "cpu-reference.parquet"
+
+
+def _read_one(path: Path) -> pd.DataFrame:
+    suf = path.suffix.lower()
+    try:
+        if suf == ".parquet":
+            return pd.read_parquet(path)
+        if suf == ".csv":
+            return pd.read_csv(path, keep_default_na=True)
+    except Exception as e:
+        raise DatasetError(f"cannot read dataset {str(path)!r}: {' '.join(str(e).split())}") from None
+    raise DatasetError(f"dataset {str(path)!r}: unsupported format {suf!r}; allowed: .parquet, .csv")
+
+
+def resolve_path(path_or_name: str | Path) -> Path:
+    """Map a named dataset ('reference') or a path to a file or folder path."""
+    if str(path_or_name) in ("reference", "cpu-reference"):
+        return _REFERENCE
+    return Path(path_or_name)
+
+
+def load_dataset(path_or_folder: str | Path, validate: bool = True) -> pd.DataFrame:
+    """Load a dataset from a parquet or CSV file, a folder of shard files (all ``*.parquet`` and
+    ``*.csv`` inside, read as one dataset), or the name ``reference``; validate it against the schema."""
+    p = resolve_path(path_or_folder)
+    if not p.exists():
+        raise DatasetError(f"dataset {str(p)!r} does not exist (give a .parquet/.csv file, a folder of "
+                           f"shards, or 'reference')")
+    if p.is_dir():
+        files = sorted([*p.glob("*.parquet"), *p.glob("*.csv")])
+        if not files:
+            raise DatasetError(f"dataset folder {str(p)!r} holds no .parquet or .csv files")
+        frames = [_read_one(f) for f in files]
+        df = pd.concat([f for f in frames if len(f)] or frames[:1], ignore_index=True)
+    else:
+        df = _read_one(p)
+    return validate_dataset(df, source=str(p)) if validate else df
+
+
+def save_dataset(df: pd.DataFrame, path: str | Path) -> Path:
+    """Validate and write a dataset (parquet or CSV by suffix), atomically (temp file + rename)."""
+    p = Path(path)
+    out = validate_dataset(df, source=str(p))
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.tmp")
+    if p.suffix.lower() == ".csv":
+        out.to_csv(tmp, index=False)
+    elif p.suffix.lower() == ".parquet":
+        out.to_parquet(tmp, index=False)
+    else:
+        raise DatasetError(f"dataset {str(p)!r}: unsupported format {p.suffix!r}; allowed: .parquet, .csv")
+    tmp.replace(p)
+    return p
+
+
+def reference_dataset() -> pd.DataFrame:
+    """The shipped real CPU dataset (``carb/data/cpu-reference.parquet``; provenance beside it)."""
+    if not _REFERENCE.exists():
+        raise DatasetError(f"the shipped reference dataset {str(_REFERENCE)!r} is missing from this install")
+    return load_dataset(_REFERENCE)
+
+
+def load_training_frame(path: str, device: str | None = None) -> tuple[pd.DataFrame, str]:
+    """The ``ok`` rows of one device from a dataset path/name. Returns (frame, device name).
+
+    Raises :class:`DatasetError` when the dataset has no measured target, no ok rows, or several
+    devices and ``device`` is not given."""
+    df = load_dataset(path)
+    ok = ok_rows(df)
+    if device is not None:
+        ok = ok[ok["device_name"] == device].reset_index(drop=True)
+    devices = sorted(ok["device_name"].dropna().astype(str).unique())
+    if not devices:
+        raise DatasetError(f"data {path!r}: no rows with status 'ok'" +
+                           (f" for device {device!r}" if device else ""))
+    if len(devices) > 1:
+        raise ConfigError(f"data.device: dataset {path!r} holds devices {devices}; choose one with "
+                          f"data.device=<name> (one model per device)")
+    if not available_targets(ok):
+        raise DatasetError(f"data {path!r}: no measured target; a dataset needs values in at least one "
+                           f"of {list(TARGETS)}")
+    return ok, devices[0]
+
+
+class DatasetAppender:
+    """Holds the dataset in memory and rewrites ``path`` atomically after each appended row (each
+    new row is validated on its own; the file is a valid dataset after every row)."""
+
+    def __init__(self, path: Path, existing: pd.DataFrame) -> None:
+        self.path = path
+        self.frame = existing.reset_index(drop=True)
+        self.write_s = 0.0
+
+    def append(self, row: Mapping[str, Any]) -> None:
+        t = time.perf_counter()
+        new = validate_dataset(pd.DataFrame([row]), source=f"{self.path} (new row)")
+        self.frame = new if not len(self.frame) else pd.concat([self.frame, new], ignore_index=True)
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        if self.path.suffix.lower() == ".csv":
+            self.frame.to_csv(tmp, index=False)
+        else:
+            self.frame.to_parquet(tmp, index=False)
+        os.replace(tmp, self.path)
+        self.write_s += time.perf_counter() - t

@@ -1,0 +1,193 @@
+"""The dataset schema as code: one row = one configuration measured on one device.
+
+Units are in the column names. ``MB`` means MiB (2**20 bytes), the unit torch reports.
+FLOPs follow fvcore's convention: one multiply-add counts as ONE flop (``FlopCounterMode`` counts 2).
+
+Columns by group (dtype in brackets):
+
+identity
+    ``config_id`` [str] stable hash of the architecture knobs (see :class:`carb.design.arch.ArchConfig`);
+    ``device_name`` [str]; ``device_kind`` [str] cuda | cpu | import (third-party table);
+    ``driver`` [str]; ``torch_version`` [str]; ``measured_at`` [str, ISO-8601 UTC];
+    ``status`` [str] ok | oom | error; ``error`` [str] message for non-ok rows;
+    ``missing_reason`` [str] why a target or runtime feature is NaN ("energy_J: ...; avg_sm_util: ...").
+knobs
+    ``block`` [str] basic | bottleneck; ``depth`` [int]; ``width_mult`` [float]; ``input_size`` [int]
+    (H = W, pixels); ``batch_size`` [int]; ``precision`` [str] fp32 | fp16 | bf16;
+    ``early_downsample`` [bool] ImageNet stem (True) or CIFAR stem (False); ``stages`` [str] blocks
+    per stage, e.g. "2-2-2-2".
+static features
+    ``flops`` [float] fvcore count for one forward of the whole batch; ``params`` [int];
+    ``param_size_MB`` [float] parameter bytes at the precision / 2**20; ``total_activation_MB`` and
+    ``max_activation_MB`` [float] sum / max of leaf-module output bytes (whole batch) / 2**20;
+    ``flops_per_param_log`` [float] log10(flops / params); ``compute_intensity`` [float]
+    flops / (param_size_MB + total_activation_MB), FLOPs per MB; ``n_conv`` [int] conv layers.
+runtime features (NaN where the device cannot report them)
+    ``avg_sm_util`` [float, %]; ``avg_mem_util`` [float, %]; ``gpu_temp_C`` [float, deg C];
+    ``kernel_launches`` [float, count per forward].
+targets (NaN where not measured, never 0)
+    ``peak_memory_MB`` [float] max allocated over one forward after a peak reset;
+    ``energy_J`` [float] energy-counter difference over the timed loop of ``n_runs`` batches;
+    ``latency_ms`` [float] mean per batch.
+measurement record
+    ``n_runs``, ``n_warmup`` [int]; ``latency_std_ms``, ``avg_power_W`` [float, W];
+    ``locked_sm_clock_MHz``, ``locked_mem_clock_MHz`` [float, NaN when not locked];
+    ``duration_s`` [float] length of the timed loop; ``threads`` [int] CPU threads (NaN on GPU rows
+    is allowed); ``protocol_s`` [float] wall time of the whole measurement protocol of the row
+    (warm-up, timed loop, utilization window, cool-down).
+
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+import numpy as np
+import pandas as pd
+
+from carb.errors import DatasetError
+
+#: Targets in cascade order (memory -> energy -> latency).
+TARGETS: tuple[str, ...] = ("peak_memory_MB", "energy_J", "latency_ms")
+
+
+IDENTITY: tuple[str, ...] = ("config_id", "device_name", "device_kind", "driver", "torch_version",
+                             "measured_at", "status", "error", "missing_reason")
+
+
+
+
+
+
+RUNTIME_FEATURES: tuple[str, ...] = ("avg_sm_util", "avg_mem_util", "gpu_temp_C", "kernel_launches")
+
+
+RECORD: tuple[str, ...] = ("n_runs", "n_warmup", "latency_std_ms", "avg_power_W", "locked_sm_clock_MHz",
+                           "locked_mem_clock_MHz", "duration_s", "threads", "protocol_s")
+
+
+#: Interaction features of the paper's Section 5.1 (functions of runtime features; see carb.design.features).
+INTERACTION_FEATURES: tuple[str, ...] = ("batch_x_sm", "flops_x_sm", "act_x_mem", "util_product")
+
+
+_STR, _INT, _FLOAT, _BOOL = "string", "int64", "float64", "bool"
+
+
+SCHEMA: dict[str, str] = {
+    **{c: _STR for c in IDENTITY},
+    "block": _STR, "depth": _INT, "width_mult": _FLOAT, "input_size": _INT, "batch_size": _INT,
+    "precision": _STR, "early_downsample": _BOOL, "stages": _STR,
+    "flops": _FLOAT, "params": _INT, "param_size_MB": _FLOAT, "total_activation_MB": _FLOAT,
+    "max_activation_MB": _FLOAT, "flops_per_param_log": _FLOAT, "compute_intensity": _FLOAT,
+    "n_conv": _INT,
+    **{c: _FLOAT for c in RUNTIME_FEATURES},
+    **{c: _FLOAT for c in TARGETS},
+    "n_runs": _FLOAT, "n_warmup": _FLOAT, "latency_std_ms": _FLOAT, "avg_power_W": _FLOAT,
+    "locked_sm_clock_MHz": _FLOAT, "locked_mem_clock_MHz": _FLOAT, "duration_s": _FLOAT,
+    "threads": _FLOAT, "protocol_s": _FLOAT,
+}
+
+
+COLUMNS: tuple[str, ...] = tuple(SCHEMA)
+
+
+STATUSES = ("ok", "oom", "error")
+
+
+def device_slug(device_name: str) -> str:
+    """Registry-friendly slug of a device name: 'NVIDIA H200' -> 'nvidia-h200'."""
+    s = re.sub(r"[^a-z0-9]+", "-", str(device_name).lower()).strip("-")
+    return s or "unknown"
+
+
+def _first_rows(mask: np.ndarray, k: int = 5) -> str:
+    rows = np.flatnonzero(mask)[:k].tolist()
+    return ", ".join(map(str, rows))
+
+
+def empty_frame() -> pd.DataFrame:
+    """An empty frame with the schema's columns and dtypes."""
+    return pd.DataFrame({c: pd.Series(dtype=SCHEMA[c]) for c in COLUMNS})
+
+
+def conform(df: pd.DataFrame, fill_missing: Iterable[str] = ()) -> pd.DataFrame:
+    """Add the columns named in ``fill_missing`` (as NaN/NA) and order columns as the schema does
+    (extra columns are kept at the end). Used by importers of third-party tables."""
+    df = df.copy()
+    for c in fill_missing:
+        if c not in df.columns:
+            df[c] = pd.Series(pd.NA if SCHEMA.get(c) == _STR else np.nan, index=df.index,
+                              dtype=SCHEMA.get(c, _FLOAT) if SCHEMA.get(c) != _INT else _FLOAT)
+    extra = [c for c in df.columns if c not in SCHEMA]
+    return df[[c for c in COLUMNS if c in df.columns] + extra]
+
+
+def validate_dataset(df: pd.DataFrame, source: str = "dataset") -> pd.DataFrame:
+    """Check a frame against the schema and return it with canonical dtypes.
+
+    Raises :class:`DatasetError` naming the column and the first offending rows for: a missing column,
+    a value that does not fit the column's dtype, an unknown status/block/precision, a non-positive
+    target where a value is given, or a duplicate ``config_id`` on one device.
+    """
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise DatasetError(f"{source}: missing column(s) {missing}; a dataset needs all of "
+                           f"carb.data.schema.COLUMNS")
+    out = df.copy()
+    for c, dt in SCHEMA.items():
+        col = out[c]
+        if dt == _STR:
+            out[c] = col.astype("string")
+        elif dt == _BOOL:
+            if col.dtype == bool:
+                continue
+            mapped = col.map(lambda v: {"true": True, "false": False, "1": True, "0": False}.get(
+                str(v).strip().lower(), None) if not isinstance(v, (bool, np.bool_)) else bool(v))
+            bad = mapped.isna().to_numpy()
+            if bad.any():
+                raise DatasetError(f"{source}: column {c!r} must be boolean (true/false); bad values in "
+                                   f"rows {_first_rows(bad)}")
+            out[c] = mapped.astype(bool)
+        else:
+            num = pd.to_numeric(col, errors="coerce")
+            bad = (num.isna() & col.notna()).to_numpy()
+            if bad.any():
+                raise DatasetError(f"{source}: column {c!r} must be numeric ({dt}); non-numeric values "
+                                   f"in rows {_first_rows(bad)}")
+            if dt == _INT:
+                if num.isna().any():
+                    raise DatasetError(f"{source}: column {c!r} must be an integer with no missing "
+                                       f"values; missing in rows {_first_rows(num.isna().to_numpy())}")
+                if (num != np.round(num)).any():
+                    raise DatasetError(f"{source}: column {c!r} must be an integer; fractional values "
+                                       f"in rows {_first_rows((num != np.round(num)).to_numpy())}")
+                out[c] = num.astype("int64")
+            else:
+                out[c] = num.astype("float64")
+    for c, allowed in (("status", STATUSES), ("block", ("basic", "bottleneck")),
+                       ("precision", ("fp32", "fp16", "bf16"))):
+        bad = (~out[c].isin(allowed)).to_numpy()
+        if bad.any():
+            raise DatasetError(f"{source}: column {c!r} allows {list(allowed)}; other values in rows "
+                               f"{_first_rows(bad)}")
+    for c in TARGETS:
+        bad = (out[c] <= 0).fillna(False).to_numpy()
+        if bad.any():
+            raise DatasetError(f"{source}: target {c!r} must be positive where given (missing is NaN, "
+                               f"never 0); non-positive in rows {_first_rows(bad)}")
+    dup = out.duplicated(["device_name", "config_id"], keep="first").to_numpy()
+    if dup.any():
+        raise DatasetError(f"{source}: duplicate config_id on one device in rows {_first_rows(dup)}")
+    extra = [c for c in out.columns if c not in SCHEMA]
+    return out[list(COLUMNS) + extra].reset_index(drop=True)
+
+
+def ok_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows with ``status == 'ok'`` (index reset)."""
+    return df[df["status"] == "ok"].reset_index(drop=True)
+
+
+def available_targets(df: pd.DataFrame) -> list[str]:
+    """Targets with at least one measured (non-NaN) value among ok rows, in cascade order."""
+    ok = ok_rows(df) if "status" in df.columns else df
+    return [t for t in TARGETS if t in ok.columns and ok[t].notna().any()]

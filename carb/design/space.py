@@ -1,0 +1,149 @@
+"""The design space: the expansion of a space config (``conf/space/*.yaml``) into a list of
+:class:`~carb.design.arch.ArchConfig` (grid or seeded random sample, optionally capped by FLOPs).
+
+Nothing here imports torch, Hydra or OmegaConf: spaces are plain YAML, and overrides follow Hydra's
+dotlist syntax, so ``load_space("screening", ["batch_sizes=[1,8]"])`` gives the same configs as
+``carb-screen space.batch_sizes=[1,8]``.
+"""
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from carb.design.arch import BLOCKS, LAYOUTS, ArchConfig
+from carb.errors import ConfigError
+from carb.resources import CONF_DIR
+
+SPACE_KEYS: tuple[str, ...] = ("name", "mode", "n", "seed", "blocks", "depths", "width_mults",
+                               "input_sizes", "batch_sizes", "precisions", "early_downsample",
+                               "stages", "num_classes", "description", "max_flops")
+
+
+_CONF_SPACE = CONF_DIR / "space"
+
+
+def _as_plain(node: Any) -> Any:
+    try:
+        from omegaconf import OmegaConf
+
+        if OmegaConf.is_config(node):
+            return OmegaConf.to_container(node, resolve=True)
+    except ImportError:  # pragma: no cover
+        pass
+    return node
+
+
+def _listify(name: str, v: Any) -> list:
+    if isinstance(v, (list, tuple)):
+        if not v:
+            raise ConfigError(f"space.{name}: empty list; give at least one value")
+        return list(v)
+    return [v]
+
+
+def space_size(space: Mapping[str, Any]) -> int:
+    """Size of the full product of a space's knob values."""
+    return len(_product(space))
+
+
+def _product(space: Mapping[str, Any]) -> list[tuple]:
+    unknown = sorted(set(space) - set(SPACE_KEYS))
+    if unknown:
+        raise ConfigError(f"space: unknown key(s) {unknown}; allowed: {list(SPACE_KEYS)}")
+    blocks = _listify("blocks", space.get("blocks", list(BLOCKS)))
+    depths = space.get("depths")
+    if not isinstance(depths, Mapping):
+        raise ConfigError("space.depths: must map each block family to its depths, e.g. "
+                          "{basic: [14, 20], bottleneck: [50]}")
+    bad = sorted(set(depths) - set(BLOCKS))
+    if bad:
+        raise ConfigError(f"space.depths: unknown block family {bad}; allowed: {list(BLOCKS)}")
+    rows = []
+    for block in blocks:
+        if block not in BLOCKS:
+            raise ConfigError(f"space.blocks: {block!r} is not allowed; allowed: {list(BLOCKS)}")
+        if block not in depths or depths[block] in (None, []):
+            raise ConfigError(f"space.depths.{block}: no depths given for block family {block!r}")
+        for combo in itertools.product(
+                _listify(f"depths.{block}", depths[block]), _listify("width_mults", space.get("width_mults", [1.0])),
+                _listify("input_sizes", space.get("input_sizes", [224])),
+                _listify("batch_sizes", space.get("batch_sizes", [1])),
+                _listify("precisions", space.get("precisions", ["fp32"])),
+                _listify("early_downsample", space.get("early_downsample", [True]))):
+            rows.append((block, *combo))
+    return rows
+
+
+def _cap_flops(rows: list[tuple], max_flops: float, num_classes: int) -> list[tuple]:
+    """Keep the rows whose forward of the whole batch costs at most ``max_flops`` (fvcore count)."""
+    from carb.design.features import per_image_counts
+
+    keep = []
+    for row in rows:
+        block, depth, w, size, bs, _prec, ed = row
+        layout = LAYOUTS.get(block, {}).get(int(depth))
+        if layout is None:  # invalid depth: let ArchConfig raise the clear error
+            keep.append(row)
+            continue
+        if per_image_counts(block, layout, float(w), int(size), bool(ed), num_classes)[0] * bs <= max_flops:
+            keep.append(row)
+    return keep
+
+
+def configs_from_cfg(space: Mapping[str, Any]) -> list[ArchConfig]:
+    """Expand a space config (the composed ``space`` node or a plain dict) into validated configs.
+
+    ``max_flops`` (optional) drops configs whose whole-batch forward exceeds that fvcore count before
+    sampling. ``mode: grid`` gives the full product in a fixed order; ``mode: random`` gives ``n`` distinct
+    configs drawn with ``seed`` (all of them, shuffled, when ``n`` >= the product size). Every config is
+    validated before anything is built; the first invalid one raises :class:`ConfigError`.
+    """
+    space = _as_plain(space)
+    mode = space.get("mode", "grid")
+    if mode not in ("grid", "random"):
+        raise ConfigError(f"space.mode: {mode!r} is not allowed; allowed: ['grid', 'random']")
+    rows = _product(space)
+    num_classes = int(space.get("num_classes", 1000) or 1000)
+    max_flops = space.get("max_flops")
+    if max_flops is not None:
+        rows = _cap_flops(rows, float(max_flops), num_classes)
+    if mode == "random":
+        n = space.get("n")
+        if n is None or int(n) <= 0:
+            raise ConfigError(f"space.n: random mode needs a positive sample size, got {n!r}")
+        rng = random.Random(int(space.get("seed", 0) or 0))
+        rows = rng.sample(rows, min(int(n), len(rows)))
+    out = []
+    for block, depth, w, size, bs, prec, ed in rows:
+        out.append(ArchConfig(block=block, depth=depth, width_mult=w, input_size=size, batch_size=bs,
+                              precision=prec, early_downsample=ed, num_classes=num_classes))
+    if not out:
+        raise ConfigError("space: yields no configurations")
+    return out
+
+
+def space_config(name: str, overrides: Iterable[str] = ()) -> dict[str, Any]:
+    """Read ``conf/space/<name>.yaml`` and apply dotlist overrides (``batch_sizes=[1,8]``, with or
+    without a leading ``space.``) exactly as Hydra would on the command line."""
+    from omegaconf import OmegaConf
+
+    path = _CONF_SPACE / f"{name}.yaml"
+    if not path.exists():
+        allowed = sorted(p.stem for p in _CONF_SPACE.glob("*.yaml"))
+        raise ConfigError(f"space: {name!r} is not a known space; allowed: {allowed}")
+    cfg = OmegaConf.load(path)
+    dot = [o[len("space."):] if o.startswith("space.") else o for o in overrides]
+    if dot:
+        for o in dot:
+            key = o.split("=", 1)[0].lstrip("+~")
+            if key.split(".")[0] not in SPACE_KEYS:
+                raise ConfigError(f"space: unknown key {key!r}; allowed: {list(SPACE_KEYS)}")
+        cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(dot))
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+
+
+def load_space(name: str, overrides: Iterable[str] = ()) -> list[ArchConfig]:
+    """The configs of ``conf/space/<name>.yaml`` with overrides applied (see :func:`space_config`)."""
+    return configs_from_cfg(space_config(name, overrides))

@@ -1,0 +1,117 @@
+"""What the estimators see: the feature lists, the numeric encoding of raw dataset rows (categorical
+knobs expanded), the runtime interaction features of the paper's Section 5.1, and the name of a
+target's prediction column.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from carb.data.schema import INTERACTION_FEATURES, RUNTIME_FEATURES
+from carb.design.arch import KNOBS
+from carb.design.features import STATIC_FEATURES
+from carb.errors import ConfigError
+
+#: Knobs the cascade uses as features (``stages`` is implied by ``block`` and ``depth``).
+MODEL_KNOBS: tuple[str, ...] = tuple(k for k in KNOBS if k != "stages")
+
+
+#: Default feature list (the ``full`` set, the paper's M1).
+FULL_FEATURES: tuple[str, ...] = MODEL_KNOBS + STATIC_FEATURES + RUNTIME_FEATURES + INTERACTION_FEATURES
+
+
+#: Allowed values of the categorical knobs.
+CATEGORIES: dict[str, tuple] = {"block": ("basic", "bottleneck"), "precision": ("fp32", "fp16", "bf16"),
+                                "early_downsample": (False, True)}
+
+
+_PRECISION_BITS = {"fp32": 32.0, "fp16": 16.0, "bf16": 16.0}
+
+
+#: Columns the interaction features are computed from.
+INTERACTION_INPUTS: tuple[str, ...] = ("batch_size", "avg_sm_util", "flops", "total_activation_MB",
+                                       "avg_mem_util")
+
+
+UTIL_COLUMNS = ("avg_sm_util", "avg_mem_util")
+
+
+def pred_name(target: str) -> str:
+    """Column name of a target's prediction: ``pred_<target>``."""
+    return f"pred_{target}"
+
+
+def interaction_features(df: pd.DataFrame) -> pd.DataFrame:
+    """Add the paper's Section 5.1 hardware-load interactions (NaN where telemetry is NaN):
+    ``batch_x_sm = batch_size * avg_sm_util``, ``flops_x_sm = log1p(flops) * avg_sm_util``,
+    ``act_x_mem = log1p(total_activation_MB) * avg_mem_util``, ``util_product = avg_sm_util * avg_mem_util``.
+    Utilizations are in %. Returns a new frame."""
+    out = df.copy()
+    sm = pd.to_numeric(out.get("avg_sm_util", np.nan), errors="coerce")
+    mem = pd.to_numeric(out.get("avg_mem_util", np.nan), errors="coerce")
+    out["batch_x_sm"] = out["batch_size"] * sm
+    out["flops_x_sm"] = np.log1p(out["flops"].astype(float)) * sm
+    out["act_x_mem"] = np.log1p(out["total_activation_MB"].astype(float)) * mem
+    out["util_product"] = sm * mem
+    return out
+
+
+
+def add_interactions(X: pd.DataFrame) -> pd.DataFrame:
+    """``X`` with the interaction features added where missing (NaN propagates from telemetry)."""
+    from carb.model.encoding import interaction_features
+
+    missing = [c for c in INTERACTION_FEATURES if c not in X.columns]
+    if not missing:
+        return X
+    base = X.copy()
+    for c in INTERACTION_INPUTS:
+        if c not in base.columns:
+            base[c] = np.nan
+    full = interaction_features(base)
+    out = X.copy()
+    for c in missing:
+        out[c] = full[c].to_numpy()
+    return out
+
+
+def _bad_rows(mask: np.ndarray, k: int = 5) -> str:
+    return ", ".join(map(str, np.flatnonzero(mask)[:k].tolist()))
+
+
+def encode(X: pd.DataFrame, features: Sequence[str]) -> pd.DataFrame:
+    """Numeric design matrix (float64) of ``features`` from a raw frame.
+
+    Categorical knobs are expanded (``block_bottleneck``, ``precision_bits`` + ``precision_bf16``,
+    ``early_downsample`` as 0/1); everything else is cast to float. Raises :class:`ConfigError` for a
+    category outside :data:`CATEGORIES`."""
+    cols: dict[str, np.ndarray] = {}
+    for f in features:
+        v = X[f]
+        if f in CATEGORIES:
+            if f == "early_downsample":
+                s = v.map(lambda a: {"true": True, "false": False, "1": True, "0": False}.get(
+                    str(a).strip().lower()) if not isinstance(a, (bool, np.bool_)) else bool(a))
+            else:
+                s = v.astype("object")
+            bad = (~s.isin(CATEGORIES[f])).to_numpy()
+            if bad.any():
+                raise ConfigError(f"column {f!r} allows {list(CATEGORIES[f])}; other values in rows "
+                                  f"{_bad_rows(bad)} (e.g. {v.iloc[int(np.flatnonzero(bad)[0])]!r})")
+            if f == "block":
+                cols["block_bottleneck"] = (s == "bottleneck").to_numpy(float)
+            elif f == "precision":
+                cols["precision_bits"] = s.map(_PRECISION_BITS).to_numpy(float)
+                cols["precision_bf16"] = (s == "bf16").to_numpy(float)
+            else:
+                cols["early_downsample"] = s.astype(bool).to_numpy(float)
+        else:
+            num = pd.to_numeric(v, errors="coerce")
+            bad = (num.isna() & v.notna()).to_numpy()
+            if bad.any():
+                raise ConfigError(f"feature column {f!r} must be numeric; non-numeric values in rows "
+                                  f"{_bad_rows(bad)}")
+            cols[f] = num.to_numpy(float)
+    return pd.DataFrame(cols, index=X.index)

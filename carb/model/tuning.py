@@ -1,0 +1,223 @@
+"""Optuna tuning of the cascade's specialists and blend weights, as library functions: the search-space
+sampler, the shared (file-locked) storage, per-stage design matrices, specialist fits that report to a
+pruner, and the reading of a finished study back as the cascade's ``per_target`` parameters.
+
+Optuna and the boosting libraries are imported inside the functions; the ``carb-tune`` command
+(:mod:`carb.commands.tune`) drives these and logs trials to MLflow.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from carb.errors import ConfigError, ModelError
+
+METRICS = ("mae", "rmse", "mape")
+
+
+def metric_fn(name: str):
+    """Validation metric (lower is better) on arrays in the target's unit."""
+    if name == "mae":
+        return lambda y, p: float(np.mean(np.abs(y - p)))
+    if name == "rmse":
+        return lambda y, p: float(np.sqrt(np.mean((y - p) ** 2)))
+    if name == "mape":
+        return lambda y, p: float(np.mean(np.abs(y - p) / np.abs(y)) * 100.0)
+    raise ConfigError(f"tune.metric: {name!r} is not allowed; allowed: {list(METRICS)}")
+
+
+def suggest(trial, space: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Sample one value per entry of a search space (``{name: {type, low, high, log, step, choices}}``)."""
+    out: dict[str, Any] = {}
+    for name, spec in space.items():
+        kind = spec.get("type")
+        if kind == "int":
+            out[name] = trial.suggest_int(name, int(spec["low"]), int(spec["high"]),
+                                          step=int(spec.get("step", 1)), log=bool(spec.get("log", False)))
+        elif kind == "float":
+            kw = {"log": bool(spec.get("log", False))}
+            if spec.get("step") is not None:
+                kw = {"step": float(spec["step"])}
+            out[name] = trial.suggest_float(name, float(spec["low"]), float(spec["high"]), **kw)
+        elif kind == "categorical":
+            out[name] = trial.suggest_categorical(name, list(spec["choices"]))
+        else:
+            raise ConfigError(f"tune.search_space.{name}.type: {kind!r} is not allowed; allowed: "
+                              f"['int', 'float', 'categorical']")
+    return out
+
+
+def storage_for(url: str):
+    """An Optuna RDB storage; SQLite gets a long lock timeout so concurrent workers wait, not fail."""
+    import optuna
+
+    if url.startswith("sqlite:///"):
+        import fcntl
+        from pathlib import Path
+
+        db = Path(url[len("sqlite:///"):]).resolve()
+        db.parent.mkdir(parents=True, exist_ok=True)
+        with open(db.with_name(db.name + ".lock"), "w") as lock:  # workers on a fresh file: one migrates
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 120}})
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+    return optuna.storages.RDBStorage(url)
+
+
+def make_study(name: str, storage, seed: int, n_startup: int, pruner_cfg: Mapping[str, Any]):
+    import optuna
+
+    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup)
+    pruner = optuna.pruners.MedianPruner(n_startup_trials=int(pruner_cfg.get("n_startup_trials", 3)),
+                                         n_warmup_steps=int(pruner_cfg.get("n_warmup_steps", 30)))
+    for attempt in range(5):  # two workers creating the same study at once: one wins, the other loads
+        try:
+            return optuna.create_study(study_name=name, storage=storage, sampler=sampler, pruner=pruner,
+                                       direction="minimize", load_if_exists=True)
+        except Exception:
+            if attempt == 4:
+                raise
+            time.sleep(0.5 + attempt)
+    raise RuntimeError("unreachable")
+
+
+class StageData:
+    """Design matrices of one cascade stage: train/validation rows in the stage's fitting space."""
+
+    def __init__(self, target: str, Dtr: pd.DataFrame, ytr: np.ndarray, Dva: pd.DataFrame, yva: np.ndarray,
+                 log_target: bool) -> None:
+        self.target, self.Dtr, self.Dva, self.log_target = target, Dtr, Dva, log_target
+        mtr, mva = np.isfinite(ytr), np.isfinite(yva)
+        self.Dtr, self.ytr = Dtr[mtr], ytr[mtr]
+        self.Dva, self.yva = Dva[mva], yva[mva]
+
+    def fwd(self, y: np.ndarray) -> np.ndarray:
+        return np.log(y) if self.log_target else y
+
+    def inv(self, z: np.ndarray) -> np.ndarray:
+        return np.exp(z) if self.log_target else z
+
+
+def stage_data(base, train: pd.DataFrame, val: pd.DataFrame) -> dict[str, StageData]:
+    """Per-target design matrices from a fitted base cascade: encoded features plus upstream
+    predictions (out-of-fold on train rows, the fitted stages' on validation rows)."""
+    from carb.model.encoding import add_interactions, encode, pred_name
+
+    Xtr = add_interactions(train.reset_index(drop=True))
+    Xva = add_interactions(val.reset_index(drop=True))
+    Dtr, Dva = encode(Xtr, base.feature_names_), encode(Xva, base.feature_names_)
+    val_pred = base.predict(Xva)
+    out: dict[str, StageData] = {}
+    for t in base.targets_:  # upstream pred_* columns are added before the stage that needs them
+        cols = list(base.stages_[t].columns)
+        out[t] = StageData(t, Dtr[cols].copy(), Xtr[t].to_numpy(float), Dva[cols].copy(),
+                           Xva[t].to_numpy(float), bool(base.log_target_[t]))
+        Dtr[pred_name(t)] = base.oof_predictions_[pred_name(t)].to_numpy()
+        Dva[pred_name(t)] = val_pred[pred_name(t)].to_numpy()
+    return out
+
+
+def fit_member(member: str, params: dict[str, Any], sd: StageData, n_jobs: int, seed: int,
+                trial=None, report_every: int = 10, metric=None):
+    """Fit one specialist on the stage's train rows; with ``trial``, report validation scores during
+    boosting and raise ``optuna.TrialPruned`` when the pruner says so."""
+    from carb.model.ensemble import make_member
+
+    model = make_member(member, params, n_jobs, seed)
+    y = sd.fwd(sd.ytr)
+    if trial is None or member == "et":
+        return model.fit(sd.Dtr, y)
+    import optuna
+
+    if member == "lgbm":
+        def cb(env):
+            it = env.iteration + 1
+            if it % report_every == 0:
+                p = sd.inv(env.model.predict(sd.Dva.to_numpy(float), num_iteration=it))
+                trial.report(metric(sd.yva, p), it)
+                if trial.should_prune():
+                    raise optuna.TrialPruned(f"pruned at boosting round {it}")
+        return model.fit(sd.Dtr, y, callbacks=[cb])
+    import xgboost as xgb
+
+    class Report(xgb.callback.TrainingCallback):
+        def after_iteration(self, booster, epoch, evals_log):
+            it = epoch + 1
+            if it % report_every == 0:
+                p = sd.inv(booster.inplace_predict(sd.Dva.to_numpy(float), iteration_range=(0, it)))
+                trial.report(metric(sd.yva, p), it)
+                if trial.should_prune():
+                    raise optuna.TrialPruned(f"pruned at boosting round {it}")
+            return False
+
+    model.set_params(callbacks=[Report()])
+    model.fit(sd.Dtr, y)
+    model.set_params(callbacks=None)
+    return model
+
+
+def member_predict(model, sd: StageData) -> np.ndarray:
+    return sd.inv(model.predict(sd.Dva))
+
+
+def sub_name(study: str, target: str, member: str) -> str:
+    return f"{study}.{target}.{member}"
+
+
+class quiet_warnings:
+    def __enter__(self):
+        import warnings
+
+        self._w = warnings.catch_warnings()
+        self._w.__enter__()
+        warnings.simplefilter("ignore")
+
+    def __exit__(self, *a):
+        self._w.__exit__(*a)
+
+
+def tuned_per_target(study: str, storage_url: str, targets=None, members=("xgb", "lgbm", "et")) -> tuple[dict, dict]:
+    """Best parameters of a finished study as the cascade's ``per_target`` dict
+    (``{target: {"xgb": {...}, "lgbm": {...}, "et": {...}, "weights": [...]}}``) and provenance
+    (``{target: {"<member>_trial": n, "blend_trial": n}}``). Raises :class:`ModelError` when the study
+    does not exist or has no completed trial."""
+    import optuna
+
+    from carb.data.schema import TARGETS
+
+    storage = storage_for(storage_url)
+    names = {s.study_name for s in optuna.get_all_study_summaries(storage)}
+    per_target: dict[str, Any] = {}
+    prov: dict[str, Any] = {}
+    for t in (targets or TARGETS):
+        if sub_name(study, t, "blend") not in names:
+            continue
+        entry: dict[str, Any] = {}
+        p: dict[str, Any] = {}
+        for m in members:
+            s = optuna.load_study(study_name=sub_name(study, t, m), storage=storage)
+            try:
+                b = s.best_trial
+            except ValueError:
+                raise ModelError(f"tune.study: {sub_name(study, t, m)!r} has no completed trial") from None
+            entry[m] = dict(b.params)
+            p[f"{m}_trial"] = b.number
+        s = optuna.load_study(study_name=sub_name(study, t, "blend"), storage=storage)
+        try:
+            b = s.best_trial
+            entry["weights"] = list(b.user_attrs["weights"])
+            p["blend_trial"] = b.number
+        except (ValueError, KeyError):
+            pass
+        per_target[t], prov[t] = entry, p
+    if not per_target:
+        known = sorted({n.split(".")[0] for n in names})
+        raise ModelError(f"tune.study: no tuned study {study!r} in {storage_url} (known: {known or 'none'}); "
+                         f"run carb-tune tune.study={study} first")
+    return per_target, prov
