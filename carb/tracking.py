@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from carb.errors import ModelError
+from carb.files import locked
 
 #: Experiment names, one per kind of command, so runs of one kind sit side by side in the UI.
 EXPERIMENTS = {
@@ -80,15 +81,8 @@ def _init_sqlite(db: Path) -> None:
     (joblib launcher) that start on a fresh store do not race on the schema migration."""
     if str(db) in _INITIALIZED:
         return
-    import fcntl
-
-    db.parent.mkdir(parents=True, exist_ok=True)
-    with open(db.with_name(db.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            _mlflow().MlflowClient().search_experiments(max_results=1)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with locked(db):
+        _mlflow().MlflowClient().search_experiments(max_results=1)
     _INITIALIZED.add(str(db))
 
 
@@ -291,6 +285,11 @@ def load_cascade(uri: str, tracking_uri: str | None = None):
         configure(tracking_uri)
     try:
         model = mlflow.sklearn.load_model(uri)
+    except ModuleNotFoundError as e:
+        if (e.name or "").startswith("carb."):  # pickled by a release with another module layout
+            raise ModelError(f"model {uri!r} was saved by an older CARB (module {e.name!r} no longer "
+                             f"exists); retrain it with this version (carb-train) and promote it again") from None
+        raise ModelError(f"cannot load model {uri!r}: missing module {e.name!r}") from None
     except Exception as e:  # MLflow raises several types (MlflowException, OSError, ...)
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ModelError(f"cannot load model {uri!r} from {mlflow.get_tracking_uri()!r}: {msg}") from None

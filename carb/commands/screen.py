@@ -170,9 +170,6 @@ def run_screen(cfg: Any) -> dict[str, Any]:
         metrics = {**counts, **{k: v for k, v in result.stages.items()}, **result.timings_s, **validation}
         tracking.log_metrics(metrics)
         tracking.log_artifact(out_dir, "screen")
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
     print(f"wrote {out_dir}/scored.parquet, scored.csv, shortlist.csv, pareto.png; MLflow run {run_id}")
     return {**counts, **result.stages, "timings_s": result.timings_s, "output_dir": str(out_dir),
             "run_id": run_id, "target": target_uri, "mode": mode, "validation": validation,

@@ -178,14 +178,10 @@ def run_tune(cfg: Any) -> dict[str, Any]:
 
 
 def _log_parent(cfg, parent: str, storage, targets, members, summary) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import optuna
-    from optuna.visualization import matplotlib as ovm
 
     from carb import tracking
+    from carb.plots.tune import history_figure, importance_figure
 
     tc = cfg.tune
     with tracking.start_run("tune", "", cfg.tracking.uri, run_id=parent):
@@ -206,16 +202,16 @@ def _log_parent(cfg, parent: str, storage, targets, members, summary) -> None:
                 done = [x for x in study.trials if x.state == optuna.trial.TrialState.COMPLETE]
                 if len(done) < 2:
                     continue
+                title = f"{sub_name(tc.study, t, m)} ({len(done)} trials)"
+                fig = history_figure([x.number for x in done], [x.value for x in done], tc.metric, title)
+                tracking.log_figure(fig, f"figures/{t}/{m}_history.png")
                 with quiet_warnings():
-                    ax = ovm.plot_optimization_history(study)
-                    tracking.log_figure(ax.figure, f"figures/{t}/{m}_history.png")
-                    plt.close(ax.figure)
                     try:
-                        ax = ovm.plot_param_importances(study)
-                        tracking.log_figure(ax.figure, f"figures/{t}/{m}_importances.png")
-                        plt.close(ax.figure)
+                        imp = optuna.importance.get_param_importances(study)
                     except Exception:  # too few distinct trials for importances
-                        pass
+                        imp = {}
+                if imp:
+                    tracking.log_figure(importance_figure(imp, title), f"figures/{t}/{m}_importances.png")
 
 
 main = hydra_command("tune")(run_tune)

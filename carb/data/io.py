@@ -3,7 +3,6 @@ schema; the shipped reference dataset; the ok rows of one device for training.
 """
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -13,6 +12,7 @@ import pandas as pd
 
 from carb.data.schema import TARGETS, available_targets, ok_rows, validate_dataset
 from carb.errors import ConfigError, DatasetError
+from carb.files import write_atomic
 from carb.resources import DATA_DIR
 
 _REFERENCE = DATA_DIR / "cpu-reference.parquet"
@@ -60,15 +60,17 @@ def save_dataset(df: pd.DataFrame, path: str | Path) -> Path:
     p = Path(path)
     out = validate_dataset(df, source=str(p))
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.tmp")
-    if p.suffix.lower() == ".csv":
-        out.to_csv(tmp, index=False)
-    elif p.suffix.lower() == ".parquet":
-        out.to_parquet(tmp, index=False)
-    else:
-        raise DatasetError(f"dataset {str(p)!r}: unsupported format {p.suffix!r}; allowed: .parquet, .csv")
-    tmp.replace(p)
-    return p
+    return write_frame(out, p)
+
+
+def write_frame(df: pd.DataFrame, path: Path) -> Path:
+    """Write a frame as parquet or CSV (by suffix) atomically (:func:`carb.files.write_atomic`)."""
+    suffix = path.suffix.lower()
+    if suffix not in (".parquet", ".csv"):
+        raise DatasetError(f"dataset {str(path)!r}: unsupported format {path.suffix!r}; allowed: .parquet, .csv")
+    if suffix == ".csv":
+        return write_atomic(path, lambda tmp: df.to_csv(tmp, index=False))
+    return write_atomic(path, lambda tmp: df.to_parquet(tmp, index=False))
 
 
 def reference_dataset() -> pd.DataFrame:
@@ -113,10 +115,5 @@ class DatasetAppender:
         t = time.perf_counter()
         new = validate_dataset(pd.DataFrame([row]), source=f"{self.path} (new row)")
         self.frame = new if not len(self.frame) else pd.concat([self.frame, new], ignore_index=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        if self.path.suffix.lower() == ".csv":
-            self.frame.to_csv(tmp, index=False)
-        else:
-            self.frame.to_parquet(tmp, index=False)
-        os.replace(tmp, self.path)
+        write_frame(self.frame, self.path)
         self.write_s += time.perf_counter() - t

@@ -45,6 +45,7 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
+from carb.design.arch import BLOCKS, PRECISIONS, to_bool
 from carb.errors import DatasetError
 
 #: Targets in cascade order (memory -> energy -> latency).
@@ -141,8 +142,7 @@ def validate_dataset(df: pd.DataFrame, source: str = "dataset") -> pd.DataFrame:
         elif dt == _BOOL:
             if col.dtype == bool:
                 continue
-            mapped = col.map(lambda v: {"true": True, "false": False, "1": True, "0": False}.get(
-                str(v).strip().lower(), None) if not isinstance(v, (bool, np.bool_)) else bool(v))
+            mapped = col.map(to_bool)
             bad = mapped.isna().to_numpy()
             if bad.any():
                 raise DatasetError(f"{source}: column {c!r} must be boolean (true/false); bad values in "
@@ -164,8 +164,7 @@ def validate_dataset(df: pd.DataFrame, source: str = "dataset") -> pd.DataFrame:
                 out[c] = num.astype("int64")
             else:
                 out[c] = num.astype("float64")
-    for c, allowed in (("status", STATUSES), ("block", ("basic", "bottleneck")),
-                       ("precision", ("fp32", "fp16", "bf16"))):
+    for c, allowed in (("status", STATUSES), ("block", BLOCKS), ("precision", PRECISIONS)):
         bad = (~out[c].isin(allowed)).to_numpy()
         if bad.any():
             raise DatasetError(f"{source}: column {c!r} allows {list(allowed)}; other values in rows "

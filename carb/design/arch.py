@@ -16,37 +16,54 @@ from carb.errors import ConfigError
 
 BLOCKS: tuple[str, ...] = ("basic", "bottleneck")
 
-
-PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16")
-
-
-#: Bytes per element at each precision.
+#: The numeric formats, one table: bytes per stored element. Every other precision table (bits, the
+#: allowed values, the order in reports, torch dtypes) derives from this one.
 BYTES_PER_ELEMENT: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2}
-
+#: Allowed precisions, in display order (widest first).
+PRECISIONS: tuple[str, ...] = tuple(BYTES_PER_ELEMENT)
+#: Bits per element (fp16 and bf16 are both 16 bits; bf16 keeps fp32's 8-bit exponent).
+PRECISION_BITS: dict[str, int] = {p: 8 * b for p, b in BYTES_PER_ELEMENT.items()}
+#: torch dtype attribute name of each precision (``getattr(torch, TORCH_DTYPES[p])``).
+TORCH_DTYPES: dict[str, str] = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
 #: Named stage layouts (blocks per stage). Basic: CIFAR pattern depth = 6n+2 (three stages of n
 #: blocks) plus ImageNet 18/34; bottleneck: ImageNet layouts.
 BASIC_CIFAR_DEPTHS: tuple[int, ...] = (8, 14, 20, 32, 44, 56, 110, 152)
-
-
 LAYOUTS: dict[str, dict[int, tuple[int, ...]]] = {
     "basic": {**{d: ((d - 2) // 6,) * 3 for d in BASIC_CIFAR_DEPTHS},
               18: (2, 2, 2, 2), 34: (3, 4, 6, 3)},
     "bottleneck": {26: (2, 2, 2, 2), 50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3),
                    200: (3, 24, 36, 3)},
 }
-
-
 #: Layers per block (convolutions on the main path).
 LAYERS_PER_BLOCK = {"basic": 2, "bottleneck": 3}
-
-
 #: Bottleneck expansion factor.
 EXPANSION = {"basic": 1, "bottleneck": 4}
-
-
+#: The knobs of a configuration (dataset columns of the same names).
 KNOBS: tuple[str, ...] = ("block", "depth", "width_mult", "input_size", "batch_size", "precision",
-                               "early_downsample", "stages")
+                          "early_downsample", "stages")
+
+_TRUE, _FALSE = ("true", "1"), ("false", "0")
+
+
+def to_bool(value: Any) -> bool | None:
+    """``value`` as a bool, or None when it is not one: bools and numpy bools as they are, the numbers
+    1/0, and the strings true/false or 1/0 (any case, surrounding blanks ignored). The one parser of
+    boolean knobs and columns (configs, grid files, datasets, model inputs)."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return bool(value)
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return bool(value)
+    v = str(value).strip().lower()
+    return True if v in _TRUE else False if v in _FALSE else None
+
+
+def parse_bool(value: Any, field: str = "value") -> bool:
+    """:func:`to_bool`, raising :class:`ConfigError` naming ``field`` for anything that is not a bool."""
+    b = to_bool(value)
+    if b is None:
+        raise ConfigError(f"{field}: must be true or false, got {value!r}")
+    return b
 
 
 def depth_of(block: str, stages: Sequence[int]) -> int:
@@ -124,10 +141,7 @@ class ArchConfig:
             raise ConfigError(f"width_mult: must be a positive number, got {self.width_mult!r}")
         object.__setattr__(self, "width_mult", w)
         if not isinstance(self.early_downsample, bool):
-            v = str(self.early_downsample).strip().lower()
-            if v not in ("true", "false", "1", "0"):
-                raise ConfigError(f"early_downsample: must be true or false, got {self.early_downsample!r}")
-            object.__setattr__(self, "early_downsample", v in ("true", "1"))
+            object.__setattr__(self, "early_downsample", parse_bool(self.early_downsample, "early_downsample"))
         stages = _parse_stages(self.stages)
         object.__setattr__(self, "stages", stages)
         if stages is None:

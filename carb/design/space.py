@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from carb.design.arch import BLOCKS, LAYOUTS, ArchConfig
@@ -25,14 +25,24 @@ _CONF_SPACE = CONF_DIR / "space"
 
 
 def _as_plain(node: Any) -> Any:
-    try:
-        from omegaconf import OmegaConf
-
-        if OmegaConf.is_config(node):
-            return OmegaConf.to_container(node, resolve=True)
-    except ImportError:  # pragma: no cover
-        pass
+    """A plain dict/list copy of a mapping or sequence node (a composed OmegaConf node resolves its
+    interpolations on access, so no OmegaConf import is needed here)."""
+    if isinstance(node, Mapping):
+        return {str(k): _as_plain(v) for k, v in node.items()}
+    if isinstance(node, (list, tuple)) or (isinstance(node, Sequence) and not isinstance(node, (str, bytes))):
+        return [_as_plain(v) for v in node]
     return node
+
+
+def _set_dotted(cfg: dict[str, Any], key: str, value: Any) -> None:
+    node = cfg
+    *parents, leaf = key.split(".")
+    for k in parents:
+        nxt = node.get(k)
+        if not isinstance(nxt, dict):
+            nxt = node[k] = {}
+        node = nxt
+    node[leaf] = value
 
 
 def _listify(name: str, v: Any) -> list:
@@ -124,24 +134,52 @@ def configs_from_cfg(space: Mapping[str, Any]) -> list[ArchConfig]:
     return out
 
 
+def _yaml_loader():
+    """PyYAML's safe loader that also reads ``5e8`` as a float (YAML 1.2, as OmegaConf/Hydra do)."""
+    import re
+
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                    |\.[0-9_]+(?:[eE][-+][0-9]+)?
+                    |[-+]?\.(?:inf|Inf|INF)
+                    |\.(?:nan|NaN|NAN))$""", re.X),
+        list("-+0123456789."))
+    return Loader
+
+
 def space_config(name: str, overrides: Iterable[str] = ()) -> dict[str, Any]:
-    """Read ``conf/space/<name>.yaml`` and apply dotlist overrides (``batch_sizes=[1,8]``, with or
-    without a leading ``space.``) exactly as Hydra would on the command line."""
-    from omegaconf import OmegaConf
+    """Read ``conf/space/<name>.yaml`` and apply dotlist overrides (``batch_sizes=[1,8]``,
+    ``depths.basic=[14]``, with or without a leading ``space.``) as Hydra does on the command line:
+    each value is parsed as YAML (lists, numbers, booleans, null)."""
+    import yaml
 
     path = _CONF_SPACE / f"{name}.yaml"
     if not path.exists():
         allowed = sorted(p.stem for p in _CONF_SPACE.glob("*.yaml"))
         raise ConfigError(f"space: {name!r} is not a known space; allowed: {allowed}")
-    cfg = OmegaConf.load(path)
-    dot = [o[len("space."):] if o.startswith("space.") else o for o in overrides]
-    if dot:
-        for o in dot:
-            key = o.split("=", 1)[0].lstrip("+~")
-            if key.split(".")[0] not in SPACE_KEYS:
-                raise ConfigError(f"space: unknown key {key!r}; allowed: {list(SPACE_KEYS)}")
-        cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(dot))
-    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    loader = _yaml_loader()
+    cfg = yaml.load(path.read_text(), Loader=loader) or {}
+    for o in overrides:
+        o = o[len("space."):] if o.startswith("space.") else o
+        key, sep, raw = o.partition("=")
+        key = key.lstrip("+~")
+        if not sep or not key:
+            raise ConfigError(f"space: override {o!r} is not key=value")
+        if key.split(".")[0] not in SPACE_KEYS:
+            raise ConfigError(f"space: unknown key {key!r}; allowed: {list(SPACE_KEYS)}")
+        try:
+            value = yaml.load(raw, Loader=loader) if raw.strip() else ""
+        except yaml.YAMLError:
+            raise ConfigError(f"space.{key}: cannot parse {raw!r}") from None
+        _set_dotted(cfg, key, value)
+    return cfg
 
 
 def load_space(name: str, overrides: Iterable[str] = ()) -> list[ArchConfig]:

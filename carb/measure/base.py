@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from carb.data.schema import RECORD, RUNTIME_FEATURES, TARGETS
+from carb.design.arch import TORCH_DTYPES
 from carb.errors import ConfigError
 
 #: Columns a meter returns: the schema's runtime features, targets and measurement record, plus
@@ -41,7 +42,6 @@ MEASURED_COLUMNS: tuple[str, ...] = (*RUNTIME_FEATURES, *TARGETS, *RECORD, "miss
 MB = 2.0**20
 NAN = float("nan")
 
-_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
 
 @dataclass(frozen=True)
@@ -130,9 +130,9 @@ def torch_dtype(precision: str):
     """The torch dtype of a precision knob ('fp32' | 'fp16' | 'bf16')."""
     import torch
 
-    if precision not in _DTYPES:
-        raise ConfigError(f"precision: {precision!r} is not allowed; allowed: {list(_DTYPES)}")
-    return getattr(torch, _DTYPES[precision])
+    if precision not in TORCH_DTYPES:
+        raise ConfigError(f"precision: {precision!r} is not allowed; allowed: {list(TORCH_DTYPES)}")
+    return getattr(torch, TORCH_DTYPES[precision])
 
 
 class Reasons:

@@ -44,11 +44,9 @@ from carb.data.schema import INTERACTION_FEATURES, TARGETS
 from carb.data.tiers import strata_key, telemetry_medians
 from carb.errors import ConfigError, DatasetError
 from carb.model.correctors import (
-    DEFAULT_CORRECTORS,
-    REGIMES,
     Stage,
-    forward_space,
-    inverse_space,
+    corrector_config,
+    fit_correctors,
     mae,
 )
 from carb.model.encoding import (
@@ -64,14 +62,6 @@ from carb.model.ensemble import MEMBERS, BlendedRegressor, resolve_n_jobs
 log = logging.getLogger(__name__)
 
 
-#: Paper sizes (Section 5.3); conf/model/carb.yaml carries the same numbers plus the remaining params.
-PAPER_SPECIALISTS: dict[str, dict[str, Any]] = {
-    "xgb": {"n_estimators": 800, "max_depth": 9, "learning_rate": 0.05},
-    "lgbm": {"n_estimators": 800, "num_leaves": 127, "learning_rate": 0.05},
-    "et": {"n_estimators": 400, "min_samples_leaf": 5},
-}
-
-
 class CarbCascade(RegressorMixin, BaseEstimator):
     """Memory -> energy -> latency cascade of blended specialists with regime correctors.
 
@@ -82,7 +72,9 @@ class CarbCascade(RegressorMixin, BaseEstimator):
     feature_set : str
         Name of the feature set (``full`` / ``no_util`` / ``arch_only``), recorded for serving.
     specialists : dict or None
-        ``{"xgb": {...}, "lgbm": {...}, "et": {...}}`` constructor params; None = :data:`PAPER_SPECIALISTS`.
+        ``{"xgb": {...}, "lgbm": {...}, "et": {...}}`` constructor params; None = each library's own defaults.
+        The paper's sizes (Section 5.3) are the ``model=carb`` preset, ``conf/model/carb.yaml``: the YAML
+        presets are the only place sizes are written down (:func:`carb.model.presets.build_cascade`).
     per_target : dict or None
         Per-target overrides ``{target: {"xgb": {...}, "lgbm": {...}, "et": {...}, "weights": [...],
         "log_target": ...}}`` merged over ``specialists`` (what a tuned preset supplies).
@@ -144,15 +136,10 @@ class CarbCascade(RegressorMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ configuration helpers
     def _corrector_cfg(self) -> dict[str, Any]:
-        cfg = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in DEFAULT_CORRECTORS.items()}
-        for k, v in (self.correctors or {}).items():
-            if k not in cfg:
-                raise ConfigError(f"model.correctors.{k}: unknown key; allowed: {list(cfg)}")
-            cfg[k] = {**cfg[k], **dict(v)} if isinstance(cfg[k], dict) and isinstance(v, Mapping) else v
-        return cfg
+        return corrector_config(self.correctors)
 
     def _stage_estimator(self, target: str) -> BlendedRegressor:
-        base = {m: dict((self.specialists or PAPER_SPECIALISTS).get(m) or {}) for m in MEMBERS}
+        base = {m: dict((self.specialists or {}).get(m) or {}) for m in MEMBERS}
         over = dict((self.per_target or {}).get(target) or {})
         unknown = set(over) - set(MEMBERS) - {"weights", "log_target"}
         if unknown:
@@ -334,46 +321,8 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         base_val = model.predict(Dv[cols])
 
         # regime correctors, greedily, each kept only if it lowers validation MAE
-        report: dict[str, dict[str, Any]] = {}
-        cur_oof, cur_val = base_oof.copy(), base_val.copy()
-        fwd = forward_space(stage.log_target)
-        for name in ("low_batch", "high_load"):
-            spec = ccfg[name]
-            wanted = spec.get("targets")
-            entry: dict[str, Any] = {"kept": False}
-            report[name] = entry
-            if not spec.get("enabled", True) or (wanted is not None and t not in list(wanted)):
-                entry["reason"] = "not enabled for this target"
-                continue
-            if name == "high_load" and not has_util:
-                entry["reason"] = "feature set has no utilization telemetry"
-                continue
-            rm, rmv = REGIMES[name](X) & m, REGIMES[name](Xv) & mv
-            entry.update(n_train=int(rm.sum()), n_val=int(rmv.sum()))
-            if rm.sum() < int(ccfg["min_rows"]) or rmv.sum() == 0:
-                entry["reason"] = (f"too few regime rows (train {int(rm.sum())} < {ccfg['min_rows']} or "
-                                   f"validation {int(rmv.sum())} = 0)")
-                continue
-            from sklearn.ensemble import HistGradientBoostingRegressor
-
-            Xc = stage._corrector_input(D, cur_oof)
-            resid = fwd(y[rm]) - fwd(cur_oof[rm])
-            corr = HistGradientBoostingRegressor(**dict(ccfg["model"]), random_state=self.random_state)
-            corr.fit(Xc[rm], resid)
-            before = mae(yv[mv], cur_val[mv])
-            zv = fwd(cur_val).copy()
-            zv[rmv] += corr.predict(stage._corrector_input(Dv, cur_val)[rmv])
-            new_val = inverse_space(stage.log_target)(zv)
-            after = mae(yv[mv], new_val[mv])
-            entry.update(val_mae_before=before, val_mae_after=after)
-            if after < before * (1.0 - float(ccfg["min_gain"])):
-                entry.update(kept=True, reason="lowers validation MAE")
-                stage.correctors.append((name, corr))
-                z = fwd(cur_oof).copy()
-                z[rm] += corr.predict(Xc[rm])
-                cur_oof, cur_val = inverse_space(stage.log_target)(z), new_val
-            else:
-                entry["reason"] = "does not lower validation MAE"
+        report, cur_oof, cur_val = fit_correctors(stage, ccfg, (D, X, y, m, base_oof), (Dv, Xv, yv, mv, base_val),
+                                                  has_util=has_util, random_state=self.random_state)
         self.corrector_report_[t] = report
         pos = y[m][y[m] > 0]
         stage.floor = float(0.5 * pos.min()) if len(pos) else 0.0

@@ -7,6 +7,7 @@ correctors and its prediction floor.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from carb.data.tiers import hardware_stress, low_batch
+from carb.errors import ConfigError
 from carb.model.ensemble import BlendedRegressor
 
 DEFAULT_CORRECTORS: dict[str, Any] = {
@@ -55,7 +57,7 @@ class Stage:
     #: Costs are positive; raw-space boosting plus correctors can otherwise extrapolate below zero.
     floor: float = 0.0
 
-    def _corrector_input(self, D: pd.DataFrame, base: np.ndarray) -> np.ndarray:
+    def corrector_input(self, D: pd.DataFrame, base: np.ndarray) -> np.ndarray:
         return np.column_stack([D[self.columns].to_numpy(float), forward_space(self.log_target)(base)])
 
     def predict(self, D: pd.DataFrame, X: pd.DataFrame) -> np.ndarray:
@@ -72,6 +74,73 @@ class Stage:
             mask = REGIMES[name](X)
             if mask.any():
                 z = forward_space(self.log_target)(pred).copy()
-                z[mask] += corr.predict(self._corrector_input(D, pred)[mask])
+                z[mask] += corr.predict(self.corrector_input(D, pred)[mask])
                 pred = inverse_space(self.log_target)(z)
         return pred
+
+
+def corrector_config(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    """:data:`DEFAULT_CORRECTORS` with ``overrides`` merged in (nested dicts key by key). Raises
+    :class:`ConfigError` naming an unknown key and the allowed ones."""
+    cfg = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in DEFAULT_CORRECTORS.items()}
+    for k, v in (overrides or {}).items():
+        if k not in cfg:
+            raise ConfigError(f"model.correctors.{k}: unknown key; allowed: {list(cfg)}")
+        cfg[k] = {**cfg[k], **dict(v)} if isinstance(cfg[k], dict) and isinstance(v, Mapping) else v
+    return cfg
+
+
+def fit_correctors(stage: Stage, ccfg: Mapping[str, Any], train: tuple, val: tuple, has_util: bool,
+                   random_state: int = 0) -> tuple[dict[str, dict[str, Any]], np.ndarray, np.ndarray]:
+    """Fit the regime correctors of one stage greedily (low batch, then high load), keeping each only
+    when it lowers the stage's validation MAE; kept ones are appended to ``stage.correctors``.
+
+    ``train`` / ``val``: ``(D, X, y, measured_mask, base_prediction)`` with ``D`` the design rows,
+    ``X`` the raw rows (for the regime masks), ``y`` the target (target units, NaN where unmeasured) and
+    the stage's out-of-fold (train) or fitted (validation) predictions. Returns ``(report, train
+    predictions, validation predictions)`` after the kept correctors; ``report[regime]`` says whether the
+    corrector was kept and why."""
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    D, X, y, m, cur_oof = train
+    Dv, Xv, yv, mv, cur_val = val
+    cur_oof, cur_val = np.array(cur_oof, dtype=float), np.array(cur_val, dtype=float)
+    t = stage.target
+    fwd, inv = forward_space(stage.log_target), inverse_space(stage.log_target)
+    report: dict[str, dict[str, Any]] = {}
+    for name in ("low_batch", "high_load"):
+        spec = ccfg[name]
+        wanted = spec.get("targets")
+        entry: dict[str, Any] = {"kept": False}
+        report[name] = entry
+        if not spec.get("enabled", True) or (wanted is not None and t not in list(wanted)):
+            entry["reason"] = "not enabled for this target"
+            continue
+        if name == "high_load" and not has_util:
+            entry["reason"] = "feature set has no utilization telemetry"
+            continue
+        rm, rmv = REGIMES[name](X) & m, REGIMES[name](Xv) & mv
+        entry.update(n_train=int(rm.sum()), n_val=int(rmv.sum()))
+        if rm.sum() < int(ccfg["min_rows"]) or rmv.sum() == 0:
+            entry["reason"] = (f"too few regime rows (train {int(rm.sum())} < {ccfg['min_rows']} or "
+                               f"validation {int(rmv.sum())} = 0)")
+            continue
+        Xc = stage.corrector_input(D, cur_oof)
+        resid = fwd(y[rm]) - fwd(cur_oof[rm])
+        corr = HistGradientBoostingRegressor(**dict(ccfg["model"]), random_state=random_state)
+        corr.fit(Xc[rm], resid)
+        before = mae(yv[mv], cur_val[mv])
+        zv = fwd(cur_val).copy()
+        zv[rmv] += corr.predict(stage.corrector_input(Dv, cur_val)[rmv])
+        new_val = inv(zv)
+        after = mae(yv[mv], new_val[mv])
+        entry.update(val_mae_before=before, val_mae_after=after)
+        if after < before * (1.0 - float(ccfg["min_gain"])):
+            entry.update(kept=True, reason="lowers validation MAE")
+            stage.correctors.append((name, corr))
+            z = fwd(cur_oof).copy()
+            z[rm] += corr.predict(Xc[rm])
+            cur_oof, cur_val = inv(z), new_val
+        else:
+            entry["reason"] = "does not lower validation MAE"
+    return report, cur_oof, cur_val

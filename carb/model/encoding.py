@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from carb.data.schema import INTERACTION_FEATURES, RUNTIME_FEATURES
-from carb.design.arch import KNOBS
+from carb.design.arch import BLOCKS, KNOBS, PRECISION_BITS, PRECISIONS, to_bool
 from carb.design.features import STATIC_FEATURES
 from carb.errors import ConfigError
 
@@ -23,11 +23,10 @@ FULL_FEATURES: tuple[str, ...] = MODEL_KNOBS + STATIC_FEATURES + RUNTIME_FEATURE
 
 
 #: Allowed values of the categorical knobs.
-CATEGORIES: dict[str, tuple] = {"block": ("basic", "bottleneck"), "precision": ("fp32", "fp16", "bf16"),
+CATEGORIES: dict[str, tuple] = {"block": BLOCKS, "precision": PRECISIONS,
                                 "early_downsample": (False, True)}
 
 
-_PRECISION_BITS = {"fp32": 32.0, "fp16": 16.0, "bf16": 16.0}
 
 
 #: Columns the interaction features are computed from.
@@ -92,8 +91,7 @@ def encode(X: pd.DataFrame, features: Sequence[str]) -> pd.DataFrame:
         v = X[f]
         if f in CATEGORIES:
             if f == "early_downsample":
-                s = v.map(lambda a: {"true": True, "false": False, "1": True, "0": False}.get(
-                    str(a).strip().lower()) if not isinstance(a, (bool, np.bool_)) else bool(a))
+                s = v.map(to_bool)
             else:
                 s = v.astype("object")
             bad = (~s.isin(CATEGORIES[f])).to_numpy()
@@ -103,7 +101,7 @@ def encode(X: pd.DataFrame, features: Sequence[str]) -> pd.DataFrame:
             if f == "block":
                 cols["block_bottleneck"] = (s == "bottleneck").to_numpy(float)
             elif f == "precision":
-                cols["precision_bits"] = s.map(_PRECISION_BITS).to_numpy(float)
+                cols["precision_bits"] = s.map(PRECISION_BITS).to_numpy(float)
                 cols["precision_bf16"] = (s == "bf16").to_numpy(float)
             else:
                 cols["early_downsample"] = s.astype(bool).to_numpy(float)

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from carb.errors import ConfigError, ModelError
+from carb.files import locked
 
 METRICS = ("mae", "rmse", "mape")
 
@@ -56,17 +58,9 @@ def storage_for(url: str):
     import optuna
 
     if url.startswith("sqlite:///"):
-        import fcntl
-        from pathlib import Path
-
         db = Path(url[len("sqlite:///"):]).resolve()
-        db.parent.mkdir(parents=True, exist_ok=True)
-        with open(db.with_name(db.name + ".lock"), "w") as lock:  # workers on a fresh file: one migrates
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 120}})
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        with locked(db):  # workers on a fresh file: one migrates the schema, the others wait
+            return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 120}})
     return optuna.storages.RDBStorage(url)
 
 

@@ -1,13 +1,13 @@
-"""Figures for screening: the Pareto plot (all candidates, feasible ones, the front, budget lines)."""
+"""Figures for screening: the Pareto plot (all candidates, feasible ones, the front, budget lines).
+
+Built with matplotlib's object API on the Agg canvas (no pyplot, no global backend switch)."""
 from __future__ import annotations
 
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
 from carb.model.encoding import pred_name
 
@@ -21,7 +21,9 @@ def pareto_figure(result: Any):
     df = result.scored
     axes = result.axes if len(result.axes) == 2 else (result.axes + result.axes)[:2]
     x, y = pred_name(axes[0]), pred_name(axes[1])
-    fig, ax = plt.subplots(figsize=(7, 5))
+    fig = Figure(figsize=(7, 5))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
     ax.scatter(df[x], df[y], s=6, c="0.75", label=f"all candidates ({len(df)})", rasterized=True)
     feas = df[df["feasible"]]
     ax.scatter(feas[x], feas[y], s=10, c="tab:blue", label=f"feasible ({len(feas)})")

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from carb.data.tiers import STRESS_UTIL_PCT
+from carb.design.arch import PRECISIONS
 
 NOT_MEASURED = "not measured"
 
@@ -23,10 +24,9 @@ KNOBS_ANALYSED: tuple[str, ...] = ("depth", "batch_size", "width_mult", "input_s
 FAMILY_ORDER: tuple[str, ...] = ("basic", "bottleneck")
 
 
-PRECISION_ORDER: tuple[str, ...] = ("fp32", "fp16", "bf16")
+PRECISION_ORDER: tuple[str, ...] = PRECISIONS
 
 
-PRECISION_BITS: dict[str, int] = {"fp32": 32, "fp16": 16, "bf16": 16}
 
 
 #: SM-utilization tier edges (%): low < 40 <= mid < 65 (the hardware-stress threshold) <= high.

@@ -10,13 +10,13 @@ import pandas as pd
 
 from carb.analysis.characterize.common import (
     NOT_MEASURED,
-    PRECISION_BITS,
     SORT_PREFERENCE,
     is_measured,
     numeric,
     ok_only,
 )
 from carb.data.schema import INTERACTION_FEATURES, RUNTIME_FEATURES, TARGETS
+from carb.design.arch import PRECISION_BITS
 from carb.design.features import STATIC_FEATURES
 
 

@@ -49,6 +49,7 @@ import numpy as np
 import pandas as pd
 
 from carb.data.schema import COLUMNS, conform, validate_dataset
+from carb.design.arch import BYTES_PER_ELEMENT
 from carb.errors import ConfigError, DatasetError
 from carb.resources import DATA_DIR
 
@@ -58,7 +59,8 @@ TIMM_DATA = DATA_DIR / "timm-gpu-bench.csv"
 #: timm precision name -> schema precision.
 PRECISIONS: dict[str, str] = {"amp_fp16": "fp16", "amp_bf16": "bf16", "bf16": "bf16"}
 #: Bytes per stored weight under each timm precision (autocast keeps fp32 weights).
-_WEIGHT_BYTES: dict[str, int] = {"amp_fp16": 4, "amp_bf16": 4, "bf16": 2}
+#: Precision of the stored weights per timm precision (autocast keeps fp32 weights).
+_WEIGHT_PRECISION: dict[str, str] = {"amp_fp16": "fp32", "amp_bf16": "fp32", "bf16": "bf16"}
 #: Accepted spellings of the compile mode -> the table's value.
 COMPILE_MODES: dict[str, str] = {"eager": "eager", "inductor": "torch.compile(inductor)",
                                  "compile": "torch.compile(inductor)",
@@ -182,7 +184,7 @@ def _map_rows(sel: pd.DataFrame) -> pd.DataFrame:
                        index=idx, dtype="Int64")
     params = np.round(s["param_count_M"].to_numpy(float) * 1e6).astype("int64")
     flops = s["gmacs_per_image"].to_numpy(float) * 1e9 * s["batch_size"].to_numpy(float)
-    weight_bytes = s["precision"].map(_WEIGHT_BYTES).to_numpy(float)
+    weight_bytes = s["precision"].map(_WEIGHT_PRECISION).map(BYTES_PER_ELEMENT).to_numpy(float)
     reasons = [_MISSING_ALL + ("" if ok else "; " + _MISSING_NONPLAIN) + ("; " + _MISSING_W2 if w else "")
                for ok, w in zip(plain, wide)]
     out = pd.DataFrame({
