@@ -50,30 +50,14 @@ from carb.errors import DatasetError
 
 #: Targets in cascade order (memory -> energy -> latency).
 TARGETS: tuple[str, ...] = ("peak_memory_MB", "energy_J", "latency_ms")
-
-
 IDENTITY: tuple[str, ...] = ("config_id", "device_name", "device_kind", "driver", "torch_version",
                              "measured_at", "status", "error", "missing_reason")
-
-
-
-
-
-
 RUNTIME_FEATURES: tuple[str, ...] = ("avg_sm_util", "avg_mem_util", "gpu_temp_C", "kernel_launches")
-
-
 RECORD: tuple[str, ...] = ("n_runs", "n_warmup", "latency_std_ms", "avg_power_W", "locked_sm_clock_MHz",
                            "locked_mem_clock_MHz", "duration_s", "threads", "protocol_s")
-
-
 #: Interaction features of the paper's Section 5.1 (functions of runtime features; see carb.design.features).
 INTERACTION_FEATURES: tuple[str, ...] = ("batch_x_sm", "flops_x_sm", "act_x_mem", "util_product")
-
-
 _STR, _INT, _FLOAT, _BOOL = "string", "int64", "float64", "bool"
-
-
 SCHEMA: dict[str, str] = {
     **{c: _STR for c in IDENTITY},
     "block": _STR, "depth": _INT, "width_mult": _FLOAT, "input_size": _INT, "batch_size": _INT,
@@ -87,11 +71,7 @@ SCHEMA: dict[str, str] = {
     "locked_sm_clock_MHz": _FLOAT, "locked_mem_clock_MHz": _FLOAT, "duration_s": _FLOAT,
     "threads": _FLOAT, "protocol_s": _FLOAT,
 }
-
-
 COLUMNS: tuple[str, ...] = tuple(SCHEMA)
-
-
 STATUSES = ("ok", "oom", "error")
 
 

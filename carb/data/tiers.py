@@ -14,16 +14,10 @@ from carb.data.schema import RUNTIME_FEATURES
 #: Batch tiers (paper Section 5.2: small <= 4, medium <= 16, large <= 128; beyond that: xlarge).
 BATCH_TIERS: tuple[tuple[str, int], ...] = (("small", 4), ("medium", 16), ("large", 128),
                                             ("xlarge", 2**62))
-
-
 #: Depth tiers: shallow <= 20 layers, mid <= 56, deep beyond.
 DEPTH_TIERS: tuple[tuple[str, int], ...] = (("shallow", 20), ("mid", 56), ("deep", 2**62))
-
-
 #: Hardware-stress threshold (%, SM or memory utilization), paper Section 5.2.
 STRESS_UTIL_PCT = 65.0
-
-
 #: Low-batch regime (paper: bs <= 8), used by correctors and leave-one-batch-tier-out.
 LOW_BATCH_MAX = 8
 

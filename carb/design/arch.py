@@ -15,7 +15,6 @@ from typing import Any
 from carb.errors import ConfigError
 
 BLOCKS: tuple[str, ...] = ("basic", "bottleneck")
-
 #: The numeric formats, one table: bytes per stored element. Every other precision table (bits, the
 #: allowed values, the order in reports, torch dtypes) derives from this one.
 BYTES_PER_ELEMENT: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2}
@@ -25,7 +24,6 @@ PRECISIONS: tuple[str, ...] = tuple(BYTES_PER_ELEMENT)
 PRECISION_BITS: dict[str, int] = {p: 8 * b for p, b in BYTES_PER_ELEMENT.items()}
 #: torch dtype attribute name of each precision (``getattr(torch, TORCH_DTYPES[p])``).
 TORCH_DTYPES: dict[str, str] = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
-
 #: Named stage layouts (blocks per stage). Basic: CIFAR pattern depth = 6n+2 (three stages of n
 #: blocks) plus ImageNet 18/34; bottleneck: ImageNet layouts.
 BASIC_CIFAR_DEPTHS: tuple[int, ...] = (8, 14, 20, 32, 44, 56, 110, 152)
@@ -42,7 +40,6 @@ EXPANSION = {"basic": 1, "bottleneck": 4}
 #: The knobs of a configuration (dataset columns of the same names).
 KNOBS: tuple[str, ...] = ("block", "depth", "width_mult", "input_size", "batch_size", "precision",
                           "early_downsample", "stages")
-
 _TRUE, _FALSE = ("true", "1"), ("false", "0")
 
 

@@ -19,8 +19,6 @@ from carb.resources import CONF_DIR
 SPACE_KEYS: tuple[str, ...] = ("name", "mode", "n", "seed", "blocks", "depths", "width_mults",
                                "input_sizes", "batch_sizes", "precisions", "early_downsample",
                                "stages", "num_classes", "description", "max_flops")
-
-
 _CONF_SPACE = CONF_DIR / "space"
 
 

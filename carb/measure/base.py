@@ -43,7 +43,6 @@ MB = 2.0**20
 NAN = float("nan")
 
 
-
 @dataclass(frozen=True)
 class MeasureSettings:
     """The measurement protocol (``conf/measure/*.yaml``).

@@ -329,7 +329,6 @@ class CudaMeter(Meter):
         return float(self._torch.get_num_threads())
 
 
-
 def energy_update_period_under_load(index: int = 0, seconds: float = 3.0) -> dict[str, Any]:
     """Measure how often the NVML total-energy counter changes while the GPU runs a matmul loop in a
     background thread (an idle GPU's counter can advance slowly). Returns the dict of

@@ -26,8 +26,6 @@ DEFAULT_CORRECTORS: dict[str, Any] = {
     "min_rows": 20,
     "min_gain": 0.0,
 }
-
-
 REGIMES = {"low_batch": low_batch, "high_load": hardware_stress}
 
 

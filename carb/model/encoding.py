@@ -16,24 +16,14 @@ from carb.errors import ConfigError
 
 #: Knobs the cascade uses as features (``stages`` is implied by ``block`` and ``depth``).
 MODEL_KNOBS: tuple[str, ...] = tuple(k for k in KNOBS if k != "stages")
-
-
 #: Default feature list (the ``full`` set, the paper's M1).
 FULL_FEATURES: tuple[str, ...] = MODEL_KNOBS + STATIC_FEATURES + RUNTIME_FEATURES + INTERACTION_FEATURES
-
-
 #: Allowed values of the categorical knobs.
 CATEGORIES: dict[str, tuple] = {"block": BLOCKS, "precision": PRECISIONS,
                                 "early_downsample": (False, True)}
-
-
-
-
 #: Columns the interaction features are computed from.
 INTERACTION_INPUTS: tuple[str, ...] = ("batch_size", "avg_sm_util", "flops", "total_activation_MB",
                                        "avg_mem_util")
-
-
 UTIL_COLUMNS = ("avg_sm_util", "avg_mem_util")
 
 
@@ -55,7 +45,6 @@ def interaction_features(df: pd.DataFrame) -> pd.DataFrame:
     out["act_x_mem"] = np.log1p(out["total_activation_MB"].astype(float)) * mem
     out["util_product"] = sm * mem
     return out
-
 
 
 def add_interactions(X: pd.DataFrame) -> pd.DataFrame:

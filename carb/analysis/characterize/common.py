@@ -14,28 +14,14 @@ from carb.data.tiers import STRESS_UTIL_PCT
 from carb.design.arch import PRECISIONS
 
 NOT_MEASURED = "not measured"
-
-
 #: Knobs analysed per family (``block`` is the family; ``stages`` follows from depth).
 KNOBS_ANALYSED: tuple[str, ...] = ("depth", "batch_size", "width_mult", "input_size", "precision",
                                    "early_downsample")
-
-
 FAMILY_ORDER: tuple[str, ...] = ("basic", "bottleneck")
-
-
 PRECISION_ORDER: tuple[str, ...] = PRECISIONS
-
-
-
-
 #: SM-utilization tier edges (%): low < 40 <= mid < 65 (the hardware-stress threshold) <= high.
 SM_EDGES: tuple[float, float] = (40.0, STRESS_UTIL_PCT)
-
-
 SM_TIERS: tuple[str, ...] = ("low", "mid", "high")
-
-
 #: Energy-first order in which the correlation table is sorted (first measured target wins).
 SORT_PREFERENCE: tuple[str, ...] = ("energy_J", "latency_ms", "peak_memory_MB")
 
