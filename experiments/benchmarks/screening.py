@@ -10,8 +10,6 @@ from __future__ import annotations
 import argparse
 import time
 
-import numpy as np
-
 from carb.analysis import screening
 from carb.design.arch import ArchConfig
 from carb.design.space import configs_from_cfg, space_config
