@@ -13,7 +13,7 @@ from typing import Any
 from carb.errors import CarbError
 from carb.resources import CONF_DIR as _CONF_DIR
 
-#: The project's ``conf/`` folder (top level of the repository; the package is installed editable).
+#: The config tree (:data:`carb.resources.CONF_DIR`: ``conf/``, shipped inside the package as ``carb/conf``).
 CONF_DIR = str(_CONF_DIR)
 
 

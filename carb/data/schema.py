@@ -45,7 +45,8 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from carb.design.arch import BLOCKS, PRECISIONS, to_bool
+from carb.design.arch import BLOCKS, KNOBS, PRECISIONS, to_bool
+from carb.design.features import STATIC_FEATURES
 from carb.errors import DatasetError
 
 #: Targets in cascade order (memory -> energy -> latency).
@@ -55,16 +56,17 @@ IDENTITY: tuple[str, ...] = ("config_id", "device_name", "device_kind", "driver"
 RUNTIME_FEATURES: tuple[str, ...] = ("avg_sm_util", "avg_mem_util", "gpu_temp_C", "kernel_launches")
 RECORD: tuple[str, ...] = ("n_runs", "n_warmup", "latency_std_ms", "avg_power_W", "locked_sm_clock_MHz",
                            "locked_mem_clock_MHz", "duration_s", "threads", "protocol_s")
-#: Interaction features of the paper's Section 5.1 (functions of runtime features; see carb.design.features).
+#: Interaction features of the paper's Section 5.1 (functions of runtime features; see carb.model.encoding).
 INTERACTION_FEATURES: tuple[str, ...] = ("batch_x_sm", "flops_x_sm", "act_x_mem", "util_product")
 _STR, _INT, _FLOAT, _BOOL = "string", "int64", "float64", "bool"
+#: Column dtype of each knob (names and order from :data:`carb.design.arch.KNOBS`).
+_KNOB_DTYPES: dict[str, str] = {"block": _STR, "depth": _INT, "width_mult": _FLOAT, "input_size": _INT,
+                                "batch_size": _INT, "precision": _STR, "early_downsample": _BOOL,
+                                "stages": _STR}
 SCHEMA: dict[str, str] = {
     **{c: _STR for c in IDENTITY},
-    "block": _STR, "depth": _INT, "width_mult": _FLOAT, "input_size": _INT, "batch_size": _INT,
-    "precision": _STR, "early_downsample": _BOOL, "stages": _STR,
-    "flops": _FLOAT, "params": _INT, "param_size_MB": _FLOAT, "total_activation_MB": _FLOAT,
-    "max_activation_MB": _FLOAT, "flops_per_param_log": _FLOAT, "compute_intensity": _FLOAT,
-    "n_conv": _INT,
+    **{k: _KNOB_DTYPES[k] for k in KNOBS},
+    **{c: (_INT if c in ("params", "n_conv") else _FLOAT) for c in STATIC_FEATURES},
     **{c: _FLOAT for c in RUNTIME_FEATURES},
     **{c: _FLOAT for c in TARGETS},
     "n_runs": _FLOAT, "n_warmup": _FLOAT, "latency_std_ms": _FLOAT, "avg_power_W": _FLOAT,

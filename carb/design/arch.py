@@ -68,6 +68,11 @@ def depth_of(block: str, stages: Sequence[int]) -> int:
     return LAYERS_PER_BLOCK[block] * int(sum(stages)) + 2
 
 
+def scaled(channels: int, width_mult: float) -> int:
+    """Channels after the width multiplier: ``max(1, round(channels * width_mult))``."""
+    return max(1, int(round(channels * width_mult)))
+
+
 def base_widths(n_stages: int) -> tuple[int, ...]:
     """Base channel widths per stage: ImageNet (64, 128, 256, 512) for four stages, CIFAR
     (16, 32, 64, ...) otherwise."""

@@ -27,15 +27,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from carb.design.arch import BYTES_PER_ELEMENT, EXPANSION, ArchConfig, base_widths
+from carb.design.arch import (
+    BYTES_PER_ELEMENT,
+    EXPANSION,
+    ArchConfig,
+    base_widths,
+    configs_from_records,
+    scaled,
+)
 
 MB = 2.0**20
 STATIC_FEATURES = ("flops", "params", "param_size_MB", "total_activation_MB", "max_activation_MB",
                   "flops_per_param_log", "compute_intensity", "n_conv")
-
-
-def _scaled(channels: int, width_mult: float) -> int:
-    return max(1, int(round(channels * width_mult)))
 
 
 def _out(h: int, k: int, s: int, p: int) -> int:
@@ -75,7 +78,7 @@ def per_image_counts(block: str, layout: tuple[int, ...], width_mult: float, inp
         params += 2 * c
         act(c * h * h)
 
-    widths = tuple(_scaled(w, width_mult) for w in base_widths(len(layout)))
+    widths = tuple(scaled(w, width_mult) for w in base_widths(len(layout)))
     stem = widths[0]
     h = input_size
     if early_downsample:
@@ -134,8 +137,6 @@ def grid_features(configs: Sequence[ArchConfig] | pd.DataFrame) -> pd.DataFrame:
 
     ``configs`` is a list of :class:`ArchConfig` or a DataFrame with the knob columns."""
     if isinstance(configs, pd.DataFrame):
-        from carb.design.arch import configs_from_records
-
         configs = configs_from_records(configs.to_dict("records"), source="grid frame")
     configs = list(configs)
     n = len(configs)

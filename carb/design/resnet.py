@@ -10,12 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from carb.design.arch import EXPANSION, ArchConfig, base_widths
-
-
-def scaled(channels: int, width_mult: float) -> int:
-    """Channels after the width multiplier: ``max(1, round(channels * width_mult))``."""
-    return max(1, int(round(channels * width_mult)))
+from carb.design.arch import EXPANSION, ArchConfig, base_widths, scaled
 
 
 class BasicBlock(nn.Module):

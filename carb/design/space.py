@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from carb.design.arch import BLOCKS, LAYOUTS, ArchConfig
+from carb.design.features import per_image_counts
 from carb.errors import ConfigError
 from carb.resources import CONF_DIR
 
@@ -86,8 +87,6 @@ def _product(space: Mapping[str, Any]) -> list[tuple]:
 
 def _cap_flops(rows: list[tuple], max_flops: float, num_classes: int) -> list[tuple]:
     """Keep the rows whose forward of the whole batch costs at most ``max_flops`` (fvcore count)."""
-    from carb.design.features import per_image_counts
-
     keep = []
     for row in rows:
         block, depth, w, size, bs, _prec, ed = row

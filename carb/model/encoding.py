@@ -49,8 +49,6 @@ def interaction_features(df: pd.DataFrame) -> pd.DataFrame:
 
 def add_interactions(X: pd.DataFrame) -> pd.DataFrame:
     """``X`` with the interaction features added where missing (NaN propagates from telemetry)."""
-    from carb.model.encoding import interaction_features
-
     missing = [c for c in INTERACTION_FEATURES if c not in X.columns]
     if not missing:
         return X
