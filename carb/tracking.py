@@ -326,11 +326,18 @@ def model_versions(name: str) -> list[dict[str, Any]]:
         versions = client.search_model_versions(f"name = '{name}'")
     except Exception as e:
         raise ModelError(f"cannot list versions of {name!r}: {str(e).splitlines()[0]}") from None
+    try:  # search_model_versions leaves aliases empty on some stores: read them from the model
+        by_version: dict[str, list[str]] = {}
+        for alias, v in (client.get_registered_model(name).aliases or {}).items():
+            by_version.setdefault(str(v), []).append(alias)
+    except Exception:  # noqa: BLE001 - no registered model: no aliases
+        by_version = {}
     out = []
     for mv in versions:
         metrics = client.get_run(mv.run_id).data.metrics if mv.run_id else {}
+        aliases = sorted(set(getattr(mv, "aliases", []) or []) | set(by_version.get(str(mv.version), [])))
         out.append({"version": str(mv.version), "run_id": mv.run_id, "metrics": dict(metrics),
-                    "aliases": list(getattr(mv, "aliases", []) or [])})
+                    "aliases": aliases})
     return sorted(out, key=lambda r: int(r["version"]))
 
 

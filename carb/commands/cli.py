@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from carb.errors import CarbError
@@ -57,16 +58,34 @@ def hydra_command(command: str, config_name: str | None = None) -> Callable:
     return deco
 
 
-def compose(config_name: str, overrides: list[str] | tuple[str, ...] = ()) -> Any:
+def compose(config_name: str, overrides: list[str] | tuple[str, ...] = (),
+            return_hydra_config: bool = False) -> Any:
     """Compose ``conf/<config_name>.yaml`` with overrides, as the command line would (for tests and
-    notebooks). Returns an OmegaConf DictConfig."""
+    notebooks). Returns an OmegaConf DictConfig; with ``return_hydra_config`` it keeps the ``hydra``
+    node (job name, run and sweep folders) that a command line run would use."""
     from hydra import compose as _compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        return _compose(config_name=config_name, overrides=list(overrides))
+        return _compose(config_name=config_name, overrides=list(overrides),
+                        return_hydra_config=return_hydra_config)
+
+
+def hydra_run_dir() -> Path | None:
+    """The folder Hydra made for this run (``<paths.output_dir>/<command>/<time>/``, or the job's folder
+    of a multirun) while a command runs under Hydra; ``None`` when the config was composed (tests,
+    notebooks, ``carb-quickstart``). A command that writes files of its own can put them here so one run
+    leaves one folder."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+    except ImportError:
+        return None
+    if not HydraConfig.initialized():
+        return None
+    out = HydraConfig.get().runtime.get("output_dir")
+    return Path(out) if out else None
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

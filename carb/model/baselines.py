@@ -19,6 +19,23 @@ from sklearn.utils.validation import check_is_fitted
 
 from carb.data.schema import TARGETS
 from carb.errors import DatasetError
+from carb.model.encoding import pred_name
+
+
+def _column(X: pd.DataFrame, feature: str, who: str) -> np.ndarray:
+    """``X[feature]`` as floats (NaN where not numeric); a one-line :class:`DatasetError` when absent."""
+    if not isinstance(X, pd.DataFrame) or feature not in X.columns:
+        raise DatasetError(f"{who} needs column {feature!r}, which the data lacks")
+    return pd.to_numeric(X[feature], errors="coerce").to_numpy(float)
+
+
+def _predict_finite(model: LinearRegression, x: np.ndarray) -> np.ndarray:
+    """``model`` on the finite entries of ``x`` (n,); NaN elsewhere."""
+    out = np.full(len(x), np.nan)
+    ok = np.isfinite(x)
+    if ok.any():
+        out[ok] = model.predict(x[ok].reshape(-1, 1))
+    return out
 
 
 def _xy(df: pd.DataFrame, x: str, y: str) -> tuple[np.ndarray, np.ndarray]:
@@ -56,8 +73,8 @@ class FlopsLinear(RegressorMixin, BaseEstimator):
 
     def predict(self, X: pd.DataFrame) -> pd.DataFrame:
         check_is_fitted(self, "models_")
-        x = pd.to_numeric(X[self.feature], errors="coerce").to_numpy(float).reshape(-1, 1)
-        return pd.DataFrame({f"pred_{t}": m.predict(x) for t, m in self.models_.items()}, index=X.index)
+        x = _column(X, self.feature, "B1")
+        return pd.DataFrame({pred_name(t): _predict_finite(m, x) for t, m in self.models_.items()}, index=X.index)
 
 
 class LatencyEnergyProxy(RegressorMixin, BaseEstimator):
@@ -83,9 +100,5 @@ class LatencyEnergyProxy(RegressorMixin, BaseEstimator):
 
     def predict(self, X: pd.DataFrame) -> pd.DataFrame:
         check_is_fitted(self, "model_")
-        x = pd.to_numeric(X[self.feature], errors="coerce").to_numpy(float).reshape(-1, 1)
-        out = np.full(len(X), np.nan)
-        ok = np.isfinite(x[:, 0])
-        if ok.any():
-            out[ok] = self.model_.predict(x[ok])
-        return pd.DataFrame({"pred_energy_J": out}, index=X.index)
+        x = _column(X, self.feature, "B2")
+        return pd.DataFrame({pred_name("energy_J"): _predict_finite(self.model_, x)}, index=X.index)

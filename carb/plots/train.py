@@ -77,6 +77,7 @@ def importances_figure(importances: Mapping[str, Sequence[tuple[str, float]]]) -
         ax.set_yticks(range(len(vals)), names, fontsize=8)
         ax.set_title(f"{t}: top-{len(vals)} LightGBM splits", fontsize=9)
         ax.set_xlabel("split count")
+        ax.set_ylabel("feature")
     if not ts:
         axes[0].text(0.5, 0.5, "no LightGBM member", ha="center", va="center")
     fig.suptitle("Feature importances (purple: upstream cascade predictions)", fontsize=10)
@@ -104,6 +105,7 @@ def residuals_by_tier(df: pd.DataFrame, pred: pd.DataFrame, targets: Sequence[st
         ax.axhline(0.0, color="black", lw=0.8)
         ax.set_title(f"{t}: relative residual by batch tier", fontsize=9)
         ax.set_ylabel("(pred - meas) / meas [%]")
+        ax.set_xlabel("batch tier")
     if not ts:
         axes[0].text(0.5, 0.5, "no measured target", ha="center", va="center")
     return fig
