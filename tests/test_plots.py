@@ -94,7 +94,7 @@ CASES: dict[str, tuple[Callable[[dict], Figure], dict[str, bool]]] = {
         {"axes_title": True, "legend": False, "suptitle": False}),
 }
 #: Public functions that return several figures (tested on their own below).
-AGGREGATES = {"carb.plots.characterize.characterize_figures"}
+AGGREGATES = {"carb.plots.characterize.characterize_figures", "carb.plots.train.train_figures"}
 
 
 def _plot_modules() -> list[str]:
@@ -340,3 +340,16 @@ def test_no_figure_function_uses_pyplot_or_sets_a_backend():
     uses = {p.name: _pyplot_uses(p) for p in sorted(Path(carb.plots.__file__).parent.glob("*.py"))}
     assert len(uses) >= 2
     assert {k: v for k, v in uses.items() if v} == {}
+
+
+def test_train_figures_names_each_logged_figure(data):
+    """carb-train's figure set: one figure per artifact path, each with labelled axes."""
+    import carb.plots.train as pt
+
+    figs = pt.train_figures(data["a"], data["pred"], data["importances"], ["peak_memory_MB", "latency_ms"])
+    assert set(figs) == {"figures/pred_vs_measured.png", "figures/importances.png",
+                         "figures/residuals_by_batch_tier.png"}
+    for fig in figs.values():
+        for ax in fig.axes:
+            if ax.has_data():
+                assert ax.get_xlabel() and ax.get_ylabel()

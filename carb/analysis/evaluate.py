@@ -17,6 +17,8 @@ NaN means "not measurable here" (no rows, no energy, no telemetry); the tracker 
 """
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,6 +27,8 @@ import pandas as pd
 
 from carb.data.schema import TARGETS
 from carb.data.tiers import LOW_BATCH_MAX, hardware_stress, low_batch
+from carb.errors import ConfigError
+from carb.model.baselines import FlopsLinear, LatencyEnergyProxy
 
 #: Evaluation regimes (``overall`` is reported without a regime infix).
 REGIMES: tuple[str, ...] = ("low_batch", "high_load", "large_batch")
@@ -198,3 +202,58 @@ def results_table(metrics: Mapping[str, float], targets: Sequence[str] = TARGETS
                      f(f"b2_{t}_mae"), f(f"val_{t}_mae"), f(f"lobo_{t}_r2", "{:.4f}")])
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def budget_value(cfg_budget: dict[str, Any], train: pd.DataFrame) -> tuple[str, float]:
+    """The budget of the budget-classification metrics: ``(target, limit)`` from ``{"target", "value"}``
+    (``evaluate.budget`` of conf/train.yaml); a null value means the target's training median."""
+    target = str(cfg_budget.get("target") or "energy_J")
+    if target not in TARGETS:
+        raise ConfigError(f"evaluate.budget.target: {target!r} is not allowed; allowed: {list(TARGETS)}")
+    value = cfg_budget.get("value")
+    if value is None:
+        v = train[target].median() if target in train.columns else float("nan")
+        return target, float(v) if pd.notna(v) else float("nan")
+    value = float(value)
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"evaluate.budget.value: must be a positive number or null, got {value!r}")
+    return target, value
+
+
+def evaluate_cascade(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.DataFrame,
+                 full: pd.DataFrame, ev: dict[str, Any]) -> tuple[dict[str, float], dict[str, Any]]:
+    """Every metric of a fitted cascade (test, regimes, budget, baselines, residual correlation,
+    leave-one-batch-tier-out). Returns (metrics, extras with predictions and importances)."""
+    targets = list(cascade.targets_)
+    pred = cascade.predict(test)
+    metrics: dict[str, float] = {}
+    metrics.update(prediction_metrics(test, pred, "test", targets))
+    for t in targets:
+        metrics[f"val_{t}_mae"] = cascade.val_mae_.get(t, float("nan"))
+        metrics[f"val_{t}_probe_mae_raw"] = cascade.probe_val_mae_.get(t, {}).get("raw", float("nan"))
+        metrics[f"val_{t}_probe_mae_log"] = cascade.probe_val_mae_.get(t, {}).get("log", float("nan"))
+        metrics[f"log_target_{t}"] = float(cascade.log_target_[t])
+        for m, w in cascade.blend_weights_[t].items():
+            metrics[f"weight_{t}_{m}"] = w
+        for name, rep in cascade.corrector_report_.get(t, {}).items():
+            metrics[f"corrector_{name}_{t}_kept"] = float(bool(rep.get("kept")))
+    btarget, bvalue = budget_value(ev.get("budget") or {}, train)
+    metrics.update(budget_metrics(test, pred, btarget, bvalue))
+    b1 = FlopsLinear().fit(train, train[targets])
+    b2 = None
+    if "energy_J" in targets and train["latency_ms"].notna().sum() >= 2:
+        b2 = LatencyEnergyProxy().fit(train, train["energy_J"])
+    metrics.update(baseline_metrics(b1, b2, test))
+    metrics.update(residual_spearman(test, pred, targets=targets))
+    lobo_cfg = ev.get("lobo") or {}
+    if lobo_cfg.get("enabled", True):
+        t0 = time.perf_counter()
+        lobo, _ = leave_one_batch_tier_out(cascade, full, targets, int(lobo_cfg.get("max_batch", 8)))
+        metrics.update(lobo)
+        if lobo:
+            metrics["lobo_fit_s"] = time.perf_counter() - t0
+    for k, v in cascade.fit_seconds_.items():
+        metrics[f"fit_{k}_s"] = v
+    imps = top_importances(cascade, int(ev.get("importances_top", 10)))
+    return metrics, {"pred": pred, "importances": imps, "b1": b1, "b2": b2,
+                     "budget": {"target": btarget, "value": bvalue}}

@@ -16,82 +16,15 @@ blend weights, corrector report) and ``importances.json``; the dataset as a run 
 """
 from __future__ import annotations
 
-import math
-import time
 from typing import Any
 
-import pandas as pd
-
+from carb.analysis.evaluate import evaluate_cascade
 from carb.commands.cli import hydra_command, to_dict
 from carb.data.io import load_training_frame, resolve_path
 from carb.data.schema import TARGETS, device_slug
 from carb.data.split import split_dataset
-from carb.errors import ConfigError
 from carb.model.presets import build_cascade
-
-
-def _budget_value(cfg_budget: dict[str, Any], train: pd.DataFrame) -> tuple[str, float]:
-    target = str(cfg_budget.get("target") or "energy_J")
-    if target not in TARGETS:
-        raise ConfigError(f"evaluate.budget.target: {target!r} is not allowed; allowed: {list(TARGETS)}")
-    value = cfg_budget.get("value")
-    if value is None:
-        v = train[target].median() if target in train.columns else float("nan")
-        return target, float(v) if pd.notna(v) else float("nan")
-    value = float(value)
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"evaluate.budget.value: must be a positive number or null, got {value!r}")
-    return target, value
-
-
-def evaluate_all(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.DataFrame,
-                 full: pd.DataFrame, ev: dict[str, Any]) -> tuple[dict[str, float], dict[str, Any]]:
-    """Every metric of a fitted cascade (test, regimes, budget, baselines, residual correlation,
-    leave-one-batch-tier-out). Returns (metrics, extras with predictions and importances)."""
-    from carb.analysis import evaluate as E
-    from carb.model.baselines import FlopsLinear, LatencyEnergyProxy
-
-    targets = list(cascade.targets_)
-    pred = cascade.predict(test)
-    metrics: dict[str, float] = {}
-    metrics.update(E.prediction_metrics(test, pred, "test", targets))
-    for t in targets:
-        metrics[f"val_{t}_mae"] = cascade.val_mae_.get(t, float("nan"))
-        metrics[f"val_{t}_probe_mae_raw"] = cascade.probe_val_mae_.get(t, {}).get("raw", float("nan"))
-        metrics[f"val_{t}_probe_mae_log"] = cascade.probe_val_mae_.get(t, {}).get("log", float("nan"))
-        metrics[f"log_target_{t}"] = float(cascade.log_target_[t])
-        for m, w in cascade.blend_weights_[t].items():
-            metrics[f"weight_{t}_{m}"] = w
-        for name, rep in cascade.corrector_report_.get(t, {}).items():
-            metrics[f"corrector_{name}_{t}_kept"] = float(bool(rep.get("kept")))
-    btarget, bvalue = _budget_value(ev.get("budget") or {}, train)
-    metrics.update(E.budget_metrics(test, pred, btarget, bvalue))
-    b1 = FlopsLinear().fit(train, train[targets])
-    b2 = None
-    if "energy_J" in targets and train["latency_ms"].notna().sum() >= 2:
-        b2 = LatencyEnergyProxy().fit(train, train["energy_J"])
-    metrics.update(E.baseline_metrics(b1, b2, test))
-    metrics.update(E.residual_spearman(test, pred, targets=targets))
-    lobo_cfg = ev.get("lobo") or {}
-    if lobo_cfg.get("enabled", True):
-        t0 = time.perf_counter()
-        lobo, _ = E.leave_one_batch_tier_out(cascade, full, targets, int(lobo_cfg.get("max_batch", 8)))
-        metrics.update(lobo)
-        if lobo:
-            metrics["lobo_fit_s"] = time.perf_counter() - t0
-    for k, v in cascade.fit_seconds_.items():
-        metrics[f"fit_{k}_s"] = v
-    imps = E.top_importances(cascade, int(ev.get("importances_top", 10)))
-    return metrics, {"pred": pred, "importances": imps, "b1": b1, "b2": b2,
-                     "budget": {"target": btarget, "value": bvalue}}
-
-
-def _figures(test: pd.DataFrame, pred: pd.DataFrame, imps: dict, targets: list[str]) -> dict[str, Any]:
-    from carb.plots import train as P
-
-    return {"figures/pred_vs_measured.png": P.pred_vs_measured(test, pred, targets),
-            "figures/importances.png": P.importances_figure(imps),
-            "figures/residuals_by_batch_tier.png": P.residuals_by_tier(test, pred, targets)}
+from carb.plots.train import train_figures
 
 
 def run_train(cfg: Any) -> dict[str, Any]:
@@ -126,7 +59,7 @@ def run_train(cfg: Any) -> dict[str, Any]:
         print(f"carb-train: {reason}")
     cascade.record_test_mae(test, test[targets])
     ev = to_dict(cfg.evaluate)
-    metrics, extras = evaluate_all(cascade, train, val, test, full, ev)
+    metrics, extras = evaluate_cascade(cascade, train, val, test, full, ev)
 
     slug = device_slug(device)
     run_name = cfg.get("run_name") or "/".join(
@@ -145,7 +78,7 @@ def run_train(cfg: Any) -> dict[str, Any]:
         tracking.log_dict({t: [[n, v] for n, v in items] for t, items in extras["importances"].items()},
                           "importances.json")
         if ev.get("figures", True):
-            for name, fig in _figures(test, extras["pred"], extras["importances"], cascade.targets_).items():
+            for name, fig in train_figures(test, extras["pred"], extras["importances"], cascade.targets_).items():
                 tracking.log_figure(fig, name)
         example = test[cascade.input_columns_].head(5).reset_index(drop=True)
         meta = {"device": device, "feature_set": cascade.feature_set_, "preset": preset,

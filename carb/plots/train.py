@@ -109,3 +109,11 @@ def residuals_by_tier(df: pd.DataFrame, pred: pd.DataFrame, targets: Sequence[st
     if not ts:
         axes[0].text(0.5, 0.5, "no measured target", ha="center", va="center")
     return fig
+
+
+def train_figures(test: pd.DataFrame, pred: pd.DataFrame, imps: dict, targets: list[str]) -> dict[str, Figure]:
+    """The figures ``carb-train`` logs, by artifact path: predicted vs measured, importances, residuals
+    by batch tier."""
+    return {"figures/pred_vs_measured.png": pred_vs_measured(test, pred, targets),
+            "figures/importances.png": importances_figure(imps),
+            "figures/residuals_by_batch_tier.png": residuals_by_tier(test, pred, targets)}
