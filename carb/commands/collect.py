@@ -36,11 +36,11 @@ from carb.design.arch import ArchConfig
 from carb.design.space import configs_from_cfg
 from carb.errors import ConfigError
 from carb.measure.collector import (
+    LoopStats,
     check_device,
     check_shard,
     check_writable,
-    error_line,
-    make_row,
+    measure_configs,
     read_schema,
     resolve_out,
     shard_configs,
@@ -127,12 +127,8 @@ def run_collect(cfg: Any) -> dict[str, Any]:
             todo = todo[:limit]
         slug = device_slug(identity["device_name"])
         run_name = c.get("run_name") or f"collect-{space_name}-{slug}-shard{index}of{count}"
-        counts = {"ok": 0, "oom": 0, "error": 0}
-        stopped = None
-        protocol_total = strict_total = 0.0
-        phases: dict[str, float] = {"build_model_s": 0.0, "static_features_s": 0.0}
+        stats = LoopStats()
         appender = DatasetAppender(out, existing)
-        row_times: list[float] = []
         t_loop = time.perf_counter()
         with tracking.start_run("collect", run_name, tracking_uri=tr.get("uri", "sqlite:///mlruns/mlflow.db"),
                                 artifact_root=tr.get("artifact_root"),
@@ -148,47 +144,12 @@ def run_collect(cfg: Any) -> dict[str, Any]:
             t_loop = time.perf_counter()
             bar = _progress(len(todo), f"{space_name} {index + 1}/{count}", bool(c.get("progress", True)))
             try:
-                t_static = time.perf_counter()
-                static = _static_table(todo)
-                phases["static_features_s"] = time.perf_counter() - t_static
-                for arch in todo:
-                    now = time.perf_counter()
-                    if deadline is not None:
-                        est = (sum(row_times) / len(row_times)) if row_times else 0.0
-                        if now + est > deadline:
-                            stopped = "deadline"
-                            break
-                    status, err, measured = "ok", None, None
-                    model = None
-                    try:
-                        t_build = time.perf_counter()
-                        model = _build_model(arch)
-                        phases["build_model_s"] += time.perf_counter() - t_build
-                        measured = meter.measure(model, arch)
-                    except Exception as e:  # noqa: BLE001 - one config's failure is a row, not a crash
-                        from carb.measure import is_oom
-
-                        status = "oom" if is_oom(e) else "error"
-                        err = error_line(e)
-                    model = None
-                    if status != "ok":
-                        meter.release()
-                    else:
-                        protocol_total += float(measured["protocol_s"])
-                        ph = meter.last_phases
-                        strict_total += sum(ph.get(k, 0.0) for k in ("cooldown_s", "timed_loop_s", "utilization_s"))
-                        for k, v in ph.items():
-                            if k != "protocol_s":
-                                phases[k] = phases.get(k, 0.0) + float(v)
-                    appender.append(make_row(arch, identity, static[arch.config_id], measured, status, err))
-                    counts[status] += 1
-                    row_times.append(time.perf_counter() - now)
-                    bar.update(1)
-                    bar.set_postfix(ok=counts["ok"], oom=counts["oom"], err=counts["error"], refresh=False)
+                measure_configs(todo, meter, identity, appender.append, lambda arch: _build_model(arch),
+                                _static_table, stats, deadline=deadline, progress=bar)
             finally:
                 bar.close()
                 loop_s = time.perf_counter() - t_loop
-                n_meas = sum(counts.values())
+                n_meas, counts, stopped = stats.n_measured, stats.counts, stats.stopped
                 result = {
                     "out": str(out), "run_id": run_id, "n_ok": counts["ok"], "n_oom": counts["oom"],
                     "n_error": counts["error"], "n_existing": len(existing), "n_todo": len(todo),
@@ -196,10 +157,10 @@ def run_collect(cfg: Any) -> dict[str, Any]:
                     "duration_s": time.perf_counter() - t_start, "loop_s": loop_s,
                     "setup_s": t_loop - t_start,
                     "s_per_config": loop_s / n_meas if n_meas else math.nan,
-                    "overhead_fraction": (1.0 - protocol_total / loop_s) if loop_s > 0 and n_meas else math.nan,
-                    "strict_overhead_fraction": (1.0 - strict_total / loop_s) if loop_s > 0 and n_meas else math.nan,
+                    "overhead_fraction": (1.0 - stats.protocol_s / loop_s) if loop_s > 0 and n_meas else math.nan,
+                    "strict_overhead_fraction": (1.0 - stats.strict_s / loop_s) if loop_s > 0 and n_meas else math.nan,
                     "write_s": appender.write_s, "device": facts,
-                    "phases_s": {**phases, "write_s": appender.write_s},
+                    "phases_s": {**stats.phases_s, "write_s": appender.write_s},
                 }
                 tracking.log_metrics({k: result[k] for k in (
                     "n_ok", "n_oom", "n_error", "n_existing", "n_measured", "n_rows", "duration_s", "loop_s",

@@ -2,12 +2,16 @@
 schema, this device), resume (the ``config_id`` values a file already holds), and one dataset row from
 a configuration, its static features and what the meter measured (or an oom/error status).
 
-The ``carb-collect`` command (:mod:`carb.commands.collect`) runs the loop and logs it to MLflow.
+The loop itself, :func:`measure_configs`, measures configurations one by one into an appender and keeps
+timing statistics; the ``carb-collect`` command (:mod:`carb.commands.collect`) sets it up and logs it to
+MLflow.
 """
 from __future__ import annotations
 
+import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -140,3 +144,78 @@ def make_row(cfg: ArchConfig, identity: Mapping[str, str], static: Mapping[str, 
     if row.get("missing_reason") is None:
         row["missing_reason"] = pd.NA
     return row
+
+
+@dataclass
+class LoopStats:
+    """What the collection loop did so far (filled in place, so it survives an interrupt).
+
+    ``counts``: rows by status; ``stopped``: ``"deadline"`` when the time budget ended the loop;
+    ``protocol_s``: sum of the rows' measurement protocol (s); ``strict_s``: cool-down + timed loop +
+    utilization window (s); ``phases_s``: seconds by phase (model building, static features and the
+    meter's phases); ``row_s``: wall seconds per row."""
+
+    counts: dict[str, int] = field(default_factory=lambda: {"ok": 0, "oom": 0, "error": 0})
+    stopped: str | None = None
+    protocol_s: float = 0.0
+    strict_s: float = 0.0
+    phases_s: dict[str, float] = field(default_factory=lambda: {"build_model_s": 0.0, "static_features_s": 0.0})
+    row_s: list[float] = field(default_factory=list)
+
+    @property
+    def n_measured(self) -> int:
+        """Rows written by the loop (any status)."""
+        return sum(self.counts.values())
+
+
+def measure_configs(todo: Sequence[ArchConfig], meter: Any, identity: Mapping[str, str],
+                    append: Callable[[Mapping[str, Any]], None], build_model: Callable[[ArchConfig], Any],
+                    static_features: Callable[[Sequence[ArchConfig]], Mapping[str, Mapping[str, Any]]],
+                    stats: LoopStats, deadline: float | None = None, progress: Any = None) -> LoopStats:
+    """Measure ``todo`` one configuration at a time and ``append`` each row at once.
+
+    A configuration whose build or measurement fails becomes an ``oom`` or ``error`` row with the
+    message (the meter releases its memory) and the loop goes on. With ``deadline``
+    (``time.perf_counter()`` seconds), the loop stops before a configuration expected to end after it
+    (expected length: the mean row time so far). ``progress``: a tqdm-like bar (``update``,
+    ``set_postfix``) or None. Returns ``stats``, updated in place."""
+    from carb.measure import is_oom
+
+    t0 = time.perf_counter()
+    static = static_features(todo)
+    stats.phases_s["static_features_s"] = stats.phases_s.get("static_features_s", 0.0) + time.perf_counter() - t0
+    for arch in todo:
+        now = time.perf_counter()
+        if deadline is not None:
+            expected = (sum(stats.row_s) / len(stats.row_s)) if stats.row_s else 0.0
+            if now + expected > deadline:
+                stats.stopped = "deadline"
+                break
+        status, err, measured = "ok", None, None
+        model = None
+        try:
+            t_build = time.perf_counter()
+            model = build_model(arch)
+            stats.phases_s["build_model_s"] += time.perf_counter() - t_build
+            measured = meter.measure(model, arch)
+        except Exception as e:  # noqa: BLE001 - one config's failure is a row, not a crash
+            status = "oom" if is_oom(e) else "error"
+            err = error_line(e)
+        model = None
+        if status != "ok":
+            meter.release()
+        else:
+            stats.protocol_s += float(measured["protocol_s"])
+            ph = meter.last_phases
+            stats.strict_s += sum(ph.get(k, 0.0) for k in ("cooldown_s", "timed_loop_s", "utilization_s"))
+            for k, v in ph.items():
+                if k != "protocol_s":
+                    stats.phases_s[k] = stats.phases_s.get(k, 0.0) + float(v)
+        append(make_row(arch, identity, static[arch.config_id], measured, status, err))
+        stats.counts[status] += 1
+        stats.row_s.append(time.perf_counter() - now)
+        if progress is not None:
+            progress.update(1)
+            progress.set_postfix(ok=stats.counts["ok"], oom=stats.counts["oom"], err=stats.counts["error"],
+                                 refresh=False)
+    return stats
