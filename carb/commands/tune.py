@@ -27,15 +27,13 @@ import numpy as np
 from carb.commands.cli import hydra_command, to_dict
 from carb.errors import ConfigError
 from carb.model.tuning import (
-    fit_member,
-    make_study,
-    member_predict,
+    TuneSettings,
     metric_fn,
     quiet_warnings,
     stage_data,
     storage_for,
     sub_name,
-    suggest,
+    tune_target,
 )
 
 
@@ -119,47 +117,16 @@ def run_tune(cfg: Any) -> dict[str, Any]:
     logger = TrialLogger(cfg, parent, bool(tc.get("log_trials", True)))
     report_every = int(tc.pruner.get("report_every", 10))
     timeout = tc.get("timeout_s")
+    settings = TuneSettings(n_trials=int(tc.n_trials), blend_trials=int(tc.blend_trials), timeout_s=timeout,
+                            seed=seed, n_startup_trials=int(tc.n_startup_trials), pruner=dict(tc.pruner),
+                            report_every=report_every, n_jobs=n_jobs, fit_seed=int(cfg.split.seed), metric=metric)
     results: dict[str, Any] = {}
     n_done, t0 = 0, time.perf_counter()
     for t in wanted:
         sd = data[t]
-        best_models = {}
-        for m in members:
-            name = sub_name(tc.study, t, m)
-            study = make_study(name, storage, seed, int(tc.n_startup_trials), tc.pruner)
-            base_params = dict(specialists.get(m) or {})
-
-            def objective(trial, m=m, base_params=base_params):
-                params = {**base_params, **suggest(trial, space.get(m) or {})}
-                model = fit_member(m, params, sd, n_jobs, int(cfg.split.seed), trial, report_every, metric)
-                return metric(sd.yva, member_predict(model, sd))
-
-            study.optimize(objective, n_trials=int(tc.n_trials), timeout=timeout, callbacks=[logger],
-                           catch=())
-            n_done += int(tc.n_trials)
-            best = study.best_trial
-            results[name] = {"value": best.value, "params": best.params, "trial": best.number}
-            params = {**base_params, **best.params}
-            best_models[m] = fit_member(m, params, sd, n_jobs, int(cfg.split.seed))
-        P = np.column_stack([member_predict(best_models[m], sd) for m in members])
-        bname = sub_name(tc.study, t, "blend")
-        bstudy = make_study(bname, storage, seed, int(tc.n_startup_trials), tc.pruner)
-
-        def blend_objective(trial):
-            w = np.array([trial.suggest_float(f"w_{m}", 0.0, 1.0) for m in members])
-            if w.sum() <= 0:
-                w = np.ones(len(members))
-            w = w / w.sum()
-            trial.set_user_attr("weights", w.tolist())
-            z = np.column_stack([sd.fwd(P[:, i]) for i in range(len(members))]) @ w
-            return metric(sd.yva, sd.inv(z))
-
-        bstudy.enqueue_trial({f"w_{m}": 1.0 for m in members}, skip_if_exists=True)
-        bstudy.optimize(blend_objective, n_trials=int(tc.blend_trials), timeout=timeout, callbacks=[logger])
-        n_done += int(tc.blend_trials)
-        bb = bstudy.best_trial
-        results[bname] = {"value": bb.value, "weights": bb.user_attrs.get("weights"), "trial": bb.number,
-                          "member_trials": {m: results[sub_name(tc.study, t, m)]["trial"] for m in members}}
+        res = tune_target(sd, tc.study, members, specialists, space, storage, settings, callbacks=[logger])
+        results.update(res)
+        n_done += len(members) * int(tc.n_trials) + int(tc.blend_trials)
         results[f"base.{t}"] = {"value": metric(sd.yva, base.predict(val)[f"pred_{t}"].to_numpy()[np.isfinite(val[t].to_numpy(float))])}
     elapsed = time.perf_counter() - t0
     per_min = n_done / elapsed * 60 if elapsed > 0 else float("nan")

@@ -8,7 +8,8 @@ Optuna and the boosting libraries are imported inside the functions; the ``carb-
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -215,3 +216,68 @@ def tuned_per_target(study: str, storage_url: str, targets=None, members=("xgb",
         raise ModelError(f"tune.study: no tuned study {study!r} in {storage_url} (known: {known or 'none'}); "
                          f"run carb-tune tune.study={study} first")
     return per_target, prov
+
+
+@dataclass
+class TuneSettings:
+    """How one worker tunes a stage: trials per specialist sub-study and for the blend, a per-study
+    timeout (s, None = none), the TPE seed and its random start-up trials, the median pruner's settings
+    (``n_startup_trials``, ``n_warmup_steps``), how often boosting reports to it (rounds), threads per
+    specialist, the specialists' seed, and the objective ``metric(y_true, y_pred)`` (target units)."""
+
+    n_trials: int
+    blend_trials: int
+    timeout_s: float | None
+    seed: int
+    n_startup_trials: int
+    pruner: Mapping[str, Any]
+    report_every: int
+    n_jobs: int
+    fit_seed: int
+    metric: Callable[[np.ndarray, np.ndarray], float]
+
+
+def tune_target(sd: StageData, study: str, members: Sequence[str], specialists: Mapping[str, Any],
+                space: Mapping[str, Any], storage, s: TuneSettings, callbacks: Sequence[Any] = ()) -> dict[str, Any]:
+    """Tune one cascade stage: a sub-study per specialist (``<study>.<target>.<member>``, the preset's
+    ``specialists`` params overridden by the sampled ones, pruned on intermediate boosting scores), then
+    the blend weights of the best specialists (``<study>.<target>.blend``, equal weights enqueued first).
+
+    Returns ``{sub-study name: {"value", "trial", "params" | "weights" (+ "member_trials")}}``."""
+    t = sd.target
+    results: dict[str, Any] = {}
+    best_models = {}
+    for m in members:
+        name = sub_name(study, t, m)
+        st = make_study(name, storage, s.seed, s.n_startup_trials, s.pruner)
+        base_params = dict(specialists.get(m) or {})
+
+        def objective(trial, m=m, base_params=base_params):
+            params = {**base_params, **suggest(trial, space.get(m) or {})}
+            model = fit_member(m, params, sd, s.n_jobs, s.fit_seed, trial, s.report_every, s.metric)
+            return s.metric(sd.yva, member_predict(model, sd))
+
+        st.optimize(objective, n_trials=s.n_trials, timeout=s.timeout_s, callbacks=list(callbacks), catch=())
+        best = st.best_trial
+        results[name] = {"value": best.value, "params": best.params, "trial": best.number}
+        best_models[m] = fit_member(m, {**base_params, **best.params}, sd, s.n_jobs, s.fit_seed)
+    P = np.column_stack([member_predict(best_models[m], sd) for m in members])
+    bname = sub_name(study, t, "blend")
+    bstudy = make_study(bname, storage, s.seed, s.n_startup_trials, s.pruner)
+
+    def blend_objective(trial):
+        w = np.array([trial.suggest_float(f"w_{m}", 0.0, 1.0) for m in members])
+        if w.sum() <= 0:
+            w = np.ones(len(members))
+        w = w / w.sum()
+        trial.set_user_attr("weights", w.tolist())
+        z = np.column_stack([sd.fwd(P[:, i]) for i in range(len(members))]) @ w
+        return s.metric(sd.yva, sd.inv(z))
+
+    bstudy.enqueue_trial({f"w_{m}": 1.0 for m in members}, skip_if_exists=True)
+    bstudy.optimize(blend_objective, n_trials=s.blend_trials, timeout=s.timeout_s, callbacks=list(callbacks))
+    bb = bstudy.best_trial
+    results[bname] = {"value": bb.value, "weights": bb.user_attrs.get("weights"), "trial": bb.number,
+                      "member_trials": {m: results[sub_name(study, t, m)]["trial"] for m in members}}
+    return results
+
