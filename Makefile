@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 
-.PHONY: venv quickstart test test-all bench clean ui
+.PHONY: venv quickstart test test-slow test-all bench clean ui
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -19,10 +19,13 @@ venv: $(BIN)/.installed
 quickstart: venv  ## train (if no champion) -> promote -> screen, on the shipped dataset
 	$(BIN)/carb-quickstart
 
-test: venv  ## the fast test suite (what CI runs)
+test: venv  ## the fast test suite (pyproject addopts deselect `slow` and `gpu`)
 	$(BIN)/python -m pytest -q
 
-test-all: venv  ## include slow tests
+test-slow: venv  ## only the tests marked slow (CI runs them after `make test`: .ci/run)
+	$(BIN)/python -m pytest -q -m "slow and not gpu"
+
+test-all: venv  ## fast + slow (+ gpu, skipped without an NVIDIA GPU)
 	$(BIN)/python -m pytest -q -m "slow or not slow"
 
 bench: venv
