@@ -184,6 +184,7 @@ def test_missing_target_drops_its_stage_with_a_warning():
     assert list(p.columns) == ["pred_peak_memory_MB", "pred_latency_ms"] and p.notna().all().all()
 
 
+@pytest.mark.slow
 def test_arch_only_with_nan_telemetry_is_not_an_error():
     df = synthetic_dataset(200, seed=4, telemetry=False)
     with warnings.catch_warnings():
@@ -199,6 +200,7 @@ def test_arch_only_with_nan_telemetry_is_not_an_error():
     assert "avg_sm_util" in f.dropped_features_ and f.predict(df).notna().all().all()
 
 
+@pytest.mark.slow
 def test_determinism_same_seed_same_predictions(data, fitted):
     tr, va = data
     again = tiny().fit(tr, tr[list(TARGETS)], va, va[list(TARGETS)])

@@ -18,6 +18,7 @@ TINY = ["device=cpu", "measure=cpu", "measure.n_runs=2", "measure.n_warmup=1", "
         "measure.cooldown_s=0", "progress=false"]
 
 
+@pytest.mark.slow
 def test_resume_after_kill(tmp_path):
     out = tmp_path / "resume.parquet"
     space = ["space=smoke", "space.batch_sizes=[1]"]

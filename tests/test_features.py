@@ -37,6 +37,7 @@ def _varied_configs(n: int = 50, seed: int = 0) -> list[ArchConfig]:
     return out
 
 
+@pytest.mark.slow
 def test_fast_equals_fvcore_on_50_configs():
     cfgs = _varied_configs()
     assert len(cfgs) >= 50

@@ -52,6 +52,7 @@ def _screen_cli(qs, *args):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, needle", [
     (["screen.target=models:/carb-nope@champion"], "carb-nope"),
     (["screen.budget.energy_J=75"], "does not predict energy_J"),
@@ -97,6 +98,7 @@ def test_validation_on_held_out_reference(qs):
     assert 0 < ref_test < len(reference_dataset())
 
 
+@pytest.mark.slow
 def test_two_stage_with_two_registered_models(qs):
     from carb.commands.screen import run_screen
     from carb.commands.train import run_train

@@ -104,6 +104,7 @@ def test_mlflow_round_trip_predicts_the_logged_numbers(env, syn_run):
     assert by_version.device_name_ == "Synthetic GPU" and by_version.feature_set_ == "full"
 
 
+@pytest.mark.slow
 def test_reference_dataset_carb_fast(env):
     """The shipped CPU data (no RAPL, no telemetry): energy is dropped, memory and latency fit."""
     from carb.commands.train import run_train
@@ -127,6 +128,7 @@ def _cli(args, env=None, timeout=300):
                           text=True, timeout=timeout, env=e)
 
 
+@pytest.mark.slow
 def test_ablation_multirun_subprocess(env):
     uri = f"sqlite:///{env['dir']}/abl/mlflow.db"
     out = _cli(["-m", "features=full,no_util,arch_only", f"data.path={env['data']}", f"tracking.uri={uri}",

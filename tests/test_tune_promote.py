@@ -77,6 +77,7 @@ def test_search_space_errors(env):
         run_tune(cfg)
 
 
+@pytest.mark.slow
 def test_two_workers_share_one_study(env):
     """The README's `carb-tune -m tune.worker=0,1 hydra/launcher=joblib` on one SQLite study."""
     cmd = [sys.executable, "-m", "carb.tune", "-m", "tune.worker=0,1", "hydra/launcher=joblib",
