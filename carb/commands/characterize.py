@@ -16,7 +16,7 @@ from carb.analysis.characterize.report import (
     summary_markdown,
     to_markdown,
 )
-from carb.commands.cli import hydra_command, to_dict
+from carb.commands.cli import hydra_command, hydra_run_dir, to_dict
 from carb.data.io import load_dataset
 from carb.data.schema import device_slug
 from carb.errors import ConfigError
@@ -76,7 +76,9 @@ def load_inputs(cfg: Any) -> tuple[pd.DataFrame, pd.DataFrame | None, str, dict[
 
 def run_characterize(cfg: Any) -> dict[str, Any]:
     """Run all analyses named by ``cfg`` (conf/characterize.yaml), write tables (CSV + Markdown) and
-    figures (PNG) to ``<paths.output_dir>/characterize/<run name>/`` and log them to one MLflow run.
+    figures (PNG) to the run's folder (Hydra's ``<paths.output_dir>/characterize/<time>/`` from the
+    command line; ``<paths.output_dir>/characterize/<run name>/`` when called with a composed config)
+    and log them to one MLflow run.
 
     Returns ``{"run_id", "output_dir", "tables": {name: csv path}, "figures": {name: png path},
     "skipped_figures": {name: reason}, "cross_device": [row dicts], "label"}``."""
@@ -89,7 +91,8 @@ def run_characterize(cfg: Any) -> dict[str, Any]:
                                  min_pairs=int(an.get("min_pairs", 3)))
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     run_name = str(cfg.get("run_name") or f"{label}-{stamp}")
-    out_dir = Path(cfg.paths.output_dir) / "characterize" / run_name
+    # one run, one folder: Hydra's run folder when run as a command, else one named after the run
+    out_dir = hydra_run_dir() or Path(cfg.paths.output_dir) / "characterize" / run_name
     (out_dir / "tables").mkdir(parents=True, exist_ok=True)
     (out_dir / "figures").mkdir(parents=True, exist_ok=True)
     table_paths = {}

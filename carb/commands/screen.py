@@ -17,7 +17,7 @@ import pandas as pd
 
 from carb import tracking
 from carb.analysis import screening
-from carb.commands.cli import hydra_command, to_dict
+from carb.commands.cli import hydra_command, hydra_run_dir, to_dict
 from carb.errors import ConfigError, ModelError
 from carb.model.encoding import pred_name
 
@@ -147,7 +147,8 @@ def run_screen(cfg: Any) -> dict[str, Any]:
     else:
         print(f"shortlist ({len(result.shortlist)}; Pareto front first, by predicted {result.objective}):")
         print(format_table(result.shortlist, preds, ["decision", "pareto"]))
-    out_dir = Path(cfg.screen.output_dir) / time.strftime("%Y%m%d-%H%M%S")
+    # one run, one folder: Hydra's run folder when run as a command, else a time-stamped one
+    out_dir = hydra_run_dir() or Path(cfg.screen.output_dir) / time.strftime("%Y-%m-%d_%H-%M-%S")
     out_dir.mkdir(parents=True, exist_ok=True)
     result.scored.to_parquet(out_dir / "scored.parquet", index=False)
     result.scored.to_csv(out_dir / "scored.csv", index=False)
