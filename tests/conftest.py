@@ -1,11 +1,16 @@
-"""Shared pytest fixtures and the gpu-marker skip."""
+"""Shared pytest fixtures and the gpu-marker skip. Puts tests/ on ``sys.path`` so every test module can
+``from synthetic import ...`` (the one builder of synthetic rows, tests/synthetic.py) under any import mode."""
 from __future__ import annotations
 
 import os
 import shutil
+import sys
+from pathlib import Path
 
 import pytest
 
+if str(Path(__file__).parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
 

@@ -1,47 +1,94 @@
-"""Test-only generator of physics-like rows in the full dataset schema (never a measurement).
+"""The one test-only builder of synthetic dataset rows (never a measurement; nothing outside tests/ and
+the timing-only benchmarks uses it). Every builder ends in :func:`schema_frame`, so every synthetic row
+passes :func:`carb.data.schema.validate_dataset`. Byte sizes and precisions come from the library
+(:data:`carb.design.arch.BYTES_PER_ELEMENT`), never from a copy here.
 
-The cost model is simple and known, so tests can check that the predictor learns its relations:
+Three shapes of data, one pipeline:
 
-- static features from a ResNet-like size model (ResNet-18 at 224 px: ~11 M params, ~1.8 GFLOPs):
-  ``params ~ depth * width^2``, activations
-  ``~ batch * width * (input / stem)^2 * depth``, FLOPs ``~ batch * params-per-pixel * pixels``;
-- ``peak_memory_MB = param_size_MB + 1.6 * max_activation_MB + 8 MB workspace`` (x noise);
-- ``latency_ms = launches * 12 us + flops / throughput(precision, batch)`` (x noise), with a
-  batch-efficiency factor that saturates for large batches (low batches run far below peak);
-- ``energy_J = n_runs * latency_s * power_W`` with ``power_W = 60 + 290 * sm_util / 100`` (x noise).
+:func:`synthetic_dataset`
+    ``n`` configurations drawn (seeded) from a large knob grid, with a physics-like cost model whose
+    relations the predictor tests expect it to learn:
 
-Telemetry (``avg_sm_util`` etc.) follows from the workload size; ``energy=False`` makes the energy
-column NaN (a device without an energy counter), ``telemetry=False`` makes all runtime features NaN.
+    - static features from a ResNet-like size model (ResNet-18 at 224 px: ~11 M params, ~1.8 GFLOPs):
+      ``params ~ depth * width^2``, activations ``~ batch * width * (input / stem)^2 * depth``,
+      FLOPs ``~ batch * params-per-pixel * pixels``;
+    - ``peak_memory_MB = param_size_MB + 1.6 * max_activation_MB + 8 MB workspace`` (x noise);
+    - ``latency_ms = launches * 12 us + flops / throughput(precision, batch)`` (x noise), with a
+      batch-efficiency factor that saturates for large batches (low batches run far below peak);
+    - ``energy_J = n_runs * latency_s * power_W`` with ``power_W = 60 + 290 * sm_util / 100`` (x noise).
+
+    ``energy=False`` makes the energy column NaN (a device without an energy counter),
+    ``telemetry=False`` makes all runtime features NaN, ``n_oom`` adds out-of-memory rows.
+:func:`grid_dataset`
+    A small full factorial grid (80 rows) whose targets are smooth functions of the knobs times
+    ``scale``: two devices that differ by ``scale`` have a known cross-device slope (characterization).
+:func:`linear_dataset`
+    Rows whose targets are exact linear functions of ``flops`` (energy exactly linear in latency) and
+    whose telemetry is random: known answers for metrics, regimes and the baselines.
+:func:`frame`
+    Hand-written partial rows (known answers for one analysis), knobs defaulted.
 """
 from __future__ import annotations
 
 import hashlib
+import itertools
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from carb.data.schema import COLUMNS, SCHEMA, conform
+from carb.data.schema import COLUMNS, conform, validate_dataset
+from carb.design.arch import BYTES_PER_ELEMENT, PRECISIONS
 
 BASIC_DEPTHS = (10, 14, 18, 26, 34)
 BOTTLENECK_DEPTHS = (50, 101, 152)
 WIDTHS = (0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0, 1.25, 1.5)
 INPUTS = (32, 64, 96, 128, 160, 224)
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-PRECISIONS = ("fp32", "fp16", "bf16")
-_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
-_PEAK_TFLOPS = {"fp32": 30.0, "fp16": 110.0, "bf16": 100.0}
+#: Peak dense throughput of the synthetic device per precision (TFLOP/s); one entry per library precision.
+PEAK_TFLOPS = {"fp32": 30.0, "fp16": 110.0, "bf16": 100.0}
+
+#: Knob values a partial row gets when it does not name them (:func:`frame`).
+KNOB_DEFAULTS = {"block": "basic", "depth": 18, "width_mult": 1.0, "input_size": 32, "batch_size": 1,
+                 "precision": "fp32", "early_downsample": True, "stages": "2-2-2-2", "params": 1000,
+                 "n_conv": 20}
+
+
+def _config_ids(rows: Sequence[Mapping], with_index: bool) -> list[str]:
+    """Stable synthetic ids (sha1 of the row; same rows -> same ids on every device)."""
+    def key(i, r):
+        return f"{i}:{sorted(r.items())}" if with_index else repr(tuple(r.values()))
+    return [hashlib.sha1(key(i, r).encode()).hexdigest()[:16] for i, r in enumerate(rows)]
+
+
+def schema_frame(df: pd.DataFrame, device_name: str, device_kind: str = "cuda") -> pd.DataFrame:
+    """The common end of every builder: device identity, ``status`` ok where not given, knob defaults
+    for knobs not given, every other schema column NaN/NA, validated (raises on an invalid row)."""
+    df = df.copy()
+    df["device_name"] = device_name
+    df["device_kind"] = device_kind
+    if "status" not in df.columns:
+        df["status"] = "ok"
+    for c, v in KNOB_DEFAULTS.items():
+        if c not in df.columns:
+            df[c] = v
+    return validate_dataset(conform(df, fill_missing=COLUMNS), source="synthetic")
+
+
+def frame(rows: list[dict], device: str = "Synthetic GPU A") -> pd.DataFrame:
+    """Schema frame from partial rows (missing columns NaN/NA; status ok; config_id from the row and
+    its position unless given)."""
+    df = pd.DataFrame(rows)
+    if "config_id" not in df.columns:
+        df["config_id"] = _config_ids(rows, with_index=True)
+    return schema_frame(df, device)
 
 
 def _grid() -> pd.DataFrame:
-    rows = []
-    for block, depths in (("basic", BASIC_DEPTHS), ("bottleneck", BOTTLENECK_DEPTHS)):
-        for d in depths:
-            for w in WIDTHS:
-                for s in INPUTS:
-                    for b in BATCHES:
-                        for p in PRECISIONS:
-                            for ed in (True, False):
-                                rows.append((block, d, w, s, b, p, ed))
+    rows = [(block, d, w, s, b, p, ed)
+            for block, depths in (("basic", BASIC_DEPTHS), ("bottleneck", BOTTLENECK_DEPTHS))
+            for d, w, s, b, p, ed in itertools.product(depths, WIDTHS, INPUTS, BATCHES, PRECISIONS,
+                                                       (True, False))]
     return pd.DataFrame(rows, columns=["block", "depth", "width_mult", "input_size", "batch_size",
                                        "precision", "early_downsample"])
 
@@ -62,7 +109,7 @@ def synthetic_dataset(n: int = 600, seed: int = 0, device_name: str = "Synthetic
     w = df["width_mult"].to_numpy(float)
     s = df["input_size"].to_numpy(float)
     b = df["batch_size"].to_numpy(float)
-    nbytes = df["precision"].map(_BYTES).to_numpy(float)
+    nbytes = df["precision"].map(BYTES_PER_ELEMENT).to_numpy(float)
     stem = np.where(df["early_downsample"].to_numpy(bool), 4.0, 1.0)
     pix = (s / stem) ** 2
 
@@ -73,7 +120,7 @@ def synthetic_dataset(n: int = 600, seed: int = 0, device_name: str = "Synthetic
     total_act = act_elems * nbytes / 2**20
     max_act = b * (w * 64) * pix * np.where(bneck, 4.0, 1.0) * nbytes / 2**20
     param_mb = params * nbytes / 2**20
-    n_conv = np.round(d * np.where(bneck, 1.0, 1.0) + 1).astype(np.int64)
+    n_conv = np.round(d + 1).astype(np.int64)
 
     def jitter(size: int | tuple) -> np.ndarray:
         return np.exp(rng.normal(0.0, noise, size))
@@ -82,7 +129,7 @@ def synthetic_dataset(n: int = 600, seed: int = 0, device_name: str = "Synthetic
     sm_util = np.clip(100 * (0.15 + 0.8 * sat) + rng.normal(0, 3, total), 1, 100)
     mem_util = np.clip(100 * (0.1 + 0.75 * sat * (nbytes / 4) ** 0.3) + rng.normal(0, 3, total), 1, 100)
     launches = 3.0 * n_conv + 4
-    thr = _PEAK_TFLOPS_arr(df["precision"]) * 1e12 * (0.05 + 0.6 * sat)
+    thr = df["precision"].map(PEAK_TFLOPS).to_numpy(float) * 1e12 * (0.05 + 0.6 * sat)
     latency = (launches * 0.012 + 1e3 * flops / thr) * jitter(total)
     n_runs = 100.0
     power = 60.0 + 290.0 * sm_util / 100.0
@@ -111,13 +158,8 @@ def synthetic_dataset(n: int = 600, seed: int = 0, device_name: str = "Synthetic
     out["n_warmup"] = 10.0
     out["latency_std_ms"] = latency * 0.02
     out["avg_power_W"] = power if energy else np.nan
-    out["locked_sm_clock_MHz"] = np.nan
-    out["locked_mem_clock_MHz"] = np.nan
     out["duration_s"] = n_runs * latency / 1e3
-    out["threads"] = np.nan
     out["protocol_s"] = out["duration_s"] + 3.0
-    out["device_name"] = device_name
-    out["device_kind"] = "cuda"
     out["driver"] = "synthetic"
     out["torch_version"] = "synthetic"
     out["measured_at"] = "1970-01-01T00:00:00Z"
@@ -129,22 +171,57 @@ def synthetic_dataset(n: int = 600, seed: int = 0, device_name: str = "Synthetic
     if not telemetry:
         reasons.append("avg_sm_util: synthetic device without telemetry")
     out["missing_reason"] = "; ".join(reasons)
-    out["config_id"] = [hashlib.sha1(repr(tuple(r)).encode()).hexdigest()[:16]
-                        for r in df.itertuples(index=False)]
+    out["config_id"] = _config_ids(df.to_dict("records"), with_index=False)
     if n_oom:
         oom = rng.choice(total, size=n_oom, replace=False)
         out.loc[oom, ["peak_memory_MB", "energy_J", "latency_ms"]] = np.nan
         out.loc[oom, "status"] = "oom"
         out.loc[oom, "error"] = "CUDA out of memory (synthetic)"
-    out = conform(out, fill_missing=[c for c in COLUMNS if c not in out.columns])
-    for c in COLUMNS:
-        if SCHEMA[c] == "string":
-            out[c] = out[c].astype("string")
-    return out[list(COLUMNS)]
+    return schema_frame(out, device_name)
 
 
-def _PEAK_TFLOPS_arr(precision: pd.Series) -> np.ndarray:
-    return precision.map(_PEAK_TFLOPS).to_numpy(float)
+def grid_dataset(device: str = "Synthetic GPU A", scale: float = 1.0, energy: bool = True,
+                 sm_util: bool = True, seed: int = 0) -> pd.DataFrame:
+    """A full factorial grid (2 families x 2 depths x 5 batch sizes x 2 precisions x 2 widths = 80
+    rows) whose targets are smooth functions of the knobs times ``scale`` (+/- 2 % seeded noise)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for (block, depths), bs, prec, w in itertools.product(
+            (("basic", (18, 34)), ("bottleneck", (50, 101))), (1, 4, 16, 64, 256), ("fp32", "fp16"),
+            (1.0, 2.0)):
+        for depth in depths:
+            flops = depth * 2e7 * bs * w ** 2 * (3 if block == "bottleneck" else 1)
+            noise = rng.uniform(0.98, 1.02, size=3)
+            sm = min(95.0, 10.0 + 6.0 * np.log2(bs) + 35.0 * (w - 1) + 0.2 * depth)
+            act_mb = bs * w * 0.5 * BYTES_PER_ELEMENT[prec] / BYTES_PER_ELEMENT["fp16"]
+            rows.append({
+                "config_id": hashlib.sha1(f"{block}{depth}{bs}{prec}{w}".encode()).hexdigest()[:16],
+                "block": block, "depth": depth, "width_mult": w, "input_size": 32, "batch_size": bs,
+                "precision": prec, "stages": "2-2-2-2", "params": int(depth * 1e5 * w ** 2),
+                "n_conv": depth + 2, "flops": flops,
+                "max_activation_MB": act_mb,
+                "latency_ms": scale * (0.5 + flops / 1e9) * noise[0],
+                "energy_J": scale * (5 + 40 * flops / 1e9 * (1.3 if prec == "fp32" else 1.0)) * noise[1]
+                if energy else np.nan,
+                "peak_memory_MB": (20 + act_mb) * noise[2],
+                "avg_sm_util": sm if sm_util else np.nan,
+                "n_runs": 10,
+            })
+    return frame(rows, device=device)
+
+
+def linear_dataset(n: int = 40, seed: int = 0) -> pd.DataFrame:
+    """``n`` rows, batch sizes cycling 1..128: ``latency_ms = 2 + flops / 1e8``,
+    ``peak_memory_MB = 50 + flops / 1e7``, ``energy_J = 3 * latency_ms + 1``; SM utilization uniform in
+    [10, 95] %, memory utilization half of it."""
+    rng = np.random.default_rng(seed)
+    bs = np.tile([1, 2, 4, 8, 16, 32, 64, 128], n // 8 + 1)[:n]
+    flops = rng.uniform(1e8, 1e10, n)
+    sm = rng.uniform(10, 95, n)
+    lat = 2.0 + flops / 1e8
+    return frame(pd.DataFrame({"batch_size": bs, "flops": flops, "avg_sm_util": sm, "avg_mem_util": sm / 2,
+                               "peak_memory_MB": 50 + flops / 1e7, "latency_ms": lat,
+                               "energy_J": 3.0 * lat + 1.0}).to_dict("records"))
 
 
 def with_interactions(df: pd.DataFrame) -> pd.DataFrame:

@@ -4,7 +4,6 @@ telemetry, determinism, clone/pickle, bad input. Tiny specialist sizes, one thre
 from __future__ import annotations
 
 import pickle
-import sys
 import warnings
 from pathlib import Path
 
@@ -13,15 +12,13 @@ import pandas as pd
 import pytest
 import yaml
 from sklearn.base import clone
+from synthetic import synthetic_dataset
 
+from carb.data.schema import TARGETS
+from carb.errors import DatasetError
 from carb.model.cascade import CarbCascade
 from carb.model.encoding import add_interactions, encode
-from carb.data.schema import TARGETS
 from carb.model.ensemble import BlendedRegressor
-from carb.errors import DatasetError
-
-sys.path.insert(0, str(Path(__file__).parent))
-from synthetic import synthetic_dataset  # noqa: E402
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 TINY = {"xgb": {"n_estimators": 15, "max_depth": 4},

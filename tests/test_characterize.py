@@ -6,10 +6,10 @@ import itertools
 import numpy as np
 import pandas as pd
 import pytest
+from synthetic import frame, grid_dataset
 
 from carb.analysis import characterize as ch
 from carb.errors import DatasetError
-from synth_characterize import frame, grid_dataset
 
 
 def _doubling_rows(energy: bool = True) -> list[dict]:

@@ -5,13 +5,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
+from synthetic import grid_dataset
 
-from carb.commands.cli import compose
 from carb.commands.characterize import load_inputs, run_characterize
-from carb.data.io import _REFERENCE, save_dataset
+from carb.commands.cli import compose
+from carb.data.io import reference_dataset, save_dataset
 from carb.errors import ConfigError
-from synth_characterize import grid_dataset
 
 TABLES = ("knob_medians", "knob_ranges", "feature_correlations", "divergence", "divergence_ratios",
           "efficiency")
@@ -92,15 +93,25 @@ def test_two_synthetic_devices(store, tmp_path):
     assert metrics["knob_ratio.basic.batch_size.energy_J"] > 10
 
 
-@pytest.mark.skipif(not _REFERENCE.exists(), reason=f"shipped CPU reference dataset {_REFERENCE.name} not "
-                    "present yet (collected by another task)")
 def test_cpu_reference_dataset(store):
+    """The default input is the shipped CPU reference dataset (no energy counter on that host)."""
     res = run_characterize(_cfg(store))           # default: data=reference
     assert "cross_device" not in res["tables"]
     assert "efficiency" in res["skipped_figures"] and "knobs_energy_J" in res["skipped_figures"]
     assert "knobs_latency_ms" in res["figures"]
     summary = (Path(res["output_dir"]) / "summary.md").read_text()
     assert "not measured: " in summary and "energy_J" in summary
+    ref = reference_dataset()
+    ref = ref[ref["status"] == "ok"]
+    assert res["label"] == "amd-epyc" and set(ref["device_name"]) == {"AMD EPYC"}
+    # the written medians are those of the shipped rows (latency per batch size, basic blocks)
+    med = pd.read_csv(Path(res["output_dir"]) / "tables" / "knob_medians.csv")
+    lat = med[(med["family"] == "basic") & (med["knob"] == "batch_size") & (med["target"] == "latency_ms")]
+    want = ref[ref["block"] == "basic"].groupby("batch_size")["latency_ms"].median()
+    got = lat.assign(value=lat["value"].astype(int)).set_index("value")["median"].sort_index()
+    assert len(want) >= 2 and list(got.index) == list(want.index)
+    assert got.to_numpy() == pytest.approx(want.to_numpy())
+    assert (med.loc[med["target"] == "energy_J", "status"] == "not measured").all()
     paths, _, exp = _logged(store, res["run_id"])
     assert exp == "carb-characterize" and "tables/knob_ranges.csv" in paths
 
@@ -110,8 +121,6 @@ def test_config_errors(store, tmp_path):
         run_characterize(compose("characterize", _overrides(store, "source=bogus")))
     with pytest.raises(ConfigError, match="timm.gpu_a"):
         run_characterize(compose("characterize", _overrides(store, "source=timm", "timm.gpu_a=RTX 9999")))
-    import pandas as pd
-
     both = tmp_path / "both.parquet"
     save_dataset(pd.concat([grid_dataset("GPU A"), grid_dataset("GPU B")], ignore_index=True), both)
     with pytest.raises(ConfigError, match="data.device"):

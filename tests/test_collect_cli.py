@@ -1,5 +1,6 @@
-"""The collector as a command in subprocesses: resume after SIGKILL (no finished row lost or
-duplicated), the one-line command-line error, and the README's joblib multirun (``slow``)."""
+"""The collector as a command in subprocesses: resume after a SIGKILL in the middle of a measurement or
+of a file write (the finished row is kept, valid and not measured again; only the rest is measured), the
+one-line command-line error, and the README's joblib multirun (``slow``)."""
 from __future__ import annotations
 
 import os
@@ -8,7 +9,6 @@ import subprocess
 import sys
 import time
 
-import pandas as pd
 import pytest
 
 from carb.data.io import load_dataset
@@ -18,38 +18,98 @@ TINY = ["device=cpu", "measure=cpu", "measure.n_runs=2", "measure.n_warmup=1", "
         "measure.cooldown_s=0", "progress=false"]
 
 
+# carb-collect that hangs at a chosen point of its SECOND configuration, after touching a marker file:
+# ``measure`` inside the measurement, ``write`` halfway through writing the dataset file (half of the
+# new file's bytes are on disk). The test kills it only once the marker exists, so the SIGKILL always
+# lands at that point, whatever the machine's speed (no race with the collector finishing).
+HANG = """
+import io, os, time
+from pathlib import Path
+
+import pandas as pd
+from carb.measure.cpu import CpuMeter
+
+where, marker = os.environ["CARB_TEST_HANG"], Path(os.environ["CARB_TEST_HANG_MARKER"])
+calls = {"measure": 0, "write": 0}
+
+
+def hang():
+    marker.write_text("hanging")
+    time.sleep(600)
+
+
+real_measure, real_to_parquet = CpuMeter.measure, pd.DataFrame.to_parquet
+
+
+def measure(self, model, arch):
+    calls["measure"] += 1
+    if where == "measure" and calls["measure"] == 2:
+        hang()
+    return real_measure(self, model, arch)
+
+
+def to_parquet(self, path, *args, **kwargs):
+    calls["write"] += 1
+    if where == "write" and calls["write"] == 2:
+        buf = io.BytesIO()
+        real_to_parquet(self, buf, *args, **kwargs)
+        with open(path, "wb") as fh:
+            fh.write(buf.getvalue()[: len(buf.getvalue()) // 2])
+        hang()
+    return real_to_parquet(self, path, *args, **kwargs)
+
+
+CpuMeter.measure, pd.DataFrame.to_parquet = measure, to_parquet
+from carb.commands.collect import main
+
+main()
+"""
+
+
 @pytest.mark.slow
-def test_resume_after_kill(tmp_path):
+@pytest.mark.parametrize("where", ["measure", "write"])
+def test_resume_after_kill(tmp_path, where):
+    import mlflow
+
     out = tmp_path / "resume.parquet"
-    space = ["space=smoke", "space.batch_sizes=[1]"]
     want = {c.config_id for c in load_space("smoke", ["batch_sizes=[1]"])}
-    # 0.25 s timed loops: slow enough to kill the first run in the middle of the space
-    args = [sys.executable, "-m", "carb.collect", *space, f"out={out}", f"tracking.uri=sqlite:///{tmp_path}/m.db",
-            f"hydra.run.dir={tmp_path}/hydra", *TINY, "measure.min_window_s=0.25"]
-    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    assert len(want) >= 3
+    over = ["space=smoke", "space.batch_sizes=[1]", f"out={out}", f"tracking.uri=sqlite:///{tmp_path}/m.db",
+            f"hydra.run.dir={tmp_path}/hydra", *TINY]
+    (tmp_path / "hang_collect.py").write_text(HANG)
+    marker = tmp_path / "hanging"
+    env = {**os.environ, "CARB_TEST_HANG": where, "CARB_TEST_HANG_MARKER": str(marker)}
+    p = subprocess.Popen([sys.executable, str(tmp_path / "hang_collect.py"), *over], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     t0 = time.time()
     try:
-        while time.time() - t0 < 120 and p.poll() is None:
-            try:
-                if out.exists() and len(pd.read_parquet(out)) >= 2:
-                    break
-            except Exception:  # noqa: BLE001 - the file is replaced atomically; be safe anyway
-                pass
+        while time.time() - t0 < 180 and p.poll() is None and not marker.exists():
             time.sleep(0.05)
+        assert marker.exists(), "the collector never reached the hang: " + (
+            p.stderr.read().decode()[-2000:] if p.poll() is not None else "timed out")
+        os.killpg(p.pid, signal.SIGKILL)
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
         p.wait()
-    assert p.returncode == -signal.SIGKILL, "the first run finished before it could be killed"
-    before = pd.read_parquet(out)
-    assert 2 <= len(before) < len(want)
-    r = subprocess.run(args, capture_output=True, text=True, timeout=300)
+        p.stderr.close()
+    assert p.returncode == -signal.SIGKILL
+    before = load_dataset(out)       # still a valid dataset holding the finished row (never a half file)
+    assert len(before) == 1 and before["status"].tolist() == ["ok"] and set(before["config_id"]) <= want
+    r = subprocess.run([sys.executable, "-m", "carb.collect", *over], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     after = load_dataset(out)
     assert after["config_id"].is_unique and set(after["config_id"]) == want
     kept = after.set_index("config_id").loc[before["config_id"]]
     assert (kept["measured_at"].to_numpy() == before["measured_at"].to_numpy()).all()  # finished rows untouched
     assert (kept["latency_ms"].to_numpy() == before["latency_ms"].to_numpy()).all()
+    # the resume measured only the rest: one finished run (the killed one never logged its metrics)
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/m.db")
+    runs = mlflow.search_runs(search_all_experiments=True, filter_string="attributes.status = 'FINISHED'")
+    assert len(runs) == 1
+    m = runs.iloc[0]
+    assert (m["metrics.n_existing"], m["metrics.n_measured"]) == (1, len(want) - 1)
+    assert m["metrics.n_rows"] == len(want) and m["tags.stopped"] == "complete"
 
 
 def test_command_line_error_is_one_line(tmp_path):

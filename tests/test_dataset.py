@@ -4,50 +4,32 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from synthetic import synthetic_dataset
 
 from carb.data.io import load_dataset, save_dataset
-from carb.data.schema import COLUMNS, TARGETS, validate_dataset
+from carb.data.schema import available_targets, ok_rows, validate_dataset
 from carb.data.split import split_dataset
 from carb.data.tiers import batch_tier, depth_tier, strata_key, telemetry_medians
 from carb.errors import DatasetError
-from carb.design.features import grid_features
-from carb.design.space import load_space
 
 
-def make_rows(n: int = 120, seed: int = 0, device: str = "test-device") -> pd.DataFrame:
-    """Schema-complete synthetic rows (test-only)."""
-    rng = np.random.default_rng(seed)
-    cfgs = load_space("paper", [f"n={n}", f"seed={seed}"])
-    df = grid_features(cfgs)
-    df["device_name"] = device
-    df["device_kind"] = "cpu"
-    df["driver"] = "n/a"
-    df["torch_version"] = "2.13.0"
-    df["measured_at"] = "2026-12-02T00:00:00Z"
-    df["status"] = "ok"
-    df["error"] = ""
-    df["missing_reason"] = ""
-    df["avg_sm_util"] = rng.uniform(5, 95, n)
-    df["avg_mem_util"] = rng.uniform(5, 95, n)
-    df["gpu_temp_C"] = 50.0
-    df["kernel_launches"] = 100.0
-    df["peak_memory_MB"] = df["max_activation_MB"] * 3 + df["param_size_MB"]
-    df["latency_ms"] = df["flops"] / 1e9 + 1
-    df["energy_J"] = df["latency_ms"] * 0.2
-    for c in ("n_runs", "n_warmup", "latency_std_ms", "avg_power_W", "locked_sm_clock_MHz",
-              "locked_mem_clock_MHz", "duration_s", "threads", "protocol_s"):
-        df[c] = 1.0
-    return df
+def make_rows(n: int = 120, seed: int = 0, n_oom: int = 0) -> pd.DataFrame:
+    """Schema-complete synthetic rows (tests/synthetic.py)."""
+    return synthetic_dataset(n, seed=seed, device_name="test-device", n_oom=n_oom)
 
 
 def test_valid_roundtrip(tmp_path):
-    df = make_rows()
-    p = save_dataset(df, tmp_path / "d.parquet")
-    back = load_dataset(p)
-    assert list(back.columns[:len(COLUMNS)]) == list(COLUMNS)
-    assert len(back) == len(df)
-    save_dataset(df, tmp_path / "d.csv")
-    assert len(load_dataset(tmp_path / "d.csv")) == len(df)
+    """Parquet and CSV both come back with the schema's column order, dtypes and values."""
+    df = make_rows(n_oom=3)
+    want = validate_dataset(df)
+    back = load_dataset(save_dataset(df, tmp_path / "d.parquet"))
+    pd.testing.assert_frame_equal(back, want)
+    csv = load_dataset(save_dataset(df, tmp_path / "d.csv"))   # text: types must be restored by the schema
+    text = [c for c in want.columns if want[c].dtype == "string"]   # CSV cannot tell "" from missing
+    pd.testing.assert_frame_equal(csv.fillna({c: "" for c in text}), want.fillna({c: "" for c in text}),
+                                  check_exact=False, rtol=1e-12)
+    assert csv["early_downsample"].dtype == bool and csv["depth"].dtype == "int64"
+    assert (csv["status"] == "oom").sum() == 3 and csv.loc[csv["status"] == "oom", "latency_ms"].isna().all()
 
 
 def test_shard_folder(tmp_path):
@@ -118,5 +100,16 @@ def test_telemetry_medians_per_tier():
     med = telemetry_medians(df)
     small = df[df["batch_size"] <= 4]["avg_sm_util"].median()
     assert med["small"]["avg_sm_util"] == pytest.approx(small)
+    assert med["all"]["avg_mem_util"] == pytest.approx(df["avg_mem_util"].median())
     assert set(med) >= {"all", "small", "medium", "large", "xlarge"}
-    assert set(TARGETS) == {"peak_memory_MB", "energy_J", "latency_ms"}
+
+
+def test_available_targets_follow_the_data_in_cascade_order():
+    df = make_rows(40, n_oom=4)
+    assert available_targets(df) == ["peak_memory_MB", "energy_J", "latency_ms"]
+    no_energy = df.assign(energy_J=np.nan)
+    assert available_targets(no_energy) == ["peak_memory_MB", "latency_ms"]
+    # a target with values only on non-ok rows is not available; ok_rows drops the oom rows
+    only_oom = df.assign(latency_ms=np.where(df["status"] == "ok", np.nan, 1.0))
+    assert available_targets(only_oom) == ["peak_memory_MB", "energy_J"]
+    assert len(ok_rows(df)) == 40 and (ok_rows(df)["status"] == "ok").all()

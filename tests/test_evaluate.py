@@ -1,13 +1,15 @@
-"""carb.analysis.evaluate and carb.model.baselines on hand-made arrays with known answers."""
+"""carb.analysis.evaluate and carb.model.baselines on hand-made arrays and exactly linear synthetic rows
+(tests/synthetic.py) with known answers."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 import pytest
+from synthetic import linear_dataset
 
 from carb.analysis import evaluate as E
-from carb.model.baselines import FlopsLinear, LatencyEnergyProxy
 from carb.errors import DatasetError
+from carb.model.baselines import FlopsLinear, LatencyEnergyProxy
 
 
 def test_regression_metrics_known_values():
@@ -42,19 +44,8 @@ def test_budget_false_accept_and_false_reject_rates():
     assert np.isnan(E.budget_classification([], [], 1.0)["accuracy"])
 
 
-def frame(n: int = 40, seed: int = 0) -> pd.DataFrame:
-    rng = np.random.default_rng(seed)
-    bs = np.tile([1, 2, 4, 8, 16, 32, 64, 128], n // 8 + 1)[:n]
-    flops = rng.uniform(1e8, 1e10, n)
-    sm = rng.uniform(10, 95, n)
-    lat = 2.0 + flops / 1e8
-    return pd.DataFrame({"batch_size": bs, "flops": flops, "avg_sm_util": sm, "avg_mem_util": sm / 2,
-                         "peak_memory_MB": 50 + flops / 1e7, "latency_ms": lat,
-                         "energy_J": 3.0 * lat + 1.0})
-
-
 def test_budget_metrics_names():
-    df = frame()
+    df = linear_dataset()
     pred = pd.DataFrame({"pred_energy_J": df["energy_J"] * 1.0})
     out = E.budget_metrics(df, pred, "energy_J", float(df["energy_J"].median()))
     assert out["budget_accuracy"] == 1.0 and out["budget_false_accept_rate"] == 0.0
@@ -64,7 +55,7 @@ def test_budget_metrics_names():
 
 
 def test_prediction_metrics_names_and_regimes():
-    df = frame()
+    df = linear_dataset()
     pred = pd.DataFrame({"pred_latency_ms": df["latency_ms"] + 1.0})
     m = E.prediction_metrics(df, pred, "test", ("peak_memory_MB", "latency_ms"))
     assert m["test_latency_ms_mae"] == pytest.approx(1.0)
@@ -78,7 +69,7 @@ def test_prediction_metrics_names_and_regimes():
 
 
 def test_residual_spearman():
-    df = frame(48)
+    df = linear_dataset(48)
     # residual = measured - predicted grows with utilization: rho = +1 overall and in every regime
     pred = pd.DataFrame({"pred_latency_ms": df["latency_ms"] - df["avg_sm_util"] / 10})
     out = E.residual_spearman(df, pred, targets=("latency_ms",))
@@ -94,7 +85,7 @@ def test_residual_spearman():
 
 
 def test_leave_one_batch_tier_out_with_b1():
-    df = frame(80)
+    df = linear_dataset(80)
     out, model = E.leave_one_batch_tier_out(FlopsLinear(), df, ["peak_memory_MB", "latency_ms"],
                                             max_batch=8, min_rows=10)
     assert out["lobo_n_train"] == float((df["batch_size"] > 8).sum())
@@ -107,7 +98,7 @@ def test_leave_one_batch_tier_out_with_b1():
 
 
 def test_baselines_b1_b2():
-    df = frame(60)
+    df = linear_dataset(60)
     b1 = FlopsLinear().fit(df, df[["peak_memory_MB", "energy_J", "latency_ms"]])
     p = b1.predict(df)
     assert list(p.columns) == ["pred_peak_memory_MB", "pred_energy_J", "pred_latency_ms"]

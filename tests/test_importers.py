@@ -2,18 +2,22 @@
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
+import re
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from carb.data.importers.timm import (
+    TIMM_DATA,
+    import_timm,
+    load_timm_table,
+    timm_config_id,
+    timm_overlaps,
+    timm_pair,
+)
 from carb.data.schema import COLUMNS, validate_dataset
 from carb.errors import ConfigError, DatasetError
-from carb.data.importers.timm import TIMM_DATA, import_timm, load_timm_table, timm_config_id, timm_pair
-from carb.data.importers.timm import timm_overlaps
-
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "timm-gpu-bench"
 
 
 @pytest.fixture(scope="module")
@@ -29,15 +33,21 @@ def few(raw) -> pd.DataFrame:
     return raw[keep].reset_index(drop=True)
 
 
-def test_shipped_copy_and_license():
-    assert TIMM_DATA.exists()
-    lic = TIMM_DATA.parent / "LICENSE-timm-gpu-bench"
+def test_shipped_copy_matches_its_provenance(raw):
+    """The shipped table is byte for byte the file its provenance note describes: the sha256 recorded in
+    timm-gpu-bench.md, and the row, model and GPU counts the note states."""
     note = TIMM_DATA.parent / "timm-gpu-bench.md"
+    lic = TIMM_DATA.parent / "LICENSE-timm-gpu-bench"
+    text = " ".join(note.read_text().split())
     assert "Apache License" in lic.read_text() and "Ross Wightman" in lic.read_text()
-    assert "Apache-2.0" in note.read_text() and "pytorch-image-models" in note.read_text()
-    shared = SHARED / "resnet_family.csv"
-    if shared.exists():   # the copy is unmodified
-        assert hashlib.sha256(TIMM_DATA.read_bytes()).digest() == hashlib.sha256(shared.read_bytes()).digest()
+    assert "Apache-2.0" in text and "pytorch-image-models" in text
+    recorded = re.search(r"sha256 `([0-9a-f]{64})`", text)
+    assert recorded, "timm-gpu-bench.md must record the sha256 of timm-gpu-bench.csv"
+    assert hashlib.sha256(TIMM_DATA.read_bytes()).hexdigest() == recorded.group(1)
+    rows, models = re.search(r"([\d,]+) rows, (\d+) ResNet-family models", text).groups()
+    assert len(raw) == int(rows.replace(",", "")) and raw["model"].nunique() == int(models)
+    gpus = re.search(r"GPUs (.+?)\. Columns", text).group(1).replace(" and ", ", ").split(", ")
+    assert sorted(raw["gpu"].unique()) == sorted(gpus)
 
 
 def test_resnet50_on_two_gpus(few):

@@ -12,17 +12,15 @@ import mlflow
 import numpy as np
 import pandas as pd
 import pytest
+from synthetic import synthetic_dataset
 
 from carb import load_model, tracking
+from carb.analysis.evaluate import regression_metrics
 from carb.commands.cli import compose
 from carb.data.io import load_dataset, save_dataset
 from carb.data.schema import TARGETS, ok_rows
 from carb.data.split import split_dataset
 from carb.errors import DatasetError
-from carb.analysis.evaluate import regression_metrics
-
-sys.path.insert(0, str(Path(__file__).parent))
-from synthetic import synthetic_dataset  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["model=carb_fast", "model.specialists.xgb.n_estimators=15", "model.specialists.xgb.max_depth=4",

@@ -6,20 +6,19 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
+from types import SimpleNamespace
 
 import optuna
 import pandas as pd
 import pytest
+from synthetic import synthetic_dataset
 
 from carb import load_model, tracking
 from carb.commands.cli import compose
 from carb.data.io import save_dataset
 from carb.errors import ConfigError, ModelError
 
-sys.path.insert(0, str(Path(__file__).parent))
-from synthetic import synthetic_dataset  # noqa: E402
-
+NAME = "carb-synthetic-gpu"   # registered name of the synthetic dataset's device
 TINY = ["model.specialists.xgb.n_estimators=20", "model.specialists.lgbm.n_estimators=20",
         "model.specialists.et.n_estimators=10", "model.oof_folds=2", "model.probe_estimators=20",
         "tune.search_space.xgb.n_estimators.low=10", "tune.search_space.xgb.n_estimators.high=40",
@@ -98,7 +97,11 @@ def test_train_tuned_promote_load(env, study):
     from carb.commands.train import run_train
 
     over = _over(env, "evaluate.lobo.enabled=false", "evaluate.figures=false", *TINY[:5])
+    pcfg = compose("promote", [f"tracking.uri={env['uri']}", f"promote.data={env['data']}"])
     r1 = run_train(compose("train", [*over, "model=carb_fast"]))
+    first = run_promote(pcfg)                     # promote.name from the dataset's device
+    assert first["changed"] and (first["champion"], first["previous"]) == (r1["version"], None)
+    assert first["metric"] == "val_energy_J_mae" and first["value"] == r1["metrics"]["val_energy_J_mae"]
     r2 = run_train(compose("train", [*over, "model=tuned", "tune.study=s3"]))
     assert r2["version"] == str(int(r1["version"]) + 1)
     tracking.configure(env["uri"])
@@ -106,28 +109,29 @@ def test_train_tuned_promote_load(env, study):
 
     run = mlflow.get_run(r2["run_id"])
     assert run.data.tags["tuned_study"] == "s3" and "blend_trial" in run.data.tags["tuned_trials"]
-    pcfg = compose("promote", [f"tracking.uri={env['uri']}", f"promote.data={env['data']}"])
-    first = run_promote(pcfg)
-    assert first["changed"] and first["metric"] == "val_energy_J_mae"
-    best = min((r1, r2), key=lambda r: r["metrics"]["val_energy_J_mae"])
-    assert first["champion"] == best["version"]
+    second = run_promote(pcfg)                    # the champion follows the lower validation energy MAE
+    best = min((r1, r2), key=lambda r: (r["metrics"]["val_energy_J_mae"], -int(r["version"])))
+    assert second["champion"] == best["version"] == tracking.get_alias(NAME, "champion")
+    moved = best is r2                            # moved: the old champion stays reachable as previous
+    assert second["changed"] == moved
+    assert tracking.get_alias(NAME, "previous") == (r1["version"] if moved else None)
     again = run_promote(pcfg)
-    assert not again["changed"] and again["champion"] == first["champion"]
-    model = load_model("models:/carb-synthetic-gpu@champion", tracking_uri=env["uri"])
+    assert not again["changed"] and again["champion"] == best["version"]
+    model = load_model(f"models:/{NAME}@champion", tracking_uri=env["uri"])
     assert model.device_name_ == "Synthetic GPU" and set(model.test_mae_) == set(model.targets_)
     assert "small" in model.telemetry_medians_ and model.feature_names_
-    by_version = load_model(f"models:/carb-synthetic-gpu/{first['champion']}", tracking_uri=env["uri"])
+    by_version = load_model(f"models:/{NAME}/{best['version']}", tracking_uri=env["uri"])
     by_run = load_model(f"runs:/{best['run_id']}/model", tracking_uri=env["uri"])
+    other = load_model(f"models:/{NAME}/{({r1['version'], r2['version']} - {best['version']}).pop()}",
+                       tracking_uri=env["uri"])
     X = synthetic_dataset(20, seed=9, device_name="Synthetic GPU")
     pd.testing.assert_frame_equal(model.predict(X), by_version.predict(X))
     pd.testing.assert_frame_equal(model.predict(X), by_run.predict(X))
+    assert not model.predict(X).equals(other.predict(X))       # the alias picks a specific version
     from carb.errors import DatasetError
 
     with pytest.raises(DatasetError, match="flops"):
         model.predict(X.drop(columns=["flops"]))
-    # a better version appears: champion moves, the old one stays reachable as previous
-    versions = tracking.model_versions("carb-synthetic-gpu")
-    assert {v["version"] for v in versions} == {r1["version"], r2["version"]}
 
 
 def test_load_errors(env, study):
@@ -152,16 +156,55 @@ def test_promote_refuses(env, tmp_path):
     assert best["version"] == "2" and metric == "val_latency_ms_mae"
 
 
-def test_promote_moves_previous(env, study):
-    from carb.commands.promote import run_promote
+@pytest.fixture
+def registry(tmp_path):
+    """A fresh store holding one registered model whose versions carry only what promotion reads (their
+    run's metrics; no training): ``registry.add(**metrics)`` registers the next version."""
+    import mlflow
 
-    tracking.configure(env["uri"])
-    vs = tracking.model_versions("carb-synthetic-gpu")
-    champ = tracking.get_alias("carb-synthetic-gpu", "champion")
-    other = next(v["version"] for v in vs if v["version"] != champ) if champ else None
-    if other is None:
-        pytest.skip("needs the two versions of test_train_tuned_promote_load")
-    tracking.set_alias("carb-synthetic-gpu", "champion", other)  # someone pinned a worse version
-    r = run_promote(compose("promote", [f"tracking.uri={env['uri']}", f"promote.data={env['data']}"]))
-    assert r["changed"] and r["champion"] == champ and r["previous"] == other
-    assert tracking.get_alias("carb-synthetic-gpu", "previous") == other
+    uri = f"sqlite:///{tmp_path}/registry.db"
+    tracking.configure(uri)
+    client = mlflow.MlflowClient()
+    name = "carb-promote-test"
+    client.create_registered_model(name)
+
+    def add(**metrics: float) -> str:
+        with tracking.start_run("train", "promote-test", uri) as run_id:
+            tracking.log_metrics(metrics)
+        return str(client.create_model_version(name, source=f"runs:/{run_id}/model", run_id=run_id).version)
+
+    def promote() -> dict:
+        from carb.commands.promote import run_promote
+
+        return run_promote(compose("promote", [f"tracking.uri={uri}", f"promote.name={name}"]))
+
+    def aliases() -> tuple[str | None, str | None]:
+        return tracking.get_alias(name, "champion"), tracking.get_alias(name, "previous")
+
+    return SimpleNamespace(uri=uri, name=name, add=add, promote=promote, aliases=aliases)
+
+
+def test_promote_moves_champion_and_keeps_previous(registry):
+    v1 = registry.add(val_energy_J_mae=2.0, val_latency_ms_mae=5.0)
+    r = registry.promote()
+    assert r["changed"] and (r["champion"], r["previous"]) == (v1, None)
+    assert registry.aliases() == (v1, None)
+    v2 = registry.add(val_energy_J_mae=1.0, val_latency_ms_mae=9.0)      # better energy: the champion moves
+    r = registry.promote()
+    assert r["changed"] and (r["champion"], r["previous"], r["value"]) == (v2, v1, 1.0)
+    assert registry.aliases() == (v2, v1)
+    v3 = registry.add(val_energy_J_mae=3.0, val_latency_ms_mae=0.1)      # worse energy: nothing moves
+    r = registry.promote()
+    assert not r["changed"] and r["champion"] == v2 and registry.aliases() == (v2, v1)
+    tracking.set_alias(registry.name, "champion", v3)                   # someone pinned a worse version
+    r = registry.promote()
+    assert r["changed"] and (r["champion"], r["previous"]) == (v2, v3)
+    assert registry.aliases() == (v2, v3)
+
+
+def test_promote_falls_back_to_latency_without_energy(registry):
+    """CPU models measure no energy: the fallback metric ranks them (lower latency MAE wins)."""
+    registry.add(val_latency_ms_mae=4.0)
+    v2 = registry.add(val_latency_ms_mae=2.0)
+    r = registry.promote()
+    assert r["metric"] == "val_latency_ms_mae" and r["champion"] == v2 and registry.aliases() == (v2, None)
