@@ -138,3 +138,18 @@ def test_command_line_error_is_one_line(tmp_path):
     assert proc.returncode == 2
     err = proc.stderr.strip().splitlines()
     assert err[-1].startswith("carb-characterize: error: timm.gpu_a='RTX 9999'") and "allowed" in err[-1]
+
+
+@pytest.mark.slow
+def test_command_leaves_one_folder_per_run(tmp_path):
+    """``python -m carb.characterize`` writes tables, figures and summary into Hydra's run folder."""
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "carb.characterize", "source=timm",
+                           f"paths.output_dir={out}", f"tracking.uri=sqlite:///{tmp_path}/m.db"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-1500:]
+    runs = list((out / "characterize").iterdir())
+    assert len(runs) == 1, runs
+    names = {p.name for p in runs[0].iterdir()}
+    assert {".hydra", "characterize.log", "tables", "figures", "summary.md"} <= names
+    assert any((runs[0] / "tables").glob("cross_device.csv"))

@@ -190,3 +190,17 @@ def test_two_stage_with_two_registered_models(qs):
     passed = scored["decision"] != "reject"
     assert r["n_accept"] + r["n_borderline"] == passed.sum() > 0
     assert r["spearman_source_target"] == pytest.approx(spearmanr(src, scored["pred_latency_ms"]).statistic)
+
+
+@pytest.mark.slow
+def test_screen_command_leaves_one_folder_per_run(qs):
+    """``python -m carb.screen`` writes its tables and figure into Hydra's run folder, beside the run
+    record: one new folder under outputs/screen/ holding both."""
+    root = Path(qs["dir"]) / "out" / "screen"
+    before = set(root.iterdir()) if root.exists() else set()
+    r = _screen_cli(qs, "screen=quickstart")
+    assert r.returncode == 0, r.stderr[-1500:]
+    new = sorted(set(root.iterdir()) - before)
+    assert len(new) == 1, new
+    names = {p.name for p in new[0].iterdir()}
+    assert {".hydra", "screen.log", "scored.parquet", "shortlist.csv", "pareto.png"} <= names
