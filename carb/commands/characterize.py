@@ -1,4 +1,10 @@
-"""CMD_DOC
+"""``carb-characterize``: the paper's Section 4 analyses of one dataset (and a second device's, or a pair
+of GPUs from the shipped timm benchmark), as tables and figures.
+
+``run_characterize(cfg)`` takes the composed ``conf/characterize.yaml``, loads the datasets
+(:func:`load_inputs`), computes every table (:func:`carb.analysis.characterize.report.characterize_tables`),
+draws the figures (:mod:`carb.plots.characterize`), writes tables (CSV + Markdown), figures (PNG) and a
+summary into the run's folder and logs it all to one MLflow run (experiment ``carb-characterize``).
 """
 from __future__ import annotations
 
