@@ -184,3 +184,14 @@ def test_library_layers_load_no_hydra_mlflow_or_torch():
         "print(json.dumps(sorted({k.split('.')[0] for k in sys.modules if k.split('.')[0] in heavy})))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_every_module_says_what_it_is_for():
+    """Each module opens with a docstring of at least one sentence (no empty or placeholder ones)."""
+    bad = []
+    for mod, path in MODULES.items():
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        first = doc.strip().splitlines()[0] if doc.strip() else ""
+        if len(doc) < 40 or first.isupper() or "TODO" in first:
+            bad.append(f"{mod}: {first!r}")
+    assert not bad, bad
