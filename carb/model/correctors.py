@@ -30,14 +30,17 @@ REGIMES = {"low_batch": low_batch, "high_load": hardware_stress}
 
 
 def inverse_space(log_space: bool):
+    """From the fitting space back to target units: ``exp`` in log space, identity otherwise."""
     return np.exp if log_space else (lambda v: v)
 
 
 def forward_space(log_space: bool):
+    """From target units to the fitting space: ``log`` in log space, identity otherwise."""
     return np.log if log_space else (lambda v: v)
 
 
 def mae(y: np.ndarray, p: np.ndarray) -> float:
+    """Mean absolute error (units of ``y``); NaN for no rows."""
     return float(np.mean(np.abs(y - p))) if len(y) else float("nan")
 
 
@@ -56,6 +59,8 @@ class Stage:
     floor: float = 0.0
 
     def corrector_input(self, D: pd.DataFrame, base: np.ndarray) -> np.ndarray:
+        """Corrector features: the stage's design columns plus its current prediction in the fitting
+        space, shape (n_rows, n_columns + 1)."""
         return np.column_stack([D[self.columns].to_numpy(float), forward_space(self.log_target)(base)])
 
     def predict(self, D: pd.DataFrame, X: pd.DataFrame) -> np.ndarray:

@@ -66,6 +66,8 @@ def storage_for(url: str):
 
 
 def make_study(name: str, storage, seed: int, n_startup: int, pruner_cfg: Mapping[str, Any]):
+    """Create or load the Optuna study ``name`` (TPE sampler seeded, median pruner); retries briefly
+    when two workers create it at once."""
     import optuna
 
     sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup)
@@ -158,14 +160,18 @@ def fit_member(member: str, params: dict[str, Any], sd: StageData, n_jobs: int, 
 
 
 def member_predict(model, sd: StageData) -> np.ndarray:
+    """A fitted specialist's validation predictions of the stage, in target units."""
     return sd.inv(model.predict(sd.Dva))
 
 
 def sub_name(study: str, target: str, member: str) -> str:
+    """Name of a sub-study: ``<study>.<target>.<member>`` (member ``blend`` for the weights)."""
     return f"{study}.{target}.{member}"
 
 
 class quiet_warnings:
+    """Context manager that silences warnings (Optuna's experimental-feature notes) in its block."""
+
     def __enter__(self):
         import warnings
 

@@ -62,6 +62,8 @@ def device_label(df: pd.DataFrame) -> str:
 
 
 def sorted_values(knob: str, values: Sequence[Any]) -> list[Any]:
+    """A knob's values without missing ones, in display order: precisions in table order (fp32, fp16,
+    bf16), numbers ascending, anything else as text."""
     vals = [v for v in values if not (v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)))]
     if knob == "precision":
         return [p for p in PRECISION_ORDER if p in vals] + sorted(str(v) for v in vals

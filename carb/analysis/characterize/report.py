@@ -77,6 +77,7 @@ def headline_metrics(tables: Mapping[str, pd.DataFrame]) -> dict[str, float]:
 
 def summary_markdown(label: str, prov: Mapping[str, Any], a: pd.DataFrame, b: pd.DataFrame | None,
              tables: Mapping[str, pd.DataFrame], skipped: Mapping[str, str]) -> str:
+    """The run summary (Markdown): datasets, measured targets, skipped figures and the headline tables."""
     ok_a = ok_only(a)
     lines = [f"# carb-characterize: {label}", "",
              f"- dataset A: {device_label(ok_a)}, {len(ok_a)} ok rows (source: {prov.get('data')})"]
