@@ -15,7 +15,7 @@ Three shapes of data, one pipeline:
     - ``peak_memory_MB = param_size_MB + 1.6 * max_activation_MB + 8 MB workspace`` (x noise);
     - ``latency_ms = launches * 12 us + flops / throughput(precision, batch)`` (x noise), with a
       batch-efficiency factor that saturates for large batches (low batches run far below peak);
-    - ``energy_J = n_runs * latency_s * power_W`` with ``power_W = 60 + 290 * sm_util / 100`` (x noise).
+    - ``energy_J = latency_s * power_W`` (per batch) with ``power_W = 60 + 290 * sm_util / 100`` (x noise).
 
     ``energy=False`` makes the energy column NaN (a device without an energy counter),
     ``telemetry=False`` makes all runtime features NaN, ``n_oom`` adds out-of-memory rows.
@@ -133,7 +133,7 @@ def synthetic_dataset(n: int = 600, seed: int = 0, device_name: str = "Synthetic
     latency = (launches * 0.012 + 1e3 * flops / thr) * jitter(total)
     n_runs = 100.0
     power = 60.0 + 290.0 * sm_util / 100.0
-    energy_j = n_runs * latency / 1e3 * power * jitter(total)
+    energy_j = latency / 1e3 * power * jitter(total)  # per batch
     peak = (param_mb + 1.6 * max_act + 8.0) * jitter(total)
     temp = 38.0 + 0.35 * sm_util + rng.normal(0, 1.0, total)
 
@@ -158,8 +158,9 @@ def synthetic_dataset(n: int = 600, seed: int = 0, device_name: str = "Synthetic
     out["n_warmup"] = 10.0
     out["latency_std_ms"] = latency * 0.02
     out["avg_power_W"] = power if energy else np.nan
-    out["duration_s"] = n_runs * latency / 1e3
-    out["protocol_s"] = out["duration_s"] + 3.0
+    out["window_s"] = n_runs * latency / 1e3
+    out["energy_window_J"] = energy_j * n_runs if energy else np.nan
+    out["protocol_s"] = out["window_s"] + 3.0
     out["driver"] = "synthetic"
     out["torch_version"] = "synthetic"
     out["measured_at"] = "1970-01-01T00:00:00Z"

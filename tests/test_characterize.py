@@ -141,7 +141,7 @@ def test_efficiency_known_answer():
         jpg = (1.5 if prec == "fp32" else 1.0) * (4.0 if bs == 2 else 1.0)   # J per GFLOP per forward
         flops = 2e9 * depth
         rows.append({"precision": prec, "depth": depth, "batch_size": bs, "flops": flops, "n_runs": 10,
-                     "energy_J": jpg * flops / 1e9 * 10, "latency_ms": 1.0})
+                     "energy_J": jpg * flops / 1e9, "latency_ms": 1.0})  # per batch
     eff = ch.efficiency(frame(rows))
     p = eff[eff["view"] == "precision"].set_index("group")
     assert p.loc["fp32", "mean_J_per_GFLOP"] / p.loc["fp16", "mean_J_per_GFLOP"] == pytest.approx(1.5)

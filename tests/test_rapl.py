@@ -94,6 +94,7 @@ def test_cpu_meter_reads_a_moving_counter(tmp_path):
     with CpuMeter(dict(n_runs=2, n_warmup=1, min_window_s=0, cooldown_s=0, util_window_s=0,
                        kernel_launches=False, threads=1), rapl=r) as m:
         row = m.measure(build_model(cfg), cfg)
-    assert row["energy_J"] == pytest.approx(2.0)
-    assert row["avg_power_W"] == pytest.approx(2.0 / row["duration_s"])
+    assert row["energy_window_J"] == pytest.approx(2.0)
+    assert row["energy_J"] == pytest.approx(2.0 / row["n_runs"])  # per batch
+    assert row["avg_power_W"] == pytest.approx(2.0 / row["window_s"])
     assert "energy_J" not in (row["missing_reason"] or "") and not math.isnan(row["energy_J"])

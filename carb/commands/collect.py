@@ -6,14 +6,18 @@
    ``shard.index`` of ``shard.count`` (disjoint slices ``order[index::count]`` of one shuffled order);
 2. checks the output before touching anything: writable, and an existing file must be a dataset of
    this schema measured on this device (else a one-line :class:`ConfigError` / :class:`DatasetError`);
-3. skips the ``config_id`` values that file already holds (resume), and for each remaining config:
+3. skips the ``config_id`` values that file already holds (resume; ``retry=errors`` measures its
+   ``oom``/``error``/``contended`` rows again and replaces them; a file measured with another protocol
+   id, i.e. other ``measure`` settings or another device fingerprint, is refused unless
+   ``resume.mix_protocols=true``), and for each remaining config:
    static features (closed form, :func:`carb.design.features.grid_features`), builds the model, measures it
    with the device's meter, and appends the row to the file at once (atomic rewrite: temp file +
    rename), so a killed run loses at most the configuration in flight. Out of memory gives a
    ``status=oom`` row, any other failure a ``status=error`` row with the message; the run goes on;
 4. shows a tqdm progress bar with ETA and logs one MLflow run: the config, the device facts,
-   ok/oom/error counts, duration, seconds per config, the collector's overhead fraction, and the
-   dataset as a run input and an artifact.
+   ok/oom/error/contended counts, the rows whose timed window the contention guard repeated,
+   duration, seconds per config, the collector's overhead fraction, and the dataset as a run input
+   and an artifact. The repeated and contended counts are printed at the end.
 
 ``max_minutes`` stops the run before a configuration that would end after the deadline (GPU script).
 Overhead = wall time of the measuring loop outside each row's ``protocol_s`` (cool-down, warm-up,
@@ -38,6 +42,7 @@ from carb.errors import ConfigError
 from carb.measure.collector import (
     LoopStats,
     check_device,
+    check_protocol,
     check_shard,
     check_writable,
     measure_configs,
@@ -63,6 +68,21 @@ def _settings(c: Mapping[str, Any]) -> tuple[int, int, float | None, int | None]
             raise ConfigError(f"limit: must be null or an integer >= 1, got {limit!r}")
         limit = int(limit)
     return index, count, mm, limit
+
+
+#: ``retry`` values: which finished rows a restart measures again.
+RETRY = {"none": (), "errors": ("oom", "error", "contended")}
+
+
+def _resume_settings(c: Mapping[str, Any]) -> tuple[tuple[str, ...], bool]:
+    """``(statuses to measure again, mix_protocols)`` from ``retry`` and ``resume.mix_protocols``."""
+    retry = str(c.get("retry", "none") if c.get("retry") is not None else "none")
+    if retry not in RETRY:
+        raise ConfigError(f"retry: {retry!r} is not allowed; allowed: {list(RETRY)}")
+    mix = (c.get("resume") or {}).get("mix_protocols", False)
+    if not isinstance(mix, bool):
+        raise ConfigError(f"resume.mix_protocols: must be true or false, got {mix!r}")
+    return RETRY[retry], mix
 
 
 def _static_table(configs: Sequence[ArchConfig]) -> dict[str, dict[str, Any]]:
@@ -105,6 +125,7 @@ def run_collect(cfg: Any) -> dict[str, Any]:
     t_start = time.perf_counter()
     c = to_dict(cfg)
     index, count, max_minutes, limit = _settings(c)
+    retry_statuses, mix_protocols = _resume_settings(c)
     deadline = t_start + 60.0 * max_minutes if max_minutes else None
     space = c.get("space") or {}
     space_name = str(space.get("name", "space"))
@@ -118,10 +139,15 @@ def run_collect(cfg: Any) -> dict[str, Any]:
     tr = c.get("tracking") or {}
 
     with _get_meter(c.get("device") or {}, c.get("measure") or {}) as meter:
+        from carb.measure.fingerprint import protocol_id
+
         facts = meter.device_facts()
         identity = meter.identity()
         check_device(existing, out, identity)
-        done = set(existing["config_id"].astype(str))
+        identity["protocol_id"] = protocol_id(meter.settings.to_dict(),
+                                              identity.get("device_id") or identity["device_name"])
+        check_protocol(existing, out, identity["protocol_id"], mix_protocols)
+        done = set(existing.loc[~existing["status"].isin(retry_statuses), "config_id"].astype(str))
         todo = [x for x in shard if x.config_id not in done]
         if limit is not None:
             todo = todo[:limit]
@@ -133,6 +159,8 @@ def run_collect(cfg: Any) -> dict[str, Any]:
         with tracking.start_run("collect", run_name, tracking_uri=tr.get("uri", "sqlite:///mlruns/mlflow.db"),
                                 artifact_root=tr.get("artifact_root"),
                                 tags={"space": space_name, "device_name": identity["device_name"],
+                                      "device_id": identity.get("device_id") or "unknown",
+                                      "protocol_id": identity["protocol_id"],
                                       "device_kind": identity["device_kind"], "shard": f"{index}/{count}"}) as run_id:
             tracking.log_params({"space": space, "measure": c.get("measure") or {}, "device": c.get("device") or {},
                                  "seed": c.get("seed", 0), "shard": {"index": index, "count": count},
@@ -152,7 +180,11 @@ def run_collect(cfg: Any) -> dict[str, Any]:
                 n_meas, counts, stopped = stats.n_measured, stats.counts, stats.stopped
                 result = {
                     "out": str(out), "run_id": run_id, "n_ok": counts["ok"], "n_oom": counts["oom"],
-                    "n_error": counts["error"], "n_existing": len(existing), "n_todo": len(todo),
+                    "n_error": counts["error"], "n_contended": counts.get("contended", 0),
+                    "n_repeated": stats.repeated,
+                    "repeated_fraction": stats.repeated / n_meas if n_meas else math.nan,
+                    "device_id": identity.get("device_id"), "protocol_id": identity["protocol_id"],
+                    "n_existing": len(existing), "n_todo": len(todo),
                     "n_measured": n_meas, "n_rows": len(appender.frame), "stopped": stopped,
                     "duration_s": time.perf_counter() - t_start, "loop_s": loop_s,
                     "setup_s": t_loop - t_start,
@@ -162,8 +194,11 @@ def run_collect(cfg: Any) -> dict[str, Any]:
                     "write_s": appender.write_s, "device": facts,
                     "phases_s": {**stats.phases_s, "write_s": appender.write_s},
                 }
+                print(f"carb-collect: {n_meas} rows measured ({counts['ok']} ok, {counts['oom']} oom, "
+                      f"{counts['error']} error, {counts.get('contended', 0)} contended); contention guard "
+                      f"repeated the timed window of {stats.repeated} row(s)", file=sys.stderr)
                 tracking.log_metrics({k: result[k] for k in (
-                    "n_ok", "n_oom", "n_error", "n_existing", "n_measured", "n_rows", "duration_s", "loop_s",
+                    "n_ok", "n_oom", "n_error", "n_contended", "n_repeated", "repeated_fraction", "n_existing", "n_measured", "n_rows", "duration_s", "loop_s",
                     "setup_s", "s_per_config", "overhead_fraction", "strict_overhead_fraction", "write_s")})
                 tracking.log_metrics({f"phase_{k}": v for k, v in result["phases_s"].items()})
                 tracking.set_tags({"stopped": stopped or ("interrupted" if n_meas < len(todo) else "complete")})

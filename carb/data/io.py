@@ -112,8 +112,15 @@ class DatasetAppender:
         self.write_s = 0.0
 
     def append(self, row: Mapping[str, Any]) -> None:
+        """Validate ``row``, add it (replacing an earlier row of the same device and ``config_id``: a
+        re-measured configuration supersedes its old row) and rewrite the file."""
         t = time.perf_counter()
         new = validate_dataset(pd.DataFrame([row]), source=f"{self.path} (new row)")
+        if len(self.frame):
+            same = ((self.frame["config_id"] == new["config_id"].iloc[0])
+                    & (self.frame["device_name"] == new["device_name"].iloc[0]))
+            if same.any():
+                self.frame = self.frame[~same].reset_index(drop=True)
         self.frame = new if not len(self.frame) else pd.concat([self.frame, new], ignore_index=True)
         write_frame(self.frame, self.path)
         self.write_s += time.perf_counter() - t

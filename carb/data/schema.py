@@ -7,9 +7,15 @@ Columns by group (dtype in brackets):
 
 identity
     ``config_id`` [str] stable hash of the architecture knobs (see :class:`carb.design.arch.ArchConfig`);
-    ``device_name`` [str]; ``device_kind`` [str] cuda | cpu | import (third-party table);
+    ``device_name`` [str] human-readable; ``device_kind`` [str] cuda | cpu | import (third-party table);
+    ``device_id`` [str] short hash of the device fingerprint (two machines with the same name but
+    different ISA flags, cores, hypervisor or GPU power limit get different ids; NA for data that
+    predates fingerprints); ``device_fingerprint`` [str] the fingerprint as compact JSON (see
+    :mod:`carb.measure.fingerprint`); ``protocol_id`` [str] hash of the measurement settings and
+    ``device_id`` (resume refuses to mix protocols in one file);
     ``driver`` [str]; ``torch_version`` [str]; ``measured_at`` [str, ISO-8601 UTC];
-    ``status`` [str] ok | oom | error; ``error`` [str] message for non-ok rows;
+    ``status`` [str] ok | oom | error | contended (the CPU's contention guard found no clean window
+    after ``guard.max_tries`` tries); ``error`` [str] message for non-ok rows;
     ``missing_reason`` [str] why a target or runtime feature is NaN ("energy_J: ...; avg_sm_util: ...").
 knobs
     ``block`` [str] basic | bottleneck; ``depth`` [int]; ``width_mult`` [float]; ``input_size`` [int]
@@ -27,14 +33,24 @@ runtime features (NaN where the device cannot report them)
     ``kernel_launches`` [float, count per forward].
 targets (NaN where not measured, never 0)
     ``peak_memory_MB`` [float] max allocated over one forward after a peak reset;
-    ``energy_J`` [float] energy-counter difference over the timed loop of ``n_runs`` batches;
+    ``energy_J`` [float] energy per batch, J: ``energy_window_J / n_runs``;
     ``latency_ms`` [float] mean per batch.
 measurement record
-    ``n_runs``, ``n_warmup`` [int]; ``latency_std_ms``, ``avg_power_W`` [float, W];
+    ``n_runs``, ``n_warmup`` [int]; ``latency_std_ms`` [float, ms];
+    ``energy_window_J`` [float, J] the energy counter's difference over the timed window of
+    ``n_runs`` batches; ``window_s`` [float, s] length of that window; ``avg_power_W`` [float, W]
+    ``energy_window_J / window_s``;
     ``locked_sm_clock_MHz``, ``locked_mem_clock_MHz`` [float, NaN when not locked];
-    ``duration_s`` [float] length of the timed loop; ``threads`` [int] CPU threads (NaN on GPU rows
-    is allowed); ``protocol_s`` [float] wall time of the whole measurement protocol of the row
-    (warm-up, timed loop, utilization window, cool-down).
+    ``sm_clock_MHz``, ``mem_clock_MHz`` [float] clocks observed under load (GPU);
+    ``throttle_reasons`` [str] NVML clock-throttle reasons seen under load (GPU);
+    ``cpu_share`` [float, 0-1] CPU time the measuring threads got / (wall time x threads) over the
+    accepted window (CPU); ``steal_share`` [float, 0-1] hypervisor steal time / wall time of all
+    cores over that window; ``n_windows`` [int] timed windows tried (a contended one is repeated);
+    ``threads`` [int] CPU threads (NaN on GPU rows is allowed); ``protocol_s`` [float] wall time of
+    the whole measurement protocol of the row (warm-up, timed loop, utilization window, cool-down).
+
+Files written before per-batch energy (``duration_s``, energy per timed window) are converted on
+loading by :func:`upgrade_legacy` (and it says so once per file).
 
 """
 from __future__ import annotations
@@ -51,11 +67,14 @@ from carb.errors import DatasetError
 
 #: Targets in cascade order (memory -> energy -> latency).
 TARGETS: tuple[str, ...] = ("peak_memory_MB", "energy_J", "latency_ms")
-IDENTITY: tuple[str, ...] = ("config_id", "device_name", "device_kind", "driver", "torch_version",
-                             "measured_at", "status", "error", "missing_reason")
+IDENTITY: tuple[str, ...] = ("config_id", "device_name", "device_kind", "device_id", "device_fingerprint",
+                             "protocol_id", "driver", "torch_version", "measured_at", "status", "error",
+                             "missing_reason")
 RUNTIME_FEATURES: tuple[str, ...] = ("avg_sm_util", "avg_mem_util", "gpu_temp_C", "kernel_launches")
-RECORD: tuple[str, ...] = ("n_runs", "n_warmup", "latency_std_ms", "avg_power_W", "locked_sm_clock_MHz",
-                           "locked_mem_clock_MHz", "duration_s", "threads", "protocol_s")
+RECORD: tuple[str, ...] = ("n_runs", "n_warmup", "latency_std_ms", "energy_window_J", "window_s", "avg_power_W",
+                           "locked_sm_clock_MHz", "locked_mem_clock_MHz", "sm_clock_MHz", "mem_clock_MHz",
+                           "throttle_reasons", "cpu_share", "steal_share", "n_windows", "threads",
+                           "protocol_s")
 #: Interaction features of the paper's Section 5.1 (functions of runtime features; see carb.model.encoding).
 INTERACTION_FEATURES: tuple[str, ...] = ("batch_x_sm", "flops_x_sm", "act_x_mem", "util_product")
 _STR, _INT, _FLOAT, _BOOL = "string", "int64", "float64", "bool"
@@ -69,12 +88,13 @@ SCHEMA: dict[str, str] = {
     **{c: (_INT if c in ("params", "n_conv") else _FLOAT) for c in STATIC_FEATURES},
     **{c: _FLOAT for c in RUNTIME_FEATURES},
     **{c: _FLOAT for c in TARGETS},
-    "n_runs": _FLOAT, "n_warmup": _FLOAT, "latency_std_ms": _FLOAT, "avg_power_W": _FLOAT,
-    "locked_sm_clock_MHz": _FLOAT, "locked_mem_clock_MHz": _FLOAT, "duration_s": _FLOAT,
-    "threads": _FLOAT, "protocol_s": _FLOAT,
+    **{c: (_STR if c == "throttle_reasons" else _FLOAT) for c in RECORD},
 }
 COLUMNS: tuple[str, ...] = tuple(SCHEMA)
-STATUSES = ("ok", "oom", "error")
+STATUSES = ("ok", "oom", "error", "contended")
+#: Legacy column names -> current ones (see :func:`upgrade_legacy`).
+RENAMED: dict[str, str] = {"duration_s": "window_s"}
+_ANNOUNCED: set[str] = set()
 
 
 def device_slug(device_name: str) -> str:
@@ -105,6 +125,39 @@ def conform(df: pd.DataFrame, fill_missing: Iterable[str] = ()) -> pd.DataFrame:
     return df[[c for c in COLUMNS if c in df.columns] + extra]
 
 
+def upgrade_legacy(df: pd.DataFrame, source: str = "dataset") -> pd.DataFrame:
+    """Convert a frame written before per-batch energy and fingerprints to the current schema.
+
+    A legacy file has ``duration_s`` (the timed window, s) and ``energy_J`` = energy of the whole
+    window of ``n_runs`` batches. Converted: ``window_s = duration_s``, ``energy_window_J`` = old
+    ``energy_J``, ``energy_J = energy_window_J / n_runs`` (J per batch); columns added since then
+    (``device_id``, ``device_fingerprint``, ``protocol_id``, clocks under load, guard columns) are
+    filled as missing. Says so once per ``source`` (a :class:`UserWarning`). Current frames are
+    returned unchanged."""
+    legacy = [c for c in RENAMED if c in df.columns and RENAMED[c] not in df.columns]
+    if not legacy:
+        return df
+    out = df.rename(columns={c: RENAMED[c] for c in legacy})
+    if "energy_window_J" not in out.columns:
+        e = pd.to_numeric(out.get("energy_J"), errors="coerce") if "energy_J" in out.columns else np.nan
+        n = pd.to_numeric(out.get("n_runs"), errors="coerce") if "n_runs" in out.columns else np.nan
+        out["energy_window_J"] = e
+        if "energy_J" in out.columns:
+            out["energy_J"] = e / n
+    for c in COLUMNS:
+        if c not in out.columns:
+            out[c] = pd.Series(pd.NA if SCHEMA[c] == _STR else np.nan, index=out.index,
+                               dtype=SCHEMA[c] if SCHEMA[c] != _INT else _FLOAT)
+    if source not in _ANNOUNCED:
+        _ANNOUNCED.add(source)
+        import warnings
+
+        warnings.warn(f"{source}: written before per-batch energy; converted on loading (energy_J = "
+                      f"energy_window_J / n_runs, duration_s -> window_s, no device fingerprint)",
+                      UserWarning, stacklevel=3)
+    return out
+
+
 def validate_dataset(df: pd.DataFrame, source: str = "dataset") -> pd.DataFrame:
     """Check a frame against the schema and return it with canonical dtypes.
 
@@ -112,6 +165,7 @@ def validate_dataset(df: pd.DataFrame, source: str = "dataset") -> pd.DataFrame:
     a value that does not fit the column's dtype, an unknown status/block/precision, a non-positive
     target where a value is given, or a duplicate ``config_id`` on one device.
     """
+    df = upgrade_legacy(df, source)
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
         raise DatasetError(f"{source}: missing column(s) {missing}; a dataset needs all of "

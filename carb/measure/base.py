@@ -11,8 +11,12 @@ parts to small hooks that the backends (:class:`carb.measure.cpu.CpuMeter`,
 4. peak memory over one forward (after a peak reset);
 5. the timed loop: ``n_runs`` forwards between two synchronized reads of the clock and the energy
    counter. If the loop lasts less than ``min_window_s`` (the energy counter updates coarsely), it is
-   repeated with more runs (up to ``max_runs``); the ``n_runs`` used and the window length
-   (``duration_s``) are recorded. Temperature is the mean of a reading before and after the loop;
+   repeated with more runs (up to ``max_runs``); the ``n_runs`` used, the window length
+   (``window_s``) and its energy (``energy_window_J``) are recorded, and ``energy_J`` is the energy
+   per batch (``energy_window_J / n_runs``). On the CPU a contention probe brackets the window: a
+   window in which the process did not get its cores is measured again (``guard`` settings), and a
+   row whose windows were all contended gets ``status=contended``. Temperature is the mean of a
+   reading before and after the loop;
 6. kernel launches over one forward (GPU only);
 7. utilization sampled over ``util_window_s`` of training-mode forward+backward (GPU only).
 
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import gc
 import math
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields
@@ -62,6 +67,10 @@ class MeasureSettings:
         energy as missing (False).
     kernel_launches: count kernel launches with torch.profiler over one forward (GPU).
     rapl_root: the powercap folder read for CPU energy.
+    guard: the CPU contention guard on (``guard.enabled``); a window is repeated when the measuring
+        threads got less than ``guard_min_cpu_share`` of wall time x threads, or the hypervisor stole
+        more than ``guard_max_steal_share`` of all cores' time; after ``guard_max_tries`` windows the
+        row gets ``status=contended``. Shares are fractions in (0, 1].
     """
 
     n_runs: int = 100
@@ -78,6 +87,10 @@ class MeasureSettings:
     require_energy: bool = True
     kernel_launches: bool = True
     rapl_root: str = "/sys/class/powercap"
+    guard: bool = True
+    guard_min_cpu_share: float = 0.9
+    guard_max_steal_share: float = 0.05
+    guard_max_tries: int = 3
 
     def __post_init__(self) -> None:
         for name in ("n_runs", "max_runs"):
@@ -92,6 +105,15 @@ class MeasureSettings:
             raise ConfigError(f"measure.util_interval_s: must be > 0 seconds, got {self.util_interval_s!r}")
         if self.threads is not None and int(self.threads) < 1:
             raise ConfigError(f"measure.threads: must be null or an integer >= 1, got {self.threads!r}")
+        for name in ("guard_min_cpu_share", "guard_max_steal_share"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < float(v) <= 1:
+                raise ConfigError(f"measure.guard.{name[6:]}: must be a fraction in (0, 1], got {v!r}")
+        if isinstance(self.guard_max_tries, bool) or int(self.guard_max_tries) < 1:
+            raise ConfigError(f"measure.guard.max_tries: must be an integer >= 1, got {self.guard_max_tries!r}")
+        for name in ("guard", "lock_clocks", "require_energy", "kernel_launches"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"measure.{name}: must be true or false, got {getattr(self, name)!r}")
 
     @classmethod
     def from_mapping(cls, settings: Mapping[str, Any]) -> "MeasureSettings":
@@ -101,15 +123,25 @@ class MeasureSettings:
         ``mem_clock_MHz``. Unknown keys raise :class:`ConfigError` naming the allowed ones."""
         flat = dict(settings)
         clocks = flat.pop("clocks", None) or {}
+        guard = flat.pop("guard", None)
+        if isinstance(guard, bool) or guard is None:
+            guard = {} if guard is None else {"enabled": guard}
         for src, dst in (("lock", "lock_clocks"), ("sm_MHz", "sm_clock_MHz"), ("mem_MHz", "mem_clock_MHz")):
             if src in clocks:
                 flat[dst] = clocks[src]
-        bad = sorted(set(clocks) - {"lock", "sm_MHz", "mem_MHz"})
-        allowed = [f.name for f in fields(cls)]
-        bad += sorted(k for k in flat if k not in allowed)
+        for src, dst in (("enabled", "guard"), ("min_cpu_share", "guard_min_cpu_share"),
+                         ("max_steal_share", "guard_max_steal_share"), ("max_tries", "guard_max_tries")):
+            if src in guard:
+                flat[dst] = guard[src]
+        bad = sorted(f"clocks.{k}" for k in set(clocks) - {"lock", "sm_MHz", "mem_MHz"})
+        bad += sorted(f"guard.{k}" for k in set(guard) - {"enabled", "min_cpu_share", "max_steal_share",
+                                                           "max_tries"})
+        allowed = [f.name for f in fields(cls) if not f.name.startswith("guard")]
+        bad += sorted(k for k in flat if k not in {f.name for f in fields(cls)})
         if bad:
             raise ConfigError(f"measure: unknown setting(s) {bad}; allowed: {allowed} "
-                              f"(clocks: lock, sm_MHz, mem_MHz)")
+                              f"(clocks: lock, sm_MHz, mem_MHz; guard: enabled, min_cpu_share, "
+                              f"max_steal_share, max_tries)")
         return cls(**flat)
 
     def to_dict(self) -> dict[str, Any]:
@@ -156,13 +188,24 @@ def parse_missing_reason(text: str | None) -> dict[str, str]:
     out: dict[str, str] = {}
     if not text or (isinstance(text, float) and math.isnan(text)):
         return out
+    groups: list[list[str]] = []
     for part in str(text).split("; "):
+        if _GROUP_HEAD.match(part) or not groups:
+            groups.append([part])
+        else:  # a reason that itself contains "; "
+            groups[-1].append(part)
+    for g in groups:
+        part = "; ".join(g)
         if ": " not in part:
             continue
         cols, reason = part.split(": ", 1)
         for c in cols.split(", "):
             out[c.strip()] = reason
     return out
+
+
+#: The start of one ``missing_reason`` group: column names (identifiers) and ``: ``.
+_GROUP_HEAD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(, [A-Za-z_][A-Za-z0-9_]*)*: ")
 
 
 class LoopTimer:
@@ -177,6 +220,45 @@ class LoopTimer:
     def intervals_ms(self) -> list[float]:
         """Milliseconds between consecutive marks (call after the final synchronize)."""
         return [(b - a) * 1e3 for a, b in zip(self._t, self._t[1:])]
+
+
+#: How many times a too-short timed loop is lengthened before the row records the short window.
+MAX_LENGTHENINGS = 4
+
+
+@dataclass
+class Window:
+    """One accepted timed window: ``n`` batches in ``seconds``; ``iters_ms`` per batch; ``energy_J``
+    the counter difference over the window (NaN when not measured); ``cpu_share`` / ``steal_share``
+    from the contention probe (NaN where not applicable); ``tries`` windows measured; ``contended`` the
+    guard's reason when no window passed."""
+
+    n: int
+    seconds: float
+    iters_ms: list[float]
+    energy_J: float
+    cpu_share: float = NAN
+    steal_share: float = NAN
+    tries: int = 1
+    contended: str | None = None
+
+
+class ContentionProbe:
+    """Interface of a contention probe: ``stop(wall_s)`` returns ``(cpu_share, steal_share)``."""
+
+    def stop(self, wall_s: float) -> tuple[float, float]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+def contention_reason(cpu_share: float, steal_share: float, settings: "MeasureSettings") -> str | None:
+    """Why a window counts as contended under ``settings``' thresholds, or None when it is clean
+    (NaN shares, where a device has no probe, are clean)."""
+    parts = []
+    if not math.isnan(cpu_share) and cpu_share < settings.guard_min_cpu_share:
+        parts.append(f"cpu_share {cpu_share:.2f} < {settings.guard_min_cpu_share:g}")
+    if not math.isnan(steal_share) and steal_share > settings.guard_max_steal_share:
+        parts.append(f"steal_share {steal_share:.2f} > {settings.guard_max_steal_share:g}")
+    return " and ".join(parts) or None
 
 
 class Meter:
@@ -212,9 +294,18 @@ class Meter:
         raise NotImplementedError
 
     def identity(self) -> dict[str, str]:
-        """The identity columns the dataset stores for each row of this device."""
+        """The identity columns the dataset stores for each row of this device: ``device_name``,
+        ``device_kind``, ``driver``, ``torch_version``, ``device_id`` and ``device_fingerprint``
+        (canonical JSON of ``device_facts()["fingerprint"]``; see :mod:`carb.measure.fingerprint`)."""
+        from carb.measure.fingerprint import canonical_json, device_id
+
         f = self.device_facts()
-        return {k: str(f.get(k, "unknown")) for k in ("device_name", "device_kind", "driver", "torch_version")}
+        out = {k: str(f.get(k, "unknown")) for k in ("device_name", "device_kind", "driver", "torch_version")}
+        fp = f.get("fingerprint")
+        if fp:
+            out["device_id"] = str(f.get("device_id") or device_id(fp))
+            out["device_fingerprint"] = canonical_json(fp)
+        return out
 
     def sync(self) -> None:
         """Wait for queued device work (no-op on CPU)."""
@@ -306,6 +397,53 @@ class Meter:
         energy = self.energy_since_J(snap) if snap is not None else NAN
         return t1 - t0, timer.intervals_ms(), energy
 
+    def _lengthened_window(self, step: Callable[[], Any], n: int) -> Window:
+        """The timed loop, lengthened (at most :data:`MAX_LENGTHENINGS` times, up to ``max_runs``)
+        until it lasts ``min_window_s``; the contention probe brackets the final try."""
+        s = self.settings
+        for attempt in range(MAX_LENGTHENINGS + 1):
+            probe = self.contention_probe()
+            duration, iters_ms, energy = self._timed_loop(step, n)
+            share = probe.stop(duration) if probe is not None else (NAN, NAN)
+            if duration >= s.min_window_s or n >= s.max_runs or attempt == MAX_LENGTHENINGS:
+                break
+            n = int(min(s.max_runs, max(n + 1, math.ceil(1.1 * n * s.min_window_s / max(duration, 1e-9)))))
+        return Window(n, duration, iters_ms, energy, share[0], share[1])
+
+    def _guarded_window(self, step: Callable[[], Any], n: int) -> Window:
+        """A timed window the contention guard accepts: a window in which the measuring threads got
+        less than ``guard.min_cpu_share`` of their cores (or the hypervisor stole more than
+        ``guard.max_steal_share``) is measured again, up to ``guard.max_tries`` windows; the last
+        one is returned with ``contended`` set when none passed."""
+        g = self.settings
+        w = self._lengthened_window(step, n)
+        tries = 1
+        while True:
+            why = contention_reason(w.cpu_share, w.steal_share, g) if g.guard else None
+            if why is None:
+                w.tries = tries
+                return w
+            if tries >= g.guard_max_tries:
+                w.tries = tries
+                w.contended = f"contention guard: {why} in all {tries} windows"
+                return w
+            tries += 1
+            w = self._lengthened_window(step, w.n)
+
+    def contention_probe(self) -> ContentionProbe | None:
+        """A started probe of the CPU time this process gets (CPU backend); None where not applicable."""
+        return None
+
+    def observed_clocks(self) -> dict[str, Any]:
+        """``sm_clock_MHz``, ``mem_clock_MHz`` (NaN) and ``throttle_reasons`` (None) observed under
+        load; the CUDA backend reads them after the timed loop."""
+        return {"sm_clock_MHz": NAN, "mem_clock_MHz": NAN, "throttle_reasons": None}
+
+    def extra_reasons(self) -> dict[str, str]:
+        """``column -> reason`` for fallbacks a backend took in the last measurement (e.g. utilization
+        measured in eval mode), added to ``missing_reason``."""
+        return {}
+
     def runs_for(self, per_batch_s: float) -> int:
         """``n_runs`` raised so that the timed loop lasts at least ``min_window_s`` (5 % margin)."""
         s = self.settings
@@ -352,11 +490,8 @@ class Meter:
             t = time.perf_counter()
             n = self.runs_for(per_batch)
             temp0 = self.read_temperature_C()
-            for _attempt in range(4):
-                duration, iters_ms, energy = self._timed_loop(step, n)
-                if duration >= s.min_window_s or n >= s.max_runs:
-                    break
-                n = int(min(s.max_runs, max(n + 1, math.ceil(1.1 * n * s.min_window_s / max(duration, 1e-9)))))
+            window = self._guarded_window(step, n)
+            n, duration, iters_ms, energy = window.n, window.seconds, window.iters_ms, window.energy_J
             temp1 = self.read_temperature_C()
             self.after_timed_loop()
             phases["timed_loop_s"] = time.perf_counter() - t
@@ -375,15 +510,17 @@ class Meter:
         del x
 
         if duration < s.min_window_s:
+            cap = (f"max_runs={s.max_runs} reached" if n >= s.max_runs
+                   else f"window still short after {MAX_LENGTHENINGS} lengthenings")
             reasons.add(f"timed loop of {n} runs lasted {duration:.3f} s < min_window_s={s.min_window_s} "
-                        f"(max_runs reached)", "energy_J", "avg_power_W")
+                        f"({cap})", "energy_J", "energy_window_J", "avg_power_W")
             energy = NAN
         if math.isnan(energy):
             reasons.add(self.energy_missing_reason() or "energy counter gave no reading", "energy_J",
-                        "avg_power_W")
+                        "energy_window_J", "avg_power_W")
         elif energy <= 0:
             reasons.add(f"energy counter did not advance over the {duration:.3f} s loop", "energy_J",
-                        "avg_power_W")
+                        "energy_window_J", "avg_power_W")
             energy = NAN
         temp = (temp0 + temp1) / 2.0
         if math.isnan(temp):
@@ -408,19 +545,30 @@ class Meter:
                 reasons.add(clk_reason, "locked_sm_clock_MHz")
             if math.isnan(mem_clk):
                 reasons.add(clk_reason, "locked_mem_clock_MHz")
+        if window.contended:
+            reasons.add(window.contended, "cpu_share")
+        for col, reason in self.extra_reasons().items():
+            reasons.add(reason, col)
         mean_ms = duration * 1e3 / n
         std_ms = _std(iters_ms)
         out = {
             "avg_sm_util": sm_util, "avg_mem_util": mem_util, "gpu_temp_C": temp,
             "kernel_launches": kernels,
-            "peak_memory_MB": peak, "energy_J": energy, "latency_ms": mean_ms,
+            "peak_memory_MB": peak, "energy_J": energy / n if not math.isnan(energy) else NAN,
+            "latency_ms": mean_ms,
             "n_runs": float(n), "n_warmup": float(s.n_warmup), "latency_std_ms": std_ms,
+            "energy_window_J": energy, "window_s": duration,
             "avg_power_W": energy / duration if not math.isnan(energy) and duration > 0 else NAN,
             "locked_sm_clock_MHz": sm_clk, "locked_mem_clock_MHz": mem_clk,
-            "duration_s": duration, "threads": self.threads(),
+            **self.observed_clocks(),
+            "cpu_share": window.cpu_share, "steal_share": window.steal_share,
+            "n_windows": float(window.tries), "threads": self.threads(),
             "protocol_s": time.perf_counter() - t_start,
             "missing_reason": reasons.render() or None,
         }
+        if window.contended:
+            out["status"] = "contended"
+            out["error"] = window.contended
         phases["protocol_s"] = out["protocol_s"]
         self.last_phases = phases
         return out

@@ -102,7 +102,8 @@ def read_schema(path: Path) -> pd.DataFrame:
 
 
 def check_device(df: pd.DataFrame, path: Path, identity: Mapping[str, str]) -> None:
-    """:class:`DatasetError` when ``df`` holds rows of a device other than ``identity``'s."""
+    """:class:`DatasetError` when ``df`` holds rows of a device other than ``identity``'s: another
+    name or kind, or (where both carry one) another ``device_id`` (same name, different hardware)."""
     if not len(df):
         return
     other = df[(df["device_name"] != identity["device_name"]) | (df["device_kind"] != identity["device_kind"])]
@@ -111,6 +112,26 @@ def check_device(df: pd.DataFrame, path: Path, identity: Mapping[str, str]) -> N
         raise DatasetError(f"out: {str(path)!r} holds rows of device {r['device_name']!r} ({r['device_kind']}); "
                            f"this run measures {identity['device_name']!r} ({identity['device_kind']}); "
                            f"choose another out")
+    mine = identity.get("device_id")
+    if mine and "device_id" in df.columns:
+        ids = df["device_id"].dropna().astype(str)
+        foreign = sorted(set(ids) - {mine})
+        if foreign:
+            raise DatasetError(f"out: {str(path)!r} holds rows of device_id {foreign[0]} (same name "
+                               f"{identity['device_name']!r}, different fingerprint); this machine is "
+                               f"device_id {mine}; choose another out")
+
+
+def check_protocol(df: pd.DataFrame, path: Path, protocol: str, mix: bool = False) -> None:
+    """:class:`DatasetError` when ``df`` holds rows measured with another ``protocol_id`` (other
+    measurement settings or another device) and ``mix`` (``resume.mix_protocols``) is not set."""
+    if not len(df) or mix or "protocol_id" not in df.columns:
+        return
+    other = sorted(set(df["protocol_id"].dropna().astype(str)) - {protocol})
+    if other:
+        raise DatasetError(f"out: {str(path)!r} was measured with protocol {other[0]} (other measure settings "
+                           f"or device); this run is protocol {protocol}: use the same measure settings, "
+                           f"another out, or resume.mix_protocols=true")
 
 
 def read_existing(path: Path, identity: Mapping[str, str]) -> pd.DataFrame:
@@ -139,6 +160,7 @@ def make_row(cfg: ArchConfig, identity: Mapping[str, str], static: Mapping[str, 
     row["error"] = error if error else pd.NA
     if measured is not None:
         row.update({k: measured[k] for k in measured if k in SCHEMA})
+        row["error"] = row["error"] if isinstance(row["error"], str) and row["error"] else pd.NA
     else:
         row["missing_reason"] = f"not measured: status={status}"
     if row.get("missing_reason") is None:
@@ -151,11 +173,13 @@ class LoopStats:
     """What the collection loop did so far (filled in place, so it survives an interrupt).
 
     ``counts``: rows by status; ``stopped``: ``"deadline"`` when the time budget ended the loop;
+    ``repeated``: rows whose first timed window the contention guard rejected (measured again);
     ``protocol_s``: sum of the rows' measurement protocol (s); ``strict_s``: cool-down + timed loop +
     utilization window (s); ``phases_s``: seconds by phase (model building, static features and the
     meter's phases); ``row_s``: wall seconds per row."""
 
-    counts: dict[str, int] = field(default_factory=lambda: {"ok": 0, "oom": 0, "error": 0})
+    counts: dict[str, int] = field(default_factory=lambda: {"ok": 0, "oom": 0, "error": 0, "contended": 0})
+    repeated: int = 0
     stopped: str | None = None
     protocol_s: float = 0.0
     strict_s: float = 0.0
@@ -211,11 +235,16 @@ def measure_configs(todo: Sequence[ArchConfig], meter: Any, identity: Mapping[st
             for k, v in ph.items():
                 if k != "protocol_s":
                     stats.phases_s[k] = stats.phases_s.get(k, 0.0) + float(v)
+        if measured is not None:
+            status = str(measured.get("status") or status)
+            if float(measured.get("n_windows") or 1) > 1:
+                stats.repeated += 1
         append(make_row(arch, identity, static[arch.config_id], measured, status, err))
-        stats.counts[status] += 1
+        stats.counts[status] = stats.counts.get(status, 0) + 1
         stats.row_s.append(time.perf_counter() - now)
         if progress is not None:
             progress.update(1)
             progress.set_postfix(ok=stats.counts["ok"], oom=stats.counts["oom"], err=stats.counts["error"],
+                                 contended=stats.counts.get("contended", 0), repeated=stats.repeated,
                                  refresh=False)
     return stats

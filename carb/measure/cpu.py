@@ -22,6 +22,15 @@ What it does not see: scratch buffers that kernels (oneDNN convolution workspace
 internally without making a tensor. That memory is transient and not what the GPU counter's
 ``max_memory_allocated`` for activations is about either.
 
+Contention guard: :class:`CpuContentionProbe` brackets every timed window with the process's CPU
+time (``time.process_time``) and the machine's steal time (``/proc/stat``): ``cpu_share`` = CPU seconds
+/ (wall seconds x threads), ``steal_share`` = stolen seconds / (wall seconds x online CPUs). The base
+protocol repeats a window below ``guard.min_cpu_share`` or above ``guard.max_steal_share`` (see
+:class:`carb.measure.base.Meter`).
+
+Fingerprint: ``device_facts()["fingerprint"]`` is :func:`carb.measure.fingerprint.read_cpu_fingerprint`
+(vendor, family/model/stepping, kernel-selecting ISA flags, cores, threads, hypervisor).
+
 Threads: ``torch.set_num_threads(settings.threads)`` (all cores this process may use when None),
 recorded in every row (``threads``) and in the device facts, and restored on :meth:`CpuMeter.close`.
 Utilization, temperature and kernel launches are GPU quantities: NaN with the reason.
@@ -30,11 +39,49 @@ from __future__ import annotations
 
 import os
 import platform
+import time
 import weakref
 from typing import Any
 
-from carb.measure.base import MB, NAN, MeasureSettings, Meter, knobs_of, torch_dtype
+from carb.measure.base import MB, NAN, ContentionProbe, MeasureSettings, Meter, knobs_of, torch_dtype
+from carb.measure.fingerprint import device_id, read_cpu_fingerprint
 from carb.measure.rapl import RaplReader
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def read_steal_s(stat_path: str = "/proc/stat") -> float:
+    """Steal time of all CPUs since boot, seconds (the 8th value of the ``cpu`` line); NaN when
+    unreadable (not Linux)."""
+    try:
+        with open(stat_path) as f:
+            for line in f:
+                if line.startswith("cpu "):
+                    parts = line.split()
+                    return float(parts[8]) / _CLK_TCK if len(parts) > 8 else NAN
+    except OSError:
+        pass
+    return NAN
+
+
+class CpuContentionProbe(ContentionProbe):
+    """Started at construction; :meth:`stop` gives ``(cpu_share, steal_share)`` over the window.
+
+    threads: the threads the process measures with (the CPU time it should get per wall second)."""
+
+    def __init__(self, threads: int, stat_path: str = "/proc/stat") -> None:
+        self.threads = max(int(threads), 1)
+        self.stat_path = stat_path
+        self.online = os.cpu_count() or 1
+        self._cpu0 = time.process_time()
+        self._steal0 = read_steal_s(stat_path)
+
+    def stop(self, wall_s: float) -> tuple[float, float]:
+        cpu = time.process_time() - self._cpu0
+        steal = read_steal_s(self.stat_path) - self._steal0
+        if wall_s <= 0:
+            return NAN, NAN
+        return cpu / (wall_s * self.threads), max(steal, 0.0) / (wall_s * self.online)
 
 
 def _storage_key(t) -> int:
@@ -155,7 +202,9 @@ class CpuMeter(Meter):
 
     def device_facts(self) -> dict[str, Any]:
         t = self._torch
+        fp = read_cpu_fingerprint(self._threads)
         return {
+            "fingerprint": fp, "device_id": device_id(fp),
             "device_name": cpu_model_name(), "device_kind": "cpu",
             "driver": f"linux-{platform.release()}" if platform.system() == "Linux" else platform.platform(),
             "torch_version": t.__version__, "cuda_version": None, "cudnn_version": None,
@@ -170,6 +219,9 @@ class CpuMeter(Meter):
 
     def threads(self) -> float:
         return float(self._threads)
+
+    def contention_probe(self) -> CpuContentionProbe:
+        return CpuContentionProbe(self._threads)
 
     def prepare(self, model, cfg: Any):
         batch, size, precision = knobs_of(cfg)

@@ -17,7 +17,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLoca
 
 NOT_MEASURED = "not measured"
 TARGET_LABELS: dict[str, str] = {
-    "energy_J": "energy (J per timed loop)",
+    "energy_J": "energy (J per batch)",
     "latency_ms": "latency (ms per batch)",
     "peak_memory_MB": "peak memory (MiB)",
 }

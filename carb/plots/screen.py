@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 
 from carb.model.encoding import pred_name
 
-LABELS = {"energy_J": "predicted energy (J per timed loop)", "peak_memory_MB": "predicted peak memory (MB)",
+LABELS = {"energy_J": "predicted energy (J per batch)", "peak_memory_MB": "predicted peak memory (MB)",
           "latency_ms": "predicted latency (ms per batch)"}
 
 

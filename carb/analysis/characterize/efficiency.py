@@ -26,12 +26,12 @@ def efficiency(df: pd.DataFrame) -> pd.DataFrame:
 
     Views: 'precision' (family x precision), 'batch_tier' (family 'all' and each family x batch tier),
     'depth' (family x depth). Columns: view, family, group, n, mean_J_per_GFLOP, median_J_per_GFLOP,
-    status. Without energy (or n_runs / flops) one row per view with status 'not measured'."""
+    status. Without energy (or flops) one row per view with status 'not measured'."""
     ok = ok_only(df)
     cols = ["view", "family", "group", "n", "mean_J_per_GFLOP", "median_J_per_GFLOP", "status"]
     jpg = energy_per_gflop(ok)
     if not np.isfinite(jpg).any():
-        why = [c for c in ("energy_J", "n_runs", "flops") if not is_measured(ok, c)]
+        why = [c for c in ("energy_J", "flops") if not is_measured(ok, c)]
         status = NOT_MEASURED + (": " + ", ".join(why) if why else "")
         return pd.DataFrame([{"view": v, "family": "all", "group": None, "n": 0, "mean_J_per_GFLOP": np.nan,
                               "median_J_per_GFLOP": np.nan, "status": status}

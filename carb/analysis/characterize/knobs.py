@@ -23,15 +23,14 @@ from carb.data.schema import TARGETS
 
 
 def energy_per_gflop(df: pd.DataFrame) -> pd.Series:
-    """Energy per GFLOP of one forward pass (J/GFLOP): ``energy_J / n_runs / (flops / 1e9)``.
+    """Energy per GFLOP of one forward pass (J/GFLOP): ``energy_J / (flops / 1e9)``.
 
-    ``energy_J`` covers the timed loop of ``n_runs`` batches and ``flops`` one forward of the batch
-    (fvcore convention: one multiply-add = one flop), so this is joules per 10^9 multiply-adds. NaN
-    where energy, n_runs or flops is missing. (Dividing the whole-loop energy by one forward's FLOPs,
-    as the paper's magnitudes suggest, gives values ``n_runs`` times larger; ratios are unchanged.)"""
-    e, n, f = numeric(df, "energy_J"), numeric(df, "n_runs"), numeric(df, "flops")
-    out = e / n / (f / 1e9)
-    return out.where(np.isfinite(out) & (f > 0) & (n > 0))
+    ``energy_J`` is the energy of one batch and ``flops`` one forward of the batch (fvcore
+    convention: one multiply-add = one flop), so this is joules per 10^9 multiply-adds. NaN where
+    energy or flops is missing."""
+    e, f = numeric(df, "energy_J"), numeric(df, "flops")
+    out = e / (f / 1e9)
+    return out.where(np.isfinite(out) & (f > 0))
 
 
 def knob_medians(df: pd.DataFrame, knobs: Sequence[str] = KNOBS_ANALYSED,
