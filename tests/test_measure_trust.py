@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from carb.commands.cli import compose
@@ -219,3 +218,29 @@ def test_reasons_with_semicolons_round_trip():
     assert parsed["locked_sm_clock_MHz"].endswith("(no permission); memory refused")
     assert parsed["energy_window_J"] == "RAPL not readable"
 
+
+
+def test_model_name_and_screening_warning_follow_the_fingerprint(capsys):
+    import json
+    import types
+
+    import pandas as pd
+
+    from carb.commands.screen import warn_other_device
+    from carb.data.schema import model_name
+
+    amd = cpu_fingerprint((DATA / "amd-epyc-zen5-vm.txt").read_text(), 2, 1, "kvm")
+    older = dict(amd, family="25", isa=[f for f in amd["isa"] if f != "avx512_bf16"])
+    frame = pd.DataFrame({"device_name": ["AMD EPYC"] * 2, "device_id": [device_id(amd)] * 2,
+                          "device_fingerprint": [json.dumps(amd)] * 2})
+    assert model_name(frame) == f"carb-amd-epyc-{device_id(amd)}"
+    assert model_name(frame.drop(columns=["device_id"])) == "carb-amd-epyc"       # legacy data
+    with pytest.raises(DatasetError, match="several devices"):
+        model_name(frame.assign(device_id=[device_id(amd), device_id(older)]))
+    model = types.SimpleNamespace(device_id_=device_id(amd), device_fingerprint_=json.dumps(amd))
+    assert warn_other_device(model, frame, "same.parquet") == []
+    other = frame.assign(device_id=device_id(older), device_fingerprint=json.dumps(older))
+    diff = warn_other_device(model, other, "other.parquet")
+    err = capsys.readouterr().err
+    assert any(d.startswith("isa:") for d in diff) and any(d.startswith("family:") for d in diff)
+    assert "warning" in err and device_id(older) in err and "avx512_bf16" in err

@@ -15,14 +15,16 @@ from carb.errors import ConfigError, ModelError
 
 
 def default_name(data: str) -> str:
-    """``carb-<device-slug>`` of the (single) device in a dataset."""
+    """``carb-<device-slug>-<device_id>`` of the (single) device in a dataset
+    (:func:`carb.data.schema.model_name`)."""
     from carb.data.io import load_dataset
-    from carb.data.schema import device_slug
+    from carb.data.schema import model_name, ok_rows
+    from carb.errors import DatasetError
 
-    devices = sorted(load_dataset(data)["device_name"].dropna().unique())
-    if len(devices) != 1:
-        raise ConfigError(f"promote.name: dataset {data!r} has devices {devices}; give promote.name")
-    return f"carb-{device_slug(devices[0])}"
+    try:
+        return model_name(ok_rows(load_dataset(data)))
+    except DatasetError as e:
+        raise ConfigError(f"promote.name: dataset {data!r}: {e}; give promote.name") from None
 
 
 def choose(versions: list[dict[str, Any]], metric: str, fallback: str | None, direction: str) -> tuple[dict, str]:

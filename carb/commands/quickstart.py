@@ -29,7 +29,7 @@ def run_quickstart(argv: list[str] | None = None) -> dict[str, Any]:
     from carb.commands.screen import run_screen
     from carb.commands.train import run_train
     from carb.data.io import reference_dataset
-    from carb.data.schema import device_slug
+    from carb.data.schema import model_name, ok_rows
 
     common, screen_overrides = _split(list(argv or []))
     t0 = time.perf_counter()
@@ -37,7 +37,7 @@ def run_quickstart(argv: list[str] | None = None) -> dict[str, Any]:
     tracking.configure(cfg.tracking.uri, cfg.tracking.get("artifact_root"))
     ref = reference_dataset()
     device = str(ref["device_name"].iloc[0])
-    name = f"carb-{device_slug(device)}"
+    name = model_name(ok_rows(ref))
     steps = []
     if tracking.get_alias(name, "champion") is None:
         print(f"carb-quickstart: no champion for {name} in {cfg.tracking.uri}; training the fast preset "

@@ -9,6 +9,7 @@ configurations (Section 7.3).
 """
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -76,12 +77,39 @@ def format_table(df: pd.DataFrame, preds: list[str], extra: list[str]) -> str:
     return show.to_string(index=False)
 
 
+def warn_other_device(model: Any, measured: Any, source: str) -> list[str]:
+    """Warn (stderr) when the validation data was measured on a device whose fingerprint differs
+    from the one the model was trained on; returns the differences (``[]`` when they match or either
+    side has no fingerprint)."""
+    import json
+
+    from carb.data.schema import device_ids
+    from carb.measure.fingerprint import fingerprint_diff
+
+    mine = getattr(model, "device_id_", None)
+    ids = device_ids(measured)
+    if not mine or not ids or ids == [mine]:
+        return []
+    other = [i for i in ids if i != mine][0]
+    fps = measured.loc[measured["device_id"].astype(str) == other, "device_fingerprint"].dropna()
+    try:
+        diff = fingerprint_diff(json.loads(model.device_fingerprint_ or "{}"), json.loads(fps.iloc[0]))
+    except (ValueError, IndexError):
+        diff = []
+    diff = diff or [f"device_id: {mine} vs {other}"]
+    print(f"carb-screen: warning: the model was trained on device_id {mine}, {source} was measured on "
+          f"device_id {other}: {'; '.join(diff)}. Its predictions describe the training device.",
+          file=sys.stderr)
+    return diff
+
+
 def _validation(cfg: Any, model: Any, budget: dict[str, float]) -> dict[str, Any]:
     from carb.data.io import load_dataset
     from carb.data.schema import ok_rows
     from carb.data.split import split_dataset
 
     measured = ok_rows(load_dataset(cfg.screen.validate))
+    warn_other_device(model, measured, str(cfg.screen.validate))
     which = cfg.screen.get("validate_split", "all")
     if which == "test":
         seed = int(getattr(model, "split_seed_", 0) or 0)
@@ -129,7 +157,8 @@ def run_screen(cfg: Any) -> dict[str, Any]:
         print(f"note: {n}")
     mode = "two-stage" if source is not None else "single-stage"
     print(f"carb-screen: {mode}; target {target_uri} "
-          f"(v{target.registry_.get('version', '?')}, device {getattr(target, 'device_name_', '?')})"
+          f"(v{target.registry_.get('version', '?')}, device {getattr(target, 'device_name_', '?')}, "
+          f"device_id {getattr(target, 'device_id_', None) or 'unknown'})"
           + (f"; source {cfg.screen.source} (v{source.registry_.get('version', '?')})" if source else ""))
     counts = result.counts
     print(f"grid {counts['n_candidates']} candidates; budget {result.budget or 'none'}; objective "

@@ -7,7 +7,7 @@ log the run to MLflow (experiment ``carb-train``) with the fitted model register
     carb-train -m features=full,no_util,arch_only       # the ablation; or: carb-train +experiment=ablation
     carb-train +experiment=lobo                          # leave-one-batch-tier-out at bs <= 4, 8, 16
 
-What a run records: the flattened config as params; tags ``device``, ``device_slug``, ``feature_set``,
+What a run records: the flattened config as params; tags ``device``, ``device_slug``, ``device_id``, ``feature_set``,
 ``preset``, ``dataset_digest``, ``git_commit``; the metrics of :mod:`carb.analysis.evaluate` (``test_*``,
 ``val_<t>_mae``, ``budget_*``, ``lobo_*``, ``b1_*``, ``b2_*``, ``resid_spearman_sm_*``) plus
 ``fit_<t>_s``/``fit_total_s``; figures under ``figures/``; ``cascade_summary.json`` (log-space choice,
@@ -21,7 +21,7 @@ from typing import Any
 from carb.analysis.evaluate import evaluate_cascade
 from carb.commands.cli import hydra_command, to_dict
 from carb.data.io import load_training_frame, resolve_path
-from carb.data.schema import TARGETS, device_slug
+from carb.data.schema import TARGETS, device_slug, model_name
 from carb.data.split import split_dataset
 from carb.model.presets import build_cascade
 from carb.plots.train import train_figures
@@ -64,8 +64,9 @@ def run_train(cfg: Any) -> dict[str, Any]:
     slug = device_slug(device)
     run_name = cfg.get("run_name") or "/".join(
         [slug, cascade.feature_set_, preset] + ([str(cfg.run_suffix)] if cfg.get("run_suffix") else []))
-    reg_name = f"carb-{slug}" if cfg.get("register", True) else None
-    tags = {"device": device, "device_slug": slug, "feature_set": cascade.feature_set_, "preset": preset,
+    reg_name = model_name(full) if cfg.get("register", True) else None
+    tags = {"device": device, "device_slug": slug, "device_id": cascade.device_id_ or "unknown",
+            "feature_set": cascade.feature_set_, "preset": preset,
             "targets": ",".join(cascade.targets_), "dataset": data_path, **tune_tags}
     with tracking.start_run("train", run_name, tracking_uri=cfg.tracking.uri, tags=tags,
                             artifact_root=cfg.tracking.get("artifact_root")) as run_id:
@@ -81,7 +82,9 @@ def run_train(cfg: Any) -> dict[str, Any]:
             for name, fig in train_figures(test, extras["pred"], extras["importances"], cascade.targets_).items():
                 tracking.log_figure(fig, name)
         example = test[cascade.input_columns_].head(5).reset_index(drop=True)
-        meta = {"device": device, "feature_set": cascade.feature_set_, "preset": preset,
+        meta = {"device": device, "device_id": cascade.device_id_ or "unknown",
+                "device_fingerprint": cascade.device_fingerprint_ or "unknown",
+                "feature_set": cascade.feature_set_, "preset": preset,
                 "targets": ",".join(cascade.targets_), "dataset_digest": digest}
         info = tracking.log_cascade(cascade, example, registered_name=reg_name, metadata=meta)
     table = results_table(metrics, cascade.targets_)

@@ -103,6 +103,24 @@ def device_slug(device_name: str) -> str:
     return s or "unknown"
 
 
+def device_ids(df: pd.DataFrame) -> list[str]:
+    """The distinct ``device_id`` values of a frame (sorted; NA skipped; [] for legacy data)."""
+    if "device_id" not in df.columns:
+        return []
+    return sorted(df["device_id"].dropna().astype(str).unique())
+
+
+def model_name(df: pd.DataFrame) -> str:
+    """The registered model name for a single-device frame: ``carb-<device-slug>-<device_id>``
+    (``carb-<device-slug>`` for data without a fingerprint). Two machines with the same name but a
+    different fingerprint get different models. Raises :class:`DatasetError` for several devices."""
+    names = sorted(df["device_name"].dropna().astype(str).unique())
+    ids = device_ids(df)
+    if len(names) != 1 or len(ids) > 1:
+        raise DatasetError(f"dataset holds several devices (names {names}, device_id {ids}); one model per device")
+    return f"carb-{device_slug(names[0])}" + (f"-{ids[0]}" if ids else "")
+
+
 def _first_rows(mask: np.ndarray, k: int = 5) -> str:
     rows = np.flatnonzero(mask)[:k].tolist()
     return ", ".join(map(str, rows))

@@ -102,6 +102,7 @@ class CarbCascade(RegressorMixin, BaseEstimator):
     ``input_columns_`` (raw columns ``predict`` needs), ``stages_`` (target -> :class:`Stage`),
     ``log_target_``, ``blend_weights_``, ``probe_val_mae_``, ``corrector_report_``, ``val_mae_``,
     ``test_mae_`` (filled by :meth:`record_test_mae`), ``telemetry_medians_``, ``device_name_``,
+    ``device_id_`` and ``device_fingerprint_`` (JSON; None for data without a fingerprint),
     ``oof_predictions_`` (train rows), ``fit_seconds_`` (per stage, incl. out-of-fold fits).
     """
 
@@ -271,6 +272,11 @@ class CarbCascade(RegressorMixin, BaseEstimator):
             self.device_name_ = str(X["device_name"].dropna().astype(str).mode().iloc[0])
         else:
             self.device_name_ = "unknown"
+        self.device_id_, self.device_fingerprint_ = None, None
+        if "device_id" in X.columns and X["device_id"].notna().any():
+            self.device_id_ = str(X["device_id"].dropna().astype(str).mode().iloc[0])
+            fps = X.loc[X["device_id"].astype(str) == self.device_id_, "device_fingerprint"].dropna()
+            self.device_fingerprint_ = str(fps.iloc[0]) if len(fps) else None
 
         D, Dv = encode(X, kept), encode(X_val, kept)
         self.encoded_names_ = list(D.columns)
@@ -393,7 +399,7 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         check_is_fitted(self, "stages_")
         return {"targets": list(self.targets_), "dropped_targets": dict(self.dropped_targets_),
                 "feature_set": self.feature_set_, "features": list(self.feature_names_),
-                "dropped_features": dict(self.dropped_features_), "device_name": self.device_name_,
+                "dropped_features": dict(self.dropped_features_), "device_name": self.device_name_, "device_id": self.device_id_,
                 "log_target": dict(self.log_target_), "blend_weights": dict(self.blend_weights_),
                 "probe_val_mae": dict(self.probe_val_mae_), "correctors": self.corrector_report_,
                 "val_mae": dict(self.val_mae_), "test_mae": dict(self.test_mae_),
