@@ -96,11 +96,18 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         Threads per specialist; None = every available core.
     random_state : int
         Seed of specialists, folds and internal split.
+    physics : bool
+        Physics-informed stages (:mod:`carb.model.physics`): each stage fits an analytical prior
+        (memory: parameters + peak activations + input; latency and energy: a per-device roofline)
+        and the specialists learn the log-ratio of the target to it, so predictions scale like the
+        physics outside the measured range. Peak memory is never predicted below the parameter
+        bytes. False: the specialists fit the target itself (the paper's cascade).
 
     Fitted attributes: ``targets_`` (cascade order), ``dropped_targets_`` (target -> reason),
     ``feature_names_`` (raw feature columns used), ``feature_set_``, ``dropped_features_``,
     ``input_columns_`` (raw columns ``predict`` needs), ``stages_`` (target -> :class:`Stage`),
-    ``log_target_``, ``blend_weights_``, ``probe_val_mae_``, ``corrector_report_``, ``val_mae_``,
+    ``log_target_``, ``priors_`` (target -> the fitted prior's coefficients), ``blend_weights_``,
+    ``probe_val_mae_``, ``corrector_report_``, ``val_mae_``,
     ``test_mae_`` (filled by :meth:`record_test_mae`), ``telemetry_medians_``, ``device_name_``,
     ``device_id_`` and ``device_fingerprint_`` (JSON; None for data without a fingerprint),
     ``oof_predictions_`` (train rows), ``fit_seconds_`` (per stage, incl. out-of-fold fits).
@@ -111,7 +118,8 @@ class CarbCascade(RegressorMixin, BaseEstimator):
                  per_target: Mapping[str, Mapping[str, Any]] | None = None,
                  members: Sequence[str] = MEMBERS, log_target: Any = "auto", probe_estimators: int = 200,
                  oof_folds: int = 5, correctors: Mapping[str, Any] | None = None,
-                 val_fraction: float = 0.15, n_jobs: int | None = None, random_state: int = 0):
+                 val_fraction: float = 0.15, n_jobs: int | None = None, random_state: int = 0,
+                 physics: bool = True):
         self.features = features
         self.feature_set = feature_set
         self.specialists = specialists
@@ -124,6 +132,7 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         self.val_fraction = val_fraction
         self.n_jobs = n_jobs
         self.random_state = random_state
+        self.physics = physics
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -267,6 +276,14 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         self.feature_names_ = kept
         self.feature_set_ = str(self.feature_set)
         self.input_columns_ = self._raw_inputs(kept)
+        if self.physics:
+            from carb.model.physics import PRIOR_INPUTS
+
+            missing = [c for c in PRIOR_INPUTS if c not in X.columns or c not in X_val.columns]
+            if missing:
+                raise DatasetError(f"model.physics=true needs column(s) {missing}; the data lacks them "
+                                   f"(or set model.physics=false)")
+            self.input_columns_ += [c for c in PRIOR_INPUTS if c not in self.input_columns_]
         self.telemetry_medians_ = telemetry_medians(X) if "batch_size" in X.columns else {}
         if "device_name" in X.columns and X["device_name"].notna().any():
             self.device_name_ = str(X["device_name"].dropna().astype(str).mode().iloc[0])
@@ -286,6 +303,7 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         self.stages_: dict[str, Stage] = {}
         self.log_target_, self.blend_weights_, self.probe_val_mae_ = {}, {}, {}
         self.corrector_report_, self.val_mae_, self.fit_seconds_ = {}, {}, {}
+        self.priors_: dict[str, dict[str, Any]] = {}
         oof = pd.DataFrame(index=D.index)
         upstream: list[str] = []
         for t in targets:
@@ -310,21 +328,34 @@ class CarbCascade(RegressorMixin, BaseEstimator):
                    has_util: bool) -> tuple[Stage, np.ndarray, np.ndarray]:
         m, mv = np.isfinite(y), np.isfinite(yv)
         est = self._stage_estimator(t)
-        model = clone(est).fit(D.loc[m, cols], y[m], X_val=Dv.loc[mv, cols], y_val=yv[mv])
-        stage = Stage(target=t, columns=cols, model=model, log_target=bool(model.log_target_))
-        self.log_target_[t] = stage.log_target
+        prior, to_units = None, (lambda r, _X: r)
+        z, zv = y, yv
+        if self.physics:
+            from carb.model.physics import make_prior
+
+            prior = make_prior(t).fit(X.loc[m], y[m])
+            z, zv = np.log(y / prior.predict(X)), np.log(yv / prior.predict(Xv))
+            est = est.set_params(log_target=False)
+            to_units = lambda r, XX: prior.predict(XX) * np.exp(r)  # noqa: E731
+        model = clone(est).fit(D.loc[m, cols], z[m], X_val=Dv.loc[mv, cols], y_val=zv[mv])
+        stage = Stage(target=t, columns=cols, model=model, log_target=bool(model.log_target_) or prior is not None,
+                      prior=prior)
+        self.log_target_[t] = stage.log_target  # True with a prior: the stage works in log(y)
         self.blend_weights_[t] = model.weights_by_member()
         self.probe_val_mae_[t] = dict(model.probe_val_mae_)
+        if prior is not None:
+            self.priors_[t] = prior.to_dict()
 
         # out-of-fold predictions of the stage on its training rows (same weights and space)
         base_oof = model.predict(D[cols])  # rows without a measured target: the full stage model
         rows = np.flatnonzero(m)
         k = int(min(max(2, self.oof_folds), len(rows)))
-        fold_est = clone(est).set_params(weights=list(model.weights_), log_target=stage.log_target)
+        fold_est = clone(est).set_params(weights=list(model.weights_), log_target=bool(model.log_target_))
         for tr_i, te_i in KFold(n_splits=k, shuffle=True, random_state=self.random_state).split(rows):
-            fm = clone(fold_est).fit(D.iloc[rows[tr_i]][cols], y[rows[tr_i]])
+            fm = clone(fold_est).fit(D.iloc[rows[tr_i]][cols], z[rows[tr_i]])
             base_oof[rows[te_i]] = fm.predict(D.iloc[rows[te_i]][cols])
-        base_val = model.predict(Dv[cols])
+        base_oof = to_units(base_oof, X)
+        base_val = to_units(model.predict(Dv[cols]), Xv)
 
         # regime correctors, greedily, each kept only if it lowers validation MAE
         report, cur_oof, cur_val = fit_correctors(stage, ccfg, (D, X, y, m, base_oof), (Dv, Xv, yv, mv, base_val),
@@ -332,7 +363,7 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         self.corrector_report_[t] = report
         pos = y[m][y[m] > 0]
         stage.floor = float(0.5 * pos.min()) if len(pos) else 0.0
-        cur_oof, cur_val = np.maximum(cur_oof, stage.floor), np.maximum(cur_val, stage.floor)
+        cur_oof, cur_val = np.maximum(cur_oof, stage.row_floor(X)), np.maximum(cur_val, stage.row_floor(Xv))
         self.val_mae_[t] = mae(yv[mv], cur_val[mv])
         return stage, cur_oof, cur_val
 
@@ -401,6 +432,7 @@ class CarbCascade(RegressorMixin, BaseEstimator):
                 "feature_set": self.feature_set_, "features": list(self.feature_names_),
                 "dropped_features": dict(self.dropped_features_), "device_name": self.device_name_, "device_id": self.device_id_,
                 "log_target": dict(self.log_target_), "blend_weights": dict(self.blend_weights_),
+                "priors": dict(getattr(self, "priors_", {})),
                 "probe_val_mae": dict(self.probe_val_mae_), "correctors": self.corrector_report_,
                 "val_mae": dict(self.val_mae_), "test_mae": dict(self.test_mae_),
                 "fit_seconds": dict(self.fit_seconds_), "stage_columns": self.stage_columns()}

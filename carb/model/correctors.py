@@ -57,6 +57,23 @@ class Stage:
     #: Smallest value the stage returns (target units): half the smallest positive training target.
     #: Costs are positive; raw-space boosting plus correctors can otherwise extrapolate below zero.
     floor: float = 0.0
+    #: Physics prior (:mod:`carb.model.physics`) or None. With a prior the specialists predict the
+    #: log-ratio ``log(y / prior)`` and the stage returns ``prior * exp(ratio)``.
+    prior: Any = None
+
+    def base_predict(self, D: pd.DataFrame, X: pd.DataFrame) -> np.ndarray:
+        """The specialists' prediction in target units, before correctors; shape (n_rows,)."""
+        raw = self.model.predict(D[self.columns])
+        if self.prior is None:
+            return raw
+        return self.prior.predict(X) * np.exp(raw)
+
+    def row_floor(self, X: pd.DataFrame) -> np.ndarray | float:
+        """Per-row lower bound (target units): the prior's physical floor (parameter bytes for
+        memory) where it has one, else :attr:`floor`."""
+        if self.prior is not None and hasattr(self.prior, "floor_MB"):
+            return np.maximum(self.prior.floor_MB(X), self.floor)
+        return self.floor
 
     def corrector_input(self, D: pd.DataFrame, base: np.ndarray) -> np.ndarray:
         """Corrector features: the stage's design columns plus its current prediction in the fitting
@@ -66,8 +83,8 @@ class Stage:
     def predict(self, D: pd.DataFrame, X: pd.DataFrame) -> np.ndarray:
         """Prediction (target units) for design rows ``D`` (which hold the upstream predictions) of
         raw rows ``X`` (for the regime masks)."""
-        base = self.model.predict(D[self.columns])
-        return np.maximum(self.apply_correctors(D, X, base), self.floor)
+        base = self.base_predict(D, X)
+        return np.maximum(self.apply_correctors(D, X, base), self.row_floor(X))
 
     def apply_correctors(self, D: pd.DataFrame, X: pd.DataFrame, base: np.ndarray,
                          upto: int | None = None) -> np.ndarray:

@@ -112,9 +112,13 @@ def stage_data(base, train: pd.DataFrame, val: pd.DataFrame) -> dict[str, StageD
     val_pred = base.predict(Xva)
     out: dict[str, StageData] = {}
     for t in base.targets_:  # upstream pred_* columns are added before the stage that needs them
-        cols = list(base.stages_[t].columns)
-        out[t] = StageData(t, Dtr[cols].copy(), Xtr[t].to_numpy(float), Dva[cols].copy(),
-                           Xva[t].to_numpy(float), bool(base.log_target_[t]))
+        stage = base.stages_[t]
+        cols = list(stage.columns)
+        ytr, yva, log_space = Xtr[t].to_numpy(float), Xva[t].to_numpy(float), bool(base.log_target_[t])
+        if getattr(stage, "prior", None) is not None:  # physics stage: specialists fit log(y / prior)
+            ytr, yva = np.log(ytr / stage.prior.predict(Xtr)), np.log(yva / stage.prior.predict(Xva))
+            log_space = False
+        out[t] = StageData(t, Dtr[cols].copy(), ytr, Dva[cols].copy(), yva, log_space)
         Dtr[pred_name(t)] = base.oof_predictions_[pred_name(t)].to_numpy()
         Dva[pred_name(t)] = val_pred[pred_name(t)].to_numpy()
     return out
