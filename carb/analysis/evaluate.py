@@ -252,8 +252,28 @@ def evaluate_cascade(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.D
         metrics.update(lobo)
         if lobo:
             metrics["lobo_fit_s"] = time.perf_counter() - t0
+    xval = None
+    xcfg = ev.get("extrapolation") or {}
+    if xcfg.get("enabled", True):
+        from sklearn.base import clone
+
+        from carb.analysis.extrapolation import default_splits, evaluate_splits, split_metrics
+
+        t0 = time.perf_counter()
+        splits = default_splits(full, float(xcfg.get("train_share", 0.7)), int(xcfg.get("min_rows", 20)))
+        say = (lambda msg: print(f"carb-train: {msg}", flush=True)) if xcfg.get("progress", True) else None
+        xval = evaluate_splits(lambda: clone(cascade), full, splits, targets, progress=say)
+        metrics.update(split_metrics(xval))
+        metrics["xval_fit_s"] = time.perf_counter() - t0
+    scfg = ev.get("sanity") or {}
+    if scfg.get("enabled", True):
+        from carb.analysis.extrapolation import sanity_report
+        from carb.analysis.screening import featurize
+        from carb.design.space import load_space
+
+        metrics.update(sanity_report(cascade, featurize(load_space(str(scfg.get("space", "screening"))))))
     for k, v in cascade.fit_seconds_.items():
         metrics[f"fit_{k}_s"] = v
     imps = top_importances(cascade, int(ev.get("importances_top", 10)))
     return metrics, {"pred": pred, "importances": imps, "b1": b1, "b2": b2,
-                     "budget": {"target": btarget, "value": bvalue}}
+                     "budget": {"target": btarget, "value": bvalue}, "extrapolation": xval}

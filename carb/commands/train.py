@@ -76,6 +76,8 @@ def run_train(cfg: Any) -> dict[str, Any]:
         tracking.set_tags({"dataset_digest": digest})
         logged = tracking.log_metrics(metrics)
         tracking.log_dict(cascade.summary(), "cascade_summary.json")
+        if extras.get("extrapolation") is not None:
+            tracking.log_dict({"rows": extras["extrapolation"].to_dict("records")}, "extrapolation.json")
         tracking.log_dict({t: [[n, v] for n, v in items] for t, items in extras["importances"].items()},
                           "importances.json")
         if ev.get("figures", True):
@@ -92,6 +94,18 @@ def run_train(cfg: Any) -> dict[str, Any]:
         print(f"carb-train: {run_name}  ({len(train)}/{len(val)}/{len(test)} train/val/test rows, "
               f"device {device!r})")
         print(table)
+        san = {k: v for k, v in metrics.items() if k.startswith("sanity_") and k != "sanity_n"}
+        if san:
+            print(f"carb-train: physical sanity on {int(metrics.get('sanity_n', 0))} screening candidates: "
+                  + ", ".join(f"{k[7:]} {100 * v:.2f}%" for k, v in san.items()))
+        xval = extras.get("extrapolation")
+        if xval is not None:
+            from carb.analysis.extrapolation import format_table, summary_line
+
+            print("carb-train: extrapolation (train on the lower range, test on the upper; B1 = FLOPs-only):")
+            print(format_table(xval))
+            if len(xval):
+                print(f"carb-train: {summary_line(xval)}")
         if info.get("version"):
             print(f"carb-train: registered {reg_name} version {info['version']} (run {run_id})")
     return {"metrics": dict(logged), "registered_name": reg_name, "version": info.get("version"),

@@ -18,7 +18,8 @@ a 1 s configuration weigh alike; units of the inputs in MB = 2**20 bytes and fvc
   precision ``p`` (``flops_p`` = flops where the row's precision is ``p``, else 0), a memory term on
   parameter + activation bytes and a per-layer launch cost. For energy the same form reads as
   energy per FLOP per precision, per byte moved, per launch and a static share; a precision never
-  measured uses the slowest measured rate (flagged outside the domain by screening).
+  measured borrows the rate of the nearest measured one in bits (flagged outside the domain by
+  screening).
 
 Every prior is monotone non-decreasing in batch size, FLOPs and activation bytes by construction
 (non-negative coefficients on non-decreasing inputs).
@@ -136,15 +137,23 @@ class RooflinePrior(_Prior):
         cols.append(_num(X, "n_conv"))
         return np.column_stack(cols)
 
+    def stand_in(self, precision: str) -> str:
+        """The measured precision whose per-FLOP cost an unmeasured one borrows: the nearest in bits
+        (ties: the costlier). Nothing in the data says how fast an unmeasured precision runs (on
+        this CPU fp16 is 30x slower than fp32, on a GPU with tensor cores it is faster), so
+        screening flags such rows as outside the domain."""
+        bits = PRECISION_BITS.get(precision, 32)
+        k = dict(zip(self.precisions_, self.coef_values_[1:1 + len(self.precisions_)]))
+        return min(self.precisions_, key=lambda p: (abs(PRECISION_BITS.get(p, 32) - bits), -k[p]))
+
     def predict(self, X: pd.DataFrame) -> np.ndarray:
-        """Cost per row; a precision not seen in training uses the largest fitted per-FLOP cost."""
+        """Cost per row; a precision not seen in training uses :meth:`stand_in`'s per-FLOP cost."""
         prec = X["precision"].astype(str).to_numpy()
         unseen = ~np.isin(prec, self.precisions_)
-        out = np.maximum(self.design(X) @ self.coef_values_, TINY)
         if unseen.any():
-            k = max(self.coef_values_[1:1 + len(self.precisions_)], default=0.0)
-            out[unseen] += k * _num(X, "flops")[unseen]
-        return out
+            X = X.copy()
+            X["precision"] = [self.stand_in(p) if u else p for p, u in zip(prec, unseen)]
+        return np.maximum(self.design(X) @ self.coef_values_, TINY)
 
 
 #: Which prior each target uses.

@@ -1,0 +1,202 @@
+"""Leave-out splits that force extrapolation, and the accuracy of a model (and of B1) on them.
+
+Screening scores configurations nobody measured, mostly outside the measured range. A random split
+does not test that; these splits do. Each one trains on the lower range of one knob and tests on
+the upper range (larger batches, deeper, wider, larger inputs), or trains on the most measured
+precision and tests on the others, or (for third-party tables) leaves out whole models or GPU
+generations:
+
+- :func:`range_splits`: per numeric knob, the threshold is the largest knob value whose lower range
+  holds at most ``train_share`` of the rows (at least ``min_rows`` rows on each side);
+- :func:`precision_split`: train on fp32 (else the most common precision), test on the others;
+- :func:`group_splits`: leave one value of a grouping column out (``model`` names, GPU generations).
+
+:func:`evaluate_splits` fits a clone of the estimator and B1 (FLOPs-only linear regression) on each
+split's training rows and reports R^2 and MAPE per target on its test rows, as a frame and as
+``xval_<split>_<target>_{r2,mape}`` / ``xval_<split>_<target>_b1_{r2,mape}`` metrics.
+"""
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from carb.analysis.evaluate import regression_metrics
+from carb.data.schema import TARGETS
+
+#: Knobs whose upper range is held out, and the split's name.
+RANGE_KNOBS: dict[str, str] = {"batch_size": "batch", "depth": "depth", "width_mult": "width",
+                               "input_size": "input"}
+
+
+@dataclass
+class Split:
+    """One leave-out split: boolean train/test masks over the frame's rows and what it holds out."""
+
+    name: str
+    train: np.ndarray
+    test: np.ndarray
+    description: str
+
+
+def range_splits(df: pd.DataFrame, knobs: Mapping[str, str] = RANGE_KNOBS, train_share: float = 0.7,
+                 min_rows: int = 20) -> list[Split]:
+    """Lower-range-train / upper-range-test splits, one per knob with at least two values."""
+    out = []
+    for knob, name in knobs.items():
+        if knob not in df.columns:
+            continue
+        v = pd.to_numeric(df[knob], errors="coerce").to_numpy(float)
+        values = np.unique(v[np.isfinite(v)])
+        best = None
+        for thr in values[:-1]:
+            n_tr, n_te = int((v <= thr).sum()), int((v > thr).sum())
+            if n_tr >= min_rows and n_te >= min_rows and n_tr <= train_share * len(v):
+                best = thr
+        if best is None and len(values) > 1:  # fall back to the most balanced cut
+            cand = [t for t in values[:-1] if (v <= t).sum() >= min_rows and (v > t).sum() >= min_rows]
+            best = cand[0] if cand else None
+        if best is None:
+            continue
+        out.append(Split(name, v <= best, v > best, f"train {knob} <= {best:g}, test {knob} > {best:g}"))
+    return out
+
+
+def precision_split(df: pd.DataFrame, min_rows: int = 20) -> list[Split]:
+    """Train on the widest precision (fp32 when present, else the most common), test on the others
+    (none when the data has one)."""
+    if "precision" not in df.columns:
+        return []
+    prec = df["precision"].astype(str).to_numpy()
+    counts = pd.Series(prec).value_counts()
+    if len(counts) < 2:
+        return []
+    main = "fp32" if "fp32" in counts.index else counts.index[0]
+    tr, te = prec == main, prec != main
+    if tr.sum() < min_rows or te.sum() < min_rows:
+        return []
+    others = ",".join(sorted(set(prec[te])))
+    return [Split("precision", tr, te, f"train {main}, test {others}")]
+
+
+def group_splits(df: pd.DataFrame, column: str, prefix: str, min_rows: int = 5) -> list[Split]:
+    """Leave-one-``column``-value-out splits (e.g. one ResNet model or one GPU generation)."""
+    if column not in df.columns:
+        return []
+    g = df[column].astype(str).to_numpy()
+    out = []
+    for value in sorted(set(g)):
+        te = g == value
+        if te.sum() >= min_rows and (~te).sum() >= min_rows:
+            out.append(Split(f"{prefix}_{value}", ~te, te, f"leave {column}={value} out"))
+    return out
+
+
+def default_splits(df: pd.DataFrame, train_share: float = 0.7, min_rows: int = 20) -> list[Split]:
+    """Range splits for batch, depth, width and input size, plus the precision split."""
+    return range_splits(df, train_share=train_share, min_rows=min_rows) + precision_split(df, min_rows)
+
+
+def evaluate_splits(make_model: Callable[[], Any], df: pd.DataFrame, splits: Sequence[Split],
+                    targets: Sequence[str] = TARGETS, progress: Callable[[str], None] | None = None) -> pd.DataFrame:
+    """Fit ``make_model()`` and B1 on each split's train rows; score both on its test rows.
+
+    Returns one row per split x target: split, description, target, n_train, n_test, r2, mape,
+    b1_r2, b1_mape (MAPE in %), fit_s. Targets a split's data does not measure are skipped."""
+    from carb.model.baselines import FlopsLinear
+
+    rows = []
+    for i, sp in enumerate(splits):
+        tr, te = df[sp.train].reset_index(drop=True), df[sp.test].reset_index(drop=True)
+        ts = [t for t in targets if t in df.columns and tr[t].notna().sum() >= 10 and te[t].notna().sum() >= 2]
+        if not ts:
+            continue
+        if progress is not None:
+            progress(f"extrapolation split {i + 1}/{len(splits)}: {sp.name} ({sp.description})")
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():  # the main fit already said what it drops
+            warnings.simplefilter("ignore", UserWarning)
+            model = make_model().fit(tr, tr[ts])
+        fit_s = time.perf_counter() - t0
+        pred = model.predict(te)
+        b1 = FlopsLinear().fit(tr, tr[ts]).predict(te)
+        for t in ts:
+            col = f"pred_{t}"
+            if col not in pred.columns:
+                continue
+            m = regression_metrics(te[t], pred[col])
+            b = regression_metrics(te[t], b1[col])
+            rows.append({"split": sp.name, "description": sp.description, "target": t, "n_train": len(tr),
+                         "n_test": int(te[t].notna().sum()), "r2": m["r2"], "mape": m["mape"],
+                         "b1_r2": b["r2"], "b1_mape": b["mape"], "fit_s": fit_s})
+    return pd.DataFrame(rows, columns=["split", "description", "target", "n_train", "n_test", "r2", "mape",
+                                       "b1_r2", "b1_mape", "fit_s"])
+
+
+def split_metrics(table: pd.DataFrame) -> dict[str, float]:
+    """``xval_<split>_<target>_{r2,mape}`` and ``..._b1_{r2,mape}`` from :func:`evaluate_splits`."""
+    out: dict[str, float] = {}
+    for r in table.itertuples(index=False):
+        key = f"xval_{r.split}_{r.target}"
+        out.update({f"{key}_r2": float(r.r2), f"{key}_mape": float(r.mape), f"{key}_b1_r2": float(r.b1_r2),
+                    f"{key}_b1_mape": float(r.b1_mape)})
+    return out
+
+
+def summary_line(table: pd.DataFrame) -> str:
+    """The machine-readable last line: ``min_xval_latency_r2=.. min_xval_memory_r2=..
+    min_xval_energy_r2=.. worse_than_b1=<count>`` (NaN where a target is absent)."""
+    def mn(t: str) -> float:
+        v = table.loc[table["target"] == t, "r2"]
+        return float(v.min()) if len(v) else float("nan")
+
+    worse = int((table["r2"] < table["b1_r2"]).sum()) if len(table) else 0
+    return (f"min_xval_latency_r2={mn('latency_ms'):.4f} min_xval_memory_r2={mn('peak_memory_MB'):.4f} "
+            f"min_xval_energy_r2={mn('energy_J'):.4f} worse_than_b1={worse}")
+
+
+def format_table(table: pd.DataFrame) -> str:
+    """A fixed-width text table of :func:`evaluate_splits` (R^2 and MAPE beside B1)."""
+    if not len(table):
+        return "(no extrapolation split applies to this data)"
+    show = table.copy()
+    for c in ("r2", "b1_r2"):
+        show[c] = show[c].map(lambda v: f"{v:.3f}")
+    for c in ("mape", "b1_mape"):
+        show[c] = show[c].map(lambda v: f"{v:.1f}%")
+    show["fit_s"] = show["fit_s"].map(lambda v: f"{v:.1f}")
+    return show[["split", "target", "n_train", "n_test", "r2", "b1_r2", "mape", "b1_mape", "description"]].to_string(
+        index=False)
+
+
+def sanity_report(model: Any, grid: pd.DataFrame, tol: float = 1e-9) -> dict[str, float]:
+    """Physical sanity of a model's screening-mode predictions on a candidate grid (``grid``: knob
+    and static-feature columns, e.g. :func:`carb.analysis.screening.featurize` of the 3,072 grid).
+
+    Returns ``sanity_memory_below_params`` (share of rows predicted below their parameter bytes) and
+    ``sanity_<target>_batch_violations`` (share of consecutive batch-size steps, other knobs fixed,
+    where the prediction decreases by more than ``tol`` relative), plus ``sanity_n``."""
+    from carb.analysis.screening import score
+    from carb.design.arch import KNOBS
+
+    scored = score(model, grid)
+    out: dict[str, float] = {"sanity_n": float(len(scored))}
+    if "pred_peak_memory_MB" in scored.columns and "param_size_MB" in scored.columns:
+        below = scored["pred_peak_memory_MB"].to_numpy(float) < scored["param_size_MB"].to_numpy(float) * (1 - tol)
+        out["sanity_memory_below_params"] = float(below.mean()) if len(below) else float("nan")
+    keys = [k for k in KNOBS if k in scored.columns and k != "batch_size"]
+    ordered = scored.sort_values(keys + ["batch_size"])
+    same = (ordered[keys].shift() == ordered[keys]).all(axis=1).to_numpy()
+    for col in [c for c in scored.columns if c.startswith("pred_")]:
+        v = ordered[col].to_numpy(float)
+        prev = np.roll(v, 1)
+        steps = same.copy()
+        steps[0] = False
+        drops = steps & (v < prev * (1 - 1e-6) - tol)
+        out[f"sanity_{col[5:]}_batch_violations"] = float(drops.sum() / steps.sum()) if steps.any() else float("nan")
+    return out

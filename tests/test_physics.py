@@ -1,0 +1,127 @@
+"""Physics-informed stages and extrapolation splits (issue 11): priors recover known coefficients,
+stay non-negative and monotone; the cascade never predicts memory below the parameter bytes; on data
+with known physics it extrapolates to larger batches where the plain cascade and B1 do not; the
+leave-out splits and their metrics."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from carb.analysis.extrapolation import (
+    default_splits,
+    evaluate_splits,
+    precision_split,
+    range_splits,
+    sanity_report,
+    split_metrics,
+    summary_line,
+)
+from carb.analysis.screening import featurize
+from carb.design.arch import ArchConfig
+from carb.design.space import load_space
+from carb.model.cascade import CarbCascade
+from carb.model.physics import MemoryPrior, RooflinePrior, input_MB, make_prior
+
+FAST = dict(specialists={"xgb": {"n_estimators": 40, "max_depth": 4}, "lgbm": {"n_estimators": 40, "verbose": -1},
+                         "et": {"n_estimators": 30}}, probe_estimators=20, oof_folds=2, n_jobs=1)
+KNOB_FEATURES = ["block", "depth", "width_mult", "input_size", "batch_size", "precision", "early_downsample",
+                 "flops", "params", "param_size_MB", "total_activation_MB", "max_activation_MB", "n_conv"]
+
+
+def physics_rows(n: int = 300, seed: int = 0) -> pd.DataFrame:
+    """Real static features of random configurations with targets from known physics (x 3 % noise):
+    memory = 2 + 1.0 x params + 3.0 x max activation + input; latency = 0.5 ms + flops / rate(precision)
+    + 0.01 ms per conv; energy = 40 W x latency."""
+    rng = np.random.default_rng(seed)
+    cfgs = {}
+    while len(cfgs) < n:
+        block = str(rng.choice(["basic", "bottleneck"]))
+        depth = int(rng.choice([14, 20, 32]) if block == "basic" else rng.choice([26, 50]))
+        c = ArchConfig(block, depth, float(rng.choice([0.25, 0.5, 1.0, 1.5, 2.0])),
+                       int(rng.choice([32, 64, 96, 128])), int(rng.choice([1, 2, 4, 8, 16, 32, 64])),
+                       str(rng.choice(["fp32", "bf16"])), bool(rng.integers(2)))
+        cfgs[c.config_id] = c
+    df = featurize(list(cfgs.values()))
+    noise = lambda: rng.lognormal(0, 0.03, len(df))  # noqa: E731
+    rate = np.where(df["precision"] == "fp32", 4e7, 1e8)  # FLOPs per ms
+    df["peak_memory_MB"] = (2.0 + df["param_size_MB"] + 3.0 * df["max_activation_MB"] + input_MB(df)) * noise()
+    df["latency_ms"] = (0.5 + df["flops"] / rate + 0.01 * df["n_conv"]) * noise()
+    df["energy_J"] = 40.0 * df["latency_ms"] / 1e3 * noise()
+    df["device_name"] = "physics"
+    return df
+
+
+@pytest.fixture(scope="module")
+def rows() -> pd.DataFrame:
+    return physics_rows()
+
+
+def test_priors_recover_known_physics(rows):
+    mem = MemoryPrior().fit(rows, rows["peak_memory_MB"])
+    assert mem.coef_["per_param_MB"] == pytest.approx(1.0, rel=0.1)
+    assert mem.coef_["per_max_activation_MB"] == pytest.approx(3.0, rel=0.1)
+    assert mem.train_mape_ < 0.05
+    lat = RooflinePrior().fit(rows, rows["latency_ms"])
+    assert 1 / lat.coef_["per_flop_fp32"] == pytest.approx(4e7, rel=0.1)
+    assert 1 / lat.coef_["per_flop_bf16"] == pytest.approx(1e8, rel=0.1)
+    assert all(v >= 0 for v in {**mem.coef_, **lat.coef_}.values())
+    assert lat.train_mape_ < 0.05
+    # monotone: doubling the batch never lowers a prior
+    big = rows.assign(batch_size=rows["batch_size"] * 2, flops=rows["flops"] * 2,
+                      max_activation_MB=rows["max_activation_MB"] * 2,
+                      total_activation_MB=rows["total_activation_MB"] * 2)
+    assert (mem.predict(big) >= mem.predict(rows)).all() and (lat.predict(big) >= lat.predict(rows)).all()
+
+
+def test_unseen_precision_borrows_the_nearest_rate(rows):
+    lat = make_prior("latency_ms").fit(rows[rows["precision"] == "fp32"], rows.loc[rows["precision"] == "fp32", "latency_ms"])
+    assert lat.precisions_ == ["fp32"] and lat.stand_in("fp16") == "fp32"
+    x = rows.head(5).assign(precision="fp16")
+    assert np.allclose(lat.predict(x), lat.predict(x.assign(precision="fp32")))
+
+
+def test_extrapolation_to_larger_batches(rows):
+    small, large = rows[rows["batch_size"] <= 8], rows[rows["batch_size"] > 8]
+    targets = ["peak_memory_MB", "energy_J", "latency_ms"]
+    r2 = {}
+    for physics in (True, False):
+        m = CarbCascade(features=KNOB_FEATURES, physics=physics, **FAST).fit(small, small[targets])
+        p = m.predict(large)
+        r2[physics] = {t: 1 - ((large[t] - p[f"pred_{t}"]) ** 2).sum() / ((large[t] - large[t].mean()) ** 2).sum()
+                       for t in targets}
+    for t in targets:
+        assert r2[True][t] > 0.9, (t, r2)
+        assert r2[True][t] > r2[False][t], (t, r2)
+
+
+def test_memory_never_below_parameter_bytes(rows):
+    m = CarbCascade(features=KNOB_FEATURES, **FAST).fit(rows, rows[["peak_memory_MB", "latency_ms"]])
+    grid = featurize(load_space("screening"))
+    rep = sanity_report(m, grid)
+    assert rep["sanity_n"] == 3072 and rep["sanity_memory_below_params"] == 0.0
+    assert 0.0 <= rep["sanity_latency_ms_batch_violations"] <= 1.0
+    assert m.priors_["peak_memory_MB"]["kind"] == "MemoryPrior" and m.summary()["priors"]
+
+
+def test_splits(rows):
+    sp = {s.name: s for s in default_splits(rows, train_share=0.7, min_rows=20)}
+    assert {"batch", "width", "input", "precision"} <= set(sp)
+    b = sp["batch"]
+    assert rows.loc[b.train, "batch_size"].max() < rows.loc[b.test, "batch_size"].min()
+    assert b.train.sum() <= 0.7 * len(rows) and (b.train ^ b.test).all()
+    assert set(rows.loc[sp["precision"].train, "precision"]) == {"fp32"}
+    assert precision_split(rows[rows["precision"] == "fp32"]) == []
+    assert range_splits(rows.assign(depth=14)).__len__() == 3   # a constant knob gives no split
+
+
+def test_evaluate_splits_reports_carb_beside_b1(rows):
+    splits = [s for s in default_splits(rows) if s.name in ("batch", "precision")]
+    table = evaluate_splits(lambda: CarbCascade(features=KNOB_FEATURES, **FAST), rows, splits,
+                            targets=["peak_memory_MB", "latency_ms"])
+    assert set(table["split"]) == {"batch", "precision"} and len(table) == 4
+    m = split_metrics(table)
+    assert {"xval_batch_latency_ms_r2", "xval_batch_latency_ms_b1_r2", "xval_precision_peak_memory_MB_mape"} <= set(m)
+    assert m["xval_batch_peak_memory_MB_r2"] > m["xval_batch_peak_memory_MB_b1_r2"]
+    line = summary_line(table)
+    assert line.startswith("min_xval_latency_r2=") and "worse_than_b1=" in line
