@@ -108,7 +108,7 @@ def test_downstream_stages_train_on_out_of_fold_priors(data, monkeypatch):
     np.testing.assert_array_equal(seen[1]["pred_peak_memory_MB"].to_numpy(), oof["pred_peak_memory_MB"])
     np.testing.assert_array_equal(seen[2]["pred_energy_J"].to_numpy(), oof["pred_energy_J"])
     D = encode(add_interactions(tr), c.feature_names_)
-    insample = c.stages_["peak_memory_MB"].model.predict(D[c.stage_columns()["peak_memory_MB"]])
+    insample = c.stages_["peak_memory_MB"].base_predict(D, add_interactions(tr))
     y = tr["peak_memory_MB"].to_numpy()
     assert not np.allclose(insample, oof["pred_peak_memory_MB"])
     # in-sample predictions are optimistic; out-of-fold ones are honest (larger error)
@@ -153,7 +153,7 @@ def test_predictions_are_floored_at_a_positive_value(data, monkeypatch):
     tr, va = data
     monkeypatch.setattr(BlendedRegressor, "predict", lambda self, X: np.full(len(X), -14.0))
     off = {**CORR, "low_batch": {"enabled": False}, "high_load": {"enabled": False}}
-    c = tiny(log_target=False, correctors=off).fit(tr, tr[list(TARGETS)], va, va[list(TARGETS)])
+    c = tiny(log_target=False, correctors=off, physics=False).fit(tr, tr[list(TARGETS)], va, va[list(TARGETS)])
     for t in TARGETS:
         floor = c.stages_[t].floor
         assert floor == pytest.approx(0.5 * tr[t].min()) and floor > 0
@@ -164,7 +164,7 @@ def test_predictions_are_floored_at_a_positive_value(data, monkeypatch):
         np.testing.assert_allclose(p[f"pred_{t}"], c.stages_[t].floor)
         assert c.val_mae_[t] == pytest.approx(np.mean(np.abs(va[t] - c.stages_[t].floor)))
     # with correctors (fitted on the huge residuals, so kept) the output still never goes below the floor
-    w = tiny(log_target=False).fit(tr, tr[list(TARGETS)], va, va[list(TARGETS)])
+    w = tiny(log_target=False, physics=False).fit(tr, tr[list(TARGETS)], va, va[list(TARGETS)])
     pw = w.predict(va)
     for t in TARGETS:
         assert pw[f"pred_{t}"].min() >= w.stages_[t].floor

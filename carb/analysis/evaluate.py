@@ -18,7 +18,6 @@ NaN means "not measurable here" (no rows, no energy, no telemetry); the tracker 
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,7 +27,6 @@ import pandas as pd
 from carb.data.schema import TARGETS
 from carb.data.tiers import LOW_BATCH_MAX, hardware_stress, low_batch
 from carb.errors import ConfigError
-from carb.model.baselines import FlopsLinear, LatencyEnergyProxy
 
 #: Evaluation regimes (``overall`` is reported without a regime infix).
 REGIMES: tuple[str, ...] = ("low_batch", "high_load", "large_batch")
@@ -218,62 +216,3 @@ def budget_value(cfg_budget: dict[str, Any], train: pd.DataFrame) -> tuple[str, 
     if not math.isfinite(value) or value <= 0:
         raise ConfigError(f"evaluate.budget.value: must be a positive number or null, got {value!r}")
     return target, value
-
-
-def evaluate_cascade(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.DataFrame,
-                 full: pd.DataFrame, ev: dict[str, Any]) -> tuple[dict[str, float], dict[str, Any]]:
-    """Every metric of a fitted cascade (test, regimes, budget, baselines, residual correlation,
-    leave-one-batch-tier-out). Returns (metrics, extras with predictions and importances)."""
-    targets = list(cascade.targets_)
-    pred = cascade.predict(test)
-    metrics: dict[str, float] = {}
-    metrics.update(prediction_metrics(test, pred, "test", targets))
-    for t in targets:
-        metrics[f"val_{t}_mae"] = cascade.val_mae_.get(t, float("nan"))
-        metrics[f"val_{t}_probe_mae_raw"] = cascade.probe_val_mae_.get(t, {}).get("raw", float("nan"))
-        metrics[f"val_{t}_probe_mae_log"] = cascade.probe_val_mae_.get(t, {}).get("log", float("nan"))
-        metrics[f"log_target_{t}"] = float(cascade.log_target_[t])
-        for m, w in cascade.blend_weights_[t].items():
-            metrics[f"weight_{t}_{m}"] = w
-        for name, rep in cascade.corrector_report_.get(t, {}).items():
-            metrics[f"corrector_{name}_{t}_kept"] = float(bool(rep.get("kept")))
-    btarget, bvalue = budget_value(ev.get("budget") or {}, train)
-    metrics.update(budget_metrics(test, pred, btarget, bvalue))
-    b1 = FlopsLinear().fit(train, train[targets])
-    b2 = None
-    if "energy_J" in targets and train["latency_ms"].notna().sum() >= 2:
-        b2 = LatencyEnergyProxy().fit(train, train["energy_J"])
-    metrics.update(baseline_metrics(b1, b2, test))
-    metrics.update(residual_spearman(test, pred, targets=targets))
-    lobo_cfg = ev.get("lobo") or {}
-    if lobo_cfg.get("enabled", True):
-        t0 = time.perf_counter()
-        lobo, _ = leave_one_batch_tier_out(cascade, full, targets, int(lobo_cfg.get("max_batch", 8)))
-        metrics.update(lobo)
-        if lobo:
-            metrics["lobo_fit_s"] = time.perf_counter() - t0
-    xval = None
-    xcfg = ev.get("extrapolation") or {}
-    if xcfg.get("enabled", True):
-        from sklearn.base import clone
-
-        from carb.analysis.extrapolation import default_splits, evaluate_splits, split_metrics
-
-        t0 = time.perf_counter()
-        splits = default_splits(full, float(xcfg.get("train_share", 0.7)), int(xcfg.get("min_rows", 20)))
-        say = (lambda msg: print(f"carb-train: {msg}", flush=True)) if xcfg.get("progress", True) else None
-        xval = evaluate_splits(lambda: clone(cascade), full, splits, targets, progress=say)
-        metrics.update(split_metrics(xval))
-        metrics["xval_fit_s"] = time.perf_counter() - t0
-    scfg = ev.get("sanity") or {}
-    if scfg.get("enabled", True):
-        from carb.analysis.extrapolation import sanity_report
-        from carb.analysis.screening import featurize
-        from carb.design.space import load_space
-
-        metrics.update(sanity_report(cascade, featurize(load_space(str(scfg.get("space", "screening"))))))
-    for k, v in cascade.fit_seconds_.items():
-        metrics[f"fit_{k}_s"] = v
-    imps = top_importances(cascade, int(ev.get("importances_top", 10)))
-    return metrics, {"pred": pred, "importances": imps, "b1": b1, "b2": b2,
-                     "budget": {"target": btarget, "value": bvalue}, "extrapolation": xval}

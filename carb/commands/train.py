@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from carb.analysis.evaluate import evaluate_cascade
+from carb.analysis.assess import evaluate_cascade
 from carb.commands.cli import hydra_command, to_dict
 from carb.data.io import load_training_frame, resolve_path
 from carb.data.schema import TARGETS, device_slug, model_name
