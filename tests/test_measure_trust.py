@@ -89,6 +89,13 @@ def test_fingerprints_of_two_recorded_cpus():
     assert device_id(cpu_fingerprint(amd_text, 2, 1, "kvm")) == device_id(fa)
 
 
+def test_hypervisor_from_the_boot_log():
+    from carb.measure.fingerprint import hypervisor_from_dmesg
+
+    log = "[    0.000000] DMI not present or invalid.\n[    0.000000] Hypervisor detected: KVM\n[    0.1] x"
+    assert hypervisor_from_dmesg(log) == "KVM" and hypervisor_from_dmesg("no such line") is None
+
+
 def _busy_on(core: int) -> subprocess.Popen:
     code = f"import os\nos.sched_setaffinity(0, {{{core}}})\nwhile True: pass\n"
     return subprocess.Popen([sys.executable, "-c", code])

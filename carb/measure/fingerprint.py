@@ -7,7 +7,8 @@ that every dataset row and registered model carries.
 
 - CPU (:func:`cpu_fingerprint`): vendor, family/model/stepping, model name, the ISA flags that
   change kernels (:data:`KERNEL_FLAGS`, those present), cores this process may use, torch threads,
-  logical cores, and the hypervisor (``hypervisor`` flag plus ``/sys/hypervisor/type`` when readable).
+  logical cores, and the hypervisor (``/sys/hypervisor/type``, the DMI vendor, or the kernel's
+  ``Hypervisor detected`` line; ``"unknown"`` when only the cpuinfo ``hypervisor`` flag says so).
 - GPU (:func:`gpu_fingerprint`): name, total memory (GiB, rounded), compute capability, SM count,
   power limit (W), driver, CUDA version and clock policy (locked clocks or ``"default"``).
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from functools import lru_cache
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -75,17 +77,41 @@ def cpu_fingerprint(cpuinfo: str, usable_cores: int, threads: int, hypervisor_ty
     }
 
 
-def read_cpu_fingerprint(threads: int, cpuinfo_path: str = "/proc/cpuinfo",
-                         hypervisor_path: str = "/sys/hypervisor/type") -> dict[str, Any]:
-    """:func:`cpu_fingerprint` of this machine (reads ``/proc/cpuinfo`` and the hypervisor type)."""
+def hypervisor_from_dmesg(text: str) -> str | None:
+    """The vendor in the kernel's ``Hypervisor detected: <vendor>`` boot line, or None."""
+    for line in text.splitlines():
+        if "Hypervisor detected:" in line:
+            return line.split("Hypervisor detected:", 1)[1].strip() or None
+    return None
+
+
+@lru_cache(maxsize=4)
+def read_hypervisor(paths: tuple[str, ...] = ("/sys/hypervisor/type", "/sys/class/dmi/id/sys_vendor")) -> str | None:
+    """The hypervisor this machine runs under: the first readable of ``paths``, else the kernel's boot
+    log (``dmesg``, when permitted); None when nothing says."""
+    for p in paths:
+        try:
+            v = Path(p).read_text().strip()
+        except OSError:
+            continue
+        if v:
+            return v
+    import subprocess
+
+    try:
+        out = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=3)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return hypervisor_from_dmesg(out.stdout) if out.returncode == 0 else None
+
+
+def read_cpu_fingerprint(threads: int, cpuinfo_path: str = "/proc/cpuinfo") -> dict[str, Any]:
+    """:func:`cpu_fingerprint` of this machine (reads ``/proc/cpuinfo`` and :func:`read_hypervisor`)."""
     try:
         text = Path(cpuinfo_path).read_text()
     except OSError:
         text = ""
-    try:
-        hyper = Path(hypervisor_path).read_text().strip() or None
-    except OSError:
-        hyper = None
+    hyper = read_hypervisor()
     try:
         usable = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
