@@ -1,0 +1,109 @@
+"""Benchmark: accuracy where nothing was measured. Leave-out splits that force extrapolation, CARB
+(physics-informed stages, ``model=carb_fast`` sizes) beside the plain cascade (``physics=false``) and
+B1 (FLOPs-only linear regression), on
+
+1. the shipped CPU reference dataset: train on the lower range of batch size, depth, width, input size
+   and test on the upper range; train on fp32 and test on the other precisions;
+2. real third-party GPU latency (timm's benchmark, plain torchvision-style ResNets mapped to
+   ``ArchConfig``; static features from CARB's closed form; one dataset per GPU, eager amp_fp16 nchw,
+   newest torch): leave-one-model-out (every ResNet depth in turn), and larger inputs. Leave-GPU-out
+   does not apply to a per-device model (a new device is the calibration issue's business).
+
+    python experiments/benchmarks/extrapolation.py [--data reference] [--no-timm] [--no-plain]
+
+Prints one table per dataset; the last line is machine-readable:
+``min_xval_latency_r2=.. min_xval_memory_r2=.. min_xval_energy_r2=.. worse_than_b1=<count>`` over
+every split and dataset (CARB only).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from carb.analysis.extrapolation import (  # noqa: E402
+    default_splits,
+    evaluate_splits,
+    format_table,
+    group_splits,
+    range_splits,
+    summary_line,
+)
+
+
+def make(physics: bool):
+    """A factory of cascades with the ``carb_fast`` preset (full features) and ``physics``."""
+    from carb.commands.cli import compose, to_dict
+    from carb.model.presets import build_cascade
+
+    cfg = compose("train", ["model=carb_fast"])
+    model, feats = to_dict(cfg.model), to_dict(cfg.features)
+    model["physics"] = physics
+    return lambda: build_cascade(model, feats)
+
+
+def timm_latency(gpu: str) -> pd.DataFrame:
+    """Plain ResNets of timm's benchmark on ``gpu`` (eager, amp_fp16, nchw, newest torch) as rows with
+    CARB's knobs and closed-form static features, latency per batch from timm, a ``model`` column."""
+    from carb.data.importers.timm import import_timm
+    from carb.design.arch import ArchConfig
+    from carb.design.features import grid_features
+
+    t = import_timm(gpu=gpu, precision="amp_fp16", compile="eager", plain_only=True)
+    t = t[t["timm_block"].isin(["basic", "bottleneck"])].reset_index(drop=True)
+    cfgs = [ArchConfig(r.block, int(r.depth), 1.0, int(r.input_size), int(r.batch_size), r.precision, True)
+            for r in t.itertuples()]
+    g = grid_features(cfgs)
+    from carb.data.schema import RUNTIME_FEATURES
+
+    out = g.assign(latency_ms=t["latency_ms"].to_numpy(), peak_memory_MB=float("nan"), energy_J=float("nan"),
+                   model=t["model"].to_numpy(), device_name=gpu, status="ok",
+                   **{c: float("nan") for c in RUNTIME_FEATURES})
+    return out
+
+
+def run(name: str, df: pd.DataFrame, splits, plain: bool) -> pd.DataFrame:
+    """Evaluate CARB (and the plain cascade) on ``splits`` of ``df``; print and return CARB's table."""
+    print(f"\n== {name}: {len(df)} rows")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        carb = evaluate_splits(make(True), df, splits, progress=None)
+        print(format_table(carb))
+        if plain:
+            flat = evaluate_splits(make(False), df, splits, progress=None)
+            m = carb.merge(flat[["split", "target", "r2", "mape"]], on=["split", "target"], suffixes=("", "_plain"))
+            print("  plain cascade (physics=false) on the same splits: "
+                  + ", ".join(f"{r.split}/{r.target} R2 {r.r2_plain:.3f} (CARB {r.r2:.3f})" for r in m.itertuples()))
+    return carb.assign(dataset=name)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", default="reference")
+    ap.add_argument("--no-timm", action="store_true")
+    ap.add_argument("--no-plain", action="store_true", help="skip the physics=false comparison")
+    a = ap.parse_args(argv)
+    from carb.data.io import load_training_frame
+
+    tables = []
+    df, dev = load_training_frame(a.data)
+    tables.append(run(f"{a.data} ({dev})", df, default_splits(df), not a.no_plain))
+    if not a.no_timm:
+        for gpu in ("RTX 3090", "RTX 4090", "RTX 5090", "RTX PRO 6000 Blackwell Max-Q"):
+            t = timm_latency(gpu)
+            splits = group_splits(t, "model", "model", min_rows=2) + range_splits(
+                t, {"input_size": "input"}, train_share=0.8, min_rows=4)
+            tables.append(run(f"timm {gpu}", t, splits, not a.no_plain))
+    allt = pd.concat(tables, ignore_index=True)
+    print()
+    print(summary_line(allt))
+
+
+if __name__ == "__main__":
+    main()
