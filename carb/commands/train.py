@@ -23,7 +23,7 @@ from carb.commands.cli import hydra_command, to_dict
 from carb.data.io import load_training_frame, resolve_path
 from carb.data.schema import TARGETS, device_slug, model_name
 from carb.data.split import split_dataset
-from carb.model.presets import build_cascade
+from carb.model.presets import build_cascade, resolve_auto
 from carb.plots.train import train_figures
 
 
@@ -37,8 +37,7 @@ def run_train(cfg: Any) -> dict[str, Any]:
     full, device = load_training_frame(data_path, cfg.data.get("device"))
     split = split_dataset(full, seed=int(cfg.split.seed))
     train, val, test = split.frames(full)
-    model_cfg = to_dict(cfg.model)
-    preset = str(model_cfg.get("name", "custom"))
+    model_cfg, preset = resolve_auto(to_dict(cfg.model), len(train))
     tuned = model_cfg.pop("tuned_from", None)
     tune_tags: dict[str, str] = {}
     if tuned:

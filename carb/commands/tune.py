@@ -101,7 +101,9 @@ def run_tune(cfg: Any) -> dict[str, Any]:
 
     full, device = load_training_frame(str(cfg.data.get("path") or "reference"), cfg.data.get("device"))
     train, val, _test = split_dataset(full, seed=int(cfg.split.seed)).frames(full)
-    model_cfg = to_dict(cfg.model)
+    from carb.model.presets import resolve_auto
+
+    model_cfg, _ = resolve_auto(to_dict(cfg.model), len(train))
     model_cfg.pop("tuned_from", None)
     base = build_cascade(model_cfg, to_dict(cfg.features))
     targets_all = [t for t in TARGETS if t in full.columns]
