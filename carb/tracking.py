@@ -319,7 +319,8 @@ def resolve_version(uri: str) -> dict[str, Any]:
 
 def model_versions(name: str) -> list[dict[str, Any]]:
     """All versions of a registered model with their run's metrics:
-    ``[{"version", "run_id", "metrics": {...}, "aliases": [...]}, ...]`` sorted by version."""
+    ``[{"version", "run_id", "metrics": {...}, "aliases": [...], "tags": {...}}, ...]`` sorted by
+    version (``tags``: the run's own tags, e.g. ``dataset_digest`` and ``split``)."""
     mlflow = _mlflow()
     client = mlflow.MlflowClient()
     try:
@@ -334,10 +335,12 @@ def model_versions(name: str) -> list[dict[str, Any]]:
         by_version = {}
     out = []
     for mv in versions:
-        metrics = client.get_run(mv.run_id).data.metrics if mv.run_id else {}
+        run = client.get_run(mv.run_id) if mv.run_id else None
+        metrics = run.data.metrics if run is not None else {}
+        tags = run.data.tags if run is not None else {}
         aliases = sorted(set(getattr(mv, "aliases", []) or []) | set(by_version.get(str(mv.version), [])))
         out.append({"version": str(mv.version), "run_id": mv.run_id, "metrics": dict(metrics),
-                    "aliases": aliases})
+                    "aliases": aliases, "tags": {k: v for k, v in dict(tags).items() if not k.startswith("mlflow.")}})
     return sorted(out, key=lambda r: int(r["version"]))
 
 

@@ -27,6 +27,22 @@ def default_name(data: str) -> str:
         raise ConfigError(f"promote.name: dataset {data!r}: {e}; give promote.name") from None
 
 
+def evaluation_key(v: dict[str, Any]) -> tuple[str, str]:
+    """``(dataset_digest, split)`` a version was evaluated on (``"?"`` where its run does not say)."""
+    tags = v.get("tags") or {}
+    return str(tags.get("dataset_digest", "?")), str(tags.get("split", "?"))
+
+
+def comparable(versions: list[dict[str, Any]], across: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(compared, skipped)``: versions evaluated on the same data and split as the newest version
+    (all of them with ``across``). Metrics of versions evaluated on other data do not compare."""
+    if across or not versions:
+        return list(versions), []
+    key = evaluation_key(max(versions, key=lambda v: int(v["version"])))
+    same = [v for v in versions if evaluation_key(v) == key]
+    return same, [v for v in versions if evaluation_key(v) != key]
+
+
 def choose(versions: list[dict[str, Any]], metric: str, fallback: str | None, direction: str) -> tuple[dict, str]:
     """The best version and the metric used; raises :class:`ModelError` when no version has either."""
     if direction not in ("minimize", "maximize"):
@@ -49,9 +65,28 @@ def run_promote(cfg: Any) -> dict[str, Any]:
     if not versions:
         raise ModelError(f"promote.name: registered model {name!r} has no versions in {cfg.tracking.uri} "
                          f"(train one with carb-train)")
-    best, metric = choose(versions, p.metric, p.get("fallback_metric"), p.direction)
+    across = p.get("across_datasets", False)
+    if not isinstance(across, bool):
+        raise ConfigError(f"promote.across_datasets: must be true or false, got {across!r}")
+    pool, skipped = comparable(versions, across)
+    digest, split = evaluation_key(pool[-1])
+    print(f"carb-promote: comparing {len(pool)} version(s) of {name} evaluated on dataset {digest[:12]} split "
+          f"{split}" + (f"; skipped {len(skipped)} evaluated on other data (versions "
+                        f"{[v['version'] for v in skipped]}; promote.across_datasets=true compares them anyway)"
+                        if skipped else ""))
+    best, metric = choose(pool, p.metric, p.get("fallback_metric"), p.direction)
     current = tracking.get_alias(name, p.alias)
     value = best["metrics"][metric]
+    tol = float(p.get("tie_tolerance", 0.0) or 0.0)
+    cur = next((v for v in pool if v["version"] == current), None)
+    if cur is not None and current != best["version"] and math.isfinite(cur["metrics"].get(metric, math.nan)):
+        old_v = cur["metrics"][metric]
+        gain = (old_v - value) if p.direction == "minimize" else (value - old_v)
+        if gain <= tol * abs(old_v):
+            print(f"carb-promote: version {best['version']} ({metric}={value:.6g}) is within the tie tolerance "
+                  f"({tol:g} relative) of the champion version {current} ({old_v:.6g}); nothing changed")
+            return {"name": name, "champion": current, "previous": tracking.get_alias(name, p.previous_alias),
+                    "metric": metric, "value": old_v, "changed": False}
     if current == best["version"]:
         print(f"carb-promote: {name}@{p.alias} is already version {current} ({metric}={value:.4g}); "
               f"nothing changed")

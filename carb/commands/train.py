@@ -72,7 +72,7 @@ def run_train(cfg: Any) -> dict[str, Any]:
         tracking.log_params(to_dict(cfg))
         src = resolve_path(data_path)
         digest = tracking.log_dataset(full, name=src.stem, source=str(src), context="training")
-        tracking.set_tags({"dataset_digest": digest})
+        tracking.set_tags({"dataset_digest": digest, "split": f"seed={int(cfg.split.seed)}"})
         logged = tracking.log_metrics(metrics)
         tracking.log_dict(cascade.summary(), "cascade_summary.json")
         if extras.get("extrapolation") is not None:
