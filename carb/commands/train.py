@@ -110,7 +110,7 @@ def run_train(cfg: Any) -> dict[str, Any]:
     return {"metrics": dict(logged), "registered_name": reg_name, "version": info.get("version"),
             "run_id": run_id, "model_uri": info.get("model_uri"), "run_name": run_name,
             "targets": list(cascade.targets_), "dropped_targets": dict(cascade.dropped_targets_),
-            "table": table}
+            "table": table, "preset": preset}
 
 
 main = hydra_command("train")(run_train)
