@@ -32,7 +32,7 @@ bench: venv
 	$(BIN)/python experiments/benchmarks/features.py
 
 ui: venv  ## MLflow UI on the local store
-	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow ui --workers 1 --backend-store-uri sqlite:///mlruns/mlflow.db
+	MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=1 MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow ui --workers 1 --backend-store-uri sqlite:///mlruns/mlflow.db
 
 clean:
 	rm -rf $(VENV) outputs multirun

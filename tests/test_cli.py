@@ -230,3 +230,25 @@ def test_concise_warnings_formats_a_warning_as_one_line(monkeypatch):
 def test_carb_errors_are_the_ones_turned_into_exit_2():
     assert issubclass(ConfigError, CarbError) and issubclass(DatasetError, CarbError)
     assert not issubclass(ValueError, CarbError)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["space=nope"], "space=nope"),
+    (["model=nope"], "model=nope: no such option; allowed: auto, carb, carb_fast, tuned"),
+    (["foo=1"], "Could not override 'foo'"),
+    (["nope"], "Error parsing override 'nope'"),
+    (["+experiment=nah"], "experiment=nah: no such option; allowed: ablation, lobo, two_stage"),
+    (["-m", "features=full,nope"], "features=nope: no such option; allowed: arch_only, full, no_util"),
+])
+def test_hydra_composition_errors_are_one_line_exit_2(argv, needle, tmp_path):
+    """Hydra's own composition errors (unknown group option, unknown key, missing '=', a bad value
+    inside a sweep) are one line and exit code 2, before anything runs."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "carb.train", *argv, f"tracking.uri=sqlite:///{tmp_path}/m.db"],
+                       capture_output=True, text=True, cwd=tmp_path)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2, r.stderr[-1500:]
+    assert len(lines) == 1 and lines[0].startswith("carb-train: error: ") and needle in lines[0], lines
+    assert not (tmp_path / "m.db").exists()

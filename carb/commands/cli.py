@@ -25,6 +25,19 @@ def concise_warnings() -> None:
     warnings.formatwarning = lambda message, category, *a, **k: f"warning: {message}\n"
 
 
+#: Environment that turns off MLflow's usage-data collection (and other tools' that honour DO_NOT_TRACK).
+NO_TELEMETRY = {"MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1"}
+
+
+def telemetry_off() -> None:
+    """Set :data:`NO_TELEMETRY` in this process's environment (inherited by what it starts), unless the
+    user set those variables."""
+    import os
+
+    for k, v in NO_TELEMETRY.items():
+        os.environ.setdefault(k, v)
+
+
 def fail(command: str, err: BaseException) -> None:
     """Print ``carb-<command>: error: <one line>`` to stderr and exit 2."""
     msg = " ".join(str(err).split()) or type(err).__name__
@@ -52,10 +65,68 @@ def hydra_command(command: str, config_name: str | None = None) -> Callable:
 
         @functools.wraps(run_fn)
         def entry() -> Any:
+            telemetry_off()
+            precheck(command, config_name or command, sys.argv[1:])
             return _main()
 
         return entry
     return deco
+
+
+def composition_error_line(err: BaseException) -> str:
+    """One line for a Hydra composition error: an unknown group option with the allowed ones, an
+    unknown key, or an override that does not parse."""
+    import re
+
+    text = str(err)
+    options = getattr(err, "options", None)
+    m = re.search(r"Could not find '([^']+)/([^']+)'", text)
+    if options is not None and m:
+        return f"{m.group(1)}={m.group(2)}: no such option; allowed: {', '.join(options)}"
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("See https")]
+    return " ".join(lines) or type(err).__name__
+
+
+def sweep_variants(overrides: list[str], limit: int = 50) -> list[list[str]]:
+    """Override lists that together use every value of every sweep (``a=1,2``, ``range(...)``,
+    ``choice(...)``) once: the first values of all sweeps, then each other value of one sweep with
+    the others at their first (at most ``limit`` lists)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    values = [[f"{ov.get_key_element()}={v}" for v in ov.sweep_string_iterator()] if ov.is_sweep_override()
+              else [raw] for raw, ov in zip(overrides, parsed)]
+    base = [v[0] for v in values]
+    out = [base]
+    for i, vals in enumerate(values):
+        for v in vals[1:]:
+            out.append(base[:i] + [v] + base[i + 1:])
+    return out[:limit]
+
+
+def precheck(command: str, config_name: str, argv: list[str]) -> None:
+    """Compose the command line's config before Hydra runs it, so that a composition error (an unknown
+    option of a group, an unknown key, an override without ``=``) is one line and exit code 2 instead
+    of Hydra's text and exit code 1. Skipped when Hydra flags other than ``-m`` are given."""
+    flags = [a for a in argv if a.startswith("-")]
+    if any(f not in ("-m", "--multirun") for f in flags):
+        return
+    overrides = [a for a in argv if not a.startswith("-")]
+    try:
+        for variant in (sweep_variants(overrides) if flags else [overrides]):
+            compose(config_name, variant)
+    except Exception as e:  # noqa: BLE001 - only Hydra's and OmegaConf's own errors are turned into one line
+        mod = type(e).__module__ or ""
+        if not (mod.startswith("hydra") or mod.startswith("omegaconf")):
+            raise
+        fail(command, ValueError(composition_error_line(e)))
+    finally:
+        try:
+            from hydra.core.global_hydra import GlobalHydra
+
+            GlobalHydra.instance().clear()
+        except ImportError:
+            pass
 
 
 def compose(config_name: str, overrides: list[str] | tuple[str, ...] = (),
