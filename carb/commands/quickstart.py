@@ -54,7 +54,7 @@ def run_quickstart(argv: list[str] | None = None) -> dict[str, Any]:
     steps.append("screen")
     uri = cfg.tracking.uri
     print(f"carb-quickstart: done in {time.perf_counter() - t0:.0f} s ({' -> '.join(steps)}).")
-    print(f"Open the MLflow UI:  MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false .venv/bin/mlflow ui --workers 1 "
+    print(f"Open the MLflow UI:  MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=1 MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false .venv/bin/mlflow ui --workers 1 "
           f"--backend-store-uri {uri}   (then http://127.0.0.1:5000)")
     return {**out, "steps": steps}
 
