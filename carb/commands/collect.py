@@ -122,6 +122,9 @@ def run_collect(cfg: Any) -> dict[str, Any]:
     "stopped", "duration_s", "s_per_config", "overhead_fraction", "strict_overhead_fraction",
     "phases_s" (seconds by phase: build_model_s, static_features_s, write_s and the meter's cooldown_s,
     prepare_s, warmup_s, peak_memory_s, timed_loop_s, kernel_launches_s, utilization_s), "device": facts}``."""
+    from carb.commands.checks import check_config
+
+    check_config('collect', cfg)
     t_start = time.perf_counter()
     c = to_dict(cfg)
     index, count, max_minutes, limit = _settings(c)

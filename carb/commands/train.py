@@ -30,6 +30,9 @@ from carb.plots.train import train_figures
 def run_train(cfg: Any) -> dict[str, Any]:
     """Train, evaluate, log and register. Returns ``{"metrics": {...}, "registered_name", "version",
     "run_id", "model_uri", "run_name", "targets", "dropped_targets"}``."""
+    from carb.commands.checks import check_config
+
+    check_config('train', cfg)
     from carb import tracking
     from carb.analysis.evaluate import results_table
 

@@ -79,6 +79,9 @@ def parent_run(cfg: Any) -> str:
 
 def run_tune(cfg: Any) -> dict[str, Any]:
     """Run this worker's share of the study. Returns best values/params per sub-study and timing."""
+    from carb.commands.checks import check_config
+
+    check_config('tune', cfg)
     import optuna
 
     from carb.data.io import load_training_frame

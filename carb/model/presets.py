@@ -11,19 +11,29 @@ from carb.errors import ConfigError
 _NON_PARAMS = ("name",)
 
 
+#: Keys ``model=auto`` takes from its ``large`` preset once the data is large enough (tree sizes).
+SIZE_KEYS = ("specialists", "probe_estimators")
+
+
 def resolve_auto(model_cfg: dict[str, Any], n_rows: int) -> tuple[dict[str, Any], str]:
-    """The preset ``model=auto`` stands for with ``n_rows`` training rows: ``small`` below
-    ``threshold_rows``, else ``large`` (``conf/model/auto.yaml``). Other presets pass through.
-    Returns ``(model config, name)``, the name as ``auto:<chosen>``."""
+    """The model config ``model=auto`` stands for with ``n_rows`` training rows: its own keys (the
+    ``carb_fast`` sizes) below ``threshold_rows``, else the same with the tree sizes (:data:`SIZE_KEYS`
+    and the corrector model) of ``large``. Other presets pass through. Returns ``(config, name)``,
+    the name as ``auto:carb_fast`` or ``auto:carb``."""
     if model_cfg.get("name") != "auto":
         return model_cfg, str(model_cfg.get("name", "custom"))
+    cfg = {k: v for k, v in model_cfg.items() if k not in ("large", "threshold_rows")}
     try:
         threshold = int(model_cfg["threshold_rows"])
-        small, large = dict(model_cfg["small"]), dict(model_cfg["large"])
+        large = dict(model_cfg["large"])
     except (KeyError, TypeError, ValueError) as e:
-        raise ConfigError(f"model=auto needs small, large and an integer threshold_rows ({e})") from None
-    chosen = small if n_rows < threshold else large
-    return chosen, f"auto:{chosen.get('name', 'custom')}"
+        raise ConfigError(f"model=auto needs `large` and an integer `threshold_rows` ({e})") from None
+    if n_rows < threshold:
+        return {**cfg, "name": "carb_fast"}, "auto:carb_fast"
+    cfg.update({k: large[k] for k in SIZE_KEYS if k in large})
+    if isinstance(large.get("correctors"), dict) and "model" in large["correctors"]:
+        cfg["correctors"] = {**dict(cfg.get("correctors") or {}), "model": large["correctors"]["model"]}
+    return {**cfg, "name": large.get("name", "carb")}, f"auto:{large.get('name', 'carb')}"
 
 
 def build_cascade(model_cfg: dict[str, Any], features: dict[str, Any]):
