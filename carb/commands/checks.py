@@ -49,6 +49,20 @@ def number(low: float | None = None, high: float | None = None, positive: bool =
     return rule
 
 
+def env_integer(low: int) -> Rule:
+    """null or an integer >= ``low``, also as the text an environment variable gives (``oc.env``)."""
+    def rule(key: str, v: Any) -> None:
+        if v is None or (isinstance(v, str) and v.strip().lower() in ("", "null", "none")):
+            return
+        try:
+            ok = not isinstance(v, bool) and int(str(v).strip()) >= low
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ConfigError(f"{key}: must be null or an integer >= {low} (e.g. CARB_N_JOBS=2), got {v!r}")
+    return rule
+
+
 def boolean() -> Rule:
     """``true`` or ``false``."""
     def rule(key: str, v: Any) -> None:
@@ -95,7 +109,7 @@ _TARGETS = ("peak_memory_MB", "energy_J", "latency_ms")
 _MODEL = [("split.seed", integer(0)), ("model.members", subset_of(*_MEMBERS)), ("model.log_target", log_target()),
           ("model.oof_folds", integer(2)), ("model.probe_estimators", integer(1)),
           ("model.val_fraction", number(0.01, 0.9)), ("model.physics", boolean()),
-          ("model.threshold_rows", integer(1)), ("model.n_jobs", integer(-1, optional=True)),
+          ("model.threshold_rows", integer(1)), ("model.n_jobs", env_integer(-1)),
           *((f"model.specialists.{m}.n_estimators", integer(1)) for m in _MEMBERS),
           ("model.specialists.xgb.max_depth", integer(1)), ("model.specialists.xgb.learning_rate", number(positive=True)),
           ("model.specialists.lgbm.learning_rate", number(positive=True)),
