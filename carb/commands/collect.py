@@ -49,6 +49,7 @@ from carb.measure.collector import (
     read_schema,
     resolve_out,
     shard_configs,
+    sibling_shards,
 )
 
 
@@ -151,6 +152,10 @@ def run_collect(cfg: Any) -> dict[str, Any]:
                                               identity.get("device_id") or identity["device_name"])
         check_protocol(existing, out, identity["protocol_id"], mix_protocols)
         done = set(existing.loc[~existing["status"].isin(retry_statuses), "config_id"].astype(str))
+        siblings = sibling_shards(out)
+        if len(siblings):
+            mine = siblings[siblings["device_name"] == identity["device_name"]]
+            done |= set(mine.loc[~mine["status"].isin(retry_statuses), "config_id"].astype(str))
         todo = [x for x in shard if x.config_id not in done]
         if limit is not None:
             todo = todo[:limit]

@@ -12,7 +12,7 @@ import pandas as pd
 
 from carb.data.schema import TARGETS, available_targets, ok_rows, validate_dataset
 from carb.errors import ConfigError, DatasetError
-from carb.files import write_atomic
+from carb.files import locked, write_atomic
 from carb.resources import DATA_DIR
 
 _REFERENCE = DATA_DIR / "cpu-reference.parquet"
@@ -48,11 +48,31 @@ def load_dataset(path_or_folder: str | Path, validate: bool = True) -> pd.DataFr
         files = sorted([*p.glob("*.parquet"), *p.glob("*.csv")])
         if not files:
             raise DatasetError(f"dataset folder {str(p)!r} holds no .parquet or .csv files")
-        frames = [_read_one(f) for f in files]
-        df = pd.concat([f for f in frames if len(f)] or frames[:1], ignore_index=True)
+        frames = [_read_one(f).assign(_file=f.name) for f in files]
+        df = dedupe_shards(pd.concat([f for f in frames if len(f)] or frames[:1], ignore_index=True), p)
     else:
         df = _read_one(p)
     return validate_dataset(df, source=str(p)) if validate else df
+
+
+def dedupe_shards(df: pd.DataFrame, folder: Path) -> pd.DataFrame:
+    """Rows of a shard folder with one row per device and ``config_id``: where shards overlap (a
+    restart with another ``shard.count``, two collectors on one folder) the newest row (``measured_at``)
+    is kept, with a warning naming the files. Drops the helper column ``_file``."""
+    import warnings
+
+    if not {"config_id", "device_name", "_file"} <= set(df.columns):
+        return df.drop(columns=["_file"], errors="ignore")
+    key = ["device_name", "config_id"]
+    dup = df.duplicated(key, keep=False)
+    if dup.any():
+        files = sorted(df.loc[dup, "_file"].astype(str).unique())
+        n = int(df[dup].groupby(key).ngroups)
+        order = df.assign(_t=df.get("measured_at", pd.Series("", index=df.index)).astype(str))
+        df = order.sort_values("_t").drop_duplicates(key, keep="last").drop(columns=["_t"]).sort_index()
+        warnings.warn(f"dataset folder {str(folder)!r}: {n} configuration(s) measured in more than one file "
+                      f"({', '.join(files)}); kept the newest row of each", UserWarning, stacklevel=3)
+    return df.drop(columns=["_file"]).reset_index(drop=True)
 
 
 def save_dataset(df: pd.DataFrame, path: str | Path) -> Path:
@@ -103,24 +123,40 @@ def load_training_frame(path: str, device: str | None = None) -> tuple[pd.DataFr
 
 
 class DatasetAppender:
-    """Holds the dataset in memory and rewrites ``path`` atomically after each appended row (each
-    new row is validated on its own; the file is a valid dataset after every row)."""
+    """Rewrites ``path`` atomically after each appended row (each new row is validated on its own; the
+    file is a valid dataset after every row). Each append holds the file's lock
+    (:func:`carb.files.locked`) and merges with what is on disk at that moment, so two collectors on
+    one file never lose each other's rows; :attr:`frame` is the file's content after the last append."""
 
     def __init__(self, path: Path, existing: pd.DataFrame) -> None:
         self.path = path
         self.frame = existing.reset_index(drop=True)
         self.write_s = 0.0
+        self._written = self._stamp() if len(self.frame) else None
+
+    def _stamp(self) -> tuple[int, int] | None:
+        """``(mtime ns, size)`` of the file, None when absent: tells whether another writer changed it."""
+        try:
+            st = self.path.stat()
+        except OSError:
+            return None
+        return st.st_mtime_ns, st.st_size
 
     def append(self, row: Mapping[str, Any]) -> None:
         """Validate ``row``, add it (replacing an earlier row of the same device and ``config_id``: a
         re-measured configuration supersedes its old row) and rewrite the file."""
         t = time.perf_counter()
         new = validate_dataset(pd.DataFrame([row]), source=f"{self.path} (new row)")
-        if len(self.frame):
-            same = ((self.frame["config_id"] == new["config_id"].iloc[0])
-                    & (self.frame["device_name"] == new["device_name"].iloc[0]))
-            if same.any():
-                self.frame = self.frame[~same].reset_index(drop=True)
-        self.frame = new if not len(self.frame) else pd.concat([self.frame, new], ignore_index=True)
-        write_frame(self.frame, self.path)
+        with locked(self.path):
+            if self.path.exists() and self._stamp() != self._written:  # someone else wrote it
+                self.frame = load_dataset(self.path)
+            frame = self.frame
+            if len(frame):
+                same = ((frame["config_id"] == new["config_id"].iloc[0])
+                        & (frame["device_name"] == new["device_name"].iloc[0]))
+                if same.any():
+                    frame = frame[~same].reset_index(drop=True)
+            self.frame = new if not len(frame) else pd.concat([frame, new], ignore_index=True)
+            write_frame(self.frame, self.path)
+            self._written = self._stamp()
         self.write_s += time.perf_counter() - t

@@ -134,6 +134,22 @@ def check_protocol(df: pd.DataFrame, path: Path, protocol: str, mix: bool = Fals
                            f"another out, or resume.mix_protocols=true")
 
 
+def sibling_shards(out: Path) -> pd.DataFrame:
+    """Rows of the other shard files beside ``out`` (``shard-*-of-*.parquet`` in its folder; empty frame
+    when ``out`` is not a shard file or has no siblings). A restart with another ``shard.count`` skips
+    what any earlier shard measured."""
+    if not out.name.startswith("shard-") or not out.parent.is_dir():
+        return empty_frame()
+    frames = []
+    for f in sorted(out.parent.glob("shard-*-of-*.parquet")):
+        if f.resolve() != out.resolve():
+            try:
+                frames.append(load_dataset(f))
+            except DatasetError:
+                continue
+    return pd.concat(frames, ignore_index=True) if frames else empty_frame()
+
+
 def read_existing(path: Path, identity: Mapping[str, str]) -> pd.DataFrame:
     """The rows already in ``path`` (empty frame if absent), checked for schema and device."""
     df = read_schema(path)
