@@ -140,8 +140,16 @@ def test_ablation_multirun_subprocess(env):
     assert all("test_latency_ms_r2" in r.data.metrics for r in runs)
     assert {r.info.run_name for r in runs} == {f"synthetic-gpu/{f}/carb_fast" for f in
                                               ("full", "no_util", "arch_only")}
-    versions = tracking.model_versions("carb-synthetic-gpu")
-    assert len(versions) == 3
+    # a sweep does not register (register=auto): its versions would only compete on noise
+    assert tracking.model_versions("carb-synthetic-gpu") == []
+
+
+def test_register_auto_only_outside_a_sweep():
+    from carb.commands.train import should_register
+
+    assert should_register("auto") and should_register(True) and not should_register(False)
+    with pytest.raises(Exception, match="register: 'maybe' is not allowed"):
+        should_register("maybe")
 
 
 def test_too_few_rows_one_line_error(env):

@@ -115,7 +115,7 @@ _MODEL = [("split.seed", integer(0)), ("model.members", subset_of(*_MEMBERS)), (
           ("model.specialists.lgbm.learning_rate", number(positive=True)),
           ("model.specialists.lgbm.num_leaves", integer(2)), ("model.specialists.et.min_samples_leaf", integer(1))]
 RULES: dict[str, list[tuple[str, Rule]]] = {
-    "train": [*_MODEL, ("register", boolean()), ("print_table", boolean()),
+    "train": [*_MODEL, ("register", one_of("auto", True, False)), ("print_table", boolean()),
               ("evaluate.lobo.enabled", boolean()), ("evaluate.lobo.max_batch", integer(1)),
               ("evaluate.extrapolation.enabled", boolean()), ("evaluate.extrapolation.train_share", number(0.05, 0.95)),
               ("evaluate.extrapolation.min_rows", integer(2)), ("evaluate.sanity.enabled", boolean()),

@@ -23,8 +23,25 @@ from carb.commands.cli import hydra_command, to_dict
 from carb.data.io import load_training_frame, resolve_path
 from carb.data.schema import TARGETS, device_slug, model_name
 from carb.data.split import split_dataset
+from carb.errors import ConfigError
 from carb.model.presets import build_cascade, resolve_auto
 from carb.plots.train import train_figures
+
+
+def should_register(register: Any) -> bool:
+    """``register``: true/false as given; ``auto`` registers a single run, not a job of a multirun
+    sweep (where the versions would take turns as champion on noise)."""
+    if isinstance(register, bool):
+        return register
+    if register != "auto":
+        raise ConfigError(f"register: {register!r} is not allowed; allowed: ['auto', true, false]")
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        return not (HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN)
+    except ImportError:
+        return True
 
 
 def run_train(cfg: Any) -> dict[str, Any]:
@@ -66,7 +83,7 @@ def run_train(cfg: Any) -> dict[str, Any]:
     slug = device_slug(device)
     run_name = cfg.get("run_name") or "/".join(
         [slug, cascade.feature_set_, preset] + ([str(cfg.run_suffix)] if cfg.get("run_suffix") else []))
-    reg_name = model_name(full) if cfg.get("register", True) else None
+    reg_name = model_name(full) if should_register(cfg.get("register", "auto")) else None
     tags = {"device": device, "device_slug": slug, "device_id": cascade.device_id_ or "unknown",
             "feature_set": cascade.feature_set_, "preset": preset,
             "targets": ",".join(cascade.targets_), "dataset": data_path, **tune_tags}
