@@ -32,6 +32,20 @@ EXPERIMENTS = {
     "promote": "carb-promote",
 }
 
+#: The description of each experiment (shown in the MLflow UI; tag ``mlflow.note.content``).
+DESCRIPTIONS = {
+    "carb-collect": "Measurement runs: one run per carb-collect (shard), with the device fingerprint, "
+                    "row counts by status, repeated contention windows and the dataset as an input.",
+    "carb-train": "Fitted cascades: test and extrapolation accuracy beside the FLOPs-only baseline B1, "
+                  "sanity of screening predictions; each run registers a model version unless it is a sweep.",
+    "carb-tune": "Optuna studies: one parent run per study, one nested run per trial.",
+    "carb-characterize": "Dataset characterizations: per-knob costs, correlations, energy-latency divergence, "
+                         "efficiency and cross-device transfer tables and figures.",
+    "carb-screen": "Screenings of candidate grids against a budget with registered models: shortlist, Pareto "
+                   "front, borderline flags.",
+    "carb-promote": "Alias changes of registered models.",
+}
+
 _MAX_PARAM_LEN = 500
 
 
@@ -93,7 +107,8 @@ def _experiment_id(name: str) -> str:
         return exp.experiment_id
     loc = f"{_ARTIFACT_ROOT}/{name}" if _ARTIFACT_ROOT else None
     try:
-        return mlflow.create_experiment(name, artifact_location=loc)
+        note = DESCRIPTIONS.get(name, f"CARB runs of {name}")
+        return mlflow.create_experiment(name, artifact_location=loc, tags={"mlflow.note.content": note})
     except Exception:  # created concurrently by another worker
         exp = mlflow.get_experiment_by_name(name)
         if exp is None:
@@ -115,13 +130,15 @@ def git_commit() -> str:
 def start_run(kind: str, run_name: str, tracking_uri: str, tags: Mapping[str, Any] | None = None,
               nested: bool = False, artifact_root: str | None = None,
               experiment: str | None = None, parent_run_id: str | None = None,
-              run_id: str | None = None) -> Iterator[str]:
+              run_id: str | None = None, sweep: Mapping[str, str] | None = None) -> Iterator[str]:
     """Open an MLflow run in the experiment for ``kind`` (see :data:`EXPERIMENTS`); yield its run id.
 
     A nested run (``nested=True``) goes under the currently active run (e.g. Optuna trials under the
     study's parent run). ``parent_run_id`` nests the run under a parent started by another process
     (e.g. another tuning worker); ``run_id`` resumes an existing run. Tags ``carb.kind`` and
-    ``git_commit`` are always set.
+    ``git_commit`` are always set; ``sweep`` (``{"sweep": <id>, "sweep_overrides": ...}`` from
+    :func:`carb.commands.cli.sweep_tags`) tags a multirun job so the UI can group a sweep's runs.
+    A new experiment gets its description from :data:`DESCRIPTIONS`.
     """
     mlflow = _mlflow()
     if not nested:
@@ -129,6 +146,8 @@ def start_run(kind: str, run_name: str, tracking_uri: str, tags: Mapping[str, An
     exp_id = _experiment_id(experiment or EXPERIMENTS.get(kind, f"carb-{kind}"))
     all_tags = {"carb.kind": kind, "git_commit": git_commit()}
     all_tags.update({k: str(v) for k, v in (tags or {}).items()})
+    if sweep and not nested:
+        all_tags.update({k: str(v) for k, v in sweep.items()})
     if parent_run_id:
         all_tags["mlflow.parentRunId"] = parent_run_id
     if run_id:

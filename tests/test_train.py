@@ -140,6 +140,11 @@ def test_ablation_multirun_subprocess(env):
     assert all("test_latency_ms_r2" in r.data.metrics for r in runs)
     assert {r.info.run_name for r in runs} == {f"synthetic-gpu/{f}/carb_fast" for f in
                                               ("full", "no_util", "arch_only")}
+    # one sweep: the UI groups its runs by the sweep tag; each run says which override it ran
+    assert len({r.data.tags["sweep"] for r in runs}) == 1
+    assert sorted(r.data.tags["sweep_overrides"].split()[0] for r in runs) == [
+        "features=arch_only", "features=full", "features=no_util"]
+    assert mlflow.get_experiment_by_name("carb-train").tags["mlflow.note.content"].startswith("Fitted cascades")
     # a sweep does not register (register=auto): its versions would only compete on noise
     assert tracking.model_versions("carb-synthetic-gpu") == []
 

@@ -159,6 +159,49 @@ def hydra_run_dir() -> Path | None:
     return Path(out) if out else None
 
 
+def sweep_tags() -> dict[str, str]:
+    """Tags of a multirun job: ``sweep`` (the sweep folder's name, one per ``-m`` call),
+    ``sweep_overrides`` (this job's overrides, e.g. ``features=no_util``) and ``sweep_job`` (its number);
+    ``{}`` outside a multirun."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+    except ImportError:
+        return {}
+    if not HydraConfig.initialized():
+        return {}
+    hc = HydraConfig.get()
+    if hc.mode != RunMode.MULTIRUN:
+        return {}
+    swept = swept_keys(sys.argv[1:]) | set((hc.sweeper.get("params") or {}).keys())
+    mine = [o for o in hc.overrides.task if o.split("=", 1)[0].lstrip("+~") in swept]
+    return {"sweep": Path(str(hc.sweep.dir)).name, "sweep_overrides": " ".join(mine),
+            "sweep_job": str(hc.job.get("num", ""))}
+
+
+def swept_keys(argv: list[str]) -> set[str]:
+    """Keys that a command line sweeps over (``key=a,b``, ``range``, ``choice``)."""
+    try:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        parsed = OverridesParser.create().parse_overrides([a for a in argv if not a.startswith("-")])
+    except Exception:  # noqa: BLE001 - not parseable: nothing is swept
+        return set()
+    return {ov.get_key_element().lstrip("+~") for ov in parsed if ov.is_sweep_override()}
+
+
+def sweep_suffix(name: str) -> str:
+    """``name`` plus ``/<key>=<value>,...`` for a multirun job's overrides that ``name`` does not already
+    show (what differs between a sweep's runs); ``name`` unchanged outside a multirun."""
+    skip = ("tracking.", "hydra", "data.path", "paths.", "+experiment")
+    parts = []
+    for o in sweep_tags().get("sweep_overrides", "").split():
+        key, _, val = o.partition("=")
+        if val and not key.lstrip("+~").startswith(skip) and val not in name.split("/"):
+            parts.append(f"{key.split('.')[-1]}={val}")
+    return f"{name}/{','.join(parts)}" if parts else name
+
+
 def to_dict(cfg: Any) -> dict[str, Any]:
     """Resolve a DictConfig to a plain dict (leaves dicts untouched)."""
     try:

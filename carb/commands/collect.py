@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from carb import tracking
-from carb.commands.cli import hydra_command, to_dict
+from carb.commands.cli import hydra_command, sweep_tags, to_dict
 from carb.data.io import DatasetAppender
 from carb.data.schema import device_slug
 from carb.design.arch import ArchConfig
@@ -165,6 +165,7 @@ def run_collect(cfg: Any) -> dict[str, Any]:
         appender = DatasetAppender(out, existing)
         t_loop = time.perf_counter()
         with tracking.start_run("collect", run_name, tracking_uri=tr.get("uri", "sqlite:///mlruns/mlflow.db"),
+                                sweep=sweep_tags(),
                                 artifact_root=tr.get("artifact_root"),
                                 tags={"space": space_name, "device_name": identity["device_name"],
                                       "device_id": identity.get("device_id") or "unknown",

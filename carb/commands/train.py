@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from carb.analysis.assess import evaluate_cascade
-from carb.commands.cli import hydra_command, to_dict
+from carb.commands.cli import hydra_command, sweep_suffix, sweep_tags, to_dict
 from carb.data.io import load_training_frame, resolve_path
 from carb.data.schema import TARGETS, device_slug, model_name
 from carb.data.split import split_dataset
@@ -81,13 +81,13 @@ def run_train(cfg: Any) -> dict[str, Any]:
     metrics, extras = evaluate_cascade(cascade, train, val, test, full, ev)
 
     slug = device_slug(device)
-    run_name = cfg.get("run_name") or "/".join(
-        [slug, cascade.feature_set_, preset] + ([str(cfg.run_suffix)] if cfg.get("run_suffix") else []))
+    run_name = cfg.get("run_name") or sweep_suffix("/".join(
+        [slug, cascade.feature_set_, preset] + ([str(cfg.run_suffix)] if cfg.get("run_suffix") else [])))
     reg_name = model_name(full) if should_register(cfg.get("register", "auto")) else None
     tags = {"device": device, "device_slug": slug, "device_id": cascade.device_id_ or "unknown",
             "feature_set": cascade.feature_set_, "preset": preset,
             "targets": ",".join(cascade.targets_), "dataset": data_path, **tune_tags}
-    with tracking.start_run("train", run_name, tracking_uri=cfg.tracking.uri, tags=tags,
+    with tracking.start_run("train", run_name, tracking_uri=cfg.tracking.uri, tags=tags, sweep=sweep_tags(),
                             artifact_root=cfg.tracking.get("artifact_root")) as run_id:
         tracking.log_params(to_dict(cfg))
         src = resolve_path(data_path)

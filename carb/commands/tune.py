@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from carb.commands.cli import hydra_command, to_dict
+from carb.commands.cli import hydra_command, sweep_tags, to_dict
 from carb.errors import ConfigError
 from carb.model.tuning import (
     TuneSettings,
@@ -69,7 +69,7 @@ def parent_run(cfg: Any) -> str:
     found = tracking.find_runs("tune", tags)
     if found:
         return found[0]
-    with tracking.start_run("tune", f"tune/{cfg.tune.study}", cfg.tracking.uri, tags=tags,
+    with tracking.start_run("tune", f"tune/{cfg.tune.study}", cfg.tracking.uri, tags=tags, sweep=sweep_tags(),
                             artifact_root=cfg.tracking.get("artifact_root")) as run_id:
         tracking.log_params({"tune": to_dict(cfg.tune), "model": to_dict(cfg.model),
                              "features": cfg.features.name, "data": to_dict(cfg.data),
