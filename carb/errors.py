@@ -25,3 +25,7 @@ class MeasurementError(CarbError, RuntimeError):
 
 class ModelError(CarbError):
     """A model URI, registry entry, alias or feature set that cannot be resolved or used."""
+
+
+class TrackingError(CarbError):
+    """The tracking store (MLflow) failed; the message says what was kept locally and how to log it."""

@@ -192,3 +192,30 @@ def test_feature_set_naming_a_missing_column(env):
                                         "features.columns=[batch_size,flops,no_such_col]",
                                         "register=false")))
     assert "\n" not in str(e.value) and "arch_only" in str(e.value)
+
+
+def test_store_fault_after_the_fit_loses_nothing(env, tmp_path):
+    """A damaged store fails after the fit: one line naming the saved fit; log_only logs it later."""
+    from carb.commands.train import run_train
+    from carb.errors import TrackingError
+
+    bad = tmp_path / "broken" / "mlflow.db"
+    bad.parent.mkdir()
+    bad.write_bytes(b"this is not a sqlite database" * 100)
+    over_bad = [f"data.path={env['data']}", f"tracking.uri=sqlite:///{bad}", f"paths.output_dir={tmp_path}/out",
+                "evaluate.figures=false", "evaluate.extrapolation.enabled=false", *TINY]
+    with pytest.raises(TrackingError) as e:
+        run_train(compose("train", over_bad))
+    msg = str(e.value)
+    assert "\n" not in msg and "log_only=" in msg
+    folder = msg.split("log_only=")[1].strip()
+    assert (Path(folder) / "cascade.pkl").exists() and (Path(folder) / "fit.json").exists()
+    good = f"sqlite:///{tmp_path}/good/mlflow.db"
+    r = run_train(compose("train", [f"log_only={folder}", f"tracking.uri={good}", "evaluate.figures=false",
+                                    "print_table=false"]))
+    assert r["version"] == "1" and r["metrics"]["test_latency_ms_r2"] > 0.5
+    tracking.configure(good)
+    run = mlflow.get_run(r["run_id"])
+    assert run.data.tags["fit_folder"] == folder and "test_latency_ms_mae" in run.data.metrics
+    with pytest.raises(Exception, match="is not a saved fit"):
+        run_train(compose("train", [f"log_only={tmp_path}", f"tracking.uri={good}"]))

@@ -16,14 +16,15 @@ blend weights, corrector report) and ``importances.json``; the dataset as a run 
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from carb.analysis.assess import evaluate_cascade
-from carb.commands.cli import hydra_command, sweep_suffix, sweep_tags, to_dict
+from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_tags, to_dict
 from carb.data.io import load_training_frame, resolve_path
 from carb.data.schema import TARGETS, device_slug, model_name
 from carb.data.split import split_dataset
-from carb.errors import ConfigError
+from carb.errors import CarbError, ConfigError, TrackingError
 from carb.model.presets import build_cascade, resolve_auto
 from carb.plots.train import train_figures
 
@@ -45,13 +46,17 @@ def should_register(register: Any) -> bool:
 
 
 def run_train(cfg: Any) -> dict[str, Any]:
-    """Train, evaluate, log and register. Returns ``{"metrics": {...}, "registered_name", "version",
-    "run_id", "model_uri", "run_name", "targets", "dropped_targets"}``."""
+    """Train, evaluate, save the fit locally, log and register. Returns ``{"metrics": {...},
+    "registered_name", "version", "run_id", "model_uri", "run_name", "targets", "dropped_targets",
+    "table", "preset", "fit_folder"}``. With ``log_only=<folder>`` it logs a saved fit instead."""
     from carb.commands.checks import check_config
 
     check_config('train', cfg)
-    from carb import tracking
-    from carb.analysis.evaluate import results_table
+    if cfg.get("log_only"):
+        folder = Path(str(cfg.log_only))
+        fit = load_fit(folder)
+        print(f"carb-train: logging the fit saved in {folder} (no fitting)")
+        return log_fit(fit, cfg, folder)
 
     data_path = str(cfg.data.get("path") or "reference")
     full, device = load_training_frame(data_path, cfg.data.get("device"))
@@ -87,50 +92,136 @@ def run_train(cfg: Any) -> dict[str, Any]:
     tags = {"device": device, "device_slug": slug, "device_id": cascade.device_id_ or "unknown",
             "feature_set": cascade.feature_set_, "preset": preset,
             "targets": ",".join(cascade.targets_), "dataset": data_path, **tune_tags}
-    with tracking.start_run("train", run_name, tracking_uri=cfg.tracking.uri, tags=tags, sweep=sweep_tags(),
-                            artifact_root=cfg.tracking.get("artifact_root")) as run_id:
-        tracking.log_params(to_dict(cfg))
-        src = resolve_path(data_path)
-        digest = tracking.log_dataset(full, name=src.stem, source=str(src), context="training")
-        tracking.set_tags({"dataset_digest": digest, "split": f"seed={int(cfg.split.seed)}"})
-        logged = tracking.log_metrics(metrics)
-        tracking.log_dict(cascade.summary(), "cascade_summary.json")
-        if extras.get("extrapolation") is not None:
-            tracking.log_dict({"rows": extras["extrapolation"].to_dict("records")}, "extrapolation.json")
-        tracking.log_dict({t: [[n, v] for n, v in items] for t, items in extras["importances"].items()},
-                          "importances.json")
-        if ev.get("figures", True):
-            for name, fig in train_figures(test, extras["pred"], extras["importances"], cascade.targets_).items():
-                tracking.log_figure(fig, name)
-        example = test[cascade.input_columns_].head(5).reset_index(drop=True)
-        meta = {"device": device, "device_id": cascade.device_id_ or "unknown",
-                "device_fingerprint": cascade.device_fingerprint_ or "unknown",
-                "feature_set": cascade.feature_set_, "preset": preset,
-                "targets": ",".join(cascade.targets_), "dataset_digest": digest}
-        info = tracking.log_cascade(cascade, example, registered_name=reg_name, metadata=meta)
+    fit = {"cascade": cascade, "metrics": metrics, "extras": extras, "full": full, "test": test,
+           "sizes": [len(train), len(val), len(test)], "device": device, "data_path": data_path,
+           "preset": preset, "run_name": run_name, "reg_name": reg_name, "tags": tags,
+           "split": f"seed={int(cfg.split.seed)}", "config": to_dict(cfg), "sweep": sweep_tags()}
+    folder = save_fit(fit, fit_folder(cfg))
+    return log_fit(fit, cfg, folder)
+
+
+def fit_folder(cfg: Any) -> Path:
+    """Where a fit is saved before anything is logged: ``<run folder>/fit`` under Hydra, else
+    ``<paths.output_dir>/train/fit-<UTC time>``."""
+    from datetime import datetime, timezone
+
+    run_dir = hydra_run_dir()
+    if run_dir is not None:
+        return run_dir / "fit"
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d_%H-%M-%S-%f")
+    return Path(str(cfg.paths.output_dir)) / "train" / f"fit-{stamp}"
+
+
+def save_fit(fit: dict[str, Any], folder: Path) -> Path:
+    """Save a finished fit locally (``cascade.pkl``, the frames as parquet, the rest as JSON) so a
+    tracking-store fault cannot throw it away; ``carb-train log_only=<folder>`` logs it later."""
+    import json
+    import pickle
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "cascade.pkl", "wb") as f:
+        pickle.dump(fit["cascade"], f)
+    fit["full"].to_parquet(folder / "dataset.parquet", index=False)
+    ex = fit["extras"]
+    fit["test"].assign(**{c: ex["pred"][c].to_numpy() for c in ex["pred"].columns}).to_parquet(
+        folder / "test_predictions.parquet", index=False)
+    if ex.get("extrapolation") is not None:
+        ex["extrapolation"].to_parquet(folder / "extrapolation.parquet", index=False)
+    info = {k: fit[k] for k in ("metrics", "sizes", "device", "data_path", "preset", "run_name", "reg_name", "tags",
+                                "split", "config", "sweep")}
+    info["importances"] = {t: [[n, v] for n, v in items] for t, items in ex["importances"].items()}
+    (folder / "fit.json").write_text(json.dumps(info, indent=1, default=str))
+    return folder
+
+
+def load_fit(folder: Path) -> dict[str, Any]:
+    """A fit saved by :func:`save_fit` (for ``log_only``); :class:`ConfigError` when ``folder`` is not one."""
+    import json
+    import pickle
+
+    import pandas as pd
+
+    if not (folder / "fit.json").exists() or not (folder / "cascade.pkl").exists():
+        raise ConfigError(f"log_only: {str(folder)!r} is not a saved fit (needs fit.json and cascade.pkl, as "
+                          f"carb-train writes under <run folder>/fit)")
+    info = json.loads((folder / "fit.json").read_text())
+    with open(folder / "cascade.pkl", "rb") as f:
+        cascade = pickle.load(f)
+    tp = pd.read_parquet(folder / "test_predictions.parquet")
+    pred_cols = [c for c in tp.columns if c.startswith("pred_")]
+    xp = folder / "extrapolation.parquet"
+    extras = {"pred": tp[pred_cols], "importances": {t: [tuple(x) for x in v] for t, v in info["importances"].items()},
+              "extrapolation": pd.read_parquet(xp) if xp.exists() else None}
+    return {**info, "cascade": cascade, "extras": extras, "full": pd.read_parquet(folder / "dataset.parquet"),
+            "test": tp.drop(columns=pred_cols)}
+
+
+def log_fit(fit: dict[str, Any], cfg: Any, folder: Path) -> dict[str, Any]:
+    """Log a fit to MLflow, register it, print the tables. A tracking fault is one line that says where
+    the fit is saved and how to log it later."""
+    from carb import tracking
+    from carb.analysis.evaluate import results_table
+
+    cascade, metrics, extras, test = fit["cascade"], fit["metrics"], fit["extras"], fit["test"]
+    ev = to_dict(cfg.evaluate)
+    try:
+        with tracking.start_run("train", fit["run_name"], tracking_uri=cfg.tracking.uri, tags=fit["tags"],
+                                sweep=fit.get("sweep") or {}, artifact_root=cfg.tracking.get("artifact_root")) as run_id:
+            tracking.log_params(fit["config"])
+            src = resolve_path(fit["data_path"])
+            digest = tracking.log_dataset(fit["full"], name=src.stem, source=str(src), context="training")
+            tracking.set_tags({"dataset_digest": digest, "split": fit["split"], "fit_folder": str(folder)})
+            logged = tracking.log_metrics(metrics)
+            tracking.log_dict(cascade.summary(), "cascade_summary.json")
+            if extras.get("extrapolation") is not None:
+                tracking.log_dict({"rows": extras["extrapolation"].to_dict("records")}, "extrapolation.json")
+            tracking.log_dict({t: [[n, v] for n, v in items] for t, items in extras["importances"].items()},
+                              "importances.json")
+            if ev.get("figures", True):
+                for name, fig in train_figures(test, extras["pred"], extras["importances"], cascade.targets_).items():
+                    tracking.log_figure(fig, name)
+            example = test[cascade.input_columns_].head(5).reset_index(drop=True)
+            meta = {"device": fit["device"], "device_id": cascade.device_id_ or "unknown",
+                    "device_fingerprint": cascade.device_fingerprint_ or "unknown",
+                    "feature_set": cascade.feature_set_, "preset": fit["preset"],
+                    "targets": ",".join(cascade.targets_), "dataset_digest": digest}
+            info = tracking.log_cascade(cascade, example, registered_name=fit["reg_name"], metadata=meta)
+    except CarbError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a store fault must not lose the fit
+        first = " ".join(str(e).split())[:300] or type(e).__name__
+        raise TrackingError(f"tracking.uri={cfg.tracking.uri}: logging failed ({type(e).__name__}: {first}); the "
+                            f"fitted model and its metrics are saved in {folder}: log them later with "
+                            f"carb-train log_only={folder}") from None
     table = results_table(metrics, cascade.targets_)
     if cfg.get("print_table", True):
-        print(f"carb-train: {run_name}  ({len(train)}/{len(val)}/{len(test)} train/val/test rows, "
-              f"device {device!r})")
-        print(table)
-        san = {k: v for k, v in metrics.items() if k.startswith("sanity_") and k != "sanity_n"}
-        if san:
-            print(f"carb-train: physical sanity on {int(metrics.get('sanity_n', 0))} screening candidates: "
-                  + ", ".join(f"{k[7:]} {100 * v:.2f}%" for k, v in san.items()))
-        xval = extras.get("extrapolation")
-        if xval is not None:
-            from carb.analysis.extrapolation import format_table, summary_line
-
-            print("carb-train: extrapolation (train on the lower range, test on the upper; B1 = FLOPs-only):")
-            print(format_table(xval))
-            if len(xval):
-                print(f"carb-train: {summary_line(xval)}")
-        if info.get("version"):
-            print(f"carb-train: registered {reg_name} version {info['version']} (run {run_id})")
-    return {"metrics": dict(logged), "registered_name": reg_name, "version": info.get("version"),
-            "run_id": run_id, "model_uri": info.get("model_uri"), "run_name": run_name,
+        print_fit(fit, table, info, run_id)
+    return {"metrics": dict(logged), "registered_name": fit["reg_name"], "version": info.get("version"),
+            "run_id": run_id, "model_uri": info.get("model_uri"), "run_name": fit["run_name"],
             "targets": list(cascade.targets_), "dropped_targets": dict(cascade.dropped_targets_),
-            "table": table, "preset": preset}
+            "table": table, "preset": fit["preset"], "fit_folder": str(folder)}
+
+
+def print_fit(fit: dict[str, Any], table: str, info: dict[str, Any], run_id: str) -> None:
+    """The terminal report: results table, sanity, extrapolation table, registration."""
+    metrics, extras = fit["metrics"], fit["extras"]
+    n_tr, n_va, n_te = fit["sizes"]
+    print(f"carb-train: {fit['run_name']}  ({n_tr}/{n_va}/{n_te} train/val/test rows, device {fit['device']!r})")
+    print(table)
+    san = {k: v for k, v in metrics.items() if k.startswith("sanity_") and k != "sanity_n"}
+    if san:
+        print(f"carb-train: physical sanity on {int(metrics.get('sanity_n', 0))} screening candidates: "
+              + ", ".join(f"{k[7:]} {100 * v:.2f}%" for k, v in san.items()))
+    xval = extras.get("extrapolation")
+    if xval is not None:
+        from carb.analysis.extrapolation import format_table, summary_line
+
+        print("carb-train: extrapolation (train on the lower range, test on the upper; B1 = FLOPs-only):")
+        print(format_table(xval))
+        if len(xval):
+            print(f"carb-train: {summary_line(xval)}")
+    if info.get("version"):
+        print(f"carb-train: registered {fit['reg_name']} version {info['version']} (run {run_id})")
 
 
 main = hydra_command("train")(run_train)
