@@ -154,8 +154,16 @@ def start_run(kind: str, run_name: str, tracking_uri: str, tags: Mapping[str, An
         with mlflow.start_run(run_id=run_id) as run:
             yield run.info.run_id
         return
-    with mlflow.start_run(experiment_id=exp_id, run_name=run_name, nested=nested, tags=all_tags) as run:
+    run = mlflow.start_run(experiment_id=exp_id, run_name=run_name, nested=nested, tags=all_tags)
+    try:
         yield run.info.run_id
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: what was logged stays, the run says it was killed
+        mlflow.end_run("KILLED")
+        raise
+    except BaseException:
+        mlflow.end_run("FAILED")
+        raise
+    mlflow.end_run("FINISHED")
 
 
 def find_runs(kind: str, tags: Mapping[str, Any], experiment: str | None = None) -> list[str]:

@@ -135,3 +135,32 @@ def test_joblib_multirun_from_the_readme(tmp_path):
     df = load_dataset(folder)
     assert set(df["config_id"]) == {c.config_id for c in load_space("smoke", ["batch_sizes=[1]"])}
     assert df["config_id"].is_unique
+
+
+@pytest.mark.slow
+def test_sigterm_ends_the_run_killed_with_the_rows_so_far(tmp_path):
+    """SIGTERM in the middle of a measurement: exit 143, the finished row kept, the MLflow run ended as
+    KILLED (not left RUNNING) with the counts so far logged."""
+    import mlflow
+
+    out = tmp_path / "term.parquet"
+    over = ["space=smoke", "space.batch_sizes=[1]", f"out={out}", f"tracking.uri=sqlite:///{tmp_path}/m.db",
+            f"hydra.run.dir={tmp_path}/hydra", *TINY]
+    (tmp_path / "hang_collect.py").write_text(HANG)
+    marker = tmp_path / "hanging"
+    env = {**os.environ, "CARB_TEST_HANG": "measure", "CARB_TEST_HANG_MARKER": str(marker)}
+    p = subprocess.Popen([sys.executable, str(tmp_path / "hang_collect.py"), *over], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    t0 = time.time()
+    while time.time() - t0 < 180 and p.poll() is None and not marker.exists():
+        time.sleep(0.05)
+    assert marker.exists()
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 143, err[-2000:]
+    assert "terminated (SIGTERM); finished work is kept" in err
+    assert len(load_dataset(out)) == 1
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/m.db")
+    exp = mlflow.get_experiment_by_name("carb-collect")
+    (run,) = mlflow.search_runs([exp.experiment_id], output_format="list")
+    assert run.info.status == "KILLED" and run.data.metrics["n_ok"] == 1

@@ -38,6 +38,27 @@ def telemetry_off() -> None:
         os.environ.setdefault(k, v)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that the same clean-up runs (rows kept, MLflow run ended KILLED)."""
+
+
+def terminate_as_interrupt() -> None:
+    """Make SIGTERM raise :class:`Terminated` in the main thread (a cluster's job kill, ``kill <pid>``)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum, frame):  # noqa: ARG001
+        raise Terminated()
+
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except (ValueError, OSError):
+        pass
+
+
 def fail(command: str, err: BaseException) -> None:
     """Print ``carb-<command>: error: <one line>`` to stderr and exit 2."""
     msg = " ".join(str(err).split()) or type(err).__name__
@@ -55,13 +76,15 @@ def hydra_command(command: str, config_name: str | None = None) -> Callable:
         @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name=config_name or command)
         def _main(cfg) -> Any:
             concise_warnings()
+            terminate_as_interrupt()
             try:
                 return run_fn(cfg)
             except CarbError as e:
                 fail(command, e)
-            except KeyboardInterrupt:
-                print(f"carb-{command}: interrupted; finished work is kept", file=sys.stderr)
-                sys.exit(130)
+            except KeyboardInterrupt as e:
+                how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+                print(f"carb-{command}: {how}; finished work is kept", file=sys.stderr)
+                sys.exit(143 if isinstance(e, Terminated) else 130)
 
         @functools.wraps(run_fn)
         def entry() -> Any:
