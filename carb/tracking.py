@@ -4,7 +4,7 @@ Everything a command records goes through here: runs (one experiment per kind of
 metrics, figures and tables as artifacts, datasets as run inputs, the fitted cascade as an MLflow
 model in the registry, and alias resolution for ``models:/<name>@<alias>`` URIs.
 
-The default store is embedded: ``sqlite:///mlruns/mlflow.db`` with artifacts under ``mlruns/artifacts``
+The default store is embedded: ``sqlite:///<CARB_HOME>/mlruns/mlflow.db`` (:func:`carb.resources.carb_home`) with artifacts under ``mlruns/artifacts``
 (MLflow 3 refuses the plain file store). A tracking server URL (``http://host:5000``) works the same.
 """
 from __future__ import annotations
@@ -77,9 +77,11 @@ def artifact_root_for(tracking_uri: str, artifact_root: str | None = None) -> st
 
 def configure(tracking_uri: str, artifact_root: str | None = None) -> None:
     """Point MLflow at ``tracking_uri`` (creating the SQLite folder if needed)."""
+    global _CONFIGURED_URI
     mlflow = _mlflow()
     mlflow.set_tracking_uri(tracking_uri)
     mlflow.set_registry_uri(tracking_uri)
+    _CONFIGURED_URI = tracking_uri
     if tracking_uri.startswith("sqlite:///"):
         _init_sqlite(Path(tracking_uri[len("sqlite:///"):]).resolve())
     global _ARTIFACT_ROOT
@@ -88,6 +90,8 @@ def configure(tracking_uri: str, artifact_root: str | None = None) -> None:
 
 _ARTIFACT_ROOT: str | None = None
 _INITIALIZED: set[str] = set()
+#: The store :func:`configure` last pointed MLflow at (None: never configured in this process).
+_CONFIGURED_URI: str | None = None
 
 
 def _init_sqlite(db: Path) -> None:
@@ -305,11 +309,19 @@ def log_cascade(model, input_example, registered_name: str | None = None,
 
 def load_cascade(uri: str, tracking_uri: str | None = None):
     """Load a fitted cascade from ``models:/name@alias``, ``models:/name/<version>``,
-    ``runs:/<run_id>/model`` or a local path. Raises :class:`ModelError` with one line if the store,
-    name, version, alias or run does not resolve."""
+    ``runs:/<run_id>/model`` or a local path. Without ``tracking_uri`` (and no ``MLFLOW_TRACKING_URI``,
+    and no store configured in this process) it reads the commands' default store
+    (:func:`carb.resources.default_tracking_uri`). Raises :class:`ModelError` with one line if the
+    store, name, version, alias or run does not resolve."""
+    import os
+
+    from carb.resources import default_tracking_uri
+
     mlflow = _mlflow()
     if tracking_uri:
         configure(tracking_uri)
+    elif _CONFIGURED_URI is None and not os.environ.get("MLFLOW_TRACKING_URI"):
+        configure(default_tracking_uri())
     try:
         model = mlflow.sklearn.load_model(uri)
     except ModuleNotFoundError as e:

@@ -392,3 +392,26 @@ def test_load_cascade_of_an_unknown_uri_is_a_one_line_model_error(uri, bad, tmp_
     assert isinstance(ei.value, CarbError)
     assert repr(bad) in msg and uri in msg
     assert ei.value.__cause__ is None and ei.value.__suppress_context__   # raised `from None`
+
+
+def test_one_default_store_whatever_the_working_directory(tmp_path):
+    """The commands and carb.load_model use one default store (CARB_HOME, else the checkout): from
+    another directory nothing is created in the working directory."""
+    import subprocess
+    import sys
+
+    code = ("import carb, carb.tracking as t\n"
+            "from carb.resources import default_tracking_uri\n"
+            "print(default_tracking_uri())\n"
+            "try:\n    carb.load_model('models:/nope@champion')\nexcept Exception as e:\n    print(e)\n")
+    home = tmp_path / "home"
+    work = tmp_path / "work"
+    work.mkdir()
+    r = subprocess.run([sys.executable, "-c", code], cwd=work, capture_output=True, text=True,
+                       env={**os.environ, "CARB_HOME": str(home)})
+    uri, err = r.stdout.splitlines()[:2]
+    assert uri == f"sqlite:///{home}/mlruns/mlflow.db"
+    assert str(home) in err and list(work.iterdir()) == []
+    r2 = subprocess.run([sys.executable, "-c", "from carb.resources import carb_home; print(carb_home())"],
+                        cwd=work, capture_output=True, text=True, env={k: v for k, v in os.environ.items() if k != "CARB_HOME"})
+    assert r2.stdout.strip() == str(Path(__file__).resolve().parent.parent)   # the source checkout

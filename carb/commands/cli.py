@@ -18,6 +18,16 @@ from carb.resources import CONF_DIR as _CONF_DIR
 CONF_DIR = str(_CONF_DIR)
 
 
+def register_resolvers() -> None:
+    """OmegaConf resolvers the configs use: ``${carb_home:}`` (:func:`carb.resources.carb_home`)."""
+    from omegaconf import OmegaConf
+
+    from carb.resources import carb_home
+
+    if not OmegaConf.has_resolver("carb_home"):
+        OmegaConf.register_new_resolver("carb_home", lambda: str(carb_home()))
+
+
 def concise_warnings() -> None:
     """Show warnings as one line (``warning: <message>``) instead of file, line and source."""
     import warnings
@@ -77,6 +87,9 @@ def hydra_command(command: str, config_name: str | None = None) -> Callable:
         def _main(cfg) -> Any:
             concise_warnings()
             terminate_as_interrupt()
+            uri = (cfg.get("tracking") or {}).get("uri") if hasattr(cfg, "get") else None
+            if uri:
+                print(f"carb-{command}: tracking store {uri}", flush=True)
             try:
                 return run_fn(cfg)
             except CarbError as e:
@@ -88,6 +101,7 @@ def hydra_command(command: str, config_name: str | None = None) -> Callable:
 
         @functools.wraps(run_fn)
         def entry() -> Any:
+            register_resolvers()
             telemetry_off()
             precheck(command, config_name or command, sys.argv[1:])
             return _main()
@@ -161,6 +175,7 @@ def compose(config_name: str, overrides: list[str] | tuple[str, ...] = (),
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    register_resolvers()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         return _compose(config_name=config_name, overrides=list(overrides),
