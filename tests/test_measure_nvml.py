@@ -1,9 +1,12 @@
 """The CUDA/NVML meter against a fake ``pynvml`` module and fake torch.cuda operations (no GPU),
-the way Zeus tests its GPU code: energy delta and units, counter support, clock locking refused,
-clocks restored after an exception, and the minimum timed window."""
+the way Zeus tests its GPU code: energy delta and units (per batch and per window), counter support,
+clocks left alone by default, clock locking refused (a one-line ConfigError), the previous clock state
+read before locking and restored in order (close, exception, SIGTERM), clocks and throttle reasons
+observed under load, fallback reasons in ``missing_reason``, and the minimum timed window."""
 from __future__ import annotations
 
 import math
+import signal
 import sys
 import time
 import types
@@ -12,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 
-from carb.errors import MeasurementError
+from carb.errors import ConfigError, MeasurementError
 from carb.measure.base import LoopTimer, MeasureSettings
 from carb.measure.cuda import CudaMeter
 from carb.measure.nvml import NvmlDevice
@@ -27,11 +30,15 @@ class FakeNVMLError(Exception):
         self.value = value
 
 
-def fake_pynvml(energy_step_mJ: int = 250, energy_supported: bool = True, lock_allowed: bool = True):
+def fake_pynvml(energy_step_mJ: int = 250, energy_supported: bool = True, lock_allowed: bool = True,
+                app_clocks: tuple[int, int] = (1755, 2619), throttle_mask: int | None = 0x4 | 0x8,
+                event_reasons: bool = True):
     """A stand-in for the pynvml module that records calls. The energy counter advances by
-    ``energy_step_mJ`` at every read."""
+    ``energy_step_mJ`` at every read. ``app_clocks``: the current application clocks (SM, memory);
+    the defaults are (1755, 2619). ``throttle_mask``: the clock event reasons (None: unsupported);
+    ``event_reasons=False``: only the older ``...ThrottleReasons`` name exists."""
     calls: list[str] = []
-    state = {"energy": 1_000_000, "sm": 1980, "mem": 2619}
+    state = {"energy": 1_000_000, "sm": 1980, "mem": 2619, "app_sm": app_clocks[0], "app_mem": app_clocks[1]}
     m = types.SimpleNamespace(calls=calls, state=state, NVMLError=FakeNVMLError,
                               NVML_ERROR_NOT_SUPPORTED=3, NVML_ERROR_NO_PERMISSION=4,
                               NVML_CLOCK_SM=1, NVML_CLOCK_MEM=2, NVML_TEMPERATURE_GPU=0)
@@ -69,6 +76,24 @@ def fake_pynvml(energy_step_mJ: int = 250, energy_supported: bool = True, lock_a
         calls.append("reset_mem")
         state["mem"] = 2619
 
+    def get_app(_h, which):
+        calls.append("get_app_sm" if which == 1 else "get_app_mem")
+        return state["app_sm"] if which == 1 else state["app_mem"]
+
+    def set_app(_h, mem, sm):
+        calls.append("set_app")
+        state["app_sm"], state["app_mem"] = sm, mem
+
+    def reset_app(_h):
+        calls.append("reset_app")
+        state["app_sm"], state["app_mem"] = 1755, 2619
+
+    def reasons(_h):
+        calls.append("throttle")
+        if throttle_mask is None:
+            raise FakeNVMLError(3)
+        return throttle_mask
+
     m.nvmlInit = rec("init")
     m.nvmlShutdown = rec("shutdown")
     m.nvmlDeviceGetHandleByIndex = rec("handle", result="h0")
@@ -85,7 +110,18 @@ def fake_pynvml(energy_step_mJ: int = 250, energy_supported: bool = True, lock_a
     m.nvmlDeviceSetMemoryLockedClocks = lock_mem
     m.nvmlDeviceResetGpuLockedClocks = reset_sm
     m.nvmlDeviceResetMemoryLockedClocks = reset_mem
+    m.nvmlDeviceGetApplicationsClock = get_app
+    m.nvmlDeviceGetDefaultApplicationsClock = lambda h, which: 1755 if which == 1 else 2619
+    m.nvmlDeviceSetApplicationsClocks = set_app
+    m.nvmlDeviceResetApplicationsClocks = reset_app
+    if event_reasons:
+        m.nvmlDeviceGetCurrentClocksEventReasons = reasons
+    m.nvmlDeviceGetCurrentClocksThrottleReasons = reasons
     return m
+
+
+#: Every NVML call that changes global clock state.
+CLOCK_SETTERS = ("lock_sm", "lock_mem", "reset_sm", "reset_mem", "set_app", "reset_app")
 
 
 class FakeOps:
@@ -137,8 +173,10 @@ def test_energy_delta_in_joules():
     nv = fake_pynvml(energy_step_mJ=250)
     with CudaMeter(settings(), nvml=nv, ops=FakeOps()) as meter:
         row = meter.measure(tiny_model(), CFG)
-    assert row["energy_J"] == pytest.approx(0.250)  # one read before, one after the loop: 250 mJ
-    assert row["avg_power_W"] == pytest.approx(0.25 / row["duration_s"])
+    # one read before, one after the loop: 250 mJ over the window of n_runs=3 batches
+    assert row["energy_window_J"] == pytest.approx(0.250)
+    assert row["energy_J"] == pytest.approx(0.250 / 3)  # per batch
+    assert row["avg_power_W"] == pytest.approx(0.25 / row["window_s"])
     assert row["peak_memory_MB"] == pytest.approx(3.0) and row["kernel_launches"] == 42.0
     assert row["gpu_temp_C"] == 50.0 and row["n_runs"] == 3.0
     assert NvmlDevice.energy_between_J(1_000, 3_500) == pytest.approx(2.5)
@@ -157,18 +195,15 @@ def test_counter_not_supported():
     assert row["energy_J"] != 0
 
 
-def test_clock_locking_denied_warns_and_records_actual():
+def test_clock_locking_denied_is_a_one_line_config_error():
     nv = fake_pynvml(lock_allowed=False)
-    with pytest.warns(RuntimeWarning, match="refused"):
-        meter = CudaMeter(settings(lock_clocks=True, sm_clock_MHz=1350, mem_clock_MHz=5001), nvml=nv,
-                          ops=FakeOps())
-    with meter:
-        row = meter.measure(tiny_model(), CFG)
-        facts = meter.device_facts()
-    assert math.isnan(row["locked_sm_clock_MHz"]) and math.isnan(row["locked_mem_clock_MHz"])
-    assert "refused" in row["missing_reason"] and "1980 MHz" in row["missing_reason"]
-    assert facts["clocks_locked"] is False and facts["clocks"]["at_start"]["sm"] == 1980
-    assert "reset_sm" not in nv.calls  # nothing was locked, nothing to reset
+    with pytest.raises(ConfigError) as ei:
+        CudaMeter(settings(lock_clocks=True, sm_clock_MHz=1350, mem_clock_MHz=5001), nvml=nv, ops=FakeOps())
+    msg = str(ei.value)
+    assert "\n" not in msg and msg.startswith("measure.clocks.lock:")
+    assert "root" in msg and "refused" in msg and "false" in msg and "leaves the clocks alone" in msg
+    assert "reset_sm" not in nv.calls  # nothing was locked, no lock to reset
+    assert "shutdown" in nv.calls and nv.state["app_sm"] == 1755  # cleaned up, application clocks default
 
 
 def test_clocks_restored_after_exception():
@@ -186,6 +221,8 @@ def test_clocks_restored_after_exception():
             meter.measure(Boom(), CFG)
     assert nv.calls.count("reset_sm") == 1 and nv.calls.count("reset_mem") == 1
     assert nv.state["sm"] == 1980 and "shutdown" in nv.calls
+    setters = [c for c in nv.calls if c in CLOCK_SETTERS or c == "shutdown"]
+    assert setters == ["lock_sm", "lock_mem", "reset_sm", "reset_mem", "reset_app", "shutdown"]
 
 
 def test_locked_clocks_recorded_when_permitted():
@@ -204,8 +241,8 @@ def test_short_configs_get_more_runs():
 
     with CudaMeter(settings(n_runs=2, n_warmup=2, min_window_s=0.15), nvml=fake_pynvml(), ops=FakeOps()) as m:
         row = m.measure(Slow(), CFG)
-    assert row["duration_s"] >= 0.15 and row["n_runs"] > 2
-    assert row["latency_ms"] == pytest.approx(row["duration_s"] * 1e3 / row["n_runs"])
+    assert row["window_s"] >= 0.15 and row["n_runs"] > 2
+    assert row["latency_ms"] == pytest.approx(row["window_s"] * 1e3 / row["n_runs"])
 
 
 def test_nvml_error_becomes_measurement_error():
@@ -302,7 +339,8 @@ def test_zeus_style_energy_units_and_sync(monkeypatch, fake_cuda):
     loop = fake_cuda[start:]
     reads = [i for i, e in enumerate(loop) if e == "energy"]
     assert len(reads) == 2 and all(loop[i - 1] == "sync" for i in reads)  # counter read after a synchronize
-    assert row["energy_J"] == pytest.approx(0.25)  # 250 mJ between the two reads -> J
+    assert row["energy_window_J"] == pytest.approx(0.25)  # 250 mJ between the two reads -> J
+    assert row["energy_J"] == pytest.approx(0.25 / row["n_runs"])
     assert row["peak_memory_MB"] == pytest.approx(5.0) and "reset_peak" in loop
     assert "empty_cache" in loop  # cool-down empties the cache
     assert facts["device_name"] == "Fake GPU 100" and facts["driver"] == "999.1"
@@ -320,20 +358,17 @@ def test_zeus_style_not_supported_message(monkeypatch, fake_cuda):
     assert "\n" not in msg and "not supported on Fake GPU 100" in msg and "require_energy=false" in msg
 
 
-def test_zeus_style_no_permission_warns_with_actual_clocks(monkeypatch, fake_cuda):
+def test_zeus_style_no_permission_is_a_config_error(monkeypatch, fake_cuda):
     nv = real_error_pynvml(fake_cuda, lock_allowed=False)
     monkeypatch.setitem(sys.modules, "pynvml", nv)
     from carb.measure import get_meter
 
-    with pytest.warns(RuntimeWarning, match="Insufficient Permissions"):
-        meter = get_meter("cuda", settings=settings(lock_clocks=True, sm_clock_MHz=1350, mem_clock_MHz=3201,
-                                                    kernel_launches=False))
-    with meter:
-        row = meter.measure(tiny_model(), CFG)
-        clocks = meter.device_facts()["clocks"]
-    assert math.isnan(row["locked_sm_clock_MHz"]) and "SM 1980 MHz" in row["missing_reason"]
-    assert clocks["locked_sm_MHz"] is None and clocks["at_start"] == {"sm": 1980.0, "mem": 2619.0}
-    assert clocks["requested_sm_MHz"] == 1350 and "refused" in clocks["lock_reason"]
+    with pytest.raises(ConfigError) as ei:
+        get_meter("cuda", settings=settings(lock_clocks=True, sm_clock_MHz=1350, mem_clock_MHz=3201,
+                                            kernel_launches=False))
+    msg = str(ei.value)
+    assert "\n" not in msg and "measure.clocks.lock" in msg and "Insufficient Permissions" in msg
+    assert "shutdown" in nv.calls
 
 
 @pytest.mark.parametrize("exc", [RuntimeError("boom"), KeyboardInterrupt()])
@@ -366,5 +401,5 @@ def test_zeus_style_window_raised_to_min_window(monkeypatch, fake_cuda):
     with get_meter("cuda", settings=settings(n_runs=2, n_warmup=2, min_window_s=0.1,
                                              kernel_launches=False)) as m:
         row = m.measure(Slow(), CFG)
-    assert row["n_runs"] > 2 and row["duration_s"] >= 0.1
+    assert row["n_runs"] > 2 and row["window_s"] >= 0.1
     assert row["latency_std_ms"] >= 0 and row["latency_ms"] >= 5.0

@@ -9,9 +9,16 @@
 - temperature: mean of NVML readings before and after the timed loop;
 - utilization: NVML SM and memory utilization sampled in a background thread while the model runs
   forward+backward in training mode for ``util_window_s``;
-- kernel launches: device kernels seen by ``torch.profiler`` over one forward;
-- ``cudnn.benchmark`` off (restored on close); clocks locked when configured and permitted (see
-  :class:`~carb.measure.nvml.NvmlDevice`), reset on close, atexit and SIGTERM.
+- kernel launches: device kernels seen by ``torch.profiler`` over one forward (host-side launch calls
+  when the profiler sees no device kernels, said in ``missing_reason``);
+- clocks: left alone unless ``measure.clocks.lock=true`` (then the previous state is restored on
+  close, atexit and SIGTERM, see :class:`~carb.measure.nvml.NvmlDevice`; a refusal is a
+  :class:`~carb.errors.ConfigError`). The SM / memory clocks and throttle reasons recorded per row are
+  the ones read right after the timed loop (:meth:`CudaMeter.observed_clocks`);
+- ``cudnn.benchmark`` off (restored on close); TF32 and cuDNN flags, application clocks, power limit
+  and the device fingerprint (:func:`~carb.measure.fingerprint.gpu_fingerprint`) are device facts;
+- every fallback (utilization in eval-mode batch norm, host-side kernel counts) is written to
+  ``missing_reason`` through :meth:`CudaMeter.extra_reasons`.
 
 The torch.cuda calls go through :class:`TorchCudaOps`, so tests can run the whole protocol on the
 CPU with a fake ``ops`` and a mocked ``pynvml``.
@@ -90,8 +97,12 @@ class TorchCudaOps:
     def timer(self) -> LoopTimer:
         return _EventTimer(self.torch)
 
+    #: ``"device"`` or ``"host"``: what the last :meth:`count_kernels` counted.
+    last_count_source: str | None = None
+
     def count_kernels(self, fn) -> float:
-        """Device kernels launched by ``fn()`` (torch.profiler, CUDA activity)."""
+        """Device kernels launched by ``fn()`` (torch.profiler, CUDA activity); when the profiler
+        reports no device kernels, the host-side launch calls (``last_count_source = "host"``)."""
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
@@ -106,6 +117,7 @@ class TorchCudaOps:
                 n += 1
             elif name in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx"):
                 launches += 1
+        self.last_count_source = "device" if n else ("host" if launches else None)
         return float(n or launches) if (n or launches) else NAN
 
     def facts(self) -> dict[str, Any]:
@@ -143,6 +155,9 @@ class CudaMeter(Meter):
         self.nvml = NvmlDevice(index, uuid=self.ops.uuid(), nvml=nvml)
         self._util_reason: str | None = None
         self._last_clocks: dict[str, float] = {}
+        self._last_throttle: str | None = None
+        self._extra: dict[str, str] = {}
+        self._kernel_reason: str | None = None
         try:
             ok, self._energy_reason = self.nvml.energy_support()
             if not ok and self.settings.require_energy:
@@ -180,6 +195,11 @@ class CudaMeter(Meter):
             nvml_py = version("nvidia-ml-py")
         except Exception:  # noqa: BLE001
             nvml_py = None
+        torch = self._torch
+        try:
+            app_clocks = self.nvml.application_clocks_MHz()
+        except Exception:  # noqa: BLE001 - optional fact
+            app_clocks = None
         f.update({
             "device_name": f.get("device_name") or self.nvml.name(), "device_kind": "cuda",
             "driver": self.nvml.driver_version(), "nvml_name": self.nvml.name(),
@@ -189,11 +209,34 @@ class CudaMeter(Meter):
             "clocks": {"requested_sm_MHz": self.settings.sm_clock_MHz if self.settings.lock_clocks else None,
                        "requested_mem_MHz": self.settings.mem_clock_MHz if self.settings.lock_clocks else None,
                        "locked_sm_MHz": sm, "locked_mem_MHz": mem, "lock_reason": self.nvml.lock_reason,
-                       "at_start": self._start_clocks, "max": max_clk},
+                       "at_start": self._start_clocks, "max": max_clk, "application": app_clocks,
+                       "previous": self.nvml.previous_clocks},
             "clocks_locked": sm is not None or mem is not None,
-            "cudnn_benchmark": False, "threads": self._torch.get_num_threads(),
+            "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+            "cudnn_enabled": bool(torch.backends.cudnn.enabled),
+            "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
+            "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+            "tf32_cudnn": bool(torch.backends.cudnn.allow_tf32),
+            "float32_matmul_precision": str(torch.get_float32_matmul_precision()),
+            "threads": torch.get_num_threads(),
         })
+        from carb.measure.fingerprint import device_id, gpu_fingerprint
+
+        fp = gpu_fingerprint(f)
+        f["fingerprint"] = fp
+        f["device_id"] = device_id(fp)
         return f
+
+    def identity(self) -> dict[str, str]:
+        """``device_name``, ``device_kind``, ``driver``, ``torch_version``, ``device_id`` and
+        ``device_fingerprint`` (canonical JSON of the GPU fingerprint)."""
+        from carb.measure.fingerprint import canonical_json
+
+        f = self.device_facts()
+        out = {k: str(f.get(k, "unknown")) for k in ("device_name", "device_kind", "driver", "torch_version")}
+        out["device_id"] = str(f["device_id"])
+        out["device_fingerprint"] = canonical_json(f["fingerprint"])
+        return out
 
     # ------------------------------------------------------------------ hooks
     def sync(self) -> None:
@@ -207,6 +250,10 @@ class CudaMeter(Meter):
         return self.ops.timer()
 
     def prepare(self, model, cfg: Any):
+        self._extra = {}  # per measurement: fallbacks, clocks under load
+        self._kernel_reason = None
+        self._last_clocks = {}
+        self._last_throttle = None
         batch, size, precision = knobs_of(cfg)
         dtype = torch_dtype(precision)
         model = model.to(device=self.ops.device, dtype=dtype).eval()
@@ -230,6 +277,16 @@ class CudaMeter(Meter):
             self._last_clocks = self.nvml.clocks_MHz()
         except MeasurementError:
             self._last_clocks = {}
+        self._last_throttle = self.nvml.throttle_reasons()
+
+    def observed_clocks(self) -> dict[str, Any]:
+        """SM / memory clocks (MHz) and throttle reasons read right after the timed loop."""
+        return {"sm_clock_MHz": float(self._last_clocks.get("sm", NAN)),
+                "mem_clock_MHz": float(self._last_clocks.get("mem", NAN)),
+                "throttle_reasons": self._last_throttle}
+
+    def extra_reasons(self) -> dict[str, str]:
+        return dict(self._extra)
 
     def peak_memory_MB(self, model, x) -> float:
         self.sync()
@@ -242,7 +299,11 @@ class CudaMeter(Meter):
 
     def kernel_launches(self, model, x) -> float:
         try:
-            return self.ops.count_kernels(lambda: model(x))
+            n = self.ops.count_kernels(lambda: model(x))
+            if getattr(self.ops, "last_count_source", None) == "host" and not math.isnan(n):
+                self._extra["kernel_launches"] = ("no CUDA kernel events from the profiler; counted "
+                                                  "host-side cudaLaunchKernel calls")
+            return n
         except MeasurementError:
             raise
         except Exception as e:  # noqa: BLE001 - the profiler is optional
@@ -252,17 +313,19 @@ class CudaMeter(Meter):
             return NAN
 
     def kernel_launches_missing_reason(self) -> str | None:
-        return getattr(self, "_kernel_reason", None) or "torch.profiler reported no CUDA kernels"
+        return self._kernel_reason or "torch.profiler reported no CUDA kernels"
 
     def utilization(self, model, x) -> tuple[float, float]:
         """SM and memory utilization (%) sampled over ``util_window_s`` of training-mode
         forward+backward. A training-mode failure (out of memory, batch norm on a 1x1 map with batch
-        1) falls back to batch norm in eval mode once, then gives NaN with the reason."""
+        1) falls back to batch norm in eval mode once (the reason goes to :meth:`extra_reasons`), then
+        gives NaN with the reason."""
         torch = self._torch
         s = self.settings
         self._util_reason = None
         xt = x.detach()
         params = [p for p in model.parameters()]
+        train_msg = ""
 
         def step() -> None:
             out = model(xt)
@@ -291,6 +354,11 @@ class CudaMeter(Meter):
                             sm, mem, n = sampler.stop()
                     if n == 0:
                         self._util_reason = "no NVML utilization samples in the window"
+                    if bn_eval:
+                        why = (f"training-mode window failed ({train_msg}), measured with batch norm in "
+                               f"eval mode")
+                        self._extra["avg_sm_util"] = why
+                        self._extra["avg_mem_util"] = why
                     return sm, mem
                 except MeasurementError:
                     raise
@@ -300,7 +368,9 @@ class CudaMeter(Meter):
                         self._util_reason = f"training-mode window ran out of memory ({msg})"
                         break
                     if bn_eval:
-                        self._util_reason = f"training-mode window failed ({msg})"
+                        self._util_reason = (f"training-mode window failed ({train_msg}); with batch norm "
+                                             f"in eval mode too ({msg})")
+                    train_msg = msg
                     continue
             return NAN, NAN
         finally:

@@ -1,5 +1,6 @@
-"""NVML access for the CUDA backend: energy counter, temperature, utilization sampling and clock
-locking, with every ``NVMLError`` turned into a one-line :class:`~carb.errors.MeasurementError`.
+"""NVML access for the CUDA backend: energy counter, temperature, utilization sampling, clocks
+observed under load with their throttle reasons, and (only when asked) clock locking, with every
+``NVMLError`` turned into a one-line :class:`~carb.errors.MeasurementError`.
 
 ``import pynvml`` comes from the ``nvidia-ml-py`` package (the ``pynvml`` package on PyPI is a
 deprecated wrapper of it). Nothing here imports torch, so the logic is testable with a mocked
@@ -9,11 +10,18 @@ Rules implemented here (what users of energy tools trip over):
 
 - the total-energy counter (``nvmlDeviceGetTotalEnergyConsumption``, millijoules since driver load)
   exists on Volta and newer; :meth:`NvmlDevice.energy_support` checks it once;
-- clocks: :meth:`NvmlDevice.lock_clocks` locks graphics (SM) and optionally memory clocks when
-  permitted (root); when refused it warns and records the actual clocks. Locked clocks are ALWAYS
-  reset: by :meth:`NvmlDevice.close` (called by ``with`` on any exception and on Ctrl-C, which raises
-  KeyboardInterrupt), by an ``atexit`` hook, and on SIGTERM (a handler that raises ``SystemExit``
-  so the same cleanup runs);
+- clocks are global device state: nothing here changes them unless :meth:`NvmlDevice.lock_clocks` is
+  called (``measure.clocks.lock=true``). It first reads the previous state (application clocks and
+  their defaults; NVML has no getter for an existing clock lock, so that is recorded as unknown),
+  then locks graphics (SM) and optionally memory clocks. A refusal (no permission, not supported)
+  raises :class:`~carb.errors.ConfigError` naming ``measure.clocks.lock`` (nothing measured yet).
+  The previous state is ALWAYS restored: by :meth:`NvmlDevice.close` (called by ``with`` on any
+  exception and on Ctrl-C, which raises KeyboardInterrupt), by an ``atexit`` hook, and on SIGTERM (a
+  handler that raises ``SystemExit`` so the same cleanup runs). Restoring resets the locks, then
+  re-applies the previous application clocks where they were not the defaults (else resets them);
+  each step's failure is a warning;
+- throttle reasons (``nvmlDeviceGetCurrentClocksEventReasons``, older drivers
+  ``...ThrottleReasons``) are decoded to names (:data:`THROTTLE_REASONS`);
 - utilization is sampled in a background thread (:class:`UtilizationSampler`).
 """
 from __future__ import annotations
@@ -25,7 +33,7 @@ import time
 import warnings
 from typing import Any
 
-from carb.errors import MeasurementError
+from carb.errors import ConfigError, MeasurementError
 
 
 def load_pynvml():
@@ -45,6 +53,27 @@ def _err_text(e: BaseException) -> str:
     return " ".join(str(e).split()) or type(e).__name__
 
 
+#: NVML clock event (throttle) reason bits and their names in ``throttle_reasons``.
+THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
+    (0x1, "gpu_idle"), (0x2, "applications_clocks_setting"), (0x4, "sw_power_cap"), (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"), (0x20, "sw_thermal_slowdown"), (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake_slowdown"), (0x100, "display_clock_setting"),
+)
+
+
+def decode_throttle_reasons(mask: int) -> str:
+    """Names of the set bits of an NVML clock event reason mask, comma-joined (``"none"`` for 0;
+    unknown bits as hex)."""
+    mask = int(mask)
+    if mask == 0:
+        return "none"
+    names = [name for bit, name in THROTTLE_REASONS if mask & bit]
+    rest = mask & ~sum(bit for bit, _ in THROTTLE_REASONS)
+    if rest:
+        names.append(hex(rest))
+    return ",".join(names)
+
+
 class NvmlDevice:
     """One GPU seen through NVML.
 
@@ -61,6 +90,8 @@ class NvmlDevice:
         self._locked_sm: int | None = None
         self._locked_mem: int | None = None
         self._lock_reason: str | None = None
+        self._previous: dict[str, Any] | None = None
+        self._restore_pending = False
         self._atexit = False
         self._prev_sigterm: Any = None
         self._sigterm_installed = False
@@ -95,7 +126,7 @@ class NvmlDevice:
         self.close()
 
     def close(self) -> None:
-        """Reset locked clocks (if any) and shut NVML down. Idempotent; never raises."""
+        """Restore the clocks (if this object locked them) and shut NVML down. Idempotent; never raises."""
         self.restore_clocks()
         if self._initialized:
             self._initialized = False
@@ -131,6 +162,33 @@ class NvmlDevice:
             return float(self.nvml.nvmlDeviceGetPowerManagementLimit(self.handle)) / 1000.0
         except Exception:  # noqa: BLE001 - optional fact
             return None
+
+    def application_clocks_MHz(self) -> dict[str, float | None]:
+        """Current application clocks (SM, memory) and their defaults, MHz; None where unreadable."""
+        n = self.nvml
+        out: dict[str, float | None] = {}
+        for key, fn_name, clk in (("sm", "nvmlDeviceGetApplicationsClock", n.NVML_CLOCK_SM),
+                                  ("mem", "nvmlDeviceGetApplicationsClock", n.NVML_CLOCK_MEM),
+                                  ("default_sm", "nvmlDeviceGetDefaultApplicationsClock", n.NVML_CLOCK_SM),
+                                  ("default_mem", "nvmlDeviceGetDefaultApplicationsClock", n.NVML_CLOCK_MEM)):
+            try:
+                out[key] = float(getattr(n, fn_name)(self.handle, clk))
+            except Exception:  # noqa: BLE001 - optional fact (not supported on many boards)
+                out[key] = None
+        return out
+
+    def throttle_reasons(self) -> str | None:
+        """The current clock event (throttle) reasons decoded to names (``"none"`` when no bit is set),
+        or None when neither NVML call is supported."""
+        for fn_name in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+            fn = getattr(self.nvml, fn_name, None)
+            if fn is None:
+                continue
+            try:
+                return decode_throttle_reasons(fn(self.handle))
+            except Exception:  # noqa: BLE001, S112 - unsupported: try the older name, then give None
+                continue
+        return None
 
     # ------------------------------------------------------------------ energy
     def energy_support(self) -> tuple[bool, str | None]:
@@ -186,37 +244,50 @@ class NvmlDevice:
         """Why the requested clocks are not locked (None when locked or not requested)."""
         return self._lock_reason
 
-    def lock_clocks(self, sm_MHz: int | None, mem_MHz: int | None = None) -> dict[str, Any]:
-        """Lock SM (and memory) clocks to the given MHz. Refusal (no permission, not supported) is
-        a warning, not an error: the actual clocks are read and recorded in :attr:`lock_reason`.
+    @property
+    def previous_clocks(self) -> dict[str, Any] | None:
+        """The state read before locking (``app_sm``, ``app_mem``, ``default_sm``, ``default_mem``
+        MHz or None, ``locked``: None as NVML cannot read an existing lock); None when never locked."""
+        return self._previous
 
-        Returns ``{"sm_locked_MHz", "mem_locked_MHz", "reason", "actual": {"sm", "mem"}}``."""
+    def lock_clocks(self, sm_MHz: int | None, mem_MHz: int | None = None) -> dict[str, Any]:
+        """Lock SM (and memory) clocks to the given MHz, after reading the previous state (restored by
+        :meth:`restore_clocks`). A refusal (no permission, not supported) restores what was locked
+        and raises :class:`ConfigError` naming ``measure.clocks.lock``.
+
+        Returns ``{"sm_locked_MHz", "mem_locked_MHz", "reason", "actual": {"sm", "mem"}, "previous"}``."""
         n = self.nvml
+        app = self.application_clocks_MHz()
+        self._previous = {"app_sm": app.get("sm"), "app_mem": app.get("mem"),
+                          "default_sm": app.get("default_sm"), "default_mem": app.get("default_mem"),
+                          "locked": None}
+        self._restore_pending = True
+        self._arm_restore()
         problems = []
         if sm_MHz is not None:
             try:
                 n.nvmlDeviceSetGpuLockedClocks(self.handle, int(sm_MHz), int(sm_MHz))
                 self._locked_sm = int(sm_MHz)
-            except n.NVMLError as e:
+            except (n.NVMLError, AttributeError) as e:
                 problems.append(f"SM clock {int(sm_MHz)} MHz refused ({_err_text(e)})")
-        if mem_MHz is not None:
+        if mem_MHz is not None and not problems:
             try:
                 n.nvmlDeviceSetMemoryLockedClocks(self.handle, int(mem_MHz), int(mem_MHz))
                 self._locked_mem = int(mem_MHz)
             except (n.NVMLError, AttributeError) as e:
                 problems.append(f"memory clock {int(mem_MHz)} MHz refused ({_err_text(e)})")
-        if self._locked_sm is not None or self._locked_mem is not None:
-            self._arm_restore()
+        if problems:
+            self.restore_clocks()
+            raise ConfigError(
+                f"measure.clocks.lock: locking the clocks of GPU {self.index} was refused "
+                f"({'; '.join(problems)}); it needs root (or clock permission) on a GPU that supports it; "
+                f"the default measure.clocks.lock=false leaves the clocks alone")
         try:
             actual = self.clocks_MHz()
         except MeasurementError:
             actual = {"sm": float("nan"), "mem": float("nan")}
-        if problems:
-            self._lock_reason = (f"clock locking refused: {'; '.join(problems)}; ran at the actual clocks "
-                                 f"(SM {actual['sm']:.0f} MHz, memory {actual['mem']:.0f} MHz at start)")
-            warnings.warn(f"GPU {self.index}: {self._lock_reason}", RuntimeWarning, stacklevel=2)
         return {"sm_locked_MHz": self._locked_sm, "mem_locked_MHz": self._locked_mem,
-                "reason": self._lock_reason, "actual": actual}
+                "reason": self._lock_reason, "actual": actual, "previous": dict(self._previous)}
 
     def _arm_restore(self) -> None:
         if not self._atexit:
@@ -234,23 +305,40 @@ class NvmlDevice:
         self.restore_clocks()
         raise SystemExit(128 + signum)
 
+    def _warn(self, what: str, e: BaseException) -> None:
+        warnings.warn(f"GPU {self.index}: could not {what}: {_err_text(e)}", RuntimeWarning, stacklevel=3)
+
     def restore_clocks(self) -> None:
-        """Reset the clocks this object locked (NVML default: unlocked). Never raises."""
+        """Restore the state :meth:`lock_clocks` found: reset the SM and memory clock locks, then
+        re-apply the previous application clocks where they were not the defaults (else reset them).
+        Each failing step is a warning. Idempotent; never raises; does nothing when never locked."""
         n = self.nvml
-        if self._locked_sm is not None:
+        if self._restore_pending:
+            self._restore_pending = False
+            if self._locked_sm is not None:
+                try:
+                    n.nvmlDeviceResetGpuLockedClocks(self.handle)
+                except Exception as e:  # noqa: BLE001
+                    self._warn("reset the SM clock lock", e)
+            if self._locked_mem is not None:
+                try:
+                    n.nvmlDeviceResetMemoryLockedClocks(self.handle)
+                except Exception as e:  # noqa: BLE001
+                    self._warn("reset the memory clock lock", e)
+            prev = self._previous or {}
+            sm, mem = prev.get("app_sm"), prev.get("app_mem")
+            custom = (sm is not None and mem is not None
+                      and (sm != prev.get("default_sm") or mem != prev.get("default_mem")))
             try:
-                n.nvmlDeviceResetGpuLockedClocks(self.handle)
+                if custom:
+                    n.nvmlDeviceSetApplicationsClocks(self.handle, int(mem), int(sm))
+                else:
+                    n.nvmlDeviceResetApplicationsClocks(self.handle)
             except Exception as e:  # noqa: BLE001
-                warnings.warn(f"GPU {self.index}: could not reset the SM clock lock: {_err_text(e)}",
-                              RuntimeWarning, stacklevel=2)
-            self._locked_sm = None
-        if self._locked_mem is not None:
-            try:
-                n.nvmlDeviceResetMemoryLockedClocks(self.handle)
-            except Exception as e:  # noqa: BLE001
-                warnings.warn(f"GPU {self.index}: could not reset the memory clock lock: {_err_text(e)}",
-                              RuntimeWarning, stacklevel=2)
-            self._locked_mem = None
+                self._warn("restore the previous application clocks" if custom
+                           else "reset the application clocks", e)
+        self._locked_sm = None
+        self._locked_mem = None
         if self._atexit:
             atexit.unregister(self.restore_clocks)
             self._atexit = False
