@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from carb.errors import ModelError
+from carb.errors import ModelError, TrackingError
 from carb.files import locked
 
 #: Experiment names, one per kind of command, so runs of one kind sit side by side in the UI.
@@ -79,6 +79,8 @@ def configure(tracking_uri: str, artifact_root: str | None = None) -> None:
     """Point MLflow at ``tracking_uri`` (creating the SQLite folder if needed)."""
     global _CONFIGURED_URI
     mlflow = _mlflow()
+    if tracking_uri.startswith(("http://", "https://")):
+        check_server(tracking_uri)
     mlflow.set_tracking_uri(tracking_uri)
     mlflow.set_registry_uri(tracking_uri)
     _CONFIGURED_URI = tracking_uri
@@ -94,12 +96,40 @@ _INITIALIZED: set[str] = set()
 _CONFIGURED_URI: str | None = None
 
 
+def check_server(uri: str, timeout_s: float = 5.0) -> None:
+    """One-line :class:`TrackingError` within ``timeout_s`` when no MLflow server answers at ``uri``
+    (``/health``), instead of MLflow's minutes of retries."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s) as r:
+            if r.status >= 500:
+                raise TrackingError(f"tracking.uri={uri}: the MLflow server answers /health with HTTP {r.status}")
+    except TrackingError:
+        raise
+    except urllib.error.HTTPError as e:
+        if e.code >= 500:
+            raise TrackingError(f"tracking.uri={uri}: the MLflow server answers /health with HTTP {e.code}") from None
+    except (OSError, ValueError) as e:
+        reason = getattr(e, "reason", e)
+        raise TrackingError(f"tracking.uri={uri}: no MLflow server answers within {timeout_s:g} s ({reason}); start "
+                            f"one (mlflow server ...) or use the embedded store (drop tracking.uri)") from None
+
+
 def _init_sqlite(db: Path) -> None:
     """Create the SQLite store's tables once, under a file lock, so parallel workers of a multirun
-    (joblib launcher) that start on a fresh store do not race on the schema migration."""
+    (joblib launcher) that start on a fresh store do not race on the schema migration. On a read-only
+    folder (an existing store shared read-only) it reads without the lock."""
     if str(db) in _INITIALIZED:
         return
-    with locked(db):
+    try:
+        with locked(db):
+            _mlflow().MlflowClient().search_experiments(max_results=1)
+    except OSError:
+        if not db.exists():
+            raise TrackingError(f"tracking.uri=sqlite:///{db}: the store's folder is not writable and holds no "
+                                f"store yet") from None
         _mlflow().MlflowClient().search_experiments(max_results=1)
     _INITIALIZED.add(str(db))
 

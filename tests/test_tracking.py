@@ -415,3 +415,37 @@ def test_one_default_store_whatever_the_working_directory(tmp_path):
     r2 = subprocess.run([sys.executable, "-c", "from carb.resources import carb_home; print(carb_home())"],
                         cwd=work, capture_output=True, text=True, env={k: v for k, v in os.environ.items() if k != "CARB_HOME"})
     assert r2.stdout.strip() == str(Path(__file__).resolve().parent.parent)   # the source checkout
+
+
+def test_a_tracking_server_that_is_down_fails_fast_in_one_line():
+    import time as _t
+
+    from carb.errors import TrackingError
+
+    t0 = _t.perf_counter()
+    with pytest.raises(TrackingError) as e:
+        tracking.configure("http://127.0.0.1:9")
+    assert _t.perf_counter() - t0 < 15 and "no MLflow server answers" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_read_only_store_can_be_read(tmp_path, monkeypatch):
+    """An existing store whose folder nobody may write (shared read-only, so the lock file cannot be
+    created): reading works without the lock; a missing store in such a folder is one line."""
+    from contextlib import contextmanager
+
+    from carb.errors import TrackingError
+
+    uri = f"sqlite:///{tmp_path}/ro/mlflow.db"
+    tracking.configure(uri)
+
+    @contextmanager
+    def read_only(path):
+        raise PermissionError(13, "Permission denied", str(path) + ".lock")
+        yield  # pragma: no cover
+
+    monkeypatch.setattr(tracking, "locked", read_only)
+    tracking._INITIALIZED.clear()
+    tracking.configure(uri)
+    assert tracking.model_versions("nothing") == []
+    with pytest.raises(TrackingError, match="not writable and holds no store"):
+        tracking.configure(f"sqlite:///{tmp_path}/other/mlflow.db")

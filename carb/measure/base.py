@@ -61,7 +61,8 @@ class MeasureSettings:
     util_interval_s: seconds between two utilization samples.
     cooldown_s: sleep before each configuration, after gc / empty_cache / synchronize.
     threads: CPU threads for torch (``torch.set_num_threads``); None = all cores this process may use.
-    lock_clocks: try to lock GPU clocks (needs root); on refusal: a warning, actual clocks recorded.
+    lock_clocks: lock GPU clocks (needs root); the previous application clocks are restored on exit,
+        error and SIGTERM; a refusal is a one-line ConfigError. False (default) leaves clocks alone.
     sm_clock_MHz / mem_clock_MHz: clocks to lock (None = leave that clock unlocked).
     require_energy: on a GPU without the NVML energy counter, refuse to start (True) or record
         energy as missing (False).
