@@ -71,3 +71,26 @@ def test_folder_with_overlapping_shards_keeps_the_newest(tmp_path):
     assert len(df) == 3 and df["config_id"].is_unique
     assert df.set_index("config_id").loc[new["config_id"].iloc[0], "latency_ms"] == 123.0
     assert isinstance(df, pd.DataFrame)
+
+
+def test_full_disk_is_one_line_and_keeps_the_rows(tmp_path, monkeypatch):
+    import errno
+
+    import carb.data.io as io
+    from carb.errors import DatasetError
+
+    out = tmp_path / "full.parquet"
+    real = io.write_frame
+    calls = {"n": 0}
+
+    def fill_up(df, path):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(df, path)
+
+    monkeypatch.setattr(io, "write_frame", fill_up)
+    with pytest.raises(DatasetError) as e:
+        run_collect(compose("collect", [f"out={out}", f"tracking.uri=sqlite:///{tmp_path}/m.db", *TINY]))
+    assert "No space left on device" in str(e.value) and "1 row(s) measured before it are intact" in str(e.value)
+    assert len(load_dataset(out)) == 1

@@ -255,7 +255,12 @@ def measure_configs(todo: Sequence[ArchConfig], meter: Any, identity: Mapping[st
             status = str(measured.get("status") or status)
             if float(measured.get("n_windows") or 1) > 1:
                 stats.repeated += 1
-        append(make_row(arch, identity, static[arch.config_id], measured, status, err))
+        try:
+            append(make_row(arch, identity, static[arch.config_id], measured, status, err))
+        except OSError as e:  # full disk, lost mount: the file keeps every row written before
+            raise DatasetError(f"out: writing the row of {arch.config_id} failed ({e.strerror or e}); the "
+                               f"{stats.n_measured} row(s) measured before it are intact; free space and run "
+                               f"again to resume") from None
         stats.counts[status] = stats.counts.get(status, 0) + 1
         stats.row_s.append(time.perf_counter() - now)
         if progress is not None:
