@@ -262,6 +262,22 @@ def test_pareto_figure_shows_the_screening_result(data):
     assert limit in coords
 
 
+def test_pareto_figure_marks_out_of_domain_and_unverified(data):
+    from carb.model.baselines import FlopsLinear
+    from carb.model.domain import fit_domain
+
+    a = data["a"]
+    model = FlopsLinear().fit(a, a[list(TARGETS)])
+    model.domain_ = fit_domain(a[(a["batch_size"] <= 4) & (a["precision"] == a["precision"].iloc[0])])
+    res = screening.screen(a, model, budget={"energy_J": float(a["energy_J"].max() * 10)})
+    n_out = int((~res.scored["in_domain"]).sum())
+    n_unv = res.counts["n_unverified"]
+    assert n_out > 0 and n_unv > 0
+    texts = _legend_texts(ps.pareto_figure(res))
+    assert f"outside the training domain ({n_out})" in texts
+    assert f"unverified: precision never measured ({n_unv})" in texts
+
+
 # --------------------------------------------------------------------------- tune
 
 def test_history_figure_draws_the_best_so_far():

@@ -134,3 +134,91 @@ def test_validate_uses_measured_telemetry(grid):
 def test_spearman():
     assert spearman(np.arange(10), np.arange(10) ** 2) == pytest.approx(1.0)
     assert spearman(np.arange(10), -np.arange(10)) == pytest.approx(-1.0)
+
+
+# --------------------------------------------------------------------------- domain and intervals
+
+def _domain_model(grid, **kw):
+    """AnalyticModel with a training domain: fp32 only, batch <= 16."""
+    from carb.model.domain import fit_domain
+
+    model = AnalyticModel(**kw)
+    model.domain_ = fit_domain(grid[(grid["precision"] == "fp32") & (grid["batch_size"] <= 16)])
+    return model
+
+
+def test_outside_flag_drop_only(grid):
+    model = _domain_model(grid)
+    flag = screen(grid, model, {"energy_J": 20.0})
+    s = flag.scored
+    assert len(s) == 3072 and {"in_domain", "outside"} <= set(s.columns)
+    n_in = int(s["in_domain"].sum())
+    assert flag.counts["n_in_domain"] == n_in and flag.counts["n_outside"] == 3072 - n_in and 0 < n_in < 3072
+    assert s.loc[~s["in_domain"], "outside"].str.len().gt(0).all()
+    assert s.loc[s["in_domain"], "outside"].eq("").all()
+    drop = screen(grid, model, {"energy_J": 20.0}, outside="drop")
+    assert len(drop.scored) == n_in and drop.scored["in_domain"].all()
+    only = screen(grid, model, {"energy_J": 20.0}, outside="only")
+    assert len(only.scored) == 3072 - n_in and not only.scored["in_domain"].any()
+    assert only.counts["n_in_domain"] == n_in        # counts describe the whole grid
+    with pytest.raises(ConfigError, match=r"screen.outside: 'keep' is not allowed; allowed: \['flag', 'drop', 'only'\]"):
+        screen(grid, model, {"energy_J": 20.0}, outside="keep")
+
+
+def test_never_measured_precision_is_never_accept(grid):
+    model = _domain_model(grid)
+    res = screen(grid, model, {"energy_J": 1e9, "peak_memory_MB": 1e9})   # everything feasible
+    s = res.scored
+    unseen = s["precision"] != "fp32"
+    assert unseen.any()
+    assert not s.loc[unseen, "decision"].eq("accept").any()
+    assert s.loc[unseen, "decision"].eq("unverified").all()
+    assert s.loc[~unseen, "decision"].eq("accept").all()
+    assert res.counts["n_unverified"] == int(unseen.sum())
+
+
+def test_model_without_domain_or_intervals_says_so_once(grid):
+    res = screen(grid, AnalyticModel(), {"energy_J": 20.0})
+    assert res.scored["in_domain"].all() and res.counts["n_outside"] == 0
+    assert len(res.notes) == 2
+    assert any("no training domain" in n for n in res.notes)
+    assert any("one test-set MAE" in n for n in res.notes)
+
+
+def test_borderline_follows_the_interval(grid):
+    from carb.model.intervals import conformal_bounds
+
+    model = AnalyticModel(mae={"energy_J": 1e-9, "peak_memory_MB": 1e-9, "latency_ms": 1e-9})
+    log_ratios = list(np.linspace(-0.2, 0.2, 199))
+    lo, hi = conformal_bounds(log_ratios, 0.9)
+    model.intervals_ = {"coverage": 0.9, "energy_J": {"lower": lo, "upper": hi, "n": 199, "coverage": 0.9,
+                                                       "log_ratios": log_ratios}}
+    limit = 20.0
+    res = screen(grid, model, {"energy_J": limit})
+    s = res.scored
+    p, lo_c, hi_c = s["pred_energy_J"], s["lo_energy_J"], s["hi_energy_J"]
+    assert np.allclose(lo_c, p * np.exp(lo)) and np.allclose(hi_c, p * np.exp(hi))
+    crosses = (lo_c <= limit) & (limit < hi_c)
+    assert crosses.any()
+    assert (s["decision"] == "borderline").eq(crosses).all()
+    assert s.loc[~crosses & (p <= limit), "decision"].eq("accept").all()
+    assert not any("MAE" in n for n in res.notes)
+    # a wider coverage widens the band
+    wide = screen(grid, model, {"energy_J": limit}, coverage=0.99)
+    assert wide.counts["n_borderline"] >= res.counts["n_borderline"]
+    assert (wide.scored["hi_energy_J"] >= s["hi_energy_J"]).all()
+
+
+def test_validate_also_reports_the_screening_path(grid):
+    model = AnalyticModel()
+    model.intervals_ = {"coverage": 0.9, "energy_J": {"lower": -0.1, "upper": 0.1, "n": 100, "coverage": 0.9,
+                                                       "log_ratios": []}}
+    df = grid.head(50).copy()
+    for c, v in (("avg_sm_util", 77.0), ("avg_mem_util", 33.0), ("gpu_temp_C", 40.0), ("kernel_launches", 9.0)):
+        df[c] = v
+    df["energy_J"] = df["flops"] / 1e9 + 1.0
+    out = validate(model, df, {"energy_J": float(df["energy_J"].median())})
+    assert out["validate_energy_J_mae"] == pytest.approx(0)
+    assert out["validate_screening_energy_J_mae"] == pytest.approx(0)     # energy ignores telemetry here
+    assert out["validate_screening_energy_J_interval_coverage"] == 1.0
+    assert "validate_screening_energy_J_accuracy" in out

@@ -2,7 +2,10 @@
 
 Enumerate -> score (fast static features, telemetry fixed to the model's training medians per batch
 tier, cascade prediction) -> screen (budget per target, rank by an objective, Pareto front) ->
-prioritize (``borderline`` within one test-set MAE of a budget line, else ``accept`` / ``reject``).
+prioritize (``borderline`` when a prediction interval crosses a budget line, else ``accept`` /
+``reject``; models without calibrated intervals fall back to one test-set MAE). Every candidate is
+checked against the model's training domain (``in_domain``, ``outside``); a precision never measured is
+never ``accept`` (``unverified`` instead).
 Two-stage: rank the whole grid with a source device's model, keep the top K, re-score them with the
 target device's model.
 
@@ -20,11 +23,12 @@ import numpy as np
 import pandas as pd
 
 from carb.analysis.evaluate import budget_classification
-from carb.data.schema import RUNTIME_FEATURES, TARGETS
-from carb.data.tiers import batch_tier
+from carb.data.schema import TARGETS
 from carb.design.features import grid_features
 from carb.errors import ConfigError
+from carb.model.domain import check_domain, unseen_mask
 from carb.model.encoding import interaction_features, pred_name
+from carb.model.intervals import interval, with_telemetry  # with_telemetry: the one imputation
 
 #: Pareto axes in order of preference: energy and memory (the paper), else what the model has.
 PARETO_PREFERENCE = ("energy_J", "peak_memory_MB", "latency_ms")
@@ -38,29 +42,48 @@ def model_targets(model: Any) -> list[str]:
     return [t for t in TARGETS if t in targets]
 
 
-def with_telemetry(features: pd.DataFrame, medians: Mapping[str, Mapping[str, float]]) -> pd.DataFrame:
-    """Fix runtime features to the training medians of each row's batch tier (``medians`` as stored by
-    the cascade: ``{tier: {column: value}, "all": {...}}``) and add the interaction features."""
-    out = features.copy()
-    tiers = batch_tier(out["batch_size"].to_numpy())
-    for col in RUNTIME_FEATURES:
-        fallback = float(medians.get("all", {}).get(col, float("nan")))
-        lut = {t: float(v.get(col, fallback)) for t, v in medians.items()}
-        out[col] = pd.Series(tiers).map(lambda t: lut.get(t, fallback)).to_numpy(dtype=float)
-    return interaction_features(out)
+#: Values of ``screen.outside``: keep all candidates (flagged), only in-domain ones, only outside ones.
+OUTSIDE_MODES = ("flag", "drop", "only")
 
 
-def score(model: Any, features: pd.DataFrame, with_medians: bool = True) -> pd.DataFrame:
+def score(model: Any, features: pd.DataFrame, with_medians: bool = True,
+          coverage: float | None = None) -> pd.DataFrame:
     """Predictions of ``model`` for each row of ``features`` (static features + knobs; runtime features
     are filled from the model's medians when ``with_medians``). Returns ``features`` with the runtime
-    columns and ``pred_<target>`` columns added."""
+    columns and ``pred_<target>`` columns added, plus ``lo_<target>`` / ``hi_<target>`` (the target's
+    unit) when the model carries a calibration (``intervals_``), at ``coverage`` (default: calibrated)."""
     X = with_telemetry(features, getattr(model, "telemetry_medians_", {}) or {}) if with_medians \
         else interaction_features(features)
     pred = model.predict(X)
     out = X.copy()
     for c in pred.columns:
         out[c] = pred[c].to_numpy()
+    cal = getattr(model, "intervals_", None)
+    if cal:
+        iv = interval(cal, pred, coverage)
+        for c in iv.columns:
+            out[c] = iv[c].to_numpy()
     return out
+
+
+def domain_filter(model: Any, features: pd.DataFrame, outside: str = "flag"
+                  ) -> tuple[pd.DataFrame, dict[str, int], list[str]]:
+    """Check ``features`` (n rows) against ``model.domain_`` and keep rows per ``outside`` (one of
+    :data:`OUTSIDE_MODES`). Returns the kept rows with ``in_domain`` / ``outside`` columns, the counts
+    ``{"n_in_domain", "n_outside"}`` over all n rows, and notes (one line for a model without a domain)."""
+    if outside not in OUTSIDE_MODES:
+        raise ConfigError(f"screen.outside: {outside!r} is not allowed; allowed: {list(OUTSIDE_MODES)}")
+    domain = getattr(model, "domain_", None)
+    notes = [] if domain else [("the model stores no training domain (fitted before domains): every "
+                                "candidate is treated as in domain")]
+    inside, reasons = check_domain(domain, features)
+    out = features.assign(in_domain=inside, outside=reasons)
+    counts = {"n_in_domain": int(inside.sum()), "n_outside": int((~inside).sum())}
+    if outside == "drop":
+        out = out[inside]
+    elif outside == "only":
+        out = out[~inside]
+    return out.reset_index(drop=True), counts, notes
 
 
 def check_budget(budget: Mapping[str, Any], targets: Sequence[str]) -> dict[str, float]:
@@ -119,8 +142,12 @@ def pareto_mask(values: np.ndarray) -> np.ndarray:
 
 def prioritize(scored: pd.DataFrame, budget: Mapping[str, float], mae: Mapping[str, float]) -> pd.DataFrame:
     """Add ``feasible`` (every budgeted prediction within its limit), ``margin_<target>`` (limit minus
-    prediction, in the target's unit) and ``decision``: ``borderline`` when some budgeted prediction is
-    within one test-set MAE of its limit (profile these), else ``accept`` if feasible, else ``reject``."""
+    prediction, in the target's unit) and ``decision``: ``borderline`` when the interval
+    ``[lo_<target>, hi_<target>]`` of some budgeted target crosses its limit (``lo <= limit < hi``;
+    profile these), else ``accept`` if feasible, else ``reject``. A target without ``lo_``/``hi_``
+    columns (a model without calibrated intervals) uses the old rule: within one test-set MAE (``mae``).
+    Rows whose ``precision`` is listed in ``never_measured`` (bool column, if present) are never
+    ``accept``: ``unverified`` unless rejected."""
     out = scored.copy()
     feasible = np.ones(len(out), dtype=bool)
     near = np.zeros(len(out), dtype=bool)
@@ -128,11 +155,18 @@ def prioritize(scored: pd.DataFrame, budget: Mapping[str, float], mae: Mapping[s
         p = out[pred_name(t)].to_numpy(dtype=float)
         out[f"margin_{t}"] = limit - p
         feasible &= p <= limit
+        if f"lo_{t}" in out and f"hi_{t}" in out:
+            near |= (out[f"lo_{t}"].to_numpy(dtype=float) <= limit) & (limit < out[f"hi_{t}"].to_numpy(dtype=float))
+            continue
         m = float(mae.get(t, 0.0) or 0.0)
         if math.isfinite(m) and m > 0:
             near |= np.abs(p - limit) <= m
     out["feasible"] = feasible
-    out["decision"] = np.where(near, "borderline", np.where(feasible, "accept", "reject"))
+    decision = np.where(near, "borderline", np.where(feasible, "accept", "reject"))
+    if "never_measured" in out:
+        decision = np.where(out["never_measured"].to_numpy(dtype=bool) & (decision != "reject"),
+                            "unverified", decision)
+    out["decision"] = decision
     return out
 
 
@@ -169,11 +203,14 @@ class ScreenResult:
     budget: dict[str, float]
     stages: dict[str, Any] = field(default_factory=dict)
     timings_s: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def counts(self) -> dict[str, int]:
+        """Decision counts, grid size, front, shortlist and (whole-grid) domain counts."""
         d = self.scored["decision"].value_counts().to_dict() if "decision" in self.scored else {}
-        c = {f"n_{k}": int(d.get(k, 0)) for k in ("accept", "borderline", "reject")}
+        c = {f"n_{k}": int(d.get(k, 0)) for k in ("accept", "borderline", "unverified", "reject")}
+        c.update({k: int(self.stages[k]) for k in ("n_in_domain", "n_outside") if k in self.stages})
         c["n_candidates"] = int(len(self.scored))
         c["n_pareto"] = int(self.scored.get("pareto", pd.Series(dtype=bool)).sum())
         c["n_shortlist"] = int(len(self.shortlist))
@@ -182,13 +219,16 @@ class ScreenResult:
 
 def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] | None = None,
            objective: str | None = None, source_model: Any = None, top_k: int = 100,
-           shortlist_size: int = 20) -> ScreenResult:
+           shortlist_size: int = 20, outside: str = "flag", coverage: float | None = None) -> ScreenResult:
     """Screen a featurized grid (output of :func:`carb.design.features.grid_features`).
 
     Single-stage with only ``target_model``; two-stage with ``source_model``: the source ranks the whole
     grid by ``objective``, the best ``top_k`` are re-scored by the target model, and only those can be
     accepted. Returns a :class:`ScreenResult`; ``scored`` has ``rank`` (by objective among feasible
-    candidates, 1 = best), ``pareto`` (on the front among feasible candidates) and ``decision``.
+    candidates, 1 = best), ``pareto`` (on the front among feasible candidates), ``decision``,
+    ``in_domain`` / ``outside`` (the target model's training domain; ``outside`` keeps all candidates
+    (``flag``), the in-domain ones (``drop``) or the others (``only``)) and, for a calibrated model,
+    ``lo_<target>`` / ``hi_<target>`` at ``coverage``.
     """
     timings: dict[str, float] = {}
     targets = model_targets(target_model)
@@ -198,8 +238,14 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
                           f"{list(targets)}")
     clean_budget = check_budget(budget or {}, targets)
     stages: dict[str, Any] = {"n_grid": int(len(features))}
+    features, dom_counts, notes = domain_filter(target_model, features, outside)
+    stages.update(dom_counts)
+    features["never_measured"] = unseen_mask(getattr(target_model, "domain_", None), features, "precision")
+    if clean_budget and not getattr(target_model, "intervals_", None):
+        notes.append("the model has no calibrated intervals (fitted before intervals): borderline = within "
+                     "one test-set MAE of a budget line")
     t = time.perf_counter()
-    scored = score(target_model, features)
+    scored = score(target_model, features, coverage=coverage)
     timings["predict_target_s"] = time.perf_counter() - t
     keep = np.ones(len(scored), dtype=bool)
     if source_model is not None:
@@ -207,7 +253,7 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
         if obj not in src_targets:
             raise ConfigError(f"screen.source: the source model does not predict the objective {obj!r}")
         t = time.perf_counter()
-        src = score(source_model, features)
+        src = score(source_model, features, coverage=coverage)
         timings["predict_source_s"] = time.perf_counter() - t
         src_pred = src[pred_name(obj)].to_numpy(dtype=float)
         scored[f"source_{pred_name(obj)}"] = src_pred
@@ -240,7 +286,7 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
     shortlist = pd.concat([front, rest]).head(max(shortlist_size, len(front)) if len(front) <= shortlist_size
                                                 else shortlist_size)
     return ScreenResult(scored=scored, shortlist=shortlist, objective=obj, axes=axes,
-                        budget=clean_budget, stages=stages, timings_s=timings)
+                        budget=clean_budget, stages=stages, timings_s=timings, notes=notes)
 
 
 def closest_candidates(scored: pd.DataFrame, budget: Mapping[str, float], n: int = 5) -> pd.DataFrame:
@@ -254,27 +300,41 @@ def closest_candidates(scored: pd.DataFrame, budget: Mapping[str, float], n: int
     return out.sort_values("worst_overshoot").head(n)
 
 
+def _decision_metrics(prefix: str, m: np.ndarray, p: np.ndarray, limit: float) -> dict[str, Any]:
+    """Budget-decision rates and MAEs (target's unit) of predictions ``p`` against measurements ``m``
+    (n,), keys ``<prefix>_{accuracy,false_accept_rate,false_reject_rate,n,...,mae,feasible_mae}``."""
+    out = {f"{prefix}_{k}": v for k, v in budget_classification(m, p, limit).items()}
+    ok = np.isfinite(m)
+    out[f"{prefix}_mae"] = float(np.mean(np.abs(m[ok] - p[ok]))) if ok.any() else float("nan")
+    feas = ok & (p <= limit)
+    out[f"{prefix}_feasible_mae"] = float(np.mean(np.abs(m[feas] - p[feas]))) if feas.any() else float("nan")
+    return out
+
+
 def validate(model: Any, measured: pd.DataFrame, budget: Mapping[str, float]) -> dict[str, Any]:
     """Score measured configs with their REAL features (measured telemetry) and compare each budgeted
     target's decision with the measurement (paper Section 7.3). Returns flat metrics:
     ``validate_<target>_{accuracy,false_accept_rate,false_reject_rate,n}``, ``validate_<target>_mae``
-    over all rows and ``validate_<target>_feasible_mae`` over the predicted-feasible ones."""
+    over all rows and ``validate_<target>_feasible_mae`` over the predicted-feasible ones.
+
+    The same metrics for the path that screens (telemetry imputed with the batch-tier medians) are
+    ``validate_screening_<target>_*``, plus ``validate_screening_<target>_interval_coverage`` (share of
+    rows with ``lo <= measured <= hi``) when the model has calibrated intervals."""
     targets = model_targets(model)
+    screened = score(model, measured)
     scored = score(model, measured, with_medians=False)
     out: dict[str, Any] = {"validate_n_rows": int(len(scored))}
     for t, limit in budget.items():
         if t not in targets or t not in measured or measured[t].notna().sum() == 0:
             continue
         m = measured[t].to_numpy(dtype=float)
-        p = scored[pred_name(t)].to_numpy(dtype=float)
-        cls = budget_classification(m, p, limit)
-        for k, v in cls.items():
-            out[f"validate_{t}_{k}"] = v
-        ok = np.isfinite(m)
-        out[f"validate_{t}_mae"] = float(np.mean(np.abs(m[ok] - p[ok]))) if ok.any() else float("nan")
-        feas = ok & (p <= limit)
-        out[f"validate_{t}_feasible_mae"] = float(np.mean(np.abs(m[feas] - p[feas]))) if feas.any() \
-            else float("nan")
+        out.update(_decision_metrics(f"validate_{t}", m, scored[pred_name(t)].to_numpy(dtype=float), limit))
+        out.update(_decision_metrics(f"validate_screening_{t}", m,
+                                     screened[pred_name(t)].to_numpy(dtype=float), limit))
+        if f"lo_{t}" in screened:
+            ok = np.isfinite(m)
+            inside = (screened[f"lo_{t}"].to_numpy(dtype=float) <= m) & (m <= screened[f"hi_{t}"].to_numpy(dtype=float))
+            out[f"validate_screening_{t}_interval_coverage"] = float(inside[ok].mean()) if ok.any() else float("nan")
     return out
 
 

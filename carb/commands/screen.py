@@ -113,13 +113,27 @@ def _validation(cfg: Any, model: Any, budget: dict[str, float]) -> dict[str, Any
     which = cfg.screen.get("validate_split", "all")
     if which == "test":
         seed = int(getattr(model, "split_seed_", 0) or 0)
-        measured = split_dataset(measured, seed=seed).frames(measured)[2]
+        fractions = tuple(getattr(model, "split_fractions_", None) or (0.7, 0.15, 0.15))
+        measured = split_dataset(measured, seed=seed, fractions=fractions).frames(measured)[2]
     elif which != "all":
         raise ConfigError(f"screen.validate_split: {which!r} is not allowed; allowed: ['all', 'test']")
     if not budget:
         raise ConfigError("screen.validate: needs a budget on at least one measured target "
                           "(screen.budget.<target>=<limit>)")
     return screening.validate(model, measured, budget)
+
+
+def _coverage(value: Any) -> float | None:
+    """``screen.interval_coverage`` as a float in (0, 1), or None (the calibrated coverage)."""
+    if value is None:
+        return None
+    try:
+        c = float(value)
+    except (TypeError, ValueError):
+        c = float("nan")
+    if not 0 < c < 1:
+        raise ConfigError(f"screen.interval_coverage: must be a number in (0, 1) such as 0.9, got {value!r}")
+    return c
 
 
 def run_screen(cfg: Any) -> dict[str, Any]:
@@ -151,9 +165,11 @@ def run_screen(cfg: Any) -> dict[str, Any]:
     features = load_grid(cfg)
     feat_s = time.perf_counter() - t
     result = screening.screen(features, target, budget_cfg, cfg.screen.get("objective"), source,
-                              int(cfg.screen.top_k), int(cfg.screen.shortlist_size))
+                              int(cfg.screen.top_k), int(cfg.screen.shortlist_size),
+                              outside=str(cfg.screen.get("outside", "flag")),
+                              coverage=_coverage(cfg.screen.get("interval_coverage")))
     result.timings_s.update({"features_s": feat_s, "load_models_s": load_s})
-    for n in notes:
+    for n in notes + result.notes:
         print(f"note: {n}")
     mode = "two-stage" if source is not None else "single-stage"
     print(f"carb-screen: {mode}; target {target_uri} "
@@ -166,8 +182,12 @@ def run_screen(cfg: Any) -> dict[str, Any]:
     if source is not None:
         print(f"stage 1 kept top {result.stages['stage1_kept']} by the source model; Spearman(source, target) "
               f"on the whole grid = {result.stages['spearman_source_target']:.3f}")
-    print(f"accept {counts['n_accept']}, borderline {counts['n_borderline']} (within one test MAE of a budget "
-          f"line: profile these), reject {counts['n_reject']}; Pareto front {counts['n_pareto']}")
+    print(f"training domain: {counts.get('n_in_domain', 0)} candidates inside, {counts.get('n_outside', 0)} "
+          f"outside (screen.outside={cfg.screen.get('outside', 'flag')}; reasons in the 'outside' column)")
+    rule = "interval crosses" if getattr(target, "intervals_", None) else "within one test MAE of"
+    print(f"accept {counts['n_accept']}, borderline {counts['n_borderline']} ({rule} a budget line: profile "
+          f"these), unverified {counts['n_unverified']} (precision never measured), reject {counts['n_reject']}; "
+          f"Pareto front {counts['n_pareto']}")
     preds = [pred_name(t) for t in targets]
     if result.shortlist.empty:
         closest = screening.closest_candidates(result.scored, result.budget)
@@ -175,7 +195,7 @@ def run_screen(cfg: Any) -> dict[str, Any]:
         print(format_table(closest, preds, ["worst_overshoot"]))
     else:
         print(f"shortlist ({len(result.shortlist)}; Pareto front first, by predicted {result.objective}):")
-        print(format_table(result.shortlist, preds, ["decision", "pareto"]))
+        print(format_table(result.shortlist, preds, ["decision", "pareto", "in_domain"]))
     # one run, one folder: Hydra's run folder when run as a command, else a time-stamped one
     out_dir = hydra_run_dir() or Path(cfg.screen.output_dir) / time.strftime("%Y-%m-%d_%H-%M-%S")
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,10 @@
-"""The stratified train/validation/test split of one device's dataset (by batch tier and depth tier).
+"""The stratified train/validation/(calibration/)test split of one device's dataset (by batch tier and
+depth tier). Three fractions give train/val/test; four give train/val/cal/test, where ``cal`` is kept
+apart for interval calibration (:mod:`carb.model.intervals`) and used for nothing else.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -18,15 +20,27 @@ class Split:
     train: np.ndarray
     val: np.ndarray
     test: np.ndarray
+    cal: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
 
     def frames(self, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+        """``(train, val, test)`` frames (rows of ``df`` by position, index reset)."""
         return (df.iloc[self.train].reset_index(drop=True), df.iloc[self.val].reset_index(drop=True),
                 df.iloc[self.test].reset_index(drop=True))
 
+    def cal_frame(self, df: pd.DataFrame) -> pd.DataFrame:
+        """The calibration rows of ``df`` (empty when the split has no calibration part)."""
+        return df.iloc[self.cal].reset_index(drop=True)
 
-def split_dataset(df: pd.DataFrame, seed: int = 0, fractions: tuple[float, float, float] = (0.7, 0.15, 0.15),
+    def frames4(self, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+        """``(train, val, cal, test)`` frames (``cal`` empty for a three-part split)."""
+        train, val, test = self.frames(df)
+        return train, val, self.cal_frame(df), test
+
+
+def split_dataset(df: pd.DataFrame, seed: int = 0, fractions: tuple[float, ...] = (0.7, 0.15, 0.15),
                   min_rows: int = 20) -> Split:
-    """Seeded stratified train/val/test split on :func:`strata_key`.
+    """Seeded stratified train/val/test split on :func:`strata_key`; with four ``fractions``
+    (train, val, cal, test) also a calibration part (``Split.cal``, ``Split.frames4``).
 
     Within each stratum rows are shuffled with ``seed`` and cut at the fractions (rounded), so every
     regime is represented proportionally; strata with fewer than 4 rows are pooled by batch tier, and
@@ -37,6 +51,10 @@ def split_dataset(df: pd.DataFrame, seed: int = 0, fractions: tuple[float, float
     if n < min_rows:
         raise DatasetError(f"too few rows for a stratified {fractions} split: {n} rows, need at least "
                            f"{min_rows}")
+    fractions = tuple(float(f) for f in fractions)
+    if len(fractions) not in (3, 4):
+        raise DatasetError(f"split fractions: 3 (train, val, test) or 4 (train, val, cal, test) values, got "
+                           f"{list(fractions)}")
     if abs(sum(fractions) - 1.0) > 1e-9 or min(fractions) < 0:
         raise DatasetError(f"split fractions must be non-negative and sum to 1, got {fractions}")
     key = pd.Series(strata_key(df))
@@ -46,19 +64,19 @@ def split_dataset(df: pd.DataFrame, seed: int = 0, fractions: tuple[float, float
     counts = key.map(key.value_counts())
     key = key.where(counts >= 4, "pooled")
     rng = np.random.default_rng(seed)
-    parts: tuple[list[int], list[int], list[int]] = ([], [], [])
+    order = (1, 2, 3) if len(fractions) == 4 else (1, 2)   # val, [cal,] test: rounded; train the rest
+    parts: list[list[int]] = [[] for _ in fractions]
     for k in sorted(key.unique()):
         idx = np.flatnonzero((key == k).to_numpy())
         rng.shuffle(idx)
-        m = len(idx)
-        n_val = int(round(fractions[1] * m))
-        n_test = int(round(fractions[2] * m))
-        n_train = m - n_val - n_test
-        parts[0].extend(idx[:n_train])
-        parts[1].extend(idx[n_train:n_train + n_val])
-        parts[2].extend(idx[n_train + n_val:])
-    tr, va, te = (np.sort(np.array(p, dtype=int)) for p in parts)
-    if len(va) == 0 or len(te) == 0:
+        sizes = [int(round(fractions[j] * len(idx))) for j in order]
+        cuts = np.cumsum([len(idx) - sum(sizes)] + sizes)
+        for j, chunk in enumerate(np.split(idx, cuts[:-1])):
+            parts[j].extend(chunk)
+    arrays = [np.sort(np.array(p, dtype=int)) for p in parts]
+    tr, va, te = arrays[0], arrays[1], arrays[-1]
+    cal = arrays[2] if len(arrays) == 4 else np.zeros(0, dtype=int)
+    if len(va) == 0 or len(te) == 0 or (len(arrays) == 4 and len(cal) == 0):
         raise DatasetError(f"too few rows per stratum for a {fractions} split: validation has {len(va)}, "
-                           f"test {len(te)} rows")
-    return Split(tr, va, te)
+                           f"calibration {len(cal)}, test {len(te)} rows")
+    return Split(tr, va, te, cal)

@@ -1,4 +1,5 @@
-"""Figures for screening: the Pareto plot (all candidates, feasible ones, the front, budget lines).
+"""Figures for screening: the Pareto plot (all candidates, feasible ones, the front, budget lines,
+out-of-domain candidates).
 
 Built with matplotlib's object API on the Agg canvas (no pyplot, no global backend switch)."""
 from __future__ import annotations
@@ -17,7 +18,8 @@ LABELS = {"energy_J": "predicted energy (J per batch)", "peak_memory_MB": "predi
 
 def pareto_figure(result: Any):
     """Scatter of the whole grid on the two Pareto axes (log scales), feasible candidates, the front
-    (joined as a step line) and the budget lines; borderline candidates ringed."""
+    (joined as a step line) and the budget lines; borderline candidates ringed, candidates outside the
+    model's training domain crossed, unverified ones (precision never measured) boxed."""
     df = result.scored
     axes = result.axes if len(result.axes) == 2 else (result.axes + result.axes)[:2]
     x, y = pred_name(axes[0]), pred_name(axes[1])
@@ -31,6 +33,15 @@ def pareto_figure(result: Any):
     if len(border):
         ax.scatter(border[x], border[y], s=40, facecolors="none", edgecolors="tab:orange",
                    label=f"borderline: profile ({len(border)})")
+    if "in_domain" in df:
+        out = df[~df["in_domain"].astype(bool)]
+        if len(out):
+            ax.scatter(out[x], out[y], s=14, marker="x", c="tab:purple", lw=0.6, alpha=0.6, rasterized=True,
+                       label=f"outside the training domain ({len(out)})")
+    unver = df[df["decision"] == "unverified"]
+    if len(unver):
+        ax.scatter(unver[x], unver[y], s=40, marker="s", facecolors="none", edgecolors="tab:brown",
+                   label=f"unverified: precision never measured ({len(unver)})")
     front = df[df["pareto"]].sort_values(x)
     if len(front):
         ax.step(front[x], front[y], where="post", c="tab:red", lw=1.2)

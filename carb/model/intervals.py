@@ -1,0 +1,131 @@
+"""Split-conformal prediction intervals for the cascade, in screening mode.
+
+Costs span orders of magnitude, so intervals are multiplicative: on a calibration split that nothing
+else uses, :func:`calibrate` predicts each row exactly as screening does (runtime telemetry replaced by
+the model's batch-tier medians, :func:`with_telemetry`) and keeps the log-ratios ``log(measured /
+predicted)``. :func:`interval` turns a prediction ``p`` into ``[p * exp(q_lo), p * exp(q_hi)]`` with the
+conformal quantiles of those log-ratios at the requested coverage (equal tails). The log-ratios are
+stored, so any coverage can be asked later without refitting.
+
+One pooled set of log-ratios per target (not per batch tier): a calibration split is ~10 % of a few
+hundred rows, and a 90 % split-conformal quantile needs >= 19 rows per group to be finite; per-tier
+groups would be too small to be calibrated at all on the shipped data.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from carb.data.schema import RUNTIME_FEATURES, TARGETS
+from carb.data.tiers import batch_tier
+from carb.errors import ConfigError
+from carb.model.encoding import interaction_features, pred_name
+
+
+def with_telemetry(features: pd.DataFrame, medians: Mapping[str, Mapping[str, float]]) -> pd.DataFrame:
+    """Fix runtime features to the training medians of each row's batch tier (``medians`` as stored by
+    the cascade: ``{tier: {column: value}, "all": {...}}``) and add the interaction features.
+    The screening path: n rows in, the same n rows out with the runtime columns replaced."""
+    out = features.copy()
+    tiers = pd.Series(batch_tier(out["batch_size"].to_numpy()))
+    for col in RUNTIME_FEATURES:
+        fallback = float(medians.get("all", {}).get(col, float("nan")))
+        lut = {t: float(v.get(col, fallback)) for t, v in medians.items()}
+        out[col] = tiers.map(lut).astype(float).fillna(fallback).to_numpy(dtype=float)
+    return interaction_features(out)
+
+
+def screening_predict(cascade: Any, X: pd.DataFrame) -> pd.DataFrame:
+    """``cascade.predict`` on ``X`` (n rows) with screening-mode telemetry; ``pred_<target>`` columns."""
+    Xs = with_telemetry(X, getattr(cascade, "telemetry_medians_", {}) or {})
+    return cascade.predict(Xs).set_axis(X.index)
+
+
+def _log_ratios(measured: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+    """``log(measured / predicted)`` over the rows where both are finite and positive (1-D)."""
+    ok = np.isfinite(measured) & np.isfinite(predicted) & (measured > 0) & (predicted > 0)
+    return np.log(measured[ok] / predicted[ok])
+
+
+def conformal_bounds(log_ratios: np.ndarray | list[float], coverage: float) -> tuple[float, float]:
+    """Equal-tailed split-conformal quantiles ``(q_lo, q_hi)`` of n log-ratios at ``coverage``: the
+    ``floor((n+1) a/2)``-th and ``ceil((n+1)(1 - a/2))``-th smallest, ``a = 1 - coverage``; ``-inf``/
+    ``+inf`` when n is too small for that coverage."""
+    r = np.sort(np.asarray(log_ratios, dtype=float))
+    n = len(r)
+    a = 1.0 - float(coverage)
+    k_lo = math.floor((n + 1) * a / 2 + 1e-9)   # tolerance: 200 * 0.05 is 9.999... in floats
+    k_hi = math.ceil((n + 1) * (1 - a / 2) - 1e-9)
+    lo = float(r[k_lo - 1]) if 1 <= k_lo <= n else -math.inf
+    hi = float(r[k_hi - 1]) if 1 <= k_hi <= n else math.inf
+    return lo, hi
+
+
+def calibrate(cascade: Any, X_cal: pd.DataFrame, y_cal: pd.DataFrame | None = None,
+              coverage: float = 0.9) -> dict[str, Any]:
+    """Calibrate intervals on the calibration split (``X_cal``: n rows of knobs + static features;
+    ``y_cal``: the measured targets, default the target columns of ``X_cal``).
+
+    Returns, per predicted target, ``{"lower": q_lo, "upper": q_hi, "n": rows used, "coverage": c,
+    "log_ratios": [...]}`` (JSON-able; q in natural-log units of measured/predicted), plus
+    ``"coverage": c`` at the top level."""
+    if not 0 < coverage < 1:
+        raise ConfigError(f"interval coverage: must be in (0, 1), got {coverage!r}")
+    y = X_cal if y_cal is None else y_cal
+    pred = screening_predict(cascade, X_cal)
+    out: dict[str, Any] = {"coverage": float(coverage), "method": "split-conformal log-ratio"}
+    for t in TARGETS:
+        if pred_name(t) not in pred or t not in y:
+            continue
+        r = _log_ratios(np.asarray(y[t], dtype=float), pred[pred_name(t)].to_numpy(dtype=float))
+        lo, hi = conformal_bounds(r, coverage)
+        out[t] = {"lower": lo, "upper": hi, "n": int(len(r)), "coverage": float(coverage),
+                  "log_ratios": [float(v) for v in np.sort(r)]}
+    return out
+
+
+def interval(calibration: Mapping[str, Any], pred: pd.DataFrame, coverage: float | None = None) -> pd.DataFrame:
+    """``lo_<target>`` and ``hi_<target>`` (the target's unit) for the n rows of ``pred`` (with
+    ``pred_<target>`` columns), at ``coverage`` (default: the calibrated one; another coverage is
+    recomputed from the stored log-ratios). Targets without calibration are left out."""
+    out = pd.DataFrame(index=pred.index)
+    for t in TARGETS:
+        cal = calibration.get(t)
+        if not isinstance(cal, Mapping) or pred_name(t) not in pred:
+            continue
+        if coverage is None or not cal.get("log_ratios"):
+            lo, hi = float(cal["lower"]), float(cal["upper"])
+        else:
+            lo, hi = conformal_bounds(cal["log_ratios"], coverage)
+        p = pred[pred_name(t)].to_numpy(dtype=float)
+        out[f"lo_{t}"] = p * math.exp(lo) if math.isfinite(lo) else 0.0
+        out[f"hi_{t}"] = p * math.exp(hi) if math.isfinite(hi) else math.inf
+    return out
+
+
+def coverage_report(calibration: Mapping[str, Any], cascade: Any, X: pd.DataFrame,
+                    y: pd.DataFrame | None = None, coverage: float | None = None) -> dict[str, dict[str, float]]:
+    """Empirical coverage (share of rows with ``lo <= measured <= hi``) and mean relative width
+    (``mean((hi - lo) / pred)``, dimensionless) per target on rows ``X`` (measured ``y``, default the
+    target columns of ``X``), predicted in screening mode. ``{target: {"coverage", "mean_rel_width",
+    "n"}}``."""
+    y = X if y is None else y
+    pred = screening_predict(cascade, X)
+    iv = interval(calibration, pred, coverage)
+    report: dict[str, dict[str, float]] = {}
+    for t in TARGETS:
+        if f"lo_{t}" not in iv or t not in y:
+            continue
+        m = np.asarray(y[t], dtype=float)
+        p = pred[pred_name(t)].to_numpy(dtype=float)
+        lo, hi = iv[f"lo_{t}"].to_numpy(dtype=float), iv[f"hi_{t}"].to_numpy(dtype=float)
+        ok = np.isfinite(m) & np.isfinite(p) & (p > 0)
+        n = int(ok.sum())
+        cov = float(np.mean((lo[ok] <= m[ok]) & (m[ok] <= hi[ok]))) if n else float("nan")
+        width = float(np.mean((hi[ok] - lo[ok]) / p[ok])) if n else float("nan")
+        report[t] = {"coverage": cov, "mean_rel_width": width, "n": n}
+    return report

@@ -1,0 +1,45 @@
+"""Domain of validity (carb.model.domain): what was measured, and why a candidate lies outside it."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from carb.model.domain import check_domain, fit_domain
+
+
+def train_rows() -> pd.DataFrame:
+    return pd.DataFrame({"block": ["basic", "bottleneck"], "precision": ["fp32", "fp32"],
+                         "early_downsample": [True, False], "depth": [18, 50], "width_mult": [0.5, 1.0],
+                         "input_size": [32, 64], "batch_size": [1, 16], "flops": [1e8, 8e9],
+                         "params": [1e5, 1e7], "param_size_MB": [0.4, 40.0], "total_activation_MB": [1.0, 90.0],
+                         "max_activation_MB": [0.1, 9.0]})
+
+
+def test_fit_domain_is_plain_json():
+    d = fit_domain(train_rows())
+    assert json.loads(json.dumps(d)) == d
+    assert d["categorical"]["precision"] == ["fp32"] and d["ranges"]["batch_size"] == [1.0, 16.0]
+
+
+def test_reasons_for_unseen_precision_larger_batch_and_flops():
+    d = fit_domain(train_rows())
+    cand = train_rows().iloc[[0, 0, 0, 0, 1]].reset_index(drop=True)
+    cand.loc[0, "precision"] = "fp16"
+    cand.loc[1, "batch_size"] = 128
+    cand.loc[2, "flops"] = 3.1e10
+    cand.loc[3, ["precision", "batch_size"]] = ["fp16", 128]
+    inside, why = check_domain(d, cand)
+    assert inside.tolist() == [False, False, False, False, True]
+    assert why[0] == "precision fp16 never measured"
+    assert why[1] == "batch_size 128 > 16"
+    assert why[2] == "flops 3.1e+10 > 8.0e+09"
+    assert why[3] == "precision fp16 never measured; batch_size 128 > 16"
+    assert why[4] == ""
+
+
+def test_no_domain_means_everything_inside():
+    inside, why = check_domain(None, train_rows())
+    assert inside.all() and why == ["", ""]
+    assert isinstance(inside, np.ndarray)

@@ -1,0 +1,89 @@
+"""Split-conformal intervals (carb.model.intervals) on synthetic rows with known log-normal noise."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from carb.data.split import split_dataset
+from carb.errors import ConfigError
+from carb.model.intervals import calibrate, conformal_bounds, coverage_report, interval, with_telemetry
+
+SIGMA = 0.2   # log-normal noise of the measurements around the model's prediction
+
+
+class NoisyTruthModel:
+    """Predicts ``flops / 1e9 * sm / 50`` (ms); records the telemetry it was given."""
+
+    targets_ = ["latency_ms"]
+    telemetry_medians_ = {"all": {"avg_sm_util": 50.0, "avg_mem_util": 40.0}, "small": {"avg_sm_util": 25.0}}
+
+    def predict(self, X: pd.DataFrame) -> pd.DataFrame:
+        self.seen = X
+        return pd.DataFrame({"pred_latency_ms": X["flops"] / 1e9 * X["avg_sm_util"] / 50.0}, index=X.index)
+
+
+def rows(n: int, seed: int) -> pd.DataFrame:
+    """n candidate rows with measured telemetry different from the medians, and latency whose
+    log-ratio to the screening-mode prediction is N(0, SIGMA)."""
+    rng = np.random.default_rng(seed)
+    b = rng.choice([1, 2, 8, 16, 64], n)
+    df = pd.DataFrame({"batch_size": b, "flops": rng.uniform(1e8, 1e10, n) * b,
+                       "total_activation_MB": rng.uniform(1, 100, n),
+                       "avg_sm_util": rng.uniform(10, 90, n), "avg_mem_util": rng.uniform(10, 90, n)})
+    sm_med = np.where(b <= 4, 25.0, 50.0)
+    df["latency_ms"] = df["flops"] / 1e9 * sm_med / 50.0 * np.exp(rng.normal(0, SIGMA, n))
+    return df
+
+
+def test_coverage_is_nominal_on_held_out_rows():
+    model = NoisyTruthModel()
+    cal = calibrate(model, rows(600, 0), coverage=0.9)
+    # calibrated in screening mode: telemetry replaced by the batch-tier medians
+    assert set(model.seen["avg_sm_util"]) == {25.0, 50.0}
+    assert cal["latency_ms"]["n"] == 600
+    assert cal["latency_ms"]["upper"] == pytest.approx(1.645 * SIGMA, rel=0.15)
+    rep = coverage_report(cal, model, rows(5000, 1))
+    assert abs(rep["latency_ms"]["coverage"] - 0.9) < 0.03
+    assert rep["latency_ms"]["mean_rel_width"] == pytest.approx(np.exp(0.329) - np.exp(-0.329), rel=0.15)
+
+
+def test_intervals_widen_with_coverage():
+    model = NoisyTruthModel()
+    cal = calibrate(model, rows(400, 2), coverage=0.9)
+    pred = model.predict(with_telemetry(rows(50, 3), model.telemetry_medians_))
+    widths = []
+    for c in (0.5, 0.8, 0.9, 0.95):
+        iv = interval(cal, pred, c)
+        assert (iv["lo_latency_ms"] <= pred["pred_latency_ms"]).all()
+        assert (iv["hi_latency_ms"] >= pred["pred_latency_ms"]).all()
+        widths.append(float((iv["hi_latency_ms"] - iv["lo_latency_ms"]).sum()))
+    assert widths == sorted(widths) and widths[0] < widths[-1]
+    covs = [coverage_report(cal, model, rows(2000, 4), coverage=c)["latency_ms"]["coverage"] for c in (0.5, 0.9)]
+    assert covs[0] < covs[1]
+
+
+def test_conformal_bounds_small_n_and_bad_coverage():
+    lo, hi = conformal_bounds([0.1, -0.1, 0.0], 0.9)     # 3 rows cannot give 90 %: unbounded
+    assert lo == -np.inf and hi == np.inf
+    lo, hi = conformal_bounds(np.linspace(-1, 1, 199), 0.9)
+    assert lo == pytest.approx(-1 + 9 * 2 / 198) and hi == pytest.approx(-1 + 189 * 2 / 198)   # 10th, 190th
+    with pytest.raises(ConfigError, match="coverage"):
+        calibrate(NoisyTruthModel(), rows(20, 0), coverage=1.5)
+
+
+def test_four_part_split_keeps_a_calibration_part_and_three_parts_are_unchanged():
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from synthetic import synthetic_dataset
+
+    df = synthetic_dataset(200, seed=1)
+    three = split_dataset(df, seed=0)
+    four = split_dataset(df, seed=0, fractions=(0.6, 0.15, 0.1, 0.15))
+    assert len(three.cal) == 0 and len(three.frames(df)) == 3
+    parts = [four.train, four.val, four.cal, four.test]
+    assert sum(len(p) for p in parts) == 200 and len(np.unique(np.concatenate(parts))) == 200
+    assert 10 <= len(four.cal) <= 30
+    train, val, cal, test = four.frames4(df)
+    assert len(cal) == len(four.cal) and len(four.frames(df)) == 3
