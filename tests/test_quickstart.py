@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import os
+
 import pytest
 from synthetic import synthetic_dataset
 
@@ -204,3 +206,16 @@ def test_screen_command_leaves_one_folder_per_run(qs):
     assert len(new) == 1, new
     names = {p.name for p in new[0].iterdir()}
     assert {".hydra", "screen.log", "scored.parquet", "shortlist.csv", "pareto.png"} <= names
+
+
+@pytest.mark.parametrize("typo, needle", [("screen.budget.latency_ms=abc", "screen.budget.latency_ms"),
+                                          ("foo=1", "Could not override 'foo'")])
+def test_quickstart_typo_is_one_line_before_any_training(tmp_path, typo, needle):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "carb.quickstart", typo], capture_output=True, text=True,
+                       cwd=tmp_path, env={**os.environ, "CARB_HOME": str(tmp_path / "home")})
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("carb-quickstart: error:")]
+    assert r.returncode == 2 and len(errors) == 1 and needle in errors[0], r.stderr[-1500:]
+    assert "Traceback" not in r.stderr and not (tmp_path / "home" / "mlruns").exists()   # nothing trained

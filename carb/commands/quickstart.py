@@ -13,13 +13,33 @@ import time
 from typing import Any
 
 from carb.commands.cli import compose, fail
-from carb.errors import CarbError
+from carb.errors import CarbError, ConfigError
 
 
 def _split(argv: list[str]) -> tuple[list[str], list[str]]:
     common = [a for a in argv if a.split("=", 1)[0].lstrip("+~").startswith(("tracking.", "paths."))]
     rest = [a for a in argv if a not in common]
     return common, rest
+
+
+def composed_first(name: str, common: list[str], screen_overrides: list[str]) -> dict[str, Any]:
+    """Compose and check the train, promote and screen configs before anything runs: a typo is one
+    line (:class:`ConfigError`), not a traceback after training."""
+    from carb.commands.checks import check_config
+    from carb.commands.cli import composition_error_line
+
+    try:
+        cfgs = {"train": compose("train", ["model=carb_fast", *common]),
+                "promote": compose("promote", [f"promote.name={name}", *common]),
+                "screen": compose("screen", ["screen=quickstart", f"screen.target=models:/{name}@champion",
+                                             *common, *screen_overrides])}
+    except Exception as e:  # noqa: BLE001 - Hydra's and OmegaConf's composition errors become one line
+        if not (type(e).__module__ or "").startswith(("hydra", "omegaconf")):
+            raise
+        raise ConfigError(composition_error_line(e)) from None
+    check_config("train", cfgs["train"])
+    check_config("screen", cfgs["screen"])
+    return cfgs
 
 
 def run_quickstart(argv: list[str] | None = None) -> dict[str, Any]:
@@ -33,24 +53,25 @@ def run_quickstart(argv: list[str] | None = None) -> dict[str, Any]:
 
     common, screen_overrides = _split(list(argv or []))
     t0 = time.perf_counter()
-    cfg = compose("screen", common)
-    tracking.configure(cfg.tracking.uri, cfg.tracking.get("artifact_root"))
     ref = reference_dataset()
     device = str(ref["device_name"].iloc[0])
     name = model_name(ok_rows(ref))
+    cfgs = composed_first(name, common, screen_overrides)   # every mistake is found before any work
+    cfg = cfgs["screen"]
+    print(f"carb-quickstart: tracking store {cfg.tracking.uri}")
+    tracking.configure(cfg.tracking.uri, cfg.tracking.get("artifact_root"))
     steps = []
     if tracking.get_alias(name, "champion") is None:
         print(f"carb-quickstart: no champion for {name} in {cfg.tracking.uri}; training the fast preset "
               f"on the shipped reference dataset ({len(ref)} rows measured on {device})")
-        run_train(compose("train", ["model=carb_fast", *common]))
+        run_train(cfgs["train"])
         steps.append("train")
-        run_promote(compose("promote", [f"promote.name={name}", *common]))
+        run_promote(cfgs["promote"])
         steps.append("promote")
     else:
         print(f"carb-quickstart: {name}@champion exists (version {tracking.get_alias(name, 'champion')}); "
               f"screening straight away")
-    out = run_screen(compose("screen", ["screen=quickstart", f"screen.target=models:/{name}@champion",
-                                        *common, *screen_overrides]))
+    out = run_screen(cfg)
     steps.append("screen")
     uri = cfg.tracking.uri
     print(f"carb-quickstart: done in {time.perf_counter() - t0:.0f} s ({' -> '.join(steps)}).")
@@ -60,9 +81,10 @@ def run_quickstart(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def main() -> None:
-    from carb.commands.cli import concise_warnings
+    from carb.commands.cli import concise_warnings, telemetry_off
 
     concise_warnings()
+    telemetry_off()
     try:
         run_quickstart(sys.argv[1:])
     except CarbError as e:
