@@ -14,13 +14,13 @@ import pytest
 from synthetic import synthetic_dataset
 
 from carb.commands.cli import compose
-from carb.data.io import reference_dataset, save_dataset
-from carb.data.schema import ok_rows
+from carb.data.io import load_dataset, reference_dataset, save_dataset
+from carb.data.schema import model_name, ok_rows
 from carb.data.split import split_dataset
 from carb.design.space import load_space
 
 FAST = ["evaluate.lobo.enabled=false", "evaluate.figures=false"]
-MODEL = "carb-amd-epyc"   # the registered name of the shipped reference dataset's device (AMD EPYC)
+MODEL = model_name(ok_rows(load_dataset("reference")))   # carb-amd-epyc[-<device_id>]: the shipped data's device
 
 
 def screen_budget(*overrides: str) -> dict[str, float]:
@@ -29,16 +29,19 @@ def screen_budget(*overrides: str) -> dict[str, float]:
     return {k: float(v) for k, v in b.items() if v is not None}
 
 
-def expected_decisions(scored: pd.DataFrame, budget: dict[str, float], mae: dict[str, float]):
-    """The screening rule written out: borderline within one test MAE of a budget line, else accept when
-    every budgeted prediction is within its limit, else reject. Returns (decisions, feasible)."""
+def expected_decisions(scored: pd.DataFrame, budget: dict[str, float]):
+    """The screening rule written out: borderline when a prediction interval [lo, hi) crosses a budget
+    line, else accept when every budgeted prediction is within its limit, else reject; a precision the
+    model never measured is never accept (unverified). Returns (decisions, feasible)."""
     feasible = np.ones(len(scored), dtype=bool)
     near = np.zeros(len(scored), dtype=bool)
     for t, limit in budget.items():
         p = scored[f"pred_{t}"].to_numpy()
         feasible &= p <= limit
-        near |= np.abs(p - limit) <= mae[t]
-    return np.where(near, "borderline", np.where(feasible, "accept", "reject")), feasible
+        near |= (scored[f"lo_{t}"].to_numpy() <= limit) & (limit < scored[f"hi_{t}"].to_numpy())
+    want = np.where(near, "borderline", np.where(feasible, "accept", "reject"))
+    want = np.where(scored["never_measured"].to_numpy(bool) & (want != "reject"), "unverified", want)
+    return want, feasible
 
 
 @pytest.fixture(scope="module")
@@ -66,15 +69,17 @@ def test_quickstart_fresh_store_trains_promotes_screens(qs):
     scored = pd.read_parquet(out / "scored.parquet")
     assert len(scored) == first["n_candidates"] == len(load_space("screening")) and scored["config_id"].is_unique
     assert "pred_energy_J" not in scored  # the CPU reference has no energy: no energy stage
-    # every decision follows the quickstart budget and the champion's test MAE (one MAE = borderline)
+    # every decision follows the quickstart budget and the champion's calibrated intervals
     model = load_model(f"models:/{MODEL}@champion", tracking_uri=qs["uri"])
+    assert model.intervals_["coverage"] == 0.9 and model.domain_
     budget = screen_budget("screen=quickstart")
     assert set(budget) == {"peak_memory_MB", "latency_ms"}
-    want, feasible = expected_decisions(scored, budget, model.test_mae_)
+    want, feasible = expected_decisions(scored, budget)
     assert (scored["decision"].to_numpy() == want).all()
+    assert not ((scored["decision"] == "accept") & scored["never_measured"]).any()
     counts = scored["decision"].value_counts()
-    assert [first[f"n_{d}"] for d in ("accept", "borderline", "reject")] == \
-        [int(counts.get(d, 0)) for d in ("accept", "borderline", "reject")]
+    assert [first[f"n_{d}"] for d in ("accept", "borderline", "unverified", "reject")] == \
+        [int(counts.get(d, 0)) for d in ("accept", "borderline", "unverified", "reject")]
     assert first["n_accept"] > 0 and first["n_reject"] > 0          # the budget splits the grid
     # the shortlist: feasible candidates only, the Pareto front first, then by predicted latency
     short = pd.read_csv(out / "shortlist.csv")
@@ -150,7 +155,8 @@ def test_validation_on_held_out_reference(qs):
     v = r["validation"]
     model = load_model(f"models:/{MODEL}@champion", tracking_uri=qs["uri"])
     ref = ok_rows(reference_dataset())
-    test = split_dataset(ref, seed=int(compose("train").split.seed)).frames(ref)[2]
+    sp = compose("train").split
+    test = split_dataset(ref, seed=int(sp.seed), fractions=tuple(sp.fractions)).frames4(ref)[3]
     assert v["validate_n_rows"] == len(test) and 0 < len(test) < len(ref)   # the held-out rows only
     pred = model.predict(test)
     for t, limit in screen_budget("screen=quickstart").items():

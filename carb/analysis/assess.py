@@ -41,6 +41,13 @@ def evaluate_cascade(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.D
             metrics[f"weight_{t}_{m}"] = w
         for name, rep in cascade.corrector_report_.get(t, {}).items():
             metrics[f"corrector_{name}_{t}_kept"] = float(bool(rep.get("kept")))
+    if getattr(cascade, "intervals_", None):
+        from carb.model.intervals import coverage_report
+
+        metrics["interval_nominal"] = float(cascade.intervals_.get("coverage", float("nan")))
+        for t, r in coverage_report(cascade.intervals_, cascade, test, test[targets]).items():
+            metrics[f"interval_test_{t}_coverage"] = r["coverage"]
+            metrics[f"interval_test_{t}_width"] = r["mean_rel_width"]
     btarget, bvalue = budget_value(ev.get("budget") or {}, train)
     metrics.update(budget_metrics(test, pred, btarget, bvalue))
     b1 = FlopsLinear().fit(train, train[targets])
@@ -66,7 +73,8 @@ def evaluate_cascade(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.D
         t0 = time.perf_counter()
         splits = default_splits(full, float(xcfg.get("train_share", 0.7)), int(xcfg.get("min_rows", 20)))
         say = (lambda msg: print(f"carb-train: {msg}", flush=True)) if xcfg.get("progress", True) else None
-        xval = evaluate_splits(lambda: clone(cascade), full, splits, targets, progress=say)
+        cover = float(cascade.intervals_["coverage"]) if getattr(cascade, "intervals_", None) else None
+        xval = evaluate_splits(lambda: clone(cascade), full, splits, targets, progress=say, interval_coverage=cover)
         metrics.update(split_metrics(xval))
         metrics["xval_fit_s"] = time.perf_counter() - t0
     scfg = ev.get("sanity") or {}

@@ -103,16 +103,26 @@ def default_splits(df: pd.DataFrame, train_share: float = 0.7, min_rows: int = 2
 
 
 def evaluate_splits(make_model: Callable[[], Any], df: pd.DataFrame, splits: Sequence[Split],
-                    targets: Sequence[str] = TARGETS, progress: Callable[[str], None] | None = None) -> pd.DataFrame:
+                    targets: Sequence[str] = TARGETS, progress: Callable[[str], None] | None = None,
+                    interval_coverage: float | None = None, cal_share: float = 0.15, seed: int = 0) -> pd.DataFrame:
     """Fit ``make_model()`` and B1 on each split's train rows; score both on its test rows.
 
+    With ``interval_coverage``, a seeded ``cal_share`` of each split's train rows is held out to
+    calibrate the model's intervals (:func:`carb.model.intervals.calibrate`) and their coverage and mean
+    relative width on the test rows are reported (``interval_coverage``, ``interval_width``).
+
     Returns one row per split x target: split, description, target, n_train, n_test, r2, mape,
-    b1_r2, b1_mape (MAPE in %), fit_s. Targets a split's data does not measure are skipped."""
+    b1_r2, b1_mape (MAPE in %), fit_s[, interval_coverage, interval_width]. Targets a split's data
+    does not measure are skipped."""
     from carb.model.baselines import FlopsLinear
 
     rows = []
     for i, sp in enumerate(splits):
         tr, te = df[sp.train].reset_index(drop=True), df[sp.test].reset_index(drop=True)
+        cal = tr.iloc[:0]
+        if interval_coverage is not None and len(tr) >= 40:
+            pick = np.random.default_rng(seed).random(len(tr)) < cal_share
+            tr, cal = tr[~pick].reset_index(drop=True), tr[pick].reset_index(drop=True)
         ts = [t for t in targets if t in df.columns and tr[t].notna().sum() >= 10 and te[t].notna().sum() >= 2]
         if not ts:
             continue
@@ -125,6 +135,14 @@ def evaluate_splits(make_model: Callable[[], Any], df: pd.DataFrame, splits: Seq
         fit_s = time.perf_counter() - t0
         pred = model.predict(te)
         b1 = FlopsLinear().fit(tr, tr[ts]).predict(te)
+        cover: dict[str, dict[str, float]] = {}
+        if len(cal) >= 10 and interval_coverage is not None:
+            from carb.model.intervals import calibrate, coverage_report
+
+            cov_ts = [t for t in ts if cal[t].notna().sum() >= 10]
+            if cov_ts:
+                cover = coverage_report(calibrate(model, cal, cal[cov_ts], coverage=interval_coverage), model,
+                                        te, te[cov_ts])
         for t in ts:
             col = f"pred_{t}"
             if col not in pred.columns:
@@ -133,9 +151,11 @@ def evaluate_splits(make_model: Callable[[], Any], df: pd.DataFrame, splits: Seq
             b = regression_metrics(te[t], b1[col])
             rows.append({"split": sp.name, "description": sp.description, "target": t, "n_train": len(tr),
                          "n_test": int(te[t].notna().sum()), "r2": m["r2"], "mape": m["mape"],
-                         "b1_r2": b["r2"], "b1_mape": b["mape"], "fit_s": fit_s})
+                         "b1_r2": b["r2"], "b1_mape": b["mape"], "fit_s": fit_s,
+                         "interval_coverage": cover.get(t, {}).get("coverage", np.nan),
+                         "interval_width": cover.get(t, {}).get("mean_rel_width", np.nan)})
     return pd.DataFrame(rows, columns=["split", "description", "target", "n_train", "n_test", "r2", "mape",
-                                       "b1_r2", "b1_mape", "fit_s"])
+                                       "b1_r2", "b1_mape", "fit_s", "interval_coverage", "interval_width"])
 
 
 def split_metrics(table: pd.DataFrame) -> dict[str, float]:
@@ -145,6 +165,9 @@ def split_metrics(table: pd.DataFrame) -> dict[str, float]:
         key = f"xval_{r.split}_{r.target}"
         out.update({f"{key}_r2": float(r.r2), f"{key}_mape": float(r.mape), f"{key}_b1_r2": float(r.b1_r2),
                     f"{key}_b1_mape": float(r.b1_mape)})
+        if np.isfinite(r.interval_coverage):
+            out[f"interval_{r.split}_{r.target}_coverage"] = float(r.interval_coverage)
+            out[f"interval_{r.split}_{r.target}_width"] = float(r.interval_width)
     return out
 
 
@@ -170,8 +193,11 @@ def format_table(table: pd.DataFrame) -> str:
     for c in ("mape", "b1_mape"):
         show[c] = show[c].map(lambda v: f"{v:.1f}%")
     show["fit_s"] = show["fit_s"].map(lambda v: f"{v:.1f}")
-    return show[["split", "target", "n_train", "n_test", "r2", "b1_r2", "mape", "b1_mape", "description"]].to_string(
-        index=False)
+    cols = ["split", "target", "n_train", "n_test", "r2", "b1_r2", "mape", "b1_mape"]
+    if show["interval_coverage"].notna().any():
+        show["coverage"] = show["interval_coverage"].map(lambda v: "-" if pd.isna(v) else f"{v:.2f}")
+        cols.append("coverage")
+    return show[cols + ["description"]].to_string(index=False)
 
 
 def sanity_report(model: Any, grid: pd.DataFrame, tol: float = 1e-9) -> dict[str, float]:

@@ -120,7 +120,8 @@ RULES: dict[str, list[tuple[str, Rule]]] = {
               ("evaluate.extrapolation.enabled", boolean()), ("evaluate.extrapolation.train_share", number(0.05, 0.95)),
               ("evaluate.extrapolation.min_rows", integer(2)), ("evaluate.sanity.enabled", boolean()),
               ("evaluate.budget.target", one_of(*_TARGETS)), ("evaluate.budget.value", number(positive=True, optional=True)),
-              ("evaluate.importances_top", integer(1)), ("evaluate.figures", boolean())],
+              ("evaluate.importances_top", integer(1)), ("evaluate.figures", boolean()),
+              ("evaluate.interval_coverage", number(0.01, 0.99))],
     "tune": [*_MODEL, ("tune.n_trials", integer(1)), ("tune.blend_trials", integer(0)), ("tune.worker", integer(0)),
              ("tune.seed", integer(0)), ("tune.timeout_s", number(positive=True, optional=True)),
              ("tune.metric", one_of("mae", "rmse", "mape")), ("tune.members", subset_of(*_MEMBERS)),
@@ -131,6 +132,7 @@ RULES: dict[str, list[tuple[str, Rule]]] = {
                 ("shard.index", integer(0)), ("shard.count", integer(1)), ("retry", one_of("none", "errors")),
                 ("resume.mix_protocols", boolean()), ("device.index", integer(0))],
     "screen": [("screen.top_k", integer(1)), ("screen.shortlist_size", integer(1)),
+               ("screen.outside", one_of("flag", "drop", "only")), ("screen.interval_coverage", number(0.01, 0.99)),
                *((f"screen.budget.{t}", number(positive=True, optional=True)) for t in _TARGETS)],
 }
 

@@ -138,6 +138,9 @@ def _coverage(value: Any) -> float | None:
 
 def run_screen(cfg: Any) -> dict[str, Any]:
     """Screen the grid and log the run. Returns counts, stage figures, timings and file paths."""
+    from carb.commands.checks import check_config
+
+    check_config("screen", cfg)
     uri = cfg.tracking.uri
     art = cfg.tracking.get("artifact_root")
     tracking.configure(uri, art)

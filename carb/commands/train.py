@@ -60,8 +60,9 @@ def run_train(cfg: Any) -> dict[str, Any]:
 
     data_path = str(cfg.data.get("path") or "reference")
     full, device = load_training_frame(data_path, cfg.data.get("device"))
-    split = split_dataset(full, seed=int(cfg.split.seed))
-    train, val, test = split.frames(full)
+    seed, fractions = int(cfg.split.seed), tuple(float(f) for f in cfg.split.get("fractions", (0.7, 0.15, 0.15)))
+    split = split_dataset(full, seed=seed, fractions=fractions)
+    train, val, cal, test = split.frames4(full)
     model_cfg, preset = resolve_auto(to_dict(cfg.model), len(train))
     tuned = model_cfg.pop("tuned_from", None)
     tune_tags: dict[str, str] = {}
@@ -82,7 +83,14 @@ def run_train(cfg: Any) -> dict[str, Any]:
     for t, reason in cascade.dropped_targets_.items():
         print(f"carb-train: {reason}")
     cascade.record_test_mae(test, test[targets])
+    cascade.split_seed_, cascade.split_fractions_ = seed, list(fractions)
     ev = to_dict(cfg.evaluate)
+    if len(cal):
+        from carb.model.intervals import calibrate
+
+        cascade.intervals_ = calibrate(cascade, cal, cal[targets], coverage=float(ev.get("interval_coverage", 0.9)))
+    else:
+        print("carb-train: split.fractions has no calibration part; the model gets no prediction intervals")
     metrics, extras = evaluate_cascade(cascade, train, val, test, full, ev)
 
     slug = device_slug(device)
@@ -93,9 +101,9 @@ def run_train(cfg: Any) -> dict[str, Any]:
             "feature_set": cascade.feature_set_, "preset": preset,
             "targets": ",".join(cascade.targets_), "dataset": data_path, **tune_tags}
     fit = {"cascade": cascade, "metrics": metrics, "extras": extras, "full": full, "test": test,
-           "sizes": [len(train), len(val), len(test)], "device": device, "data_path": data_path,
+           "sizes": [len(train), len(val), len(cal), len(test)], "device": device, "data_path": data_path,
            "preset": preset, "run_name": run_name, "reg_name": reg_name, "tags": tags,
-           "split": f"seed={int(cfg.split.seed)}", "config": to_dict(cfg), "sweep": sweep_tags()}
+           "split": f"seed={seed},fractions={','.join(f'{f:g}' for f in fractions)}", "config": to_dict(cfg), "sweep": sweep_tags()}
     folder = save_fit(fit, fit_folder(cfg))
     return log_fit(fit, cfg, folder)
 
@@ -171,6 +179,11 @@ def log_fit(fit: dict[str, Any], cfg: Any, folder: Path) -> dict[str, Any]:
             src = resolve_path(fit["data_path"])
             digest = tracking.log_dataset(fit["full"], name=src.stem, source=str(src), context="training")
             tracking.set_tags({"dataset_digest": digest, "split": fit["split"], "fit_folder": str(folder)})
+            if getattr(cascade, "intervals_", None):
+                tracking.log_dict({k: ({kk: vv for kk, vv in v.items() if kk != "log_ratios"} if isinstance(v, dict) else v)
+                                   for k, v in cascade.intervals_.items()}, "intervals.json")
+            if getattr(cascade, "domain_", None):
+                tracking.log_dict(cascade.domain_, "domain.json")
             logged = tracking.log_metrics(metrics)
             tracking.log_dict(cascade.summary(), "cascade_summary.json")
             if extras.get("extrapolation") is not None:
@@ -205,8 +218,14 @@ def log_fit(fit: dict[str, Any], cfg: Any, folder: Path) -> dict[str, Any]:
 def print_fit(fit: dict[str, Any], table: str, info: dict[str, Any], run_id: str) -> None:
     """The terminal report: results table, sanity, extrapolation table, registration."""
     metrics, extras = fit["metrics"], fit["extras"]
-    n_tr, n_va, n_te = fit["sizes"]
-    print(f"carb-train: {fit['run_name']}  ({n_tr}/{n_va}/{n_te} train/val/test rows, device {fit['device']!r})")
+    n_tr, n_va, n_ca, n_te = fit["sizes"]
+    print(f"carb-train: {fit['run_name']}  ({n_tr}/{n_va}/{n_ca}/{n_te} train/val/cal/test rows, device {fit['device']!r})")
+    cov = {k: v for k, v in metrics.items() if k.startswith("interval_test_") and k.endswith("_coverage")}
+    if cov:
+        print("carb-train: interval coverage on the test split (nominal "
+              f"{metrics.get('interval_nominal', float('nan')):.2f}): "
+              + ", ".join(f"{k[14:-9]} {v:.3f} (width {metrics.get(k[:-9] + '_width', float('nan')):.2f})"
+                          for k, v in cov.items()))
     print(table)
     san = {k: v for k, v in metrics.items() if k.startswith("sanity_") and k != "sanity_n"}
     if san:

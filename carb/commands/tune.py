@@ -103,7 +103,8 @@ def run_tune(cfg: Any) -> dict[str, Any]:
     seed = int(tc.seed) + worker
 
     full, device = load_training_frame(str(cfg.data.get("path") or "reference"), cfg.data.get("device"))
-    train, val, _test = split_dataset(full, seed=int(cfg.split.seed)).frames(full)
+    fractions = tuple(float(f) for f in cfg.split.get("fractions", (0.7, 0.15, 0.15)))
+    train, val, _cal, _test = split_dataset(full, seed=int(cfg.split.seed), fractions=fractions).frames4(full)
     from carb.model.presets import resolve_auto
 
     model_cfg, _ = resolve_auto(to_dict(cfg.model), len(train))

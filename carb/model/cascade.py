@@ -110,6 +110,7 @@ class CarbCascade(RegressorMixin, BaseEstimator):
     ``probe_val_mae_``, ``corrector_report_``, ``val_mae_``,
     ``test_mae_`` (filled by :meth:`record_test_mae`), ``telemetry_medians_``, ``device_name_``,
     ``device_id_`` and ``device_fingerprint_`` (JSON; None for data without a fingerprint),
+    ``domain_`` (knob values and feature ranges of the training rows, :mod:`carb.model.domain`),
     ``oof_predictions_`` (train rows), ``fit_seconds_`` (per stage, incl. out-of-fold fits).
     """
 
@@ -285,6 +286,9 @@ class CarbCascade(RegressorMixin, BaseEstimator):
                                    f"(or set model.physics=false)")
             self.input_columns_ += [c for c in PRIOR_INPUTS if c not in self.input_columns_]
         self.telemetry_medians_ = telemetry_medians(X) if "batch_size" in X.columns else {}
+        from carb.model.domain import fit_domain
+
+        self.domain_ = fit_domain(X)
         if "device_name" in X.columns and X["device_name"].notna().any():
             self.device_name_ = str(X["device_name"].dropna().astype(str).mode().iloc[0])
         else:
