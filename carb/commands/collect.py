@@ -128,6 +128,8 @@ def run_collect(cfg: Any) -> dict[str, Any]:
     check_config('collect', cfg)
     t_start = time.perf_counter()
     c = to_dict(cfg)
+    if c.get("import_run"):
+        return import_run(c)
     index, count, max_minutes, limit = _settings(c)
     retry_statuses, mix_protocols = _resume_settings(c)
     deadline = t_start + 60.0 * max_minutes if max_minutes else None
@@ -216,6 +218,36 @@ def run_collect(cfg: Any) -> dict[str, Any]:
                                          context="collection")
                     tracking.log_artifact(out, "dataset")
     return result
+
+
+def import_run(c: Mapping[str, Any]) -> dict[str, Any]:
+    """``import_run=<dir>``: write the rows a lent-GPU run brought back (experiments/gpu/run.py) to
+    ``out`` (provenance beside it as ``<out stem>.provenance.json``) and log them to MLflow."""
+    import json
+    from pathlib import Path
+
+    from carb.data.importers.gpu_run import import_gpu_run
+    from carb.data.io import save_dataset
+
+    df, prov = import_gpu_run(c["import_run"])
+    out = Path(str(c.get("out")))
+    if out.suffix.lower() not in (".parquet", ".csv"):
+        raise ConfigError(f"out: with import_run give a .parquet or .csv file, got {str(out)!r}")
+    check_writable(out)
+    save_dataset(df, out)
+    out.with_name(out.stem + ".provenance.json").write_text(json.dumps(prov, indent=1, default=str))
+    tr = c.get("tracking") or {}
+    name = device_slug(str(df["device_name"].iloc[0]))
+    with tracking.start_run("collect", c.get("run_name") or f"import-run-{name}-{prov.get('device_id')}",
+                            tracking_uri=tr.get("uri"), artifact_root=tr.get("artifact_root"),
+                            tags={"device_name": str(df["device_name"].iloc[0]), "device_id": str(prov.get("device_id")),
+                                  "source": "experiments/gpu/run.py", "import_run": str(c["import_run"])}) as run_id:
+        tracking.log_metrics({"n_rows": len(df), "n_ok": int((df["status"] == "ok").sum())})
+        tracking.log_dict(prov, "provenance.json")
+        tracking.log_dataset(df, name=f"{name}-gpu-run", source=str(out), context="collection")
+    print(f"carb-collect: imported {len(df)} rows of {df['device_name'].iloc[0]} ({prov.get('device_id')}) into {out}")
+    return {"out": str(out), "run_id": run_id, "n_rows": len(df), "n_ok": int((df["status"] == "ok").sum()),
+            "device_id": prov.get("device_id")}
 
 
 main = hydra_command("collect")(run_collect)

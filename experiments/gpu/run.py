@@ -1,0 +1,290 @@
+"""The prepared GPU run: measure as many configurations of the `paper` space as fit, with energy, on a
+lent GPU, and bring back at most 8 flat files.
+
+    python3 experiments/gpu/run.py --minutes 7 --out DIR
+
+Self-contained: it imports only the standard library, torch, pynvml (package nvidia-ml-py), numpy,
+pandas, pyarrow, pyyaml and this repository's modules that need nothing else (no venv, no pip, no
+Hydra, no MLflow). It never changes clocks or power limits. Files written into ``--out`` (flat):
+
+    dataset.parquet     the rows (CARB schema; rewritten atomically every few rows)
+    counter_trace.csv   the energy counter as polled while its update period was measured (t_s, mJ)
+    period.json         the counter's measured update period
+    provenance.json     device facts, fingerprint and device_id, settings, counts, timings, drift
+    run.log             what happened, with timestamps
+
+Protocol (:mod:`carb.measure.sweep`, settings in ``experiments/gpu/run.yaml``): the update period first;
+then architectures in a seeded shuffled order, each built once and swept over its precisions, input
+sizes and batch sizes; a window of ``max(k x period, m x latency)`` per configuration with energy from
+the counter's update edges; telemetry from the same window; no sleeps. It stops starting
+configurations ``margin_s`` before the deadline and skips any configuration predicted not to fit; a
+sticky CUDA error ends the run with what it has. ``--fake-device`` runs the same code on the CPU with
+a fake counter (dry runs, tests). Back home: ``carb-collect import_run=DIR`` or
+:func:`carb.data.importers.gpu_run.import_gpu_run`.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import platform
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import pandas as pd  # noqa: E402
+import yaml  # noqa: E402
+
+FILES = ("dataset.parquet", "counter_trace.csv", "period.json", "provenance.json", "run.log")
+
+
+class Log:
+    """Timestamped lines to run.log and stdout."""
+
+    def __init__(self, path: Path, t0: float) -> None:
+        self.path, self.t0 = path, t0
+        self.fh = open(path, "a", buffering=1)
+
+    def __call__(self, msg: str) -> None:
+        line = f"[{datetime.now(timezone.utc).strftime('%H:%M:%S')} +{time.perf_counter() - self.t0:6.1f}s] {msg}"
+        print(line, flush=True)
+        self.fh.write(line + "\n")
+
+
+def open_device(fake: bool):
+    """``(ops, gpu, facts)``: the real CUDA ops and NVML device, or the CPU fakes."""
+    if fake:
+        from fake import CpuOps, FakeGpu
+
+        ops, gpu = CpuOps(), FakeGpu()
+        facts = {**ops.facts(), "driver": gpu.driver_version(), "power_limit_W": gpu.power_limit_W(), "clocks": {}}
+        return ops, gpu, facts
+    from carb.measure.cuda import TorchCudaOps
+    from carb.measure.nvml import NvmlDevice
+
+    ops = TorchCudaOps(0)
+    gpu = NvmlDevice(0, uuid=ops.uuid())
+    gpu.check_energy_support()
+    facts = {**ops.facts(), "driver": gpu.driver_version(), "power_limit_W": gpu.power_limit_W(),
+             "clocks": {"at_start": gpu.clocks_MHz(), "application": gpu.application_clocks_MHz(),
+                        "locked_sm_MHz": None, "locked_mem_MHz": None}}
+    return ops, gpu, facts
+
+
+def probe_period(ops, gpu, sampler, seconds: float, fake: bool) -> float:
+    """Keep the device busy for ``seconds`` while the sampler polls; return the median update period (s)."""
+    import torch
+
+    t_end = time.perf_counter() + seconds
+    if fake:
+        while time.perf_counter() < t_end:
+            time.sleep(0.01)
+    else:
+        a = torch.randn(4096, 4096, device=ops.device)
+        while time.perf_counter() < t_end:
+            a = (a @ a).clamp_(-1, 1)
+            ops.sync()
+    return sampler.update_period_s()
+
+
+def static_of(configs):
+    """Closed-form static features per config_id (no fvcore on the device)."""
+    from carb.design.features import STATIC_FEATURES, grid_features
+
+    g = grid_features(list(configs))
+    return {cid: {k: r[k] for k in STATIC_FEATURES} for cid, r in zip(g["config_id"], g.to_dict("records"))}
+
+
+def remeasure_drift(rows: list[dict], n: int, until: float, ops, gpu, sampler, s, period: float, log) -> dict:
+    """Measure the first ``n`` ok configurations again if time allows (until ``until``): the ratio new /
+    first of latency and energy per batch tells whether the device drifted (heat, clocks) over the run."""
+    import torch
+
+    from carb.design.arch import TORCH_DTYPES, configs_from_records
+    from carb.design.resnet import build_model
+    from carb.measure.sweep import measure_config
+
+    done = [r for r in rows if r["status"] == "ok"][:n]
+    lat, en = [], []
+    for r in done:
+        if time.perf_counter() + 3 * s.warmup_s + 10 * r["latency_ms"] / 1e3 + 1.0 > until:
+            break
+        (c,) = configs_from_records([{k: r[k] for k in ("block", "depth", "width_mult", "input_size", "batch_size",
+                                                         "precision", "early_downsample", "stages")}])
+        model = build_model(c).to(device=ops.device, dtype=getattr(torch, TORCH_DTYPES[c.precision])).eval()
+        x = torch.randn(c.batch_size, 3, c.input_size, c.input_size, dtype=next(model.parameters()).dtype,
+                        device=ops.device)
+        m = measure_config(model, x, ops, gpu, sampler, s, period)
+        lat.append(m["latency_ms"] / r["latency_ms"])
+        if math.isfinite(m["energy_J"]) and math.isfinite(r["energy_J"]):
+            en.append(m["energy_J"] / r["energy_J"])
+        del model
+        ops.empty_cache()
+
+    def med(v):
+        return sorted(v)[len(v) // 2] if v else float("nan")
+
+    out = {"n": len(lat), "latency_ratio_median": med(lat), "energy_ratio_median": med(en),
+           "latency_ratios": lat, "energy_ratios": en}
+    log(f"drift check: {len(lat)} configs re-measured, latency ratio median {out['latency_ratio_median']:.3f}, "
+        f"energy ratio median {out['energy_ratio_median']:.3f}")
+    return out
+
+
+def write_dataset(rows: list[dict], out: Path) -> None:
+    """Validate and write the rows atomically."""
+    from carb.data.io import write_frame
+    from carb.data.schema import validate_dataset
+
+    if rows:
+        write_frame(validate_dataset(pd.DataFrame(rows), source="gpu run"), out / "dataset.parquet")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="CARB's prepared GPU run (see the module docstring)")
+    ap.add_argument("--minutes", type=float, default=7.0, help="total budget, start-up included")
+    ap.add_argument("--out", required=True, help="folder for the (at most 8, flat) result files")
+    ap.add_argument("--config", default=str(Path(__file__).with_name("run.yaml")))
+    ap.add_argument("--fake-device", action="store_true", help="CPU + fake energy counter (dry runs, tests)")
+    a = ap.parse_args(argv)
+    t_start = time.perf_counter()
+    deadline = t_start + 60.0 * a.minutes
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = Log(out / "run.log", t_start)
+    cfg = yaml.safe_load(Path(a.config).read_text())
+
+    import torch
+
+    from carb.data.schema import device_slug
+    from carb.design.arch import TORCH_DTYPES
+    from carb.design.resnet import build_model
+    from carb.design.space import configs_from_cfg, space_config
+    from carb.measure.base import is_oom
+    from carb.measure.collector import error_line, make_row, shard_configs
+    from carb.measure.counter import CounterSampler
+    from carb.measure.fingerprint import canonical_json, device_id, gpu_fingerprint, protocol_id
+    from carb.measure.sweep import (
+        LatencyModel,
+        SweepSettings,
+        expected_seconds,
+        group_by_architecture,
+        is_sticky,
+        measure_config,
+        render_reasons,
+    )
+
+    s = SweepSettings.from_mapping(cfg.get("protocol") or {})
+    ops, gpu, facts = open_device(a.fake_device)
+    fp = gpu_fingerprint(facts)
+    did = device_id(fp)
+    identity = {"device_name": str(facts.get("device_name")), "device_kind": "cpu" if a.fake_device else "cuda",
+                "driver": str(facts.get("driver")), "torch_version": torch.__version__, "device_id": did,
+                "device_fingerprint": canonical_json(fp), "protocol_id": protocol_id(vars(s), did)}
+    log(f"device {identity['device_name']} ({did}), budget {a.minutes} min, out {out}")
+    side = {"sm": lambda: gpu.utilization_pct()[0], "mem": lambda: gpu.utilization_pct()[1],
+            "temp": gpu.temperature_C}
+    sampler = CounterSampler(gpu.read_energy_mJ, poll_s=s.poll_s, side=side, keep_trace=True).start()
+    period = probe_period(ops, gpu, sampler, float(cfg.get("period_probe_s", 1.5)), a.fake_device)
+    pd.DataFrame(sampler.trace, columns=["t_s", "energy_mJ"]).to_csv(out / "counter_trace.csv", index=False)
+    (out / "period.json").write_text(json.dumps({"update_period_s": period, "n_edges": len(sampler.edges),
+                                                 "poll_s": s.poll_s, "probe_s": cfg.get("period_probe_s")}, indent=1))
+    sampler.keep_trace = False
+    log(f"energy counter update period {1e3 * period:.1f} ms ({len(sampler.edges)} edges)")
+    if not math.isfinite(period):
+        period = 0.1
+
+    space = space_config(str(cfg.get("space", "paper")))
+    configs = shard_configs(configs_from_cfg(space), int(cfg.get("seed", 0)))
+    groups = group_by_architecture(configs)
+    static = static_of(configs)
+    prior = cfg.get("latency_prior") or {}
+    lat_model = LatencyModel(prior_rate=float(prior.get("rate_flops_per_ms", 2e10)),
+                             prior_a_ms=float(prior.get("a_ms", 1.0)), safety=float(prior.get("safety", 1.5)))
+    stop_at = deadline - float(cfg.get("margin_s", 20))
+    build_s = float(cfg.get("build_s", 0.5))
+    rows: list[dict] = []
+    counts = {"ok": 0, "oom": 0, "error": 0, "skipped": 0}
+    stopped = "complete"
+    kernels: dict[tuple, float] = {}
+    for gi, group in enumerate(groups):
+        if time.perf_counter() > stop_at:
+            stopped = "deadline"
+            break
+        plan = [c for c in group if time.perf_counter() + build_s + expected_seconds(
+            lat_model.predict_ms(c.precision, static[c.config_id]["flops"]), period, s) < stop_at]
+        counts["skipped"] += len(group) - len(plan)
+        if not plan:
+            continue
+        base = build_model(plan[0])
+        for prec in sorted({c.precision for c in plan}):
+            model = copy.deepcopy(base).to(device=ops.device, dtype=getattr(torch, TORCH_DTYPES[prec])).eval()
+            for c in [c for c in plan if c.precision == prec]:
+                if time.perf_counter() + expected_seconds(lat_model.predict_ms(prec, static[c.config_id]["flops"]),
+                                                          period, s) > stop_at:
+                    counts["skipped"] += 1
+                    continue
+                status, err, measured = "ok", None, None
+                try:
+                    x = torch.randn(c.batch_size, 3, c.input_size, c.input_size,
+                                    dtype=next(model.parameters()).dtype, device=ops.device)
+                    measured = measure_config(model, x, ops, gpu, sampler, s, period)
+                    key = (c.block, c.depth, c.width_mult, c.early_downsample, prec)
+                    if s.kernels and not a.fake_device and key not in kernels:
+                        kernels[key] = float(ops.count_kernels(lambda m=model, xx=x: m(xx)))
+                    measured["kernel_launches"] = kernels.get(key, float("nan"))
+                    if math.isnan(measured["kernel_launches"]):
+                        measured["_reasons"]["kernel_launches"] = ("not counted on a fake device" if a.fake_device
+                                                                   else "torch.profiler gave no count")
+                except Exception as e:  # noqa: BLE001 - a config's failure is a row, unless the context is gone
+                    if is_sticky(e):
+                        log(f"sticky CUDA error, ending the run: {error_line(e)}")
+                        stopped = "cuda-error"
+                        break
+                    status, err = ("oom" if is_oom(e) else "error"), error_line(e)
+                    ops.empty_cache()
+                reasons = (measured or {}).pop("_reasons", {}) if measured else {}
+                row = make_row(c, identity, static[c.config_id], measured, status, err)
+                row["missing_reason"] = render_reasons(reasons) if measured else row["missing_reason"]
+                rows.append(row)
+                counts[status] += 1
+                if status == "ok":
+                    lat_model.add(prec, static[c.config_id]["flops"], measured["latency_ms"])
+                if len(rows) % int(cfg.get("write_every", 5)) == 0:
+                    write_dataset(rows, out)
+                sampler.drop_before(time.perf_counter() - 5.0)
+            if stopped == "cuda-error":
+                break
+            del model
+            ops.empty_cache()
+        if stopped == "cuda-error":
+            break
+        if gi % 10 == 0:
+            log(f"{gi + 1}/{len(groups)} architectures, {counts['ok']} ok, {counts['oom']} oom, "
+                f"{counts['error']} error, {counts['skipped']} skipped")
+    write_dataset(rows, out)
+    if stopped == "complete" and counts["skipped"]:
+        stopped = f"every remaining configuration was predicted not to finish before the deadline ({counts['skipped']} skipped)"
+    drift = remeasure_drift(rows, int(cfg.get("drift_configs", 10)), stop_at + float(cfg.get("margin_s", 20)) / 2,
+                            ops, gpu, sampler, s, period, log)
+    sampler.stop()
+    prov = {"what": "carb experiments/gpu/run.py on a lent GPU", "device": facts, "fingerprint": fp, "device_id": did,
+            "protocol": vars(s), "config": cfg, "update_period_s": period, "counts": counts, "stopped": stopped,
+            "rows": len(rows), "seconds": time.perf_counter() - t_start, "minutes_budget": a.minutes,
+            "configs_per_minute": counts["ok"] / max((time.perf_counter() - t_start) / 60.0, 1e-9),
+            "drift": drift, "python": platform.python_version(), "torch": torch.__version__,
+            "slug": device_slug(identity["device_name"]), "fake_device": a.fake_device,
+            "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    (out / "provenance.json").write_text(json.dumps(prov, indent=1, default=str))
+    log(f"done: {counts['ok']} ok rows in {prov['seconds']:.0f} s ({prov['configs_per_minute']:.0f}/min), stopped: {stopped}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""The lent-GPU run without a GPU (issue 14): the real protocol code driven by a replayed energy counter
+on a virtual clock (per-batch energy within 1 % of power x latency for update periods of 10-100 ms,
+whatever the number of batches), the deadline logic with a heavy configuration last, and
+experiments/gpu/run.py end to end on the CPU with a fake device while mlflow, hydra, omegaconf,
+fvcore, xgboost and lightgbm cannot be imported."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from replay_nvml import FakeGpu, FakeModel, FakeOps, SteppingCounter, VirtualClock
+
+from carb.measure.counter import CounterSampler, window_energy_J, window_runs
+from carb.measure.sweep import LatencyModel, SweepSettings, expected_seconds, group_by_architecture, measure_config
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _measure(period_s: float, latency_s: float, power_W: float, m_latencies: float, phase_s: float = 0.0):
+    clock = VirtualClock()
+    counter = SteppingCounter(clock, period_s=period_s, power_W=power_W, phase_s=phase_s)
+    gpu = FakeGpu(counter)
+    sampler = CounterSampler(gpu.read_energy_mJ, clock=clock, side={"sm": lambda: gpu.utilization_pct()[0],
+                                                                     "mem": lambda: gpu.utilization_pct()[1],
+                                                                     "temp": gpu.temperature_C})
+    sampler.poll()
+    model = FakeModel(clock, latency_s, sampler)
+    s = SweepSettings(k_periods=6.0, m_latencies=m_latencies, warmup_s=0.05)
+    return measure_config(model, None, FakeOps(), gpu, sampler, s, period_s, clock=clock)
+
+
+@pytest.mark.parametrize("period_s", [0.010, 0.033, 0.1])
+@pytest.mark.parametrize("latency_s", [0.0007, 0.004, 0.031])
+def test_per_batch_energy_within_one_percent(period_s, latency_s):
+    power = 400.0
+    rows = [_measure(period_s, latency_s, power, m, phase_s=ph) for m, ph in ((20, 0.0), (1000, 0.037))]
+    for r in rows:
+        assert r["energy_J"] == pytest.approx(power * latency_s, rel=0.01), (r["n_runs"], r["window_s"])
+        assert r["latency_ms"] == pytest.approx(latency_s * 1e3, rel=1e-6)
+        assert r["window_s"] >= 6 * period_s - 1e-9 and r["avg_power_W"] == pytest.approx(power, rel=0.01)
+        assert r["avg_sm_util"] == 90.0 and r["gpu_temp_C"] == 50.0 and not r["_reasons"]
+    assert rows[1]["n_runs"] > rows[0]["n_runs"]          # different n_runs, same per-batch energy
+
+
+def test_naive_counter_difference_is_what_the_edges_fix():
+    """The error the edge method removes: a plain difference around an unaligned window of 6 periods."""
+    clock = VirtualClock()
+    c = SteppingCounter(clock, period_s=0.1, power_W=400.0, phase_s=0.05)
+    e0 = c.read_mJ()
+    clock.t += 0.63
+    naive = (c.read_mJ() - e0) / 1000.0
+    assert abs(naive / (400.0 * 0.63) - 1) > 0.03
+    assert window_runs(0.001, 0.1, 6, 20) == 600 and window_runs(0.05, 0.1, 6, 20) == 20
+    assert math.isnan(window_energy_J([], 0.0, 1.0)[0])
+
+
+def test_deadline_never_overruns_with_a_heavy_configuration_last():
+    """The run's planning rule (predicted cost from the latency model, skip what does not fit), replayed
+    on a virtual clock with a last configuration far slower than the rest."""
+    s = SweepSettings()
+    model = LatencyModel(prior_rate=1e9, prior_a_ms=1.0, safety=1.5)
+    period, now, stop = 0.1, 0.0, 60.0
+    flops = [5e9] * 40 + [5e13]          # a tiny model 40 times, then one that would take minutes
+    done = []
+    for f in flops:
+        if now + expected_seconds(model.predict_ms("fp16", f), period, s) > stop:
+            continue
+        true_ms = 2.0 + f / 3e9          # the truth is slower than the prior's rate
+        now += expected_seconds(true_ms, period, s)
+        model.add("fp16", f, true_ms)
+        done.append(f)
+    assert now <= stop and 5e13 not in done and len(done) >= 10
+
+
+def test_group_by_architecture_keeps_the_shuffled_order():
+    from carb.design.space import load_space
+    from carb.measure.collector import shard_configs
+
+    cfgs = shard_configs(load_space("smoke"), seed=3)
+    groups = group_by_architecture(cfgs)
+    assert sum(len(g) for g in groups) == len(cfgs)
+    first = []
+    for c in cfgs:
+        key = (c.block, c.depth, c.width_mult, c.early_downsample)
+        if key not in first:
+            first.append(key)
+    assert [(g[0].block, g[0].depth, g[0].width_mult, g[0].early_downsample) for g in groups] == first
+
+
+BLOCKER = textwrap.dedent("""
+    import importlib.abc, runpy, sys
+    BLOCKED = ("mlflow", "hydra", "omegaconf", "fvcore", "xgboost", "lightgbm", "optuna", "matplotlib")
+    class Block(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in BLOCKED:
+                raise ImportError(f"blocked on the GPU machine: {name}")
+            return None
+    sys.meta_path.insert(0, Block())
+    sys.argv = [sys.argv[1]] + sys.argv[2:]
+    runpy.run_path(sys.argv[0], run_name="__main__")
+""")
+
+
+@pytest.mark.slow
+def test_run_py_end_to_end_on_a_fake_device_with_only_the_allowed_imports(tmp_path):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(textwrap.dedent("""
+        space: smoke
+        seed: 0
+        protocol: {k_periods: 4.0, m_latencies: 5.0, min_runs: 3, warmup_s: 0.02, min_warmup: 2, poll_s: 0.002,
+                   kernels: true, overhead_s: 0.05}
+        period_probe_s: 0.3
+        write_every: 2
+        margin_s: 3
+        drift_configs: 2
+        latency_prior: {rate_flops_per_ms: 1.0e8, a_ms: 1.0, safety: 1.5}
+        build_s: 0.3
+    """))
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-c", BLOCKER, str(ROOT / "experiments/gpu/run.py"), "--minutes", "0.5",
+                        "--out", str(out), "--fake-device", "--config", str(cfg)],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    files = sorted(p.name for p in out.iterdir())
+    assert len(files) <= 8 and all((out / f).is_file() for f in files)
+    assert {"dataset.parquet", "counter_trace.csv", "period.json", "provenance.json", "run.log"} <= set(files)
+    from carb.data.importers.gpu_run import import_gpu_run
+
+    df, prov = import_gpu_run(out)
+    ok = df[df["status"] == "ok"]
+    assert len(ok) >= 3 and ok["energy_J"].notna().all() and (ok["energy_J"] > 0).all()
+    assert (ok["energy_window_J"] / ok["n_runs"]).round(9).equals(ok["energy_J"].round(9))
+    assert prov["seconds"] <= 0.5 * 60 + 5 and prov["device_id"] == df["device_id"].iloc[0]
+    period = json.loads((out / "period.json").read_text())["update_period_s"]
+    assert period == pytest.approx(0.05, rel=0.2)           # the fake counter updates every 50 ms
