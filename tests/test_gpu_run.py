@@ -138,3 +138,12 @@ def test_run_py_end_to_end_on_a_fake_device_with_only_the_allowed_imports(tmp_pa
     assert prov["seconds"] <= 0.5 * 60 + 5 and prov["device_id"] == df["device_id"].iloc[0]
     period = json.loads((out / "period.json").read_text())["update_period_s"]
     assert period == pytest.approx(0.05, rel=0.2)           # the fake counter updates every 50 ms
+    # back home: carb-collect import_run=DIR writes the dataset with its provenance and logs it
+    from carb.commands.cli import compose
+    from carb.commands.collect import run_collect
+    from carb.data.io import load_dataset
+
+    dest = tmp_path / "h200.parquet"
+    res = run_collect(compose("collect", [f"import_run={out}", f"out={dest}", f"tracking.uri=sqlite:///{tmp_path}/m.db"]))
+    assert res["n_rows"] == len(df) and len(load_dataset(dest)) == len(df)
+    assert json.loads((tmp_path / "h200.provenance.json").read_text())["device_id"] == prov["device_id"]
