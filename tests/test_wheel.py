@@ -74,7 +74,8 @@ def installed(tmp_path_factory):
 def test_wheel_ships_the_config_tree_and_data_but_no_scripts(installed):
     names = zipfile.ZipFile(installed["wheel"]).namelist()
     conf = {n for n in names if n.startswith("carb/conf/")}
-    want = {f"carb/conf/{p.relative_to(ROOT / 'conf')}" for p in (ROOT / "conf").rglob("*.yaml")}
+    want = {f"carb/conf/{p.relative_to(ROOT / 'conf')}" for p in (ROOT / "conf").rglob("*.yaml")
+            if "gpu" not in p.relative_to(ROOT / "conf").parts}   # the GPU run kit's settings stay home
     assert want and want <= conf
     for n in ("carb/conf/train.yaml", "carb/conf/hydra/output/carb.yaml", "carb/conf/model/carb.yaml",
               "carb/conf/experiment/ablation.yaml", "carb/data/cpu-reference.parquet",
@@ -98,7 +99,7 @@ def test_carb_and_its_configs_come_from_the_installed_copy(installed):
 def test_screen_help_from_another_directory(installed):
     out = _run([installed["venv"] / "bin" / "carb-screen", "--help"], cwd=installed["work"], env=installed["env"])
     assert "== Configuration groups ==" in out
-    assert "space: cpu, paper, screening, smoke" in out and "screen: default, quickstart" in out
+    assert "space: cpu, paper, reference, reference_fp16, screening, smoke" in out and "screen: default, quickstart" in out
     assert "experiment: ablation, lobo, two_stage" in out
     assert not (installed["work"] / "outputs").exists()
 
