@@ -16,12 +16,18 @@ identity
     ``driver`` [str]; ``torch_version`` [str]; ``measured_at`` [str, ISO-8601 UTC];
     ``status`` [str] ok | oom | error | contended (the CPU's contention guard found no clean window
     after ``guard.max_tries`` tries); ``error`` [str] message for non-ok rows;
-    ``missing_reason`` [str] why a target or runtime feature is NaN ("energy_J: ...; avg_sm_util: ...").
+    ``missing_reason`` [str] why a target or runtime feature is NaN ("energy_J: ...; avg_sm_util: ...");
+    ``memory_kind`` [str] what ``peak_memory_MB`` is: ``allocator_peak`` (the framework allocator's
+    peak over one forward, what CARB's meters measure) | ``device_used`` (device-wide used memory as
+    NVML reports it, e.g. optimum-benchmark's ``max_global_vram``); NA where no memory is given;
+    ``source`` [str] where the row came from (``carb-import`` writes the importer and file; NA for
+    CARB's own measurements).
 knobs
     ``block`` [str] basic | bottleneck; ``depth`` [int]; ``width_mult`` [float]; ``input_size`` [int]
     (H = W, pixels); ``batch_size`` [int]; ``precision`` [str] fp32 | fp16 | bf16;
     ``early_downsample`` [bool] ImageNet stem (True) or CIFAR stem (False); ``stages`` [str] blocks
-    per stage, e.g. "2-2-2-2".
+    per stage, e.g. "2-2-2-2"; ``inner_mult`` [float] bottleneck inner width multiplier (torchvision's
+    ``width_per_group / 64``; 1.0 for basic blocks; files written before it are read as 1.0).
 static features
     ``flops`` [float] fvcore count for one forward of the whole batch; ``params`` [int];
     ``param_size_MB`` [float] parameter bytes at the precision / 2**20; ``total_activation_MB`` and
@@ -69,7 +75,7 @@ from carb.errors import DatasetError
 TARGETS: tuple[str, ...] = ("peak_memory_MB", "energy_J", "latency_ms")
 IDENTITY: tuple[str, ...] = ("config_id", "device_name", "device_kind", "device_id", "device_fingerprint",
                              "protocol_id", "driver", "torch_version", "measured_at", "status", "error",
-                             "missing_reason")
+                             "missing_reason", "memory_kind", "source")
 RUNTIME_FEATURES: tuple[str, ...] = ("avg_sm_util", "avg_mem_util", "gpu_temp_C", "kernel_launches")
 RECORD: tuple[str, ...] = ("n_runs", "n_warmup", "latency_std_ms", "energy_window_J", "window_s", "avg_power_W",
                            "locked_sm_clock_MHz", "locked_mem_clock_MHz", "sm_clock_MHz", "mem_clock_MHz",
@@ -81,7 +87,7 @@ _STR, _INT, _FLOAT, _BOOL = "string", "int64", "float64", "bool"
 #: Column dtype of each knob (names and order from :data:`carb.design.arch.KNOBS`).
 _KNOB_DTYPES: dict[str, str] = {"block": _STR, "depth": _INT, "width_mult": _FLOAT, "input_size": _INT,
                                 "batch_size": _INT, "precision": _STR, "early_downsample": _BOOL,
-                                "stages": _STR}
+                                "stages": _STR, "inner_mult": _FLOAT}
 SCHEMA: dict[str, str] = {
     **{c: _STR for c in IDENTITY},
     **{k: _KNOB_DTYPES[k] for k in KNOBS},
@@ -92,6 +98,8 @@ SCHEMA: dict[str, str] = {
 }
 COLUMNS: tuple[str, ...] = tuple(SCHEMA)
 STATUSES = ("ok", "oom", "error", "contended")
+#: Allowed values of ``memory_kind`` (see the module docstring).
+MEMORY_KINDS = ("allocator_peak", "device_used")
 #: Legacy column names -> current ones (see :func:`upgrade_legacy`).
 RENAMED: dict[str, str] = {"duration_s": "window_s"}
 _ANNOUNCED: set[str] = set()
@@ -176,6 +184,32 @@ def upgrade_legacy(df: pd.DataFrame, source: str = "dataset") -> pd.DataFrame:
     return out
 
 
+def fill_added_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """Fill the columns added to the schema after files were written: ``inner_mult`` (missing or NaN:
+    1.0, the default knob), ``memory_kind`` (missing or NA where ``peak_memory_MB`` is given:
+    ``allocator_peak``, what CARB's meters measure), ``source`` (missing: NA). Returns a new frame
+    (or ``df`` itself when nothing is missing)."""
+    todo = ("inner_mult" not in df.columns or df["inner_mult"].isna().any()
+            or "memory_kind" not in df.columns or "source" not in df.columns
+            or ("peak_memory_MB" in df.columns and (df["memory_kind"].isna() & df["peak_memory_MB"].notna()).any()))
+    if not todo:
+        return df
+    out = df.copy()
+    if "inner_mult" not in out.columns:
+        out["inner_mult"] = 1.0
+    else:
+        out["inner_mult"] = out["inner_mult"].fillna(1.0)
+    kind = out["memory_kind"].astype("string") if "memory_kind" in out.columns else \
+        pd.Series(pd.NA, index=out.index, dtype="string")
+    if "peak_memory_MB" in out.columns:
+        given = pd.to_numeric(out["peak_memory_MB"], errors="coerce").notna()
+        kind = kind.mask(kind.isna() & given, "allocator_peak")
+    out["memory_kind"] = kind
+    if "source" not in out.columns:
+        out["source"] = pd.Series(pd.NA, index=out.index, dtype="string")
+    return out
+
+
 def validate_dataset(df: pd.DataFrame, source: str = "dataset") -> pd.DataFrame:
     """Check a frame against the schema and return it with canonical dtypes.
 
@@ -183,7 +217,7 @@ def validate_dataset(df: pd.DataFrame, source: str = "dataset") -> pd.DataFrame:
     a value that does not fit the column's dtype, an unknown status/block/precision, a non-positive
     target where a value is given, or a duplicate ``config_id`` on one device.
     """
-    df = upgrade_legacy(df, source)
+    df = fill_added_columns(upgrade_legacy(df, source))
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
         raise DatasetError(f"{source}: missing column(s) {missing}; a dataset needs all of "
@@ -223,6 +257,14 @@ def validate_dataset(df: pd.DataFrame, source: str = "dataset") -> pd.DataFrame:
         if bad.any():
             raise DatasetError(f"{source}: column {c!r} allows {list(allowed)}; other values in rows "
                                f"{_first_rows(bad)}")
+    bad = (out["memory_kind"].notna() & ~out["memory_kind"].isin(MEMORY_KINDS)).to_numpy()
+    if bad.any():
+        raise DatasetError(f"{source}: column 'memory_kind' allows {list(MEMORY_KINDS)}; other values in rows "
+                           f"{_first_rows(bad)}")
+    bad = ~(out["inner_mult"] > 0).to_numpy()
+    if bad.any():
+        raise DatasetError(f"{source}: knob 'inner_mult' must be a positive number; bad values in rows "
+                           f"{_first_rows(bad)}")
     for c in TARGETS:
         bad = (out[c] <= 0).fillna(False).to_numpy()
         if bad.any():

@@ -39,7 +39,10 @@ LAYERS_PER_BLOCK = {"basic": 2, "bottleneck": 3}
 EXPANSION = {"basic": 1, "bottleneck": 4}
 #: The knobs of a configuration (dataset columns of the same names).
 KNOBS: tuple[str, ...] = ("block", "depth", "width_mult", "input_size", "batch_size", "precision",
-                          "early_downsample", "stages")
+                          "early_downsample", "stages", "inner_mult")
+#: Default of each knob that a configuration need not name (older datasets lack the column; a
+#: configuration with the default value keeps the ``config_id`` it had before the knob existed).
+KNOB_DEFAULTS: dict[str, Any] = {"inner_mult": 1.0}
 _TRUE, _FALSE = ("true", "1"), ("false", "0")
 
 
@@ -110,6 +113,10 @@ class ArchConfig:
         False = 3x3 stride-1 conv stem (CIFAR).
     stages: explicit blocks per stage, or None for the named layout of ``depth``.
     num_classes: classifier outputs.
+    inner_mult: bottleneck inner width multiplier (> 0): the 1x1-3x3-1x1 block's inner width is
+        ``int(planes * inner_mult)`` while its output stays ``4 * planes``; torchvision's
+        ``width_per_group / 64`` (wide_resnet50_2 and wide_resnet101_2: 2.0). Basic blocks have no
+        inner width: only 1.0 is allowed there.
     """
 
     block: str
@@ -121,6 +128,7 @@ class ArchConfig:
     early_downsample: bool = True
     stages: tuple[int, ...] | None = None
     num_classes: int = 1000
+    inner_mult: float = 1.0
     _layout: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -142,6 +150,7 @@ class ArchConfig:
         if not math.isfinite(w) or w <= 0:
             raise ConfigError(f"width_mult: must be a positive number, got {self.width_mult!r}")
         object.__setattr__(self, "width_mult", w)
+        object.__setattr__(self, "inner_mult", _inner_mult(self.inner_mult, self.block))
         if not isinstance(self.early_downsample, bool):
             object.__setattr__(self, "early_downsample", parse_bool(self.early_downsample, "early_downsample"))
         stages = _parse_stages(self.stages)
@@ -181,15 +190,24 @@ class ArchConfig:
         return "-".join(map(str, self._layout))
 
     def to_dict(self) -> dict[str, Any]:
-        """Knob columns of the dataset schema (``stages`` as '2-2-2-2')."""
+        """Knob columns of the dataset schema (``stages`` as '2-2-2-2'), in :data:`KNOBS` order."""
         return {"block": self.block, "depth": self.depth, "width_mult": self.width_mult,
                 "input_size": self.input_size, "batch_size": self.batch_size, "precision": self.precision,
-                "early_downsample": self.early_downsample, "stages": self.stages_str}
+                "early_downsample": self.early_downsample, "stages": self.stages_str,
+                "inner_mult": self.inner_mult}
 
     @property
     def config_id(self) -> str:
-        """Stable 16-hex-digit hash of the knobs (same on every machine and Python version)."""
+        """Stable 16-hex-digit hash of the knobs (same on every machine and Python version).
+
+        A knob at its :data:`KNOB_DEFAULTS` value is left out of the hash, so configurations that
+        existed before that knob keep their ids (the shipped datasets key on them)."""
         d = self.to_dict()
+        for k, default in KNOB_DEFAULTS.items():
+            if d[k] == default:
+                del d[k]
+            else:
+                d[k] = repr(float(d[k]))
         d["width_mult"] = repr(float(d["width_mult"]))
         d["num_classes"] = self.num_classes
         blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
@@ -199,6 +217,22 @@ class ArchConfig:
         d = {k: v for k, v in asdict(self).items() if k != "_layout"}
         d.update(changes)
         return ArchConfig(**d)
+
+
+def _inner_mult(value: Any, block: str) -> float:
+    """The inner width multiplier as a float: NaN/None mean the default 1.0; a positive finite number,
+    and 1.0 only for basic blocks. Raises :class:`ConfigError` naming ``inner_mult``."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return 1.0
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"inner_mult: must be a positive number, got {value!r}") from None
+    if isinstance(value, bool) or not math.isfinite(v) or v <= 0:
+        raise ConfigError(f"inner_mult: must be a positive number, got {value!r}")
+    if block == "basic" and v != 1.0:
+        raise ConfigError(f"inner_mult: {v:g} is not allowed for basic blocks (no inner width); allowed: [1.0]")
+    return v
 
 
 def configs_from_records(records: Iterable[Mapping[str, Any]], source: str = "grid") -> list[ArchConfig]:

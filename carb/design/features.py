@@ -143,9 +143,13 @@ def grid_features(configs: Sequence[ArchConfig] | pd.DataFrame) -> pd.DataFrame:
     counts = np.empty((n, 5), dtype=float)
     bs = np.empty(n, dtype=float)
     nbytes = np.empty(n, dtype=float)
+    memo: dict[tuple, Any] = {}  # per-image counts do not depend on batch size or precision
     for i, c in enumerate(configs):
-        counts[i] = per_image_counts(c.block, c.layout, c.width_mult, c.input_size, c.early_downsample,
-                                     c.num_classes)
+        key = (c.block, tuple(c.layout), c.width_mult, c.input_size, c.early_downsample, c.num_classes,
+               getattr(c, "inner_mult", 1.0))
+        if key not in memo:
+            memo[key] = per_image_counts(*key)
+        counts[i] = memo[key]
         bs[i] = c.batch_size
         nbytes[i] = BYTES_PER_ELEMENT[c.precision]
     flops = counts[:, 0] * bs

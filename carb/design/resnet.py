@@ -3,7 +3,9 @@
 The module structure mirrors torchvision's ResNet (same layer order, projection shortcuts, zero
 biases in convolutions), so with the ImageNet stem, base width 64 and 1000 classes the parameter
 counts equal torchvision's exactly (see :func:`torchvision_equivalent`). The CIFAR stem is a 3x3
-stride-1 convolution without max-pool. ``width_mult`` scales every stage's channels.
+stride-1 convolution without max-pool. ``width_mult`` scales every stage's channels;
+``inner_mult`` (bottleneck only) scales the inner width of each block, as torchvision's
+``width_per_group / 64`` does (wide_resnet50_2 / wide_resnet101_2: 2.0).
 """
 from __future__ import annotations
 
@@ -117,7 +119,8 @@ def stage_widths(cfg: ArchConfig) -> tuple[int, ...]:
 
 def build_model(cfg: ArchConfig) -> ResNet:
     """The network for ``cfg``: fp32 weights on the CPU, in eval mode (callers move/cast it)."""
-    model = ResNet(cfg.block, cfg.layout, stage_widths(cfg), cfg.early_downsample, cfg.num_classes)
+    model = ResNet(cfg.block, cfg.layout, stage_widths(cfg), cfg.early_downsample, cfg.num_classes,
+                   cfg.inner_mult)
     return model.eval()
 
 
@@ -125,7 +128,7 @@ def build_model(cfg: ArchConfig) -> ResNet:
 TORCHVISION = {
     "resnet18": ("basic", 18, 1.0), "resnet34": ("basic", 34, 1.0), "resnet50": ("bottleneck", 50, 1.0),
     "resnet101": ("bottleneck", 101, 1.0), "resnet152": ("bottleneck", 152, 1.0),
-    "wide_resnet50_2": ("bottleneck", 50, 2.0),
+    "wide_resnet50_2": ("bottleneck", 50, 2.0), "wide_resnet101_2": ("bottleneck", 101, 2.0),
 }
 
 
@@ -136,5 +139,5 @@ def torchvision_equivalent(name: str) -> ResNet:
 
         raise ConfigError(f"name: {name!r} has no equivalent; allowed: {sorted(TORCHVISION)}")
     block, depth, inner = TORCHVISION[name]
-    cfg = ArchConfig(block=block, depth=depth, width_mult=1.0, input_size=224, early_downsample=True)
-    return ResNet(block, cfg.layout, stage_widths(cfg), True, 1000, inner).eval()
+    return build_model(ArchConfig(block=block, depth=depth, width_mult=1.0, input_size=224,
+                                  early_downsample=True, inner_mult=inner))

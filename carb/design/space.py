@@ -19,7 +19,7 @@ from carb.resources import CONF_DIR
 
 SPACE_KEYS: tuple[str, ...] = ("name", "mode", "n", "seed", "blocks", "depths", "width_mults",
                                "input_sizes", "batch_sizes", "precisions", "early_downsample",
-                               "stages", "num_classes", "description", "max_flops")
+                               "stages", "num_classes", "description", "max_flops", "inner_mults")
 _CONF_SPACE = CONF_DIR / "space"
 
 
@@ -81,20 +81,29 @@ def _product(space: Mapping[str, Any]) -> list[tuple]:
                 _listify("batch_sizes", space.get("batch_sizes", [1])),
                 _listify("precisions", space.get("precisions", ["fp32"])),
                 _listify("early_downsample", space.get("early_downsample", [True]))):
-            rows.append((block, *combo))
+            for inner in _inner_values(block, space):
+                rows.append((block, *combo, inner))
     return rows
+
+
+def _inner_values(block: str, space: Mapping[str, Any]) -> list[float]:
+    """The space's ``inner_mults`` (bottleneck inner width multipliers; default [1.0]) for bottleneck
+    blocks; basic blocks have no inner width, so they take only 1.0 whatever the list says."""
+    values = _listify("inner_mults", space.get("inner_mults", [1.0]))
+    return [1.0] if block == "basic" else values
 
 
 def _cap_flops(rows: list[tuple], max_flops: float, num_classes: int) -> list[tuple]:
     """Keep the rows whose forward of the whole batch costs at most ``max_flops`` (fvcore count)."""
     keep = []
     for row in rows:
-        block, depth, w, size, bs, _prec, ed = row
+        block, depth, w, size, bs, _prec, ed, inner = row
         layout = LAYOUTS.get(block, {}).get(int(depth))
         if layout is None:  # invalid depth: let ArchConfig raise the clear error
             keep.append(row)
             continue
-        if per_image_counts(block, layout, float(w), int(size), bool(ed), num_classes)[0] * bs <= max_flops:
+        if per_image_counts(block, layout, float(w), int(size), bool(ed), num_classes,
+                            float(inner))[0] * bs <= max_flops:
             keep.append(row)
     return keep
 
@@ -123,9 +132,9 @@ def configs_from_cfg(space: Mapping[str, Any]) -> list[ArchConfig]:
         rng = random.Random(int(space.get("seed", 0) or 0))
         rows = rng.sample(rows, min(int(n), len(rows)))
     out = []
-    for block, depth, w, size, bs, prec, ed in rows:
+    for block, depth, w, size, bs, prec, ed, inner in rows:
         out.append(ArchConfig(block=block, depth=depth, width_mult=w, input_size=size, batch_size=bs,
-                              precision=prec, early_downsample=ed, num_classes=num_classes))
+                              precision=prec, early_downsample=ed, num_classes=num_classes, inner_mult=inner))
     if not out:
         raise ConfigError("space: yields no configurations")
     return out
