@@ -30,6 +30,7 @@ EXPERIMENTS = {
     "characterize": "carb-characterize",
     "screen": "carb-screen",
     "promote": "carb-promote",
+    "import": "carb-import",
 }
 
 #: The description of each experiment (shown in the MLflow UI; tag ``mlflow.note.content``).
@@ -44,6 +45,8 @@ DESCRIPTIONS = {
     "carb-screen": "Screenings of candidate grids against a budget with registered models: shortlist, Pareto "
                    "front, borderline flags.",
     "carb-promote": "Alias changes of registered models.",
+    "carb-import": "Outside measurements brought into CARB datasets (timm, optimum-benchmark, CSV): counts, "
+                   "unmapped rows, provenance and the dataset as an input.",
 }
 
 _MAX_PARAM_LEN = 500

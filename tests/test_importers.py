@@ -83,7 +83,8 @@ def test_non_plain_and_wide_models(few):
     assert "not a plain ResNet" in se["missing_reason"]
     w2 = a.loc[("wide_resnet50_2", 224)]
     assert w2["block"] == "bottleneck" and w2["timm_block"] == "bottleneck_w2"
-    assert np.isnan(w2["width_mult"]) and "bottleneck width" in w2["missing_reason"]
+    # the inner width knob expresses it exactly: width 1, inner width x2 (torchvision width_per_group=128)
+    assert (w2["width_mult"], w2["inner_mult"]) == (1.0, 2.0) and "not a plain" not in w2["missing_reason"]
 
 
 def test_plain_only_is_schema_valid(few):

@@ -13,10 +13,9 @@ Mapping onto :mod:`carb.data.schema` columns:
 - ``batch_size``; ``input_size`` = ``img_size``; ``precision``: amp_fp16 -> fp16, amp_bf16 -> bf16,
   bf16 -> bf16 (amp_* is autocast with fp32 weights; the raw name is kept in ``timm_precision``).
 - ``block`` / ``depth`` from ``plain_resnet_block`` / ``plain_resnet_depth``; ``bottleneck_w2`` (wide
-  ResNets) maps to ``bottleneck`` with ``width_mult`` NaN, because timm doubles only the inner 3x3 width,
-  which is not CARB's whole-network width multiplier (the raw tag stays in ``timm_block``). Plain ResNets
-  also get ``stages``, ``n_conv`` (depth - 1 + downsample convs: 3 for basic, 4 for bottleneck) and
-  ``width_mult`` = 1. ``early_downsample`` is True for every row (all are ImageNet-stem models).
+  ResNets) maps to ``bottleneck`` with ``inner_mult`` = 2 (timm doubles only the inner 3x3 width; the raw
+  tag stays in ``timm_block``). Plain ResNets also get ``stages``, ``n_conv`` (depth - 1 + downsample
+  convs: 3 for basic, 4 for bottleneck) and ``width_mult`` = 1. ``early_downsample`` is True for every row (all are ImageNet-stem models).
 - ``params`` = round(``param_count_M`` * 1e6) (timm rounds to 10k parameters);
   ``param_size_MB`` = params x bytes per stored weight (4 under autocast, 2 for bf16) / 2**20.
 - ``flops`` = ``gmacs_per_image`` * 1e9 * ``batch_size``: fvcore counts one flop per multiply-add, which is
@@ -82,7 +81,6 @@ _MISSING_ALL = ("energy_J, peak_memory_MB: not in the timm benchmark (latency on
                 "max_activation_MB, compute_intensity: timm counts conv-output activations only "
                 "(activations_M_per_image kept)")
 _MISSING_NONPLAIN = "block, depth, stages, n_conv, width_mult: not a plain ResNet (see model)"
-_MISSING_W2 = "width_mult: wide ResNet doubles only the bottleneck width (timm_block=bottleneck_w2)"
 
 
 def load_timm_table(path: str | Path | None = None) -> pd.DataFrame:
@@ -120,18 +118,19 @@ def timm_combinations(raw: pd.DataFrame | None = None) -> pd.DataFrame:
     return raw.groupby(keys).size().rename("rows").reset_index()
 
 
-def _norm_compile(compile: str | None) -> str | None:
+def _norm_compile(compile: str | None, prefix: str = "timm") -> str | None:
     if compile is None:
         return None
     c = COMPILE_MODES.get(str(compile).strip().lower())
     if c is None:
-        raise ConfigError(f"timm.compile={compile!r} is not a compile mode; allowed: eager, inductor")
+        raise ConfigError(f"{prefix}.compile={compile!r} is not a compile mode; allowed: eager, inductor")
     return c
 
 
 def _select(raw: pd.DataFrame, gpu: str | None, precision: str | None, compile: str | None,
-            memory_layout: str | None, torch: str | None, field: str) -> pd.DataFrame:
-    """Filter the raw table, raising one-line :class:`ConfigError` naming the allowed values."""
+            memory_layout: str | None, torch: str | None, field: str, prefix: str = "timm") -> pd.DataFrame:
+    """Filter the raw table, raising one-line :class:`ConfigError` naming the allowed values
+    (``<prefix>.precision`` etc.; ``field`` for the GPU)."""
     sel = raw
     if gpu is not None:
         gpus = sorted(raw["gpu"].unique())
@@ -140,15 +139,15 @@ def _select(raw: pd.DataFrame, gpu: str | None, precision: str | None, compile: 
         sel = sel[sel["gpu"] == gpu]
     if precision is not None:
         if precision not in PRECISIONS:
-            raise ConfigError(f"timm.precision={precision!r} is not a timm precision; allowed: "
+            raise ConfigError(f"{prefix}.precision={precision!r} is not a timm precision; allowed: "
                               f"{list(PRECISIONS)}")
         sel = sel[sel["precision"] == precision]
-    comp = _norm_compile(compile)
+    comp = _norm_compile(compile, prefix)
     if comp is not None:
         sel = sel[sel["compile"] == comp]
     if memory_layout is not None:
         if memory_layout not in LAYOUTS:
-            raise ConfigError(f"timm.memory_layout={memory_layout!r}; allowed: {list(LAYOUTS)}")
+            raise ConfigError(f"{prefix}.memory_layout={memory_layout!r}; allowed: {list(LAYOUTS)}")
         sel = sel[sel["memory_layout"] == memory_layout]
     if torch not in (None, "all", "latest"):
         sel = sel[sel["torch"] == str(torch)]
@@ -185,8 +184,7 @@ def _map_rows(sel: pd.DataFrame) -> pd.DataFrame:
     params = np.round(s["param_count_M"].to_numpy(float) * 1e6).astype("int64")
     flops = s["gmacs_per_image"].to_numpy(float) * 1e9 * s["batch_size"].to_numpy(float)
     weight_bytes = s["precision"].map(_WEIGHT_PRECISION).map(BYTES_PER_ELEMENT).to_numpy(float)
-    reasons = [_MISSING_ALL + ("" if ok else "; " + _MISSING_NONPLAIN) + ("; " + _MISSING_W2 if w else "")
-               for ok, w in zip(plain, wide)]
+    reasons = [_MISSING_ALL + ("" if ok else "; " + _MISSING_NONPLAIN) for ok in plain]
     out = pd.DataFrame({
         "config_id": [timm_config_id(*r) for r in zip(s["model"], s["img_size"], s["batch_size"],
                                                       s["precision"], s["compile"], s["memory_layout"])],
@@ -197,7 +195,8 @@ def _map_rows(sel: pd.DataFrame) -> pd.DataFrame:
         "missing_reason": pd.Series(reasons, index=idx, dtype="string"),
         "block": block,
         "depth": depth,
-        "width_mult": np.where(plain & ~wide, 1.0, np.nan),
+        "width_mult": np.where(plain, 1.0, np.nan),
+        "inner_mult": np.where(wide, 2.0, 1.0),
         "input_size": s["img_size"].astype("int64"),
         "batch_size": s["batch_size"].astype("int64"),
         "precision": s["precision"].map(PRECISIONS).astype("string"),
@@ -281,3 +280,44 @@ def timm_overlaps(gpu_a: str, gpu_b: str, path: str | Path | None = None) -> pd.
                      "n_common": len(set(a["config_id"]) & set(b["config_id"]))})
     cols = ["precision", "compile", "memory_layout", "torch_a", "torch_b", "n_a", "n_b", "n_common"]
     return pd.DataFrame(rows, columns=cols).sort_values("n_common", ascending=False, ignore_index=True)
+
+
+#: Columns of the timm rows that name the measuring protocol: rows of one configuration on one GPU must
+#: agree on them to count as repeats (carb.data.importers.common.aggregate).
+TIMM_SETTINGS: tuple[str, ...] = ("timm_precision", "compile", "memory_layout", "torch_version")
+
+
+def timm_source_rows(path: str | Path | None = None, gpu: str | None = None, precision: str | None = None,
+                     compile: str | None = "eager", memory_layout: str | None = "nchw",
+                     torch: str | None = "latest") -> pd.DataFrame:
+    """Source rows (:mod:`carb.data.importers.common`) of a selection of the timm table for ``carb-import
+    importer=timm``: every model, mappable or not (the mapping lists the others with the reason).
+
+    ``latency_ms`` = ``step_time_ms`` (per batch); ``precision`` from timm's (amp_fp16 -> fp16, amp_bf16
+    and bf16 -> bf16; the raw name stays in ``timm_precision``); no energy or memory (``memory_kind`` NA);
+    ``n_warmup`` = 10. Filters as :func:`import_timm`, errors naming ``importer.<filter>``."""
+    p = Path(path) if path else TIMM_DATA
+    raw = load_timm_table(p)
+    sel = _select(raw, gpu, precision, compile, memory_layout, torch, "importer.gpu", prefix="importer")
+    s = sel.reset_index()
+    n = len(s)
+    rows = pd.DataFrame({
+        "source_row": [f"{p.name}:{int(i) + 2}" for i in s["index"]],
+        "model": s["model"].astype("string"),
+        "input_size": s["img_size"].astype("int64"),
+        "batch_size": s["batch_size"].astype("int64"),
+        "precision": s["precision"].map(PRECISIONS).astype("string"),
+        "device_name": s["gpu"].astype("string"),
+        "torch_version": s["torch"].astype("string"),
+        "latency_ms": s["step_time_ms"].astype(float),
+        "n_warmup": np.full(n, 10.0),
+        "memory_kind": pd.Series(pd.NA, index=s.index, dtype="string"),
+        "source": pd.Series([f"timm:{p.name}"] * n, index=s.index, dtype="string"),
+        "timm_precision": s["precision"].astype("string"),
+        "compile": s["compile"].astype("string"),
+        "memory_layout": s["memory_layout"].astype("string"),
+        "cuda_version": s["cuda"].astype("string"),
+        **{c: s[c].astype(float) for c in ("samples_per_sec", "gmacs_per_image", "param_count_M") if c in s},
+        **{c: s[c].astype("string") for c in ("source_file", "file_commit") if c in s},
+    })
+    return rows
