@@ -121,3 +121,24 @@ def test_schema_reads_old_files_and_checks_new_columns():
         validate_dataset(out.assign(memory_kind="nvml"))
     with pytest.raises(DatasetError, match="inner_mult"):
         validate_dataset(out.assign(inner_mult=-1.0))
+
+
+def test_screening_grids_carry_the_inner_width(tmp_path):
+    from carb.commands.cli import compose
+    from carb.commands.screen import load_grid
+
+    grid = pd.DataFrame([{"block": "bottleneck", "depth": 50, "inner_mult": 2.0, "batch_size": 4},
+                         {"block": "bottleneck", "depth": 50, "inner_mult": 1.0, "batch_size": 4}])
+    grid.to_csv(tmp_path / "grid.csv", index=False)
+    g = load_grid(compose("screen", [f"screen.grid_file={tmp_path / 'grid.csv'}"]))
+    assert g["inner_mult"].tolist() == [2.0, 1.0] and g["params"].tolist() == [68_883_240, 25_557_032]
+    s = load_grid(compose("screen", ["space=screening", "space.inner_mults=[1.0,2.0]", "space.blocks=[bottleneck]"]))
+    assert set(s["inner_mult"]) == {1.0, 2.0} and s["config_id"].is_unique
+
+
+def test_gpu_sweep_builds_one_model_per_inner_width():
+    from carb.measure.sweep import group_by_architecture
+
+    a = ArchConfig("bottleneck", 50, batch_size=1)
+    groups = group_by_architecture([a, a.replace(inner_mult=2.0), a.replace(batch_size=2)])
+    assert sorted(len(g) for g in groups) == [1, 2]

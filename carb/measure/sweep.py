@@ -74,12 +74,13 @@ def is_sticky(exc: BaseException) -> bool:
 
 
 def group_by_architecture(configs: Sequence[Any]) -> list[list[Any]]:
-    """Configurations grouped by the model they need (block, depth, width, stem, classes), groups in
+    """Configurations grouped by the model they need (block, depth, width, inner width, stem, classes), groups in
     order of first appearance (a seeded shuffle of the space stays a random sample of architectures);
     inside a group by precision, then input size, then batch size."""
     groups: dict[tuple, list[Any]] = {}
     for c in configs:
-        key = (c.block, c.depth, c.width_mult, c.early_downsample, c.stages, c.num_classes)
+        key = (c.block, c.depth, c.width_mult, getattr(c, "inner_mult", 1.0), c.early_downsample, c.stages,
+               c.num_classes)
         groups.setdefault(key, []).append(c)
     return [sorted(g, key=lambda c: (c.precision, c.input_size, c.batch_size)) for g in groups.values()]
 

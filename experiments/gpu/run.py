@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
                     x = torch.randn(c.batch_size, 3, c.input_size, c.input_size,
                                     dtype=next(model.parameters()).dtype, device=ops.device)
                     measured = measure_config(model, x, ops, gpu, sampler, s, period)
-                    key = (c.block, c.depth, c.width_mult, c.early_downsample, prec)
+                    key = (c.block, c.depth, c.width_mult, c.inner_mult, c.early_downsample, prec)
                     if s.kernels and not a.fake_device and key not in kernels:
                         kernels[key] = float(ops.count_kernels(lambda m=model, xx=x: m(xx)))
                     measured["kernel_launches"] = kernels.get(key, float("nan"))
