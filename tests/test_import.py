@@ -163,3 +163,16 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, overrides, expect):
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("carb-import: error:")]
     assert len(lines) == 1 and expect in lines[0], r.stderr[-1500:]
     assert not (tmp_path / "x.parquet").exists()
+
+
+def test_training_refuses_mixed_memory_kinds(tmp_path):
+    from carb.data.io import load_training_frame
+    from carb.errors import DatasetError
+
+    res = _run(tmp_path, "importer=optimum", f"importer.path={DATA / 'optimum'}", "importer.input_size=224")
+    with pytest.raises(DatasetError, match=r"mixes memory_kind \['allocator_peak', 'device_used'\]"):
+        load_training_frame(res["out"])
+    one = _run(tmp_path, "importer=optimum", f"importer.path={DATA / 'optimum'}", "importer.input_size=224",
+               "importer.memory=device_used", f"out={tmp_path}/used.parquet")
+    ok, device = load_training_frame(one["out"])
+    assert set(ok["memory_kind"].dropna()) == {"device_used"} and device == "NVIDIA A100-SXM4-80GB"

@@ -119,6 +119,10 @@ def load_training_frame(path: str, device: str | None = None) -> tuple[pd.DataFr
     if not available_targets(ok):
         raise DatasetError(f"data {path!r}: no measured target; a dataset needs values in at least one "
                            f"of {list(TARGETS)}")
+    kinds = sorted(ok.loc[ok["peak_memory_MB"].notna(), "memory_kind"].dropna().astype(str).unique())
+    if len(kinds) > 1:
+        raise DatasetError(f"data {path!r}: peak_memory_MB mixes memory_kind {kinds} (allocator peak and device-wide "
+                           f"used memory are different quantities); import one kind (carb-import importer.memory=...)")
     return ok, devices[0]
 
 
