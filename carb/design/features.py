@@ -30,6 +30,7 @@ import pandas as pd
 from carb.design.arch import (
     BYTES_PER_ELEMENT,
     EXPANSION,
+    KNOBS,
     ArchConfig,
     base_widths,
     configs_from_records,
@@ -51,7 +52,8 @@ def per_image_counts(block: str, layout: tuple[int, ...], width_mult: float, inp
     """Closed-form counts for ONE image at fp32 granularity (elements, not bytes).
 
     Returns ``(flops, params, activation_elements_total, activation_elements_max, n_conv)`` where the
-    activation counts are over every leaf-module output of one forward (what forward hooks see)."""
+    activation counts are over every leaf-module output of one forward (what forward hooks see).
+    ``inner_mult``: bottleneck inner width ``int(planes * inner_mult)`` (as the builder; basic blocks ignore it)."""
     flops = 0.0
     params = 0
     act_total = 0.0
@@ -146,7 +148,7 @@ def grid_features(configs: Sequence[ArchConfig] | pd.DataFrame) -> pd.DataFrame:
     memo: dict[tuple, Any] = {}  # per-image counts do not depend on batch size or precision
     for i, c in enumerate(configs):
         key = (c.block, tuple(c.layout), c.width_mult, c.input_size, c.early_downsample, c.num_classes,
-               getattr(c, "inner_mult", 1.0))
+               c.inner_mult)
         if key not in memo:
             memo[key] = per_image_counts(*key)
         counts[i] = memo[key]
@@ -158,8 +160,7 @@ def grid_features(configs: Sequence[ArchConfig] | pd.DataFrame) -> pd.DataFrame:
     act_mb = counts[:, 2] * bs * nbytes / MB
     df = pd.DataFrame([{"config_id": c.config_id, **c.to_dict()} for c in configs])
     if n == 0:
-        df = pd.DataFrame(columns=["config_id", "block", "depth", "width_mult", "input_size", "batch_size",
-                                   "precision", "early_downsample", "stages"])
+        df = pd.DataFrame(columns=["config_id", *KNOBS])
     df["flops"] = flops
     df["params"] = params.astype("int64")
     df["param_size_MB"] = param_mb

@@ -295,7 +295,9 @@ def timm_source_rows(path: str | Path | None = None, gpu: str | None = None, pre
 
     ``latency_ms`` = ``step_time_ms`` (per batch); ``precision`` from timm's (amp_fp16 -> fp16, amp_bf16
     and bf16 -> bf16; the raw name stays in ``timm_precision``); no energy or memory (``memory_kind`` NA);
-    ``n_warmup`` = 10. Filters as :func:`import_timm`, errors naming ``importer.<filter>``."""
+    ``n_warmup`` = 10. Filters as :func:`import_timm`, errors naming ``importer.<filter>``. Under amp_* the
+    weights stay fp32 while the static features count them at the compute precision (CARB's own fp16/bf16
+    rows cast the weights); ``timm_precision`` keeps the difference visible."""
     p = Path(path) if path else TIMM_DATA
     raw = load_timm_table(p)
     sel = _select(raw, gpu, precision, compile, memory_layout, torch, "importer.gpu", prefix="importer")
