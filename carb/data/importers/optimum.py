@@ -95,8 +95,9 @@ def _device_name(backend: Mapping[str, Any], env: Mapping[str, Any]) -> str | No
         gpus = env.get("gpu") or []
         ids = str(backend.get("device_ids") or "0").split(",")
         idx = int(ids[0]) if ids[0].strip().isdigit() else 0
-        return str(gpus[idx]) if idx < len(gpus) else (str(gpus[0]) if gpus else None)
-    return env.get("cpu")
+        name = gpus[idx] if idx < len(gpus) else (gpus[0] if gpus else None)
+        return str(name).strip() if name else None
+    return str(env["cpu"]).strip() if env.get("cpu") else None
 
 
 def _memory(mem: Mapping[str, Any] | None, choice: str) -> tuple[float, Any]:
