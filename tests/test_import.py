@@ -144,7 +144,7 @@ def test_optimum_without_input_size_fails_on_the_row(tmp_path):
 
 
 def test_rows_of_two_protocols_are_not_repeats(tmp_path):
-    with pytest.raises(ConfigError, match=r"torch_version: .*differ in torch_version \['2.4.0', '2.9.1'\]"):
+    with pytest.raises(ConfigError, match=r"importer.torch: .*differ in torch_version \['2.4.0', '2.9.1'\]"):
         import_table({"name": "timm", "gpu": "RTX 4090", "precision": "amp_fp16", "compile": "eager",
                       "memory_layout": "nchw", "torch": "all"})
 

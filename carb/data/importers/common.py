@@ -55,6 +55,10 @@ UNMAPPED_POLICIES = ("list", "fail")
 _ARCH_KNOBS = ("block", "depth", "width_mult", "inner_mult", "early_downsample", "stages")
 _KEY = ["device_name", "config_id"]
 _MEDIAN_RECORD = ("latency_std_ms", "n_runs", "n_warmup")
+#: Setting column -> the importer setting that selects one value of it (named in the error).
+SETTING_FILTERS: dict[str, str] = {"timm_precision": "importer.precision", "torch_version": "importer.torch",
+                                   "compile": "importer.compile", "memory_layout": "importer.memory_layout",
+                                   "memory_kind": "importer.memory"}
 
 
 def given(v: Any) -> bool:
@@ -140,8 +144,9 @@ def aggregate(rows: pd.DataFrame, settings: Sequence[str] = ()) -> pd.DataFrame:
             dev, cid = n[n > 1].index[0]
             vals = sorted(rows.loc[(rows["device_name"] == dev) & (rows["config_id"] == cid), col]
                           .astype("string").fillna("<NA>").unique())
-            raise ConfigError(f"{col}: rows of one configuration on {dev!r} differ in {col} {vals}; they are "
-                              f"not repeats of one measurement: select one {col} (the importer's filters)")
+            field = SETTING_FILTERS.get(col, col)
+            raise ConfigError(f"{field}: rows of one configuration on {dev!r} differ in {col} {vals}; they are "
+                              f"not repeats of one measurement: keep one {col} ({field}=<one value>)")
     g = rows.groupby(_KEY, sort=False)
     agg = g.first()
     for t in TARGETS:
