@@ -119,7 +119,8 @@ def test_contention_guard_flags_a_competing_process_on_the_same_core():
             hog.wait()
     finally:
         os.sched_setaffinity(0, before)
-    assert clean["cpu_share"] > 0.9 and "status" not in clean and clean["n_windows"] == 1
+    # clean: no competitor of ours (a busy shared machine may still cost the first window a retry)
+    assert clean["cpu_share"] > 0.9 and "status" not in clean and clean["n_windows"] <= 2
     assert busy["cpu_share"] < 0.75, busy["cpu_share"]
     assert busy["status"] == "contended" and busy["n_windows"] == 2
     assert "contention guard: cpu_share" in busy["error"]

@@ -28,6 +28,7 @@ from carb.design.features import grid_features
 from carb.errors import ConfigError
 from carb.model.domain import check_domain, unseen_mask
 from carb.model.encoding import interaction_features, pred_name
+from carb.model.monotone import monotone_in_batch
 from carb.model.intervals import interval, with_telemetry  # with_telemetry: the one imputation
 
 #: Pareto axes in order of preference: energy and memory (the paper), else what the model has.
@@ -47,14 +48,22 @@ OUTSIDE_MODES = ("flag", "drop", "only")
 
 
 def score(model: Any, features: pd.DataFrame, with_medians: bool = True,
-          coverage: float | None = None) -> pd.DataFrame:
+          coverage: float | None = None, monotone: bool = True) -> pd.DataFrame:
     """Predictions of ``model`` for each row of ``features`` (static features + knobs; runtime features
     are filled from the model's medians when ``with_medians``). Returns ``features`` with the runtime
     columns and ``pred_<target>`` columns added, plus ``lo_<target>`` / ``hi_<target>`` (the target's
-    unit) when the model carries a calibration (``intervals_``), at ``coverage`` (default: calibrated)."""
-    X = with_telemetry(features, getattr(model, "telemetry_medians_", {}) or {}) if with_medians \
-        else interaction_features(features)
-    pred = model.predict(X)
+    unit) when the model carries a calibration (``intervals_``), at ``coverage`` (default: calibrated).
+    ``monotone``: predictions non-decreasing in batch size per architecture
+    (:func:`carb.model.monotone.monotone_in_batch`)."""
+    medians = getattr(model, "telemetry_medians_", {}) or {}
+
+    def prepare(F: pd.DataFrame) -> pd.DataFrame:
+        return with_telemetry(F, medians) if with_medians else interaction_features(F)
+
+    X = prepare(features)
+    pred = monotone_in_batch(model, X, prepare) if monotone else None
+    if pred is None:
+        pred = model.predict(X)
     out = X.copy()
     for c in pred.columns:
         out[c] = pred[c].to_numpy()

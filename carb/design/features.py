@@ -133,6 +133,32 @@ def _derived(flops: np.ndarray, params: np.ndarray, param_mb: np.ndarray, act_mb
             "compute_intensity": flops / (param_mb + act_mb)}
 
 
+#: Static features proportional to the batch size (the others do not depend on it, or follow from these).
+BATCH_LINEAR_FEATURES = ("flops", "total_activation_MB", "max_activation_MB")
+
+
+def at_batch(rows: pd.DataFrame, batch_size: np.ndarray | Sequence[float]) -> pd.DataFrame:
+    """The same configurations at other batch sizes: ``rows`` (n rows with ``batch_size`` and
+    :data:`STATIC_FEATURES`) with ``batch_size`` replaced by ``batch_size`` (shape (n,)) and the
+    batch-dependent static features rescaled, without rebuilding or re-validating the configurations
+    (so imported rows whose features came from elsewhere work too). ``config_id`` is dropped: it
+    names the old batch size."""
+    out = rows.drop(columns=["config_id"], errors="ignore").copy()
+    new = np.asarray(batch_size, dtype=float)
+    ratio = new / pd.to_numeric(out["batch_size"]).to_numpy(float)
+    for c in BATCH_LINEAR_FEATURES:
+        if c in out.columns:
+            out[c] = pd.to_numeric(out[c]).to_numpy(float) * ratio
+    out["batch_size"] = new.astype(int) if np.all(new == np.round(new)) else new
+    if {"flops", "params", "param_size_MB", "total_activation_MB"} <= set(out.columns):
+        f, p = out["flops"].to_numpy(float), out["params"].to_numpy(float)
+        for k, v in _derived(f, p, out["param_size_MB"].to_numpy(float),
+                             out["total_activation_MB"].to_numpy(float)).items():
+            if k in out.columns:
+                out[k] = v
+    return out
+
+
 def grid_features(configs: Sequence[ArchConfig] | pd.DataFrame) -> pd.DataFrame:
     """Fast static features for many configs: one row per config with ``config_id``, the knob
     columns and :data:`STATIC_FEATURES` (same names and values as :func:`static_features`).

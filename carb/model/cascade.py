@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -216,10 +216,12 @@ class CarbCascade(RegressorMixin, BaseEstimator):
                 X.iloc[va].reset_index(drop=True), y.iloc[va].reset_index(drop=True))
 
     # ------------------------------------------------------------------ fitting
-    def fit(self, X: pd.DataFrame, y, X_val: pd.DataFrame | None = None, y_val=None) -> CarbCascade:
+    def fit(self, X: pd.DataFrame, y, X_val: pd.DataFrame | None = None, y_val=None,
+            progress: Callable[[str], None] | None = None) -> CarbCascade:
         """Fit the cascade on raw frames. ``y``: DataFrame of target columns (NaN where unmeasured);
         ``X_val``/``y_val``: validation rows for blend weights, log-space choice and corrector gating
-        (an internal stratified ``val_fraction`` split of (X, y) when not given)."""
+        (an internal stratified ``val_fraction`` split of (X, y) when not given). ``progress``: called
+        with ``"<i>/<n>: <target>"`` as each stage starts (the command prints it)."""
         t_start = time.perf_counter()
         if not isinstance(X, pd.DataFrame):
             raise DatasetError(f"X must be a pandas DataFrame with the feature columns (got {type(X).__name__})")
@@ -310,7 +312,9 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         self.priors_: dict[str, dict[str, Any]] = {}
         oof = pd.DataFrame(index=D.index)
         upstream: list[str] = []
-        for t in targets:
+        for i, t in enumerate(targets):
+            if progress is not None:
+                progress(f"{i + 1}/{len(targets)}: {t}")
             t0 = time.perf_counter()
             cols = self.encoded_names_ + [pred_name(u) for u in upstream]
             stage, oof_t, val_t = self._fit_stage(t, cols, D, Dv, X, X_val, yf[t].to_numpy(float),
@@ -388,6 +392,15 @@ class CarbCascade(RegressorMixin, BaseEstimator):
             out[pred_name(t)] = p
         return pd.DataFrame(out, index=idx)
 
+    def prior_frame(self, X: pd.DataFrame) -> pd.DataFrame:
+        """Physics priors of the stages that have one, for raw rows ``X``: a DataFrame (index of ``X``)
+        with one column per such target, in target units (MB, J, ms). Empty without physics."""
+        check_is_fitted(self, "stages_")
+        P = self._prepare(X, self.feature_names_, "prediction")
+        Pr = P.reset_index(drop=True)
+        cols = {t: s.prior.predict(Pr) for t, s in self.stages_.items() if s.prior is not None}
+        return pd.DataFrame(cols, index=P.index)
+
     def score(self, X: pd.DataFrame, y, sample_weight=None) -> float:
         """Mean R^2 over the fitted targets that ``y`` measures (rows with NaN skipped)."""
         from sklearn.metrics import r2_score
@@ -405,10 +418,13 @@ class CarbCascade(RegressorMixin, BaseEstimator):
 
     def record_test_mae(self, X: pd.DataFrame, y) -> dict[str, float]:
         """Compute the test-set MAE per fitted target (target units), store it in ``test_mae_`` (used
-        by screening for borderline flags) and return it."""
+        by screening for borderline flags) and return it. Predicted as screening predicts
+        (:func:`carb.model.intervals.screening_predict`: imputed telemetry, monotone in batch size)."""
+        from carb.model.intervals import screening_predict
+
         check_is_fitted(self, "stages_")
         yf = self._targets_frame(y)
-        pred = self.predict(X)
+        pred = screening_predict(self, X)
         res = {}
         for t in self.targets_:
             if t in yf.columns:

@@ -17,9 +17,11 @@ from carb.design.arch import to_bool
 #: Knobs whose seen values are listed (a value never seen is outside).
 CATEGORICAL_KNOBS = ("block", "precision", "early_downsample")
 #: Knobs whose [min, max] is kept (a value beyond it is outside).
-NUMERIC_KNOBS = ("depth", "width_mult", "input_size", "batch_size")
+NUMERIC_KNOBS = ("depth", "width_mult", "input_size", "batch_size", "inner_mult")
 #: Static features whose [min, max] is kept.
 RANGE_FEATURES = ("flops", "params", "param_size_MB", "total_activation_MB", "max_activation_MB")
+#: At most this many training batch sizes are kept as monotonicity knots.
+MAX_BATCH_KNOTS = 16
 
 
 def _category(col: str, values: pd.Series) -> list[Any]:
@@ -32,7 +34,8 @@ def _category(col: str, values: pd.Series) -> list[Any]:
 def fit_domain(X: pd.DataFrame) -> dict[str, Any]:
     """Domain of the rows of ``X`` (n rows, knob and static-feature columns; absent columns skipped).
 
-    Returns ``{"categorical": {knob: [values seen]}, "ranges": {column: [min, max]}, "n_rows": n}``:
+    Returns ``{"categorical": {knob: [values seen]}, "ranges": {column: [min, max]}, "n_rows": n,
+    "batch_sizes": [distinct batch sizes, see batch_sizes]}``:
     plain lists and floats, JSON-able. Units are the columns' (MB, FLOPs per batch, ...)."""
     cats = {c: sorted(set(_category(c, X[c].dropna())), key=str) for c in CATEGORICAL_KNOBS if c in X}
     ranges = {}
@@ -42,7 +45,21 @@ def fit_domain(X: pd.DataFrame) -> dict[str, Any]:
             v = v[np.isfinite(v)]
             if len(v):
                 ranges[c] = [float(v.min()), float(v.max())]
-    return {"categorical": cats, "ranges": ranges, "n_rows": int(len(X))}
+    out = {"categorical": cats, "ranges": ranges, "n_rows": int(len(X))}
+    if "batch_size" in X:
+        out["batch_sizes"] = batch_sizes(X["batch_size"])
+    return out
+
+
+def batch_sizes(values: pd.Series, max_knots: int = MAX_BATCH_KNOTS) -> list[float]:
+    """The distinct batch sizes of the training rows (sorted), at most ``max_knots`` of them (evenly
+    spaced in the sorted distinct values, first and last kept, when there are more): the knots at which screening makes
+    predictions monotone in batch size (:mod:`carb.model.monotone`)."""
+    v = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
+    u = np.unique(v[np.isfinite(v) & (v > 0)])
+    if len(u) > max_knots:
+        u = np.unique(u[np.round(np.linspace(0, len(u) - 1, max_knots)).astype(int)])
+    return [float(b) for b in u]
 
 
 def _fmt(col: str, v: float) -> str:

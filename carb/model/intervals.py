@@ -39,10 +39,18 @@ def with_telemetry(features: pd.DataFrame, medians: Mapping[str, Mapping[str, fl
     return interaction_features(out)
 
 
-def screening_predict(cascade: Any, X: pd.DataFrame) -> pd.DataFrame:
-    """``cascade.predict`` on ``X`` (n rows) with screening-mode telemetry; ``pred_<target>`` columns."""
-    Xs = with_telemetry(X, getattr(cascade, "telemetry_medians_", {}) or {})
-    return cascade.predict(Xs).set_axis(X.index)
+def screening_predict(cascade: Any, X: pd.DataFrame, monotone: bool = True) -> pd.DataFrame:
+    """``cascade.predict`` on ``X`` (n rows) as screening predicts: runtime telemetry imputed
+    (:func:`with_telemetry`) and, when ``monotone``, non-decreasing in batch size per architecture
+    (:func:`carb.model.monotone.monotone_in_batch`). Returns ``pred_<target>`` columns, index of ``X``."""
+    from carb.model.monotone import monotone_in_batch
+
+    medians = getattr(cascade, "telemetry_medians_", {}) or {}
+    Xs = with_telemetry(X, medians)
+    pred = monotone_in_batch(cascade, Xs, lambda F: with_telemetry(F, medians)) if monotone else None
+    if pred is None:
+        pred = cascade.predict(Xs)
+    return pred.set_axis(X.index)
 
 
 def _log_ratios(measured: np.ndarray, predicted: np.ndarray) -> np.ndarray:

@@ -1,0 +1,132 @@
+"""Screening-mode predictions that never decrease with batch size.
+
+Peak memory, energy per batch and latency per batch cannot fall when the batch grows and nothing else
+changes. The physics priors (:mod:`carb.model.physics`) rise with batch size by construction, but the
+learned tree correction on top of them does not, so a raw cascade can predict less memory for batch 32
+than for batch 16 of the same network (about 1-3 % of the steps of the 3,072 grid before this module).
+
+:func:`monotone_in_batch` makes every prediction non-decreasing in batch size, per architecture (all
+other knobs fixed), in a way that does not depend on which other rows are scored:
+
+1. the model predicts each architecture at the **knots**, the batch sizes it was trained on
+   (``domain_["batch_sizes"]``);
+2. those predictions are projected onto non-decreasing sequences (pool-adjacent-violators on log
+   values, equal weights): a prediction at a knot changes only where it broke the order;
+3. a batch size between two knots gets the log-linear interpolation (in log batch size) of the two;
+   beyond the last knot (or below the first) the prediction at that knot is carried by the physics
+   prior, ``y(b) = y(b_k) * prior(b) / prior(b_k)``: the learned correction is held at its last trained
+   value and the physics sets the trend. Without a prior the value is held flat.
+
+Memory is then floored at parameter bytes (the floor is the same for every batch size of a network, so
+the order survives). Costs: one extra prediction per (architecture, knot).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from carb.design.arch import KNOBS
+from carb.design.features import at_batch
+from carb.model.encoding import pred_name
+
+
+def batch_knots(model: Any) -> list[float]:
+    """The batch sizes ``model`` was trained on (sorted, from ``domain_["batch_sizes"]``); empty for a
+    model fitted before knots were recorded."""
+    dom = getattr(model, "domain_", None) or {}
+    return sorted(float(b) for b in dom.get("batch_sizes") or [])
+
+
+def pav_increasing(y: np.ndarray) -> np.ndarray:
+    """The non-decreasing sequence closest to ``y`` in least squares (pool adjacent violators, equal
+    weights). ``y``: shape (n,); returns shape (n,)."""
+    vals: list[float] = []
+    counts: list[int] = []
+    for v in np.asarray(y, dtype=float):
+        vals.append(v)
+        counts.append(1)
+        while len(vals) > 1 and vals[-2] > vals[-1]:
+            c = counts[-2] + counts[-1]
+            vals[-2] = (vals[-2] * counts[-2] + vals[-1] * counts[-1]) / c
+            counts[-2] = c
+            vals.pop()
+            counts.pop()
+    return np.repeat(vals, counts)
+
+
+def _arch_keys(features: pd.DataFrame) -> list[str]:
+    """Knob columns other than batch size that are present in ``features``."""
+    return [k for k in KNOBS if k in features.columns and k != "batch_size"]
+
+
+def _arch_index(features: pd.DataFrame, keys: Sequence[str]) -> tuple[np.ndarray, pd.DataFrame]:
+    """Per row, the index of its architecture (shape (n,)), and the architectures (the first row of
+    each, all columns)."""
+    key_frame = features[list(keys)].astype(str)
+    codes = key_frame.groupby(list(keys), sort=False, dropna=False).ngroup().to_numpy()
+    first = pd.Series(np.arange(len(features))).groupby(codes).first().to_numpy()
+    archs = features.iloc[first].reset_index(drop=True)
+    return codes, archs
+
+
+def knot_frame(archs: pd.DataFrame, knots: Sequence[float]) -> pd.DataFrame:
+    """Every architecture (one featurized row each, at any batch size) at every knot:
+    ``len(archs) * len(knots)`` rows in architecture-major order (row ``a * n_knots + j`` is
+    architecture ``a`` at knot ``j``), static features rescaled by :func:`carb.design.features.at_batch`."""
+    rows = archs.loc[archs.index.repeat(len(knots))].reset_index(drop=True)
+    return at_batch(rows, np.tile(np.asarray(knots, dtype=float), len(archs)))
+
+
+def _priors(model: Any, X: pd.DataFrame, targets: Sequence[str]) -> dict[str, np.ndarray]:
+    """Physics priors per target for rows ``X`` (target units); ones where the model has none."""
+    fn = getattr(model, "prior_frame", None)
+    frame = fn(X) if fn is not None else pd.DataFrame(index=X.index)
+    return {t: frame[t].to_numpy(float) if t in frame.columns else np.ones(len(X)) for t in targets}
+
+
+def monotone_in_batch(model: Any, features: pd.DataFrame,
+                      prepare: Callable[[pd.DataFrame], pd.DataFrame]) -> pd.DataFrame | None:
+    """Predictions (``pred_<target>`` per row of ``features``) non-decreasing in batch size per
+    architecture, as the module docstring describes, or None when the model has no knots (then predict
+    as usual). ``features``: the frame the model would predict (knobs, static and runtime features);
+    ``prepare(frame)`` turns a featurized frame (:func:`carb.design.features.grid_features`) into such
+    a frame the way screening does (runtime features imputed). The model predicts only the knot rows:
+    a row whose batch size is a knot gets its architecture's (projected) knot value."""
+    knots = batch_knots(model)
+    keys = _arch_keys(features)
+    if not knots or not keys or "batch_size" not in features.columns or not len(features):
+        return None
+    codes, archs = _arch_index(features, keys)
+    K = prepare(knot_frame(archs.drop(columns=[c for c in archs.columns if c.startswith("pred_")]), knots))
+    PK = model.predict(K)
+    targets = [c[len("pred_"):] for c in PK.columns if c.startswith("pred_")]
+    n_a, n_k = len(archs), len(knots)
+    prior_q = _priors(model, features, targets)
+    prior_k = _priors(model, K, targets)
+    b = pd.to_numeric(features["batch_size"]).to_numpy(float)
+    lb, lk = np.log(b), np.log(np.asarray(knots))
+    j = np.clip(np.searchsorted(lk, lb, side="right") - 1, 0, n_k - 1)   # knot at or below
+    j2 = np.minimum(j + 1, n_k - 1)
+    out = pd.DataFrame(index=features.index)
+    features = features.reset_index(drop=True)
+    for t in targets:
+        col = pred_name(t)
+        logy = np.log(np.maximum(PK[col].to_numpy(float), 1e-300)).reshape(n_a, n_k)
+        mono = np.vstack([pav_increasing(r) for r in logy])[codes]        # (n rows, n_k)
+        lo, hi = mono[np.arange(len(b)), j], mono[np.arange(len(b)), j2]
+        span = lk[j2] - lk[j]
+        w = np.where(span > 0, (lb - lk[j]) / np.where(span > 0, span, 1.0), 0.0)
+        val = lo + np.clip(w, 0.0, 1.0) * (hi - lo)
+        pk = prior_k[t].reshape(n_a, n_k)[codes]
+        pq = prior_q[t]
+        above, below = lb > lk[-1], lb < lk[0]
+        val = np.where(above, mono[:, -1] + np.log(pq / pk[:, -1]), val)
+        val = np.where(below, mono[:, 0] + np.log(pq / pk[:, 0]), val)
+        y = np.exp(val)
+        if t == "peak_memory_MB" and "param_size_MB" in features.columns:
+            y = np.maximum(y, features["param_size_MB"].to_numpy(float))
+        out[col] = y
+    return out
