@@ -286,11 +286,17 @@ def log_dict(d: Mapping[str, Any], filename: str) -> None:
 
 
 def log_dataset(df, name: str, source: str, context: str = "training", targets: str | None = None) -> str:
-    """Record a DataFrame as an MLflow run input (name, digest, source, schema). Returns the digest."""
+    """Record a DataFrame as an MLflow run input (name, digest, source, schema) with its ``context``
+    (``training``, ``validation``, ``calibration``, ``testing``, ``candidates``, ...). Returns the digest."""
     mlflow = _mlflow()
     ds = mlflow.data.from_pandas(df, source=str(source), name=name, targets=targets)
     mlflow.log_input(ds, context=context)
     return ds.digest
+
+
+def dataset_digest(df, source: str = "") -> str:
+    """MLflow's digest of a DataFrame (the one :func:`log_dataset` records), without logging it."""
+    return _mlflow().data.from_pandas(df, source=str(source) or None).digest
 
 
 def active_run_id() -> str | None:
@@ -317,9 +323,17 @@ def _pip_requirements() -> list[str]:
 
 
 def log_cascade(model, input_example, registered_name: str | None = None,
-                metadata: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                metadata: Mapping[str, Any] | None = None, description: str | None = None,
+                model_description: str | None = None, version_tags: Mapping[str, Any] | None = None
+                ) -> dict[str, Any]:
     """Log a fitted cascade as an MLflow (sklearn-flavour) model in the active run, with signature
     and input example, and register it as a new version of ``registered_name`` (no alias).
+
+    The version gets ``metadata`` and ``version_tags`` as tags, ``description`` as its description and
+    the active run as its source run; ``model_description`` becomes the registered model's description
+    (set on every registration, so it describes the newest version's device). Registration prints
+    nothing (MLflow's own "Registered model ... already exists" lines are not printed; the command
+    says what it registered).
 
     Returns ``{"model_uri", "registered_name", "version"}`` (version None if not registered)."""
     mlflow = _mlflow()
@@ -328,16 +342,56 @@ def log_cascade(model, input_example, registered_name: str | None = None,
     signature = infer_signature(input_example, model.predict(input_example))
     info = mlflow.sklearn.log_model(
         sk_model=model, name="model", signature=signature, input_example=input_example,
-        pip_requirements=_pip_requirements(), registered_model_name=registered_name,
-        metadata=dict(metadata or {}), serialization_format="cloudpickle",
+        pip_requirements=_pip_requirements(), metadata=dict(metadata or {}), serialization_format="cloudpickle",
     )
-    version = getattr(info, "registered_model_version", None)
-    if registered_name and version is not None:
-        client = mlflow.MlflowClient()
-        for k, v in (metadata or {}).items():
-            client.set_model_version_tag(registered_name, str(version), k, str(v)[:5000])
+    version = None
+    if registered_name:
+        tags = {**{k: str(v)[:5000] for k, v in (metadata or {}).items()},
+                **{k: str(v)[:5000] for k, v in (version_tags or {}).items()}}
+        version = register_version(registered_name, info.model_uri, getattr(info, "model_id", None),
+                                   active_run_id(), tags, description, model_description)
     return {"model_uri": info.model_uri, "registered_name": registered_name,
             "version": None if version is None else str(version)}
+
+
+def register_version(name: str, model_uri: str, model_id: str | None, run_id: str | None,
+                     tags: Mapping[str, str], description: str | None = None,
+                     model_description: str | None = None) -> str:
+    """Create (if needed) the registered model ``name`` and a new version of it from a logged model,
+    linked to its source run and logged model, silently. Returns the version number."""
+    mlflow = _mlflow()
+    from mlflow.exceptions import MlflowException
+
+    client = mlflow.MlflowClient()
+    try:
+        client.create_registered_model(name, description=model_description)
+    except MlflowException as e:
+        if "ALREADY_EXISTS" not in str(e.error_code):
+            raise
+        if model_description:
+            client.update_registered_model(name, description=model_description)
+    mv = client.create_model_version(name, source=model_uri, run_id=run_id, tags=dict(tags),
+                                     description=description, model_id=model_id)
+    if model_id:  # the logged model's link to its registered versions (what MLflow's register_model does)
+        with contextlib.suppress(Exception):
+            key = "mlflow.modelVersions"
+            old = client.get_logged_model(model_id).tags.get(key)
+            links = (json.loads(old) if old else []) + [{"name": mv.name, "version": mv.version}]
+            client.set_logged_model_tags(model_id, {key: json.dumps(links)})
+    return str(mv.version)
+
+
+def registered_model_info(name: str, version: str | None = None) -> dict[str, Any]:
+    """The registered model's description and tags, and, with ``version``, that version's
+    ``version_description``, ``version_tags`` and ``run_id``."""
+    client = _mlflow().MlflowClient()
+    rm = client.get_registered_model(name)
+    out: dict[str, Any] = {"description": rm.description or "", "tags": dict(rm.tags or {})}
+    if version is not None:
+        mv = client.get_model_version(name, str(version))
+        out.update({"version_description": mv.description or "", "version_tags": dict(mv.tags or {}),
+                    "run_id": mv.run_id})
+    return out
 
 
 def load_cascade(uri: str, tracking_uri: str | None = None):

@@ -5,9 +5,10 @@ Only command modules (``carb.commands.collect``, ``carb.commands.train``, ...) a
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,26 @@ def concise_warnings() -> None:
     import warnings
 
     warnings.formatwarning = lambda message, category, *a, **k: f"warning: {message}\n"
+
+
+@contextlib.contextmanager
+def warnings_once() -> Iterator[None]:
+    """Show each warning text once while the block runs, as ``warning: <message>`` on stderr: a refit of
+    the same cascade (leave-one-batch-tier-out, extrapolation splits) warns from another place in the
+    code, which Python's own once-per-location rule would show again."""
+    import warnings
+
+    seen: set[tuple[type, str]] = set()
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ARG001
+        key = (category, str(message))
+        if key not in seen:
+            seen.add(key)
+            print(f"warning: {message}", file=sys.stderr, flush=True)
+
+    with warnings.catch_warnings():  # the filters stay as they are; only the display changes
+        warnings.showwarning = show
+        yield
 
 
 #: Environment that turns off MLflow's usage-data collection (and other tools' that honour DO_NOT_TRACK).
@@ -91,7 +112,8 @@ def hydra_command(command: str, config_name: str | None = None) -> Callable:
             if uri:
                 print(f"carb-{command}: tracking store {uri}", flush=True)
             try:
-                return run_fn(cfg)
+                with warnings_once():
+                    return run_fn(cfg)
             except CarbError as e:
                 fail(command, e)
             except KeyboardInterrupt as e:

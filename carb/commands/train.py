@@ -16,11 +16,13 @@ blend weights, corrector report) and ``importances.json``; the dataset as a run 
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 from carb.analysis.assess import evaluate_cascade
 from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_tags, to_dict
+from carb.commands.runinfo import lean_params, split_metrics
 from carb.data.io import load_training_frame, resolve_path
 from carb.data.schema import TARGETS, device_slug, model_name
 from carb.data.split import split_dataset
@@ -80,18 +82,21 @@ def run_train(cfg: Any) -> dict[str, Any]:
     cascade = build_cascade(model_cfg, features)
     targets = [t for t in TARGETS if t in full.columns]
     cascade.fit(train, train[targets], val, val[targets])
-    for t, reason in cascade.dropped_targets_.items():
-        print(f"carb-train: {reason}")
+    # the cascade's own warnings say which targets and feature columns it dropped (once: cli.warnings_once)
+    same_tags = feature_identity(cascade, train)
     cascade.record_test_mae(test, test[targets])
     cascade.split_seed_, cascade.split_fractions_ = seed, list(fractions)
     ev = to_dict(cfg.evaluate)
+    t_cal = time.perf_counter()
     if len(cal):
         from carb.model.intervals import calibrate
 
         cascade.intervals_ = calibrate(cascade, cal, cal[targets], coverage=float(ev.get("interval_coverage", 0.9)))
     else:
         print("carb-train: split.fractions has no calibration part; the model gets no prediction intervals")
+    t_cal, t_eval = time.perf_counter() - t_cal, time.perf_counter()
     metrics, extras = evaluate_cascade(cascade, train, val, test, full, ev)
+    metrics.update({"calibrate_s": t_cal, "evaluate_s": time.perf_counter() - t_eval})
 
     slug = device_slug(device)
     run_name = cfg.get("run_name") or sweep_suffix("/".join(
@@ -99,13 +104,27 @@ def run_train(cfg: Any) -> dict[str, Any]:
     reg_name = model_name(full) if should_register(cfg.get("register", "auto")) else None
     tags = {"device": device, "device_slug": slug, "device_id": cascade.device_id_ or "unknown",
             "feature_set": cascade.feature_set_, "preset": preset,
-            "targets": ",".join(cascade.targets_), "dataset": data_path, **tune_tags}
+            "targets": ",".join(cascade.targets_), "dataset": data_path, **same_tags, **tune_tags}
     fit = {"cascade": cascade, "metrics": metrics, "extras": extras, "full": full, "test": test,
            "sizes": [len(train), len(val), len(cal), len(test)], "device": device, "data_path": data_path,
            "preset": preset, "run_name": run_name, "reg_name": reg_name, "tags": tags,
            "split": f"seed={seed},fractions={','.join(f'{f:g}' for f in fractions)}", "config": to_dict(cfg), "sweep": sweep_tags()}
     folder = save_fit(fit, fit_folder(cfg))
     return log_fit(fit, cfg, folder)
+
+
+def feature_identity(cascade: Any, train: Any) -> dict[str, str]:
+    """Tags of the columns the fit used (``feature_columns``) and of the other shipped feature sets that
+    collapse to the same columns on this data (``feature_set_same_as``); prints
+    ``feature sets X and Y are identical on this data: ...`` when there are any (an ablation on data
+    without telemetry compares one model with itself)."""
+    from carb.commands.runinfo import identical_feature_sets, identity_line
+
+    used = list(cascade.feature_names_)
+    same = identical_feature_sets(train, cascade.feature_set_, used)
+    if same:
+        print(f"carb-train: {identity_line(cascade.feature_set_, same, used, list(cascade.dropped_features_))}")
+    return {"feature_columns": ",".join(used), "feature_set_same_as": ",".join(same) or "none"}
 
 
 def fit_folder(cfg: Any) -> Path:
@@ -175,16 +194,16 @@ def log_fit(fit: dict[str, Any], cfg: Any, folder: Path) -> dict[str, Any]:
     try:
         with tracking.start_run("train", fit["run_name"], tracking_uri=cfg.tracking.uri, tags=fit["tags"],
                                 sweep=fit.get("sweep") or {}, artifact_root=cfg.tracking.get("artifact_root")) as run_id:
-            tracking.log_params(fit["config"])
-            src = resolve_path(fit["data_path"])
-            digest = tracking.log_dataset(fit["full"], name=src.stem, source=str(src), context="training")
-            tracking.set_tags({"dataset_digest": digest, "split": fit["split"], "fit_folder": str(folder)})
+            numbers, counts, flags = split_metrics(metrics)
+            tracking.log_params({**lean_params(fit["config"]), **counts})
+            digest = log_inputs(fit)
+            tracking.set_tags({"dataset_digest": digest, "split": fit["split"], "fit_folder": str(folder), **flags})
             if getattr(cascade, "intervals_", None):
                 tracking.log_dict({k: ({kk: vv for kk, vv in v.items() if kk != "log_ratios"} if isinstance(v, dict) else v)
                                    for k, v in cascade.intervals_.items()}, "intervals.json")
             if getattr(cascade, "domain_", None):
                 tracking.log_dict(cascade.domain_, "domain.json")
-            logged = tracking.log_metrics(metrics)
+            logged = tracking.log_metrics(numbers)
             tracking.log_dict(cascade.summary(), "cascade_summary.json")
             if extras.get("extrapolation") is not None:
                 tracking.log_dict({"rows": extras["extrapolation"].to_dict("records")}, "extrapolation.json")
@@ -198,7 +217,8 @@ def log_fit(fit: dict[str, Any], cfg: Any, folder: Path) -> dict[str, Any]:
                     "device_fingerprint": cascade.device_fingerprint_ or "unknown",
                     "feature_set": cascade.feature_set_, "preset": fit["preset"],
                     "targets": ",".join(cascade.targets_), "dataset_digest": digest}
-            info = tracking.log_cascade(cascade, example, registered_name=fit["reg_name"], metadata=meta)
+            descr = descriptions(fit, metrics, digest, run_id) if fit["reg_name"] else {}
+            info = tracking.log_cascade(cascade, example, registered_name=fit["reg_name"], metadata=meta, **descr)
     except CarbError:
         raise
     except Exception as e:  # noqa: BLE001 - a store fault must not lose the fit
@@ -213,6 +233,44 @@ def log_fit(fit: dict[str, Any], cfg: Any, folder: Path) -> dict[str, Any]:
             "run_id": run_id, "model_uri": info.get("model_uri"), "run_name": fit["run_name"],
             "targets": list(cascade.targets_), "dropped_targets": dict(cascade.dropped_targets_),
             "table": table, "preset": fit["preset"], "fit_folder": str(folder)}
+
+
+def log_inputs(fit: dict[str, Any]) -> str:
+    """Log the split's parts as the run's dataset inputs (``<data>.train`` / ``.val`` / ``.cal`` / ``.test``
+    with contexts ``training``, ``validation``, ``calibration``, ``testing``; the split is recomputed from
+    the cascade's seed and fractions, so a saved fit logs the same). Returns the whole dataset's digest."""
+    from carb import tracking
+
+    cascade, full = fit["cascade"], fit["full"]
+    src = resolve_path(fit["data_path"])
+    parts = split_dataset(full, seed=int(cascade.split_seed_), fractions=tuple(cascade.split_fractions_)).frames4(full)
+    for part, context, frame in zip(("train", "val", "cal", "test"), SPLIT_CONTEXTS, parts):
+        if len(frame):
+            tracking.log_dataset(frame, name=f"{src.stem}.{part}", source=str(src), context=context)
+    return tracking.dataset_digest(full, str(src))
+
+
+#: MLflow input contexts of the split's train / val / cal / test parts.
+SPLIT_CONTEXTS = ("training", "validation", "calibration", "testing")
+
+
+def descriptions(fit: dict[str, Any], metrics: dict[str, float], digest: str, run_id: str) -> dict[str, Any]:
+    """``description``, ``model_description`` and ``version_tags`` for :func:`carb.tracking.log_cascade`
+    (:mod:`carb.commands.runinfo`)."""
+    from carb.commands.runinfo import model_description, version_description, version_tags
+    from carb.tracking import git_commit
+
+    cascade = fit["cascade"]
+    targets = list(cascade.targets_)
+    info = {"data_path": fit["data_path"], "digest": digest, "rows": len(fit["full"]), "sizes": fit["sizes"],
+            "split": fit["split"], "preset": fit["preset"], "feature_set": cascade.feature_set_,
+            "columns": list(cascade.feature_names_), "dropped_targets": dict(cascade.dropped_targets_),
+            "run_id": run_id, "run_name": fit["run_name"], "git_commit": git_commit(),
+            "interval_nominal": metrics.get("interval_nominal")}
+    return {"description": version_description(info, metrics, targets),
+            "model_description": model_description(fit["reg_name"], fit["device"], cascade.device_id_,
+                                                   cascade.device_fingerprint_, targets),
+            "version_tags": {**version_tags(metrics, targets), "source_run": run_id}}
 
 
 def print_fit(fit: dict[str, Any], table: str, info: dict[str, Any], run_id: str) -> None:

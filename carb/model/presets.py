@@ -51,3 +51,14 @@ def build_cascade(model_cfg: dict[str, Any], features: dict[str, Any]):
 
         allowed = [p for p in signature(CarbCascade).parameters if p not in ("features", "feature_set")]
         raise ConfigError(f"model: {e}; allowed keys: {allowed}") from None
+
+
+def effective_columns(frame, columns: list[str]) -> list[str]:
+    """The columns of a feature set that a cascade fitted on ``frame`` uses: the listed columns that
+    are not all NaN there (interaction features computed from the telemetry as the fit computes them),
+    in list order. Two feature sets with the same effective columns fit the same model."""
+    from carb.data.schema import INTERACTION_FEATURES
+    from carb.model.encoding import add_interactions
+
+    X = add_interactions(frame) if any(c in INTERACTION_FEATURES for c in columns) else frame
+    return [c for c in columns if c in X.columns and not X[c].isna().all()]
