@@ -87,3 +87,43 @@ def test_four_part_split_keeps_a_calibration_part_and_three_parts_are_unchanged(
     assert 10 <= len(four.cal) <= 30
     train, val, cal, test = four.frames4(df)
     assert len(cal) == len(four.cal) and len(four.frames(df)) == 3
+
+
+def test_outside_rows_get_the_union_with_the_outside_calibration():
+    from carb.model.intervals import outside_calibration
+
+    rng = np.random.default_rng(0)
+    inside = rng.normal(0, 0.02, 200)          # in-domain errors: +-2 %
+    far = rng.normal(0.1, 0.2, 200)            # extrapolation errors: biased and wide
+    cal = {"coverage": 0.9, "latency_ms": {**outside_calibration({"latency_ms": inside}, 0.9)["latency_ms"]}}
+    cal["latency_ms"]["outside"] = outside_calibration({"latency_ms": far}, 0.9)["latency_ms"]
+    pred = pd.DataFrame({"pred_latency_ms": np.full(4, 10.0)})
+    mask = np.array([False, True, False, True])
+    iv = interval(cal, pred, outside=mask)
+    width = (iv["hi_latency_ms"] - iv["lo_latency_ms"]).to_numpy()
+    assert np.allclose(iv.loc[~mask, "lo_latency_ms"], interval(cal, pred)["lo_latency_ms"][~mask])  # inside: as before
+    assert (width[mask] > 5 * width[~mask]).all()
+    lo_o, hi_o = conformal_bounds(far, 0.9)
+    assert iv.loc[1, "hi_latency_ms"] == pytest.approx(10 * np.exp(max(hi_o, cal["latency_ms"]["upper"])))
+    # held-out extrapolation errors from the same law are covered at about the nominal rate
+    test = rng.normal(0.1, 0.2, 2000)
+    lo, hi = iv.loc[1, ["lo_latency_ms", "hi_latency_ms"]] / 10
+    assert 0.86 <= np.mean((np.exp(test) >= lo) & (np.exp(test) <= hi)) <= 0.95
+
+
+def test_extrapolation_coverage_uses_the_other_splits_and_pools_log_ratios():
+    from carb.analysis.extrapolation import evaluate_splits, range_splits
+    from carb.model.cascade import CarbCascade
+
+    from tests.test_physics import FAST, KNOB_FEATURES, physics_rows
+
+    rows = physics_rows(400, seed=1)
+    splits = range_splits(rows)
+    tab = evaluate_splits(lambda: CarbCascade(features=KNOB_FEATURES, **FAST), rows, splits,
+                          targets=["peak_memory_MB", "latency_ms"], interval_coverage=0.9)
+    pooled = tab.attrs["outside_log_ratios"]
+    n_test = {sp.name: int(sp.test.sum()) for sp in splits}
+    assert len(pooled["latency_ms"]) == sum(n_test[s] for s in tab["split"].unique())
+    assert tab["interval_coverage"].between(0, 1).all() and (tab["interval_width"] > 0).all()
+    # physics rows extrapolate well, and the outside calibration keeps coverage near or above nominal
+    assert tab["interval_coverage"].mean() >= 0.8, tab[["split", "target", "interval_coverage"]]

@@ -8,6 +8,7 @@ It sits above :mod:`carb.analysis.evaluate`, :mod:`carb.analysis.extrapolation` 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -25,9 +26,12 @@ from carb.model.baselines import FlopsLinear, LatencyEnergyProxy
 
 
 def evaluate_cascade(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.DataFrame,
-                 full: pd.DataFrame, ev: dict[str, Any]) -> tuple[dict[str, float], dict[str, Any]]:
+                 full: pd.DataFrame, ev: dict[str, Any],
+                 progress: Callable[[str], None] | None = None) -> tuple[dict[str, float], dict[str, Any]]:
     """Every metric of a fitted cascade (test, regimes, budget, baselines, residual correlation,
-    leave-one-batch-tier-out). Returns (metrics, extras with predictions and importances)."""
+    leave-one-batch-tier-out). Returns (metrics, extras with predictions and importances).
+    ``progress``: called with a label as each refit (leave-one-batch-tier-out, each extrapolation split
+    unless ``ev.extrapolation.progress`` is false) starts."""
     targets = list(cascade.targets_)
     pred = cascade.predict(test)
     metrics: dict[str, float] = {}
@@ -59,6 +63,8 @@ def evaluate_cascade(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.D
     lobo_cfg = ev.get("lobo") or {}
     if lobo_cfg.get("enabled", True):
         t0 = time.perf_counter()
+        if progress is not None:
+            progress(f"leave-one-batch-tier-out refit (train bs > {int(lobo_cfg.get('max_batch', 8))})")
         lobo, _ = leave_one_batch_tier_out(cascade, full, targets, int(lobo_cfg.get("max_batch", 8)))
         metrics.update(lobo)
         if lobo:
@@ -72,11 +78,17 @@ def evaluate_cascade(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.D
 
         t0 = time.perf_counter()
         splits = default_splits(full, float(xcfg.get("train_share", 0.7)), int(xcfg.get("min_rows", 20)))
-        say = (lambda msg: print(f"carb-train: {msg}", flush=True)) if xcfg.get("progress", True) else None
+        say = progress if xcfg.get("progress", True) else None
         cover = float(cascade.intervals_["coverage"]) if getattr(cascade, "intervals_", None) else None
         xval = evaluate_splits(lambda: clone(cascade), full, splits, targets, progress=say, interval_coverage=cover)
         metrics.update(split_metrics(xval))
         metrics["xval_fit_s"] = time.perf_counter() - t0
+        if cover is not None:  # candidates outside the domain get intervals that saw extrapolation
+            from carb.model.intervals import outside_calibration
+
+            for t, extra in outside_calibration(xval.attrs.get("outside_log_ratios", {}), cover).items():
+                if isinstance(cascade.intervals_.get(t), dict):
+                    cascade.intervals_[t]["outside"] = extra
     scfg = ev.get("sanity") or {}
     if scfg.get("enabled", True):
         from carb.analysis.extrapolation import sanity_report

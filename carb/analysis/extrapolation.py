@@ -108,15 +108,21 @@ def evaluate_splits(make_model: Callable[[], Any], df: pd.DataFrame, splits: Seq
     """Fit ``make_model()`` and B1 on each split's train rows; score both on its test rows.
 
     With ``interval_coverage``, a seeded ``cal_share`` of each split's train rows is held out to
-    calibrate the model's intervals (:func:`carb.model.intervals.calibrate`) and their coverage and mean
-    relative width on the test rows are reported (``interval_coverage``, ``interval_width``).
+    calibrate the model's intervals (:func:`carb.model.intervals.calibrate`); test rows outside the
+    split model's domain also get the outside calibration made from the *other* splits' extrapolation
+    log-ratios (leave-one-split-out, precision splits not pooled), as a final model gets it from all
+    of them. Their coverage and mean relative width on the test rows are reported
+    (``interval_coverage``, ``interval_width``).
 
     Returns one row per split x target: split, description, target, n_train, n_test, r2, mape,
     b1_r2, b1_mape (MAPE in %), fit_s[, interval_coverage, interval_width]. Targets a split's data
-    does not measure are skipped."""
+    does not measure are skipped. ``table.attrs["outside_log_ratios"]``: ``{target: [log(measured /
+    predicted)]}`` of every non-precision split's test rows, screening-mode predictions (feed it to
+    :func:`carb.model.intervals.outside_calibration`)."""
     from carb.model.baselines import FlopsLinear
 
     rows = []
+    held: dict[str, dict[str, Any]] = {}   # split -> what its interval coverage needs
     for i, sp in enumerate(splits):
         tr, te = df[sp.train].reset_index(drop=True), df[sp.test].reset_index(drop=True)
         cal = tr.iloc[:0]
@@ -135,14 +141,8 @@ def evaluate_splits(make_model: Callable[[], Any], df: pd.DataFrame, splits: Seq
         fit_s = time.perf_counter() - t0
         pred = model.predict(te)
         b1 = FlopsLinear().fit(tr, tr[ts]).predict(te)
-        cover: dict[str, dict[str, float]] = {}
-        if len(cal) >= 10 and interval_coverage is not None:
-            from carb.model.intervals import calibrate, coverage_report
-
-            cov_ts = [t for t in ts if cal[t].notna().sum() >= 10]
-            if cov_ts:
-                cover = coverage_report(calibrate(model, cal, cal[cov_ts], coverage=interval_coverage), model,
-                                        te, te[cov_ts])
+        if interval_coverage is not None:
+            held[sp.name] = _held_out(model, cal, te, ts, interval_coverage)
         for t in ts:
             col = f"pred_{t}"
             if col not in pred.columns:
@@ -152,10 +152,67 @@ def evaluate_splits(make_model: Callable[[], Any], df: pd.DataFrame, splits: Seq
             rows.append({"split": sp.name, "description": sp.description, "target": t, "n_train": len(tr),
                          "n_test": int(te[t].notna().sum()), "r2": m["r2"], "mape": m["mape"],
                          "b1_r2": b["r2"], "b1_mape": b["mape"], "fit_s": fit_s,
-                         "interval_coverage": cover.get(t, {}).get("coverage", np.nan),
-                         "interval_width": cover.get(t, {}).get("mean_rel_width", np.nan)})
-    return pd.DataFrame(rows, columns=["split", "description", "target", "n_train", "n_test", "r2", "mape",
-                                       "b1_r2", "b1_mape", "fit_s", "interval_coverage", "interval_width"])
+                         "interval_coverage": np.nan, "interval_width": np.nan})
+    table = pd.DataFrame(rows, columns=["split", "description", "target", "n_train", "n_test", "r2", "mape",
+                                        "b1_r2", "b1_mape", "fit_s", "interval_coverage", "interval_width"])
+    table.attrs["outside_log_ratios"] = _pooled(held, exclude=None)
+    if interval_coverage is not None:
+        for i, r in table.iterrows():
+            cov = _split_coverage(held, r["split"], r["target"], interval_coverage)
+            table.loc[i, ["interval_coverage", "interval_width"]] = cov
+    return table
+
+
+def _held_out(model: Any, cal: pd.DataFrame, te: pd.DataFrame, ts: Sequence[str], coverage: float) -> dict[str, Any]:
+    """One split's screening-mode predictions on its test rows, their log-ratios (per target), which
+    rows lie outside the split model's domain, and the split's own calibration (None when its
+    calibration share is too small)."""
+    from carb.model.intervals import calibrate, outside_mask, screening_predict
+
+    pred = screening_predict(model, te)
+    ratios = {}
+    for t in ts:
+        if f"pred_{t}" in pred.columns:
+            m, p = te[t].to_numpy(float), pred[f"pred_{t}"].to_numpy(float)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratios[t] = np.log(m / p)
+    cov_ts = [t for t in ts if len(cal) >= 10 and cal[t].notna().sum() >= 10]
+    calib = calibrate(model, cal, cal[cov_ts], coverage=coverage) if cov_ts else None
+    return {"pred": pred, "measured": te, "ratios": ratios, "outside": outside_mask(model, te), "cal": calib}
+
+
+def _pooled(held: Mapping[str, Mapping[str, Any]], exclude: str | None) -> dict[str, list[float]]:
+    """Finite log-ratios per target of every held split except ``exclude`` and precision splits."""
+    out: dict[str, list[float]] = {}
+    for name, h in held.items():
+        if name == exclude or name.startswith("precision"):
+            continue
+        for t, r in h["ratios"].items():
+            out.setdefault(t, []).extend(float(v) for v in r[np.isfinite(r)])
+    return out
+
+
+def _split_coverage(held: Mapping[str, Mapping[str, Any]], split: str, target: str,
+                    coverage: float) -> list[float]:
+    """``[coverage, mean relative width]`` of one split's intervals for ``target`` on its test rows,
+    with the outside calibration from the other splits (NaN when not calibrated)."""
+    from carb.model.intervals import interval, outside_calibration
+
+    h = held.get(split)
+    if h is None or h["cal"] is None or target not in h["cal"]:
+        return [np.nan, np.nan]
+    cal = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in h["cal"].items()}
+    extra = outside_calibration({target: _pooled(held, exclude=split).get(target, [])}, coverage)
+    if target in extra:
+        cal[target]["outside"] = extra[target]
+    iv = interval(cal, h["pred"], outside=h["outside"])
+    m = h["measured"][target].to_numpy(float)
+    p = h["pred"][f"pred_{target}"].to_numpy(float)
+    lo, hi = iv[f"lo_{target}"].to_numpy(float), iv[f"hi_{target}"].to_numpy(float)
+    ok = np.isfinite(m) & np.isfinite(p) & (p > 0)
+    if not ok.any():
+        return [np.nan, np.nan]
+    return [float(np.mean((lo[ok] <= m[ok]) & (m[ok] <= hi[ok]))), float(np.mean((hi[ok] - lo[ok]) / p[ok]))]
 
 
 def split_metrics(table: pd.DataFrame) -> dict[str, float]:

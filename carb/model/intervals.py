@@ -10,6 +10,12 @@ stored, so any coverage can be asked later without refitting.
 One pooled set of log-ratios per target (not per batch tier): a calibration split is ~10 % of a few
 hundred rows, and a 90 % split-conformal quantile needs >= 19 rows per group to be finite; per-tier
 groups would be too small to be calibrated at all on the shipped data.
+
+Outside the training domain the calibration rows say nothing (they are all inside it), and errors
+grow. A target's calibration may therefore carry an ``"outside"`` entry: log-ratios of rows predicted
+where the model had to extrapolate (the test rows of ``carb-train``'s leave-out splits, each predicted
+by a model fitted on the lower range; :func:`outside_calibration`). A row outside the domain
+(:func:`carb.model.domain.check_domain`) gets the union of the two intervals.
 """
 from __future__ import annotations
 
@@ -96,34 +102,72 @@ def calibrate(cascade: Any, X_cal: pd.DataFrame, y_cal: pd.DataFrame | None = No
     return out
 
 
-def interval(calibration: Mapping[str, Any], pred: pd.DataFrame, coverage: float | None = None) -> pd.DataFrame:
+def outside_calibration(log_ratios: Mapping[str, Any], coverage: float = 0.9) -> dict[str, Any]:
+    """Per target, the ``"outside"`` calibration entry from extrapolation log-ratios (``{target: 1-D
+    log(measured / predicted)}``): ``{"lower", "upper", "n", "coverage", "log_ratios"}`` as
+    :func:`calibrate` stores them. Targets with no finite log-ratio are left out."""
+    out: dict[str, Any] = {}
+    for t, r in log_ratios.items():
+        r = np.asarray(r, dtype=float)
+        r = r[np.isfinite(r)]
+        if len(r):
+            lo, hi = conformal_bounds(r, coverage)
+            out[t] = {"lower": lo, "upper": hi, "n": int(len(r)), "coverage": float(coverage),
+                      "log_ratios": [float(v) for v in np.sort(r)]}
+    return out
+
+
+def _bounds(cal: Mapping[str, Any], coverage: float | None) -> tuple[float, float]:
+    """The log-ratio quantiles of one calibration entry at ``coverage`` (None: as calibrated)."""
+    if coverage is None or not cal.get("log_ratios"):
+        return float(cal["lower"]), float(cal["upper"])
+    return conformal_bounds(cal["log_ratios"], coverage)
+
+
+def interval(calibration: Mapping[str, Any], pred: pd.DataFrame, coverage: float | None = None,
+             outside: np.ndarray | None = None) -> pd.DataFrame:
     """``lo_<target>`` and ``hi_<target>`` (the target's unit) for the n rows of ``pred`` (with
     ``pred_<target>`` columns), at ``coverage`` (default: the calibrated one; another coverage is
-    recomputed from the stored log-ratios). Targets without calibration are left out."""
+    recomputed from the stored log-ratios). ``outside`` (bool, shape (n,)): rows outside the model's
+    domain, which get the union with the target's ``"outside"`` calibration when it has one. Targets
+    without calibration are left out."""
     out = pd.DataFrame(index=pred.index)
     for t in TARGETS:
         cal = calibration.get(t)
         if not isinstance(cal, Mapping) or pred_name(t) not in pred:
             continue
-        if coverage is None or not cal.get("log_ratios"):
-            lo, hi = float(cal["lower"]), float(cal["upper"])
-        else:
-            lo, hi = conformal_bounds(cal["log_ratios"], coverage)
+        lo, hi = _bounds(cal, coverage)
+        lo_v, hi_v = np.full(len(pred), lo), np.full(len(pred), hi)
+        extra = cal.get("outside")
+        if outside is not None and isinstance(extra, Mapping) and np.any(outside):
+            lo_o, hi_o = _bounds(extra, coverage)
+            mask = np.asarray(outside, dtype=bool)
+            lo_v[mask], hi_v[mask] = min(lo, lo_o), max(hi, hi_o)
         p = pred[pred_name(t)].to_numpy(dtype=float)
-        out[f"lo_{t}"] = p * math.exp(lo) if math.isfinite(lo) else 0.0
-        out[f"hi_{t}"] = p * math.exp(hi) if math.isfinite(hi) else math.inf
+        with np.errstate(over="ignore"):
+            out[f"lo_{t}"] = np.where(np.isfinite(lo_v), p * np.exp(np.where(np.isfinite(lo_v), lo_v, 0.0)), 0.0)
+            out[f"hi_{t}"] = np.where(np.isfinite(hi_v), p * np.exp(np.where(np.isfinite(hi_v), hi_v, 0.0)), math.inf)
     return out
+
+
+def outside_mask(cascade: Any, X: pd.DataFrame) -> np.ndarray:
+    """Bool (n,): rows of ``X`` outside the cascade's training domain (all False without one)."""
+    from carb.model.domain import check_domain
+
+    inside, _ = check_domain(getattr(cascade, "domain_", None), X)
+    return ~inside
 
 
 def coverage_report(calibration: Mapping[str, Any], cascade: Any, X: pd.DataFrame,
                     y: pd.DataFrame | None = None, coverage: float | None = None) -> dict[str, dict[str, float]]:
     """Empirical coverage (share of rows with ``lo <= measured <= hi``) and mean relative width
     (``mean((hi - lo) / pred)``, dimensionless) per target on rows ``X`` (measured ``y``, default the
-    target columns of ``X``), predicted in screening mode. ``{target: {"coverage", "mean_rel_width",
+    target columns of ``X``), predicted in screening mode, rows outside the domain with the outside
+    calibration when there is one. ``{target: {"coverage", "mean_rel_width",
     "n"}}``."""
     y = X if y is None else y
     pred = screening_predict(cascade, X)
-    iv = interval(calibration, pred, coverage)
+    iv = interval(calibration, pred, coverage, outside=outside_mask(cascade, X))
     report: dict[str, dict[str, float]] = {}
     for t in TARGETS:
         if f"lo_{t}" not in iv or t not in y:

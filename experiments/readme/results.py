@@ -85,6 +85,24 @@ def timm_summary() -> str:
     return "\n".join(lines)
 
 
+def coverage_table(m: dict, targets: list[str]) -> str:
+    """Markdown table: one row per split (test first), per target ``coverage (width)`` from the
+    ``interval_<split>_<target>_{coverage,width}`` metrics; empty when there are none."""
+    splits = sorted({k[len("interval_"):-len(f"_{t}_coverage")] for k in m for t in targets
+                     if k.startswith("interval_") and k.endswith(f"_{t}_coverage")}, key=lambda s: (s != "test", s))
+    if not splits:
+        return ""
+    head = "| split | " + " | ".join(f"{TARGET_LABEL.get(t, t)}: coverage (width)" for t in targets) + " |"
+    lines = [head, "|---|" + "---|" * len(targets)]
+    for sp in splits:
+        cells = []
+        for t in targets:
+            c, w = m.get(f"interval_{sp}_{t}_coverage"), m.get(f"interval_{sp}_{t}_width")
+            cells.append(f"{c:.3f} ({w:.2f})" if c is not None and w is not None else "-")
+        lines.append(f"| {sp} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def provenance_lines() -> list[str]:
     """What the shipped dataset is, from its provenance file."""
     p = ROOT / "carb" / "data" / "cpu-reference.provenance.json"
@@ -105,7 +123,7 @@ def provenance_lines() -> list[str]:
     for key, label in (("recheck_same_machine", "Re-measured on the same machine right after"),
                        ("recheck_previous_file", "The previous shipped file (2026-12-02, another VM, under load) re-measured here")):
         text = prov.get(key) or ""
-        m = re.search(r"all: latency new/shipped (median [^;]+); memory (median [^,]+)", text)
+        m = re.search(r"all: latency new/shipped (median [^;]+); memory (median [^)]*\))", text)
         if m:
             out.append(f"{label}: latency ratio {m.group(1)}; peak memory ratio {m.group(2)}.")
     return out
@@ -128,9 +146,12 @@ def section() -> str:
     if san:
         parts += ["Physical sanity of screening-mode predictions on the 3,072-candidate grid: " +
                   ", ".join(f"{k[7:].replace('_', ' ')} {100 * v:.2f} %" for k, v in san.items()) + ".", ""]
-    cov = {k: v for k, v in m.items() if k.startswith("coverage_") or k.startswith("interval_")}
+    cov = coverage_table(m, targets)
     if cov:
-        parts += ["Interval coverage (nominal in conf): " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(cov.items())) + ".", ""]
+        parts += [f"Prediction intervals (split-conformal log-ratios, nominal coverage "
+                  f"{fmt(m.get('interval_nominal', 0.9))}): share of held-out rows inside the interval (mean "
+                  f"width (hi - lo) / prediction). `test` = the random test split; the others = the extrapolation "
+                  f"splits above, calibrated on a held-out share of their training rows.", "", cov, ""]
     parts += ["Real third-party GPU latency (timm benchmark, plain ResNets mapped to `ArchConfig`, one model per GPU):",
               "", timm_summary(), ""]
     return "\n".join(parts)
