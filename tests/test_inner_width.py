@@ -130,7 +130,9 @@ def test_screening_grids_carry_the_inner_width(tmp_path):
     grid = pd.DataFrame([{"block": "bottleneck", "depth": 50, "inner_mult": 2.0, "batch_size": 4},
                          {"block": "bottleneck", "depth": 50, "inner_mult": 1.0, "batch_size": 4}])
     grid.to_csv(tmp_path / "grid.csv", index=False)
-    g = load_grid(compose("screen", [f"screen.grid_file={tmp_path / 'grid.csv'}"]))
+    g = load_grid(compose("screen", [f"screen.grid_file={tmp_path / 'grid.csv'}",
+                                     "screen.grid_defaults={width_mult: 1.0, input_size: 224, precision: fp32, "
+                                     "early_downsample: true}"]))
     assert g["inner_mult"].tolist() == [2.0, 1.0] and g["params"].tolist() == [68_883_240, 25_557_032]
     s = load_grid(compose("screen", ["space=screening", "space.inner_mults=[1.0,2.0]", "space.blocks=[bottleneck]"]))
     assert set(s["inner_mult"]) == {1.0, 2.0} and s["config_id"].is_unique

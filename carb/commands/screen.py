@@ -43,17 +43,12 @@ def default_target(tracking_uri: str, artifact_root: str | None = None) -> str:
 
 def load_grid(cfg: Any) -> pd.DataFrame:
     """Featurized candidates from ``screen.grid_file`` or the ``space`` config."""
-    from carb.design.arch import configs_from_records
+    from carb.design.gridfile import read_grid_file
     from carb.design.space import configs_from_cfg
 
     grid_file = cfg.screen.get("grid_file")
     if grid_file:
-        p = Path(grid_file)
-        if not p.exists():
-            raise ConfigError(f"screen.grid_file: {str(p)!r} does not exist")
-        df = pd.read_parquet(p) if p.suffix == ".parquet" else pd.read_csv(p)
-        df = df.loc[:, [c for c in df.columns if not str(c).startswith("Unnamed")]]
-        configs = configs_from_records(df.to_dict("records"), source=f"screen.grid_file {p.name}")
+        configs = read_grid_file(grid_file, to_dict(cfg.screen.get("grid_defaults") or {}))
     else:
         configs = configs_from_cfg(to_dict(cfg.space))
     return screening.featurize(configs)

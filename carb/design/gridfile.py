@@ -1,0 +1,84 @@
+"""Reading a grid file (``carb-screen screen.grid_file=<parquet|csv>``) into configurations.
+
+Every fault is one :class:`~carb.errors.ConfigError` line naming the file and, where there is one,
+the column and row: a file that cannot be read (0-byte CSV, corrupt parquet), a file without rows, a
+non-finite or negative number, a missing knob column. Missing knobs are never defaulted silently: a
+column may be left out only when ``defaults`` (``screen.grid_defaults``) gives its value, except
+``stages`` (absent = the named layout of ``depth``), ``inner_mult`` (absent = 1.0, the standard
+block) and ``num_classes``, whose absence has a documented meaning.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from carb.design.arch import KNOBS, ArchConfig, configs_from_records
+from carb.errors import ConfigError
+
+#: Knob columns a grid file may leave out without a default: their absence has a stated meaning.
+OPTIONAL_KNOBS: tuple[str, ...] = ("stages", "inner_mult", "num_classes")
+#: Knob columns a grid file must carry (or ``screen.grid_defaults`` must give).
+REQUIRED_KNOBS: tuple[str, ...] = tuple(k for k in KNOBS if k not in OPTIONAL_KNOBS)
+
+
+def read_frame(path: Path, field: str = "screen.grid_file") -> pd.DataFrame:
+    """The file as a frame (parquet by suffix, else CSV), ``Unnamed`` index columns dropped."""
+    try:
+        df = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise ConfigError(f"{field}: {path.name} is empty (no header, no rows); "
+                          f"give a CSV/parquet with columns {list(REQUIRED_KNOBS)}") from None
+    except Exception as e:  # noqa: BLE001 - any reader fault (corrupt parquet, bad CSV) is one line
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        kind = "parquet" if path.suffix == ".parquet" else "CSV"
+        raise ConfigError(f"{field}: {path.name} cannot be read as {kind}: {msg}") from None
+    df = df.loc[:, [c for c in df.columns if not str(c).startswith("Unnamed")]]
+    if len(df) == 0:
+        raise ConfigError(f"{field}: {path.name} has no rows (header only: {list(map(str, df.columns))})")
+    return df
+
+
+def check_numbers(df: pd.DataFrame, field: str) -> None:
+    """Every number in the frame finite and not negative; else one line naming column and row (1 = first
+    data row)."""
+    for col in df.columns:
+        if not pd.api.types.is_numeric_dtype(df[col]) or pd.api.types.is_bool_dtype(df[col]):
+            continue
+        for i, v in enumerate(df[col].tolist()):
+            if v is None or (col == "stages" and isinstance(v, float) and math.isnan(v)):
+                continue
+            if not math.isfinite(float(v)) or float(v) < 0:
+                raise ConfigError(f"{field}: column {col!r} row {i + 1}: {v!r} is not allowed; "
+                                  f"allowed: a finite number >= 0")
+
+
+def apply_defaults(df: pd.DataFrame, defaults: Mapping[str, Any] | None, field: str) -> pd.DataFrame:
+    """Fill missing knob columns from ``defaults``; refuse any still-missing required knob."""
+    defaults = dict(defaults or {})
+    bad = sorted(set(defaults) - set(KNOBS) - {"num_classes"})
+    if bad:
+        raise ConfigError(f"screen.grid_defaults: unknown knob(s) {bad}; allowed: {list(KNOBS)}")
+    unknown = sorted(set(map(str, df.columns)) - set(KNOBS) - {"num_classes", "config_id"})
+    if unknown:
+        raise ConfigError(f"{field}: unknown knob column(s) {unknown}; allowed: {list(KNOBS)}")
+    missing = [k for k in REQUIRED_KNOBS if k not in df.columns and k not in defaults]
+    if missing:
+        raise ConfigError(f"{field}: missing knob column(s) {missing}; a grid file needs {list(REQUIRED_KNOBS)} "
+                          f"(optional: {list(OPTIONAL_KNOBS)}), or give screen.grid_defaults.<knob>=<value>")
+    return df.assign(**{k: v for k, v in defaults.items() if k not in df.columns})
+
+
+def read_grid_file(path: str | Path, defaults: Mapping[str, Any] | None = None,
+                   field: str = "screen.grid_file") -> list[ArchConfig]:
+    """Configurations from a grid file, validated; see the module docstring."""
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"{field}: {str(p)!r} does not exist")
+    df = read_frame(p, field)
+    check_numbers(df, f"{field} {p.name}")
+    df = apply_defaults(df, defaults, f"{field} {p.name}")
+    return configs_from_records(df.to_dict("records"), source=f"{field} {p.name}")
