@@ -180,6 +180,9 @@ def start_run(kind: str, run_name: str, tracking_uri: str, tags: Mapping[str, An
     mlflow = _mlflow()
     if not nested:
         configure(tracking_uri, artifact_root)
+    if not nested and store_read_only(tracking_uri):
+        yield from _unlogged_run(kind, tracking_uri)
+        return
     exp_id = _experiment_id(experiment or EXPERIMENTS.get(kind, f"carb-{kind}"))
     all_tags = {"carb.kind": kind, "git_commit": git_commit()}
     all_tags.update({k: str(v) for k, v in (tags or {}).items()})
@@ -201,6 +204,39 @@ def start_run(kind: str, run_name: str, tracking_uri: str, tags: Mapping[str, An
         mlflow.end_run("FAILED")
         raise
     mlflow.end_run("FINISHED")
+
+
+#: Commands whose run only records what they did: on a read-only store they work without logging it.
+RECORD_ONLY_KINDS: frozenset[str] = frozenset({"screen"})
+#: True while a record-only run on a read-only store is open: the log_* functions do nothing.
+_UNLOGGED = False
+
+
+def store_read_only(tracking_uri: str) -> bool:
+    """True when ``tracking_uri`` is an existing SQLite store this process may not write (the file or
+    its folder, where SQLite puts its journal, is read-only)."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return False
+    db = Path(tracking_uri[len("sqlite:///"):]).resolve()
+    return db.exists() and not (os.access(db, os.W_OK) and os.access(db.parent, os.W_OK))
+
+
+def _unlogged_run(kind: str, tracking_uri: str) -> Iterator[str]:
+    """Yield ``""`` (no run id) for a record-only command on a read-only store, saying so on stderr;
+    refuse (one line) any command whose run is its product."""
+    import sys
+
+    global _UNLOGGED
+    if kind not in RECORD_ONLY_KINDS:
+        raise TrackingError(f"tracking.uri={tracking_uri}: the store is read-only; carb-{kind} writes to it "
+                            f"(use a writable store, or a copy of this one)")
+    print(f"carb-{kind}: the store {tracking_uri} is read-only: this run is not logged "
+          f"(its files are written as usual)", file=sys.stderr)
+    _UNLOGGED = True
+    try:
+        yield ""
+    finally:
+        _UNLOGGED = False
 
 
 def find_runs(kind: str, tags: Mapping[str, Any], experiment: str | None = None) -> list[str]:
@@ -229,6 +265,8 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def log_params(params: Mapping[str, Any]) -> None:
     """Log (nested) params flattened to dotted keys; values are stringified and truncated to 500."""
+    if _UNLOGGED:  # a record-only run on a read-only store (see start_run)
+        return
     mlflow = _mlflow()
     flat = {k: (json.dumps(v) if isinstance(v, (list, tuple)) else str(v))[:_MAX_PARAM_LEN]
             for k, v in flatten(params).items()}
@@ -241,6 +279,8 @@ def log_metrics(metrics: Mapping[str, Any], step: int | None = None) -> dict[str
     """Log finite numeric metrics; NaN/None values are skipped (a missing target is not a 0).
 
     Returns the dict actually logged."""
+    if _UNLOGGED:  # a record-only run on a read-only store (see start_run)
+        return {}
     mlflow = _mlflow()
     clean = {}
     for k, v in metrics.items():
@@ -257,11 +297,15 @@ def log_metrics(metrics: Mapping[str, Any], step: int | None = None) -> dict[str
 
 def set_tags(tags: Mapping[str, Any]) -> None:
     """Set string tags on the active run."""
+    if _UNLOGGED:  # a record-only run on a read-only store (see start_run)
+        return
     _mlflow().set_tags({k: str(v) for k, v in tags.items()})
 
 
 def log_artifact(path: str | Path, artifact_path: str | None = None) -> None:
     """Upload a local file or folder to the active run's artifacts."""
+    if _UNLOGGED:  # a record-only run on a read-only store (see start_run)
+        return
     mlflow = _mlflow()
     p = Path(path)
     if p.is_dir():
@@ -272,22 +316,30 @@ def log_artifact(path: str | Path, artifact_path: str | None = None) -> None:
 
 def log_figure(fig, filename: str) -> None:
     """Log a matplotlib figure as a PNG artifact (``filename`` like ``figures/pred_vs_meas.png``)."""
+    if _UNLOGGED:  # a record-only run on a read-only store (see start_run)
+        return
     _mlflow().log_figure(fig, filename)
 
 
 def log_text(text: str, filename: str) -> None:
     """Log a text artifact."""
+    if _UNLOGGED:  # a record-only run on a read-only store (see start_run)
+        return
     _mlflow().log_text(text, filename)
 
 
 def log_dict(d: Mapping[str, Any], filename: str) -> None:
     """Log a dict as a JSON/YAML artifact."""
+    if _UNLOGGED:  # a record-only run on a read-only store (see start_run)
+        return
     _mlflow().log_dict(dict(d), filename)
 
 
 def log_dataset(df, name: str, source: str, context: str = "training", targets: str | None = None) -> str:
     """Record a DataFrame as an MLflow run input (name, digest, source, schema) with its ``context``
     (``training``, ``validation``, ``calibration``, ``testing``, ``candidates``, ...). Returns the digest."""
+    if _UNLOGGED:  # a record-only run on a read-only store (see start_run)
+        return ""
     mlflow = _mlflow()
     ds = mlflow.data.from_pandas(df, source=str(source), name=name, targets=targets)
     mlflow.log_input(ds, context=context)
@@ -410,7 +462,12 @@ def load_cascade(uri: str, tracking_uri: str | None = None):
     elif _CONFIGURED_URI is None and not os.environ.get("MLFLOW_TRACKING_URI"):
         configure(default_tracking_uri())
     try:
-        model = mlflow.sklearn.load_model(uri)
+        try:
+            model = mlflow.sklearn.load_model(uri)
+        except OSError as e:
+            if not _read_only_fault(e):
+                raise
+            model = _load_copied(mlflow, uri)
     except ModuleNotFoundError as e:
         if (e.name or "").startswith("carb."):  # pickled by a release with another module layout
             raise ModelError(f"model {uri!r} was saved by an older CARB (module {e.name!r} no longer "
@@ -421,6 +478,25 @@ def load_cascade(uri: str, tracking_uri: str | None = None):
         raise ModelError(f"cannot load model {uri!r} from {mlflow.get_tracking_uri()!r}: {msg}") from None
     model.model_uri_ = uri
     return model
+
+
+def _read_only_fault(e: OSError) -> bool:
+    """True for the errors of writing into a read-only store (permission denied, read-only file system)."""
+    import errno
+
+    return e.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+def _load_copied(mlflow, uri: str):
+    """Load ``uri`` from a copy of its files in a temporary folder: MLflow writes ``registered_model_meta``
+    next to the files of a ``models:/`` URI it loads, which fails on a read-only artifact folder."""
+    source = uri
+    if uri.startswith("models:/"):
+        info = resolve_version(uri)
+        source = mlflow.MlflowClient().get_model_version_download_uri(info["name"], info["version"])
+    with tempfile.TemporaryDirectory(prefix="carb-model-") as tmp:
+        local = mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=tmp)
+        return mlflow.sklearn.load_model(local)
 
 
 def resolve_version(uri: str) -> dict[str, Any]:
