@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 
-.PHONY: venv quickstart test test-slow test-all bench clean ui
+.PHONY: venv quickstart test test-slow test-all bench clean ui scale-out postgres
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -22,7 +22,14 @@ quickstart: venv  ## train (if no champion) -> promote -> screen, on the shipped
 test: venv  ## the fast test suite (pyproject addopts deselect `slow` and `gpu`)
 	$(BIN)/python -m pytest -q
 
-test-slow: venv  ## only the tests marked slow (CI runs them after `make test`: .ci/run)
+postgres:  ## PostgreSQL server binaries for the scale-out test (Debian's package when initdb is absent)
+	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql)
+
+scale-out: venv postgres  ## PostgreSQL + mlflow server + 2 tune workers + submitit shards + train/promote/screen
+	$(BIN)/python -m pytest -q -m slow tests/test_scale_out.py
+
+test-slow: venv postgres  ## only the tests marked slow (CI runs them after `make test`: .ci/run)
 	$(BIN)/python -m pytest -q -m "slow and not gpu"
 
 test-all: venv  ## fast + slow (+ gpu, skipped without an NVIDIA GPU)

@@ -62,7 +62,21 @@ def storage_for(url: str):
         db = Path(url[len("sqlite:///"):]).resolve()
         with locked(db):  # workers on a fresh file: one migrates the schema, the others wait
             return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 120}})
-    return optuna.storages.RDBStorage(url)
+    return _server_storage(optuna, url)
+
+
+def _server_storage(optuna, url: str, attempts: int = 5):
+    """An RDB storage on a database server; workers that start together on a fresh database race on
+    creating the schema (PostgreSQL: duplicate key in pg_type): the losers retry and find it made."""
+    import time
+
+    for attempt in range(attempts):
+        try:
+            return optuna.storages.RDBStorage(url)
+        except Exception as e:  # sqlalchemy IntegrityError / ProgrammingError from CREATE TABLE races
+            if attempt == attempts - 1 or "duplicate" not in str(e).lower() and "already exists" not in str(e):
+                raise
+            time.sleep(0.5 * (attempt + 1))
 
 
 def make_study(name: str, storage, seed: int, n_startup: int, pruner_cfg: Mapping[str, Any]):
