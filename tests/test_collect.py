@@ -17,7 +17,7 @@ from carb.errors import ConfigError, DatasetError
 from carb.design.space import load_space
 
 TINY = ["device=cpu", "measure=cpu", "measure.n_runs=2", "measure.n_warmup=1", "measure.min_window_s=0",
-        "measure.cooldown_s=0", "progress=false"]
+        "measure.cooldown_s=0", "progress.enabled=false"]
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from carb.data.io import load_dataset
 from carb.design.space import load_space
 
 TINY = ["device=cpu", "measure=cpu", "measure.n_runs=2", "measure.n_warmup=1", "measure.min_window_s=0",
-        "measure.cooldown_s=0", "progress=false"]
+        "measure.cooldown_s=0", "progress.enabled=false"]
 
 
 # carb-collect that hangs at a chosen point of its SECOND configuration, after touching a marker file:

@@ -16,7 +16,7 @@ from carb.data.io import DatasetAppender, load_dataset, write_frame
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["device=cpu", "measure=cpu", "measure.n_runs=2", "measure.n_warmup=1", "measure.min_window_s=0",
-        "measure.cooldown_s=0", "progress=false", "space=smoke", "space.blocks=[basic]"]
+        "measure.cooldown_s=0", "progress.enabled=false", "space=smoke", "space.blocks=[basic]"]
 
 
 def test_appender_merges_what_another_writer_wrote(tmp_path):

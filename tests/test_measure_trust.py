@@ -25,7 +25,7 @@ from carb.measure.fingerprint import cpu_fingerprint, device_id, fingerprint_dif
 DATA = Path(__file__).parent / "data" / "cpuinfo"
 CFG = ArchConfig("basic", 8, 0.25, 32, 2, "fp32", False, num_classes=10)
 TINY = ["device=cpu", "measure=cpu", "measure.n_runs=2", "measure.n_warmup=1", "measure.min_window_s=0",
-        "measure.cooldown_s=0", "progress=false", "space=smoke", "space.batch_sizes=[1]", "space.blocks=[basic]"]
+        "measure.cooldown_s=0", "progress.enabled=false", "space=smoke", "space.batch_sizes=[1]", "space.blocks=[basic]"]
 
 
 class ClockCounter:

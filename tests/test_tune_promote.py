@@ -65,6 +65,42 @@ def test_three_trial_study(env, study):
     assert len(children) == study["trials_run"]
 
 
+def test_tune_metrics_are_named_as_train_names_them(env, study):
+    """One name for one thing: the tuned blend's validation MAE is val_<t>_mae as in carb-train, the base
+    preset's val_<t>_mae_base, the best specialists' val_<t>_mae_<member>; trials log val_<t>_mae; the
+    parent run has the split's train/val parts as inputs and the tuning durations."""
+    import mlflow
+
+    tracking.configure(env["uri"])
+    parent = mlflow.get_run(tracking.find_runs("tune", {"carb.study": "s3", "carb.role": "parent"})[0])
+    m = parent.data.metrics
+    for t in ("peak_memory_MB", "energy_J", "latency_ms"):
+        assert m[f"val_{t}_mae"] == pytest.approx(study["results"][f"s3.{t}.blend"]["value"])
+        assert m[f"val_{t}_mae_base"] == pytest.approx(study["results"][f"base.{t}"]["value"])
+        assert {f"val_{t}_mae_{w}" for w in ("xgb", "lgbm", "et")} <= set(m)
+    assert not [k for k in m if k.startswith("best_val")]
+    assert m["worker0_tune_s"] > 0 and m["worker0_base_fit_s"] > 0
+    worse = set(study["worse"])
+    assert set(filter(None, parent.data.tags.get("tuned_worse_than_base", "").split(","))) == worse
+    inputs = {i.dataset.name: [t.value for t in i.tags] for i in parent.inputs.dataset_inputs}
+    assert inputs == {"syn.train": ["training"], "syn.val": ["validation"]}
+    trial = mlflow.get_run(tracking.find_runs("tune", {"carb.sub_study": "s3.latency_ms.xgb"})[0])
+    assert set(trial.data.metrics) <= {"val_latency_ms_mae"}
+
+
+def test_tuning_that_makes_a_model_worse_says_so():
+    """A tuned blend worse than the base preset on validation is a warning line naming both values."""
+    from carb.commands.tune import worse_lines, worse_targets
+
+    res = {"base.latency_ms": {"value": 0.094}, "s.latency_ms.blend": {"value": 0.247},
+           "base.energy_J": {"value": 2.0}, "s.energy_J.blend": {"value": 1.5}}
+    worse = worse_targets(res, "s", ["latency_ms", "energy_J"])
+    assert worse == {"latency_ms": (0.094, 0.247)}
+    (line,) = worse_lines(worse, "mae", "carb_fast")
+    assert line.startswith("carb-tune: warning: latency_ms: tuning made the model worse")
+    assert "0.247 ms" in line and "0.094 ms" in line and "2.6x" in line and "model=carb_fast" in line
+
+
 def test_search_space_errors(env):
     from carb.commands.tune import run_tune
     from carb.model.tuning import metric_fn

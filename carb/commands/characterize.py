@@ -23,6 +23,7 @@ from carb.analysis.characterize.report import (
     to_markdown,
 )
 from carb.commands.cli import hydra_command, hydra_run_dir, to_dict
+from carb.commands.progress import Progress
 from carb.data.io import load_dataset
 from carb.data.schema import device_slug
 from carb.errors import ConfigError
@@ -80,6 +81,10 @@ def load_inputs(cfg: Any) -> tuple[pd.DataFrame, pd.DataFrame | None, str, dict[
     return a, b, label, prov
 
 
+#: Relative cost of the steps of :func:`run_characterize`, for the ETA (measured on the shipped data).
+CHARACTERIZE_STEPS = {"load": 1.0, "tables": 1.0, "figures": 2.0, "log": 3.0}
+
+
 def run_characterize(cfg: Any) -> dict[str, Any]:
     """Run all analyses named by ``cfg`` (conf/characterize.yaml), write tables (CSV + Markdown) and
     figures (PNG) to the run's folder (Hydra's ``<paths.output_dir>/characterize/<time>/`` from the
@@ -91,8 +96,12 @@ def run_characterize(cfg: Any) -> dict[str, Any]:
     from carb.plots import characterize as plots
     from carb.tracking import log_artifact, log_metrics, log_params, start_run
 
+    prog = Progress.from_cfg("carb-characterize", sum(CHARACTERIZE_STEPS.values()), cfg, throttle=False)
+    prog.begin("loading the data", CHARACTERIZE_STEPS["load"])
     a, b, label, prov = load_inputs(cfg)
     an = cfg.get("analysis") or {}
+    prog.begin(f"computing the tables ({len(a)} rows" + ("" if b is None else f" + {len(b)} rows") + ")",
+               CHARACTERIZE_STEPS["tables"])
     tables = characterize_tables(a, b, sm_edges=tuple(an.get("sm_edges", SM_EDGES)),
                                  min_pairs=int(an.get("min_pairs", 3)))
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -106,6 +115,7 @@ def run_characterize(cfg: Any) -> dict[str, Any]:
         t.to_csv(out_dir / "tables" / f"{name}.csv", index=False)
         (out_dir / "tables" / f"{name}.md").write_text(to_markdown(t))
         table_paths[name] = str(out_dir / "tables" / f"{name}.csv")
+    prog.begin("drawing the figures", CHARACTERIZE_STEPS["figures"])
     figures, skipped = plots.characterize_figures(tables, dev_a=device_label(ok_only(a)),
                                                   dev_b=None if b is None else device_label(ok_only(b)))
     fig_paths = {}
@@ -118,12 +128,14 @@ def run_characterize(cfg: Any) -> dict[str, Any]:
     tags = {"source": prov["source"], "device_a": device_label(ok_only(a))}
     if b is not None:
         tags["device_b"] = device_label(ok_only(b))
+    prog.begin("logging to MLflow", CHARACTERIZE_STEPS["log"])
     with start_run("characterize", run_name, tracking_uri=cfg.tracking.uri, tags=tags,
                    artifact_root=cfg.tracking.get("artifact_root")) as run_id:
         log_params({**prov, "rows_a": len(ok_only(a)), "rows_b": None if b is None else len(ok_only(b)),
                     "analysis": to_dict(an) if an else {}})
         log_metrics(headline_metrics(tables))
         log_artifact(out_dir)
+    prog.finish(f"{label}: tables, figures and run written")
     xd = tables.get("cross_device")
     print(f"carb-characterize: {label}: {len(tables)} tables, {len(fig_paths)} figures in {out_dir} "
           f"(MLflow run {run_id})")

@@ -181,7 +181,7 @@ def run_collect(cfg: Any) -> dict[str, Any]:
             tracking.log_params({"device_facts": {k: v for k, v in facts.items() if not isinstance(v, dict)}})
             tracking.log_dict(facts, "device_facts.json")
             t_loop = time.perf_counter()
-            bar = _progress(len(todo), f"{space_name} {index + 1}/{count}", bool(c.get("progress", True)))
+            bar = _progress(len(todo), f"{space_name} {index + 1}/{count}", bool((c.get("progress") or {}).get("enabled", True)))
             try:
                 measure_configs(todo, meter, identity, appender.append, lambda arch: _build_model(arch),
                                 _static_table, stats, deadline=deadline, progress=bar)

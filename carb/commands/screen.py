@@ -19,6 +19,7 @@ import pandas as pd
 from carb import tracking
 from carb.analysis import screening
 from carb.commands.cli import hydra_command, hydra_run_dir, to_dict
+from carb.commands.progress import Progress
 from carb.errors import ConfigError, ModelError
 from carb.model.encoding import pred_name
 
@@ -131,6 +132,10 @@ def _coverage(value: Any) -> float | None:
     return c
 
 
+#: Candidates scored in the time of one other step (loading the models, writing, logging), for the ETA.
+SCORE_ROWS_PER_UNIT = 2000.0
+
+
 def run_screen(cfg: Any) -> dict[str, Any]:
     """Screen the grid and log the run. Returns counts, stage figures, timings and file paths."""
     from carb.commands.checks import check_config
@@ -140,6 +145,8 @@ def run_screen(cfg: Any) -> dict[str, Any]:
     art = cfg.tracking.get("artifact_root")
     tracking.configure(uri, art)
     target_uri = cfg.screen.target or default_target(uri, art)
+    prog = Progress.from_cfg("carb-screen", 4.0, cfg, throttle=False)
+    prog.begin(f"loading {target_uri}" + (f" and {cfg.screen.source}" if cfg.screen.get("source") else ""))
     t0 = time.perf_counter()
     target = _load(target_uri, "target")
     source = None
@@ -160,8 +167,12 @@ def run_screen(cfg: Any) -> dict[str, Any]:
             budget_cfg.pop(k)
     load_s = time.perf_counter() - t0
     t = time.perf_counter()
+    prog.begin("building and featurizing the grid")
     features = load_grid(cfg)
     feat_s = time.perf_counter() - t
+    prog.add(len(features) / SCORE_ROWS_PER_UNIT)
+    prog.begin(f"scoring {len(features)} candidates" + (" (two-stage)" if source is not None else ""),
+               len(features) / SCORE_ROWS_PER_UNIT)
     result = screening.screen(features, target, budget_cfg, cfg.screen.get("objective"), source,
                               int(cfg.screen.top_k), int(cfg.screen.shortlist_size),
                               outside=str(cfg.screen.get("outside", "flag")),
@@ -197,6 +208,7 @@ def run_screen(cfg: Any) -> dict[str, Any]:
     # one run, one folder: Hydra's run folder when run as a command, else a time-stamped one
     out_dir = hydra_run_dir() or Path(cfg.screen.output_dir) / time.strftime("%Y-%m-%d_%H-%M-%S")
     out_dir.mkdir(parents=True, exist_ok=True)
+    prog.begin("writing the scored grid and pareto.png")
     result.scored.to_parquet(out_dir / "scored.parquet", index=False)
     result.scored.to_csv(out_dir / "scored.csv", index=False)
     result.shortlist.to_csv(out_dir / "shortlist.csv", index=False)
@@ -213,11 +225,13 @@ def run_screen(cfg: Any) -> dict[str, Any]:
     if source is not None:
         tags.update({"source_model": cfg.screen.source, "source_version": source.registry_.get("version", "")})
     run_name = f"screen/{getattr(target, 'device_name_', 'model')}/{mode}"
+    prog.begin("logging to MLflow")
     with tracking.start_run("screen", run_name, uri, tags=tags, artifact_root=art) as run_id:
         tracking.log_params({"screen": to_dict(cfg.screen), "space": to_dict(cfg.space)})
         metrics = {**counts, **{k: v for k, v in result.stages.items()}, **result.timings_s, **validation}
         tracking.log_metrics(metrics)
         tracking.log_artifact(out_dir, "screen")
+    prog.finish(f"screened {counts['n_candidates']} candidates")
     print(f"wrote {out_dir}/scored.parquet, scored.csv, shortlist.csv, pareto.png; MLflow run {run_id}")
     return {**counts, **result.stages, "timings_s": result.timings_s, "output_dir": str(out_dir),
             "run_id": run_id, "target": target_uri, "mode": mode, "validation": validation,

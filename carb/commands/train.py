@@ -23,6 +23,7 @@ from typing import Any
 from carb.analysis.assess import evaluate_cascade
 from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_tags, to_dict
 from carb.commands.runinfo import lean_params, split_metrics
+from carb.commands.progress import Progress
 from carb.data.io import load_training_frame, resolve_path
 from carb.data.schema import TARGETS, device_slug, model_name
 from carb.data.split import split_dataset
@@ -81,12 +82,14 @@ def run_train(cfg: Any) -> dict[str, Any]:
     features = to_dict(cfg.features)
     cascade = build_cascade(model_cfg, features)
     targets = [t for t in TARGETS if t in full.columns]
-    cascade.fit(train, train[targets], val, val[targets])
+    ev = to_dict(cfg.evaluate)
+    measured = [t for t in targets if train[t].notna().any()]
+    prog = Progress.from_cfg("carb-train", train_plan(ev, full, len(measured)), cfg, throttle=False)
+    cascade.fit(train, train[targets], val, val[targets], progress=prog.hook(1.0, "fit stage "))
     # the cascade's own warnings say which targets and feature columns it dropped (once: cli.warnings_once)
     same_tags = feature_identity(cascade, train)
     cascade.record_test_mae(test, test[targets])
     cascade.split_seed_, cascade.split_fractions_ = seed, list(fractions)
-    ev = to_dict(cfg.evaluate)
     t_cal = time.perf_counter()
     if len(cal):
         from carb.model.intervals import calibrate
@@ -95,7 +98,8 @@ def run_train(cfg: Any) -> dict[str, Any]:
     else:
         print("carb-train: split.fractions has no calibration part; the model gets no prediction intervals")
     t_cal, t_eval = time.perf_counter() - t_cal, time.perf_counter()
-    metrics, extras = evaluate_cascade(cascade, train, val, test, full, ev)
+    metrics, extras = evaluate_cascade(cascade, train, val, test, full, ev,
+                                       progress=prog.hook(float(len(cascade.targets_))))
     metrics.update({"calibrate_s": t_cal, "evaluate_s": time.perf_counter() - t_eval})
 
     slug = device_slug(device)
@@ -110,7 +114,27 @@ def run_train(cfg: Any) -> dict[str, Any]:
            "preset": preset, "run_name": run_name, "reg_name": reg_name, "tags": tags,
            "split": f"seed={seed},fractions={','.join(f'{f:g}' for f in fractions)}", "config": to_dict(cfg), "sweep": sweep_tags()}
     folder = save_fit(fit, fit_folder(cfg))
-    return log_fit(fit, cfg, folder)
+    prog.begin("logging to MLflow" + (" and registering" if reg_name else ""), LOG_WEIGHT)
+    out = log_fit(fit, cfg, folder)
+    prog.finish("fitted, evaluated and logged")
+    return out
+
+
+#: Weight of logging a run (figures, model, registration) against one cascade stage, for the ETA.
+LOG_WEIGHT = 2.0
+
+
+def train_plan(ev: dict[str, Any], full: Any, n_targets: int) -> float:
+    """Planned weight of a ``carb-train`` run for :class:`~carb.commands.progress.Progress`: one unit per
+    cascade stage, ``n_targets`` per refit (leave-one-batch-tier-out, each extrapolation split), and
+    :data:`LOG_WEIGHT` for logging."""
+    refits = int(bool((ev.get("lobo") or {}).get("enabled", True)))
+    xcfg = ev.get("extrapolation") or {}
+    if xcfg.get("enabled", True):
+        from carb.analysis.extrapolation import default_splits
+
+        refits += len(default_splits(full, float(xcfg.get("train_share", 0.7)), int(xcfg.get("min_rows", 20))))
+    return n_targets * (1 + refits) + LOG_WEIGHT
 
 
 def feature_identity(cascade: Any, train: Any) -> dict[str, str]:

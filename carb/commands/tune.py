@@ -19,12 +19,14 @@ gets the best params and Optuna's optimization-history and parameter-importance 
 """
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
 import numpy as np
 
 from carb.commands.cli import hydra_command, sweep_tags, to_dict
+from carb.commands.progress import Progress
 from carb.errors import ConfigError
 from carb.model.tuning import (
     TuneSettings,
@@ -55,11 +57,67 @@ class TrialLogger:
                                 parent_run_id=self.parent, artifact_root=self.cfg.tracking.get("artifact_root")):
             tracking.log_params({**trial.params, "trial_number": trial.number})
             if trial.value is not None:
-                tracking.log_metrics({f"val_{self.cfg.tune.metric}": trial.value})
+                tracking.log_metrics({val_metric(study.study_name, self.cfg.tune.metric): trial.value})
 
 
-def parent_run(cfg: Any) -> str:
-    """The study's parent MLflow run: found by tag, or created by the first worker."""
+def val_metric(sub_study: str, metric: str, suffix: str = "") -> str:
+    """The validation metric's name as ``carb-train`` logs it: ``val_<target>_<metric>`` (the target from
+    a sub-study name ``<study>.<target>.<member>``), plus ``_<suffix>`` (``xgb``, ``base``, ...)."""
+    parts = sub_study.split(".")
+    target = parts[-2] if len(parts) >= 3 else parts[-1]
+    return f"val_{target}_{metric}" + (f"_{suffix}" if suffix else "")
+
+
+#: Weight of one blend-weight trial against one specialist trial (a fit), for the ETA.
+BLEND_TRIAL_WEIGHT = 0.05
+
+
+def metric_unit(metric: str, target: str) -> str:
+    """Unit of a validation metric on ``target``: ``%`` for MAPE, else the target's (``latency_ms`` -> ms)."""
+    return "%" if metric == "mape" else target.rsplit("_", 1)[-1]
+
+
+class TrialProgress:
+    """Optuna callback: one progress line per finished trial (throttled by ``progress.min_interval_s``)
+    with its state and value and the sub-study's best value so far, in the metric's unit."""
+
+    def __init__(self, progress: Progress, metric: str) -> None:
+        self.progress, self.metric = progress, metric
+
+    def __call__(self, study, trial) -> None:
+        sub = study.study_name
+        target = sub.split(".")[-2] if sub.count(".") >= 2 else ""
+        unit = metric_unit(self.metric, target)
+        blend = sub.endswith(".blend")
+        try:
+            best = f"best {self.metric} {study.best_value:.4g} {unit}"
+        except ValueError:  # no completed trial yet
+            best = "no completed trial yet"
+        value = f" {trial.value:.4g} {unit}" if trial.value is not None else ""
+        self.progress.advance(f"{sub} trial {trial.number} {trial.state.name.lower()}{value}; {best}",
+                              BLEND_TRIAL_WEIGHT if blend else 1.0)
+
+
+def tune_plan(n_targets: int, n_members: int, n_trials: int, blend_trials: int) -> float:
+    """Planned weight of a worker's trials: specialist trials weigh 1, blend trials
+    :data:`BLEND_TRIAL_WEIGHT`."""
+    return n_targets * (n_members * n_trials + BLEND_TRIAL_WEIGHT * blend_trials)
+
+
+def worse_lines(worse: dict[str, tuple[float, float]], metric: str, preset: str) -> list[str]:
+    """One warning line per target of :func:`worse_targets`, both values in the metric's unit."""
+    out = []
+    for t, (base, tuned) in worse.items():
+        unit = "%" if metric == "mape" else t.rsplit("_", 1)[-1]
+        out.append(f"carb-tune: warning: {t}: tuning made the model worse: the tuned blend's validation {metric} "
+                   f"{tuned:.4g} {unit} is {tuned / base:.2g}x the base preset's {base:.4g} {unit}; carb-train "
+                   f"model=tuned would predict {t} worse than model={preset} (run more trials, or keep {preset})")
+    return out
+
+
+def parent_run(cfg: Any, frames: dict[str, Any] | None = None) -> str:
+    """The study's parent MLflow run: found by tag, or created by the first worker, which logs the
+    split's ``frames`` (``{"train": ..., "val": ...}``) as its dataset inputs."""
     from carb import tracking
 
     tags = {"carb.study": cfg.tune.study, "carb.role": "parent"}
@@ -74,7 +132,28 @@ def parent_run(cfg: Any) -> str:
         tracking.log_params({"tune": to_dict(cfg.tune), "model": to_dict(cfg.model),
                              "features": cfg.features.name, "data": to_dict(cfg.data),
                              "split_seed": cfg.split.seed})
+        if frames:
+            from carb.data.io import resolve_path
+
+            src = resolve_path(str(cfg.data.get("path") or "reference"))
+            for part, frame in frames.items():
+                tracking.log_dataset(frame, name=f"{src.stem}.{part}", source=str(src), context=SPLIT_CONTEXTS[part])
     return run_id
+
+
+#: MLflow input contexts of the split parts tuning uses (as carb-train logs them).
+SPLIT_CONTEXTS = {"train": "training", "val": "validation"}
+
+
+def worse_targets(results: dict[str, Any], study: str, targets: list[str]) -> dict[str, tuple[float, float]]:
+    """Targets whose tuned blend scores worse on validation than the base preset:
+    ``{target: (base value, tuned value)}``."""
+    out = {}
+    for t in targets:
+        base, tuned = results[f"base.{t}"]["value"], results[sub_name(study, t, "blend")]["value"]
+        if np.isfinite(base) and np.isfinite(tuned) and tuned > base:
+            out[t] = (float(base), float(tuned))
+    return out
 
 
 def run_tune(cfg: Any) -> dict[str, Any]:
@@ -111,7 +190,11 @@ def run_tune(cfg: Any) -> dict[str, Any]:
     model_cfg.pop("tuned_from", None)
     base = build_cascade(model_cfg, to_dict(cfg.features))
     targets_all = [t for t in TARGETS if t in full.columns]
-    base.fit(train, train[targets_all], val, val[targets_all])
+    base_prog = Progress.from_cfg("carb-tune", len(targets_all), cfg, throttle=False)
+    t_base = time.perf_counter()
+    base.fit(train, train[targets_all], val, val[targets_all], progress=base_prog.hook(1.0, "base preset fit, stage "))
+    base_prog.finish("base preset fitted")
+    base_fit_s = time.perf_counter() - t_base
     wanted = list(tc.targets) if tc.get("targets") else list(base.targets_)
     unknown = [t for t in wanted if t not in base.targets_]
     if unknown:
@@ -119,7 +202,7 @@ def run_tune(cfg: Any) -> dict[str, Any]:
     data = stage_data(base, train, val)
     n_jobs = resolve_n_jobs(model_cfg.get("n_jobs"))
     specialists = model_cfg.get("specialists") or {}
-    parent = parent_run(cfg) if tc.get("log_trials", True) else None
+    parent = parent_run(cfg, {"train": train, "val": val}) if tc.get("log_trials", True) else None
     logger = TrialLogger(cfg, parent, bool(tc.get("log_trials", True)))
     report_every = int(tc.pruner.get("report_every", 10))
     timeout = tc.get("timeout_s")
@@ -127,17 +210,22 @@ def run_tune(cfg: Any) -> dict[str, Any]:
                             seed=seed, n_startup_trials=int(tc.n_startup_trials), pruner=dict(tc.pruner),
                             report_every=report_every, n_jobs=n_jobs, fit_seed=int(cfg.split.seed), metric=metric)
     results: dict[str, Any] = {}
+    prog = Progress.from_cfg("carb-tune", tune_plan(len(wanted), len(members), int(tc.n_trials),
+                                                    int(tc.blend_trials)), cfg)
+    callbacks = [logger, TrialProgress(prog, str(tc.metric))]
     n_done, t0 = 0, time.perf_counter()
     for t in wanted:
         sd = data[t]
-        res = tune_target(sd, tc.study, members, specialists, space, storage, settings, callbacks=[logger])
+        res = tune_target(sd, tc.study, members, specialists, space, storage, settings, callbacks=callbacks)
         results.update(res)
         n_done += len(members) * int(tc.n_trials) + int(tc.blend_trials)
         results[f"base.{t}"] = {"value": metric(sd.yva, base.predict(val)[f"pred_{t}"].to_numpy()[np.isfinite(val[t].to_numpy(float))])}
     elapsed = time.perf_counter() - t0
+    prog.finish(f"{n_done} trials")
     per_min = n_done / elapsed * 60 if elapsed > 0 else float("nan")
     summary = {"study": tc.study, "worker": worker, "device": device, "trials_run": n_done,
-               "elapsed_s": elapsed, "trials_per_minute": per_min, "results": results}
+               "elapsed_s": elapsed, "trials_per_minute": per_min, "results": results, "base_fit_s": base_fit_s,
+               "worse": worse_targets(results, str(tc.study), wanted)}
     if parent:
         _log_parent(cfg, parent, storage, wanted, members, summary)
     print(f"carb-tune: study {tc.study!r} worker {worker}: {n_done} trials in {elapsed:.0f} s "
@@ -146,6 +234,8 @@ def run_tune(cfg: Any) -> dict[str, Any]:
         b = results[sub_name(tc.study, t, "blend")]
         print(f"  {t}: base preset val {tc.metric} {results[f'base.{t}']['value']:.4g} -> tuned blend "
               f"{b['value']:.4g} (weights {np.round(b['weights'], 3).tolist()})")
+    for line in worse_lines(summary["worse"], str(tc.metric), str(cfg.model.get("name", "the base preset"))):
+        print(line, file=sys.stderr)
     print(f"  use it: carb-train model=tuned tune.study={tc.study}")
     return summary
 
@@ -158,16 +248,24 @@ def _log_parent(cfg, parent: str, storage, targets, members, summary) -> None:
 
     tc = cfg.tune
     with tracking.start_run("tune", "", cfg.tracking.uri, run_id=parent):
-        metrics = {f"worker{summary['worker']}_trials_per_minute": summary["trials_per_minute"]}
+        w = f"worker{summary['worker']}"
+        metrics = {f"{w}_trials_per_minute": summary["trials_per_minute"], f"{w}_tune_s": summary["elapsed_s"],
+                   f"{w}_base_fit_s": summary["base_fit_s"]}
         best = {}
         for name, r in summary["results"].items():
             key = name.replace(f"{tc.study}.", "")
-            metrics[f"best_val_{tc.metric}.{key}"] = r["value"]
+            if name.startswith("base."):  # the base preset's cascade: val_<t>_<metric>_base
+                metrics[f"val_{key.split('.', 1)[1]}_{tc.metric}_base"] = r["value"]
+            else:  # the tuned blend is the model: val_<t>_<metric>; its best specialists: ..._<member>
+                member = key.rsplit(".", 1)[-1]
+                metrics[val_metric(name, tc.metric, "" if member == "blend" else member)] = r["value"]
             if "params" in r:
                 best[key] = {"params": r["params"], "trial": r["trial"], "value": r["value"]}
             elif "weights" in r:
                 best[key] = {"weights": r["weights"], "trial": r["trial"], "value": r["value"]}
         tracking.log_metrics(metrics)
+        if summary["worse"]:
+            tracking.set_tags({"tuned_worse_than_base": ",".join(summary["worse"])})
         tracking.log_dict(best, "best_params.json")
         for t in targets:
             for m in members + ["blend"]:

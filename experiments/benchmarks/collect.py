@@ -16,7 +16,7 @@ from carb.commands.collect import run_collect
 
 def collect(space: str, extra: list[str], tmp: str) -> dict:
     cfg = compose("collect", [f"space={space}", "device=cpu", "measure=cpu", f"out={tmp}/{space}.parquet",
-                              f"tracking.uri=sqlite:///{tmp}/mlflow.db", "progress=false", *extra])
+                              f"tracking.uri=sqlite:///{tmp}/mlflow.db", "progress.enabled=false", *extra])
     return run_collect(cfg)
 
 

@@ -1,0 +1,115 @@
+"""Progress with an ETA for the commands' long steps: one line per step on stderr, readable in a terminal
+and in a log file alike (no carriage returns, no bar redrawing).
+
+    carb-train: [ 22%] fit stage 2/3: energy_J; 4 s elapsed, ETA 14 s
+
+Library code never prints: it takes a plain ``progress(label)`` callable that it calls as each unit of
+work *starts* (:meth:`Progress.hook`), or the command calls :meth:`Progress.begin` / :meth:`Progress.advance`
+itself. A unit carries a weight (a cascade refit weighs as much as all the stages of the main fit), and
+the ETA is ``elapsed / done * remaining`` in weight. The ``progress`` config group
+(``conf/progress/default.yaml``) turns it off (``progress.enabled=false``) and throttles loops of many
+short units (``progress.min_interval_s``).
+"""
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+
+def format_duration(seconds: float) -> str:
+    """``"<1 s"``, ``"42 s"``, ``"3 min 05 s"``, ``"1 h 02 min"``."""
+    if not seconds == seconds or seconds < 0:  # NaN or negative: unknown
+        return "?"
+    s = int(round(seconds))
+    if seconds < 1:
+        return "<1 s"
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {(s % 3600) // 60:02d} min"
+
+
+class Progress:
+    """Weighted progress of one command's work, printed as lines ``<prefix>: [p%] label; elapsed, ETA``.
+
+    ``total``: the planned weight (units of work; :meth:`add` grows it); ``enabled``: print at all;
+    ``min_interval_s``: within a run of units, print at most one line per this many seconds (the first
+    unit and :meth:`finish` always print); ``stream``: default stderr; ``clock``: for tests."""
+
+    def __init__(self, prefix: str, total: float, enabled: bool = True, min_interval_s: float = 0.0,
+                 stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.prefix, self.total, self.enabled = prefix, float(total), bool(enabled)
+        self.min_interval_s, self.stream, self.clock = float(min_interval_s), stream, clock
+        self.done, self.current, self.count = 0.0, 0.0, 0
+        self.t0 = clock()
+        self.last_print = float("-inf")
+        self.lines: list[str] = []
+
+    @classmethod
+    def from_cfg(cls, prefix: str, total: float, cfg: Any = None, throttle: bool = True, **kw: Any) -> Progress:
+        """A :class:`Progress` set by the ``progress`` config node (``enabled``, ``min_interval_s``);
+        enabled with no throttle when the config has no such node. ``throttle=False``: every unit prints
+        (few long steps, such as a cascade's stages and refits)."""
+        node = (cfg.get("progress") if cfg is not None and hasattr(cfg, "get") else None) or {}
+        interval = float(node.get("min_interval_s", 0.0)) if throttle else 0.0
+        return cls(prefix, total, enabled=bool(node.get("enabled", True)), min_interval_s=interval, **kw)
+
+    def add(self, weight: float) -> None:
+        """Grow the planned total by ``weight`` (work found on the way)."""
+        self.total += float(weight)
+
+    def elapsed_s(self) -> float:
+        """Seconds since the progress started."""
+        return self.clock() - self.t0
+
+    def eta_s(self) -> float:
+        """Seconds left at the rate so far (NaN before any unit is done)."""
+        if self.done <= 0:
+            return float("nan")
+        return max(0.0, self.elapsed_s() / self.done * (self.total - self.done))
+
+    def begin(self, label: str, weight: float = 1.0) -> None:
+        """Unit ``label`` (of ``weight``) starts: the unit before it is done."""
+        self.done += self.current
+        self.current = float(weight)
+        self.count += 1
+        self._say(label)
+
+    def advance(self, label: str, weight: float = 1.0) -> None:
+        """Unit ``label`` (of ``weight``) is done."""
+        self.done += self.current + float(weight)
+        self.current = 0.0
+        self.count += 1
+        self._say(label)
+
+    def hook(self, weight: float = 1.0, prefix: str = "") -> Callable[[str], None]:
+        """A ``progress(label)`` callable for library code that calls it as each unit starts."""
+        return lambda label: self.begin(f"{prefix}{label}", weight)
+
+    def finish(self, label: str = "done") -> None:
+        """All work is done: print the total time."""
+        self.done, self.current = self.total, 0.0
+        self._emit(f"{self.prefix}: {label} in {format_duration(self.elapsed_s())}")
+
+    def line(self, label: str) -> str:
+        """The line for ``label`` at the current state."""
+        total = max(self.total, self.done + self.current, 1e-12)
+        pct = 100.0 * min(1.0, self.done / total)
+        eta = self.eta_s()
+        timing = f"{format_duration(self.elapsed_s())} elapsed" + ("" if eta != eta else f", ETA {format_duration(eta)}")
+        return f"{self.prefix}: [{pct:3.0f}%] {label}; {timing}"
+
+    def _say(self, label: str) -> None:
+        now = self.clock()
+        if self.count > 1 and now - self.last_print < self.min_interval_s:
+            return
+        self.last_print = now
+        self._emit(self.line(label))
+
+    def _emit(self, text: str) -> None:
+        self.lines.append(text)
+        if self.enabled:
+            print(text, file=self.stream or sys.stderr, flush=True)
