@@ -31,6 +31,7 @@ EXPERIMENTS = {
     "screen": "carb-screen",
     "promote": "carb-promote",
     "import": "carb-import",
+    "calibrate": "carb-calibrate",
 }
 
 #: The description of each experiment (shown in the MLflow UI; tag ``mlflow.note.content``).
@@ -47,6 +48,9 @@ DESCRIPTIONS = {
     "carb-promote": "Alias changes of registered models.",
     "carb-import": "Outside measurements brought into CARB datasets (timm, optimum-benchmark, CSV): counts, "
                    "unmapped rows, provenance and the dataset as an input.",
+    "carb-calibrate": "Few-shot transfers of a registered model to a new device from K measured rows: the "
+                      "transfer per target, held-out accuracy beside the uncalibrated source and a FLOPs-only "
+                      "fit on the same rows; each run registers the target device's model.",
 }
 
 _MAX_PARAM_LEN = 500

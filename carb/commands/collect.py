@@ -116,8 +116,9 @@ def _progress(total: int, desc: str, enabled: bool):
                 mininterval=0.5 if tty else 30.0, smoothing=0.1)
 
 
-def run_collect(cfg: Any) -> dict[str, Any]:
-    """Collect the configured space on the configured device (see the module docstring).
+def run_collect(cfg: Any, configs: Sequence[ArchConfig] | None = None) -> dict[str, Any]:
+    """Collect the configured space (or the given ``configs``, e.g. the K rows ``carb-calibrate`` picked)
+    on the configured device (see the module docstring).
 
     Returns ``{"out", "run_id", "n_ok", "n_oom", "n_error", "n_existing", "n_todo", "n_measured",
     "stopped", "duration_s", "s_per_config", "overhead_fraction", "strict_overhead_fraction",
@@ -135,7 +136,7 @@ def run_collect(cfg: Any) -> dict[str, Any]:
     deadline = t_start + 60.0 * max_minutes if max_minutes else None
     space = c.get("space") or {}
     space_name = str(space.get("name", "space"))
-    configs = configs_from_cfg(space)
+    configs = list(configs) if configs is not None else configs_from_cfg(space)
     if not configs:  # configs_from_cfg raises first; kept for custom spaces
         raise ConfigError(f"space: {space_name!r} yields no configurations")
     out = resolve_out(c.get("out"), index, count)

@@ -1,0 +1,76 @@
+"""How well a few-shot transfer predicts a device's rows it was not fitted on, beside two baselines.
+
+For K rows of the target device picked space-filling (:func:`carb.design.select.space_filling`) the
+transfer (:class:`carb.model.transfer.TransferredCascade`) is fitted and scored on the remaining rows:
+Spearman rank correlation (screening ranks), MAPE (%) and R^2 per target, beside (a) the source model
+uncalibrated and (b) a FLOPs-only linear fit on the same K rows (B1 of the paper, refitted per device).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from carb.data.schema import TARGETS
+from carb.design.select import space_filling
+from carb.model.encoding import pred_name
+
+
+def scores(y: np.ndarray, p: np.ndarray) -> dict[str, float]:
+    """``spearman``, ``mape_pct`` (mean absolute percentage error, %) and ``r2`` of predictions ``p`` of
+    measurements ``y`` (n,), over finite positive pairs (NaN when fewer than 2)."""
+    from scipy.stats import spearmanr
+
+    ok = np.isfinite(y) & np.isfinite(p) & (y > 0)
+    if ok.sum() < 2:
+        return {"spearman": float("nan"), "mape_pct": float("nan"), "r2": float("nan"), "n": int(ok.sum())}
+    y, p = y[ok], p[ok]
+    ss = float(((y - y.mean()) ** 2).sum())
+    return {"spearman": float(spearmanr(y, p).statistic), "mape_pct": float(100 * np.mean(np.abs(p / y - 1))),
+            "r2": float(1 - ((y - p) ** 2).sum() / ss) if ss > 0 else float("nan"), "n": int(ok.sum())}
+
+
+def flops_fit(train: pd.DataFrame, target: str) -> Any:
+    """A FLOPs-only least-squares line ``target ~ c0 + c1 * flops`` on ``train``; returns ``f(frame) -> (n,)``
+    (a constant for fewer than 2 distinct FLOP counts)."""
+    x = pd.to_numeric(train["flops"], errors="coerce").to_numpy(float)
+    y = pd.to_numeric(train[target], errors="coerce").to_numpy(float)
+    ok = np.isfinite(x) & np.isfinite(y)
+    if ok.sum() >= 2 and np.ptp(x[ok]) > 0:
+        c1, c0 = np.polyfit(x[ok], y[ok], 1)
+    else:
+        c0, c1 = (float(np.nanmean(y)) if ok.any() else float("nan")), 0.0
+    return lambda f: c0 + c1 * pd.to_numeric(f["flops"], errors="coerce").to_numpy(float)
+
+
+def split_k(rows: pd.DataFrame, k: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(calibration rows, held-out rows)``: ``k`` rows picked space-filling, and the rest."""
+    picks = space_filling(rows, k)
+    return rows.iloc[picks], rows.drop(index=rows.index[picks])
+
+
+def evaluate_transfer(source: Any, rows: pd.DataFrame, k: int, transfer_kw: dict[str, Any] | None = None,
+                      targets: Sequence[str] | None = None) -> tuple[Any, pd.DataFrame]:
+    """Fit the transfer of ``source`` on ``k`` of the target's ``rows`` and score it on the rest.
+
+    Returns ``(fitted transfer, table)``; the table has one row per (target, model) with model in
+    ``calibrated`` / ``source`` / ``flops_k`` and the :func:`scores` columns (empty when no row is held out)."""
+    from carb.model.intervals import screening_predict
+    from carb.model.transfer import TransferredCascade
+
+    cal, rest = split_k(rows, k)
+    tr = TransferredCascade(source, **(transfer_kw or {})).fit(cal)
+    out = []
+    if len(rest):
+        p_tr, p_src = screening_predict(tr, rest), screening_predict(source, rest)
+        for t in targets or [t for t in TARGETS if t in rows.columns]:
+            if pred_name(t) not in p_tr or t not in rest or not np.isfinite(rest[t].to_numpy(float)).any():
+                continue
+            y = rest[t].to_numpy(float)
+            for name, p in (("calibrated", p_tr[pred_name(t)].to_numpy(float)),
+                            ("source", p_src[pred_name(t)].to_numpy(float)),
+                            ("flops_k", flops_fit(cal, t)(rest))):
+                out.append({"target": t, "model": name, "k": len(cal), **scores(y, p)})
+    return tr, pd.DataFrame(out)

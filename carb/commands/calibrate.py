@@ -1,0 +1,180 @@
+"""``carb-calibrate``: transfer a registered model to a new device from K measured rows.
+
+    carb-calibrate data.path=data/my-device.parquet k=10       # K rows of a dataset; the rest test the result
+    carb-calibrate measure=cpu k=12                             # measure K space-filling configurations now
+
+The K rows are picked space-filling (:mod:`carb.design.select`) from the dataset or from ``space``; the
+transfer (:mod:`carb.model.transfer`) is fitted on them, its intervals re-calibrated on their leave-one-out
+residuals, and the result registered as a version of the target device's model
+(``carb-<device-slug>-<device_id>``) with the source model and version, K and the configurations used as
+tags. Rows beyond the K are held out: the command prints the calibrated model's accuracy on them beside
+the uncalibrated source and a FLOPs-only fit on the same K rows.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+
+from carb import tracking
+from carb.commands.cli import hydra_command, hydra_run_dir, to_dict
+from carb.commands.progress import Progress
+from carb.errors import ConfigError, DatasetError
+
+
+def default_source() -> str:
+    """``models:/<model of the shipped reference dataset>@champion``."""
+    from carb.data.io import reference_dataset
+    from carb.data.schema import model_name, ok_rows
+
+    return f"models:/{model_name(ok_rows(reference_dataset()))}@champion"
+
+
+def target_rows(cfg: Any) -> tuple[pd.DataFrame, str]:
+    """The target device's measured rows from ``data.path`` (``ok`` rows of one device) and a label."""
+    from carb.data.io import load_dataset
+    from carb.data.schema import ok_rows
+
+    path = str(cfg.data.path)
+    rows = ok_rows(load_dataset(path))
+    dev = cfg.data.get("device")
+    if dev:
+        names = sorted(rows["device_name"].dropna().astype(str).unique())
+        rows = rows[rows["device_name"].astype(str) == str(dev)]
+        if not len(rows):
+            raise ConfigError(f"data.device: {dev!r} has no ok rows in {path}; allowed: {names}")
+    if not len(rows):
+        raise DatasetError(f"data.path: {path} has no ok rows to calibrate on")
+    return rows.reset_index(drop=True), path
+
+
+def measure_rows(cfg: Any) -> tuple[pd.DataFrame, str]:
+    """Measure ``k`` space-filling configurations of ``space`` on this machine (through carb-collect's
+    collector, rows appended to ``out``) and return their ``ok`` rows."""
+    from omegaconf import OmegaConf
+
+    from carb.commands.collect import run_collect
+    from carb.data.io import load_dataset
+    from carb.data.schema import ok_rows
+    from carb.design.features import grid_features
+    from carb.design.select import space_filling
+    from carb.design.space import configs_from_cfg
+
+    configs = configs_from_cfg(to_dict(cfg.space))
+    k = int(cfg.k)
+    if k > len(configs):
+        raise ConfigError(f"k: must be between 1 and the {len(configs)} configurations of space "
+                          f"{cfg.space.name!r}, got {k}")
+    picks = space_filling(grid_features(configs), k)
+    chosen = [configs[i] for i in picks]
+    collect_cfg = OmegaConf.create({
+        "space": to_dict(cfg.space), "device": to_dict(cfg.device), "measure": to_dict(cfg.measure),
+        "tracking": to_dict(cfg.tracking), "paths": to_dict(cfg.paths), "out": str(cfg.out), "seed": 0,
+        "shard": {"index": 0, "count": 1}, "max_minutes": None, "import_run": None, "retry": "errors",
+        "resume": {"mix_protocols": False}, "limit": None, "progress": to_dict(cfg.get("progress") or {}),
+        "run_name": f"calibrate-measure-{cfg.space.name}-k{k}"})
+    print(f"carb-calibrate: measuring {k} configurations of space {cfg.space.name!r} on this machine -> {cfg.out}")
+    run_collect(collect_cfg, configs=chosen)
+    ids = {c.config_id for c in chosen}
+    rows = ok_rows(load_dataset(str(cfg.out)))
+    rows = rows[rows["config_id"].astype(str).isin(ids)].reset_index(drop=True)
+    if not len(rows):
+        raise DatasetError(f"out: none of the {k} configurations measured ok on this machine ({cfg.out})")
+    return rows, str(cfg.out)
+
+
+def run_calibrate(cfg: Any) -> dict[str, Any]:
+    """Calibrate, evaluate on held-out rows, log and register. Returns ``{"transfer", "table",
+    "registered_name", "version", "run_id", "source", "k", "config_ids"}``."""
+    from carb.analysis.transfer import evaluate_transfer
+    from carb.commands.checks import check_config
+    from carb.data.schema import model_name
+
+    check_config("calibrate", cfg)
+    uri, art = cfg.tracking.uri, cfg.tracking.get("artifact_root")
+    tracking.configure(uri, art)
+    source_uri = str(cfg.source or default_source())
+    prog = Progress.from_cfg("carb-calibrate", 4.0, cfg, throttle=False)
+    prog.begin(f"loading {source_uri}")
+    source = tracking.load_cascade(source_uri)
+    src_info = tracking.resolve_version(source_uri)
+    prog.begin("reading the target rows" if cfg.data.get("path") else "measuring the target rows")
+    rows, where = target_rows(cfg) if cfg.data.get("path") else measure_rows(cfg)
+    k = int(cfg.k)
+    if k > len(rows):
+        raise ConfigError(f"k: must be between 1 and the {len(rows)} ok rows of {where}, got {k}")
+    name = model_name(rows)
+    t = cfg.transfer
+    kw = {"affine_min_k": int(t.affine_min_k), "residual_min_k": int(t.residual_min_k),
+          "ridge_alpha": float(t.ridge_alpha), "slope_bounds": (float(t.slope_min), float(t.slope_max)),
+          "coverage": float(cfg.coverage)}
+    prog.begin(f"fitting the transfer on {k} of {len(rows)} rows")
+    tr, table = evaluate_transfer(source, rows, k, kw, targets=list(getattr(source, "targets_", [])))
+    device = tr.device_name_
+    for target, info in tr.transfer_.items():
+        form = info["form"]
+        what = {"source": "nothing measured: the source's prediction kept",
+                "scale": f"x {pow(2.718281828459045, info['a']):.3g}",
+                "affine": f"exp({info['a']:.3f}) * p^{info['b']:.3f}",
+                "residual": f"exp({info['a']:.3f}) * p^{info['b']:.3f} * ridge residual"}[form]
+        print(f"carb-calibrate: {target}: {form} ({what}) from {info['k']} rows")
+    if len(table):
+        print(f"carb-calibrate: held-out rows of {device} ({len(rows) - k} rows not used for fitting):")
+        print(table.pivot_table(index=["target", "model"], values=["spearman", "mape_pct", "r2"]).round(3).to_string())
+    else:
+        print("carb-calibrate: no held-out rows (all measured rows were used for fitting)")
+    prog.begin("logging to MLflow" + (" and registering" if cfg.register else ""))
+    metrics = {f"heldout_{r.target}_{r.model}_{m}": getattr(r, m) for r in table.itertuples()
+               for m in ("spearman", "mape_pct", "r2")}
+    tags = {"device": device, "device_id": tr.device_id_ or "unknown", "source_model": source_uri,
+            "source_version": src_info.get("version", ""), "k": k,
+            "forms": ",".join(f"{t}={i['form']}" for t, i in tr.transfer_.items())}
+    run_name = cfg.get("run_name") or f"calibrate/{name}/k{k}"
+    reg_name = name if cfg.register else None
+    with tracking.start_run("calibrate", run_name, uri, tags=tags, artifact_root=art) as run_id:
+        tracking.log_params({"source": source_uri, "data": where, "k": k, "rows": len(rows), "transfer": kw,
+                             "coverage": float(cfg.coverage)})
+        tracking.log_metrics(metrics)
+        cal_rows = rows[rows["config_id"].astype(str).isin(tr.calibration_rows_)]
+        tracking.log_dataset(cal_rows, name=f"{name}.calibration", source=where, context="calibration")
+        tracking.log_dict({"transfer": tr.transfer_, "config_ids": tr.calibration_rows_}, "transfer.json")
+        tracking.log_dict({k2: ({kk: vv for kk, vv in v.items() if kk != "log_ratios"} if isinstance(v, dict) else v)
+                           for k2, v in tr.intervals_.items()}, "intervals.json")
+        if len(table):
+            tracking.log_text(table.to_csv(index=False), "heldout.csv")
+        meta = {"device": device, "device_id": tr.device_id_ or "unknown",
+                "device_fingerprint": tr.device_fingerprint_ or "unknown", "calibrated_from": source_uri,
+                "source_version": src_info.get("version", ""), "k": str(k),
+                "config_ids": json.dumps(tr.calibration_rows_)[:4000], "targets": ",".join(tr.targets_)}
+        held = "; ".join(f"{r.target} {r.model}: Spearman {r.spearman:.3f}, MAPE {r.mape_pct:.1f} %"
+                         for r in table.itertuples() if r.model == "calibrated")
+        descr = (f"{device} (device_id {tr.device_id_}): {source_uri} (version {src_info.get('version', '?')}) "
+                 f"calibrated on {k} measured rows of {where} ({tags['forms']})."
+                 + (f" Held-out {len(rows) - k} rows: {held}." if held else " No held-out rows."))
+        info = tracking.log_cascade(tr, cal_rows[list(tr.input_columns_)].head(5).reset_index(drop=True),
+                                    registered_name=reg_name, metadata=meta, description=descr,
+                                    model_description=f"CARB cost model of {device} (device_id {tr.device_id_}): "
+                                                      f"peak memory, energy and latency per batch.")
+    version = info.get("version")
+    alias_set = False
+    if reg_name and version and cfg.get("alias") and tracking.get_alias(reg_name, str(cfg.alias)) is None:
+        tracking.set_alias(reg_name, str(cfg.alias), str(version))
+        alias_set = True
+    prog.finish("calibrated" + (f", registered {reg_name} version {version}" if version else ""))
+    if version:
+        print(f"carb-calibrate: registered {reg_name} version {version}"
+              + (f" as @{cfg.alias}" if alias_set else f" (alias {cfg.alias} left on its version: carb-promote decides)")
+              + f"; MLflow run {run_id}")
+    out_dir = hydra_run_dir()
+    if out_dir is not None and len(table):
+        table.to_csv(out_dir / "heldout.csv", index=False)
+    return {"transfer": tr.transfer_, "table": table, "registered_name": reg_name, "version": version,
+            "run_id": run_id, "source": source_uri, "k": k, "config_ids": list(tr.calibration_rows_),
+            "model": tr, "alias_set": alias_set}
+
+
+main = hydra_command("calibrate")(run_calibrate)
+
+if __name__ == "__main__":
+    main()

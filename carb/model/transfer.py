@@ -1,0 +1,237 @@
+"""Few-shot transfer of a fitted cascade to a new device from K measured rows (``carb-calibrate``).
+
+A device changes the scale of cost far more than its shape: on timm's GPUs the latency of one ResNet on
+two GPUs differs by a factor that drifts slowly with size. So the transfer keeps the source model and
+recalibrates each target in log space on the K target rows:
+
+* ``scale`` (any K >= 1):  ``log y = a + log p``               (one factor per target)
+* ``affine`` (K >= ``affine_min_k``): ``log y = a + b log p``   (b > 0: order of candidates kept)
+* ``residual`` (K >= ``residual_min_k``): affine plus a ridge fit of the remaining log-residual on
+  standardized log cost axes (FLOPs, activations, parameters, batch size, input size).
+
+``p`` is the source model's screening-mode prediction (telemetry imputed, monotone in batch size). Each
+richer form is kept only when its leave-one-out (LOO) log error on the K rows is lower than the simpler
+one's, so a small K never buys variance. The LOO log-residuals of the chosen form are also the interval
+calibration: split-conformal quantiles when K is large enough for the coverage (K >= 2/(1-c) - 1), else a
+Student-t prediction interval on them (``mean +- t * sd * sqrt(1 + 1/K)``, K >= 2); with K = 1 the source
+model's own intervals are kept. Outside the source's domain the source's ``outside`` entry still applies.
+
+:class:`TransferredCascade` predicts like a cascade (``predict``, ``prior_frame``, the domain and
+telemetry of the source), so screening, intervals and the registry use it unchanged.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from carb.data.schema import TARGETS
+from carb.design.select import axes_matrix
+from carb.errors import DatasetError
+from carb.model.encoding import pred_name
+
+#: Attributes that belong to the transfer, never looked up on the source.
+_OWN = frozenset({"source_", "transfer_", "intervals_", "device_name_", "device_id_", "device_fingerprint_",
+                  "test_mae_", "registry_", "model_uri_", "affine_min_k", "residual_min_k", "coverage",
+                  "ridge_alpha", "slope_bounds", "calibration_rows_", "residual_scale_"})
+
+
+def _loo_affine(x: np.ndarray, y: np.ndarray, lo: float, hi: float) -> tuple[float, float, np.ndarray]:
+    """Least-squares ``y = a + b x`` with ``b`` clipped to ``[lo, hi]``; returns (a, b, LOO residuals)."""
+    def fit(xs: np.ndarray, ys: np.ndarray) -> tuple[float, float]:
+        vx = float(np.var(xs))
+        b = float(np.cov(xs, ys, bias=True)[0, 1] / vx) if vx > 1e-12 else 1.0
+        b = min(max(b, lo), hi)
+        return float(np.mean(ys - b * xs)), b
+    a, b = fit(x, y)
+    loo = np.array([y[i] - (lambda ab: ab[0] + ab[1] * x[i])(fit(np.delete(x, i), np.delete(y, i)))
+                    for i in range(len(x))])
+    return a, b, loo
+
+
+def _loo_scale(x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+    """``y = a + x`` with ``a`` the mean log-ratio; returns (a, LOO residuals; empty for one row)."""
+    d = y - x
+    n = len(d)
+    loo = (d - (d.sum() - d) / (n - 1)) if n > 1 else np.array([])
+    return float(d.mean()), loo
+
+
+def _loo_ridge(Z: np.ndarray, r: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """Ridge ``r ~ c0 + Z w`` (intercept unpenalized); returns (coefficients [c0, w...], LOO residuals)
+    by the hat-matrix identity ``e_i / (1 - h_ii)``."""
+    A = np.column_stack([np.ones(len(Z)), Z])
+    P = np.eye(A.shape[1]) * alpha
+    P[0, 0] = 0.0
+    M = np.linalg.solve(A.T @ A + P, A.T)
+    coef = M @ r
+    h = np.einsum("ij,ji->i", A, M)
+    e = r - A @ coef
+    return coef, e / np.maximum(1.0 - h, 1e-6)
+
+
+def interval_entry(loo: np.ndarray, coverage: float) -> dict[str, Any] | None:
+    """The interval calibration of one target from its LOO log-residuals (see the module docstring)."""
+    from carb.model.intervals import conformal_bounds
+
+    n = len(loo)
+    if n < 2:
+        return None
+    if n >= 2.0 / (1.0 - coverage) - 1.0:
+        lo, hi = conformal_bounds(loo, coverage)
+        method = "split-conformal on leave-one-out log residuals"
+        ratios = [float(v) for v in np.sort(loo)]
+    else:
+        from scipy.stats import t as student_t
+
+        q = float(student_t.ppf(0.5 + coverage / 2.0, df=n - 1))
+        m, s = float(np.mean(loo)), float(np.std(loo, ddof=1))
+        half = q * s * math.sqrt(1.0 + 1.0 / n)
+        lo, hi = m - half, m + half
+        method, ratios = "student-t on leave-one-out log residuals", []
+    return {"lower": float(lo), "upper": float(hi), "n": int(n), "coverage": float(coverage),
+            "log_ratios": ratios, "method": method}
+
+
+class TransferredCascade:
+    """A source cascade recalibrated to a target device (module docstring).
+
+    ``source``: a fitted cascade (or anything with ``predict`` returning ``pred_<target>``);
+    ``affine_min_k`` / ``residual_min_k``: the fewest rows for the slope / the residual model;
+    ``coverage``: the interval coverage; ``ridge_alpha``: the residual model's penalty;
+    ``slope_bounds``: the allowed slope range. Fitted: ``transfer_`` (per target: form, a, b, residual
+    coefficients, K, LOO log MAE of each form), ``intervals_``, ``device_name_``, ``device_id_``,
+    ``device_fingerprint_``, ``calibration_rows_`` (the config_ids used)."""
+
+    def __init__(self, source: Any, affine_min_k: int = 5, residual_min_k: int = 20, coverage: float = 0.9,
+                 ridge_alpha: float = 3.0, slope_bounds: tuple[float, float] = (0.5, 2.0)) -> None:
+        self.source_ = source
+        self.affine_min_k, self.residual_min_k = int(affine_min_k), int(residual_min_k)
+        self.coverage, self.ridge_alpha, self.slope_bounds = float(coverage), float(ridge_alpha), tuple(slope_bounds)
+
+    def __getattr__(self, name: str) -> Any:
+        """Everything the transfer does not own (domain, telemetry medians, targets, features, stages)
+        is the source model's."""
+        if name.startswith("__") or name in _OWN or "source_" not in self.__dict__:
+            raise AttributeError(name)
+        return getattr(self.__dict__["source_"], name)
+
+    # ------------------------------------------------------------------ fit
+    def source_predict(self, X: pd.DataFrame) -> pd.DataFrame:
+        """The source model's screening-mode predictions of ``X`` (``pred_<target>``, index of ``X``)."""
+        from carb.model.intervals import screening_predict
+
+        return screening_predict(self.source_, X)
+
+    def fit(self, X: pd.DataFrame, y: pd.DataFrame | None = None) -> TransferredCascade:
+        """Fit the per-target transfer on the K target rows ``X`` (knobs + static features; targets in
+        ``y`` or in ``X``). A target with no measured row keeps the source's prediction and says so in
+        ``transfer_[t]["form"] = "source"``. Returns self."""
+        y = X if y is None else y
+        if not len(X):
+            raise DatasetError("calibration rows: none given (need at least one measured row on the target device)")
+        P = self.source_predict(X)
+        raw = axes_matrix(X)
+        sd = raw.std(axis=0)
+        self.residual_scale_ = {"mean": raw.mean(axis=0).tolist(), "std": np.where(sd > 0, sd, 1.0).tolist()}
+        Z = self._residual_design(X)
+        self.transfer_: dict[str, dict[str, Any]] = {}
+        src_int = dict(getattr(self.source_, "intervals_", None) or {})
+        self.intervals_: dict[str, Any] = {"coverage": self.coverage, "method": "carb-calibrate"}
+        for t in getattr(self.source_, "targets_", TARGETS):
+            col = pred_name(t)
+            if col not in P or t not in y:
+                continue
+            meas = pd.to_numeric(pd.Series(np.asarray(y[t])), errors="coerce").to_numpy(float)
+            pred = P[col].to_numpy(float)
+            ok = np.isfinite(meas) & (meas > 0) & np.isfinite(pred) & (pred > 0)
+            if not ok.any():
+                self.transfer_[t] = {"form": "source", "k": 0}
+                if t in src_int:
+                    self.intervals_[t] = src_int[t]
+                continue
+            self.transfer_[t], loo = self._fit_target(np.log(pred[ok]), np.log(meas[ok]), Z[ok])
+            entry = interval_entry(loo, self.coverage)
+            if entry is None:
+                entry = dict(src_int.get(t) or {}) or None
+            if entry is not None:
+                if isinstance(src_int.get(t), dict) and "outside" in src_int[t]:
+                    entry["outside"] = src_int[t]["outside"]
+                self.intervals_[t] = entry
+        ids = X["device_id"].dropna().astype(str) if "device_id" in X else pd.Series([], dtype=str)
+        names = X["device_name"].dropna().astype(str) if "device_name" in X else pd.Series([], dtype=str)
+        self.device_name_ = str(names.mode().iloc[0]) if len(names) else "unknown"
+        self.device_id_ = str(ids.mode().iloc[0]) if len(ids) else None
+        fps = X.loc[ids.index[ids == self.device_id_], "device_fingerprint"].dropna() if self.device_id_ and \
+            "device_fingerprint" in X else pd.Series([], dtype=str)
+        self.device_fingerprint_ = str(fps.iloc[0]) if len(fps) else None
+        self.calibration_rows_ = [str(c) for c in X.get("config_id", pd.Series([], dtype=str)).tolist()]
+        self.test_mae_: dict[str, float] = {}
+        return self
+
+    def _fit_target(self, x: np.ndarray, yl: np.ndarray, Z: np.ndarray) -> tuple[dict[str, Any], np.ndarray]:
+        """Choose and fit one target's form on log predictions ``x`` and log measurements ``yl`` (K,)."""
+        k = len(x)
+        a, loo = _loo_scale(x, yl)
+        info: dict[str, Any] = {"form": "scale", "a": a, "b": 1.0, "k": k, "residual": None,
+                                "loo_log_mae": {"scale": float(np.mean(np.abs(loo))) if len(loo) else None}}
+        if k >= max(self.affine_min_k, 3):
+            a2, b2, loo2 = _loo_affine(x, yl, *self.slope_bounds)
+            info["loo_log_mae"]["affine"] = float(np.mean(np.abs(loo2)))
+            if np.mean(np.abs(loo2)) < np.mean(np.abs(loo)):
+                info.update(form="affine", a=a2, b=b2)
+                loo = loo2
+        if k >= max(self.residual_min_k, Z.shape[1] + 3):
+            r = yl - (info["a"] + info["b"] * x)
+            coef, loo3 = _loo_ridge(Z, r, self.ridge_alpha)
+            info["loo_log_mae"]["residual"] = float(np.mean(np.abs(loo3)))
+            if np.mean(np.abs(loo3)) < np.mean(np.abs(loo)):
+                info.update(form="residual", residual=[float(c) for c in coef])
+                loo = loo3
+        return info, loo
+
+    # ------------------------------------------------------------------ serving
+    def _apply(self, X: pd.DataFrame, frame: pd.DataFrame, name: Any) -> pd.DataFrame:
+        out = pd.DataFrame(index=frame.index)
+        Z = None
+        for c in frame.columns:
+            t = name(c)
+            info = self.transfer_.get(t)
+            v = frame[c].to_numpy(float)
+            if info is None or info["form"] == "source":
+                out[c] = v
+                continue
+            logv = info["a"] + info["b"] * np.log(np.maximum(v, 1e-300))
+            if info.get("residual") and t is not None:
+                if Z is None:
+                    Z = self._residual_design(X)
+                coef = np.asarray(info["residual"])
+                logv = logv + coef[0] + Z @ coef[1:]
+            out[c] = np.exp(logv)
+        return out
+
+    def _residual_design(self, X: pd.DataFrame) -> np.ndarray:
+        """The residual model's axes for rows ``X`` (n x axes), standardized with the calibration rows'
+        mean and standard deviation (``residual_scale_``)."""
+        s = self.residual_scale_
+        return (axes_matrix(X) - np.asarray(s["mean"])) / np.asarray(s["std"])
+
+    def predict(self, X: pd.DataFrame) -> pd.DataFrame:
+        """``pred_<target>`` for raw rows (the source's prediction, transferred), index of ``X``."""
+        return self._apply(X, self.source_.predict(X), lambda c: c[len("pred_"):] if c.startswith("pred_") else None)
+
+    def prior_frame(self, X: pd.DataFrame) -> pd.DataFrame:
+        """The source's physics priors, transferred (so extrapolation beyond the batch knots scales as
+        the transferred predictions do)."""
+        fn = getattr(self.source_, "prior_frame", None)
+        if fn is None:
+            return pd.DataFrame(index=X.index)
+        frame = fn(X)
+        return self._apply(X, frame, lambda c: c) if len(frame.columns) else frame
+
+    def summary(self) -> dict[str, Any]:
+        """The transfer per target and the source's own summary (JSON-able)."""
+        src = self.source_.summary() if hasattr(self.source_, "summary") else {}
+        return {"transfer": self.transfer_, "calibration_rows": self.calibration_rows_, "source": src}

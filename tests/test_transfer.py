@@ -1,0 +1,189 @@
+"""Few-shot transfer (carb.model.transfer) on synthetic two-device data with a known transfer, and the
+space-filling choice of calibration rows (carb.design.select)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from carb.commands.cli import compose, to_dict
+from carb.design.select import space_filling
+from carb.errors import ConfigError, DatasetError
+from carb.model.intervals import interval, screening_predict
+from carb.model.presets import build_cascade
+from carb.model.transfer import TransferredCascade, interval_entry
+from synthetic import synthetic_dataset
+
+TINY = ["model=carb_fast", "model.specialists.xgb.n_estimators=20", "model.specialists.lgbm.n_estimators=20",
+        "model.specialists.et.n_estimators=10", "model.oof_folds=2", "model.probe_estimators=10",
+        "model.correctors.model.max_iter=20", "model.n_jobs=1"]
+#: Device B = device A with latency x 3.0 * (latency / 10 ms)^-0.15 and memory x 1.25 (a known transfer).
+LAT_A, LAT_B, MEM = 3.0, 0.85, 1.25
+
+
+def device_b(a: pd.DataFrame, seed: int = 1) -> pd.DataFrame:
+    """The same configurations measured on a 'device B' whose costs follow the known transfer (x 3 %
+    lognormal noise), with its own name and fingerprint."""
+    rng = np.random.default_rng(seed)
+    b = a.copy()
+    noise = np.exp(rng.normal(0, 0.03, len(b)))
+    b["latency_ms"] = LAT_A * 10 ** (1 - LAT_B) * b["latency_ms"] ** LAT_B * noise
+    b["peak_memory_MB"] = MEM * b["peak_memory_MB"] * np.exp(rng.normal(0, 0.01, len(b)))
+    b["energy_J"] = np.nan
+    b["device_name"], b["device_id"], b["device_fingerprint"] = "Synthetic GPU B", "bbbbbbbbbb", '{"name": "B"}'
+    return b
+
+
+@pytest.fixture(scope="module")
+def source_and_b():
+    a = synthetic_dataset(260, seed=4, device_name="Synthetic GPU A")
+    a = a[a["status"] == "ok"].reset_index(drop=True)
+    cfg = compose("train", TINY)
+    cascade = build_cascade(to_dict(cfg.model), to_dict(cfg.features))
+    ts = ["peak_memory_MB", "energy_J", "latency_ms"]
+    cascade.fit(a.iloc[:200], a.iloc[:200][ts], a.iloc[200:], a.iloc[200:][ts])
+    return cascade, device_b(a)
+
+
+def mape(y, p):
+    return float(np.median(np.abs(p / y - 1)))
+
+
+def test_space_filling_picks_spread_rows_and_refuses_bad_k(source_and_b):
+    _, b = source_and_b
+    picks = space_filling(b, 10)
+    assert len(set(picks)) == 10 and picks == space_filling(b, 10)          # distinct, deterministic
+    lf = np.log(b["flops"].to_numpy(float))
+    spread = np.ptp(lf[picks]) / np.ptp(lf)
+    assert spread > 0.6                        # covers most of the FLOPs range (a random 10 need not)
+    with pytest.raises(ConfigError, match="k: must be between 1 and the"):
+        space_filling(b, len(b) + 1)
+    with pytest.raises(ConfigError):
+        space_filling(b, 0)
+
+
+@pytest.mark.parametrize("k", [3, 10, 40])
+def test_transfer_recovers_the_known_device_change(source_and_b, k):
+    cascade, b = source_and_b
+    picks = space_filling(b, k)
+    rest = b.drop(index=b.index[picks])
+    tr = TransferredCascade(cascade).fit(b.iloc[picks])
+    p_src = screening_predict(cascade, rest)
+    p_tr = screening_predict(tr, rest)
+    y = rest["latency_ms"].to_numpy(float)
+    before, after = mape(y, p_src["pred_latency_ms"].to_numpy()), mape(y, p_tr["pred_latency_ms"].to_numpy())
+    assert before > 0.5 and after < 0.25, (before, after)                   # x3 device gap mostly removed
+    mem = rest["peak_memory_MB"].to_numpy(float)
+    assert mape(mem, p_tr["pred_peak_memory_MB"].to_numpy()) < 0.1
+    info = tr.transfer_["latency_ms"]
+    assert info["k"] == k and info["form"] in ({"scale"} if k < 5 else {"scale", "affine", "residual"})
+    if info["form"] == "affine":
+        assert 0.6 < info["b"] < 1.1                                         # the known slope 0.85, noisy fit
+    assert tr.transfer_["energy_J"]["form"] == "source"                      # nothing measured on B: kept
+    assert tr.device_name_ == "Synthetic GPU B" and tr.device_id_ == "bbbbbbbbbb"
+    assert tr.domain_ == cascade.domain_                                     # the source's domain, unchanged
+    # intervals on B's held-out rows cover most of them
+    iv = interval(tr.intervals_, p_tr)
+    inside = ((iv["lo_latency_ms"] <= y) & (y <= iv["hi_latency_ms"])).mean()
+    assert inside > 0.7, inside
+    assert tr.intervals_["latency_ms"]["n"] == k
+
+
+def test_transfer_keeps_monotone_batch_and_pickles(source_and_b):
+    import pickle
+
+    cascade, b = source_and_b
+    tr = TransferredCascade(cascade).fit(b.iloc[space_filling(b, 8)])
+    tr2 = pickle.loads(pickle.dumps(tr))
+    pd.testing.assert_frame_equal(tr.predict(b.head(20)), tr2.predict(b.head(20)))
+    arch = b.iloc[[0]].copy()
+    from carb.design.features import at_batch
+
+    rows = pd.concat([at_batch(arch, bs) for bs in (1, 2, 4, 8, 16, 64, 256)], ignore_index=True)
+    lat = screening_predict(tr, rows)["pred_latency_ms"].to_numpy()
+    assert np.all(np.diff(lat) >= -1e-9 * lat[:-1])
+
+
+def test_interval_entry_small_k_is_student_t_and_one_row_is_none():
+    r = np.array([0.1, -0.05, 0.02, 0.0, -0.1])
+    e = interval_entry(r, 0.9)
+    assert e["method"].startswith("student-t") and e["lower"] < r.min() and e["upper"] > r.max()
+    big = interval_entry(np.linspace(-0.2, 0.2, 40), 0.9)
+    assert big["method"].startswith("split-conformal") and -0.2 <= big["lower"] < big["upper"] <= 0.2
+    assert interval_entry(np.array([0.1]), 0.9) is None
+
+
+def test_transfer_without_rows_is_one_error(source_and_b):
+    cascade, b = source_and_b
+    with pytest.raises(DatasetError, match="calibration rows"):
+        TransferredCascade(cascade).fit(b.iloc[:0])
+
+
+# ---------------------------------------------------------------------------------------- carb-calibrate
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """A store with device A's model registered and promoted; device B's rows in a file."""
+    from carb.commands.train import run_train
+    from carb.data.io import save_dataset
+    from carb import tracking
+
+    d = tmp_path_factory.mktemp("calibrate")
+    a = synthetic_dataset(200, seed=5, device_name="Synthetic GPU A", energy=False)
+    save_dataset(a, d / "a.parquet")
+    save_dataset(device_b(a[a["status"] == "ok"].reset_index(drop=True)), d / "b.parquet")
+    uri = f"sqlite:///{d}/m.db"
+    out = run_train(compose("train", [f"data.path={d}/a.parquet", f"tracking.uri={uri}", f"paths.output_dir={d}/out",
+                                      "print_table=false", "evaluate.figures=false", "evaluate.lobo.enabled=false",
+                                      "evaluate.extrapolation.enabled=false", "progress.enabled=false", *TINY]))
+    tracking.configure(uri)
+    tracking.set_alias(out["registered_name"], "champion", out["version"])
+    return {"dir": d, "uri": uri, "source": f"models:/{out['registered_name']}@champion"}
+
+
+def _calibrate(store, *extra):
+    from carb.commands.calibrate import run_calibrate
+
+    return run_calibrate(compose("calibrate", [f"tracking.uri={store['uri']}", f"source={store['source']}",
+                                               f"paths.output_dir={store['dir']}/out", "progress.enabled=false",
+                                               *extra]))
+
+
+def test_calibrate_registers_the_target_model_with_provenance(store, capsys):
+    import mlflow
+
+    from carb import tracking
+
+    res = _calibrate(store, f"data.path={store['dir']}/b.parquet", "k=10")
+    assert res["registered_name"] == "carb-synthetic-gpu-b-bbbbbbbbbb" and res["version"] == "1" and res["alias_set"]
+    t = res["table"].set_index(["target", "model"])
+    lat = t.loc["latency_ms"]
+    assert lat.loc["calibrated", "mape_pct"] < lat.loc["source", "mape_pct"] / 2
+    n_b = int((pd.read_parquet(store["dir"] / "b.parquet")["status"] == "ok").sum())
+    assert lat.loc["calibrated", "n"] == lat.loc["source", "n"] == n_b - 10         # every row not fitted on
+    out = capsys.readouterr().out
+    assert "held-out rows of Synthetic GPU B" in out and "latency_ms: " in out
+    info = tracking.registered_model_info(res["registered_name"], "1")
+    vt = info["version_tags"]
+    assert vt["calibrated_from"] == store["source"] and vt["k"] == "10"
+    assert len(json.loads(vt["config_ids"])) == 10 and "calibrated on 10 measured rows" in info["version_description"]
+    run = mlflow.get_run(res["run_id"])
+    assert run.data.tags["source_version"] == "1" and "heldout_latency_ms_calibrated_mape_pct" in run.data.metrics
+    # the registered model loads and screens like any cascade
+    m = tracking.load_cascade(f"models:/{res['registered_name']}@champion")
+    b = pd.read_parquet(store["dir"] / "b.parquet").head(5)
+    assert np.allclose(m.predict(b)["pred_latency_ms"], res["model"].predict(b)["pred_latency_ms"])
+
+
+@pytest.mark.parametrize("args, match", [
+    (["k=100000"], "k: must be between 1 and the"),
+    (["source=models:/nope@champion"], "cannot load model"),
+    (["data.device=Nope"], "data.device: 'Nope' has no ok rows"),
+    (["k=0"], "k:"),
+])
+def test_calibrate_bad_input_is_one_line(store, args, match):
+    from carb.errors import CarbError
+
+    with pytest.raises(CarbError, match=match):
+        _calibrate(store, f"data.path={store['dir']}/b.parquet", "register=false", *args)
