@@ -78,7 +78,7 @@ def test_transfer_recovers_the_known_device_change(source_and_b, k):
     mem = rest["peak_memory_MB"].to_numpy(float)
     assert mape(mem, p_tr["pred_peak_memory_MB"].to_numpy()) < 0.1
     info = tr.transfer_["latency_ms"]
-    assert info["k"] == k and info["form"] in ({"scale"} if k < 5 else {"scale", "affine", "residual"})
+    assert info["k"] == k and info["form"] in ({"scale", "precision"} if k < 5 else {"scale", "affine", "precision", "residual"})
     if info["form"] == "affine":
         assert 0.6 < info["b"] < 1.1                                         # the known slope 0.85, noisy fit
     assert tr.transfer_["energy_J"]["form"] == "source"                      # nothing measured on B: kept
@@ -89,6 +89,25 @@ def test_transfer_recovers_the_known_device_change(source_and_b, k):
     inside = ((iv["lo_latency_ms"] <= y) & (y <= iv["hi_latency_ms"])).mean()
     assert inside > 0.7, inside
     assert tr.intervals_["latency_ms"]["n"] == k
+
+
+def test_a_precision_the_device_runs_differently_gets_its_own_factor(source_and_b):
+    """Device C = device B with bf16 5x slower (no native bf16 instructions): one common factor cannot
+    fit both precisions; the per-precision form does."""
+    cascade, b = source_and_b
+    c = b.copy()
+    slow = (c["precision"] == "bf16").to_numpy()
+    assert slow.any() and (~slow).any()
+    c.loc[slow, "latency_ms"] *= 5.0
+    picks = space_filling(c, 12)
+    tr = TransferredCascade(cascade).fit(c.iloc[picks])
+    info = tr.transfer_["latency_ms"]
+    assert info["form"] in ("precision", "residual") and set(info["a_precision"]) >= {"bf16"}
+    ratio = np.exp(info["a_precision"]["bf16"] - np.mean([v for p, v in info["a_precision"].items() if p != "bf16"]))
+    assert 2.5 < ratio < 8.0
+    rest = c.drop(index=c.index[picks])
+    p = screening_predict(tr, rest)["pred_latency_ms"].to_numpy()
+    assert mape(rest["latency_ms"].to_numpy(float), p) < 0.25
 
 
 def test_transfer_keeps_monotone_batch_and_pickles(source_and_b):

@@ -108,6 +108,7 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     t = cfg.transfer
     kw = {"affine_min_k": int(t.affine_min_k), "residual_min_k": int(t.residual_min_k),
           "ridge_alpha": float(t.ridge_alpha), "slope_bounds": (float(t.slope_min), float(t.slope_max)),
+          "precision_shrink": float(t.precision_shrink),
           "coverage": float(cfg.coverage)}
     prog.begin(f"fitting the transfer on {k} of {len(rows)} rows")
     tr, table = evaluate_transfer(source, rows, k, kw, targets=list(getattr(source, "targets_", [])))
@@ -117,6 +118,8 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
         what = {"source": "nothing measured: the source's prediction kept",
                 "scale": f"x {pow(2.718281828459045, info['a']):.3g}",
                 "affine": f"exp({info['a']:.3f}) * p^{info['b']:.3f}",
+                "precision": f"p^{info['b']:.3f} x per precision " + ", ".join(
+                    f"{p}: {pow(2.718281828459045, v):.3g}" for p, v in (info.get("a_precision") or {}).items()),
                 "residual": f"exp({info['a']:.3f}) * p^{info['b']:.3f} * ridge residual"}[form]
         print(f"carb-calibrate: {target}: {form} ({what}) from {info['k']} rows")
     if len(table):

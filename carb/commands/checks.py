@@ -135,7 +135,7 @@ RULES: dict[str, list[tuple[str, Rule]]] = {
     "calibrate": [*_PROGRESS, ("k", integer(1)), ("coverage", number(0.01, 0.99)), ("register", boolean()),
                   ("transfer.affine_min_k", integer(2)), ("transfer.residual_min_k", integer(3)),
                   ("transfer.ridge_alpha", number(positive=True)), ("transfer.slope_min", number(positive=True)),
-                  ("transfer.slope_max", number(positive=True))],
+                  ("transfer.slope_max", number(positive=True)), ("transfer.precision_shrink", number(0.0))],
     "screen": [*_PROGRESS, ("screen.top_k", integer(1)), ("screen.shortlist_size", integer(1)),
                ("screen.outside", one_of("flag", "drop", "only")), ("screen.interval_coverage", number(0.01, 0.99)),
                *((f"screen.budget.{t}", number(positive=True, optional=True)) for t in _TARGETS)],

@@ -6,12 +6,16 @@ recalibrates each target in log space on the K target rows:
 
 * ``scale`` (any K >= 1):  ``log y = a + log p``               (one factor per target)
 * ``affine`` (K >= ``affine_min_k``): ``log y = a + b log p``   (b > 0: order of candidates kept)
+* ``precision`` (two precisions or more among the K rows): the offset ``a`` per precision (shrunk toward
+  the common one by ``precision_shrink`` rows); an instruction set changes one precision's kernels and
+  not another's (bf16 without native bf16 instructions is ~30x slower than with them). A precision
+  not among the K rows gets the common offset.
 * ``residual`` (K >= ``residual_min_k``): affine plus a ridge fit of the remaining log-residual on
   standardized log cost axes (FLOPs, activations, parameters, batch size, input size).
 
 ``p`` is the source model's screening-mode prediction (telemetry imputed, monotone in batch size). Each
 richer form is kept only when its leave-one-out (LOO) log error on the K rows is lower than the simpler
-one's, so a small K never buys variance. The LOO log-residuals of the chosen form are also the interval
+one's (by 10 %), so a small K never buys variance. The LOO log-residuals of the chosen form are also the interval
 calibration: split-conformal quantiles when K is large enough for the coverage (K >= 2/(1-c) - 1), else a
 Student-t prediction interval on them (``mean +- t * sd * sqrt(1 + 1/K)``, K >= 2); with K = 1 the source
 model's own intervals are kept. Outside the source's domain the source's ``outside`` entry still applies.
@@ -35,7 +39,8 @@ from carb.model.encoding import pred_name
 #: Attributes that belong to the transfer, never looked up on the source.
 _OWN = frozenset({"source_", "transfer_", "intervals_", "device_name_", "device_id_", "device_fingerprint_",
                   "test_mae_", "registry_", "model_uri_", "affine_min_k", "residual_min_k", "coverage",
-                  "ridge_alpha", "slope_bounds", "calibration_rows_", "residual_scale_"})
+                  "ridge_alpha", "slope_bounds", "calibration_rows_", "residual_scale_",
+                  "precision_shrink"})
 
 
 def _loo_affine(x: np.ndarray, y: np.ndarray, lo: float, hi: float) -> tuple[float, float, np.ndarray]:
@@ -72,6 +77,25 @@ def _loo_ridge(Z: np.ndarray, r: np.ndarray, alpha: float) -> tuple[np.ndarray, 
     return coef, e / np.maximum(1.0 - h, 1e-6)
 
 
+def _precision_offsets(d: np.ndarray, prec: np.ndarray, shrink: float) -> tuple[float, dict[str, float]]:
+    """Common offset (mean of ``d``) and per-precision offsets shrunk toward it by ``shrink`` rows."""
+    a = float(d.mean())
+    return a, {str(p): float((d[prec == p].sum() + shrink * a) / ((prec == p).sum() + shrink)) for p in np.unique(prec)}
+
+
+def _loo_precision(x: np.ndarray, y: np.ndarray, b: float, prec: np.ndarray, shrink: float
+                   ) -> tuple[float, dict[str, float], np.ndarray]:
+    """``y = a_prec + b x`` (b fixed); returns (common a, per-precision a, LOO residuals)."""
+    d = y - b * x
+    a, per = _precision_offsets(d, prec, shrink)
+    loo = np.empty(len(d))
+    for i in range(len(d)):
+        keep = np.arange(len(d)) != i
+        ai, pi = _precision_offsets(d[keep], prec[keep], shrink)
+        loo[i] = d[i] - pi.get(str(prec[i]), ai)
+    return a, per, loo
+
+
 def interval_entry(loo: np.ndarray, coverage: float) -> dict[str, Any] | None:
     """The interval calibration of one target from its LOO log-residuals (see the module docstring)."""
     from carb.model.intervals import conformal_bounds
@@ -95,19 +119,35 @@ def interval_entry(loo: np.ndarray, coverage: float) -> dict[str, Any] | None:
             "log_ratios": ratios, "method": method}
 
 
+def _precisions(X: pd.DataFrame) -> np.ndarray:
+    """The rows' precision names (n,) ('' where unknown)."""
+    if "precision" not in X.columns:
+        return np.full(len(X), "", dtype=object)
+    return X["precision"].astype(str).to_numpy(dtype=object)
+
+
+def _offsets(info: dict[str, Any], prec: np.ndarray) -> np.ndarray:
+    """Each row's log offset: its precision's when the transfer has one, else the common ``a``."""
+    per = info.get("a_precision") or {}
+    return np.array([per.get(str(p), info["a"]) for p in prec], dtype=float)
+
+
 class TransferredCascade:
     """A source cascade recalibrated to a target device (module docstring).
 
     ``source``: a fitted cascade (or anything with ``predict`` returning ``pred_<target>``);
     ``affine_min_k`` / ``residual_min_k``: the fewest rows for the slope / the residual model;
     ``coverage``: the interval coverage; ``ridge_alpha``: the residual model's penalty;
-    ``slope_bounds``: the allowed slope range. Fitted: ``transfer_`` (per target: form, a, b, residual
+    ``slope_bounds``: the allowed slope range; ``precision_shrink``: pseudo-rows pulling a precision's
+    offset toward the common one. Fitted: ``transfer_`` (per target: form, a, b, residual
     coefficients, K, LOO log MAE of each form), ``intervals_``, ``device_name_``, ``device_id_``,
     ``device_fingerprint_``, ``calibration_rows_`` (the config_ids used)."""
 
     def __init__(self, source: Any, affine_min_k: int = 5, residual_min_k: int = 20, coverage: float = 0.9,
-                 ridge_alpha: float = 3.0, slope_bounds: tuple[float, float] = (0.5, 2.0)) -> None:
+                 ridge_alpha: float = 3.0, slope_bounds: tuple[float, float] = (0.5, 2.0),
+                 precision_shrink: float = 1.0) -> None:
         self.source_ = source
+        self.precision_shrink = float(precision_shrink)
         self.affine_min_k, self.residual_min_k = int(affine_min_k), int(residual_min_k)
         self.coverage, self.ridge_alpha, self.slope_bounds = float(coverage), float(ridge_alpha), tuple(slope_bounds)
 
@@ -117,6 +157,10 @@ class TransferredCascade:
         if name.startswith("__") or name in _OWN or "source_" not in self.__dict__:
             raise AttributeError(name)
         return getattr(self.__dict__["source_"], name)
+
+    #: A richer form is kept only when its LOO log MAE is below this share of the simpler form's (noise
+    #: in K rows alone must not buy a form).
+    _margin = 0.9
 
     # ------------------------------------------------------------------ fit
     def source_predict(self, X: pd.DataFrame) -> pd.DataFrame:
@@ -137,6 +181,7 @@ class TransferredCascade:
         sd = raw.std(axis=0)
         self.residual_scale_ = {"mean": raw.mean(axis=0).tolist(), "std": np.where(sd > 0, sd, 1.0).tolist()}
         Z = self._residual_design(X)
+        prec = _precisions(X)
         self.transfer_: dict[str, dict[str, Any]] = {}
         src_int = dict(getattr(self.source_, "intervals_", None) or {})
         self.intervals_: dict[str, Any] = {"coverage": self.coverage, "method": "carb-calibrate"}
@@ -152,7 +197,7 @@ class TransferredCascade:
                 if t in src_int:
                     self.intervals_[t] = src_int[t]
                 continue
-            self.transfer_[t], loo = self._fit_target(np.log(pred[ok]), np.log(meas[ok]), Z[ok])
+            self.transfer_[t], loo = self._fit_target(np.log(pred[ok]), np.log(meas[ok]), Z[ok], prec[ok])
             entry = interval_entry(loo, self.coverage)
             if entry is None:
                 entry = dict(src_int.get(t) or {}) or None
@@ -171,8 +216,10 @@ class TransferredCascade:
         self.test_mae_: dict[str, float] = {}
         return self
 
-    def _fit_target(self, x: np.ndarray, yl: np.ndarray, Z: np.ndarray) -> tuple[dict[str, Any], np.ndarray]:
-        """Choose and fit one target's form on log predictions ``x`` and log measurements ``yl`` (K,)."""
+    def _fit_target(self, x: np.ndarray, yl: np.ndarray, Z: np.ndarray, prec: np.ndarray
+                    ) -> tuple[dict[str, Any], np.ndarray]:
+        """Choose and fit one target's form on log predictions ``x`` and log measurements ``yl`` (K,),
+        cost axes ``Z`` (K x axes) and precisions ``prec`` (K,)."""
         k = len(x)
         a, loo = _loo_scale(x, yl)
         info: dict[str, Any] = {"form": "scale", "a": a, "b": 1.0, "k": k, "residual": None,
@@ -180,15 +227,21 @@ class TransferredCascade:
         if k >= max(self.affine_min_k, 3):
             a2, b2, loo2 = _loo_affine(x, yl, *self.slope_bounds)
             info["loo_log_mae"]["affine"] = float(np.mean(np.abs(loo2)))
-            if np.mean(np.abs(loo2)) < np.mean(np.abs(loo)):
+            if np.mean(np.abs(loo2)) < self._margin * np.mean(np.abs(loo)):
                 info.update(form="affine", a=a2, b=b2)
                 loo = loo2
+        if len(np.unique(prec)) > 1 and k >= 3:
+            a3, per, loo3 = _loo_precision(x, yl, info["b"], prec, self.precision_shrink)
+            info["loo_log_mae"]["precision"] = float(np.mean(np.abs(loo3)))
+            if np.mean(np.abs(loo3)) < self._margin * np.mean(np.abs(loo)):
+                info.update(form="precision", a=a3, a_precision=per)
+                loo = loo3
         if k >= max(self.residual_min_k, Z.shape[1] + 3):
-            r = yl - (info["a"] + info["b"] * x)
+            r = yl - (_offsets(info, prec) + info["b"] * x)
             coef, loo3 = _loo_ridge(Z, r, self.ridge_alpha)
             info["loo_log_mae"]["residual"] = float(np.mean(np.abs(loo3)))
-            if np.mean(np.abs(loo3)) < np.mean(np.abs(loo)):
-                info.update(form="residual", residual=[float(c) for c in coef])
+            if np.mean(np.abs(loo3)) < self._margin * np.mean(np.abs(loo)):
+                info.update(form="residual", residual=[float(c) for c in coef], base_form=info["form"])
                 loo = loo3
         return info, loo
 
@@ -203,7 +256,7 @@ class TransferredCascade:
             if info is None or info["form"] == "source":
                 out[c] = v
                 continue
-            logv = info["a"] + info["b"] * np.log(np.maximum(v, 1e-300))
+            logv = _offsets(info, _precisions(X)) + info["b"] * np.log(np.maximum(v, 1e-300))
             if info.get("residual") and t is not None:
                 if Z is None:
                     Z = self._residual_design(X)
