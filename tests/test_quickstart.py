@@ -226,3 +226,38 @@ def test_quickstart_typo_is_one_line_before_any_training(tmp_path, typo, needle)
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("carb-quickstart: error:")]
     assert r.returncode == 2 and len(errors) == 1 and needle in errors[0], r.stderr[-1500:]
     assert "Traceback" not in r.stderr and not (tmp_path / "home" / "mlruns").exists()   # nothing trained
+
+
+@pytest.mark.slow
+def test_quickstart_calibrate_measures_here_registers_and_screens_with_it(qs, capsys):
+    """carb-quickstart calibrate=true: K configurations measured on this CPU, the reference champion
+    calibrated to them and registered as this machine's model, the screen run with that version.
+    (Tiny measuring settings and no contention guard: a test run shares the machine.)"""
+    from carb import tracking
+    from carb.commands.quickstart import run_quickstart
+
+    d = qs["dir"]
+    cal = ["calibrate=true", "calibrate.k=4", "calibrate.space=smoke", "calibrate.space.blocks=[basic]",
+           f"calibrate.out={d}/calibrate.parquet", "calibrate.measure.n_runs=2", "calibrate.measure.n_warmup=1",
+           "calibrate.measure.min_window_s=0", "calibrate.measure.cooldown_s=0", "calibrate.measure.guard.enabled=false"]
+    out = run_quickstart([*qs["common"], *cal])
+    assert out["steps"] == ["calibrate", "screen"]
+    rows = load_dataset(str(d / "calibrate.parquet"))
+    assert len(rows) == 4 and (rows["status"] == "ok").all()
+    name = model_name(ok_rows(rows))
+    tracking.configure(qs["uri"])
+    versions = tracking.model_versions(name)
+    assert out["target"] == f"models:/{name}/{versions[-1]['version']}"
+    info = tracking.registered_model_info(name, versions[-1]["version"])
+    assert info["version_tags"]["calibrated_from"] == f"models:/{MODEL}@champion" and info["version_tags"]["k"] == "4"
+    assert "carb-calibrate: latency_ms:" in capsys.readouterr().out
+
+
+def test_quickstart_calibrate_value_is_checked():
+    from carb.commands.quickstart import run_quickstart
+    from carb.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"calibrate: 'maybe' is not allowed; allowed: \[true, false\]"):
+        run_quickstart(["calibrate=maybe"])
+    with pytest.raises(ConfigError, match="k"):
+        run_quickstart(["calibrate=true", "calibrate.k=0"])

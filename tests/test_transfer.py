@@ -206,3 +206,13 @@ def test_calibrate_bad_input_is_one_line(store, args, match):
 
     with pytest.raises(CarbError, match=match):
         _calibrate(store, f"data.path={store['dir']}/b.parquet", "register=false", *args)
+
+
+def test_promote_leaves_calibrated_versions_out(store):
+    from carb.commands.promote import run_promote
+    from carb.errors import ModelError
+
+    _calibrate(store, f"data.path={store['dir']}/b.parquet", "k=6")
+    cfg = compose("promote", [f"tracking.uri={store['uri']}", "promote.name=carb-synthetic-gpu-b-bbbbbbbbbb"])
+    with pytest.raises(ModelError, match="has only calibrated versions"):
+        run_promote(cfg)

@@ -77,10 +77,17 @@ def measure_rows(cfg: Any) -> tuple[pd.DataFrame, str]:
     print(f"carb-calibrate: measuring {k} configurations of space {cfg.space.name!r} on this machine -> {cfg.out}")
     run_collect(collect_cfg, configs=chosen)
     ids = {c.config_id for c in chosen}
-    rows = ok_rows(load_dataset(str(cfg.out)))
-    rows = rows[rows["config_id"].astype(str).isin(ids)].reset_index(drop=True)
-    if not len(rows):
-        raise DatasetError(f"out: none of the {k} configurations measured ok on this machine ({cfg.out})")
+    every = load_dataset(str(cfg.out))
+    mine = every[every["config_id"].astype(str).isin(ids)]
+    rows = ok_rows(mine).reset_index(drop=True)
+    if len(rows) < min(k, 2):
+        counts = ", ".join(f"{n} {s}" for s, n in mine["status"].value_counts().items())
+        hint = (" (contended: another process used the CPU while it was measured; run again on an idle machine,"
+                " finished rows are kept and contended ones re-measured)" if (mine["status"] == "contended").any() else "")
+        raise DatasetError(f"measure: only {len(rows)} of the {k} configurations measured ok on this machine "
+                           f"({counts}){hint}; {cfg.out}")
+    if len(rows) < k:
+        print(f"carb-calibrate: {len(rows)} of the {k} configurations measured ok; calibrating on those")
     return rows, str(cfg.out)
 
 
@@ -101,7 +108,7 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     src_info = tracking.resolve_version(source_uri)
     prog.begin("reading the target rows" if cfg.data.get("path") else "measuring the target rows")
     rows, where = target_rows(cfg) if cfg.data.get("path") else measure_rows(cfg)
-    k = int(cfg.k)
+    k = int(cfg.k) if cfg.data.get("path") else min(int(cfg.k), len(rows))
     if k > len(rows):
         raise ConfigError(f"k: must be between 1 and the {len(rows)} ok rows of {where}, got {k}")
     name = model_name(rows)

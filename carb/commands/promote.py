@@ -68,6 +68,14 @@ def run_promote(cfg: Any) -> dict[str, Any]:
     across = p.get("across_datasets", False)
     if not isinstance(across, bool):
         raise ConfigError(f"promote.across_datasets: must be true or false, got {across!r}")
+    calibrated = [v for v in versions if v["tags"].get("carb.kind") == "calibrate"]
+    if calibrated:   # few-shot transfers have no validation split: their held-out numbers do not compare
+        print(f"carb-promote: left out {len(calibrated)} calibrated version(s) of {name} "
+              f"({[v['version'] for v in calibrated]}: carb-calibrate sets their alias)")
+        versions = [v for v in versions if v not in calibrated]
+        if not versions:
+            raise ModelError(f"promote.name: {name!r} has only calibrated versions; carb-calibrate alias=<name> "
+                             f"sets an alias on one")
     pool, skipped = comparable(versions, across)
     digest, split = evaluation_key(pool[-1])
     print(f"carb-promote: comparing {len(pool)} version(s) of {name} evaluated on dataset {digest[:12]} split "

@@ -5,6 +5,11 @@ with the fast preset, promotes that version to ``champion``, then screens the de
 budget suited to that dataset and prints the shortlist. When a champion already exists it screens
 straight away. Extra arguments are Hydra overrides: ``tracking.*`` and ``paths.*`` apply to every
 step, anything else to the screening step (e.g. ``space.batch_sizes=[1,8]``).
+
+``calibrate=true`` first measures K configurations on this machine's CPU (``carb-calibrate measure=cpu``,
+K = 12 by default, about a minute on 2 cores), calibrates the reference model to it, registers the
+result as this machine's model and screens with that version; ``calibrate.<key>=<value>`` sets any
+``carb-calibrate`` setting (e.g. ``calibrate.k=8``).
 """
 from __future__ import annotations
 
@@ -22,7 +27,24 @@ def _split(argv: list[str]) -> tuple[list[str], list[str]]:
     return common, rest
 
 
-def composed_first(name: str, common: list[str], screen_overrides: list[str]) -> dict[str, Any]:
+def _calibrate_args(argv: list[str]) -> tuple[bool, list[str], list[str]]:
+    """``(calibrate?, carb-calibrate overrides, the other arguments)`` from the quickstart's arguments."""
+    on, over, rest = False, [], []
+    for a in argv:
+        key, _, value = a.partition("=")
+        if key == "calibrate":
+            if value.lower() not in ("true", "false"):
+                raise ConfigError(f"calibrate: {value!r} is not allowed; allowed: [true, false]")
+            on = value.lower() == "true"
+        elif key.startswith("calibrate."):
+            over.append(a[len("calibrate."):])
+        else:
+            rest.append(a)
+    return on, over, rest
+
+
+def composed_first(name: str, common: list[str], screen_overrides: list[str],
+                   calibrate: list[str] | None = None) -> dict[str, Any]:
     """Compose and check the train, promote and screen configs before anything runs: a typo is one
     line (:class:`ConfigError`), not a traceback after training."""
     from carb.commands.checks import check_config
@@ -33,12 +55,17 @@ def composed_first(name: str, common: list[str], screen_overrides: list[str]) ->
                 "promote": compose("promote", [f"promote.name={name}", *common]),
                 "screen": compose("screen", ["screen=quickstart", f"screen.target=models:/{name}@champion",
                                              *common, *screen_overrides])}
+        if calibrate is not None:
+            cfgs["calibrate"] = compose("calibrate", ["measure=cpu", "device=cpu",
+                                                      f"source=models:/{name}@champion", *common, *calibrate])
     except Exception as e:  # noqa: BLE001 - Hydra's and OmegaConf's composition errors become one line
         if not (type(e).__module__ or "").startswith(("hydra", "omegaconf")):
             raise
         raise ConfigError(composition_error_line(e)) from None
     check_config("train", cfgs["train"])
     check_config("screen", cfgs["screen"])
+    if "calibrate" in cfgs:
+        check_config("calibrate", cfgs["calibrate"])
     return cfgs
 
 
@@ -51,12 +78,13 @@ def run_quickstart(argv: list[str] | None = None) -> dict[str, Any]:
     from carb.data.io import reference_dataset
     from carb.data.schema import model_name, ok_rows
 
-    common, screen_overrides = _split(list(argv or []))
+    calibrate, cal_overrides, argv = _calibrate_args(list(argv or []))
+    common, screen_overrides = _split(argv)
     t0 = time.perf_counter()
     ref = reference_dataset()
     device = str(ref["device_name"].iloc[0])
     name = model_name(ok_rows(ref))
-    cfgs = composed_first(name, common, screen_overrides)   # every mistake is found before any work
+    cfgs = composed_first(name, common, screen_overrides, cal_overrides if calibrate else None)  # mistakes first
     cfg = cfgs["screen"]
     print(f"carb-quickstart: tracking store {cfg.tracking.uri}")
     tracking.configure(cfg.tracking.uri, cfg.tracking.get("artifact_root"))
@@ -71,6 +99,19 @@ def run_quickstart(argv: list[str] | None = None) -> dict[str, Any]:
     else:
         print(f"carb-quickstart: {name}@champion exists (version {tracking.get_alias(name, 'champion')}); "
               f"screening straight away")
+    if calibrate:
+        from carb.commands.calibrate import run_calibrate
+
+        print(f"carb-quickstart: calibrating {name}@champion to this machine "
+              f"({int(cfgs['calibrate'].k)} measured configurations)")
+        cal = run_calibrate(cfgs["calibrate"])
+        steps.append("calibrate")
+        if cal.get("version"):
+            from omegaconf import open_dict
+
+            with open_dict(cfg):
+                cfg.screen.target = f"models:/{cal['registered_name']}/{cal['version']}"
+            print(f"carb-quickstart: screening with this machine's model {cfg.screen.target}")
     out = run_screen(cfg)
     steps.append("screen")
     uri = cfg.tracking.uri
