@@ -133,8 +133,12 @@ def test_run_py_end_to_end_on_a_fake_device_with_only_the_allowed_imports(tmp_pa
 
     df, prov = import_gpu_run(out)
     ok = df[df["status"] == "ok"]
-    assert len(ok) >= 3 and ok["energy_J"].notna().all() and (ok["energy_J"] > 0).all()
-    assert (ok["energy_window_J"] / ok["n_runs"]).round(9).equals(ok["energy_J"].round(9))
+    # a window that saw fewer than 2 counter updates (a loaded machine can starve the poller) has no
+    # energy and says why; never a 0
+    measured = ok[ok["energy_J"].notna()]
+    assert len(measured) >= 3 and (measured["energy_J"] > 0).all()
+    assert ok.loc[ok["energy_J"].isna(), "missing_reason"].str.contains("energy").all()
+    assert (measured["energy_window_J"] / measured["n_runs"]).round(9).equals(measured["energy_J"].round(9))
     assert prov["seconds"] <= 0.5 * 60 + 5 and prov["device_id"] == df["device_id"].iloc[0]
     period = json.loads((out / "period.json").read_text())["update_period_s"]
     assert period == pytest.approx(0.05, rel=0.2)           # the fake counter updates every 50 ms
