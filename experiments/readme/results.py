@@ -107,7 +107,7 @@ def transfer_lines() -> list[str]:
     """The few-shot calibration benchmark (experiments/benchmarks/transfer.py): GPU pairs per K and the
     CPU transfer at K = 10."""
     sys.path.insert(0, str(ROOT / "experiments" / "benchmarks"))
-    from transfer import cpu_table, gpu_table, pair_summary
+    from transfer import cpu_here_table, cpu_table, gpu_table, pair_summary
 
     ks = [3, 5, 10, 20]
     s = pair_summary(gpu_table(ks))
@@ -119,17 +119,21 @@ def transfer_lines() -> list[str]:
                      f"{r.calibrated_mape_max:.1f} % | {r.source_spearman_min:.3f} | {r.source_mape_median:.1f} / "
                      f"{r.source_mape_max:.1f} % | {r.flops_k_spearman_min:.3f} | {r.flops_k_mape_median:.1f} / "
                      f"{r.flops_k_mape_max:.1f} % | {r.beats_flops_k} |")
-    c = cpu_table([10])
-    cpu = ["| target | model | Spearman | MAPE | R^2 |", "|---|---|---|---|---|"]
-    for r in c.itertuples():
-        cpu.append(f"| {TARGET_LABEL[r.target]} | {r.model} | {r.spearman:.3f} | {r.mape_pct:.1f} % | {r.r2:.3f} |")
+    c, h = cpu_table([10]), cpu_here_table([10])
+    cpu = ["| target | model | same VM, later: Spearman | MAPE | R^2 | another VM: Spearman | MAPE | R^2 |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r, o in zip(h.itertuples(), c.itertuples()):
+        cpu.append(f"| {TARGET_LABEL[r.target]} | {r.model} | {r.spearman:.3f} | {r.mape_pct:.1f} % | {r.r2:.3f} | "
+                   f"{o.spearman:.3f} | {o.mape_pct:.1f} % | {o.r2:.3f} |")
     return ["Few-shot calibration to a device the model never saw (`carb-calibrate`; "
             "`experiments/benchmarks/transfer.py`). timm's 4 GPUs, every ordered pair (12): a model fitted on one "
             "GPU's 22 ResNet rows, calibrated with K space-filling rows of another GPU, scored on that GPU's other "
             "rows (latency; at K = 20 only 2 rows are left, so that line says little):", "", *lines, "",
-            f"CPU: the model of the previous shipped file (another 2-core VM, measured under load, bf16 without native "
-            f"instructions) calibrated with K = 10 of 100 rows drawn from the reference file above, scored on the other "
-            f"{int(c['n'].iloc[0]) if len(c) else 0}:", "", *cpu, ""]
+            f"CPU, K = 10, scored on the other {int(h['n'].iloc[0]) if len(h) else 0} rows of 100. Same VM, later: "
+            f"the model of the reference file above calibrated with rows measured on the same VM after it "
+            f"(`experiments/data/cpu-calibration-100.parquet`). Another VM: the model of the previous shipped file "
+            f"(another 2-core VM, measured under load, bf16 without native instructions) calibrated with 100 rows "
+            f"drawn from the reference file. `flops_k` = a FLOPs-only line fitted on the same K rows:", "", *cpu, ""]
 
 
 def provenance_lines() -> list[str]:
