@@ -251,8 +251,17 @@ def test_pareto_figure_shows_the_screening_result(data):
     counts = res.counts
     texts = _legend_texts(fig)
     assert f"all candidates ({counts['n_candidates']})" in texts
-    assert f"feasible ({int(res.scored['feasible'].sum())})" in texts
+    assert f"feasible ({int(res.scored['feasible'].sum())}: predictions within budget)" in texts
     assert f"Pareto front ({counts['n_pareto']})" in texts
+    # the terminal's words and counts: one legend entry per decision that occurs
+    for d, n in res.scored["decision"].value_counts().items():
+        word = {"borderline": "borderline: profile", "unverified": "unverified: precision never measured"}.get(d, d)
+        assert f"{word} ({n})" in texts
+    # each budget line is labelled with its value and unit, outside the plotting area
+    (label,) = [t for t in ax.texts if t.get_text().startswith("budget ")]
+    assert label.get_text() == f"budget {res.budget['energy_J']:g} J"
+    pos = label.get_position()[1 - res.axes.index("energy_J")]
+    assert pos > 1.0 and not label.get_clip_on()
     assert res.objective in ax.get_title()
     # the energy budget is drawn where it is (energy is one of the two Pareto axes)
     axis = res.axes.index("energy_J")

@@ -16,43 +16,57 @@ LABELS = {"energy_J": "predicted energy (J per batch)", "peak_memory_MB": "predi
           "latency_ms": "predicted latency (ms per batch)"}
 
 
+#: Units of the targets, for budget labels.
+UNITS = {"energy_J": "J", "peak_memory_MB": "MB", "latency_ms": "ms"}
+#: Okabe-Ito colours (distinguishable with the common colour-vision deficiencies), one per decision.
+COLOURS = {"accept": "#0072B2", "borderline": "#E69F00", "unverified": "#CC79A7", "reject": "0.72",
+           "outside": "#009E73", "front": "#D55E00"}
+
+
 def pareto_figure(result: Any):
-    """Scatter of the whole grid on the two Pareto axes (log scales), feasible candidates, the front
-    (joined as a step line) and the budget lines; borderline candidates ringed, candidates outside the
-    model's training domain crossed, unverified ones (precision never measured) boxed."""
+    """Scatter of the whole grid on the two Pareto axes (log scales) coloured by the screening decision,
+    with the terminal's words and counts (accept, borderline: profile, unverified, reject), the Pareto
+    front (joined as a step line), candidates outside the model's training domain crossed, and each
+    budget line labelled with its value and unit outside the plotting area (never over a marker)."""
     df = result.scored
     axes = result.axes if len(result.axes) == 2 else (result.axes + result.axes)[:2]
     x, y = pred_name(axes[0]), pred_name(axes[1])
-    fig = Figure(figsize=(7, 5))
+    fig = Figure(figsize=(8, 5.5))
     FigureCanvasAgg(fig)
     ax = fig.subplots()
-    ax.scatter(df[x], df[y], s=6, c="0.75", label=f"all candidates ({len(df)})", rasterized=True)
-    feas = df[df["feasible"]]
-    ax.scatter(feas[x], feas[y], s=10, c="tab:blue", label=f"feasible ({len(feas)})")
-    border = df[df["decision"] == "borderline"]
-    if len(border):
-        ax.scatter(border[x], border[y], s=40, facecolors="none", edgecolors="tab:orange",
-                   label=f"borderline: profile ({len(border)})")
+    ax.scatter([], [], s=0, label=f"all candidates ({len(df)})")
+    style = {"reject": dict(s=6, rasterized=True), "accept": dict(s=10),
+             "borderline": dict(s=40, facecolors="none", edgecolors=COLOURS["borderline"]),
+             "unverified": dict(s=40, marker="s", facecolors="none", edgecolors=COLOURS["unverified"])}
+    words = {"accept": "accept", "borderline": "borderline: profile", "unverified": "unverified: precision never measured",
+             "reject": "reject"}
+    for d in ("reject", "accept", "borderline", "unverified"):
+        sub = df[df["decision"] == d]
+        if len(sub):
+            kw = dict(style[d])
+            if "edgecolors" not in kw:
+                kw["c"] = COLOURS[d]
+            ax.scatter(sub[x], sub[y], label=f"{words[d]} ({len(sub)})", **kw)
+    if "feasible" in df:
+        ax.scatter([], [], s=0, label=f"feasible ({int(df['feasible'].sum())}: predictions within budget)")
     if "in_domain" in df:
         out = df[~df["in_domain"].astype(bool)]
         if len(out):
-            ax.scatter(out[x], out[y], s=14, marker="x", c="tab:purple", lw=0.6, alpha=0.6, rasterized=True,
+            ax.scatter(out[x], out[y], s=14, marker="x", c=COLOURS["outside"], lw=0.6, alpha=0.6, rasterized=True,
                        label=f"outside the training domain ({len(out)})")
-    unver = df[df["decision"] == "unverified"]
-    if len(unver):
-        ax.scatter(unver[x], unver[y], s=40, marker="s", facecolors="none", edgecolors="tab:brown",
-                   label=f"unverified: precision never measured ({len(unver)})")
     front = df[df["pareto"]].sort_values(x)
     if len(front):
-        ax.step(front[x], front[y], where="post", c="tab:red", lw=1.2)
-        ax.scatter(front[x], front[y], s=28, c="tab:red", marker="D", label=f"Pareto front ({len(front)})")
+        ax.step(front[x], front[y], where="post", c=COLOURS["front"], lw=1.2)
+        ax.scatter(front[x], front[y], s=28, c=COLOURS["front"], marker="D", label=f"Pareto front ({len(front)})")
     for t, limit in result.budget.items():
+        text = f"budget {limit:g} {UNITS.get(t, '')}".rstrip()
         if t == axes[0]:
             ax.axvline(limit, ls="--", c="k", lw=1)
-            ax.text(limit, 0.98, f" {t} budget", va="top", fontsize=8, transform=ax.get_xaxis_transform())
+            ax.text(limit, 1.01, text, va="bottom", ha="center", fontsize=8, clip_on=False,
+                    transform=ax.get_xaxis_transform())
         elif t == axes[1]:
             ax.axhline(limit, ls="--", c="k", lw=1)
-            ax.text(0.99, limit, f"{t} budget ", va="bottom", ha="right", fontsize=8,
+            ax.text(1.01, limit, text, va="center", ha="left", fontsize=8, clip_on=False,
                     transform=ax.get_yaxis_transform())
     for a, col in ((ax.set_xscale, x), (ax.set_yscale, y)):
         v = df[col].to_numpy(dtype=float)
@@ -61,8 +75,8 @@ def pareto_figure(result: Any):
             a("log")
     ax.set_xlabel(LABELS.get(axes[0], axes[0]))
     ax.set_ylabel(LABELS.get(axes[1], axes[1]))
-    ax.set_title(f"Screening: {len(df)} candidates, objective {result.objective}")
-    ax.legend(fontsize=8, loc="best")
+    ax.set_title(f"Screening: {len(df)} candidates, objective {result.objective}", pad=16)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.12, 1.0), borderaxespad=0.0)
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
     return fig
