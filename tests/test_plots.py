@@ -296,6 +296,12 @@ def test_history_figure_draws_the_best_so_far():
     assert list(best.get_xdata()) == [0, 1, 2, 3, 4]
     assert list(best.get_ydata()) == [5.0, 5.0, 3.0, 3.0, 2.5]
     assert "mae" in ax.get_ylabel()
+    fig = ptu.history_figure([0, 2, 3], [4.0, 3.0, 5.0], "mae", "s.latency_ms.xgb", target="latency_ms", pruned=[1, 4])
+    ax = fig.axes[0]
+    assert ax.get_ylabel() == "validation mae of latency_ms (ms)"
+    (pr,) = [ln for ln in ax.lines if ln.get_label() == "pruned trial (2)"]
+    assert list(pr.get_xdata()) == [1.0, 4.0]
+    assert ptu._metric_label("mape", "energy_J") == "validation mape of energy_J (%)"
     empty = ptu.history_figure([], [], "mae", "no trials yet")
     assert len(_png(empty)) > 0
 

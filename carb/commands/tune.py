@@ -273,8 +273,10 @@ def _log_parent(cfg, parent: str, storage, targets, members, summary) -> None:
                 done = [x for x in study.trials if x.state == optuna.trial.TrialState.COMPLETE]
                 if len(done) < 2:
                     continue
-                title = f"{sub_name(tc.study, t, m)} ({len(done)} trials)"
-                fig = history_figure([x.number for x in done], [x.value for x in done], tc.metric, title)
+                pruned = [x.number for x in study.trials if x.state == optuna.trial.TrialState.PRUNED]
+                title = f"{sub_name(tc.study, t, m)} ({len(done)} completed, {len(pruned)} pruned)"
+                fig = history_figure([x.number for x in done], [x.value for x in done], tc.metric, title,
+                                     target=t, pruned=pruned)
                 tracking.log_figure(fig, f"figures/{t}/{m}_history.png")
                 with quiet_warnings():
                     try:

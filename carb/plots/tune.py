@@ -18,21 +18,39 @@ def _figure(size: tuple[float, float]) -> tuple[Figure, object]:
     return fig, fig.subplots()
 
 
-def history_figure(numbers: Sequence[int], values: Sequence[float], metric: str, title: str) -> Figure:
-    """Objective value of each completed trial (dots) and the best so far (step line).
+#: Units of the targets (a tuned metric is in its target's unit, MAPE in %).
+UNITS = {"energy_J": "J", "peak_memory_MB": "MB", "latency_ms": "ms"}
 
-    ``numbers``: trial numbers; ``values``: the objective (``metric``, in the target's unit), same length."""
+
+def _metric_label(metric: str, target: str | None) -> str:
+    """``"validation mae of latency_ms (ms)"``; MAPE in %; the bare metric without a target."""
+    if target is None:
+        return f"validation {metric}"
+    unit = "%" if metric.lower() == "mape" else UNITS.get(target, "")
+    return f"validation {metric} of {target}" + (f" ({unit})" if unit else "")
+
+
+def history_figure(numbers: Sequence[int], values: Sequence[float], metric: str, title: str,
+                   target: str | None = None, pruned: Sequence[int] = ()) -> Figure:
+    """Objective value of each completed trial (dots), the best so far (step line) and the pruned
+    trials (ticks on the trial axis: they have no final value).
+
+    ``numbers``: completed trial numbers; ``values``: their objective (``metric`` of ``target``, in the
+    target's unit), same length; ``pruned``: numbers of the pruned trials."""
     n = np.asarray(numbers, dtype=float)
     v = np.asarray(values, dtype=float)
     order = np.argsort(n)
     n, v = n[order], v[order]
-    fig, ax = _figure((6, 4))
-    ax.scatter(n, v, s=12, c="tab:blue", label="trial")
+    fig, ax = _figure((6.5, 4))
+    ax.scatter(n, v, s=12, c="#0072B2", label=f"completed trial ({len(n)})")
     if len(v):
-        ax.step(n, np.minimum.accumulate(v), where="post", c="tab:red", lw=1.2, label="best so far")
+        ax.step(n, np.minimum.accumulate(v), where="post", c="#D55E00", lw=1.2, label="best so far")
+    if len(pruned):
+        ax.plot(np.asarray(pruned, dtype=float), np.zeros(len(pruned)), ls="none", marker="|", ms=12,
+                c="0.45", transform=ax.get_xaxis_transform(), label=f"pruned trial ({len(pruned)})")
     ax.set_xlabel("trial number")
-    ax.set_ylabel(f"validation {metric}")
-    ax.set_title(title)
+    ax.set_ylabel(_metric_label(metric, target))
+    ax.set_title(title if target is None or target in title else f"{title}: {_metric_label(metric, target)}")
     ax.legend(fontsize=8, loc="best")
     ax.grid(alpha=0.3)
     fig.tight_layout()
