@@ -280,13 +280,14 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         self.feature_set_ = str(self.feature_set)
         self.input_columns_ = self._raw_inputs(kept)
         if self.physics:
-            from carb.model.physics import PRIOR_INPUTS
+            from carb.model.physics import LAYER_INPUTS, PRIOR_INPUTS
 
             missing = [c for c in PRIOR_INPUTS if c not in X.columns or c not in X_val.columns]
             if missing:
                 raise DatasetError(f"model.physics=true needs column(s) {missing}; the data lacks them "
                                    f"(or set model.physics=false)")
             self.input_columns_ += [c for c in PRIOR_INPUTS if c not in self.input_columns_]
+            self.input_columns_ += [c for c in LAYER_INPUTS if c in X.columns and c not in self.input_columns_]
         self.telemetry_medians_ = telemetry_medians(X) if "batch_size" in X.columns else {}
         from carb.model.domain import fit_domain
 

@@ -13,8 +13,14 @@ a 1 s configuration weigh alike; units of the inputs in MB = 2**20 bytes and fvc
   c_i * input_MB``: parameters, the peak live activations (a multiple of the largest layer output,
   which is for the whole batch) and the input batch. The final memory prediction is never below
   the parameter bytes (:meth:`MemoryPrior.floor_MB`).
-- :class:`RooflinePrior` (``latency_ms`` and ``energy_J``): a per-device roofline summed over the
-  forward, ``c0 + sum_p flops_p / rate_p + c_b * bytes_MB + c_l * n_conv`` with one FLOP rate per
+- :class:`LayerRooflinePrior` (``latency_ms`` and ``energy_J``, the default when the rows carry their
+  knobs): a roofline over the layers' GEMM shapes (:mod:`carb.design.shapes`): per precision, a
+  cost per multiply-add, per output pixel and per operator; shared across precisions, a cost per MB
+  of im2col input, output, weights and element-wise passes (bytes at the row's precision). This is
+  the expansion of ``MNK / (rate * e_M * e_N * e_K)`` with saturating GEMM efficiencies, so thin
+  layers (few channels, tiny feature maps) cost more per FLOP than wide ones, as they do.
+- :class:`RooflinePrior` (the aggregate form, used when the knob columns are absent): a per-device
+  roofline summed over the forward, ``c0 + sum_p flops_p / rate_p + c_b * bytes_MB + c_l * n_conv`` with one FLOP rate per
   precision ``p`` (``flops_p`` = flops where the row's precision is ``p``, else 0), a memory term on
   parameter + activation bytes and a per-layer launch cost. For energy the same form reads as
   energy per FLOP per precision, per byte moved, per launch and a static share; a precision never
@@ -31,12 +37,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from carb.design.arch import PRECISION_BITS
-from carb.errors import DatasetError
+from carb.design.arch import BYTES_PER_ELEMENT, PRECISION_BITS
+from carb.design.shapes import SHAPE_INPUTS, gemm_terms
+from carb.errors import ConfigError, DatasetError
 
 #: Raw columns the priors read.
 PRIOR_INPUTS: tuple[str, ...] = ("flops", "param_size_MB", "max_activation_MB", "total_activation_MB", "n_conv",
                                  "batch_size", "input_size", "precision")
+#: Knob columns the layer roofline reads when present (``stages`` and ``inner_mult`` optional).
+LAYER_INPUTS: tuple[str, ...] = (*SHAPE_INPUTS, "stages", "inner_mult")
 #: Smallest value a prior returns (target units): costs are positive.
 TINY = 1e-9
 
@@ -69,6 +78,23 @@ def nnls_relative(A: np.ndarray, y: np.ndarray) -> np.ndarray:
     return c / scale
 
 
+def grouped_cv_error(A: np.ndarray, y: np.ndarray, groups: np.ndarray, n_splits: int = 5) -> float:
+    """Mean |log(pred / y)| of :func:`nnls_relative` fits on grouped folds (no group in both the
+    fitting and the scored rows). A: (n, k) design, y: (n,) targets, groups: (n,) integer labels."""
+    from sklearn.model_selection import GroupKFold
+
+    ok = np.isfinite(y) & (y > 0) & np.isfinite(A).all(axis=1)
+    A, y, groups = A[ok], y[ok], groups[ok]
+    errs = []
+    for tr, te in GroupKFold(n_splits=min(n_splits, len(np.unique(groups)))).split(A, y, groups):
+        try:
+            c = nnls_relative(A[tr], y[tr])
+        except DatasetError:
+            continue
+        errs.append(np.abs(np.log(np.maximum(A[te] @ c, TINY) / y[te])))
+    return float(np.mean(np.concatenate(errs))) if errs else float("inf")
+
+
 class _Prior:
     """Shared contract: ``fit(X, y) -> self``; ``predict(X) -> (n,) array`` in target units;
     ``coef_`` the fitted coefficients by name; ``train_mape_`` the prior alone on its training rows."""
@@ -78,9 +104,13 @@ class _Prior:
     def design(self, X: pd.DataFrame) -> np.ndarray:
         raise NotImplementedError
 
-    def fit(self, X: pd.DataFrame, y: Any) -> "_Prior":
+    def fit(self, X: pd.DataFrame, y: Any) -> _Prior:
         yv = np.asarray(y, dtype=float)
         self._learn_columns(X)
+        return self._solve(X, yv)
+
+    def _solve(self, X: pd.DataFrame, yv: np.ndarray) -> _Prior:
+        """Fit the coefficients on the design of ``X`` (columns already learned); shape of yv (n,)."""
         A = self.design(X)
         self.coef_values_ = nnls_relative(A, yv)
         self.coef_ = dict(zip(self.column_names(), map(float, self.coef_values_)))
@@ -156,9 +186,85 @@ class RooflinePrior(_Prior):
         return np.maximum(self.design(X) @ self.coef_values_, TINY)
 
 
+class LayerRooflinePrior(RooflinePrior):
+    """Cost = c0 + sum_p [k_p * MNK_p + m_p * M_p + o_p * ops_p] + b_in * im2col_MB + b_out * output_MB
+    + b_w * weights_MB + b_e * elementwise_MB (sums over layers, :mod:`carb.design.shapes`; ``X_p`` is
+    the term where the row's precision is ``p``, else 0). Falls back to :class:`RooflinePrior`'s
+    aggregate design (``form_ = "aggregate"``, ``form_reason_`` says why) when the training rows lack
+    the knob columns or their knobs name no valid network."""
+
+    PER_PRECISION = (("gemm_MNK", "per_MAC"), ("gemm_M", "per_out_pixel"), ("n_ops", "per_op"))
+    SHARED = (("gemm_MK", "per_im2col_MB"), ("gemm_MN", "per_output_MB"), ("gemm_NK", "per_weight_MB"),
+              ("elementwise", "per_elementwise_MB"))
+
+    #: The layer form is kept only when its grouped cross-validated error is below this share of the
+    #: aggregate form's (a richer form must earn its place on architectures it did not see).
+    RICHER_GAIN = 0.95
+
+    def fit(self, X: pd.DataFrame, y: Any) -> LayerRooflinePrior:
+        yv = np.asarray(y, dtype=float)
+        RooflinePrior._learn_columns(self, X)
+        self.form_, self.form_reason_, self.cv_error_ = self._choose_form(X, yv)
+        return self._solve(X, yv)
+
+    def _choose_form(self, X: pd.DataFrame, yv: np.ndarray) -> tuple[str, str, dict[str, float]]:
+        """``(form, reason, cv errors)``: "layers" when the knobs name valid networks and the layer
+        design's leave-architectures-out error (mean |log(pred / measured)| over grouped folds) is
+        below :data:`RICHER_GAIN` x the aggregate design's; else "aggregate" and why."""
+        try:
+            gemm_terms(X)
+        except (DatasetError, ConfigError) as e:   # no knobs, or knobs that name no valid network
+            return "aggregate", str(e), {}
+        arch = [c for c in LAYER_INPUTS if c in X.columns and c not in ("batch_size",)]
+        groups = pd.factorize(pd.Series(list(X[arch].astype(str).itertuples(index=False, name=None))))[0]
+        if len(np.unique(groups)) < 3:
+            return "layers", "fewer than 3 architectures: not cross-validated", {}
+        err = {}
+        for form in ("layers", "aggregate"):
+            self.form_ = form
+            err[form] = grouped_cv_error(self.design(X), yv, groups)
+        if err["layers"] < self.RICHER_GAIN * err["aggregate"]:
+            return "layers", "", err
+        return "aggregate", (f"layer form not better on unseen architectures (grouped CV mean |log error| "
+                             f"{err['layers']:.3f} vs aggregate {err['aggregate']:.3f})"), err
+
+    def column_names(self) -> list[str]:
+        if self.form_ == "aggregate":
+            return super().column_names()
+        return ["const", *[f"{name}_{p}" for p in self.precisions_ for _, name in self.PER_PRECISION],
+                *[name for _, name in self.SHARED]]
+
+    def design(self, X: pd.DataFrame) -> np.ndarray:
+        """(n, 1 + 3 * precisions + 4) non-negative design, non-decreasing in batch size."""
+        if self.form_ == "aggregate":
+            return super().design(X)
+        g = gemm_terms(X)
+        prec = X["precision"].astype(str).to_numpy()
+        nbytes = X["precision"].astype(str).map(BYTES_PER_ELEMENT).to_numpy(float)
+        cols = [np.ones(len(X))]
+        for p in self.precisions_:
+            for term, _ in self.PER_PRECISION:
+                cols.append(np.where(prec == p, g[term].to_numpy(float), 0.0))
+        for term, _ in self.SHARED:
+            cols.append(g[term].to_numpy(float) * nbytes / 2.0**20)
+        return np.column_stack(cols)
+
+    def stand_in(self, precision: str) -> str:
+        """As :meth:`RooflinePrior.stand_in`, ties broken by the costlier per-MAC coefficient."""
+        if self.form_ == "aggregate":
+            return super().stand_in(precision)
+        bits = PRECISION_BITS.get(precision, 32)
+        k = {p: self.coef_.get(f"per_MAC_{p}", 0.0) for p in self.precisions_}
+        return min(self.precisions_, key=lambda p: (abs(PRECISION_BITS.get(p, 32) - bits), -k[p]))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "form": self.form_, "form_reason": self.form_reason_,
+                "cv_error": dict(self.cv_error_)}
+
+
 #: Which prior each target uses.
-PRIORS: dict[str, type[_Prior]] = {"peak_memory_MB": MemoryPrior, "energy_J": RooflinePrior,
-                                   "latency_ms": RooflinePrior}
+PRIORS: dict[str, type[_Prior]] = {"peak_memory_MB": MemoryPrior, "energy_J": LayerRooflinePrior,
+                                   "latency_ms": LayerRooflinePrior}
 
 
 def make_prior(target: str) -> _Prior:

@@ -1,0 +1,135 @@
+"""Per-layer GEMM shapes of a configuration: what each operator of one forward asks of the hardware.
+
+A convolution runs as a matrix product ``(M x K) @ (K x N)``: ``M`` output pixels (batch x H_out x
+W_out), ``N`` output channels, ``K`` = input channels x kernel area. Its cost is not its FLOPs alone:
+a GEMM with a thin side (16 channels, a 1 x 1 feature map) runs far below the device's peak, and
+the bytes it streams (the im2col input ``M x K``, the output ``M x N``, the weights ``N x K``) matter
+when they do not fit in cache. Expanding the usual efficiency law
+``time = MNK / (rate * e_M * e_N * e_K)`` with ``e_X = X / (X + X0)`` gives a cost that is *linear*
+in the sums over layers of ``MNK``, ``MK``, ``MN``, ``NK`` and ``M`` with non-negative coefficients
+(``MK / N0``, ...), which :class:`carb.model.physics.RooflinePrior` fits per device. Batch norm,
+ReLU, max-pool and the residual add are memory-bound element-wise passes, counted as tensor elements.
+
+:func:`gemm_terms` gives these sums for many rows at once (cached per architecture, scaled by batch);
+the closed form walks the same network as :func:`carb.design.features.per_image_counts`.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+import pandas as pd
+
+from carb.design.arch import (
+    EXPANSION,
+    KNOB_DEFAULTS,
+    KNOBS,
+    base_widths,
+    configs_from_records,
+    scaled,
+)
+from carb.errors import DatasetError
+
+#: Columns of :func:`gemm_terms`, in elements (not bytes) at the row's batch size:
+#: ``gemm_MNK`` multiply-adds of every conv and the classifier, ``gemm_MK`` im2col input elements,
+#: ``gemm_MN`` output elements, ``gemm_NK`` weight elements, ``gemm_M`` output pixels (summed over
+#: layers), ``elementwise`` elements passed by batch norm, ReLU, pooling and the residual add,
+#: ``n_ops`` operators in one forward (convs, linear, element-wise passes).
+GEMM_TERMS: tuple[str, ...] = ("gemm_MNK", "gemm_MK", "gemm_MN", "gemm_NK", "gemm_M", "elementwise", "n_ops")
+#: Terms that grow with the batch (the others do not depend on it).
+PER_IMAGE_TERMS: tuple[str, ...] = ("gemm_MNK", "gemm_MK", "gemm_MN", "gemm_M", "elementwise")
+#: Knob columns :func:`gemm_terms` needs (``stages`` and ``inner_mult`` are optional).
+SHAPE_INPUTS: tuple[str, ...] = ("block", "depth", "width_mult", "input_size", "batch_size", "early_downsample")
+_ARCH_KNOBS = tuple(k for k in KNOBS if k not in ("batch_size", "precision"))
+
+
+def _out(h: int, k: int, s: int, p: int) -> int:
+    return (h + 2 * p - k) // s + 1
+
+
+@lru_cache(maxsize=65536)
+def per_image_terms(block: str, layout: tuple[int, ...], width_mult: float, input_size: int,
+                    early_downsample: bool, num_classes: int = 1000, inner_mult: float = 1.0) -> tuple[float, ...]:
+    """:data:`GEMM_TERMS` of one image (batch 1), as a tuple in that order."""
+    convs: list[tuple[int, int, int]] = []   # (M per image, N, K)
+    elem = 0.0
+    n_elem = 0
+
+    def conv(cin: int, cout: int, k: int, s: int, p: int, h: int) -> int:
+        ho = _out(h, k, s, p)
+        convs.append((ho * ho, cout, cin * k * k))
+        return ho
+
+    def passes(elements: float, times: int = 1) -> None:
+        nonlocal elem, n_elem
+        elem += elements * times
+        n_elem += times
+
+    widths = tuple(scaled(w, width_mult) for w in base_widths(len(layout)))
+    stem, h = widths[0], input_size
+    if early_downsample:
+        h = conv(3, stem, 7, 2, 3, h)
+        passes(stem * h * h, 3)           # batch norm, ReLU, max-pool (reads the full map)
+        h = _out(h, 3, 2, 1)
+    else:
+        h = conv(3, stem, 3, 1, 1, h)
+        passes(stem * h * h, 2)
+    cin = stem
+    for i, (n_blocks, planes) in enumerate(zip(layout, widths)):
+        for j in range(n_blocks):
+            s = 2 if (i > 0 and j == 0) else 1
+            if block == "basic":
+                cout = planes
+                ho = conv(cin, planes, 3, s, 1, h)
+                passes(planes * ho * ho, 2)
+                conv(planes, planes, 3, 1, 1, ho)
+                passes(planes * ho * ho)
+            else:
+                width = max(1, int(planes * inner_mult))
+                cout = planes * EXPANSION["bottleneck"]
+                conv(cin, width, 1, 1, 0, h)
+                passes(width * h * h, 2)
+                ho = conv(width, width, 3, s, 1, h)
+                passes(width * ho * ho, 2)
+                conv(width, cout, 1, 1, 0, ho)
+                passes(cout * ho * ho)
+            if s != 1 or cin != cout:
+                conv(cin, cout, 1, s, 0, h)
+                passes(cout * ho * ho)
+            passes(cout * ho * ho, 2)   # residual add, ReLU
+            cin, h = cout, ho
+    passes(cin * h * h)                 # adaptive average pool
+    convs.append((1, num_classes, cin))  # classifier
+    a = np.asarray(convs, dtype=float)
+    m, n, k = a[:, 0], a[:, 1], a[:, 2]
+    return (float((m * n * k).sum()), float((m * k).sum()), float((m * n).sum()), float((n * k).sum()),
+            float(m.sum()), float(elem), float(len(a) + n_elem))
+
+
+def gemm_terms(frame: pd.DataFrame) -> pd.DataFrame:
+    """:data:`GEMM_TERMS` for each row of ``frame`` (knob columns, see :data:`SHAPE_INPUTS`): a
+    DataFrame with the frame's index, in elements at the row's batch size; shape (n, 7).
+
+    Raises :class:`DatasetError` naming the missing knob columns."""
+    missing = [c for c in SHAPE_INPUTS if c not in frame.columns]
+    if missing:
+        raise DatasetError(f"layer shapes need knob column(s) {missing}; the data lacks them")
+    arch_cols = [c for c in _ARCH_KNOBS if c in frame.columns]
+    arch = frame[arch_cols].copy()
+    for k, v in KNOB_DEFAULTS.items():
+        if k in arch.columns:
+            arch[k] = arch[k].fillna(v)
+    if "stages" in arch.columns:
+        arch["stages"] = arch["stages"].astype(object).where(arch["stages"].notna(), None)
+    keys = [tuple(r) for r in arch.astype(object).itertuples(index=False, name=None)]
+    uniq = list(dict.fromkeys(keys))
+    recs = [dict(zip(arch_cols, u), batch_size=1, precision="fp32") for u in uniq]
+    cfgs = configs_from_records(recs, source="layer shapes")
+    per = {u: per_image_terms(c.block, tuple(c.layout), c.width_mult, c.input_size, c.early_downsample,
+                              c.num_classes, c.inner_mult) for u, c in zip(uniq, cfgs)}
+    vals = np.array([per[k] for k in keys], dtype=float).reshape(len(keys), len(GEMM_TERMS))
+    out = pd.DataFrame(vals, columns=list(GEMM_TERMS), index=frame.index)
+    batch = pd.to_numeric(frame["batch_size"], errors="coerce").to_numpy(float)
+    for t in PER_IMAGE_TERMS:
+        out[t] = out[t].to_numpy() * batch
+    return out
