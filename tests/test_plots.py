@@ -193,9 +193,14 @@ def test_characterize_figures_without_energy_or_telemetry(data):
     assert "cross_device" not in figs and "cross_device" not in skipped   # one device: not attempted
     assert {"knobs_latency_ms", "knobs_peak_memory_MB", "divergence"} <= set(figs)
     div = figs["divergence"]
-    notes = [t.get_text() for ax in div.axes for t in ax.texts]
-    assert any("energy_J not measured" in n for n in notes), notes
-    assert len(_data_axes(div)) == 1                     # only the latency panel has data
+    caption = div.get_supxlabel()
+    assert "energy_J" in caption and "not measured" in caption.lower(), caption
+    visible = [ax for ax in div.axes if ax.get_visible()]
+    assert len(visible) == len(_data_axes(div)) == 1     # only the latency panel: no empty panel drawn
+    assert all(ax.patches or ax.lines or ax.collections for ax in visible)
+    for fig in figs.values():                            # units: MB (2**20 bytes), never MiB
+        labels = [ax.get_ylabel() + ax.get_xlabel() + ax.get_title() for ax in fig.axes] + [fig.get_suptitle()]
+        assert not any("MiB" in t for t in labels)
     for name, fig in figs.items():
         _check_labels(fig, {"axes_title": False, "legend": False, "suptitle": True}, name)
         assert len(_png(fig)) > 0
@@ -222,6 +227,42 @@ def test_pred_vs_measured_has_one_panel_per_measured_target(data):
     # every point is drawn: scatter sizes add up to the rows of the panel's target
     n = sum(len(c.get_offsets()) for c in _data_axes(fig)[0].collections)
     assert n == len(a)
+
+
+def test_train_figures_are_print_width_with_tier_ranges_in_the_legend(data):
+    figs = pt.train_figures(data["a"], data["pred"], data["importances"], list(TARGETS))
+    for name, fig in figs.items():
+        assert fig.get_size_inches()[0] * fig.dpi >= pt.MIN_WIDTH_PX, name
+    fig = figs["figures/pred_vs_measured.png"]
+    legend = _legend_texts(fig)
+    assert any("small (bs 1-4)" in t for t in legend) and "y = x" in legend, legend
+    assert all(ax.get_legend().get_title().get_text() == "batch tier" for ax in _data_axes(fig))
+    colours = {tuple(np.round(c.get_facecolor()[0][:3], 3)) for ax in _data_axes(fig) for c in ax.collections}
+    from matplotlib.colors import to_rgb
+
+    okabe_ito = {tuple(np.round(to_rgb(c), 3)) for c in ("#E69F00", "#56B4E9", "#009E73", "#0072B2")}
+    assert colours and colours <= okabe_ito
+    ticks = [t.get_text() for ax in _data_axes(figs["figures/residuals_by_batch_tier.png"]) for t in ax.get_xticklabels()]
+    assert any("(bs 1-4)" in t for t in ticks), ticks
+    imp = figs["figures/importances.png"]
+    assert {"input feature", "upstream cascade prediction (pred_*)"} <= {t.get_text() for lg in imp.legends for t in lg.get_texts()}
+
+
+def test_basic_four_stage_depths_are_drawn_apart(data):
+    """Depths 18/34 (basic blocks, four ImageNet stages) are not joined to the CIFAR-layout basic line."""
+    from carb.analysis.characterize.knobs import knob_medians
+    from carb.design.arch import ArchConfig
+    from carb.design.features import grid_features
+
+    cfgs = [ArchConfig("basic", d, w, 32, b) for d in (8, 14, 18, 20, 34) for w in (0.5, 1.0) for b in (1, 4)]
+    df = grid_features(cfgs).assign(latency_ms=lambda f: f["flops"] / 1e7, peak_memory_MB=1.0, energy_J=np.nan,
+                                    status="ok", device_name="Dev A")
+    fig = pc.knob_figure(knob_medians(df), "latency_ms")
+    ax = next(a for a in fig.axes if a.get_xlabel().startswith("depth"))
+    line = next(ln for ln in ax.lines if ln.get_label() == "basic family")
+    assert not set(line.get_xdata()) & {18.0, 34.0} and set(line.get_xdata()) == {8.0, 14.0, 20.0}
+    assert any("4 ImageNet stages" in t for t in ax.get_legend_handles_labels()[1])
+    assert "four ImageNet stages" in fig.get_supxlabel()
 
 
 def test_residuals_by_tier_has_one_box_per_batch_tier(data):

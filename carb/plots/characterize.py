@@ -19,7 +19,7 @@ NOT_MEASURED = "not measured"
 TARGET_LABELS: dict[str, str] = {
     "energy_J": "energy (J per batch)",
     "latency_ms": "latency (ms per batch)",
-    "peak_memory_MB": "peak memory (MiB)",
+    "peak_memory_MB": "peak memory (MB)",
 }
 KNOB_LABELS: dict[str, str] = {
     "depth": "depth (layers)",
@@ -29,16 +29,22 @@ KNOB_LABELS: dict[str, str] = {
     "precision": "precision",
     "early_downsample": "stem",
 }
-FAMILY_COLORS: dict[str, str] = {"basic": "#1f77b4", "bottleneck": "#d62728", "all": "#444444",
+FAMILY_COLORS: dict[str, str] = {"basic": "#0072B2", "bottleneck": "#D55E00", "all": "#444444",
                                  "other": "#9a9a9a"}
 FAMILY_MARKERS: dict[str, str] = {"basic": "o", "bottleneck": "s", "all": "D", "other": "."}
 SM_COLORS: dict[str, str] = {"low": "#9ecae1", "mid": "#4292c6", "high": "#08306b",
                              NOT_MEASURED: "#777777"}
 _STEM = {True: "ImageNet (7x7/2 + pool)", False: "CIFAR (3x3/1)"}
+#: Basic-block depths with the four-stage ImageNet layout (64-512 channels); every other basic depth
+#: is a three-stage CIFAR layout (16-64 channels), so their costs do not lie on one curve.
+BASIC_FOUR_STAGE_DEPTHS: tuple[int, ...] = (18, 34)
+BASIC_LAYOUT_NOTE = ("Depths 18 and 34 (triangles) are basic-block networks in four ImageNet stages of 64-512 "
+                     "channels; the other basic depths are three CIFAR stages of 16-64 channels, so they are "
+                     "drawn apart, not on one line.")
 
 
 def _color(fam: str) -> str:
-    return FAMILY_COLORS.get(fam, "#2ca02c")
+    return FAMILY_COLORS.get(fam, "#009E73")
 
 
 def _spans_decade(values: Sequence[float] | np.ndarray) -> bool:
@@ -69,6 +75,23 @@ def _order(fams) -> list[str]:
     fams = list(dict.fromkeys(str(f) for f in fams))
     head = [f for f in ("all", "basic", "bottleneck") if f in fams]
     return head + sorted(f for f in fams if f not in head and f != "other") + (["other"] if "other" in fams else [])
+
+
+def _spaced_labels(ticks: Sequence[float], min_ratio: float = 1.15) -> list[str]:
+    """Tick labels for log-spaced ``ticks``, blank where a tick sits within ``min_ratio`` of the last
+    labelled one (18 beside 20, 50 beside 56 would overprint)."""
+    out, last = [], None
+    for v in ticks:
+        keep = last is None or v / last >= min_ratio
+        out.append(f"{v:g}" if keep else "")
+        last = v if keep else last
+    return out
+
+
+def _caption(fig: Figure, text: str) -> None:
+    """A caption under the panels (what is drawn apart, what this device does not measure)."""
+    if text:
+        fig.supxlabel(text, fontsize=8, color="#444444", wrap=True)
 
 
 def _note(ax, text: str) -> None:
@@ -120,6 +143,7 @@ def knob_figure(medians: pd.DataFrame, target: str, device: str = "") -> Figure 
     if med.empty or not knobs:
         return None
     fig, axes = _grid(len(knobs))
+    notes: list[str] = []
     for ax, knob in zip(axes, knobs):
         sub = med[med["knob"] == knob]
         values = list(dict.fromkeys(sub["value"].tolist()))
@@ -130,25 +154,39 @@ def knob_figure(medians: pd.DataFrame, target: str, device: str = "") -> Figure 
                 x = g["value"].astype(float).to_numpy()
             else:
                 x = np.array([values.index(v) for v in g["value"]], dtype=float)
-            ax.plot(x, g["median"], marker=FAMILY_MARKERS.get(fam, "o"), color=_color(fam),
-                    label=f"{fam} family", linewidth=1.5, markersize=4)
-            ax.fill_between(x, g["q25"], g["q75"], color=_color(fam), alpha=0.15, linewidth=0)
+            apart = np.zeros(len(g), dtype=bool)
+            if knob == "depth" and fam == "basic":   # 18/34: four ImageNet stages, not the CIFAR three
+                apart = np.isin(x, BASIC_FOUR_STAGE_DEPTHS)
+            ax.plot(x[~apart], g["median"].to_numpy()[~apart], marker=FAMILY_MARKERS.get(fam, "o"),
+                    color=_color(fam), label=f"{fam} family", linewidth=1.5, markersize=4)
+            ax.fill_between(x[~apart], g["q25"].to_numpy()[~apart], g["q75"].to_numpy()[~apart],
+                            color=_color(fam), alpha=0.15, linewidth=0)
+            if apart.any():
+                ax.errorbar(x[apart], g["median"].to_numpy()[apart],
+                            yerr=[g["median"].to_numpy()[apart] - g["q25"].to_numpy()[apart],
+                                  g["q75"].to_numpy()[apart] - g["median"].to_numpy()[apart]],
+                            fmt="^", color=_color(fam), markerfacecolor="white", markersize=6, capsize=3,
+                            linewidth=1, label="basic, 4 ImageNet stages (18, 34)")
+                notes.append(BASIC_LAYOUT_NOTE)
         if not numeric:
             labels = [_STEM.get(v, str(v)) if knob == "early_downsample" else str(v) for v in values]
             ax.set_xticks(range(len(values)), labels)
         elif _spans_decade(sub["value"].astype(float)):
             _log(ax, "x", base=2 if knob == "batch_size" else 10)
             ticks = sorted(set(sub["value"].astype(float)))
-            ax.set_xticks(ticks, [f"{v:g}" for v in ticks], fontsize=8)
+            ax.set_xticks(ticks, _spaced_labels(ticks), fontsize=8)
         yv = pd.concat([sub["q25"], sub["q75"], sub["median"]])
         if _spans_decade(yv):
             _log(ax, "y", values=yv)
         ax.set_xlabel(KNOB_LABELS.get(knob, knob))
         ax.set_ylabel(f"median {TARGET_LABELS.get(target, target)}")
         ax.grid(True, alpha=0.3, which="major")
-    axes[0].legend(fontsize=8, frameon=False)
+    for ax in axes:
+        if any(h.get_label().startswith("basic, 4") for h in ax.get_legend_handles_labels()[0]) or ax is axes[0]:
+            ax.legend(fontsize=8, frameon=False)
     fig.suptitle(f"{TARGET_LABELS.get(target, target)} per design knob (median, IQR band)"
                  + (f" on {device}" if device else ""))
+    _caption(fig, " ".join(dict.fromkeys(notes)))
     return fig
 
 
@@ -160,12 +198,17 @@ def divergence_figure(cells: pd.DataFrame, ratios: pd.DataFrame, device: str = "
     if cells.empty or not (np.isfinite(cells["mean_energy_J"]).any() or np.isfinite(cells["mean_latency_ms"]).any()):
         return None
     tiers = list(dict.fromkeys(cells["batch_tier"]))
-    fig, axes = _grid(3, size=(4.4, 3.6))
-    for ax, col, target in ((axes[0], "mean_energy_J", "energy_J"), (axes[1], "mean_latency_ms", "latency_ms")):
-        if not np.isfinite(cells[col]).any():
-            _note(ax, f"{target} {NOT_MEASURED}")
-            ax.set_title(f"mean {TARGET_LABELS[target]}", fontsize=10)
-            continue
+    bars = [(col, target) for col, target in (("mean_energy_J", "energy_J"), ("mean_latency_ms", "latency_ms"))
+            if np.isfinite(cells[col]).any()]
+    ok = ratios[np.isfinite(ratios["latency_high_low"]) | np.isfinite(ratios["energy_high_low"])]
+    missing = [target for col, target in (("mean_energy_J", "energy_J"), ("mean_latency_ms", "latency_ms"))
+               if (col, target) not in bars]
+    if ok.empty:
+        why = str(ratios["status"].iloc[0]) if len(ratios) else "no rows"
+        missing.append(f"the high-SM / low-SM ratio ({why})")
+    n = len(bars) + (not ok.empty)
+    fig, axes = _grid(n, size=(4.6, 3.8) if n > 1 else (7.0, 4.4))
+    for ax, (col, target) in zip(axes, bars):
         series = {}
         for s in dict.fromkeys(cells["sm_tier"]):
             g = cells[cells["sm_tier"] == s].set_index("batch_tier")
@@ -178,17 +221,14 @@ def divergence_figure(cells: pd.DataFrame, ratios: pd.DataFrame, device: str = "
             _log(ax, "y", values=cells[col])
         ax.set_xlabel("batch tier")
         ax.set_ylabel(f"mean {TARGET_LABELS[target]}")
+        ax.set_title(f"mean {TARGET_LABELS[target]}", fontsize=10)
         _legend_below(ax)
         ax.grid(True, axis="y", alpha=0.3, which="major")
-    ax = axes[2]
-    ok = ratios[np.isfinite(ratios["latency_high_low"]) | np.isfinite(ratios["energy_high_low"])]
-    if ok.empty:
-        why = ratios["status"].iloc[0] if len(ratios) else "no rows"
-        _note(ax, f"high-SM / low-SM ratio:\n{why}")
-    else:
+    if not ok.empty:
+        ax = axes[-1]
         x = np.arange(len(ok))
-        for col, label, color in (("energy_high_low", "energy", "#d62728"),
-                                  ("latency_high_low", "latency", "#1f77b4")):
+        for col, label, color in (("energy_high_low", "energy", "#D55E00"),
+                                  ("latency_high_low", "latency", "#0072B2")):
             v = ok[col].to_numpy(float)
             if np.isfinite(v).any():
                 ax.plot(x, v, marker="o", color=color, label=label)
@@ -199,8 +239,10 @@ def divergence_figure(cells: pd.DataFrame, ratios: pd.DataFrame, device: str = "
             _log(ax, "y", values=rv)
         ax.set_xlabel("batch tier")
         ax.set_ylabel("high-SM / low-SM mean (x)")
+        ax.set_title("high-SM / low-SM ratio", fontsize=10)
         ax.legend(fontsize=8, frameon=False)
         ax.grid(True, alpha=0.3, which="major")
+    _caption(fig, ("Not measured on this device, so not drawn: " + "; ".join(missing) + ".") if missing else "")
     fig.suptitle("energy-latency divergence by batch tier and SM utilization" + (f" on {device}" if device else ""))
     return fig
 

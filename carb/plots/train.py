@@ -1,6 +1,9 @@
 """Training figures for ``carb-train`` (PNG artifacts): predicted vs measured per target, top LightGBM
 importances per target, and relative residuals by batch tier.
 
+Figures are at least :data:`MIN_WIDTH_PX` pixels wide at the DPI they are saved with, use the
+Okabe-Ito colour-blind-safe palette, and name each batch tier's range in the legend.
+
 Figures are built with matplotlib's object API on the Agg canvas (no pyplot, no display, no global
 state), so they work headless and in parallel runs. Each function returns a ``Figure``.
 """
@@ -18,11 +21,29 @@ from carb.data.schema import TARGETS
 from carb.data.tiers import BATCH_TIERS, batch_tier
 
 _UNITS = {"peak_memory_MB": "MB", "energy_J": "J", "latency_ms": "ms"}
-_TIER_COLORS = {"small": "#d62728", "medium": "#ff7f0e", "large": "#2ca02c", "xlarge": "#1f77b4"}
+#: Okabe-Ito colours per batch tier (colour-blind safe), and a marker each so print in grey works.
+_TIER_COLORS = {"small": "#E69F00", "medium": "#56B4E9", "large": "#009E73", "xlarge": "#0072B2"}
+_TIER_MARKERS = {"small": "o", "medium": "s", "large": "^", "xlarge": "D"}
+#: Importances: cascade inputs vs upstream stage predictions.
+_FEATURE_COLOR, _UPSTREAM_COLOR = "#0072B2", "#CC79A7"
+#: Smallest figure width in pixels (at :data:`DPI`).
+MIN_WIDTH_PX = 1200
+DPI = 120
+
+
+def _tier_label(name: str) -> str:
+    """A batch tier with its range, e.g. ``small (bs 1-4)``, ``xlarge (bs > 128)``."""
+    lo = 1
+    for tier, hi in BATCH_TIERS:
+        if tier == name:
+            return f"{name} (bs > {lo - 1})" if hi >= 2**62 else f"{name} (bs {lo}-{hi})"
+        lo = hi + 1
+    return name
 
 
 def _figure(n: int, width: float = 4.2, height: float = 4.0) -> tuple[Figure, list]:
-    fig = Figure(figsize=(width * max(n, 1), height), layout="constrained")
+    w = max(width * max(n, 1), MIN_WIDTH_PX / DPI)
+    fig = Figure(figsize=(w, height), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, max(n, 1), squeeze=False)[0]
     return fig, list(axes)
@@ -46,20 +67,22 @@ def pred_vs_measured(df: pd.DataFrame, pred: pd.DataFrame, targets: Sequence[str
         for name, _ in BATCH_TIERS:
             m = ok & (tiers == name)
             if m.any():
-                ax.scatter(y[m], p[m], s=8, alpha=0.6, color=_TIER_COLORS[name], label=f"bs {name}")
+                ax.scatter(y[m], p[m], s=12, alpha=0.7, color=_TIER_COLORS[name], marker=_TIER_MARKERS[name],
+                           edgecolors="none", label=f"{_tier_label(name)}, n={int(m.sum())}")
         if ok.any():
             lo, hi = float(min(y[ok].min(), p[ok].min())), float(max(y[ok].max(), p[ok].max()))
-            ax.plot([lo, hi], [lo, hi], color="black", lw=0.8)
+            ax.plot([lo, hi], [lo, hi], color="black", lw=0.8, label="y = x")
             ax.set_xscale("log")
             ax.set_yscale("log")
         r = regression_metrics(y, p)
-        ax.set_title(f"{t}\nR2={r['r2']:.4f}  MAE={r['mae']:.4g} {_UNITS[t]}", fontsize=9)
+        ax.set_title(f"{t}\nR² = {r['r2']:.4f}, MAE = {r['mae']:.4g} {_UNITS[t]}", fontsize=11)
         ax.set_xlabel(f"measured [{_UNITS[t]}]")
         ax.set_ylabel(f"predicted [{_UNITS[t]}]")
-        ax.legend(fontsize=7, loc="upper left")
+        ax.legend(fontsize=9, loc="upper left", title="batch tier", title_fontsize=9, frameon=False)
+        ax.tick_params(labelsize=9)
     if not ts:
         axes[0].text(0.5, 0.5, "no measured target", ha="center", va="center")
-    fig.suptitle(f"CARB predicted vs measured ({title})", fontsize=10)
+    fig.suptitle(f"CARB predicted vs measured ({title})", fontsize=12)
     return fig
 
 
@@ -72,15 +95,21 @@ def importances_figure(importances: Mapping[str, Sequence[tuple[str, float]]]) -
         items = list(importances[t])[::-1]
         names = [n for n, _ in items]
         vals = [v for _, v in items]
-        colors = ["#9467bd" if n.startswith("pred_") else "#1f77b4" for n in names]
+        colors = [_UPSTREAM_COLOR if n.startswith("pred_") else _FEATURE_COLOR for n in names]
         ax.barh(range(len(vals)), vals, color=colors)
-        ax.set_yticks(range(len(vals)), names, fontsize=8)
-        ax.set_title(f"{t}: top-{len(vals)} LightGBM splits", fontsize=9)
+        ax.set_yticks(range(len(vals)), names, fontsize=9)
+        ax.set_title(f"{t}: top-{len(vals)} LightGBM splits", fontsize=11)
         ax.set_xlabel("split count")
         ax.set_ylabel("feature")
+        ax.tick_params(axis="x", labelsize=9)
     if not ts:
         axes[0].text(0.5, 0.5, "no LightGBM member", ha="center", va="center")
-    fig.suptitle("Feature importances (purple: upstream cascade predictions)", fontsize=10)
+    from matplotlib.patches import Patch
+
+    fig.legend(handles=[Patch(color=_FEATURE_COLOR, label="input feature"),
+                        Patch(color=_UPSTREAM_COLOR, label="upstream cascade prediction (pred_*)")],
+               loc="outside lower center", ncol=2, fontsize=9, frameon=False)
+    fig.suptitle("Feature importances per cascade stage", fontsize=12)
     return fig
 
 
@@ -94,16 +123,22 @@ def residuals_by_tier(df: pd.DataFrame, pred: pd.DataFrame, targets: Sequence[st
         y, p = df[t].to_numpy(float), pred[f"pred_{t}"].to_numpy(float)
         ok = np.isfinite(y) & np.isfinite(p) & (y != 0)
         rel = 100.0 * (p - y) / np.where(y == 0, np.nan, y)
-        data, labels = [], []
+        data, labels, colors = [], [], []
         for name, _ in BATCH_TIERS:
             m = ok & (tiers == name)
             if m.any():
                 data.append(rel[m])
-                labels.append(f"{name}\n(n={int(m.sum())})")
+                labels.append(f"{_tier_label(name).replace(' (', chr(10) + '(')}\nn={int(m.sum())}")
+                colors.append(_TIER_COLORS[name])
         if data:
-            ax.boxplot(data, tick_labels=labels, showfliers=False)
+            box = ax.boxplot(data, tick_labels=labels, showfliers=False, patch_artist=True,
+                             medianprops={"color": "black"})
+            for patch, c in zip(box["boxes"], colors):
+                patch.set_facecolor(c)
+                patch.set_alpha(0.6)
         ax.axhline(0.0, color="black", lw=0.8)
-        ax.set_title(f"{t}: relative residual by batch tier", fontsize=9)
+        ax.tick_params(labelsize=9)
+        ax.set_title(f"{t}: relative residual by batch tier", fontsize=11)
         ax.set_ylabel("(pred - meas) / meas [%]")
         ax.set_xlabel("batch tier")
     if not ts:
