@@ -178,8 +178,8 @@ def start_run(kind: str, run_name: str, tracking_uri: str, tags: Mapping[str, An
     study's parent run). ``parent_run_id`` nests the run under a parent started by another process
     (e.g. another tuning worker); ``run_id`` resumes an existing run. Tags ``carb.kind`` and
     ``git_commit`` are always set; ``sweep`` (``{"sweep": <id>, "sweep_overrides": ...}`` from
-    :func:`carb.commands.cli.sweep_tags`) tags a multirun job so the UI can group a sweep's runs.
-    A new experiment gets its description from :data:`DESCRIPTIONS`.
+    :func:`carb.commands.cli.sweep_tags`) tags a multirun job and nests it under the sweep's parent
+    run (:func:`sweep_parent`) so the UI groups a sweep's runs. A new experiment gets its description from :data:`DESCRIPTIONS`.
     """
     mlflow = _mlflow()
     if not nested:
@@ -192,6 +192,8 @@ def start_run(kind: str, run_name: str, tracking_uri: str, tags: Mapping[str, An
     all_tags.update({k: str(v) for k, v in (tags or {}).items()})
     if sweep and not nested:
         all_tags.update({k: str(v) for k, v in sweep.items()})
+        if sweep.get("sweep") and not parent_run_id:
+            parent_run_id = sweep_parent(exp_id, kind, sweep)
     if parent_run_id:
         all_tags["mlflow.parentRunId"] = parent_run_id
     if run_id:
@@ -208,6 +210,43 @@ def start_run(kind: str, run_name: str, tracking_uri: str, tags: Mapping[str, An
         mlflow.end_run("FAILED")
         raise
     mlflow.end_run("FINISHED")
+
+
+#: Parent run id per (experiment, sweep id) made or found by this process.
+_SWEEP_PARENTS: dict[tuple[str, str], str] = {}
+
+
+def sweep_parent(exp_id: str, kind: str, sweep: Mapping[str, str]) -> str:
+    """Id of the parent run of a multirun sweep in experiment ``exp_id``: found by its tags
+    (``carb.sweep_parent``, ``sweep``) or created, named ``<kind>/sweep/<sweep id>`` and left
+    FINISHED; the job's overrides are added to its description (``mlflow.note.content``) and as tag
+    ``job.<n>``. Works across processes (launchers that run jobs in parallel find the same parent)."""
+    mlflow = _mlflow()
+    client = mlflow.MlflowClient()
+    sid = str(sweep["sweep"])
+    key = (exp_id, sid)
+    pid = _SWEEP_PARENTS.get(key)
+    if pid is None:
+        found = client.search_runs([exp_id], filter_string=f"tags.`carb.sweep_parent` = 'true' and tags.sweep = '{sid}'",
+                                   max_results=1, order_by=["attributes.start_time ASC"])
+        if found:
+            pid = found[0].info.run_id
+        else:
+            run = client.create_run(exp_id, run_name=f"{kind}/sweep/{sid}",
+                                    tags={"carb.kind": kind, "carb.sweep_parent": "true", "sweep": sid,
+                                          "git_commit": git_commit()})
+            pid = run.info.run_id
+            client.set_terminated(pid, "FINISHED")
+        _SWEEP_PARENTS[key] = pid
+    job, overrides = str(sweep.get("sweep_job", "")), str(sweep.get("sweep_overrides", ""))
+    run = client.get_run(pid)
+    note = run.data.tags.get("mlflow.note.content") or f"Multirun sweep {sid} of carb-{kind}: one child run per job."
+    line = f"\n- job {job}: {overrides or '(no overrides)'}"
+    if line not in note:
+        client.set_tag(pid, "mlflow.note.content", note + line)
+    if job:
+        client.set_tag(pid, f"job.{job}", overrides or "(no overrides)")
+    return pid
 
 
 #: Commands whose run only records what they did: on a read-only store they work without logging it.

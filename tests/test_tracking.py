@@ -184,6 +184,33 @@ def test_nested_parent_and_resumed_runs(uri):
     assert _client().get_run(child).data.metrics == {"val_mae": 1.5, "test_mae": 2.5}
 
 
+def test_sweep_jobs_nest_under_one_finished_parent_run(uri):
+    sid = f"2026-12-04/05-{uuid.uuid4().hex[:6]}"
+    kids = []
+    for job, ov in enumerate(("features=full", "features=arch_only")):
+        with tracking.start_run("train", f"dev/{ov}", uri, sweep={"sweep": sid, "sweep_overrides": ov,
+                                                                  "sweep_job": str(job)}) as rid:
+            kids.append(rid)
+    tracking._SWEEP_PARENTS.clear()          # a second process finds the parent through the store
+    with tracking.start_run("train", "dev/no_util", uri, sweep={"sweep": sid, "sweep_overrides": "features=no_util",
+                                                                "sweep_job": "2"}) as rid:
+        kids.append(rid)
+    exp = _client().get_experiment_by_name(tracking.EXPERIMENTS["train"]).experiment_id
+    parents = _client().search_runs([exp], f"tags.`carb.sweep_parent` = 'true' and tags.sweep = '{sid}'")
+    assert len(parents) == 1
+    parent = parents[0]
+    assert parent.info.status == "FINISHED" and parent.info.run_name == f"train/sweep/{sid}"
+    assert all(_client().get_run(k).data.tags["mlflow.parentRunId"] == parent.info.run_id for k in kids)
+    assert all(_client().get_run(k).data.tags["sweep"] == sid for k in kids)
+    note = parent.data.tags["mlflow.note.content"]
+    assert all(ov in note for ov in ("features=full", "features=arch_only", "features=no_util"))
+    assert parent.data.tags["job.1"] == "features=arch_only"
+    # outside a multirun: no parent
+    with tracking.start_run("train", "single", uri, sweep={"sweep": "", "sweep_overrides": ""}) as one:
+        pass
+    assert "mlflow.parentRunId" not in _client().get_run(one).data.tags
+
+
 def test_find_runs_by_tags(uri):
     marker = uuid.uuid4().hex[:8]
     ids = {}

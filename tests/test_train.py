@@ -211,7 +211,12 @@ def test_ablation_multirun_subprocess(env):
     assert out.returncode == 0, out.stderr[-2000:]
     tracking.configure(uri)
     exp = mlflow.get_experiment_by_name("carb-train")
-    runs = mlflow.search_runs([exp.experiment_id], output_format="list")
+    allruns = mlflow.search_runs([exp.experiment_id], output_format="list")
+    parents = [r for r in allruns if r.data.tags.get("carb.sweep_parent") == "true"]
+    runs = [r for r in allruns if r not in parents]
+    # the sweep's parent run groups its three jobs in the UI
+    assert len(parents) == 1 and parents[0].info.run_name.startswith("train/sweep/")
+    assert all(r.data.tags["mlflow.parentRunId"] == parents[0].info.run_id for r in runs)
     assert sorted(r.data.tags["feature_set"] for r in runs) == ["arch_only", "full", "no_util"]
     assert all("test_latency_ms_r2" in r.data.metrics for r in runs)
     assert {r.info.run_name for r in runs} == {f"synthetic-gpu/{f}/carb_fast" for f in
