@@ -220,3 +220,27 @@ def test_markdown_renders_missing_as_dash():
     md = ch.to_markdown(pd.DataFrame({"a": [1.23456, np.nan], "b": ["x|y", None]}))
     assert md.splitlines()[0] == "| a | b |"
     assert "| 1.235 | x\\|y |" in md and "| — | — |" in md
+
+
+def test_figures_on_the_shipped_reference_have_no_empty_panel():
+    """The shipped CPU reference (no energy counter, no SM telemetry): every drawn panel has data, the
+    captions name what is not measured and explain the basic depth 18 apart from the CIFAR depths."""
+    from carb.data.io import load_dataset
+    from carb.plots.characterize import characterize_figures
+
+    a = load_dataset("reference")
+    figs, skipped = characterize_figures(ch.characterize_tables(a), "AMD EPYC")
+    assert {"knobs_energy_J", "efficiency"} <= set(skipped)
+    assert set(figs) == {"knobs_latency_ms", "knobs_peak_memory_MB", "divergence"}
+    for name, fig in figs.items():
+        visible = [ax for ax in fig.axes if ax.get_visible()]
+        assert visible and all(ax.lines or ax.collections or ax.patches for ax in visible), name
+        labels = [ax.get_xlabel() + ax.get_ylabel() + ax.get_title() for ax in visible] + [fig.get_suptitle()]
+        assert not any("MiB" in t for t in labels), name
+    caption = figs["divergence"].get_supxlabel()
+    assert "not measured" in caption.lower() and "energy_J" in caption and "SM" in caption, caption
+    knobs = figs["knobs_latency_ms"]
+    assert "Depth 18" in knobs.get_supxlabel() and "stage layout" in knobs.get_supxlabel()
+    depth_ax = next(ax for ax in knobs.axes if ax.get_xlabel().startswith("depth"))
+    basic = next(ln for ln in depth_ax.lines if ln.get_label() == "basic family")
+    assert 18.0 not in set(basic.get_xdata())

@@ -32,7 +32,7 @@ from carb.plots import train as pt
 from carb.plots import tune as ptu
 
 sys.path.insert(0, str(Path(__file__).parent))
-from synthetic import synthetic_dataset  # noqa: E402
+from synthetic import synthetic_dataset
 
 SCALE_B = 1.5          # device B measures every target 1.5x device A on the same configurations
 
@@ -248,6 +248,76 @@ def test_train_figures_are_print_width_with_tier_ranges_in_the_legend(data):
     assert {"input feature", "upstream cascade prediction (pred_*)"} <= {t.get_text() for lg in imp.legends for t in lg.get_texts()}
 
 
+def _png_width(fig: Figure) -> int:
+    """Pixel width of the PNG ``fig`` saves as with no ``dpi`` given (what ``mlflow.log_figure`` does)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return int.from_bytes(buf.getvalue()[16:20], "big")     # IHDR width
+
+
+def test_train_figures_are_1200_px_wide_as_logged_even_with_one_panel(data):
+    one = {"pred_vs_measured": pt.pred_vs_measured(data["a"], data["pred"], ["latency_ms"]),
+           "importances": pt.importances_figure({"latency_ms": data["importances"]["latency_ms"]}),
+           "residuals": pt.residuals_by_tier(data["a"], data["pred"], ["latency_ms"])}
+    for name, fig in one.items():
+        assert len(fig.axes) == 1, name
+        assert fig.get_size_inches()[0] * fig.dpi >= 1200, name
+        assert _png_width(fig) >= 1200, name
+        ax = fig.axes[0]
+        assert min(t.get_fontsize() for t in ax.get_xticklabels() + ax.get_yticklabels()) >= 9, name
+        assert 10 <= ax.title.get_fontsize() <= 11, name
+    ticks = [t.get_text() for t in one["residuals"].axes[0].get_xticklabels()]
+    assert any("(bs 1-4)" in t for t in ticks) and any("(bs 17-128)" in t for t in ticks), ticks
+    for fig in pt.train_figures(data["a"], data["pred"], data["importances"], list(TARGETS)).values():
+        assert _png_width(fig) >= 1200
+
+
+def _empty_axes(fig: Figure) -> list[str]:
+    """Visible axes without a data artist, and legend entries of a series that draws nothing."""
+    out = [f"panel {ax.get_xlabel()!r}" for ax in fig.axes
+           if ax.get_visible() and not (ax.lines or ax.collections or ax.patches)]
+    for ax in fig.axes:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            if hasattr(h, "get_xdata") and len(h.get_xdata()) == 0:
+                out.append(f"legend {label!r}")
+    return out
+
+
+def test_characterize_without_energy_draws_no_empty_panel_and_names_what_is_missing():
+    a = synthetic_dataset(80, seed=3, device_name="Dev A", energy=False, telemetry=False)
+    b = synthetic_dataset(80, seed=3, device_name="Dev B", energy=False, telemetry=False)
+    figs, skipped = pc.characterize_figures(characterize_tables(a, b), dev_a="Dev A", dev_b="Dev B")
+    assert {"knobs_latency_ms", "knobs_peak_memory_MB", "divergence", "cross_device"} <= set(figs)
+    assert "knobs_energy_J" in skipped and "efficiency" in skipped
+    for name, fig in figs.items():
+        assert not _empty_axes(fig), (name, _empty_axes(fig))
+        texts = [ax.get_xlabel() + ax.get_ylabel() + ax.get_title() for ax in fig.axes]
+        assert not any("MiB" in t for t in [*texts, fig.get_suptitle(), fig.get_supxlabel()]), name
+        assert not any("energy" in t for t in texts), name   # nothing drawn for the unmeasured target
+    assert "energy_J" in figs["divergence"].get_supxlabel()
+    assert "energy_J" in figs["cross_device"].get_supxlabel()
+    assert "peak memory (MB)" in figs["knobs_peak_memory_MB"].get_suptitle()
+
+
+def test_basic_imagenet_depths_alone_are_one_family_beside_bottleneck():
+    """Only 18/34 for the basic family (as in timm): one basic curve, no empty series, and the caption
+    says the depth axis holds two block families."""
+    from carb.analysis.characterize.knobs import knob_medians
+    from carb.design.arch import ArchConfig
+    from carb.design.features import grid_features
+
+    cfgs = [ArchConfig(blk, d, w, 224, b, early_downsample=True) for blk, ds in (("basic", (18, 34)),
+            ("bottleneck", (50, 101))) for d in ds for w in (0.5, 1.0) for b in (1, 4)]
+    df = grid_features(cfgs).assign(latency_ms=lambda f: f["flops"] / 1e7, peak_memory_MB=1.0, energy_J=np.nan,
+                                    status="ok", device_name="Dev A")
+    fig = pc.knob_figure(knob_medians(df), "latency_ms")
+    assert not _empty_axes(fig), _empty_axes(fig)
+    ax = next(a for a in fig.axes if a.get_xlabel().startswith("depth"))
+    line = next(ln for ln in ax.lines if ln.get_label() == "basic family")
+    assert set(line.get_xdata()) == {18.0, 34.0}
+    assert "basic-block" in fig.get_supxlabel() and "bottleneck" in fig.get_supxlabel()
+
+
 def test_basic_four_stage_depths_are_drawn_apart(data):
     """Depths 18/34 (basic blocks, four ImageNet stages) are not joined to the CIFAR-layout basic line."""
     from carb.analysis.characterize.knobs import knob_medians
@@ -369,7 +439,7 @@ for name in {_plot_modules()!r}:
 print(json.dumps({{"use_calls": calls, "pyplot": "matplotlib.pyplot" in sys.modules,
                   "modules": sorted(m for m in sys.modules if m.startswith("carb.plots"))}}))
 """
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert set(_plot_modules()) <= set(out["modules"])

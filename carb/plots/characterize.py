@@ -38,9 +38,32 @@ _STEM = {True: "ImageNet (7x7/2 + pool)", False: "CIFAR (3x3/1)"}
 #: Basic-block depths with the four-stage ImageNet layout (64-512 channels); every other basic depth
 #: is a three-stage CIFAR layout (16-64 channels), so their costs do not lie on one curve.
 BASIC_FOUR_STAGE_DEPTHS: tuple[int, ...] = (18, 34)
-BASIC_LAYOUT_NOTE = ("Depths 18 and 34 (triangles) are basic-block networks in four ImageNet stages of 64-512 "
-                     "channels; the other basic depths are three CIFAR stages of 16-64 channels, so they are "
-                     "drawn apart, not on one line.")
+
+
+def _depths(ds) -> tuple[str, str]:
+    """('Depth 18' | 'Depths 18 and 34', '18' | '18, 34') for the caption and the legend."""
+    ds = [f"{d:g}" for d in sorted(ds)]
+    return (f"Depth{'s' if len(ds) > 1 else ''} " + " and ".join([", ".join(ds[:-1]), ds[-1]] if len(ds) > 1 else ds),
+            ", ".join(ds))
+
+
+def _basic_layout_note(apart, cifar, bottleneck: bool) -> str:
+    """Caption sentence on the basic family's two stage layouts in the depth panel: ``apart`` are the
+    four-stage ImageNet depths drawn as separate markers, ``cifar`` the three-stage depths on the line."""
+    if len(apart):
+        head, _ = _depths(apart)
+        verb = "are basic-block networks" if len(apart) > 1 else "is a basic-block network"
+        return (f"{head} (triangle{'s' if len(apart) > 1 else ''}) {verb} in four ImageNet stages of 64-512 "
+                f"channels; the other basic depths ({', '.join(f'{d:g}' for d in sorted(cifar))}) are three CIFAR "
+                "stages of 16-64 channels: a different stage layout, so "
+                f"{'they are' if len(apart) > 1 else 'it is'} drawn apart, not on the basic line.")
+    four = [d for d in cifar if d in BASIC_FOUR_STAGE_DEPTHS]
+    if four and bottleneck:
+        head, _ = _depths(four)
+        verb = "are basic-block networks" if len(four) > 1 else "is a basic-block network"
+        return (f"{head} {verb} (two 3x3 convolutions per block); the deeper networks use bottleneck "
+                "blocks (1x1-3x3-1x1), so each block family has its own curve.")
+    return ""
 
 
 def _color(fam: str) -> str:
@@ -91,7 +114,7 @@ def _spaced_labels(ticks: Sequence[float], min_ratio: float = 1.15) -> list[str]
 def _caption(fig: Figure, text: str) -> None:
     """A caption under the panels (what is drawn apart, what this device does not measure)."""
     if text:
-        fig.supxlabel(text, fontsize=8, color="#444444", wrap=True)
+        fig.supxlabel(text, fontsize=9, color="#444444", wrap=True)
 
 
 def _note(ax, text: str) -> None:
@@ -129,8 +152,8 @@ def _grouped_bars(ax, categories: Sequence[str], series: Mapping[str, Sequence[f
 def _legend_below(ax, title: str | None = None) -> None:
     """Legend under the axes (bars reach the top of a panel, so a legend inside would hide them)."""
     n = len(ax.get_legend_handles_labels()[0])
-    ax.legend(fontsize=7, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.2),
-              ncol=min(n, 3), title=title, title_fontsize=7)
+    ax.legend(fontsize=8, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.2),
+              ncol=min(n, 3), title=title, title_fontsize=8)
 
 
 # --------------------------------------------------------------------------- Figure 1
@@ -155,19 +178,24 @@ def knob_figure(medians: pd.DataFrame, target: str, device: str = "") -> Figure 
             else:
                 x = np.array([values.index(v) for v in g["value"]], dtype=float)
             apart = np.zeros(len(g), dtype=bool)
-            if knob == "depth" and fam == "basic":   # 18/34: four ImageNet stages, not the CIFAR three
+            if knob == "depth" and fam == "basic":
+                # 18/34: four ImageNet stages; drawn apart only beside three-stage CIFAR depths
                 apart = np.isin(x, BASIC_FOUR_STAGE_DEPTHS)
-            ax.plot(x[~apart], g["median"].to_numpy()[~apart], marker=FAMILY_MARKERS.get(fam, "o"),
-                    color=_color(fam), label=f"{fam} family", linewidth=1.5, markersize=4)
-            ax.fill_between(x[~apart], g["q25"].to_numpy()[~apart], g["q75"].to_numpy()[~apart],
-                            color=_color(fam), alpha=0.15, linewidth=0)
+                if apart.all():
+                    apart[:] = False
+                notes.append(_basic_layout_note(x[apart], x[~apart],
+                                                bool((sub["family"] == "bottleneck").any())))
+            if (~apart).any():
+                ax.plot(x[~apart], g["median"].to_numpy()[~apart], marker=FAMILY_MARKERS.get(fam, "o"),
+                        color=_color(fam), label=f"{fam} family", linewidth=1.5, markersize=4)
+                ax.fill_between(x[~apart], g["q25"].to_numpy()[~apart], g["q75"].to_numpy()[~apart],
+                                color=_color(fam), alpha=0.15, linewidth=0)
             if apart.any():
                 ax.errorbar(x[apart], g["median"].to_numpy()[apart],
                             yerr=[g["median"].to_numpy()[apart] - g["q25"].to_numpy()[apart],
                                   g["q75"].to_numpy()[apart] - g["median"].to_numpy()[apart]],
                             fmt="^", color=_color(fam), markerfacecolor="white", markersize=6, capsize=3,
-                            linewidth=1, label="basic, 4 ImageNet stages (18, 34)")
-                notes.append(BASIC_LAYOUT_NOTE)
+                            linewidth=1, label=f"basic, 4 ImageNet stages ({_depths(x[apart])[1]})")
         if not numeric:
             labels = [_STEM.get(v, str(v)) if knob == "early_downsample" else str(v) for v in values]
             ax.set_xticks(range(len(values)), labels)
@@ -186,7 +214,7 @@ def knob_figure(medians: pd.DataFrame, target: str, device: str = "") -> Figure 
             ax.legend(fontsize=8, frameon=False)
     fig.suptitle(f"{TARGET_LABELS.get(target, target)} per design knob (median, IQR band)"
                  + (f" on {device}" if device else ""))
-    _caption(fig, " ".join(dict.fromkeys(notes)))
+    _caption(fig, " ".join(dict.fromkeys(n for n in notes if n)))
     return fig
 
 
@@ -264,7 +292,7 @@ def efficiency_figure(eff: pd.DataFrame, device: str = "") -> Figure | None:
             continue
         cats = [str(c) for c in dict.fromkeys(sub["group"])]
 
-        def mean_of(fam: str, c: str) -> float:
+        def mean_of(fam: str, c: str, sub: pd.DataFrame = sub) -> float:
             m = (sub["family"] == fam) & (sub["group"].astype(str) == c)
             return float(sub.loc[m, "mean_J_per_GFLOP"].mean())
 
@@ -336,8 +364,10 @@ def cross_device_figure(pairs: pd.DataFrame, fits: pd.DataFrame, dev_a: str, dev
         ax.set_xlabel(f"{dev_a}: {TARGET_LABELS.get(t, t)}")
         ax.set_ylabel(f"{dev_b}: {TARGET_LABELS.get(t, t)}")
         ax.set_title(f"{t}: R² = {fit.r2:.3f}, Spearman ρ = {fit.spearman:.3f}, n = {fit.n}", fontsize=9)
-        ax.legend(fontsize=7, frameon=False, loc="upper left")
+        ax.legend(fontsize=8, frameon=False, loc="upper left")
         ax.grid(True, alpha=0.3, which="major")
+    missing = [f"{r.target} ({r.status})" for r in fits.itertuples() if r.status != "ok"]
+    _caption(fig, ("Not drawn: " + "; ".join(missing) + ".") if missing else "")
     fig.suptitle(f"cross-device transfer: {dev_b} vs {dev_a} (same configurations)")
     return fig
 
@@ -375,5 +405,5 @@ def characterize_figures(tables: Mapping[str, pd.DataFrame], dev_a: str = "",
     return figs, skipped
 
 
-__all__: list[str] = ["characterize_figures", "knob_figure", "divergence_figure", "efficiency_figure",
-                      "cross_device_figure"]
+__all__: list[str] = ["characterize_figures", "cross_device_figure", "divergence_figure", "efficiency_figure",
+                      "knob_figure"]
