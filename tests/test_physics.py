@@ -10,6 +10,7 @@ import pytest
 
 from carb.analysis.extrapolation import (
     default_splits,
+    error_concentration,
     evaluate_splits,
     precision_split,
     range_splits,
@@ -125,3 +126,24 @@ def test_evaluate_splits_reports_carb_beside_b1(rows):
     assert m["xval_batch_peak_memory_MB_r2"] > m["xval_batch_peak_memory_MB_b1_r2"]
     line = summary_line(table)
     assert line.startswith("min_xval_latency_r2=") and "worse_than_b1=" in line
+
+
+def test_error_concentration_finds_the_few_rows_that_sink_r2():
+    rng = np.random.default_rng(0)
+    y = rng.uniform(10, 100, 200)
+    rows = pd.DataFrame({"latency_ms": y, "pred_latency_ms": y * rng.lognormal(0, 0.02, 200),
+                         "precision": np.where(np.arange(200) < 100, "fp32", "bf16")})
+    rows.loc[:2, "pred_latency_ms"] = rows.loc[:2, "latency_ms"] * 4      # three wild misses, all fp32
+    c = error_concentration(rows, "latency_ms", k=3)
+    assert c["worst_share"] > 0.95 and c["r2"] < 0.7 and c["r2_without_worst"] > 0.99
+    assert set(c["worst"].index) == {0, 1, 2}
+    assert c["r2_by"]["bf16"] > 0.99 > c["r2_by"]["fp32"]
+
+
+def test_evaluate_splits_keeps_each_splits_predictions(rows):
+    splits = [s for s in default_splits(rows) if s.name == "batch"]
+    table = evaluate_splits(lambda: CarbCascade(features=KNOB_FEATURES, **FAST), rows, splits,
+                            targets=["latency_ms"])
+    pred = table.attrs["predictions"]["batch"]
+    assert len(pred) == int(splits[0].test.sum()) and "pred_latency_ms" in pred
+    assert error_concentration(pred, "latency_ms")["r2"] == pytest.approx(table["r2"].iloc[0])

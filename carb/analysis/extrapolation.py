@@ -116,13 +116,15 @@ def evaluate_splits(make_model: Callable[[], Any], df: pd.DataFrame, splits: Seq
 
     Returns one row per split x target: split, description, target, n_train, n_test, r2, mape,
     b1_r2, b1_mape (MAPE in %), fit_s[, interval_coverage, interval_width]. Targets a split's data
-    does not measure are skipped. ``table.attrs["outside_log_ratios"]``: ``{target: [log(measured /
+    does not measure are skipped. ``table.attrs["predictions"]``: ``{split: test rows with
+    pred_<target>}`` (for :func:`error_concentration`). ``table.attrs["outside_log_ratios"]``: ``{target: [log(measured /
     predicted)]}`` of every non-precision split's test rows, screening-mode predictions (feed it to
     :func:`carb.model.intervals.outside_calibration`)."""
     from carb.model.baselines import FlopsLinear
 
     rows = []
     held: dict[str, dict[str, Any]] = {}   # split -> what its interval coverage needs
+    predictions: dict[str, pd.DataFrame] = {}   # split -> its test rows with pred_<target>
     for i, sp in enumerate(splits):
         tr, te = df[sp.train].reset_index(drop=True), df[sp.test].reset_index(drop=True)
         cal = tr.iloc[:0]
@@ -141,6 +143,7 @@ def evaluate_splits(make_model: Callable[[], Any], df: pd.DataFrame, splits: Seq
         fit_s = time.perf_counter() - t0
         pred = model.predict(te)
         b1 = FlopsLinear().fit(tr, tr[ts]).predict(te)
+        predictions[sp.name] = te.assign(**{c: pred[c].to_numpy() for c in pred.columns})
         if interval_coverage is not None:
             held[sp.name] = _held_out(model, cal, te, ts, interval_coverage)
         for t in ts:
@@ -156,6 +159,7 @@ def evaluate_splits(make_model: Callable[[], Any], df: pd.DataFrame, splits: Seq
     table = pd.DataFrame(rows, columns=["split", "description", "target", "n_train", "n_test", "r2", "mape",
                                         "b1_r2", "b1_mape", "fit_s", "interval_coverage", "interval_width"])
     table.attrs["outside_log_ratios"] = _pooled(held, exclude=None)
+    table.attrs["predictions"] = predictions
     if interval_coverage is not None:
         for i, r in table.iterrows():
             cov = _split_coverage(held, r["split"], r["target"], interval_coverage)
@@ -238,6 +242,34 @@ def summary_line(table: pd.DataFrame) -> str:
     worse = int((table["r2"] < table["b1_r2"]).sum()) if len(table) else 0
     return (f"min_xval_latency_r2={mn('latency_ms'):.4f} min_xval_memory_r2={mn('peak_memory_MB'):.4f} "
             f"min_xval_energy_r2={mn('energy_J'):.4f} worse_than_b1={worse}")
+
+
+def error_concentration(rows: pd.DataFrame, target: str, k: int = 5,
+                        by: str = "precision") -> dict[str, Any]:
+    """Where a split's squared error lies, for one target of its test ``rows`` (measured ``target``
+    and ``pred_<target>``): ``r2``, ``worst_share`` (share of the residual sum of squares in the ``k``
+    worst rows), ``r2_without_worst`` (R^2 of the other rows: what the rest of the space scores),
+    ``r2_by`` (R^2 per value of ``by``, e.g. per precision) and ``worst`` (the ``k`` worst rows).
+    A low R^2 with a high ``worst_share`` means a few configurations, not the whole space, are missed."""
+    y = rows[target].to_numpy(float)
+    p = rows[f"pred_{target}"].to_numpy(float)
+    ok = np.isfinite(y) & np.isfinite(p)
+    r, y, p = rows[ok], y[ok], p[ok]
+    res = (y - p) ** 2
+    tot = float(((y - y.mean()) ** 2).sum())
+    worst = np.argsort(-res)[:k]
+    rest = np.setdiff1d(np.arange(len(y)), worst)
+    tot_rest = float(((y[rest] - y[rest].mean()) ** 2).sum()) if len(rest) > 1 else float("nan")
+    r2_by = {}
+    if by in r.columns:
+        for v in sorted(set(r[by].astype(str))):
+            m = (r[by].astype(str) == v).to_numpy()
+            if m.sum() >= 2:
+                r2_by[v] = float(regression_metrics(y[m], p[m])["r2"])
+    return {"r2": 1 - float(res.sum()) / tot if tot > 0 else float("nan"),
+            "worst_share": float(res[worst].sum() / res.sum()) if res.sum() > 0 else 0.0,
+            "r2_without_worst": 1 - float(res[rest].sum()) / tot_rest if tot_rest and tot_rest > 0 else float("nan"),
+            "r2_by": r2_by, "worst": r.iloc[worst].assign(**{f"pred_{target}": p[worst]})}
 
 
 def format_table(table: pd.DataFrame) -> str:

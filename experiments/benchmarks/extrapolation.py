@@ -11,7 +11,9 @@ B1 (FLOPs-only linear regression), on
 
     python experiments/benchmarks/extrapolation.py [--data reference] [--no-timm] [--no-plain]
 
-Prints one table per dataset; the last line is machine-readable:
+Prints one table per dataset and, for each split whose latency R^2 is below 0.9, where its error
+lies (R^2 per precision, the share of the squared error in the 5 worst rows, R^2 without them, and
+those configurations); the last line is machine-readable:
 ``min_xval_latency_r2=.. min_xval_memory_r2=.. min_xval_energy_r2=.. worse_than_b1=<count>`` over
 every split and dataset (CARB only).
 """
@@ -29,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from carb.analysis.extrapolation import (  # noqa: E402
     default_splits,
+    error_concentration,
     evaluate_splits,
     format_table,
     group_splits,
@@ -68,6 +71,22 @@ def timm_latency(gpu: str) -> pd.DataFrame:
     return out
 
 
+def concentration_report(table: pd.DataFrame, target: str = "latency_ms", k: int = 5) -> str:
+    """Per split with latency R^2 below 0.9: where the error lies (R^2 per precision, the share of the
+    squared error in the k worst rows, R^2 without them, and those rows)."""
+    knobs = ["block", "depth", "width_mult", "input_size", "batch_size", "precision", "early_downsample"]
+    lines = []
+    for r in table[(table["target"] == target) & (table["r2"] < 0.9)].itertuples():
+        c = error_concentration(table.attrs["predictions"][r.split], target, k=k)
+        by = ", ".join(f"{p} {v:.3f}" for p, v in c["r2_by"].items())
+        lines.append(f"  {r.split}: {target} R2 {c['r2']:.3f}; per precision {by}; the {k} worst rows hold "
+                     f"{100 * c['worst_share']:.0f} % of the squared error, R2 without them "
+                     f"{c['r2_without_worst']:.3f}; worst:")
+        w = c["worst"][[col for col in knobs if col in c["worst"].columns] + [target, f"pred_{target}"]]
+        lines += ["    " + ln for ln in w.round(2).to_string(index=False).splitlines()]
+    return "\n".join(lines)
+
+
 def run(name: str, df: pd.DataFrame, splits, plain: bool) -> pd.DataFrame:
     """Evaluate CARB (and the plain cascade) on ``splits`` of ``df``; print and return CARB's table."""
     print(f"\n== {name}: {len(df)} rows")
@@ -75,6 +94,7 @@ def run(name: str, df: pd.DataFrame, splits, plain: bool) -> pd.DataFrame:
         warnings.simplefilter("ignore")
         carb = evaluate_splits(make(True), df, splits, progress=None)
         print(format_table(carb))
+        print(concentration_report(carb))
         if plain:
             flat = evaluate_splits(make(False), df, splits, progress=None)
             m = carb.merge(flat[["split", "target", "r2", "mape"]], on=["split", "target"], suffixes=("", "_plain"))
