@@ -227,16 +227,18 @@ def sweep_parent(exp_id: str, kind: str, sweep: Mapping[str, str]) -> str:
     key = (exp_id, sid)
     pid = _SWEEP_PARENTS.get(key)
     if pid is None:
-        found = client.search_runs([exp_id], filter_string=f"tags.`carb.sweep_parent` = 'true' and tags.sweep = '{sid}'",
-                                   max_results=1, order_by=["attributes.start_time ASC"])
-        if found:
-            pid = found[0].info.run_id
-        else:
+        pid = _first_sweep_parent(client, exp_id, sid)
+        if pid is None:
             run = client.create_run(exp_id, run_name=f"{kind}/sweep/{sid}",
                                     tags={"carb.kind": kind, "carb.sweep_parent": "true", "sweep": sid,
                                           "git_commit": git_commit()})
             pid = run.info.run_id
             client.set_terminated(pid, "FINISHED")
+            # parallel jobs that searched at the same time made parents too: all keep the first one
+            first = _first_sweep_parent(client, exp_id, sid) or pid
+            if first != pid:
+                client.delete_run(pid)
+                pid = first
         _SWEEP_PARENTS[key] = pid
     job, overrides = str(sweep.get("sweep_job", "")), str(sweep.get("sweep_overrides", ""))
     run = client.get_run(pid)
@@ -247,6 +249,13 @@ def sweep_parent(exp_id: str, kind: str, sweep: Mapping[str, str]) -> str:
     if job:
         client.set_tag(pid, f"job.{job}", overrides or "(no overrides)")
     return pid
+
+
+def _first_sweep_parent(client, exp_id: str, sid: str) -> str | None:
+    """Id of the oldest parent run of sweep ``sid`` in experiment ``exp_id`` (ties: the smallest id)."""
+    found = client.search_runs([exp_id], filter_string=f"tags.`carb.sweep_parent` = 'true' and tags.sweep = '{sid}'",
+                               max_results=50)
+    return min(found, key=lambda r: (r.info.start_time, r.info.run_id)).info.run_id if found else None
 
 
 #: Commands whose run only records what they did: on a read-only store they work without logging it.

@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from carb import tracking
-from carb.commands.cli import hydra_command, hydra_run_dir, to_dict
+from carb.commands.cli import hydra_command, hydra_run_dir, sweep_tags, to_dict
 from carb.commands.progress import Progress
 from carb.errors import ConfigError, DatasetError
 
@@ -142,7 +142,8 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
             "forms": ",".join(f"{t}={i['form']}" for t, i in tr.transfer_.items())}
     run_name = cfg.get("run_name") or f"calibrate/{name}/k{k}"
     reg_name = name if cfg.register else None
-    with tracking.start_run("calibrate", run_name, uri, tags=tags, artifact_root=art) as run_id:
+    with tracking.start_run("calibrate", run_name, uri, tags=tags, artifact_root=art,
+                            sweep=sweep_tags()) as run_id:
         tracking.log_params({"source": source_uri, "data": where, "k": k, "rows": len(rows), "transfer": kw,
                              "coverage": float(cfg.coverage)})
         tracking.log_metrics(metrics)

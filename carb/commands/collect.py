@@ -242,7 +242,8 @@ def import_run(c: Mapping[str, Any]) -> dict[str, Any]:
     with tracking.start_run("collect", c.get("run_name") or f"import-run-{name}-{prov.get('device_id')}",
                             tracking_uri=tr.get("uri"), artifact_root=tr.get("artifact_root"),
                             tags={"device_name": str(df["device_name"].iloc[0]), "device_id": str(prov.get("device_id")),
-                                  "source": "experiments/gpu/run.py", "import_run": str(c["import_run"])}) as run_id:
+                                  "source": "experiments/gpu/run.py", "import_run": str(c["import_run"])},
+                            sweep=sweep_tags()) as run_id:
         tracking.log_metrics({"n_rows": len(df), "n_ok": int((df["status"] == "ok").sum())})
         tracking.log_dict(prov, "provenance.json")
         tracking.log_dataset(df, name=f"{name}-gpu-run", source=str(out), context="collection")

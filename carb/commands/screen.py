@@ -18,7 +18,7 @@ import pandas as pd
 
 from carb import tracking
 from carb.analysis import screening
-from carb.commands.cli import hydra_command, hydra_run_dir, to_dict
+from carb.commands.cli import hydra_command, hydra_run_dir, sweep_tags, to_dict
 from carb.commands.progress import Progress
 from carb.errors import ConfigError, ModelError
 from carb.model.encoding import pred_name
@@ -226,7 +226,8 @@ def run_screen(cfg: Any) -> dict[str, Any]:
         tags.update({"source_model": cfg.screen.source, "source_version": source.registry_.get("version", "")})
     run_name = f"screen/{getattr(target, 'device_name_', 'model')}/{mode}"
     prog.begin("logging to MLflow")
-    with tracking.start_run("screen", run_name, uri, tags=tags, artifact_root=art) as run_id:
+    with tracking.start_run("screen", run_name, uri, tags=tags, artifact_root=art,
+                            sweep=sweep_tags()) as run_id:
         tracking.log_params({"screen": to_dict(cfg.screen), "space": to_dict(cfg.space)})
         metrics = {**counts, **{k: v for k, v in result.stages.items()}, **result.timings_s, **validation}
         tracking.log_metrics(metrics)
