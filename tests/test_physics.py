@@ -140,10 +140,12 @@ def test_error_concentration_finds_the_few_rows_that_sink_r2():
     assert c["r2_by"]["bf16"] > 0.99 > c["r2_by"]["fp32"]
 
 
-def test_evaluate_splits_keeps_each_splits_predictions(rows):
+def test_evaluate_splits_keeps_each_splits_predictions(rows, tmp_path):
     splits = [s for s in default_splits(rows) if s.name == "batch"]
+    preds: dict = {}
     table = evaluate_splits(lambda: CarbCascade(features=KNOB_FEATURES, **FAST), rows, splits,
-                            targets=["latency_ms"])
-    pred = table.attrs["predictions"]["batch"]
+                            targets=["latency_ms"], predictions=preds)
+    pred = preds["batch"]
+    table.to_parquet(tmp_path / "t.parquet")            # the table stays serializable (carb-train saves it)
     assert len(pred) == int(splits[0].test.sum()) and "pred_latency_ms" in pred
     assert error_concentration(pred, "latency_ms")["r2"] == pytest.approx(table["r2"].iloc[0])

@@ -104,7 +104,8 @@ def default_splits(df: pd.DataFrame, train_share: float = 0.7, min_rows: int = 2
 
 def evaluate_splits(make_model: Callable[[], Any], df: pd.DataFrame, splits: Sequence[Split],
                     targets: Sequence[str] = TARGETS, progress: Callable[[str], None] | None = None,
-                    interval_coverage: float | None = None, cal_share: float = 0.15, seed: int = 0) -> pd.DataFrame:
+                    interval_coverage: float | None = None, cal_share: float = 0.15, seed: int = 0,
+                    predictions: dict[str, pd.DataFrame] | None = None) -> pd.DataFrame:
     """Fit ``make_model()`` and B1 on each split's train rows; score both on its test rows.
 
     With ``interval_coverage``, a seeded ``cal_share`` of each split's train rows is held out to
@@ -116,7 +117,7 @@ def evaluate_splits(make_model: Callable[[], Any], df: pd.DataFrame, splits: Seq
 
     Returns one row per split x target: split, description, target, n_train, n_test, r2, mape,
     b1_r2, b1_mape (MAPE in %), fit_s[, interval_coverage, interval_width]. Targets a split's data
-    does not measure are skipped. ``table.attrs["predictions"]``: ``{split: test rows with
+    does not measure are skipped. ``predictions``, when given, is filled with ``{split: test rows with
     pred_<target>}`` (for :func:`error_concentration`). ``table.attrs["outside_log_ratios"]``: ``{target: [log(measured /
     predicted)]}`` of every non-precision split's test rows, screening-mode predictions (feed it to
     :func:`carb.model.intervals.outside_calibration`)."""
@@ -124,7 +125,6 @@ def evaluate_splits(make_model: Callable[[], Any], df: pd.DataFrame, splits: Seq
 
     rows = []
     held: dict[str, dict[str, Any]] = {}   # split -> what its interval coverage needs
-    predictions: dict[str, pd.DataFrame] = {}   # split -> its test rows with pred_<target>
     for i, sp in enumerate(splits):
         tr, te = df[sp.train].reset_index(drop=True), df[sp.test].reset_index(drop=True)
         cal = tr.iloc[:0]
@@ -143,7 +143,8 @@ def evaluate_splits(make_model: Callable[[], Any], df: pd.DataFrame, splits: Seq
         fit_s = time.perf_counter() - t0
         pred = model.predict(te)
         b1 = FlopsLinear().fit(tr, tr[ts]).predict(te)
-        predictions[sp.name] = te.assign(**{c: pred[c].to_numpy() for c in pred.columns})
+        if predictions is not None:
+            predictions[sp.name] = te.assign(**{c: pred[c].to_numpy() for c in pred.columns})
         if interval_coverage is not None:
             held[sp.name] = _held_out(model, cal, te, ts, interval_coverage)
         for t in ts:
@@ -159,7 +160,6 @@ def evaluate_splits(make_model: Callable[[], Any], df: pd.DataFrame, splits: Seq
     table = pd.DataFrame(rows, columns=["split", "description", "target", "n_train", "n_test", "r2", "mape",
                                         "b1_r2", "b1_mape", "fit_s", "interval_coverage", "interval_width"])
     table.attrs["outside_log_ratios"] = _pooled(held, exclude=None)
-    table.attrs["predictions"] = predictions
     if interval_coverage is not None:
         for i, r in table.iterrows():
             cov = _split_coverage(held, r["split"], r["target"], interval_coverage)

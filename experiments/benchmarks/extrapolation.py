@@ -71,13 +71,14 @@ def timm_latency(gpu: str) -> pd.DataFrame:
     return out
 
 
-def concentration_report(table: pd.DataFrame, target: str = "latency_ms", k: int = 5) -> str:
+def concentration_report(table: pd.DataFrame, predictions: dict[str, pd.DataFrame], target: str = "latency_ms",
+                         k: int = 5) -> str:
     """Per split with latency R^2 below 0.9: where the error lies (R^2 per precision, the share of the
     squared error in the k worst rows, R^2 without them, and those rows)."""
     knobs = ["block", "depth", "width_mult", "input_size", "batch_size", "precision", "early_downsample"]
     lines = []
     for r in table[(table["target"] == target) & (table["r2"] < 0.9)].itertuples():
-        c = error_concentration(table.attrs["predictions"][r.split], target, k=k)
+        c = error_concentration(predictions[r.split], target, k=k)
         by = ", ".join(f"{p} {v:.3f}" for p, v in c["r2_by"].items())
         lines.append(f"  {r.split}: {target} R2 {c['r2']:.3f}; per precision {by}; the {k} worst rows hold "
                      f"{100 * c['worst_share']:.0f} % of the squared error, R2 without them "
@@ -92,9 +93,10 @@ def run(name: str, df: pd.DataFrame, splits, plain: bool) -> pd.DataFrame:
     print(f"\n== {name}: {len(df)} rows")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        carb = evaluate_splits(make(True), df, splits, progress=None)
+        preds: dict[str, pd.DataFrame] = {}
+        carb = evaluate_splits(make(True), df, splits, progress=None, predictions=preds)
         print(format_table(carb))
-        print(concentration_report(carb))
+        print(concentration_report(carb, preds))
         if plain:
             flat = evaluate_splits(make(False), df, splits, progress=None)
             m = carb.merge(flat[["split", "target", "r2", "mape"]], on=["split", "target"], suffixes=("", "_plain"))
