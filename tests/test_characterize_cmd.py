@@ -84,6 +84,9 @@ def test_two_synthetic_devices(store, tmp_path):
                    {"knobs_peak_memory_MB", "knobs_energy_J", "knobs_latency_ms", "divergence", "efficiency",
                     "cross_device"})
     assert res["label"] == "gpu-a-vs-gpu-b" and Path(res["output_dir"]).name.startswith("gpu-a-vs-gpu-b-")
+    from mlflow import MlflowClient   # the run's name says what it compares, not when it ran
+
+    assert MlflowClient(f"sqlite:///{store}/mlflow.db").get_run(res["run_id"]).info.run_name == "characterize/gpu-a-vs-gpu-b"
     fits = {r["target"]: r for r in res["cross_device"]}
     assert all(fits[t]["status"] == "ok" for t in fits)
     assert fits["energy_J"]["slope"] == pytest.approx(2.0, rel=0.05)

@@ -107,3 +107,7 @@ def test_a_real_import_multirun_is_one_group(tmp_path):
     assert sorted(k.data.tags["sweep_job"] for k in kids) == ["0", "1"]
     note = p.data.tags["mlflow.note.content"]
     assert "5090" in note and "4090" in note and {"job.0", "job.1"} <= set(p.data.tags)
+    # run names say what differs between the jobs (the swept value, Hydra's escaped space undone)
+    names = sorted(k.info.run_name for k in kids)
+    assert names[0] != names[1] and all(n.startswith("import/timm/") for n in names), names
+    assert any(n.endswith("gpu=RTX 5090") for n in names) and any(n.endswith("gpu=RTX 4090") for n in names), names

@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from carb import tracking
-from carb.commands.cli import hydra_command, hydra_run_dir, sweep_tags, to_dict
+from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_tags, to_dict
 from carb.commands.progress import Progress
 from carb.errors import ConfigError, DatasetError
 
@@ -140,7 +140,7 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     tags = {"device": device, "device_id": tr.device_id_ or "unknown", "source_model": source_uri,
             "source_version": src_info.get("version", ""), "k": k,
             "forms": ",".join(f"{t}={i['form']}" for t, i in tr.transfer_.items())}
-    run_name = cfg.get("run_name") or f"calibrate/{name}/k{k}"
+    run_name = cfg.get("run_name") or sweep_suffix(f"calibrate/{name}/k{k}")
     reg_name = name if cfg.register else None
     with tracking.start_run("calibrate", run_name, uri, tags=tags, artifact_root=art,
                             sweep=sweep_tags()) as run_id:

@@ -22,7 +22,7 @@ from carb.analysis.characterize.report import (
     summary_markdown,
     to_markdown,
 )
-from carb.commands.cli import hydra_command, hydra_run_dir, sweep_tags, to_dict
+from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_tags, to_dict
 from carb.commands.progress import Progress
 from carb.data.io import load_dataset
 from carb.data.schema import device_slug
@@ -105,9 +105,10 @@ def run_characterize(cfg: Any) -> dict[str, Any]:
     tables = characterize_tables(a, b, sm_edges=tuple(an.get("sm_edges", SM_EDGES)),
                                  min_pairs=int(an.get("min_pairs", 3)))
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    run_name = str(cfg.get("run_name") or f"{label}-{stamp}")
-    # one run, one folder: Hydra's run folder when run as a command, else one named after the run
-    out_dir = hydra_run_dir() or Path(cfg.paths.output_dir) / "characterize" / run_name
+    run_name = str(cfg.get("run_name") or sweep_suffix(f"characterize/{label}"))
+    # one run, one folder: Hydra's run folder when run as a command, else one named after the run (+ time)
+    folder = str(cfg.get("run_name") or f"{label}-{stamp}").replace("/", "-")
+    out_dir = hydra_run_dir() or Path(cfg.paths.output_dir) / "characterize" / folder
     (out_dir / "tables").mkdir(parents=True, exist_ok=True)
     (out_dir / "figures").mkdir(parents=True, exist_ok=True)
     table_paths = {}

@@ -253,9 +253,16 @@ def swept_keys(argv: list[str]) -> set[str]:
 def sweep_suffix(name: str) -> str:
     """``name`` plus ``/<key>=<value>,...`` for a multirun job's overrides that ``name`` does not already
     show (what differs between a sweep's runs); ``name`` unchanged outside a multirun."""
+    import shlex
+
     skip = ("tracking.", "hydra", "data.path", "paths.", "+experiment")
     parts = []
-    for o in sweep_tags().get("sweep_overrides", "").split():
+    text = sweep_tags().get("sweep_overrides", "")
+    try:
+        overrides = shlex.split(text)         # Hydra escapes spaces in values ("RTX\ 5090")
+    except ValueError:
+        overrides = text.split()
+    for o in overrides:
         key, _, val = o.partition("=")
         if val and not key.lstrip("+~").startswith(skip) and val not in name.split("/"):
             parts.append(f"{key.split('.')[-1]}={val}")

@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from carb import tracking
-from carb.commands.cli import hydra_command, sweep_tags, to_dict
+from carb.commands.cli import hydra_command, sweep_suffix, sweep_tags, to_dict
 from carb.data.io import DatasetAppender
 from carb.data.schema import device_slug
 from carb.design.arch import ArchConfig
@@ -163,7 +163,7 @@ def run_collect(cfg: Any, configs: Sequence[ArchConfig] | None = None) -> dict[s
         if limit is not None:
             todo = todo[:limit]
         slug = device_slug(identity["device_name"])
-        run_name = c.get("run_name") or f"collect-{space_name}-{slug}-shard{index}of{count}"
+        run_name = c.get("run_name") or sweep_suffix(f"collect/{slug}/{space_name}/shard{index}of{count}")
         stats = LoopStats()
         appender = DatasetAppender(out, existing)
         t_loop = time.perf_counter()
@@ -239,7 +239,7 @@ def import_run(c: Mapping[str, Any]) -> dict[str, Any]:
     out.with_name(out.stem + ".provenance.json").write_text(json.dumps(prov, indent=1, default=str))
     tr = c.get("tracking") or {}
     name = device_slug(str(df["device_name"].iloc[0]))
-    with tracking.start_run("collect", c.get("run_name") or f"import-run-{name}-{prov.get('device_id')}",
+    with tracking.start_run("collect", c.get("run_name") or sweep_suffix(f"collect/import-run/{name}/{prov.get('device_id')}"),
                             tracking_uri=tr.get("uri"), artifact_root=tr.get("artifact_root"),
                             tags={"device_name": str(df["device_name"].iloc[0]), "device_id": str(prov.get("device_id")),
                                   "source": "experiments/gpu/run.py", "import_run": str(c["import_run"])},

@@ -28,7 +28,7 @@ from typing import Any
 import pandas as pd
 
 from carb import tracking
-from carb.commands.cli import hydra_command, sweep_tags, to_dict
+from carb.commands.cli import hydra_command, sweep_suffix, sweep_tags, to_dict
 from carb.data.importers import IMPORTERS, import_table, input_files, unmapped_frame
 from carb.data.io import save_dataset, write_frame
 from carb.errors import ConfigError
@@ -118,7 +118,7 @@ def run_import(cfg: Any) -> dict[str, Any]:
     for line in unmapped_summary(unmapped, int(c.get("show_unmapped", 20) or 0)):
         print(f"carb-import: unmapped: {line}", file=sys.stderr)
     tr = c.get("tracking") or {}
-    with tracking.start_run("import", c.get("run_name") or f"import-{name}-{len(df)}", tracking_uri=tr.get("uri"),
+    with tracking.start_run("import", c.get("run_name") or sweep_suffix(f"import/{name}/{len(df)}-rows"), tracking_uri=tr.get("uri"),
                             artifact_root=tr.get("artifact_root"), sweep=sweep_tags(),
                             tags={"importer": name, "devices": ", ".join(prov["devices"])[:250]}) as run_id:
         tracking.log_params({"importer": params, "out": str(out)})

@@ -18,7 +18,8 @@ import pandas as pd
 
 from carb import tracking
 from carb.analysis import screening
-from carb.commands.cli import hydra_command, hydra_run_dir, sweep_tags, to_dict
+from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_tags, to_dict
+from carb.data.schema import device_slug
 from carb.commands.progress import Progress
 from carb.errors import ConfigError, ModelError
 from carb.model.encoding import pred_name
@@ -97,6 +98,11 @@ def warn_other_device(model: Any, measured: Any, source: str) -> list[str]:
           f"device_id {other}: {'; '.join(diff)}. Its predictions describe the training device.",
           file=sys.stderr)
     return diff
+
+
+def budget_summary(budget: dict[str, float]) -> str:
+    """A budget as a run-name part: ``latency_ms<=50,peak_memory_MB<=4096``, or ``no-budget``."""
+    return ",".join(f"{k}<={v:g}" for k, v in budget.items()) or "no-budget"
 
 
 def _validation(cfg: Any, model: Any, budget: dict[str, float]) -> dict[str, Any]:
@@ -224,7 +230,8 @@ def run_screen(cfg: Any) -> dict[str, Any]:
             "device": getattr(target, "device_name_", ""), "mode": mode}
     if source is not None:
         tags.update({"source_model": cfg.screen.source, "source_version": source.registry_.get("version", "")})
-    run_name = f"screen/{getattr(target, 'device_name_', 'model')}/{mode}"
+    run_name = sweep_suffix(f"screen/{device_slug(getattr(target, 'device_name_', 'model'))}/{mode}/"
+                            f"{budget_summary(result.budget)}")
     prog.begin("logging to MLflow")
     with tracking.start_run("screen", run_name, uri, tags=tags, artifact_root=art,
                             sweep=sweep_tags()) as run_id:
