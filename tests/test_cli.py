@@ -252,3 +252,33 @@ def test_hydra_composition_errors_are_one_line_exit_2(argv, needle, tmp_path):
     assert r.returncode == 2, r.stderr[-1500:]
     assert len(lines) == 1 and lines[0].startswith("carb-train: error: ") and needle in lines[0], lines
     assert not (tmp_path / "m.db").exists()
+
+
+@pytest.mark.parametrize("multirun", [False, True])
+def test_unwritable_run_folder_is_one_line_exit_2(multirun, tmp_path):
+    """A run folder that cannot be created (its parent is a file) is one line naming the Hydra setting
+    and what to set, exit code 2, before anything runs (not Hydra's traceback)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "afile").write_text("x")
+    argv = ["-m", "features=full,arch_only"] if multirun else []
+    r = subprocess.run([sys.executable, "-m", "carb.train", *argv, f"paths.output_dir={tmp_path}/afile/out",
+                        f"tracking.uri=sqlite:///{tmp_path}/m.db"], capture_output=True, text=True, cwd=tmp_path)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    assert r.returncode == 2, r.stderr[-1500:]
+    assert len(lines) == 1 and lines[0].startswith(f"carb-train: error: {key}: cannot write"), lines
+    assert "is a file" in lines[0] and "paths.output_dir=" in lines[0]
+    assert not (tmp_path / "m.db").exists()
+
+
+def test_unwritable_reasons(tmp_path):
+    from carb.commands.cli import unwritable
+
+    (tmp_path / "f").write_text("x")
+    assert unwritable(tmp_path / "new" / "deeper") is None
+    assert "is a file" in unwritable(tmp_path / "f" / "sub")
+    assert not list(tmp_path.glob(".carb-probe-*"))         # the probe folder is removed
+    if Path("/proc/self").is_dir():
+        assert "refuses new folders" in unwritable(Path("/proc/carb-x/out"))

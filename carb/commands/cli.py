@@ -174,6 +174,9 @@ def precheck(command: str, config_name: str, argv: list[str]) -> None:
     try:
         for variant in (sweep_variants(overrides) if flags else [overrides]):
             compose(config_name, variant)
+        problem = output_dir_problem(config_name, overrides, multirun=bool(flags))
+        if problem:
+            fail(command, ValueError(problem))
     except Exception as e:  # noqa: BLE001 - only Hydra's and OmegaConf's own errors are turned into one line
         mod = type(e).__module__ or ""
         if not (mod.startswith("hydra") or mod.startswith("omegaconf")):
@@ -186,6 +189,46 @@ def precheck(command: str, config_name: str, argv: list[str]) -> None:
             GlobalHydra.instance().clear()
         except ImportError:
             pass
+
+
+def unwritable(path: Path) -> str | None:
+    """Why a folder cannot be created or written at ``path`` (its nearest existing ancestor is a file,
+    or not writable, e.g. a read-only file system), or None when it can."""
+    import os
+
+    p = Path(path).expanduser().absolute()
+    probe = p
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is a file, not a folder"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{probe} is not writable"
+    import tempfile
+
+    try:   # what os.access cannot see (root on /proc, a read-only or full file system): try it
+        os.rmdir(tempfile.mkdtemp(prefix=".carb-probe-", dir=probe))
+    except OSError as e:
+        return f"{probe} refuses new folders ({e.strerror})"
+    return None
+
+
+def output_dir_problem(config_name: str, overrides: list[str], multirun: bool = False) -> str | None:
+    """One line when the folder Hydra would write this run to (``hydra.run.dir``, or ``hydra.sweep.dir``
+    with ``-m``) cannot be created, naming the setting and what to set; None when it can (or when the
+    folder cannot be resolved before Hydra runs)."""
+    key = "sweep" if multirun else "run"
+    try:
+        cfg = compose(config_name, [o for o in overrides if "," not in o or o.startswith("hydra.")],
+                      return_hydra_config=True)
+        folder = Path(str(cfg.hydra[key].dir))
+    except Exception:  # noqa: BLE001 - e.g. a resolver only Hydra's own run provides: let Hydra decide
+        return None
+    why = unwritable(folder)
+    if why is None:
+        return None
+    return (f"hydra.{key}.dir: cannot write the run folder {folder}: {why}; allowed: a writable folder "
+            f"(set paths.output_dir=<folder> or hydra.{key}.dir=<folder>)")
 
 
 def compose(config_name: str, overrides: list[str] | tuple[str, ...] = (),
