@@ -124,6 +124,22 @@ def check_server(uri: str, timeout_s: float = 5.0) -> None:
                             f"one (mlflow server ...) or use the embedded store (drop tracking.uri)") from None
 
 
+def _hide_empty_default() -> None:
+    """Delete MLflow's "Default" experiment (id 0, made with every new store) while it holds no run:
+    CARB files every run under a named experiment, so an empty Default is only clutter in the UI. A
+    Default that someone used is left alone; a deleted one stays restorable (``mlflow experiments
+    restore``)."""
+    client = _mlflow().MlflowClient()
+    try:
+        exp = client.get_experiment("0")
+        if exp.name != "Default" or exp.lifecycle_stage != "active":
+            return
+        if not client.search_runs(["0"], max_results=1, run_view_type=3):   # ViewType.ALL
+            client.delete_experiment("0")
+    except Exception:  # noqa: BLE001 - a store that refuses (read-only, older schema) keeps its Default
+        return
+
+
 def _init_sqlite(db: Path) -> None:
     """Create the SQLite store's tables once, under a file lock, so parallel workers of a multirun
     (joblib launcher) that start on a fresh store do not race on the schema migration. On a read-only
@@ -133,6 +149,7 @@ def _init_sqlite(db: Path) -> None:
     try:
         with locked(db):
             _mlflow().MlflowClient().search_experiments(max_results=1)
+            _hide_empty_default()
     except OSError:
         if not db.exists():
             raise TrackingError(f"tracking.uri=sqlite:///{db}: the store's folder is not writable and holds no "

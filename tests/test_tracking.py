@@ -134,6 +134,16 @@ def test_artifact_root_for():
 
 # --------------------------------------------------------------------------- runs
 
+def test_no_empty_default_experiment(tmp_path):
+    """A fresh store shows only CARB's experiments: MLflow's empty "Default" is deleted at set-up."""
+    uri = f"sqlite:///{tmp_path}/fresh.db"
+    with tracking.start_run("train", "r", uri):
+        pass
+    client = mlflow.MlflowClient(uri)
+    assert [e.name for e in client.search_experiments()] == [tracking.EXPERIMENTS["train"]]
+    assert client.get_experiment("0").lifecycle_stage == "deleted"     # restorable, not destroyed
+
+
 def test_start_run_files_the_run_under_its_kind(uri, store):
     tags = {"device": "Dev A", "n_rows": 3}
     with tracking.start_run("train", "dev-a/full", uri, tags=tags) as rid:
