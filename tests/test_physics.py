@@ -149,3 +149,7 @@ def test_evaluate_splits_keeps_each_splits_predictions(rows, tmp_path):
     table.to_parquet(tmp_path / "t.parquet")            # the table stays serializable (carb-train saves it)
     assert len(pred) == int(splits[0].test.sum()) and "pred_latency_ms" in pred
     assert error_concentration(pred, "latency_ms")["r2"] == pytest.approx(table["r2"].iloc[0])
+    from carb.analysis.extrapolation import concentration_metrics
+
+    m = concentration_metrics(table, preds)
+    assert 0 < m["xval_batch_latency_ms_worst5_share"] <= 1 and "xval_batch_latency_ms_r2_without_worst5" in m

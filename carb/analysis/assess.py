@@ -74,14 +74,17 @@ def evaluate_cascade(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.D
     if xcfg.get("enabled", True):
         from sklearn.base import clone
 
-        from carb.analysis.extrapolation import default_splits, evaluate_splits, split_metrics
+        from carb.analysis.extrapolation import concentration_metrics, default_splits, evaluate_splits, split_metrics
 
         t0 = time.perf_counter()
         splits = default_splits(full, float(xcfg.get("train_share", 0.7)), int(xcfg.get("min_rows", 20)))
         say = progress if xcfg.get("progress", True) else None
         cover = float(cascade.intervals_["coverage"]) if getattr(cascade, "intervals_", None) else None
-        xval = evaluate_splits(lambda: clone(cascade), full, splits, targets, progress=say, interval_coverage=cover)
+        preds: dict = {}
+        xval = evaluate_splits(lambda: clone(cascade), full, splits, targets, progress=say, interval_coverage=cover,
+                               predictions=preds)
         metrics.update(split_metrics(xval))
+        metrics.update(concentration_metrics(xval, preds))
         metrics["xval_fit_s"] = time.perf_counter() - t0
         if cover is not None:  # candidates outside the domain get intervals that saw extrapolation
             from carb.model.intervals import outside_calibration

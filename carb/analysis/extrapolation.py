@@ -272,6 +272,21 @@ def error_concentration(rows: pd.DataFrame, target: str, k: int = 5,
             "r2_by": r2_by, "worst": r.iloc[worst].assign(**{f"pred_{target}": p[worst]})}
 
 
+def concentration_metrics(table: pd.DataFrame, predictions: Mapping[str, pd.DataFrame],
+                          k: int = 5) -> dict[str, float]:
+    """``xval_<split>_<target>_worst<k>_share`` and ``..._r2_without_worst<k>`` per split and target of
+    :func:`evaluate_splits` (see :func:`error_concentration`), for the splits whose predictions were kept."""
+    out: dict[str, float] = {}
+    for r in table.itertuples(index=False):
+        rows = predictions.get(r.split)
+        if rows is None or f"pred_{r.target}" not in rows.columns or len(rows) <= k + 1:
+            continue
+        c = error_concentration(rows, r.target, k=k)
+        out[f"xval_{r.split}_{r.target}_worst{k}_share"] = c["worst_share"]
+        out[f"xval_{r.split}_{r.target}_r2_without_worst{k}"] = c["r2_without_worst"]
+    return out
+
+
 def format_table(table: pd.DataFrame) -> str:
     """A fixed-width text table of :func:`evaluate_splits` (R^2 and MAPE beside B1)."""
     if not len(table):
