@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from carb.design.arch import (
+    BYTES_PER_ELEMENT,
     EXPANSION,
     KNOB_DEFAULTS,
     KNOBS,
@@ -48,9 +49,10 @@ def _out(h: int, k: int, s: int, p: int) -> int:
 
 
 @lru_cache(maxsize=65536)
-def per_image_terms(block: str, layout: tuple[int, ...], width_mult: float, input_size: int,
-                    early_downsample: bool, num_classes: int = 1000, inner_mult: float = 1.0) -> tuple[float, ...]:
-    """:data:`GEMM_TERMS` of one image (batch 1), as a tuple in that order."""
+def _walk(block: str, layout: tuple[int, ...], width_mult: float, input_size: int, early_downsample: bool,
+          num_classes: int = 1000, inner_mult: float = 1.0) -> tuple[np.ndarray, float, int]:
+    """``(convs, elementwise elements, element-wise passes)`` of one image: ``convs`` is an (n, 3)
+    array of ``(M per image, N, K)``, one row per convolution and the classifier, in forward order."""
     convs: list[tuple[int, int, int]] = []   # (M per image, N, K)
     elem = 0.0
     n_elem = 0
@@ -101,14 +103,22 @@ def per_image_terms(block: str, layout: tuple[int, ...], width_mult: float, inpu
     passes(cin * h * h)                 # adaptive average pool
     convs.append((1, num_classes, cin))  # classifier
     a = np.asarray(convs, dtype=float)
+    a.setflags(write=False)
+    return a, float(elem), n_elem
+
+
+@lru_cache(maxsize=65536)
+def per_image_terms(block: str, layout: tuple[int, ...], width_mult: float, input_size: int,
+                    early_downsample: bool, num_classes: int = 1000, inner_mult: float = 1.0) -> tuple[float, ...]:
+    """:data:`GEMM_TERMS` of one image (batch 1), as a tuple in that order."""
+    a, elem, n_elem = _walk(block, layout, width_mult, input_size, early_downsample, num_classes, inner_mult)
     m, n, k = a[:, 0], a[:, 1], a[:, 2]
     return (float((m * n * k).sum()), float((m * k).sum()), float((m * n).sum()), float((n * k).sum()),
             float(m.sum()), float(elem), float(len(a) + n_elem))
 
 
-def gemm_terms(frame: pd.DataFrame) -> pd.DataFrame:
-    """:data:`GEMM_TERMS` for each row of ``frame`` (knob columns, see :data:`SHAPE_INPUTS`): a
-    DataFrame with the frame's index, in elements at the row's batch size; shape (n, 7).
+def _architectures(frame: pd.DataFrame) -> tuple[list[tuple], dict[tuple, object]]:
+    """``(key per row, {key: ArchConfig at batch 1})`` for the frame's architecture knobs.
 
     Raises :class:`DatasetError` naming the missing knob columns."""
     missing = [c for c in SHAPE_INPUTS if c not in frame.columns]
@@ -124,12 +134,63 @@ def gemm_terms(frame: pd.DataFrame) -> pd.DataFrame:
     keys = [tuple(r) for r in arch.astype(object).itertuples(index=False, name=None)]
     uniq = list(dict.fromkeys(keys))
     recs = [dict(zip(arch_cols, u), batch_size=1, precision="fp32") for u in uniq]
-    cfgs = configs_from_records(recs, source="layer shapes")
-    per = {u: per_image_terms(c.block, tuple(c.layout), c.width_mult, c.input_size, c.early_downsample,
-                              c.num_classes, c.inner_mult) for u, c in zip(uniq, cfgs)}
+    return keys, dict(zip(uniq, configs_from_records(recs, source="layer shapes")))
+
+
+def _args(c) -> tuple:
+    return (c.block, tuple(c.layout), c.width_mult, c.input_size, c.early_downsample, c.num_classes, c.inner_mult)
+
+
+def gemm_terms(frame: pd.DataFrame) -> pd.DataFrame:
+    """:data:`GEMM_TERMS` for each row of ``frame`` (knob columns, see :data:`SHAPE_INPUTS`): a
+    DataFrame with the frame's index, in elements at the row's batch size; shape (n, 7).
+
+    Raises :class:`DatasetError` naming the missing knob columns."""
+    keys, cfgs = _architectures(frame)
+    per = {u: per_image_terms(*_args(c)) for u, c in cfgs.items()}
     vals = np.array([per[k] for k in keys], dtype=float).reshape(len(keys), len(GEMM_TERMS))
     out = pd.DataFrame(vals, columns=list(GEMM_TERMS), index=frame.index)
     batch = pd.to_numeric(frame["batch_size"], errors="coerce").to_numpy(float)
     for t in PER_IMAGE_TERMS:
         out[t] = out[t].to_numpy() * batch
     return out
+
+
+@lru_cache(maxsize=65536)
+def _sorted_outputs(args: tuple, channel_block: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Output elements per image of each convolution (channels padded up to a multiple of
+    ``channel_block``), ascending, and their suffix sums (one longer)."""
+    a = _walk(*args)[0]
+    out = np.sort(a[:, 0] * np.ceil(a[:, 1] / channel_block) * channel_block)
+    return out, np.concatenate([np.cumsum(out[::-1])[::-1], [0.0]])
+
+
+def large_output_MB(frame: pd.DataFrame, threshold_MB: float, channel_block: int = 1) -> pd.Series:
+    """MB (2**20 bytes) per forward of the convolution outputs that are each at least ``threshold_MB``
+    at the row's batch size and precision, channels padded up to a multiple of ``channel_block`` (the
+    blocked layout a CPU convolution library computes in: oneDNN pads to 16 channels with AVX-512);
+    a Series with the frame's index.
+
+    Why: a CPU allocator hands a buffer that large fresh pages on every forward (glibc's ``malloc``
+    maps allocations of 32 MiB and more with ``mmap`` and unmaps them when freed), so every such
+    tensor pays page faults and zeroing on top of its compute. Measured on the CPU reference VM:
+    basic-56 width 0.25 at 224 px in fp32 takes 20.5 ms per image at batch 8 (16-channel maps of
+    25 MiB in the 16-channel blocked layout) and 41 ms per image at batch 16 (49 MiB, about 1 GB of
+    page faults per forward); bf16 crosses the same line at batch 32. Non-decreasing in batch size; zero below the line.
+
+    Raises :class:`DatasetError` naming the missing knob or precision column."""
+    if "precision" not in frame.columns:
+        raise DatasetError("layer shapes need knob column(s) ['precision']; the data lacks them")
+    keys, cfgs = _architectures(frame)
+    batch = pd.to_numeric(frame["batch_size"], errors="coerce").to_numpy(float)
+    nbytes = frame["precision"].astype(str).map(BYTES_PER_ELEMENT).to_numpy(float)
+    out = np.zeros(len(frame))
+    threshold = float(threshold_MB) * 2.0**20
+    for i, (k, b, e) in enumerate(zip(keys, batch, nbytes)):
+        if not (np.isfinite(b) and np.isfinite(e)) or b <= 0:
+            out[i] = np.nan
+            continue
+        elems, suffix = _sorted_outputs(_args(cfgs[k]), int(channel_block))
+        j = np.searchsorted(elems, threshold / (b * e), side="left")
+        out[i] = suffix[j] * b * e / 2.0**20
+    return pd.Series(out, index=frame.index, name="large_output_MB")

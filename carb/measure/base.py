@@ -61,6 +61,9 @@ class MeasureSettings:
     util_interval_s: seconds between two utilization samples.
     cooldown_s: sleep before each configuration, after gc / empty_cache / synchronize.
     threads: CPU threads for torch (``torch.set_num_threads``); None = all cores this process may use.
+    malloc_mmap_threshold_MB: CPU: glibc's mmap threshold for this process (``mallopt``), the trim
+        threshold set to twice it; None leaves glibc's default, under which every allocation of
+        32 MiB or more gets fresh pages (page faults and zeroing) on every forward.
     lock_clocks: lock GPU clocks (needs root); the previous application clocks are restored on exit,
         error and SIGTERM; a refusal is a one-line ConfigError. False (default) leaves clocks alone.
     sm_clock_MHz / mem_clock_MHz: clocks to lock (None = leave that clock unlocked).
@@ -92,6 +95,7 @@ class MeasureSettings:
     guard_min_cpu_share: float = 0.9
     guard_max_steal_share: float = 0.05
     guard_max_tries: int = 3
+    malloc_mmap_threshold_MB: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("n_runs", "max_runs"):
@@ -104,6 +108,9 @@ class MeasureSettings:
                 raise ConfigError(f"measure.{name}: must be >= 0 seconds, got {getattr(self, name)!r}")
         if float(self.util_interval_s) <= 0:
             raise ConfigError(f"measure.util_interval_s: must be > 0 seconds, got {self.util_interval_s!r}")
+        m = self.malloc_mmap_threshold_MB
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= 4096):
+            raise ConfigError(f"measure.malloc_mmap_threshold_MB: must be null or an integer in 1..4096 (MB), got {m!r}")
         if self.threads is not None and int(self.threads) < 1:
             raise ConfigError(f"measure.threads: must be null or an integer >= 1, got {self.threads!r}")
         for name in ("guard_min_cpu_share", "guard_max_steal_share"):

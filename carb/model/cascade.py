@@ -102,6 +102,10 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         and the specialists learn the log-ratio of the target to it, so predictions scale like the
         physics outside the measured range. Peak memory is never predicted below the parameter
         bytes. False: the specialists fit the target itself (the paper's cascade).
+    prior : dict or None
+        Settings of the latency and energy priors (:class:`carb.model.physics.LayerRooflinePrior`):
+        ``large_alloc_MB`` (CPU data: a cost per MB of convolution outputs at least this large, which
+        get fresh pages every forward; None = no such term) and ``channel_block``.
 
     Fitted attributes: ``targets_`` (cascade order), ``dropped_targets_`` (target -> reason),
     ``feature_names_`` (raw feature columns used), ``feature_set_``, ``dropped_features_``,
@@ -120,7 +124,7 @@ class CarbCascade(RegressorMixin, BaseEstimator):
                  members: Sequence[str] = MEMBERS, log_target: Any = "auto", probe_estimators: int = 200,
                  oof_folds: int = 5, correctors: Mapping[str, Any] | None = None,
                  val_fraction: float = 0.15, n_jobs: int | None = None, random_state: int = 0,
-                 physics: bool = True):
+                 physics: bool = True, prior: Mapping[str, Any] | None = None):
         self.features = features
         self.feature_set = feature_set
         self.specialists = specialists
@@ -134,6 +138,7 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         self.n_jobs = n_jobs
         self.random_state = random_state
         self.physics = physics
+        self.prior = prior
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -342,7 +347,7 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         if self.physics:
             from carb.model.physics import make_prior
 
-            prior = make_prior(t).fit(X.loc[m], y[m])
+            prior = make_prior(t, **dict(self.prior or {})).fit(X.loc[m], y[m])
             z, zv = np.log(y / prior.predict(X)), np.log(yv / prior.predict(Xv))
             est = est.set_params(log_target=False)
             to_units = lambda r, XX: prior.predict(XX) * np.exp(r)  # noqa: E731

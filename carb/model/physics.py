@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from carb.design.arch import BYTES_PER_ELEMENT, PRECISION_BITS
-from carb.design.shapes import SHAPE_INPUTS, gemm_terms
+from carb.design.shapes import SHAPE_INPUTS, gemm_terms, large_output_MB
 from carb.errors import ConfigError, DatasetError
 
 #: Raw columns the priors read.
@@ -196,6 +196,21 @@ class LayerRooflinePrior(RooflinePrior):
     PER_PRECISION = (("gemm_MNK", "per_MAC"), ("gemm_M", "per_out_pixel"), ("n_ops", "per_op"))
     SHARED = (("gemm_MK", "per_im2col_MB"), ("gemm_MN", "per_output_MB"), ("gemm_NK", "per_weight_MB"),
               ("elementwise", "per_elementwise_MB"))
+    #: Name of the coefficient on :func:`carb.design.shapes.large_output_MB` (CPU rows only).
+    LARGE = "per_fresh_page_MB"
+
+    def __init__(self, large_alloc_MB: float | None = None, channel_block: int = 1):
+        """large_alloc_MB: on CPU data (every training row ``device_kind == "cpu"``), add a cost per
+        MB of convolution outputs at least this large (they get fresh pages every forward: glibc maps
+        allocations of 32 MiB and more); None = no such term. channel_block: channels padded to a
+        multiple of this in the CPU convolution library's blocked layout (oneDNN with AVX-512: 16)."""
+        self.large_alloc_MB = large_alloc_MB
+        self.channel_block = channel_block
+
+    def _learn_columns(self, X: pd.DataFrame) -> None:
+        super()._learn_columns(X)
+        cpu = "device_kind" in X.columns and len(X) > 0 and bool((X["device_kind"].astype(str) == "cpu").all())
+        self.large_alloc_ = float(self.large_alloc_MB) if (self.large_alloc_MB and cpu) else None
 
     #: The layer form is kept only when its grouped cross-validated error is below this share of the
     #: aggregate form's (a richer form must earn its place on architectures it did not see).
@@ -203,7 +218,7 @@ class LayerRooflinePrior(RooflinePrior):
 
     def fit(self, X: pd.DataFrame, y: Any) -> LayerRooflinePrior:
         yv = np.asarray(y, dtype=float)
-        RooflinePrior._learn_columns(self, X)
+        self._learn_columns(X)
         self.form_, self.form_reason_, self.cv_error_ = self._choose_form(X, yv)
         return self._solve(X, yv)
 
@@ -232,10 +247,10 @@ class LayerRooflinePrior(RooflinePrior):
         if self.form_ == "aggregate":
             return super().column_names()
         return ["const", *[f"{name}_{p}" for p in self.precisions_ for _, name in self.PER_PRECISION],
-                *[name for _, name in self.SHARED]]
+                *[name for _, name in self.SHARED], *([self.LARGE] if getattr(self, "large_alloc_", None) else [])]
 
     def design(self, X: pd.DataFrame) -> np.ndarray:
-        """(n, 1 + 3 * precisions + 4) non-negative design, non-decreasing in batch size."""
+        """(n, 1 + 3 * precisions + 4 [+ 1 on CPU data]) non-negative design, non-decreasing in batch size."""
         if self.form_ == "aggregate":
             return super().design(X)
         g = gemm_terms(X)
@@ -247,6 +262,8 @@ class LayerRooflinePrior(RooflinePrior):
                 cols.append(np.where(prec == p, g[term].to_numpy(float), 0.0))
         for term, _ in self.SHARED:
             cols.append(g[term].to_numpy(float) * nbytes / 2.0**20)
+        if getattr(self, "large_alloc_", None):   # absent on priors pickled before the term existed
+            cols.append(large_output_MB(X, self.large_alloc_, self.channel_block).to_numpy(float))
         return np.column_stack(cols)
 
     def stand_in(self, precision: str) -> str:
@@ -259,7 +276,7 @@ class LayerRooflinePrior(RooflinePrior):
 
     def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "form": self.form_, "form_reason": self.form_reason_,
-                "cv_error": dict(self.cv_error_)}
+                "cv_error": dict(self.cv_error_), "large_alloc_MB": getattr(self, "large_alloc_", None)}
 
 
 #: Which prior each target uses.
@@ -267,8 +284,10 @@ PRIORS: dict[str, type[_Prior]] = {"peak_memory_MB": MemoryPrior, "energy_J": La
                                    "latency_ms": LayerRooflinePrior}
 
 
-def make_prior(target: str) -> _Prior:
-    """An unfitted prior for ``target`` (see :data:`PRIORS`)."""
+def make_prior(target: str, **settings: Any) -> _Prior:
+    """An unfitted prior for ``target`` (see :data:`PRIORS`); ``settings`` (``large_alloc_MB``,
+    ``channel_block``) go to the layer roofline and are ignored by the others."""
     if target not in PRIORS:
         raise DatasetError(f"no physics prior for target {target!r}; known: {list(PRIORS)}")
-    return PRIORS[target]()
+    cls = PRIORS[target]
+    return cls(**settings) if cls is LayerRooflinePrior else cls()

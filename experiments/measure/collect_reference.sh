@@ -20,10 +20,10 @@ snap() {
 snap start
 git show HEAD:carb/data/cpu-reference.parquet >"$OUT/previous-reference.parquet" 2>/dev/null || true
 $PY -m carb.collect space=reference device=cpu measure=cpu out="$OUT/reference.parquet" seed=0 \
-  max_minutes="$MAIN_MIN" run_name=cpu-reference progress.enabled=true 2> progress=true 2>&11 | tee "$OUT/collect-reference.log" | tail -3
+  max_minutes="$MAIN_MIN" run_name=cpu-reference progress.enabled=true 2>&1 | tee "$OUT/collect-reference.log" | tail -3
 snap after-reference
 $PY -m carb.collect space=reference_fp16 device=cpu measure=cpu out="$OUT/reference.parquet" seed=0 \
-  max_minutes="$FP16_MIN" run_name=cpu-reference-fp16 progress.enabled=true 2> progress=true 2>&11 | tee "$OUT/collect-fp16.log" | tail -3
+  max_minutes="$FP16_MIN" run_name=cpu-reference-fp16 progress.enabled=true 2>&1 | tee "$OUT/collect-fp16.log" | tail -3
 snap after-fp16
 $PY experiments/measure/recheck.py --data "$OUT/reference.parquet" --n 40 --seed 0 \
   --out "$OUT/recheck-new.parquet" 2>&1 | grep -v -i warn | tee "$OUT/recheck-new.txt"
