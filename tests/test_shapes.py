@@ -90,3 +90,59 @@ def test_layer_prior_falls_back_to_aggregate_without_knobs():
     p = make_prior("latency_ms").fit(bare, bare["latency_ms"])
     assert p.form_ == "aggregate" and "block" in p.form_reason_ and "per_flop_fp32" in p.coef_
     assert p.to_dict()["form"] == "aggregate"
+
+
+def test_large_outputs_count_blocked_channels_above_the_line():
+    """A 4-channel 224 px map is 3.1 MiB per image in fp32, 12.25 MiB padded to 16 channels: at batch
+    16 each such conv output is 49 MiB (above a 32 MiB line), at batch 8 24.5 MiB (below); bf16
+    crosses at twice the batch. basic-56 has 19 such convs (stem + 2 per block in its first stage)."""
+    from carb.design.shapes import large_output_MB
+
+    c = ArchConfig("basic", 56, 0.25, 224, 8, "fp32", False)
+    rows = frame([c, c.replace(batch_size=16), c.replace(batch_size=16, precision="bf16"),
+                  c.replace(batch_size=32, precision="bf16")])
+    mb = large_output_MB(rows, 32, channel_block=16).to_numpy()
+    assert mb[0] == 0 and mb[2] == 0
+    assert mb[1] == pytest.approx(19 * 49.0) and mb[3] == pytest.approx(mb[1])
+    unpadded = large_output_MB(rows, 32, channel_block=1).to_numpy()
+    assert unpadded[1] == 0          # 12.25 MiB per output without the blocked layout
+    more = large_output_MB(rows.assign(batch_size=rows["batch_size"] * 2), 32, channel_block=16).to_numpy()
+    assert (more >= mb).all() and more[0] > 0   # non-decreasing in batch
+    with pytest.raises(Exception, match="precision"):
+        large_output_MB(rows.drop(columns=["precision"]), 32)
+
+
+def cliff_rows(seed: int = 0) -> pd.DataFrame:
+    """CPU rows whose latency is a layer roofline plus 0.4 ms per MB of conv outputs >= 32 MiB (the
+    page-fault cost glibc's mmap threshold causes), x 2 % noise."""
+    from carb.design.shapes import large_output_MB
+
+    rng = np.random.default_rng(seed)
+    cfgs = {}
+    while len(cfgs) < 180:   # of 4 x 3 x 3 x 6 = 216 distinct configurations
+        c = ArchConfig("basic", int(rng.choice([8, 14, 20, 32])), float(rng.choice([0.25, 0.5, 1.0])),
+                       int(rng.choice([64, 128, 224])), int(rng.choice([1, 2, 4, 8, 16, 32])), "fp32", False)
+        cfgs[c.config_id] = c
+    df = frame(cfgs.values()).assign(device_kind="cpu")
+    g = gemm_terms(df)
+    fresh = large_output_MB(df, 32, 16)
+    df["latency_ms"] = (0.2 + g["gemm_MNK"] / 5e7 + 0.4 * fresh) * rng.lognormal(0, 0.02, len(df))
+    return df
+
+
+def test_layer_prior_learns_the_page_fault_cost_on_cpu_rows_only():
+    df = cliff_rows()
+    y = df["latency_ms"].to_numpy()
+    from carb.design.shapes import large_output_MB
+
+    crossing = (large_output_MB(df, 32, 16) > 0).to_numpy()
+    assert 10 <= crossing.sum() <= len(df) // 2
+    p = make_prior("latency_ms", large_alloc_MB=32, channel_block=16).fit(df, y)
+    plain = make_prior("latency_ms").fit(df, y)
+    assert p.large_alloc_ == 32.0 and p.coef_["per_fresh_page_MB"] == pytest.approx(0.4, rel=0.15)
+    assert "per_fresh_page_MB" not in plain.coef_ and p.to_dict()["large_alloc_MB"] == 32.0
+    err = lambda q: np.abs(np.log(q.predict(df[crossing]) / y[crossing])).mean()  # noqa: E731
+    assert err(p) < 0.5 * err(plain)
+    # GPU (or imported) rows: the term is off whatever the setting (no glibc mmap behind CUDA tensors)
+    gpu = make_prior("latency_ms", large_alloc_MB=32, channel_block=16).fit(df.assign(device_kind="cuda"), y)
+    assert gpu.large_alloc_ is None and "per_fresh_page_MB" not in gpu.coef_

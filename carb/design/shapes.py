@@ -184,13 +184,15 @@ def large_output_MB(frame: pd.DataFrame, threshold_MB: float, channel_block: int
     keys, cfgs = _architectures(frame)
     batch = pd.to_numeric(frame["batch_size"], errors="coerce").to_numpy(float)
     nbytes = frame["precision"].astype(str).map(BYTES_PER_ELEMENT).to_numpy(float)
-    out = np.zeros(len(frame))
+    out = np.full(len(frame), np.nan)
     threshold = float(threshold_MB) * 2.0**20
-    for i, (k, b, e) in enumerate(zip(keys, batch, nbytes)):
-        if not (np.isfinite(b) and np.isfinite(e)) or b <= 0:
-            out[i] = np.nan
-            continue
+    ok = np.isfinite(batch) & np.isfinite(nbytes) & (batch > 0)
+    rows_of: dict[tuple, list[int]] = {}
+    for i, k in enumerate(keys):
+        if ok[i]:
+            rows_of.setdefault(k, []).append(i)
+    for k, idx in rows_of.items():       # vectorised per architecture
         elems, suffix = _sorted_outputs(_args(cfgs[k]), int(channel_block))
-        j = np.searchsorted(elems, threshold / (b * e), side="left")
-        out[i] = suffix[j] * b * e / 2.0**20
+        per = batch[idx] * nbytes[idx]    # bytes per output element of one image, times the batch
+        out[idx] = suffix[np.searchsorted(elems, threshold / per, side="left")] * per / 2.0**20
     return pd.Series(out, index=frame.index, name="large_output_MB")

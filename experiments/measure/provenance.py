@@ -1,6 +1,7 @@
 """Write the provenance of a re-collected reference dataset (run folder of collect_reference.sh).
 
-    python experiments/measure/provenance.py data/reference-run carb/data/cpu-reference.provenance.json
+    python experiments/measure/provenance.py data/reference-run carb/data/cpu-reference.provenance.json \
+        [--previous-note 'glibc default allocator']
 
 Records what was measured, with which commands, on which fingerprinted machine, when, how long it
 took, the rows by status, how many timed windows the contention guard repeated (and the cpu_share /
@@ -18,6 +19,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from carb.data.io import load_dataset  # noqa: E402
 
@@ -26,7 +28,20 @@ def _read(path: Path) -> str | None:
     return path.read_text() if path.exists() else None
 
 
-def provenance(run: Path, dataset_name: str = "carb/data/cpu-reference.parquet") -> dict:
+def _allocator() -> dict:
+    """The CPU protocol's allocator setting and this machine's huge-page mode and C library."""
+    from carb.measure.cpu import transparent_hugepage
+
+    cpu = yaml.safe_load((ROOT / "conf/measure/cpu.yaml").read_text())
+    return {"malloc_mmap_threshold_MB": cpu.get("malloc_mmap_threshold_MB"),
+            "trim_threshold_MB": (2 * cpu["malloc_mmap_threshold_MB"]) if cpu.get("malloc_mmap_threshold_MB") else None,
+            "transparent_hugepage": transparent_hugepage(), "libc": " ".join(platform.libc_ver()),
+            "why": ("glibc maps every allocation >= 32 MiB anew and unmaps it when freed, so such tensors are "
+                    "page-faulted and zeroed on every forward; the cpu protocol raises the threshold so they keep "
+                    "their pages (see carb/measure/cpu.py pin_malloc)")}
+
+
+def provenance(run: Path, dataset_name: str = "carb/data/cpu-reference.parquet", previous_note: str = "") -> dict:
     """The provenance dict of the run folder ``run``."""
     df = load_dataset(run / "reference.parquet")
     fp = json.loads(df["device_fingerprint"].dropna().iloc[0])
@@ -66,15 +81,38 @@ def provenance(run: Path, dataset_name: str = "carb/data/cpu-reference.parquet")
         "fp16": ("this CPU has no native fp16 arithmetic (no avx512_fp16 / amx_fp16 in the fingerprint): fp16 runs "
                  "on a slow path, 20-50x slower than fp32; measured in a separate small space capped at 0.25 "
                  "GFLOPs per batch"),
+        "allocator": _allocator(),
         "window_log": _read(run / "window.log"),
         "recheck_same_machine": _read(run / "recheck-new.txt"),
         "recheck_previous_file": _read(run / "recheck-old.txt"),
+        **_previous(run, df, previous_note),
     }
 
 
+def _previous(run: Path, df, note: str) -> dict:
+    """How the previous shipped file differs: its window and device, ``note`` (how it was measured),
+    and :mod:`compare`'s summary on the configurations both files hold."""
+    path = run / "previous-reference.parquet"
+    if not path.exists() or not path.stat().st_size:
+        return {}
+    from compare import compare, summary
+
+    old = load_dataset(path)
+    label = (f"The previous shipped file ({str(old['measured_at'].min())[:10]}, device "
+             f"{old['device_id'].dropna().iloc[0]}{', ' + note if note else ''}) re-measured here")
+    return {"recheck_previous_label": label, "comparison_with_previous": summary(compare(old, df))}
+
+
 def main() -> None:
-    run, dest = Path(sys.argv[1]), Path(sys.argv[2])
-    dest.write_text(json.dumps(provenance(run), indent=2, default=str) + "\n")
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("run", type=Path)
+    ap.add_argument("dest", type=Path)
+    ap.add_argument("--previous-note", default="", help="how the previous shipped file was measured")
+    a = ap.parse_args()
+    run, dest = a.run, a.dest
+    dest.write_text(json.dumps(provenance(run, previous_note=a.previous_note), indent=2, default=str) + "\n")
     print(f"wrote {dest}")
 
 

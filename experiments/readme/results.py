@@ -176,8 +176,9 @@ def provenance_lines() -> list[str]:
            f"{prov.get('threads', ['?'])[0]} thread; the contention guard repeated "
            f"{guard.get('repeated_windows', '?')} timed window(s) (cpu_share median "
            f"{fmt(guard.get('cpu_share_median'))}, min {fmt(guard.get('cpu_share_min'))})."]
+    previous = prov.get("recheck_previous_label", "The previous shipped file re-measured here")
     for key, label in (("recheck_same_machine", "Re-measured on the same machine right after"),
-                       ("recheck_previous_file", "The previous shipped file (2026-12-02, another VM, under load) re-measured here")):
+                       ("recheck_previous_file", previous)):
         text = prov.get(key) or ""
         m = re.search(r"all: latency new/shipped (median [^;]+); memory (median [^)]*\))", text)
         if m:
