@@ -117,8 +117,9 @@ def per_image_terms(block: str, layout: tuple[int, ...], width_mult: float, inpu
             float(m.sum()), float(elem), float(len(a) + n_elem))
 
 
-def _architectures(frame: pd.DataFrame) -> tuple[list[tuple], dict[tuple, object]]:
-    """``(key per row, {key: ArchConfig at batch 1})`` for the frame's architecture knobs.
+def architectures(frame: pd.DataFrame) -> tuple[list[tuple], dict[tuple, object]]:
+    """``(key per row, {key: ArchConfig at batch 1})`` for the frame's architecture knobs; pass it as
+    ``arch`` to :func:`gemm_terms` and :func:`large_output_MB` on the same frame to build it once.
 
     Raises :class:`DatasetError` naming the missing knob columns."""
     missing = [c for c in SHAPE_INPUTS if c not in frame.columns]
@@ -141,12 +142,12 @@ def _args(c) -> tuple:
     return (c.block, tuple(c.layout), c.width_mult, c.input_size, c.early_downsample, c.num_classes, c.inner_mult)
 
 
-def gemm_terms(frame: pd.DataFrame) -> pd.DataFrame:
+def gemm_terms(frame: pd.DataFrame, arch: tuple | None = None) -> pd.DataFrame:
     """:data:`GEMM_TERMS` for each row of ``frame`` (knob columns, see :data:`SHAPE_INPUTS`): a
     DataFrame with the frame's index, in elements at the row's batch size; shape (n, 7).
 
     Raises :class:`DatasetError` naming the missing knob columns."""
-    keys, cfgs = _architectures(frame)
+    keys, cfgs = arch if arch is not None else architectures(frame)
     per = {u: per_image_terms(*_args(c)) for u, c in cfgs.items()}
     vals = np.array([per[k] for k in keys], dtype=float).reshape(len(keys), len(GEMM_TERMS))
     out = pd.DataFrame(vals, columns=list(GEMM_TERMS), index=frame.index)
@@ -165,7 +166,8 @@ def _sorted_outputs(args: tuple, channel_block: int = 1) -> tuple[np.ndarray, np
     return out, np.concatenate([np.cumsum(out[::-1])[::-1], [0.0]])
 
 
-def large_output_MB(frame: pd.DataFrame, threshold_MB: float, channel_block: int = 1) -> pd.Series:
+def large_output_MB(frame: pd.DataFrame, threshold_MB: float, channel_block: int = 1,
+                    arch: tuple | None = None) -> pd.Series:
     """MB (2**20 bytes) per forward of the convolution outputs that are each at least ``threshold_MB``
     at the row's batch size and precision, channels padded up to a multiple of ``channel_block`` (the
     blocked layout a CPU convolution library computes in: oneDNN pads to 16 channels with AVX-512);
@@ -181,7 +183,7 @@ def large_output_MB(frame: pd.DataFrame, threshold_MB: float, channel_block: int
     Raises :class:`DatasetError` naming the missing knob or precision column."""
     if "precision" not in frame.columns:
         raise DatasetError("layer shapes need knob column(s) ['precision']; the data lacks them")
-    keys, cfgs = _architectures(frame)
+    keys, cfgs = arch if arch is not None else architectures(frame)
     batch = pd.to_numeric(frame["batch_size"], errors="coerce").to_numpy(float)
     nbytes = frame["precision"].astype(str).map(BYTES_PER_ELEMENT).to_numpy(float)
     out = np.full(len(frame), np.nan)

@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from carb.design.arch import BYTES_PER_ELEMENT, PRECISION_BITS
-from carb.design.shapes import SHAPE_INPUTS, gemm_terms, large_output_MB
+from carb.design.shapes import SHAPE_INPUTS, architectures, gemm_terms, large_output_MB
 from carb.errors import ConfigError, DatasetError
 
 #: Raw columns the priors read.
@@ -253,7 +253,8 @@ class LayerRooflinePrior(RooflinePrior):
         """(n, 1 + 3 * precisions + 4 [+ 1 on CPU data]) non-negative design, non-decreasing in batch size."""
         if self.form_ == "aggregate":
             return super().design(X)
-        g = gemm_terms(X)
+        arch = architectures(X)
+        g = gemm_terms(X, arch=arch)
         prec = X["precision"].astype(str).to_numpy()
         nbytes = X["precision"].astype(str).map(BYTES_PER_ELEMENT).to_numpy(float)
         cols = [np.ones(len(X))]
@@ -263,7 +264,7 @@ class LayerRooflinePrior(RooflinePrior):
         for term, _ in self.SHARED:
             cols.append(g[term].to_numpy(float) * nbytes / 2.0**20)
         if getattr(self, "large_alloc_", None):   # absent on priors pickled before the term existed
-            cols.append(large_output_MB(X, self.large_alloc_, self.channel_block).to_numpy(float))
+            cols.append(large_output_MB(X, self.large_alloc_, self.channel_block, arch=arch).to_numpy(float))
         return np.column_stack(cols)
 
     def stand_in(self, precision: str) -> str:
