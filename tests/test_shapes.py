@@ -146,3 +146,107 @@ def test_layer_prior_learns_the_page_fault_cost_on_cpu_rows_only():
     # GPU (or imported) rows: the term is off whatever the setting (no glibc mmap behind CUDA tensors)
     gpu = make_prior("latency_ms", large_alloc_MB=32, channel_block=16).fit(df.assign(device_kind="cuda"), y)
     assert gpu.large_alloc_ is None and "per_fresh_page_MB" not in gpu.coef_
+
+
+def test_stem_term_is_the_first_convolution():
+    """The ImageNet stem at 224 px: a 7 x 7 conv of 3 -> 64 channels onto 112 x 112, per image."""
+    rows = frame([ArchConfig("bottleneck", 50, 1.0, 224, b) for b in (1, 4)])
+    g = gemm_terms(rows)
+    assert g["stem_MNK"].tolist() == [112 * 112 * 64 * 147, 4 * 112 * 112 * 64 * 147]
+    cifar = gemm_terms(frame([ArchConfig("basic", 20, 1.0, 32, 1, early_downsample=False)]))
+    assert cifar["stem_MNK"].iloc[0] == 32 * 32 * 16 * 27
+
+
+def _torch_native_MB(cfg: ArchConfig, dtype) -> float:
+    """MB of weights of the convolutions PyTorch itself sends to its native (Slow2d) path for ``cfg``
+    (one thread, more than one output pixel per image), times the batch: the ground truth for
+    :func:`carb.design.shapes.native_weight_MB`, read from ``torch._C._select_conv_backend``."""
+    import torch
+
+    from carb.design.resnet import build_model
+
+    model = build_model(cfg).to(dtype).eval()
+    total = 0.0
+
+    def hook(mod, inputs):
+        nonlocal total
+        x, w = inputs[0], mod.weight
+        backend = torch._C._select_conv_backend(x, w, None, list(mod.stride), list(mod.padding),
+                                                list(mod.dilation), False, [0, 0], mod.groups, None)
+        ho = (x.shape[-1] + 2 * mod.padding[0] - mod.kernel_size[0]) // mod.stride[0] + 1
+        if str(backend).endswith("Slow2d") and ho * ho > 1:
+            total += x.shape[0] * w.numel() * w.element_size() / 2.0**20
+
+    hooks = [m.register_forward_pre_hook(hook) for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
+    with torch.no_grad():
+        model(torch.zeros(cfg.batch_size, 3, cfg.input_size, cfg.input_size, dtype=dtype))
+    for h in hooks:
+        h.remove()
+    return total
+
+
+def test_native_path_rule_matches_torchs_own_dispatch():
+    """With one thread, PyTorch runs stride-1 1 x 1 convs at batch 2-15 and small batch-1 inputs on its
+    native per-image path; native_weight_MB must name exactly those weights (checked against torch's
+    own choice for every conv), and a precision oneDNN cannot run here goes native everywhere."""
+    import torch
+
+    from carb.design.shapes import native_weight_MB, onednn_precisions
+    from carb.measure.fingerprint import parse_cpuinfo
+
+    if not hasattr(torch._C, "_select_conv_backend"):
+        pytest.skip("this torch has no _select_conv_backend")
+    try:
+        flags = parse_cpuinfo(open("/proc/cpuinfo").read())["flags"]
+    except OSError:
+        pytest.skip("no /proc/cpuinfo")
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    precisions = ["fp32"] if "avx_ne_convert" in open("/proc/cpuinfo").read() else list(dtypes)
+    cfgs = [ArchConfig("bottleneck", 26, 0.25, 32, b, p, True) for b in (1, 2, 16) for p in precisions]
+    cfgs += [ArchConfig("basic", 8, 0.25, 64, b, "fp32", False) for b in (1, 3)]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        truth = [_torch_native_MB(c, dtypes[c.precision]) for c in cfgs]
+    finally:
+        torch.set_num_threads(threads)
+    ours = native_weight_MB(frame(cfgs), 1, onednn_precisions(flags)).to_numpy()
+    assert ours == pytest.approx(truth, rel=1e-6, abs=1e-9)
+    n = len(precisions)
+    assert truth[0] > 0 and truth[n] > 0           # fp32: batch 1 and 2 take the native path somewhere
+    assert truth[2 * n] == 0.0                      # fp32 at batch 16: oneDNN everywhere
+    if "fp16" in precisions and "fp16" not in onednn_precisions(flags):
+        assert truth[2 * n + 2] > 0                 # fp16 without AVX-512 FP16: native at any batch
+    # two threads: PyTorch sends 1 x 1 convs at batch 2-15 to oneDNN
+    assert native_weight_MB(frame([cfgs[n]]), 2, ("fp32",)).iloc[0] == 0.0
+
+
+def test_layer_prior_learns_the_native_path_cost_on_cpu_rows_with_threads():
+    """CPU rows whose latency is a roofline plus 0.19 ms per MB of weights streamed per image by the
+    native path (measured on the reference VM): the prior recovers the rate, extrapolates it to deeper
+    networks, and leaves the term out on GPU rows or rows without a thread count."""
+    from carb.design.shapes import native_weight_MB
+
+    rng = np.random.default_rng(1)
+    cfgs = {}
+    depths = {"basic": [18, 34, 56], "bottleneck": [26, 50, 101]}
+    while len(cfgs) < 150:   # of 2 x 3 x 3 x 2 x 6 = 216 configurations
+        block = str(rng.choice(["basic", "bottleneck"]))
+        c = ArchConfig(block, int(rng.choice(depths[block])), float(rng.choice([0.25, 0.5, 1.0])),
+                       int(rng.choice([32, 64])), int(rng.choice([1, 2, 4, 8, 16, 32])), "fp32", True)
+        cfgs[c.config_id] = c
+    df = frame(cfgs.values()).assign(device_kind="cpu", threads=1)
+    g = gemm_terms(df)
+    nat = native_weight_MB(df, 1, ("fp32", "bf16"))
+    df["latency_ms"] = (0.2 + g["gemm_MNK"] / 5e7 + 0.19 * nat) * rng.lognormal(0, 0.02, len(df))
+    y = df["latency_ms"].to_numpy()
+    train = (df["depth"] <= 50).to_numpy() & (df["depth"] != 34).to_numpy()
+    p = make_prior("latency_ms", cpu_dispatch=True).fit(df[train], y[train])
+    plain = make_prior("latency_ms").fit(df[train], y[train])
+    assert p.native_ == {"threads": 1, "onednn": ["fp32", "bf16"]}
+    assert p.coef_["per_native_weight_MB"] == pytest.approx(0.19, rel=0.15)
+    err = lambda q: np.abs(np.log(q.predict(df[~train]) / y[~train])).mean()  # noqa: E731
+    assert err(p) < 0.5 * err(plain) and err(p) < 0.05
+    for rows in (df.assign(device_kind="cuda"), df.drop(columns=["threads"])):
+        off = make_prior("latency_ms", cpu_dispatch=True).fit(rows[train], y[train])
+        assert off.native_ is None and "per_native_weight_MB" not in off.coef_

@@ -36,11 +36,16 @@ from carb.errors import DatasetError
 #: ``gemm_MN`` output elements, ``gemm_NK`` weight elements, ``gemm_M`` output pixels (summed over
 #: layers), ``elementwise`` elements passed by batch norm, ReLU, pooling and the residual add,
 #: ``n_ops`` operators in one forward (convs, linear, element-wise passes).
-GEMM_TERMS: tuple[str, ...] = ("gemm_MNK", "gemm_MK", "gemm_MN", "gemm_NK", "gemm_M", "elementwise", "n_ops")
+#: ``stem_MNK`` multiply-adds of the first convolution alone (3 input channels: libraries run it with a
+#: kernel of its own, far below the rate of the others).
+GEMM_TERMS: tuple[str, ...] = ("gemm_MNK", "gemm_MK", "gemm_MN", "gemm_NK", "gemm_M", "elementwise", "n_ops",
+                               "stem_MNK")
 #: Terms that grow with the batch (the others do not depend on it).
-PER_IMAGE_TERMS: tuple[str, ...] = ("gemm_MNK", "gemm_MK", "gemm_MN", "gemm_M", "elementwise")
+PER_IMAGE_TERMS: tuple[str, ...] = ("gemm_MNK", "gemm_MK", "gemm_MN", "gemm_M", "elementwise", "stem_MNK")
 #: Knob columns :func:`gemm_terms` needs (``stages`` and ``inner_mult`` are optional).
 SHAPE_INPUTS: tuple[str, ...] = ("block", "depth", "width_mult", "input_size", "batch_size", "early_downsample")
+#: Columns of the per-layer array :func:`_walk` returns.
+CONV_COLUMNS: tuple[str, ...] = ("M_per_image", "N", "K", "kernel", "stride", "H_in")
 _ARCH_KNOBS = tuple(k for k in KNOBS if k not in ("batch_size", "precision"))
 
 
@@ -51,15 +56,16 @@ def _out(h: int, k: int, s: int, p: int) -> int:
 @lru_cache(maxsize=65536)
 def _walk(block: str, layout: tuple[int, ...], width_mult: float, input_size: int, early_downsample: bool,
           num_classes: int = 1000, inner_mult: float = 1.0) -> tuple[np.ndarray, float, int]:
-    """``(convs, elementwise elements, element-wise passes)`` of one image: ``convs`` is an (n, 3)
-    array of ``(M per image, N, K)``, one row per convolution and the classifier, in forward order."""
-    convs: list[tuple[int, int, int]] = []   # (M per image, N, K)
+    """``(convs, elementwise elements, element-wise passes)`` of one image: ``convs`` is an (n, 6)
+    array of ``(M per image, N, K, kernel, stride, H_in)``, one row per convolution and the classifier
+    (kernel 0: a matrix product, not a convolution), in forward order; see :data:`CONV_COLUMNS`."""
+    convs: list[tuple[int, ...]] = []   # (M per image, N, K, kernel, stride, H_in)
     elem = 0.0
     n_elem = 0
 
     def conv(cin: int, cout: int, k: int, s: int, p: int, h: int) -> int:
         ho = _out(h, k, s, p)
-        convs.append((ho * ho, cout, cin * k * k))
+        convs.append((ho * ho, cout, cin * k * k, k, s, h))
         return ho
 
     def passes(elements: float, times: int = 1) -> None:
@@ -101,7 +107,7 @@ def _walk(block: str, layout: tuple[int, ...], width_mult: float, input_size: in
             passes(cout * ho * ho, 2)   # residual add, ReLU
             cin, h = cout, ho
     passes(cin * h * h)                 # adaptive average pool
-    convs.append((1, num_classes, cin))  # classifier
+    convs.append((1, num_classes, cin, 0, 1, 1))  # classifier
     a = np.asarray(convs, dtype=float)
     a.setflags(write=False)
     return a, float(elem), n_elem
@@ -114,7 +120,7 @@ def per_image_terms(block: str, layout: tuple[int, ...], width_mult: float, inpu
     a, elem, n_elem = _walk(block, layout, width_mult, input_size, early_downsample, num_classes, inner_mult)
     m, n, k = a[:, 0], a[:, 1], a[:, 2]
     return (float((m * n * k).sum()), float((m * k).sum()), float((m * n).sum()), float((n * k).sum()),
-            float(m.sum()), float(elem), float(len(a) + n_elem))
+            float(m.sum()), float(elem), float(len(a) + n_elem), float(m[0] * n[0] * k[0]))
 
 
 def architectures(frame: pd.DataFrame) -> tuple[list[tuple], dict[tuple, object]]:
@@ -144,7 +150,7 @@ def _args(c) -> tuple:
 
 def gemm_terms(frame: pd.DataFrame, arch: tuple | None = None) -> pd.DataFrame:
     """:data:`GEMM_TERMS` for each row of ``frame`` (knob columns, see :data:`SHAPE_INPUTS`): a
-    DataFrame with the frame's index, in elements at the row's batch size; shape (n, 7).
+    DataFrame with the frame's index, in elements at the row's batch size; shape (n, 8).
 
     Raises :class:`DatasetError` naming the missing knob columns."""
     keys, cfgs = arch if arch is not None else architectures(frame)
@@ -198,3 +204,71 @@ def large_output_MB(frame: pd.DataFrame, threshold_MB: float, channel_block: int
         per = batch[idx] * nbytes[idx]    # bytes per output element of one image, times the batch
         out[idx] = suffix[np.searchsorted(elems, threshold / per, side="left")] * per / 2.0**20
     return pd.Series(out, index=frame.index, name="large_output_MB")
+
+
+#: Precisions PyTorch runs through oneDNN on an x86 CPU, by the ISA flags that enable them (any one
+#: set suffices; the fingerprint records these flags): fp32 always; bf16 with AVX-512 BW/VL or AMX;
+#: fp16 with AVX-512 FP16 or AMX FP16. Without them a precision takes the native path everywhere.
+ONEDNN_ISA: dict[str, tuple[frozenset[str], ...]] = {
+    "fp32": (frozenset(),),
+    "bf16": (frozenset({"avx512bw", "avx512vl"}), frozenset({"amx_bf16"})),
+    "fp16": (frozenset({"avx512_fp16"}), frozenset({"amx_fp16"})),
+}
+
+
+def onednn_precisions(isa: list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
+    """The precisions PyTorch convolves with oneDNN on a CPU with these ISA flags (see
+    :data:`ONEDNN_ISA`); ``isa=None`` (unknown) assumes an AVX-512 x86 without FP16: fp32 and bf16."""
+    if isa is None:
+        return ("fp32", "bf16")
+    have = set(isa)
+    return tuple(p for p, sets in ONEDNN_ISA.items() if any(req <= have for req in sets))
+
+
+@lru_cache(maxsize=65536)
+def _native_weights(args: tuple, threads: int) -> tuple[float, float, float]:
+    """Weight elements (sum of ``N x K``) of the convolutions that PyTorch runs on its native CPU path
+    (``slow_conv2d``: one GEMM per image) at batch 1, at batch 2-15 and on a precision oneDNN cannot run
+    (every convolution), counting only layers with more than one output pixel per image (a 1 x 1 map
+    is a matrix-vector product that streams its weights fast)."""
+    a = _walk(*args)[0]
+    m, n, k, ker, stride, h = (a[:, i] for i in range(6))
+    conv = (ker > 0) & (m > 1)
+    cin = k / np.maximum(ker, 1) ** 2
+    one_by_one = (ker == 1) & (stride == 1)
+    w = n * k
+
+    def native(batch: int) -> np.ndarray:   # aten/src/ATen/native/Convolution.cpp, use_mkldnn (fp32)
+        first = ~one_by_one | (batch >= 16) | (threads > 1)
+        second = (ker > 3) | (batch > 1) | (batch * cin * h * h > 20480)
+        return conv & ~(first & second)
+
+    return float((w * native(1)).sum()), float((w * native(2)).sum()), float((w * conv).sum())
+
+
+def native_weight_MB(frame: pd.DataFrame, threads: int, onednn: tuple[str, ...] | list[str],
+                     arch: tuple | None = None) -> pd.Series:
+    """MB (2**20 bytes) of weights per forward that PyTorch's native CPU convolution streams once per
+    image, at the row's batch size and precision; a Series with the frame's index.
+
+    Why: on a CPU, PyTorch hands a convolution to oneDNN or to its native ``slow_conv2d`` (a GEMM per
+    image) by a fixed rule: with one thread, stride-1 1 x 1 convolutions at batch 2-15 go native, and so
+    do small batch-1 inputs (at most 20480 elements); a precision oneDNN cannot run on this ISA (fp16
+    without AVX-512 FP16) goes native everywhere. Per image, a GEMM over a few output pixels is bound by
+    reading its weights: measured on the CPU reference VM with one thread, a 1 x 1 convolution of
+    1024 -> 256 channels on a 2 x 2 map takes 0.19 ms per image at batch 1-15 and 0.04 ms per image at
+    batch 16 (oneDNN); bottleneck-152 at 32 px takes 186 ms at batch 8 and 98 ms at batch 16.
+    ``threads``: the torch threads the rows were measured with; ``onednn``: the precisions oneDNN runs
+    (:func:`onednn_precisions`). Zero at batch 16 and more for fp32: not monotone in batch, as measured."""
+    if "precision" not in frame.columns:
+        raise DatasetError("layer shapes need knob column(s) ['precision']; the data lacks them")
+    keys, cfgs = arch if arch is not None else architectures(frame)
+    batch = pd.to_numeric(frame["batch_size"], errors="coerce").to_numpy(float)
+    prec = frame["precision"].astype(str).to_numpy()
+    nbytes = frame["precision"].astype(str).map(BYTES_PER_ELEMENT).to_numpy(float)
+    per = {u: _native_weights(_args(c), int(threads)) for u, c in cfgs.items()}
+    w1, w2, wall = (np.array([per[k][i] for k in keys], dtype=float).reshape(len(keys)) for i in range(3))
+    on = np.isin(prec, list(onednn))
+    fp32_like = np.where(batch <= 1, w1, np.where(batch < 16, w2, 0.0))
+    elems = np.where(on, np.where(prec == "fp32", fp32_like, 0.0), wall)
+    return pd.Series(batch * elems * nbytes / 2.0**20, index=frame.index, name="native_weight_MB")

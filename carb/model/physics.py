@@ -15,10 +15,13 @@ a 1 s configuration weigh alike; units of the inputs in MB = 2**20 bytes and fvc
   the parameter bytes (:meth:`MemoryPrior.floor_MB`).
 - :class:`LayerRooflinePrior` (``latency_ms`` and ``energy_J``, the default when the rows carry their
   knobs): a roofline over the layers' GEMM shapes (:mod:`carb.design.shapes`): per precision, a
-  cost per multiply-add, per output pixel and per operator; shared across precisions, a cost per MB
-  of im2col input, output, weights and element-wise passes (bytes at the row's precision). This is
-  the expansion of ``MNK / (rate * e_M * e_N * e_K)`` with saturating GEMM efficiencies, so thin
-  layers (few channels, tiny feature maps) cost more per FLOP than wide ones, as they do.
+  cost per multiply-add, per output pixel, per operator, per multiply-add of the 3-channel stem
+  convolution, and per MB of im2col input, output, weights and element-wise passes (bytes at the
+  row's precision). This is the expansion of ``MNK / (rate * e_M * e_N * e_K)`` with saturating GEMM
+  efficiencies, so thin layers (few channels, tiny feature maps) cost more per FLOP than wide ones,
+  as they do. On CPU data two more terms follow the software stack: MB of conv outputs that the
+  allocator page-faults each forward, and MB of weights that PyTorch's native convolution path
+  streams once per image (:func:`carb.design.shapes.native_weight_MB`).
 - :class:`RooflinePrior` (the aggregate form, used when the knob columns are absent): a per-device
   roofline summed over the forward, ``c0 + sum_p flops_p / rate_p + c_b * bytes_MB + c_l * n_conv`` with one FLOP rate per
   precision ``p`` (``flops_p`` = flops where the row's precision is ``p``, else 0), a memory term on
@@ -28,7 +31,8 @@ a 1 s configuration weigh alike; units of the inputs in MB = 2**20 bytes and fvc
   screening).
 
 Every prior is monotone non-decreasing in batch size, FLOPs and activation bytes by construction
-(non-negative coefficients on non-decreasing inputs).
+(non-negative coefficients on non-decreasing inputs), except the CPU native-path term: PyTorch moves
+1 x 1 convolutions from its per-image path to oneDNN at batch 16, and measured latency drops there too.
 """
 from __future__ import annotations
 
@@ -38,7 +42,14 @@ import numpy as np
 import pandas as pd
 
 from carb.design.arch import BYTES_PER_ELEMENT, PRECISION_BITS
-from carb.design.shapes import SHAPE_INPUTS, architectures, gemm_terms, large_output_MB
+from carb.design.shapes import (
+    SHAPE_INPUTS,
+    architectures,
+    gemm_terms,
+    large_output_MB,
+    native_weight_MB,
+    onednn_precisions,
+)
 from carb.errors import ConfigError, DatasetError
 
 #: Raw columns the priors read.
@@ -187,30 +198,49 @@ class RooflinePrior(_Prior):
 
 
 class LayerRooflinePrior(RooflinePrior):
-    """Cost = c0 + sum_p [k_p * MNK_p + m_p * M_p + o_p * ops_p] + b_in * im2col_MB + b_out * output_MB
-    + b_w * weights_MB + b_e * elementwise_MB (sums over layers, :mod:`carb.design.shapes`; ``X_p`` is
-    the term where the row's precision is ``p``, else 0). Falls back to :class:`RooflinePrior`'s
-    aggregate design (``form_ = "aggregate"``, ``form_reason_`` says why) when the training rows lack
-    the knob columns or their knobs name no valid network."""
+    """Cost = c0 + sum_p [k_p * MNK_p + m_p * M_p + o_p * ops_p + s_p * stem_MNK_p + b_in_p * im2col_MB_p
+    + b_out_p * output_MB_p + b_w_p * weights_MB_p + b_e_p * elementwise_MB_p] [+ page-fault and
+    native-path terms on CPU data] (sums over layers, :mod:`carb.design.shapes`; ``X_p`` is the term
+    where the row's precision is ``p``, else 0: each precision runs kernels of its own, so even its byte
+    costs are its own). Falls back to :class:`RooflinePrior`'s aggregate design (``form_ = "aggregate"``,
+    ``form_reason_`` says why) when the training rows lack the knob columns or their knobs name no valid
+    network."""
 
-    PER_PRECISION = (("gemm_MNK", "per_MAC"), ("gemm_M", "per_out_pixel"), ("n_ops", "per_op"))
-    SHARED = (("gemm_MK", "per_im2col_MB"), ("gemm_MN", "per_output_MB"), ("gemm_NK", "per_weight_MB"),
-              ("elementwise", "per_elementwise_MB"))
+    PER_PRECISION = (("gemm_MNK", "per_MAC"), ("gemm_M", "per_out_pixel"), ("n_ops", "per_op"),
+                     ("stem_MNK", "per_stem_MAC"), ("gemm_MK", "per_im2col_MB"), ("gemm_MN", "per_output_MB"),
+                     ("gemm_NK", "per_weight_MB"), ("elementwise", "per_elementwise_MB"))
+    SHARED: tuple[tuple[str, str], ...] = ()
+    #: Terms counted in bytes at the row's precision (MB), not in elements.
+    BYTE_TERMS = frozenset({"gemm_MK", "gemm_MN", "gemm_NK", "elementwise"})
+    #: The layout of priors fitted before the stem term and per-precision byte costs (pickled models).
+    LEGACY_PER_PRECISION = (("gemm_MNK", "per_MAC"), ("gemm_M", "per_out_pixel"), ("n_ops", "per_op"))
+    LEGACY_SHARED = (("gemm_MK", "per_im2col_MB"), ("gemm_MN", "per_output_MB"), ("gemm_NK", "per_weight_MB"),
+                     ("elementwise", "per_elementwise_MB"))
     #: Name of the coefficient on :func:`carb.design.shapes.large_output_MB` (CPU rows only).
     LARGE = "per_fresh_page_MB"
+    #: Name of the coefficient on :func:`carb.design.shapes.native_weight_MB` (CPU rows only).
+    NATIVE = "per_native_weight_MB"
 
-    def __init__(self, large_alloc_MB: float | None = None, channel_block: int = 1):
+    def __init__(self, large_alloc_MB: float | None = None, channel_block: int = 1, cpu_dispatch: bool = False):
         """large_alloc_MB: on CPU data (every training row ``device_kind == "cpu"``), add a cost per
         MB of convolution outputs at least this large (they get fresh pages every forward: glibc maps
         allocations of 32 MiB and more); None = no such term. channel_block: channels padded to a
-        multiple of this in the CPU convolution library's blocked layout (oneDNN with AVX-512: 16)."""
+        multiple of this in the CPU convolution library's blocked layout (oneDNN with AVX-512: 16).
+        cpu_dispatch: on CPU data whose rows record their torch ``threads``, add a cost per MB of
+        weights streamed by PyTorch's native convolution path, which takes some layers per image
+        (:func:`carb.design.shapes.native_weight_MB`; the precisions oneDNN runs come from the
+        rows' device fingerprint)."""
         self.large_alloc_MB = large_alloc_MB
         self.channel_block = channel_block
+        self.cpu_dispatch = cpu_dispatch
 
     def _learn_columns(self, X: pd.DataFrame) -> None:
         super()._learn_columns(X)
         cpu = "device_kind" in X.columns and len(X) > 0 and bool((X["device_kind"].astype(str) == "cpu").all())
         self.large_alloc_ = float(self.large_alloc_MB) if (self.large_alloc_MB and cpu) else None
+        self.per_precision_terms_ = self.PER_PRECISION
+        self.shared_terms_ = self.SHARED
+        self.native_ = native_dispatch(X) if (self.cpu_dispatch and cpu) else None
 
     #: The layer form is kept only when its grouped cross-validated error is below this share of the
     #: aggregate form's (a richer form must earn its place on architectures it did not see).
@@ -243,28 +273,47 @@ class LayerRooflinePrior(RooflinePrior):
         return "aggregate", (f"layer form not better on unseen architectures (grouped CV mean |log error| "
                              f"{err['layers']:.3f} vs aggregate {err['aggregate']:.3f})"), err
 
+    def _terms(self) -> tuple[tuple, tuple]:
+        """(per-precision terms, shared terms) of this fit; priors pickled before both existed use the legacy layout."""
+        return (getattr(self, "per_precision_terms_", self.LEGACY_PER_PRECISION),
+                getattr(self, "shared_terms_", self.LEGACY_SHARED))
+
     def column_names(self) -> list[str]:
         if self.form_ == "aggregate":
             return super().column_names()
-        return ["const", *[f"{name}_{p}" for p in self.precisions_ for _, name in self.PER_PRECISION],
-                *[name for _, name in self.SHARED], *([self.LARGE] if getattr(self, "large_alloc_", None) else [])]
+        per, shared = self._terms()
+        return ["const", *[f"{name}_{p}" for p in self.precisions_ for _, name in per],
+                *[name for _, name in shared], *([self.LARGE] if getattr(self, "large_alloc_", None) else []),
+                *([self.NATIVE] if getattr(self, "native_", None) else [])]
 
     def design(self, X: pd.DataFrame) -> np.ndarray:
-        """(n, 1 + 3 * precisions + 4 [+ 1 on CPU data]) non-negative design, non-decreasing in batch size."""
+        """(n, 1 + 8 * precisions [+ 1 page-fault term] [+ 1 native-path term]) non-negative design; on
+        GPU data non-decreasing in batch size (on CPU data the native-path term is not: see
+        :func:`carb.design.shapes.native_weight_MB`)."""
         if self.form_ == "aggregate":
             return super().design(X)
+        per, shared = self._terms()
         arch = architectures(X)
         g = gemm_terms(X, arch=arch)
         prec = X["precision"].astype(str).to_numpy()
-        nbytes = X["precision"].astype(str).map(BYTES_PER_ELEMENT).to_numpy(float)
+        mb = X["precision"].astype(str).map(BYTES_PER_ELEMENT).to_numpy(float) / 2.0**20
+        legacy = per is self.LEGACY_PER_PRECISION
+
+        def column(term: str) -> np.ndarray:
+            v = g[term].to_numpy(float)
+            return v * mb if (term in self.BYTE_TERMS or legacy and term in dict(shared)) else v
+
         cols = [np.ones(len(X))]
         for p in self.precisions_:
-            for term, _ in self.PER_PRECISION:
-                cols.append(np.where(prec == p, g[term].to_numpy(float), 0.0))
-        for term, _ in self.SHARED:
-            cols.append(g[term].to_numpy(float) * nbytes / 2.0**20)
+            for term, _ in per:
+                cols.append(np.where(prec == p, column(term), 0.0))
+        for term, _ in shared:
+            cols.append(column(term))
         if getattr(self, "large_alloc_", None):   # absent on priors pickled before the term existed
             cols.append(large_output_MB(X, self.large_alloc_, self.channel_block, arch=arch).to_numpy(float))
+        native = getattr(self, "native_", None)
+        if native:
+            cols.append(native_weight_MB(X, native["threads"], native["onednn"], arch=arch).to_numpy(float))
         return np.column_stack(cols)
 
     def stand_in(self, precision: str) -> str:
@@ -277,7 +326,29 @@ class LayerRooflinePrior(RooflinePrior):
 
     def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "form": self.form_, "form_reason": self.form_reason_,
-                "cv_error": dict(self.cv_error_), "large_alloc_MB": getattr(self, "large_alloc_", None)}
+                "cv_error": dict(self.cv_error_), "large_alloc_MB": getattr(self, "large_alloc_", None),
+                "native_dispatch": getattr(self, "native_", None)}
+
+
+def native_dispatch(X: pd.DataFrame) -> dict[str, Any] | None:
+    """``{"threads": int, "onednn": [precisions]}`` for the native-path term of CPU rows, or None when
+    the rows do not record one torch thread count (``threads``). The precisions oneDNN runs come from
+    the ISA flags of the rows' ``device_fingerprint`` (JSON), unknown = fp32 and bf16."""
+    import json
+
+    if "threads" not in X.columns:
+        return None
+    t = pd.to_numeric(X["threads"], errors="coerce").dropna().unique()
+    if len(t) != 1 or not t[0] >= 1:
+        return None
+    isa = None
+    if "device_fingerprint" in X.columns:
+        fp = X["device_fingerprint"].dropna().astype(str)
+        try:
+            isa = json.loads(fp.iloc[0]).get("isa") if len(fp) else None
+        except (ValueError, AttributeError):
+            isa = None
+    return {"threads": int(t[0]), "onednn": list(onednn_precisions(isa))}
 
 
 #: Which prior each target uses.
@@ -287,7 +358,7 @@ PRIORS: dict[str, type[_Prior]] = {"peak_memory_MB": MemoryPrior, "energy_J": La
 
 def make_prior(target: str, **settings: Any) -> _Prior:
     """An unfitted prior for ``target`` (see :data:`PRIORS`); ``settings`` (``large_alloc_MB``,
-    ``channel_block``) go to the layer roofline and are ignored by the others."""
+    ``channel_block``, ``cpu_dispatch``) go to the layer roofline and are ignored by the others."""
     if target not in PRIORS:
         raise DatasetError(f"no physics prior for target {target!r}; known: {list(PRIORS)}")
     cls = PRIORS[target]
