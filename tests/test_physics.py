@@ -126,6 +126,10 @@ def test_evaluate_splits_reports_carb_beside_b1(rows):
     assert m["xval_batch_peak_memory_MB_r2"] > m["xval_batch_peak_memory_MB_b1_r2"]
     line = summary_line(table)
     assert line.startswith("min_xval_latency_r2=") and "worse_than_b1=" in line
+    fields = dict(f.split("=") for f in line.split())
+    gap = (table["b1_r2"] - table["r2"]).max()
+    assert int(fields["worse_than_b1"]) == int((table["r2"] < table["b1_r2"]).sum())
+    assert float(fields["max_r2_below_b1"]) == pytest.approx(max(gap, 0.0), abs=1e-4)
 
 
 def test_error_concentration_finds_the_few_rows_that_sink_r2():

@@ -250,3 +250,40 @@ def test_layer_prior_learns_the_native_path_cost_on_cpu_rows_with_threads():
     for rows in (df.assign(device_kind="cuda"), df.drop(columns=["threads"])):
         off = make_prior("latency_ms", cpu_dispatch=True).fit(rows[train], y[train])
         assert off.native_ is None and "per_native_weight_MB" not in off.coef_
+
+
+def test_aliased_macs_follow_power_of_two_row_alignment():
+    """fp16 on a CPU without AVX-512 FP16 runs every conv natively; rows of 64 x 64 pixels x 2 bytes are
+    8 KB-aligned (6 doublings past 128 bytes), rows of 72 px maps at most 128-byte aligned at every stage."""
+    from carb.design.shapes import native_terms
+
+    c = ArchConfig("basic", 8, 0.25, 64, 2, "fp16", False)
+    rows = frame([c, c.replace(input_size=72), c.replace(precision="fp32"), c.replace(precision="fp32", batch_size=16)])
+    t = native_terms(rows, 1, ("fp32", "bf16"))
+    a = t["native_aliased_MAC"].to_numpy()
+    assert a[0] > 0 and a[1] == 0.0 and a[3] == 0.0
+    # the first 3 x 3 conv after the stem: 64 x 64 map, 4 -> 4 channels (width 0.25), 6 doublings, batch 2
+    assert a[0] >= 2 * 6 * (64 * 64) * 4 * 36
+    assert (t["native_weight_MB"].to_numpy()[:2] > 0).all()   # fp16: every conv streams its weights per image
+
+
+def test_layer_prior_extrapolates_on_the_shipped_cpu_reference():
+    """On the real CPU reference (one thread, allocator pinned), the latency prior alone, fitted on the
+    lower range of batch, depth, width and input size, predicts the upper range with R2 >= 0.9; without
+    the CPU dispatch terms it does not on every split."""
+    from sklearn.metrics import r2_score
+
+    from carb.analysis.extrapolation import range_splits
+    from carb.data.io import load_training_frame
+
+    df, _ = load_training_frame("reference")
+    y = df["latency_ms"].to_numpy(float)
+    r2 = {}
+    for dispatch in (True, False):
+        for s in range_splits(df):
+            p = make_prior("latency_ms", channel_block=16, cpu_dispatch=dispatch).fit(df[s.train], y[s.train])
+            r2[dispatch, s.name] = r2_score(y[s.test], p.predict(df[s.test]))
+    names = [n for d, n in r2 if d]
+    assert sorted(names) == ["batch", "depth", "input", "width"]
+    assert all(r2[True, n] >= 0.9 for n in names), r2
+    assert min(r2[False, n] for n in names) < 0.9 and all(r2[True, n] > r2[False, n] for n in names), r2

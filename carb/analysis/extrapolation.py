@@ -234,14 +234,17 @@ def split_metrics(table: pd.DataFrame) -> dict[str, float]:
 
 def summary_line(table: pd.DataFrame) -> str:
     """The machine-readable last line: ``min_xval_latency_r2=.. min_xval_memory_r2=..
-    min_xval_energy_r2=.. worse_than_b1=<count>`` (NaN where a target is absent)."""
+    min_xval_energy_r2=.. worse_than_b1=<count> max_r2_below_b1=<largest R2 shortfall, 0 if none>``
+    (NaN where a target is absent); the count is strict, the shortfall says by how much."""
     def mn(t: str) -> float:
         v = table.loc[table["target"] == t, "r2"]
         return float(v.min()) if len(v) else float("nan")
 
-    worse = int((table["r2"] < table["b1_r2"]).sum()) if len(table) else 0
+    gap = (table["b1_r2"] - table["r2"]).to_numpy(float) if len(table) else np.zeros(0)
+    worse = int((gap > 0).sum())
     return (f"min_xval_latency_r2={mn('latency_ms'):.4f} min_xval_memory_r2={mn('peak_memory_MB'):.4f} "
-            f"min_xval_energy_r2={mn('energy_J'):.4f} worse_than_b1={worse}")
+            f"min_xval_energy_r2={mn('energy_J'):.4f} worse_than_b1={worse} "
+            f"max_r2_below_b1={max(0.0, float(np.nanmax(gap)) if len(gap) else 0.0):.4f}")
 
 
 def error_concentration(rows: pd.DataFrame, target: str, k: int = 5,

@@ -225,31 +225,53 @@ def onednn_precisions(isa: list[str] | tuple[str, ...] | None) -> tuple[str, ...
     return tuple(p for p, sets in ONEDNN_ISA.items() if any(req <= have for req in sets))
 
 
+#: Columns of :func:`native_terms`.
+NATIVE_TERMS: tuple[str, ...] = ("native_weight_MB", "native_aliased_MAC")
+#: Row strides (bytes) of the native path's GEMM operands up to 2**ALIAS_FREE_LOG2 bytes of power-of-two
+#: alignment run at full rate; each doubling of alignment above it costs more, up to 2**ALIAS_MAX_LOG2.
+ALIAS_FREE_LOG2, ALIAS_MAX_LOG2 = 7, 13
+
+
 @lru_cache(maxsize=65536)
-def _native_weights(args: tuple, threads: int) -> tuple[float, float, float]:
-    """Weight elements (sum of ``N x K``) of the convolutions that PyTorch runs on its native CPU path
-    (``slow_conv2d``: one GEMM per image) at batch 1, at batch 2-15 and on a precision oneDNN cannot run
-    (every convolution), counting only layers with more than one output pixel per image (a 1 x 1 map
-    is a matrix-vector product that streams its weights fast)."""
+def _native_sums(args: tuple, threads: int) -> np.ndarray:
+    """Per-image sums over the convolutions PyTorch runs on its native CPU path (``slow_conv2d``: one
+    GEMM per image), for the regimes batch 1, batch 2-15 and "every convolution" (a precision oneDNN
+    cannot run), counting only layers with more than one output pixel per image (a 1 x 1 map is a
+    matrix-vector product): shape (3, 3), rows = regimes, columns = weight elements (sum of ``N x K``),
+    aliased multiply-adds at 4-byte and at 2-byte elements (see :func:`native_terms`)."""
     a = _walk(*args)[0]
     m, n, k, ker, stride, h = (a[:, i] for i in range(6))
     conv = (ker > 0) & (m > 1)
     cin = k / np.maximum(ker, 1) ** 2
     one_by_one = (ker == 1) & (stride == 1)
-    w = n * k
+    w, macs = n * k, m * n * k
+
+    def aliasing(nbytes: int) -> np.ndarray:   # doublings of power-of-two alignment of a row, past the free ones
+        row = (m * nbytes).astype(np.int64)
+        log2 = np.log2((row & -row).astype(float))
+        return np.clip(log2, ALIAS_FREE_LOG2, ALIAS_MAX_LOG2) - ALIAS_FREE_LOG2
 
     def native(batch: int) -> np.ndarray:   # aten/src/ATen/native/Convolution.cpp, use_mkldnn (fp32)
         first = ~one_by_one | (batch >= 16) | (threads > 1)
         second = (ker > 3) | (batch > 1) | (batch * cin * h * h > 20480)
         return conv & ~(first & second)
 
-    return float((w * native(1)).sum()), float((w * native(2)).sum()), float((w * conv).sum())
+    a4, a2 = aliasing(4), aliasing(2)
+    out = np.array([[float((w * sel).sum()), float((macs * a4 * sel).sum()), float((macs * a2 * sel).sum())]
+                    for sel in (native(1), native(2), conv)])
+    out.setflags(write=False)
+    return out
 
 
-def native_weight_MB(frame: pd.DataFrame, threads: int, onednn: tuple[str, ...] | list[str],
-                     arch: tuple | None = None) -> pd.Series:
-    """MB (2**20 bytes) of weights per forward that PyTorch's native CPU convolution streams once per
-    image, at the row's batch size and precision; a Series with the frame's index.
+def native_terms(frame: pd.DataFrame, threads: int, onednn: tuple[str, ...] | list[str],
+                 arch: tuple | None = None) -> pd.DataFrame:
+    """What PyTorch's native CPU convolution path costs beyond oneDNN, per row at its batch size and
+    precision: a DataFrame with the frame's index and :data:`NATIVE_TERMS` columns,
+
+    - ``native_weight_MB``: MB (2**20 bytes) of weights it streams once per image;
+    - ``native_aliased_MAC``: its multiply-adds, each weighted by how many doublings of power-of-two
+      alignment the GEMM's row stride (output pixels per image x bytes per element) has beyond
+      ``2**ALIAS_FREE_LOG2`` bytes (at most ``ALIAS_MAX_LOG2 - ALIAS_FREE_LOG2``).
 
     Why: on a CPU, PyTorch hands a convolution to oneDNN or to its native ``slow_conv2d`` (a GEMM per
     image) by a fixed rule: with one thread, stride-1 1 x 1 convolutions at batch 2-15 go native, and so
@@ -257,7 +279,11 @@ def native_weight_MB(frame: pd.DataFrame, threads: int, onednn: tuple[str, ...] 
     without AVX-512 FP16) goes native everywhere. Per image, a GEMM over a few output pixels is bound by
     reading its weights: measured on the CPU reference VM with one thread, a 1 x 1 convolution of
     1024 -> 256 channels on a 2 x 2 map takes 0.19 ms per image at batch 1-15 and 0.04 ms per image at
-    batch 16 (oneDNN); bottleneck-152 at 32 px takes 186 ms at batch 8 and 98 ms at batch 16.
+    batch 16 (oneDNN); bottleneck-152 at 32 px takes 186 ms at batch 8 and 98 ms at batch 16. And the
+    fallback GEMM of a precision without a tuned kernel suffers cache-set conflicts when its rows are
+    aligned to large powers of two: a 3 x 3 fp16 convolution on that VM runs at 2.5-3.0 GMAC/s on maps
+    of 24, 28, 40, 56 or 72 px (rows aligned to at most 128 bytes), 1.3 at 48 and 112 px (512 bytes),
+    0.9 at 32 and 96 px (2 KB) and 0.5 at 64 and 128 px (8 KB and more).
     ``threads``: the torch threads the rows were measured with; ``onednn``: the precisions oneDNN runs
     (:func:`onednn_precisions`). Zero at batch 16 and more for fp32: not monotone in batch, as measured."""
     if "precision" not in frame.columns:
@@ -266,9 +292,19 @@ def native_weight_MB(frame: pd.DataFrame, threads: int, onednn: tuple[str, ...] 
     batch = pd.to_numeric(frame["batch_size"], errors="coerce").to_numpy(float)
     prec = frame["precision"].astype(str).to_numpy()
     nbytes = frame["precision"].astype(str).map(BYTES_PER_ELEMENT).to_numpy(float)
-    per = {u: _native_weights(_args(c), int(threads)) for u, c in cfgs.items()}
-    w1, w2, wall = (np.array([per[k][i] for k in keys], dtype=float).reshape(len(keys)) for i in range(3))
+    per = {u: _native_sums(_args(c), int(threads)) for u, c in cfgs.items()}
+    sums = np.stack([per[k] for k in keys]) if keys else np.zeros((0, 3, 3))
     on = np.isin(prec, list(onednn))
-    fp32_like = np.where(batch <= 1, w1, np.where(batch < 16, w2, 0.0))
-    elems = np.where(on, np.where(prec == "fp32", fp32_like, 0.0), wall)
-    return pd.Series(batch * elems * nbytes / 2.0**20, index=frame.index, name="native_weight_MB")
+    regime = np.where(~on, 2, np.where(prec != "fp32", -1, np.where(batch <= 1, 0, np.where(batch < 16, 1, -1))))
+    rows = np.arange(len(keys))
+    picked = np.where((regime >= 0)[:, None], sums[rows, np.maximum(regime, 0)], 0.0)   # (n, 3)
+    aliased = np.where(nbytes >= 4, picked[:, 1], picked[:, 2])
+    return pd.DataFrame({"native_weight_MB": batch * picked[:, 0] * nbytes / 2.0**20,
+                         "native_aliased_MAC": batch * aliased}, index=frame.index)
+
+
+def native_weight_MB(frame: pd.DataFrame, threads: int, onednn: tuple[str, ...] | list[str],
+                     arch: tuple | None = None) -> pd.Series:
+    """The ``native_weight_MB`` column of :func:`native_terms` (MB of weights PyTorch's native CPU
+    convolution streams once per image); a Series with the frame's index."""
+    return native_terms(frame, threads, onednn, arch)["native_weight_MB"].rename("native_weight_MB")

@@ -21,7 +21,7 @@ a 1 s configuration weigh alike; units of the inputs in MB = 2**20 bytes and fvc
   efficiencies, so thin layers (few channels, tiny feature maps) cost more per FLOP than wide ones,
   as they do. On CPU data two more terms follow the software stack: MB of conv outputs that the
   allocator page-faults each forward, and MB of weights that PyTorch's native convolution path
-  streams once per image (:func:`carb.design.shapes.native_weight_MB`).
+  streams once per image (:func:`carb.design.shapes.native_terms`).
 - :class:`RooflinePrior` (the aggregate form, used when the knob columns are absent): a per-device
   roofline summed over the forward, ``c0 + sum_p flops_p / rate_p + c_b * bytes_MB + c_l * n_conv`` with one FLOP rate per
   precision ``p`` (``flops_p`` = flops where the row's precision is ``p``, else 0), a memory term on
@@ -47,7 +47,7 @@ from carb.design.shapes import (
     architectures,
     gemm_terms,
     large_output_MB,
-    native_weight_MB,
+    native_terms,
     onednn_precisions,
 )
 from carb.errors import ConfigError, DatasetError
@@ -218,8 +218,10 @@ class LayerRooflinePrior(RooflinePrior):
                      ("elementwise", "per_elementwise_MB"))
     #: Name of the coefficient on :func:`carb.design.shapes.large_output_MB` (CPU rows only).
     LARGE = "per_fresh_page_MB"
-    #: Name of the coefficient on :func:`carb.design.shapes.native_weight_MB` (CPU rows only).
+    #: Names of the coefficients on :func:`carb.design.shapes.native_terms` (CPU rows only): weights
+    #: streamed per image (shared) and aliased multiply-adds (per precision: each has its own fallback GEMM).
     NATIVE = "per_native_weight_MB"
+    NATIVE_ALIASED = "per_native_aliased_MAC"
 
     def __init__(self, large_alloc_MB: float | None = None, channel_block: int = 1, cpu_dispatch: bool = False):
         """large_alloc_MB: on CPU data (every training row ``device_kind == "cpu"``), add a cost per
@@ -228,7 +230,7 @@ class LayerRooflinePrior(RooflinePrior):
         multiple of this in the CPU convolution library's blocked layout (oneDNN with AVX-512: 16).
         cpu_dispatch: on CPU data whose rows record their torch ``threads``, add a cost per MB of
         weights streamed by PyTorch's native convolution path, which takes some layers per image
-        (:func:`carb.design.shapes.native_weight_MB`; the precisions oneDNN runs come from the
+        (:func:`carb.design.shapes.native_terms`; the precisions oneDNN runs come from the
         rows' device fingerprint)."""
         self.large_alloc_MB = large_alloc_MB
         self.channel_block = channel_block
@@ -284,12 +286,13 @@ class LayerRooflinePrior(RooflinePrior):
         per, shared = self._terms()
         return ["const", *[f"{name}_{p}" for p in self.precisions_ for _, name in per],
                 *[name for _, name in shared], *([self.LARGE] if getattr(self, "large_alloc_", None) else []),
-                *([self.NATIVE] if getattr(self, "native_", None) else [])]
+                *([self.NATIVE, *[f"{self.NATIVE_ALIASED}_{p}" for p in self.precisions_]]
+                  if getattr(self, "native_", None) else [])]
 
     def design(self, X: pd.DataFrame) -> np.ndarray:
-        """(n, 1 + 8 * precisions [+ 1 page-fault term] [+ 1 native-path term]) non-negative design; on
+        """(n, 1 + 8 * precisions [+ 1 page-fault term] [+ 1 + precisions native-path terms]) non-negative design; on
         GPU data non-decreasing in batch size (on CPU data the native-path term is not: see
-        :func:`carb.design.shapes.native_weight_MB`)."""
+        :func:`carb.design.shapes.native_terms`)."""
         if self.form_ == "aggregate":
             return super().design(X)
         per, shared = self._terms()
@@ -313,7 +316,10 @@ class LayerRooflinePrior(RooflinePrior):
             cols.append(large_output_MB(X, self.large_alloc_, self.channel_block, arch=arch).to_numpy(float))
         native = getattr(self, "native_", None)
         if native:
-            cols.append(native_weight_MB(X, native["threads"], native["onednn"], arch=arch).to_numpy(float))
+            nt = native_terms(X, native["threads"], native["onednn"], arch=arch)
+            cols.append(nt["native_weight_MB"].to_numpy(float))
+            for p in self.precisions_:
+                cols.append(np.where(prec == p, nt["native_aliased_MAC"].to_numpy(float), 0.0))
         return np.column_stack(cols)
 
     def stand_in(self, precision: str) -> str:

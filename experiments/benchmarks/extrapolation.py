@@ -14,7 +14,7 @@ B1 (FLOPs-only linear regression), on
 Prints one table per dataset and, for each split whose latency R^2 is below 0.9, where its error
 lies (R^2 per precision, the share of the squared error in the 5 worst rows, R^2 without them, and
 those configurations); the last line is machine-readable:
-``min_xval_latency_r2=.. min_xval_memory_r2=.. min_xval_energy_r2=.. worse_than_b1=<count>`` over
+``min_xval_latency_r2=.. min_xval_memory_r2=.. min_xval_energy_r2=.. worse_than_b1=<count> max_r2_below_b1=..`` over
 every split and dataset (CARB only).
 """
 from __future__ import annotations
