@@ -218,8 +218,10 @@ class LayerRooflinePrior(RooflinePrior):
                      ("elementwise", "per_elementwise_MB"))
     #: Name of the coefficient on :func:`carb.design.shapes.large_output_MB` (CPU rows only).
     LARGE = "per_fresh_page_MB"
-    #: Names of the coefficients on :func:`carb.design.shapes.native_terms` (CPU rows only): weights
-    #: streamed per image (shared) and aliased multiply-adds (per precision: each has its own fallback GEMM).
+    #: Names of the coefficients on :func:`carb.design.shapes.native_terms` (CPU rows only), per precision:
+    #: weights streamed per image and aliased multiply-adds (fp32 runs MKL's GEMM per image, fp16 without
+    #: AVX-512 FP16 a fallback GEMM; one shared rate, learned from fp16 alone when a split holds only
+    #: batches >= 16, made fp32 at batch 1-8 predictions 7x too slow).
     NATIVE = "per_native_weight_MB"
     NATIVE_ALIASED = "per_native_aliased_MAC"
 
@@ -286,7 +288,7 @@ class LayerRooflinePrior(RooflinePrior):
         per, shared = self._terms()
         return ["const", *[f"{name}_{p}" for p in self.precisions_ for _, name in per],
                 *[name for _, name in shared], *([self.LARGE] if getattr(self, "large_alloc_", None) else []),
-                *([self.NATIVE, *[f"{self.NATIVE_ALIASED}_{p}" for p in self.precisions_]]
+                *([f"{name}_{p}" for p in self.precisions_ for name in (self.NATIVE, self.NATIVE_ALIASED)]
                   if getattr(self, "native_", None) else [])]
 
     def design(self, X: pd.DataFrame) -> np.ndarray:
@@ -317,9 +319,9 @@ class LayerRooflinePrior(RooflinePrior):
         native = getattr(self, "native_", None)
         if native:
             nt = native_terms(X, native["threads"], native["onednn"], arch=arch)
-            cols.append(nt["native_weight_MB"].to_numpy(float))
             for p in self.precisions_:
-                cols.append(np.where(prec == p, nt["native_aliased_MAC"].to_numpy(float), 0.0))
+                for term in ("native_weight_MB", "native_aliased_MAC"):
+                    cols.append(np.where(prec == p, nt[term].to_numpy(float), 0.0))
         return np.column_stack(cols)
 
     def stand_in(self, precision: str) -> str:
