@@ -65,7 +65,11 @@ def test_energy_is_per_batch_whatever_n_runs():
         assert row["energy_J"] == pytest.approx(50.0 * row["latency_ms"] / 1e3, rel=3e-2)
         assert row["avg_power_W"] == pytest.approx(50.0, rel=3e-2)
     assert long["energy_window_J"] > 8 * short["energy_window_J"]        # 16x the batches
-    assert long["energy_J"] == pytest.approx(short["energy_J"], rel=0.3)  # same per batch (timing noise)
+    # same per batch: energy per batch over latency per batch is the same power for both window lengths
+    # (comparing the raw energies compared two timings of a 2-core VM: 26 vs 37 mJ once in CI-like runs)
+    per = lambda r: r["energy_J"] / (r["latency_ms"] / 1e3)  # noqa: E731
+    assert per(long) == pytest.approx(per(short), rel=5e-2)
+    assert long["energy_window_J"] / long["n_runs"] == pytest.approx(long["energy_J"])
 
 
 def test_fingerprints_of_two_recorded_cpus():

@@ -398,6 +398,15 @@ class CarbCascade(RegressorMixin, BaseEstimator):
             out[pred_name(t)] = p
         return pd.DataFrame(out, index=idx)
 
+    def batch_nonmonotone_targets(self) -> list[str]:
+        """Targets whose physics prior may fall as the batch grows, which screening therefore does not
+        project onto non-decreasing sequences (:func:`carb.model.monotone.monotone_in_batch`): those
+        with the CPU native-path term (:func:`carb.design.shapes.native_terms`), because with one torch
+        thread PyTorch moves 1 x 1 convolutions from a GEMM per image to oneDNN at batch 16 and measured
+        latency falls there (bottleneck-152 at 32 px: 271 ms at batch 15, 69 ms at batch 16)."""
+        return [t for t, s in getattr(self, "stages_", {}).items()
+                if s.prior is not None and getattr(s.prior, "native_", None)]
+
     def prior_frame(self, X: pd.DataFrame) -> pd.DataFrame:
         """Physics priors of the stages that have one, for raw rows ``X``: a DataFrame (index of ``X``)
         with one column per such target, in target units (MB, J, ms). Empty without physics."""
