@@ -293,3 +293,21 @@ def test_layer_prior_extrapolates_on_the_shipped_cpu_reference():
     lobo = {d: r2_score(y[low], make_prior("latency_ms", channel_block=16, cpu_dispatch=d)
                         .fit(df[~low], y[~low]).predict(df[low])) for d in (True, False)}
     assert lobo[True] > lobo[False] - 0.02 and lobo[True] > 0.7, lobo
+
+
+def test_unseen_precision_keeps_its_own_bytes_and_convolution_path():
+    """Fitted on the shipped reference's fp32 rows alone, the latency prior predicts its bf16 rows with
+    fp32's coefficients but bf16's bytes and bf16's path (oneDNN, never PyTorch's per-image GEMM on this
+    AVX-512 CPU): R2 >= 0.85, far better than predicting them as if they were fp32."""
+    from sklearn.metrics import r2_score
+
+    from carb.data.io import load_training_frame
+
+    df, _ = load_training_frame("reference")
+    y = df["latency_ms"].to_numpy(float)
+    fp32, bf16 = (df["precision"] == "fp32").to_numpy(), (df["precision"] == "bf16").to_numpy()
+    p = make_prior("latency_ms", channel_block=16, cpu_dispatch=True).fit(df[fp32], y[fp32])
+    assert p.precisions_ == ["fp32"] and p.stand_in("bf16") == "fp32"
+    own = r2_score(y[bf16], p.predict(df[bf16]))
+    as_fp32 = r2_score(y[bf16], p.predict(df[bf16].assign(precision="fp32")))
+    assert own >= 0.85 and own > as_fp32 + 0.2, (own, as_fp32)
