@@ -403,7 +403,7 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         project onto non-decreasing sequences (:func:`carb.model.monotone.monotone_in_batch`): those
         with the CPU native-path term (:func:`carb.design.shapes.native_terms`), because with one torch
         thread PyTorch moves 1 x 1 convolutions from a GEMM per image to oneDNN at batch 16 and measured
-        latency falls there (bottleneck-152 at 32 px: 271 ms at batch 15, 69 ms at batch 16)."""
+        latency falls there (bottleneck-152 at 32 px: 272 ms at batch 15, 68 ms at batch 16)."""
         return [t for t, s in getattr(self, "stages_", {}).items()
                 if s.prior is not None and getattr(s.prior, "native_", None)]
 
