@@ -154,3 +154,8 @@ def test_cpu_latency_may_fall_at_batch_16_where_pytorch_changes_path():
     lat, mem = pred["pred_latency_ms"].to_numpy(), pred["pred_peak_memory_MB"].to_numpy()
     assert lat[1] < 0.8 * lat[0], lat
     assert mem[1] >= mem[0]
+    sane = sanity_report(m, rows)   # one step (8 -> 16): latency falls, and so does its prior
+    assert sane["sanity_latency_ms_batch_violations"] == 1.0
+    assert sane["sanity_latency_ms_batch_violations_prior_falls"] == 1.0
+    assert sane["sanity_peak_memory_MB_batch_violations"] == 0.0
+    assert "sanity_peak_memory_MB_batch_violations_prior_falls" not in sane

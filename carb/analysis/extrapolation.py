@@ -313,12 +313,16 @@ def sanity_report(model: Any, grid: pd.DataFrame, tol: float = 1e-9) -> dict[str
 
     Returns ``sanity_memory_below_params`` (share of rows predicted below their parameter bytes) and
     ``sanity_<target>_batch_violations`` (share of consecutive batch-size steps, other knobs fixed,
-    where the prediction decreases by more than ``tol`` relative), plus ``sanity_n``."""
+    where the prediction decreases by more than ``tol`` relative), plus ``sanity_n``. For a target whose
+    physics may fall with batch (``model.batch_nonmonotone_targets()``: CPU latency where PyTorch moves
+    1 x 1 convolutions to oneDNN at batch 16) also ``sanity_<target>_batch_violations_prior_falls``: the
+    share of steps where the prediction falls and so does the physics prior."""
     from carb.analysis.screening import score
     from carb.design.arch import KNOBS
 
     scored = score(model, grid)
     out: dict[str, float] = {"sanity_n": float(len(scored))}
+    free = set(getattr(model, "batch_nonmonotone_targets", list)())
     if "pred_peak_memory_MB" in scored.columns and "param_size_MB" in scored.columns:
         below = scored["pred_peak_memory_MB"].to_numpy(float) < scored["param_size_MB"].to_numpy(float) * (1 - tol)
         out["sanity_memory_below_params"] = float(below.mean()) if len(below) else float("nan")
@@ -332,4 +336,8 @@ def sanity_report(model: Any, grid: pd.DataFrame, tol: float = 1e-9) -> dict[str
         steps[0] = False
         drops = steps & (v < prev * (1 - 1e-6) - tol)
         out[f"sanity_{col[5:]}_batch_violations"] = float(drops.sum() / steps.sum()) if steps.any() else float("nan")
+        if col[5:] in free and steps.any():
+            pv = model.prior_frame(ordered)[col[5:]].to_numpy(float)
+            falls = steps & (pv < np.roll(pv, 1) * (1 - 1e-6))
+            out[f"sanity_{col[5:]}_batch_violations_prior_falls"] = float((drops & falls).sum() / steps.sum())
     return out

@@ -2,8 +2,9 @@
 
 Peak memory, energy per batch and latency per batch do not fall when the batch grows and nothing else
 changes, with one measured exception: on a CPU with one torch thread, PyTorch moves 1 x 1 convolutions
-from a GEMM per image to oneDNN at batch 16, and latency falls there (a target the model names in
-``batch_nonmonotone_targets()`` is interpolated between knots but not pooled). The physics priors
+from a GEMM per image to oneDNN at batch 16, and latency falls there (for a target the model names in
+``batch_nonmonotone_targets()`` the learned correction, the log-ratio of prediction to physics prior, is
+pooled instead: the prediction falls only where its prior does). The physics priors
 (:mod:`carb.model.physics`) rise with batch size by construction apart from that CPU term, but the
 learned tree correction on top of them does not, so a raw cascade can predict less memory for batch 32
 than for batch 16 of the same network (about 1-3 % of the steps of the 3,072 grid before this module).
@@ -119,8 +120,9 @@ def monotone_in_batch(model: Any, features: pd.DataFrame,
     for t in targets:
         col = pred_name(t)
         logy = np.log(np.maximum(PK[col].to_numpy(float), 1e-300)).reshape(n_a, n_k)
-        if t in free:    # the physics itself falls with batch here (CPU native path): interpolate, don't pool
-            mono = logy[codes]
+        if t in free:    # the physics itself falls with batch here (CPU native path): pool the learned
+            lp = np.log(np.maximum(prior_k[t], 1e-300)).reshape(n_a, n_k)   # correction, keep the prior's shape
+            mono = (np.vstack([pav_increasing(r) for r in logy - lp]) + lp)[codes]
         else:
             mono = np.vstack([pav_increasing(r) for r in logy])[codes]        # (n rows, n_k)
         lo, hi = mono[np.arange(len(b)), j], mono[np.arange(len(b)), j2]
