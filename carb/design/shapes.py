@@ -232,6 +232,27 @@ NATIVE_TERMS: tuple[str, ...] = ("native_weight_MB", "native_aliased_MAC")
 ALIAS_FREE_LOG2, ALIAS_MAX_LOG2 = 7, 13
 
 
+def _aliasing(m: np.ndarray, nbytes: int) -> np.ndarray:
+    """Doublings of power-of-two alignment of a native GEMM's row (``m`` output pixels per image x
+    ``nbytes``) past the free ones (:data:`ALIAS_FREE_LOG2`), at most ``ALIAS_MAX_LOG2 - ALIAS_FREE_LOG2``."""
+    row = (np.asarray(m) * nbytes).astype(np.int64)
+    log2 = np.log2((row & -row).astype(float))
+    return np.clip(log2, ALIAS_FREE_LOG2, ALIAS_MAX_LOG2) - ALIAS_FREE_LOG2
+
+
+def _native_mask(a: np.ndarray, batch: np.ndarray | float, threads: int) -> np.ndarray:
+    """Which rows of a :data:`CONV_COLUMNS` array PyTorch's fp32 CPU convolution runs natively at
+    ``batch`` (scalar or one per row) with ``threads`` torch threads (ATen ``Convolution.cpp``,
+    ``use_mkldnn``), counting only layers with more than one output pixel per image."""
+    m, k, ker, stride, h = a[:, 0], a[:, 2], a[:, 3], a[:, 4], a[:, 5]
+    conv = (ker > 0) & (m > 1)
+    cin = k / np.maximum(ker, 1) ** 2
+    one_by_one = (ker == 1) & (stride == 1)
+    first = ~one_by_one | (batch >= 16) | (threads > 1)
+    second = (ker > 3) | (batch > 1) | (batch * cin * h * h > 20480)
+    return conv & ~(first & second)
+
+
 @lru_cache(maxsize=65536)
 def _native_sums(args: tuple, threads: int) -> np.ndarray:
     """Per-image sums over the convolutions PyTorch runs on its native CPU path (``slow_conv2d``: one
@@ -240,26 +261,38 @@ def _native_sums(args: tuple, threads: int) -> np.ndarray:
     matrix-vector product): shape (3, 3), rows = regimes, columns = weight elements (sum of ``N x K``),
     aliased multiply-adds at 4-byte and at 2-byte elements (see :func:`native_terms`)."""
     a = _walk(*args)[0]
-    m, n, k, ker, stride, h = (a[:, i] for i in range(6))
+    m, n, k, ker = a[:, 0], a[:, 1], a[:, 2], a[:, 3]
     conv = (ker > 0) & (m > 1)
-    cin = k / np.maximum(ker, 1) ** 2
-    one_by_one = (ker == 1) & (stride == 1)
     w, macs = n * k, m * n * k
-
-    def aliasing(nbytes: int) -> np.ndarray:   # doublings of power-of-two alignment of a row, past the free ones
-        row = (m * nbytes).astype(np.int64)
-        log2 = np.log2((row & -row).astype(float))
-        return np.clip(log2, ALIAS_FREE_LOG2, ALIAS_MAX_LOG2) - ALIAS_FREE_LOG2
-
-    def native(batch: int) -> np.ndarray:   # aten/src/ATen/native/Convolution.cpp, use_mkldnn (fp32)
-        first = ~one_by_one | (batch >= 16) | (threads > 1)
-        second = (ker > 3) | (batch > 1) | (batch * cin * h * h > 20480)
-        return conv & ~(first & second)
-
-    a4, a2 = aliasing(4), aliasing(2)
+    a4, a2 = _aliasing(m, 4), _aliasing(m, 2)
     out = np.array([[float((w * sel).sum()), float((macs * a4 * sel).sum()), float((macs * a2 * sel).sum())]
-                    for sel in (native(1), native(2), conv)])
+                    for sel in (_native_mask(a, 1, threads), _native_mask(a, 2, threads), conv)])
     out.setflags(write=False)
+    return out
+
+
+def layer_terms(layers: np.ndarray, batch: np.ndarray, precision: np.ndarray, threads: int,
+                onednn: tuple[str, ...] | list[str]) -> pd.DataFrame:
+    """:data:`GEMM_TERMS` (elements) and :data:`NATIVE_TERMS` of single convolutions, one per row, as
+    :func:`gemm_terms` and :func:`native_terms` count them inside a network: ``layers`` is an (n, 6)
+    :data:`CONV_COLUMNS` array, ``batch`` and ``precision`` one value per row; shape (n, 10). A layer
+    with 3 input channels counts as a stem. Used to fit a device probe (:mod:`carb.measure.probe`) in
+    the same terms as the latency prior."""
+    a = np.asarray(layers, dtype=float).reshape(-1, len(CONV_COLUMNS))
+    b = np.asarray(batch, dtype=float)
+    prec = np.asarray(precision).astype(str)
+    m, n, k, ker = a[:, 0], a[:, 1], a[:, 2], a[:, 3]
+    macs = m * n * k
+    cin = k / np.maximum(ker, 1) ** 2
+    nbytes = pd.Series(prec).map(BYTES_PER_ELEMENT).to_numpy(float)
+    out = pd.DataFrame({"gemm_MNK": macs * b, "gemm_MK": m * k * b, "gemm_MN": m * n * b, "gemm_NK": n * k,
+                        "gemm_M": m * b, "elementwise": 0.0, "n_ops": 1.0,
+                        "stem_MNK": np.where((cin == 3) & (ker > 0), macs * b, 0.0)})
+    on = np.isin(prec, list(onednn))
+    native = np.where(on, (prec == "fp32") & _native_mask(a, b, threads), (ker > 0) & (m > 1))
+    alias = np.where(nbytes >= 4, _aliasing(m, 4), _aliasing(m, 2))
+    out["native_weight_MB"] = np.where(native, b * n * k * nbytes / 2.0**20, 0.0)
+    out["native_aliased_MAC"] = np.where(native, b * macs * alias, 0.0)
     return out
 
 

@@ -226,7 +226,8 @@ class LayerRooflinePrior(RooflinePrior):
     NATIVE = "per_native_weight_MB"
     NATIVE_ALIASED = "per_native_aliased_MAC"
 
-    def __init__(self, large_alloc_MB: float | None = None, channel_block: int = 1, cpu_dispatch: bool = False):
+    def __init__(self, large_alloc_MB: float | None = None, channel_block: int = 1, cpu_dispatch: bool = False,
+                 device_probe: bool = False):
         """large_alloc_MB: on CPU data (every training row ``device_kind == "cpu"``), add a cost per
         MB of convolution outputs at least this large (they get fresh pages every forward: glibc maps
         allocations of 32 MiB and more); None = no such term. channel_block: channels padded to a
@@ -234,10 +235,13 @@ class LayerRooflinePrior(RooflinePrior):
         cpu_dispatch: on CPU data whose rows record their torch ``threads``, add a cost per MB of
         weights streamed by PyTorch's native convolution path, which takes some layers per image
         (:func:`carb.design.shapes.native_terms`; the precisions oneDNN runs come from the
-        rows' device fingerprint)."""
+        rows' device fingerprint). device_probe: with ``cpu_dispatch``, on the rows of one device that
+        has a device probe (:func:`carb.data.probes.load_probe`), predict a precision no row was
+        measured at from the probe's single-layer timings (:meth:`predict`)."""
         self.large_alloc_MB = large_alloc_MB
         self.channel_block = channel_block
         self.cpu_dispatch = cpu_dispatch
+        self.device_probe = device_probe
 
     def _learn_columns(self, X: pd.DataFrame) -> None:
         super()._learn_columns(X)
@@ -246,6 +250,7 @@ class LayerRooflinePrior(RooflinePrior):
         self.per_precision_terms_ = self.PER_PRECISION
         self.shared_terms_ = self.SHARED
         self.native_ = native_dispatch(X) if (self.cpu_dispatch and cpu) else None
+        self.probe_, self.probe_reason_ = fit_device_probe(X, self.native_) if self.device_probe else (None, "off")
 
     #: The layer form is kept only when its grouped cross-validated error is below this share of the
     #: aggregate form's (a richer form must earn its place on architectures it did not see).
@@ -295,13 +300,28 @@ class LayerRooflinePrior(RooflinePrior):
     def predict(self, X: pd.DataFrame) -> np.ndarray:
         """Cost per row. A precision not seen in training takes :meth:`stand_in`'s coefficients, but its
         own bytes per element and its own convolution path (a 16-bit row moves half the bytes of an fp32
-        row whatever its coefficients, and on a CPU it may run oneDNN where fp32 ran PyTorch's native path)."""
+        row whatever its coefficients, and on a CPU it may run oneDNN where fp32 ran PyTorch's native path).
+        With a device probe of both (``probe_``), it is the stand-in's prediction for the same network with
+        the stand-in's convolution time replaced by its own, both from the probe
+        (:meth:`carb.model.layer_cost.LayerCostModel.network_ms`): ``max(prior_s - conv_s, 0) + conv_p``."""
         if self.form_ == "aggregate":
             return super().predict(X)
         prec = X["precision"].astype(str).to_numpy()
         unseen = ~np.isin(prec, self.precisions_)
         slot = np.array([self.stand_in(p) if u else p for p, u in zip(prec, unseen)], dtype=object) if unseen.any() else None
-        return np.maximum(self.design(X, slot=slot) @ self.coef_values_, TINY)
+        out = np.maximum(self.design(X, slot=slot) @ self.coef_values_, TINY)
+        probe = getattr(self, "probe_", None)
+        if probe is not None and unseen.any():
+            for p in np.unique(prec[unseen]):
+                s = self.stand_in(p)
+                if p not in probe.precisions_ or s not in probe.precisions_:
+                    continue
+                rows = np.flatnonzero(prec == p)
+                Xp = X.iloc[rows]
+                Xs = Xp.assign(precision=s)
+                base = self.design(Xs) @ self.coef_values_
+                out[rows] = np.maximum(base - probe.network_ms(Xs, s), 0.0) + probe.network_ms(Xp, p)
+        return out
 
     def design(self, X: pd.DataFrame, slot: np.ndarray | None = None) -> np.ndarray:
         """(n, 1 + 8 * precisions [+ 1 page-fault term] [+ 1 + precisions native-path terms]) non-negative design; on
@@ -347,7 +367,9 @@ class LayerRooflinePrior(RooflinePrior):
     def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "form": self.form_, "form_reason": self.form_reason_,
                 "cv_error": dict(self.cv_error_), "large_alloc_MB": getattr(self, "large_alloc_", None),
-                "native_dispatch": getattr(self, "native_", None)}
+                "native_dispatch": getattr(self, "native_", None),
+                "device_probe": (self.probe_.to_dict() if getattr(self, "probe_", None) is not None
+                                 else getattr(self, "probe_reason_", "off"))}
 
 
 def native_dispatch(X: pd.DataFrame) -> dict[str, Any] | None:
@@ -371,6 +393,30 @@ def native_dispatch(X: pd.DataFrame) -> dict[str, Any] | None:
     return {"threads": int(t[0]), "onednn": list(onednn_precisions(isa))}
 
 
+def fit_device_probe(X: pd.DataFrame, native: dict[str, Any] | None) -> tuple[Any, str]:
+    """``(LayerCostModel fitted on the device probe of X's device, "")``, or ``(None, why not)``: the
+    rows must be CPU rows of one ``device_id`` with a known dispatch (``native``, :func:`native_dispatch`)
+    and a probe on disk (:func:`carb.data.probes.load_probe`) run with the same torch threads."""
+    from carb.data.probes import load_probe
+    from carb.model.layer_cost import LayerCostModel
+
+    if native is None:
+        return None, "not CPU rows of one torch thread count (cpu_dispatch off or no threads column)"
+    ids = X["device_id"].dropna().astype(str).unique() if "device_id" in X.columns else []
+    if len(ids) != 1:
+        return None, f"rows of {len(ids)} devices, not one"
+    table = load_probe(ids[0])
+    if table is None:
+        return None, f"no device probe of device {ids[0]}"
+    table = table[pd.to_numeric(table["threads"], errors="coerce") == native["threads"]]
+    if table.empty:
+        return None, f"the probe of device {ids[0]} ran with other torch threads than the rows ({native['threads']})"
+    try:
+        return LayerCostModel(threads=native["threads"], onednn=tuple(native["onednn"])).fit(table), ""
+    except DatasetError as e:
+        return None, str(e)
+
+
 #: Which prior each target uses.
 PRIORS: dict[str, type[_Prior]] = {"peak_memory_MB": MemoryPrior, "energy_J": LayerRooflinePrior,
                                    "latency_ms": LayerRooflinePrior}
@@ -378,8 +424,13 @@ PRIORS: dict[str, type[_Prior]] = {"peak_memory_MB": MemoryPrior, "energy_J": La
 
 def make_prior(target: str, **settings: Any) -> _Prior:
     """An unfitted prior for ``target`` (see :data:`PRIORS`); ``settings`` (``large_alloc_MB``,
-    ``channel_block``, ``cpu_dispatch``) go to the layer roofline and are ignored by the others."""
+    ``channel_block``, ``cpu_dispatch``, ``device_probe``) go to the layer roofline and are ignored by the
+    others. ``device_probe`` applies to latency only (a probe times kernels; it measures no energy)."""
     if target not in PRIORS:
         raise DatasetError(f"no physics prior for target {target!r}; known: {list(PRIORS)}")
     cls = PRIORS[target]
-    return cls(**settings) if cls is LayerRooflinePrior else cls()
+    if cls is not LayerRooflinePrior:
+        return cls()
+    if target != "latency_ms":
+        settings = {k: v for k, v in settings.items() if k != "device_probe"}
+    return cls(**settings)

@@ -1,0 +1,41 @@
+"""Device probes on disk: the shipped single-convolution timings (``carb/data/device-probes.csv``, one
+table, a ``device_id`` column) and any a user measured (``$CARB_HOME/probes/*.csv``), looked up by the
+fingerprinted device they ran on. See :mod:`carb.measure.probe` for what a probe is."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from carb.errors import DatasetError
+from carb.resources import DATA_DIR
+
+#: The probes shipped with the package.
+SHIPPED_PROBES: Path = DATA_DIR / "device-probes.csv"
+
+
+def probe_paths() -> list[Path]:
+    """Probe tables to search, shipped first, then ``$CARB_HOME/probes/*.csv`` (later ones win)."""
+    paths = [SHIPPED_PROBES] if SHIPPED_PROBES.exists() else []
+    home = os.environ.get("CARB_HOME")
+    if home:
+        paths += sorted((Path(home) / "probes").glob("*.csv"))
+    return paths
+
+
+def load_probe(device_id: str, paths: list[Path] | None = None) -> pd.DataFrame | None:
+    """The probe rows of ``device_id`` from the last table in ``paths`` (default :func:`probe_paths`)
+    that has any, or None when no table does. Raises :class:`DatasetError` for an unreadable table."""
+    found = None
+    for p in (probe_paths() if paths is None else paths):
+        try:
+            t = pd.read_csv(p)
+        except Exception as e:
+            raise DatasetError(f"cannot read device probe {str(p)!r}: {' '.join(str(e).split())}") from None
+        if "device_id" not in t.columns:
+            raise DatasetError(f"device probe {str(p)!r}: no device_id column")
+        rows = t[t["device_id"].astype(str) == str(device_id)]
+        if len(rows):
+            found = rows.reset_index(drop=True)
+    return found
