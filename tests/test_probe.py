@@ -70,6 +70,21 @@ def test_layer_terms_sum_to_the_network_terms(cfg):
         assert nt["native_weight_MB"] > 0
 
 
+def test_layer_terms_stem_is_the_first_convolution_when_told():
+    """A width that rounds a stage to 3 channels has 3-channel convolutions past the stem: by default
+    layer_terms calls them stems (a single probed 3-channel layer is one), with ``stem`` = the first row
+    it matches gemm_terms, and the layer cost model sums networks that way."""
+    cfg = ArchConfig("basic", 20, 0.1875, 32, 1, "fp32", False)
+    f = frame([cfg])
+    a = network_layers(f)[0]
+    n = len(a)
+    default = layer_terms(a, np.ones(n), np.full(n, "fp32"), 1, ONEDNN)["stem_MNK"].sum()
+    first = layer_terms(a, np.ones(n), np.full(n, "fp32"), 1, ONEDNN, stem=np.arange(n) == 0)["stem_MNK"].sum()
+    g = gemm_terms(f).iloc[0]["stem_MNK"]
+    assert default > g
+    np.testing.assert_allclose(first, g, rtol=1e-9)
+
+
 def test_layer_terms_native_path_follows_the_batch_and_precision():
     """The same fp32 network has native-path terms at batch 8 but none at batch 16 (oneDNN), and a bf16
     row (a oneDNN precision) has none at any batch, in layer_terms as in native_terms."""

@@ -11,6 +11,11 @@ import pandas as pd
 from carb.errors import DatasetError
 from carb.resources import DATA_DIR
 
+#: Columns of a probe table: the device and torch threads it ran on, the precision, the convolution
+#: (``cin -> cout`` channels, ``kernel x kernel``, ``stride``, padding ``kernel // 2``, input ``H_in x H_in``),
+#: the batch, the best time per call in ms, and the backend torch picked ("Mkldnn", "Slow2d", ...).
+PROBE_COLUMNS: tuple[str, ...] = ("device_id", "threads", "precision", "cin", "cout", "kernel", "stride", "H_in",
+                                  "batch_size", "time_ms", "backend")
 #: The probes shipped with the package.
 SHIPPED_PROBES: Path = DATA_DIR / "device-probes.csv"
 

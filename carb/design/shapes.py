@@ -272,11 +272,12 @@ def _native_sums(args: tuple, threads: int) -> np.ndarray:
 
 
 def layer_terms(layers: np.ndarray, batch: np.ndarray, precision: np.ndarray, threads: int,
-                onednn: tuple[str, ...] | list[str]) -> pd.DataFrame:
+                onednn: tuple[str, ...] | list[str], stem: np.ndarray | None = None) -> pd.DataFrame:
     """:data:`GEMM_TERMS` (elements) and :data:`NATIVE_TERMS` of single convolutions, one per row, as
     :func:`gemm_terms` and :func:`native_terms` count them inside a network: ``layers`` is an (n, 6)
     :data:`CONV_COLUMNS` array, ``batch`` and ``precision`` one value per row; shape (n, 10). A layer
-    with 3 input channels counts as a stem. Used to fit a device probe (:mod:`carb.measure.probe`) in
+    is a stem where ``stem`` (bool, one per row) says so; default: the layers with 3 input channels (a
+    single probed convolution of 3 channels is a network's first). Used to fit a device probe (:mod:`carb.measure.probe`) in
     the same terms as the latency prior."""
     a = np.asarray(layers, dtype=float).reshape(-1, len(CONV_COLUMNS))
     b = np.asarray(batch, dtype=float)
@@ -287,7 +288,8 @@ def layer_terms(layers: np.ndarray, batch: np.ndarray, precision: np.ndarray, th
     nbytes = pd.Series(prec).map(BYTES_PER_ELEMENT).to_numpy(float)
     out = pd.DataFrame({"gemm_MNK": macs * b, "gemm_MK": m * k * b, "gemm_MN": m * n * b, "gemm_NK": n * k,
                         "gemm_M": m * b, "elementwise": 0.0, "n_ops": 1.0,
-                        "stem_MNK": np.where((cin == 3) & (ker > 0), macs * b, 0.0)})
+                        "stem_MNK": np.where(((cin == 3) if stem is None else np.asarray(stem, bool)) & (ker > 0),
+                                             macs * b, 0.0)})
     on = np.isin(prec, list(onednn))
     native = np.where(on, (prec == "fp32") & _native_mask(a, b, threads), (ker > 0) & (m > 1))
     alias = np.where(nbytes >= 4, _aliasing(m, 4), _aliasing(m, 2))
@@ -341,3 +343,29 @@ def native_weight_MB(frame: pd.DataFrame, threads: int, onednn: tuple[str, ...] 
     """The ``native_weight_MB`` column of :func:`native_terms` (MB of weights PyTorch's native CPU
     convolution streams once per image); a Series with the frame's index."""
     return native_terms(frame, threads, onednn, arch)["native_weight_MB"].rename("native_weight_MB")
+
+
+def space_layers(frame: pd.DataFrame) -> np.ndarray:
+    """Distinct convolutions ``(cin, cout, kernel, stride, H_in)`` of the networks the rows of ``frame``
+    name (knob columns, see :data:`carb.design.shapes.SHAPE_INPUTS`), classifiers left out; shape (n, 5)."""
+    _, cfgs = architectures(frame)
+    rows = set()
+    for c in cfgs.values():
+        a = _walk(*_args(c))[0]
+        for m, n, k, ker, stride, h in a:
+            if ker > 0:
+                rows.add((int(round(k / ker**2)), int(n), int(ker), int(stride), int(h)))
+    return np.array(sorted(rows), dtype=int).reshape(-1, 5)
+
+
+def out_size(h: int, kernel: int, stride: int) -> int:
+    """Output map side of a convolution with padding ``kernel // 2``."""
+    return (h + 2 * (kernel // 2) - kernel) // stride + 1
+
+
+def layer_array(probe: pd.DataFrame) -> np.ndarray:
+    """The probe's layers as a :data:`carb.design.shapes.CONV_COLUMNS` array ``(M per image, N, K,
+    kernel, stride, H_in)``; shape (n, 6)."""
+    cin, cout, ker, stride, h = (probe[c].to_numpy(float) for c in ("cin", "cout", "kernel", "stride", "H_in"))
+    ho = np.array([out_size(int(a), int(b), int(c)) for a, b, c in zip(h, ker, stride)], dtype=float)
+    return np.column_stack([ho * ho, cout, cin * ker * ker, ker, stride, h])

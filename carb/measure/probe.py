@@ -25,33 +25,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from carb.data.probes import PROBE_COLUMNS
+from carb.design.shapes import layer_array, out_size, space_layers
 from carb.errors import ConfigError
 
-#: Columns of a probe table.
-PROBE_COLUMNS: tuple[str, ...] = ("device_id", "threads", "precision", "cin", "cout", "kernel", "stride", "H_in",
-                                  "batch_size", "time_ms", "backend")
+__all__ = ["PROBE_BATCHES", "PROBE_COLUMNS", "backend", "best_ms", "layer_array", "out_size", "probe_plan",
+           "run_probe", "space_layers"]
 #: The batch sizes a probe layer may run at (PyTorch's CPU dispatch changes at 2 and 16).
 PROBE_BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
-
-
-def space_layers(frame: pd.DataFrame) -> np.ndarray:
-    """Distinct convolutions ``(cin, cout, kernel, stride, H_in)`` of the networks the rows of ``frame``
-    name (knob columns, see :data:`carb.design.shapes.SHAPE_INPUTS`), classifiers left out; shape (n, 5)."""
-    from carb.design.shapes import _args, _walk, architectures
-
-    _, cfgs = architectures(frame)
-    rows = set()
-    for c in cfgs.values():
-        a = _walk(*_args(c))[0]
-        for m, n, k, ker, stride, h in a:
-            if ker > 0:
-                rows.add((int(round(k / ker**2)), int(n), int(ker), int(stride), int(h)))
-    return np.array(sorted(rows), dtype=int).reshape(-1, 5)
-
-
-def out_size(h: int, kernel: int, stride: int) -> int:
-    """Output map side of a convolution with padding ``kernel // 2``."""
-    return (h + 2 * (kernel // 2) - kernel) // stride + 1
 
 
 def probe_plan(layers: np.ndarray, n: int, seed: int = 0, max_MMAC: float = 40.0,
@@ -138,11 +119,3 @@ def backend(x: Any, w: Any, stride: int, pad: int) -> str:
         return str(b).split(".")[-1]
     except (AttributeError, RuntimeError, TypeError):
         return ""
-
-
-def layer_array(probe: pd.DataFrame) -> np.ndarray:
-    """The probe's layers as a :data:`carb.design.shapes.CONV_COLUMNS` array ``(M per image, N, K,
-    kernel, stride, H_in)``; shape (n, 6)."""
-    cin, cout, ker, stride, h = (probe[c].to_numpy(float) for c in ("cin", "cout", "kernel", "stride", "H_in"))
-    ho = np.array([out_size(int(a), int(b), int(c)) for a, b, c in zip(h, ker, stride)], dtype=float)
-    return np.column_stack([ho * ho, cout, cin * ker * ker, ker, stride, h])

@@ -34,11 +34,12 @@ MIN_ROWS = 20
 
 
 def layer_design(layers: np.ndarray, batch: np.ndarray, precision: str, threads: int,
-                 onednn: tuple[str, ...]) -> np.ndarray:
-    """Linear-stage design of single convolutions at one precision; shape (n, len(LAYER_TERMS))."""
+                 onednn: tuple[str, ...], stem: np.ndarray | None = None) -> np.ndarray:
+    """Linear-stage design of single convolutions at one precision; shape (n, len(LAYER_TERMS)).
+    ``stem``: which rows are a network's first convolution (default: those with 3 input channels)."""
     from carb.design.shapes import layer_terms
 
-    t = layer_terms(layers, batch, np.full(len(layers), precision), threads, onednn)
+    t = layer_terms(layers, batch, np.full(len(layers), precision), threads, onednn, stem=stem)
     mb = BYTES_PER_ELEMENT[precision] / 2.0**20
     for c in _BYTE_TERMS:
         t[c] = t[c] * mb
@@ -90,8 +91,9 @@ class LayerCostModel:
         :class:`DatasetError` naming the missing columns, or when no precision has enough rows."""
         from sklearn.ensemble import HistGradientBoostingRegressor
 
-        from carb.measure.probe import PROBE_COLUMNS, layer_array
-        from carb.model.physics import nnls_relative
+        from carb.data.probes import PROBE_COLUMNS
+        from carb.design.shapes import layer_array
+        from carb.model.nnls import nnls_relative
 
         missing = [c for c in PROBE_COLUMNS if c not in probe.columns and c != "backend"]
         if missing:
@@ -121,13 +123,15 @@ class LayerCostModel:
         self._cache: dict[tuple, float] = {}
         return self
 
-    def layer_ms(self, layers: np.ndarray, batch: np.ndarray, precision: str) -> np.ndarray:
+    def layer_ms(self, layers: np.ndarray, batch: np.ndarray, precision: str,
+                 stem: np.ndarray | None = None) -> np.ndarray:
         """ms per call of each convolution (:data:`carb.design.shapes.CONV_COLUMNS` rows, classifier rows
-        included as given) at ``batch`` (one per row) and ``precision``; shape (n,)."""
+        included as given) at ``batch`` (one per row) and ``precision``; shape (n,). ``stem``: which rows
+        are a network's first convolution (default: those with 3 input channels)."""
         if precision not in self.coef_:
             raise DatasetError(f"device probe: precision {precision!r} was not probed; probed: {self.precisions_}")
         on = tuple(self.onednn)
-        lin = np.maximum(layer_design(layers, batch, precision, self.threads_, on) @ self.coef_[precision], 1e-9)
+        lin = np.maximum(layer_design(layers, batch, precision, self.threads_, on, stem) @ self.coef_[precision], 1e-9)
         return lin * np.exp(self.correction_[precision].predict(layer_features(layers, batch, precision,
                                                                                  self.threads_, on)))
 
@@ -151,7 +155,8 @@ class LayerCostModel:
             keys_new = list(todo)
             stacked = np.concatenate([todo[q] for q in keys_new])
             b = np.concatenate([np.full(len(todo[q]), q[1]) for q in keys_new])
-            ms = self.layer_ms(stacked, b, precision)
+            first = np.concatenate([np.arange(len(todo[q])) == 0 for q in keys_new])   # the stem of each network
+            ms = self.layer_ms(stacked, b, precision, stem=first)
             ends = np.cumsum([len(todo[q]) for q in keys_new])
             for q, s in zip(keys_new, np.split(ms, ends[:-1])):
                 cache[q] = float(s.sum())

@@ -52,6 +52,7 @@ from carb.design.shapes import (
     onednn_precisions,
 )
 from carb.errors import ConfigError, DatasetError
+from carb.model.nnls import nnls_relative  # noqa: F401  (re-exported: fitted by the priors and the layer cost model)
 
 #: Raw columns the priors read.
 PRIOR_INPUTS: tuple[str, ...] = ("flops", "param_size_MB", "max_activation_MB", "total_activation_MB", "n_conv",
@@ -73,21 +74,6 @@ def input_MB(X: pd.DataFrame) -> np.ndarray:
     bits = X["precision"].astype(str).map(PRECISION_BITS).to_numpy(float)
     size = _num(X, "input_size")
     return _num(X, "batch_size") * 3.0 * size * size * bits / 8.0 / 2.0**20
-
-
-def nnls_relative(A: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Non-negative ``c`` minimising ``sum(((A @ c) / y - 1) ** 2)``: least squares on relative error.
-    A: (n, k) non-negative design, y: (n,) positive targets. Columns are scaled before solving."""
-    from scipy.optimize import nnls
-
-    ok = np.isfinite(y) & (y > 0) & np.isfinite(A).all(axis=1)
-    if ok.sum() < 2:
-        raise DatasetError(f"physics prior: too few measured rows to fit ({int(ok.sum())})")
-    Ar = A[ok] / y[ok, None]
-    scale = np.sqrt((Ar ** 2).mean(axis=0))
-    scale[~(scale > 0)] = 1.0
-    c, _ = nnls(Ar / scale, np.ones(int(ok.sum())), maxiter=50 * A.shape[1])
-    return c / scale
 
 
 def grouped_cv_error(A: np.ndarray, y: np.ndarray, groups: np.ndarray, n_splits: int = 5) -> float:

@@ -3,8 +3,8 @@
     python experiments/measure/probe.py [--n 160] [--precisions fp32 bf16 fp16] [--out carb/data/device-probes.csv]
 
 Run it alone on an idle machine (it times kernels). One torch thread and glibc's allocator pinned, as
-``measure=cpu`` collects. The layers are those of the CPU reference space's networks
-(:func:`carb.measure.probe.space_layers` on ``carb/data/cpu-reference.parquet``), drawn by
+``measure=cpu`` collects. The layers are those of the networks of ``--layers-from``
+(:func:`carb.measure.probe.space_layers`; default the shipped CPU reference), drawn by
 :func:`carb.measure.probe.probe_plan`. The rows of this device already in ``--out`` are replaced; a
 provenance JSON is written beside it (``<out>`` with ``.provenance.json``).
 """
@@ -29,6 +29,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-MMAC", type=float, default=40.0, help="largest call, million multiply-adds")
     ap.add_argument("--out", default=str(ROOT / "carb/data/device-probes.csv"))
+    ap.add_argument("--layers-from", default="reference",
+                    help="dataset whose networks' layers are probed (a path, or 'reference')")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (as the dataset was measured with)")
     args = ap.parse_args()
 
     import pandas as pd
@@ -39,10 +42,12 @@ def main() -> None:
     from carb.measure.probe import layer_array, probe_plan, run_probe, space_layers
 
     pinned = pin_malloc(1024)
-    fp = read_cpu_fingerprint(1)
+    from carb.data.io import load_dataset, resolve_path
+
+    fp = read_cpu_fingerprint(args.threads)
     dev = device_id(fp)
-    plan = probe_plan(space_layers(pd.read_parquet(ROOT / "carb/data/cpu-reference.parquet")), args.n, args.seed,
-                      args.max_MMAC)
+    plan = probe_plan(space_layers(load_dataset(resolve_path(args.layers_from), validate=False)), args.n,
+                      args.seed, args.max_MMAC)
     t0 = time.monotonic()
 
     def progress(done: int, total: int) -> None:
@@ -51,7 +56,7 @@ def main() -> None:
             print(f"  {done}/{total} timings, {el:.0f} s, ETA {el / done * (total - done):.0f} s", flush=True)
 
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    probe = run_probe(plan, args.precisions, dev, threads=1, progress=progress)
+    probe = run_probe(plan, args.precisions, dev, threads=args.threads, progress=progress)
     out = Path(args.out)
     old = pd.read_csv(out) if out.exists() else probe.iloc[:0]
     merged = pd.concat([old[old["device_id"].astype(str) != dev], probe], ignore_index=True)
@@ -67,7 +72,7 @@ def main() -> None:
                  "allocator": pinned, "measured_from": started,
                  "measured_to": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                  "rows": len(probe), "plan": {"n": args.n, "seed": args.seed, "max_MMAC": args.max_MMAC,
-                                              "layers_from": "carb/data/cpu-reference.parquet"},
+                                              "layers_from": args.layers_from},
                  "backends": {p: probe[probe.precision == p]["backend"].value_counts().to_dict()
                               for p in args.precisions}}
     prov_path.write_text(json.dumps(prov, indent=2, sort_keys=True) + "\n")
