@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 
 from carb.commands.cli import CONF_DIR, compose, hydra_run_dir
 
-COMMANDS = ["collect", "import", "calibrate", "train", "tune", "promote", "characterize", "screen"]
+COMMANDS = ["collect", "import", "calibrate", "train", "tune", "promote", "characterize", "screen", "probe"]
 STAMP = r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d"
 ENV = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
 

@@ -20,7 +20,7 @@ LAYERS = {
     "carb.analysis": "analysis", "carb.plots": "plots", "carb.tracking": "tracking",
     "carb.commands": "commands",
     **{f"carb.{c}": "commands" for c in ("collect", "train", "tune", "promote", "characterize", "screen",
-                                         "quickstart", "import_data", "calibrate")},
+                                         "quickstart", "import_data", "calibrate", "probe")},
 }
 #: Which layers each layer may import (itself included).
 ALLOWED = {

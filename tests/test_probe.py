@@ -437,3 +437,38 @@ def test_fit_device_probe_says_why_not(reference, no_carb_home):
     assert model is None and "threads" in why
     model, why = fit_device_probe(rows, native)
     assert why == "" and isinstance(model, LayerCostModel) and model.device_id_ == REFERENCE_DEVICE
+
+
+# ---------------------------------------------------------------------------------------- carb-probe
+
+
+def test_carb_probe_command_writes_the_device_probe_where_training_finds_it(monkeypatch, tmp_path):
+    """carb-probe (run_probe_command on a composed config, tiny plan) writes <carb home>/probes/<device_id>.csv
+    and its provenance; load_probe finds that device's rows there; a second run replaces them (no duplicates)."""
+    from carb.commands.cli import compose
+    from carb.commands.probe import run_probe_command
+
+    monkeypatch.setenv("CARB_HOME", str(tmp_path))
+    cfg = compose("probe", ["n=6", "precisions=[fp32]", "repeats=1", "min_window_s=0.001", "max_MMAC=2",
+                            "progress.enabled=false"])
+    out = run_probe_command(cfg)
+    path = tmp_path / "probes" / f"{out['device_id']}.csv"
+    assert out["out"] == str(path) and path.exists()
+    assert path.with_suffix(".provenance.json").exists()
+    rows = load_probe(out["device_id"])
+    assert rows is not None and len(rows) == out["rows"] >= 6
+    assert set(rows["precision"]) == {"fp32"} and (rows["time_ms"] > 0).all()
+    run_probe_command(cfg)
+    assert len(load_probe(out["device_id"])) == out["rows"]
+
+
+def test_carb_probe_rejects_a_bad_precision_with_one_line(tmp_path):
+    """A precision outside the allowed ones fails before anything is timed, naming the field."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "carb.probe", "precisions=[fp8]",
+                        f"paths.output_dir={tmp_path}"], capture_output=True, text=True, timeout=120,
+                       env={**__import__("os").environ, "CARB_HOME": str(tmp_path)})
+    assert r.returncode == 2, r.stderr
+    assert "precisions" in r.stderr and "Traceback" not in r.stderr

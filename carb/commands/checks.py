@@ -138,6 +138,8 @@ RULES: dict[str, list[tuple[str, Rule]]] = {
                   ("transfer.affine_min_k", integer(2)), ("transfer.residual_min_k", integer(3)),
                   ("transfer.ridge_alpha", number(positive=True)), ("transfer.slope_min", number(positive=True)),
                   ("transfer.slope_max", number(positive=True)), ("transfer.precision_shrink", number(0.0))],
+    "probe": [*_PROGRESS, ("n", integer(1)), ("seed", integer(0)), ("max_MMAC", number(positive=True)),
+              ("repeats", integer(1)), ("min_window_s", number(0.0)), ("precisions", subset_of("fp32", "bf16", "fp16", optional=True))],
     "screen": [*_PROGRESS, ("screen.top_k", integer(1)), ("screen.shortlist_size", integer(1)),
                ("screen.outside", one_of("flag", "drop", "only")), ("screen.interval_coverage", number(0.01, 0.99)),
                *((f"screen.budget.{t}", number(positive=True, optional=True)) for t in _TARGETS)],

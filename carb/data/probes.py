@@ -1,15 +1,14 @@
 """Device probes on disk: the shipped single-convolution timings (``carb/data/device-probes.csv``, one
-table, a ``device_id`` column) and any a user measured (``$CARB_HOME/probes/*.csv``), looked up by the
-fingerprinted device they ran on. See :mod:`carb.measure.probe` for what a probe is."""
+table, a ``device_id`` column) and any a user measured with ``carb-probe`` (``<carb home>/probes/*.csv``,
+``$CARB_HOME`` when set), looked up by the fingerprinted device they ran on. See :mod:`carb.measure.probe` for what a probe is."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pandas as pd
 
 from carb.errors import DatasetError
-from carb.resources import DATA_DIR
+from carb.resources import DATA_DIR, carb_home
 
 #: Columns of a probe table: the device and torch threads it ran on, the precision, the convolution
 #: (``cin -> cout`` channels, ``kernel x kernel``, ``stride``, padding ``kernel // 2``, input ``H_in x H_in``),
@@ -20,13 +19,16 @@ PROBE_COLUMNS: tuple[str, ...] = ("device_id", "threads", "precision", "cin", "c
 SHIPPED_PROBES: Path = DATA_DIR / "device-probes.csv"
 
 
+def user_probe_path(device_id: str) -> Path:
+    """Where ``carb-probe`` writes a device's probe: ``<carb home>/probes/<device_id>.csv``
+    (:func:`carb.resources.carb_home`: ``$CARB_HOME`` when set)."""
+    return carb_home() / "probes" / f"{device_id}.csv"
+
+
 def probe_paths() -> list[Path]:
-    """Probe tables to search, shipped first, then ``$CARB_HOME/probes/*.csv`` (later ones win)."""
+    """Probe tables to search, shipped first, then ``<carb home>/probes/*.csv`` (later ones win)."""
     paths = [SHIPPED_PROBES] if SHIPPED_PROBES.exists() else []
-    home = os.environ.get("CARB_HOME")
-    if home:
-        paths += sorted((Path(home) / "probes").glob("*.csv"))
-    return paths
+    return paths + sorted((carb_home() / "probes").glob("*.csv"))
 
 
 def load_probe(device_id: str, paths: list[Path] | None = None) -> pd.DataFrame | None:

@@ -30,7 +30,7 @@ from carb.design.shapes import layer_array, out_size, space_layers
 from carb.errors import ConfigError
 
 __all__ = ["PROBE_BATCHES", "PROBE_COLUMNS", "backend", "best_ms", "layer_array", "out_size", "probe_plan",
-           "run_probe", "space_layers"]
+           "run_probe", "space_layers", "torch_threads_and_version"]
 #: The batch sizes a probe layer may run at (PyTorch's CPU dispatch changes at 2 and 16).
 PROBE_BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 
@@ -119,3 +119,10 @@ def backend(x: Any, w: Any, stride: int, pad: int) -> str:
         return str(b).split(".")[-1]
     except (AttributeError, RuntimeError, TypeError):
         return ""
+
+
+def torch_threads_and_version(threads: int | None) -> tuple[int, str]:
+    """``(threads, torch version)``: ``threads`` as given, or torch's current thread count when None."""
+    import torch
+
+    return (int(threads) if threads else torch.get_num_threads()), str(torch.__version__)

@@ -1,0 +1,88 @@
+"""``carb-probe``: measure this CPU's device probe (single convolutions per precision).
+
+    carb-probe                                   # the reference space's layers and precisions, 400 pairs each
+    carb-probe space=screening n=200 precisions=[fp32,fp16]
+
+The pairs (layer, batch) are drawn from the distinct convolutions of the space's networks
+(:func:`carb.measure.probe.probe_plan`) and timed at each precision with the ``measure`` preset's torch
+threads and allocator (:func:`carb.measure.probe.run_probe`). The table goes to
+``<carb home>/probes/<device_id>.csv`` (``out``), replacing that device's earlier probe, with a
+provenance JSON beside it; ``carb-train`` then predicts a precision the device's dataset lacks from it
+(``model.prior.device_probe``, :mod:`carb.model.layer_cost`). Run it alone on an idle machine.
+"""
+from __future__ import annotations
+
+import json
+import platform
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from carb.commands.cli import hydra_command, to_dict
+from carb.commands.progress import Progress
+from carb.errors import ConfigError
+
+
+def space_frame(space: dict[str, Any]) -> tuple[pd.DataFrame, list[str]]:
+    """The knob rows of the space's configurations and its precisions (sorted)."""
+    from carb.design.arch import KNOBS
+    from carb.design.space import configs_from_cfg
+
+    configs = configs_from_cfg(space)
+    frame = pd.DataFrame([{k: getattr(c, k) for k in KNOBS} for c in configs])
+    return frame, sorted(frame["precision"].astype(str).unique())
+
+
+def run_probe_command(cfg: Any) -> dict[str, Any]:
+    """Plan, time and write the probe; returns ``{"out", "device_id", "rows", "precisions"}``."""
+    from carb.data.probes import user_probe_path
+    from carb.design.arch import TORCH_DTYPES
+    from carb.measure.cpu import pin_malloc
+    from carb.measure.fingerprint import device_id, read_cpu_fingerprint
+    from carb.measure.probe import probe_plan, run_probe, space_layers, torch_threads_and_version
+    from carb.files import write_atomic
+
+    frame, space_precisions = space_frame(to_dict(cfg.space))
+    precisions = list(cfg.precisions) if cfg.get("precisions") else space_precisions
+    bad = [p for p in precisions if p not in TORCH_DTYPES]
+    if bad:
+        raise ConfigError(f"precisions: {bad} not allowed; allowed: {list(TORCH_DTYPES)}")
+    threads, torch_version = torch_threads_and_version(cfg.measure.get("threads"))
+    mmap = cfg.measure.get("malloc_mmap_threshold_MB")
+    allocator = pin_malloc(int(mmap)) if mmap else None
+    fp = read_cpu_fingerprint(threads)
+    dev = device_id(fp)
+    plan = probe_plan(space_layers(frame), int(cfg.n), int(cfg.seed), float(cfg.max_MMAC))
+    out = Path(cfg.out) if cfg.get("out") else user_probe_path(dev)
+    total = len(plan) * len(precisions)
+    prog = Progress.from_cfg("carb-probe", float(total), cfg)
+    print(f"carb-probe: device {dev} ({fp.get('model_name')}), {threads} thread(s): {len(plan)} layers x "
+          f"{len(precisions)} precisions ({', '.join(precisions)}) of space {cfg.space.name!r} -> {out}", flush=True)
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    probe = run_probe(plan, precisions, dev, threads=threads, repeats=int(cfg.repeats),
+                      min_window_s=float(cfg.min_window_s),
+                      progress=lambda done, _total: prog.advance(f"{done}/{total} timings"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    old = pd.read_csv(out) if out.exists() else probe.iloc[:0]
+    merged = pd.concat([old[old["device_id"].astype(str) != dev], probe], ignore_index=True)
+    write_atomic(out, lambda tmp: merged.to_csv(tmp, index=False, float_format="%.6g"))
+    prov = {"what": "single-convolution timings per precision by carb-probe (carb.measure.probe)",
+            "device_id": dev, "fingerprint": fp, "torch_version": torch_version,
+            "python": platform.python_version(), "allocator": allocator, "threads": threads,
+            "measured_from": started, "measured_to": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "rows": len(probe), "space": str(cfg.space.name),
+            "plan": {"n": int(cfg.n), "seed": int(cfg.seed), "max_MMAC": float(cfg.max_MMAC)},
+            "backends": {p: probe[probe["precision"] == p]["backend"].value_counts().to_dict() for p in precisions}}
+    text = json.dumps(prov, indent=2, sort_keys=True) + "\n"
+    write_atomic(out.with_suffix(".provenance.json"), lambda tmp: tmp.write_text(text))
+    prog.finish(f"{len(probe)} timings written")
+    print(f"carb-probe: {len(probe)} timings of device {dev} -> {out}")
+    return {"out": str(out), "device_id": dev, "rows": len(probe), "precisions": precisions}
+
+
+main = hydra_command("probe")(run_probe_command)
+
+if __name__ == "__main__":
+    main()
