@@ -32,7 +32,7 @@ a 1 s configuration weigh alike; units of the inputs in MB = 2**20 bytes and fvc
   reference's fp32 rows alone, it predicts the bf16 rows with R2 0.91, 0.37 if they were taken for fp32).
   With a device probe of the rows' device (``device_probe``, :mod:`carb.model.layer_cost`) the layer form
   swaps the stand-in's convolution time for the unmeasured precision's own, timed on single layers:
-  bf16 R2 0.96 and fp16 0.98 on the same split (fp16 0.65 below zero without it).
+  bf16 R2 0.96 and fp16 0.98 on the same split (fp16 -0.65 without it).
 
 Every prior is monotone non-decreasing in batch size, FLOPs and activation bytes by construction
 (non-negative coefficients on non-decreasing inputs), except the CPU native-path term: PyTorch moves
