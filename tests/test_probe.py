@@ -472,3 +472,16 @@ def test_carb_probe_rejects_a_bad_precision_with_one_line(tmp_path):
                        env={**__import__("os").environ, "CARB_HOME": str(tmp_path)})
     assert r.returncode == 2, r.stderr
     assert "precisions" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_no_probe_model_when_every_probed_precision_was_measured(reference):
+    """A dataset that measured every precision the probe has needs no probe model (none is fitted or
+    pickled); one that lacks a probed precision gets it."""
+    from carb.model.physics import native_dispatch
+
+    native = native_dispatch(reference)
+    model, why = fit_device_probe(reference, native)
+    assert model is None and "every probed precision" in why
+    fp32 = reference[reference["precision"] == "fp32"]
+    model, why = fit_device_probe(fp32, native_dispatch(fp32))
+    assert model is not None and why == ""

@@ -400,6 +400,9 @@ def fit_device_probe(X: pd.DataFrame, native: dict[str, Any] | None) -> tuple[An
     table = table[pd.to_numeric(table["threads"], errors="coerce") == native["threads"]]
     if table.empty:
         return None, f"the probe of device {ids[0]} ran with other torch threads than the rows ({native['threads']})"
+    seen = set(X["precision"].astype(str)) if "precision" in X.columns else set()
+    if set(table["precision"].astype(str)) <= seen:
+        return None, "every probed precision has measured rows (nothing to predict from the probe)"
     try:
         return LayerCostModel(threads=native["threads"], onednn=tuple(native["onednn"])).fit(table), ""
     except DatasetError as e:
