@@ -485,3 +485,36 @@ def test_no_probe_model_when_every_probed_precision_was_measured(reference):
     fp32 = reference[reference["precision"] == "fp32"]
     model, why = fit_device_probe(fp32, native_dispatch(fp32))
     assert model is not None and why == ""
+
+
+def test_domain_reason_says_an_unmeasured_precision_comes_from_the_probe():
+    """check_domain names the targets a device probe predicts for a precision never measured; other
+    unmeasured values keep the plain reason."""
+    from carb.model.domain import check_domain
+
+    domain = {"categorical": {"precision": ["fp32"]}, "ranges": {}, "probed": {"latency_ms": ["bf16", "fp16"]}}
+    X = pd.DataFrame({"precision": ["fp32", "fp16", "fp8"]})
+    inside, why = check_domain(domain, X)
+    assert list(inside) == [True, False, False]
+    assert why[1] == "precision fp16 never measured (latency_ms from the device probe)"
+    assert why[2] == "precision fp8 never measured"
+
+
+def test_cascade_records_probed_precisions_in_its_domain(reference):
+    """A physics cascade fitted on the reference's fp32 rows records that its latency prior predicts
+    bf16 and fp16 from the device probe; screening-mode outside reasons say so."""
+    from carb.commands.cli import compose, to_dict
+    from carb.model.domain import check_domain
+    from carb.model.presets import build_cascade
+
+    cfg = compose("train", ["model=carb_fast"])
+    model = to_dict(cfg.model)
+    for m in model["specialists"].values():
+        m["n_estimators"] = 10
+    fp32 = reference[reference["precision"] == "fp32"].reset_index(drop=True)
+    train, val = fp32.iloc[:400], fp32.iloc[400:]
+    targets = ["peak_memory_MB", "latency_ms"]
+    c = build_cascade(model, to_dict(cfg.features)).fit(train, train[targets], val, val[targets])
+    assert c.domain_["probed"] == {"latency_ms": ["bf16", "fp16"]}
+    _, why = check_domain(c.domain_, reference[reference["precision"] == "fp16"].head(1))
+    assert "precision fp16 never measured (latency_ms from the device probe)" in why[0]

@@ -359,6 +359,9 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         self.probe_val_mae_[t] = dict(model.probe_val_mae_)
         if prior is not None:
             self.priors_[t] = prior.to_dict()
+            probe = getattr(prior, "probe_", None)
+            if probe is not None and getattr(self, "domain_", None) is not None:   # what screening can say of an unmeasured precision
+                self.domain_.setdefault("probed", {})[t] = [q for q in probe.precisions_ if q not in prior.precisions_]
 
         # out-of-fold predictions of the stage on its training rows (same weights and space)
         base_oof = model.predict(D[cols])  # rows without a measured target: the full stage model

@@ -35,7 +35,8 @@ def fit_domain(X: pd.DataFrame) -> dict[str, Any]:
     """Domain of the rows of ``X`` (n rows, knob and static-feature columns; absent columns skipped).
 
     Returns ``{"categorical": {knob: [values seen]}, "ranges": {column: [min, max]}, "n_rows": n,
-    "batch_sizes": [distinct batch sizes, see batch_sizes]}``:
+    "batch_sizes": [distinct batch sizes, see batch_sizes]}``; the cascade adds ``"probed": {target:
+    [precisions]}`` when a target's prior can predict unmeasured precisions from a device probe:
     plain lists and floats, JSON-able. Units are the columns' (MB, FLOPs per batch, ...)."""
     cats = {c: sorted(set(_category(c, X[c].dropna())), key=str) for c in CATEGORICAL_KNOBS if c in X}
     ranges = {}
@@ -87,8 +88,11 @@ def check_domain(domain: dict[str, Any] | None, X: pd.DataFrame) -> tuple[np.nda
         for c in domain.get("categorical", {}):
             bad = unseen_mask(domain, X, c)
             vals = X[c].to_numpy() if c in X else None
+            probed = {str(p): sorted(tg for tg, ps in domain.get("probed", {}).items() if p in ps)
+                      for ps in domain.get("probed", {}).values() for p in ps} if c == "precision" else {}
             for i in np.flatnonzero(bad):
-                parts[i].append(f"{c} {vals[i]} never measured")
+                how = probed.get(str(vals[i]))
+                parts[i].append(f"{c} {vals[i]} never measured" + (f" ({', '.join(how)} from the device probe)" if how else ""))
         for c, (lo, hi) in domain.get("ranges", {}).items():
             if c not in X:
                 continue
