@@ -138,7 +138,8 @@ class LayerCostModel:
     def network_ms(self, X: pd.DataFrame, precision: str) -> np.ndarray:
         """Convolution time (ms per batch) of each row's network (knob columns) at its batch size, run at
         ``precision`` whatever the row's own precision: the sum over its convolutions (classifier left
-        out); shape (n,). Cached per (architecture, batch, precision)."""
+        out); shape (n,). Cached per (architecture, batch, precision); each distinct (layer, batch) is
+        predicted once."""
         from carb.design.shapes import _args, _walk, architectures
 
         keys, cfgs = architectures(X)
@@ -156,7 +157,9 @@ class LayerCostModel:
             stacked = np.concatenate([todo[q] for q in keys_new])
             b = np.concatenate([np.full(len(todo[q]), q[1]) for q in keys_new])
             first = np.concatenate([np.arange(len(todo[q])) == 0 for q in keys_new])   # the stem of each network
-            ms = self.layer_ms(stacked, b, precision, stem=first)
+            rows = np.column_stack([stacked, b, first])
+            uniq, inverse = np.unique(rows, axis=0, return_inverse=True)   # networks share most of their layers
+            ms = self.layer_ms(uniq[:, :6], uniq[:, 6], precision, stem=uniq[:, 7] > 0)[inverse.ravel()]
             ends = np.cumsum([len(todo[q]) for q in keys_new])
             for q, s in zip(keys_new, np.split(ms, ends[:-1])):
                 cache[q] = float(s.sum())
