@@ -518,3 +518,16 @@ def test_cascade_records_probed_precisions_in_its_domain(reference):
     assert c.domain_["probed"] == {"latency_ms": ["bf16", "fp16"]}
     _, why = check_domain(c.domain_, reference[reference["precision"] == "fp16"].head(1))
     assert "precision fp16 never measured (latency_ms from the device probe)" in why[0]
+
+
+def test_a_broken_user_probe_does_not_stop_training(monkeypatch, tmp_path, reference):
+    """An unreadable table under <carb home>/probes makes the prior fall back to the stand-in (with a
+    warning and the reason), not fail the fit."""
+    (tmp_path / "probes").mkdir()
+    (tmp_path / "probes" / "broken.csv").write_text("not,a,probe\n1,2,3\n")
+    monkeypatch.setenv("CARB_HOME", str(tmp_path))
+    fp32 = reference[reference["precision"] == "fp32"]
+    with pytest.warns(UserWarning, match="device probe ignored"):
+        prior = LayerRooflinePrior(channel_block=16, cpu_dispatch=True, device_probe=True).fit(fp32, fp32["latency_ms"])
+    assert prior.probe_ is None and "device_id" in prior.probe_reason_
+    assert np.isfinite(prior.predict(reference[reference["precision"] == "fp16"])).all()

@@ -394,7 +394,13 @@ def fit_device_probe(X: pd.DataFrame, native: dict[str, Any] | None) -> tuple[An
     ids = X["device_id"].dropna().astype(str).unique() if "device_id" in X.columns else []
     if len(ids) != 1:
         return None, f"rows of {len(ids)} devices, not one"
-    table = load_probe(ids[0])
+    try:
+        table = load_probe(ids[0])
+    except DatasetError as e:   # a broken probe file must not stop training: the prior falls back, and says why
+        import warnings
+
+        warnings.warn(f"device probe ignored: {e}", stacklevel=2)
+        return None, str(e)
     if table is None:
         return None, f"no device probe of device {ids[0]}"
     table = table[pd.to_numeric(table["threads"], errors="coerce") == native["threads"]]
