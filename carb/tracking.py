@@ -32,6 +32,7 @@ EXPERIMENTS = {
     "promote": "carb-promote",
     "import": "carb-import",
     "calibrate": "carb-calibrate",
+    "probe": "carb-probe",
 }
 
 #: The description of each experiment (shown in the MLflow UI; tag ``mlflow.note.content``).
@@ -48,6 +49,9 @@ DESCRIPTIONS = {
     "carb-promote": "Alias changes of registered models.",
     "carb-import": "Outside measurements brought into CARB datasets (timm, optimum-benchmark, CSV): counts, "
                    "unmapped rows, provenance and the dataset as an input.",
+    "carb-probe": "Device probes: single-convolution timings per precision of one CPU (plan, median GMAC/s per "
+                  "precision, the table and a figure); carb-train predicts a precision the device's dataset lacks "
+                  "from them.",
     "carb-calibrate": "Few-shot transfers of a registered model to a new device from K measured rows: the "
                       "transfer per target, held-out accuracy beside the uncalibrated source and a FLOPs-only "
                       "fit on the same rows; each run registers the target device's model.",

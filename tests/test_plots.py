@@ -27,6 +27,7 @@ from carb.data.schema import TARGETS
 from carb.data.tiers import batch_tier
 from carb.model.baselines import FlopsLinear
 from carb.plots import characterize as pc
+from carb.plots import probe as pp
 from carb.plots import screen as ps
 from carb.plots import train as pt
 from carb.plots import tune as ptu
@@ -55,6 +56,17 @@ def data():
     importances = {t: [(f"feat_{t}_{i}", float(10 - i)) for i in range(4)] + [(f"pred_{t}_up", 1.0)]
                    for t in ("peak_memory_MB", "latency_ms")}
     return {"a": a, "b": b, "tables": tables, "pred": pred, "screen": result, "importances": importances}
+
+
+def _probe_table() -> pd.DataFrame:
+    """A small probe table (made here): 3x3 and 1x1 convolutions, fp32 on oneDNN, fp16 native, ~2 and ~50 GMAC/s."""
+    rows = []
+    for p, backend, gmac_s in (("fp32", "Mkldnn", 50.0), ("fp16", "Slow2d", 2.0)):
+        for cin, k, h, b in ((16, 3, 32, 1), (64, 1, 16, 8), (32, 3, 8, 4)):
+            macs = (h * h) * cin * cin * k * k * b
+            rows.append({"device_id": "dev", "threads": 1, "precision": p, "cin": cin, "cout": cin, "kernel": k,
+                         "stride": 1, "H_in": h, "batch_size": b, "time_ms": macs / gmac_s / 1e6, "backend": backend})
+    return pd.DataFrame(rows)
 
 
 #: Every public figure function, what draws it from the fixture's data, and what the function sets
@@ -92,6 +104,9 @@ CASES: dict[str, tuple[Callable[[dict], Figure], dict[str, bool]]] = {
         lambda d: ptu.importance_figure({"learning_rate": 0.6, "num_leaves": 0.3, "min_child": 0.1},
                                         "energy_J / lgbm"),
         {"axes_title": True, "legend": False, "suptitle": False}),
+    "carb.plots.probe.probe_figure": (
+        lambda d: pp.probe_figure(_probe_table(), "tiny probe"),
+        {"axes_title": True, "legend": True, "suptitle": False}),
 }
 #: Public functions that return several figures (tested on their own below).
 AGGREGATES = {"carb.plots.characterize.characterize_figures", "carb.plots.train.train_figures"}

@@ -444,7 +444,8 @@ def test_fit_device_probe_says_why_not(reference, no_carb_home):
 
 def test_carb_probe_command_writes_the_device_probe_where_training_finds_it(monkeypatch, tmp_path):
     """carb-probe (run_probe_command on a composed config, tiny plan) writes <carb home>/probes/<device_id>.csv
-    and its provenance; load_probe finds that device's rows there; a second run replaces them (no duplicates)."""
+    and its provenance, logs an MLflow run with the table and a figure; load_probe finds that device's rows
+    there; a second run replaces them (no duplicates)."""
     from carb.commands.cli import compose
     from carb.commands.probe import run_probe_command
 
@@ -458,6 +459,9 @@ def test_carb_probe_command_writes_the_device_probe_where_training_finds_it(monk
     rows = load_probe(out["device_id"])
     assert rows is not None and len(rows) == out["rows"] >= 6
     assert set(rows["precision"]) == {"fp32"} and (rows["time_ms"] > 0).all()
+    assert out["run_id"]   # logged to the store under CARB_HOME: the table and the rates figure
+    logged = {f.name for f in (tmp_path / "mlruns").rglob("*") if f.is_file()}
+    assert {"probe_rates.png", f"{out['device_id']}.csv", "provenance.json"} <= logged
     run_probe_command(cfg)
     assert len(load_probe(out["device_id"])) == out["rows"]
 

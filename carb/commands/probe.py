@@ -7,7 +7,8 @@ The pairs (layer, batch) are drawn from the distinct convolutions of the space's
 (:func:`carb.measure.probe.probe_plan`) and timed at each precision with the ``measure`` preset's torch
 threads and allocator (:func:`carb.measure.probe.run_probe`). The table goes to
 ``<carb home>/probes/<device_id>.csv`` (``out``), replacing that device's earlier probe, with a
-provenance JSON beside it; ``carb-train`` then predicts a precision the device's dataset lacks from it
+provenance JSON beside it, and logged as an MLflow run (experiment ``carb-probe``: the plan, median GMAC/s
+per precision, the table and a figure of the rates); ``carb-train`` then predicts a precision the device's dataset lacks from it
 (``model.prior.device_probe``, :mod:`carb.model.layer_cost`). Run it alone on an idle machine.
 """
 from __future__ import annotations
@@ -18,9 +19,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from carb.commands.cli import hydra_command, to_dict
+from carb import tracking
+from carb.commands.cli import hydra_command, sweep_suffix, sweep_tags, to_dict
 from carb.commands.progress import Progress
 from carb.errors import ConfigError
 
@@ -77,9 +80,36 @@ def run_probe_command(cfg: Any) -> dict[str, Any]:
             "backends": {p: probe[probe["precision"] == p]["backend"].value_counts().to_dict() for p in precisions}}
     text = json.dumps(prov, indent=2, sort_keys=True) + "\n"
     write_atomic(out.with_suffix(".provenance.json"), lambda tmp: tmp.write_text(text))
+    run_id = log_probe(cfg, probe, prov, out)
     prog.finish(f"{len(probe)} timings written")
-    print(f"carb-probe: {len(probe)} timings of device {dev} -> {out}")
-    return {"out": str(out), "device_id": dev, "rows": len(probe), "precisions": precisions}
+    print(f"carb-probe: {len(probe)} timings of device {dev} -> {out} (MLflow run {run_id})")
+    return {"out": str(out), "device_id": dev, "rows": len(probe), "precisions": precisions, "run_id": run_id}
+
+
+def log_probe(cfg: Any, probe: pd.DataFrame, prov: dict[str, Any], out: Path) -> str:
+    """One MLflow run in experiment ``carb-probe``: the plan as params, the median GMAC/s per precision as
+    metrics (``probe_<precision>_gmac_per_s``), the provenance, the table and the figure
+    (:func:`carb.plots.probe.probe_figure`). Returns the run id."""
+    from carb.design.shapes import layer_array
+    from carb.plots.probe import probe_figure
+
+    a = layer_array(probe)
+    gmac = a[:, 0] * a[:, 1] * a[:, 2] * probe["batch_size"].to_numpy(float) / 1e6 / probe["time_ms"].to_numpy(float)
+    dev = prov["device_id"]
+    tr = cfg.get("tracking") or {}
+    with tracking.start_run("probe", cfg.get("run_name") or sweep_suffix(f"probe/{cfg.space.name}/{dev}"),
+                            tracking_uri=tr.get("uri"), artifact_root=tr.get("artifact_root"),
+                            tags={"device_id": dev, "device": str(prov["fingerprint"].get("model_name"))},
+                            sweep=sweep_tags()) as run_id:
+        tracking.log_params({"space": str(cfg.space.name), "plan": prov["plan"], "threads": prov["threads"],
+                             "precisions": ",".join(sorted(probe["precision"].unique())), "out": str(out)})
+        tracking.log_metrics({f"probe_{p}_gmac_per_s": float(np.median(gmac[(probe["precision"] == p).to_numpy()]))
+                              for p in probe["precision"].unique()} | {"probe_rows": len(probe)})
+        tracking.log_dict(prov, "provenance.json")
+        tracking.log_artifact(out, "probe")
+        tracking.log_figure(probe_figure(probe, f"device probe of {dev}: {len(probe)} timings"),
+                            "figures/probe_rates.png")
+    return run_id
 
 
 main = hydra_command("probe")(run_probe_command)
