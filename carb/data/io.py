@@ -16,6 +16,9 @@ from carb.files import locked, write_atomic
 from carb.resources import DATA_DIR
 
 _REFERENCE = DATA_DIR / "cpu-reference.parquet"
+#: the shipped datasets by name: ``reference`` (CPU) and ``h200`` (a lent NVIDIA H200, with energy)
+SHIPPED = {"reference": _REFERENCE, "cpu-reference": _REFERENCE,
+           "h200": DATA_DIR / "h200-reference.parquet", "h200-reference": DATA_DIR / "h200-reference.parquet"}
 
 
 def _read_one(path: Path) -> pd.DataFrame:
@@ -31,10 +34,9 @@ def _read_one(path: Path) -> pd.DataFrame:
 
 
 def resolve_path(path_or_name: str | Path) -> Path:
-    """Map a named dataset ('reference') or a path to a file or folder path."""
-    if str(path_or_name) in ("reference", "cpu-reference"):
-        return _REFERENCE
-    return Path(path_or_name)
+    """Map a shipped dataset's name (``reference``, ``h200``: :data:`SHIPPED`) or a path to a file or
+    folder path."""
+    return SHIPPED.get(str(path_or_name), Path(path_or_name))
 
 
 def load_dataset(path_or_folder: str | Path, validate: bool = True) -> pd.DataFrame:
@@ -43,7 +45,7 @@ def load_dataset(path_or_folder: str | Path, validate: bool = True) -> pd.DataFr
     p = resolve_path(path_or_folder)
     if not p.exists():
         raise DatasetError(f"dataset {str(p)!r} does not exist (give a .parquet/.csv file, a folder of "
-                           f"shards, or 'reference')")
+                           f"shards, or a shipped name: {', '.join(sorted(SHIPPED))})")
     if p.is_dir():
         files = sorted([*p.glob("*.parquet"), *p.glob("*.csv")])
         if not files:
@@ -93,11 +95,16 @@ def write_frame(df: pd.DataFrame, path: Path) -> Path:
     return write_atomic(path, lambda tmp: df.to_parquet(tmp, index=False))
 
 
-def reference_dataset() -> pd.DataFrame:
-    """The shipped real CPU dataset (``carb/data/cpu-reference.parquet``; provenance beside it)."""
-    if not _REFERENCE.exists():
-        raise DatasetError(f"the shipped reference dataset {str(_REFERENCE)!r} is missing from this install")
-    return load_dataset(_REFERENCE)
+def reference_dataset(name: str = "reference") -> pd.DataFrame:
+    """A shipped real dataset by name (:data:`SHIPPED`): ``reference``, the CPU one
+    (``carb/data/cpu-reference.parquet``), or ``h200`` (``carb/data/h200-reference.parquet``);
+    provenance beside each."""
+    if name not in SHIPPED:
+        raise ConfigError(f"data: {name!r} is not a shipped dataset; allowed: {sorted(SHIPPED)}")
+    path = SHIPPED[name]
+    if not path.exists():
+        raise DatasetError(f"the shipped dataset {str(path)!r} is missing from this install")
+    return load_dataset(path)
 
 
 def load_training_frame(path: str, device: str | None = None) -> tuple[pd.DataFrame, str]:
