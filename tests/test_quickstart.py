@@ -1,5 +1,6 @@
-"""End to end: the quickstart main job on a fresh SQLite store, screening bad input, validation,
-and two-stage screening with two registered models."""
+"""End to end: the quickstart main job on a fresh SQLite store (the default, on the shipped H200 data with
+energy, and ``data=reference`` on the CPU reference), screening bad input, validation, and two-stage
+screening with two registered models."""
 from __future__ import annotations
 
 import subprocess
@@ -21,6 +22,7 @@ from carb.design.space import load_space
 
 FAST = ["evaluate.lobo.enabled=false", "evaluate.figures=false"]
 MODEL = model_name(ok_rows(load_dataset("reference")))   # carb-amd-epyc[-<device_id>]: the shipped data's device
+H200 = model_name(ok_rows(load_dataset("h200")))         # carb-nvidia-h200-<device_id>: the main job's default
 
 
 def screen_budget(*overrides: str) -> dict[str, float]:
@@ -50,7 +52,7 @@ def qs(tmp_path_factory):
 
     d = tmp_path_factory.mktemp("qs")
     common = [f"tracking.uri=sqlite:///{d}/mlruns/mlflow.db", f"paths.output_dir={d}/out"]
-    first = run_quickstart(common)
+    first = run_quickstart([*common, "data=reference"])
     return {"dir": d, "common": common, "first": first, "uri": f"sqlite:///{d}/mlruns/mlflow.db"}
 
 
@@ -72,7 +74,7 @@ def test_quickstart_fresh_store_trains_promotes_screens(qs):
     # every decision follows the quickstart budget and the champion's calibrated intervals
     model = load_model(f"models:/{MODEL}@champion", tracking_uri=qs["uri"])
     assert model.intervals_["coverage"] == 0.9 and model.domain_
-    budget = screen_budget("screen=quickstart")
+    budget = screen_budget("screen=quickstart_cpu")
     assert set(budget) == {"peak_memory_MB", "latency_ms"}
     want, feasible = expected_decisions(scored, budget)
     assert (scored["decision"].to_numpy() == want).all()
@@ -99,7 +101,7 @@ def test_quickstart_second_run_screens_straight_away(qs):
     from carb import tracking
     from carb.commands.quickstart import run_quickstart
 
-    again = run_quickstart(qs["common"])
+    again = run_quickstart([*qs["common"], "data=reference"])
     assert again["steps"] == ["screen"]
     tracking.configure(qs["uri"])
     assert [v["version"] for v in tracking.model_versions(MODEL)] == ["1"]     # nothing trained again
@@ -135,7 +137,7 @@ def test_grid_file_with_unknown_knob(qs, tmp_path):
     grid = tmp_path / "grid.csv"
     pd.DataFrame({"block": ["basic"], "depth": [20], "colour": ["red"]}).to_csv(grid, index=False)
     with pytest.raises(ConfigError, match="unknown knob column"):
-        run_screen(compose("screen", [*qs["common"], "screen=quickstart", f"screen.grid_file={grid}"]))
+        run_screen(compose("screen", [*qs["common"], "screen=quickstart_cpu", f"screen.grid_file={grid}"]))
 
 
 def test_impossible_budget_shows_closest(qs, capsys):
@@ -156,7 +158,7 @@ def test_validation_on_held_out_reference(qs):
     from carb.commands.screen import run_screen
     from carb.model.intervals import screening_predict
 
-    r = run_screen(compose("screen", [*qs["common"], "screen=quickstart", "screen.validate=reference",
+    r = run_screen(compose("screen", [*qs["common"], "screen=quickstart_cpu", "screen.validate=reference",
                                       "screen.validate_split=test"]))
     v = r["validation"]
     model = load_model(f"models:/{MODEL}@champion", tracking_uri=qs["uri"])
@@ -165,7 +167,7 @@ def test_validation_on_held_out_reference(qs):
     test = split_dataset(ref, seed=int(sp.seed), fractions=tuple(sp.fractions)).frames4(ref)[3]
     assert v["validate_n_rows"] == len(test) and 0 < len(test) < len(ref)   # the held-out rows only
     pred = screening_predict(model, test)   # the screening path: imputed telemetry, monotone in batch
-    for t, limit in screen_budget("screen=quickstart").items():
+    for t, limit in screen_budget("screen=quickstart_cpu").items():
         p, m = pred[f"pred_{t}"].to_numpy(), test[t].to_numpy()
         # on its own held-out rows the validation error is the champion's recorded test MAE
         assert v[f"validate_{t}_mae"] == pytest.approx(model.test_mae_[t]) == pytest.approx(np.mean(np.abs(p - m)))
@@ -212,7 +214,7 @@ def test_screen_command_leaves_one_folder_per_run(qs):
     record: one new folder under outputs/screen/ holding both."""
     root = Path(qs["dir"]) / "out" / "screen"
     before = set(root.iterdir()) if root.exists() else set()
-    r = _screen_cli(qs, "screen=quickstart")
+    r = _screen_cli(qs, "screen=quickstart_cpu")
     assert r.returncode == 0, r.stderr[-1500:]
     new = sorted(set(root.iterdir()) - before)
     assert len(new) == 1, new
@@ -266,3 +268,33 @@ def test_quickstart_calibrate_value_is_checked():
         run_quickstart(["calibrate=maybe"])
     with pytest.raises(ConfigError, match="k"):
         run_quickstart(["calibrate=true", "calibrate.k=0"])
+    with pytest.raises(ConfigError, match=r"data: 'cpu' is not allowed; allowed: \['h200', 'reference'\]"):
+        run_quickstart(["data=cpu"])
+    with pytest.raises(ConfigError, match=r"data: calibrate=true .*allowed with calibrate=true: \['reference'\]"):
+        run_quickstart(["calibrate=true", "data=h200"])
+
+
+def test_main_job_default_screens_with_the_h200_model_and_an_energy_budget(tmp_path):
+    """``carb-quickstart`` with no argument: the shipped H200 measurements train, promote and screen,
+    with an energy stage, the three-target budget of ``screen=quickstart`` splitting the grid, and every
+    decision following the budget and the intervals."""
+    from carb import tracking
+    from carb.commands.quickstart import run_quickstart
+
+    common = [f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"paths.output_dir={tmp_path}/out"]
+    first = run_quickstart(common)
+    assert first["steps"] == ["train", "promote", "screen"] and first["target"] == f"models:/{H200}@champion"
+    tracking.configure(f"sqlite:///{tmp_path}/mlflow.db")
+    assert tracking.get_alias(H200, "champion") == "1" and not tracking.model_versions(MODEL)
+    scored = pd.read_parquet(Path(first["output_dir"]) / "scored.parquet")
+    assert len(scored) == len(load_space("screening"))
+    assert (scored["pred_energy_J"] > 0).all() and {"lo_energy_J", "hi_energy_J"} <= set(scored)
+    budget = screen_budget("screen=quickstart")
+    assert set(budget) == {"energy_J", "peak_memory_MB", "latency_ms"}
+    want, feasible = expected_decisions(scored, budget)
+    assert (scored["decision"].to_numpy() == want).all()
+    assert first["n_accept"] > 0 and first["n_reject"] > 0            # the budget splits the grid
+    short = pd.read_csv(Path(first["output_dir"]) / "shortlist.csv")
+    assert len(short) == min(20, int(feasible.sum())) and (short["pred_energy_J"] <= budget["energy_J"]).all()
+    front = short["pareto"].to_numpy(bool)
+    assert (np.diff(short.loc[~front, "pred_energy_J"].to_numpy()) >= 0).all()   # energy is the objective

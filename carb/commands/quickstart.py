@@ -1,15 +1,17 @@
 """``carb-quickstart``: the main job on embedded defaults.
 
-On a fresh store (nothing in ``mlruns/``) it trains the cascade on the shipped CPU reference dataset
-with the fast preset, promotes that version to ``champion``, then screens the default grid against a
-budget suited to that dataset and prints the shortlist. When a champion already exists it screens
-straight away. Extra arguments are Hydra overrides: ``tracking.*`` and ``paths.*`` apply to every
-step, anything else to the screening step (e.g. ``space.batch_sizes=[1,8]``).
+On a fresh store (no champion for the dataset's device) it trains the cascade on a shipped dataset with
+the fast preset, promotes that version to ``champion``, then screens the default grid against a budget
+suited to that dataset and prints the shortlist. When a champion already exists it screens straight
+away. ``data=h200`` (default: the NVIDIA H200 measurements, with energy; screening preset
+``screen=quickstart``) or ``data=reference`` (the CPU reference, latency and memory only;
+``screen=quickstart_cpu``) picks the dataset. Extra arguments are Hydra overrides: ``tracking.*`` and
+``paths.*`` apply to every step, anything else to the screening step (e.g. ``space.batch_sizes=[1,8]``).
 
-``calibrate=true`` first measures K configurations on this machine's CPU (``carb-calibrate measure=cpu``,
-K = 12 by default, about a minute on 2 cores), calibrates the reference model to it, registers the
-result as this machine's model and screens with that version; ``calibrate.<key>=<value>`` sets any
-``carb-calibrate`` setting (e.g. ``calibrate.k=8``).
+``calibrate=true`` (CPU only, so it implies ``data=reference``) first measures K configurations on this
+machine's CPU (``carb-calibrate measure=cpu``, K = 12 by default, about a minute on 2 cores), calibrates
+the reference model to it, registers the result as this machine's model and screens with that version;
+``calibrate.<key>=<value>`` sets any ``carb-calibrate`` setting (e.g. ``calibrate.k=8``).
 """
 from __future__ import annotations
 
@@ -19,6 +21,11 @@ from typing import Any
 
 from carb.commands.cli import compose, fail
 from carb.errors import CarbError, ConfigError
+
+#: shipped dataset (``data=``) -> its screening preset (``conf/screen/<preset>.yaml``)
+SCREEN_PRESET = {"h200": "quickstart", "reference": "quickstart_cpu"}
+#: the main job's dataset when ``data=`` is not given (``reference`` with ``calibrate=true``)
+DEFAULT_DATA = "h200"
 
 
 def _split(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -43,17 +50,35 @@ def _calibrate_args(argv: list[str]) -> tuple[bool, list[str], list[str]]:
     return on, over, rest
 
 
+def _data_arg(argv: list[str], calibrate: bool) -> tuple[str, list[str]]:
+    """``(shipped dataset name, the other arguments)``: ``data=<name>`` from the quickstart's arguments
+    (one line and exit 2 for a name that is not shipped, or ``data=h200`` with ``calibrate=true``)."""
+    data, rest = None, []
+    for a in argv:
+        key, _, value = a.partition("=")
+        if key == "data":
+            if value not in SCREEN_PRESET:
+                raise ConfigError(f"data: {value!r} is not allowed; allowed: {sorted(SCREEN_PRESET)}")
+            data = value
+        else:
+            rest.append(a)
+    if calibrate and data not in (None, "reference"):
+        raise ConfigError(f"data: calibrate=true measures this machine's CPU and calibrates the CPU reference "
+                          f"model; allowed with calibrate=true: ['reference'], got {data!r}")
+    return data or ("reference" if calibrate else DEFAULT_DATA), rest
+
+
 def composed_first(name: str, common: list[str], screen_overrides: list[str],
-                   calibrate: list[str] | None = None) -> dict[str, Any]:
+                   calibrate: list[str] | None = None, data: str = DEFAULT_DATA) -> dict[str, Any]:
     """Compose and check the train, promote and screen configs before anything runs: a typo is one
     line (:class:`ConfigError`), not a traceback after training."""
     from carb.commands.checks import check_config
     from carb.commands.cli import composition_error_line
 
     try:
-        cfgs = {"train": compose("train", ["model=carb_fast", *common]),
+        cfgs = {"train": compose("train", ["model=carb_fast", f"data={data}", *common]),
                 "promote": compose("promote", [f"promote.name={name}", *common]),
-                "screen": compose("screen", ["screen=quickstart", f"screen.target=models:/{name}@champion",
+                "screen": compose("screen", [f"screen={SCREEN_PRESET[data]}", f"screen.target=models:/{name}@champion",
                                              *common, *screen_overrides])}
         if calibrate is not None:
             cfgs["calibrate"] = compose("calibrate", ["measure=cpu", "device=cpu",
@@ -79,19 +104,20 @@ def run_quickstart(argv: list[str] | None = None) -> dict[str, Any]:
     from carb.data.schema import model_name, ok_rows
 
     calibrate, cal_overrides, argv = _calibrate_args(list(argv or []))
+    data, argv = _data_arg(argv, calibrate)
     common, screen_overrides = _split(argv)
     t0 = time.perf_counter()
-    ref = reference_dataset()
+    ref = reference_dataset(data)
     device = str(ref["device_name"].iloc[0])
     name = model_name(ok_rows(ref))
-    cfgs = composed_first(name, common, screen_overrides, cal_overrides if calibrate else None)  # mistakes first
+    cfgs = composed_first(name, common, screen_overrides, cal_overrides if calibrate else None, data)  # mistakes first
     cfg = cfgs["screen"]
     print(f"carb-quickstart: tracking store {cfg.tracking.uri}")
     tracking.configure(cfg.tracking.uri, cfg.tracking.get("artifact_root"))
     steps = []
     if tracking.get_alias(name, "champion") is None:
         print(f"carb-quickstart: no champion for {name} in {cfg.tracking.uri}; training the fast preset "
-              f"on the shipped reference dataset ({len(ref)} rows measured on {device})")
+              f"on the shipped dataset data={data} ({len(ref)} rows measured on {device})")
         run_train(cfgs["train"])
         steps.append("train")
         run_promote(cfgs["promote"])
