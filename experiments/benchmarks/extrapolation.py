@@ -2,16 +2,18 @@
 (physics-informed stages, ``model=carb_fast`` sizes) beside the plain cascade (``physics=false``) and
 B1 (FLOPs-only linear regression), on
 
-1. the shipped CPU reference dataset: train on the lower range of batch size, depth, width, input size
-   and test on the upper range; train on fp32 and test on the other precisions;
+1. the shipped datasets (by default the CPU reference and the H200 reference, the only one with
+   measured energy): train on the lower range of batch size, depth, width, input size and test on the
+   upper range; train on fp32 and test on the other precisions;
 2. real third-party GPU latency (timm's benchmark, plain torchvision-style ResNets mapped to
    ``ArchConfig``; static features from CARB's closed form; one dataset per GPU, eager amp_fp16 nchw,
    newest torch): leave-one-model-out (every ResNet depth in turn), and larger inputs. Leave-GPU-out
    does not apply to a per-device model (a new device is the calibration issue's business).
 
-    python experiments/benchmarks/extrapolation.py [--data reference] [--no-timm] [--no-plain]
+    python experiments/benchmarks/extrapolation.py [--data reference h200] [--no-timm] [--no-plain]
 
-Prints one table per dataset and, for each split whose latency R^2 is below 0.9, where its error
+``--data`` takes one or more dataset names or paths (also comma-separated), each one part.
+Prints one table per dataset and, for each split whose latency or energy R^2 is below 0.9, where its error
 lies (R^2 per precision, the share of the squared error in the 5 worst rows, R^2 without them, and
 those configurations); the last line is machine-readable:
 ``min_xval_latency_r2=.. min_xval_memory_r2=.. min_xval_energy_r2=.. worse_than_b1=<count> max_r2_below_b1=..`` over
@@ -71,13 +73,14 @@ def timm_latency(gpu: str) -> pd.DataFrame:
     return out
 
 
-def concentration_report(table: pd.DataFrame, predictions: dict[str, pd.DataFrame], target: str = "latency_ms",
-                         k: int = 5) -> str:
-    """Per split with latency R^2 below 0.9: where the error lies (R^2 per precision, the share of the
-    squared error in the k worst rows, R^2 without them, and those rows)."""
+def concentration_report(table: pd.DataFrame, predictions: dict[str, pd.DataFrame],
+                         targets: tuple[str, ...] = ("latency_ms", "energy_J"), k: int = 5) -> str:
+    """Per split and target (of ``targets``) with R^2 below 0.9: where the error lies (R^2 per
+    precision, the share of the squared error in the k worst rows, R^2 without them, and those rows)."""
     knobs = ["block", "depth", "width_mult", "input_size", "batch_size", "precision", "early_downsample"]
     lines = []
-    for r in table[(table["target"] == target) & (table["r2"] < 0.9)].itertuples():
+    for r in table[table["target"].isin(targets) & (table["r2"] < 0.9)].itertuples():
+        target = r.target
         c = error_concentration(predictions[r.split], target, k=k)
         by = ", ".join(f"{p} {v:.3f}" for p, v in c["r2_by"].items())
         lines.append(f"  {r.split}: {target} R2 {c['r2']:.3f}; per precision {by}; the {k} worst rows hold "
@@ -107,15 +110,17 @@ def run(name: str, df: pd.DataFrame, splits, plain: bool) -> pd.DataFrame:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default="reference")
+    ap.add_argument("--data", nargs="+", default=["reference", "h200"],
+                    help="dataset names or paths, one part each (default: reference h200)")
     ap.add_argument("--no-timm", action="store_true")
     ap.add_argument("--no-plain", action="store_true", help="skip the physics=false comparison")
     a = ap.parse_args(argv)
     from carb.data.io import load_training_frame
 
     tables = []
-    df, dev = load_training_frame(a.data)
-    tables.append(run(f"{a.data} ({dev})", df, default_splits(df), not a.no_plain))
+    for name in [n for arg in a.data for n in arg.split(",") if n]:
+        df, dev = load_training_frame(name)
+        tables.append(run(f"{name} ({dev})", df, default_splits(df), not a.no_plain))
     if not a.no_timm:
         for gpu in ("RTX 3090", "RTX 4090", "RTX 5090", "RTX PRO 6000 Blackwell Max-Q"):
             t = timm_latency(gpu)

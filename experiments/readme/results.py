@@ -6,8 +6,15 @@
 Trains ``carb-train`` (default preset, ``model=auto``) on the shipped CPU reference dataset into a
 temporary MLflow store, takes the test-split metrics beside B1, the extrapolation splits, the physical
 sanity figures and the interval coverage when the model has intervals, runs the extrapolation
-benchmark's timm part, and reads the reproducibility recheck from the dataset's provenance. Everything
-between ``<!-- results:start -->`` and ``<!-- results:end -->`` in README.md is replaced.
+benchmark's timm part, and reads the reproducibility recheck from the dataset's provenance. Then the same
+for the shipped H200 dataset (``data=h200``, measured energy): test accuracy beside B1 and B2, the
+extrapolation splits, interval coverage, and a budget classification at the median of the test split's
+measured energy and latency (CARB's point predictions against B1's and B2's; the rows whose interval
+crosses the budget line). Everything between ``<!-- results:start -->`` and ``<!-- results:end -->`` in
+README.md is replaced.
+
+On a busy 2-core machine set ``CARB_N_JOBS=1 OMP_NUM_THREADS=1``: threaded boosting under contention can
+make one refit a hundred times slower.
 """
 from __future__ import annotations
 
@@ -19,6 +26,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,13 +76,21 @@ def fmt(v: float, spec: str = ".3f") -> str:
     return "-" if v is None or pd.isna(v) else format(v, spec)
 
 
-def accuracy_table(m: dict, targets: list[str]) -> str:
-    """Random-split test accuracy, CARB beside B1."""
-    rows = ["| target | CARB R^2 | CARB MAE | CARB MAPE | B1 R^2 | B1 MAE | B1 MAPE |", "|---|---|---|---|---|---|---|"]
+def pct(v: float | None) -> str:
+    return "-" if v is None or pd.isna(v) else f"{v:.1f} %"
+
+
+def accuracy_table(m: dict, targets: list[str], b2: bool = False) -> str:
+    """Random-split test accuracy, CARB beside B1 (and, with ``b2``, B2 where it has metrics: energy)."""
+    base = ("b1", "b2") if b2 else ("b1",)
+    head = "| target | CARB R^2 | CARB MAE | CARB MAPE | " + " | ".join(
+        f"{b.upper()} R^2 | {b.upper()} MAE | {b.upper()} MAPE" for b in base) + " |"
+    rows = [head, "|---|---|---|---|" + "---|---|---|" * len(base)]
     for t in targets:
+        cells = [f"{fmt(m.get(f'{b}_{t}_r2'), '.3f')} | {fmt(m.get(f'{b}_{t}_mae'), '.3g')} | "
+                 f"{pct(m.get(f'{b}_{t}_mape'))}" for b in base]
         rows.append(f"| {TARGET_LABEL[t]} | {fmt(m.get(f'test_{t}_r2'), '.4f')} | {fmt(m.get(f'test_{t}_mae'), '.3g')} | "
-                    f"{fmt(m.get(f'test_{t}_mape'), '.1f')} % | {fmt(m.get(f'b1_{t}_r2'), '.3f')} | "
-                    f"{fmt(m.get(f'b1_{t}_mae'), '.3g')} | {fmt(m.get(f'b1_{t}_mape'), '.1f')} % |")
+                    f"{pct(m.get(f'test_{t}_mape'))} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 
@@ -188,12 +204,150 @@ def provenance_lines() -> list[str]:
     return out
 
 
+H200_DATA = "carb/data/h200-reference"
+#: Targets of the H200 budget classification (the budget line: the test split's measured median).
+BUDGET_TARGETS = ("energy_J", "latency_ms")
+
+
+def h200_provenance_lines() -> list[str]:
+    """What the shipped H200 dataset is: its provenance file and the parquet's own rows."""
+    p, data = ROOT / f"{H200_DATA}.provenance.json", ROOT / f"{H200_DATA}.parquet"
+    if not p.exists() or not data.exists():
+        return ["(no H200 dataset or provenance file)"]
+    prov = json.loads(p.read_text())
+    dev, counts, drift = prov.get("device", {}), prov.get("counts", {}), prov.get("drift", {})
+    d = pd.read_parquet(data)
+    when = pd.to_datetime(d["measured_at"], utc=True)
+    capped = int(d["throttle_reasons"].astype(str).str.contains("power_cap").sum()) if "throttle_reasons" in d else 0
+    precisions = ", ".join(sorted(d["precision"].astype(str).unique()))
+    return [f"Dataset: `{H200_DATA}.parquet` ([what and how]({H200_DATA}.md)), {len(d)} rows measured by "
+            f"`experiments/gpu/run.py` with CARB's own collector on one {dev.get('device_name', '?')} "
+            f"({dev.get('multiprocessors', '?')} SMs, power limit {fmt(dev.get('power_limit_W'), '.0f')} W, default "
+            f"clocks, driver {dev.get('driver', '?')}, torch {dev.get('torch_version', prov.get('torch', '?'))}), "
+            f"{when.min():%Y-%m-%d %H:%M} to {when.max():%H:%M} UTC, device `{prov.get('device_id', '?')}`; "
+            f"{counts.get('ok', '?')} ok, {counts.get('oom', '?')} out of memory, {counts.get('error', '?')} errors "
+            f"({counts.get('skipped', '?')} skipped by the run's deadline); {precisions}, batch "
+            f"{d['batch_size'].min()}-{d['batch_size'].max()}, inputs {d['input_size'].min()}-"
+            f"{d['input_size'].max()} px; "
+            f"energy per batch from the NVML energy counter; {capped} rows ran at the software power cap. Drift "
+            f"(re-measured at the end, end / first, median of {drift.get('n', '?')}): latency "
+            f"{fmt(drift.get('latency_ratio_median'))}, energy {fmt(drift.get('energy_ratio_median'))}."]
+
+
+def classify(measured: np.ndarray, pred: np.ndarray, limit: float) -> dict[str, float]:
+    """Whether "within budget" (``<= limit``) from ``pred`` against ``measured``: accuracy, precision (share of
+    the predicted-within rows measured within), recall (share of the measured-within rows predicted
+    within) and the counts behind them, from :func:`carb.analysis.evaluate.budget_classification`."""
+    from carb.analysis.evaluate import budget_classification
+
+    c = budget_classification(measured, pred, limit)
+    tp = c["n_measured_feasible"] - c["n_false_reject"]
+    pred_in = tp + c["n_false_accept"]
+    return {**c, "precision": tp / pred_in if pred_in else float("nan"),
+            "recall": tp / c["n_measured_feasible"] if c["n_measured_feasible"] else float("nan")}
+
+
+def budget_table(fit_folder: str, split_seed: int, fractions: tuple[float, ...]) -> list[str]:
+    """Budget classification on the H200 test split at the median of its measured energy and latency:
+    CARB as screening scores (:func:`carb.analysis.screening.score`, telemetry not measured, with
+    intervals and :func:`~carb.analysis.screening.prioritize`'s ``borderline``), CARB with the test rows'
+    measured telemetry (as the accuracy table), B1 and B2 (energy; it needs the measured latency)."""
+    from carb.analysis.screening import prioritize, score
+    from carb.commands.train import load_fit
+    from carb.data.split import split_dataset
+    from carb.model.baselines import FlopsLinear, LatencyEnergyProxy
+
+    fit = load_fit(Path(fit_folder))
+    cascade, test, full = fit["cascade"], fit["test"].reset_index(drop=True), fit["full"]
+    train = split_dataset(full, seed=split_seed, fractions=fractions).frames4(full)[0]
+    targets = [t for t in BUDGET_TARGETS if t in cascade.targets_]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        scored = score(cascade, test)
+        b1_model = FlopsLinear().fit(train, train[targets])
+        b1 = b1_model.predict(test)
+        b2 = LatencyEnergyProxy().fit(train, train["energy_J"]).predict(test) if "energy_J" in targets else None
+    limits = {t: float(test[t].median()) for t in targets}
+    preds = {"CARB, screening (telemetry not measured)": lambda t: scored[f"pred_{t}"],
+             "CARB, measured telemetry (as the accuracy table)": lambda t: fit["extras"]["pred"][f"pred_{t}"],
+             "B1 (FLOPs-only)": lambda t: b1[f"pred_{t}"],
+             "B2 (energy from measured latency)":
+                 lambda t: b2[f"pred_{t}"] if b2 is not None and t == "energy_J" else None}
+    head = "| predictor | " + " | ".join(f"{TARGET_LABEL[t]}: accuracy | precision | recall | false accepts"
+                                          for t in targets) + " |"
+    rows = [head, "|---|" + "---|---|---|---|" * len(targets)]
+    none_within = []
+    for name, get in preds.items():
+        cells = []
+        for t in targets:
+            p = get(t)
+            if p is None:
+                cells.append("- | - | - | -")
+                continue
+            p = np.asarray(p, dtype=float)
+            c = classify(test[t].to_numpy(float), p, limits[t])
+            cells.append(f"{c['accuracy']:.3f} | {fmt(c['precision'])} | {c['recall']:.3f} | {c['n_false_accept']}")
+            if not np.any(p <= limits[t]):
+                icpt = (f", intercept {b1_model.models_[t].intercept_:.3g}" if name.startswith("B1")
+                        and t in b1_model.models_ else "")
+                none_within.append(f"{name.split(' ')[0]} calls no row within the {TARGET_LABEL[t]} budget (smallest "
+                                   f"prediction {np.nanmin(p):.3g}{icpt}, budget {limits[t]:.3g})")
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    if none_within:
+        rows += ["", "; ".join(none_within) + ": precision undefined (`-`). A least-squares line in FLOPs follows "
+                 "the large configurations; its intercept alone can lie above the median."]
+    notes = []
+    for t in targets:
+        d = prioritize(scored, {t: limits[t]}, {})
+        m = test[t].to_numpy(float)
+        dec = d["decision"].to_numpy()
+        within = m <= limits[t]
+        wrong = (d["feasible"].to_numpy() != within)
+        firm = dec != "borderline"
+        firm_ok = ((dec == "accept") & within) | ((dec == "reject") & ~within)
+        notes.append(f"- {TARGET_LABEL[t]} at {limits[t]:.3g} ({int(within.sum())} of {len(m)} rows measured within): "
+                     f"{int((dec == 'accept').sum())} accept, {int((dec == 'reject').sum())} reject, "
+                     f"{int((~firm).sum())} borderline (interval crosses the line); the accept/reject calls are right "
+                     f"for {int(firm_ok[firm].sum())} of {int(firm.sum())}; {int((wrong & ~firm).sum())} of the "
+                     f"{int(wrong.sum())} wrong point calls are borderline.")
+    return [f"Budget classification on the test split ({len(test)} rows): \"within budget\" at the median of the "
+            f"split's measured value, from each predictor's point prediction (precision: share of the rows called "
+            f"within that are; recall: share of the rows within that are called so; false accept: called within, "
+            f"measured over):", "", *rows, "",
+            "With CARB's intervals (screening, `carb.analysis.screening.prioritize`: `borderline` when the "
+            "interval crosses the budget line, else `accept` / `reject`):", "", *notes, ""]
+
+
+def h200_part(tmp: str) -> list[str]:
+    """The H200 subsection: ``carb-train data=h200`` with the defaults, the same tables as the CPU part
+    with B2 beside energy, and the budget classification."""
+    from carb.commands.cli import compose
+
+    r = train_metrics(f"{tmp}/h200", "data=h200", f"paths.output_dir={tmp}/h200/out")
+    m, targets = r["metrics"], list(r["targets"])
+    cfg = compose("train", ["data=h200"])
+    parts = ["### NVIDIA H200: real GPU data measured by CARB", ""] + h200_provenance_lines() + [""]
+    parts += [f"Same defaults (`carb-train data=h200`, `model=auto` -> `{r.get('preset', 'auto')}`, split seed "
+              f"{int(cfg.split.seed)}), test rows; B1 = FLOPs-only linear regression, B2 = energy as a linear "
+              f"function of the measured latency (it needs the latency measured, so it is no predictor for an "
+              f"unmeasured configuration):", "", accuracy_table(m, targets, b2=True), ""]
+    parts += ["Extrapolation (as above: train on the lower range of one knob, test on the upper; precision: train "
+              "fp32, test bf16 and fp16). R^2 (MAPE) beside B1:", "", xval_table(m, targets), ""]
+    cov = coverage_table(m, targets)
+    if cov:
+        parts += [f"Prediction intervals (nominal coverage {fmt(m.get('interval_nominal', 0.9))}; share of held-out "
+                  f"rows inside, mean relative width):", "", cov, ""]
+    parts += budget_table(r["fit_folder"], int(cfg.split.seed), tuple(float(f) for f in cfg.split.fractions))
+    return parts
+
+
 def section() -> str:
     """The README results section (Markdown)."""
     with tempfile.TemporaryDirectory() as tmp:
         r = train_metrics(tmp)
         m, targets = r["metrics"], list(r["targets"])
         spread = seed_spread(tmp, m, targets)
+        h200 = h200_part(tmp)
     parts = ["## Results on this project's own data", "",
              "Generated by `python experiments/readme/results.py` (do not edit by hand).", ""]
     parts += provenance_lines() + [""]
@@ -215,7 +369,9 @@ def section() -> str:
                   f"{fmt(m.get('interval_nominal', 0.9))}): share of held-out rows inside the interval (mean "
                   f"width (hi - lo) / prediction). `test` = the random test split; the others = the extrapolation "
                   f"splits above, calibrated on a held-out share of their training rows.", "", cov, ""]
-    parts += ["Real third-party GPU latency (timm benchmark, plain ResNets mapped to `ArchConfig`, one model per GPU):",
+    parts += h200
+    parts += ["### Third-party GPU latency and few-shot calibration", "",
+              "Real third-party GPU latency (timm benchmark, plain ResNets mapped to `ArchConfig`, one model per GPU):",
               "", timm_summary(), ""]
     parts += transfer_lines()
     return "\n".join(parts)

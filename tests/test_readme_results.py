@@ -1,0 +1,65 @@
+"""The README results generator (experiments/readme/results.py) and the extrapolation benchmark's
+argument handling: fast pieces only (no training)."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load(rel: str, name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / rel)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def results():
+    return load("experiments/readme/results.py", "readme_results")
+
+
+def test_classify_counts_precision_and_recall(results):
+    measured = np.array([1.0, 2.0, 3.0, 4.0, np.nan])
+    pred = np.array([1.5, 3.5, 2.5, 5.0, 1.0])   # budget 2.5: rows 0, 2 called within; rows 0, 1 are within
+    c = results.classify(measured, pred, 2.5)
+    assert c["n"] == 4 and c["n_false_accept"] == 1 and c["n_false_reject"] == 1
+    assert c["accuracy"] == pytest.approx(0.5)
+    assert c["precision"] == pytest.approx(0.5) and c["recall"] == pytest.approx(0.5)
+    none = results.classify(measured, pred + 10, 2.5)   # nothing called within: precision undefined
+    assert np.isnan(none["precision"]) and none["recall"] == 0
+
+
+def test_accuracy_table_puts_b2_beside_b1_where_it_has_metrics(results):
+    m = {"test_energy_J_r2": 0.99, "test_energy_J_mae": 1.0, "test_energy_J_mape": 5.0,
+         "b1_energy_J_r2": 0.6, "b1_energy_J_mae": 10.0, "b1_energy_J_mape": 200.0,
+         "b2_energy_J_r2": 0.95, "b2_energy_J_mae": 4.0, "b2_energy_J_mape": 300.0,
+         "test_latency_ms_r2": 0.98, "test_latency_ms_mae": 3.0, "test_latency_ms_mape": 10.0}
+    lines = results.accuracy_table(m, ["energy_J", "latency_ms"], b2=True).splitlines()
+    assert "B2 R^2" in lines[0] and all(ln.count("|") == lines[0].count("|") for ln in lines)
+    assert "| 0.950 | 4 | 300.0 % |" in lines[2]
+    assert lines[3].endswith("| - | - | - |")                      # no B2 for latency
+    assert "B2" not in results.accuracy_table(m, ["energy_J"]).splitlines()[0]   # the CPU table as before
+
+
+def test_h200_provenance_line_is_computed_from_the_shipped_files(results):
+    (line,) = results.h200_provenance_lines()
+    assert "517 rows" in line and "`c3acf657f4`" in line and "experiments/gpu/run.py" in line
+    assert "(carb/data/h200-reference.md)" in line and "2026-12-04 12:57 to 13:05 UTC" in line
+
+
+def test_benchmark_takes_several_datasets(monkeypatch):
+    bench = load("experiments/benchmarks/extrapolation.py", "bench_extrapolation")
+    seen = []
+    monkeypatch.setattr("carb.data.io.load_training_frame", lambda name: (seen.append(name), (None, name))[1])
+    monkeypatch.setattr(bench, "default_splits", lambda df: [])
+    monkeypatch.setattr(bench, "run", lambda name, df, splits, plain: __import__("pandas").DataFrame(
+        {"split": ["s"], "target": ["energy_J"], "r2": [0.9], "b1_r2": [0.5]}))
+    bench.main(["--data", "reference,h200", "extra", "--no-timm", "--no-plain"])
+    assert seen == ["reference", "h200", "extra"]
