@@ -157,3 +157,33 @@ def test_evaluate_splits_keeps_each_splits_predictions(rows, tmp_path):
 
     m = concentration_metrics(table, preds)
     assert 0 < m["xval_batch_latency_ms_worst5_share"] <= 1 and "xval_batch_latency_ms_r2_without_worst5" in m
+
+
+def _tensor_core_rows(cc: str, kind: str = "cuda") -> pd.DataFrame:
+    """physics_rows with fp16 instead of bf16, multiply-adds 2x faster in fp16 (tensor cores at twice the
+    TF32 rate), on a device of compute capability ``cc``."""
+    import json
+
+    df = physics_rows(240, seed=3)
+    df["precision"] = df["precision"].replace({"bf16": "fp16"})
+    rng = np.random.default_rng(4)
+    rate = np.where(df["precision"] == "fp32", 4e7, 8e7)
+    df["latency_ms"] = (0.5 + df["flops"] / rate + 0.01 * df["n_conv"]) * rng.lognormal(0, 0.03, len(df))
+    df["device_kind"] = kind
+    df["device_fingerprint"] = json.dumps({"kind": kind, "compute_capability": cc})
+    return df
+
+
+@pytest.mark.parametrize("cc, kind, expect", [("9.0", "cuda", True), ("7.5", "cuda", False), ("9.0", "cpu", False)])
+def test_unmeasured_16_bit_precision_on_tensor_cores_runs_its_macs_faster(cc, kind, expect):
+    df = _tensor_core_rows(cc, kind)
+    fp32, fp16 = df[df["precision"] == "fp32"], df[df["precision"] == "fp16"]
+    with_tc = make_prior("latency_ms", tensor_core_speedup=2.0).fit(fp32, fp32["latency_ms"])
+    without = make_prior("latency_ms").fit(fp32, fp32["latency_ms"])
+    assert (with_tc.tensor_speedup_ == 2.0) is expect and with_tc.to_dict()["tensor_core_speedup"] == with_tc.tensor_speedup_
+    err = lambda m: float(np.median(np.abs(m.predict(fp16) / fp16["latency_ms"].to_numpy() - 1)))  # noqa: E731
+    if expect:
+        assert err(with_tc) < 0.1 < err(without)          # fp32's rate alone is ~2x too slow on the MACs
+        assert np.allclose(with_tc.predict(fp32), without.predict(fp32))   # measured precisions untouched
+    else:
+        assert np.allclose(with_tc.predict(fp16), without.predict(fp16))

@@ -36,10 +36,15 @@ def device_b(a: pd.DataFrame, seed: int = 1) -> pd.DataFrame:
     return b
 
 
+def rows_a() -> pd.DataFrame:
+    """Device A's measured rows (seeded)."""
+    a = synthetic_dataset(260, seed=4, device_name="Synthetic GPU A")
+    return a[a["status"] == "ok"].reset_index(drop=True)
+
+
 @pytest.fixture(scope="module")
 def source_and_b():
-    a = synthetic_dataset(260, seed=4, device_name="Synthetic GPU A")
-    a = a[a["status"] == "ok"].reset_index(drop=True)
+    a = rows_a()
     cfg = compose("train", TINY)
     cascade = build_cascade(to_dict(cfg.model), to_dict(cfg.features))
     ts = ["peak_memory_MB", "energy_J", "latency_ms"]
@@ -84,10 +89,17 @@ def test_transfer_recovers_the_known_device_change(source_and_b, k):
     assert tr.transfer_["energy_J"]["form"] == "source"                      # nothing measured on B: kept
     assert tr.device_name_ == "Synthetic GPU B" and tr.device_id_ == "bbbbbbbbbb"
     assert tr.domain_ == cascade.domain_                                     # the source's domain, unchanged
-    # intervals on B's held-out rows cover most of them
-    iv = interval(tr.intervals_, p_tr)
-    inside = ((iv["lo_latency_ms"] <= y) & (y <= iv["hi_latency_ms"])).mean()
-    assert inside > 0.7, inside
+    # intervals on B's held-out rows cover most of them: on average over three noise draws of B (K
+    # leave-one-out log-ratios make a 90 % quantile whose coverage varies by draw: 0.63-0.99 at K = 10)
+    inside = []
+    for seed in (1, 2, 3):
+        bb = device_b(rows_a(), seed)
+        rr = bb.drop(index=bb.index[picks])
+        iv = interval(TransferredCascade(cascade).fit(bb.iloc[picks]).intervals_,
+                      screening_predict(TransferredCascade(cascade).fit(bb.iloc[picks]), rr))
+        yy = rr["latency_ms"].to_numpy(float)
+        inside.append(((iv["lo_latency_ms"] <= yy) & (yy <= iv["hi_latency_ms"])).mean())
+    assert np.mean(inside) > (0.75 if k < 40 else 0.85), inside
     assert tr.intervals_["latency_ms"]["n"] == k
 
 

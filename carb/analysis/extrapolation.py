@@ -106,7 +106,9 @@ def evaluate_splits(make_model: Callable[[], Any], df: pd.DataFrame, splits: Seq
                     targets: Sequence[str] = TARGETS, progress: Callable[[str], None] | None = None,
                     interval_coverage: float | None = None, cal_share: float = 0.15, seed: int = 0,
                     predictions: dict[str, pd.DataFrame] | None = None) -> pd.DataFrame:
-    """Fit ``make_model()`` and B1 on each split's train rows; score both on its test rows.
+    """Fit ``make_model()`` and B1 on each split's train rows; score both on its test rows, a CARB
+    cascade as screening predicts (:func:`carb.model.intervals.screening_predict`: runtime telemetry
+    predicted from the architecture, not the test rows' measured telemetry).
 
     With ``interval_coverage``, a seeded ``cal_share`` of each split's train rows is held out to
     calibrate the model's intervals (:func:`carb.model.intervals.calibrate`); test rows outside the
@@ -122,6 +124,7 @@ def evaluate_splits(make_model: Callable[[], Any], df: pd.DataFrame, splits: Seq
     predicted)]}`` of every non-precision split's test rows, screening-mode predictions (feed it to
     :func:`carb.model.intervals.outside_calibration`)."""
     from carb.model.baselines import FlopsLinear
+    from carb.model.intervals import screening_predict
 
     rows = []
     held: dict[str, dict[str, Any]] = {}   # split -> what its interval coverage needs
@@ -141,7 +144,8 @@ def evaluate_splits(make_model: Callable[[], Any], df: pd.DataFrame, splits: Seq
             warnings.simplefilter("ignore", UserWarning)
             model = make_model().fit(tr, tr[ts])
         fit_s = time.perf_counter() - t0
-        pred = model.predict(te)
+        # scored as screening scores a configuration nobody ran: its runtime telemetry is not measured either
+        pred = screening_predict(model, te) if hasattr(model, "telemetry_medians_") else model.predict(te)
         b1 = FlopsLinear().fit(tr, tr[ts]).predict(te)
         if predictions is not None:
             predictions[sp.name] = te.assign(**{c: pred[c].to_numpy() for c in pred.columns})

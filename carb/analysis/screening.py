@@ -29,7 +29,7 @@ from carb.errors import ConfigError
 from carb.model.domain import check_domain, unseen_mask
 from carb.model.encoding import interaction_features, pred_name
 from carb.model.monotone import monotone_in_batch
-from carb.model.intervals import interval, outside_mask, with_telemetry  # with_telemetry: the one imputation
+from carb.model.intervals import interval, outside_mask, screening_features  # the one imputation
 
 #: Pareto axes in order of preference: energy and memory (the paper), else what the model has.
 PARETO_PREFERENCE = ("energy_J", "peak_memory_MB", "latency_ms")
@@ -50,15 +50,13 @@ OUTSIDE_MODES = ("flag", "drop", "only")
 def score(model: Any, features: pd.DataFrame, with_medians: bool = True,
           coverage: float | None = None, monotone: bool = True) -> pd.DataFrame:
     """Predictions of ``model`` for each row of ``features`` (static features + knobs; runtime features
-    are filled from the model's medians when ``with_medians``). Returns ``features`` with the runtime
+    are filled as screening fills them when ``with_medians``: :func:`carb.model.intervals.screening_features`). Returns ``features`` with the runtime
     columns and ``pred_<target>`` columns added, plus ``lo_<target>`` / ``hi_<target>`` (the target's
     unit) when the model carries a calibration (``intervals_``), at ``coverage`` (default: calibrated).
     ``monotone``: predictions non-decreasing in batch size per architecture
     (:func:`carb.model.monotone.monotone_in_batch`)."""
-    medians = getattr(model, "telemetry_medians_", {}) or {}
-
     def prepare(F: pd.DataFrame) -> pd.DataFrame:
-        return with_telemetry(F, medians) if with_medians else interaction_features(F)
+        return screening_features(model, F) if with_medians else interaction_features(F)
 
     X = prepare(features)
     pred = monotone_in_batch(model, X, prepare) if monotone else None
@@ -326,7 +324,7 @@ def validate(model: Any, measured: pd.DataFrame, budget: Mapping[str, float]) ->
     ``validate_<target>_{accuracy,false_accept_rate,false_reject_rate,n}``, ``validate_<target>_mae``
     over all rows and ``validate_<target>_feasible_mae`` over the predicted-feasible ones.
 
-    The same metrics for the path that screens (telemetry imputed with the batch-tier medians) are
+    The same metrics for the path that screens (telemetry predicted from the architecture, :func:`screening_features`) are
     ``validate_screening_<target>_*``, plus ``validate_screening_<target>_interval_coverage`` (share of
     rows with ``lo <= measured <= hi``) when the model has calibrated intervals."""
     targets = model_targets(model)

@@ -40,7 +40,7 @@ from sklearn.base import BaseEstimator, RegressorMixin, clone
 from sklearn.model_selection import KFold, train_test_split
 from sklearn.utils.validation import check_is_fitted
 
-from carb.data.schema import INTERACTION_FEATURES, TARGETS
+from carb.data.schema import INTERACTION_FEATURES, RUNTIME_FEATURES, TARGETS
 from carb.data.tiers import strata_key, telemetry_medians
 from carb.errors import ConfigError, DatasetError
 from carb.model.correctors import (
@@ -106,13 +106,19 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         Settings of the latency and energy priors (:class:`carb.model.physics.LayerRooflinePrior`):
         ``large_alloc_MB`` (CPU data: a cost per MB of convolution outputs at least this large, which
         get fresh pages every forward; None = no such term) and ``channel_block``.
+    telemetry : {"model", "medians"}
+        How screening fills the runtime features of a configuration nobody ran: ``model`` (default)
+        predicts each from the knobs and static features (:class:`carb.model.telemetry.TelemetryImputer`,
+        fitted on the training rows: a network's kernel launches, SM utilisation, ...); ``medians``
+        fixes them to the training medians of the row's batch tier (the paper's rule).
 
     Fitted attributes: ``targets_`` (cascade order), ``dropped_targets_`` (target -> reason),
     ``feature_names_`` (raw feature columns used), ``feature_set_``, ``dropped_features_``,
     ``input_columns_`` (raw columns ``predict`` needs), ``stages_`` (target -> :class:`Stage`),
     ``log_target_``, ``priors_`` (target -> the fitted prior's coefficients), ``blend_weights_``,
     ``probe_val_mae_``, ``corrector_report_``, ``val_mae_``,
-    ``test_mae_`` (filled by :meth:`record_test_mae`), ``telemetry_medians_``, ``device_name_``,
+    ``test_mae_`` (filled by :meth:`record_test_mae`), ``telemetry_medians_``, ``telemetry_imputer_``
+    (None with ``telemetry="medians"`` or no runtime feature), ``device_name_``,
     ``device_id_`` and ``device_fingerprint_`` (JSON; None for data without a fingerprint),
     ``domain_`` (knob values and feature ranges of the training rows, :mod:`carb.model.domain`),
     ``oof_predictions_`` (train rows), ``fit_seconds_`` (per stage, incl. out-of-fold fits).
@@ -124,7 +130,7 @@ class CarbCascade(RegressorMixin, BaseEstimator):
                  members: Sequence[str] = MEMBERS, log_target: Any = "auto", probe_estimators: int = 200,
                  oof_folds: int = 5, correctors: Mapping[str, Any] | None = None,
                  val_fraction: float = 0.15, n_jobs: int | None = None, random_state: int = 0,
-                 physics: bool = True, prior: Mapping[str, Any] | None = None):
+                 physics: bool = True, prior: Mapping[str, Any] | None = None, telemetry: str = "model"):
         self.features = features
         self.feature_set = feature_set
         self.specialists = specialists
@@ -139,6 +145,7 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         self.random_state = random_state
         self.physics = physics
         self.prior = prior
+        self.telemetry = telemetry
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -294,6 +301,14 @@ class CarbCascade(RegressorMixin, BaseEstimator):
             self.input_columns_ += [c for c in PRIOR_INPUTS if c not in self.input_columns_]
             self.input_columns_ += [c for c in LAYER_INPUTS if c in X.columns and c not in self.input_columns_]
         self.telemetry_medians_ = telemetry_medians(X) if "batch_size" in X.columns else {}
+        self.telemetry_imputer_ = None
+        if self.telemetry not in ("model", "medians"):
+            raise ConfigError(f"model.telemetry: {self.telemetry!r} is not allowed; allowed: ['model', 'medians']")
+        runtime = [c for c in kept if c in RUNTIME_FEATURES]
+        if self.telemetry == "model" and runtime:
+            from carb.model.telemetry import TelemetryImputer
+
+            self.telemetry_imputer_ = TelemetryImputer(columns=tuple(runtime), random_state=self.random_state).fit(X)
         from carb.model.domain import fit_domain
 
         self.domain_ = fit_domain(X)

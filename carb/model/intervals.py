@@ -2,7 +2,7 @@
 
 Costs span orders of magnitude, so intervals are multiplicative: on a calibration split that nothing
 else uses, :func:`calibrate` predicts each row exactly as screening does (runtime telemetry replaced by
-the model's batch-tier medians, :func:`with_telemetry`) and keeps the log-ratios ``log(measured /
+what the architecture predicts, :func:`screening_features`) and keeps the log-ratios ``log(measured /
 predicted)``. :func:`interval` turns a prediction ``p`` into ``[p * exp(q_lo), p * exp(q_hi)]`` with the
 conformal quantiles of those log-ratios at the requested coverage (equal tails). The log-ratios are
 stored, so any coverage can be asked later without refitting.
@@ -45,15 +45,24 @@ def with_telemetry(features: pd.DataFrame, medians: Mapping[str, Mapping[str, fl
     return interaction_features(out)
 
 
+def screening_features(cascade: Any, features: pd.DataFrame) -> pd.DataFrame:
+    """The runtime features screening gives a configuration nobody ran (n rows in, n out, interaction
+    features added): predicted from its architecture by the cascade's ``telemetry_imputer_``
+    (:class:`carb.model.telemetry.TelemetryImputer`) where it has one, else the batch-tier medians
+    (:func:`with_telemetry`; also for columns the imputer did not learn)."""
+    out = with_telemetry(features, getattr(cascade, "telemetry_medians_", {}) or {})
+    imputer = getattr(cascade, "telemetry_imputer_", None)
+    return interaction_features(imputer.transform(out)) if imputer is not None else out
+
+
 def screening_predict(cascade: Any, X: pd.DataFrame, monotone: bool = True) -> pd.DataFrame:
     """``cascade.predict`` on ``X`` (n rows) as screening predicts: runtime telemetry imputed
-    (:func:`with_telemetry`) and, when ``monotone``, non-decreasing in batch size per architecture
+    (:func:`screening_features`) and, when ``monotone``, non-decreasing in batch size per architecture
     (:func:`carb.model.monotone.monotone_in_batch`). Returns ``pred_<target>`` columns, index of ``X``."""
     from carb.model.monotone import monotone_in_batch
 
-    medians = getattr(cascade, "telemetry_medians_", {}) or {}
-    Xs = with_telemetry(X, medians)
-    pred = monotone_in_batch(cascade, Xs, lambda F: with_telemetry(F, medians)) if monotone else None
+    Xs = screening_features(cascade, X)
+    pred = monotone_in_batch(cascade, Xs, lambda F: screening_features(cascade, F)) if monotone else None
     if pred is None:
         pred = cascade.predict(Xs)
     return pred.set_axis(X.index)

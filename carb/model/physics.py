@@ -178,13 +178,20 @@ class RooflinePrior(_Prior):
         return min(self.precisions_, key=lambda p: (abs(PRECISION_BITS.get(p, 32) - bits), -k[p]))
 
     def predict(self, X: pd.DataFrame) -> np.ndarray:
-        """Cost per row; a precision not seen in training uses :meth:`stand_in`'s per-FLOP cost."""
+        """Cost per row; a precision not seen in training uses :meth:`stand_in`'s per-FLOP cost (divided
+        by a layer roofline's ``tensor_speedup_`` for a 16-bit precision standing in for fp32 on tensor
+        cores, :class:`LayerRooflinePrior`)."""
         prec = X["precision"].astype(str).to_numpy()
         unseen = ~np.isin(prec, self.precisions_)
         if unseen.any():
             X = X.copy()
             X["precision"] = [self.stand_in(p) if u else p for p, u in zip(prec, unseen)]
-        return np.maximum(self.design(X) @ self.coef_values_, TINY)
+        D = self.design(X)
+        speedup = getattr(self, "tensor_speedup_", None)
+        fast = unseen & np.isin(prec, ("bf16", "fp16")) & (X["precision"].astype(str).to_numpy() == "fp32")
+        if speedup and fast.any() and "fp32" in self.precisions_:
+            D[fast, 1 + list(self.precisions_).index("fp32")] /= speedup   # const, then one FLOPs column per precision
+        return np.maximum(D @ self.coef_values_, TINY)
 
 
 class LayerRooflinePrior(RooflinePrior):
@@ -215,8 +222,11 @@ class LayerRooflinePrior(RooflinePrior):
     NATIVE = "per_native_weight_MB"
     NATIVE_ALIASED = "per_native_aliased_MAC"
 
+    #: Multiply-add terms a tensor-core speed-up applies to (an unmeasured 16-bit precision on a GPU).
+    MAC_TERMS = frozenset({"gemm_MNK", "stem_MNK"})
+
     def __init__(self, large_alloc_MB: float | None = None, channel_block: int = 1, cpu_dispatch: bool = False,
-                 device_probe: bool = False):
+                 device_probe: bool = False, tensor_core_speedup: float | None = None):
         """large_alloc_MB: on CPU data (every training row ``device_kind == "cpu"``), add a cost per
         MB of convolution outputs at least this large (they get fresh pages every forward: glibc maps
         allocations of 32 MiB and more); None = no such term. channel_block: channels padded to a
@@ -226,11 +236,16 @@ class LayerRooflinePrior(RooflinePrior):
         (:func:`carb.design.shapes.native_terms`; the precisions oneDNN runs come from the
         rows' device fingerprint). device_probe: with ``cpu_dispatch``, on the rows of one device that
         has a device probe (:func:`carb.data.probes.load_probe`), predict a precision no row was
-        measured at from the probe's single-layer timings (:meth:`predict`)."""
+        measured at from the probe's single-layer timings (:meth:`predict`). tensor_core_speedup: on
+        CUDA data of compute capability 8.0 or later (every row), a 16-bit precision no row was measured at
+        runs the fp32 stand-in's multiply-adds this many times faster (PyTorch runs fp32 convolutions on
+        TF32 tensor cores by default; NVIDIA's dense FP16/BF16 tensor peak is 2x the TF32 one since Ampere);
+        its other terms (launches, bytes at its own width) are the stand-in's. None = the stand-in's rate."""
         self.large_alloc_MB = large_alloc_MB
         self.channel_block = channel_block
         self.cpu_dispatch = cpu_dispatch
         self.device_probe = device_probe
+        self.tensor_core_speedup = tensor_core_speedup
 
     def _learn_columns(self, X: pd.DataFrame) -> None:
         super()._learn_columns(X)
@@ -240,6 +255,8 @@ class LayerRooflinePrior(RooflinePrior):
         self.shared_terms_ = self.SHARED
         self.native_ = native_dispatch(X) if (self.cpu_dispatch and cpu) else None
         self.probe_, self.probe_reason_ = fit_device_probe(X, self.native_) if self.device_probe else (None, "off")
+        self.tensor_speedup_ = (float(self.tensor_core_speedup)
+                                if self.tensor_core_speedup and tensor_core_device(X) else None)
 
     #: The layer form is kept only when its grouped cross-validated error is below this share of the
     #: aggregate form's (a richer form must earn its place on architectures it did not see).
@@ -298,7 +315,17 @@ class LayerRooflinePrior(RooflinePrior):
         prec = X["precision"].astype(str).to_numpy()
         unseen = ~np.isin(prec, self.precisions_)
         slot = np.array([self.stand_in(p) if u else p for p, u in zip(prec, unseen)], dtype=object) if unseen.any() else None
-        out = np.maximum(self.design(X, slot=slot) @ self.coef_values_, TINY)
+        D = self.design(X, slot=slot)
+        speedup = getattr(self, "tensor_speedup_", None)   # absent on priors pickled before it existed
+        if speedup and unseen.any():
+            per, _ = self._terms()
+            fast = unseen & np.isin(prec, ("bf16", "fp16")) & (slot == "fp32")
+            if fast.any() and "fp32" in self.precisions_:
+                base = 1 + self.precisions_.index("fp32") * len(per)
+                for j, (term, _) in enumerate(per):
+                    if term in self.MAC_TERMS:
+                        D[fast, base + j] /= speedup
+        out = np.maximum(D @ self.coef_values_, TINY)
         probe = getattr(self, "probe_", None)
         if probe is not None and unseen.any():
             for p in np.unique(prec[unseen]):
@@ -357,8 +384,28 @@ class LayerRooflinePrior(RooflinePrior):
         return {**super().to_dict(), "form": self.form_, "form_reason": self.form_reason_,
                 "cv_error": dict(self.cv_error_), "large_alloc_MB": getattr(self, "large_alloc_", None),
                 "native_dispatch": getattr(self, "native_", None),
+                "tensor_core_speedup": getattr(self, "tensor_speedup_", None),
                 "device_probe": (self.probe_.to_dict() if getattr(self, "probe_", None) is not None
                                  else getattr(self, "probe_reason_", "off"))}
+
+
+def tensor_core_device(X: pd.DataFrame) -> bool:
+    """True when every row is a CUDA device of compute capability 8.0 or later (its fingerprint's
+    ``compute_capability``): TF32 and FP16/BF16 tensor cores, FP16/BF16 at twice the TF32 peak."""
+    if not len(X) or "device_kind" not in X.columns or not (X["device_kind"].astype(str) == "cuda").all():
+        return False
+    if "device_fingerprint" not in X.columns:
+        return False
+    import json
+
+    for fp in X["device_fingerprint"].dropna().astype(str).unique():
+        try:
+            cc = float(json.loads(fp).get("compute_capability", "0"))
+        except (ValueError, TypeError, AttributeError):
+            return False
+        if cc < 8.0:
+            return False
+    return X["device_fingerprint"].notna().all()
 
 
 def native_dispatch(X: pd.DataFrame) -> dict[str, Any] | None:
@@ -422,7 +469,7 @@ PRIORS: dict[str, type[_Prior]] = {"peak_memory_MB": MemoryPrior, "energy_J": La
 
 def make_prior(target: str, **settings: Any) -> _Prior:
     """An unfitted prior for ``target`` (see :data:`PRIORS`); ``settings`` (``large_alloc_MB``,
-    ``channel_block``, ``cpu_dispatch``, ``device_probe``) go to the layer roofline and are ignored by the
+    ``channel_block``, ``cpu_dispatch``, ``device_probe``, ``tensor_core_speedup``) go to the layer roofline and are ignored by the
     others. ``device_probe`` applies to latency only (a probe times kernels; it measures no energy)."""
     if target not in PRIORS:
         raise DatasetError(f"no physics prior for target {target!r}; known: {list(PRIORS)}")
