@@ -2,8 +2,9 @@
 grid, two-stage (source + target model), with the split between features, prediction and Pareto/flags.
 
 Uses ``models:/<name>@champion`` from the local store when given (``--target``), else fits the
-``carb_fast`` cascade on the shipped reference dataset in-process (not timed) and uses it as both
-source and target. Last line: ``screen_3072_s=<s> screen_100k_s=<s>``.
+``carb_fast`` cascade on a shipped dataset in-process (``--data``: ``h200``, the main job's, whose
+screening predicts GPU telemetry from the architecture, or ``reference``, the CPU one; not timed) and
+uses it as both source and target. Last line: ``screen_3072_s=<s> screen_100k_s=<s>``.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def big_grid(n: int, seed: int = 0) -> list[ArchConfig]:
     return configs_from_cfg(s)
 
 
-def fit_reference():
+def fit_reference(data: str = "reference"):
     from carb.commands.cli import compose, to_dict
     from carb.data.io import reference_dataset
     from carb.data.schema import TARGETS, ok_rows
@@ -34,7 +35,7 @@ def fit_reference():
     from carb.model.presets import build_cascade
 
     cfg = compose("train", ["model=carb_fast"])
-    df = ok_rows(reference_dataset())
+    df = ok_rows(reference_dataset(data))
     tr, va, te = split_dataset(df, 0).frames(df)
     m = build_cascade(to_dict(cfg.model), to_dict(cfg.features))
     ts = [t for t in TARGETS if t in df]
@@ -60,6 +61,7 @@ def main() -> None:
     ap.add_argument("--target", default=None)
     ap.add_argument("--source", default=None)
     ap.add_argument("--n-big", type=int, default=100_000)
+    ap.add_argument("--data", default="h200", help="shipped dataset to fit on without --target (h200 | reference)")
     a = ap.parse_args()
     if a.target:
         from carb.tracking import load_cascade
@@ -67,7 +69,7 @@ def main() -> None:
         target = load_cascade(a.target)
         source = load_cascade(a.source) if a.source else target
     else:
-        target = fit_reference()
+        target = fit_reference(a.data)
         source = target
     grid = configs_from_cfg(space_config("screening"))
     run_once(grid[:200], target, source)  # warm-up
