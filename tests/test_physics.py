@@ -187,3 +187,43 @@ def test_unmeasured_16_bit_precision_on_tensor_cores_runs_its_macs_faster(cc, ki
         assert np.allclose(with_tc.predict(fp32), without.predict(fp32))   # measured precisions untouched
     else:
         assert np.allclose(with_tc.predict(fp16), without.predict(fp16))
+
+
+def test_power_cap_comes_from_the_gpu_fingerprint():
+    import json
+
+    from carb.model.physics import power_cap_W
+
+    gpu = pd.DataFrame({"device_kind": ["cuda"] * 3, "avg_power_W": [300.0, 650.0, 690.0],
+                        "device_fingerprint": [json.dumps({"kind": "cuda", "power_limit_W": 700})] * 3})
+    assert power_cap_W(gpu) == 700.0
+    assert power_cap_W(gpu.assign(avg_power_W=[300.0, 650.0, 731.0])) == 731.0   # a window overshoots a little
+    assert power_cap_W(gpu.assign(device_kind="cpu")) is None
+    assert power_cap_W(gpu.assign(device_fingerprint=json.dumps({"kind": "cuda"}))) is None
+
+
+def test_power_cap_keeps_heavy_gpu_predictions_physical_on_the_h200():
+    """Real H200 rows: trained on batch <= 32 (few rows at the 700 W limit), the roofline extrapolates the
+    boost-clock rate to batches 64-256, where the board sits at its power limit and clocks down. With
+    the cap no prediction implies more than the cap's average power, and latency R^2 on the heavy
+    batches rises."""
+    from sklearn.metrics import r2_score
+
+    from carb.data.io import load_dataset
+    from carb.data.schema import ok_rows
+
+    df = ok_rows(load_dataset("h200"))
+    tr, te = df[df["batch_size"] <= 32], df[df["batch_size"] > 32]
+    at_cap = lambda f: int((f["throttle_reasons"] == "sw_power_cap").sum())  # noqa: E731
+    assert at_cap(te) > 2 * at_cap(tr)
+    ts = ["peak_memory_MB", "energy_J", "latency_ms"]
+    kw = dict(FAST, members=("xgb", "et"))
+    capped = CarbCascade(**kw).fit(tr, tr[ts])
+    free = CarbCascade(power_cap=False, **kw).fit(tr, tr[ts])
+    assert capped.power_cap_W_ >= 700.0 and free.power_cap_W_ is None
+    p, q = capped.predict(te), free.predict(te)
+    implied = p["pred_energy_J"] / (p["pred_latency_ms"] / 1e3)
+    assert (implied <= capped.power_cap_W_ + 1e-6).all()
+    assert ((q["pred_energy_J"] / (q["pred_latency_ms"] / 1e3)) > capped.power_cap_W_).any()   # what it fixes
+    y = te["latency_ms"]
+    assert r2_score(y, p["pred_latency_ms"]) > r2_score(y, q["pred_latency_ms"]) + 0.02

@@ -108,7 +108,7 @@ _MEMBERS = ("xgb", "lgbm", "et")
 _TARGETS = ("peak_memory_MB", "energy_J", "latency_ms")
 _MODEL = [("split.seed", integer(0)), ("model.members", subset_of(*_MEMBERS)), ("model.log_target", log_target()),
           ("model.oof_folds", integer(2)), ("model.probe_estimators", integer(1)),
-          ("model.val_fraction", number(0.01, 0.9)), ("model.physics", boolean()), ("model.telemetry", one_of("model", "medians")),
+          ("model.val_fraction", number(0.01, 0.9)), ("model.physics", boolean()), ("model.telemetry", one_of("model", "medians")), ("model.power_cap", boolean()),
           ("model.prior.large_alloc_MB", number(positive=True, optional=True)), ("model.prior.channel_block", integer(1)),
           ("model.prior.cpu_dispatch", boolean()), ("model.prior.device_probe", boolean()),
           ("model.prior.tensor_core_speedup", number(positive=True, optional=True)),

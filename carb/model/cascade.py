@@ -111,13 +111,20 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         predicts each from the knobs and static features (:class:`carb.model.telemetry.TelemetryImputer`,
         fitted on the training rows: a network's kernel launches, SM utilisation, ...); ``medians``
         fixes them to the training medians of the row's batch tier (the paper's rule).
+    power_cap : bool
+        On GPU data with both energy and latency stages and a known power limit
+        (:func:`carb.model.physics.power_cap_W`): no prediction implies an average power above the cap,
+        so ``latency_ms >= 1000 * energy_J / cap``. A board at its power limit lowers its clocks, and
+        the heaviest configurations run slower than a roofline fitted on lighter ones predicts (on
+        the H200, trained on batch <= 32: latency R2 0.875 -> 0.979 on batches 64-256).
 
     Fitted attributes: ``targets_`` (cascade order), ``dropped_targets_`` (target -> reason),
     ``feature_names_`` (raw feature columns used), ``feature_set_``, ``dropped_features_``,
     ``input_columns_`` (raw columns ``predict`` needs), ``stages_`` (target -> :class:`Stage`),
     ``log_target_``, ``priors_`` (target -> the fitted prior's coefficients), ``blend_weights_``,
     ``probe_val_mae_``, ``corrector_report_``, ``val_mae_``,
-    ``test_mae_`` (filled by :meth:`record_test_mae`), ``telemetry_medians_``, ``telemetry_imputer_``
+    ``test_mae_`` (filled by :meth:`record_test_mae`), ``power_cap_W_`` (None when not applied),
+    ``telemetry_medians_``, ``telemetry_imputer_``
     (None with ``telemetry="medians"`` or no runtime feature), ``device_name_``,
     ``device_id_`` and ``device_fingerprint_`` (JSON; None for data without a fingerprint),
     ``domain_`` (knob values and feature ranges of the training rows, :mod:`carb.model.domain`),
@@ -130,7 +137,8 @@ class CarbCascade(RegressorMixin, BaseEstimator):
                  members: Sequence[str] = MEMBERS, log_target: Any = "auto", probe_estimators: int = 200,
                  oof_folds: int = 5, correctors: Mapping[str, Any] | None = None,
                  val_fraction: float = 0.15, n_jobs: int | None = None, random_state: int = 0,
-                 physics: bool = True, prior: Mapping[str, Any] | None = None, telemetry: str = "model"):
+                 physics: bool = True, prior: Mapping[str, Any] | None = None, telemetry: str = "model",
+                 power_cap: bool = True):
         self.features = features
         self.feature_set = feature_set
         self.specialists = specialists
@@ -146,6 +154,7 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         self.physics = physics
         self.prior = prior
         self.telemetry = telemetry
+        self.power_cap = power_cap
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -347,6 +356,11 @@ class CarbCascade(RegressorMixin, BaseEstimator):
             upstream.append(t)
             self.fit_seconds_[t] = time.perf_counter() - t0
         self.targets_ = targets
+        self.power_cap_W_ = None
+        if self.power_cap and {"energy_J", "latency_ms"} <= set(targets):
+            from carb.model.physics import power_cap_W
+
+            self.power_cap_W_ = power_cap_W(X)
         self.oof_predictions_ = oof
         self.test_mae_: dict[str, float] = {}
         self.fit_seconds_["total"] = time.perf_counter() - t_start
@@ -414,6 +428,9 @@ class CarbCascade(RegressorMixin, BaseEstimator):
             p = self.stages_[t].predict(D, Xr)
             D[pred_name(t)] = p
             out[pred_name(t)] = p
+        cap = getattr(self, "power_cap_W_", None)   # absent on models pickled before it existed
+        if cap and "pred_energy_J" in out and "pred_latency_ms" in out:
+            out["pred_latency_ms"] = np.maximum(out["pred_latency_ms"], 1000.0 * np.asarray(out["pred_energy_J"]) / cap)
         return pd.DataFrame(out, index=idx)
 
     def batch_nonmonotone_targets(self) -> list[str]:

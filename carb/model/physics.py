@@ -389,6 +389,29 @@ class LayerRooflinePrior(RooflinePrior):
                                  else getattr(self, "probe_reason_", "off"))}
 
 
+def power_cap_W(X: pd.DataFrame) -> float | None:
+    """The average power (W) a GPU's rows cannot exceed: the board's power limit from the fingerprint
+    (``power_limit_W``), or the highest average power a training row measured when that is higher
+    (a window's average can overshoot the limit by a few per cent). None for rows that are not all
+    CUDA or whose fingerprint names no power limit."""
+    if not len(X) or "device_kind" not in X.columns or not (X["device_kind"].astype(str) == "cuda").all():
+        return None
+    if "device_fingerprint" not in X.columns:
+        return None
+    import json
+
+    limits = []
+    for fp in X["device_fingerprint"].dropna().astype(str).unique():
+        try:
+            limits.append(float(json.loads(fp).get("power_limit_W")))
+        except (ValueError, TypeError, AttributeError):
+            return None
+    if not limits or not np.isfinite(limits).all():
+        return None
+    seen = pd.to_numeric(X.get("avg_power_W", pd.Series(dtype=float)), errors="coerce").max()
+    return float(max(max(limits), seen if np.isfinite(seen) else 0.0))
+
+
 def tensor_core_device(X: pd.DataFrame) -> bool:
     """True when every row is a CUDA device of compute capability 8.0 or later (its fingerprint's
     ``compute_capability``): TF32 and FP16/BF16 tensor cores, FP16/BF16 at twice the TF32 peak."""
