@@ -297,4 +297,6 @@ def test_main_job_default_screens_with_the_h200_model_and_an_energy_budget(tmp_p
     short = pd.read_csv(Path(first["output_dir"]) / "shortlist.csv")
     assert len(short) == min(20, int(feasible.sum())) and (short["pred_energy_J"] <= budget["energy_J"]).all()
     front = short["pareto"].to_numpy(bool)
-    assert (np.diff(short.loc[~front, "pred_energy_J"].to_numpy()) >= 0).all()   # energy is the objective
+    per_image = short.loc[~front, "pred_energy_J_per_image"].to_numpy()
+    assert (np.diff(per_image) >= 0).all()                           # energy per image is the objective
+    assert np.allclose(per_image, short.loc[~front, "pred_energy_J"] / short.loc[~front, "batch_size"])

@@ -222,3 +222,31 @@ def test_validate_also_reports_the_screening_path(grid):
     assert out["validate_screening_energy_J_mae"] == pytest.approx(0)     # energy ignores telemetry here
     assert out["validate_screening_energy_J_interval_coverage"] == 1.0
     assert "validate_screening_energy_J_accuracy" in out
+
+
+class LaunchBoundModel(AnalyticModel):
+    """A GPU-like stand-in: a batch costs a fixed 2 J of launch overhead plus 1 mJ per image (per-batch
+    energy hardly moves from batch 1 to 32, per-image energy falls with the batch)."""
+
+    def predict(self, X: pd.DataFrame) -> pd.DataFrame:
+        out = super().predict(X)
+        out["pred_energy_J"] = 2.0 + 1e-3 * X["batch_size"].to_numpy(float) * X["depth"].to_numpy(float) / 50
+        return out
+
+
+def test_per_image_objective_ranks_by_cost_per_image(grid):
+    model = LaunchBoundModel()
+    per_batch = screen(grid, model, {"peak_memory_MB": 500.0})
+    per_image = screen(grid, model, {"peak_memory_MB": 500.0}, objective="energy_J_per_image")
+    s = per_image.scored
+    assert per_image.objective == "energy_J_per_image"
+    assert np.allclose(s["pred_energy_J_per_image"], s["pred_energy_J"] / s["batch_size"])
+    feas = s[s["feasible"]]
+    best = feas.loc[feas["rank"] == 1].iloc[0]
+    assert best["pred_energy_J_per_image"] == feas["pred_energy_J_per_image"].min()
+    assert per_batch.shortlist.iloc[-1]["batch_size"] == 1          # per batch: batch 1 ranks first
+    rest = per_image.shortlist[~per_image.shortlist["pareto"]]
+    assert rest["pred_energy_J_per_image"].is_monotonic_increasing and (rest["batch_size"] == 128).all()
+    assert per_image.axes == ["energy_J_per_image", "peak_memory_MB"]   # the front trades it against memory
+    with pytest.raises(ConfigError, match=r"allowed: \['peak_memory_MB', 'latency_ms', 'latency_ms_per_image'\]"):
+        screen(grid, AnalyticModel(targets=("peak_memory_MB", "latency_ms")), objective="energy_J_per_image")

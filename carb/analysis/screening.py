@@ -190,6 +190,26 @@ def default_objective(targets: Sequence[str]) -> str:
     raise ConfigError("model: predicts no target")
 
 
+#: Suffix of a throughput-normalised objective: ``<target>_per_image`` = the per-batch prediction / batch size.
+PER_IMAGE = "_per_image"
+
+
+def allowed_objectives(targets: Sequence[str]) -> list[str]:
+    """Objectives a model with ``targets`` can rank by: each target (per batch) and, for energy and
+    latency, the same per image (``energy_J_per_image``: J per image; ``latency_ms_per_image``)."""
+    return [*targets, *(f"{t}{PER_IMAGE}" for t in ("energy_J", "latency_ms") if t in targets)]
+
+
+def objective_values(scored: pd.DataFrame, objective: str) -> np.ndarray:
+    """(n,) values to rank ``scored`` (n rows with ``pred_<target>`` and ``batch_size``) by, lower is
+    better: the prediction itself, or divided by the batch size for a ``..._per_image`` objective."""
+    if objective.endswith(PER_IMAGE):
+        base = objective[: -len(PER_IMAGE)]
+        return (scored[pred_name(base)].to_numpy(dtype=float)
+                / pd.to_numeric(scored["batch_size"], errors="coerce").to_numpy(dtype=float))
+    return scored[pred_name(objective)].to_numpy(dtype=float)
+
+
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
     """Spearman rank correlation (average ranks for ties)."""
     ra = pd.Series(a).rank().to_numpy()
@@ -240,9 +260,9 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
     timings: dict[str, float] = {}
     targets = model_targets(target_model)
     obj = objective or default_objective(targets)
-    if obj not in targets:
+    if obj not in allowed_objectives(targets):
         raise ConfigError(f"screen.objective: {obj!r} is not predicted by the target model; allowed: "
-                          f"{list(targets)}")
+                          f"{allowed_objectives(targets)}")
     clean_budget = check_budget(budget or {}, targets)
     stages: dict[str, Any] = {"n_grid": int(len(features))}
     features, dom_counts, notes = domain_filter(target_model, features, outside)
@@ -257,12 +277,12 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
     keep = np.ones(len(scored), dtype=bool)
     if source_model is not None:
         src_targets = model_targets(source_model)
-        if obj not in src_targets:
+        if obj not in allowed_objectives(src_targets):
             raise ConfigError(f"screen.source: the source model does not predict the objective {obj!r}")
         t = time.perf_counter()
         src = score(source_model, features, coverage=coverage)
         timings["predict_source_s"] = time.perf_counter() - t
-        src_pred = src[pred_name(obj)].to_numpy(dtype=float)
+        src_pred = objective_values(src, obj)
         scored[f"source_{pred_name(obj)}"] = src_pred
         order = np.argsort(src_pred, kind="stable")
         k = int(min(top_k, len(order)))
@@ -270,7 +290,7 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
         keep[order[:k]] = True
         scored["stage1_rank"] = pd.Series(src_pred).rank(method="first").astype(int).to_numpy()
         stages.update({"stage1_kept": k, "spearman_source_target": spearman(
-            src_pred, scored[pred_name(obj)].to_numpy(dtype=float))})
+            src_pred, objective_values(scored, obj))})
     scored["stage1_kept"] = keep
     t = time.perf_counter()
     scored = prioritize(scored, clean_budget, getattr(target_model, "test_mae_", {}) or {})
@@ -278,6 +298,9 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
     scored.loc[~keep, "feasible"] = False
     feas = scored["feasible"].to_numpy()
     axes = pareto_axes(targets)
+    if obj.endswith(PER_IMAGE):   # the front trades the objective (per image) against the other axis
+        scored[pred_name(obj)] = objective_values(scored, obj)
+        axes = [obj if a == obj[: -len(PER_IMAGE)] else a for a in axes]
     scored["pareto"] = False
     if feas.any():
         idx = np.flatnonzero(feas)

@@ -204,6 +204,8 @@ def run_screen(cfg: Any) -> dict[str, Any]:
           f"these), unverified {counts['n_unverified']} (precision never measured), reject {counts['n_reject']}; "
           f"Pareto front {counts['n_pareto']}")
     preds = [pred_name(t) for t in targets]
+    if result.objective not in targets:   # a per-image objective: show the column it ranks by
+        preds.append(pred_name(result.objective))
     if result.shortlist.empty:
         closest = screening.closest_candidates(result.scored, result.budget)
         print("no candidate meets the budget; closest candidates (worst relative overshoot):")

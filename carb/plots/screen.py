@@ -12,7 +12,9 @@ from matplotlib.figure import Figure
 
 from carb.model.encoding import pred_name
 
-LABELS = {"energy_J": "predicted energy (J per batch)", "peak_memory_MB": "predicted peak memory (MB)",
+LABELS = {"energy_J_per_image": "predicted energy (J per image)",
+          "latency_ms_per_image": "predicted latency (ms per image)",
+          "energy_J": "predicted energy (J per batch)", "peak_memory_MB": "predicted peak memory (MB)",
           "latency_ms": "predicted latency (ms per batch)"}
 
 
