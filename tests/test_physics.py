@@ -12,6 +12,8 @@ from carb.analysis.extrapolation import (
     default_splits,
     error_concentration,
     evaluate_splits,
+    group_splits,
+    pool_group_splits,
     precision_split,
     range_splits,
     sanity_report,
@@ -130,6 +132,32 @@ def test_evaluate_splits_reports_carb_beside_b1(rows):
     gap = (table["b1_r2"] - table["r2"]).max()
     assert int(fields["worse_than_b1"]) == int((table["r2"] < table["b1_r2"]).sum())
     assert float(fields["max_r2_below_b1"]) == pytest.approx(max(gap, 0.0), abs=1e-4)
+
+
+def test_leave_one_group_out_is_scored_pooled_and_folds_counted_apart(rows):
+    grouped = rows.assign(model=[f"m{d}" for d in rows["depth"]])
+    splits = group_splits(grouped, "model", "model")
+    assert len(splits) == grouped["model"].nunique()
+    preds: dict = {}
+    table = evaluate_splits(lambda: CarbCascade(features=KNOB_FEATURES, **FAST), grouped, splits,
+                            targets=["latency_ms"], predictions=preds)
+    assert all(f"b1_pred_latency_ms" in p.columns for p in preds.values())
+    pooled = pool_group_splits(table, preds, "model")
+    assert pooled["fold"].sum() == len(splits) and len(pooled) == len(splits) + 1
+    row = pooled[pooled["split"] == "model"].iloc[0]
+    both = pd.concat(preds.values(), ignore_index=True)
+    assert row["n_test"] == len(grouped)            # every row predicted once, by the fold without its group
+    resid = ((both["latency_ms"] - both["pred_latency_ms"]) ** 2).sum()
+    tot = ((both["latency_ms"] - both["latency_ms"].mean()) ** 2).sum()
+    assert row["r2"] == pytest.approx(1 - resid / tot)
+    # a fold worse than B1 is reported apart, not in the strict count over pooled and range splits
+    rigged = pooled.copy()
+    first = rigged.index[rigged["fold"].astype(bool)][0]
+    rigged.loc[first, "b1_r2"] = rigged.loc[first, "r2"] + 0.01
+    fields = dict(f.split("=") for f in summary_line(rigged).split())
+    assert fields["worse_than_b1_per_fold"] == "1"
+    assert int(fields["worse_than_b1"]) == int((pooled.loc[~pooled["fold"].astype(bool), "r2"]
+                                               < pooled.loc[~pooled["fold"].astype(bool), "b1_r2"]).sum())
 
 
 def test_error_concentration_finds_the_few_rows_that_sink_r2():
