@@ -89,6 +89,32 @@ def test_four_part_split_keeps_a_calibration_part_and_three_parts_are_unchanged(
     assert len(cal) == len(four.cal) and len(four.frames(df)) == 3
 
 
+def test_calibration_and_test_rows_are_exchangeable_across_strata_sizes():
+    """Conformal coverage needs calibration and test rows drawn alike: a row of a small stratum must be
+    as likely to calibrate as to test (cut per stratum, rounding gave small strata no calibration row)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from synthetic import synthetic_dataset
+
+    from carb.data.tiers import strata_key
+
+    df = synthetic_dataset(300, seed=2)
+    size = pd.Series(strata_key(df)).map(pd.Series(strata_key(df)).value_counts()).to_numpy()
+    small = (size >= 4) & (size <= 5)
+    assert small.sum() >= 8
+    in_cal = np.zeros(len(df))
+    held = np.zeros(len(df))
+    for seed in range(60):
+        sp = split_dataset(df, seed=seed, fractions=(0.6, 0.15, 0.1, 0.15))
+        in_cal[sp.cal] += 1
+        held[sp.cal] += 1
+        held[sp.test] += 1
+    share = in_cal[small].sum() / held[small].sum()          # 0.4 expected: cal / (cal + test) = 0.1 / 0.25
+    assert 0.28 <= share <= 0.52, share
+    assert abs(in_cal[~small].sum() / held[~small].sum() - 0.4) < 0.06
+
+
 def test_outside_rows_get_the_union_with_the_outside_calibration():
     from carb.model.intervals import outside_calibration
 
@@ -111,7 +137,30 @@ def test_outside_rows_get_the_union_with_the_outside_calibration():
     assert 0.86 <= np.mean((np.exp(test) >= lo) & (np.exp(test) <= hi)) <= 0.95
 
 
-def test_extrapolation_coverage_uses_the_other_splits_and_pools_log_ratios():
+def test_outside_calibration_takes_the_widest_direction_not_the_pool():
+    from carb.model.intervals import outside_calibration
+
+    rng = np.random.default_rng(1)
+    mild = {"batch": rng.normal(0, 0.05, 300), "input": rng.normal(0, 0.05, 300)}
+    severe = rng.normal(0.2, 0.2, 100)            # one direction errs more (and is biased)
+    cal = outside_calibration({"energy_J": {**mild, "depth": severe}}, 0.9)["energy_J"]
+    lo_s, hi_s = conformal_bounds(severe, 0.9)
+    assert cal["upper"] == pytest.approx(hi_s) and set(cal["by_split"]) == {"batch", "input", "depth"}
+    pooled = outside_calibration({"energy_J": np.concatenate([*mild.values(), severe])}, 0.9)["energy_J"]
+    assert pooled["upper"] < cal["upper"]           # the pool lets mild directions dilute the severe one
+    test = rng.normal(0.2, 0.2, 4000)               # new rows extrapolating in the severe direction
+    inside = lambda c: np.mean((test >= c["lower"]) & (test <= c["upper"]))  # noqa: E731
+    assert inside(cal) >= 0.86 and inside(pooled) < 0.8
+    # any coverage can be asked later; a split too small for it is skipped, not made infinite
+    iv = interval({"coverage": 0.9, "energy_J": {"lower": -0.01, "upper": 0.01, "coverage": 0.9, "outside": cal}},
+                  pd.DataFrame({"pred_energy_J": [1.0]}), coverage=0.5, outside=np.array([True]))
+    assert iv.loc[0, "hi_energy_J"] == pytest.approx(np.exp(max(conformal_bounds(v, 0.5)[1] for v in
+                                                               [*mild.values(), severe])))
+    tiny = outside_calibration({"energy_J": {"batch": mild["batch"], "few": [5.0, -5.0]}}, 0.9)["energy_J"]
+    assert np.isfinite(tiny["upper"]) and tiny["upper"] < 1
+
+
+def test_extrapolation_coverage_uses_the_other_splits_per_direction():
     from carb.analysis.extrapolation import evaluate_splits, range_splits
     from carb.model.cascade import CarbCascade
 
@@ -121,9 +170,9 @@ def test_extrapolation_coverage_uses_the_other_splits_and_pools_log_ratios():
     splits = range_splits(rows)
     tab = evaluate_splits(lambda: CarbCascade(features=KNOB_FEATURES, **FAST), rows, splits,
                           targets=["peak_memory_MB", "latency_ms"], interval_coverage=0.9)
-    pooled = tab.attrs["outside_log_ratios"]
+    by_split = tab.attrs["outside_log_ratios"]
     n_test = {sp.name: int(sp.test.sum()) for sp in splits}
-    assert len(pooled["latency_ms"]) == sum(n_test[s] for s in tab["split"].unique())
+    assert {s: len(v) for s, v in by_split["latency_ms"].items()} == {s: n_test[s] for s in tab["split"].unique()}
     assert tab["interval_coverage"].between(0, 1).all() and (tab["interval_width"] > 0).all()
     # physics rows extrapolate well, and the outside calibration keeps coverage near or above nominal
     assert tab["interval_coverage"].mean() >= 0.8, tab[["split", "target", "interval_coverage"]]

@@ -165,7 +165,7 @@ def test_mlflow_round_trip_predicts_the_logged_numbers(env, syn_run):
     by_version = load_model(f"models:/carb-synthetic-gpu/{syn_run['version']}", tracking_uri=env["uri"])
     by_run = tracking.load_cascade(f"runs:/{syn_run['run_id']}/model", tracking_uri=env["uri"])
     full = ok_rows(load_dataset(env["data"]))
-    _, _, test = split_dataset(full, seed=0).frames(full)
+    test = split_dataset(full, seed=0, fractions=tuple(by_version.split_fractions_)).frames4(full)[3]
     p = by_version.predict(test)
     pd.testing.assert_frame_equal(p, by_run.predict(test))
     for t in TARGETS:

@@ -113,16 +113,16 @@ def evaluate_splits(make_model: Callable[[], Any], df: pd.DataFrame, splits: Seq
     With ``interval_coverage``, a seeded ``cal_share`` of each split's train rows is held out to
     calibrate the model's intervals (:func:`carb.model.intervals.calibrate`); test rows outside the
     split model's domain also get the outside calibration made from the *other* splits' extrapolation
-    log-ratios (leave-one-split-out, precision splits not pooled), as a final model gets it from all
-    of them. Their coverage and mean relative width on the test rows are reported
+    log-ratios (leave-one-split-out, precision splits left out; the widest of their per-split bounds,
+    :func:`carb.model.intervals.outside_calibration`), as a final model gets it from all of them. Their coverage and mean relative width on the test rows are reported
     (``interval_coverage``, ``interval_width``).
 
     Returns one row per split x target: split, description, target, n_train, n_test, r2, mape,
     b1_r2, b1_mape (MAPE in %), fit_s[, interval_coverage, interval_width]. Targets a split's data
     does not measure are skipped. ``predictions``, when given, is filled with ``{split: test rows}``
     with ``pred_<target>`` and B1's ``b1_pred_<target>`` columns (for :func:`error_concentration` and
-    :func:`pool_group_splits`). ``table.attrs["outside_log_ratios"]``: ``{target: [log(measured /
-    predicted)]}`` of every non-precision split's test rows, screening-mode predictions (feed it to
+    :func:`pool_group_splits`). ``table.attrs["outside_log_ratios"]``: ``{target: {split: [log(measured /
+    predicted)]}}`` of every non-precision split's test rows, screening-mode predictions (feed it to
     :func:`carb.model.intervals.outside_calibration`)."""
     from carb.model.baselines import FlopsLinear
     from carb.model.intervals import screening_predict
@@ -165,7 +165,7 @@ def evaluate_splits(make_model: Callable[[], Any], df: pd.DataFrame, splits: Seq
                          "interval_coverage": np.nan, "interval_width": np.nan})
     table = pd.DataFrame(rows, columns=["split", "description", "target", "n_train", "n_test", "r2", "mape",
                                         "b1_r2", "b1_mape", "fit_s", "interval_coverage", "interval_width"])
-    table.attrs["outside_log_ratios"] = _pooled(held, exclude=None)
+    table.attrs["outside_log_ratios"] = _by_split(held, exclude=None)
     if interval_coverage is not None:
         for i, r in table.iterrows():
             cov = _split_coverage(held, r["split"], r["target"], interval_coverage)
@@ -191,14 +191,15 @@ def _held_out(model: Any, cal: pd.DataFrame, te: pd.DataFrame, ts: Sequence[str]
     return {"pred": pred, "measured": te, "ratios": ratios, "outside": outside_mask(model, te), "cal": calib}
 
 
-def _pooled(held: Mapping[str, Mapping[str, Any]], exclude: str | None) -> dict[str, list[float]]:
-    """Finite log-ratios per target of every held split except ``exclude`` and precision splits."""
-    out: dict[str, list[float]] = {}
+def _by_split(held: Mapping[str, Mapping[str, Any]], exclude: str | None) -> dict[str, dict[str, list[float]]]:
+    """``{target: {split: finite log-ratios}}`` of every held split except ``exclude`` and precision
+    splits (the form :func:`carb.model.intervals.outside_calibration` takes per direction)."""
+    out: dict[str, dict[str, list[float]]] = {}
     for name, h in held.items():
         if name == exclude or name.startswith("precision"):
             continue
         for t, r in h["ratios"].items():
-            out.setdefault(t, []).extend(float(v) for v in r[np.isfinite(r)])
+            out.setdefault(t, {})[name] = [float(v) for v in r[np.isfinite(r)]]
     return out
 
 
@@ -212,7 +213,7 @@ def _split_coverage(held: Mapping[str, Mapping[str, Any]], split: str, target: s
     if h is None or h["cal"] is None or target not in h["cal"]:
         return [np.nan, np.nan]
     cal = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in h["cal"].items()}
-    extra = outside_calibration({target: _pooled(held, exclude=split).get(target, [])}, coverage)
+    extra = outside_calibration({target: _by_split(held, exclude=split).get(target, {})}, coverage)
     if target in extra:
         cal[target]["outside"] = extra[target]
     iv = interval(cal, h["pred"], outside=h["outside"])

@@ -52,12 +52,14 @@ def train_metrics(tmp: str, *extra: str) -> dict:
 SPREAD_SEEDS = (1, 2, 3, 4, 5)
 
 
-def seed_spread(tmp: str, first: dict, targets: list[str]) -> str:
+def seed_spread(tmp: str, first: dict, targets: list[str], *extra: str) -> str:
     """One line: test R^2 and interval coverage over split seeds 0 and :data:`SPREAD_SEEDS` (min, median,
     mean, max: split-conformal coverage holds on average over calibration draws, and one draw of a few
-    hundred rows whose errors cluster by architecture varies by several points), the model refitted per seed without the extrapolation refits (they do not change these)."""
-    runs = [first] + [train_metrics(f"{tmp}/s{s}", f"split.seed={s}", "evaluate.extrapolation.enabled=false",
-                                    "evaluate.sanity.enabled=false", "register=false")["metrics"]
+    hundred rows whose errors cluster by architecture varies by several points), the model refitted per seed without the extrapolation refits (they do not change these).
+    ``extra``: overrides of every refit (e.g. ``data=h200``)."""
+    tag = "-".join(e.replace("=", "_") for e in extra)
+    runs = [first] + [train_metrics(f"{tmp}/s{s}{tag}", f"split.seed={s}", "evaluate.extrapolation.enabled=false",
+                                    "evaluate.sanity.enabled=false", "register=false", *extra)["metrics"]
                       for s in SPREAD_SEEDS]
     cells = []
     for t in targets:
@@ -338,7 +340,8 @@ def h200_part(tmp: str) -> list[str]:
     parts += [f"Same defaults (`carb-train data=h200`, `model=auto` -> `{r.get('preset', 'auto')}`, split seed "
               f"{int(cfg.split.seed)}), test rows; B1 = FLOPs-only linear regression, B2 = energy as a linear "
               f"function of the measured latency (it needs the latency measured, so it is no predictor for an "
-              f"unmeasured configuration):", "", accuracy_table(m, targets, b2=True), ""]
+              f"unmeasured configuration):", "", accuracy_table(m, targets, b2=True), "",
+              seed_spread(tmp, m, targets, "data=h200"), ""]
     parts += ["Extrapolation (as above: train on the lower range of one knob, test on the upper; precision: train "
               "fp32, test bf16 and fp16). R^2 (MAPE) beside B1:", "", xval_table(m, targets), ""]
     cov = coverage_table(m, targets)
