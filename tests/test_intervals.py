@@ -176,3 +176,23 @@ def test_extrapolation_coverage_uses_the_other_splits_per_direction():
     assert tab["interval_coverage"].between(0, 1).all() and (tab["interval_width"] > 0).all()
     # physics rows extrapolate well, and the outside calibration keeps coverage near or above nominal
     assert tab["interval_coverage"].mean() >= 0.8, tab[["split", "target", "interval_coverage"]]
+
+
+def test_cross_dataset_coverage_calibrates_each_dataset_on_the_others_only():
+    from carb.analysis.extrapolation import cross_dataset_coverage
+
+    rng = np.random.default_rng(3)
+
+    def rows(n, sd):
+        pred = rng.uniform(1, 100, n)
+        return pd.DataFrame({"latency_ms": pred * np.exp(rng.normal(0, sd, n)), "pred_latency_ms": pred})
+
+    data = {"a": rows(400, 0.1), "b": rows(400, 0.1), "c": rows(400, 0.1), "wild": rows(400, 1.0)}
+    tab = cross_dataset_coverage(data, "latency_ms", 0.9).set_index("dataset")
+    assert tab.loc["a", "n_cal"] == 1200 and tab.loc["wild", "n"] == 400
+    # the wild dataset's own errors do not widen its interval: calibrated on a, b, c it covers few rows
+    assert tab.loc["wild", "coverage"] < 0.5 and tab.loc["wild", "width"] < tab.loc["a", "width"]
+    # a, b and c are calibrated partly on the wild errors: wider and over-covered, never under
+    assert (tab.loc[["a", "b", "c"], "coverage"] >= 0.9).all()
+    calm = cross_dataset_coverage({k: data[k] for k in "abc"}, "latency_ms", 0.9)
+    assert calm["coverage"].between(0.85, 0.96).all() and (calm["width"] < tab.loc["a", "width"]).all()

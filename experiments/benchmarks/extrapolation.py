@@ -20,7 +20,8 @@ those configurations); the last line is machine-readable:
 worse_than_b1_per_fold=<count>`` over every split and dataset (CARB only). Leave-one-model-out on timm is
 scored as cross-validation is: every model's rows predicted by the fold that never saw that model, pooled
 into one split ``model`` (a fold holds 2-4 rows, and an R^2 over 2-4 points is noise); the single folds
-are printed too and counted apart in ``worse_than_b1_per_fold``.
+are printed too and counted apart in ``worse_than_b1_per_fold``. Their 90 % intervals: each GPU's
+leave-one-model-out rows with the conformal bounds of the other GPUs' (``min_timm_lomo_coverage=``).
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from carb.analysis.extrapolation import (  # noqa: E402
+    cross_dataset_coverage,
     default_splits,
     error_concentration,
     evaluate_splits,
@@ -95,13 +97,15 @@ def concentration_report(table: pd.DataFrame, predictions: dict[str, pd.DataFram
     return "\n".join(lines)
 
 
-def run(name: str, df: pd.DataFrame, splits, plain: bool, pool: str | None = None) -> pd.DataFrame:
+def run(name: str, df: pd.DataFrame, splits, plain: bool, pool: str | None = None,
+        predictions: dict[str, pd.DataFrame] | None = None) -> pd.DataFrame:
     """Evaluate CARB (and the plain cascade) on ``splits`` of ``df``; print and return CARB's table.
-    ``pool``: the prefix of leave-one-group-out splits also scored pooled (:func:`pool_group_splits`)."""
+    ``pool``: the prefix of leave-one-group-out splits also scored pooled (:func:`pool_group_splits`).
+    ``predictions``: filled with each split's test rows and predictions."""
     print(f"\n== {name}: {len(df)} rows")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        preds: dict[str, pd.DataFrame] = {}
+        preds: dict[str, pd.DataFrame] = {} if predictions is None else predictions
         carb = evaluate_splits(make(True), df, splits, progress=None, predictions=preds)
         if pool:
             carb = pool_group_splits(carb, preds, pool)
@@ -129,11 +133,19 @@ def main(argv: list[str] | None = None) -> None:
         df, dev = load_training_frame(name)
         tables.append(run(f"{name} ({dev})", df, default_splits(df), not a.no_plain))
     if not a.no_timm:
+        lomo: dict[str, pd.DataFrame] = {}
         for gpu in ("RTX 3090", "RTX 4090", "RTX 5090", "RTX PRO 6000 Blackwell Max-Q"):
             t = timm_latency(gpu)
             splits = group_splits(t, "model", "model", min_rows=2) + range_splits(
                 t, {"input_size": "input"}, train_share=0.8, min_rows=4)
-            tables.append(run(f"timm {gpu}", t, splits, not a.no_plain, pool="model"))
+            preds: dict[str, pd.DataFrame] = {}
+            tables.append(run(f"timm {gpu}", t, splits, not a.no_plain, pool="model", predictions=preds))
+            lomo[gpu] = pd.concat([v for k, v in preds.items() if k.startswith("model_")], ignore_index=True)
+        print("\n== timm: 90 % intervals of the leave-one-model-out predictions, each GPU calibrated on the other "
+              "GPUs' leave-one-model-out log-ratios (22 rows per GPU are too few to calibrate its own)")
+        cov = cross_dataset_coverage(lomo, "latency_ms", 0.9)
+        print(cov.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+        print(f"min_timm_lomo_coverage={cov['coverage'].min():.3f}")
     allt = pd.concat(tables, ignore_index=True)
     print()
     print(summary_line(allt))

@@ -112,16 +112,15 @@ def xval_table(m: dict, targets: list[str]) -> str:
 
 def timm_summary() -> str:
     """Leave-one-model-out latency on timm's GPUs, CARB vs B1: pooled over the folds (every row predicted
-    by the fold that never saw its model; :func:`carb.analysis.extrapolation.pool_group_splits`) and the
-    worst single fold (2-4 rows each)."""
-    from carb.analysis.extrapolation import evaluate_splits, group_splits, pool_group_splits
+    by the fold that never saw its model; :func:`carb.analysis.extrapolation.pool_group_splits`), the
+    worst single fold (2-4 rows each), and the coverage of 90 % intervals calibrated on the other GPUs'
+    leave-one-model-out errors (:func:`carb.analysis.extrapolation.cross_dataset_coverage`)."""
+    from carb.analysis.extrapolation import cross_dataset_coverage, evaluate_splits, group_splits, pool_group_splits
 
     sys.path.insert(0, str(ROOT / "experiments" / "benchmarks"))
     from extrapolation import make, timm_latency
 
-    lines = ["| GPU (timm, eager amp_fp16) | rows | leave-one-model-out latency R^2, pooled (MAPE) | B1 pooled (MAPE) | "
-             "worst single fold of 7: CARB R^2 | B1 | folds where B1's R^2 is higher |",
-             "|---|---|---|---|---|---|---|"]
+    tabs, lomo, n = {}, {}, {}
     for gpu in ("RTX 3090", "RTX 4090", "RTX 5090", "RTX PRO 6000 Blackwell Max-Q"):
         t = timm_latency(gpu)
         preds: dict = {}
@@ -129,10 +128,17 @@ def timm_summary() -> str:
             warnings.simplefilter("ignore")
             tab = evaluate_splits(make(True), t, group_splits(t, "model", "model", min_rows=2), targets=["latency_ms"],
                                   predictions=preds)
-        tab = pool_group_splits(tab, preds, "model")
+        tabs[gpu], n[gpu] = pool_group_splits(tab, preds, "model"), len(t)
+        lomo[gpu] = pd.concat(list(preds.values()), ignore_index=True)
+    cov = cross_dataset_coverage(lomo, "latency_ms", 0.9).set_index("dataset")
+    lines = ["| GPU (timm, eager amp_fp16) | rows | leave-one-model-out latency R^2, pooled (MAPE) | B1 pooled (MAPE) | "
+             "worst single fold of 7: CARB R^2 | B1 | folds where B1's R^2 is higher | 90 % interval coverage (width), "
+             "calibrated on the other 3 GPUs |", "|---|---|---|---|---|---|---|---|"]
+    for gpu, tab in tabs.items():
         p, f = tab[~tab["fold"].astype(bool)].iloc[0], tab[tab["fold"].astype(bool)]
-        lines.append(f"| {gpu} | {len(t)} | {p['r2']:.4f} ({p['mape']:.1f} %) | {p['b1_r2']:.4f} ({p['b1_mape']:.1f} %) | "
-                     f"{f['r2'].min():.3f} | {f['b1_r2'].min():.3f} | {int((f['r2'] < f['b1_r2']).sum())} |")
+        lines.append(f"| {gpu} | {n[gpu]} | {p['r2']:.4f} ({p['mape']:.1f} %) | {p['b1_r2']:.4f} ({p['b1_mape']:.1f} %) | "
+                     f"{f['r2'].min():.3f} | {f['b1_r2'].min():.3f} | {int((f['r2'] < f['b1_r2']).sum())} | "
+                     f"{cov.loc[gpu, 'coverage']:.3f} ({cov.loc[gpu, 'width']:.3f}) |")
     return "\n".join(lines)
 
 
