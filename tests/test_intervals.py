@@ -196,3 +196,7 @@ def test_cross_dataset_coverage_calibrates_each_dataset_on_the_others_only():
     assert (tab.loc[["a", "b", "c"], "coverage"] >= 0.9).all()
     calm = cross_dataset_coverage({k: data[k] for k in "abc"}, "latency_ms", 0.9)
     assert calm["coverage"].between(0.85, 0.96).all() and (calm["width"] < tab.loc["a", "width"]).all()
+    # calibrating on other rows (e.g. every split of the other devices) scores the given rows only
+    extra = {k: rows(100, 0.5) for k in "abc"}
+    wide = cross_dataset_coverage({k: data[k] for k in "abc"}, "latency_ms", 0.9, cal_rows=extra)
+    assert (wide["n"] == 400).all() and (wide["n_cal"] == 200).all() and (wide["width"] > calm["width"]).all()

@@ -268,13 +268,15 @@ def pool_group_splits(table: pd.DataFrame, predictions: Mapping[str, pd.DataFram
     return pd.concat([out, pd.DataFrame(rows)], ignore_index=True) if rows else out
 
 
-def cross_dataset_coverage(rows: Mapping[str, pd.DataFrame], target: str,
-                           coverage: float = 0.9) -> pd.DataFrame:
+def cross_dataset_coverage(rows: Mapping[str, pd.DataFrame], target: str, coverage: float = 0.9,
+                           cal_rows: Mapping[str, pd.DataFrame] | None = None) -> pd.DataFrame:
     """Interval coverage where a dataset is too small to calibrate its own intervals (a 90 % split-
     conformal interval needs >= 19 calibration rows; timm has 22 rows per GPU): each dataset's held-out
     predictions (``rows[name]``: measured ``target`` and ``pred_<target>``, e.g. every leave-one-model-out
     fold pooled) get the conformal bounds of the *other* datasets' log(measured / predicted), the same
-    model's relative error on other devices; nothing of the dataset itself is used.
+    model's relative error on other devices; nothing of the dataset itself is used. ``cal_rows``
+    (default ``rows``): the rows whose log-ratios calibrate, per dataset (e.g. every extrapolation
+    split's predictions, to score one split at a time).
 
     Returns one row per dataset: ``dataset``, ``n`` (rows scored), ``n_cal`` (log-ratios calibrating it),
     ``coverage`` (share of its rows inside) and ``width`` (mean (hi - lo) / prediction)."""
@@ -286,8 +288,9 @@ def cross_dataset_coverage(rows: Mapping[str, pd.DataFrame], target: str,
         return np.log(m[ok] / p[ok])
 
     out = []
+    pool = rows if cal_rows is None else cal_rows
     for name, df in rows.items():
-        others = [ratios(d) for n, d in rows.items() if n != name]
+        others = [ratios(d) for n, d in pool.items() if n != name]
         cal = np.concatenate(others) if others else np.zeros(0)
         lo, hi = conformal_bounds(cal, coverage)
         r = ratios(df)
