@@ -255,3 +255,13 @@ def test_power_cap_keeps_heavy_gpu_predictions_physical_on_the_h200():
     assert ((q["pred_energy_J"] / (q["pred_latency_ms"] / 1e3)) > capped.power_cap_W_).any()   # what it fixes
     y = te["latency_ms"]
     assert r2_score(y, p["pred_latency_ms"]) > r2_score(y, q["pred_latency_ms"]) + 0.02
+    # screening mode: beyond the last trained batch the physics prior carries each target; the cap holds there too
+    from carb.model.intervals import screening_predict
+
+    s = screening_predict(capped, te)
+    assert ((s["pred_energy_J"] / (s["pred_latency_ms"] / 1e3)) <= capped.power_cap_W_ + 1e-6).all()
+    capped.power_cap_W_, cap = None, capped.power_cap_W_      # the same model without its fitted cap
+    raw = screening_predict(capped, te)
+    assert ((raw["pred_energy_J"] / (raw["pred_latency_ms"] / 1e3)) > cap).any()   # what the floor fixes
+    assert r2_score(y, s["pred_latency_ms"]) > r2_score(y, raw["pred_latency_ms"]) + 0.02
+    assert np.allclose(s["pred_energy_J"], raw["pred_energy_J"])             # energy is left alone
