@@ -158,6 +158,9 @@ def test_outside_calibration_takes_the_widest_direction_not_the_pool():
                                                                [*mild.values(), severe])))
     tiny = outside_calibration({"energy_J": {"batch": mild["batch"], "few": [5.0, -5.0]}}, 0.9)["energy_J"]
     assert np.isfinite(tiny["upper"]) and tiny["upper"] < 1
+    # one extrapolation direction only: leave-one-split-out leaves nothing, and nothing is calibrated
+    assert outside_calibration({"energy_J": {}}, 0.9) == {}
+    assert outside_calibration({"energy_J": {"batch": [np.nan]}}, 0.9) == {}
 
 
 def test_extrapolation_coverage_uses_the_other_splits_per_direction():
@@ -200,3 +203,19 @@ def test_cross_dataset_coverage_calibrates_each_dataset_on_the_others_only():
     extra = {k: rows(100, 0.5) for k in "abc"}
     wide = cross_dataset_coverage({k: data[k] for k in "abc"}, "latency_ms", 0.9, cal_rows=extra)
     assert (wide["n"] == 400).all() and (wide["n_cal"] == 200).all() and (wide["width"] > calm["width"]).all()
+
+
+def test_a_single_extrapolation_split_gets_its_own_calibration_only():
+    """Data with one extrapolation direction: no other split calibrates the outside rows, and the
+    evaluation still reports the split's coverage (it crashed on the empty per-direction mapping)."""
+    from carb.analysis.extrapolation import evaluate_splits, range_splits
+    from carb.model.cascade import CarbCascade
+
+    from tests.test_physics import FAST, KNOB_FEATURES, physics_rows
+
+    rows = physics_rows(300, seed=2)
+    one = [s for s in range_splits(rows) if s.name == "batch"]
+    tab = evaluate_splits(lambda: CarbCascade(features=KNOB_FEATURES, **FAST), rows, one,
+                          targets=["latency_ms"], interval_coverage=0.9)
+    assert list(tab["split"]) == ["batch"] and 0 < tab.loc[0, "interval_coverage"] <= 1
+    assert list(tab.attrs["outside_log_ratios"]["latency_ms"]) == ["batch"]

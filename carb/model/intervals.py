@@ -128,7 +128,10 @@ def outside_calibration(log_ratios: Mapping[str, Any], coverage: float = 0.9) ->
     out: dict[str, Any] = {}
     for t, r in log_ratios.items():
         parts = {str(k): np.asarray(v, dtype=float) for k, v in r.items()} if isinstance(r, Mapping) else None
-        flat = np.concatenate(list(parts.values())) if parts else np.asarray(r, dtype=float)
+        if parts is None:
+            flat = np.asarray(r, dtype=float)
+        else:   # no other split (a dataset with one extrapolation direction): nothing to calibrate on
+            flat = np.concatenate(list(parts.values())) if parts else np.zeros(0)
         flat = flat[np.isfinite(flat)]
         if not len(flat):
             continue
