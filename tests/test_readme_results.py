@@ -3,6 +3,7 @@ argument handling: fast pieces only (no training)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -49,9 +50,14 @@ def test_accuracy_table_puts_b2_beside_b1_where_it_has_metrics(results):
 
 
 def test_h200_provenance_line_is_computed_from_the_shipped_files(results):
+    import pandas as pd
+
     (line,) = results.h200_provenance_lines()
-    assert "517 rows" in line and "`c3acf657f4`" in line and "experiments/gpu/run.py" in line
-    assert "(carb/data/h200-reference.md)" in line and "2026-12-04 12:57 to 13:05 UTC" in line
+    prov = json.loads((ROOT / "carb/data/h200-reference.provenance.json").read_text())
+    n = len(pd.read_parquet(ROOT / "carb/data/h200-reference.parquet"))
+    assert f" {n} rows " in line and "`c3acf657f4`" in line and "experiments/gpu/run.py" in line
+    assert "(carb/data/h200-reference.md)" in line and "2026-12-04 (12:57 to " in line
+    assert f"in {len(prov['runs'])} runs" in line and line.count("seed ") == len(prov["runs"])
 
 
 def test_benchmark_takes_several_datasets(monkeypatch):

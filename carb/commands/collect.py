@@ -223,20 +223,32 @@ def run_collect(cfg: Any, configs: Sequence[ArchConfig] | None = None) -> dict[s
 
 def import_run(c: Mapping[str, Any]) -> dict[str, Any]:
     """``import_run=<dir>``: write the rows a lent-GPU run brought back (experiments/gpu/run.py) to
-    ``out`` (provenance beside it as ``<out stem>.provenance.json``) and log them to MLflow."""
+    ``out`` (provenance beside it as ``<out stem>.provenance.json``) and log them to MLflow. When ``out``
+    already holds a run of the same device, the new run is appended
+    (:func:`carb.data.importers.gpu_run.merge_gpu_run`: repeats keep the first row and are summarised in
+    the provenance); another device is refused."""
     import json
     from pathlib import Path
 
-    from carb.data.importers.gpu_run import import_gpu_run
-    from carb.data.io import save_dataset
+    from carb.data.importers.gpu_run import import_gpu_run, merge_gpu_run
+    from carb.data.io import load_dataset, save_dataset
 
     df, prov = import_gpu_run(c["import_run"])
     out = Path(str(c.get("out")))
     if out.suffix.lower() not in (".parquet", ".csv"):
         raise ConfigError(f"out: with import_run give a .parquet or .csv file, got {str(out)!r}")
     check_writable(out)
+    prov_path = out.with_name(out.stem + ".provenance.json")
+    n_run = len(df)
+    if out.exists():
+        if not prov_path.exists():
+            raise ConfigError(f"out: {str(out)!r} exists without {prov_path.name} (not a dataset import_run wrote); "
+                              f"give a new file")
+        df, prov = merge_gpu_run(load_dataset(out), json.loads(prov_path.read_text()), df, prov)
+        print(f"carb-collect: appended {prov['runs'][-1]['rows_added']} new configurations of {n_run} "
+              f"({prov['runs'][-1]['repeats']['n']} measured before keep their first row) to {out}")
     save_dataset(df, out)
-    out.with_name(out.stem + ".provenance.json").write_text(json.dumps(prov, indent=1, default=str))
+    prov_path.write_text(json.dumps(prov, indent=1, default=str))
     tr = c.get("tracking") or {}
     name = device_slug(str(df["device_name"].iloc[0]))
     with tracking.start_run("collect", c.get("run_name") or sweep_suffix(f"collect/import-run/{name}/{prov.get('device_id')}"),
@@ -247,7 +259,8 @@ def import_run(c: Mapping[str, Any]) -> dict[str, Any]:
         tracking.log_metrics({"n_rows": len(df), "n_ok": int((df["status"] == "ok").sum())})
         tracking.log_dict(prov, "provenance.json")
         tracking.log_dataset(df, name=f"{name}-gpu-run", source=str(out), context="collection")
-    print(f"carb-collect: imported {len(df)} rows of {df['device_name'].iloc[0]} ({prov.get('device_id')}) into {out}")
+    print(f"carb-collect: imported {n_run} rows of {df['device_name'].iloc[0]} ({prov.get('device_id')}) into {out} "
+          f"({len(df)} rows in all)")
     return {"out": str(out), "run_id": run_id, "n_rows": len(df), "n_ok": int((df["status"] == "ok").sum()),
             "device_id": prov.get("device_id")}
 

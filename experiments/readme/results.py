@@ -240,29 +240,48 @@ H200_DATA = "carb/data/h200-reference"
 BUDGET_TARGETS = ("energy_J", "latency_ms")
 
 
+def _repeat_text(rep: dict) -> str:
+    """``n`` repeats and the heavy ones' latency and energy ratios (new / first), from a merged run entry."""
+    lat, en = (rep.get(t, {}).get("heavy", {}) for t in ("latency_ms", "energy_J"))
+    return (f"{rep.get('n', 0)} configurations measured again (those of >= {fmt(rep.get('heavy_latency_ms'), '.0f')}"
+            f" ms, n={lat.get('n', 0)}: latency x{fmt(lat.get('median'))}, energy x{fmt(en.get('median'))})")
+
+
 def h200_provenance_lines() -> list[str]:
-    """What the shipped H200 dataset is: its provenance file and the parquet's own rows."""
+    """What the shipped H200 dataset is: its provenance file (one run, or several merged by
+    ``carb-collect import_run``) and the parquet's own rows."""
     p, data = ROOT / f"{H200_DATA}.provenance.json", ROOT / f"{H200_DATA}.parquet"
     if not p.exists() or not data.exists():
         return ["(no H200 dataset or provenance file)"]
     prov = json.loads(p.read_text())
-    dev, counts, drift = prov.get("device", {}), prov.get("counts", {}), prov.get("drift", {})
+    dev, counts = prov.get("device", {}), prov.get("counts", {})
+    runs = prov.get("runs") or [{**prov, "seed": (prov.get("config") or {}).get("seed")}]
     d = pd.read_parquet(data)
     when = pd.to_datetime(d["measured_at"], utc=True)
+    days = sorted({f"{t:%Y-%m-%d}" for t in when})
     capped = int(d["throttle_reasons"].astype(str).str.contains("power_cap").sum()) if "throttle_reasons" in d else 0
     precisions = ", ".join(sorted(d["precision"].astype(str).unique()))
-    return [f"Dataset: `{H200_DATA}.parquet` ([what and how]({H200_DATA}.md)), {len(d)} rows measured by "
-            f"`experiments/gpu/run.py` with CARB's own collector on one {dev.get('device_name', '?')} "
+    arch = ["block", "depth", "width_mult", "early_downsample"]
+    n_arch = len(d[arch].drop_duplicates()) if set(arch) <= set(d.columns) else "?"
+    per_run = []
+    for r in runs:
+        dr = r.get("drift") or {}
+        t = f"seed {r.get('seed', '?')}: {r.get('rows', '?')} ok rows"
+        if "rows_added" in r:
+            t += f", {r['rows_added']} new, {_repeat_text(r.get('repeats') or {})}"
+        t += (f", drift (end / first, median of {dr.get('n', '?')}) latency {fmt(dr.get('latency_ratio_median'))}, "
+              f"energy {fmt(dr.get('energy_ratio_median'))}")
+        per_run.append(t)
+    return [f"Dataset: `{H200_DATA}.parquet` ([what and how]({H200_DATA}.md)), {len(d)} rows ({n_arch} architectures) "
+            f"measured by `experiments/gpu/run.py` with CARB's own collector on one {dev.get('device_name', '?')} "
             f"({dev.get('multiprocessors', '?')} SMs, power limit {fmt(dev.get('power_limit_W'), '.0f')} W, default "
             f"clocks, driver {dev.get('driver', '?')}, torch {dev.get('torch_version', prov.get('torch', '?'))}), "
-            f"{when.min():%Y-%m-%d %H:%M} to {when.max():%H:%M} UTC, device `{prov.get('device_id', '?')}`; "
-            f"{counts.get('ok', '?')} ok, {counts.get('oom', '?')} out of memory, {counts.get('error', '?')} errors "
-            f"({counts.get('skipped', '?')} skipped by the run's deadline); {precisions}, batch "
+            f"device `{prov.get('device_id', '?')}`, in {len(runs)} run{'s' if len(runs) > 1 else ''} on "
+            f"{', '.join(days)} ({when.min():%H:%M} to {when.max():%H:%M} UTC); {counts.get('ok', '?')} measurements ok (repeats included), "
+            f"{counts.get('oom', '?')} out of memory, {counts.get('error', '?')} errors; {precisions}, batch "
             f"{d['batch_size'].min()}-{d['batch_size'].max()}, inputs {d['input_size'].min()}-"
-            f"{d['input_size'].max()} px; "
-            f"energy per batch from the NVML energy counter; {capped} rows ran at the software power cap. Drift "
-            f"(re-measured at the end, end / first, median of {drift.get('n', '?')}): latency "
-            f"{fmt(drift.get('latency_ratio_median'))}, energy {fmt(drift.get('energy_ratio_median'))}."]
+            f"{d['input_size'].max()} px; energy per batch from the NVML energy counter; {capped} rows ran at the "
+            f"software power cap. Runs: " + "; ".join(per_run) + "."]
 
 
 def classify(measured: np.ndarray, pred: np.ndarray, limit: float) -> dict[str, float]:

@@ -6,6 +6,12 @@ they agree (one device id, the provenance's), and returns ``(frame, provenance)`
 device's own measurements (``device_kind = cuda``), not a third-party table. ``carb-collect
 import_run=DIR out=<file>`` writes them with the provenance beside and logs them to MLflow;
 ``carb-train data.path=<file>`` then registers ``carb-<gpu-slug>-<device_id>``.
+
+``merge_gpu_run(old, old_prov, new, new_prov)`` appends a later run of the same device (same
+``device_id``, i.e. the same fingerprint) to an existing dataset: a configuration measured again keeps its
+first measurement (one row per ``config_id``), and the repeat is not thrown away but summarised in the
+provenance (``runs[i]["repeats"]``: new / first ratios of each target), which is the only across-session
+reproducibility figure a lent GPU gives. A different device is refused: it belongs in its own file.
 """
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from carb.data.io import load_dataset
@@ -40,3 +47,77 @@ def import_gpu_run(folder: str | Path) -> tuple[pd.DataFrame, dict[str, Any]]:
         raise DatasetError(f"import_run: the rows' device_id {ids} differ from the provenance's "
                            f"{prov.get('device_id')!r}")
     return df, prov
+
+
+#: Targets whose repeat ratios a merge reports.
+REPEAT_TARGETS = ("latency_ms", "energy_J", "peak_memory_MB")
+#: Repeats at or above this latency (ms per batch) are reported apart: below it the host's kernel-launch
+#: rate, not the GPU, sets the time, and it differs between sessions.
+HEAVY_LATENCY_MS = 5.0
+#: Per-run facts a merged provenance keeps in ``runs``.
+RUN_KEYS = ("finished_at", "seconds", "minutes_budget", "rows", "counts", "stopped", "configs_per_minute",
+            "drift", "update_period_s", "protocol", "torch", "python")
+
+
+def _ratio_summary(ratio: pd.Series) -> dict[str, float | int]:
+    """``{n, median, q10, q90}`` of finite positive ratios (new / first)."""
+    r = ratio[np.isfinite(ratio) & (ratio > 0)]
+    if r.empty:
+        return {"n": 0}
+    return {"n": int(len(r)), "median": float(r.median()), "q10": float(r.quantile(0.1)),
+            "q90": float(r.quantile(0.9))}
+
+
+def repeat_ratios(first: pd.DataFrame, again: pd.DataFrame) -> dict[str, Any]:
+    """How configurations measured in two runs compare: per target, ratios ``again / first`` over all the
+    shared ``ok`` configurations and over the heavy ones (first latency >= :data:`HEAVY_LATENCY_MS`)."""
+    a = first[first["status"] == "ok"].set_index("config_id")
+    b = again[again["status"] == "ok"].set_index("config_id")
+    ids = a.index.intersection(b.index)
+    out: dict[str, Any] = {"n": int(len(ids)), "heavy_latency_ms": HEAVY_LATENCY_MS}
+    if not len(ids):
+        return out
+    heavy = a.loc[ids, "latency_ms"].astype(float) >= HEAVY_LATENCY_MS
+    for t in REPEAT_TARGETS:
+        if t not in a or t not in b:
+            continue
+        r = b.loc[ids, t].astype(float) / a.loc[ids, t].astype(float)
+        out[t] = {"all": _ratio_summary(r), "heavy": _ratio_summary(r[heavy.values])}
+    return out
+
+
+def _run_entry(prov: dict[str, Any]) -> dict[str, Any]:
+    """The per-run part of a run's provenance (seed from its config)."""
+    e = {k: prov[k] for k in RUN_KEYS if k in prov}
+    e["seed"] = (prov.get("config") or {}).get("seed")
+    return e
+
+
+def merge_gpu_run(old: pd.DataFrame, old_prov: dict[str, Any], new: pd.DataFrame,
+                  new_prov: dict[str, Any]) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """``(rows, provenance)`` of ``old`` with the run ``new`` appended. Configurations already in ``old``
+    keep their first row; the new run's repeats of them are summarised in its ``runs`` entry. The
+    provenance keeps the first run's device facts at the top, lists every run in ``runs``, and sums
+    ``rows`` and ``counts``. :class:`DatasetError` (one line) when the device ids differ."""
+    if str(old_prov.get("device_id")) != str(new_prov.get("device_id")):
+        raise DatasetError(f"import_run: the run's device_id {new_prov.get('device_id')!r} differs from the "
+                           f"existing dataset's {old_prov.get('device_id')!r} (another device, or the same board "
+                           f"with another driver, clock policy or power limit): write it to its own file")
+    runs = list(old_prov.get("runs") or [_run_entry(old_prov)])
+    entry = _run_entry(new_prov)
+    seen = set(old["config_id"].astype(str))
+    is_new = ~new["config_id"].astype(str).isin(seen)
+    entry["rows_added"] = int(is_new.sum())
+    entry["repeats"] = repeat_ratios(old, new)
+    runs.append(entry)
+    rows = pd.concat([old, new[is_new.values]], ignore_index=True)
+    prov = {k: v for k, v in old_prov.items() if k not in RUN_KEYS or k in ("protocol",)}
+    prov["runs"] = runs
+    prov["rows"] = int(len(rows))
+    counts: dict[str, int] = {}
+    for r in runs:
+        for k, v in (r.get("counts") or {}).items():
+            counts[k] = counts.get(k, 0) + int(v)
+    prov["counts"] = counts
+    prov["seconds"] = float(sum(float(r.get("seconds") or 0) for r in runs))
+    return rows, prov
