@@ -265,3 +265,69 @@ def test_power_cap_keeps_heavy_gpu_predictions_physical_on_the_h200():
     assert ((raw["pred_energy_J"] / (raw["pred_latency_ms"] / 1e3)) > cap).any()   # what the floor fixes
     assert r2_score(y, s["pred_latency_ms"]) > r2_score(y, raw["pred_latency_ms"]) + 0.02
     assert np.allclose(s["pred_energy_J"], raw["pred_energy_J"])             # energy is left alone
+
+
+def test_smooth_max_is_the_sum_at_k_1_and_near_the_max_for_large_k():
+    from carb.model.nnls import smooth_max
+
+    A = np.array([[1.0, 2.0, 0.0], [3.0, 0.0, 5.0], [0.5, 1.0, 1.0]])
+    c, host = np.array([1.0, 2.0, 0.5]), np.array([True, False, False])
+    h, g = A[:, 0] * 1.0, A[:, 1] * 2.0 + A[:, 2] * 0.5
+    assert np.allclose(smooth_max(A, c, host, 1.0), h + g)
+    s4, s64 = smooth_max(A, c, host, 4.0), smooth_max(A, c, host, 64.0)
+    assert (s4 >= np.maximum(h, g) - 1e-12).all() and (s4 <= h + g + 1e-12).all()
+    assert np.allclose(s64, np.maximum(h, g), rtol=0.02)
+    more = A.copy()
+    more[:, 1] *= 2                                # more device work never costs less
+    assert (smooth_max(more, c, host, 4.0) >= s4).all()
+
+
+def test_fit_overlap_recovers_overlapped_costs_that_the_sum_cannot():
+    """Test-made rows: a launch cost per layer and a device cost per FLOP that overlap (k = 4). The
+    overlapped fit recovers both; the additive fit inflates the launch cost and deflates the FLOP cost."""
+    from carb.model.nnls import fit_overlap, nnls_relative, smooth_max
+
+    rng = np.random.default_rng(0)
+    layers, flops = rng.integers(10, 200, 400).astype(float), 10 ** rng.uniform(6, 11, 400)
+    A = np.column_stack([np.ones(400), layers, flops])
+    host, c = np.array([True, True, False]), np.array([0.05, 0.02, 1e-9])
+    y = smooth_max(A, c, host, 4.0) * np.exp(rng.normal(0, 0.02, 400))
+    fit = fit_overlap(A, y, host, 4.0)
+    assert np.allclose(fit[1:], c[1:], rtol=0.1)
+    add = nnls_relative(A, y)
+    assert add[2] < 0.9 * c[2]
+    assert np.median(np.abs(np.log(smooth_max(A, fit, host, 4.0) / y))) < 0.03
+
+
+def test_overlapped_latency_prior_extrapolates_batch_on_the_h200():
+    """Real H200 rows, trained on batch <= 32 and scored on 64-256: the prior alone (no trees). Summed,
+    launch-bound small batches inflate the launch terms and latency grows too slowly with batch size;
+    as a smooth maximum of launches and device work it follows. Energy keeps the sum; CPU data too."""
+    from sklearn.metrics import r2_score
+
+    from carb.data.io import load_dataset
+    from carb.data.schema import ok_rows
+
+    df = ok_rows(load_dataset("h200"))
+    tr, te = df[df["batch_size"] <= 32], df[df["batch_size"] > 32]
+    summed = make_prior("latency_ms", tensor_core_speedup=2.0).fit(tr, tr["latency_ms"])
+    over = make_prior("latency_ms", tensor_core_speedup=2.0, overlap_k=4.0).fit(tr, tr["latency_ms"])
+    assert over.overlap_k_ == 4.0 and summed.overlap_k_ is None
+    assert over.form_ == "aggregate" and "not identified" in over.form_reason_ and over.to_dict()["overlap_k"] == 4.0
+    y = te["latency_ms"]
+    r_sum, r_over = r2_score(y, summed.predict(te)), r2_score(y, over.predict(te))
+    assert r_over > 0.9 and r_over > r_sum + 0.15
+    bias = lambda p: float(np.median(np.log(p.predict(te) / y)))   # noqa: E731
+    assert abs(bias(over)) < abs(bias(summed))
+    # non-decreasing in batch size, every architecture of the test rows
+    keys = ["block", "depth", "width_mult", "early_downsample", "input_size", "precision"]
+    grid = te[keys].drop_duplicates().merge(pd.DataFrame({"batch_size": [1, 8, 32, 64, 128, 256, 512]}), how="cross")
+    from carb.design.features import grid_features
+
+    g = grid_features(grid)
+    g = g.assign(device_kind="cuda", device_fingerprint=te["device_fingerprint"].iloc[0])
+    p = pd.Series(over.predict(g), index=g.index)
+    assert (g.assign(p=p).sort_values("batch_size").groupby(keys)["p"].apply(lambda s: s.is_monotonic_increasing)).all()
+    assert make_prior("energy_J", overlap_k=4.0).overlap_k is None     # energy adds up
+    cpu = tr.assign(device_kind="cpu")
+    assert make_prior("latency_ms", overlap_k=4.0).fit(cpu, cpu["latency_ms"]).overlap_k_ is None
