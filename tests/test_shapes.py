@@ -311,3 +311,48 @@ def test_unseen_precision_keeps_its_own_bytes_and_convolution_path():
     own = r2_score(y[bf16], p.predict(df[bf16]))
     as_fp32 = r2_score(y[bf16], p.predict(df[bf16].assign(precision="fp32")))
     assert own >= 0.85 and own > as_fp32 + 0.2, (own, as_fp32)
+
+
+def _torch_max_im2col_MB(cfg: ArchConfig, nbytes: int) -> float:
+    """The ground truth for :func:`carb.design.shapes.max_im2col_MB`, read from the real network: the
+    largest ``H_out x W_out x C_in x k x k`` over its k x k (k > 1) convolutions, times batch and bytes."""
+    import torch
+
+    from carb.design.resnet import build_model
+
+    model = build_model(cfg).eval()
+    sizes = []
+
+    def hook(mod, inputs, out):
+        if mod.kernel_size[0] > 1:
+            sizes.append(out.shape[-1] * out.shape[-2] * mod.in_channels * mod.kernel_size[0] * mod.kernel_size[1])
+
+    hooks = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
+    with torch.no_grad():
+        model(torch.zeros(1, 3, cfg.input_size, cfg.input_size))
+    for h in hooks:
+        h.remove()
+    return max(sizes) * cfg.batch_size * nbytes / 2.0**20
+
+
+@pytest.mark.parametrize("cfg", [ArchConfig("basic", 8, 0.25, 224, 4, "fp32"),
+                                 ArchConfig("basic", 20, 1.0, 32, 16, "bf16", early_downsample=False),
+                                 ArchConfig("bottleneck", 50, 1.5, 96, 2, "fp16")])
+def test_max_im2col_is_the_largest_unfolded_input_of_the_real_network(cfg):
+    from carb.design.shapes import max_im2col_MB
+
+    got = max_im2col_MB(frame([cfg])).iloc[0]
+    assert got == pytest.approx(_torch_max_im2col_MB(cfg, 4 if cfg.precision == "fp32" else 2), rel=1e-9)
+    twice = max_im2col_MB(frame([ArchConfig(**{**cfg.to_dict(), "batch_size": 2 * cfg.batch_size})])).iloc[0]
+    assert twice == pytest.approx(2 * got)
+
+
+def test_max_im2col_names_missing_knobs():
+    from carb.design.shapes import max_im2col_MB
+    from carb.errors import DatasetError
+
+    g = frame([ArchConfig("basic", 8, 0.25, 224, 4)])
+    with pytest.raises(DatasetError, match="precision"):
+        max_im2col_MB(g.drop(columns=["precision"]))
+    with pytest.raises(DatasetError, match="depth"):
+        max_im2col_MB(g.drop(columns=["depth"]))
