@@ -55,7 +55,15 @@ def data():
     result = screening.screen(a, b1, budget=budget, objective="energy_J")
     importances = {t: [(f"feat_{t}_{i}", float(10 - i)) for i in range(4)] + [(f"pred_{t}_up", 1.0)]
                    for t in ("peak_memory_MB", "latency_ms")}
-    return {"a": a, "b": b, "tables": tables, "pred": pred, "screen": result, "importances": importances}
+    # two extrapolation splits of a's rows (made here): CARB within 10 %, B1 a FLOPs line
+    b1p = b1.predict(a)
+    rows = a.assign(**{c: pred[c].to_numpy() for c in pred.columns}, **{f"b1_{c}": b1p[c].to_numpy() for c in b1p.columns})
+    xval = {"batch": rows[rows["batch_size"] > rows["batch_size"].median()].reset_index(drop=True),
+            "depth": rows[rows["depth"] > rows["depth"].median()].reset_index(drop=True)}
+    xval_table = pd.DataFrame([{"split": s, "target": t, "description": f"train lower {s}, test upper",
+                                "interval_coverage": 0.85} for s in xval for t in TARGETS])
+    return {"a": a, "b": b, "tables": tables, "pred": pred, "screen": result, "importances": importances,
+            "xval": xval, "xval_table": xval_table}
 
 
 def _probe_table() -> pd.DataFrame:
@@ -91,6 +99,9 @@ CASES: dict[str, tuple[Callable[[dict], Figure], dict[str, bool]]] = {
     "carb.plots.train.importances_figure": (
         lambda d: pt.importances_figure(d["importances"]),
         {"axes_title": True, "legend": False, "suptitle": True}),
+    "carb.plots.train.extrapolation_figure": (
+        lambda d: pt.extrapolation_figure(d["xval"], d["xval_table"]),
+        {"axes_title": True, "legend": True, "suptitle": True}),
     "carb.plots.train.residuals_by_tier": (
         lambda d: pt.residuals_by_tier(d["a"], d["pred"]),
         {"axes_title": True, "legend": False, "suptitle": False}),
@@ -499,6 +510,27 @@ def test_no_figure_function_uses_pyplot_or_sets_a_backend():
     assert {k: v for k, v in uses.items() if v} == {}
 
 
+def test_extrapolation_figure_has_a_panel_per_target_and_split_with_both_r2s(data):
+    """One panel per (target, split) with CARB and B1 drawn and both R^2 in the title; B1 predictions
+    at or below 0 (a FLOPs line's intercept can be negative) are counted in the legend, not dropped silently."""
+    xval = {k: v.copy() for k, v in data["xval"].items()}
+    xval["depth"].loc[:2, "b1_pred_latency_ms"] = -1.0
+    fig = pt.extrapolation_figure(xval, data["xval_table"])
+    axes = _data_axes(fig)
+    assert len(axes) == len(TARGETS) * 2
+    titles = [ax.get_title() for ax in axes]
+    assert all("R² CARB" in t and "B1" in t and "inside CARB's interval 0.85" in t for t in titles)
+    assert sum("train lower" in t for t in titles) == 2          # the split's description heads its column
+    assert any("3 at <= 0 not drawn" in t for t in _legend_texts(fig))
+    from carb.analysis.evaluate import regression_metrics
+
+    d = xval["batch"]
+    r2 = regression_metrics(d["latency_ms"], d["pred_latency_ms"])["r2"]
+    assert any(f"R² CARB {r2:.3f}" in t for t in titles if t.startswith(("train", "batch")) and "latency" in t)
+    empty = pt.extrapolation_figure({})
+    assert "no extrapolation split" in [t.get_text() for ax in empty.axes for t in ax.texts]
+
+
 def test_train_figures_names_each_logged_figure(data):
     """carb-train's figure set: one figure per artifact path, each with labelled axes."""
     import carb.plots.train as pt
@@ -506,6 +538,9 @@ def test_train_figures_names_each_logged_figure(data):
     figs = pt.train_figures(data["a"], data["pred"], data["importances"], ["peak_memory_MB", "latency_ms"])
     assert set(figs) == {"figures/pred_vs_measured.png", "figures/importances.png",
                          "figures/residuals_by_batch_tier.png"}
+    with_x = pt.train_figures(data["a"], data["pred"], data["importances"], ["latency_ms"], data["xval_table"],
+                              data["xval"])
+    assert set(with_x) == set(figs) | {"figures/extrapolation.png"}
     for fig in figs.values():
         for ax in fig.axes:
             if ax.has_data():

@@ -69,3 +69,23 @@ def test_benchmark_takes_several_datasets(monkeypatch):
         {"split": ["s"], "target": ["energy_J"], "r2": [0.9], "b1_r2": [0.5]}))
     bench.main(["--data", "reference,h200", "extra", "--no-timm", "--no-plain"])
     assert seen == ["reference", "h200", "extra"]
+
+
+def test_xval_figure_draws_the_saved_fits_splits(results, monkeypatch, tmp_path):
+    """The README's extrapolation figure comes from the saved fit's split predictions (rows made here);
+    a fit without them draws nothing."""
+    import pandas as pd
+
+    import carb.commands.train as train
+
+    rng = np.random.default_rng(0)
+    y = rng.uniform(1, 100, 40)
+    rows = pd.DataFrame({"batch_size": 64, "latency_ms": y, "pred_latency_ms": y * rng.uniform(0.9, 1.1, 40),
+                         "b1_pred_latency_ms": y * 0.5 + 3})
+    extras = {"extrapolation_predictions": {"batch": rows}, "extrapolation": None}
+    monkeypatch.setattr(train, "load_fit", lambda folder: {"extras": extras})
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    rel = results.xval_figure("fit", tmp_path / "docs" / "figures" / "x.png")
+    assert rel == "docs/figures/x.png" and (tmp_path / rel).read_bytes().startswith(b"\x89PNG")
+    extras["extrapolation_predictions"] = None
+    assert results.xval_figure("fit", tmp_path / "y.png") is None and not (tmp_path / "y.png").exists()

@@ -99,9 +99,18 @@ def test_synthetic_run_is_logged_and_registered(env, syn_run):
     assert exp.name == "carb-train"
     arts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id, "figures")}
     assert arts == {"figures/pred_vs_measured.png", "figures/importances.png",
-                    "figures/residuals_by_batch_tier.png"}
+                    "figures/residuals_by_batch_tier.png", "figures/extrapolation.png"}
     top = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
     assert {"cascade_summary.json", "importances.json"} <= top
+    # the saved fit keeps each extrapolation split's predictions (the figure is redrawn by log_only)
+    from carb.commands.train import load_fit
+
+    fit = load_fit(Path(tags["fit_folder"]))
+    xp, xt = fit["extras"]["extrapolation_predictions"], fit["extras"]["extrapolation"]
+    assert set(xp) == set(xt["split"]) and all(len(v) for v in xp.values())
+    for name, rows in xp.items():
+        n = xt[(xt["split"] == name) & (xt["target"] == "latency_ms")]["n_test"]
+        assert len(rows) >= int(n.iloc[0]) and {"latency_ms", "pred_latency_ms", "b1_pred_latency_ms"} <= set(rows)
 
 
 def test_registered_version_describes_itself(env, syn_run):

@@ -69,12 +69,18 @@ def evaluate_cascade(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.D
         metrics.update(lobo)
         if lobo:
             metrics["lobo_fit_s"] = time.perf_counter() - t0
-    xval = None
+    xval, xval_preds = None, None
     xcfg = ev.get("extrapolation") or {}
     if xcfg.get("enabled", True):
         from sklearn.base import clone
 
-        from carb.analysis.extrapolation import concentration_metrics, default_splits, evaluate_splits, split_metrics
+        from carb.analysis.extrapolation import (
+            concentration_metrics,
+            default_splits,
+            evaluate_splits,
+            split_metrics,
+            xval_predictions,
+        )
 
         t0 = time.perf_counter()
         splits = default_splits(full, float(xcfg.get("train_share", 0.7)), int(xcfg.get("min_rows", 20)))
@@ -84,6 +90,7 @@ def evaluate_cascade(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.D
         xval = evaluate_splits(lambda: clone(cascade), full, splits, targets, progress=say, interval_coverage=cover,
                                predictions=preds)
         metrics.update(split_metrics(xval))
+        xval_preds = xval_predictions(preds)
         metrics.update(concentration_metrics(xval, preds))
         metrics["xval_fit_s"] = time.perf_counter() - t0
         if cover is not None:  # candidates outside the domain get intervals that saw extrapolation
@@ -103,4 +110,5 @@ def evaluate_cascade(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.D
         metrics[f"fit_{k}_s"] = v
     imps = top_importances(cascade, int(ev.get("importances_top", 10)))
     return metrics, {"pred": pred, "importances": imps, "b1": b1, "b2": b2,
-                     "budget": {"target": btarget, "value": bvalue}, "extrapolation": xval}
+                     "budget": {"target": btarget, "value": bvalue}, "extrapolation": xval,
+                     "extrapolation_predictions": xval_preds}

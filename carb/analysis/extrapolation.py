@@ -226,6 +226,34 @@ def _split_coverage(held: Mapping[str, Mapping[str, Any]], split: str, target: s
     return [float(np.mean((lo[ok] <= m[ok]) & (m[ok] <= hi[ok]))), float(np.mean((hi[ok] - lo[ok]) / p[ok]))]
 
 
+#: Columns :func:`xval_predictions` keeps of each split's test rows (besides the target and prediction columns).
+XVAL_KEEP: tuple[str, ...] = ("config_id", "block", "depth", "width_mult", "input_size", "batch_size", "precision",
+                              "early_downsample")
+
+
+def xval_predictions(predictions: Mapping[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """Each split's test rows (``{split: rows}`` as :func:`evaluate_splits` fills them) cut to what a
+    figure or a reader needs: :data:`XVAL_KEEP`, the measured targets, ``pred_<target>`` and
+    ``b1_pred_<target>``; index reset."""
+    out = {}
+    for name, df in predictions.items():
+        cols = [c for c in df.columns if c in XVAL_KEEP or c in TARGETS or c.startswith(("pred_", "b1_pred_"))]
+        out[name] = df[cols].reset_index(drop=True)
+    return out
+
+
+def xval_frame(predictions: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """:func:`xval_predictions` as one frame with a ``split`` column (to save as one parquet file)."""
+    parts = [df.assign(split=name) for name, df in xval_predictions(predictions).items()]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["split"])
+
+
+def xval_from_frame(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The inverse of :func:`xval_frame`: ``{split: rows}`` in the frame's order of splits."""
+    return {str(s): g.drop(columns=["split"]).reset_index(drop=True)
+            for s, g in frame.groupby("split", sort=False)}
+
+
 def split_metrics(table: pd.DataFrame) -> dict[str, float]:
     """``xval_<split>_<target>_{r2,mape}`` and ``..._b1_{r2,mape}`` from :func:`evaluate_splits`."""
     out: dict[str, float] = {}

@@ -10,7 +10,8 @@ log the run to MLflow (experiment ``carb-train``) with the fitted model register
 What a run records: the flattened config as params; tags ``device``, ``device_slug``, ``device_id``, ``feature_set``,
 ``preset``, ``dataset_digest``, ``git_commit``; the metrics of :mod:`carb.analysis.evaluate` (``test_*``,
 ``val_<t>_mae``, ``budget_*``, ``lobo_*``, ``b1_*``, ``b2_*``, ``resid_spearman_sm_*``) plus
-``fit_<t>_s``/``fit_total_s``; figures under ``figures/``; ``cascade_summary.json`` (log-space choice,
+``fit_<t>_s``/``fit_total_s``; figures under ``figures/`` (``extrapolation.png``: each extrapolation split's
+predictions beside B1's); ``cascade_summary.json`` (log-space choice,
 blend weights, corrector report) and ``importances.json``; the dataset as a run input; the model.
 
 """
@@ -178,6 +179,10 @@ def save_fit(fit: dict[str, Any], folder: Path) -> Path:
         folder / "test_predictions.parquet", index=False)
     if ex.get("extrapolation") is not None:
         ex["extrapolation"].to_parquet(folder / "extrapolation.parquet", index=False)
+    if ex.get("extrapolation_predictions"):
+        from carb.analysis.extrapolation import xval_frame
+
+        xval_frame(ex["extrapolation_predictions"]).to_parquet(folder / "extrapolation_predictions.parquet", index=False)
     info = {k: fit[k] for k in ("metrics", "sizes", "device", "data_path", "preset", "run_name", "reg_name", "tags",
                                 "split", "config", "sweep")}
     info["importances"] = {t: [[n, v] for n, v in items] for t, items in ex["importances"].items()}
@@ -201,8 +206,12 @@ def load_fit(folder: Path) -> dict[str, Any]:
     tp = pd.read_parquet(folder / "test_predictions.parquet")
     pred_cols = [c for c in tp.columns if c.startswith("pred_")]
     xp = folder / "extrapolation.parquet"
+    xpp = folder / "extrapolation_predictions.parquet"
+    from carb.analysis.extrapolation import xval_from_frame
+
     extras = {"pred": tp[pred_cols], "importances": {t: [tuple(x) for x in v] for t, v in info["importances"].items()},
-              "extrapolation": pd.read_parquet(xp) if xp.exists() else None}
+              "extrapolation": pd.read_parquet(xp) if xp.exists() else None,
+              "extrapolation_predictions": xval_from_frame(pd.read_parquet(xpp)) if xpp.exists() else None}
     return {**info, "cascade": cascade, "extras": extras, "full": pd.read_parquet(folder / "dataset.parquet"),
             "test": tp.drop(columns=pred_cols)}
 
@@ -234,7 +243,9 @@ def log_fit(fit: dict[str, Any], cfg: Any, folder: Path) -> dict[str, Any]:
             tracking.log_dict({t: [[n, v] for n, v in items] for t, items in extras["importances"].items()},
                               "importances.json")
             if ev.get("figures", True):
-                for name, fig in train_figures(test, extras["pred"], extras["importances"], cascade.targets_).items():
+                for name, fig in train_figures(test, extras["pred"], extras["importances"], cascade.targets_,
+                                               extras.get("extrapolation"),
+                                               extras.get("extrapolation_predictions")).items():
                     tracking.log_figure(fig, name)
             example = test[cascade.input_columns_].head(5).reset_index(drop=True)
             meta = {"device": fit["device"], "device_id": cascade.device_id_ or "unknown",

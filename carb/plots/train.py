@@ -1,5 +1,6 @@
 """Training figures for ``carb-train`` (PNG artifacts): predicted vs measured per target, top LightGBM
-importances per target, and relative residuals by batch tier.
+importances per target, relative residuals by batch tier, and predicted vs measured on each
+extrapolation split with B1 beside CARB.
 
 Figures are at least :data:`MIN_WIDTH_PX` pixels wide at the DPI they are saved with, use the
 Okabe-Ito colour-blind-safe palette, and name each batch tier's range in the legend.
@@ -146,9 +147,74 @@ def residuals_by_tier(df: pd.DataFrame, pred: pd.DataFrame, targets: Sequence[st
     return fig
 
 
-def train_figures(test: pd.DataFrame, pred: pd.DataFrame, imps: dict, targets: list[str]) -> dict[str, Figure]:
+#: Colours of the extrapolation figure: CARB (Okabe-Ito blue) and B1 (grey), markers apart for print.
+_CARB_COLOR, _B1_COLOR = "#0072B2", "#999999"
+
+
+def extrapolation_figure(predictions: Mapping[str, pd.DataFrame], table: pd.DataFrame | None = None,
+                         targets: Sequence[str] = TARGETS) -> Figure:
+    """Predicted vs measured (log-log) on each extrapolation split's test rows: one row of panels per
+    target, one column per split; CARB's screening-mode predictions and B1's (FLOPs-only line) on the
+    same rows, y = x, and in each title R^2 of both and, from ``table``
+    (:func:`carb.analysis.extrapolation.evaluate_splits`), the interval coverage. ``predictions``:
+    ``{split: test rows with the target, pred_<target> and b1_pred_<target> columns}``. B1 predictions
+    <= 0 cannot be drawn on a log axis; the legend counts them."""
+    splits = [s for s, df in predictions.items() if len(_targets(df, df, targets))]
+    ts = [t for t in targets if any(t in _targets(predictions[s], predictions[s], [t]) for s in splits)]
+    nr, nc = max(len(ts), 1), max(len(splits), 1)
+    fig = Figure(figsize=(max(3.3 * nc, MIN_WIDTH_PX / DPI), 3.2 * nr + 0.6), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nr, nc, squeeze=False)
+    info = {} if table is None else {(r["split"], r["target"]): r for r in table.to_dict("records")}
+    for i, t in enumerate(ts):
+        for j, sp in enumerate(splits):
+            ax, df = axes[i][j], predictions[sp]
+            if t not in _targets(df, df, [t]):
+                ax.set_visible(False)
+                continue
+            y, p = df[t].to_numpy(float), df[f"pred_{t}"].to_numpy(float)
+            b = df[f"b1_pred_{t}"].to_numpy(float) if f"b1_pred_{t}" in df.columns else np.full(len(df), np.nan)
+            ok, okb = np.isfinite(y) & (y > 0) & np.isfinite(p) & (p > 0), np.isfinite(y) & (y > 0) & np.isfinite(b)
+            hidden = int((okb & (b <= 0)).sum())
+            okb &= b > 0
+            r, rb = regression_metrics(y, p), regression_metrics(y[np.isfinite(b)], b[np.isfinite(b)])
+            label_b = "B1 (FLOPs-only)" + (f"; {hidden} at <= 0 not drawn" if hidden else "")
+            ax.scatter(y[okb], b[okb], s=10, marker="x", color=_B1_COLOR, linewidths=0.8, label=label_b)
+            ax.scatter(y[ok], p[ok], s=11, marker="o", color=_CARB_COLOR, alpha=0.7, edgecolors="none",
+                       label=f"CARB, n={int(ok.sum())}")
+            vals = np.concatenate([y[ok], p[ok], b[okb]])
+            if len(vals):
+                lo, hi = float(vals.min()), float(vals.max())
+                ax.plot([lo, hi], [lo, hi], color="black", lw=0.8, label="y = x")
+                ax.set_xscale("log")
+                ax.set_yscale("log")
+            row = info.get((sp, t), {})
+            cov = row.get("interval_coverage")
+            lines = [str(row["description"])] if i == 0 and row.get("description") else []
+            lines += [f"{sp}: {t}", f"R² CARB {r['r2']:.3f}, B1 {rb['r2']:.3f}"]
+            if cov is not None and np.isfinite(cov):
+                lines.append(f"share inside CARB's interval {cov:.2f}")
+            ax.set_title("\n".join(lines), fontsize=9)
+            ax.set_xlabel(f"measured [{_UNITS[t]}]", fontsize=9)
+            ax.set_ylabel(f"predicted [{_UNITS[t]}]", fontsize=9)
+            ax.tick_params(labelsize=8)
+            ax.legend(fontsize=7, loc="upper left", frameon=False)
+    if not ts:
+        axes[0][0].text(0.5, 0.5, "no extrapolation split", ha="center", va="center")
+    fig.suptitle("Extrapolation: trained on the lower range of one knob, scored on the upper "
+                 "(screening-mode predictions)", fontsize=12)
+    return fig
+
+
+def train_figures(test: pd.DataFrame, pred: pd.DataFrame, imps: dict, targets: list[str],
+                  xval: pd.DataFrame | None = None,
+                  xval_predictions: Mapping[str, pd.DataFrame] | None = None) -> dict[str, Figure]:
     """The figures ``carb-train`` logs, by artifact path: predicted vs measured, importances, residuals
-    by batch tier."""
-    return {"figures/pred_vs_measured.png": pred_vs_measured(test, pred, targets),
+    by batch tier, and with ``xval_predictions`` (each extrapolation split's test rows with predictions;
+    ``xval`` its table) the extrapolation figure."""
+    figs = {"figures/pred_vs_measured.png": pred_vs_measured(test, pred, targets),
             "figures/importances.png": importances_figure(imps),
             "figures/residuals_by_batch_tier.png": residuals_by_tier(test, pred, targets)}
+    if xval_predictions:
+        figs["figures/extrapolation.png"] = extrapolation_figure(xval_predictions, xval, targets)
+    return figs

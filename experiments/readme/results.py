@@ -368,6 +368,25 @@ def budget_table(fit_folder: str, split_seed: int, fractions: tuple[float, ...])
             "interval crosses the budget line, else `accept` / `reject`):", "", *notes, ""]
 
 
+#: Where the figures the README shows are written (relative paths in the README).
+FIGURES = ROOT / "docs" / "figures"
+
+
+def xval_figure(fit_folder: str, out: Path) -> str | None:
+    """Draw the extrapolation figure of a saved ``carb-train`` fit (:func:`carb.plots.train.extrapolation_figure`)
+    to ``out`` (PNG); returns its path relative to the repository root, None when the fit has no
+    extrapolation predictions."""
+    from carb.commands.train import load_fit
+    from carb.plots.train import DPI, extrapolation_figure
+
+    ex = load_fit(Path(fit_folder))["extras"]
+    if not ex.get("extrapolation_predictions"):
+        return None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    extrapolation_figure(ex["extrapolation_predictions"], ex.get("extrapolation")).savefig(out, dpi=DPI)
+    return str(out.relative_to(ROOT))
+
+
 def h200_part(tmp: str) -> list[str]:
     """The H200 subsection: ``carb-train data=h200`` with the defaults, the same tables as the CPU part
     with B2 beside energy, and the budget classification."""
@@ -384,6 +403,10 @@ def h200_part(tmp: str) -> list[str]:
               seed_spread(tmp, m, targets, "data=h200"), ""]
     parts += ["Extrapolation (as above: train on the lower range of one knob, test on the upper; precision: train "
               "fp32, test bf16 and fp16). R^2 (MAPE) beside B1:", "", xval_table(m, targets), ""]
+    fig = xval_figure(r["fit_folder"], FIGURES / "extrapolation_h200.png")
+    if fig:
+        parts += [f"The same splits drawn (`figures/extrapolation.png` of the `carb-train` run; every test row, CARB "
+                  f"beside B1):", "", f"![H200 extrapolation splits: predicted vs measured, CARB and B1]({fig})", ""]
     cov = coverage_table(m, targets)
     if cov:
         parts += [f"Prediction intervals (nominal coverage {fmt(m.get('interval_nominal', 0.9))}; share of held-out "
