@@ -250,3 +250,17 @@ def test_per_image_objective_ranks_by_cost_per_image(grid):
     assert per_image.axes == ["energy_J_per_image", "peak_memory_MB"]   # the front trades it against memory
     with pytest.raises(ConfigError, match=r"allowed: \['peak_memory_MB', 'latency_ms', 'latency_ms_per_image'\]"):
         screen(grid, AnalyticModel(targets=("peak_memory_MB", "latency_ms")), objective="energy_J_per_image")
+
+
+def test_printed_table_shows_the_interval_that_decides_borderline():
+    """carb-screen's terminal table: a prediction with its [lo, hi] where the frame has them (what the
+    borderline call reads), the plain prediction where it does not (e.g. the per-image objective)."""
+    from carb.commands.screen import format_table
+
+    df = pd.DataFrame({"block": ["basic", "bottleneck"], "depth": [14, 50], "pred_energy_J": [0.26, 12.0],
+                       "lo_energy_J": [0.198, 9.5], "hi_energy_J": [0.383, 15.2], "pred_energy_J_per_image": [0.002, 0.09],
+                       "decision": ["accept", "borderline"]})
+    out = format_table(df, ["pred_energy_J", "pred_energy_J_per_image"], ["decision"])
+    head, first, second = out.splitlines()
+    assert "pred_energy_J [lo, hi]" in head and "pred_energy_J_per_image" in head and "lo_energy_J" not in head
+    assert "0.26 [0.2, 0.38]" in first and "12 [9.5, 15]" in second and "0.002 " in first + " "

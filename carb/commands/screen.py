@@ -66,11 +66,17 @@ def _load(uri: str, role: str) -> Any:
 
 
 def format_table(df: pd.DataFrame, preds: list[str], extra: list[str]) -> str:
-    """Terminal table of candidates: knobs, predictions, flags."""
+    """Terminal table of candidates: knobs, predictions (with the prediction interval ``[lo, hi]`` where
+    the frame has ``lo_<target>`` and ``hi_<target>``: what decides ``borderline``), flags."""
     cols = [c for c in SHOW_COLUMNS if c in df] + preds + [c for c in extra if c in df]
     show = df[cols].copy()
     for c in preds:
-        show[c] = show[c].map(lambda v: f"{v:.3g}")
+        t = c[len("pred_"):]
+        if f"lo_{t}" in df and f"hi_{t}" in df:
+            show[c] = [f"{v:.3g} [{lo:.2g}, {hi:.2g}]" for v, lo, hi in zip(df[c], df[f"lo_{t}"], df[f"hi_{t}"])]
+            show = show.rename(columns={c: f"{c} [lo, hi]"})
+        else:
+            show[c] = show[c].map(lambda v: f"{v:.3g}")
     return show.to_string(index=False)
 
 
