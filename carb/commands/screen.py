@@ -73,7 +73,7 @@ def format_table(df: pd.DataFrame, preds: list[str], extra: list[str]) -> str:
     for c in preds:
         t = c[len("pred_"):]
         if f"lo_{t}" in df and f"hi_{t}" in df:
-            show[c] = [f"{v:.3g} [{lo:.2g}, {hi:.2g}]" for v, lo, hi in zip(df[c], df[f"lo_{t}"], df[f"hi_{t}"])]
+            show[c] = [f"{v:.3g} [{lo:.3g}, {hi:.3g}]" for v, lo, hi in zip(df[c], df[f"lo_{t}"], df[f"hi_{t}"])]
             show = show.rename(columns={c: f"{c} [lo, hi]"})
         else:
             show[c] = show[c].map(lambda v: f"{v:.3g}")
