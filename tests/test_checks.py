@@ -24,6 +24,7 @@ def test_shipped_configs_pass(command, overrides):
     ("train", "model.members=[xgb,catboost]", "model.members: ['catboost'] not allowed"),
     ("train", "model.physics=maybe", "model.physics: must be true or false"),
     ("train", "model.prior.overlap_k=0.5", "model.prior.overlap_k"),
+    ("train", "model.prior.static_power=3", "model.prior.static_power"),
     ("train", "model.specialists.xgb.max_depth=-1", "model.specialists.xgb.max_depth: must be an integer >= 1"),
     ("train", "model.large.specialists.et.n_estimators=0", "model.large.specialists.et.n_estimators"),
     ("train", "evaluate.budget.value=-3", "evaluate.budget.value: must be null or a positive number"),

@@ -365,3 +365,44 @@ def test_memory_prior_extrapolates_batch_on_the_h200():
     static._solve(tr, tr["peak_memory_MB"].to_numpy(float))
     err = lambda p: float(np.quantile(np.abs(np.log(p.predict(te) / te["peak_memory_MB"])), 0.9))  # noqa: E731
     assert err(full) < err(static) - 0.1
+
+
+def test_energy_prior_adds_static_power_times_time_on_gpu_rows_only(rows):
+    """With ``static_power`` and the rows' latency, a CUDA energy prior is its work terms plus P_static x
+    the time a latency prior fitted on the same rows gives (coefficient in W, reported); CPU rows, or no
+    latency, keep the sum of work terms."""
+    from carb.model.physics import LayerRooflinePrior
+
+    gpu = rows.assign(device_kind="cuda")
+    p = make_prior("energy_J", static_power=True).fit(gpu, gpu["energy_J"], latency=gpu["latency_ms"])
+    assert isinstance(p, LayerRooflinePrior) and p.time_prior_ is not None and p.static_power
+    assert p.to_dict()["static_W"] == p.static_W_ == p.coef_["static_W"] and p.static_W_ >= 0
+    work = p._predict_work(gpu)
+    np.testing.assert_allclose(p.predict(gpu), work + p.static_W_ * p.time_prior_.predict(gpu) / 1e3)
+    assert p.train_mape_ < 0.1
+    fp16 = gpu[gpu["precision"] == "bf16"].assign(precision="fp16")     # never measured: still a positive cost
+    assert np.all(p.predict(fp16) > 0)
+    assert make_prior("energy_J", static_power=True).fit(gpu, gpu["energy_J"]).to_dict()["static_W"] is None
+    cpu = rows.assign(device_kind="cpu")
+    assert make_prior("energy_J", static_power=True).fit(cpu, cpu["energy_J"], latency=cpu["latency_ms"]).time_prior_ is None
+    assert make_prior("latency_ms", static_power=True).static_power is False     # latency has no such term
+
+
+def test_static_power_is_physical_and_extrapolates_batch_on_the_h200():
+    """Real H200 rows, fitted on batch <= 32, the energy prior alone on batch 64-256: with P_static x time
+    its static power is an H200's (tens to a couple of hundred W) and its R^2 is higher than the sum of
+    work terms alone."""
+    from sklearn.metrics import r2_score
+
+    from carb.data.io import load_dataset
+    from carb.data.schema import ok_rows
+
+    df = ok_rows(load_dataset("h200"))
+    tr, te = df[df["batch_size"] <= 32], df[df["batch_size"] > 32]
+    kw = dict(tensor_core_speedup=2.0, overlap_k=4.0)
+    work = make_prior("energy_J", **kw).fit(tr, tr["energy_J"])
+    static = make_prior("energy_J", static_power=True, **kw).fit(tr, tr["energy_J"], latency=tr["latency_ms"])
+    assert static.time_prior_.overlap_k_ == 4.0          # the time prior is the overlapped latency prior
+    assert 50 < static.static_W_ < 200
+    y = te["energy_J"]
+    assert r2_score(y, static.predict(te)) > r2_score(y, work.predict(te)) + 0.01

@@ -112,7 +112,7 @@ _MODEL = [("split.seed", integer(0)), ("model.members", subset_of(*_MEMBERS)), (
           ("model.prior.large_alloc_MB", number(positive=True, optional=True)), ("model.prior.channel_block", integer(1)),
           ("model.prior.cpu_dispatch", boolean()), ("model.prior.device_probe", boolean()),
           ("model.prior.tensor_core_speedup", number(positive=True, optional=True)),
-          ("model.prior.overlap_k", number(1.0, optional=True)),
+          ("model.prior.overlap_k", number(1.0, optional=True)), ("model.prior.static_power", boolean()),
           ("model.threshold_rows", integer(1)), ("model.n_jobs", env_integer(-1)),
           *((f"model.specialists.{m}.n_estimators", integer(1)) for m in _MEMBERS),
           ("model.specialists.xgb.max_depth", integer(1)), ("model.specialists.xgb.learning_rate", number(positive=True)),

@@ -348,7 +348,9 @@ class CarbCascade(RegressorMixin, BaseEstimator):
             t0 = time.perf_counter()
             cols = self.encoded_names_ + [pred_name(u) for u in upstream]
             stage, oof_t, val_t = self._fit_stage(t, cols, D, Dv, X, X_val, yf[t].to_numpy(float),
-                                                  yv[t].to_numpy(float), ccfg, has_util)
+                                                  yv[t].to_numpy(float), ccfg, has_util,
+                                                  latency=(yf["latency_ms"].to_numpy(float)
+                                                           if "latency_ms" in yf.columns else None))
             self.stages_[t] = stage
             D[pred_name(t)] = oof_t
             Dv[pred_name(t)] = val_t
@@ -368,7 +370,9 @@ class CarbCascade(RegressorMixin, BaseEstimator):
 
     def _fit_stage(self, t: str, cols: list[str], D: pd.DataFrame, Dv: pd.DataFrame, X: pd.DataFrame,
                    Xv: pd.DataFrame, y: np.ndarray, yv: np.ndarray, ccfg: dict[str, Any],
-                   has_util: bool) -> tuple[Stage, np.ndarray, np.ndarray]:
+                   has_util: bool, latency: np.ndarray | None = None) -> tuple[Stage, np.ndarray, np.ndarray]:
+        """One stage: its physics prior (the energy prior also reads the rows' measured ``latency``, ms,
+        shape (n,), for its static-power term), the blended ensemble on the log-ratio, correctors."""
         m, mv = np.isfinite(y), np.isfinite(yv)
         est = self._stage_estimator(t)
         prior, to_units = None, (lambda r, _X: r)
@@ -376,7 +380,9 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         if self.physics:
             from carb.model.physics import make_prior
 
-            prior = make_prior(t, **dict(self.prior or {})).fit(X.loc[m], y[m])
+            prior = make_prior(t, **dict(self.prior or {}))
+            fit_kw = {"latency": latency[m]} if (t == "energy_J" and latency is not None) else {}
+            prior = prior.fit(X.loc[m], y[m], **fit_kw)
             z, zv = np.log(y / prior.predict(X)), np.log(yv / prior.predict(Xv))
             est = est.set_params(log_target=False)
             to_units = lambda r, XX: prior.predict(XX) * np.exp(r)  # noqa: E731

@@ -311,7 +311,8 @@ class LayerRooflinePrior(RooflinePrior):
 
     def __init__(self, large_alloc_MB: float | None = None, channel_block: int = 1, cpu_dispatch: bool = False,
                  device_probe: bool = False, tensor_core_speedup: float | None = None,
-                 overlap_k: float | None = None):
+                 overlap_k: float | None = None, static_power: bool = False,
+                 time_settings: dict[str, Any] | None = None):
         """large_alloc_MB: on CPU data (every training row ``device_kind == "cpu"``), add a cost per
         MB of convolution outputs at least this large (they get fresh pages every forward: glibc maps
         allocations of 32 MiB and more); None = no such term. channel_block: channels padded to a
@@ -333,13 +334,22 @@ class LayerRooflinePrior(RooflinePrior):
         launches cost. Fitted on log error (:func:`carb.model.nnls.fit_overlap`) from the additive
         solution. Fitted on the sum instead, the launch-bound rows of small batches inflate the launch
         terms and deflate the per-FLOP ones, and latency grows too slowly with batch size. None = the sum.
-        The overlapped prior takes the aggregate form (:data:`OVERLAP_AGGREGATE` says why)."""
+        The overlapped prior takes the aggregate form (:data:`OVERLAP_AGGREGATE` says why).
+        static_power: energy on CUDA data, fitted with the rows' measured latency (``fit(..., latency=)``):
+        add ``P_static x time``, the power a GPU draws whatever it runs (clocks, memory, leakage) times how
+        long the batch takes, with ``time`` from a latency prior (``time_settings``: the latency prior's
+        settings) fitted on the same rows and ``P_static`` in W fitted with the other terms. Without it the
+        energy of a batch is a sum over its work, and a launch-bound batch, whose GPU idles between
+        kernels while still drawing its static power, is charged per launch instead of per millisecond.
+        On the shipped H200 data ``P_static`` comes out near 100 W on every split."""
         self.large_alloc_MB = large_alloc_MB
         self.channel_block = channel_block
         self.cpu_dispatch = cpu_dispatch
         self.device_probe = device_probe
         self.tensor_core_speedup = tensor_core_speedup
         self.overlap_k = overlap_k
+        self.static_power = static_power
+        self.time_settings = time_settings
 
     def _learn_columns(self, X: pd.DataFrame) -> None:
         super()._learn_columns(X)
@@ -358,11 +368,54 @@ class LayerRooflinePrior(RooflinePrior):
     #: aggregate form's (a richer form must earn its place on architectures it did not see).
     RICHER_GAIN = 0.95
 
-    def fit(self, X: pd.DataFrame, y: Any) -> LayerRooflinePrior:
+    def fit(self, X: pd.DataFrame, y: Any, latency: Any = None) -> LayerRooflinePrior:
+        """Fit on rows ``X`` and costs ``y`` (n,); ``latency`` (n,), ms, the rows' measured latency, is
+        read only with ``static_power`` (energy: the time the static power is drawn for)."""
         yv = np.asarray(y, dtype=float)
         self._learn_columns(X)
+        self.time_prior_ = self._fit_time(X, latency)
         self.form_, self.form_reason_, self.cv_error_ = self._choose_form(X, yv)
         return self._solve(X, yv)
+
+    #: Fewest rows with a measured latency the static-power term's time prior is fitted on.
+    MIN_TIME_ROWS = 10
+
+    def _fit_time(self, X: pd.DataFrame, latency: Any) -> _Prior | None:
+        """The latency prior behind ``P_static x time`` (``static_power``, CUDA rows, measured latency
+        on >= :data:`MIN_TIME_ROWS` rows), else None."""
+        cuda = len(X) > 0 and "device_kind" in X.columns and bool((X["device_kind"].astype(str) == "cuda").all())
+        if not (getattr(self, "static_power", False) and cuda and latency is not None):
+            return None
+        lat = np.asarray(latency, dtype=float)
+        ok = np.isfinite(lat) & (lat > 0)
+        if ok.sum() < self.MIN_TIME_ROWS:
+            return None
+        return make_prior("latency_ms", **dict(self.time_settings or {})).fit(X[ok], lat[ok])
+
+    def static_s(self, X: pd.DataFrame) -> np.ndarray | None:
+        """Time (s) per row the static power is drawn for: the time prior's latency (n,), or None
+        without the term. An unmeasured precision takes the time prior's own prediction for it."""
+        tp = getattr(self, "time_prior_", None)   # absent on priors pickled before the term existed
+        return None if tp is None else tp.predict(X) / 1e3
+
+    def _fit_design(self, X: pd.DataFrame) -> np.ndarray:
+        """The design the coefficients are fitted on: :meth:`design`, and the static-power column last."""
+        D = self.design(X)
+        st = self.static_s(X)
+        return D if st is None else np.column_stack([D, st])
+
+    def _solve(self, X: pd.DataFrame, yv: np.ndarray) -> LayerRooflinePrior:
+        """As :meth:`_Prior._solve`; with the static-power term its coefficient is ``static_W_`` (W) and
+        ``coef_["static_W"]``, and :meth:`predict` adds ``static_W_ x static_s``."""
+        if getattr(self, "time_prior_", None) is None:
+            self.static_W_ = 0.0
+            return super()._solve(X, yv)
+        c = nnls_relative(self._fit_design(X), yv)
+        self.coef_values_, self.static_W_ = c[:-1], float(c[-1])
+        self.coef_ = {**dict(zip(self.column_names(), map(float, self.coef_values_))), "static_W": self.static_W_}
+        ok = np.isfinite(yv) & (yv > 0)
+        self.train_mape_ = float(np.mean(np.abs(self.predict(X)[ok] / yv[ok] - 1.0)))
+        return self
 
     def _choose_form(self, X: pd.DataFrame, yv: np.ndarray) -> tuple[str, str, dict[str, float]]:
         """``(form, reason, cv errors)``: "layers" when the knobs name valid networks and the layer
@@ -381,7 +434,7 @@ class LayerRooflinePrior(RooflinePrior):
         err = {}
         for form in ("layers", "aggregate"):
             self.form_ = form
-            err[form] = grouped_cv_error(self.design(X), yv, groups, host=self.host_columns(),
+            err[form] = grouped_cv_error(self._fit_design(X), yv, groups, host=self.host_columns(),
                                          overlap_k=getattr(self, "overlap_k_", None))
         if err["layers"] < self.RICHER_GAIN * err["aggregate"]:
             return "layers", "", err
@@ -409,6 +462,12 @@ class LayerRooflinePrior(RooflinePrior):
         With a device probe of both (``probe_``), it is the stand-in's prediction for the same network with
         the stand-in's convolution time replaced by its own, both from the probe
         (:meth:`carb.model.layer_cost.LayerCostModel.network_ms`): ``max(prior_s - conv_s, 0) + conv_p``."""
+        st = self.static_s(X)
+        base = self._predict_work(X)
+        return base if st is None else base + float(getattr(self, "static_W_", 0.0)) * st
+
+    def _predict_work(self, X: pd.DataFrame) -> np.ndarray:
+        """:meth:`predict` without the static-power term (n,)."""
         if self.form_ == "aggregate":
             return super().predict(X)
         prec = X["precision"].astype(str).to_numpy()
@@ -485,6 +544,7 @@ class LayerRooflinePrior(RooflinePrior):
                 "native_dispatch": getattr(self, "native_", None),
                 "tensor_core_speedup": getattr(self, "tensor_speedup_", None),
                 "overlap_k": getattr(self, "overlap_k_", None),
+                "static_W": (float(self.static_W_) if getattr(self, "time_prior_", None) is not None else None),
                 "device_probe": (self.probe_.to_dict() if getattr(self, "probe_", None) is not None
                                  else getattr(self, "probe_reason_", "off"))}
 
@@ -592,14 +652,18 @@ PRIORS: dict[str, type[_Prior]] = {"peak_memory_MB": MemoryPrior, "energy_J": La
 
 def make_prior(target: str, **settings: Any) -> _Prior:
     """An unfitted prior for ``target`` (see :data:`PRIORS`); ``settings`` (``large_alloc_MB``,
-    ``channel_block``, ``cpu_dispatch``, ``device_probe``, ``tensor_core_speedup``, ``overlap_k``) go to the layer
-    roofline and are ignored by the others. ``device_probe`` and ``overlap_k`` apply to latency only (a probe
-    times kernels; it measures no energy; energy adds up where time overlaps)."""
+    ``channel_block``, ``cpu_dispatch``, ``device_probe``, ``tensor_core_speedup``, ``overlap_k``, ``static_power``)
+    go to the layer roofline and are ignored by the others. ``device_probe`` and ``overlap_k`` apply to latency
+    only (a probe times kernels; it measures no energy; energy adds up where time overlaps); ``static_power``
+    to energy only, whose time prior gets the latency settings."""
     if target not in PRIORS:
         raise DatasetError(f"no physics prior for target {target!r}; known: {list(PRIORS)}")
     cls = PRIORS[target]
     if cls is not LayerRooflinePrior:
         return cls()
+    static = bool(settings.pop("static_power", False))
     if target != "latency_ms":   # energy adds up: static power over the overlapped time plus the work
+        time_settings = dict(settings) if static else None
         settings = {k: v for k, v in settings.items() if k not in ("device_probe", "overlap_k")}
+        return cls(**settings, static_power=static, time_settings=time_settings)
     return cls(**settings)
