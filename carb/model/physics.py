@@ -37,7 +37,10 @@ a 1 s configuration weigh alike; units of the inputs in MB = 2**20 bytes and fvc
 On a GPU (every row ``device_kind == "cuda"``, setting ``overlap_k``) the latency prior is not the sum of
 its terms but a smooth maximum of the host-side ones (constant, launches) and the device work: PyTorch
 launches kernels asynchronously, so launch time and GPU time overlap. On the shipped H200 data, trained on
-batch <= 32 and scored on 64-256, the prior alone goes from R2 0.69 (sum) to 0.97 (``k = 4``).
+batch <= 32 and scored on 64-256, the prior alone goes from R2 0.69 (sum) to 0.97 (``k = 4``). The energy
+prior on a GPU (``static_power``) adds ``P_static x time``: the board's static power for as long as the
+batch takes, the time from a latency prior fitted on the same rows (H200: ``P_static`` 95-112 W; batch
+split, prior alone, R2 0.96 -> 0.98).
 
 Every prior is monotone non-decreasing in batch size, FLOPs and activation bytes by construction
 (non-negative coefficients on non-decreasing inputs; a smooth maximum of two such sums is too), except the CPU native-path term: PyTorch moves
