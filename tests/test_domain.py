@@ -43,3 +43,19 @@ def test_no_domain_means_everything_inside():
     inside, why = check_domain(None, train_rows())
     assert inside.all() and why == ["", ""]
     assert isinstance(inside, np.ndarray)
+
+
+def test_reason_counts_group_range_reasons_by_their_bound():
+    """What screening prints under the domain counts: reasons by kind (a range reason by its bound, a
+    never-measured value by its value), each counted once per candidate, most frequent first."""
+    from carb.model.domain import reason_counts
+
+    d = fit_domain(train_rows())
+    cand = train_rows().iloc[[0, 0, 0, 0, 1]].reset_index(drop=True)
+    cand.loc[0, "precision"] = "fp16"
+    cand.loc[1, "batch_size"] = 128
+    cand.loc[2, "batch_size"] = 64
+    cand.loc[3, ["precision", "batch_size"]] = ["fp16", 32]
+    _, why = check_domain(d, cand)
+    assert reason_counts(why) == [("batch_size > 16", 3), ("precision fp16 never measured", 2)]
+    assert reason_counts(why, top=1) == [("batch_size > 16", 3)] and reason_counts(["", None]) == []

@@ -205,6 +205,10 @@ def run_screen(cfg: Any) -> dict[str, Any]:
               f"on the whole grid = {result.stages['spearman_source_target']:.3f}")
     print(f"training domain: {counts.get('n_in_domain', 0)} candidates inside, {counts.get('n_outside', 0)} "
           f"outside (screen.outside={cfg.screen.get('outside', 'flag')}; reasons in the 'outside' column)")
+    if counts.get("n_outside", 0) and "outside" in result.scored:
+        from carb.model.domain import reason_counts
+
+        print("  most frequent reasons: " + ", ".join(f"{r} ({n})" for r, n in reason_counts(result.scored["outside"])))
     rule = "interval crosses" if getattr(target, "intervals_", None) else "within one test MAE of"
     print(f"accept {counts['n_accept']}, borderline {counts['n_borderline']} ({rule} a budget line: profile "
           f"these), unverified {counts['n_unverified']} (precision never measured), reject {counts['n_reject']}; "

@@ -103,3 +103,22 @@ def check_domain(domain: dict[str, Any] | None, X: pd.DataFrame) -> tuple[np.nda
                 parts[i].append(f"{c} {_fmt(c, v[i])} < {_fmt(c, lo)}")
     outside = ["; ".join(p) for p in parts]
     return np.array([not p for p in parts], dtype=bool), outside
+
+
+def reason_counts(outside: Any, top: int = 3) -> list[tuple[str, int]]:
+    """The ``top`` most frequent reasons over candidates' ``outside`` strings (as :func:`check_domain`
+    writes them), each with the number of candidates it applies to, most frequent first. A range reason
+    counts by its bound, not its value (``batch_size 128 > 16`` and ``batch_size 64 > 16`` are both
+    ``batch_size > 16``); a never-measured value keeps its value (``precision fp16 never measured``)."""
+    from collections import Counter
+
+    c: Counter[str] = Counter()
+    for text in outside:
+        if not isinstance(text, str) or not text:
+            continue
+        kinds = set()
+        for reason in text.split("; "):
+            tok = reason.split(" ")
+            kinds.add(f"{tok[0]} {tok[2]} {tok[3]}" if len(tok) == 4 and tok[2] in ("<", ">") else reason)
+        c.update(kinds)
+    return sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
