@@ -219,3 +219,61 @@ def test_a_single_extrapolation_split_gets_its_own_calibration_only():
                           targets=["latency_ms"], interval_coverage=0.9)
     assert list(tab["split"]) == ["batch"] and 0 < tab.loc[0, "interval_coverage"] <= 1
     assert list(tab.attrs["outside_log_ratios"]["latency_ms"]) == ["batch"]
+
+
+class _SharePrior:
+    """A stand-in overlapped latency prior: the device work's share is the rows' ``share`` column."""
+
+    def device_share(self, X: pd.DataFrame) -> np.ndarray:
+        return X["share"].to_numpy(float)
+
+
+class RegimeModel(NoisyTruthModel):
+    """NoisyTruthModel with a latency stage whose prior says which rows are launch-bound."""
+
+    def __init__(self) -> None:
+        self.stages_ = {"latency_ms": type("Stage", (), {"prior": _SharePrior()})()}
+
+
+def regime_rows(n: int, seed: int, device_share: float = 0.3) -> pd.DataFrame:
+    """Rows whose launch-bound part (share < 0.5) scatters with sigma 0.3 and device-bound part with 0.03."""
+    df = rows(n, seed)
+    rng = np.random.default_rng(seed + 100)
+    df["share"] = np.where(rng.random(n) < device_share, 0.9, 0.2)
+    sigma = np.where(df["share"] >= 0.5, 0.03, 0.3)
+    sm_med = np.where(df["batch_size"] <= 4, 25.0, 50.0)
+    df["latency_ms"] = df["flops"] / 1e9 * sm_med / 50.0 * np.exp(rng.normal(0, sigma))
+    return df
+
+
+def test_gpu_regimes_get_their_own_intervals_with_nominal_coverage_each():
+    """Mondrian calibration by regime: launch-bound rows keep wide intervals, device-bound rows get
+    narrow ones, and each regime is covered at about the nominal rate on fresh rows; without the
+    regimes (or without a labeller) the pooled interval applies to all."""
+    from carb.model.intervals import interval_groups
+
+    model = RegimeModel()
+    cal = calibrate(model, regime_rows(600, 5), coverage=0.9)
+    assert set(cal["latency_ms"]["groups"]) == {"launch", "device"} and "group_rule" in cal["latency_ms"]
+    test = regime_rows(3000, 6)
+    pred = model.predict(with_telemetry(test, model.telemetry_medians_))
+    g = interval_groups(model, test)
+    iv = interval(cal, pred, groups=g)
+    y, lo, hi = test["latency_ms"].to_numpy(), iv["lo_latency_ms"].to_numpy(), iv["hi_latency_ms"].to_numpy()
+    inside, width = (lo <= y) & (y <= hi), (hi - lo) / pred["pred_latency_ms"].to_numpy()
+    for k in ("launch", "device"):
+        assert 0.86 <= inside[g == k].mean() <= 0.94, (k, inside[g == k].mean())
+    assert width[g == "device"].mean() < 0.25 * width[g == "launch"].mean()
+    pooled = interval(cal, pred)
+    assert np.ptp((pooled["hi_latency_ms"] / pred["pred_latency_ms"]).to_numpy()) < 1e-9   # one ratio for all
+    assert inside[g == "device"].mean() < ((pooled["lo_latency_ms"] <= y) & (y <= pooled["hi_latency_ms"]))[g == "device"].mean() + 1e-9
+    assert interval_groups(NoisyTruthModel(), test) is None
+
+
+def test_a_regime_too_small_to_calibrate_falls_back_to_the_pooled_interval():
+    """A calibration split with fewer device-bound rows than 90 % needs (19) keeps no regimes."""
+    model = RegimeModel()
+    few = regime_rows(300, 7, device_share=0.03)
+    assert (few["share"] >= 0.5).sum() < 19
+    cal = calibrate(model, few, coverage=0.9)
+    assert "groups" not in cal["latency_ms"]

@@ -406,3 +406,20 @@ def test_static_power_is_physical_and_extrapolates_batch_on_the_h200():
     assert 50 < static.static_W_ < 200
     y = te["energy_J"]
     assert r2_score(y, static.predict(te)) > r2_score(y, work.predict(te)) + 0.01
+
+
+def test_device_share_tells_launch_bound_from_device_bound_on_the_h200():
+    """The overlapped latency prior's device share (what GPU intervals are calibrated per regime on):
+    in [0, 1], below 0.5 for a batch-1 ResNet-8 (launch-bound) and above 0.9 for the heaviest measured
+    configuration; None for a prior whose parts add up."""
+    from carb.data.io import load_dataset
+    from carb.data.schema import ok_rows
+
+    df = ok_rows(load_dataset("h200"))
+    p = make_prior("latency_ms", tensor_core_speedup=2.0, overlap_k=4.0).fit(df, df["latency_ms"])
+    share = p.device_share(df)
+    assert share.shape == (len(df),) and (share >= 0).all() and (share <= 1).all()
+    small = (df["depth"] <= 8) & (df["batch_size"] == 1)
+    assert small.any() and (share[small.to_numpy()] < 0.5).all()
+    assert share[int(np.argmax(df["latency_ms"].to_numpy()))] > 0.9
+    assert make_prior("latency_ms").fit(df, df["latency_ms"]).device_share(df) is None

@@ -309,3 +309,19 @@ def test_store_fault_after_the_fit_loses_nothing(env, tmp_path):
     assert run.data.tags["fit_folder"] == folder and "test_latency_ms_mae" in run.data.metrics
     with pytest.raises(Exception, match="is not a saved fit"):
         run_train(compose("train", [f"log_only={tmp_path}", f"tracking.uri={good}"]))
+
+
+def test_logged_interval_summary_gives_bounds_not_log_ratios():
+    """intervals.json: per target the pooled bounds, each regime's and the outside calibration's row
+    count and bounds; none of the stored log-ratios."""
+    from carb.commands.train import interval_summary
+
+    r = list(np.linspace(-0.3, 0.3, 40))
+    entry = {"lower": -0.27, "upper": 0.27, "n": 40, "coverage": 0.9, "log_ratios": r,
+             "groups": {"launch": r, "device": [v / 10 for v in r]}, "group_rule": "x",
+             "outside": {"lower": -0.5, "upper": 0.6, "n": 90, "log_ratios": r, "by_split": {"batch": r}}}
+    s = interval_summary(entry)
+    assert "log_ratios" not in s and s["group_rule"] == "x" and s["outside"] == {"n": 90, "lower": -0.5, "upper": 0.6}
+    assert s["groups"]["launch"]["n"] == 40 and s["groups"]["device"]["upper"] == pytest.approx(s["groups"]["launch"]["upper"] / 10)
+    import json
+    json.dumps(s)

@@ -177,7 +177,7 @@ def _held_out(model: Any, cal: pd.DataFrame, te: pd.DataFrame, ts: Sequence[str]
     """One split's screening-mode predictions on its test rows, their log-ratios (per target), which
     rows lie outside the split model's domain, and the split's own calibration (None when its
     calibration share is too small)."""
-    from carb.model.intervals import calibrate, outside_mask, screening_predict
+    from carb.model.intervals import calibrate, interval_groups, outside_mask, screening_predict
 
     pred = screening_predict(model, te)
     ratios = {}
@@ -188,7 +188,8 @@ def _held_out(model: Any, cal: pd.DataFrame, te: pd.DataFrame, ts: Sequence[str]
                 ratios[t] = np.log(m / p)
     cov_ts = [t for t in ts if len(cal) >= 10 and cal[t].notna().sum() >= 10]
     calib = calibrate(model, cal, cal[cov_ts], coverage=coverage) if cov_ts else None
-    return {"pred": pred, "measured": te, "ratios": ratios, "outside": outside_mask(model, te), "cal": calib}
+    return {"pred": pred, "measured": te, "ratios": ratios, "outside": outside_mask(model, te), "cal": calib,
+            "groups": interval_groups(model, te)}
 
 
 def _by_split(held: Mapping[str, Mapping[str, Any]], exclude: str | None) -> dict[str, dict[str, list[float]]]:
@@ -216,7 +217,7 @@ def _split_coverage(held: Mapping[str, Mapping[str, Any]], split: str, target: s
     extra = outside_calibration({target: _by_split(held, exclude=split).get(target, {})}, coverage)
     if target in extra:
         cal[target]["outside"] = extra[target]
-    iv = interval(cal, h["pred"], outside=h["outside"])
+    iv = interval(cal, h["pred"], outside=h["outside"], groups=h.get("groups"))
     m = h["measured"][target].to_numpy(float)
     p = h["pred"][f"pred_{target}"].to_numpy(float)
     lo, hi = iv[f"lo_{target}"].to_numpy(float), iv[f"hi_{target}"].to_numpy(float)

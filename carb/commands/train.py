@@ -216,6 +216,22 @@ def load_fit(folder: Path) -> dict[str, Any]:
             "test": tp.drop(columns=pred_cols)}
 
 
+def interval_summary(entry: dict[str, Any]) -> dict[str, Any]:
+    """One target's calibration as logged (``intervals.json``): the stored log-ratios left out, each
+    regime's (``groups``) and the outside calibration's replaced by their row count and bounds."""
+    from carb.model.intervals import conformal_bounds
+
+    out = {k: v for k, v in entry.items() if k not in ("log_ratios", "groups", "outside")}
+    cov = float(entry.get("coverage", 0.9))
+    for g, r in (entry.get("groups") or {}).items():
+        lo, hi = conformal_bounds(r, cov)
+        out.setdefault("groups", {})[g] = {"n": len(r), "lower": lo, "upper": hi}
+    if isinstance(entry.get("outside"), dict):
+        o = entry["outside"]
+        out["outside"] = {"n": o.get("n"), "lower": o.get("lower"), "upper": o.get("upper")}
+    return out
+
+
 def log_fit(fit: dict[str, Any], cfg: Any, folder: Path) -> dict[str, Any]:
     """Log a fit to MLflow, register it, print the tables. A tracking fault is one line that says where
     the fit is saved and how to log it later."""
@@ -232,7 +248,7 @@ def log_fit(fit: dict[str, Any], cfg: Any, folder: Path) -> dict[str, Any]:
             digest = log_inputs(fit)
             tracking.set_tags({"dataset_digest": digest, "split": fit["split"], "fit_folder": str(folder), **flags})
             if getattr(cascade, "intervals_", None):
-                tracking.log_dict({k: ({kk: vv for kk, vv in v.items() if kk != "log_ratios"} if isinstance(v, dict) else v)
+                tracking.log_dict({k: (interval_summary(v) if isinstance(v, dict) else v)
                                    for k, v in cascade.intervals_.items()}, "intervals.json")
             if getattr(cascade, "domain_", None):
                 tracking.log_dict(cascade.domain_, "domain.json")

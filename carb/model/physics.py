@@ -262,6 +262,11 @@ class RooflinePrior(_Prior):
         """Cost per row; a precision not seen in training uses :meth:`stand_in`'s per-FLOP cost (divided
         by a layer roofline's ``tensor_speedup_`` for a 16-bit precision standing in for fp32 on tensor
         cores, :class:`LayerRooflinePrior`)."""
+        return np.maximum(self._combine(self._predict_design(X)), TINY)
+
+    def _predict_design(self, X: pd.DataFrame) -> np.ndarray:
+        """The design :meth:`predict` combines: an unseen precision in its stand-in's columns, its
+        multiply-adds divided by the tensor-core speed-up where that applies; shape (n, p)."""
         prec = X["precision"].astype(str).to_numpy()
         unseen = ~np.isin(prec, self.precisions_)
         if unseen.any():
@@ -272,7 +277,19 @@ class RooflinePrior(_Prior):
         fast = unseen & np.isin(prec, ("bf16", "fp16")) & (X["precision"].astype(str).to_numpy() == "fp32")
         if speedup and fast.any() and "fp32" in self.precisions_:
             D[fast, 1 + list(self.precisions_).index("fp32")] /= speedup   # const, then one FLOPs column per precision
-        return np.maximum(self._combine(D), TINY)
+        return D
+
+    def device_share(self, X: pd.DataFrame) -> np.ndarray | None:
+        """Share of the device work in the overlapped prior's two parts, ``device / (host + device)``
+        per row (n,), in [0, 1]: below 0.5 the host's launches take longer than the GPU's work (a
+        launch-bound configuration). None for a prior that is not overlapped (its parts add up)."""
+        if not getattr(self, "overlap_k_", None) or getattr(self, "form_", "aggregate") != "aggregate":
+            return None
+        D, h = self._predict_design(X), self.host_columns()
+        c = self.coef_values_
+        host, device = D[:, h] @ c[h], D[:, ~h] @ c[~h]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.clip(np.nan_to_num(device / (host + device), nan=0.0), 0.0, 1.0)
 
 
 #: Why the overlapped (GPU latency) prior takes the aggregate form.
