@@ -258,10 +258,12 @@ def coverage_report(calibration: Mapping[str, Any], cascade: Any, X: pd.DataFram
     (``mean((hi - lo) / pred)``, dimensionless) per target on rows ``X`` (measured ``y``, default the
     target columns of ``X``), predicted in screening mode, rows outside the domain with the outside
     calibration when there is one. ``{target: {"coverage", "mean_rel_width",
-    "n"}}``."""
+    "n"[, "by_group": {regime: {"coverage", "mean_rel_width", "n"}}]}}``, the regimes of a target
+    calibrated per regime (:func:`interval_groups`)."""
     y = X if y is None else y
     pred = screening_predict(cascade, X)
-    iv = interval(calibration, pred, coverage, outside=outside_mask(cascade, X), groups=interval_groups(cascade, X))
+    groups = interval_groups(cascade, X)
+    iv = interval(calibration, pred, coverage, outside=outside_mask(cascade, X), groups=groups)
     report: dict[str, dict[str, float]] = {}
     for t in TARGETS:
         if f"lo_{t}" not in iv or t not in y:
@@ -274,4 +276,13 @@ def coverage_report(calibration: Mapping[str, Any], cascade: Any, X: pd.DataFram
         cov = float(np.mean((lo[ok] <= m[ok]) & (m[ok] <= hi[ok]))) if n else float("nan")
         width = float(np.mean((hi[ok] - lo[ok]) / p[ok])) if n else float("nan")
         report[t] = {"coverage": cov, "mean_rel_width": width, "n": n}
+        cal_t = calibration.get(t)
+        if groups is not None and isinstance(cal_t, Mapping) and cal_t.get("groups"):
+            report[t]["by_group"] = {}
+            for g in cal_t["groups"]:
+                sel = ok & (np.asarray(groups, dtype=object) == g)
+                k = int(sel.sum())
+                report[t]["by_group"][g] = {
+                    "coverage": float(np.mean((lo[sel] <= m[sel]) & (m[sel] <= hi[sel]))) if k else float("nan"),
+                    "mean_rel_width": float(np.mean((hi[sel] - lo[sel]) / p[sel])) if k else float("nan"), "n": k}
     return report

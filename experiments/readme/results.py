@@ -175,6 +175,23 @@ def coverage_table(m: dict, targets: list[str]) -> str:
     return "\n".join(lines)
 
 
+def regime_line(m: dict, targets: list[str]) -> str:
+    """One line: test-split coverage (width) per GPU regime (``interval_test_<target>_<regime>_*``
+    metrics, :func:`carb.model.intervals.interval_groups`); empty when the model has no regimes."""
+    parts = []
+    for t in targets:
+        cells = [f"{g} {m[f'interval_test_{t}_{g}_coverage']:.3f} ({m[f'interval_test_{t}_{g}_width']:.2f}, "
+                 f"n={int(m[f'interval_test_{t}_{g}_n'])})"
+                 for g in ("device", "launch") if f"interval_test_{t}_{g}_coverage" in m]
+        if cells:
+            parts.append(f"{TARGET_LABEL.get(t, t)}: " + ", ".join(cells))
+    if not parts:
+        return ""
+    return ("Latency and energy intervals are calibrated per regime (Mondrian conformal; device-bound when the "
+            "overlapped latency prior's device work is at least its host launches, else launch-bound): test-split "
+            "coverage (mean width) by regime, " + "; ".join(parts) + ".")
+
+
 def transfer_lines() -> list[str]:
     """The few-shot calibration benchmark (experiments/benchmarks/transfer.py): GPU pairs per K and the
     CPU transfer at K = 10."""
@@ -411,6 +428,9 @@ def h200_part(tmp: str) -> list[str]:
     if cov:
         parts += [f"Prediction intervals (nominal coverage {fmt(m.get('interval_nominal', 0.9))}; share of held-out "
                   f"rows inside, mean relative width):", "", cov, ""]
+        reg = regime_line(m, targets)
+        if reg:
+            parts += [reg, ""]
     parts += budget_table(r["fit_folder"], int(cfg.split.seed), tuple(float(f) for f in cfg.split.fractions))
     return parts
 
