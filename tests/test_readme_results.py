@@ -93,8 +93,7 @@ def test_xval_figure_draws_the_saved_fits_splits(results, monkeypatch, tmp_path)
 
 def test_regime_line_reads_the_per_regime_metrics(results):
     m = {"interval_test_energy_J_device_coverage": 0.9, "interval_test_energy_J_device_width": 0.34,
-         "interval_test_energy_J_device_n": 31.0, "interval_test_energy_J_launch_coverage": 0.91,
-         "interval_test_energy_J_launch_width": 0.7, "interval_test_energy_J_launch_n": 139.0}
+         "interval_test_energy_J_launch_coverage": 0.91, "interval_test_energy_J_launch_width": 0.7}
     line = results.regime_line(m, ["peak_memory_MB", "energy_J"])
-    assert "energy (J/batch): device 0.900 (0.34, n=31), launch 0.910 (0.70, n=139)" in line
+    assert "energy (J/batch): device 0.900 (0.34), launch 0.910 (0.70)" in line
     assert "peak memory" not in line and results.regime_line({}, ["energy_J"]) == ""

@@ -55,7 +55,6 @@ def evaluate_cascade(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.D
             for g, rg in r.get("by_group", {}).items():   # GPU regimes: launch-bound, device-bound
                 metrics[f"interval_test_{t}_{g}_coverage"] = rg["coverage"]
                 metrics[f"interval_test_{t}_{g}_width"] = rg["mean_rel_width"]
-                metrics[f"interval_test_{t}_{g}_n"] = float(rg["n"])
     btarget, bvalue = budget_value(ev.get("budget") or {}, train)
     metrics.update(budget_metrics(test, pred, btarget, bvalue))
     b1 = FlopsLinear().fit(train, train[targets])

@@ -180,8 +180,7 @@ def regime_line(m: dict, targets: list[str]) -> str:
     metrics, :func:`carb.model.intervals.interval_groups`); empty when the model has no regimes."""
     parts = []
     for t in targets:
-        cells = [f"{g} {m[f'interval_test_{t}_{g}_coverage']:.3f} ({m[f'interval_test_{t}_{g}_width']:.2f}, "
-                 f"n={int(m[f'interval_test_{t}_{g}_n'])})"
+        cells = [f"{g} {m[f'interval_test_{t}_{g}_coverage']:.3f} ({m[f'interval_test_{t}_{g}_width']:.2f})"
                  for g in ("device", "launch") if f"interval_test_{t}_{g}_coverage" in m]
         if cells:
             parts.append(f"{TARGET_LABEL.get(t, t)}: " + ", ".join(cells))
