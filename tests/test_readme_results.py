@@ -97,3 +97,14 @@ def test_regime_line_reads_the_per_regime_metrics(results):
     line = results.regime_line(m, ["peak_memory_MB", "energy_J"])
     assert "energy (J/batch): device 0.900 (0.34), launch 0.910 (0.70)" in line
     assert "peak memory" not in line and results.regime_line({}, ["energy_J"]) == ""
+
+
+def test_input_size_line_is_computed_from_the_shipped_timm_table(results):
+    from carb.analysis.input_efficiency import input_excess, summary
+
+    line = results.input_size_line()
+    s = summary(input_excess())
+    r = s[(s["device_name"] == "RTX PRO 6000 Blackwell Max-Q") & (s["block"] == "bottleneck")
+          & (s["compile"] == "eager") & (s["input_size"] == 288)].iloc[0]
+    assert f"288 px {r['median']:.3f} (past 2**31)" in line
+    assert "160 px" in line and "torch.compile" in line

@@ -401,3 +401,23 @@ def layer_array(probe: pd.DataFrame) -> np.ndarray:
     cin, cout, ker, stride, h = (probe[c].to_numpy(float) for c in ("cin", "cout", "kernel", "stride", "H_in"))
     ho = np.array([out_size(int(a), int(b), int(c)) for a, b, c in zip(h, ker, stride)], dtype=float)
     return np.column_stack([ho * ho, cout, cin * ker * ker, ker, stride, h])
+
+
+@lru_cache(maxsize=65536)
+def _largest_output(args: tuple) -> float:
+    """Elements per image of the largest convolution output of one network."""
+    a = _walk(*args)[0]
+    conv = a[:, 3] > 0
+    return float((a[conv, 0] * a[conv, 1]).max()) if conv.any() else 0.0
+
+
+def largest_output_elements(frame: pd.DataFrame, arch: tuple | None = None) -> pd.Series:
+    """Elements of the largest convolution output of one forward at the row's batch size (the tensor
+    its batch norm reads); a Series with the frame's index. PyTorch indexes tensors of fewer than 2**31 - 1
+    elements with 32 bits; at or past that line it takes other kernels (batch norm leaves cuDNN for its
+    native kernel). Raises :class:`DatasetError` naming the missing knob columns."""
+    keys, cfgs = arch if arch is not None else architectures(frame)
+    per = {u: _largest_output(_args(c)) for u, c in cfgs.items()}
+    batch = pd.to_numeric(frame["batch_size"], errors="coerce").to_numpy(float)
+    return pd.Series(np.array([per[k] for k in keys], dtype=float) * batch, index=frame.index,
+                     name="largest_output")

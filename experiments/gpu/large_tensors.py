@@ -3,15 +3,16 @@
     python3 experiments/gpu/large_tensors.py --out $OUT/h200          # on the lent GPU (torch only)
     python3 experiments/gpu/large_tensors.py --out /tmp/lt --fake     # dry run on a CPU, tiny tensors
 
-Why: the two largest misses of CARB's extrapolation are both configurations whose activations pass 2**31
-elements. On the shipped H200 data every such row (10 of 1,138) runs at 32-94 TFLOP/s where smaller ones
-reach 135. In timm's benchmark the RTX PRO 6000 Max-Q, at 288 px and batch 2048, runs bottleneck ResNets
-(every stage-1 block on 2.7e9-element tensors) 1.71-1.76x slower than at 224 px, for 1.65x the FLOPs,
-while basic ResNets (only the stem output above 2**31) scale with their FLOPs. PyTorch indexes with 32
-bits when it can: above 2**31 elements cuDNN convolutions run in batch chunks, and batch norm and
-element-wise kernels take other paths. This script times the operators a ResNet is made of on NCHW
-tensors just below and just above that line (``--margin``, 5 % by default), per precision, so the
-slowdown per element is measured instead of guessed.
+Why: the two largest misses of CARB's extrapolation were both configurations whose activations pass 2**31
+elements: on the shipped H200 data the 12 such rows (of 1,138) are under-predicted by 3-7 % out of fold
+where other heavy rows are over-predicted, and timm's RTX PRO 6000 Max-Q runs bottleneck ResNets at 288 px,
+batch 2048 (every stage-1 block on 2.7e9-element tensors) 4-7 % slower per multiply-add than at 224 px.
+PyTorch indexes with 32 bits when it can: past 2**31 - 1 elements cuDNN convolutions run in batch chunks,
+and batch norm leaves cuDNN for its native kernel (fp32, or fp16 with fp32 weights; bf16 never uses it).
+timm's own table rules that out for the Max-Q (:mod:`carb.analysis.input_efficiency`: 160 and 176 px,
+far below the line, are even slower per multiply-add than 288 px), so the question left is the H200's.
+This script times the operators a ResNet is made of on NCHW tensors just below and just above that line
+(``--margin``, 5 % by default), per precision, so the slowdown per element is measured instead of guessed.
 
 Writes ``large_tensors.csv`` into ``--out``: one row per precision x operator x side of the line, with
 ``N, C, H`` (the input shape ``(N, C, H, H)``), ``elements`` (of the input), ``above_2_31``,

@@ -154,7 +154,28 @@ def timm_summary() -> str:
                      f"{f['r2'].min():.3f} | {f['b1_r2'].min():.3f} | {int((f['r2'] < f['b1_r2']).sum())} | "
                      f"{i['r2']:.3f} ({i['mape']:.1f} %) | {i['b1_r2']:.3f} | {cov_m.loc[gpu, 'coverage']:.3f} / "
                      f"{cov_i.loc[gpu, 'coverage']:.3f} ({cov_m.loc[gpu, 'width']:.3f}) |")
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n\n" + input_size_line()
+
+
+def input_size_line(gpu: str = "RTX PRO 6000 Blackwell Max-Q") -> str:
+    """Why ``gpu``'s larger inputs are missed: its bottleneck ResNets' time per multiply-add at each input
+    size against 224 px, eager and compiled, and which sizes pass 2**31 elements
+    (:mod:`carb.analysis.input_efficiency`)."""
+    from carb.analysis.input_efficiency import input_excess, summary
+
+    s = summary(input_excess())
+    s = s[(s["device_name"] == gpu) & (s["block"] == "bottleneck")]
+
+    def sizes(mode: str) -> str:
+        r = s[(s["compile"] == "eager") == (mode == "eager")].sort_values("input_size")
+        return ", ".join(f"{int(x.input_size)} px {x.median:.3f}" + (" (past 2**31)" if x.past_int32 else "")
+                         for x in r.itertuples())
+
+    return (f"Why the {gpu}'s larger inputs are missed (`carb/analysis/input_efficiency.py`): in eager mode 224 px "
+            f"is its most efficient input size. Bottleneck ResNets' time per multiply-add against 224 px (median): "
+            f"{sizes('eager')}; under torch.compile {sizes('compiled')}. A model trained on 160-224 px sees "
+            "efficiency rise with the input and cannot know that it falls again at 288 px. Sizes below the "
+            "32-bit index limit are as far off as 288 px, so tensors past 2**31 elements are not the cause.")
 
 
 def coverage_table(m: dict, targets: list[str]) -> str:
