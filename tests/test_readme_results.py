@@ -108,3 +108,27 @@ def test_input_size_line_is_computed_from_the_shipped_timm_table(results):
           & (s["compile"] == "eager") & (s["input_size"] == 288)].iloc[0]
     assert f"288 px {r['median']:.3f} (past 2**31)" in line
     assert "160 px" in line and "torch.compile" in line
+
+
+def test_typed_h200_counts_match_the_shipped_file():
+    """The H200 row and architecture counts typed outside the generated blocks (README set-up, the
+    dataset's config and its description, the GPU README) are those of the shipped file."""
+    import re
+
+    import pandas as pd
+
+    df = pd.read_parquet(ROOT / "carb" / "data" / "h200-reference.parquet")
+    ok = df[df["status"] == "ok"]
+    n_rows = f"{len(ok):,}"
+    n_arch = len(ok[["block", "depth", "width_mult", "stages", "inner_mult", "early_downsample"]]
+                 .astype(str).drop_duplicates())
+    places = {"README.md": rf"h200-reference\.parquet`: ([\d,]+) configurations of (\d+) architectures",
+              "conf/data/h200.yaml": r"h200-reference\.parquet: ([\d,]+) configurations",
+              "carb/data/h200-reference.md": r"\*\*([\d,]+) configurations of (\d+) architectures\*\*",
+              "experiments/gpu/README.md": r"now holds ([\d,]+) configurations of (\d+) architectures"}
+    for rel, pattern in places.items():
+        m = re.search(pattern, (ROOT / rel).read_text().replace("\n", " "))
+        assert m, f"{rel}: no count found"
+        assert m.group(1) == n_rows, f"{rel}: {m.group(1)} configurations typed, the file holds {n_rows}"
+        if m.lastindex > 1:
+            assert int(m.group(2)) == n_arch, f"{rel}: {m.group(2)} architectures typed, the file holds {n_arch}"
