@@ -178,6 +178,48 @@ def input_size_line(gpu: str = "RTX PRO 6000 Blackwell Max-Q") -> str:
             "32-bit index limit are as far off as 288 px, so tensors past 2**31 elements are not the cause.")
 
 
+def outside_check_lines(path: Path | None = None) -> list[str]:
+    """The prospective check (``experiments/measure/outside_check.py``): screening candidates outside the
+    CPU model's domain, measured afterwards, against the model's screening-mode predictions and intervals,
+    B1 beside; a table and a line per outside reason. Empty without the measured file."""
+    sys.path.insert(0, str(ROOT / "experiments" / "measure"))
+    from outside_check import ANCHORS, OUT, check_report, drift, train_model
+
+    from carb.data.io import load_training_frame
+
+    path = Path(path or OUT)
+    if not path.exists():
+        return []
+    measured = pd.read_parquet(path)
+    ref, _ = load_training_frame("reference")
+    with tempfile.TemporaryDirectory() as tmp:
+        overall, by = check_report(train_model(tmp), measured, ref)
+    ok = measured[measured["status"] == "ok"]
+    when = pd.to_datetime(ok["measured_at"], utc=True) if "measured_at" in ok else None
+    span = (f", {when.min():%Y-%m-%d %H:%M} to {when.max():%H:%M} UTC" if when is not None and len(when) else "")
+    lines = [f"Prospective check (`experiments/measure/outside_check.py`): {len(ok)} candidates of the 3,072-point "
+             f"screening grid that lie **outside** this model's training domain (drawn evenly over their first outside "
+             f"reason and precision among those whose upper predicted latency is at most 4 s), measured afterwards by "
+             f"`carb-collect` on the same fingerprinted VM (device `{ok['device_id'].iloc[0]}`{span}; "
+             f"{int((measured['status'] != 'ok').sum())} not ok), scored as `carb-screen` scores them:", "",
+             "| target | rows | CARB R^2 (MAPE) | B1 R^2 (MAPE) | Spearman rank | 90 % interval coverage (mean width) |",
+             "|---|---|---|---|---|---|"]
+    for r in overall.itertuples():
+        lines.append(f"| {TARGET_LABEL.get(r.target, r.target)} | {r.n} | {r.r2:.3f} ({r.mape:.1f} %) | "
+                     f"{r.b1_r2:.3f} ({r.b1_mape:.1f} %) | {r.spearman:.3f} | {r.coverage:.3f} ({r.width:.2f}) |")
+    per = "; ".join(f"{TARGET_LABEL.get(t, t)}: " + ", ".join(
+        f"{g.reason} {g.coverage:.2f} (MAPE {g.mape:.1f} %, n={g.n})" for g in grp.itertuples())
+        for t, grp in by.groupby("target", sort=False))
+    lines += ["", f"By first outside reason (`batch_size`: a batch beyond the largest measured; `flops`: more work per "
+              f"batch than any measured row), coverage (MAPE, rows): {per}."]
+    if ANCHORS.exists():
+        d = drift(ref, pd.read_parquet(ANCHORS))
+        lines += [f"The same session measured {d['n']} configurations of the reference file again: latency now / then "
+                  f"median {d['median']:.3f} (min {d['min']:.3f}, max {d['max']:.3f}), so part of any under-prediction "
+                  f"above is the VM, not the model."]
+    return lines + [""]
+
+
 def coverage_table(m: dict, targets: list[str]) -> str:
     """Markdown table: one row per split (test first), per target ``coverage (width)`` from the
     ``interval_<split>_<target>_{coverage,width}`` metrics; empty when there are none."""
@@ -483,6 +525,7 @@ def section() -> str:
                   f"{fmt(m.get('interval_nominal', 0.9))}): share of held-out rows inside the interval (mean "
                   f"width (hi - lo) / prediction). `test` = the random test split; the others = the extrapolation "
                   f"splits above, calibrated on a held-out share of their training rows.", "", cov, ""]
+    parts += outside_check_lines()
     parts += h200
     parts += ["### Third-party GPU latency and few-shot calibration", "",
               "Real third-party GPU latency (timm benchmark, plain ResNets mapped to `ArchConfig`, one model per GPU):",
