@@ -59,3 +59,29 @@ def test_reason_counts_group_range_reasons_by_their_bound():
     _, why = check_domain(d, cand)
     assert reason_counts(why) == [("batch_size > 16", 3), ("precision fp16 never measured", 2)]
     assert reason_counts(why, top=1) == [("batch_size > 16", 3)] and reason_counts(["", None]) == []
+
+
+def test_ranges_are_kept_per_precision_and_checked_inside_the_global_ones():
+    """A candidate inside the global ranges but beyond what its own precision was measured at is outside,
+    with the precision named; beyond the global range it gets the global reason only (once)."""
+    from carb.model.domain import reason_counts
+
+    rows = pd.concat([train_rows(), train_rows().assign(precision="fp16", flops=[1e7, 2e8], batch_size=[1, 4])],
+                     ignore_index=True)
+    d = fit_domain(rows)
+    assert d["by_precision"]["fp16"]["flops"] == [1e7, 2e8] and d["by_precision"]["fp32"]["flops"] == [1e8, 8e9]
+    assert json.loads(json.dumps(d)) == d
+    cand = rows.iloc[[2, 2, 2, 0]].reset_index(drop=True)
+    cand.loc[0, "flops"] = 5e9                       # inside fp32's range, beyond fp16's
+    cand.loc[1, "flops"] = 3e10                      # beyond every row: the global reason only
+    cand.loc[2, "batch_size"] = 8                    # fp16 measured at batch <= 4, fp32 at <= 16
+    cand.loc[3, "flops"] = 5e9                       # fp32: inside
+    inside, why = check_domain(d, cand)
+    assert inside.tolist() == [False, False, False, True]
+    assert why[0] == "flops 5.0e+09 > 2.0e+08 for fp16"
+    assert why[1] == "flops 3.0e+10 > 8.0e+09"
+    assert why[2] == "batch_size 8 > 4 for fp16"
+    assert reason_counts(why) == [("batch_size > 4 for fp16", 1), ("flops > 2.0e+08 for fp16", 1),
+                                  ("flops > 8.0e+09", 1)]
+    # one precision: no per-precision ranges (they would repeat the global ones)
+    assert "by_precision" not in fit_domain(train_rows())

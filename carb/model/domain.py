@@ -4,6 +4,12 @@
 each candidate row, whether it lies inside that domain and, if not, why (e.g.
 ``precision fp16 never measured; batch_size 128 > 16; flops 3.1e+10 > 8.0e+09``). Screening uses it to
 flag, drop or keep candidates the model never saw the like of.
+
+Ranges are kept per precision too: the precision picks the kernels a layer runs (on the CPU reference VM
+fp16 takes PyTorch's fallback GEMM, 10-50x slower than fp32), so a candidate is only as well supported as
+the rows of its own precision. On the shipped CPU reference every fp16 row has at most 2.4e8 FLOPs
+against 8e9 for fp32 and bf16; with global ranges alone 295 fp16 candidates of the screening grid with up to
+33x the largest fp16 work were "inside" (reason: ``flops 5.9e+09 > 2.4e+08 for fp16``).
 """
 from __future__ import annotations
 
@@ -35,10 +41,21 @@ def fit_domain(X: pd.DataFrame) -> dict[str, Any]:
     """Domain of the rows of ``X`` (n rows, knob and static-feature columns; absent columns skipped).
 
     Returns ``{"categorical": {knob: [values seen]}, "ranges": {column: [min, max]}, "n_rows": n,
-    "batch_sizes": [distinct batch sizes, see batch_sizes]}``; the cascade adds ``"probed": {target:
+    "batch_sizes": [distinct batch sizes, see batch_sizes]}``, and ``"by_precision": {precision: {column:
+    [min, max]}}`` when the rows hold more than one precision; the cascade adds ``"probed": {target:
     [precisions]}`` when a target's prior can predict unmeasured precisions from a device probe:
     plain lists and floats, JSON-able. Units are the columns' (MB, FLOPs per batch, ...)."""
     cats = {c: sorted(set(_category(c, X[c].dropna())), key=str) for c in CATEGORICAL_KNOBS if c in X}
+    out = {"categorical": cats, "ranges": _ranges(X), "n_rows": int(len(X))}
+    if "batch_size" in X:
+        out["batch_sizes"] = batch_sizes(X["batch_size"])
+    if "precision" in X and X["precision"].dropna().astype(str).nunique() > 1:
+        out["by_precision"] = {str(p): _ranges(g) for p, g in X.groupby(X["precision"].astype(str))}
+    return out
+
+
+def _ranges(X: pd.DataFrame) -> dict[str, list[float]]:
+    """``{column: [min, max]}`` of the numeric knobs and range features of ``X`` (finite values only)."""
     ranges = {}
     for c in NUMERIC_KNOBS + RANGE_FEATURES:
         if c in X:
@@ -46,10 +63,7 @@ def fit_domain(X: pd.DataFrame) -> dict[str, Any]:
             v = v[np.isfinite(v)]
             if len(v):
                 ranges[c] = [float(v.min()), float(v.max())]
-    out = {"categorical": cats, "ranges": ranges, "n_rows": int(len(X))}
-    if "batch_size" in X:
-        out["batch_sizes"] = batch_sizes(X["batch_size"])
-    return out
+    return ranges
 
 
 def batch_sizes(values: pd.Series, max_knots: int = MAX_BATCH_KNOTS) -> list[float]:
@@ -93,7 +107,8 @@ def check_domain(domain: dict[str, Any] | None, X: pd.DataFrame) -> tuple[np.nda
             for i in np.flatnonzero(bad):
                 how = probed.get(str(vals[i]))
                 parts[i].append(f"{c} {vals[i]} never measured" + (f" ({', '.join(how)} from the device probe)" if how else ""))
-        for c, (lo, hi) in domain.get("ranges", {}).items():
+        ranges = domain.get("ranges", {})
+        for c, (lo, hi) in ranges.items():
             if c not in X:
                 continue
             v = pd.to_numeric(X[c], errors="coerce").to_numpy(dtype=float)
@@ -101,15 +116,41 @@ def check_domain(domain: dict[str, Any] | None, X: pd.DataFrame) -> tuple[np.nda
                 parts[i].append(f"{c} {_fmt(c, v[i])} > {_fmt(c, hi)}")
             for i in np.flatnonzero(v < lo):
                 parts[i].append(f"{c} {_fmt(c, v[i])} < {_fmt(c, lo)}")
+        _precision_ranges(domain, X, ranges, parts)
     outside = ["; ".join(p) for p in parts]
     return np.array([not p for p in parts], dtype=bool), outside
+
+
+def _precision_ranges(domain: dict[str, Any], X: pd.DataFrame, ranges: dict[str, Any],
+                      parts: list[list[str]]) -> None:
+    """Add, to ``parts`` (one list of reasons per row of ``X``), the per-precision range reasons of rows
+    whose value lies within the global range but outside its own precision's (``flops 5.9e+09 > 2.4e+08
+    for fp16``); a precision the domain has no ranges of (never measured) adds none."""
+    by = domain.get("by_precision") or {}
+    if not by or "precision" not in X:
+        return
+    prec = X["precision"].astype(str).to_numpy()
+    for p, pr in by.items():
+        rows = prec == p
+        if not rows.any():
+            continue
+        for c, (lo, hi) in pr.items():
+            if c not in X or c not in ranges:
+                continue
+            glo, ghi = ranges[c]
+            v = pd.to_numeric(X[c], errors="coerce").to_numpy(dtype=float)
+            for i in np.flatnonzero(rows & (v > hi) & (v <= ghi)):
+                parts[i].append(f"{c} {_fmt(c, v[i])} > {_fmt(c, hi)} for {p}")
+            for i in np.flatnonzero(rows & (v < lo) & (v >= glo)):
+                parts[i].append(f"{c} {_fmt(c, v[i])} < {_fmt(c, lo)} for {p}")
 
 
 def reason_counts(outside: Any, top: int = 3) -> list[tuple[str, int]]:
     """The ``top`` most frequent reasons over candidates' ``outside`` strings (as :func:`check_domain`
     writes them), each with the number of candidates it applies to, most frequent first. A range reason
     counts by its bound, not its value (``batch_size 128 > 16`` and ``batch_size 64 > 16`` are both
-    ``batch_size > 16``); a never-measured value keeps its value (``precision fp16 never measured``)."""
+    ``batch_size > 16``; ``flops 5.9e+09 > 2.4e+08 for fp16`` counts as ``flops > 2.4e+08 for fp16``); a
+    never-measured value keeps its value (``precision fp16 never measured``)."""
     from collections import Counter
 
     c: Counter[str] = Counter()
@@ -119,6 +160,9 @@ def reason_counts(outside: Any, top: int = 3) -> list[tuple[str, int]]:
         kinds = set()
         for reason in text.split("; "):
             tok = reason.split(" ")
-            kinds.add(f"{tok[0]} {tok[2]} {tok[3]}" if len(tok) == 4 and tok[2] in ("<", ">") else reason)
+            if len(tok) in (4, 6) and tok[2] in ("<", ">"):
+                kinds.add(" ".join([tok[0], *tok[2:]]))
+            else:
+                kinds.add(reason)
         c.update(kinds)
     return sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
