@@ -277,3 +277,38 @@ def test_a_regime_too_small_to_calibrate_falls_back_to_the_pooled_interval():
     assert (few["share"] >= 0.5).sum() < 19
     cal = calibrate(model, few, coverage=0.9)
     assert "groups" not in cal["latency_ms"]
+
+
+def test_outside_rows_take_their_own_precisions_bounds():
+    """Mondrian by precision outside the domain: a precision that errs more when extrapolating (fp16 on a
+    CPU's fallback path) gets wider bounds than the pool, one that errs less narrower, each covered at
+    about the nominal rate; a precision with too few rows, or rows without a precision, keep the pool."""
+    from carb.commands.train import interval_summary
+    from carb.model.intervals import outside_calibration
+
+    rng = np.random.default_rng(2)
+    split_rows = {}
+    split_prec = {}
+    for split in ("batch", "depth"):
+        r = np.concatenate([rng.normal(0, 0.05, 300), rng.normal(0.2, 0.25, 100), rng.normal(0, 0.05, 5)])
+        split_rows[split] = r
+        split_prec[split] = ["bf16"] * 300 + ["fp16"] * 100 + ["fp32"] * 5
+    cal = outside_calibration({"latency_ms": split_rows}, 0.9, {"latency_ms": split_prec})["latency_ms"]
+    assert set(cal["by_precision"]) == {"bf16", "fp16"}          # fp32: 5 rows per split, too few for 90 %
+    full = {"coverage": 0.9, "latency_ms": {"lower": -0.01, "upper": 0.01, "coverage": 0.9, "outside": cal}}
+    pred = pd.DataFrame({"pred_latency_ms": np.ones(5)})
+    prec = np.array(["bf16", "fp16", "fp32", "fp16", "bf16"])
+    out = np.array([True, True, True, False, False])
+    iv = interval(full, pred, outside=out, precision=prec)
+    pooled = interval(full, pred, outside=out)
+    hi, hi_pool = iv["hi_latency_ms"].to_numpy(), pooled["hi_latency_ms"].to_numpy()
+    assert hi[1] > hi_pool[1] and hi[0] < hi_pool[0] and hi[2] == pytest.approx(hi_pool[2])
+    assert hi[3] == pytest.approx(np.exp(0.01)) and hi[4] == pytest.approx(np.exp(0.01))   # inside: unchanged
+    for p, law in (("bf16", (0, 0.05)), ("fp16", (0.2, 0.25))):
+        test = np.exp(rng.normal(*law, 4000))
+        row = int(np.flatnonzero(prec == p)[0])
+        lo, h = iv.loc[row, "lo_latency_ms"], iv.loc[row, "hi_latency_ms"]
+        assert 0.85 <= np.mean((test >= lo) & (test <= h)) <= 0.96, p
+    logged = interval_summary(full["latency_ms"])["outside"]["by_precision"]
+    assert set(logged) == {"bf16", "fp16"} and logged["fp16"]["n"] == 200
+    assert logged["fp16"]["upper"] > logged["bf16"]["upper"]

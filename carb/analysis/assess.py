@@ -99,7 +99,8 @@ def evaluate_cascade(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.D
         if cover is not None:  # candidates outside the domain get intervals that saw extrapolation
             from carb.model.intervals import outside_calibration
 
-            for t, extra in outside_calibration(xval.attrs.get("outside_log_ratios", {}), cover).items():
+            for t, extra in outside_calibration(xval.attrs.get("outside_log_ratios", {}), cover,
+                                                xval.attrs.get("outside_precisions")).items():
                 if isinstance(cascade.intervals_.get(t), dict):
                     cascade.intervals_[t]["outside"] = extra
     scfg = ev.get("sanity") or {}

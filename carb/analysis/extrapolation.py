@@ -122,7 +122,8 @@ def evaluate_splits(make_model: Callable[[], Any], df: pd.DataFrame, splits: Seq
     does not measure are skipped. ``predictions``, when given, is filled with ``{split: test rows}``
     with ``pred_<target>`` and B1's ``b1_pred_<target>`` columns (for :func:`error_concentration` and
     :func:`pool_group_splits`). ``table.attrs["outside_log_ratios"]``: ``{target: {split: [log(measured /
-    predicted)]}}`` of every non-precision split's test rows, screening-mode predictions (feed it to
+    predicted)]}}`` of every non-precision split's test rows, screening-mode predictions, and
+    ``table.attrs["outside_precisions"]`` their precisions, aligned (feed both to
     :func:`carb.model.intervals.outside_calibration`)."""
     from carb.model.baselines import FlopsLinear
     from carb.model.intervals import screening_predict
@@ -166,6 +167,7 @@ def evaluate_splits(make_model: Callable[[], Any], df: pd.DataFrame, splits: Seq
     table = pd.DataFrame(rows, columns=["split", "description", "target", "n_train", "n_test", "r2", "mape",
                                         "b1_r2", "b1_mape", "fit_s", "interval_coverage", "interval_width"])
     table.attrs["outside_log_ratios"] = _by_split(held, exclude=None)
+    table.attrs["outside_precisions"] = _precisions_by_split(held, exclude=None)
     if interval_coverage is not None:
         for i, r in table.iterrows():
             cov = _split_coverage(held, r["split"], r["target"], interval_coverage)
@@ -204,20 +206,35 @@ def _by_split(held: Mapping[str, Mapping[str, Any]], exclude: str | None) -> dic
     return out
 
 
+def _precisions_by_split(held: Mapping[str, Mapping[str, Any]], exclude: str | None) -> dict[str, dict[str, list[str]]]:
+    """``{target: {split: precision of each finite log-ratio}}``, aligned with :func:`_by_split` (the
+    ``precisions`` argument of :func:`carb.model.intervals.outside_calibration`); empty without a
+    precision column."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for name, h in held.items():
+        if name == exclude or name.startswith("precision") or "precision" not in h["measured"].columns:
+            continue
+        prec = h["measured"]["precision"].astype(str).to_numpy()
+        for t, r in h["ratios"].items():
+            out.setdefault(t, {})[name] = [str(p) for p in prec[np.isfinite(r)]]
+    return out
+
+
 def _split_coverage(held: Mapping[str, Mapping[str, Any]], split: str, target: str,
                     coverage: float) -> list[float]:
     """``[coverage, mean relative width]`` of one split's intervals for ``target`` on its test rows,
     with the outside calibration from the other splits (NaN when not calibrated)."""
-    from carb.model.intervals import interval, outside_calibration
+    from carb.model.intervals import interval, outside_calibration, row_precision
 
     h = held.get(split)
     if h is None or h["cal"] is None or target not in h["cal"]:
         return [np.nan, np.nan]
     cal = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in h["cal"].items()}
-    extra = outside_calibration({target: _by_split(held, exclude=split).get(target, {})}, coverage)
+    extra = outside_calibration({target: _by_split(held, exclude=split).get(target, {})}, coverage,
+                                {target: _precisions_by_split(held, exclude=split).get(target, {})})
     if target in extra:
         cal[target]["outside"] = extra[target]
-    iv = interval(cal, h["pred"], outside=h["outside"], groups=h.get("groups"))
+    iv = interval(cal, h["pred"], outside=h["outside"], groups=h.get("groups"), precision=row_precision(h["measured"]))
     m = h["measured"][target].to_numpy(float)
     p = h["pred"][f"pred_{target}"].to_numpy(float)
     lo, hi = iv[f"lo_{target}"].to_numpy(float), iv[f"hi_{target}"].to_numpy(float)

@@ -29,7 +29,7 @@ from carb.errors import ConfigError
 from carb.model.domain import check_domain, unseen_mask
 from carb.model.encoding import interaction_features, pred_name
 from carb.model.monotone import monotone_in_batch
-from carb.model.intervals import interval, interval_groups, outside_mask, screening_features  # the one imputation
+from carb.model.intervals import interval, interval_groups, outside_mask, row_precision, screening_features  # the one imputation
 
 #: Pareto axes in order of preference: energy and memory (the paper), else what the model has.
 PARETO_PREFERENCE = ("energy_J", "peak_memory_MB", "latency_ms")
@@ -67,7 +67,8 @@ def score(model: Any, features: pd.DataFrame, with_medians: bool = True,
         out[c] = pred[c].to_numpy()
     cal = getattr(model, "intervals_", None)
     if cal:
-        iv = interval(cal, pred, coverage, outside=outside_mask(model, X), groups=interval_groups(model, X))
+        iv = interval(cal, pred, coverage, outside=outside_mask(model, X), groups=interval_groups(model, X),
+                      precision=row_precision(X))
         for c in iv.columns:
             out[c] = iv[c].to_numpy()
     return out

@@ -218,7 +218,8 @@ def load_fit(folder: Path) -> dict[str, Any]:
 
 def interval_summary(entry: dict[str, Any]) -> dict[str, Any]:
     """One target's calibration as logged (``intervals.json``): the stored log-ratios left out, each
-    regime's (``groups``) and the outside calibration's replaced by their row count and bounds."""
+    regime's (``groups``) and the outside calibration's (and its per-precision bounds) replaced by their row
+    count and bounds."""
     from carb.model.intervals import conformal_bounds
 
     out = {k: v for k, v in entry.items() if k not in ("log_ratios", "groups", "outside")}
@@ -229,6 +230,12 @@ def interval_summary(entry: dict[str, Any]) -> dict[str, Any]:
     if isinstance(entry.get("outside"), dict):
         o = entry["outside"]
         out["outside"] = {"n": o.get("n"), "lower": o.get("lower"), "upper": o.get("upper")}
+        if isinstance(o.get("by_precision"), dict):
+            from carb.model.intervals import _widest
+
+            out["outside"]["by_precision"] = {
+                p: dict(zip(("lower", "upper"), _widest(d, float(o.get("coverage", cov)))),
+                        n=sum(len(v) for v in d.values())) for p, d in o["by_precision"].items()}
     return out
 
 

@@ -154,7 +154,8 @@ def calibrate(cascade: Any, X_cal: pd.DataFrame, y_cal: pd.DataFrame | None = No
     return out
 
 
-def outside_calibration(log_ratios: Mapping[str, Any], coverage: float = 0.9) -> dict[str, Any]:
+def outside_calibration(log_ratios: Mapping[str, Any], coverage: float = 0.9,
+                        precisions: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Per target, the ``"outside"`` calibration entry from extrapolation log-ratios: ``{target: 1-D
     log(measured / predicted)}`` (one direction), or ``{target: {split: 1-D log-ratios}}`` (one entry
     per extrapolation direction: larger batches, deeper, wider, larger inputs).
@@ -166,7 +167,14 @@ def outside_calibration(log_ratios: Mapping[str, Any], coverage: float = 0.9) ->
     errors differ by direction. Pooling the directions instead lets the mild ones dilute the severe
     one: on the H200, a model fitted on depth <= 101 covered 79 % of the deeper networks' energy with
     the pooled bounds of the other directions and 90 % with the widest (CPU memory, depth: 84 % -> 96 %).
-    Targets with no finite log-ratio are left out."""
+    Targets with no finite log-ratio are left out.
+
+    ``precisions`` (``{target: {split: precision of each log-ratio}}``, aligned with the second form): the
+    entry also gets ``"by_precision": {precision: {split: sorted log-ratios}}``, for the precisions whose
+    widest per-split bounds are finite at ``coverage``; :func:`interval` gives an outside row its own
+    precision's bounds (Mondrian by precision: on the CPU reference fp16 runs PyTorch's fallback path and
+    errs 2-3x more than bf16 when it extrapolates; one pooled interval covered 71 % of the fp16 candidates
+    of the prospective check and 100 % of the bf16 ones)."""
     out: dict[str, Any] = {}
     for t, r in log_ratios.items():
         parts = {str(k): np.asarray(v, dtype=float) for k, v in r.items()} if isinstance(r, Mapping) else None
@@ -183,8 +191,29 @@ def outside_calibration(log_ratios: Mapping[str, Any], coverage: float = 0.9) ->
             entry["by_split"] = {k: [float(x) for x in np.sort(v[np.isfinite(v)])] for k, v in parts.items()
                                  if np.isfinite(v).any()}
         entry["lower"], entry["upper"] = _bounds(entry, coverage)
+        if parts and precisions and t in precisions:
+            byp = _by_precision(parts, precisions[t], coverage)
+            if byp:
+                entry["by_precision"] = byp
         out[t] = entry
     return out
+
+
+def _by_precision(parts: Mapping[str, np.ndarray], labels: Mapping[str, Any],
+                  coverage: float) -> dict[str, dict[str, list[float]]]:
+    """``{precision: {split: sorted finite log-ratios}}`` of ``parts`` (``{split: log-ratios}``) split by
+    ``labels`` (``{split: precision per log-ratio}``, same lengths; a split without labels is skipped),
+    keeping the precisions whose widest per-split bounds at ``coverage`` are finite."""
+    byp: dict[str, dict[str, list[float]]] = {}
+    for k, v in parts.items():
+        lab = labels.get(k)
+        if lab is None or len(lab) != len(v):
+            continue
+        lab = np.asarray(lab).astype(str)
+        fin = np.isfinite(v)
+        for p in np.unique(lab[fin]):
+            byp.setdefault(str(p), {})[k] = [float(x) for x in np.sort(v[fin & (lab == p)])]
+    return {p: d for p, d in byp.items() if all(math.isfinite(b) for b in _widest(d, coverage))}
 
 
 def _widest(by_split: Mapping[str, Any], coverage: float) -> tuple[float, float]:
@@ -208,14 +237,17 @@ def _bounds(cal: Mapping[str, Any], coverage: float | None) -> tuple[float, floa
 
 
 def interval(calibration: Mapping[str, Any], pred: pd.DataFrame, coverage: float | None = None,
-             outside: np.ndarray | None = None, groups: np.ndarray | None = None) -> pd.DataFrame:
+             outside: np.ndarray | None = None, groups: np.ndarray | None = None,
+             precision: np.ndarray | None = None) -> pd.DataFrame:
     """``lo_<target>`` and ``hi_<target>`` (the target's unit) for the n rows of ``pred`` (with
     ``pred_<target>`` columns), at ``coverage`` (default: the calibrated one; another coverage is
     recomputed from the stored log-ratios). ``outside`` (bool, shape (n,)): rows outside the model's
     domain, which get the union with the target's ``"outside"`` calibration when it has one. ``groups``
     (shape (n,), :func:`interval_groups` of the same rows): a target calibrated per regime takes each
-    row's regime's bounds (the pooled ones where a regime's are not finite at ``coverage``). Targets
-    without calibration are left out."""
+    row's regime's bounds (the pooled ones where a regime's are not finite at ``coverage``). ``precision``
+    (shape (n,)): an outside row whose precision the outside calibration has bounds of
+    (``"by_precision"``, :func:`outside_calibration`) gets those instead of the pooled outside bounds.
+    Targets without calibration are left out."""
     out = pd.DataFrame(index=pred.index)
     for t in TARGETS:
         cal = calibration.get(t)
@@ -237,11 +269,25 @@ def interval(calibration: Mapping[str, Any], pred: pd.DataFrame, coverage: float
             lo_o, hi_o = _bounds(extra, coverage)
             mask = np.asarray(outside, dtype=bool)
             lo_v[mask], hi_v[mask] = min(lo, lo_o), max(hi, hi_o)
+            byp = extra.get("by_precision")
+            if precision is not None and isinstance(byp, Mapping):
+                c = float(extra["coverage"]) if coverage is None else coverage
+                prec = np.asarray(precision).astype(str)
+                for p_name, splits in byp.items():
+                    lo_p, hi_p = _widest(splits, c)
+                    sel = mask & (prec == str(p_name))
+                    if sel.any() and math.isfinite(lo_p) and math.isfinite(hi_p):
+                        lo_v[sel], hi_v[sel] = min(lo, lo_p), max(hi, hi_p)
         p = pred[pred_name(t)].to_numpy(dtype=float)
         with np.errstate(over="ignore"):
             out[f"lo_{t}"] = np.where(np.isfinite(lo_v), p * np.exp(np.where(np.isfinite(lo_v), lo_v, 0.0)), 0.0)
             out[f"hi_{t}"] = np.where(np.isfinite(hi_v), p * np.exp(np.where(np.isfinite(hi_v), hi_v, 0.0)), math.inf)
     return out
+
+
+def row_precision(X: pd.DataFrame) -> np.ndarray | None:
+    """The rows' precision (n,) for :func:`interval`'s per-precision outside bounds; None without the column."""
+    return X["precision"].astype(str).to_numpy() if "precision" in X.columns else None
 
 
 def outside_mask(cascade: Any, X: pd.DataFrame) -> np.ndarray:
@@ -263,7 +309,8 @@ def coverage_report(calibration: Mapping[str, Any], cascade: Any, X: pd.DataFram
     y = X if y is None else y
     pred = screening_predict(cascade, X)
     groups = interval_groups(cascade, X)
-    iv = interval(calibration, pred, coverage, outside=outside_mask(cascade, X), groups=groups)
+    iv = interval(calibration, pred, coverage, outside=outside_mask(cascade, X), groups=groups,
+                  precision=row_precision(X))
     report: dict[str, dict[str, float]] = {}
     for t in TARGETS:
         if f"lo_{t}" not in iv or t not in y:
