@@ -2,24 +2,15 @@
 2**31 check; on a real H200 run kept in experiments/data and a CPU dry run of large_tensors.py."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.scripts import ROOT
+from tests.scripts import load_script as load
+
 RUN = ROOT / "experiments" / "data" / "h200-run-2026-12-04-seed2"
-
-
-def load(rel: str, name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / rel)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")

@@ -4,22 +4,15 @@ operator that fails is a row with its error, not a crash."""
 from __future__ import annotations
 
 import csv
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def lt():
-    spec = importlib.util.spec_from_file_location("large_tensors", ROOT / "experiments/gpu/large_tensors.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["large_tensors"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("experiments/gpu/large_tensors.py", "large_tensors")
 
 
 def test_dry_run_times_each_operator_on_both_sides_of_the_line(lt, tmp_path, capsys):

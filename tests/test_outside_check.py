@@ -3,24 +3,16 @@ scoring the model on them (the selection, the reason parsing and the report's ar
 the screen are replaced by test-made frames, the measuring by nothing)."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def oc():
-    spec = importlib.util.spec_from_file_location("outside_check", ROOT / "experiments/measure/outside_check.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["outside_check"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("experiments/measure/outside_check.py", "outside_check")
 
 
 def test_first_knob_names_the_first_reason(oc):
