@@ -85,3 +85,17 @@ def test_ranges_are_kept_per_precision_and_checked_inside_the_global_ones():
                                   ("flops > 8.0e+09", 1)]
     # one precision: no per-precision ranges (they would repeat the global ones)
     assert "by_precision" not in fit_domain(train_rows())
+
+
+def test_architectures_are_recorded_and_unseen_ones_found():
+    from carb.model.domain import architecture_keys, unseen_architecture
+
+    d = fit_domain(train_rows())
+    assert d["architectures"] == sorted(set(architecture_keys(train_rows())))
+    assert architecture_keys(train_rows())[0] == "basic|18|0.5|1.0|None|True"   # absent inner_mult: its default
+    cand = train_rows().assign(batch_size=[64, 2], input_size=[224, 32], precision=["fp16", "bf16"])
+    assert not unseen_architecture(d, cand).any()          # other batch, input, precision: same networks
+    cand.loc[1, "width_mult"] = 2.0
+    assert unseen_architecture(d, cand).tolist() == [False, True]
+    assert not unseen_architecture({k: v for k, v in d.items() if k != "architectures"}, cand).any()
+    assert not unseen_architecture(None, cand).any()

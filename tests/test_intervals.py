@@ -312,3 +312,45 @@ def test_outside_rows_take_their_own_precisions_bounds():
     logged = interval_summary(full["latency_ms"])["outside"]["by_precision"]
     assert set(logged) == {"bf16", "fp16"} and logged["fp16"]["n"] == 200
     assert logged["fp16"]["upper"] > logged["bf16"]["upper"]
+
+
+def test_new_architectures_get_intervals_calibrated_on_held_out_architectures():
+    """Rows of architectures the model never saw err more than the calibration rows (the same networks at
+    other batches): a per-architecture factor (20 %) the trees learn for seen networks only. The grouped
+    calibration covers the unseen ones near nominal where the random-split calibration does not; rows of a
+    seen architecture keep their interval."""
+    from carb.model.cascade import CarbCascade
+    from carb.model.domain import architecture_keys
+    from carb.model.intervals import architecture_calibration, calibrate, new_architecture_mask, screening_predict
+
+    from tests.test_physics import FAST, KNOB_FEATURES, physics_rows
+
+    rng = np.random.default_rng(5)
+    rows = physics_rows(700, seed=3)
+    keys = np.asarray(architecture_keys(rows))
+    uniq = sorted(set(keys))
+    factor = dict(zip(uniq, rng.lognormal(0, 0.2, len(uniq))))
+    rows["latency_ms"] = rows["latency_ms"] * np.array([factor[k] for k in keys])
+    new = np.isin(keys, rng.choice(uniq, len(uniq) // 4, replace=False))
+    seen = rows[~new].reset_index(drop=True)
+    pick = rng.random(len(seen)) < 0.2
+    train, cal_rows, unseen = seen[~pick].reset_index(drop=True), seen[pick].reset_index(drop=True), rows[new].reset_index(drop=True)
+    make = lambda: CarbCascade(features=KNOB_FEATURES, **FAST)  # noqa: E731
+    model = make().fit(train, train[["latency_ms"]])
+    cal = calibrate(model, cal_rows, cal_rows[["latency_ms"]], 0.9)
+    arch = architecture_calibration(make, train, train[["latency_ms"]], 0.9, folds=4)
+    assert arch["latency_ms"]["folds"] == 4 and arch["latency_ms"]["architectures"] == len(set(architecture_keys(train)))
+    with_arch = {**cal, "latency_ms": {**cal["latency_ms"], "new_arch": arch["latency_ms"]}}
+    mask = new_architecture_mask(model, unseen)
+    assert mask.all() and not new_architecture_mask(model, cal_rows).any()
+    pred = screening_predict(model, unseen)
+    y = unseen["latency_ms"].to_numpy()
+
+    def coverage(c: dict) -> float:
+        iv = interval(c, pred, new_arch=mask)
+        return float(np.mean((iv["lo_latency_ms"] <= y) & (y <= iv["hi_latency_ms"])))
+
+    assert coverage(cal) < 0.8 <= coverage(with_arch), (coverage(cal), coverage(with_arch))
+    seen_pred = screening_predict(model, cal_rows)
+    same = interval(with_arch, seen_pred, new_arch=new_architecture_mask(model, cal_rows))
+    assert np.allclose(same["hi_latency_ms"], interval(cal, seen_pred)["hi_latency_ms"])

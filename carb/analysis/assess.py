@@ -103,6 +103,24 @@ def evaluate_cascade(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.D
                                                 xval.attrs.get("outside_precisions")).items():
                 if isinstance(cascade.intervals_.get(t), dict):
                     cascade.intervals_[t]["outside"] = extra
+    acfg = ev.get("architecture_intervals") or {}
+    if acfg.get("enabled", True) and getattr(cascade, "intervals_", None):
+        # a candidate of an architecture the model never saw errs more than the calibration rows (same networks)
+        from sklearn.base import clone
+
+        from carb.model.intervals import architecture_calibration
+
+        t0 = time.perf_counter()
+        arch = architecture_calibration(lambda: clone(cascade), train, train[targets],
+                                        float(cascade.intervals_["coverage"]), int(acfg.get("folds", 5)),
+                                        progress=progress)
+        for t, entry in arch.items():
+            if isinstance(cascade.intervals_.get(t), dict):
+                cascade.intervals_[t]["new_arch"] = entry
+                metrics[f"interval_new_arch_{t}_lower"] = entry["lower"]
+                metrics[f"interval_new_arch_{t}_upper"] = entry["upper"]
+        if arch:
+            metrics["arch_interval_fit_s"] = time.perf_counter() - t0
     scfg = ev.get("sanity") or {}
     if scfg.get("enabled", True):
         from carb.analysis.extrapolation import sanity_report

@@ -29,7 +29,8 @@ from carb.errors import ConfigError
 from carb.model.domain import check_domain, unseen_mask
 from carb.model.encoding import interaction_features, pred_name
 from carb.model.monotone import monotone_in_batch
-from carb.model.intervals import interval, interval_groups, outside_mask, row_precision, screening_features  # the one imputation
+from carb.model.intervals import (interval, interval_groups, new_architecture_mask, outside_mask, row_precision,
+                                  screening_features)  # the one imputation
 
 #: Pareto axes in order of preference: energy and memory (the paper), else what the model has.
 PARETO_PREFERENCE = ("energy_J", "peak_memory_MB", "latency_ms")
@@ -68,7 +69,7 @@ def score(model: Any, features: pd.DataFrame, with_medians: bool = True,
     cal = getattr(model, "intervals_", None)
     if cal:
         iv = interval(cal, pred, coverage, outside=outside_mask(model, X), groups=interval_groups(model, X),
-                      precision=row_precision(X))
+                      precision=row_precision(X), new_arch=new_architecture_mask(model, X))
         for c in iv.columns:
             out[c] = iv[c].to_numpy()
     return out

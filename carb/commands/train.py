@@ -135,6 +135,9 @@ def train_plan(ev: dict[str, Any], full: Any, n_targets: int) -> float:
         from carb.analysis.extrapolation import default_splits
 
         refits += len(default_splits(full, float(xcfg.get("train_share", 0.7)), int(xcfg.get("min_rows", 20))))
+    acfg = ev.get("architecture_intervals") or {}
+    if acfg.get("enabled", True) and float(ev.get("interval_coverage", 0.9) or 0) > 0:
+        refits += int(acfg.get("folds", 5))
     return n_targets * (1 + refits) + LOG_WEIGHT
 
 
@@ -222,11 +225,18 @@ def interval_summary(entry: dict[str, Any]) -> dict[str, Any]:
     count and bounds."""
     from carb.model.intervals import conformal_bounds
 
-    out = {k: v for k, v in entry.items() if k not in ("log_ratios", "groups", "outside")}
+    out = {k: v for k, v in entry.items() if k not in ("log_ratios", "groups", "outside", "new_arch")}
     cov = float(entry.get("coverage", 0.9))
     for g, r in (entry.get("groups") or {}).items():
         lo, hi = conformal_bounds(r, cov)
         out.setdefault("groups", {})[g] = {"n": len(r), "lower": lo, "upper": hi}
+    if isinstance(entry.get("new_arch"), dict):
+        a = entry["new_arch"]
+        out["new_arch"] = {"n": a.get("n"), "lower": a.get("lower"), "upper": a.get("upper"),
+                           "architectures": a.get("architectures"), "folds": a.get("folds")}
+        for g, r in (a.get("groups") or {}).items():
+            lo, hi = conformal_bounds(r, cov)
+            out["new_arch"].setdefault("groups", {})[g] = {"n": len(r), "lower": lo, "upper": hi}
     if isinstance(entry.get("outside"), dict):
         o = entry["outside"]
         out["outside"] = {"n": o.get("n"), "lower": o.get("lower"), "upper": o.get("upper")}

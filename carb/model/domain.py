@@ -26,6 +26,8 @@ CATEGORICAL_KNOBS = ("block", "precision", "early_downsample")
 NUMERIC_KNOBS = ("depth", "width_mult", "input_size", "batch_size", "inner_mult")
 #: Static features whose [min, max] is kept.
 RANGE_FEATURES = ("flops", "params", "param_size_MB", "total_activation_MB", "max_activation_MB")
+#: The knobs that make a network's structure (an architecture is seen whatever its input size, batch or precision).
+ARCH_KNOBS = ("block", "depth", "width_mult", "inner_mult", "stages", "early_downsample")
 #: At most this many training batch sizes are kept as monotonicity knots.
 MAX_BATCH_KNOTS = 16
 
@@ -51,7 +53,41 @@ def fit_domain(X: pd.DataFrame) -> dict[str, Any]:
         out["batch_sizes"] = batch_sizes(X["batch_size"])
     if "precision" in X and X["precision"].dropna().astype(str).nunique() > 1:
         out["by_precision"] = {str(p): _ranges(g) for p, g in X.groupby(X["precision"].astype(str))}
+    if "block" in X and "depth" in X:
+        out["architectures"] = sorted(set(architecture_keys(X)))
     return out
+
+
+def architecture_keys(X: pd.DataFrame) -> list[str]:
+    """One key per row naming its network's structure (:data:`ARCH_KNOBS` present in ``X``, absent or
+    missing ones as the knob's default): ``basic|20|0.5|1.0|None|True``."""
+    from carb.design.arch import KNOB_DEFAULTS
+
+    def norm(c: str, v: Any) -> str:
+        if v is None or (isinstance(v, float) and np.isnan(v)) or v is pd.NA:
+            v = KNOB_DEFAULTS.get(c)
+            if v is None:
+                return "None"
+        if c == "early_downsample":
+            return str(to_bool(v))
+        if c == "depth":
+            return str(int(float(v)))
+        if c in ("width_mult", "inner_mult"):
+            return str(float(v))
+        return str(v)
+
+    cols = [[norm(c, v) for v in (X[c].astype(object).tolist() if c in X else [None] * len(X))] for c in ARCH_KNOBS]
+    return ["|".join(parts) for parts in zip(*cols)]
+
+
+def unseen_architecture(domain: dict[str, Any] | None, X: pd.DataFrame) -> np.ndarray:
+    """Bool (n,): the row's architecture (:func:`architecture_keys`) is not one the model was trained on;
+    all False for a domain that does not list its architectures (fitted before they were kept)."""
+    seen = (domain or {}).get("architectures")
+    if not seen or "block" not in X or "depth" not in X:
+        return np.zeros(len(X), dtype=bool)
+    known = set(seen)
+    return np.array([k not in known for k in architecture_keys(X)], dtype=bool)
 
 
 def _ranges(X: pd.DataFrame) -> dict[str, list[float]]:

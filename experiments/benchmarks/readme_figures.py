@@ -96,7 +96,7 @@ def table(skip_full_fit: bool) -> str:
          f"{100 * float(c['overhead_fraction']):.1f} % of wall time"),
         ("fit alone (`train.py`)", f"`carb_fast` on the reference dataset {float(t['fit_fast_reference_s']):.1f} s; {full}"),
         ("whole `carb-train model=carb_fast` (process wall time: start-up, fit, evaluation with the "
-         "extrapolation refits, logging)", f"{w['train_wall_s']:.0f} s"),
+         "extrapolation and new-architecture refits, logging)", f"{w['train_wall_s']:.0f} s"),
         ("`carb-tune tune.n_trials=8 tune.blend_trials=4` (default targets and members; whole process)",
          f"{w['tune_trials']} trials in {w['tune_wall_s']:.0f} s wall = {w['tune_trials_per_min']:.0f} trials/min "
          f"(the trial loop alone: {w['tune_loop_trials_per_min']:.0f} trials/min)"),

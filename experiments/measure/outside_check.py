@@ -92,21 +92,22 @@ def select(scored: pd.DataFrame, n: int, max_ms: float, seed: int = 0) -> pd.Dat
     return pool.loc[picked].reset_index(drop=True)
 
 
-def check_report(model: Any, measured: pd.DataFrame, reference: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``(overall, by_reason)``: per target, the measured ok rows of ``measured`` against ``model``'s
-    screening-mode predictions: n, R^2, MAPE (%), Spearman rank correlation, share inside the interval,
-    mean relative width ((hi - lo) / pred), and B1's (FLOPs-only line fitted on ``reference``) R^2 and
-    MAPE; ``by_reason`` the same (no B1) per :func:`first_knob` group."""
+def check_report(model: Any, measured: pd.DataFrame, reference: pd.DataFrame,
+                 targets: tuple[str, ...] = TARGETS) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(overall, by_reason)``: per target of ``targets``, the measured ok rows of ``measured`` against
+    ``model``'s screening-mode predictions: n, R^2, MAPE (%), Spearman rank correlation, share inside the
+    interval, mean relative width ((hi - lo) / pred), and B1's (FLOPs-only line fitted on ``reference``) R^2
+    and MAPE; ``by_reason`` the same (no B1) per :func:`first_knob` group (``inside``: in the domain)."""
     from carb.analysis.evaluate import regression_metrics
     from carb.analysis.screening import spearman
     from carb.model.baselines import FlopsLinear
 
     ok = measured[measured["status"] == "ok"].reset_index(drop=True)
     s = screen_rows(model, _configs(ok))
-    b1 = FlopsLinear().fit(reference, reference[list(TARGETS)]).predict(ok)
+    b1 = FlopsLinear().fit(reference, reference[list(targets)]).predict(ok)
     s["reason_knob"] = s["outside"].map(first_knob).replace("", "inside")
     rows, groups = [], []
-    for t in TARGETS:
+    for t in targets:
         y, p = ok[t].to_numpy(float), s[f"pred_{t}"].to_numpy(float)
         lo, hi = s[f"lo_{t}"].to_numpy(float), s[f"hi_{t}"].to_numpy(float)
         inside = (lo <= y) & (y <= hi)

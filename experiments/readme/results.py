@@ -220,6 +220,30 @@ def outside_check_lines(path: Path | None = None) -> list[str]:
     return lines + [""]
 
 
+def later_runs_lines() -> list[str]:
+    """The H200 prospective check (``experiments/benchmarks/later_runs.py``): the model of the first GPU
+    run scored on the configurations the later runs added."""
+    sys.path.insert(0, str(ROOT / "experiments" / "benchmarks"))
+    from later_runs import later_runs_report
+
+    r = later_runs_report()
+    lines = [f"Prospective check on the H200 (`experiments/benchmarks/later_runs.py`): `carb-train` defaults on the first "
+             f"run alone ({r['n_first']} rows), scored as `carb-screen` scores them on the {r['n_later']} configurations "
+             f"the two later runs added (architectures the first run never drew, measured hours later):", "",
+             "| target | rows | CARB R^2 (MAPE) | B1 R^2 (MAPE) | Spearman rank | 90 % interval coverage (mean width) |",
+             "|---|---|---|---|---|---|"]
+    for x in r["overall"].itertuples():
+        lines.append(f"| {TARGET_LABEL.get(x.target, x.target)} | {x.n} | {x.r2:.3f} ({x.mape:.1f} %) | "
+                     f"{x.b1_r2:.3f} ({x.b1_mape:.1f} %) | {x.spearman:.3f} | {x.coverage:.3f} ({x.width:.2f}) |")
+    w = r["overall_without_arch"].set_index("target")["coverage"]
+    cov = " / ".join(f"{w[t]:.3f}" for t in r["overall"]["target"])
+    names = " / ".join(TARGET_LABEL.get(t, t).split(" (")[0] for t in r["overall"]["target"])
+    return lines + ["", "Every one of those rows is an architecture the model never saw: such candidates get the union "
+                    "with intervals calibrated on whole architectures held out (`evaluate.architecture_intervals`); "
+                    "with the calibration rows alone, which share their networks with the training rows, they "
+                    f"covered {cov} ({names}).", ""]
+
+
 def coverage_table(m: dict, targets: list[str]) -> str:
     """Markdown table: one row per split (test first), per target ``coverage (width)`` from the
     ``interval_<split>_<target>_{coverage,width}`` metrics; empty when there are none."""
@@ -527,6 +551,7 @@ def section() -> str:
                   f"splits above, calibrated on a held-out share of their training rows.", "", cov, ""]
     parts += outside_check_lines()
     parts += h200
+    parts += later_runs_lines()
     parts += ["### Third-party GPU latency and few-shot calibration", "",
               "Real third-party GPU latency (timm benchmark, plain ResNets mapped to `ArchConfig`, one model per GPU):",
               "", timm_summary(), ""]
