@@ -39,13 +39,13 @@ def test_jobs_racing_to_make_the_parent_keep_one(uri, monkeypatch):
     with tracking.start_run("train", "job0", uri, sweep={"sweep": sid, "sweep_overrides": "a=1", "sweep_job": "0"}) as r0:
         pass
     tracking._SWEEP_PARENTS.clear()                      # another process: nothing cached
-    real, calls = tracking._first_sweep_parent, []
+    real, calls = tracking.sweeps._first_sweep_parent, []
 
     def late(*args):                                     # its first search ran before the parent existed
         calls.append(args)
         return None if len(calls) == 1 else real(*args)
 
-    monkeypatch.setattr(tracking, "_first_sweep_parent", late)
+    monkeypatch.setattr(tracking.sweeps, "_first_sweep_parent", late)
     with tracking.start_run("train", "job1", uri, sweep={"sweep": sid, "sweep_overrides": "a=2", "sweep_job": "1"}) as r1:
         pass
     assert len(calls) == 2
@@ -61,7 +61,7 @@ def test_no_parent_on_a_read_only_store(uri, monkeypatch, capsys):
     sid = f"ro-{uuid.uuid4().hex[:6]}-multirun"
     with tracking.start_run("screen", "warm", uri) as rid:  # the experiment exists, as on a shared store
         pass
-    monkeypatch.setattr(tracking, "store_read_only", lambda _uri: True)
+    monkeypatch.setattr(tracking.runs, "store_read_only", lambda _uri: True)
     with tracking.start_run("screen", "s", uri, sweep={"sweep": sid, "sweep_overrides": "b=1", "sweep_job": "0"}) as none:
         assert none == ""
     assert "read-only" in capsys.readouterr().err

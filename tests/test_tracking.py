@@ -480,7 +480,7 @@ def test_a_read_only_store_can_be_read(tmp_path, monkeypatch):
         raise PermissionError(13, "Permission denied", str(path) + ".lock")
         yield  # pragma: no cover
 
-    monkeypatch.setattr(tracking, "locked", read_only)
+    monkeypatch.setattr(tracking.store, "locked", read_only)
     tracking._INITIALIZED.clear()
     tracking.configure(uri)
     assert tracking.model_versions("nothing") == []

@@ -1,0 +1,62 @@
+"""MLflow tracking: the only package in CARB that imports ``mlflow``.
+
+Everything a command records goes through here: runs (one experiment per kind of command), params,
+metrics, figures and tables as artifacts, datasets as run inputs, the fitted cascade as an MLflow
+model in the registry, and alias resolution for ``models:/<name>@<alias>`` URIs. Split by concern:
+
+- :mod:`carb.tracking.store`: where MLflow points (embedded SQLite store or server), experiments, git commit;
+- :mod:`carb.tracking.runs`: opening runs (nested, resumed, unlogged on a read-only store), finding runs;
+- :mod:`carb.tracking.sweeps`: the parent run grouping a multirun sweep's jobs;
+- :mod:`carb.tracking.log`: params, metrics, tags, artifacts and datasets of the active run;
+- :mod:`carb.tracking.registry`: logging, registering, aliasing and loading fitted cascades.
+
+Callers use the names re-exported here (``from carb import tracking; tracking.start_run(...)``).
+"""
+from __future__ import annotations
+
+from carb.tracking.log import (
+    _MAX_PARAM_LEN,
+    dataset_digest,
+    flatten,
+    log_artifact,
+    log_dataset,
+    log_dict,
+    log_figure,
+    log_metrics,
+    log_params,
+    log_text,
+    set_tags,
+)
+from carb.tracking.registry import (
+    get_alias,
+    load_cascade,
+    log_cascade,
+    model_versions,
+    register_version,
+    registered_model_info,
+    registered_models,
+    resolve_version,
+    set_alias,
+)
+from carb.tracking.runs import RECORD_ONLY_KINDS, active_run_id, find_runs, start_run
+from carb.tracking.store import (
+    _INITIALIZED,
+    DESCRIPTIONS,
+    EXPERIMENTS,
+    artifact_root_for,
+    check_server,
+    configure,
+    configured_uri,
+    git_commit,
+    store_read_only,
+)
+from carb.tracking.sweeps import _SWEEP_PARENTS, sweep_parent
+
+__all__ = [
+    "DESCRIPTIONS", "EXPERIMENTS", "RECORD_ONLY_KINDS", "active_run_id", "artifact_root_for", "check_server",
+    "configure", "configured_uri", "dataset_digest", "find_runs", "flatten", "get_alias", "git_commit",
+    "load_cascade", "log_artifact", "log_cascade", "log_dataset", "log_dict", "log_figure", "log_metrics",
+    "log_params", "log_text", "model_versions", "register_version", "registered_model_info", "registered_models",
+    "resolve_version", "set_alias", "set_tags", "start_run", "store_read_only", "sweep_parent",
+    "_INITIALIZED", "_MAX_PARAM_LEN", "_SWEEP_PARENTS",
+]

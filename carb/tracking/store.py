@@ -1,0 +1,193 @@
+"""The tracking store: where MLflow points (the embedded SQLite store or a server), one experiment per
+kind of command, and the provenance every run records (the git commit).
+
+The default store is embedded: ``sqlite:///<CARB_HOME>/mlruns/mlflow.db`` (:func:`carb.resources.carb_home`)
+with artifacts under ``mlruns/artifacts`` (MLflow 3 refuses the plain file store). A tracking server URL
+(``http://host:5000``) works the same. :func:`mlflow_module` is the one place MLflow is imported.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from carb.errors import TrackingError
+from carb.files import locked
+
+#: Experiment names, one per kind of command, so runs of one kind sit side by side in the UI.
+EXPERIMENTS = {
+    "collect": "carb-collect",
+    "train": "carb-train",
+    "tune": "carb-tune",
+    "characterize": "carb-characterize",
+    "screen": "carb-screen",
+    "promote": "carb-promote",
+    "import": "carb-import",
+    "calibrate": "carb-calibrate",
+    "probe": "carb-probe",
+}
+
+#: The description of each experiment (shown in the MLflow UI; tag ``mlflow.note.content``).
+DESCRIPTIONS = {
+    "carb-collect": "Measurement runs: one run per carb-collect (shard), with the device fingerprint, "
+                    "row counts by status, repeated contention windows and the dataset as an input.",
+    "carb-train": "Fitted cascades: test and extrapolation accuracy beside the FLOPs-only baseline B1, "
+                  "sanity of screening predictions; each run registers a model version unless it is a sweep.",
+    "carb-tune": "Optuna studies: one parent run per study, one nested run per trial.",
+    "carb-characterize": "Dataset characterizations: per-knob costs, correlations, energy-latency divergence, "
+                         "efficiency and cross-device transfer tables and figures.",
+    "carb-screen": "Screenings of candidate grids against a budget with registered models: shortlist, Pareto "
+                   "front, borderline flags.",
+    "carb-promote": "Alias changes of registered models.",
+    "carb-import": "Outside measurements brought into CARB datasets (timm, optimum-benchmark, CSV): counts, "
+                   "unmapped rows, provenance and the dataset as an input.",
+    "carb-probe": "Device probes: single-convolution timings per precision of one CPU (plan, median GMAC/s per "
+                  "precision, the table and a figure); carb-train predicts a precision the device's dataset lacks "
+                  "from them.",
+    "carb-calibrate": "Few-shot transfers of a registered model to a new device from K measured rows: the "
+                      "transfer per target, held-out accuracy beside the uncalibrated source and a FLOPs-only "
+                      "fit on the same rows; each run registers the target device's model.",
+}
+
+def mlflow_module():
+    """The ``mlflow`` module, imported lazily, with its progress bars and chatter turned off."""
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    import logging
+    import warnings
+
+    import mlflow
+
+    # MLflow's own chatter (schema hints, pickle advice, DB migrations) is not the user's concern here.
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"mlflow(\.|$)")
+    for name in ("mlflow.sklearn", "mlflow.store.db.utils", "mlflow.models.model", "alembic"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+    return mlflow
+
+
+def artifact_root_for(tracking_uri: str, artifact_root: str | None = None) -> str | None:
+    """Artifact location for new experiments: ``artifact_root`` if given, else ``<db dir>/artifacts``
+    for a SQLite store, else None (the server decides)."""
+    if artifact_root:
+        return Path(artifact_root).resolve().as_uri()
+    if tracking_uri.startswith("sqlite:///"):
+        db = Path(tracking_uri[len("sqlite:///"):])
+        return (db.resolve().parent / "artifacts").as_uri()
+    return None
+
+
+def configure(tracking_uri: str, artifact_root: str | None = None) -> None:
+    """Point MLflow at ``tracking_uri`` (creating the SQLite folder if needed)."""
+    global _CONFIGURED_URI, _ARTIFACT_ROOT
+    mlflow = mlflow_module()
+    if tracking_uri.startswith(("http://", "https://")):
+        check_server(tracking_uri)
+    mlflow.set_tracking_uri(tracking_uri)
+    mlflow.set_registry_uri(tracking_uri)
+    _CONFIGURED_URI = tracking_uri
+    if tracking_uri.startswith("sqlite:///"):
+        _init_sqlite(Path(tracking_uri[len("sqlite:///"):]).resolve())
+    _ARTIFACT_ROOT = artifact_root_for(tracking_uri, artifact_root)
+
+
+_ARTIFACT_ROOT: str | None = None
+_INITIALIZED: set[str] = set()
+#: The store :func:`configure` last pointed MLflow at (None: never configured in this process).
+_CONFIGURED_URI: str | None = None
+
+
+def configured_uri() -> str | None:
+    """The store :func:`configure` last pointed MLflow at in this process (None: never configured)."""
+    return _CONFIGURED_URI
+
+
+def check_server(uri: str, timeout_s: float = 5.0) -> None:
+    """One-line :class:`TrackingError` within ``timeout_s`` when no MLflow server answers at ``uri``
+    (``/health``), instead of MLflow's minutes of retries."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s) as r:
+            if r.status >= 500:
+                raise TrackingError(f"tracking.uri={uri}: the MLflow server answers /health with HTTP {r.status}")
+    except TrackingError:
+        raise
+    except urllib.error.HTTPError as e:
+        if e.code >= 500:
+            raise TrackingError(f"tracking.uri={uri}: the MLflow server answers /health with HTTP {e.code}") from None
+    except (OSError, ValueError) as e:
+        reason = getattr(e, "reason", e)
+        raise TrackingError(f"tracking.uri={uri}: no MLflow server answers within {timeout_s:g} s ({reason}); start "
+                            f"one (mlflow server ...) or use the embedded store (drop tracking.uri)") from None
+
+
+def _hide_empty_default() -> None:
+    """Delete MLflow's "Default" experiment (id 0, made with every new store) while it holds no run:
+    CARB files every run under a named experiment, so an empty Default is only clutter in the UI. A
+    Default that someone used is left alone; a deleted one stays restorable (``mlflow experiments
+    restore``)."""
+    client = mlflow_module().MlflowClient()
+    try:
+        exp = client.get_experiment("0")
+        if exp.name != "Default" or exp.lifecycle_stage != "active":
+            return
+        if not client.search_runs(["0"], max_results=1, run_view_type=3):   # ViewType.ALL
+            client.delete_experiment("0")
+    except Exception:  # noqa: BLE001 - a store that refuses (read-only, older schema) keeps its Default
+        return
+
+
+def _init_sqlite(db: Path) -> None:
+    """Create the SQLite store's tables once, under a file lock, so parallel workers of a multirun
+    (joblib launcher) that start on a fresh store do not race on the schema migration. On a read-only
+    folder (an existing store shared read-only) it reads without the lock."""
+    if str(db) in _INITIALIZED:
+        return
+    try:
+        with locked(db):
+            mlflow_module().MlflowClient().search_experiments(max_results=1)
+            _hide_empty_default()
+    except OSError:
+        if not db.exists():
+            raise TrackingError(f"tracking.uri=sqlite:///{db}: the store's folder is not writable and holds no "
+                                f"store yet") from None
+        mlflow_module().MlflowClient().search_experiments(max_results=1)
+    _INITIALIZED.add(str(db))
+
+
+def experiment_id(name: str) -> str:
+    """Id of experiment ``name``, created (with its description from :data:`DESCRIPTIONS` and its
+    artifact folder under the configured artifact root) if it does not exist yet."""
+    mlflow = mlflow_module()
+    exp = mlflow.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    loc = f"{_ARTIFACT_ROOT}/{name}" if _ARTIFACT_ROOT else None
+    try:
+        note = DESCRIPTIONS.get(name, f"CARB runs of {name}")
+        return mlflow.create_experiment(name, artifact_location=loc, tags={"mlflow.note.content": note})
+    except Exception:  # created concurrently by another worker
+        exp = mlflow.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        return exp.experiment_id
+
+
+def store_read_only(tracking_uri: str) -> bool:
+    """True when ``tracking_uri`` is an existing SQLite store this process may not write (the file or
+    its folder, where SQLite puts its journal, is read-only)."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return False
+    db = Path(tracking_uri[len("sqlite:///"):]).resolve()
+    return db.exists() and not (os.access(db, os.W_OK) and os.access(db.parent, os.W_OK))
+
+
+def git_commit() -> str:
+    """Short git commit of the working tree, or 'unknown'."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             timeout=5, cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip() or "unknown"
+    except Exception:
+        return "unknown"
