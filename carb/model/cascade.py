@@ -30,18 +30,16 @@ from __future__ import annotations
 
 import logging
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator, RegressorMixin, clone
-from sklearn.model_selection import KFold, train_test_split
 from sklearn.utils.validation import check_is_fitted
 
-from carb.data.schema import INTERACTION_FEATURES, RUNTIME_FEATURES, TARGETS
-from carb.data.tiers import strata_key, telemetry_medians
+from carb.data.schema import RUNTIME_FEATURES
+from carb.data.tiers import telemetry_medians
 from carb.errors import ConfigError, DatasetError
 from carb.model.correctors import (
     Stage,
@@ -49,15 +47,18 @@ from carb.model.correctors import (
     fit_correctors,
     mae,
 )
-from carb.model.encoding import (
-    FULL_FEATURES,
-    INTERACTION_INPUTS,
-    UTIL_COLUMNS,
-    add_interactions,
-    encode,
-    pred_name,
+from carb.model.cascade_data import (
+    device_identity,
+    measured_targets,
+    prepare,
+    raw_inputs,
+    targets_frame,
+    training_frames,
+    usable_features,
 )
-from carb.model.ensemble import MEMBERS, BlendedRegressor, resolve_n_jobs
+from carb.model.encoding import FULL_FEATURES, UTIL_COLUMNS, encode, pred_name
+from carb.model.ensemble import MEMBERS, BlendedRegressor
+from carb.model.stages import fit_prior, out_of_fold, stage_estimator, to_units
 
 log = logging.getLogger(__name__)
 
@@ -166,76 +167,6 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         tags.non_deterministic = False
         return tags
 
-    # ------------------------------------------------------------------ configuration helpers
-    def _corrector_cfg(self) -> dict[str, Any]:
-        return corrector_config(self.correctors)
-
-    def _stage_estimator(self, target: str) -> BlendedRegressor:
-        base = {m: dict((self.specialists or {}).get(m) or {}) for m in MEMBERS}
-        over = dict((self.per_target or {}).get(target) or {})
-        unknown = set(over) - set(MEMBERS) - {"weights", "log_target"}
-        if unknown:
-            raise ConfigError(f"model.per_target.{target}: unknown key(s) {sorted(unknown)}; allowed: "
-                              f"{list(MEMBERS) + ['weights', 'log_target']}")
-        for m in MEMBERS:
-            base[m].update(dict(over.get(m) or {}))
-        lt = self.log_target.get(target, "auto") if isinstance(self.log_target, Mapping) else self.log_target
-        lt = over.get("log_target", lt)
-        return BlendedRegressor(xgb=base["xgb"], lgbm=base["lgbm"], et=base["et"], members=tuple(self.members),
-                                weights=over.get("weights"), log_target=lt,
-                                probe_estimators=self.probe_estimators, n_jobs=resolve_n_jobs(self.n_jobs),
-                                random_state=self.random_state)
-
-    # ------------------------------------------------------------------ data preparation
-    @staticmethod
-    def _targets_frame(y) -> pd.DataFrame:
-        if isinstance(y, pd.Series):
-            y = y.to_frame()
-        if not isinstance(y, pd.DataFrame):
-            raise DatasetError(f"y must be a DataFrame with target columns among {list(TARGETS)}")
-        unknown = [c for c in y.columns if c not in TARGETS]
-        if unknown:
-            raise DatasetError(f"y has unknown target column(s) {unknown}; allowed: {list(TARGETS)}")
-        return y.apply(pd.to_numeric, errors="coerce").astype(float)
-
-    def _raw_inputs(self, features: Sequence[str]) -> list[str]:
-        cols = [f for f in features if f not in INTERACTION_FEATURES]
-        if any(f in INTERACTION_FEATURES for f in features):
-            cols += [c for c in INTERACTION_INPUTS if c not in cols]
-        return cols
-
-    def _prepare(self, X: pd.DataFrame, features: Sequence[str], what: str) -> pd.DataFrame:
-        if not isinstance(X, pd.DataFrame):
-            raise DatasetError(f"{what}: X must be a pandas DataFrame with the feature columns "
-                               f"(got {type(X).__name__})")
-        X = add_interactions(X) if any(f in INTERACTION_FEATURES for f in features) else X
-        missing = [f for f in features if f not in X.columns]
-        if missing:
-            raise DatasetError(f"feature set {self.feature_set!r} needs column(s) {missing} that the "
-                               f"{what} data lacks")
-        return X
-
-    def _internal_split(self, X: pd.DataFrame, y: pd.DataFrame):
-        n = len(X)
-        if n < 10:
-            raise DatasetError(f"too few rows to fit the cascade: {n} rows, need at least 10")
-        strat = None
-        if "batch_size" in X.columns and "depth" in X.columns:
-            key = pd.Series(strata_key(X))
-            counts = key.map(key.value_counts())
-            key = key.where(counts >= 4, "pooled")
-            if key.value_counts().min() >= 2:
-                strat = key.to_numpy()
-        idx = np.arange(n)
-        try:
-            tr, va = train_test_split(idx, test_size=self.val_fraction, random_state=self.random_state,
-                                      stratify=strat)
-        except ValueError:
-            tr, va = train_test_split(idx, test_size=self.val_fraction, random_state=self.random_state)
-        tr, va = np.sort(tr), np.sort(va)
-        return (X.iloc[tr].reset_index(drop=True), y.iloc[tr].reset_index(drop=True),
-                X.iloc[va].reset_index(drop=True), y.iloc[va].reset_index(drop=True))
-
     # ------------------------------------------------------------------ fitting
     def fit(self, X: pd.DataFrame, y, X_val: pd.DataFrame | None = None, y_val=None,
             progress: Callable[[str], None] | None = None) -> CarbCascade:
@@ -249,57 +180,28 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         features = list(self.features if self.features is not None else FULL_FEATURES)
         if not features:
             raise ConfigError("features: the feature list is empty")
-        yf = self._targets_frame(y)
-        if X_val is None or y_val is None:
-            if len(X) != len(yf):
-                raise DatasetError(f"X has {len(X)} rows but y has {len(yf)}")
-            X, yf, X_val, yv = self._internal_split(X.reset_index(drop=True), yf.reset_index(drop=True))
-        else:
-            yv = self._targets_frame(y_val)
-        X = self._prepare(X, features, "training").reset_index(drop=True)
-        X_val = self._prepare(X_val, features, "validation").reset_index(drop=True)
-        yf, yv = yf.reset_index(drop=True), yv.reset_index(drop=True)
-        if len(X) != len(yf) or len(X_val) != len(yv):
-            raise DatasetError(f"X/y row counts differ: train {len(X)}/{len(yf)}, validation "
-                               f"{len(X_val)}/{len(yv)}")
+        X, yf, X_val, yv = training_frames(X, y, X_val, y_val, features, self.feature_set, self.val_fraction,
+                                           self.random_state)
+        targets, self.dropped_targets_ = measured_targets(yf, yv)
+        self._select_features(X, X_val, features)
+        self._fit_telemetry(X)
+        from carb.model.domain import fit_domain
 
-        # targets: cascade order, drop unmeasured ones with a message
-        self.dropped_targets_: dict[str, str] = {}
-        targets = []
-        for t in TARGETS:
-            if t not in yf.columns:
-                continue
-            if yf[t].notna().sum() == 0:
-                reason = f"{t}: no measured value in the training data (all NaN); its stage is dropped"
-                self.dropped_targets_[t] = reason
-                warnings.warn(f"CARB cascade: {reason}", UserWarning, stacklevel=2)
-            elif yv.get(t, pd.Series(dtype=float)).notna().sum() == 0:
-                reason = f"{t}: no measured value in the validation data; its stage is dropped"
-                self.dropped_targets_[t] = reason
-                warnings.warn(f"CARB cascade: {reason}", UserWarning, stacklevel=2)
-            else:
-                targets.append(t)
-        if not targets:
-            raise DatasetError(f"no target to fit: y needs measured values in at least one of {list(TARGETS)} "
-                               f"(got columns {list(yf.columns)})")
+        self.domain_ = fit_domain(X)
+        self.device_name_, self.device_id_, self.device_fingerprint_ = device_identity(X)
+        self._fit_stages(targets, X, yf, X_val, yv, progress)
+        self.targets_ = targets
+        self.power_cap_W_ = self._power_cap(X, targets)
+        self.test_mae_: dict[str, float] = {}
+        self.fit_seconds_["total"] = time.perf_counter() - t_start
+        return self
 
-        # features: drop all-NaN columns (telemetry a device cannot report)
-        self.dropped_features_ = {}
-        kept = []
-        for f in features:
-            if X[f].isna().all():
-                self.dropped_features_[f] = "all NaN in the training data"
-            else:
-                kept.append(f)
-        if self.dropped_features_:
-            msg = (f"CARB cascade: feature set {self.feature_set!r}: dropping feature(s) "
-                   f"{list(self.dropped_features_)} (all NaN in the training data)")
-            warnings.warn(msg, UserWarning, stacklevel=2)
-        if not kept:
-            raise DatasetError(f"feature set {self.feature_set!r}: every feature column is all NaN")
-        self.feature_names_ = kept
+    def _select_features(self, X: pd.DataFrame, X_val: pd.DataFrame, features: list[str]) -> None:
+        """Set ``feature_names_`` (all-NaN columns dropped into ``dropped_features_``), ``feature_set_``
+        and ``input_columns_`` (raw columns, plus those the physics priors read)."""
+        self.feature_names_, self.dropped_features_ = usable_features(X, features, self.feature_set)
         self.feature_set_ = str(self.feature_set)
-        self.input_columns_ = self._raw_inputs(kept)
+        self.input_columns_ = raw_inputs(self.feature_names_)
         if self.physics:
             from carb.model.physics import LAYER_INPUTS, PRIOR_INPUTS
 
@@ -309,33 +211,37 @@ class CarbCascade(RegressorMixin, BaseEstimator):
                                    f"(or set model.physics=false)")
             self.input_columns_ += [c for c in PRIOR_INPUTS if c not in self.input_columns_]
             self.input_columns_ += [c for c in LAYER_INPUTS if c in X.columns and c not in self.input_columns_]
+
+    def _fit_telemetry(self, X: pd.DataFrame) -> None:
+        """Set what screening fills runtime features with: ``telemetry_medians_`` (per batch tier) and
+        ``telemetry_imputer_`` (fitted on the training rows with ``telemetry="model"``, else None)."""
         self.telemetry_medians_ = telemetry_medians(X) if "batch_size" in X.columns else {}
         self.telemetry_imputer_ = None
         if self.telemetry not in ("model", "medians"):
             raise ConfigError(f"model.telemetry: {self.telemetry!r} is not allowed; allowed: ['model', 'medians']")
-        runtime = [c for c in kept if c in RUNTIME_FEATURES]
+        runtime = [c for c in self.feature_names_ if c in RUNTIME_FEATURES]
         if self.telemetry == "model" and runtime:
             from carb.model.telemetry import TelemetryImputer
 
             self.telemetry_imputer_ = TelemetryImputer(columns=tuple(runtime), random_state=self.random_state).fit(X)
-        from carb.model.domain import fit_domain
 
-        self.domain_ = fit_domain(X)
-        if "device_name" in X.columns and X["device_name"].notna().any():
-            self.device_name_ = str(X["device_name"].dropna().astype(str).mode().iloc[0])
-        else:
-            self.device_name_ = "unknown"
-        self.device_id_, self.device_fingerprint_ = None, None
-        if "device_id" in X.columns and X["device_id"].notna().any():
-            self.device_id_ = str(X["device_id"].dropna().astype(str).mode().iloc[0])
-            fps = X.loc[X["device_id"].astype(str) == self.device_id_, "device_fingerprint"].dropna()
-            self.device_fingerprint_ = str(fps.iloc[0]) if len(fps) else None
+    def _power_cap(self, X: pd.DataFrame, targets: list[str]) -> float | None:
+        """The board's power limit (W) that bounds latency from below, or None when not applied."""
+        if self.power_cap and {"energy_J", "latency_ms"} <= set(targets):
+            from carb.model.physics import power_cap_W
 
-        D, Dv = encode(X, kept), encode(X_val, kept)
+            return power_cap_W(X)
+        return None
+
+    def _fit_stages(self, targets: list[str], X: pd.DataFrame, y: pd.DataFrame, X_val: pd.DataFrame,
+                    y_val: pd.DataFrame, progress: Callable[[str], None] | None) -> None:
+        """Fit the stages in cascade order, each seeing the upstream predictions (out-of-fold on the
+        training rows); sets ``stages_``, ``oof_predictions_``, ``fit_seconds_`` and the per-target reports."""
+        D, Dv = encode(X, self.feature_names_), encode(X_val, self.feature_names_)
         self.encoded_names_ = list(D.columns)
-        ccfg = self._corrector_cfg()
-        has_util = any(c in kept for c in UTIL_COLUMNS)
-
+        ccfg = corrector_config(self.correctors)
+        has_util = any(c in self.feature_names_ for c in UTIL_COLUMNS)
+        latency = y["latency_ms"].to_numpy(float) if "latency_ms" in y.columns else None
         self.stages_: dict[str, Stage] = {}
         self.log_target_, self.blend_weights_, self.probe_val_mae_ = {}, {}, {}
         self.corrector_report_, self.val_mae_, self.fit_seconds_ = {}, {}, {}
@@ -347,67 +253,35 @@ class CarbCascade(RegressorMixin, BaseEstimator):
                 progress(f"{i + 1}/{len(targets)}: {t}")
             t0 = time.perf_counter()
             cols = self.encoded_names_ + [pred_name(u) for u in upstream]
-            stage, oof_t, val_t = self._fit_stage(t, cols, D, Dv, X, X_val, yf[t].to_numpy(float),
-                                                  yv[t].to_numpy(float), ccfg, has_util,
-                                                  latency=(yf["latency_ms"].to_numpy(float)
-                                                           if "latency_ms" in yf.columns else None))
+            stage, oof_t, val_t = self._fit_stage(t, cols, D, Dv, X, X_val, y[t].to_numpy(float),
+                                                  y_val[t].to_numpy(float), ccfg, has_util, latency=latency)
             self.stages_[t] = stage
             D[pred_name(t)] = oof_t
             Dv[pred_name(t)] = val_t
             oof[pred_name(t)] = oof_t
             upstream.append(t)
             self.fit_seconds_[t] = time.perf_counter() - t0
-        self.targets_ = targets
-        self.power_cap_W_ = None
-        if self.power_cap and {"energy_J", "latency_ms"} <= set(targets):
-            from carb.model.physics import power_cap_W
-
-            self.power_cap_W_ = power_cap_W(X)
         self.oof_predictions_ = oof
-        self.test_mae_: dict[str, float] = {}
-        self.fit_seconds_["total"] = time.perf_counter() - t_start
-        return self
 
     def _fit_stage(self, t: str, cols: list[str], D: pd.DataFrame, Dv: pd.DataFrame, X: pd.DataFrame,
                    Xv: pd.DataFrame, y: np.ndarray, yv: np.ndarray, ccfg: dict[str, Any],
                    has_util: bool, latency: np.ndarray | None = None) -> tuple[Stage, np.ndarray, np.ndarray]:
         """One stage: its physics prior (the energy prior also reads the rows' measured ``latency``, ms,
-        shape (n,), for its static-power term), the blended ensemble on the log-ratio, correctors."""
+        shape (n,), for its static-power term), the blended ensemble on the log-ratio, correctors.
+        Returns the stage and its floored predictions on the training (out-of-fold) and validation rows."""
         m, mv = np.isfinite(y), np.isfinite(yv)
-        est = self._stage_estimator(t)
-        prior, to_units = None, (lambda r, _X: r)
-        z, zv = y, yv
+        est = stage_estimator(t, self.specialists, self.per_target, self.members, self.log_target,
+                              self.probe_estimators, self.n_jobs, self.random_state)
+        prior, z, zv = None, y, yv
         if self.physics:
-            from carb.model.physics import make_prior
-
-            prior = make_prior(t, **dict(self.prior or {}))
-            fit_kw = {"latency": latency[m]} if (t == "energy_J" and latency is not None) else {}
-            prior = prior.fit(X.loc[m], y[m], **fit_kw)
-            z, zv = np.log(y / prior.predict(X)), np.log(yv / prior.predict(Xv))
+            prior, z, zv = fit_prior(t, self.prior, X, Xv, y, yv, m, latency)
             est = est.set_params(log_target=False)
-            to_units = lambda r, XX: prior.predict(XX) * np.exp(r)  # noqa: E731
         model = clone(est).fit(D.loc[m, cols], z[m], X_val=Dv.loc[mv, cols], y_val=zv[mv])
         stage = Stage(target=t, columns=cols, model=model, log_target=bool(model.log_target_) or prior is not None,
                       prior=prior)
-        self.log_target_[t] = stage.log_target  # True with a prior: the stage works in log(y)
-        self.blend_weights_[t] = model.weights_by_member()
-        self.probe_val_mae_[t] = dict(model.probe_val_mae_)
-        if prior is not None:
-            self.priors_[t] = prior.to_dict()
-            probe = getattr(prior, "probe_", None)
-            if probe is not None and getattr(self, "domain_", None) is not None:   # what screening can say of an unmeasured precision
-                self.domain_.setdefault("probed", {})[t] = [q for q in probe.precisions_ if q not in prior.precisions_]
-
-        # out-of-fold predictions of the stage on its training rows (same weights and space)
-        base_oof = model.predict(D[cols])  # rows without a measured target: the full stage model
-        rows = np.flatnonzero(m)
-        k = int(min(max(2, self.oof_folds), len(rows)))
-        fold_est = clone(est).set_params(weights=list(model.weights_), log_target=bool(model.log_target_))
-        for tr_i, te_i in KFold(n_splits=k, shuffle=True, random_state=self.random_state).split(rows):
-            fm = clone(fold_est).fit(D.iloc[rows[tr_i]][cols], z[rows[tr_i]])
-            base_oof[rows[te_i]] = fm.predict(D.iloc[rows[te_i]][cols])
-        base_oof = to_units(base_oof, X)
-        base_val = to_units(model.predict(Dv[cols]), Xv)
+        self._record_stage(t, stage, model)
+        base_oof = to_units(prior, out_of_fold(est, model, D, cols, z, m, self.oof_folds, self.random_state), X)
+        base_val = to_units(prior, model.predict(Dv[cols]), Xv)
 
         # regime correctors, greedily, each kept only if it lowers validation MAE
         report, cur_oof, cur_val = fit_correctors(stage, ccfg, (D, X, y, m, base_oof), (Dv, Xv, yv, mv, base_val),
@@ -419,13 +293,26 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         self.val_mae_[t] = mae(yv[mv], cur_val[mv])
         return stage, cur_oof, cur_val
 
+    def _record_stage(self, t: str, stage: Stage, model: BlendedRegressor) -> None:
+        """Per-target reports of a fitted stage: fitting space, blend weights, probe MAE, the prior's
+        coefficients and, in ``domain_``, the precisions only the prior's device probe can speak for."""
+        self.log_target_[t] = stage.log_target  # True with a prior: the stage works in log(y)
+        self.blend_weights_[t] = model.weights_by_member()
+        self.probe_val_mae_[t] = dict(model.probe_val_mae_)
+        prior = stage.prior
+        if prior is not None:
+            self.priors_[t] = prior.to_dict()
+            probe = getattr(prior, "probe_", None)
+            if probe is not None and getattr(self, "domain_", None) is not None:   # what screening can say of an unmeasured precision
+                self.domain_.setdefault("probed", {})[t] = [q for q in probe.precisions_ if q not in prior.precisions_]
+
     # ------------------------------------------------------------------ serving
     def predict(self, X: pd.DataFrame) -> pd.DataFrame:
         """Predictions for raw rows: a DataFrame (index of ``X``) with ``pred_<target>`` for each
         fitted target in cascade order (``pred_peak_memory_MB`` MB, ``pred_energy_J`` J,
         ``pred_latency_ms`` ms)."""
         check_is_fitted(self, "stages_")
-        X = self._prepare(X, self.feature_names_, "prediction")
+        X = prepare(X, self.feature_names_, self.feature_set, "prediction")
         idx = X.index
         Xr = X.reset_index(drop=True)
         D = encode(Xr, self.feature_names_)
@@ -452,7 +339,7 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         """Physics priors of the stages that have one, for raw rows ``X``: a DataFrame (index of ``X``)
         with one column per such target, in target units (MB, J, ms). Empty without physics."""
         check_is_fitted(self, "stages_")
-        P = self._prepare(X, self.feature_names_, "prediction")
+        P = prepare(X, self.feature_names_, self.feature_set, "prediction")
         Pr = P.reset_index(drop=True)
         cols = {t: s.prior.predict(Pr) for t, s in self.stages_.items() if s.prior is not None}
         return pd.DataFrame(cols, index=P.index)
@@ -461,7 +348,7 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         """Mean R^2 over the fitted targets that ``y`` measures (rows with NaN skipped)."""
         from sklearn.metrics import r2_score
 
-        yf = self._targets_frame(y)
+        yf = targets_frame(y)
         pred = self.predict(X)
         scores = []
         for t in self.targets_:
@@ -479,7 +366,7 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         from carb.model.intervals import screening_predict
 
         check_is_fitted(self, "stages_")
-        yf = self._targets_frame(y)
+        yf = targets_frame(y)
         pred = screening_predict(self, X)
         res = {}
         for t in self.targets_:
@@ -512,3 +399,4 @@ class CarbCascade(RegressorMixin, BaseEstimator):
                 "probe_val_mae": dict(self.probe_val_mae_), "correctors": self.corrector_report_,
                 "val_mae": dict(self.val_mae_), "test_mae": dict(self.test_mae_),
                 "fit_seconds": dict(self.fit_seconds_), "stage_columns": self.stage_columns()}
+

@@ -1,0 +1,150 @@
+"""What :class:`carb.model.cascade.CarbCascade` does with its raw frames before any stage fits: checking
+and preparing them, the internal stratified validation split, which targets and feature columns a fit can
+use (dropping unmeasured ones with a warning), and which device the rows come from.
+"""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+from sklearn.model_selection import train_test_split
+
+from carb.data.schema import INTERACTION_FEATURES, TARGETS
+from carb.data.tiers import strata_key
+from carb.errors import DatasetError
+from carb.model.encoding import INTERACTION_INPUTS, add_interactions
+
+Frames = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]
+
+
+def targets_frame(y) -> pd.DataFrame:
+    """``y`` (DataFrame or Series of target columns among :data:`TARGETS`) as a float DataFrame
+    (non-numeric values -> NaN)."""
+    if isinstance(y, pd.Series):
+        y = y.to_frame()
+    if not isinstance(y, pd.DataFrame):
+        raise DatasetError(f"y must be a DataFrame with target columns among {list(TARGETS)}")
+    unknown = [c for c in y.columns if c not in TARGETS]
+    if unknown:
+        raise DatasetError(f"y has unknown target column(s) {unknown}; allowed: {list(TARGETS)}")
+    return y.apply(pd.to_numeric, errors="coerce").astype(float)
+
+
+def raw_inputs(features: Sequence[str]) -> list[str]:
+    """The raw columns the features need: each non-interaction feature, plus the inputs of the
+    interaction features when any is named."""
+    cols = [f for f in features if f not in INTERACTION_FEATURES]
+    if any(f in INTERACTION_FEATURES for f in features):
+        cols += [c for c in INTERACTION_INPUTS if c not in cols]
+    return cols
+
+
+def prepare(X: pd.DataFrame, features: Sequence[str], feature_set: str, what: str) -> pd.DataFrame:
+    """``X`` with the interaction features added when named and absent; one-line :class:`DatasetError`
+    when ``X`` is no DataFrame or lacks a feature (``what``: ``training``, ``validation``, ``prediction``)."""
+    if not isinstance(X, pd.DataFrame):
+        raise DatasetError(f"{what}: X must be a pandas DataFrame with the feature columns "
+                           f"(got {type(X).__name__})")
+    X = add_interactions(X) if any(f in INTERACTION_FEATURES for f in features) else X
+    missing = [f for f in features if f not in X.columns]
+    if missing:
+        raise DatasetError(f"feature set {feature_set!r} needs column(s) {missing} that the "
+                           f"{what} data lacks")
+    return X
+
+
+def internal_split(X: pd.DataFrame, y: pd.DataFrame, val_fraction: float, random_state: int) -> Frames:
+    """``(X_train, y_train, X_val, y_val)``: a ``val_fraction`` validation share, stratified by
+    :func:`carb.data.tiers.strata_key` where every stratum allows it (small ones pooled), else random."""
+    n = len(X)
+    if n < 10:
+        raise DatasetError(f"too few rows to fit the cascade: {n} rows, need at least 10")
+    strat = None
+    if "batch_size" in X.columns and "depth" in X.columns:
+        key = pd.Series(strata_key(X))
+        counts = key.map(key.value_counts())
+        key = key.where(counts >= 4, "pooled")
+        if key.value_counts().min() >= 2:
+            strat = key.to_numpy()
+    idx = np.arange(n)
+    try:
+        tr, va = train_test_split(idx, test_size=val_fraction, random_state=random_state, stratify=strat)
+    except ValueError:
+        tr, va = train_test_split(idx, test_size=val_fraction, random_state=random_state)
+    tr, va = np.sort(tr), np.sort(va)
+    return (X.iloc[tr].reset_index(drop=True), y.iloc[tr].reset_index(drop=True),
+            X.iloc[va].reset_index(drop=True), y.iloc[va].reset_index(drop=True))
+
+
+def training_frames(X: pd.DataFrame, y, X_val: pd.DataFrame | None, y_val, features: Sequence[str],
+                    feature_set: str, val_fraction: float, random_state: int) -> Frames:
+    """The four frames a fit works on, each with a fresh 0..n-1 index: ``(X, y, X_val, y_val)`` as
+    given, or (without validation rows) an :func:`internal_split` of ``(X, y)``; X frames prepared."""
+    yf = targets_frame(y)
+    if X_val is None or y_val is None:
+        if len(X) != len(yf):
+            raise DatasetError(f"X has {len(X)} rows but y has {len(yf)}")
+        X, yf, X_val, yv = internal_split(X.reset_index(drop=True), yf.reset_index(drop=True),
+                                          val_fraction, random_state)
+    else:
+        yv = targets_frame(y_val)
+    X = prepare(X, features, feature_set, "training").reset_index(drop=True)
+    X_val = prepare(X_val, features, feature_set, "validation").reset_index(drop=True)
+    yf, yv = yf.reset_index(drop=True), yv.reset_index(drop=True)
+    if len(X) != len(yf) or len(X_val) != len(yv):
+        raise DatasetError(f"X/y row counts differ: train {len(X)}/{len(yf)}, validation "
+                           f"{len(X_val)}/{len(yv)}")
+    return X, yf, X_val, yv
+
+
+def measured_targets(y: pd.DataFrame, y_val: pd.DataFrame) -> tuple[list[str], dict[str, str]]:
+    """The targets to fit, in cascade order, and the dropped ones (target -> reason, each warned):
+    a target without a measured value in the training or the validation rows has no stage."""
+    dropped: dict[str, str] = {}
+    targets = []
+    for t in TARGETS:
+        if t not in y.columns:
+            continue
+        if y[t].notna().sum() == 0:
+            reason = f"{t}: no measured value in the training data (all NaN); its stage is dropped"
+        elif y_val.get(t, pd.Series(dtype=float)).notna().sum() == 0:
+            reason = f"{t}: no measured value in the validation data; its stage is dropped"
+        else:
+            targets.append(t)
+            continue
+        dropped[t] = reason
+        warnings.warn(f"CARB cascade: {reason}", UserWarning, stacklevel=3)
+    if not targets:
+        raise DatasetError(f"no target to fit: y needs measured values in at least one of {list(TARGETS)} "
+                           f"(got columns {list(y.columns)})")
+    return targets, dropped
+
+
+def usable_features(X: pd.DataFrame, features: Sequence[str], feature_set: str) -> tuple[list[str], dict[str, str]]:
+    """The feature columns to fit on and the dropped ones (column -> reason, warned once): a column
+    that is all NaN in the training rows (telemetry a device cannot report) is dropped."""
+    dropped = {f: "all NaN in the training data" for f in features if X[f].isna().all()}
+    kept = [f for f in features if f not in dropped]
+    if dropped:
+        msg = (f"CARB cascade: feature set {feature_set!r}: dropping feature(s) "
+               f"{list(dropped)} (all NaN in the training data)")
+        warnings.warn(msg, UserWarning, stacklevel=3)
+    if not kept:
+        raise DatasetError(f"feature set {feature_set!r}: every feature column is all NaN")
+    return kept, dropped
+
+
+def device_identity(X: pd.DataFrame) -> tuple[str, str | None, str | None]:
+    """``(device_name, device_id, device_fingerprint)`` of the rows: the most frequent name and id,
+    the fingerprint (JSON) of a row with that id; ``"unknown"``/None where the data has none."""
+    name = "unknown"
+    if "device_name" in X.columns and X["device_name"].notna().any():
+        name = str(X["device_name"].dropna().astype(str).mode().iloc[0])
+    device_id, fingerprint = None, None
+    if "device_id" in X.columns and X["device_id"].notna().any():
+        device_id = str(X["device_id"].dropna().astype(str).mode().iloc[0])
+        fps = X.loc[X["device_id"].astype(str) == device_id, "device_fingerprint"].dropna()
+        fingerprint = str(fps.iloc[0]) if len(fps) else None
+    return name, device_id, fingerprint
