@@ -112,61 +112,13 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     if k > len(rows):
         raise ConfigError(f"k: must be between 1 and the {len(rows)} ok rows of {where}, got {k}")
     name = model_name(rows)
-    t = cfg.transfer
-    kw = {"affine_min_k": int(t.affine_min_k), "residual_min_k": int(t.residual_min_k),
-          "ridge_alpha": float(t.ridge_alpha), "slope_bounds": (float(t.slope_min), float(t.slope_max)),
-          "precision_shrink": float(t.precision_shrink),
-          "coverage": float(cfg.coverage)}
+    kw = transfer_settings(cfg)
     prog.begin(f"fitting the transfer on {k} of {len(rows)} rows")
     tr, table = evaluate_transfer(source, rows, k, kw, targets=list(getattr(source, "targets_", [])))
-    device = tr.device_name_
-    for target, info in tr.transfer_.items():
-        form = info["form"]
-        what = {"source": "nothing measured: the source's prediction kept",
-                "scale": f"x {pow(2.718281828459045, info['a']):.3g}",
-                "affine": f"exp({info['a']:.3f}) * p^{info['b']:.3f}",
-                "precision": f"p^{info['b']:.3f} x per precision " + ", ".join(
-                    f"{p}: {pow(2.718281828459045, v):.3g}" for p, v in (info.get("a_precision") or {}).items()),
-                "residual": f"exp({info['a']:.3f}) * p^{info['b']:.3f} * ridge residual"}[form]
-        print(f"carb-calibrate: {target}: {form} ({what}) from {info['k']} rows")
-    if len(table):
-        print(f"carb-calibrate: held-out rows of {device} ({len(rows) - k} rows not used for fitting):")
-        print(table.pivot_table(index=["target", "model"], values=["spearman", "mape_pct", "r2"]).round(3).to_string())
-    else:
-        print("carb-calibrate: no held-out rows (all measured rows were used for fitting)")
+    _print_transfer(tr, table, len(rows) - k)
     prog.begin("logging to MLflow" + (" and registering" if cfg.register else ""))
-    metrics = {f"heldout_{r.target}_{r.model}_{m}": getattr(r, m) for r in table.itertuples()
-               for m in ("spearman", "mape_pct", "r2")}
-    tags = {"device": device, "device_id": tr.device_id_ or "unknown", "source_model": source_uri,
-            "source_version": src_info.get("version", ""), "k": k,
-            "forms": ",".join(f"{t}={i['form']}" for t, i in tr.transfer_.items())}
-    run_name = cfg.get("run_name") or sweep_suffix(f"calibrate/{name}/k{k}")
     reg_name = name if cfg.register else None
-    with tracking.start_run("calibrate", run_name, uri, tags=tags, artifact_root=art,
-                            sweep=sweep_tags()) as run_id:
-        tracking.log_params({"source": source_uri, "data": where, "k": k, "rows": len(rows), "transfer": kw,
-                             "coverage": float(cfg.coverage)})
-        tracking.log_metrics(metrics)
-        cal_rows = rows[rows["config_id"].astype(str).isin(tr.calibration_rows_)]
-        tracking.log_dataset(cal_rows, name=f"{name}.calibration", source=where, context="calibration")
-        tracking.log_dict({"transfer": tr.transfer_, "config_ids": tr.calibration_rows_}, "transfer.json")
-        tracking.log_dict({k2: ({kk: vv for kk, vv in v.items() if kk != "log_ratios"} if isinstance(v, dict) else v)
-                           for k2, v in tr.intervals_.items()}, "intervals.json")
-        if len(table):
-            tracking.log_text(table.to_csv(index=False), "heldout.csv")
-        meta = {"device": device, "device_id": tr.device_id_ or "unknown",
-                "device_fingerprint": tr.device_fingerprint_ or "unknown", "calibrated_from": source_uri,
-                "source_version": src_info.get("version", ""), "k": str(k),
-                "config_ids": json.dumps(tr.calibration_rows_)[:4000], "targets": ",".join(tr.targets_)}
-        held = "; ".join(f"{r.target} {r.model}: Spearman {r.spearman:.3f}, MAPE {r.mape_pct:.1f} %"
-                         for r in table.itertuples() if r.model == "calibrated")
-        descr = (f"{device} (device_id {tr.device_id_}): {source_uri} (version {src_info.get('version', '?')}) "
-                 f"calibrated on {k} measured rows of {where} ({tags['forms']})."
-                 + (f" Held-out {len(rows) - k} rows: {held}." if held else " No held-out rows."))
-        info = tracking.log_cascade(tr, cal_rows[list(tr.input_columns_)].head(5).reset_index(drop=True),
-                                    registered_name=reg_name, metadata=meta, description=descr,
-                                    model_description=f"CARB cost model of {device} (device_id {tr.device_id_}): "
-                                                      f"peak memory, energy and latency per batch.")
+    run_id, info = _log_run(cfg, tr, table, rows, k, where, {"uri": source_uri, **src_info}, name, bool(reg_name), kw)
     version = info.get("version")
     alias_set = False
     if reg_name and version and cfg.get("alias") and tracking.get_alias(reg_name, str(cfg.alias)) is None:
@@ -183,6 +135,69 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     return {"transfer": tr.transfer_, "table": table, "registered_name": reg_name, "version": version,
             "run_id": run_id, "source": source_uri, "k": k, "config_ids": list(tr.calibration_rows_),
             "model": tr, "alias_set": alias_set}
+
+
+def transfer_settings(cfg: Any) -> dict[str, Any]:
+    """Keyword arguments of :class:`carb.model.transfer.TransferredCascade` from ``transfer`` and ``coverage``."""
+    t = cfg.transfer
+    return {"affine_min_k": int(t.affine_min_k), "residual_min_k": int(t.residual_min_k),
+            "ridge_alpha": float(t.ridge_alpha), "slope_bounds": (float(t.slope_min), float(t.slope_max)),
+            "precision_shrink": float(t.precision_shrink),
+            "coverage": float(cfg.coverage)}
+
+
+def _print_transfer(tr: Any, table: pd.DataFrame, n_heldout: int) -> None:
+    """The transfer chosen per target, then the held-out accuracy table (when rows were held out)."""
+    from carb.model.transfer import describe_form
+
+    for target, info in tr.transfer_.items():
+        print(f"carb-calibrate: {target}: {info['form']} ({describe_form(info)}) from {info['k']} rows")
+    if len(table):
+        print(f"carb-calibrate: held-out rows of {tr.device_name_} ({n_heldout} rows not used for fitting):")
+        print(table.pivot_table(index=["target", "model"], values=["spearman", "mape_pct", "r2"]).round(3).to_string())
+    else:
+        print("carb-calibrate: no held-out rows (all measured rows were used for fitting)")
+
+
+def _log_run(cfg: Any, tr: Any, table: pd.DataFrame, rows: pd.DataFrame, k: int, where: str,
+             source: dict[str, Any], name: str, register: bool, kw: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """Log the calibration run (params, held-out metrics, calibration rows, transfer and intervals) and the
+    transferred model of device model ``name``, registered under it with ``register``; ``source``: the source
+    model's ``uri`` and its :func:`carb.tracking.resolve_version`. Returns the run id and
+    :func:`carb.tracking.log_cascade`'s answer."""
+    device, source_uri = tr.device_name_, source["uri"]
+    metrics = {f"heldout_{r.target}_{r.model}_{m}": getattr(r, m) for r in table.itertuples()
+               for m in ("spearman", "mape_pct", "r2")}
+    tags = {"device": device, "device_id": tr.device_id_ or "unknown", "source_model": source_uri,
+            "source_version": source.get("version", ""), "k": k,
+            "forms": ",".join(f"{t}={i['form']}" for t, i in tr.transfer_.items())}
+    run_name = cfg.get("run_name") or sweep_suffix(f"calibrate/{name}/k{k}")
+    with tracking.start_run("calibrate", run_name, cfg.tracking.uri, tags=tags,
+                            artifact_root=cfg.tracking.get("artifact_root"), sweep=sweep_tags()) as run_id:
+        tracking.log_params({"source": source_uri, "data": where, "k": k, "rows": len(rows), "transfer": kw,
+                             "coverage": float(cfg.coverage)})
+        tracking.log_metrics(metrics)
+        cal_rows = rows[rows["config_id"].astype(str).isin(tr.calibration_rows_)]
+        tracking.log_dataset(cal_rows, name=f"{name}.calibration", source=where, context="calibration")
+        tracking.log_dict({"transfer": tr.transfer_, "config_ids": tr.calibration_rows_}, "transfer.json")
+        tracking.log_dict({k2: ({kk: vv for kk, vv in v.items() if kk != "log_ratios"} if isinstance(v, dict) else v)
+                           for k2, v in tr.intervals_.items()}, "intervals.json")
+        if len(table):
+            tracking.log_text(table.to_csv(index=False), "heldout.csv")
+        meta = {"device": device, "device_id": tr.device_id_ or "unknown",
+                "device_fingerprint": tr.device_fingerprint_ or "unknown", "calibrated_from": source_uri,
+                "source_version": source.get("version", ""), "k": str(k),
+                "config_ids": json.dumps(tr.calibration_rows_)[:4000], "targets": ",".join(tr.targets_)}
+        held = "; ".join(f"{r.target} {r.model}: Spearman {r.spearman:.3f}, MAPE {r.mape_pct:.1f} %"
+                         for r in table.itertuples() if r.model == "calibrated")
+        descr = (f"{device} (device_id {tr.device_id_}): {source_uri} (version {source.get('version', '?')}) "
+                 f"calibrated on {k} measured rows of {where} ({tags['forms']})."
+                 + (f" Held-out {len(rows) - k} rows: {held}." if held else " No held-out rows."))
+        info = tracking.log_cascade(tr, cal_rows[list(tr.input_columns_)].head(5).reset_index(drop=True),
+                                    registered_name=name if register else None, metadata=meta, description=descr,
+                                    model_description=f"CARB cost model of {device} (device_id {tr.device_id_}): "
+                                                      f"peak memory, energy and latency per batch.")
+    return run_id, info
 
 
 main = hydra_command("calibrate")(run_calibrate)

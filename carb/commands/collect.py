@@ -26,10 +26,10 @@ timed loop, utilization window): model building, features, writing, bookkeeping.
 """
 from __future__ import annotations
 
-import math
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from carb import tracking
@@ -41,15 +41,15 @@ from carb.design.space import configs_from_cfg
 from carb.errors import ConfigError
 from carb.measure.collector import (
     LoopStats,
-    check_device,
-    check_protocol,
     check_shard,
     check_writable,
+    checked_identity,
+    loop_summary,
     measure_configs,
     read_schema,
+    remaining_configs,
     resolve_out,
     shard_configs,
-    sibling_shards,
 )
 
 
@@ -143,37 +143,16 @@ def run_collect(cfg: Any, configs: Sequence[ArchConfig] | None = None) -> dict[s
     check_writable(out)
     existing = read_schema(out)  # schema check before the device is opened
     shard = shard_configs(configs, int(c.get("seed", 0) or 0), index, count)
-    tr = c.get("tracking") or {}
 
     with _get_meter(c.get("device") or {}, c.get("measure") or {}) as meter:
-        from carb.measure.fingerprint import protocol_id
-
         facts = meter.device_facts()
-        identity = meter.identity()
-        check_device(existing, out, identity)
-        identity["protocol_id"] = protocol_id(meter.settings.to_dict(),
-                                              identity.get("device_id") or identity["device_name"])
-        check_protocol(existing, out, identity["protocol_id"], mix_protocols)
-        done = set(existing.loc[~existing["status"].isin(retry_statuses), "config_id"].astype(str))
-        siblings = sibling_shards(out)
-        if len(siblings):
-            mine = siblings[siblings["device_name"] == identity["device_name"]]
-            done |= set(mine.loc[~mine["status"].isin(retry_statuses), "config_id"].astype(str))
-        todo = [x for x in shard if x.config_id not in done]
-        if limit is not None:
-            todo = todo[:limit]
+        identity = checked_identity(meter, existing, out, mix_protocols)
+        todo = remaining_configs(shard, existing, out, identity["device_name"], retry_statuses, limit)
         slug = device_slug(identity["device_name"])
         run_name = c.get("run_name") or sweep_suffix(f"collect/{slug}/{space_name}/shard{index}of{count}")
         stats = LoopStats()
         appender = DatasetAppender(out, existing)
-        t_loop = time.perf_counter()
-        with tracking.start_run("collect", run_name, tracking_uri=tr.get("uri", "sqlite:///mlruns/mlflow.db"),
-                                sweep=sweep_tags(),
-                                artifact_root=tr.get("artifact_root"),
-                                tags={"space": space_name, "device_name": identity["device_name"],
-                                      "device_id": identity.get("device_id") or "unknown",
-                                      "protocol_id": identity["protocol_id"],
-                                      "device_kind": identity["device_kind"], "shard": f"{index}/{count}"}) as run_id:
+        with _start_run(c, run_name, space_name, identity, index, count) as run_id:
             tracking.log_params({"space": space, "measure": c.get("measure") or {}, "device": c.get("device") or {},
                                  "seed": c.get("seed", 0), "shard": {"index": index, "count": count},
                                  "out": str(out), "max_minutes": max_minutes, "limit": limit,
@@ -188,37 +167,43 @@ def run_collect(cfg: Any, configs: Sequence[ArchConfig] | None = None) -> dict[s
                                 _static_table, stats, deadline=deadline, progress=bar)
             finally:
                 bar.close()
-                loop_s = time.perf_counter() - t_loop
-                n_meas, counts, stopped = stats.n_measured, stats.counts, stats.stopped
-                result = {
-                    "out": str(out), "run_id": run_id, "n_ok": counts["ok"], "n_oom": counts["oom"],
-                    "n_error": counts["error"], "n_contended": counts.get("contended", 0),
-                    "n_repeated": stats.repeated,
-                    "repeated_fraction": stats.repeated / n_meas if n_meas else math.nan,
-                    "device_id": identity.get("device_id"), "protocol_id": identity["protocol_id"],
-                    "n_existing": len(existing), "n_todo": len(todo),
-                    "n_measured": n_meas, "n_rows": len(appender.frame), "stopped": stopped,
-                    "duration_s": time.perf_counter() - t_start, "loop_s": loop_s,
-                    "setup_s": t_loop - t_start,
-                    "s_per_config": loop_s / n_meas if n_meas else math.nan,
-                    "overhead_fraction": (1.0 - stats.protocol_s / loop_s) if loop_s > 0 and n_meas else math.nan,
-                    "strict_overhead_fraction": (1.0 - stats.strict_s / loop_s) if loop_s > 0 and n_meas else math.nan,
-                    "write_s": appender.write_s, "device": facts,
-                    "phases_s": {**stats.phases_s, "write_s": appender.write_s},
-                }
-                print(f"carb-collect: {n_meas} rows measured ({counts['ok']} ok, {counts['oom']} oom, "
-                      f"{counts['error']} error, {counts.get('contended', 0)} contended); contention guard "
-                      f"repeated the timed window of {stats.repeated} row(s)", file=sys.stderr)
-                tracking.log_metrics({k: result[k] for k in (
-                    "n_ok", "n_oom", "n_error", "n_contended", "n_repeated", "repeated_fraction", "n_existing", "n_measured", "n_rows", "duration_s", "loop_s",
-                    "setup_s", "s_per_config", "overhead_fraction", "strict_overhead_fraction", "write_s")})
-                tracking.log_metrics({f"phase_{k}": v for k, v in result["phases_s"].items()})
-                tracking.set_tags({"stopped": stopped or ("interrupted" if n_meas < len(todo) else "complete")})
-                if len(appender.frame) and out.exists():
-                    tracking.log_dataset(appender.frame, name=f"{space_name}-{slug}", source=str(out),
-                                         context="collection")
-                    tracking.log_artifact(out, "dataset")
+                summary = loop_summary(stats, time.perf_counter() - t_loop, appender.write_s)
+                result = {"out": str(out), "run_id": run_id, **summary,
+                          "device_id": identity.get("device_id"), "protocol_id": identity["protocol_id"],
+                          "n_existing": len(existing), "n_todo": len(todo), "n_rows": len(appender.frame),
+                          "duration_s": time.perf_counter() - t_start, "setup_s": t_loop - t_start, "device": facts}
+                _report(result, appender, out, f"{space_name}-{slug}")
     return result
+
+
+def _start_run(c: Mapping[str, Any], run_name: str, space_name: str, identity: Mapping[str, Any], index: int,
+               count: int):
+    """The collection's MLflow run (a context manager yielding its id), tagged with the space, the device
+    and its protocol, and the shard."""
+    tr = c.get("tracking") or {}
+    return tracking.start_run("collect", run_name, tracking_uri=tr.get("uri", "sqlite:///mlruns/mlflow.db"),
+                              sweep=sweep_tags(),
+                              artifact_root=tr.get("artifact_root"),
+                              tags={"space": space_name, "device_name": identity["device_name"],
+                                    "device_id": identity.get("device_id") or "unknown",
+                                    "protocol_id": identity["protocol_id"],
+                                    "device_kind": identity["device_kind"], "shard": f"{index}/{count}"})
+
+
+def _report(result: Mapping[str, Any], appender: DatasetAppender, out: Path, dataset_name: str) -> None:
+    """Print the loop's counts (stderr) and log them, the timings, the stop reason and the dataset."""
+    n_meas, stopped = result["n_measured"], result["stopped"]
+    print(f"carb-collect: {n_meas} rows measured ({result['n_ok']} ok, {result['n_oom']} oom, "
+          f"{result['n_error']} error, {result['n_contended']} contended); contention guard "
+          f"repeated the timed window of {result['n_repeated']} row(s)", file=sys.stderr)
+    tracking.log_metrics({k: result[k] for k in (
+        "n_ok", "n_oom", "n_error", "n_contended", "n_repeated", "repeated_fraction", "n_existing", "n_measured", "n_rows", "duration_s", "loop_s",
+        "setup_s", "s_per_config", "overhead_fraction", "strict_overhead_fraction", "write_s")})
+    tracking.log_metrics({f"phase_{k}": v for k, v in result["phases_s"].items()})
+    tracking.set_tags({"stopped": stopped or ("interrupted" if n_meas < result["n_todo"] else "complete")})
+    if len(appender.frame) and out.exists():
+        tracking.log_dataset(appender.frame, name=dataset_name, source=str(out), context="collection")
+        tracking.log_artifact(out, "dataset")
 
 
 def import_run(c: Mapping[str, Any]) -> dict[str, Any]:

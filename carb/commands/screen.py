@@ -160,23 +160,8 @@ def run_screen(cfg: Any) -> dict[str, Any]:
     prog = Progress.from_cfg("carb-screen", 4.0, cfg, throttle=False)
     prog.begin(f"loading {target_uri}" + (f" and {cfg.screen.source}" if cfg.screen.get("source") else ""))
     t0 = time.perf_counter()
-    target = _load(target_uri, "target")
-    source = None
-    notes: list[str] = []
-    if cfg.screen.get("source"):
-        try:
-            source = _load(cfg.screen.source, "source")
-        except ModelError as e:
-            if not cfg.screen.get("source_optional", False):
-                raise
-            notes.append(f"source model {cfg.screen.source} is not available ({e}); running single-stage "
-                         f"with the target model only")
-    targets = screening.model_targets(target)
-    budget_cfg = {k: v for k, v in to_dict(cfg.screen.budget).items() if v is not None}
-    if cfg.screen.get("skip_unpredicted_budget", False):
-        for k in [k for k in budget_cfg if k not in targets]:
-            notes.append(f"budget on {k} dropped: the target model does not predict it (predicts {targets})")
-            budget_cfg.pop(k)
+    target, source, notes = _load_models(cfg, target_uri)
+    budget_cfg = _budget(cfg, screening.model_targets(target), notes)
     load_s = time.perf_counter() - t0
     t = time.perf_counter()
     prog.begin("building and featurizing the grid")
@@ -190,9 +175,67 @@ def run_screen(cfg: Any) -> dict[str, Any]:
                               outside=str(cfg.screen.get("outside", "flag")),
                               coverage=_coverage(cfg.screen.get("interval_coverage")))
     result.timings_s.update({"features_s": feat_s, "load_models_s": load_s})
+    mode = "two-stage" if source is not None else "single-stage"
+    _print_report(cfg, result, notes, target_uri, target, source, mode)
+    out_dir = _write_files(cfg, result, prog)
+    validation = _validation(cfg, target, result.budget) if cfg.screen.get("validate") else {}
+    for k, v in validation.items():
+        if k.endswith(("accuracy", "rate", "mae")):
+            print(f"{k} = {v:.4f}" if isinstance(v, float) else f"{k} = {v}")
+    tags = {"target_model": target_uri, "target_version": target.registry_.get("version", ""),
+            "device": getattr(target, "device_name_", ""), "mode": mode}
+    if source is not None:
+        tags.update({"source_model": cfg.screen.source, "source_version": source.registry_.get("version", "")})
+    run_name = sweep_suffix(f"screen/{device_slug(getattr(target, 'device_name_', 'model'))}/{mode}/"
+                            f"{budget_summary(result.budget)}")
+    prog.begin("logging to MLflow")
+    counts = result.counts
+    with tracking.start_run("screen", run_name, uri, tags=tags, artifact_root=art,
+                            sweep=sweep_tags()) as run_id:
+        tracking.log_params({"screen": to_dict(cfg.screen), "space": to_dict(cfg.space)})
+        metrics = {**counts, **{k: v for k, v in result.stages.items()}, **result.timings_s, **validation}
+        tracking.log_metrics(metrics)
+        tracking.log_artifact(out_dir, "screen")
+    prog.finish(f"screened {counts['n_candidates']} candidates")
+    print(f"wrote {out_dir}/scored.parquet, scored.csv, shortlist.csv, pareto.png; MLflow run {run_id}")
+    return {**counts, **result.stages, "timings_s": result.timings_s, "output_dir": str(out_dir),
+            "run_id": run_id, "target": target_uri, "mode": mode, "validation": validation,
+            "shortlist": result.shortlist, "notes": notes}
+
+
+def _load_models(cfg: Any, target_uri: str) -> tuple[Any, Any, list[str]]:
+    """``(target model, source model or None, notes)``: the source is optional with
+    ``screen.source_optional`` (a note says it is missing)."""
+    target = _load(target_uri, "target")
+    source = None
+    notes: list[str] = []
+    if cfg.screen.get("source"):
+        try:
+            source = _load(cfg.screen.source, "source")
+        except ModelError as e:
+            if not cfg.screen.get("source_optional", False):
+                raise
+            notes.append(f"source model {cfg.screen.source} is not available ({e}); running single-stage "
+                         f"with the target model only")
+    return target, source, notes
+
+
+def _budget(cfg: Any, targets: list[str], notes: list[str]) -> dict[str, Any]:
+    """``screen.budget`` without its null limits; with ``screen.skip_unpredicted_budget`` also without
+    the limits on targets the model does not predict (each dropped one noted in ``notes``)."""
+    budget_cfg = {k: v for k, v in to_dict(cfg.screen.budget).items() if v is not None}
+    if cfg.screen.get("skip_unpredicted_budget", False):
+        for k in [k for k in budget_cfg if k not in targets]:
+            notes.append(f"budget on {k} dropped: the target model does not predict it (predicts {targets})")
+            budget_cfg.pop(k)
+    return budget_cfg
+
+
+def _print_report(cfg: Any, result: Any, notes: list[str], target_uri: str, target: Any, source: Any,
+                  mode: str) -> None:
+    """The terminal report: notes, models, grid and budget, training domain, decisions, shortlist."""
     for n in notes + result.notes:
         print(f"note: {n}")
-    mode = "two-stage" if source is not None else "single-stage"
     print(f"carb-screen: {mode}; target {target_uri} "
           f"(v{target.registry_.get('version', '?')}, device {getattr(target, 'device_name_', '?')}, "
           f"device_id {getattr(target, 'device_id_', None) or 'unknown'})"
@@ -213,6 +256,11 @@ def run_screen(cfg: Any) -> dict[str, Any]:
     print(f"accept {counts['n_accept']}, borderline {counts['n_borderline']} ({rule} a budget line: profile "
           f"these), unverified {counts['n_unverified']} (precision never measured), reject {counts['n_reject']}; "
           f"Pareto front {counts['n_pareto']}")
+    _print_shortlist(result, screening.model_targets(target))
+
+
+def _print_shortlist(result: Any, targets: list[str]) -> None:
+    """The shortlist, or the closest candidates when none meets the budget."""
     preds = [pred_name(t) for t in targets]
     if result.objective not in targets:   # a per-image objective: show the column it ranks by
         preds.append(pred_name(result.objective))
@@ -223,7 +271,11 @@ def run_screen(cfg: Any) -> dict[str, Any]:
     else:
         print(f"shortlist ({len(result.shortlist)}; Pareto front first, by predicted {result.objective}):")
         print(format_table(result.shortlist, preds, ["decision", "pareto", "in_domain"]))
-    # one run, one folder: Hydra's run folder when run as a command, else a time-stamped one
+
+
+def _write_files(cfg: Any, result: Any, prog: Progress) -> Path:
+    """Write the scored grid (parquet, CSV), the shortlist and ``pareto.png`` into one folder per run
+    (Hydra's run folder when run as a command, else a time-stamped one under ``screen.output_dir``)."""
     out_dir = hydra_run_dir() or Path(cfg.screen.output_dir) / time.strftime("%Y-%m-%d_%H-%M-%S")
     out_dir.mkdir(parents=True, exist_ok=True)
     prog.begin("writing the scored grid and pareto.png")
@@ -234,28 +286,7 @@ def run_screen(cfg: Any) -> dict[str, Any]:
 
     fig = pareto_figure(result)
     fig.savefig(out_dir / "pareto.png", dpi=130, bbox_inches="tight")
-    validation = _validation(cfg, target, result.budget) if cfg.screen.get("validate") else {}
-    for k, v in validation.items():
-        if k.endswith(("accuracy", "rate", "mae")):
-            print(f"{k} = {v:.4f}" if isinstance(v, float) else f"{k} = {v}")
-    tags = {"target_model": target_uri, "target_version": target.registry_.get("version", ""),
-            "device": getattr(target, "device_name_", ""), "mode": mode}
-    if source is not None:
-        tags.update({"source_model": cfg.screen.source, "source_version": source.registry_.get("version", "")})
-    run_name = sweep_suffix(f"screen/{device_slug(getattr(target, 'device_name_', 'model'))}/{mode}/"
-                            f"{budget_summary(result.budget)}")
-    prog.begin("logging to MLflow")
-    with tracking.start_run("screen", run_name, uri, tags=tags, artifact_root=art,
-                            sweep=sweep_tags()) as run_id:
-        tracking.log_params({"screen": to_dict(cfg.screen), "space": to_dict(cfg.space)})
-        metrics = {**counts, **{k: v for k, v in result.stages.items()}, **result.timings_s, **validation}
-        tracking.log_metrics(metrics)
-        tracking.log_artifact(out_dir, "screen")
-    prog.finish(f"screened {counts['n_candidates']} candidates")
-    print(f"wrote {out_dir}/scored.parquet, scored.csv, shortlist.csv, pareto.png; MLflow run {run_id}")
-    return {**counts, **result.stages, "timings_s": result.timings_s, "output_dir": str(out_dir),
-            "run_id": run_id, "target": target_uri, "mode": mode, "validation": validation,
-            "shortlist": result.shortlist, "notes": notes}
+    return out_dir
 
 
 main = hydra_command("screen")(run_screen)

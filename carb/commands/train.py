@@ -68,18 +68,7 @@ def run_train(cfg: Any) -> dict[str, Any]:
     split = split_dataset(full, seed=seed, fractions=fractions)
     train, val, cal, test = split.frames4(full)
     model_cfg, preset = resolve_auto(to_dict(cfg.model), len(train))
-    tuned = model_cfg.pop("tuned_from", None)
-    tune_tags: dict[str, str] = {}
-    if tuned:
-        import json
-
-        from carb.model.tuning import tuned_per_target
-
-        per_target, prov = tuned_per_target(str(tuned["study"]), str(tuned["storage"]))
-        model_cfg["per_target"] = {**dict(model_cfg.get("per_target") or {}), **per_target}
-        tune_tags = {"tuned_study": str(tuned["study"]), "tuned_storage": str(tuned["storage"]),
-                     "tuned_trials": json.dumps(prov)}
-        print(f"carb-train: using the best parameters of study {tuned['study']!r} (trials {prov})")
+    tune_tags = apply_tuned(model_cfg)
     features = to_dict(cfg.features)
     cascade = build_cascade(model_cfg, features)
     targets = [t for t in TARGETS if t in full.columns]
@@ -91,31 +80,19 @@ def run_train(cfg: Any) -> dict[str, Any]:
     same_tags = feature_identity(cascade, train)
     cascade.record_test_mae(test, test[targets])
     cascade.split_seed_, cascade.split_fractions_ = seed, list(fractions)
-    t_cal = time.perf_counter()
-    if len(cal):
-        from carb.model.intervals import calibrate
-
-        cascade.intervals_ = calibrate(cascade, cal, cal[targets], coverage=float(ev.get("interval_coverage", 0.9)))
-    else:
-        print("carb-train: split.fractions has no calibration part; the model gets no prediction intervals")
-    t_cal, t_eval = time.perf_counter() - t_cal, time.perf_counter()
+    t_cal = calibrate_intervals(cascade, cal, targets, float(ev.get("interval_coverage", 0.9)))
+    t_eval = time.perf_counter()
     metrics, extras = evaluate_cascade(cascade, train, val, test, full, ev,
                                        progress=prog.hook(float(len(cascade.targets_))))
     metrics.update({"calibrate_s": t_cal, "evaluate_s": time.perf_counter() - t_eval})
 
-    slug = device_slug(device)
-    run_name = cfg.get("run_name") or sweep_suffix("/".join(
-        [slug, cascade.feature_set_, preset] + ([str(cfg.run_suffix)] if cfg.get("run_suffix") else [])))
-    reg_name = model_name(full) if should_register(cfg.get("register", "auto")) else None
-    tags = {"device": device, "device_slug": slug, "device_id": cascade.device_id_ or "unknown",
-            "feature_set": cascade.feature_set_, "preset": preset,
-            "targets": ",".join(cascade.targets_), "dataset": data_path, **same_tags, **tune_tags}
     fit = {"cascade": cascade, "metrics": metrics, "extras": extras, "full": full, "test": test,
            "sizes": [len(train), len(val), len(cal), len(test)], "device": device, "data_path": data_path,
-           "preset": preset, "run_name": run_name, "reg_name": reg_name, "tags": tags,
-           "split": f"seed={seed},fractions={','.join(f'{f:g}' for f in fractions)}", "config": to_dict(cfg), "sweep": sweep_tags()}
+           "preset": preset, "split": f"seed={seed},fractions={','.join(f'{f:g}' for f in fractions)}",
+           "config": to_dict(cfg), "sweep": sweep_tags()}
+    fit.update(fit_labels(cfg, fit, {**same_tags, **tune_tags}))
     folder = save_fit(fit, fit_folder(cfg))
-    prog.begin("logging to MLflow" + (" and registering" if reg_name else ""), LOG_WEIGHT)
+    prog.begin("logging to MLflow" + (" and registering" if fit["reg_name"] else ""), LOG_WEIGHT)
     out = log_fit(fit, cfg, folder)
     prog.finish("fitted, evaluated and logged")
     return out
@@ -123,6 +100,51 @@ def run_train(cfg: Any) -> dict[str, Any]:
 
 #: Weight of logging a run (figures, model, registration) against one cascade stage, for the ETA.
 LOG_WEIGHT = 2.0
+
+
+def apply_tuned(model_cfg: dict[str, Any]) -> dict[str, str]:
+    """With ``model.tuned_from`` (``{"study", "storage"}``: an Optuna study of ``carb-tune``), merge the
+    study's best per-target parameters into ``model_cfg["per_target"]`` (in place; ``tuned_from`` is
+    removed) and return the run's tags naming the study; ``{}`` without it."""
+    tuned = model_cfg.pop("tuned_from", None)
+    if not tuned:
+        return {}
+    import json
+
+    from carb.model.tuning import tuned_per_target
+
+    per_target, prov = tuned_per_target(str(tuned["study"]), str(tuned["storage"]))
+    model_cfg["per_target"] = {**dict(model_cfg.get("per_target") or {}), **per_target}
+    print(f"carb-train: using the best parameters of study {tuned['study']!r} (trials {prov})")
+    return {"tuned_study": str(tuned["study"]), "tuned_storage": str(tuned["storage"]),
+            "tuned_trials": json.dumps(prov)}
+
+
+def calibrate_intervals(cascade: Any, cal: Any, targets: list[str], coverage: float) -> float:
+    """Calibrate the cascade's prediction intervals (``intervals_``) on the calibration rows ``cal`` at
+    ``coverage``; without such rows say that the model gets none. Returns the seconds it took."""
+    t0 = time.perf_counter()
+    if len(cal):
+        from carb.model.intervals import calibrate
+
+        cascade.intervals_ = calibrate(cascade, cal, cal[targets], coverage=coverage)
+    else:
+        print("carb-train: split.fractions has no calibration part; the model gets no prediction intervals")
+    return time.perf_counter() - t0
+
+
+def fit_labels(cfg: Any, fit: dict[str, Any], extra_tags: dict[str, str]) -> dict[str, Any]:
+    """``run_name``, ``reg_name`` (the device's registered model, or None when this run does not
+    register) and the run's ``tags`` of a fit."""
+    cascade, device, preset = fit["cascade"], fit["device"], fit["preset"]
+    slug = device_slug(device)
+    run_name = cfg.get("run_name") or sweep_suffix("/".join(
+        [slug, cascade.feature_set_, preset] + ([str(cfg.run_suffix)] if cfg.get("run_suffix") else [])))
+    reg_name = model_name(fit["full"]) if should_register(cfg.get("register", "auto")) else None
+    tags = {"device": device, "device_slug": slug, "device_id": cascade.device_id_ or "unknown",
+            "feature_set": cascade.feature_set_, "preset": preset,
+            "targets": ",".join(cascade.targets_), "dataset": fit["data_path"], **extra_tags}
+    return {"run_name": run_name, "reg_name": reg_name, "tags": tags}
 
 
 def train_plan(ev: dict[str, Any], full: Any, n_targets: int) -> float:

@@ -163,56 +163,27 @@ def run_tune(cfg: Any) -> dict[str, Any]:
     check_config('tune', cfg)
     import optuna
 
-    from carb.data.io import load_training_frame
-    from carb.data.schema import TARGETS
-    from carb.data.split import split_dataset
-    from carb.model.ensemble import MEMBERS, resolve_n_jobs
-    from carb.model.presets import build_cascade
-
     tc = cfg.tune
     metric = metric_fn(str(tc.metric))
-    members = list(tc.members)
-    bad = [m for m in members if m not in MEMBERS]
-    if bad or not members:
-        raise ConfigError(f"tune.members: {bad or members} not allowed; allowed: {list(MEMBERS)}")
+    members = _members(tc)
     space = to_dict(tc.search_space)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = storage_for(str(tc.storage))
     worker = int(tc.worker)
-    seed = int(tc.seed) + worker
-
-    full, device = load_training_frame(str(cfg.data.get("path") or "reference"), cfg.data.get("device"))
-    fractions = tuple(float(f) for f in cfg.split.get("fractions", (0.7, 0.15, 0.15)))
-    train, val, _cal, _test = split_dataset(full, seed=int(cfg.split.seed), fractions=fractions).frames4(full)
-    from carb.model.presets import resolve_auto
-
-    model_cfg, _ = resolve_auto(to_dict(cfg.model), len(train))
-    model_cfg.pop("tuned_from", None)
-    base = build_cascade(model_cfg, to_dict(cfg.features))
-    targets_all = [t for t in TARGETS if t in full.columns]
-    base_prog = Progress.from_cfg("carb-tune", len(targets_all), cfg, throttle=False)
-    t_base = time.perf_counter()
-    base.fit(train, train[targets_all], val, val[targets_all], progress=base_prog.hook(1.0, "base preset fit, stage "))
-    base_prog.finish("base preset fitted")
-    base_fit_s = time.perf_counter() - t_base
+    base, model_cfg, train, val, device, base_fit_s = _fit_base(cfg)
     wanted = list(tc.targets) if tc.get("targets") else list(base.targets_)
     unknown = [t for t in wanted if t not in base.targets_]
     if unknown:
         raise ConfigError(f"tune.targets: {unknown} not measured in the data; allowed: {list(base.targets_)}")
     data = stage_data(base, train, val)
-    n_jobs = resolve_n_jobs(model_cfg.get("n_jobs"))
-    specialists = model_cfg.get("specialists") or {}
     parent = parent_run(cfg, {"train": train, "val": val}) if tc.get("log_trials", True) else None
     logger = TrialLogger(cfg, parent, bool(tc.get("log_trials", True)))
-    report_every = int(tc.pruner.get("report_every", 10))
-    timeout = tc.get("timeout_s")
-    settings = TuneSettings(n_trials=int(tc.n_trials), blend_trials=int(tc.blend_trials), timeout_s=timeout,
-                            seed=seed, n_startup_trials=int(tc.n_startup_trials), pruner=dict(tc.pruner),
-                            report_every=report_every, n_jobs=n_jobs, fit_seed=int(cfg.split.seed), metric=metric)
+    settings = _settings(cfg, model_cfg, metric)
     results: dict[str, Any] = {}
     prog = Progress.from_cfg("carb-tune", tune_plan(len(wanted), len(members), int(tc.n_trials),
                                                     int(tc.blend_trials)), cfg)
     callbacks = [logger, TrialProgress(prog, str(tc.metric))]
+    specialists = model_cfg.get("specialists") or {}
     n_done, t0 = 0, time.perf_counter()
     for t in wanted:
         sd = data[t]
@@ -228,8 +199,60 @@ def run_tune(cfg: Any) -> dict[str, Any]:
                "worse": worse_targets(results, str(tc.study), wanted)}
     if parent:
         _log_parent(cfg, parent, storage, wanted, members, summary)
-    print(f"carb-tune: study {tc.study!r} worker {worker}: {n_done} trials in {elapsed:.0f} s "
-          f"({per_min:.1f} trials/min) on {device}")
+    _print_summary(cfg, summary, wanted)
+    return summary
+
+
+def _members(tc: Any) -> list[str]:
+    """``tune.members``, each one of :data:`carb.model.ensemble.MEMBERS` (one-line error otherwise)."""
+    from carb.model.ensemble import MEMBERS
+
+    members = list(tc.members)
+    bad = [m for m in members if m not in MEMBERS]
+    if bad or not members:
+        raise ConfigError(f"tune.members: {bad or members} not allowed; allowed: {list(MEMBERS)}")
+    return members
+
+
+def _fit_base(cfg: Any) -> tuple[Any, dict[str, Any], Any, Any, str, float]:
+    """The base cascade of the ``model`` preset fitted on the split's training rows:
+    ``(cascade, model config, train rows, validation rows, device name, fit seconds)``."""
+    from carb.data.io import load_training_frame
+    from carb.data.schema import TARGETS
+    from carb.data.split import split_dataset
+    from carb.model.presets import build_cascade, resolve_auto
+
+    full, device = load_training_frame(str(cfg.data.get("path") or "reference"), cfg.data.get("device"))
+    fractions = tuple(float(f) for f in cfg.split.get("fractions", (0.7, 0.15, 0.15)))
+    train, val, _cal, _test = split_dataset(full, seed=int(cfg.split.seed), fractions=fractions).frames4(full)
+    model_cfg, _ = resolve_auto(to_dict(cfg.model), len(train))
+    model_cfg.pop("tuned_from", None)
+    base = build_cascade(model_cfg, to_dict(cfg.features))
+    targets_all = [t for t in TARGETS if t in full.columns]
+    base_prog = Progress.from_cfg("carb-tune", len(targets_all), cfg, throttle=False)
+    t_base = time.perf_counter()
+    base.fit(train, train[targets_all], val, val[targets_all], progress=base_prog.hook(1.0, "base preset fit, stage "))
+    base_prog.finish("base preset fitted")
+    return base, model_cfg, train, val, device, time.perf_counter() - t_base
+
+
+def _settings(cfg: Any, model_cfg: dict[str, Any], metric: Any) -> TuneSettings:
+    """The study's settings: trials, timeout, sampler seed (``tune.seed`` + worker), pruner, threads."""
+    from carb.model.ensemble import resolve_n_jobs
+
+    tc = cfg.tune
+    return TuneSettings(n_trials=int(tc.n_trials), blend_trials=int(tc.blend_trials), timeout_s=tc.get("timeout_s"),
+                        seed=int(tc.seed) + int(tc.worker), n_startup_trials=int(tc.n_startup_trials),
+                        pruner=dict(tc.pruner), report_every=int(tc.pruner.get("report_every", 10)),
+                        n_jobs=resolve_n_jobs(model_cfg.get("n_jobs")), fit_seed=int(cfg.split.seed), metric=metric)
+
+
+def _print_summary(cfg: Any, summary: dict[str, Any], wanted: list[str]) -> None:
+    """Trials and speed, base preset -> tuned blend per target, warnings where tuning made it worse."""
+    tc = cfg.tune
+    results, n_done, elapsed = summary["results"], summary["trials_run"], summary["elapsed_s"]
+    print(f"carb-tune: study {tc.study!r} worker {summary['worker']}: {n_done} trials in {elapsed:.0f} s "
+          f"({summary['trials_per_minute']:.1f} trials/min) on {summary['device']}")
     for t in wanted:
         b = results[sub_name(tc.study, t, "blend")]
         print(f"  {t}: base preset val {tc.metric} {results[f'base.{t}']['value']:.4g} -> tuned blend "
@@ -237,7 +260,6 @@ def run_tune(cfg: Any) -> dict[str, Any]:
     for line in worse_lines(summary["worse"], str(tc.metric), str(cfg.model.get("name", "the base preset"))):
         print(line, file=sys.stderr)
     print(f"  use it: carb-train model=tuned tune.study={tc.study}")
-    return summary
 
 
 def _log_parent(cfg, parent: str, storage, targets, members, summary) -> None:

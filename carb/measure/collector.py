@@ -8,6 +8,7 @@ MLflow.
 """
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -269,3 +270,47 @@ def measure_configs(todo: Sequence[ArchConfig], meter: Any, identity: Mapping[st
                                  contended=stats.counts.get("contended", 0), repeated=stats.repeated,
                                  refresh=False)
     return stats
+
+
+def checked_identity(meter: Any, existing: pd.DataFrame, out: Path, mix_protocols: bool = False) -> dict[str, str]:
+    """The meter's device identity with its ``protocol_id`` (measurement settings + device), checked
+    against the rows ``out`` already holds: the same device (:func:`check_device`) and the same protocol
+    (:func:`check_protocol`, unless ``mix_protocols``)."""
+    from carb.measure.fingerprint import protocol_id
+
+    identity = meter.identity()
+    check_device(existing, out, identity)
+    identity["protocol_id"] = protocol_id(meter.settings.to_dict(), identity.get("device_id") or identity["device_name"])
+    check_protocol(existing, out, identity["protocol_id"], mix_protocols)
+    return identity
+
+
+def remaining_configs(shard: Sequence[ArchConfig], existing: pd.DataFrame, out: Path, device_name: str,
+                      retry_statuses: Sequence[str] = (), limit: int | None = None) -> list[ArchConfig]:
+    """The shard's configurations still to measure (resume): those that neither ``out`` nor a sibling
+    shard file of the same device holds with a status outside ``retry_statuses``; the first ``limit``."""
+    done = set(existing.loc[~existing["status"].isin(retry_statuses), "config_id"].astype(str))
+    siblings = sibling_shards(out)
+    if len(siblings):
+        mine = siblings[siblings["device_name"] == device_name]
+        done |= set(mine.loc[~mine["status"].isin(retry_statuses), "config_id"].astype(str))
+    todo = [x for x in shard if x.config_id not in done]
+    return todo[:limit] if limit is not None else todo
+
+
+def loop_summary(stats: LoopStats, loop_s: float, write_s: float) -> dict[str, Any]:
+    """What a collection loop of ``loop_s`` seconds did: rows by status, repeated timed windows, seconds
+    per configuration, overhead fractions (the loop's time outside the rows' protocol, and outside its
+    strict part) and seconds by phase (``write_s``: the appender's writing)."""
+    n_meas, counts = stats.n_measured, stats.counts
+    timed = loop_s > 0 and n_meas
+    return {
+        "n_ok": counts["ok"], "n_oom": counts["oom"], "n_error": counts["error"],
+        "n_contended": counts.get("contended", 0), "n_repeated": stats.repeated,
+        "repeated_fraction": stats.repeated / n_meas if n_meas else math.nan,
+        "n_measured": n_meas, "stopped": stats.stopped, "loop_s": loop_s,
+        "s_per_config": loop_s / n_meas if n_meas else math.nan,
+        "overhead_fraction": (1.0 - stats.protocol_s / loop_s) if timed else math.nan,
+        "strict_overhead_fraction": (1.0 - stats.strict_s / loop_s) if timed else math.nan,
+        "write_s": write_s, "phases_s": {**stats.phases_s, "write_s": write_s},
+    }

@@ -288,3 +288,22 @@ class TransferredCascade:
         """The transfer per target and the source's own summary (JSON-able)."""
         src = self.source_.summary() if hasattr(self.source_, "summary") else {}
         return {"transfer": self.transfer_, "calibration_rows": self.calibration_rows_, "source": src}
+
+
+def describe_form(info: dict[str, Any]) -> str:
+    """One target's transfer (an entry of ``transfer_``) as a short formula of the source prediction
+    ``p``: ``x 1.8`` (scale), ``exp(0.412) * p^0.953`` (affine), ... (what ``carb-calibrate`` prints)."""
+    e = 2.718281828459045
+    form = info["form"]
+    if form == "source":
+        return "nothing measured: the source's prediction kept"
+    if form == "scale":
+        return f"x {pow(e, info['a']):.3g}"
+    if form == "affine":
+        return f"exp({info['a']:.3f}) * p^{info['b']:.3f}"
+    if form == "precision":
+        return f"p^{info['b']:.3f} x per precision " + ", ".join(
+            f"{p}: {pow(e, v):.3g}" for p, v in (info.get("a_precision") or {}).items())
+    if form == "residual":
+        return f"exp({info['a']:.3f}) * p^{info['b']:.3f} * ridge residual"
+    raise KeyError(form)
