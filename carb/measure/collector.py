@@ -151,13 +151,6 @@ def sibling_shards(out: Path) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else empty_frame()
 
 
-def read_existing(path: Path, identity: Mapping[str, str]) -> pd.DataFrame:
-    """The rows already in ``path`` (empty frame if absent), checked for schema and device."""
-    df = read_schema(path)
-    check_device(df, path, identity)
-    return df
-
-
 def error_line(exc: BaseException, limit: int = 500) -> str:
     """One line: ``Type: message`` (whitespace collapsed, truncated)."""
     msg = " ".join(str(exc).split())

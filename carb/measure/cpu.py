@@ -90,10 +90,6 @@ class CpuContentionProbe(ContentionProbe):
         return cpu / (wall_s * self.threads), max(steal, 0.0) / (wall_s * self.online)
 
 
-def _storage_key(t) -> int:
-    return t.untyped_storage()._cdata
-
-
 def _make_tracker_class():
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten

@@ -128,9 +128,6 @@ class TorchCudaOps:
                 "total_memory_MB": p.total_memory / MB, "multiprocessors": p.multi_processor_count,
                 "torch_version": t.__version__}
 
-    def is_cuda_oom(self, exc: BaseException) -> bool:
-        return isinstance(exc, self.torch.cuda.OutOfMemoryError)
-
 
 class CudaMeter(Meter):
     """Measures on one NVIDIA GPU.
