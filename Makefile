@@ -16,6 +16,12 @@ $(BIN)/.installed: pyproject.toml
 
 venv: $(BIN)/.installed
 
+# the scale-out extras (slurm: the submitit launcher; postgres: the PostgreSQL driver): only the slow
+# tests (tests/test_scale_out.py) and scale-out need them, the fast suite runs without
+$(BIN)/.scale-out: $(BIN)/.installed
+	$(BIN)/pip install -q -e ".[test,slurm,postgres]"
+	touch $@
+
 quickstart: venv  ## train (if no champion) -> promote -> screen, on the shipped dataset
 	$(BIN)/carb-quickstart
 
@@ -26,13 +32,13 @@ postgres:  ## PostgreSQL server binaries for the scale-out test (Debian's packag
 	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql)
 
-scale-out: venv postgres  ## PostgreSQL + mlflow server + 2 tune workers + submitit shards + train/promote/screen
+scale-out: $(BIN)/.scale-out postgres  ## PostgreSQL + mlflow server + 2 tune workers + submitit shards + train/promote/screen
 	$(BIN)/python -m pytest -q -m slow tests/test_scale_out.py
 
-test-slow: venv postgres  ## only the tests marked slow (CI runs them after `make test`: .ci/run)
+test-slow: $(BIN)/.scale-out postgres  ## only the tests marked slow (CI runs them after `make test`: .ci/run)
 	$(BIN)/python -m pytest -q -m "slow and not gpu"
 
-test-all: venv  ## fast + slow (+ gpu, skipped without an NVIDIA GPU)
+test-all: $(BIN)/.scale-out  ## fast + slow (+ gpu, skipped without an NVIDIA GPU)
 	$(BIN)/python -m pytest -q -m "slow or not slow"
 
 bench: venv
