@@ -72,6 +72,13 @@ def _part_counts(kind: str, shape: tuple) -> tuple[int, int, int, int, int]:
     return flops, params, act_total, act_max, n_conv
 
 
+def clear_caches() -> None:
+    """Empty the closed-form caches (per architecture and per part of the walk), e.g. to time a cold run."""
+    per_image_counts.cache_clear()
+    _part_counts.cache_clear()
+    part_layers.cache_clear()
+
+
 def _derived(flops: np.ndarray, params: np.ndarray, param_mb: np.ndarray, act_mb: np.ndarray) -> dict[str, np.ndarray]:
     return {"flops_per_param_log": np.log10(flops / params),
             "compute_intensity": flops / (param_mb + act_mb)}

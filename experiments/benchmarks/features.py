@@ -12,7 +12,7 @@ import sys
 import time
 import warnings
 
-from carb.design.features import grid_features, per_image_counts, static_features
+from carb.design.features import clear_caches, grid_features, static_features
 from carb.design.space import load_space
 
 
@@ -20,7 +20,7 @@ def main(sample: int = 12) -> None:
     grid = load_space("screening")
     times = []
     for _ in range(3):
-        per_image_counts.cache_clear()
+        clear_caches()
         t = time.perf_counter()
         df = grid_features(grid)
         times.append(time.perf_counter() - t)

@@ -73,11 +73,11 @@ def main() -> None:
         source = target
     grid = configs_from_cfg(space_config("screening"))
     run_once(grid[:200], target, source)  # warm-up
-    from carb.design.features import per_image_counts
+    from carb.design.features import clear_caches
 
     res = {}
     for name, cfgs in (("3072", grid), ("100k", None)):
-        per_image_counts.cache_clear()
+        clear_caches()
         if cfgs is None:
             t = time.perf_counter()
             cfgs = big_grid(a.n_big)
