@@ -50,19 +50,18 @@ def _walk(block: str, layout: tuple[int, ...], width_mult: float, input_size: in
     :func:`carb.design.layers.walk` (same arguments): ``convs`` is an (n, 6) array of
     ``(M per image, N, K, kernel, stride, H_in)``, one row per convolution and the classifier (kernel 0:
     a matrix product, not a convolution), in forward order; see :data:`CONV_COLUMNS`."""
-    convs: list[tuple[int, ...]] = []
-    elem = n_elem = 0
+    rows, elem, n_elem = [], 0, 0
     for part in parts(block, layout, width_mult, input_size, early_downsample, num_classes, inner_mult):
-        rows, e, n = _part_shapes(part.kind, part.shape)
-        convs.extend(rows)
+        convs, e, n = _part_shapes(part.kind, part.shape)
+        rows.append(convs)
         elem, n_elem = elem + e, n_elem + n
-    a = np.asarray(convs, dtype=float)
+    a = np.concatenate(rows)
     a.setflags(write=False)
     return a, float(elem), n_elem
 
 
 @lru_cache(maxsize=65536)
-def _part_shapes(kind: str, shape: tuple) -> tuple[tuple[tuple[int, ...], ...], int, int]:
+def _part_shapes(kind: str, shape: tuple) -> tuple[np.ndarray, int, int]:
     """``(GEMM rows, elements passed, element-wise passes)`` of the layers of one part of the walk
     (:func:`carb.design.layers.part_layers`), as :func:`_walk` counts them: a convolution or the
     classifier is a :data:`CONV_COLUMNS` row; batch norm, ReLU and the residual add pass their output,
@@ -78,7 +77,9 @@ def _part_shapes(kind: str, shape: tuple) -> tuple[tuple[tuple[int, ...], ...], 
         else:
             elem += spec.in_elements if spec.kind in ("maxpool", "avgpool") else spec.out_elements
             n_elem += 1
-    return tuple(rows), elem, n_elem
+    a = np.array(rows, dtype=float).reshape(-1, len(CONV_COLUMNS))
+    a.setflags(write=False)
+    return a, elem, n_elem
 
 
 @lru_cache(maxsize=65536)
