@@ -1,5 +1,5 @@
 """experiments/gpu/land.py: keeping a returned GPU run, appending it to a dataset, summarising the
-2**31 check; on a real H200 run kept in experiments/data and a CPU dry run of large_tensors.py."""
+2**31 check; on a real H200 run kept in scripts/data and a CPU dry run of large_tensors.py."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ import pytest
 from tests.scripts import ROOT
 from tests.scripts import load_script as load
 
-RUN = ROOT / "experiments" / "data" / "h200-run-2026-12-04-seed2"
+RUN = ROOT / "scripts" / "data" / "h200-run-2026-12-04-seed2"
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def returned(tmp_path):
     """A returned folder: the kept seed-2 run plus a CPU dry run of the 2**31 check."""
     d = tmp_path / "files_at" / "h200"
     shutil.copytree(RUN, d)
-    lt = load("experiments/gpu/large_tensors.py", "large_tensors_for_land")
+    lt = load("scripts/studies/large_tensors.py", "large_tensors_for_land")
     lt.main(["--fake", "--out", str(d), "--repeats", "1", "--precisions", "fp32"])
     return d
 

@@ -5,7 +5,7 @@ experiments/gpu/run.py end to end on the CPU with a fake device while mlflow, hy
 fvcore, xgboost and lightgbm cannot be imported.
 
 The recorded trace tests/data/h200_counter_trace.csv (NVML total energy polled for 1.5 s under load on
-the H200 of the 2026-12-04 run, the same file as experiments/data/h200-run-2026-12-04/counter_trace.csv)
+the H200 of the 2026-12-04 run, the same file as scripts/data/h200-run-2026-12-04/counter_trace.csv)
 is replayed too: the sampler's update-period estimate on it is the run's (period.json, ~99.9 ms from 16
 edges), and measure_config on the replayed counter gives a per-batch energy equal to the trace's own
 power over the timed window times the latency (within 1 % of the power between the edges inside the
@@ -69,7 +69,7 @@ def test_naive_counter_difference_is_what_the_edges_fix():
 
 
 TRACE = ROOT / "tests" / "data" / "h200_counter_trace.csv"
-RUN_DIR = ROOT / "experiments" / "data" / "h200-run-2026-12-04"
+RUN_DIR = ROOT / "scripts" / "data" / "h200-run-2026-12-04"
 
 
 def _trace() -> list[tuple[float, float]]:

@@ -1,4 +1,4 @@
-"""The README results generator (experiments/readme/results.py) and the extrapolation benchmark's
+"""The README results generator (scripts/results.py) and the extrapolation benchmark's
 argument handling: fast pieces only (no training)."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from tests.scripts import load_script as load
 
 @pytest.fixture(scope="module")
 def results():
-    return load("experiments/readme/results.py", "readme_results")
+    return load("scripts/results.py", "readme_results")
 
 
 def test_classify_counts_precision_and_recall(results):
@@ -46,12 +46,12 @@ def test_h200_provenance_line_is_computed_from_the_shipped_files(results):
     prov = json.loads((ROOT / "carb/data/h200-reference.provenance.json").read_text())
     n = len(pd.read_parquet(ROOT / "carb/data/h200-reference.parquet"))
     assert f" {n} rows " in line and "`c3acf657f4`" in line and "experiments/gpu/run.py" in line
-    assert "(carb/data/h200-reference.md)" in line and "2026-12-04 (12:57 to " in line
+    assert "(../carb/data/h200-reference.md)" in line and "2026-12-04 (12:57 to " in line
     assert f"in {len(prov['runs'])} runs" in line and line.count("seed ") == len(prov["runs"])
 
 
 def test_benchmark_takes_several_datasets(monkeypatch):
-    bench = load("experiments/benchmarks/extrapolation.py", "bench_extrapolation")
+    bench = load("scripts/bench/extrapolation.py", "bench_extrapolation")
     seen = []
     monkeypatch.setattr("carb.data.io.load_training_frame", lambda name: (seen.append(name), (None, name))[1])
     monkeypatch.setattr(bench, "default_splits", lambda df: [])

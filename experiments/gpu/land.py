@@ -1,10 +1,10 @@
 """Land what a lent GPU brought back: keep the files, append the rows to the shipped dataset, summarise.
 
     .venv/bin/python experiments/gpu/land.py RETURNED_DIR --seed 3 [--date 2026-12-05]
-        [--out carb/data/h200-reference.parquet] [--keep experiments/data] [--tracking-uri URI]
+        [--out carb/data/h200-reference.parquet] [--keep scripts/data] [--tracking-uri URI]
 
 ``RETURNED_DIR``: the folder a ``run`` call's files came back in (``experiments/gpu/run.py``'s files,
-and ``large_tensors.csv`` when ``experiments/gpu/large_tensors.py`` ran in the same call). Steps:
+and ``large_tensors.csv`` when ``scripts/studies/large_tensors.py`` ran in the same call). Steps:
 
 1. copies every file of it into ``<keep>/h200-run-<date>-seed<seed>/`` (``date``: the run's
    ``finished_at`` day unless given; an existing folder is refused, nothing is overwritten);
@@ -14,7 +14,7 @@ and ``large_tensors.csv`` when ``experiments/gpu/large_tensors.py`` ran in the s
    ``carb/data/h200-reference.md``, ``experiments/gpu/README.md``; ``tests/test_readme_results.py`` checks
    them) and, with ``large_tensors.csv``, the above / below 2**31 time per element per operator.
 
-Then regenerate the README's results (``python experiments/readme/results.py``). Bad input: one line, exit 2.
+Then regenerate the README's results (``python scripts/results.py``). Bad input: one line, exit 2.
 """
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, required=True, help="the --seed the run was made with")
     ap.add_argument("--date", default=None, help="YYYY-MM-DD for the kept folder (default: the run's finished_at day)")
     ap.add_argument("--out", default=str(ROOT / "carb" / "data" / "h200-reference.parquet"))
-    ap.add_argument("--keep", default=str(ROOT / "experiments" / "data"))
+    ap.add_argument("--keep", default=str(ROOT / "scripts" / "data"))
     ap.add_argument("--tracking-uri", default=None, help="MLflow store for the import run (default: CARB's)")
     a = ap.parse_args(argv)
     from carb.errors import CarbError
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"land: kept the run in {res['kept']}; {a.out} now holds {res['n_rows']:,} configurations of "
           f"{res['n_arch']} architectures: say so in README.md (set-up), conf/data/h200.yaml, "
-          f"carb/data/h200-reference.md and experiments/gpu/README.md, then run experiments/readme/results.py")
+          f"carb/data/h200-reference.md and experiments/gpu/README.md, then run scripts/results.py")
     if res["large_tensors"]:
         print("land: above / below 2**31 time per element: "
               + ", ".join(f"{k} {v:.2f}" for k, v in res["large_tensors"].items()))
