@@ -4,11 +4,25 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
-from tests.scripts import ROOT
-from tests.scripts import load_script as load
+from scripts.studies import large_tensors
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load(rel: str, name: str):
+    """Temporary (until land.py moves into carb): the script ``ROOT/rel`` as module ``name``."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / rel)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
 RUN = ROOT / "scripts" / "data" / "h200-run-2026-12-04-seed2"
 
@@ -23,8 +37,7 @@ def returned(tmp_path):
     """A returned folder: the kept seed-2 run plus a CPU dry run of the 2**31 check."""
     d = tmp_path / "files_at" / "h200"
     shutil.copytree(RUN, d)
-    lt = load("scripts/studies/large_tensors.py", "large_tensors_for_land")
-    lt.main(["--fake", "--out", str(d), "--repeats", "1", "--precisions", "fp32"])
+    large_tensors.main(["--fake", "--out", str(d), "--repeats", "1", "--precisions", "fp32"])
     return d
 
 

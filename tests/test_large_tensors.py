@@ -7,12 +7,12 @@ import csv
 
 import pytest
 
-from tests.scripts import load_script
+from scripts.studies import large_tensors
 
 
 @pytest.fixture(scope="module")
 def lt():
-    return load_script("scripts/studies/large_tensors.py", "large_tensors")
+    return large_tensors
 
 
 def test_dry_run_times_each_operator_on_both_sides_of_the_line(lt, tmp_path, capsys):

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from tests.scripts import load_script
+from scripts.studies import later_runs
 
 
 @pytest.fixture(scope="module")
 def lr():
-    return load_script("scripts/studies/later_runs.py", "later_runs")
+    return later_runs
 
 
 def test_rows_split_at_the_first_runs_end(lr):

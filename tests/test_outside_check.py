@@ -7,12 +7,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.scripts import load_script
+from scripts.studies import outside_check
 
 
 @pytest.fixture(scope="module")
 def oc():
-    return load_script("scripts/studies/outside_check.py", "outside_check")
+    return outside_check
 
 
 def test_first_knob_names_the_first_reason(oc):

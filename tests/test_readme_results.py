@@ -1,19 +1,22 @@
-"""The README results generator (scripts/results.py) and the extrapolation benchmark's
+"""The results generator of docs/RESULTS.md (scripts/results.py) and the extrapolation benchmark's
 argument handling: fast pieces only (no training)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.scripts import ROOT
-from tests.scripts import load_script as load
+import scripts.results
+from scripts.bench import extrapolation
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def results():
-    return load("scripts/results.py", "readme_results")
+    return scripts.results
 
 
 def test_classify_counts_precision_and_recall(results):
@@ -51,7 +54,7 @@ def test_h200_provenance_line_is_computed_from_the_shipped_files(results):
 
 
 def test_benchmark_takes_several_datasets(monkeypatch):
-    bench = load("scripts/bench/extrapolation.py", "bench_extrapolation")
+    bench = extrapolation
     seen = []
     monkeypatch.setattr("carb.data.io.load_training_frame", lambda name: (seen.append(name), (None, name))[1])
     monkeypatch.setattr(bench, "default_splits", lambda df: [])
