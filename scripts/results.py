@@ -374,7 +374,7 @@ def h200_provenance_lines() -> list[str]:
               f"energy {fmt(dr.get('energy_ratio_median'))}")
         per_run.append(t)
     return [f"Dataset: `{H200_DATA}.parquet` ([what and how]({_link(ROOT / f'{H200_DATA}.md')})), {len(d)} rows ({n_arch} architectures) "
-            f"measured by `experiments/gpu/run.py` with CARB's own collector on one {dev.get('device_name', '?')} "
+            f"measured by `python -m carb.measure.gpu_run` with CARB's own collector on one {dev.get('device_name', '?')} "
             f"({dev.get('multiprocessors', '?')} SMs, power limit {fmt(dev.get('power_limit_W'), '.0f')} W, default "
             f"clocks, driver {dev.get('driver', '?')}, torch {dev.get('torch_version', prov.get('torch', '?'))}), "
             f"device `{prov.get('device_id', '?')}`, in {len(runs)} run{'s' if len(runs) > 1 else ''} on "

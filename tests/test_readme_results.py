@@ -48,7 +48,7 @@ def test_h200_provenance_line_is_computed_from_the_shipped_files(results):
     (line,) = results.h200_provenance_lines()
     prov = json.loads((ROOT / "carb/data/h200-reference.provenance.json").read_text())
     n = len(pd.read_parquet(ROOT / "carb/data/h200-reference.parquet"))
-    assert f" {n} rows " in line and "`c3acf657f4`" in line and "experiments/gpu/run.py" in line
+    assert f" {n} rows " in line and "`c3acf657f4`" in line and "carb.measure.gpu_run" in line
     assert "(../carb/data/h200-reference.md)" in line and "2026-12-04 (12:57 to " in line
     assert f"in {len(prov['runs'])} runs" in line and line.count("seed ") == len(prov["runs"])
 

@@ -2,7 +2,7 @@
 
 Where :class:`carb.measure.base.Meter` follows the paper's protocol per configuration (sleep, fixed
 window, a separate training-mode utilization window, a profiler each time), a lent GPU has minutes.
-This protocol (used by ``experiments/gpu/run.py``):
+This protocol (used by :mod:`carb.measure.gpu_run`):
 
 - measures the energy counter's update period once, then sizes each timed window as
   ``max(k_periods x period, m_latencies x latency)``;
@@ -40,7 +40,7 @@ STICKY = ("illegal memory access", "device-side assert", "unspecified launch fai
 
 @dataclass(frozen=True)
 class SweepSettings:
-    """Protocol settings (``experiments/gpu/run.yaml``). Seconds in ``_s``.
+    """Protocol settings (``protocol`` of ``conf/gpu_run.yaml``). Seconds in ``_s``.
 
     k_periods / m_latencies: the window lasts at least k counter-update periods and m batches.
     min_runs: fewest batches in a window. warmup_s / min_warmup: warm-up time and fewest warm-up batches.

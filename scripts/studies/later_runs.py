@@ -1,7 +1,7 @@
 """Prospective check on the H200: the model of the first GPU run, scored on what the later runs added.
 
-The shipped H200 file holds three runs of ``experiments/gpu/run.py`` (one in the morning, two in the
-afternoon of 2026-12-04, each drawing architectures in its own shuffled order). A model trained on the
+The shipped H200 file holds three runs of the GPU collector (``python -m carb.measure.gpu_run``), one in the
+morning, two in the afternoon of 2026-12-04, each drawing architectures in its own shuffled order. A model trained on the
 first run alone (``carb-train`` defaults, temporary store) never saw the configurations the later runs
 added (new architectures, and a host whose launch speed differed): they are predicted as ``carb-screen``
 predicts, with intervals and domain flags, and scored beside B1 (FLOPs-only, fitted on the first run)

@@ -1,4 +1,4 @@
-"""Import the files a lent-GPU run brought back (``experiments/gpu/run.py --out DIR``) as a dataset.
+"""Import the files a lent-GPU run brought back (``python -m carb.measure.gpu_run --out DIR``) as a dataset.
 
 ``import_gpu_run(dir)`` reads ``dataset.parquet`` (validated against :mod:`carb.data.schema`) and
 ``provenance.json`` (device facts, fingerprint, ``device_id``, protocol, counts, drift), checks that
@@ -35,7 +35,7 @@ def import_gpu_run(folder: str | Path) -> tuple[pd.DataFrame, dict[str, Any]]:
     d = Path(folder)
     for name in ("dataset.parquet", "provenance.json"):
         if not (d / name).exists():
-            raise DatasetError(f"import_run: {str(d)!r} has no {name} (a folder written by experiments/gpu/run.py "
+            raise DatasetError(f"import_run: {str(d)!r} has no {name} (a folder written by python -m carb.measure.gpu_run "
                                f"holds {', '.join(RUN_FILES)})")
     df = load_dataset(d / "dataset.parquet")
     try:

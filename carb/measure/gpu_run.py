@@ -1,11 +1,13 @@
-"""The prepared GPU run: measure as many configurations of the `paper` space as fit, with energy, on a
-lent GPU, and bring back at most 8 flat files.
+"""The GPU collector for a lent machine: measure as many configurations of the `paper` space as fit, with
+energy, within a hard deadline, and bring back at most 8 flat files.
 
-    python3 experiments/gpu/run.py --minutes 7 --out DIR
+    python -m carb.measure.gpu_run --minutes 7 --out DIR
+    python -m carb.measure.gpu_run --minutes 0.5 --out /tmp/dry --fake-device     # dry run on a CPU
 
 Self-contained: it imports only the standard library, torch, pynvml (package nvidia-ml-py), numpy,
-pandas, pyarrow, pyyaml and this repository's modules that need nothing else (no venv, no pip, no
-Hydra, no MLflow). It never changes clocks or power limits. Files written into ``--out`` (flat):
+pandas, pyarrow, pyyaml and CARB modules that need nothing else (no Hydra, no MLflow, no fvcore, no
+boosting libraries; ``tests/test_gpu_run.py`` runs it with those blocked), so a bare machine with those
+packages and a copy of the repository (or of the package) runs it. It never changes clocks or power limits. Files written into ``--out`` (flat):
 
     dataset.parquet     the rows (CARB schema; rewritten atomically every few rows)
     counter_trace.csv   the energy counter as polled while its update period was measured (t_s, mJ)
@@ -13,14 +15,14 @@ Hydra, no MLflow). It never changes clocks or power limits. Files written into `
     provenance.json     device facts, fingerprint and device_id, settings, counts, timings, drift
     run.log             what happened, with timestamps
 
-Protocol (:mod:`carb.measure.sweep`, settings in ``experiments/gpu/run.yaml``): the update period first;
+Protocol (:mod:`carb.measure.sweep`, settings in ``conf/gpu_run.yaml``, read with pyyaml): the update period first;
 then architectures in a seeded shuffled order, each built once and swept over its precisions, input
 sizes and batch sizes; a window of ``max(k x period, m x latency)`` per configuration with energy from
 the counter's update edges; telemetry from the same window; no sleeps. It stops starting
 configurations ``margin_s`` before the deadline and skips any configuration predicted not to fit; a
 sticky CUDA error ends the run with what it has. ``--fake-device`` runs the same code on the CPU with
-a fake counter (dry runs, tests). Back home: ``carb-collect import_run=DIR`` or
-:func:`carb.data.importers.gpu_run.import_gpu_run`.
+a fake counter (:mod:`carb.measure.fake_gpu`; dry runs, tests). Back home: ``carb-collect import_run=DIR``
+or :func:`carb.data.importers.gpu_run.import_gpu_run`.
 """
 from __future__ import annotations
 
@@ -34,12 +36,10 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import pandas as pd
+import yaml
 
-import pandas as pd  # noqa: E402
-import yaml  # noqa: E402
+from carb.resources import CONF_DIR
 
 FILES = ("dataset.parquet", "counter_trace.csv", "period.json", "provenance.json", "run.log")
 
@@ -60,7 +60,7 @@ class Log:
 def open_device(fake: bool):
     """``(ops, gpu, facts)``: the real CUDA ops and NVML device, or the CPU fakes."""
     if fake:
-        from fake import CpuOps, FakeGpu
+        from carb.measure.fake_gpu import CpuOps, FakeGpu
 
         ops, gpu = CpuOps(), FakeGpu()
         facts = {**ops.facts(), "driver": gpu.driver_version(), "power_limit_W": gpu.power_limit_W(), "clocks": {}}
@@ -150,10 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="CARB's prepared GPU run (see the module docstring)")
     ap.add_argument("--minutes", type=float, default=7.0, help="total budget, start-up included")
     ap.add_argument("--out", required=True, help="folder for the (at most 8, flat) result files")
-    ap.add_argument("--config", default=str(Path(__file__).with_name("run.yaml")))
+    ap.add_argument("--config", default=str(CONF_DIR / "gpu_run.yaml"), help="settings (pyyaml; default conf/gpu_run.yaml)")
     ap.add_argument("--fake-device", action="store_true", help="CPU + fake energy counter (dry runs, tests)")
     ap.add_argument("--seed", type=int, default=None,
-                    help="shuffle seed of the architecture order (default: run.yaml's); another seed measures "
+                    help="shuffle seed of the architecture order (default: the settings file's); another seed measures "
                          "other architectures first (seed 0 was measured on 2026-12-04)")
     a = ap.parse_args(argv)
     t_start = time.perf_counter()
@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     drift = remeasure_drift(rows, int(cfg.get("drift_configs", 10)), stop_at + float(cfg.get("margin_s", 20)) / 2,
                             ops, gpu, sampler, s, period, log)
     sampler.stop()
-    prov = {"what": "carb experiments/gpu/run.py on a lent GPU", "device": facts, "fingerprint": fp, "device_id": did,
+    prov = {"what": "carb python -m carb.measure.gpu_run on a lent GPU", "device": facts, "fingerprint": fp, "device_id": did,
             "protocol": vars(s), "config": cfg, "update_period_s": period, "counts": counts, "stopped": stopped,
             "rows": len(rows), "seconds": time.perf_counter() - t_start, "minutes_budget": a.minutes,
             "configs_per_minute": counts["ok"] / max((time.perf_counter() - t_start) / 60.0, 1e-9),
