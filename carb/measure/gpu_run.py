@@ -33,8 +33,10 @@ import math
 import platform
 import sys
 import time
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import yaml
@@ -146,148 +148,231 @@ def write_dataset(rows: list[dict], out: Path) -> None:
         write_frame(validate_dataset(pd.DataFrame(rows), source="gpu run"), out / "dataset.parquet")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="CARB's prepared GPU run (see the module docstring)")
+@dataclass
+class Run:
+    """One run's state: where it writes, its settings and device, and what it measured so far."""
+
+    out: Path
+    log: Log
+    cfg: dict[str, Any]
+    settings: Any                     # carb.measure.sweep.SweepSettings
+    fake: bool
+    ops: Any = None
+    gpu: Any = None
+    facts: dict[str, Any] = field(default_factory=dict)
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    identity: dict[str, str] = field(default_factory=dict)
+    sampler: Any = None               # carb.measure.counter.CounterSampler
+    period_s: float = math.nan        # the energy counter's update period
+    rows: list[dict] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=lambda: {"ok": 0, "oom": 0, "error": 0, "skipped": 0})
+    stopped: str = "complete"
+    kernels: dict[tuple, float] = field(default_factory=dict)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line (see the module docstring)."""
+    ap = argparse.ArgumentParser(description="CARB's GPU collector for a lent machine (see the module docstring)")
     ap.add_argument("--minutes", type=float, default=7.0, help="total budget, start-up included")
     ap.add_argument("--out", required=True, help="folder for the (at most 8, flat) result files")
     ap.add_argument("--config", default=str(CONF_DIR / "gpu_run.yaml"), help="settings (pyyaml; default conf/gpu_run.yaml)")
     ap.add_argument("--fake-device", action="store_true", help="CPU + fake energy counter (dry runs, tests)")
     ap.add_argument("--seed", type=int, default=None,
-                    help="shuffle seed of the architecture order (default: the settings file's); another seed measures "
-                         "other architectures first (seed 0 was measured on 2026-12-04)")
-    a = ap.parse_args(argv)
-    t_start = time.perf_counter()
-    deadline = t_start + 60.0 * a.minutes
+                    help="shuffle seed of the architecture order (default: the settings file's); another seed "
+                         "measures other architectures first (seed 0 was measured on 2026-12-04)")
+    return ap.parse_args(argv)
+
+
+def start(a: argparse.Namespace, t_start: float) -> Run:
+    """Open the output folder, the log, the settings and the device; start the energy-counter sampler and
+    measure its update period (writes ``counter_trace.csv`` and ``period.json``)."""
+    import torch
+
+    from carb.measure.counter import CounterSampler
+    from carb.measure.fingerprint import canonical_json, device_id, gpu_fingerprint, protocol_id
+    from carb.measure.sweep import SweepSettings
+
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     log = Log(out / "run.log", t_start)
     cfg = yaml.safe_load(Path(a.config).read_text())
+    r = Run(out=out, log=log, cfg=cfg, settings=SweepSettings.from_mapping(cfg.get("protocol") or {}),
+            fake=a.fake_device)
+    r.ops, r.gpu, r.facts = open_device(a.fake_device)
+    fp = r.fingerprint = gpu_fingerprint(r.facts)
+    did = device_id(fp)
+    r.identity = {"device_name": str(r.facts.get("device_name")), "device_kind": "cpu" if a.fake_device else "cuda",
+                  "driver": str(r.facts.get("driver")), "torch_version": torch.__version__, "device_id": did,
+                  "device_fingerprint": canonical_json(fp), "protocol_id": protocol_id(vars(r.settings), did)}
+    log(f"device {r.identity['device_name']} ({did}), budget {a.minutes} min, out {out}")
+    side = {"sm": lambda: r.gpu.utilization_pct()[0], "mem": lambda: r.gpu.utilization_pct()[1],
+            "temp": r.gpu.temperature_C}
+    r.sampler = CounterSampler(r.gpu.read_energy_mJ, poll_s=r.settings.poll_s, side=side, keep_trace=True).start()
+    r.period_s = record_period(r)
+    return r
 
+
+def record_period(r: Run) -> float:
+    """Measure the counter's update period under load, write the trace and ``period.json``; returns the
+    period in seconds (0.1 when it could not be measured)."""
+    s = r.settings
+    period = probe_period(r.ops, r.gpu, r.sampler, float(r.cfg.get("period_probe_s", 1.5)), r.fake)
+    pd.DataFrame(r.sampler.trace, columns=["t_s", "energy_mJ"]).to_csv(r.out / "counter_trace.csv", index=False)
+    (r.out / "period.json").write_text(json.dumps({"update_period_s": period, "n_edges": len(r.sampler.edges),
+                                                   "poll_s": s.poll_s, "probe_s": r.cfg.get("period_probe_s")},
+                                                  indent=1))
+    r.sampler.keep_trace = False
+    r.log(f"energy counter update period {1e3 * period:.1f} ms ({len(r.sampler.edges)} edges)")
+    return period if math.isfinite(period) else 0.1
+
+
+def plan(r: Run, seed: int | None) -> tuple[list[list[Any]], dict[str, dict], Any]:
+    """``(groups, static, latency model)``: the space's configurations shuffled with the seed and grouped
+    by architecture, their closed-form static features, and the deadline's latency model."""
+    from carb.design.space import configs_from_cfg, space_config
+    from carb.measure.collector import shard_configs
+    from carb.measure.sweep import LatencyModel, group_by_architecture
+
+    space = space_config(str(r.cfg.get("space", "paper")))
+    if seed is not None:
+        r.cfg["seed"] = int(seed)
+    configs = shard_configs(configs_from_cfg(space), int(r.cfg.get("seed", 0)))
+    prior = r.cfg.get("latency_prior") or {}
+    lat_model = LatencyModel(prior_rate=float(prior.get("rate_flops_per_ms", 2e10)),
+                             prior_a_ms=float(prior.get("a_ms", 1.0)), safety=float(prior.get("safety", 1.5)))
+    return group_by_architecture(configs), static_of(configs), lat_model
+
+
+def sweep(r: Run, groups: list[list[Any]], static: dict[str, dict], lat_model: Any, stop_at: float) -> None:
+    """Measure architecture after architecture until the deadline (``stop_at``, perf_counter seconds) or a
+    sticky CUDA error; configurations predicted not to fit are skipped."""
+    from carb.measure.sweep import expected_seconds
+
+    build_s = float(r.cfg.get("build_s", 0.5))
+    for gi, group in enumerate(groups):
+        if time.perf_counter() > stop_at:
+            r.stopped = "deadline"
+            break
+        todo = [c for c in group if time.perf_counter() + build_s + expected_seconds(
+            lat_model.predict_ms(c.precision, static[c.config_id]["flops"]), r.period_s, r.settings) < stop_at]
+        r.counts["skipped"] += len(group) - len(todo)
+        if not todo:
+            continue
+        sweep_architecture(r, todo, static, lat_model, stop_at)
+        if r.stopped == "cuda-error":
+            break
+        if gi % 10 == 0:
+            r.log(f"{gi + 1}/{len(groups)} architectures, {r.counts['ok']} ok, {r.counts['oom']} oom, "
+                  f"{r.counts['error']} error, {r.counts['skipped']} skipped")
+
+
+def sweep_architecture(r: Run, todo: list[Any], static: dict[str, dict], lat_model: Any, stop_at: float) -> None:
+    """One architecture, built once, over its precisions, input sizes and batch sizes (``todo``, sorted)."""
+    import torch
+
+    from carb.design.arch import TORCH_DTYPES
+    from carb.design.resnet import build_model
+    from carb.measure.sweep import expected_seconds
+
+    base = build_model(todo[0])
+    for prec in sorted({c.precision for c in todo}):
+        model = copy.deepcopy(base).to(device=r.ops.device, dtype=getattr(torch, TORCH_DTYPES[prec])).eval()
+        for c in [c for c in todo if c.precision == prec]:
+            if time.perf_counter() + expected_seconds(lat_model.predict_ms(prec, static[c.config_id]["flops"]),
+                                                      r.period_s, r.settings) > stop_at:
+                r.counts["skipped"] += 1
+                continue
+            if not measure_one(r, model, c, static[c.config_id], lat_model):
+                return
+        del model
+        r.ops.empty_cache()
+
+
+def measure_one(r: Run, model: Any, c: Any, static: dict[str, Any], lat_model: Any) -> bool:
+    """Measure configuration ``c`` on the prepared ``model`` and append its row (ok, oom or error); False
+    after a sticky CUDA error (``r.stopped = "cuda-error"``, no row)."""
+    import torch
+
+    from carb.measure.base import is_oom
+    from carb.measure.collector import error_line, make_row
+    from carb.measure.sweep import is_sticky, measure_config, render_reasons
+
+    status, err, measured = "ok", None, None
+    try:
+        x = torch.randn(c.batch_size, 3, c.input_size, c.input_size, dtype=next(model.parameters()).dtype,
+                        device=r.ops.device)
+        measured = measure_config(model, x, r.ops, r.gpu, r.sampler, r.settings, r.period_s)
+        measured["kernel_launches"] = kernel_count(r, model, x, c)
+        if math.isnan(measured["kernel_launches"]):
+            measured["_reasons"]["kernel_launches"] = ("not counted on a fake device" if r.fake
+                                                       else "torch.profiler gave no count")
+    except Exception as e:  # noqa: BLE001 - a config's failure is a row, unless the context is gone
+        if is_sticky(e):
+            r.log(f"sticky CUDA error, ending the run: {error_line(e)}")
+            r.stopped = "cuda-error"
+            return False
+        status, err = ("oom" if is_oom(e) else "error"), error_line(e)
+        r.ops.empty_cache()
+    reasons = (measured or {}).pop("_reasons", {}) if measured else {}
+    row = make_row(c, r.identity, static, measured, status, err)
+    row["missing_reason"] = render_reasons(reasons) if measured else row["missing_reason"]
+    r.rows.append(row)
+    r.counts[status] += 1
+    if status == "ok":
+        lat_model.add(c.precision, static["flops"], measured["latency_ms"])
+    if len(r.rows) % int(r.cfg.get("write_every", 5)) == 0:
+        write_dataset(r.rows, r.out)
+    r.sampler.drop_before(time.perf_counter() - 5.0)
+    return True
+
+
+def kernel_count(r: Run, model: Any, x: Any, c: Any) -> float:
+    """Kernel launches of one forward, counted once per (architecture, precision) on a real device; NaN on
+    the fake device or when counting is off."""
+    key = (c.block, c.depth, c.width_mult, c.inner_mult, c.early_downsample, c.precision)
+    if r.settings.kernels and not r.fake and key not in r.kernels:
+        r.kernels[key] = float(r.ops.count_kernels(lambda m=model, xx=x: m(xx)))
+    return r.kernels.get(key, float("nan"))
+
+
+def finish(r: Run, a: argparse.Namespace, t_start: float, stop_at: float) -> None:
+    """Write the rows, re-measure the first ones for drift if time is left, stop the sampler and write
+    ``provenance.json``."""
     import torch
 
     from carb.data.schema import device_slug
-    from carb.design.arch import TORCH_DTYPES
-    from carb.design.resnet import build_model
-    from carb.design.space import configs_from_cfg, space_config
-    from carb.measure.base import is_oom
-    from carb.measure.collector import error_line, make_row, shard_configs
-    from carb.measure.counter import CounterSampler
-    from carb.measure.fingerprint import canonical_json, device_id, gpu_fingerprint, protocol_id
-    from carb.measure.sweep import (
-        LatencyModel,
-        SweepSettings,
-        expected_seconds,
-        group_by_architecture,
-        is_sticky,
-        measure_config,
-        render_reasons,
-    )
 
-    s = SweepSettings.from_mapping(cfg.get("protocol") or {})
-    ops, gpu, facts = open_device(a.fake_device)
-    fp = gpu_fingerprint(facts)
-    did = device_id(fp)
-    identity = {"device_name": str(facts.get("device_name")), "device_kind": "cpu" if a.fake_device else "cuda",
-                "driver": str(facts.get("driver")), "torch_version": torch.__version__, "device_id": did,
-                "device_fingerprint": canonical_json(fp), "protocol_id": protocol_id(vars(s), did)}
-    log(f"device {identity['device_name']} ({did}), budget {a.minutes} min, out {out}")
-    side = {"sm": lambda: gpu.utilization_pct()[0], "mem": lambda: gpu.utilization_pct()[1],
-            "temp": gpu.temperature_C}
-    sampler = CounterSampler(gpu.read_energy_mJ, poll_s=s.poll_s, side=side, keep_trace=True).start()
-    period = probe_period(ops, gpu, sampler, float(cfg.get("period_probe_s", 1.5)), a.fake_device)
-    pd.DataFrame(sampler.trace, columns=["t_s", "energy_mJ"]).to_csv(out / "counter_trace.csv", index=False)
-    (out / "period.json").write_text(json.dumps({"update_period_s": period, "n_edges": len(sampler.edges),
-                                                 "poll_s": s.poll_s, "probe_s": cfg.get("period_probe_s")}, indent=1))
-    sampler.keep_trace = False
-    log(f"energy counter update period {1e3 * period:.1f} ms ({len(sampler.edges)} edges)")
-    if not math.isfinite(period):
-        period = 0.1
-
-    space = space_config(str(cfg.get("space", "paper")))
-    if a.seed is not None:
-        cfg["seed"] = int(a.seed)
-    configs = shard_configs(configs_from_cfg(space), int(cfg.get("seed", 0)))
-    groups = group_by_architecture(configs)
-    static = static_of(configs)
-    prior = cfg.get("latency_prior") or {}
-    lat_model = LatencyModel(prior_rate=float(prior.get("rate_flops_per_ms", 2e10)),
-                             prior_a_ms=float(prior.get("a_ms", 1.0)), safety=float(prior.get("safety", 1.5)))
-    stop_at = deadline - float(cfg.get("margin_s", 20))
-    build_s = float(cfg.get("build_s", 0.5))
-    rows: list[dict] = []
-    counts = {"ok": 0, "oom": 0, "error": 0, "skipped": 0}
-    stopped = "complete"
-    kernels: dict[tuple, float] = {}
-    for gi, group in enumerate(groups):
-        if time.perf_counter() > stop_at:
-            stopped = "deadline"
-            break
-        plan = [c for c in group if time.perf_counter() + build_s + expected_seconds(
-            lat_model.predict_ms(c.precision, static[c.config_id]["flops"]), period, s) < stop_at]
-        counts["skipped"] += len(group) - len(plan)
-        if not plan:
-            continue
-        base = build_model(plan[0])
-        for prec in sorted({c.precision for c in plan}):
-            model = copy.deepcopy(base).to(device=ops.device, dtype=getattr(torch, TORCH_DTYPES[prec])).eval()
-            for c in [c for c in plan if c.precision == prec]:
-                if time.perf_counter() + expected_seconds(lat_model.predict_ms(prec, static[c.config_id]["flops"]),
-                                                          period, s) > stop_at:
-                    counts["skipped"] += 1
-                    continue
-                status, err, measured = "ok", None, None
-                try:
-                    x = torch.randn(c.batch_size, 3, c.input_size, c.input_size,
-                                    dtype=next(model.parameters()).dtype, device=ops.device)
-                    measured = measure_config(model, x, ops, gpu, sampler, s, period)
-                    key = (c.block, c.depth, c.width_mult, c.inner_mult, c.early_downsample, prec)
-                    if s.kernels and not a.fake_device and key not in kernels:
-                        kernels[key] = float(ops.count_kernels(lambda m=model, xx=x: m(xx)))
-                    measured["kernel_launches"] = kernels.get(key, float("nan"))
-                    if math.isnan(measured["kernel_launches"]):
-                        measured["_reasons"]["kernel_launches"] = ("not counted on a fake device" if a.fake_device
-                                                                   else "torch.profiler gave no count")
-                except Exception as e:  # noqa: BLE001 - a config's failure is a row, unless the context is gone
-                    if is_sticky(e):
-                        log(f"sticky CUDA error, ending the run: {error_line(e)}")
-                        stopped = "cuda-error"
-                        break
-                    status, err = ("oom" if is_oom(e) else "error"), error_line(e)
-                    ops.empty_cache()
-                reasons = (measured or {}).pop("_reasons", {}) if measured else {}
-                row = make_row(c, identity, static[c.config_id], measured, status, err)
-                row["missing_reason"] = render_reasons(reasons) if measured else row["missing_reason"]
-                rows.append(row)
-                counts[status] += 1
-                if status == "ok":
-                    lat_model.add(prec, static[c.config_id]["flops"], measured["latency_ms"])
-                if len(rows) % int(cfg.get("write_every", 5)) == 0:
-                    write_dataset(rows, out)
-                sampler.drop_before(time.perf_counter() - 5.0)
-            if stopped == "cuda-error":
-                break
-            del model
-            ops.empty_cache()
-        if stopped == "cuda-error":
-            break
-        if gi % 10 == 0:
-            log(f"{gi + 1}/{len(groups)} architectures, {counts['ok']} ok, {counts['oom']} oom, "
-                f"{counts['error']} error, {counts['skipped']} skipped")
-    write_dataset(rows, out)
-    if stopped == "complete" and counts["skipped"]:
-        stopped = f"every remaining configuration was predicted not to finish before the deadline ({counts['skipped']} skipped)"
-    drift = remeasure_drift(rows, int(cfg.get("drift_configs", 10)), stop_at + float(cfg.get("margin_s", 20)) / 2,
-                            ops, gpu, sampler, s, period, log)
-    sampler.stop()
-    prov = {"what": "carb python -m carb.measure.gpu_run on a lent GPU", "device": facts, "fingerprint": fp, "device_id": did,
-            "protocol": vars(s), "config": cfg, "update_period_s": period, "counts": counts, "stopped": stopped,
-            "rows": len(rows), "seconds": time.perf_counter() - t_start, "minutes_budget": a.minutes,
-            "configs_per_minute": counts["ok"] / max((time.perf_counter() - t_start) / 60.0, 1e-9),
+    write_dataset(r.rows, r.out)
+    if r.stopped == "complete" and r.counts["skipped"]:
+        r.stopped = (f"every remaining configuration was predicted not to finish before the deadline "
+                     f"({r.counts['skipped']} skipped)")
+    drift = remeasure_drift(r.rows, int(r.cfg.get("drift_configs", 10)), stop_at + float(r.cfg.get("margin_s", 20)) / 2,
+                            r.ops, r.gpu, r.sampler, r.settings, r.period_s, r.log)
+    r.sampler.stop()
+    seconds = time.perf_counter() - t_start
+    prov = {"what": "carb python -m carb.measure.gpu_run on a lent GPU", "device": r.facts, "fingerprint": r.fingerprint,
+            "device_id": r.identity["device_id"], "protocol": vars(r.settings), "config": r.cfg,
+            "update_period_s": r.period_s, "counts": r.counts, "stopped": r.stopped, "rows": len(r.rows),
+            "seconds": seconds, "minutes_budget": a.minutes,
+            "configs_per_minute": r.counts["ok"] / max((time.perf_counter() - t_start) / 60.0, 1e-9),
             "drift": drift, "python": platform.python_version(), "torch": torch.__version__,
-            "slug": device_slug(identity["device_name"]), "fake_device": a.fake_device,
+            "slug": device_slug(r.identity["device_name"]), "fake_device": r.fake,
             "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    (out / "provenance.json").write_text(json.dumps(prov, indent=1, default=str))
-    log(f"done: {counts['ok']} ok rows in {prov['seconds']:.0f} s ({prov['configs_per_minute']:.0f}/min), stopped: {stopped}")
+    (r.out / "provenance.json").write_text(json.dumps(prov, indent=1, default=str))
+    r.log(f"done: {r.counts['ok']} ok rows in {prov['seconds']:.0f} s ({prov['configs_per_minute']:.0f}/min), "
+          f"stopped: {r.stopped}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the collector: start, plan, sweep until ``margin_s`` before the deadline, finish. Returns 0."""
+    a = parse_args(argv)
+    t_start = time.perf_counter()
+    deadline = t_start + 60.0 * a.minutes
+    r = start(a, t_start)
+    groups, static, lat_model = plan(r, a.seed)
+    stop_at = deadline - float(r.cfg.get("margin_s", 20))
+    sweep(r, groups, static, lat_model, stop_at)
+    finish(r, a, t_start, stop_at)
     return 0
 
 

@@ -29,10 +29,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from carb.measure.base import NAN, forward_peak_MB, tail_mean_s, warm_up
 from carb.measure.counter import CounterSampler, window_energy_J, window_runs
 
-MB = 2.0**20
-NAN = float("nan")
 #: Messages of CUDA errors after which the context is unusable (the run ends with what it has).
 STICKY = ("illegal memory access", "device-side assert", "unspecified launch failure", "misaligned address",
           "CUDA error: an illegal instruction", "uncorrectable ECC")
@@ -135,20 +134,9 @@ def measure_config(model: Any, x: Any, ops: Any, gpu: Any, sampler: CounterSampl
 
     reasons: dict[str, str] = {}
     with torch.no_grad():
-        t_w, times = clock(), []
-        while len(times) < s.min_warmup or clock() - t_w < s.warmup_s:
-            t = clock()
-            model(x)
-            ops.sync()
-            times.append(clock() - t)
-        tail = times[len(times) // 2:]
-        lat_s = max(sum(tail) / len(tail), 1e-6)
-        ops.sync()
-        ops.reset_peak()
-        out = model(x)
-        ops.sync()
-        peak = ops.max_allocated_bytes() / MB
-        del out
+        times = warm_up(lambda: model(x), ops.sync, s.min_warmup, s.warmup_s, clock)
+        lat_s = max(tail_mean_s(times), 1e-6)
+        peak = forward_peak_MB(ops, model, x)
         n = window_runs(lat_s, period_s, s.k_periods, s.m_latencies, s.min_runs)
         ops.sync()
         t0 = clock()
