@@ -118,7 +118,7 @@ def test_typed_h200_counts_match_the_shipped_file():
     places = {"README.md": rf"h200-reference\.parquet`: ([\d,]+) configurations of (\d+) architectures",
               "conf/data/h200.yaml": r"h200-reference\.parquet: ([\d,]+) configurations",
               "carb/data/h200-reference.md": r"\*\*([\d,]+) configurations of (\d+) architectures\*\*",
-              "experiments/gpu/README.md": r"now holds ([\d,]+) configurations of (\d+) architectures"}
+              "scripts/data/README.md": r"now holds ([\d,]+) configurations of (\d+) architectures"}
     for rel, pattern in places.items():
         m = re.search(pattern, (ROOT / rel).read_text().replace("\n", " "))
         assert m, f"{rel}: no count found"

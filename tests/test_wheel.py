@@ -24,7 +24,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = ["pyproject.toml", "README.md", "carb", "conf", "experiments"]
+SOURCES = ["pyproject.toml", "README.md", "carb", "conf"]
 
 
 def _run(args, cwd, env, timeout=300):
@@ -74,12 +74,12 @@ def installed(tmp_path_factory):
 def test_wheel_ships_the_config_tree_and_data_but_no_scripts(installed):
     names = zipfile.ZipFile(installed["wheel"]).namelist()
     conf = {n for n in names if n.startswith("carb/conf/")}
-    want = {f"carb/conf/{p.relative_to(ROOT / 'conf')}" for p in (ROOT / "conf").rglob("*.yaml")
-            if "gpu" not in p.relative_to(ROOT / "conf").parts}   # the GPU run kit's settings stay home
+    want = {f"carb/conf/{p.relative_to(ROOT / 'conf')}" for p in (ROOT / "conf").rglob("*.yaml")}
     assert want and want <= conf
     for n in ("carb/conf/train.yaml", "carb/conf/hydra/output/carb.yaml", "carb/conf/model/carb.yaml",
               "carb/conf/experiment/ablation.yaml", "carb/data/cpu-reference.parquet",
-              "carb/data/timm-gpu-bench.csv", "carb/commands/screen.py"):
+              "carb/data/timm-gpu-bench.csv", "carb/commands/screen.py",
+              "carb/conf/gpu_run.yaml", "carb/measure/gpu_run.py", "carb/measure/fake_gpu.py"):
         assert n in names, n
     assert all(n.endswith(".yaml") for n in conf), sorted(n for n in conf if not n.endswith(".yaml"))
     assert not any("/benchmarks/" in n or "/gpu/" in n or n.endswith(".sh") for n in names)

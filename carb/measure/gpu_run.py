@@ -7,7 +7,8 @@ energy, within a hard deadline, and bring back at most 8 flat files.
 Self-contained: it imports only the standard library, torch, pynvml (package nvidia-ml-py), numpy,
 pandas, pyarrow, pyyaml and CARB modules that need nothing else (no Hydra, no MLflow, no fvcore, no
 boosting libraries; ``tests/test_gpu_run.py`` runs it with those blocked), so a bare machine with those
-packages and a copy of the repository (or of the package) runs it. It never changes clocks or power limits. Files written into ``--out`` (flat):
+packages and a copy of the repository (or of the package) runs it. It never changes clocks or power
+limits. Files written into ``--out`` (flat):
 
     dataset.parquet     the rows (CARB schema; rewritten atomically every few rows)
     counter_trace.csv   the energy counter as polled while its update period was measured (t_s, mJ)
@@ -15,14 +16,15 @@ packages and a copy of the repository (or of the package) runs it. It never chan
     provenance.json     device facts, fingerprint and device_id, settings, counts, timings, drift
     run.log             what happened, with timestamps
 
-Protocol (:mod:`carb.measure.sweep`, settings in ``conf/gpu_run.yaml``, read with pyyaml): the update period first;
-then architectures in a seeded shuffled order, each built once and swept over its precisions, input
+Protocol (:mod:`carb.measure.sweep`, settings in ``conf/gpu_run.yaml``, read with pyyaml): the update
+period first; then architectures in a seeded shuffled order, each built once and swept over its precisions, input
 sizes and batch sizes; a window of ``max(k x period, m x latency)`` per configuration with energy from
 the counter's update edges; telemetry from the same window; no sleeps. It stops starting
 configurations ``margin_s`` before the deadline and skips any configuration predicted not to fit; a
 sticky CUDA error ends the run with what it has. ``--fake-device`` runs the same code on the CPU with
-a fake counter (:mod:`carb.measure.fake_gpu`; dry runs, tests). Back home: ``carb-collect import_run=DIR``
-or :func:`carb.data.importers.gpu_run.import_gpu_run`.
+a fake counter (:mod:`carb.measure.fake_gpu`; dry runs, tests). Back home: ``carb-import importer=gpu_run
+importer.path=DIR out=<dataset>`` (keeps the files with ``importer.keep``, appends a later run of the same
+device) or ``carb-collect import_run=DIR out=<dataset>``; then ``carb-train data.path=<dataset>``.
 """
 from __future__ import annotations
 
@@ -175,7 +177,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description="CARB's GPU collector for a lent machine (see the module docstring)")
     ap.add_argument("--minutes", type=float, default=7.0, help="total budget, start-up included")
     ap.add_argument("--out", required=True, help="folder for the (at most 8, flat) result files")
-    ap.add_argument("--config", default=str(CONF_DIR / "gpu_run.yaml"), help="settings (pyyaml; default conf/gpu_run.yaml)")
+    ap.add_argument("--config", default=str(CONF_DIR / "gpu_run.yaml"),
+                    help="settings (pyyaml; default conf/gpu_run.yaml)")
     ap.add_argument("--fake-device", action="store_true", help="CPU + fake energy counter (dry runs, tests)")
     ap.add_argument("--seed", type=int, default=None,
                     help="shuffle seed of the architecture order (default: the settings file's); another seed "
@@ -346,11 +349,13 @@ def finish(r: Run, a: argparse.Namespace, t_start: float, stop_at: float) -> Non
     if r.stopped == "complete" and r.counts["skipped"]:
         r.stopped = (f"every remaining configuration was predicted not to finish before the deadline "
                      f"({r.counts['skipped']} skipped)")
-    drift = remeasure_drift(r.rows, int(r.cfg.get("drift_configs", 10)), stop_at + float(r.cfg.get("margin_s", 20)) / 2,
-                            r.ops, r.gpu, r.sampler, r.settings, r.period_s, r.log)
+    until = stop_at + float(r.cfg.get("margin_s", 20)) / 2
+    drift = remeasure_drift(r.rows, int(r.cfg.get("drift_configs", 10)), until, r.ops, r.gpu, r.sampler,
+                            r.settings, r.period_s, r.log)
     r.sampler.stop()
     seconds = time.perf_counter() - t_start
-    prov = {"what": "carb python -m carb.measure.gpu_run on a lent GPU", "device": r.facts, "fingerprint": r.fingerprint,
+    prov = {"what": "carb python -m carb.measure.gpu_run on a lent GPU", "device": r.facts,
+            "fingerprint": r.fingerprint,
             "device_id": r.identity["device_id"], "protocol": vars(r.settings), "config": r.cfg,
             "update_period_s": r.period_s, "counts": r.counts, "stopped": r.stopped, "rows": len(r.rows),
             "seconds": seconds, "minutes_budget": a.minutes,
