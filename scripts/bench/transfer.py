@@ -84,6 +84,12 @@ def cpu_table(ks: list[int], n: int = 100, seed: int = 0) -> pd.DataFrame:
     rows = new.sample(n=min(n, len(new)), random_state=seed).reset_index(drop=True)
     targets = ["peak_memory_MB", "latency_ms"]
     src = fit_source(old, targets)
+    return k_table(src, rows, ks, targets)
+
+
+def k_table(src, rows: pd.DataFrame, ks: list[int], targets: list[str]) -> pd.DataFrame:
+    """The source model ``src`` calibrated with K of ``rows`` and scored on the rest, one record per K and
+    target (:func:`carb.analysis.transfer.evaluate_transfer`)."""
     out = []
     for k in ks:
         with warnings.catch_warnings():
@@ -105,13 +111,7 @@ def cpu_here_table(ks: list[int]) -> pd.DataFrame:
     rows = ok_rows(load_dataset(str(HERE_100))).reset_index(drop=True)
     targets = ["peak_memory_MB", "latency_ms"]
     src = fit_source(ok_rows(reference_dataset()), targets)
-    out = []
-    for k in ks:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            _, t = evaluate_transfer(src, rows, k, targets=targets)
-        out += t.to_dict("records")
-    return pd.DataFrame(out)
+    return k_table(src, rows, ks, targets)
 
 
 def load_dataset_bytes(blob: bytes, loader) -> pd.DataFrame:
