@@ -16,6 +16,15 @@ This protocol (used by :mod:`carb.measure.gpu_run`):
   configuration's latency from what was measured so far (per precision, ms = a + flops / rate) and
   :func:`expected_seconds` its cost; configurations predicted not to fit are skipped.
 
+Shared with :class:`~carb.measure.base.Meter` (one code, settings apart): the warm-up
+(:func:`~carb.measure.base.warm_up`: ``min_warmup`` calls and ``warmup_s`` seconds here, ``n_warmup`` calls
+there), the peak-memory forward (:func:`~carb.measure.base.forward_peak_MB`), kernel counting
+(``ops.count_kernels``), out-of-memory detection and the ``missing_reason`` text. What differs is method,
+not settings: energy from the counter's update edges (a background poller) instead of two snapshots around
+the loop; utilization and temperature from that poller inside the inference window instead of a separate
+training-mode window and two reads; the window sized from the measured update period instead of a fixed
+``min_window_s`` with lengthening; no contention guard (GPU only) and no per-row cool-down sleep.
+
 Everything device-specific goes through two small objects, so tests drive the real code with fakes
 on a virtual clock: ``ops`` (``sync``, ``empty_cache``, ``reset_peak``, ``max_allocated_bytes``,
 ``device``, optionally ``count_kernels``) and ``gpu`` (``read_energy_mJ``, ``temperature_C``,
