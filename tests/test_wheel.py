@@ -113,3 +113,14 @@ def test_train_cfg_job_from_another_directory(installed):
     out = _run([installed["venv"] / "bin" / "carb-train", "--cfg", "hydra"], cwd=installed["work"],
                env=installed["env"])
     assert "name: train" in out
+
+
+def test_gpu_collector_dry_run_from_the_installed_copy(installed):
+    """``python -m carb.measure.gpu_run`` finds its settings (conf/gpu_run.yaml) inside the installed package."""
+    import json
+
+    out = installed["work"] / "gpu-dry"
+    _run([installed["py"], "-m", "carb.measure.gpu_run", "--minutes", "0.05", "--out", out, "--fake-device"],
+         cwd=installed["work"], env=installed["env"])
+    prov = json.loads((out / "provenance.json").read_text())
+    assert prov["config"]["space"] == "paper" and prov["fake_device"] is True
