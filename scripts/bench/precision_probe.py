@@ -1,12 +1,12 @@
 """Figure and table: predicting a precision no network was measured at, with and without the device probe.
 
-    python experiments/benchmarks/precision_probe.py [--out docs/figures]
+    python scripts/bench/precision_probe.py [--out docs/figures]
 
 On the shipped CPU reference (:mod:`carb.data` ``cpu-reference.parquet``) the latency prior
 (:class:`carb.model.physics.LayerRooflinePrior`, the ``carb_fast`` prior settings) is fitted on the fp32 rows
 alone and predicts the bf16 and fp16 rows twice: borrowing fp32's coefficients (``device_probe=False``) and
 from the shipped device probe (``device_probe=True``). No timing is done here (the probe was measured by
-``experiments/measure/probe.py``), so it can run beside other work. Writes ``precision_probe.png`` and
+``scripts/studies/probe.py``), so it can run beside other work. Writes ``precision_probe.png`` and
 ``precision_probe.csv`` (one row per reference row and variant) under ``--out`` and prints R^2 and MAPE
 per precision; the last line is machine-readable (``probe_r2=.. stand_in_r2=..``).
 """

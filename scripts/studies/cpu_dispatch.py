@@ -1,6 +1,6 @@
 """Measure what the latency prior's CPU dispatch terms model, on this CPU, and draw it.
 
-    python experiments/measure/cpu_dispatch.py [--out docs/figures] [--repeats 3]
+    python scripts/studies/cpu_dispatch.py [--out docs/figures] [--repeats 3]
 
 Run it alone on an idle machine (it times forwards). One torch thread and glibc's allocator pinned, as
 ``measure=cpu`` collects. Two panels, a CSV beside the PNG, and the printed table:

@@ -1,14 +1,14 @@
 """Prospective check on the H200: the model of the first GPU run, scored on what the later runs added.
 
-The shipped H200 file holds three runs of ``experiments/gpu/run.py`` (one in the morning, two in the
-afternoon of 2026-12-04, each drawing architectures in its own shuffled order). A model trained on the
+The shipped H200 file holds three runs of the GPU collector (``python -m carb.measure.gpu_run``), one in the
+morning, two in the afternoon of 2026-12-04, each drawing architectures in its own shuffled order. A model trained on the
 first run alone (``carb-train`` defaults, temporary store) never saw the configurations the later runs
 added (new architectures, and a host whose launch speed differed): they are predicted as ``carb-screen``
 predicts, with intervals and domain flags, and scored beside B1 (FLOPs-only, fitted on the first run)
 per target, inside and outside the model's domain
-(:func:`experiments.measure.outside_check.check_report`).
+(:func:`scripts.studies.outside_check.check_report`).
 
-    python experiments/benchmarks/later_runs.py
+    python scripts/studies/later_runs.py
 
 No timing is done (safe beside other work; about a minute).
 """
@@ -24,7 +24,6 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "experiments" / "measure"))
 
 DATA = ROOT / "carb" / "data" / "h200-reference.parquet"
 TARGETS = ("latency_ms", "energy_J", "peak_memory_MB")
@@ -41,7 +40,7 @@ def later_runs_report(path: Path = DATA) -> dict:
     """Train on the first run of ``path``, score the later runs' rows; returns ``{"n_first", "n_later",
     "overall", "by_reason", "overall_without_arch"}`` (frames of :func:`outside_check.check_report`; the
     last with the model's new-architecture calibration taken out)."""
-    from outside_check import check_report
+    from scripts.studies.outside_check import check_report
 
     from carb.commands.cli import compose
     from carb.commands.train import load_fit, run_train

@@ -1,20 +1,20 @@
 """Benchmark: few-shot calibration to a device the model never saw (``carb-calibrate``'s transfer).
 
 1. Real third-party GPU latency (timm's benchmark, plain ResNets mapped to ``ArchConfig``, eager
-   amp_fp16 nchw, newest torch per GPU; see ``experiments/benchmarks/extrapolation.py``): for every
+   amp_fp16 nchw, newest torch per GPU; see ``scripts/bench/extrapolation.py``): for every
    ordered pair of GPUs (the same ResNets; the RTX PRO 6000 ran them at batch 2048, the others at 1024, so
    pairs with it also move in batch size), a ``carb_fast`` cascade fitted on the source GPU's rows is calibrated with K
    space-filling rows of the target GPU and scored on the target's remaining rows, K in {3, 5, 10, 20}.
    Beside it: (a) the source model uncalibrated, (b) a FLOPs-only line fitted on the same K rows.
 2. CPU, same device: the model fitted on the shipped reference file calibrated with K of 100 rows measured
-   on this project's reference VM later (``experiments/data/cpu-calibration-100.parquet``: the reference
+   on this project's reference VM later (``scripts/data/cpu-calibration-100.parquet``: the reference
    space drawn with another seed, 26 of its configurations also in the shipped file), scored on the rest:
    what a user re-measuring on the shipped model's own machine sees (drift between measuring windows).
 3. CPU, another device: the model fitted on the previous shipped CPU file (another 2-core "AMD EPYC" VM, measured under
    load, no fingerprint; from git history) calibrated with K rows of 100 drawn from the current reference
    file (this project's fingerprinted VM), scored on the rest of the 100: latency and peak memory.
 
-    python experiments/benchmarks/transfer.py [--ks 3,5,10,20] [--no-cpu]
+    python scripts/bench/transfer.py [--ks 3,5,10,20] [--no-cpu]
 
 The last line is machine-readable: ``k10_min_spearman=.. k10_max_mape_pct=.. k10_pairs_beating_flops=a/b``
 over the GPU pairs (latency).
@@ -33,7 +33,6 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "experiments" / "benchmarks"))
 
 from carb.analysis.transfer import evaluate_transfer  # noqa: E402
 
@@ -44,7 +43,7 @@ OLD_CPU = "de91c7a^:carb/data/cpu-reference.parquet"
 
 def fit_source(rows: pd.DataFrame, targets: list[str]):
     """A ``carb_fast`` cascade (physics-informed stages) fitted on all of ``rows``."""
-    from extrapolation import make
+    from scripts.bench.extrapolation import make
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -53,7 +52,7 @@ def fit_source(rows: pd.DataFrame, targets: list[str]):
 
 def gpu_table(ks: list[int]) -> pd.DataFrame:
     """One row per (source, target, k, model) with Spearman, MAPE (%) and R^2 of latency."""
-    from extrapolation import timm_latency
+    from scripts.bench.extrapolation import timm_latency
 
     data = {g: timm_latency(g) for g in GPUS}
     models = {g: fit_source(d, ["latency_ms"]) for g, d in data.items()}
@@ -85,6 +84,12 @@ def cpu_table(ks: list[int], n: int = 100, seed: int = 0) -> pd.DataFrame:
     rows = new.sample(n=min(n, len(new)), random_state=seed).reset_index(drop=True)
     targets = ["peak_memory_MB", "latency_ms"]
     src = fit_source(old, targets)
+    return k_table(src, rows, ks, targets)
+
+
+def k_table(src, rows: pd.DataFrame, ks: list[int], targets: list[str]) -> pd.DataFrame:
+    """The source model ``src`` calibrated with K of ``rows`` and scored on the rest, one record per K and
+    target (:func:`carb.analysis.transfer.evaluate_transfer`)."""
     out = []
     for k in ks:
         with warnings.catch_warnings():
@@ -95,7 +100,7 @@ def cpu_table(ks: list[int], n: int = 100, seed: int = 0) -> pd.DataFrame:
 
 
 #: 100 configurations measured on the reference VM after the reference file (carb-collect, see the note).
-HERE_100 = ROOT / "experiments" / "data" / "cpu-calibration-100.parquet"
+HERE_100 = ROOT / "scripts" / "data" / "cpu-calibration-100.parquet"
 
 
 def cpu_here_table(ks: list[int]) -> pd.DataFrame:
@@ -106,13 +111,7 @@ def cpu_here_table(ks: list[int]) -> pd.DataFrame:
     rows = ok_rows(load_dataset(str(HERE_100))).reset_index(drop=True)
     targets = ["peak_memory_MB", "latency_ms"]
     src = fit_source(ok_rows(reference_dataset()), targets)
-    out = []
-    for k in ks:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            _, t = evaluate_transfer(src, rows, k, targets=targets)
-        out += t.to_dict("records")
-    return pd.DataFrame(out)
+    return k_table(src, rows, ks, targets)
 
 
 def load_dataset_bytes(blob: bytes, loader) -> pd.DataFrame:

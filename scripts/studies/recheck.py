@@ -1,6 +1,6 @@
 """Re-measure a seeded sample of a dataset's configurations on this machine and compare.
 
-    python experiments/measure/recheck.py --data reference --n 40 --seed 0 [--out recheck.parquet]
+    python scripts/studies/recheck.py --data reference --n 40 --seed 0 [--out recheck.parquet]
 
 Picks ``--n`` ok rows (seeded), measures them again with the dataset's own protocol (``measure=cpu``
 unless ``--measure`` says otherwise, one thread, the contention guard on) through the collector's loop,

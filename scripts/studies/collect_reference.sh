@@ -6,7 +6,7 @@
 #   recheck-new.txt     40 configurations of the new file measured again (same machine, minutes later)
 #   recheck-old.txt     40 configurations of the previous shipped file measured on this machine
 #   collect-*.log       the collector's output (progress, repeated windows, counts)
-# Usage: bash experiments/measure/collect_reference.sh [OUT] [MAIN_MINUTES] [FP16_MINUTES]
+# Usage: bash scripts/studies/collect_reference.sh [OUT] [MAIN_MINUTES] [FP16_MINUTES]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${1:-data/reference-run}
@@ -25,10 +25,10 @@ snap after-reference
 $PY -m carb.collect space=reference_fp16 device=cpu measure=cpu out="$OUT/reference.parquet" seed=0 \
   max_minutes="$FP16_MIN" run_name=cpu-reference-fp16 progress.enabled=true 2>&1 | tee "$OUT/collect-fp16.log" | tail -3
 snap after-fp16
-$PY experiments/measure/recheck.py --data "$OUT/reference.parquet" --n 40 --seed 0 \
+$PY scripts/studies/recheck.py --data "$OUT/reference.parquet" --n 40 --seed 0 \
   --out "$OUT/recheck-new.parquet" 2>&1 | grep -v -i warn | tee "$OUT/recheck-new.txt"
 if [[ -s "$OUT/previous-reference.parquet" ]]; then
-  $PY experiments/measure/recheck.py --data "$OUT/previous-reference.parquet" --n 40 --seed 0 \
+  $PY scripts/studies/recheck.py --data "$OUT/previous-reference.parquet" --n 40 --seed 0 \
     --out "$OUT/recheck-old.parquet" 2>&1 | grep -v -i warn | tee "$OUT/recheck-old.txt"
 fi
 snap end

@@ -1,7 +1,7 @@
-"""Regenerate the README's results section from the shipped data (numbers are never typed in).
+"""Regenerate the results section of docs/RESULTS.md from the shipped data (numbers are never typed in).
 
-    python experiments/readme/results.py            # rewrite README.md between the results markers
-    python experiments/readme/results.py --print    # print the section instead
+    python -m scripts.results            # rewrite block `results` of docs/RESULTS.md (scripts.splice)
+    python -m scripts.results --print    # print the section instead
 
 Trains ``carb-train`` (default preset, ``model=auto``) on the shipped CPU reference dataset into a
 temporary MLflow store, takes the test-split metrics beside B1, the extrapolation splits, the physical
@@ -11,7 +11,7 @@ for the shipped H200 dataset (``data=h200``, measured energy): test accuracy bes
 extrapolation splits, interval coverage, and a budget classification at the median of the test split's
 measured energy and latency (CARB's point predictions against B1's and B2's; the rows whose interval
 crosses the budget line). Everything between ``<!-- results:start -->`` and ``<!-- results:end -->`` in
-README.md is replaced.
+docs/RESULTS.md is replaced (:func:`scripts.splice.splice`).
 
 On a busy 2-core machine set ``CARB_N_JOBS=1 OMP_NUM_THREADS=1``: threaded boosting under contention can
 make one refit a hundred times slower.
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import tempfile
@@ -29,9 +30,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-START, END = "<!-- results:start -->", "<!-- results:end -->"
+#: The generated document this script writes block ``results`` of; its links are relative to its folder.
+RESULTS_MD = ROOT / "docs" / "RESULTS.md"
 TARGET_LABEL = {"peak_memory_MB": "peak memory (MB)", "energy_J": "energy (J/batch)", "latency_ms": "latency (ms/batch)"}
 
 
@@ -124,8 +126,7 @@ def timm_summary() -> str:
         range_splits,
     )
 
-    sys.path.insert(0, str(ROOT / "experiments" / "benchmarks"))
-    from extrapolation import make, timm_latency
+    from scripts.bench.extrapolation import make, timm_latency
 
     tabs, lomo, larger, n = {}, {}, {}, {}
     for gpu in ("RTX 3090", "RTX 4090", "RTX 5090", "RTX PRO 6000 Blackwell Max-Q"):
@@ -179,11 +180,10 @@ def input_size_line(gpu: str = "RTX PRO 6000 Blackwell Max-Q") -> str:
 
 
 def outside_check_lines(path: Path | None = None) -> list[str]:
-    """The prospective check (``experiments/measure/outside_check.py``): screening candidates outside the
+    """The prospective check (``scripts/studies/outside_check.py``): screening candidates outside the
     CPU model's domain, measured afterwards, against the model's screening-mode predictions and intervals,
     B1 beside; a table and a line per outside reason. Empty without the measured file."""
-    sys.path.insert(0, str(ROOT / "experiments" / "measure"))
-    from outside_check import ANCHORS, OUT, check_report, drift, train_model
+    from scripts.studies.outside_check import ANCHORS, OUT, check_report, drift, train_model
 
     from carb.data.io import load_training_frame
 
@@ -197,7 +197,7 @@ def outside_check_lines(path: Path | None = None) -> list[str]:
     ok = measured[measured["status"] == "ok"]
     when = pd.to_datetime(ok["measured_at"], utc=True) if "measured_at" in ok else None
     span = (f", {when.min():%Y-%m-%d %H:%M} to {when.max():%H:%M} UTC" if when is not None and len(when) else "")
-    lines = [f"Prospective check (`experiments/measure/outside_check.py`): {len(ok)} candidates of the 3,072-point "
+    lines = [f"Prospective check (`scripts/studies/outside_check.py`): {len(ok)} candidates of the 3,072-point "
              f"screening grid that lie **outside** this model's training domain (drawn evenly over their first outside "
              f"reason and precision among those whose upper predicted latency is at most 4 s), measured afterwards by "
              f"`carb-collect` on the same fingerprinted VM (device `{ok['device_id'].iloc[0]}`{span}; "
@@ -221,13 +221,12 @@ def outside_check_lines(path: Path | None = None) -> list[str]:
 
 
 def later_runs_lines() -> list[str]:
-    """The H200 prospective check (``experiments/benchmarks/later_runs.py``): the model of the first GPU
+    """The H200 prospective check (``scripts/studies/later_runs.py``): the model of the first GPU
     run scored on the configurations the later runs added."""
-    sys.path.insert(0, str(ROOT / "experiments" / "benchmarks"))
-    from later_runs import later_runs_report
+    from scripts.studies.later_runs import later_runs_report
 
     r = later_runs_report()
-    lines = [f"Prospective check on the H200 (`experiments/benchmarks/later_runs.py`): `carb-train` defaults on the first "
+    lines = [f"Prospective check on the H200 (`scripts/studies/later_runs.py`): `carb-train` defaults on the first "
              f"run alone ({r['n_first']} rows), scored as `carb-screen` scores them on the {r['n_later']} configurations "
              f"the two later runs added (architectures the first run never drew, measured hours later):", "",
              "| target | rows | CARB R^2 (MAPE) | B1 R^2 (MAPE) | Spearman rank | 90 % interval coverage (mean width) |",
@@ -279,10 +278,9 @@ def regime_line(m: dict, targets: list[str]) -> str:
 
 
 def transfer_lines() -> list[str]:
-    """The few-shot calibration benchmark (experiments/benchmarks/transfer.py): GPU pairs per K and the
+    """The few-shot calibration benchmark (scripts/bench/transfer.py): GPU pairs per K and the
     CPU transfer at K = 10."""
-    sys.path.insert(0, str(ROOT / "experiments" / "benchmarks"))
-    from transfer import cpu_here_table, cpu_table, gpu_table, pair_summary
+    from scripts.bench.transfer import cpu_here_table, cpu_table, gpu_table, pair_summary
 
     ks = [3, 5, 10, 20]
     s = pair_summary(gpu_table(ks))
@@ -301,12 +299,12 @@ def transfer_lines() -> list[str]:
         cpu.append(f"| {TARGET_LABEL[r.target]} | {r.model} | {r.spearman:.3f} | {r.mape_pct:.1f} % | {r.r2:.3f} | "
                    f"{o.spearman:.3f} | {o.mape_pct:.1f} % | {o.r2:.3f} |")
     return ["Few-shot calibration to a device the model never saw (`carb-calibrate`; "
-            "`experiments/benchmarks/transfer.py`). timm's 4 GPUs, every ordered pair (12): a model fitted on one "
+            "`scripts/bench/transfer.py`). timm's 4 GPUs, every ordered pair (12): a model fitted on one "
             "GPU's 22 ResNet rows, calibrated with K space-filling rows of another GPU, scored on that GPU's other "
             "rows (latency; at K = 20 only 2 rows are left, so that line says little):", "", *lines, "",
             f"CPU, K = 10, scored on the other {int(h['n'].iloc[0]) if len(h) else 0} rows of 100. Same VM, later: "
             f"the model of the reference file above calibrated with rows measured on the same VM after it "
-            f"(`experiments/data/cpu-calibration-100.parquet`). Another VM: the model of the previous shipped file "
+            f"(`scripts/data/cpu-calibration-100.parquet`). Another VM: the model of the previous shipped file "
             f"(another 2-core VM, measured under load, bf16 without native instructions) calibrated with 100 rows "
             f"drawn from the reference file. `flops_k` = a FLOPs-only line fitted on the same K rows:", "", *cpu, ""]
 
@@ -375,8 +373,8 @@ def h200_provenance_lines() -> list[str]:
         t += (f", drift (end / first, median of {dr.get('n', '?')}) latency {fmt(dr.get('latency_ratio_median'))}, "
               f"energy {fmt(dr.get('energy_ratio_median'))}")
         per_run.append(t)
-    return [f"Dataset: `{H200_DATA}.parquet` ([what and how]({H200_DATA}.md)), {len(d)} rows ({n_arch} architectures) "
-            f"measured by `experiments/gpu/run.py` with CARB's own collector on one {dev.get('device_name', '?')} "
+    return [f"Dataset: `{H200_DATA}.parquet` ([what and how]({_link(ROOT / f'{H200_DATA}.md')})), {len(d)} rows ({n_arch} architectures) "
+            f"measured by `python -m carb.measure.gpu_run` with CARB's own collector on one {dev.get('device_name', '?')} "
             f"({dev.get('multiprocessors', '?')} SMs, power limit {fmt(dev.get('power_limit_W'), '.0f')} W, default "
             f"clocks, driver {dev.get('driver', '?')}, torch {dev.get('torch_version', prov.get('torch', '?'))}), "
             f"device `{prov.get('device_id', '?')}`, in {len(runs)} run{'s' if len(runs) > 1 else ''} on "
@@ -471,8 +469,13 @@ def budget_table(fit_folder: str, split_seed: int, fractions: tuple[float, ...])
             "interval crosses the budget line, else `accept` / `reject`):", "", *notes, ""]
 
 
-#: Where the figures the README shows are written (relative paths in the README).
+#: Where the figures docs/RESULTS.md shows are written (linked relative to docs/).
 FIGURES = ROOT / "docs" / "figures"
+
+
+def _link(path: Path) -> str:
+    """``path`` (a file of the repository) as a Markdown link target relative to docs/RESULTS.md's folder."""
+    return Path(os.path.relpath(path, RESULTS_MD.parent)).as_posix()
 
 
 def xval_figure(fit_folder: str, out: Path) -> str | None:
@@ -509,7 +512,7 @@ def h200_part(tmp: str) -> list[str]:
     fig = xval_figure(r["fit_folder"], FIGURES / "extrapolation_h200.png")
     if fig:
         parts += [f"The same splits drawn (`figures/extrapolation.png` of the `carb-train` run; every test row, CARB "
-                  f"beside B1):", "", f"![H200 extrapolation splits: predicted vs measured, CARB and B1]({fig})", ""]
+                  f"beside B1):", "", f"![H200 extrapolation splits: predicted vs measured, CARB and B1]({_link(ROOT / fig)})", ""]
     cov = coverage_table(m, targets)
     if cov:
         parts += [f"Prediction intervals (nominal coverage {fmt(m.get('interval_nominal', 0.9))}; share of held-out "
@@ -522,14 +525,14 @@ def h200_part(tmp: str) -> list[str]:
 
 
 def section() -> str:
-    """The README results section (Markdown)."""
+    """The results section of docs/RESULTS.md (Markdown)."""
     with tempfile.TemporaryDirectory() as tmp:
         r = train_metrics(tmp)
         m, targets = r["metrics"], list(r["targets"])
         spread = seed_spread(tmp, m, targets)
         h200 = h200_part(tmp)
     parts = ["## Results on this project's own data", "",
-             "Generated by `python experiments/readme/results.py` (do not edit by hand).", ""]
+             "Generated by `python -m scripts.results` (do not edit by hand).", ""]
     parts += provenance_lines() + [""]
     from carb.commands.cli import compose
 
@@ -567,14 +570,9 @@ def main(argv: list[str] | None = None) -> None:
     if a.print:
         print(text)
         return
-    readme = ROOT / "README.md"
-    src = readme.read_text()
-    if START not in src or END not in src:
-        raise SystemExit(f"README.md lacks the markers {START} ... {END}")
-    head, rest = src.split(START, 1)
-    _, tail = rest.split(END, 1)
-    readme.write_text(f"{head}{START}\n{text}\n{END}{tail}")
-    print("README.md results section regenerated")
+    from scripts.splice import splice
+
+    splice(RESULTS_MD, "results", text)
 
 
 if __name__ == "__main__":

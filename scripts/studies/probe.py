@@ -1,6 +1,6 @@
 """Measure this CPU's device probe (single convolutions per precision) and add it to the shipped probes.
 
-    python experiments/measure/probe.py [--n 160] [--precisions fp32 bf16 fp16] [--out carb/data/device-probes.csv]
+    python scripts/studies/probe.py [--n 160] [--precisions fp32 bf16 fp16] [--out carb/data/device-probes.csv]
 
 Run it alone on an idle machine (it times kernels). One torch thread and glibc's allocator pinned, as
 ``measure=cpu`` collects. The layers are those of the networks of ``--layers-from``

@@ -5,20 +5,20 @@ model has most outside its training domain (batch 128 > 32, FLOPs beyond the lar
 The extrapolation splits of ``carb-train`` test that inside the shipped data; this script tests it on new
 measurements of the grid's own candidates, on the device the model was trained for:
 
-    python experiments/measure/outside_check.py select  [--n 48] [--max-ms 4000] [--seed 0]
-    python experiments/measure/outside_check.py measure [--max-minutes 25]     # alone on the machine
-    python experiments/measure/outside_check.py anchors [--n-anchors 16]   # alone on the machine
-    python experiments/measure/outside_check.py report
+    python scripts/studies/outside_check.py select  [--n 48] [--max-ms 4000] [--seed 0]
+    python scripts/studies/outside_check.py measure [--max-minutes 25]     # alone on the machine
+    python scripts/studies/outside_check.py anchors [--n-anchors 16]   # alone on the machine
+    python scripts/studies/outside_check.py report
 
 ``select`` trains ``carb-train``'s default model on the shipped CPU reference (a temporary store),
 screens the ``screening`` grid, and draws ``--n`` candidates outside the domain whose interval's upper
 latency is at most ``--max-ms`` (so that a 2-core CPU measures them in minutes), evenly over their first
-outside reason's knob and precision, seeded; it writes the plan (``experiments/data/cpu-outside-check.plan.csv``, knobs,
+outside reason's knob and precision, seeded; it writes the plan (``scripts/data/cpu-outside-check.plan.csv``, knobs,
 predictions and reasons at selection). ``measure`` refuses a device whose fingerprint is not the
 reference's, then measures the plan with CARB's collector (``device=cpu measure=cpu``) into
-``experiments/data/cpu-outside-check.parquet`` (resumable). ``anchors`` measures again, the same way,
+``scripts/data/cpu-outside-check.parquet`` (resumable). ``anchors`` measures again, the same way,
 ``--n-anchors`` seeded configurations of the reference file itself (at least 20 ms each), into
-``experiments/data/cpu-outside-check.anchors.parquet``: how the VM's speed moved since the reference was
+``scripts/data/cpu-outside-check.anchors.parquet``: how the VM's speed moved since the reference was
 measured, apart from any extrapolation (:func:`drift`). ``report`` retrains the same model and
 scores the measured rows as ``carb-screen`` would (screening-mode predictions, intervals with the
 outside calibration): R^2, MAPE, Spearman rank and interval coverage and width per target, B1 beside,
@@ -40,9 +40,9 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-PLAN = ROOT / "experiments" / "data" / "cpu-outside-check.plan.csv"
-OUT = ROOT / "experiments" / "data" / "cpu-outside-check.parquet"
-ANCHORS = ROOT / "experiments" / "data" / "cpu-outside-check.anchors.parquet"
+PLAN = ROOT / "scripts" / "data" / "cpu-outside-check.plan.csv"
+OUT = ROOT / "scripts" / "data" / "cpu-outside-check.parquet"
+ANCHORS = ROOT / "scripts" / "data" / "cpu-outside-check.anchors.parquet"
 KNOBS = ["block", "depth", "width_mult", "input_size", "batch_size", "precision", "early_downsample"]
 TARGETS = ("latency_ms", "peak_memory_MB")
 

@@ -1,6 +1,6 @@
 """Write the provenance of a re-collected reference dataset (run folder of collect_reference.sh).
 
-    python experiments/measure/provenance.py data/reference-run carb/data/cpu-reference.provenance.json \
+    python scripts/studies/provenance.py data/reference-run carb/data/cpu-reference.provenance.json \
         [--previous-note 'glibc default allocator']
 
 Records what was measured, with which commands, on which fingerprinted machine, when, how long it
@@ -19,7 +19,6 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from carb.data.io import load_dataset  # noqa: E402
 
@@ -54,7 +53,7 @@ def provenance(run: Path, dataset_name: str = "carb/data/cpu-reference.parquet",
                  "this project's CPU backend, with the contention guard on, in one window with nothing else "
                  "running on the machine (not synthetic)"),
         "commands": [
-            "bash experiments/measure/collect_reference.sh data/reference-run 40 6",
+            "bash scripts/studies/collect_reference.sh data/reference-run 40 6",
             "  = carb-collect space=reference device=cpu measure=cpu out=<run>/reference.parquet seed=0 max_minutes=40",
             "  + carb-collect space=reference_fp16 device=cpu measure=cpu out=<run>/reference.parquet seed=0 max_minutes=6",
         ],
@@ -95,7 +94,7 @@ def _previous(run: Path, df, note: str) -> dict:
     path = run / "previous-reference.parquet"
     if not path.exists() or not path.stat().st_size:
         return {}
-    from compare import compare, summary
+    from scripts.studies.compare import compare, summary
 
     old = load_dataset(path)
     label = (f"The previous shipped file ({str(old['measured_at'].min())[:10]}, device "

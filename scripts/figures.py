@@ -1,13 +1,13 @@
-"""Regenerate the README's benchmark table in one run, on the current code, dated and with the machine.
+"""Regenerate the benchmark table of docs/RESULTS.md in one run, on the current code, dated and with the machine.
 
-Runs every timing benchmark (``features.py``, ``screening.py``, ``collect.py``, ``train.py``) as a
+Runs every timing benchmark of ``scripts/bench/`` (``features.py``, ``screening.py``, ``collect.py``, ``train.py``) as a
 subprocess and reads its machine-readable last line, then times two whole commands as a user runs them:
 ``carb-train model=carb_fast`` on the shipped dataset (wall time of the process, start-up and logging
 included, beside the fit alone) and ``carb-tune`` (trials per minute of wall time). Everything between
-``<!-- bench:start -->`` and ``<!-- bench:end -->`` in README.md is replaced. Run it on an idle machine
-(nothing else running): the figures are timings.
+``<!-- bench:start -->`` and ``<!-- bench:end -->`` in docs/RESULTS.md is replaced (:func:`scripts.splice.splice`).
+Run it on an idle machine (nothing else running): the figures are timings.
 
-    python experiments/benchmarks/readme_figures.py [--print] [--skip-full-fit]
+    python -m scripts.figures [--print] [--skip-full-fit]
 """
 from __future__ import annotations
 
@@ -21,15 +21,14 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 ENV = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1", "PYTHONWARNINGS": "ignore"}
 
 
 def last_line(script: str, *args: str) -> dict[str, str]:
-    """Run ``experiments/benchmarks/<script>`` and parse its last ``key=value`` line."""
-    r = subprocess.run([sys.executable, str(ROOT / "experiments" / "benchmarks" / script), *args],
+    """Run ``scripts/bench/<script>`` and parse its last ``key=value`` line."""
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench" / script), *args],
                        capture_output=True, text=True, cwd=ROOT, env=ENV)
     if r.returncode != 0:
         raise SystemExit(f"{script} failed:\n{r.stderr[-2000:]}")
@@ -72,7 +71,7 @@ def machine() -> str:
 
 
 def table(skip_full_fit: bool) -> str:
-    """The README benchmark section (Markdown)."""
+    """The benchmark section of docs/RESULTS.md (Markdown)."""
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     host = machine()
     f = last_line("features.py")
@@ -101,7 +100,7 @@ def table(skip_full_fit: bool) -> str:
          f"{w['tune_trials']} trials in {w['tune_wall_s']:.0f} s wall = {w['tune_trials_per_min']:.0f} trials/min "
          f"(the trial loop alone: {w['tune_loop_trials_per_min']:.0f} trials/min)"),
     ]
-    lines = [f"Measured {when} by `python experiments/benchmarks/readme_figures.py` on {host}; timings on a "
+    lines = [f"Measured {when} by `python -m scripts.figures` on {host}; timings on a "
              f"2-core VM vary with load, so compare ratios measured in one run.", "",
              "| benchmark | result |", "|---|---|"] + [f"| {a} | {b} |" for a, b in rows]
     return "\n".join(lines)
@@ -116,14 +115,9 @@ def main() -> None:
     if a.print:
         print(text)
         return
-    readme = ROOT / "README.md"
-    src = readme.read_text()
-    if START not in src or END not in src:
-        raise SystemExit(f"README.md lacks the markers {START} ... {END}")
-    head, rest = src.split(START, 1)
-    _, tail = rest.split(END, 1)
-    readme.write_text(f"{head}{START}\n{text}\n{END}{tail}")
-    print("README.md benchmark table regenerated")
+    from scripts.splice import splice
+
+    splice(ROOT / "docs" / "RESULTS.md", "bench", text)
 
 
 if __name__ == "__main__":

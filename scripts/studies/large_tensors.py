@@ -1,7 +1,7 @@
 """Do single operators slow down on tensors of more than 2**31 elements? A one-minute GPU check.
 
-    python3 experiments/gpu/large_tensors.py --out $OUT/h200          # on the lent GPU (torch only)
-    python3 experiments/gpu/large_tensors.py --out /tmp/lt --fake     # dry run on a CPU, tiny tensors
+    python3 scripts/studies/large_tensors.py --out $OUT/h200          # on the lent GPU (torch only)
+    python3 scripts/studies/large_tensors.py --out /tmp/lt --fake     # dry run on a CPU, tiny tensors
 
 Why: the two largest misses of CARB's extrapolation were both configurations whose activations pass 2**31
 elements: on the shipped H200 data the 12 such rows (of 1,138) are under-predicted by 3-7 % out of fold

@@ -4,7 +4,7 @@ fitted on the lower range of each extrapolation split of the CPU reference and s
 (prior only, no cascade). Two probes: all of the shipped probe (it timed layers of the whole reference
 space), and only its layers that occur in the training range's networks (batch split: batches <= 4 too).
 
-    python experiments/benchmarks/probe_term.py
+    python scripts/bench/probe_term.py
 
 No timing is done (safe beside other work). Prints one line per split: R^2 and MAPE of the prior as
 shipped, with the term and the whole probe, with the term and the training-range probe.

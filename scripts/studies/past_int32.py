@@ -4,7 +4,7 @@ architecture, screening-mode predictions), log(measured / predicted) of the rows
 ``--min-ms``, by precision and by side of the 32-bit index limit
 (:func:`carb.design.shapes.largest_output_elements` >= 2**31 - 1).
 
-    python experiments/benchmarks/past_int32.py [--data h200] [--min-ms 200]
+    python scripts/studies/past_int32.py [--data h200] [--min-ms 200]
 
 No timing is done (safe beside other work; about a minute). Prints the summary per side x precision and
 the rows past the line. Positive = under-predicted (the row ran slower than predicted).
@@ -21,14 +21,13 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "experiments" / "benchmarks"))
 
 KNOBS = ["block", "depth", "width_mult", "input_size", "batch_size", "precision"]
 
 
 def out_of_fold(df: pd.DataFrame, folds: int = 5) -> np.ndarray:
     """Screening-mode latency (ms) of every row of ``df`` from a model that never saw its architecture (n,)."""
-    from extrapolation import make
+    from scripts.bench.extrapolation import make
     from sklearn.model_selection import GroupKFold
 
     from carb.model.intervals import screening_predict

@@ -1,6 +1,7 @@
-"""A fake GPU for dry runs and tests of experiments/gpu/run.py on a CPU: torch runs on the CPU, and an
-NVML-like object reports an energy counter that steps at update edges (``period_s``) at a constant
-``power_W`` on the real clock, plus utilization, temperature and clocks. No pynvml, no CUDA."""
+"""A fake GPU for dry runs and tests of the GPU collector (:mod:`carb.measure.gpu_run` ``--fake-device``)
+on a CPU: torch runs on the CPU, and an NVML-like object reports an energy counter that steps at update
+edges (``period_s``) at a constant ``power_W`` on the real clock, plus utilization, temperature and
+clocks. No pynvml, no CUDA."""
 from __future__ import annotations
 
 import math

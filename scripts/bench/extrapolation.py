@@ -10,7 +10,7 @@ B1 (FLOPs-only linear regression), on
    newest torch): leave-one-model-out (every ResNet depth in turn), and larger inputs. Leave-GPU-out
    does not apply to a per-device model (a new device is the calibration issue's business).
 
-    python experiments/benchmarks/extrapolation.py [--data reference h200] [--no-timm] [--no-plain]
+    python scripts/bench/extrapolation.py [--data reference h200] [--no-timm] [--no-plain]
 
 ``--data`` takes one or more dataset names or paths (also comma-separated), each one part.
 Prints one table per dataset and, for each split whose latency or energy R^2 is below 0.9, where its error

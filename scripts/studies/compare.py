@@ -3,7 +3,7 @@ protocol change): latency and peak-memory ratios (new / old) on the configuratio
 whether a configuration has convolution outputs of 32 MiB or more (what glibc's default allocator
 page-faults on every forward; see carb/measure/cpu.py pin_malloc).
 
-    python experiments/measure/compare.py OLD.parquet NEW.parquet
+    python scripts/studies/compare.py OLD.parquet NEW.parquet
 """
 from __future__ import annotations
 
