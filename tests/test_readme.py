@@ -73,8 +73,8 @@ def test_readme_python_example_runs(h200_store):
 def test_example_excerpt_keeps_the_summary_and_the_top_rows():
     """scripts/example.py splices the carb-screen summary and the shortlist's first rows, not the store
     path or the written files (temporary paths)."""
-    # skipped only while tests/scripts.py (the old script loader) shadows the scripts package
-    shortlist_excerpt = pytest.importorskip("scripts.example").shortlist_excerpt
+    from scripts.example import shortlist_excerpt
+
     out = "\n".join(["carb-screen: tracking store sqlite:////tmp/x/mlflow.db", "note: something",
                      "grid 3 candidates; budget {}", "accept 2, borderline 1", "shortlist (3; ...):",
                      "block depth", "basic 14", "basic 18", "basic 34", "wrote /tmp/x/scored.parquet"])
