@@ -320,7 +320,7 @@ def native_terms(frame: pd.DataFrame, threads: int, onednn: tuple[str, ...] | li
     fallback GEMM of a precision without a tuned kernel suffers cache-set conflicts when its rows are
     aligned to large powers of two: a 3 x 3 fp16 convolution on that VM runs at 2.8-3.3 GMAC/s on maps
     of 24, 28, 40, 56 or 72 px (rows aligned to at most 128 bytes), 1.3 at 48 and 112 px (512 bytes),
-    0.9 at 32 and 96 px (2 KB) and 0.5 at 64 and 128 px (8 KB and more; experiments/measure/cpu_dispatch.py).
+    0.9 at 32 and 96 px (2 KB) and 0.5 at 64 and 128 px (8 KB and more; scripts/studies/cpu_dispatch.py).
     ``threads``: the torch threads the rows were measured with; ``onednn``: the precisions oneDNN runs
     (:func:`onednn_precisions`). Zero at batch 16 and more for fp32: not monotone in batch, as measured."""
     if "precision" not in frame.columns:
