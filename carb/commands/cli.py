@@ -29,6 +29,16 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("carb_home", lambda: str(carb_home()))
 
 
+def register_schemas() -> None:
+    """Config nodes written by the schema rather than in YAML: ``schema/prior`` (the physics prior's
+    defaults, :class:`carb.model.prior_config.PriorSettings`), which ``conf/prior/auto.yaml`` extends."""
+    from hydra.core.config_store import ConfigStore
+
+    from carb.model.prior_config import default_prior
+
+    ConfigStore.instance().store(group="schema", name="prior", node=default_prior())
+
+
 def concise_warnings() -> None:
     """Show warnings as one line (``warning: <message>``) instead of file, line and source."""
     import warnings
@@ -124,6 +134,7 @@ def hydra_command(command: str, config_name: str | None = None) -> Callable:
         @functools.wraps(run_fn)
         def entry() -> Any:
             register_resolvers()
+            register_schemas()
             telemetry_off()
             precheck(command, config_name or command, sys.argv[1:])
             return _main()
@@ -241,6 +252,7 @@ def compose(config_name: str, overrides: list[str] | tuple[str, ...] = (),
     from hydra.core.global_hydra import GlobalHydra
 
     register_resolvers()
+    register_schemas()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         return _compose(config_name=config_name, overrides=list(overrides),

@@ -81,7 +81,7 @@ def run_train(cfg: Any) -> dict[str, Any]:
                      "tuned_trials": json.dumps(prov)}
         print(f"carb-train: using the best parameters of study {tuned['study']!r} (trials {prov})")
     features = to_dict(cfg.features)
-    cascade = build_cascade(model_cfg, features)
+    cascade = build_cascade(model_cfg, features, to_dict(cfg.prior))
     targets = [t for t in TARGETS if t in full.columns]
     ev = to_dict(cfg.evaluate)
     measured = [t for t in targets if train[t].notna().any()]

@@ -188,7 +188,7 @@ def run_tune(cfg: Any) -> dict[str, Any]:
 
     model_cfg, _ = resolve_auto(to_dict(cfg.model), len(train))
     model_cfg.pop("tuned_from", None)
-    base = build_cascade(model_cfg, to_dict(cfg.features))
+    base = build_cascade(model_cfg, to_dict(cfg.features), to_dict(cfg.prior))
     targets_all = [t for t in TARGETS if t in full.columns]
     base_prog = Progress.from_cfg("carb-tune", len(targets_all), cfg, throttle=False)
     t_base = time.perf_counter()
