@@ -22,9 +22,9 @@ def test_shipped_configs_pass(command, overrides):
     ("train", "split.seed=abc", "split.seed: must be an integer >= 0, got 'abc'"),
     ("train", "model.log_target=maybe", "model.log_target: 'maybe' is not allowed"),
     ("train", "model.members=[xgb,catboost]", "model.members: ['catboost'] not allowed"),
-    ("train", "model.physics=maybe", "model.physics: must be true or false"),
-    ("train", "model.prior.overlap_k=0.5", "model.prior.overlap_k"),
-    ("train", "model.prior.static_power=3", "model.prior.static_power"),
+    ("train", "prior.enabled=maybe", "prior.enabled: must be true or false"),
+    ("train", "prior.overlap_k=0.5", "prior.overlap_k"),
+    ("train", "prior.static_power=3", "prior.static_power"),
     ("train", "model.specialists.xgb.max_depth=-1", "model.specialists.xgb.max_depth: must be an integer >= 1"),
     ("train", "model.large.specialists.et.n_estimators=0", "model.large.specialists.et.n_estimators"),
     ("train", "evaluate.budget.value=-3", "evaluate.budget.value: must be null or a positive number"),
@@ -47,11 +47,11 @@ def test_bad_values_are_one_line(command, override, needle):
 
 
 def test_model_auto_picks_sizes_from_the_row_count():
-    m = to_dict(compose("train", ["model.physics=false", "model.log_target=true"]).model)
+    m = to_dict(compose("train", ["model.power_cap=false", "model.log_target=true"]).model)
     small, name_s = resolve_auto(m, 100)
     large, name_l = resolve_auto(m, 10_000)
     assert (name_s, name_l) == ("auto:carb_fast", "auto:carb")
     assert small["specialists"]["xgb"]["n_estimators"] == 150 and large["specialists"]["xgb"]["n_estimators"] == 800
-    assert small["physics"] is large["physics"] is False and large["log_target"] is True   # user overrides kept
+    assert small["power_cap"] is large["power_cap"] is False and large["log_target"] is True   # user overrides kept
     assert "large" not in large and "threshold_rows" not in small
     assert resolve_auto({"name": "carb", "x": 1}, 5) == ({"name": "carb", "x": 1}, "carb")
