@@ -115,12 +115,16 @@ class Features(Section):
 
 
 class Clocks(Section):
+    """``measure.clocks``: GPU clock locking (MHz)."""
+
     lock: bool
     sm_MHz: Count | None
     mem_MHz: Count | None
 
 
 class Guard(Section):
+    """``measure.guard``: the CPU contention guard (shares in (0, 1])."""
+
     enabled: bool
     min_cpu_share: Fraction
     max_steal_share: Fraction
@@ -147,6 +151,8 @@ class Measure(Section):
 
 
 class Depths(Section):
+    """``space.depths``: depths per block type."""
+
     basic: list[Count]
     bottleneck: list[Count]
 
@@ -172,18 +178,24 @@ class Space(Section):
 
 
 class XGB(Open):
+    """``model.specialists.xgb``: XGBoost parameters."""
+
     n_estimators: Count
     max_depth: Count
     learning_rate: Positive
 
 
 class LGBM(Open):
+    """``model.specialists.lgbm``: LightGBM parameters."""
+
     n_estimators: Count
     num_leaves: Annotated[int, Field(ge=2)]
     learning_rate: Positive
 
 
 class ET(Open):
+    """``model.specialists.et``: ExtraTrees parameters."""
+
     n_estimators: Count
     min_samples_leaf: Count
 
@@ -197,6 +209,8 @@ class Specialists(Section):
 
 
 class PerTarget(Section):
+    """``model.per_target.<target>``: overrides for one target (what a tuned preset supplies)."""
+
     xgb: dict[str, Any] | None = None
     lgbm: dict[str, Any] | None = None
     et: dict[str, Any] | None = None
@@ -205,11 +219,15 @@ class PerTarget(Section):
 
 
 class Regime(Section):
+    """``model.correctors.<regime>``: one regime corrector."""
+
     enabled: bool
     targets: list[Target] | None
 
 
 class Correctors(Section):
+    """``model.correctors``: the regime correctors (``model``: HistGradientBoosting parameters)."""
+
     low_batch: Regime
     high_load: Regime
     model: dict[str, Any]
@@ -218,6 +236,8 @@ class Correctors(Section):
 
 
 class TunedFrom(Section):
+    """``model.tuned_from`` (``model=tuned``): the Optuna study whose best parameters are used."""
+
     study: Text
     storage: Text
 
@@ -250,17 +270,22 @@ class Model(ModelPreset):
 
     @model_validator(mode="after")
     def _auto_has_large(self) -> Model:
+        """``model=auto`` needs the sizes it switches to and the row count it switches at."""
         if self.name == "auto" and (self.large is None or self.threshold_rows is None):
             raise PydanticCustomError("carb", "model=auto needs `large` and `threshold_rows`", {})
         return self
 
 
 class Split(Section):
+    """``split``: the stratified split (fractions train, val[, cal], test)."""
+
     seed: Index
     fractions: Annotated[list[Fraction], Field(min_length=3, max_length=4)]
 
 
 class SearchParam(Section):
+    """One hyperparameter's search range in ``tune.search_space``."""
+
     type: Literal["int", "float", "categorical"]
     low: float | None = None
     high: float | None = None
@@ -270,6 +295,8 @@ class SearchParam(Section):
 
 
 class Pruner(Section):
+    """``tune.pruner``: Optuna's median pruner (boosting rounds)."""
+
     n_startup_trials: Index
     n_warmup_steps: Index
     report_every: Count
@@ -295,21 +322,29 @@ class Tune(Section):
 
 
 class Tracking(Section):
+    """``tracking``: the MLflow store."""
+
     uri: Text
     artifact_root: Text | None
 
 
 class Paths(Section):
+    """``paths``: where commands write outputs."""
+
     output_dir: Text
     data_dir: Text
 
 
 class Progress(Section):
+    """``progress``: progress lines on stderr (seconds)."""
+
     enabled: bool
     min_interval_s: NonNegative
 
 
 class Budget(Section):
+    """``screen.budget``: a limit per target in its unit (null: none)."""
+
     energy_J: Positive | None
     peak_memory_MB: Positive | None
     latency_ms: Positive | None
@@ -337,6 +372,8 @@ class Screen(Section):
 
 
 class CsvColumns(Section):
+    """``importer.columns`` (``importer=csv``): the file's column for each field."""
+
     model: Text | None
     block: Text | None
     depth: Text | None
@@ -359,6 +396,8 @@ class CsvColumns(Section):
 
 
 class CsvConstants(Section):
+    """``importer.constants`` (``importer=csv``): a value for every row of a field the file lacks."""
+
     model: Text | None
     block: Literal["basic", "bottleneck"] | None
     depth: Count | None
@@ -375,6 +414,8 @@ class CsvConstants(Section):
 
 
 class CsvScale(Section):
+    """``importer.scale`` (``importer=csv``): factors into CARB's units."""
+
     latency_ms: Positive | None
     energy_J: Positive | None
     peak_memory_MB: Positive | None
@@ -442,16 +483,22 @@ class Fitting(Command):
 
 
 class BudgetCheck(Section):
+    """``evaluate.budget``: the budget classification (value in the target's unit)."""
+
     target: Target
     value: Positive | None
 
 
 class Lobo(Section):
+    """``evaluate.lobo``: leave-one-batch-tier-out."""
+
     enabled: bool
     max_batch: Count
 
 
 class Extrapolation(Section):
+    """``evaluate.extrapolation``: the leave-out splits that force extrapolation."""
+
     enabled: bool
     train_share: Annotated[float, Field(ge=0.05, le=0.95)]
     min_rows: Annotated[int, Field(ge=2)]
@@ -459,16 +506,22 @@ class Extrapolation(Section):
 
 
 class ArchitectureIntervals(Section):
+    """``evaluate.architecture_intervals``: intervals for unseen architectures."""
+
     enabled: bool
     folds: Annotated[int, Field(ge=2)]
 
 
 class Sanity(Section):
+    """``evaluate.sanity``: screening-mode predictions on a grid."""
+
     enabled: bool
     space: Text
 
 
 class Evaluate(Section):
+    """``evaluate`` (``carb-train``): what is evaluated beside the fit."""
+
     interval_coverage: Coverage
     budget: BudgetCheck
     lobo: Lobo
@@ -491,11 +544,15 @@ class Train(Fitting):
 
 
 class Shard(Section):
+    """``shard`` (``carb-collect``): this shard of the shuffled order."""
+
     index: Index
     count: Count
 
 
 class Resume(Section):
+    """``resume`` (``carb-collect``): what a restart accepts."""
+
     mix_protocols: bool
 
 
@@ -518,6 +575,8 @@ class Collect(Command):
 
 
 class Transfer(Section):
+    """``transfer`` (``carb-calibrate``): the transfer model's settings."""
+
     affine_min_k: Annotated[int, Field(ge=2)]
     residual_min_k: Annotated[int, Field(ge=3)]
     ridge_alpha: Positive
@@ -545,6 +604,8 @@ class Calibrate(Command):
 
 
 class Timm(Section):
+    """``timm`` (``carb-characterize source=timm``): the shipped timm benchmark's filters."""
+
     path: Text | None
     gpu_a: Text
     gpu_b: Text
@@ -556,6 +617,8 @@ class Timm(Section):
 
 
 class Analysis(Section):
+    """``analysis`` (``carb-characterize``): SM-utilisation tiers (%) and the fewest shared configurations."""
+
     sm_edges: Annotated[list[NonNegative], Field(min_length=2, max_length=2)]
     min_pairs: Annotated[int, Field(ge=2)]
 
@@ -599,6 +662,8 @@ class Probe(Command):
 
 
 class PromoteSettings(Section):
+    """``promote``: which version becomes the champion."""
+
     name: Text | None
     data: Text
     metric: Text
@@ -729,6 +794,7 @@ def _strip(tp: Any) -> Any:
 
 
 def _is_union(tp: Any) -> bool:
+    """Whether ``tp`` is a union (``X | Y`` or ``Union[X, Y]``)."""
     import types
 
     return get_origin(tp) in (Union, types.UnionType)
@@ -743,6 +809,7 @@ def _union(tp: Any) -> list[Any]:
 
 
 def _tag(tp: Any) -> Any:
+    """The ``name`` literal of a union member (``csv`` of :class:`CsvImporter`), else None."""
     m = _strip(tp)
     if isinstance(m, type) and issubclass(m, BaseModel) and "name" in m.model_fields:
         return (get_args(m.model_fields["name"].annotation) or (None,))[0]
@@ -756,11 +823,13 @@ def _list_item(tp: Any) -> Any:
 
 
 def _choices(tp: Any) -> list[Any] | None:
+    """The allowed values of a ``Literal`` type, else None."""
     base = _strip(tp)
     return list(get_args(base)) if get_origin(base) is Literal else None
 
 
 def _fields(tp: Any) -> list[str]:
+    """The config keys of a model type (aliases where given), else []."""
     base = _strip(tp)
     if isinstance(base, type) and issubclass(base, BaseModel):
         return [f.alias or n for n, f in base.model_fields.items()]
@@ -821,6 +890,7 @@ def describe(tp: Any) -> str:
 
 
 def _unannotated(tp: Any) -> Any:
+    """``tp`` without ``Annotated`` (a ``None`` alternative kept)."""
     while get_origin(tp) is Annotated:
         tp = get_args(tp)[0]
     return tp
