@@ -36,7 +36,7 @@ test-all: venv  ## fast + slow (+ gpu, skipped without an NVIDIA GPU)
 	$(BIN)/python -m pytest -q -m "slow or not slow"
 
 bench: venv
-	$(BIN)/python experiments/benchmarks/features.py
+	$(BIN)/python scripts/bench/features.py
 
 ui: venv  ## MLflow UI on the local store
 	MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=1 MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow ui --workers 1 --backend-store-uri sqlite:///mlruns/mlflow.db

@@ -1,11 +1,11 @@
 """The lent-GPU run without a GPU (issue 14): the real protocol code driven by a replayed energy counter
 on a virtual clock (per-batch energy within 1 % of power x latency for update periods of 10-100 ms,
 whatever the number of batches), the deadline logic with a heavy configuration last, and
-experiments/gpu/run.py end to end on the CPU with a fake device while mlflow, hydra, omegaconf,
-fvcore, xgboost and lightgbm cannot be imported.
+``python -m carb.measure.gpu_run`` end to end on the CPU with a fake device while mlflow, hydra, omegaconf,
+fvcore, xgboost, lightgbm, optuna, matplotlib, scipy and scikit-learn cannot be imported.
 
 The recorded trace tests/data/h200_counter_trace.csv (NVML total energy polled for 1.5 s under load on
-the H200 of the 2026-12-04 run, the same file as experiments/data/h200-run-2026-12-04/counter_trace.csv)
+the H200 of the 2026-12-04 run, the same file as scripts/data/h200-run-2026-12-04/counter_trace.csv)
 is replayed too: the sampler's update-period estimate on it is the run's (period.json, ~99.9 ms from 16
 edges), and measure_config on the replayed counter gives a per-batch energy equal to the trace's own
 power over the timed window times the latency (within 1 % of the power between the edges inside the
@@ -69,7 +69,7 @@ def test_naive_counter_difference_is_what_the_edges_fix():
 
 
 TRACE = ROOT / "tests" / "data" / "h200_counter_trace.csv"
-RUN_DIR = ROOT / "experiments" / "data" / "h200-run-2026-12-04"
+RUN_DIR = ROOT / "scripts" / "data" / "h200-run-2026-12-04"
 
 
 def _trace() -> list[tuple[float, float]]:
@@ -238,7 +238,8 @@ def test_group_by_architecture_keeps_the_shuffled_order():
 
 BLOCKER = textwrap.dedent("""
     import importlib.abc, runpy, sys
-    BLOCKED = ("mlflow", "hydra", "omegaconf", "fvcore", "xgboost", "lightgbm", "optuna", "matplotlib")
+    BLOCKED = ("mlflow", "hydra", "omegaconf", "fvcore", "xgboost", "lightgbm", "optuna", "matplotlib", "scipy",
+               "sklearn")
     class Block(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path=None, target=None):
             if name.split(".")[0] in BLOCKED:
@@ -246,7 +247,7 @@ BLOCKER = textwrap.dedent("""
             return None
     sys.meta_path.insert(0, Block())
     sys.argv = [sys.argv[1]] + sys.argv[2:]
-    runpy.run_path(sys.argv[0], run_name="__main__")
+    runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
 """)
 
 
@@ -266,7 +267,7 @@ def test_run_py_end_to_end_on_a_fake_device_with_only_the_allowed_imports(tmp_pa
         build_s: 0.3
     """))
     out = tmp_path / "out"
-    r = subprocess.run([sys.executable, "-c", BLOCKER, str(ROOT / "experiments/gpu/run.py"), "--minutes", "0.5",
+    r = subprocess.run([sys.executable, "-c", BLOCKER, "carb.measure.gpu_run", "--minutes", "0.5",
                         "--out", str(out), "--fake-device", "--config", str(cfg)],
                        capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]

@@ -1,5 +1,5 @@
 """Appending a later lent-GPU run of the same device to a dataset (carb.data.importers.gpu_run.merge_gpu_run,
-``carb-collect import_run=DIR out=<existing file>``), on the real H200 runs kept in experiments/data."""
+``carb-collect import_run=DIR out=<existing file>``), on the real H200 runs kept in scripts/data."""
 from __future__ import annotations
 
 import json
@@ -12,8 +12,8 @@ from carb.data.importers.gpu_run import import_gpu_run, merge_gpu_run, repeat_ra
 from carb.errors import ConfigError, DatasetError
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN1 = ROOT / "experiments" / "data" / "h200-run-2026-12-04-seed1"
-RUN2 = ROOT / "experiments" / "data" / "h200-run-2026-12-04-seed2"
+RUN1 = ROOT / "scripts" / "data" / "h200-run-2026-12-04-seed1"
+RUN2 = ROOT / "scripts" / "data" / "h200-run-2026-12-04-seed2"
 
 
 @pytest.fixture(scope="module")

@@ -150,7 +150,7 @@ def test_rows_of_two_protocols_are_not_repeats(tmp_path):
 
 
 @pytest.mark.parametrize("overrides, expect", [
-    (["importer=nope"], "importer=nope: no such option; allowed: csv, optimum, timm"),
+    (["importer=nope"], "importer=nope: no such option; allowed: csv, gpu_run, optimum, timm"),
     (["importer=csv", "importer.columns.speed=lat"], "importer.columns.speed"),
     (["importer=csv", f"importer.path={DATA / 'mine.csv'}", *CSV_MAP, "importer.columns.latency_ms=latency"],
      "importer.columns.latency_ms: column 'latency' is not in mine.csv; allowed: ['arch', 'gpu_name'"),

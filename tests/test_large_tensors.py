@@ -1,4 +1,4 @@
-"""experiments/gpu/large_tensors.py (the 2**31-element check for a lent GPU), dry run on the CPU: every
+"""scripts/studies/large_tensors.py (the 2**31-element check for a lent GPU), dry run on the CPU: every
 precision x operator is timed on both sides of the (scaled-down) line, the table has its columns, and an
 operator that fails is a row with its error, not a crash."""
 from __future__ import annotations
@@ -7,12 +7,12 @@ import csv
 
 import pytest
 
-from tests.scripts import load_script
+from scripts.studies import large_tensors
 
 
 @pytest.fixture(scope="module")
 def lt():
-    return load_script("experiments/gpu/large_tensors.py", "large_tensors")
+    return large_tensors
 
 
 def test_dry_run_times_each_operator_on_both_sides_of_the_line(lt, tmp_path, capsys):

@@ -1,16 +1,16 @@
-"""experiments/benchmarks/later_runs.py: the H200 model of the first GPU run scored on what the later runs
+"""scripts/studies/later_runs.py: the H200 model of the first GPU run scored on what the later runs
 added (the split by run, fast; the whole check, slow)."""
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from tests.scripts import load_script
+from scripts.studies import later_runs
 
 
 @pytest.fixture(scope="module")
 def lr():
-    return load_script("experiments/benchmarks/later_runs.py", "later_runs")
+    return later_runs
 
 
 def test_rows_split_at_the_first_runs_end(lr):

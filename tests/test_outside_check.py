@@ -1,4 +1,4 @@
-"""experiments/measure/outside_check.py: drawing outside-domain screening candidates to measure, and
+"""scripts/studies/outside_check.py: drawing outside-domain screening candidates to measure, and
 scoring the model on them (the selection, the reason parsing and the report's arithmetic; the model and
 the screen are replaced by test-made frames, the measuring by nothing)."""
 from __future__ import annotations
@@ -7,12 +7,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.scripts import load_script
+from scripts.studies import outside_check
 
 
 @pytest.fixture(scope="module")
 def oc():
-    return load_script("experiments/measure/outside_check.py", "outside_check")
+    return outside_check
 
 
 def test_first_knob_names_the_first_reason(oc):

@@ -1,19 +1,22 @@
-"""The README results generator (experiments/readme/results.py) and the extrapolation benchmark's
+"""The results generator of docs/RESULTS.md (scripts/results.py) and the extrapolation benchmark's
 argument handling: fast pieces only (no training)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.scripts import ROOT
-from tests.scripts import load_script as load
+import scripts.results
+from scripts.bench import extrapolation
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def results():
-    return load("experiments/readme/results.py", "readme_results")
+    return scripts.results
 
 
 def test_classify_counts_precision_and_recall(results):
@@ -45,13 +48,13 @@ def test_h200_provenance_line_is_computed_from_the_shipped_files(results):
     (line,) = results.h200_provenance_lines()
     prov = json.loads((ROOT / "carb/data/h200-reference.provenance.json").read_text())
     n = len(pd.read_parquet(ROOT / "carb/data/h200-reference.parquet"))
-    assert f" {n} rows " in line and "`c3acf657f4`" in line and "experiments/gpu/run.py" in line
-    assert "(carb/data/h200-reference.md)" in line and "2026-12-04 (12:57 to " in line
+    assert f" {n} rows " in line and "`c3acf657f4`" in line and "carb.measure.gpu_run" in line
+    assert "(../carb/data/h200-reference.md)" in line and "2026-12-04 (12:57 to " in line
     assert f"in {len(prov['runs'])} runs" in line and line.count("seed ") == len(prov["runs"])
 
 
 def test_benchmark_takes_several_datasets(monkeypatch):
-    bench = load("experiments/benchmarks/extrapolation.py", "bench_extrapolation")
+    bench = extrapolation
     seen = []
     monkeypatch.setattr("carb.data.io.load_training_frame", lambda name: (seen.append(name), (None, name))[1])
     monkeypatch.setattr(bench, "default_splits", lambda df: [])
@@ -101,8 +104,8 @@ def test_input_size_line_is_computed_from_the_shipped_timm_table(results):
 
 
 def test_typed_h200_counts_match_the_shipped_file():
-    """The H200 row and architecture counts typed outside the generated blocks (README set-up, the
-    dataset's config and its description, the GPU README) are those of the shipped file."""
+    """The H200 row and architecture counts typed outside the generated blocks (the dataset's config and
+    its description, the GPU README) are those of the shipped file."""
     import re
 
     import pandas as pd
@@ -112,10 +115,9 @@ def test_typed_h200_counts_match_the_shipped_file():
     n_rows = f"{len(ok):,}"
     n_arch = len(ok[["block", "depth", "width_mult", "stages", "inner_mult", "early_downsample"]]
                  .astype(str).drop_duplicates())
-    places = {"README.md": rf"h200-reference\.parquet`: ([\d,]+) configurations of (\d+) architectures",
-              "conf/data/h200.yaml": r"h200-reference\.parquet: ([\d,]+) configurations",
+    places = {"conf/data/h200.yaml": r"h200-reference\.parquet: ([\d,]+) configurations",
               "carb/data/h200-reference.md": r"\*\*([\d,]+) configurations of (\d+) architectures\*\*",
-              "experiments/gpu/README.md": r"now holds ([\d,]+) configurations of (\d+) architectures"}
+              "scripts/data/README.md": r"now holds ([\d,]+) configurations of (\d+) architectures"}
     for rel, pattern in places.items():
         m = re.search(pattern, (ROOT / rel).read_text().replace("\n", " "))
         assert m, f"{rel}: no count found"

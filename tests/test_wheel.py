@@ -24,7 +24,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = ["pyproject.toml", "README.md", "carb", "conf", "experiments"]
+SOURCES = ["pyproject.toml", "README.md", "carb", "conf"]
 
 
 def _run(args, cwd, env, timeout=300):
@@ -74,12 +74,12 @@ def installed(tmp_path_factory):
 def test_wheel_ships_the_config_tree_and_data_but_no_scripts(installed):
     names = zipfile.ZipFile(installed["wheel"]).namelist()
     conf = {n for n in names if n.startswith("carb/conf/")}
-    want = {f"carb/conf/{p.relative_to(ROOT / 'conf')}" for p in (ROOT / "conf").rglob("*.yaml")
-            if "gpu" not in p.relative_to(ROOT / "conf").parts}   # the GPU run kit's settings stay home
+    want = {f"carb/conf/{p.relative_to(ROOT / 'conf')}" for p in (ROOT / "conf").rglob("*.yaml")}
     assert want and want <= conf
     for n in ("carb/conf/train.yaml", "carb/conf/hydra/output/carb.yaml", "carb/conf/model/carb.yaml",
               "carb/conf/experiment/ablation.yaml", "carb/data/cpu-reference.parquet",
-              "carb/data/timm-gpu-bench.csv", "carb/commands/screen.py"):
+              "carb/data/timm-gpu-bench.csv", "carb/commands/screen.py",
+              "carb/conf/gpu_run.yaml", "carb/measure/gpu_run.py", "carb/measure/fake_gpu.py"):
         assert n in names, n
     assert all(n.endswith(".yaml") for n in conf), sorted(n for n in conf if not n.endswith(".yaml"))
     assert not any("/benchmarks/" in n or "/gpu/" in n or n.endswith(".sh") for n in names)
@@ -113,3 +113,14 @@ def test_train_cfg_job_from_another_directory(installed):
     out = _run([installed["venv"] / "bin" / "carb-train", "--cfg", "hydra"], cwd=installed["work"],
                env=installed["env"])
     assert "name: train" in out
+
+
+def test_gpu_collector_dry_run_from_the_installed_copy(installed):
+    """``python -m carb.measure.gpu_run`` finds its settings (conf/gpu_run.yaml) inside the installed package."""
+    import json
+
+    out = installed["work"] / "gpu-dry"
+    _run([installed["py"], "-m", "carb.measure.gpu_run", "--minutes", "0.05", "--out", out, "--fake-device"],
+         cwd=installed["work"], env=installed["env"])
+    prov = json.loads((out / "provenance.json").read_text())
+    assert prov["config"]["space"] == "paper" and prov["fake_device"] is True

@@ -222,7 +222,7 @@ def run_collect(cfg: Any, configs: Sequence[ArchConfig] | None = None) -> dict[s
 
 
 def import_run(c: Mapping[str, Any]) -> dict[str, Any]:
-    """``import_run=<dir>``: write the rows a lent-GPU run brought back (experiments/gpu/run.py) to
+    """``import_run=<dir>``: write the rows a lent-GPU run brought back (``python -m carb.measure.gpu_run``) to
     ``out`` (provenance beside it as ``<out stem>.provenance.json``) and log them to MLflow. When ``out``
     already holds a run of the same device, the new run is appended
     (:func:`carb.data.importers.gpu_run.merge_gpu_run`: repeats keep the first row and are summarised in
@@ -254,7 +254,7 @@ def import_run(c: Mapping[str, Any]) -> dict[str, Any]:
     with tracking.start_run("collect", c.get("run_name") or sweep_suffix(f"collect/import-run/{name}/{prov.get('device_id')}"),
                             tracking_uri=tr.get("uri"), artifact_root=tr.get("artifact_root"),
                             tags={"device_name": str(df["device_name"].iloc[0]), "device_id": str(prov.get("device_id")),
-                                  "source": "experiments/gpu/run.py", "import_run": str(c["import_run"])},
+                                  "source": "carb.measure.gpu_run", "import_run": str(c["import_run"])},
                             sweep=sweep_tags()) as run_id:
         tracking.log_metrics({"n_rows": len(df), "n_ok": int((df["status"] == "ok").sum())})
         tracking.log_dict(prov, "provenance.json")

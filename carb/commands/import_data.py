@@ -12,6 +12,9 @@
 4. logs one MLflow run in ``carb-import``: settings, counts, the provenance, the dataset as a run input
    (context ``import``) and the files as artifacts.
 
+``importer=gpu_run`` (a lent GPU's returned folder, not a table) goes to
+:func:`carb.commands.gpu_import.run_gpu_import` instead.
+
 Bad input (an importer that does not exist, a column map naming an absent column, a model name that does
 not map under ``importer.unmapped=fail``) is one line and exit code 2.
 """
@@ -29,9 +32,14 @@ import pandas as pd
 
 from carb import tracking
 from carb.commands.cli import hydra_command, sweep_suffix, sweep_tags, to_dict
+from carb.commands.gpu_import import run_gpu_import
 from carb.data.importers import IMPORTERS, import_table, input_files, unmapped_frame
 from carb.data.io import save_dataset, write_frame
 from carb.errors import ConfigError
+
+#: Importers of a returned run folder (rows kept as the device measured them, not a table to aggregate),
+#: by ``importer.name``: each takes the composed config and returns its result dict.
+RUN_IMPORTERS = {"gpu_run": run_gpu_import}
 
 
 def _out_path(out: Any) -> Path:
@@ -101,8 +109,11 @@ def run_import(cfg: Any) -> dict[str, Any]:
     "provenance"}``."""
     c = to_dict(cfg)
     params = c.get("importer") or {}
+    if params.get("name") in RUN_IMPORTERS:   # a lent GPU's returned folder, not a table
+        return RUN_IMPORTERS[params["name"]](cfg)
     if params.get("name") not in IMPORTERS:
-        raise ConfigError(f"importer: {params.get('name')!r} is not an importer; allowed: {list(IMPORTERS)}")
+        raise ConfigError(f"importer: {params.get('name')!r} is not an importer; allowed: "
+                          f"{list(IMPORTERS) + list(RUN_IMPORTERS)}")
     out = _out_path(c.get("out"))
     df, unmapped = import_table(params)
     save_dataset(df, out)

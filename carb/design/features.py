@@ -19,113 +19,64 @@ Byte sizes are at the configuration's precision (fp32: 4 bytes, fp16/bf16: 2) an
 """
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from carb.design.arch import (
-    BYTES_PER_ELEMENT,
-    EXPANSION,
-    KNOBS,
-    ArchConfig,
-    base_widths,
-    configs_from_records,
-    scaled,
-)
+from carb.design.arch import BYTES_PER_ELEMENT, KNOBS, ArchConfig, configs_from_records
+from carb.design.layers import part_layers, parts
 
 MB = 2.0**20
 STATIC_FEATURES = ("flops", "params", "param_size_MB", "total_activation_MB", "max_activation_MB",
                   "flops_per_param_log", "compute_intensity", "n_conv")
 
 
-def _out(h: int, k: int, s: int, p: int) -> int:
-    return (h + 2 * p - k) // s + 1
-
-
 @lru_cache(maxsize=65536)
 def per_image_counts(block: str, layout: tuple[int, ...], width_mult: float, input_size: int,
                      early_downsample: bool, num_classes: int, inner_mult: float = 1.0) -> tuple[float, int, float, float, int]:
-    """Closed-form counts for ONE image at fp32 granularity (elements, not bytes).
+    """Closed-form counts for ONE image at fp32 granularity (elements, not bytes), summed over the
+    layers of :func:`carb.design.layers.walk` (same arguments), one distinct part at a time.
 
     Returns ``(flops, params, activation_elements_total, activation_elements_max, n_conv)`` where the
-    activation counts are over every leaf-module output of one forward (what forward hooks see).
-    ``inner_mult``: bottleneck inner width ``int(planes * inner_mult)`` (as the builder; basic blocks ignore it)."""
-    flops = 0.0
-    params = 0
-    act_total = 0.0
-    act_max = 0.0
-    n_conv = 0
-
-    def act(elems: float, times: int = 1) -> None:
-        nonlocal act_total, act_max
-        act_total += elems * times
-        act_max = max(act_max, elems)
-
-    def conv(cin: int, cout: int, k: int, s: int, p: int, h: int) -> int:
-        nonlocal flops, params, n_conv
-        ho = _out(h, k, s, p)
-        flops += cout * cin * k * k * ho * ho
-        params += cout * cin * k * k
-        n_conv += 1
-        act(cout * ho * ho)
-        return ho
-
-    def bn(c: int, h: int) -> None:
-        nonlocal flops, params
-        flops += 2 * c * h * h
-        params += 2 * c
-        act(c * h * h)
-
-    widths = tuple(scaled(w, width_mult) for w in base_widths(len(layout)))
-    stem = widths[0]
-    h = input_size
-    if early_downsample:
-        h = conv(3, stem, 7, 2, 3, h)
-        bn(stem, h)
-        act(stem * h * h)  # relu
-        h = _out(h, 3, 2, 1)
-        act(stem * h * h)  # maxpool
-    else:
-        h = conv(3, stem, 3, 1, 1, h)
-        bn(stem, h)
-        act(stem * h * h)  # relu
-    cin = stem
-    for i, (n_blocks, planes) in enumerate(zip(layout, widths)):
-        for j in range(n_blocks):
-            s = 2 if (i > 0 and j == 0) else 1
-            if block == "basic":
-                cout = planes
-                ho = conv(cin, planes, 3, s, 1, h)
-                bn(planes, ho)
-                act(planes * ho * ho)  # relu1
-                conv(planes, planes, 3, 1, 1, ho)
-                bn(planes, ho)
-            else:
-                width = max(1, int(planes * inner_mult))
-                cout = planes * EXPANSION["bottleneck"]
-                conv(cin, width, 1, 1, 0, h)
-                bn(width, h)
-                act(width * h * h)  # relu1
-                ho = conv(width, width, 3, s, 1, h)
-                bn(width, ho)
-                act(width * ho * ho)  # relu2
-                conv(width, cout, 1, 1, 0, ho)
-                bn(cout, ho)
-            if s != 1 or cin != cout:
-                conv(cin, cout, 1, s, 0, h)
-                bn(cout, ho)
-            act(cout * ho * ho)  # final relu after the add
-            cin, h = cout, ho
-    flops += cin * h * h  # adaptive average pool
-    act(cin)
-    flops += cin * num_classes  # linear
-    params += cin * num_classes + num_classes
-    act(num_classes)
+    activation counts are over every leaf-module output of one forward (what forward hooks see: every
+    layer but the residual add, which is no module). FLOPs follow fvcore (see the module docstring)."""
+    flops = params = act_total = act_max = n_conv = 0
+    for part in parts(block, layout, width_mult, input_size, early_downsample, num_classes, inner_mult):
+        f, p, total, most, n = _part_counts(part.kind, part.shape)
+        flops, params, act_total, n_conv = flops + f, params + p, act_total + total, n_conv + n
+        act_max = max(act_max, most)
     return float(flops), int(params), float(act_total), float(act_max), int(n_conv)
+
+
+@lru_cache(maxsize=65536)
+def _part_counts(kind: str, shape: tuple) -> tuple[int, int, int, int, int]:
+    """:func:`per_image_counts` of the layers of one part of the walk (:func:`carb.design.layers.part_layers`)."""
+    flops = params = act_total = act_max = n_conv = 0
+    for spec in part_layers(kind, shape):
+        out = spec.out_elements
+        params += spec.params
+        if spec.kind in ("conv", "linear"):
+            flops += spec.macs
+            n_conv += spec.kind == "conv"
+        elif spec.kind == "bn":
+            flops += 2 * out
+        elif spec.kind == "avgpool":
+            flops += spec.in_elements
+        elif spec.kind == "add":
+            continue
+        act_total += out
+        act_max = max(act_max, out)
+    return flops, params, act_total, act_max, n_conv
+
+
+def clear_caches() -> None:
+    """Empty the closed-form caches (per architecture and per part of the walk), e.g. to time a cold run."""
+    per_image_counts.cache_clear()
+    _part_counts.cache_clear()
+    part_layers.cache_clear()
 
 
 def _derived(flops: np.ndarray, params: np.ndarray, param_mb: np.ndarray, act_mb: np.ndarray) -> dict[str, np.ndarray]:
@@ -254,13 +205,3 @@ def flop_counter_mode_flops(cfg: ArchConfig) -> float:
     with counter, torch.no_grad():
         model(x)
     return float(counter.get_total_flops())
-
-
-def iter_chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
-    """Consecutive slices of ``items`` of at most ``size``."""
-    for i in range(0, len(items), size):
-        yield items[i:i + size]
-
-
-def is_finite(x: float) -> bool:
-    return x is not None and math.isfinite(float(x))

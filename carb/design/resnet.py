@@ -1,4 +1,5 @@
-"""Configurable ResNet builder: the ``nn.Module`` for an :class:`~carb.design.arch.ArchConfig`.
+"""Configurable ResNet builder: the ``nn.Module`` for an :class:`~carb.design.arch.ArchConfig`,
+one module per layer of the walk (:func:`carb.design.layers.layer_specs`).
 
 The module structure mirrors torchvision's ResNet (same layer order, projection shortcuts, zero
 biases in convolutions), so with the ImageNet stem, base width 64 and 1000 classes the parameter
@@ -9,97 +10,81 @@ stride-1 convolution without max-pool. ``width_mult`` scales every stage's chann
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from itertools import groupby
+
 import torch
 from torch import nn
 
-from carb.design.arch import EXPANSION, ArchConfig, base_widths, scaled
+from carb.design.arch import ArchConfig
+from carb.design.layers import LayerSpec, layer_specs
 
 
-class BasicBlock(nn.Module):
-    """Two 3x3 convolutions with a residual connection (projection when shape changes)."""
+def layer_module(spec: LayerSpec) -> nn.Module | None:
+    """The torch module of one layer of the walk (None for the residual add, which is no module)."""
+    if spec.kind == "conv":
+        return nn.Conv2d(spec.in_channels, spec.out_channels, spec.kernel, spec.stride, spec.padding,
+                         groups=spec.groups, bias=False)
+    if spec.kind == "bn":
+        return nn.BatchNorm2d(spec.out_channels)
+    if spec.kind == "relu":
+        return nn.ReLU(inplace=True)
+    if spec.kind == "maxpool":
+        return nn.MaxPool2d(spec.kernel, spec.stride, spec.padding)
+    if spec.kind == "avgpool":
+        return nn.AdaptiveAvgPool2d(spec.out_size)
+    if spec.kind == "linear":
+        return nn.Linear(spec.in_channels, spec.out_channels)
+    return None
 
-    expansion = 1
 
-    def __init__(self, in_ch: int, planes: int, stride: int = 1, inner_mult: float = 1.0) -> None:
+class Residual(nn.Module):
+    """A residual block built from its layers of the walk: the main path (convolutions, batch norms and
+    ReLUs in order), a projection shortcut (``downsample``: 1x1 conv + batch norm) where the shape
+    changes, the add and the last ReLU. Module names as torchvision's BasicBlock / Bottleneck."""
+
+    def __init__(self, specs: Sequence[LayerSpec]) -> None:
         super().__init__()
-        self.conv1 = nn.Conv2d(in_ch, planes, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(planes)
-        self.relu1 = nn.ReLU(inplace=True)
-        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(planes)
-        self.relu2 = nn.ReLU(inplace=True)
-        self.downsample = None
-        if stride != 1 or in_ch != planes:
-            self.downsample = nn.Sequential(nn.Conv2d(in_ch, planes, 1, stride, bias=False),
-                                            nn.BatchNorm2d(planes))
+        self.downsample: nn.Sequential | None = None
+        shortcut = []
+        self.main_path: list[str] = []
+        for spec in specs:
+            module = layer_module(spec)
+            if spec.role.startswith("downsample."):
+                shortcut.append(module)
+            elif module is not None:
+                self.add_module(spec.role, module)
+                self.main_path.append(spec.role)
+        self.out_relu = self.main_path.pop()   # after the add
+        if shortcut:
+            self.downsample = nn.Sequential(*shortcut)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         identity = x if self.downsample is None else self.downsample(x)
-        out = self.relu1(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        return self.relu2(out + identity)
-
-
-class Bottleneck(nn.Module):
-    """1x1 reduce, 3x3 (strided), 1x1 expand (x4) with a residual connection (torchvision v1.5:
-    stride on the 3x3). ``inner_mult`` widens the inner 3x3 (wide_resnet50_2 uses 2)."""
-
-    expansion = 4
-
-    def __init__(self, in_ch: int, planes: int, stride: int = 1, inner_mult: float = 1.0) -> None:
-        super().__init__()
-        width = max(1, int(planes * inner_mult))
-        out_ch = planes * self.expansion
-        self.conv1 = nn.Conv2d(in_ch, width, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(width)
-        self.relu1 = nn.ReLU(inplace=True)
-        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(width)
-        self.relu2 = nn.ReLU(inplace=True)
-        self.conv3 = nn.Conv2d(width, out_ch, 1, bias=False)
-        self.bn3 = nn.BatchNorm2d(out_ch)
-        self.relu3 = nn.ReLU(inplace=True)
-        self.downsample = None
-        if stride != 1 or in_ch != out_ch:
-            self.downsample = nn.Sequential(nn.Conv2d(in_ch, out_ch, 1, stride, bias=False),
-                                            nn.BatchNorm2d(out_ch))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        identity = x if self.downsample is None else self.downsample(x)
-        out = self.relu1(self.bn1(self.conv1(x)))
-        out = self.relu2(self.bn2(self.conv2(out)))
-        out = self.bn3(self.conv3(out))
-        return self.relu3(out + identity)
+        out = x
+        for role in self.main_path:
+            out = getattr(self, role)(out)
+        return getattr(self, self.out_relu)(out + identity)
 
 
 class ResNet(nn.Module):
-    """Stem, stages of residual blocks (first stage stride 1, the rest stride 2), global average
-    pool, linear classifier. Input (B, 3, H, W); output (B, num_classes)."""
+    """Stem, stages of residual blocks, global average pool, linear classifier, built from the walk
+    (:func:`carb.design.layers.walk`): every layer's module sits at its spec's ``name``.
+    Input (B, 3, H, W); output (B, num_classes)."""
 
-    def __init__(self, block: str, layout: tuple[int, ...], widths: tuple[int, ...],
-                 early_downsample: bool = True, num_classes: int = 1000, inner_mult: float = 1.0) -> None:
+    def __init__(self, specs: Iterable[LayerSpec]) -> None:
         super().__init__()
-        block_cls = BasicBlock if block == "basic" else Bottleneck
-        stem = widths[0]
-        if early_downsample:
-            self.conv1 = nn.Conv2d(3, stem, 7, 2, 3, bias=False)
-        else:
-            self.conv1 = nn.Conv2d(3, stem, 3, 1, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(stem)
-        self.relu = nn.ReLU(inplace=True)
-        self.maxpool = nn.MaxPool2d(3, 2, 1) if early_downsample else None
-        in_ch = stem
-        stages = []
-        for i, (n_blocks, planes) in enumerate(zip(layout, widths)):
-            blocks = []
-            for j in range(n_blocks):
-                stride = 2 if (i > 0 and j == 0) else 1
-                blocks.append(block_cls(in_ch, planes, stride, inner_mult))
-                in_ch = planes * EXPANSION[block]
-            stages.append(nn.Sequential(*blocks))
-        self.layers = nn.Sequential(*stages)
-        self.avgpool = nn.AdaptiveAvgPool2d(1)
-        self.fc = nn.Linear(in_ch, num_classes)
+        self.maxpool: nn.Module | None = None   # the CIFAR stem has none
+        for (stage, index), group in groupby(specs, key=lambda spec: (spec.stage, spec.block)):
+            if index < 0:   # stem or head: one module per layer
+                for spec in group:
+                    setattr(self, spec.role, layer_module(spec))
+                continue
+            if not hasattr(self, "layers"):
+                self.layers = nn.Sequential()
+            if len(self.layers) == stage:
+                self.layers.append(nn.Sequential())
+            self.layers[stage].append(Residual(list(group)))
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
@@ -112,16 +97,9 @@ class ResNet(nn.Module):
         return self.fc(torch.flatten(self.avgpool(x), 1))
 
 
-def stage_widths(cfg: ArchConfig) -> tuple[int, ...]:
-    """Channel width (planes) per stage after the width multiplier."""
-    return tuple(scaled(w, cfg.width_mult) for w in base_widths(len(cfg.layout)))
-
-
 def build_model(cfg: ArchConfig) -> ResNet:
     """The network for ``cfg``: fp32 weights on the CPU, in eval mode (callers move/cast it)."""
-    model = ResNet(cfg.block, cfg.layout, stage_widths(cfg), cfg.early_downsample, cfg.num_classes,
-                   cfg.inner_mult)
-    return model.eval()
+    return ResNet(layer_specs(cfg)).eval()
 
 
 #: torchvision model name -> (block, depth, inner width multiplier).

@@ -11,7 +11,8 @@ in the sums over layers of ``MNK``, ``MK``, ``MN``, ``NK`` and ``M`` with non-ne
 ReLU, max-pool and the residual add are memory-bound element-wise passes, counted as tensor elements.
 
 :func:`gemm_terms` gives these sums for many rows at once (cached per architecture, scaled by batch);
-the closed form walks the same network as :func:`carb.design.features.per_image_counts`.
+like :func:`carb.design.features.per_image_counts`, it sums over the one walk of the network
+(:mod:`carb.design.layers`).
 """
 from __future__ import annotations
 
@@ -20,15 +21,8 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from carb.design.arch import (
-    BYTES_PER_ELEMENT,
-    EXPANSION,
-    KNOB_DEFAULTS,
-    KNOBS,
-    base_widths,
-    configs_from_records,
-    scaled,
-)
+from carb.design.arch import BYTES_PER_ELEMENT, KNOB_DEFAULTS, KNOBS, configs_from_records
+from carb.design.layers import arch_key, out_side, part_layers, parts
 from carb.errors import DatasetError
 
 #: Columns of :func:`gemm_terms`, in elements (not bytes) at the row's batch size:
@@ -49,68 +43,43 @@ CONV_COLUMNS: tuple[str, ...] = ("M_per_image", "N", "K", "kernel", "stride", "H
 _ARCH_KNOBS = tuple(k for k in KNOBS if k not in ("batch_size", "precision"))
 
 
-def _out(h: int, k: int, s: int, p: int) -> int:
-    return (h + 2 * p - k) // s + 1
-
-
 @lru_cache(maxsize=65536)
 def _walk(block: str, layout: tuple[int, ...], width_mult: float, input_size: int, early_downsample: bool,
           num_classes: int = 1000, inner_mult: float = 1.0) -> tuple[np.ndarray, float, int]:
-    """``(convs, elementwise elements, element-wise passes)`` of one image: ``convs`` is an (n, 6)
-    array of ``(M per image, N, K, kernel, stride, H_in)``, one row per convolution and the classifier
-    (kernel 0: a matrix product, not a convolution), in forward order; see :data:`CONV_COLUMNS`."""
-    convs: list[tuple[int, ...]] = []   # (M per image, N, K, kernel, stride, H_in)
-    elem = 0.0
-    n_elem = 0
-
-    def conv(cin: int, cout: int, k: int, s: int, p: int, h: int) -> int:
-        ho = _out(h, k, s, p)
-        convs.append((ho * ho, cout, cin * k * k, k, s, h))
-        return ho
-
-    def passes(elements: float, times: int = 1) -> None:
-        nonlocal elem, n_elem
-        elem += elements * times
-        n_elem += times
-
-    widths = tuple(scaled(w, width_mult) for w in base_widths(len(layout)))
-    stem, h = widths[0], input_size
-    if early_downsample:
-        h = conv(3, stem, 7, 2, 3, h)
-        passes(stem * h * h, 3)           # batch norm, ReLU, max-pool (reads the full map)
-        h = _out(h, 3, 2, 1)
-    else:
-        h = conv(3, stem, 3, 1, 1, h)
-        passes(stem * h * h, 2)
-    cin = stem
-    for i, (n_blocks, planes) in enumerate(zip(layout, widths)):
-        for j in range(n_blocks):
-            s = 2 if (i > 0 and j == 0) else 1
-            if block == "basic":
-                cout = planes
-                ho = conv(cin, planes, 3, s, 1, h)
-                passes(planes * ho * ho, 2)
-                conv(planes, planes, 3, 1, 1, ho)
-                passes(planes * ho * ho)
-            else:
-                width = max(1, int(planes * inner_mult))
-                cout = planes * EXPANSION["bottleneck"]
-                conv(cin, width, 1, 1, 0, h)
-                passes(width * h * h, 2)
-                ho = conv(width, width, 3, s, 1, h)
-                passes(width * ho * ho, 2)
-                conv(width, cout, 1, 1, 0, ho)
-                passes(cout * ho * ho)
-            if s != 1 or cin != cout:
-                conv(cin, cout, 1, s, 0, h)
-                passes(cout * ho * ho)
-            passes(cout * ho * ho, 2)   # residual add, ReLU
-            cin, h = cout, ho
-    passes(cin * h * h)                 # adaptive average pool
-    convs.append((1, num_classes, cin, 0, 1, 1))  # classifier
-    a = np.asarray(convs, dtype=float)
+    """``(convs, elementwise elements, element-wise passes)`` of one image over the layers of
+    :func:`carb.design.layers.walk` (same arguments): ``convs`` is an (n, 6) array of
+    ``(M per image, N, K, kernel, stride, H_in)``, one row per convolution and the classifier (kernel 0:
+    a matrix product, not a convolution), in forward order; see :data:`CONV_COLUMNS`."""
+    rows, elem, n_elem = [], 0, 0
+    for part in parts(block, layout, width_mult, input_size, early_downsample, num_classes, inner_mult):
+        convs, e, n = _part_shapes(part.kind, part.shape)
+        rows.append(convs)
+        elem, n_elem = elem + e, n_elem + n
+    a = np.concatenate(rows)
     a.setflags(write=False)
     return a, float(elem), n_elem
+
+
+@lru_cache(maxsize=65536)
+def _part_shapes(kind: str, shape: tuple) -> tuple[np.ndarray, int, int]:
+    """``(GEMM rows, elements passed, element-wise passes)`` of the layers of one part of the walk
+    (:func:`carb.design.layers.part_layers`), as :func:`_walk` counts them: a convolution or the
+    classifier is a :data:`CONV_COLUMNS` row; batch norm, ReLU and the residual add pass their output,
+    the max-pool and the average pool read their whole input."""
+    rows = []
+    elem = n_elem = 0
+    for spec in part_layers(kind, shape):
+        if spec.kind == "conv":
+            rows.append((spec.out_size**2, spec.out_channels, spec.in_channels // spec.groups * spec.kernel**2,
+                         spec.kernel, spec.stride, spec.in_size))
+        elif spec.kind == "linear":
+            rows.append((1, spec.out_channels, spec.in_channels, 0, 1, 1))
+        else:
+            elem += spec.in_elements if spec.kind in ("maxpool", "avgpool") else spec.out_elements
+            n_elem += 1
+    a = np.array(rows, dtype=float).reshape(-1, len(CONV_COLUMNS))
+    a.setflags(write=False)
+    return a, elem, n_elem
 
 
 @lru_cache(maxsize=65536)
@@ -145,7 +114,8 @@ def architectures(frame: pd.DataFrame) -> tuple[list[tuple], dict[tuple, object]
 
 
 def _args(c) -> tuple:
-    return (c.block, tuple(c.layout), c.width_mult, c.input_size, c.early_downsample, c.num_classes, c.inner_mult)
+    """The arguments of :func:`_walk` for an :class:`~carb.design.arch.ArchConfig`."""
+    return arch_key(c)
 
 
 def gemm_terms(frame: pd.DataFrame, arch: tuple | None = None) -> pd.DataFrame:
@@ -350,7 +320,7 @@ def native_terms(frame: pd.DataFrame, threads: int, onednn: tuple[str, ...] | li
     fallback GEMM of a precision without a tuned kernel suffers cache-set conflicts when its rows are
     aligned to large powers of two: a 3 x 3 fp16 convolution on that VM runs at 2.8-3.3 GMAC/s on maps
     of 24, 28, 40, 56 or 72 px (rows aligned to at most 128 bytes), 1.3 at 48 and 112 px (512 bytes),
-    0.9 at 32 and 96 px (2 KB) and 0.5 at 64 and 128 px (8 KB and more; experiments/measure/cpu_dispatch.py).
+    0.9 at 32 and 96 px (2 KB) and 0.5 at 64 and 128 px (8 KB and more; scripts/studies/cpu_dispatch.py).
     ``threads``: the torch threads the rows were measured with; ``onednn``: the precisions oneDNN runs
     (:func:`onednn_precisions`). Zero at batch 16 and more for fp32: not monotone in batch, as measured."""
     if "precision" not in frame.columns:
@@ -392,7 +362,7 @@ def space_layers(frame: pd.DataFrame) -> np.ndarray:
 
 def out_size(h: int, kernel: int, stride: int) -> int:
     """Output map side of a convolution with padding ``kernel // 2``."""
-    return (h + 2 * (kernel // 2) - kernel) // stride + 1
+    return out_side(h, kernel, stride, kernel // 2)
 
 
 def layer_array(probe: pd.DataFrame) -> np.ndarray:

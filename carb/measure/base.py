@@ -269,6 +269,40 @@ def contention_reason(cpu_share: float, steal_share: float, settings: "MeasureSe
     return " and ".join(parts) or None
 
 
+def warm_up(step: Callable[[], Any], sync: Callable[[], None], n_min: int, min_s: float = 0.0,
+            clock: Callable[[], float] = time.perf_counter) -> list[float]:
+    """Warm-up shared by both protocols: call ``step`` (then ``sync``) at least ``n_min`` times and for at
+    least ``min_s`` seconds (the paper's protocol: a count, ``min_s=0``; the sweep: both). Returns the
+    seconds of each call."""
+    times: list[float] = []
+    t_w = clock()
+    while len(times) < n_min or clock() - t_w < min_s:
+        t = clock()
+        step()
+        sync()
+        times.append(clock() - t)
+    return times
+
+
+def tail_mean_s(times: list[float]) -> float:
+    """Mean of the second half of warm-up call times (seconds per call, the first calls being slow)."""
+    tail = times[len(times) // 2:]
+    return sum(tail) / len(tail)
+
+
+def forward_peak_MB(ops: Any, model: Any, x: Any) -> float:
+    """Peak device memory (MB = 2**20 bytes) over one forward of ``x``, after a peak reset: the allocator's
+    peak, as ``ops.max_allocated_bytes`` reports it (``ops``: ``sync``, ``reset_peak``,
+    ``max_allocated_bytes``; :class:`carb.measure.cuda.TorchCudaOps` or a fake)."""
+    ops.sync()
+    ops.reset_peak()
+    out = model(x)
+    ops.sync()
+    peak = ops.max_allocated_bytes() / MB
+    del out
+    return peak
+
+
 class Meter:
     """Base class of the device backends. Subclasses set :attr:`kind` and implement the hooks."""
 
@@ -481,14 +515,7 @@ class Meter:
             step = lambda: model(x)  # noqa: E731
             per_batch = 0.0
             if s.n_warmup:
-                warm_t = []
-                for _ in range(s.n_warmup):
-                    t_w = time.perf_counter()
-                    step()
-                    self.sync()
-                    warm_t.append(time.perf_counter() - t_w)
-                tail = warm_t[len(warm_t) // 2:]
-                per_batch = sum(tail) / len(tail)
+                per_batch = tail_mean_s(warm_up(step, self.sync, s.n_warmup))
             phases["warmup_s"] = time.perf_counter() - t
 
             t = time.perf_counter()

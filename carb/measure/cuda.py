@@ -37,6 +37,7 @@ from carb.measure.base import (
     LoopTimer,
     MeasureSettings,
     Meter,
+    forward_peak_MB,
     is_oom,
     knobs_of,
     torch_dtype,
@@ -289,13 +290,7 @@ class CudaMeter(Meter):
         return dict(self._extra)
 
     def peak_memory_MB(self, model, x) -> float:
-        self.sync()
-        self.ops.reset_peak()
-        out = model(x)
-        self.sync()
-        peak = self.ops.max_allocated_bytes() / MB
-        del out
-        return peak
+        return forward_peak_MB(self.ops, model, x)
 
     def kernel_launches(self, model, x) -> float:
         try:

@@ -2,7 +2,7 @@
 
 Where :class:`carb.measure.base.Meter` follows the paper's protocol per configuration (sleep, fixed
 window, a separate training-mode utilization window, a profiler each time), a lent GPU has minutes.
-This protocol (used by ``experiments/gpu/run.py``):
+This protocol (used by :mod:`carb.measure.gpu_run`):
 
 - measures the energy counter's update period once, then sizes each timed window as
   ``max(k_periods x period, m_latencies x latency)``;
@@ -15,6 +15,15 @@ This protocol (used by ``experiments/gpu/run.py``):
 - stops before the deadline whatever the next configuration's size: :class:`LatencyModel` predicts a
   configuration's latency from what was measured so far (per precision, ms = a + flops / rate) and
   :func:`expected_seconds` its cost; configurations predicted not to fit are skipped.
+
+Shared with :class:`~carb.measure.base.Meter` (one code, settings apart): the warm-up
+(:func:`~carb.measure.base.warm_up`: ``min_warmup`` calls and ``warmup_s`` seconds here, ``n_warmup`` calls
+there), the peak-memory forward (:func:`~carb.measure.base.forward_peak_MB`), kernel counting
+(``ops.count_kernels``), out-of-memory detection and the ``missing_reason`` text. What differs is method,
+not settings: energy from the counter's update edges (a background poller) instead of two snapshots around
+the loop; utilization and temperature from that poller inside the inference window instead of a separate
+training-mode window and two reads; the window sized from the measured update period instead of a fixed
+``min_window_s`` with lengthening; no contention guard (GPU only) and no per-row cool-down sleep.
 
 Everything device-specific goes through two small objects, so tests drive the real code with fakes
 on a virtual clock: ``ops`` (``sync``, ``empty_cache``, ``reset_peak``, ``max_allocated_bytes``,
@@ -29,10 +38,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from carb.measure.base import NAN, forward_peak_MB, tail_mean_s, warm_up
 from carb.measure.counter import CounterSampler, window_energy_J, window_runs
 
-MB = 2.0**20
-NAN = float("nan")
 #: Messages of CUDA errors after which the context is unusable (the run ends with what it has).
 STICKY = ("illegal memory access", "device-side assert", "unspecified launch failure", "misaligned address",
           "CUDA error: an illegal instruction", "uncorrectable ECC")
@@ -40,7 +48,7 @@ STICKY = ("illegal memory access", "device-side assert", "unspecified launch fai
 
 @dataclass(frozen=True)
 class SweepSettings:
-    """Protocol settings (``experiments/gpu/run.yaml``). Seconds in ``_s``.
+    """Protocol settings (``protocol`` of ``conf/gpu_run.yaml``). Seconds in ``_s``.
 
     k_periods / m_latencies: the window lasts at least k counter-update periods and m batches.
     min_runs: fewest batches in a window. warmup_s / min_warmup: warm-up time and fewest warm-up batches.
@@ -135,20 +143,9 @@ def measure_config(model: Any, x: Any, ops: Any, gpu: Any, sampler: CounterSampl
 
     reasons: dict[str, str] = {}
     with torch.no_grad():
-        t_w, times = clock(), []
-        while len(times) < s.min_warmup or clock() - t_w < s.warmup_s:
-            t = clock()
-            model(x)
-            ops.sync()
-            times.append(clock() - t)
-        tail = times[len(times) // 2:]
-        lat_s = max(sum(tail) / len(tail), 1e-6)
-        ops.sync()
-        ops.reset_peak()
-        out = model(x)
-        ops.sync()
-        peak = ops.max_allocated_bytes() / MB
-        del out
+        times = warm_up(lambda: model(x), ops.sync, s.min_warmup, s.warmup_s, clock)
+        lat_s = max(tail_mean_s(times), 1e-6)
+        peak = forward_peak_MB(ops, model, x)
         n = window_runs(lat_s, period_s, s.k_periods, s.m_latencies, s.min_runs)
         ops.sync()
         t0 = clock()

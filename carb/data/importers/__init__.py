@@ -24,8 +24,9 @@ Formats (one module each; the shared end in :mod:`carb.data.importers.common`, m
 - ``csv``: any CSV with a column map (:mod:`carb.data.importers.generic_csv`).
 - ``optimum``: optimum-benchmark result files (:mod:`carb.data.importers.optimum`).
 
-Also here: :mod:`carb.data.importers.gpu_run` (the files a lent-GPU run brought back; ``carb-collect
-import_run=DIR``).
+Also here: :mod:`carb.data.importers.gpu_run` (the files a lent-GPU run brought back, not a table:
+``carb-import importer=gpu_run importer.path=DIR``, registered in
+:data:`carb.commands.import_data.RUN_IMPORTERS`, or ``carb-collect import_run=DIR``).
 """
 from __future__ import annotations
 

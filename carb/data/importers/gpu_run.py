@@ -1,4 +1,4 @@
-"""Import the files a lent-GPU run brought back (``experiments/gpu/run.py --out DIR``) as a dataset.
+"""Import the files a lent-GPU run brought back (``python -m carb.measure.gpu_run --out DIR``) as a dataset.
 
 ``import_gpu_run(dir)`` reads ``dataset.parquet`` (validated against :mod:`carb.data.schema`) and
 ``provenance.json`` (device facts, fingerprint, ``device_id``, protocol, counts, drift), checks that
@@ -12,10 +12,18 @@ import_run=DIR out=<file>`` writes them with the provenance beside and logs them
 first measurement (one row per ``config_id``), and the repeat is not thrown away but summarised in the
 provenance (``runs[i]["repeats"]``: new / first ratios of each target), which is the only across-session
 reproducibility figure a lent GPU gives. A different device is refused: it belongs in its own file.
+
+``keep_run(dir, keep, seed)`` keeps a copy of the returned files under ``keep/<gpu>-run-<day>-seed<N>/``
+(refusing to overwrite); ``carb-import importer=gpu_run`` (:mod:`carb.commands.gpu_import`) does that, the
+append above and prints the counts (:func:`dataset_counts`) and the 2**31 check's ratios
+(:func:`large_tensor_ratios`).
 """
 from __future__ import annotations
 
+import csv
 import json
+import math
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +43,7 @@ def import_gpu_run(folder: str | Path) -> tuple[pd.DataFrame, dict[str, Any]]:
     d = Path(folder)
     for name in ("dataset.parquet", "provenance.json"):
         if not (d / name).exists():
-            raise DatasetError(f"import_run: {str(d)!r} has no {name} (a folder written by experiments/gpu/run.py "
+            raise DatasetError(f"import_run: {str(d)!r} has no {name} (a folder written by python -m carb.measure.gpu_run "
                                f"holds {', '.join(RUN_FILES)})")
     df = load_dataset(d / "dataset.parquet")
     try:
@@ -121,3 +129,60 @@ def merge_gpu_run(old: pd.DataFrame, old_prov: dict[str, Any], new: pd.DataFrame
     prov["counts"] = counts
     prov["seconds"] = float(sum(float(r.get("seconds") or 0) for r in runs))
     return rows, prov
+
+
+def run_day(prov: dict[str, Any]) -> str:
+    """``YYYY-MM-DD`` of a run's ``finished_at`` (its provenance); :class:`DatasetError` without one."""
+    day = str(prov.get("finished_at") or "")[:10]
+    if len(day) != 10:
+        raise DatasetError("importer.date: the run's provenance.json has no finished_at; give importer.date=YYYY-MM-DD")
+    return day
+
+
+def kept_name(prov: dict[str, Any], day: str, seed: int) -> str:
+    """The folder name a kept run gets: ``<gpu>-run-<day>-seed<seed>`` (``<gpu>``: the device slug without
+    its vendor, e.g. ``h200`` for 'NVIDIA H200')."""
+    slug = str(prov.get("slug") or "gpu")
+    for vendor in ("nvidia-", "amd-", "intel-"):
+        slug = slug.removeprefix(vendor)
+    return f"{slug}-run-{day}-seed{seed}"
+
+
+def keep_run(folder: str | Path, keep: str | Path, seed: int, date: str | None = None) -> Path:
+    """Copy the plain files of a returned run folder into ``keep/<kept_name>/`` and return that folder.
+    The folder must be a run's (:func:`import_gpu_run` reads it first); an existing destination is refused
+    with one line (:class:`DatasetError`): a run is kept once, nothing is overwritten."""
+    src = Path(folder)
+    _, prov = import_gpu_run(src)
+    dest = Path(keep) / kept_name(prov, date or run_day(prov), seed)
+    if dest.exists():
+        raise DatasetError(f"importer.keep: {str(dest)!r} exists; a run is kept once (remove it or give another "
+                           f"importer.seed or importer.date)")
+    dest.mkdir(parents=True)
+    for f in sorted(src.iterdir()):
+        if f.is_file():
+            shutil.copy2(f, dest / f.name)
+    return dest
+
+
+def large_tensor_ratios(path: str | Path) -> dict[str, float]:
+    """``{"<precision>/<operator>": above / below time per element}`` from the ``large_tensors.csv`` of the
+    2**31-element check (``scripts/studies/large_tensors.py``) when it ran in the same call; pairs with an
+    error or a non-positive time are left out."""
+    side: dict[tuple[str, str], dict[bool, float]] = {}
+    with open(path, newline="") as fh:
+        for r in csv.DictReader(fh):
+            try:
+                v = float(r["ns_per_Melement"])
+            except (TypeError, ValueError):
+                continue
+            if math.isfinite(v) and v > 0 and not r.get("error"):
+                side.setdefault((r["precision"], r["operator"]), {})[r["above_2_31"] in ("True", "true", "1")] = v
+    return {f"{p}/{o}": s[True] / s[False] for (p, o), s in sorted(side.items()) if True in s and False in s}
+
+
+def dataset_counts(df: pd.DataFrame) -> tuple[int, int]:
+    """``(ok rows, architectures)`` of a dataset: the counts the documents that describe it quote."""
+    ok = df[df["status"] == "ok"]
+    arch = ok[["block", "depth", "width_mult", "stages", "inner_mult", "early_downsample"]].astype(str)
+    return len(ok), len(arch.drop_duplicates())

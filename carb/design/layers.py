@@ -1,0 +1,236 @@
+"""The one walk of a configuration's network: every layer of one forward of one image, in order.
+
+:func:`layer_specs` (or :func:`walk` on the bare architecture knobs) yields one :class:`LayerSpec`
+per layer: the stem (conv, batch norm, ReLU, max-pool on the ImageNet stem), each residual block (its
+main path, the projection shortcut where the shape changes, the residual add, the ReLU after it) and
+the head (adaptive average pool, linear classifier). Three consumers read this walk and nothing
+else for the topology, so they cannot disagree:
+
+* :mod:`carb.design.resnet` builds the torch module from it (each spec's ``name`` is the qualified
+  name of the module it becomes);
+* :func:`carb.design.features.per_image_counts` sums the closed-form FLOPs, parameters and
+  activation sizes over it;
+* :mod:`carb.design.shapes` turns its convolutions into GEMM shapes and its element-wise layers into
+  memory passes.
+
+The walk is planned in parts (:func:`parts`: the stem, each residual block, the head) whose layers
+depend only on the part's ``shape`` (:func:`part_layers`, cached), so the closed-form consumers can
+count each distinct part once over a large grid instead of every layer of every network.
+
+Maps are square: a size is the side of a map in pixels (1 after the pool). Torch-free; imports only
+:mod:`carb.design.arch`.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import lru_cache
+from typing import NamedTuple
+
+from carb.design.arch import EXPANSION, ArchConfig, base_widths, scaled
+
+#: Layer kinds, in the order a block or the network first meets them.
+KINDS: tuple[str, ...] = ("conv", "bn", "relu", "maxpool", "add", "avgpool", "linear")
+#: ``stage`` of the stem's layers (the head's is the number of stages).
+STEM_STAGE = -1
+
+
+class LayerSpec(NamedTuple):
+    """One layer of one forward of one image (immutable: a named tuple, which is about seven times
+    cheaper to make than a frozen dataclass; a network has hundreds of layers and a grid thousands of networks).
+
+    kind: one of :data:`KINDS`.
+    role: the module's name inside its residual block (``conv1``, ``downsample.0``; empty for the
+        ``add``, which is no module) or, outside blocks, in the network (``conv1``, ``maxpool``, ``fc``);
+        :attr:`name` is the qualified name.
+    in_channels, out_channels: channels of the input and output maps (features for ``linear``).
+    kernel, stride, padding, groups: as ``nn.Conv2d`` / ``nn.MaxPool2d`` take them; 1, 1, 0, 1 for
+        layers without a window (an ``avgpool`` reduces its whole input map to one pixel).
+    in_size, out_size: sides (px) of the square input and output maps (1 for ``linear``).
+    stage: :data:`STEM_STAGE` for the stem, 0.. for the residual stages, the number of stages for the head.
+    block: index of the residual block in its stage; -1 outside blocks (and in the unplaced layers
+        of :func:`part_layers`).
+    """
+
+    kind: str
+    role: str
+    in_channels: int
+    out_channels: int
+    kernel: int
+    stride: int
+    padding: int
+    groups: int
+    in_size: int
+    out_size: int
+    stage: int
+    block: int
+
+    @property
+    def name(self) -> str:
+        """Qualified name of the module it builds to (``layers.1.0.downsample.0``; ``layers.1.0`` for an
+        ``add``, its block's name)."""
+        if self.block < 0:
+            return self.role
+        return f"layers.{self.stage}.{self.block}" + (f".{self.role}" if self.role else "")
+
+    @property
+    def in_elements(self) -> int:
+        """Elements of the input map of one image."""
+        return self.in_channels * self.in_size * self.in_size
+
+    @property
+    def out_elements(self) -> int:
+        """Elements of the output map of one image."""
+        return self.out_channels * self.out_size * self.out_size
+
+    @property
+    def weight_elements(self) -> int:
+        """Weights of a convolution (``out x in / groups x k x k``) or linear layer (``out x in``); 0 otherwise."""
+        if self.kind == "conv":
+            return self.out_channels * (self.in_channels // self.groups) * self.kernel * self.kernel
+        return self.in_channels * self.out_channels if self.kind == "linear" else 0
+
+    @property
+    def params(self) -> int:
+        """Parameters of the module it builds to: the weights (convolutions have no bias), batch norm's
+        scale and shift, the classifier's bias."""
+        if self.kind == "bn":
+            return 2 * self.out_channels
+        return self.weight_elements + (self.out_channels if self.kind == "linear" else 0)
+
+    @property
+    def macs(self) -> int:
+        """Multiply-adds of one image: weights x output pixels for a convolution or linear layer; 0 otherwise."""
+        return self.weight_elements * self.out_size * self.out_size
+
+
+def out_side(size: int, kernel: int, stride: int, padding: int) -> int:
+    """Output side (px) of a convolution or pooling window over a map of side ``size``."""
+    return (size + 2 * padding - kernel) // stride + 1
+
+
+def stage_widths(n_stages: int, width_mult: float) -> tuple[int, ...]:
+    """Channel width (planes) per stage after the width multiplier."""
+    return tuple(scaled(w, width_mult) for w in base_widths(n_stages))
+
+
+class Part(NamedTuple):
+    """A run of layers the walk plans as one: ``kind`` 'stem', 'block' (a residual block at
+    ``layers.<stage>.<index>``) or 'head'; ``shape`` holds all its layers depend on but their place
+    (stem: channels, input side, ImageNet stem?; block: family, input channels, planes, stride, input
+    side, inner width multiplier; head: channels, input side, classes, number of stages)."""
+
+    kind: str
+    stage: int
+    index: int
+    shape: tuple
+
+    def layers(self) -> tuple[LayerSpec, ...]:
+        """Its layers, placed (a block's carry its stage and index)."""
+        specs = part_layers(self.kind, self.shape)
+        if self.kind != "block":
+            return specs
+        return tuple(s._replace(stage=self.stage, block=self.index) for s in specs)
+
+
+def layer_specs(cfg: ArchConfig) -> Iterator[LayerSpec]:
+    """Every layer of one forward of one image of ``cfg``'s network, in order (see :func:`walk`)."""
+    return walk(*arch_key(cfg))
+
+
+def arch_key(cfg: ArchConfig) -> tuple:
+    """The arguments of :func:`walk` (and of the per-architecture caches) for ``cfg``:
+    ``(block, layout, width_mult, input_size, early_downsample, num_classes, inner_mult)``."""
+    return (cfg.block, tuple(cfg.layout), cfg.width_mult, cfg.input_size, cfg.early_downsample,
+            cfg.num_classes, cfg.inner_mult)
+
+
+def walk(block: str, layout: tuple[int, ...], width_mult: float, input_size: int, early_downsample: bool,
+         num_classes: int = 1000, inner_mult: float = 1.0) -> Iterator[LayerSpec]:
+    """Every layer of one forward of one image, in order: the layers of each of :func:`parts`."""
+    for part in parts(block, layout, width_mult, input_size, early_downsample, num_classes, inner_mult):
+        yield from part.layers()
+
+
+def parts(block: str, layout: tuple[int, ...], width_mult: float, input_size: int, early_downsample: bool,
+          num_classes: int = 1000, inner_mult: float = 1.0) -> Iterator[Part]:
+    """The network in order: the stem, the residual blocks (first stage stride 1, the first block of
+    every later stage stride 2) and the head. Arguments are the architecture knobs of
+    :class:`~carb.design.arch.ArchConfig` (``layout``: blocks per stage; ``input_size``: input side in px)."""
+    widths = stage_widths(len(layout), width_mult)
+    part = Part("stem", STEM_STAGE, -1, (widths[0], input_size, bool(early_downsample)))
+    yield part
+    for i, (n_blocks, planes) in enumerate(zip(layout, widths)):
+        for j in range(n_blocks):
+            last = part_layers(part.kind, part.shape)[-1]
+            stride = 2 if (i > 0 and j == 0) else 1
+            part = Part("block", i, j, (block, last.out_channels, planes, stride, last.out_size, inner_mult))
+            yield part
+    last = part_layers(part.kind, part.shape)[-1]
+    yield Part("head", len(layout), -1, (last.out_channels, last.out_size, num_classes, len(layout)))
+
+
+@lru_cache(maxsize=65536)
+def part_layers(kind: str, shape: tuple) -> tuple[LayerSpec, ...]:
+    """The layers of a :class:`Part` of this kind and shape, in order; a block's are unplaced (stage and
+    block -1, so :attr:`LayerSpec.name` is the role inside the block)."""
+    return tuple({"stem": _stem, "block": _residual, "head": _head}[kind](*shape))
+
+
+def _conv(role: str, cin: int, cout: int, kernel: int, stride: int, padding: int, size: int,
+          stage: int = -1) -> LayerSpec:
+    """A bias-free convolution over a map of side ``size``."""
+    return LayerSpec("conv", role, cin, cout, kernel, stride, padding, 1, size,
+                     out_side(size, kernel, stride, padding), stage, -1)
+
+
+def _pointwise(kind: str, role: str, channels: int, size: int, stage: int = -1) -> LayerSpec:
+    """A layer that keeps its input's shape (batch norm, ReLU, the residual add)."""
+    return LayerSpec(kind, role, channels, channels, 1, 1, 0, 1, size, size, stage, -1)
+
+
+def _stem(channels: int, input_size: int, early_downsample: bool) -> Iterator[LayerSpec]:
+    """The stem: 7x7 stride-2 conv + batch norm + ReLU + 3x3 stride-2 max-pool (ImageNet), or
+    3x3 stride-1 conv + batch norm + ReLU (CIFAR)."""
+    s = STEM_STAGE
+    conv = (_conv("conv1", 3, channels, 7, 2, 3, input_size, s) if early_downsample
+            else _conv("conv1", 3, channels, 3, 1, 1, input_size, s))
+    yield conv
+    yield _pointwise("bn", "bn1", channels, conv.out_size, s)
+    yield _pointwise("relu", "relu", channels, conv.out_size, s)
+    if early_downsample:
+        yield LayerSpec("maxpool", "maxpool", channels, channels, 3, 2, 1, 1, conv.out_size,
+                        out_side(conv.out_size, 3, 2, 1), s, -1)
+
+
+def _residual(block: str, cin: int, planes: int, stride: int, size: int, inner_mult: float) -> Iterator[LayerSpec]:
+    """One residual block: its main path (basic: two 3x3 convs; bottleneck: 1x1 reduce to
+    ``int(planes * inner_mult)``, 3x3 strided, 1x1 expand x4), each conv followed by batch norm and all
+    but the last by ReLU; then a projection shortcut (1x1 conv + batch norm) where the shape changes,
+    the residual add and a ReLU."""
+    if block == "basic":
+        cout = planes
+        path = ((planes, 3, stride, 1), (planes, 3, 1, 1))
+    else:
+        width = max(1, int(planes * inner_mult))
+        cout = planes * EXPANSION["bottleneck"]
+        path = ((width, 1, 1, 0), (width, 3, stride, 1), (cout, 1, 1, 0))
+    c, s = cin, size
+    for n, (channels, kernel, conv_stride, padding) in enumerate(path, start=1):
+        conv = _conv(f"conv{n}", c, channels, kernel, conv_stride, padding, s)
+        yield conv
+        c, s = channels, conv.out_size
+        yield _pointwise("bn", f"bn{n}", c, s)
+        if n < len(path):
+            yield _pointwise("relu", f"relu{n}", c, s)
+    if stride != 1 or cin != cout:
+        shortcut = _conv("downsample.0", cin, cout, 1, stride, 0, size)
+        yield shortcut
+        yield _pointwise("bn", "downsample.1", cout, shortcut.out_size)
+    yield _pointwise("add", "", cout, s)
+    yield _pointwise("relu", f"relu{len(path)}", cout, s)
+
+
+def _head(channels: int, size: int, num_classes: int, n_stages: int) -> Iterator[LayerSpec]:
+    """Adaptive average pool to one pixel, then the linear classifier."""
+    yield LayerSpec("avgpool", "avgpool", channels, channels, size, 1, 0, 1, size, 1, n_stages, -1)
+    yield LayerSpec("linear", "fc", channels, num_classes, 1, 1, 0, 1, 1, 1, n_stages, -1)
