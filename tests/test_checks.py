@@ -18,7 +18,7 @@ from carb.model.presets import resolve_auto
     *((c, []) for c in COMMANDS),  # every command's schema
     ("train", ["+experiment=ablation"]), ("train", ["+experiment=lobo"]), ("screen", ["+experiment=two_stage"]),
     ("train", ["prior=off"]), ("train", ["prior=cpu"]), ("train", ["prior=cuda"]), ("tune", ["prior=cuda"]),
-    ("import", ["importer=csv"]), ("import", ["importer=optimum"]), ("collect", ["measure=gpu", "space=smoke"]),
+    ("import", ["importer=csv"]), ("import", ["importer=optimum"]), ("import", ["importer=gpu_run"]), ("collect", ["measure=gpu", "space=smoke"]),
     ("screen", ["screen=quickstart"]), ("screen", ["screen=quickstart_cpu"]), ("calibrate", ["measure=cpu"]),
     ("train", ["model=carb", "+model.specialists.xgb.gamma=0.1"]),   # library parameters pass through
     ("screen", ["tracking.uri=2024", "screen.validate=reference"]),   # a number where text goes is that text

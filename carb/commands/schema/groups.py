@@ -442,4 +442,14 @@ class TimmImporter(Section):
     unmapped: Literal["fail", "list"]
 
 
-Importer = Annotated[Union[CsvImporter, OptimumImporter, TimmImporter], Field(discriminator="name")]
+class GpuRunImporter(Section):
+    """``importer=gpu_run``: the files a lent GPU returned (``python -m carb.measure.gpu_run --out DIR``)."""
+
+    name: Literal["gpu_run"]
+    path: Text | None
+    keep: Text | None
+    seed: Index | None
+    date: Text | None
+
+
+Importer = Annotated[Union[CsvImporter, OptimumImporter, TimmImporter, GpuRunImporter], Field(discriminator="name")]
