@@ -29,6 +29,16 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("carb_home", lambda: str(carb_home()))
 
 
+def register_schemas() -> None:
+    """Config nodes written by the schema rather than in YAML: ``schema/prior`` (the physics prior's
+    defaults, :class:`carb.model.prior_config.PriorSettings`), which ``conf/prior/auto.yaml`` extends."""
+    from hydra.core.config_store import ConfigStore
+
+    from carb.model.prior_config import default_prior
+
+    ConfigStore.instance().store(group="schema", name="prior", node=default_prior())
+
+
 def concise_warnings() -> None:
     """Show warnings as one line (``warning: <message>``) instead of file, line and source."""
     import warnings
@@ -112,6 +122,9 @@ def hydra_command(command: str, config_name: str | None = None) -> Callable:
             if uri:
                 print(f"carb-{command}: tracking store {uri}", flush=True)
             try:
+                from carb.commands.checks import check_config
+
+                check_config(command, cfg)   # each job of a multirun too: a bad value stops before any work
                 with warnings_once():
                     return run_fn(cfg)
             except CarbError as e:
@@ -124,6 +137,7 @@ def hydra_command(command: str, config_name: str | None = None) -> Callable:
         @functools.wraps(run_fn)
         def entry() -> Any:
             register_resolvers()
+            register_schemas()
             telemetry_off()
             precheck(command, config_name or command, sys.argv[1:])
             return _main()
@@ -164,19 +178,25 @@ def sweep_variants(overrides: list[str], limit: int = 50) -> list[list[str]]:
 
 
 def precheck(command: str, config_name: str, argv: list[str]) -> None:
-    """Compose the command line's config before Hydra runs it, so that a composition error (an unknown
-    option of a group, an unknown key, an override without ``=``) is one line and exit code 2 instead
-    of Hydra's text and exit code 1. Skipped when Hydra flags other than ``-m`` are given."""
+    """Compose and check (:func:`carb.commands.checks.check_config`) the command line's config before
+    Hydra runs it, so that a composition error (an unknown option of a group, an unknown key, an
+    override without ``=``) or a value the schema refuses is one line and exit code 2 instead of Hydra's
+    text and exit code 1; with ``-m``, each swept value. Skipped when Hydra flags other than ``-m`` are given."""
     flags = [a for a in argv if a.startswith("-")]
     if any(f not in ("-m", "--multirun") for f in flags):
         return
     overrides = [a for a in argv if not a.startswith("-")]
+    from carb.commands.checks import check_config
+    from carb.errors import ConfigError
+
     try:
         for variant in (sweep_variants(overrides) if flags else [overrides]):
-            compose(config_name, variant)
+            check_config(command, compose(config_name, variant))   # every swept value, before any job runs
         problem = output_dir_problem(config_name, overrides, multirun=bool(flags))
         if problem:
             fail(command, ValueError(problem))
+    except ConfigError as e:
+        fail(command, e)
     except Exception as e:  # noqa: BLE001 - only Hydra's and OmegaConf's own errors are turned into one line
         mod = type(e).__module__ or ""
         if not (mod.startswith("hydra") or mod.startswith("omegaconf")):
@@ -241,6 +261,7 @@ def compose(config_name: str, overrides: list[str] | tuple[str, ...] = (),
     from hydra.core.global_hydra import GlobalHydra
 
     register_resolvers()
+    register_schemas()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         return _compose(config_name=config_name, overrides=list(overrides),

@@ -9,7 +9,7 @@ threads and allocator (:func:`carb.measure.probe.run_probe`). The table goes to
 ``<carb home>/probes/<device_id>.csv`` (``out``), replacing that device's earlier probe, with a
 provenance JSON beside it, and logged as an MLflow run (experiment ``carb-probe``: the plan, median GMAC/s
 per precision, the table and a figure of the rates); ``carb-train`` then predicts a precision the device's dataset lacks from it
-(``model.prior.device_probe``, :mod:`carb.model.layer_cost`). Run it alone on an idle machine.
+(``prior.device_probe``, :mod:`carb.model.layer_cost`). Run it alone on an idle machine.
 """
 from __future__ import annotations
 

@@ -70,7 +70,7 @@ def run_train(cfg: Any) -> dict[str, Any]:
     model_cfg, preset = resolve_auto(to_dict(cfg.model), len(train))
     tune_tags = apply_tuned(model_cfg)
     features = to_dict(cfg.features)
-    cascade = build_cascade(model_cfg, features)
+    cascade = build_cascade(model_cfg, features, to_dict(cfg.prior))
     targets = [t for t in TARGETS if t in full.columns]
     ev = to_dict(cfg.evaluate)
     measured = [t for t in targets if train[t].notna().any()]

@@ -227,7 +227,7 @@ def _fit_base(cfg: Any) -> tuple[Any, dict[str, Any], Any, Any, str, float]:
     train, val, _cal, _test = split_dataset(full, seed=int(cfg.split.seed), fractions=fractions).frames4(full)
     model_cfg, _ = resolve_auto(to_dict(cfg.model), len(train))
     model_cfg.pop("tuned_from", None)
-    base = build_cascade(model_cfg, to_dict(cfg.features))
+    base = build_cascade(model_cfg, to_dict(cfg.features), to_dict(cfg.prior))
     targets_all = [t for t in TARGETS if t in full.columns]
     base_prog = Progress.from_cfg("carb-tune", len(targets_all), cfg, throttle=False)
     t_base = time.perf_counter()

@@ -102,11 +102,12 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         (memory: parameters + peak activations + input; latency and energy: a per-device roofline)
         and the specialists learn the log-ratio of the target to it, so predictions scale like the
         physics outside the measured range. Peak memory is never predicted below the parameter
-        bytes. False: the specialists fit the target itself (the paper's cascade).
+        bytes. False: the specialists fit the target itself (the paper's cascade). From the config:
+        ``prior.enabled`` (``prior=off`` is false).
     prior : dict or None
-        Settings of the latency and energy priors (:class:`carb.model.physics.LayerRooflinePrior`):
-        ``large_alloc_MB`` (CPU data: a cost per MB of convolution outputs at least this large, which
-        get fresh pages every forward; None = no such term) and ``channel_block``.
+        Settings of the latency and energy priors (:func:`carb.model.physics.make_prior`): the
+        ``prior`` config group's other keys, each described once in
+        :class:`carb.model.prior_config.PriorSettings`; None = the priors' own defaults (no device terms).
     telemetry : {"model", "medians"}
         How screening fills the runtime features of a configuration nobody ran: ``model`` (default)
         predicts each from the knobs and static features (:class:`carb.model.telemetry.TelemetryImputer`,
@@ -207,8 +208,8 @@ class CarbCascade(RegressorMixin, BaseEstimator):
 
             missing = [c for c in PRIOR_INPUTS if c not in X.columns or c not in X_val.columns]
             if missing:
-                raise DatasetError(f"model.physics=true needs column(s) {missing}; the data lacks them "
-                                   f"(or set model.physics=false)")
+                raise DatasetError(f"prior.enabled=true needs column(s) {missing}; the data lacks them "
+                                   f"(or set prior=off)")
             self.input_columns_ += [c for c in PRIOR_INPUTS if c not in self.input_columns_]
             self.input_columns_ += [c for c in LAYER_INPUTS if c in X.columns and c not in self.input_columns_]
 

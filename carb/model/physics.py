@@ -671,11 +671,11 @@ PRIORS: dict[str, type[_Prior]] = {"peak_memory_MB": MemoryPrior, "energy_J": La
 
 
 def make_prior(target: str, **settings: Any) -> _Prior:
-    """An unfitted prior for ``target`` (see :data:`PRIORS`); ``settings`` (``large_alloc_MB``,
-    ``channel_block``, ``cpu_dispatch``, ``device_probe``, ``tensor_core_speedup``, ``overlap_k``, ``static_power``)
-    go to the layer roofline and are ignored by the others. ``device_probe`` and ``overlap_k`` apply to latency
-    only (a probe times kernels; it measures no energy; energy adds up where time overlaps); ``static_power``
-    to energy only, whose time prior gets the latency settings."""
+    """An unfitted prior for ``target`` (see :data:`PRIORS`); ``settings`` (the ``prior`` config group's,
+    :class:`carb.model.prior_config.PriorSettings`, less ``enabled``) go to the layer roofline and are ignored
+    by the others. ``device_probe`` and ``overlap_k`` apply to latency only (a probe times kernels; it measures
+    no energy; energy adds up where time overlaps); ``static_power`` to energy only, whose time prior gets
+    the latency settings."""
     if target not in PRIORS:
         raise DatasetError(f"no physics prior for target {target!r}; known: {list(PRIORS)}")
     cls = PRIORS[target]

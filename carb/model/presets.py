@@ -1,5 +1,6 @@
-"""A :class:`~carb.model.cascade.CarbCascade` from plain config sections (``conf/model/*.yaml`` and
-``conf/features/*.yaml`` as dicts): the YAML presets are the source of every size and setting.
+"""A :class:`~carb.model.cascade.CarbCascade` from plain config sections (``conf/model/*.yaml``,
+``conf/features/*.yaml`` and ``conf/prior/*.yaml`` as dicts): the YAML presets are the source of every
+size, and :class:`carb.model.prior_config.PriorSettings` of every prior setting.
 """
 from __future__ import annotations
 
@@ -36,11 +37,17 @@ def resolve_auto(model_cfg: dict[str, Any], n_rows: int) -> tuple[dict[str, Any]
     return {**cfg, "name": large.get("name", "carb")}, f"auto:{large.get('name', 'carb')}"
 
 
-def build_cascade(model_cfg: dict[str, Any], features: dict[str, Any]):
-    """A :class:`carb.model.cascade.CarbCascade` from the model and features config sections."""
+def build_cascade(model_cfg: dict[str, Any], features: dict[str, Any], prior: dict[str, Any] | None = None):
+    """A :class:`carb.model.cascade.CarbCascade` from the model, features and prior config sections
+    (``prior`` None: ``prior=auto``, :func:`carb.model.prior_config.cascade_params`)."""
     from carb.model.cascade import CarbCascade
+    from carb.model.prior_config import cascade_params
 
-    params = {k: v for k, v in model_cfg.items() if k not in _NON_PARAMS}
+    moved = sorted(set(model_cfg) & {"physics", "prior"})
+    if moved:
+        raise ConfigError(f"model: {moved} moved to the prior group; allowed: prior=auto|cpu|cuda|off and "
+                          f"prior.<setting> (model.physics=false is prior=off)")
+    params = {**{k: v for k, v in model_cfg.items() if k not in _NON_PARAMS}, **cascade_params(prior)}
     cols = list(features.get("columns") or [])
     if not cols:
         raise ConfigError("features.columns: the feature list is empty")

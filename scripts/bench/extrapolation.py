@@ -54,10 +54,9 @@ def make(physics: bool):
     from carb.commands.cli import compose, to_dict
     from carb.model.presets import build_cascade
 
-    cfg = compose("train", ["model=carb_fast"])
-    model, feats = to_dict(cfg.model), to_dict(cfg.features)
-    model["physics"] = physics
-    return lambda: build_cascade(model, feats)
+    cfg = compose("train", ["model=carb_fast", *([] if physics else ["prior=off"])])
+    model, feats, prior = to_dict(cfg.model), to_dict(cfg.features), to_dict(cfg.prior)
+    return lambda: build_cascade(model, feats, prior)
 
 
 def timm_latency(gpu: str) -> pd.DataFrame:

@@ -32,7 +32,7 @@ def predictions() -> pd.DataFrame:
     from carb.data.schema import ok_rows
     from carb.model.physics import make_prior
 
-    settings = dict(to_dict(compose("train", ["model=carb_fast"]).model)["prior"])
+    settings = {k: v for k, v in to_dict(compose("train", ["model=carb_fast"]).prior).items() if k != "enabled"}
     ref = ok_rows(reference_dataset())
     train, test = ref[ref["precision"] == "fp32"], ref[ref["precision"] != "fp32"]
     out = []

@@ -1,0 +1,266 @@
+"""The schema of each command's composed config (``conf/<command>.yaml``): the groups it composes
+(:mod:`carb.commands.schema.groups`) and its own keys; :data:`COMMANDS` maps a command to its model."""
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field
+
+from carb.commands.schema.groups import (
+    Count,
+    Coverage,
+    Data,
+    Device,
+    Features,
+    Importer,
+    Index,
+    Measure,
+    Model,
+    NonNegative,
+    Paths,
+    Positive,
+    Precision,
+    Progress,
+    Screen,
+    Section,
+    Space,
+    Split,
+    Target,
+    Text,
+    Tracking,
+    Tune,
+)
+from carb.model.prior_config import PriorSettings
+
+
+class Command(Section):
+    """Keys every command has."""
+
+    tracking: Tracking
+    paths: Paths
+
+
+class Fitting(Command):
+    """Keys of the commands that fit a cascade (``carb-train``, ``carb-tune``)."""
+
+    data: Data
+    features: Features
+    split: Split          # before `model`, whose random_state is ${split.seed}: the error names split.seed
+    tune: Tune            # before `model`, whose tuned_from is ${tune.study} and ${tune.storage}
+    model: Model
+    prior: PriorSettings
+    progress: Progress
+
+
+class BudgetCheck(Section):
+    """``evaluate.budget``: the budget classification (value in the target's unit)."""
+
+    target: Target
+    value: Positive | None
+
+
+class Lobo(Section):
+    """``evaluate.lobo``: leave-one-batch-tier-out."""
+
+    enabled: bool
+    max_batch: Count
+
+
+class Extrapolation(Section):
+    """``evaluate.extrapolation``: the leave-out splits that force extrapolation."""
+
+    enabled: bool
+    train_share: Annotated[float, Field(ge=0.05, le=0.95)]
+    min_rows: Annotated[int, Field(ge=2)]
+    progress: bool
+
+
+class ArchitectureIntervals(Section):
+    """``evaluate.architecture_intervals``: intervals for unseen architectures."""
+
+    enabled: bool
+    folds: Annotated[int, Field(ge=2)]
+
+
+class Sanity(Section):
+    """``evaluate.sanity``: screening-mode predictions on a grid."""
+
+    enabled: bool
+    space: Text
+
+
+class Evaluate(Section):
+    """``evaluate`` (``carb-train``): what is evaluated beside the fit."""
+
+    interval_coverage: Coverage
+    budget: BudgetCheck
+    lobo: Lobo
+    extrapolation: Extrapolation
+    architecture_intervals: ArchitectureIntervals
+    sanity: Sanity
+    importances_top: Count
+    figures: bool
+
+
+class Train(Fitting):
+    """``conf/train.yaml``."""
+
+    evaluate: Evaluate
+    register_: Literal["auto", True, False] = Field(alias="register")
+    run_name: Text | None
+    run_suffix: Text | None
+    print_table: bool
+    log_only: Text | None
+
+
+class Shard(Section):
+    """``shard`` (``carb-collect``): this shard of the shuffled order."""
+
+    index: Index
+    count: Count
+
+
+class Resume(Section):
+    """``resume`` (``carb-collect``): what a restart accepts."""
+
+    mix_protocols: bool
+
+
+class Collect(Command):
+    """``conf/collect.yaml``."""
+
+    space: Space
+    device: Device
+    measure: Measure
+    progress: Progress
+    out: Text
+    seed: Index
+    shard: Shard
+    max_minutes: Positive | None
+    import_run: Text | None
+    retry: Literal["none", "errors"]
+    resume: Resume
+    limit: Count | None
+    run_name: Text | None
+
+
+class Transfer(Section):
+    """``transfer`` (``carb-calibrate``): the transfer model's settings."""
+
+    affine_min_k: Annotated[int, Field(ge=2)]
+    residual_min_k: Annotated[int, Field(ge=3)]
+    ridge_alpha: Positive
+    slope_min: Positive
+    slope_max: Positive
+    precision_shrink: NonNegative
+
+
+class Calibrate(Command):
+    """``conf/calibrate.yaml``."""
+
+    space: Space
+    device: Device
+    measure: Measure
+    progress: Progress
+    source: Text | None
+    data: Data
+    k: Count
+    out: Text
+    transfer: Transfer
+    coverage: Coverage
+    register_: bool = Field(alias="register")
+    alias: Text
+    run_name: Text | None
+
+
+class Timm(Section):
+    """``timm`` (``carb-characterize source=timm``): the shipped timm benchmark's filters."""
+
+    path: Text | None
+    gpu_a: Text
+    gpu_b: Text
+    precision: Literal["amp_fp16", "amp_bf16", "bf16"]
+    compile: Literal["eager", "inductor"]
+    memory_layout: Literal["nchw", "nhwc"]
+    torch: Text
+    plain_only: bool
+
+
+class Analysis(Section):
+    """``analysis`` (``carb-characterize``): SM-utilisation tiers (%) and the fewest shared configurations."""
+
+    sm_edges: Annotated[list[NonNegative], Field(min_length=2, max_length=2)]
+    min_pairs: Annotated[int, Field(ge=2)]
+
+
+class Characterize(Command):
+    """``conf/characterize.yaml``."""
+
+    data: Data
+    progress: Progress
+    source: Literal["dataset", "timm"]
+    compare: Text | None
+    compare_device: Text | None
+    timm: Timm
+    analysis: Analysis
+    run_name: Text | None
+
+
+class Import(Command):
+    """``conf/import.yaml``."""
+
+    importer: Importer
+    out: Text
+    run_name: Text | None
+    show_unmapped: Index
+
+
+class Probe(Command):
+    """``conf/probe.yaml``."""
+
+    space: Space
+    measure: Measure
+    progress: Progress
+    n: Count
+    seed: Index
+    max_MMAC: Positive
+    precisions: Annotated[list[Precision], Field(min_length=1)] | None
+    repeats: Count
+    min_window_s: NonNegative
+    out: Text | None
+    run_name: Text | None
+
+
+class PromoteSettings(Section):
+    """``promote``: which version becomes the champion."""
+
+    name: Text | None
+    data: Text
+    metric: Text
+    fallback_metric: Text
+    direction: Literal["minimize", "maximize"]
+    tie_tolerance: NonNegative
+    across_datasets: bool
+    alias: Text
+    previous_alias: Text
+
+
+class Promote(Command):
+    """``conf/promote.yaml``."""
+
+    promote: PromoteSettings
+
+
+class ScreenCommand(Command):
+    """``conf/screen.yaml``."""
+
+    progress: Progress
+    space: Space
+    screen: Screen
+
+
+#: The schema of each command's composed config.
+COMMANDS: dict[str, type[BaseModel]] = {
+    "train": Train, "tune": Fitting, "collect": Collect, "calibrate": Calibrate, "characterize": Characterize,
+    "import": Import, "probe": Probe, "promote": Promote, "screen": ScreenCommand,
+}

@@ -1,0 +1,455 @@
+"""The schema of each config group (``conf/<group>/*.yaml``): one pydantic model per group and its nested
+sections, with the value types they share (:data:`Count`, :data:`Positive`, ...). Types and ranges are
+here; the values are in the YAML files (the prior's in :mod:`carb.model.prior_config`)."""
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
+
+STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+class Section(BaseModel):
+    """A config node: strict types, unknown keys refused."""
+
+    model_config = STRICT
+
+
+class Open(BaseModel):
+    """A config node whose listed keys are typed and whose other keys pass through to a library."""
+
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
+
+
+def _numbers_as_text(v: Any) -> Any:
+    """A number given where text is expected (``tune.study=2024``, ``data.device=4090``) is that text."""
+    return str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+
+
+def _env_integer(v: Any) -> Any:
+    """null or an integer >= -1, also as the text an environment variable gives (``${oc.env:CARB_N_JOBS,null}``)."""
+    if v is None or (isinstance(v, str) and v.strip().lower() in ("", "null", "none")):
+        return None
+    try:
+        n = None if isinstance(v, (bool, float)) else int(str(v).strip())
+    except ValueError:
+        n = None
+    if n is None or n < -1:
+        raise PydanticCustomError("carb", "must be null or an integer >= -1 (e.g. CARB_N_JOBS=2), got {v}",
+                                  {"v": repr(v)})
+    return n
+
+
+_SPACES = ("auto", True, False)
+
+
+def _log_target(v: Any) -> Any:
+    """``auto``, true, false, or a mapping target -> one of those."""
+    items = v.items() if isinstance(v, dict) else [(None, v)]
+    for t, x in items:
+        if t is not None and t not in TARGETS:
+            raise PydanticCustomError("carb", "{t!r}: not a target; allowed: {allowed}", {"t": t, "allowed": list(TARGETS)})
+        if not any(x is s or (isinstance(s, str) and x == s) for s in _SPACES):
+            where = "" if t is None else f"{t}: "
+            raise PydanticCustomError("carb", "{where}{v} is not allowed; allowed: {allowed} or a mapping target -> "
+                                      "one of them", {"where": where, "v": repr(x), "allowed": list(_SPACES)})
+    return v
+
+
+Text = Annotated[str, BeforeValidator(_numbers_as_text)]
+Count = Annotated[int, Field(ge=1)]              # an integer >= 1
+Index = Annotated[int, Field(ge=0)]              # an integer >= 0 (seeds, indices)
+Positive = Annotated[float, Field(gt=0)]         # a positive number
+NonNegative = Annotated[float, Field(ge=0)]      # a number >= 0 (seconds, shares)
+Coverage = Annotated[float, Field(ge=0.01, le=0.99)]
+Fraction = Annotated[float, Field(gt=0, le=1)]   # a share in (0, 1]
+EnvInteger = Annotated[int | None, BeforeValidator(_env_integer)]
+LogTarget = Annotated[Any, BeforeValidator(_log_target)]
+
+TARGETS = ("peak_memory_MB", "energy_J", "latency_ms")
+Target = Literal["peak_memory_MB", "energy_J", "latency_ms"]
+Member = Literal["xgb", "lgbm", "et"]
+Precision = Literal["fp32", "fp16", "bf16"]
+Members = Annotated[list[Member], Field(min_length=1)]
+
+
+
+
+class Data(Section):
+    """``data``: a dataset (a shipped name, a .parquet/.csv file or a folder of shards) and one device's rows."""
+
+    path: Text | None
+    device: Text | None = None
+
+
+class Device(Section):
+    """``device``: where ``carb-collect`` measures."""
+
+    kind: Literal["auto", "cpu", "cuda"]
+    index: Index
+
+
+class Features(Section):
+    """``features``: the feature set (its columns are checked against the data by the cascade)."""
+
+    name: Text
+    columns: Annotated[list[Text], Field(min_length=1)]
+
+
+class Clocks(Section):
+    """``measure.clocks``: GPU clock locking (MHz)."""
+
+    lock: bool
+    sm_MHz: Count | None
+    mem_MHz: Count | None
+
+
+class Guard(Section):
+    """``measure.guard``: the CPU contention guard (shares in (0, 1])."""
+
+    enabled: bool
+    min_cpu_share: Fraction
+    max_steal_share: Fraction
+    max_tries: Count
+
+
+class Measure(Section):
+    """``measure``: the measurement protocol (:class:`carb.measure.base.MeasureSettings`)."""
+
+    n_runs: Count
+    n_warmup: Index
+    min_window_s: NonNegative
+    max_runs: Count
+    util_window_s: NonNegative
+    util_interval_s: Positive
+    cooldown_s: NonNegative
+    threads: Count | None
+    malloc_mmap_threshold_MB: Annotated[int, Field(ge=1, le=4096)] | None
+    require_energy: bool
+    kernel_launches: bool
+    rapl_root: Text
+    clocks: Clocks
+    guard: Guard
+
+
+class Depths(Section):
+    """``space.depths``: depths per block type."""
+
+    basic: list[Count]
+    bottleneck: list[Count]
+
+
+class Space(Section):
+    """``space``: a design space (depths are checked against the ResNet layouts when it is expanded)."""
+
+    name: Text
+    description: Text
+    mode: Literal["grid", "random"]
+    n: Count | None
+    seed: Index
+    num_classes: Count
+    max_flops: Positive | None = None
+    blocks: Annotated[list[Literal["basic", "bottleneck"]], Field(min_length=1)]
+    depths: Depths
+    width_mults: Annotated[list[Positive], Field(min_length=1)]
+    input_sizes: Annotated[list[Count], Field(min_length=1)]
+    batch_sizes: Annotated[list[Count], Field(min_length=1)]
+    precisions: Annotated[list[Precision], Field(min_length=1)]
+    early_downsample: Annotated[list[bool], Field(min_length=1)]
+    inner_mults: Annotated[list[Positive], Field(min_length=1)]
+
+
+class XGB(Open):
+    """``model.specialists.xgb``: XGBoost parameters."""
+
+    n_estimators: Count
+    max_depth: Count
+    learning_rate: Positive
+
+
+class LGBM(Open):
+    """``model.specialists.lgbm``: LightGBM parameters."""
+
+    n_estimators: Count
+    num_leaves: Annotated[int, Field(ge=2)]
+    learning_rate: Positive
+
+
+class ET(Open):
+    """``model.specialists.et``: ExtraTrees parameters."""
+
+    n_estimators: Count
+    min_samples_leaf: Count
+
+
+class Specialists(Section):
+    """Each specialist's constructor parameters (other parameters of the library pass through)."""
+
+    xgb: XGB
+    lgbm: LGBM
+    et: ET
+
+
+class PerTarget(Section):
+    """``model.per_target.<target>``: overrides for one target (what a tuned preset supplies)."""
+
+    xgb: dict[str, Any] | None = None
+    lgbm: dict[str, Any] | None = None
+    et: dict[str, Any] | None = None
+    weights: list[NonNegative] | None = None
+    log_target: LogTarget = None
+
+
+class Regime(Section):
+    """``model.correctors.<regime>``: one regime corrector."""
+
+    enabled: bool
+    targets: list[Target] | None
+
+
+class Correctors(Section):
+    """``model.correctors``: the regime correctors (``model``: HistGradientBoosting parameters)."""
+
+    low_batch: Regime
+    high_load: Regime
+    model: dict[str, Any]
+    min_rows: Count
+    min_gain: float
+
+
+class TunedFrom(Section):
+    """``model.tuned_from`` (``model=tuned``): the Optuna study whose best parameters are used."""
+
+    study: Text
+    storage: Text
+
+
+class ModelPreset(Section):
+    """``model``: one preset's sizes and settings (:class:`carb.model.cascade.CarbCascade` parameters)."""
+
+    name: Text
+    specialists: Specialists
+    per_target: dict[Target, PerTarget] | None
+    members: Members
+    log_target: LogTarget
+    probe_estimators: Count
+    oof_folds: Annotated[int, Field(ge=2)]
+    correctors: Correctors
+    telemetry: Literal["model", "medians"]
+    power_cap: bool
+    val_fraction: Annotated[float, Field(ge=0.01, le=0.9)]
+    n_jobs: EnvInteger
+    random_state: Index
+
+
+class Model(ModelPreset):
+    """``model``: a preset; ``model=auto`` adds ``threshold_rows`` and ``large`` (the sizes from that many
+    training rows on), ``model=tuned`` adds ``tuned_from`` (the Optuna study)."""
+
+    threshold_rows: Count | None = None
+    large: ModelPreset | None = None
+    tuned_from: TunedFrom | None = None
+
+    @model_validator(mode="after")
+    def _auto_has_large(self) -> Model:
+        """``model=auto`` needs the sizes it switches to and the row count it switches at."""
+        if self.name == "auto" and (self.large is None or self.threshold_rows is None):
+            raise PydanticCustomError("carb", "model=auto needs `large` and `threshold_rows`", {})
+        return self
+
+
+class Split(Section):
+    """``split``: the stratified split (fractions train, val[, cal], test)."""
+
+    seed: Index
+    fractions: Annotated[list[Fraction], Field(min_length=3, max_length=4)]
+
+
+class SearchParam(Section):
+    """One hyperparameter's search range in ``tune.search_space``."""
+
+    type: Literal["int", "float", "categorical"]
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    step: Positive | None = None
+    choices: list[Any] | None = None
+
+
+class Pruner(Section):
+    """``tune.pruner``: Optuna's median pruner (boosting rounds)."""
+
+    n_startup_trials: Index
+    n_warmup_steps: Index
+    report_every: Count
+
+
+class Tune(Section):
+    """``tune``: the Optuna study of ``carb-tune`` (read by ``model=tuned`` too)."""
+
+    study: Text
+    storage: Text
+    worker: Index
+    n_trials: Count
+    blend_trials: Index
+    timeout_s: Positive | None
+    metric: Literal["mae", "rmse", "mape"]
+    members: Members
+    targets: Annotated[list[Target], Field(min_length=1)] | None
+    seed: Index
+    n_startup_trials: Index
+    pruner: Pruner
+    log_trials: bool
+    search_space: dict[Member, dict[Text, SearchParam]]
+
+
+class Tracking(Section):
+    """``tracking``: the MLflow store."""
+
+    uri: Text
+    artifact_root: Text | None
+
+
+class Paths(Section):
+    """``paths``: where commands write outputs."""
+
+    output_dir: Text
+    data_dir: Text
+
+
+class Progress(Section):
+    """``progress``: progress lines on stderr (seconds)."""
+
+    enabled: bool
+    min_interval_s: NonNegative
+
+
+class Budget(Section):
+    """``screen.budget``: a limit per target in its unit (null: none)."""
+
+    energy_J: Positive | None
+    peak_memory_MB: Positive | None
+    latency_ms: Positive | None
+
+
+class Screen(Section):
+    """``screen``: what ``carb-screen`` scores, keeps and ranks."""
+
+    target: Text | None
+    source: Text | None
+    source_optional: bool
+    top_k: Count
+    budget: Budget
+    skip_unpredicted_budget: bool
+    objective: Literal["energy_J", "latency_ms", "peak_memory_MB", "energy_J_per_image",
+                       "latency_ms_per_image"] | None
+    grid_file: Text | None
+    grid_defaults: dict[str, Any] | None
+    shortlist_size: Count
+    outside: Literal["flag", "drop", "only"]
+    interval_coverage: Coverage
+    validate_: Text | None = Field(alias="validate")
+    validate_split: Literal["all", "test"]
+    output_dir: Text
+
+
+class CsvColumns(Section):
+    """``importer.columns`` (``importer=csv``): the file's column for each field."""
+
+    model: Text | None
+    block: Text | None
+    depth: Text | None
+    width_mult: Text | None
+    inner_mult: Text | None
+    early_downsample: Text | None
+    stages: Text | None
+    input_size: Text | None
+    batch_size: Text | None
+    precision: Text | None
+    device_name: Text | None
+    torch_version: Text | None
+    latency_ms: Text | None
+    energy_J: Text | None
+    peak_memory_MB: Text | None
+    memory_kind: Text | None
+    latency_std_ms: Text | None
+    n_runs: Text | None
+    n_warmup: Text | None
+
+
+class CsvConstants(Section):
+    """``importer.constants`` (``importer=csv``): a value for every row of a field the file lacks."""
+
+    model: Text | None
+    block: Literal["basic", "bottleneck"] | None
+    depth: Count | None
+    width_mult: Positive | None
+    inner_mult: Positive | None
+    early_downsample: bool | None
+    stages: list[Count] | None
+    input_size: Count | None
+    batch_size: Count | None
+    precision: Text | None
+    device_name: Text | None
+    torch_version: Text | None
+    memory_kind: Literal["allocator_peak", "device_used"] | None
+
+
+class CsvScale(Section):
+    """``importer.scale`` (``importer=csv``): factors into CARB's units."""
+
+    latency_ms: Positive | None
+    energy_J: Positive | None
+    peak_memory_MB: Positive | None
+    latency_std_ms: Positive | None
+
+
+class CsvImporter(Section):
+    """``importer=csv``: any CSV of measurements with a column map."""
+
+    name: Literal["csv"]
+    path: Text | None
+    columns: CsvColumns
+    constants: CsvConstants
+    scale: CsvScale
+    unmapped: Literal["fail", "list"]
+
+
+class OptimumImporter(Section):
+    """``importer=optimum``: optimum-benchmark result files."""
+
+    name: Literal["optimum"]
+    path: Text | None
+    target: Text
+    memory: Literal["auto", "allocator_peak", "device_used"]
+    energy: Literal["auto", "gpu", "cpu", "ram", "total"]
+    input_size: Count | None
+    unmapped: Literal["fail", "list"]
+
+
+class TimmImporter(Section):
+    """``importer=timm``: timm's GPU inference benchmark."""
+
+    name: Literal["timm"]
+    path: Text | None
+    gpu: Text | None
+    precision: Literal["amp_fp16", "amp_bf16", "bf16"] | None
+    compile: Literal["eager", "inductor"] | None
+    memory_layout: Literal["nchw", "nhwc"] | None
+    torch: Text
+    unmapped: Literal["fail", "list"]
+
+
+class GpuRunImporter(Section):
+    """``importer=gpu_run``: the files a lent GPU returned (``python -m carb.measure.gpu_run --out DIR``)."""
+
+    name: Literal["gpu_run"]
+    path: Text | None
+    keep: Text | None
+    seed: Index | None
+    date: Text | None
+
+
+Importer = Annotated[Union[CsvImporter, OptimumImporter, TimmImporter, GpuRunImporter], Field(discriminator="name")]
