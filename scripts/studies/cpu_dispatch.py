@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,19 +30,10 @@ NAMES = {"Mkldnn": "oneDNN", "Slow2d": "native"}
 
 
 def best_ms(fn, repeats: int, min_s: float = 0.2) -> float:
-    """Best of ``repeats`` windows of at least ``min_s`` seconds; ms per call."""
-    fn()
-    best = float("inf")
-    for _ in range(repeats):
-        n, t0 = 0, time.perf_counter()
-        while True:
-            fn()
-            n += 1
-            dt = time.perf_counter() - t0
-            if dt >= min_s:
-                break
-        best = min(best, dt / n * 1e3)
-    return best
+    """Best of ``repeats`` windows of at least ``min_s`` seconds; ms per call (the device probe's timer)."""
+    from carb.measure.probe import best_ms as probe_best_ms
+
+    return probe_best_ms(fn, repeats, min_s)
 
 
 def network_rows(repeats: int) -> list[dict]:
