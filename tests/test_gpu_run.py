@@ -296,3 +296,20 @@ def test_run_py_end_to_end_on_a_fake_device_with_only_the_allowed_imports(tmp_pa
     res = run_collect(compose("collect", [f"import_run={out}", f"out={dest}", f"tracking.uri=sqlite:///{tmp_path}/m.db"]))
     assert res["n_rows"] == len(df) and len(load_dataset(dest)) == len(df)
     assert json.loads((tmp_path / "h200.provenance.json").read_text())["device_id"] == prov["device_id"]
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("protocol: {k_periods: 6.0, bogus: 1}\n", "protocol: unknown setting(s) ['bogus']"),
+    ("- not a mapping\n", "must be a mapping of settings"),
+    ("protocol: {k_periods: [\n", "cannot read the settings"),
+])
+def test_a_bad_settings_file_is_one_line_and_exit_2_before_anything_starts(tmp_path, capsys, text, needle):
+    from carb.measure import gpu_run
+
+    conf = tmp_path / "bad.yaml"
+    conf.write_text(text)
+    out = tmp_path / "out"
+    assert gpu_run.main(["--out", str(out), "--config", str(conf), "--fake-device"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("carb.measure.gpu_run: error:") and needle in err[0]
+    assert not out.exists()                     # nothing was started or written

@@ -186,21 +186,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def start(a: argparse.Namespace, t_start: float) -> Run:
+def load_settings(path: str) -> tuple[dict[str, Any], Any]:
+    """The settings file (pyyaml) and its protocol as :class:`carb.measure.sweep.SweepSettings`; a missing,
+    unreadable or wrong file is one ``ValueError`` line naming the file or the setting."""
+    from carb.measure.sweep import SweepSettings
+
+    try:
+        cfg = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"--config {path}: cannot read the settings ({type(exc).__name__})") from exc
+    if not isinstance(cfg, dict):
+        raise ValueError(f"--config {path}: must be a mapping of settings (see conf/gpu_run.yaml)")
+    try:
+        return cfg, SweepSettings.from_mapping(cfg.get("protocol") or {})
+    except TypeError as exc:
+        raise ValueError(f"protocol: {exc}") from exc
+
+
+def start(a: argparse.Namespace, t_start: float, cfg: dict[str, Any], settings: Any) -> Run:
     """Open the output folder, the log, the settings and the device; start the energy-counter sampler and
     measure its update period (writes ``counter_trace.csv`` and ``period.json``)."""
     import torch
 
     from carb.measure.counter import CounterSampler
     from carb.measure.fingerprint import canonical_json, device_id, gpu_fingerprint, protocol_id
-    from carb.measure.sweep import SweepSettings
-
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     log = Log(out / "run.log", t_start)
-    cfg = yaml.safe_load(Path(a.config).read_text())
-    r = Run(out=out, log=log, cfg=cfg, settings=SweepSettings.from_mapping(cfg.get("protocol") or {}),
-            fake=a.fake_device)
+    r = Run(out=out, log=log, cfg=cfg, settings=settings, fake=a.fake_device)
     r.ops, r.gpu, r.facts = open_device(a.fake_device)
     fp = r.fingerprint = gpu_fingerprint(r.facts)
     did = device_id(fp)
@@ -369,11 +382,17 @@ def finish(r: Run, a: argparse.Namespace, t_start: float, stop_at: float) -> Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the collector: start, plan, sweep until ``margin_s`` before the deadline, finish. Returns 0."""
+    """Run the collector: settings, start, plan, sweep until ``margin_s`` before the deadline, finish.
+    Returns 0, or 2 (one line on stderr) for a bad settings file."""
     a = parse_args(argv)
+    try:
+        cfg, settings = load_settings(a.config)
+    except ValueError as exc:   # bad input: one line, exit 2, nothing started
+        print(f"carb.measure.gpu_run: error: {exc}", file=sys.stderr)
+        return 2
     t_start = time.perf_counter()
     deadline = t_start + 60.0 * a.minutes
-    r = start(a, t_start)
+    r = start(a, t_start, cfg, settings)
     groups, static, lat_model = plan(r, a.seed)
     stop_at = deadline - float(r.cfg.get("margin_s", 20))
     sweep(r, groups, static, lat_model, stop_at)
