@@ -233,11 +233,12 @@ def record_period(r: Run) -> float:
     period in seconds (0.1 when it could not be measured)."""
     s = r.settings
     period = probe_period(r.ops, r.gpu, r.sampler, float(r.cfg.get("period_probe_s", 1.5)), r.fake)
-    pd.DataFrame(r.sampler.trace, columns=["t_s", "energy_mJ"]).to_csv(r.out / "counter_trace.csv", index=False)
+    r.sampler.keep_trace = False          # the poller thread keeps running: stop the trace, then copy it
+    trace = list(r.sampler.trace)         # (pandas read the live list while it grew: a length mismatch)
+    pd.DataFrame(trace, columns=["t_s", "energy_mJ"]).to_csv(r.out / "counter_trace.csv", index=False)
     (r.out / "period.json").write_text(json.dumps({"update_period_s": period, "n_edges": len(r.sampler.edges),
                                                    "poll_s": s.poll_s, "probe_s": r.cfg.get("period_probe_s")},
                                                   indent=1))
-    r.sampler.keep_trace = False
     r.log(f"energy counter update period {1e3 * period:.1f} ms ({len(r.sampler.edges)} edges)")
     return period if math.isfinite(period) else 0.1
 
