@@ -15,7 +15,7 @@ CARB = Path(__file__).resolve().parents[1] / "carb"
 
 #: Layer of each CARB module, by path prefix (longest prefix wins).
 LAYERS = {
-    "carb": "face", "carb.errors": "base", "carb.files": "base", "carb.resources": "base",
+    "carb": "face", "carb.errors": "base", "carb.compute": "base", "carb.files": "base", "carb.resources": "base",
     "carb.design": "design", "carb.data": "data", "carb.measure": "measure", "carb.model": "model",
     "carb.analysis": "analysis", "carb.plots": "plots", "carb.tracking": "tracking",
     "carb.commands": "commands",

@@ -16,11 +16,11 @@ from carb.model.prior_config import CPU_TERMS, CUDA_TERMS, PriorSettings, cascad
 
 
 def test_n_jobs_from_the_environment(monkeypatch):
-    """``model.n_jobs: ${oc.env:CARB_N_JOBS,null}`` is text when the variable is set."""
+    """``compute.n_jobs: ${oc.env:CARB_N_JOBS,auto}`` is text when the variable is set."""
     monkeypatch.setenv("CARB_N_JOBS", "2")
     check_config("train", compose("train"))
     monkeypatch.setenv("CARB_N_JOBS", "two")
-    with pytest.raises(ConfigError, match=r"model.n_jobs: must be null or an integer >= -1 \(e.g. CARB_N_JOBS=2\), "
+    with pytest.raises(ConfigError, match=r"compute.n_jobs: must be auto or an integer >= 1 \(e.g. CARB_N_JOBS=2\), "
                                           r"got 'two'"):
         check_config("train", compose("train"))
 

@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from carb.commands.cli import compose, fail
+from carb.compute import blas_limited, configure_from
 from carb.errors import CarbError, ConfigError
 
 #: shipped dataset (``data=``) -> its screening preset (``conf/screen/<preset>.yaml``)
@@ -112,6 +113,7 @@ def run_quickstart(argv: list[str] | None = None) -> dict[str, Any]:
     name = model_name(ok_rows(ref))
     cfgs = composed_first(name, common, screen_overrides, cal_overrides if calibrate else None, data)  # mistakes first
     cfg = cfgs["screen"]
+    configure_from(cfgs["train"].get("compute"))   # threads that fit the free cores (carb/compute.py)
     print(f"carb-quickstart: tracking store {cfg.tracking.uri}")
     tracking.configure(cfg.tracking.uri, cfg.tracking.get("artifact_root"))
     steps = []
@@ -153,7 +155,8 @@ def main() -> None:
     concise_warnings()
     telemetry_off()
     try:
-        run_quickstart(sys.argv[1:])
+        with blas_limited():
+            run_quickstart(sys.argv[1:])
     except CarbError as e:
         fail("quickstart", e)
 

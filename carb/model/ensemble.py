@@ -16,7 +16,6 @@ are kept in ``log_target_`` and ``probe_val_mae_``.
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,25 +24,18 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.model_selection import train_test_split
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from carb.compute import estimator_threads
+
 #: Specialist names in blend order (weights are reported in this order).
 MEMBERS: tuple[str, ...] = ("xgb", "lgbm", "et")
 #: Below this many rows no internal validation split is made (equal weights, raw space).
 MIN_ROWS_FOR_SPLIT = 20
 
 
-def available_cores() -> int:
-    """CPU cores this process may run on (affinity-aware; at least 1)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
-
-
-def resolve_n_jobs(n_jobs: int | None) -> int:
-    """``None`` or a value <= 0 means every available core; otherwise the value itself."""
-    if n_jobs is None or int(n_jobs) <= 0:
-        return available_cores()
-    return int(n_jobs)
+def resolve_n_jobs(n_jobs: int | str | None, n_rows: int | None = None) -> int:
+    """Threads for one specialist fit on ``n_rows`` rows: ``n_jobs`` when set (capped at the available
+    cores), else the process-wide policy of :mod:`carb.compute` (cores, load, data size)."""
+    return estimator_threads(n_rows, n_jobs)
 
 
 def make_member(name: str, params: Mapping[str, Any] | None, n_jobs: int, random_state: int):
@@ -176,7 +168,7 @@ class BlendedRegressor(RegressorMixin, BaseEstimator):
         y = np.asarray(y, dtype=float)
         if not np.all(np.isfinite(y)):
             raise ValueError("y contains NaN or infinite values; drop unmeasured rows before fitting")
-        n_jobs = resolve_n_jobs(self.n_jobs)
+        n_jobs = resolve_n_jobs(self.n_jobs, len(y))
         need_val = self.weights is None or self.log_target == "auto"
         if X_val is not None and y_val is not None:
             Xv = validate_data(self, X_val, ensure_all_finite="allow-nan", reset=False)

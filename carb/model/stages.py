@@ -13,7 +13,7 @@ from sklearn.base import clone
 from sklearn.model_selection import KFold
 
 from carb.errors import ConfigError
-from carb.model.ensemble import MEMBERS, BlendedRegressor, resolve_n_jobs
+from carb.model.ensemble import MEMBERS, BlendedRegressor
 
 
 def stage_estimator(target: str, specialists: Mapping[str, Mapping[str, Any]] | None,
@@ -33,7 +33,7 @@ def stage_estimator(target: str, specialists: Mapping[str, Mapping[str, Any]] | 
     lt = over.get("log_target", lt)
     return BlendedRegressor(xgb=base["xgb"], lgbm=base["lgbm"], et=base["et"], members=tuple(members),
                             weights=over.get("weights"), log_target=lt, probe_estimators=probe_estimators,
-                            n_jobs=resolve_n_jobs(n_jobs), random_state=random_state)
+                            n_jobs=n_jobs, random_state=random_state)
 
 
 def fit_prior(target: str, settings: Mapping[str, Any] | None, X: pd.DataFrame, X_val: pd.DataFrame,

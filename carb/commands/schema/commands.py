@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field
 
 from carb.commands.schema.groups import (
+    Compute,
     Count,
     Coverage,
     Data,
@@ -50,6 +51,7 @@ class Fitting(Command):
     model: Model
     prior: PriorSettings
     progress: Progress
+    compute: Compute
 
 
 class BudgetCheck(Section):
@@ -162,6 +164,7 @@ class Calibrate(Command):
     device: Device
     measure: Measure
     progress: Progress
+    compute: Compute
     source: Text | None
     data: Data
     k: Count
@@ -198,6 +201,7 @@ class Characterize(Command):
 
     data: Data
     progress: Progress
+    compute: Compute
     source: Literal["dataset", "timm"]
     compare: Text | None
     compare_device: Text | None
@@ -255,6 +259,7 @@ class ScreenCommand(Command):
     """``conf/screen.yaml``."""
 
     progress: Progress
+    compute: Compute
     space: Space
     screen: Screen
 

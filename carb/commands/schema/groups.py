@@ -42,6 +42,20 @@ def _env_integer(v: Any) -> Any:
     return n
 
 
+def _n_jobs(v: Any) -> Any:
+    """``auto`` (also null, -1, 0) or an integer >= 1, also as environment text (``${oc.env:CARB_N_JOBS,auto}``)."""
+    if v is None or (isinstance(v, str) and v.strip().lower() in ("", "null", "none", "auto")):
+        return "auto"
+    try:
+        n = None if isinstance(v, (bool, float)) else int(str(v).strip())
+    except ValueError:
+        n = None
+    if n is None or n < -1:
+        raise PydanticCustomError("carb", "must be auto or an integer >= 1 (e.g. CARB_N_JOBS=2), got {v}",
+                                  {"v": repr(v)})
+    return "auto" if n <= 0 else n
+
+
 _SPACES = ("auto", True, False)
 
 
@@ -317,6 +331,14 @@ class Paths(Section):
 
     output_dir: Text
     data_dir: Text
+
+
+class Compute(Section):
+    """``compute``: threads of model fits and predictions (carb/compute.py)."""
+
+    n_jobs: Annotated[Any, BeforeValidator(_n_jobs)]
+    rows_per_thread: Count
+    blas_threads: Count
 
 
 class Progress(Section):

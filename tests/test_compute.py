@@ -1,0 +1,77 @@
+"""Thread policy (carb/compute.py): never above the cores this process may use, one thread per
+``rows_per_thread`` rows, fewer under load, ``compute.n_jobs`` overrides, BLAS limited inside fits."""
+from __future__ import annotations
+
+import pytest
+
+from carb import compute
+from carb.errors import ConfigError
+
+
+@pytest.fixture(autouse=True)
+def _restore():
+    saved = dict(compute._SETTINGS)
+    yield
+    compute._SETTINGS.clear()
+    compute._SETTINGS.update(saved)
+
+
+def _machine(monkeypatch, cores: int, load: float, quota: float | None = None):
+    monkeypatch.setattr(compute.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    monkeypatch.setattr(compute.os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(compute, "_cgroup_cores", lambda: quota)
+
+
+def test_auto_gives_one_thread_per_rows_per_thread_rows_up_to_the_free_cores(monkeypatch):
+    _machine(monkeypatch, cores=8, load=0.0)
+    compute.configure(n_jobs="auto", rows_per_thread=1000)
+    assert compute.estimator_threads(1_350) == 2
+    assert compute.estimator_threads(500) == 1
+    assert compute.estimator_threads(10**6) == 8
+    _machine(monkeypatch, cores=8, load=5.2)      # 4 other busy processes (own share excluded)
+    assert compute.estimator_threads(10**6) == 4
+    _machine(monkeypatch, cores=8, load=30.0)
+    assert compute.estimator_threads(10**6) == 1
+
+
+def test_cgroup_quota_and_explicit_n_jobs_are_capped(monkeypatch):
+    _machine(monkeypatch, cores=16, load=0.0, quota=2.5)
+    assert compute.available_cores() == 3
+    compute.configure(n_jobs=64)
+    assert compute.estimator_threads(10) == 3          # an explicit value never exceeds the cores
+    assert compute.estimator_threads(10, n_jobs=2) == 2
+    compute.configure(n_jobs=-1)
+    assert compute._SETTINGS["n_jobs"] == "auto"
+
+
+def test_defaults_give_small_data_one_thread_on_any_machine(monkeypatch):
+    _machine(monkeypatch, cores=2, load=0.0)
+    compute.configure(n_jobs="auto", rows_per_thread=50_000)
+    assert compute.estimator_threads(1_350) == 1
+
+
+def test_bad_n_jobs_names_the_field():
+    with pytest.raises(ConfigError, match=r"compute.n_jobs: 'two' is not allowed; use auto or a positive integer"):
+        compute.configure(n_jobs="two")
+
+
+def test_blas_is_limited_inside_and_restored_after():
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    import numpy  # noqa: F401  (loads OpenBLAS)
+
+    def blas_threads():
+        return [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+
+    before = blas_threads()
+    with compute.blas_limited():
+        assert all(n == 1 for n in blas_threads())
+    assert blas_threads() == before
+
+
+def test_ensemble_threads_follow_the_policy(monkeypatch):
+    from carb.model.ensemble import resolve_n_jobs
+
+    _machine(monkeypatch, cores=4, load=0.0)
+    compute.configure(n_jobs="auto", rows_per_thread=100)
+    assert resolve_n_jobs(None, 250) == 3
+    assert resolve_n_jobs(8, 250) == 4
