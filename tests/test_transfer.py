@@ -228,3 +228,54 @@ def test_promote_leaves_calibrated_versions_out(store):
     cfg = compose("promote", [f"tracking.uri={store['uri']}", "promote.name=carb-synthetic-gpu-b-bbbbbbbbbb"])
     with pytest.raises(ModelError, match="has only calibrated versions"):
         run_promote(cfg)
+
+
+CPU_NO_FP16 = json.dumps({"kind": "cpu", "isa": ["avx2", "avx512f", "avx512bw", "avx512vl", "avx512_bf16"]})
+CPU_FP16 = json.dumps({"kind": "cpu", "isa": ["avx2", "avx512f", "avx512bw", "avx512vl", "avx512_bf16",
+                                              "avx512_fp16", "amx_bf16"]})
+
+
+def test_dispatch_stand_ins_follow_the_isa():
+    """fp16 runs natively only with AVX-512 FP16 (or AMX-FP16): from an EPYC without it to a Xeon with it,
+    the source's bf16 (same element size, native there) stands in for fp16; nothing changes otherwise."""
+    from carb.model.transfer import dispatch_stand_ins
+
+    assert dispatch_stand_ins(CPU_NO_FP16, CPU_FP16) == {"fp16": "bf16"}
+    assert dispatch_stand_ins(CPU_FP16, CPU_NO_FP16) == {}          # no fallback 2-byte precision on the Xeon
+    no_bf16 = json.dumps({"kind": "cpu", "isa": ["avx2", "fma"]})   # bf16 and fp16 both fall back
+    assert dispatch_stand_ins(CPU_FP16, no_bf16) == {}
+    assert dispatch_stand_ins(CPU_NO_FP16, no_bf16) == {"bf16": "fp16"}
+    assert dispatch_stand_ins(CPU_NO_FP16, CPU_NO_FP16) == {}
+    assert dispatch_stand_ins(None, CPU_FP16) == {} == dispatch_stand_ins(CPU_FP16, '{"kind": "cuda"}')
+
+
+def test_a_precision_whose_dispatch_changes_is_predicted_from_its_stand_in():
+    """Source CPU without AVX-512 FP16: fp16 takes a fallback path, 30x and growing with sqrt(batch)
+    (per-image GEMMs). Target with it: fp16 costs what bf16 costs, everything x 1.5. No factor per
+    precision fixes a batch-dependent ratio; asking the source for bf16 does."""
+    a = rows_a()
+    assert {"bf16", "fp16"} <= set(a["precision"])
+    batch = a["batch_size"].to_numpy(float)
+    assert np.ptp(batch) > 0
+    src = a.copy()
+    slow = (src["precision"] == "fp16").to_numpy()
+    src.loc[slow, "latency_ms"] *= 30.0 * np.sqrt(batch[slow] / 8.0)
+    src["device_fingerprint"], src["device_id"] = CPU_NO_FP16, "aaaaaaaaaa"
+    dst = a.copy()
+    dst["latency_ms"] *= 1.5
+    dst["device_fingerprint"], dst["device_id"], dst["device_name"] = CPU_FP16, "cccccccccc", "Synthetic CPU C"
+    cfg = compose("train", TINY)
+    ts = ["peak_memory_MB", "latency_ms"]
+    cascade = build_cascade(to_dict(cfg.model), to_dict(cfg.features)).fit(src.iloc[:200], src.iloc[:200][ts],
+                                                                          src.iloc[200:], src.iloc[200:][ts])
+    picks = space_filling(dst, 10)
+    rest = dst.drop(index=dst.index[picks])
+    fp16 = (rest["precision"] == "fp16").to_numpy()
+    y = rest["latency_ms"].to_numpy(float)
+    err = {}
+    for disp in (True, False):
+        tr = TransferredCascade(cascade, dispatch=disp).fit(dst.iloc[picks])
+        p = screening_predict(tr, rest)["pred_latency_ms"].to_numpy()
+        err[disp] = mape(y[fp16], p[fp16])
+    assert tr.stand_ins_ == {} and TransferredCascade(cascade).fit(dst.iloc[picks]).stand_ins_ == {"fp16": "bf16"}
+    assert err[True] < 0.25 and err[False] > 2 * err[True], err

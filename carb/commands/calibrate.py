@@ -142,7 +142,7 @@ def transfer_settings(cfg: Any) -> dict[str, Any]:
     t = cfg.transfer
     return {"affine_min_k": int(t.affine_min_k), "residual_min_k": int(t.residual_min_k),
             "ridge_alpha": float(t.ridge_alpha), "slope_bounds": (float(t.slope_min), float(t.slope_max)),
-            "precision_shrink": float(t.precision_shrink),
+            "precision_shrink": float(t.precision_shrink), "dispatch": bool(t.get("dispatch", True)),
             "coverage": float(cfg.coverage)}
 
 
@@ -150,6 +150,9 @@ def _print_transfer(tr: Any, table: pd.DataFrame, n_heldout: int) -> None:
     """The transfer chosen per target, then the held-out accuracy table (when rows were held out)."""
     from carb.model.transfer import describe_form
 
+    for p, q in (getattr(tr, "stand_ins_", None) or {}).items():
+        print(f"carb-calibrate: {p} runs on another kernel path on {tr.device_name_} than on the source's CPU "
+              f"(instruction set): the source's {q} cost stands in for it")
     for target, info in tr.transfer_.items():
         print(f"carb-calibrate: {target}: {info['form']} ({describe_form(info)}) from {info['k']} rows")
     if len(table):

@@ -13,6 +13,12 @@ recalibrates each target in log space on the K target rows:
 * ``residual`` (K >= ``residual_min_k``): affine plus a ridge fit of the remaining log-residual on
   standardized log cost axes (FLOPs, activations, parameters, batch size, input size).
 
+Dispatch first (CPU to CPU, ``dispatch=True``): where the target's instruction set sends a precision down
+another PyTorch path than the source's (fp16 through oneDNN on a Xeon with AVX-512 FP16, the fallback
+GEMM on an EPYC without it), the source model is asked for the precision of the same element size whose
+path on the source matches the target's (bf16 there): :func:`dispatch_stand_ins`, kept in ``stand_ins_``.
+A scale factor cannot turn the fallback path's cost into the native one's.
+
 ``p`` is the source model's screening-mode prediction (telemetry imputed, monotone in batch size). Each
 richer form is kept only when its leave-one-out (LOO) log error on the K rows is lower than the simpler
 one's (by 10 %), so a small K never buys variance. The LOO log-residuals of the chosen form are also the interval
@@ -34,13 +40,14 @@ import pandas as pd
 from carb.data.schema import TARGETS
 from carb.design.select import axes_matrix
 from carb.errors import DatasetError
+from carb.model.cascade_data import device_identity
 from carb.model.encoding import pred_name
 
 #: Attributes that belong to the transfer, never looked up on the source.
-_OWN = frozenset({"source_", "transfer_", "intervals_", "device_name_", "device_id_", "device_fingerprint_",
+_OWN = frozenset({"source_", "stand_ins_", "transfer_", "intervals_", "device_name_", "device_id_", "device_fingerprint_",
                   "test_mae_", "registry_", "model_uri_", "affine_min_k", "residual_min_k", "coverage",
                   "ridge_alpha", "slope_bounds", "calibration_rows_", "residual_scale_",
-                  "precision_shrink"})
+                  "precision_shrink", "dispatch"})
 
 
 def _loo_affine(x: np.ndarray, y: np.ndarray, lo: float, hi: float) -> tuple[float, float, np.ndarray]:
@@ -119,6 +126,46 @@ def interval_entry(loo: np.ndarray, coverage: float) -> dict[str, Any] | None:
             "log_ratios": ratios, "method": method}
 
 
+def _isa(fingerprint: str | None) -> list[str] | None:
+    """The ISA flags of a CPU fingerprint (JSON text), None for a GPU, unknown or unreadable one."""
+    import json
+
+    try:
+        fp = json.loads(fingerprint) if fingerprint else None
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(fp, dict) or fp.get("kind", "cpu") != "cpu" or not isinstance(fp.get("isa"), list):
+        return None
+    return [str(f) for f in fp["isa"]]
+
+
+def dispatch_stand_ins(source_fingerprint: str | None, target_fingerprint: str | None) -> dict[str, str]:
+    """Precision -> the precision whose source-device path matches the target's path for it.
+
+    PyTorch convolves a precision with oneDNN where the CPU has the instructions for it
+    (:func:`carb.design.shapes.onednn_precisions`), else on a fallback path 20-50x slower. When the
+    target's path for a precision differs from the source's (fp16 native on an AVX-512 FP16 Xeon, the
+    fallback on an AMD EPYC without it), the source model's cost of that precision describes the wrong
+    kernels; the source's cost of another precision with the same element size and the target's path
+    (bf16 on the EPYC) does. Only unchanged paths, or CPUs with unknown ISA, map to themselves (empty)."""
+    from carb.design.arch import BYTES_PER_ELEMENT
+    from carb.design.shapes import onednn_precisions
+
+    src, dst = _isa(source_fingerprint), _isa(target_fingerprint)
+    if src is None or dst is None:
+        return {}
+    on_src, on_dst = set(onednn_precisions(src)), set(onednn_precisions(dst))
+    out: dict[str, str] = {}
+    for p in BYTES_PER_ELEMENT:
+        if (p in on_src) == (p in on_dst):
+            continue
+        same = [q for q in BYTES_PER_ELEMENT if q != p and BYTES_PER_ELEMENT[q] == BYTES_PER_ELEMENT[p]
+                and (q in on_src) == (p in on_dst)]
+        if same:
+            out[p] = same[0]
+    return out
+
+
 def _precisions(X: pd.DataFrame) -> np.ndarray:
     """The rows' precision names (n,) ('' where unknown)."""
     if "precision" not in X.columns:
@@ -145,8 +192,9 @@ class TransferredCascade:
 
     def __init__(self, source: Any, affine_min_k: int = 5, residual_min_k: int = 20, coverage: float = 0.9,
                  ridge_alpha: float = 3.0, slope_bounds: tuple[float, float] = (0.5, 2.0),
-                 precision_shrink: float = 1.0) -> None:
+                 precision_shrink: float = 1.0, dispatch: bool = True) -> None:
         self.source_ = source
+        self.dispatch = bool(dispatch)
         self.precision_shrink = float(precision_shrink)
         self.affine_min_k, self.residual_min_k = int(affine_min_k), int(residual_min_k)
         self.coverage, self.ridge_alpha, self.slope_bounds = float(coverage), float(ridge_alpha), tuple(slope_bounds)
@@ -164,10 +212,20 @@ class TransferredCascade:
 
     # ------------------------------------------------------------------ fit
     def source_predict(self, X: pd.DataFrame) -> pd.DataFrame:
-        """The source model's screening-mode predictions of ``X`` (``pred_<target>``, index of ``X``)."""
+        """The source model's screening-mode predictions of ``X`` (``pred_<target>``, index of ``X``),
+        each precision read as its dispatch stand-in (``stand_ins_``)."""
         from carb.model.intervals import screening_predict
 
-        return screening_predict(self.source_, X)
+        return screening_predict(self.source_, self._as_source(X))
+
+    def _as_source(self, X: pd.DataFrame) -> pd.DataFrame:
+        """``X`` with each precision replaced by its stand-in on the source device (``stand_ins_``)."""
+        swap = self.__dict__.get("stand_ins_") or {}
+        if not swap or "precision" not in X.columns:
+            return X
+        X = X.copy()
+        X["precision"] = X["precision"].astype(str).map(lambda p: swap.get(p, p))
+        return X
 
     def fit(self, X: pd.DataFrame, y: pd.DataFrame | None = None) -> TransferredCascade:
         """Fit the per-target transfer on the K target rows ``X`` (knobs + static features; targets in
@@ -176,6 +234,8 @@ class TransferredCascade:
         y = X if y is None else y
         if not len(X):
             raise DatasetError("calibration rows: none given (need at least one measured row on the target device)")
+        self.stand_ins_ = (dispatch_stand_ins(getattr(self.source_, "device_fingerprint_", None),
+                                              device_identity(X)[2]) if self.dispatch else {})
         P = self.source_predict(X)
         raw = axes_matrix(X)
         sd = raw.std(axis=0)
@@ -273,7 +333,8 @@ class TransferredCascade:
 
     def predict(self, X: pd.DataFrame) -> pd.DataFrame:
         """``pred_<target>`` for raw rows (the source's prediction, transferred), index of ``X``."""
-        return self._apply(X, self.source_.predict(X), lambda c: c[len("pred_"):] if c.startswith("pred_") else None)
+        return self._apply(X, self.source_.predict(self._as_source(X)),
+                           lambda c: c[len("pred_"):] if c.startswith("pred_") else None)
 
     def prior_frame(self, X: pd.DataFrame) -> pd.DataFrame:
         """The source's physics priors, transferred (so extrapolation beyond the batch knots scales as
@@ -281,13 +342,14 @@ class TransferredCascade:
         fn = getattr(self.source_, "prior_frame", None)
         if fn is None:
             return pd.DataFrame(index=X.index)
-        frame = fn(X)
+        frame = fn(self._as_source(X))
         return self._apply(X, frame, lambda c: c) if len(frame.columns) else frame
 
     def summary(self) -> dict[str, Any]:
         """The transfer per target and the source's own summary (JSON-able)."""
         src = self.source_.summary() if hasattr(self.source_, "summary") else {}
-        return {"transfer": self.transfer_, "calibration_rows": self.calibration_rows_, "source": src}
+        return {"transfer": self.transfer_, "dispatch_stand_ins": self.__dict__.get("stand_ins_") or {},
+                "calibration_rows": self.calibration_rows_, "source": src}
 
 
 def describe_form(info: dict[str, Any]) -> str:

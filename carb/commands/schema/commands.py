@@ -155,6 +155,7 @@ class Transfer(Section):
     slope_min: Positive
     slope_max: Positive
     precision_shrink: NonNegative
+    dispatch: bool = True
 
 
 class Calibrate(Command):
