@@ -1,0 +1,182 @@
+"""Benchmark: transfer between every ordered pair of real devices the project has data for.
+
+Devices: the shipped CPU reference (AMD EPYC, ``carb/data/cpu-reference.parquet``), the second CPU
+(Intel Xeon with AMX and AVX-512 FP16, ``../shared/data/cpu-intel-xeon``, measured by CARB's collector),
+and the four GPUs of timm's public benchmark (eager amp_fp16 torchvision/timm ResNets, latency only;
+``scripts/bench/extrapolation.py:timm_latency``). The H200 data has no configuration in common with the
+timm rows (CARB's knob grid at batch <= 256 against timm's named models at batch 1024), so it is not paired.
+
+For each ordered pair a ``carb_fast`` cascade fitted on all of the source's rows is calibrated with K
+space-filling rows of the target (``carb-calibrate``'s transfer) and scored on the target's other rows,
+K in {0, 3, 10, 20}, per precision and target (latency, peak memory where both devices measure it):
+
+* ``calibrated``: the transfer as shipped (CPU pairs: dispatch stand-ins on);
+* ``no_dispatch``: the same without dispatch stand-ins (CPU pairs only);
+* ``source``: the source model uncalibrated (this is K = 0: no zero-shot model exists yet);
+* ``flops_k``: a FLOPs-only line fitted on the same K rows.
+
+Coverage and width (median hi/lo) are those of the calibrated model's nominal 90 % intervals.
+
+    python -m scripts.bench.transfer_pairs [--ks 0,3,10,20] [--no-gpu] [--csv out.csv]
+
+The last line is machine-readable (MAPE in percent, over pairs and precisions, latency):
+``transfer: pairs=N k0_max_mape=X k10_max_mape=X k10_min_spearman=X coverage_min=X width_median_max=X``.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[2]
+INTEL = ROOT.parent / "shared" / "data" / "cpu-intel-xeon" / "cpu-intel-xeon.parquet"
+
+
+def cpu_devices() -> dict[str, pd.DataFrame]:
+    """The two CPU datasets (ok rows), by short name; the Xeon only where its file exists."""
+    from carb.data.io import load_dataset, reference_dataset
+    from carb.data.schema import ok_rows
+
+    out = {"EPYC (reference)": ok_rows(reference_dataset()).reset_index(drop=True)}
+    if INTEL.exists():
+        out["Xeon (AVX-512 FP16)"] = ok_rows(load_dataset(str(INTEL))).reset_index(drop=True)
+    return out
+
+
+def gpu_devices() -> dict[str, pd.DataFrame]:
+    """timm's four GPUs (latency only)."""
+    from scripts.bench.extrapolation import timm_latency
+    from scripts.bench.transfer import GPUS
+
+    return {g: timm_latency(g) for g in GPUS}
+
+
+def _scores(y: np.ndarray, p: np.ndarray) -> dict[str, float]:
+    from carb.analysis.transfer import scores
+
+    return scores(y, p)
+
+
+def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool) -> list[dict]:
+    """Records (target, precision, model, k, n, mape_pct, spearman, coverage, width) of ``source``
+    transferred with ``k`` of the target's ``rows`` and scored on the rest."""
+    from carb.analysis.transfer import flops_fit, split_k
+    from carb.model.intervals import interval, screening_predict
+    from carb.model.transfer import TransferredCascade
+
+    if k == 0:
+        cal, rest = rows.iloc[:0], rows
+        preds = {"source": screening_predict(source, rest)}
+        ivs = {}
+    else:
+        cal, rest = split_k(rows, k)
+        preds, ivs = {"source": screening_predict(source, rest)}, {}
+        for name, disp in (("calibrated", True), ("no_dispatch", False)) if cpu else (("calibrated", True),):
+            tr = TransferredCascade(source, dispatch=disp).fit(cal)
+            preds[name] = screening_predict(tr, rest)
+            if name == "calibrated":
+                ivs[name] = interval(tr.intervals_, preds[name])
+    out = []
+    prec = rest["precision"].astype(str).to_numpy()
+    for t in targets:
+        y = rest[t].to_numpy(float)
+        fk = flops_fit(cal, t)(rest) if k >= 2 else None
+        for p_name in sorted(set(prec)):
+            m = (prec == p_name) & np.isfinite(y)
+            if m.sum() < 3:
+                continue
+            models = {n: f[f"pred_{t}"].to_numpy(float) for n, f in preds.items()}
+            if fk is not None:
+                models["flops_k"] = fk
+            for n, p in models.items():
+                rec = {"target": t, "precision": p_name, "model": n, "k": k, "n": int(m.sum()),
+                       **{c: v for c, v in _scores(y[m], p[m]).items() if c in ("mape_pct", "spearman")}}
+                if n in ivs:
+                    lo, hi = ivs[n][f"lo_{t}"].to_numpy(float)[m], ivs[n][f"hi_{t}"].to_numpy(float)[m]
+                    rec["coverage"] = float(np.mean((lo <= y[m]) & (y[m] <= hi)))
+                    rec["width"] = float(np.median(hi / np.maximum(lo, 1e-12)))
+                out.append(rec)
+    return out
+
+
+def pair_table(devices: dict[str, pd.DataFrame], ks: list[int], targets: list[str], cpu: bool) -> pd.DataFrame:
+    """Every ordered pair of ``devices``: :func:`score_pair` records with ``source`` and ``target_device``."""
+    from scripts.bench.transfer import fit_source
+
+    t0 = time.perf_counter()
+    models = {}
+    for i, (name, d) in enumerate(devices.items()):
+        use = [t for t in targets if t in d and np.isfinite(d[t].to_numpy(float)).any()]
+        models[name] = fit_source(d, use)
+        print(f"  fitted {name} ({len(d)} rows) [{i + 1}/{len(devices)}, {time.perf_counter() - t0:.0f} s]",
+              flush=True)
+    out = []
+    for src, m in models.items():
+        for dst, rows in devices.items():
+            if src == dst:
+                continue
+            if "model" in rows.columns and "model" in devices[src].columns:
+                rows = rows[rows["model"].isin(set(devices[src]["model"]))].reset_index(drop=True)
+            use = [t for t in targets if t in rows and np.isfinite(rows[t].to_numpy(float)).any()
+                   and t in getattr(m, "targets_", [])]
+            for k in ks:
+                if k >= len(rows):
+                    continue
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    out += [{"source": src, "target_device": dst, **r} for r in score_pair(m, rows, k, use, cpu)]
+    return pd.DataFrame(out)
+
+
+def headline(t: pd.DataFrame) -> str:
+    """The machine-readable last line (latency; over ordered pairs and precisions)."""
+    lat = t[t["target"] == "latency_ms"]
+    k0 = lat[(lat.k == 0) & (lat.model == "source")]
+    k10 = lat[(lat.k == 10) & (lat.model == "calibrated")]
+    pairs = lat[["source", "target_device"]].drop_duplicates()
+    return (f"transfer: pairs={len(pairs)} k0_max_mape={k0['mape_pct'].max():.1f} "
+            f"k10_max_mape={k10['mape_pct'].max():.1f} k10_min_spearman={k10['spearman'].min():.3f} "
+            f"coverage_min={k10['coverage'].min():.2f} width_median_max={k10['width'].max():.2f}")
+
+
+def summary(t: pd.DataFrame) -> pd.DataFrame:
+    """Per source -> target, target, precision, K: MAPE and Spearman of each model, coverage and width."""
+    w = t.pivot_table(index=["source", "target_device", "target", "precision", "k"], columns="model",
+                      values=["mape_pct", "spearman"])
+    w.columns = [f"{m}_{v}" for v, m in w.columns]
+    cov = t[t.model == "calibrated"].set_index(["source", "target_device", "target", "precision", "k"])
+    return w.join(cov[["coverage", "width"]]).reset_index()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ks", default="0,3,10,20")
+    ap.add_argument("--no-gpu", action="store_true")
+    ap.add_argument("--csv", default=None, help="write the per-pair table here")
+    a = ap.parse_args()
+    ks = [int(k) for k in a.ks.split(",")]
+    from scripts.bench.transfer import markdown
+
+    print("== CPU pairs (latency, peak memory)", flush=True)
+    parts = [pair_table(cpu_devices(), ks, ["latency_ms", "peak_memory_MB"], cpu=True)]
+    if not a.no_gpu:
+        print("== timm GPU pairs (latency)", flush=True)
+        parts.append(pair_table(gpu_devices(), ks, ["latency_ms"], cpu=False))
+    t = pd.concat(parts, ignore_index=True)
+    if a.csv:
+        t.to_csv(a.csv, index=False)
+    s = summary(t)
+    cols = [c for c in ("source", "target_device", "target", "precision", "k", "calibrated_mape_pct",
+                        "no_dispatch_mape_pct", "source_mape_pct", "flops_k_mape_pct", "calibrated_spearman",
+                        "coverage", "width") if c in s.columns]
+    print(markdown(s[s.k.isin([0, 10])][cols]))
+    print(headline(t))
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    main()
