@@ -5,6 +5,8 @@ the current load (other busy processes) and the size of the training data, and i
 cores available; the one setting ``compute.n_jobs`` (``conf/compute/default.yaml``, or ``CARB_N_JOBS``)
 overrides it. BLAS libraries (numpy/scipy OpenBLAS) run single-threaded inside CARB's fits: their
 matrices are small, and their spinning worker threads competed with the boosters' OpenMP threads.
+OpenMP libraries without an ``n_jobs`` (scikit-learn's histogram boosting) get the same count as the
+boosters (:func:`limited`).
 
 Measured on a 2-core VM (1,350-row CPU reference, ``carb-train`` defaults, idle): every library at 2
 threads 79 s wall / 155 s CPU; boosters at 2 threads with BLAS at 1: 35 s; everything at 1 thread:
@@ -116,13 +118,16 @@ def estimator_threads(n_rows: int | None = None, n_jobs: int | str | None = None
 
 
 @contextlib.contextmanager
-def blas_limited() -> Iterator[None]:
-    """Run the block with BLAS (OpenBLAS/MKL) at ``blas_threads`` threads (default 1); a no-op where
-    threadpoolctl is missing."""
+def limited(n_rows: int | None = None) -> Iterator[None]:
+    """Run the block with BLAS (OpenBLAS/MKL) at ``blas_threads`` threads (default 1) and OpenMP
+    libraries at :func:`estimator_threads` for ``n_rows`` rows (scikit-learn's histogram boosting has no
+    ``n_jobs`` and would take every core); XGBoost and LightGBM get their count as ``n_jobs``. A no-op
+    where threadpoolctl is missing."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
         yield
         return
-    with threadpool_limits(limits=_SETTINGS["blas_threads"], user_api="blas"):
+    with threadpool_limits(limits=_SETTINGS["blas_threads"], user_api="blas"), \
+            threadpool_limits(limits=estimator_threads(n_rows), user_api="openmp"):
         yield

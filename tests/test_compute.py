@@ -63,7 +63,7 @@ def test_blas_is_limited_inside_and_restored_after():
         return [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
 
     before = blas_threads()
-    with compute.blas_limited():
+    with compute.limited():
         assert all(n == 1 for n in blas_threads())
     assert blas_threads() == before
 

@@ -279,3 +279,48 @@ def test_a_precision_whose_dispatch_changes_is_predicted_from_its_stand_in():
         err[disp] = mape(y[fp16], p[fp16])
     assert tr.stand_ins_ == {} and TransferredCascade(cascade).fit(dst.iloc[picks]).stand_ins_ == {"fp16": "bf16"}
     assert err[True] < 0.25 and err[False] > 2 * err[True], err
+
+
+@pytest.fixture(scope="module")
+def cpu_source():
+    """A tiny cascade on synthetic rows of a CPU without AVX-512 FP16."""
+    a = rows_a()
+    a["device_fingerprint"], a["device_id"] = CPU_NO_FP16, "aaaaaaaaaa"
+    cfg = compose("train", TINY)
+    ts = ["peak_memory_MB", "latency_ms"]
+    return a, build_cascade(to_dict(cfg.model), to_dict(cfg.features)).fit(a.iloc[:200], a.iloc[:200][ts],
+                                                                         a.iloc[200:], a.iloc[200:][ts])
+
+
+def test_zero_shot_from_two_device_probes(cpu_source):
+    """K = 0: the target CPU's probe times every layer at half the source's, fp16 natively at bf16's cost:
+    latency is the source's (of the stand-in precision) x 0.5, memory the source's; no interval without
+    other pairs' errors, a finite one with them."""
+    from carb.resources import DATA_DIR
+
+    a, cascade = cpu_source
+    src_probe = pd.read_csv(DATA_DIR / "device-probes.csv").groupby("precision").head(120)   # a real probe (EPYC)
+    tgt_probe = src_probe.copy()
+    tgt_probe["time_ms"] *= 0.5
+    bf16 = tgt_probe[tgt_probe["precision"] == "bf16"]
+    tgt_probe = pd.concat([tgt_probe[tgt_probe["precision"] != "fp16"], bf16.assign(precision="fp16")])
+    tgt_probe["device_id"] = "cccccccccc"
+    from carb.data.io import reference_dataset
+
+    ref_rows = reference_dataset()
+    rows = ref_rows.groupby("precision").head(8).reset_index(drop=True)   # knob-consistent networks
+    assert set(rows["precision"]) == {"fp32", "bf16", "fp16"}
+    zs = TransferredCascade(cascade).fit_probe(src_probe, tgt_probe, CPU_FP16, "Synthetic CPU C", "cccccccccc")
+    assert zs.stand_ins_ == {"fp16": "bf16"} and zs.transfer_["latency_ms"]["form"] == "probe"
+    ratio = zs.probe_ratio(rows)
+    assert np.allclose(ratio, 0.5, rtol=1e-6), ratio[:5]
+    p = zs.predict(rows)
+    as_src = rows.assign(precision=rows["precision"].replace({"fp16": "bf16"}))
+    ref = cascade.predict(as_src)
+    assert np.allclose(p["pred_latency_ms"], 0.5 * ref["pred_latency_ms"])
+    assert np.allclose(p["pred_peak_memory_MB"], ref["pred_peak_memory_MB"])
+    assert "latency_ms" not in zs.intervals_                              # nothing calibrates it yet
+    errs = np.log(np.random.default_rng(0).lognormal(0.0, 0.2, 30))
+    zs2 = TransferredCascade(cascade).fit_probe(src_probe, tgt_probe, CPU_FP16, "C", "c", log_errors=errs)
+    iv = interval(zs2.intervals_, screening_predict(zs2, rows))
+    assert np.isfinite(iv["hi_latency_ms"]).all() and (iv["lo_latency_ms"] > 0).all()

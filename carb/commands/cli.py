@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from carb.compute import blas_limited, configure_from
+from carb.compute import limited, configure_from
 from carb.errors import CarbError
 from carb.resources import CONF_DIR as _CONF_DIR
 
@@ -126,8 +126,9 @@ def hydra_command(command: str, config_name: str | None = None) -> Callable:
                 from carb.commands.checks import check_config
 
                 check_config(command, cfg)   # each job of a multirun too: a bad value stops before any work
-                configure_from(cfg.get("compute"))   # threads that fit the free cores (carb/compute.py)
-                with warnings_once(), blas_limited():
+                compute = cfg.get("compute")   # commands that fit or score models; measuring ones keep theirs
+                configure_from(compute)        # threads that fit the free cores (carb/compute.py)
+                with warnings_once(), (limited() if compute else contextlib.nullcontext()):
                     return run_fn(cfg)
             except CarbError as e:
                 fail(command, e)

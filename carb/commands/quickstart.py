@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from carb.commands.cli import compose, fail
-from carb.compute import blas_limited, configure_from
+from carb.compute import limited, configure_from
 from carb.errors import CarbError, ConfigError
 
 #: shipped dataset (``data=``) -> its screening preset (``conf/screen/<preset>.yaml``)
@@ -155,7 +155,7 @@ def main() -> None:
     concise_warnings()
     telemetry_off()
     try:
-        with blas_limited():
+        with limited():
             run_quickstart(sys.argv[1:])
     except CarbError as e:
         fail("quickstart", e)

@@ -40,7 +40,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from carb.data.schema import RUNTIME_FEATURES
 from carb.data.tiers import telemetry_medians
-from carb.compute import blas_limited
+from carb.compute import limited
 from carb.errors import ConfigError, DatasetError
 from carb.model.correctors import (
     Stage,
@@ -191,7 +191,7 @@ class CarbCascade(RegressorMixin, BaseEstimator):
 
         self.domain_ = fit_domain(X)
         self.device_name_, self.device_id_, self.device_fingerprint_ = device_identity(X)
-        with blas_limited():  # small matrices; spinning BLAS threads slowed the boosters 2x (carb.compute)
+        with limited(len(X)):  # threads for this many rows; BLAS at 1 (spinning BLAS threads: 2x slower)
             self._fit_stages(targets, X, yf, X_val, yv, progress)
         self.targets_ = targets
         self.power_cap_W_ = self._power_cap(X, targets)

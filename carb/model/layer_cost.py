@@ -89,6 +89,12 @@ class LayerCostModel:
     def fit(self, probe: pd.DataFrame) -> LayerCostModel:
         """Fit each precision of ``probe`` with at least :data:`MIN_ROWS` timed rows. Raises
         :class:`DatasetError` naming the missing columns, or when no precision has enough rows."""
+        from carb.compute import limited
+
+        with limited(len(probe)):
+            return self._fit(probe)
+
+    def _fit(self, probe: pd.DataFrame) -> LayerCostModel:
         from sklearn.ensemble import HistGradientBoostingRegressor
 
         from carb.data.probes import PROBE_COLUMNS

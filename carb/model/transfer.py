@@ -47,7 +47,7 @@ from carb.model.encoding import pred_name
 _OWN = frozenset({"source_", "stand_ins_", "transfer_", "intervals_", "device_name_", "device_id_", "device_fingerprint_",
                   "test_mae_", "registry_", "model_uri_", "affine_min_k", "residual_min_k", "coverage",
                   "ridge_alpha", "slope_bounds", "calibration_rows_", "residual_scale_",
-                  "precision_shrink", "dispatch"})
+                  "precision_shrink", "dispatch", "probe_models_"})
 
 
 def _loo_affine(x: np.ndarray, y: np.ndarray, lo: float, hi: float) -> tuple[float, float, np.ndarray]:
@@ -316,6 +316,9 @@ class TransferredCascade:
             if info is None or info["form"] == "source":
                 out[c] = v
                 continue
+            if info["form"] == "probe":
+                out[c] = v * self.probe_ratio(X)
+                continue
             logv = _offsets(info, _precisions(X)) + info["b"] * np.log(np.maximum(v, 1e-300))
             if info.get("residual") and t is not None:
                 if Z is None:
@@ -323,6 +326,64 @@ class TransferredCascade:
                 coef = np.asarray(info["residual"])
                 logv = logv + coef[0] + Z @ coef[1:]
             out[c] = np.exp(logv)
+        return out
+
+    # ------------------------------------------------------------------ zero-shot (K = 0)
+    def fit_probe(self, source_probe: pd.DataFrame, target_probe: pd.DataFrame, target_fingerprint: str | None,
+                  device_name: str = "unknown", device_id: str | None = None,
+                  log_errors: np.ndarray | None = None) -> TransferredCascade:
+        """Zero-shot transfer to a CPU nobody measured networks on, from device probes of both CPUs
+        (single convolutions per precision, ``carb-probe``; tables as :mod:`carb.data.probes` reads them).
+
+        Latency = the source's prediction (of the dispatch stand-in precision) x the ratio of the
+        network's convolution time on the target to that on the source, each summed over its layers by a
+        :class:`carb.model.layer_cost.LayerCostModel` fitted on that CPU's probe with its own dispatch.
+        Memory (and any other target) keeps the source's prediction. ``log_errors``: log(measured /
+        predicted) of zero-shot transfers between other device pairs (leave-one-device-out), which
+        calibrate the latency interval; without them latency has no interval (and says so:
+        ``intervals_["latency_ms"]`` absent). Returns self with ``transfer_[t]["form"]`` = "probe"/"source",
+        ``k`` = 0."""
+        from carb.design.shapes import onednn_precisions
+        from carb.model.layer_cost import LayerCostModel
+
+        src_fp = getattr(self.source_, "device_fingerprint_", None)
+        self.stand_ins_ = dispatch_stand_ins(src_fp, target_fingerprint) if self.dispatch else {}
+        self.probe_models_ = {
+            "source": LayerCostModel(onednn=onednn_precisions(_isa(src_fp))).fit(source_probe),
+            "target": LayerCostModel(onednn=onednn_precisions(_isa(target_fingerprint))).fit(target_probe)}
+        self.residual_scale_ = None
+        self.transfer_ = {t: {"form": "probe" if t == "latency_ms" else "source", "k": 0, "a": 0.0, "b": 1.0,
+                              "residual": None} for t in getattr(self.source_, "targets_", TARGETS)}
+        src_int = dict(getattr(self.source_, "intervals_", None) or {})
+        self.intervals_ = {"coverage": self.coverage, "method": "zero-shot (device probes)"}
+        for t, info in self.transfer_.items():
+            if info["form"] == "source" and t in src_int:
+                self.intervals_[t] = src_int[t]
+        entry = interval_entry(np.asarray(log_errors, float), self.coverage) if log_errors is not None else None
+        if entry is not None:
+            entry["method"] = "zero-shot: " + entry["method"].replace("leave-one-out", "other device pairs'")
+            self.intervals_["latency_ms"] = entry
+        self.device_name_, self.device_id_, self.device_fingerprint_ = device_name, device_id, target_fingerprint
+        self.calibration_rows_ = []
+        self.test_mae_ = {}
+        return self
+
+    def probe_ratio(self, X: pd.DataFrame) -> np.ndarray:
+        """Per row: convolution time of its network on the target at its precision over that on the source
+        at the stand-in precision (from the two probe models); shape (n,). 1 where either is unknown."""
+        models = self.__dict__.get("probe_models_") or {}
+        out = np.ones(len(X))
+        if not models or "precision" not in X.columns:
+            return out
+        prec = X["precision"].astype(str).to_numpy()
+        swap = self.__dict__.get("stand_ins_") or {}
+        for p in np.unique(prec):
+            q = swap.get(p, p)
+            if p not in models["target"].coef_ or q not in models["source"].coef_:
+                continue
+            m = prec == p
+            num, den = models["target"].network_ms(X[m], p), models["source"].network_ms(X[m], q)
+            out[m] = np.where((num > 0) & (den > 0), num / np.maximum(den, 1e-12), 1.0)
         return out
 
     def _residual_design(self, X: pd.DataFrame) -> np.ndarray:
@@ -359,6 +420,8 @@ def describe_form(info: dict[str, Any]) -> str:
     form = info["form"]
     if form == "source":
         return "nothing measured: the source's prediction kept"
+    if form == "probe":
+        return "p x (convolution time on the target / on the source, from both CPUs' device probes)"
     if form == "scale":
         return f"x {pow(e, info['a']):.3g}"
     if form == "affine":
