@@ -64,7 +64,7 @@ def test_timm_round_trip(tmp_path):
     df = load_dataset(res["out"])
     src = pd.read_csv(DATA / "timm_small.csv")
     assert len(df) == 8 and res["n_rows"] == 8                     # 4 plain models x 2 GPUs
-    assert set(df["device_kind"]) == {"import"} and set(df["source"]) == {"timm:timm_small.csv"}
+    assert set(df["device_kind"]) == {"cuda"} and set(df["source"]) == {"timm:timm_small.csv"}   # spec table
     # the hand-made repeat: median, spread (max - min) and count of the RTX 4090 resnet18 rows
     r18 = df[(df["device_name"] == "RTX 4090") & (df["model"] == "resnet18")].iloc[0]
     times = src[(src["gpu"] == "RTX 4090") & (src["model"] == "resnet18")]["step_time_ms"]
