@@ -174,3 +174,19 @@ def test_cli_names_the_cell_and_exits_2(tmp_path):
 
 def test_errors_are_carb_errors():                                   # exit code 2 at every command's entry point
     assert issubclass(DatasetError, CarbError) and issubclass(ConfigError, CarbError)
+
+
+def test_malformed_timm_and_optimum_values_are_one_line(tmp_path):
+    raw = pd.read_csv(DATA / "timm_small.csv", dtype=str)
+    raw.loc[2, "step_time_ms"] = "fast"
+    path = tmp_path / "timm.csv"
+    raw.to_csv(path, index=False)
+    with pytest.raises(ConfigError, match=r"importer.path: timm.csv:4: column 'step_time_ms' holds 'fast', which is "
+                                          r"not a number"):
+        import_table({**TIMM, "path": str(path)})
+    data = json.loads((DATA / "optimum" / "run1" / "benchmark.json").read_text())
+    data["report"]["forward"]["latency"]["mean"] = "abc"
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "benchmark.json").write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=r"benchmark.json: report.forward.latency.mean: 'abc' is not a finite number"):
+        import_table({"name": "optimum", "path": str(tmp_path / "run")})

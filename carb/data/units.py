@@ -59,10 +59,21 @@ def _number(v: Any) -> float | None:
         return None
 
 
-def read_numbers(values: pd.Series, field: str, column: str, rows: Sequence[str]) -> pd.Series:
+def read_number(v: Any, where: str) -> float:
+    """One value as a float (NaN when empty); one-line :class:`ConfigError` naming ``where`` when it is not
+    a finite number."""
+    x = _number(v)
+    if x is None or math.isinf(x):
+        raise ConfigError(f"{where}: {v!r} is not a finite number")
+    return x
+
+
+def read_numbers(values: pd.Series, field: str, column: str, rows: Sequence[str],
+                 where: str | None = None) -> pd.Series:
     """``values`` as float64: empty cells NaN; a cell that is not a number, or is infinite, is one-line
-    :class:`ConfigError` ``importer.columns.<field>: <row>: column <column> holds '<cell>', not a number``
-    (the number of such cells added). ``rows`` names each value's source row."""
+    :class:`ConfigError` ``<where>: <row>: column <column> holds '<cell>', not a number`` (``where``
+    default ``importer.columns.<field>``; the number of such cells added). ``rows`` names each value's
+    source row."""
     nums = [_number(v) for v in values]
     bad = [i for i, x in enumerate(nums) if x is None or (x is not None and math.isinf(x))]
     if bad:
@@ -71,6 +82,7 @@ def read_numbers(values: pd.Series, field: str, column: str, rows: Sequence[str]
         what = "is not finite" if nums[i] is not None else "is not a number"
         hint = (f"; give plain numbers and declare the unit (importer.units.{field}=...)"
                 if nums[i] is None and field in FIELD_UNITS else "")
-        raise ConfigError(f"importer.columns.{field}: {rows[i]}: column {column!r} holds {str(values.iloc[i])!r}, "
+        raise ConfigError(f"{where or f'importer.columns.{field}'}: {rows[i]}: column {column!r} holds "
+                          f"{str(values.iloc[i])!r}, "
                           f"which {what}{more}{hint}")
     return pd.Series(nums, index=values.index, dtype="float64")

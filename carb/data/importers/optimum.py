@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from carb.data.units import unit_factor
+from carb.data.units import read_number, unit_factor
 from carb.errors import ConfigError
 
 #: The optimum-benchmark version whose result format this module follows.
@@ -119,7 +119,7 @@ def _memory(mem: Mapping[str, Any] | None, choice: str, where: str = "memory") -
     for kind in kinds:
         v = mem.get(MEMORY_FIELDS[kind])
         if v is not None:
-            return float(v) * f, kind
+            return read_number(v, f"{where[:-len('.unit')]}.{MEMORY_FIELDS[kind]}") * f, kind
     return np.nan, pd.NA
 
 
@@ -139,9 +139,10 @@ def result_row(path: Path, data: Mapping[str, Any], target: str, memory: str, en
         rel = str(path.relative_to(root))
     except ValueError:
         rel = str(path)
-    peak, kind = _memory(tgt.get("memory"), memory, where=f"{rel}: report.{target}.memory.unit")
-    lat_f = _factor(lat, "latency_ms", "s", f"{rel}: report.{target}.latency.unit") if lat else 1.0
-    en_f = _factor(en, "energy_J", "kWh", f"{rel}: report.{target}.energy.unit") if en else 1.0
+    at = f"{rel}: report.{target}"
+    peak, kind = _memory(tgt.get("memory"), memory, where=f"{at}.memory.unit")
+    lat_f = _factor(lat, "latency_ms", "s", f"{at}.latency.unit") if lat else 1.0
+    en_f = _factor(en, "energy_J", "kWh", f"{at}.energy.unit") if en else 1.0
     lat_ok = lat.get("mean") is not None
     en_ok = en.get(component) is not None
     height = shapes.get("height") or shapes.get("width") or input_size
@@ -149,10 +150,11 @@ def result_row(path: Path, data: Mapping[str, Any], target: str, memory: str, en
         "source_row": rel, "model": backend.get("model"), "device_name": _device_name(backend, env),
         "input_size": height, "batch_size": shapes.get("batch_size"), "precision": dtype,
         "torch_version": backend.get("version"),
-        "latency_ms": float(lat["mean"]) * lat_f if lat_ok else np.nan,
-        "latency_std_ms": float(lat["stdev"]) * lat_f if lat_ok and lat.get("stdev") is not None else np.nan,
-        "n_runs": float(lat["count"]) if lat_ok and lat.get("count") is not None else np.nan,
-        "energy_J": float(en[component]) * en_f if en_ok else np.nan,
+        "latency_ms": read_number(lat["mean"], f"{at}.latency.mean") * lat_f if lat_ok else np.nan,
+        "latency_std_ms": (read_number(lat["stdev"], f"{at}.latency.stdev") * lat_f
+                           if lat_ok and lat.get("stdev") is not None else np.nan),
+        "n_runs": read_number(lat["count"], f"{at}.latency.count") if lat_ok and lat.get("count") is not None else np.nan,
+        "energy_J": read_number(en[component], f"{at}.energy.{component}") * en_f if en_ok else np.nan,
         "peak_memory_MB": peak, "memory_kind": kind,
         "source": f"optimum-benchmark:{rel}", "backend": backend.get("name"), "energy_component": component,
         "autocast": autocast, "ob_device": device, "ob_target": target,
