@@ -190,3 +190,11 @@ def test_malformed_timm_and_optimum_values_are_one_line(tmp_path):
     (tmp_path / "run" / "benchmark.json").write_text(json.dumps(data))
     with pytest.raises(ConfigError, match=r"benchmark.json: report.forward.latency.mean: 'abc' is not a finite number"):
         import_table({"name": "optimum", "path": str(tmp_path / "run")})
+
+
+def test_activation_bandwidth_against_the_gpu_spec():
+    h200 = load_dataset("h200")
+    slow_seconds = h200.assign(latency_ms=h200["latency_ms"] / 1e3 * 30)    # s, 30x slower: compute check alone passes
+    found = problems(slow_seconds)
+    assert any("memory bandwidth, 4800 GB/s: is the column in seconds?" in p["message"] for p in found)
+    assert all(p["column"] == "latency_ms" for p in found)

@@ -7,7 +7,9 @@ Per row with a value (:func:`problems`):
   precision: a GPU's spec record (:mod:`carb.data.gpu_specs`: its fingerprint's ``spec`` or its name),
   a CPU's estimate from its fingerprint (cores x FLOP per cycle of its widest units x :data:`CPU_MAX_GHZ`),
   else :data:`ANY_DEVICE_TFLOPS` (the fastest accelerator's dense peak). Seconds read as milliseconds
-  imply a thousand times the rate.
+  imply a thousand times the rate. On a GPU with a spec record, the bandwidth the activations imply
+  (``total_activation_MB`` / latency, when they exceed :data:`L2_MULTIPLE` x the L2 cache, so they must
+  go through memory) at most :data:`PEAK_TOLERANCE` x its memory bandwidth.
 - ``peak_memory_MB`` must be finite, at least :data:`WEIGHTS_FLOOR` x the parameters' bytes
   (``param_size_MB``; a peak holds the weights, and GiB or GB read as MiB falls ~1000x below them), and at most the device's memory (x 1.05; a GPU's spec record),
   else :data:`ANY_DEVICE_MiB` (bytes read as MiB exceed it).
@@ -33,6 +35,8 @@ from carb.errors import DatasetError
 #: A row may imply at most this many times its device's peak rate (boost clocks above the sheet's,
 #: counting conventions) before it is called implausible.
 PEAK_TOLERANCE = 1.5
+#: Activations larger than this many L2 caches are written to device memory (the bandwidth check).
+L2_MULTIPLE = 4.0
 #: Dense peak (TFLOP/s) of the fastest accelerator per precision, for rows of an unknown device.
 ANY_DEVICE_TFLOPS: dict[str, float] = {"fp32": 1250.0, "fp16": 2500.0, "bf16": 2500.0}
 #: Largest plausible peak memory (MiB) of one process on an unknown device: 4 TiB.
@@ -76,9 +80,21 @@ def device_peak(kind: str, fingerprint: Any, precision: str) -> tuple[float, str
     return ANY_DEVICE_TFLOPS.get(precision, max(ANY_DEVICE_TFLOPS.values())), f"any device's {precision} peak"
 
 
-def _device_MiB(kind: str, fingerprint: Any) -> tuple[float, str]:
+def _gpu_record(kind: str, fingerprint: Any) -> dict[str, Any] | None:
     fp = _fingerprint(fingerprint)
-    rec = record_for_fingerprint(fp) if (kind == "cuda" or fp.get("kind") == "cuda") and fp else None
+    return record_for_fingerprint(fp) if (kind == "cuda" or fp.get("kind") == "cuda") and fp else None
+
+
+def _bandwidth(kind: str, fingerprint: Any) -> tuple[float, float, str] | None:
+    """``(memory bandwidth GB/s, L2 MB, name)`` of a GPU with a spec record, else None."""
+    rec = _gpu_record(kind, fingerprint)
+    if rec and rec.get("memory_bandwidth_GBps") and rec.get("l2_MB"):
+        return float(rec["memory_bandwidth_GBps"]), float(rec["l2_MB"]), str(rec.get("spec") or rec.get("name"))
+    return None
+
+
+def _device_MiB(kind: str, fingerprint: Any) -> tuple[float, str]:
+    rec = _gpu_record(kind, fingerprint)
     if rec and rec.get("memory_GB"):
         return float(rec["memory_GB"]) * 1e9 / 2 ** 20 * 1.05, f"{rec.get('spec') or rec.get('name')}'s memory"
     return ANY_DEVICE_MiB, "4 TiB"
@@ -94,11 +110,11 @@ def problems(df: pd.DataFrame) -> list[dict[str, Any]]:
     if not len(df):
         return out
     lat, mem, energy = _col(df, "latency_ms"), _col(df, "peak_memory_MB"), _col(df, "energy_J")
-    flops, params = _col(df, "flops"), _col(df, "param_size_MB")
+    flops, params, acts = _col(df, "flops"), _col(df, "param_size_MB"), _col(df, "total_activation_MB")
     kinds = df["device_kind"].astype(str).to_numpy() if "device_kind" in df else np.full(len(df), "")
     fps = df["device_fingerprint"].to_numpy() if "device_fingerprint" in df else np.full(len(df), None)
     precs = df["precision"].astype(str).to_numpy() if "precision" in df else np.full(len(df), "fp32")
-    cache: dict[tuple[str, Any, str], tuple[float, str]] = {}
+    cache: dict[tuple[Any, ...], Any] = {}
     for i in range(len(df)):
         for c, v in (("latency_ms", lat[i]), ("peak_memory_MB", mem[i]), ("energy_J", energy[i])):
             if math.isinf(v):
@@ -113,6 +129,13 @@ def problems(df: pd.DataFrame) -> list[dict[str, Any]]:
                 out.append({"row": i, "column": "latency_ms", "message": (
                     f"latency_ms={lat[i]:.6g} implies {rate:.4g} TFLOP/s ({precs[i]}), above {PEAK_TOLERANCE:g} x "
                     f"{what}, {peak:.4g} TFLOP/s: is the column in seconds?")})
+            bw = cache.setdefault(("bw", key[0], key[1], ""), _bandwidth(key[0], key[1]))
+            if bw is not None and np.isfinite(acts[i]) and acts[i] * 2 ** 20 > L2_MULTIPLE * bw[1] * 1e6:
+                gbps = acts[i] * 2 ** 20 / (lat[i] * 1e-3) / 1e9
+                if gbps > PEAK_TOLERANCE * bw[0]:
+                    out.append({"row": i, "column": "latency_ms", "message": (
+                        f"latency_ms={lat[i]:.6g} implies writing the activations at {gbps:.4g} GB/s, above "
+                        f"{PEAK_TOLERANCE:g} x {bw[2]}'s memory bandwidth, {bw[0]:.4g} GB/s: is the column in seconds?")})
         if np.isfinite(mem[i]) and mem[i] > 0:
             if np.isfinite(params[i]) and mem[i] < WEIGHTS_FLOOR * params[i]:
                 out.append({"row": i, "column": "peak_memory_MB", "message": (
