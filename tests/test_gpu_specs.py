@@ -5,8 +5,6 @@ terms see them), and a bad spec name or kind is one line with exit code 2."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -25,6 +23,7 @@ from carb.data.importers import import_table
 from carb.data.importers.timm import load_timm_table
 from carb.errors import ConfigError
 from carb.model.physics import power_cap_W, tensor_core_device
+from tests.import_cli import import_error_line
 
 DATA = Path(__file__).parent / "data" / "import"
 TIMM = {"name": "timm", "path": str(DATA / "timm_small.csv"), "precision": "amp_fp16", "compile": "eager",
@@ -142,10 +141,4 @@ def test_fingerprint_holds_the_peaks():
     (["importer.device_kind=gpu"], "importer.device_kind"),
 ])
 def test_bad_spec_is_one_line_and_exit_2(tmp_path, overrides, expect):
-    r = subprocess.run([sys.executable, "-m", "carb.import_data", f"importer.path={DATA / 'timm_small.csv'}",
-                        *overrides, f"out={tmp_path}/x.parquet", f"tracking.uri=sqlite:///{tmp_path}/m.db"],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2, r.stderr[-1500:]
-    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("carb-import: error:")]
-    assert len(lines) == 1 and expect in lines[0], r.stderr[-1500:]
-    assert "Traceback" not in r.stderr and not (tmp_path / "x.parquet").exists()
+    assert expect in import_error_line(tmp_path, f"importer.path={DATA / 'timm_small.csv'}", *overrides)

@@ -11,7 +11,8 @@ Per row with a value (:func:`problems`):
   (``total_activation_MB`` / latency, when they exceed :data:`L2_MULTIPLE` x the L2 cache, so they must
   go through memory) at most :data:`PEAK_TOLERANCE` x its memory bandwidth.
 - ``peak_memory_MB`` must be finite, at least :data:`WEIGHTS_FLOOR` x the parameters' bytes
-  (``param_size_MB``; a peak holds the weights, and GiB or GB read as MiB falls ~1000x below them), and at most the device's memory (x 1.05; a GPU's spec record),
+  (``param_size_MB``; a peak holds the weights, and GiB or GB read as MiB falls ~1000x below them), and
+  at most the device's memory (x 1.05; a GPU's spec record),
   else :data:`ANY_DEVICE_MiB` (bytes read as MiB exceed it).
 - ``energy_J`` must be finite.
 
@@ -135,7 +136,8 @@ def problems(df: pd.DataFrame) -> list[dict[str, Any]]:
                 if gbps > PEAK_TOLERANCE * bw[0]:
                     out.append({"row": i, "column": "latency_ms", "message": (
                         f"latency_ms={lat[i]:.6g} implies writing the activations at {gbps:.4g} GB/s, above "
-                        f"{PEAK_TOLERANCE:g} x {bw[2]}'s memory bandwidth, {bw[0]:.4g} GB/s: is the column in seconds?")})
+                        f"{PEAK_TOLERANCE:g} x {bw[2]}'s memory bandwidth, {bw[0]:.4g} GB/s: is the column in "
+                        f"seconds?")})
         if np.isfinite(mem[i]) and mem[i] > 0:
             if np.isfinite(params[i]) and mem[i] < WEIGHTS_FLOOR * params[i]:
                 out.append({"row": i, "column": "peak_memory_MB", "message": (

@@ -7,8 +7,8 @@ Columns by group (dtype in brackets):
 
 identity
     ``config_id`` [str] stable hash of the architecture knobs (see :class:`carb.design.arch.ArchConfig`);
-    ``device_name`` [str] human-readable; ``device_kind`` [str] cuda | cpu | import (a third-party device CARB knows nothing
-    about; an imported GPU with a spec record, :mod:`carb.data.gpu_specs`, is cuda);
+    ``device_name`` [str] human-readable; ``device_kind`` [str] cuda | cpu | import (a third-party device
+    CARB knows nothing about; an imported GPU with a spec record, :mod:`carb.data.gpu_specs`, is cuda);
     ``device_id`` [str] short hash of the device fingerprint (two machines with the same name but
     different ISA flags, cores, hypervisor or GPU power limit get different ids; NA for data that
     predates fingerprints); ``device_fingerprint`` [str] the fingerprint as compact JSON (see

@@ -15,7 +15,8 @@ aggregated (target medians, ``latency_spread_ms`` / ``energy_spread_J`` / ``peak
 described (``importer.device_kind``, ``importer.spec``: :mod:`carb.data.importers.devices`; a GPU with a
 spec record is ``cuda`` with the record's fingerprint, so the CUDA physics prior applies). Every row is
 checked for plausibility (:mod:`carb.data.plausibility`: implied compute rate against the device's peak,
-memory against the weights and the device): a column in the wrong unit is one line, exit 2. ``unmapped`` lists the rows that did not map, as dicts with ``source_row``, ``model``,
+memory against the weights and the device): a column in the wrong unit is one line, exit 2.
+``unmapped`` lists the rows that did not map, as dicts with ``source_row``, ``model``,
 ``device_name`` and ``reason``. :func:`input_files` gives the files a setting reads (for provenance).
 
 Formats (one module each; the shared end in :mod:`carb.data.importers.common`, model names in

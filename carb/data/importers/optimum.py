@@ -153,7 +153,8 @@ def result_row(path: Path, data: Mapping[str, Any], target: str, memory: str, en
         "latency_ms": read_number(lat["mean"], f"{at}.latency.mean") * lat_f if lat_ok else np.nan,
         "latency_std_ms": (read_number(lat["stdev"], f"{at}.latency.stdev") * lat_f
                            if lat_ok and lat.get("stdev") is not None else np.nan),
-        "n_runs": read_number(lat["count"], f"{at}.latency.count") if lat_ok and lat.get("count") is not None else np.nan,
+        "n_runs": (read_number(lat["count"], f"{at}.latency.count")
+                   if lat_ok and lat.get("count") is not None else np.nan),
         "energy_J": read_number(en[component], f"{at}.energy.{component}") * en_f if en_ok else np.nan,
         "peak_memory_MB": peak, "memory_kind": kind,
         "source": f"optimum-benchmark:{rel}", "backend": backend.get("name"), "energy_component": component,
