@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from carb.data.plausibility import check_plausible
 from carb.data.schema import TARGETS, available_targets, ok_rows, validate_dataset
 from carb.errors import ConfigError, DatasetError
 from carb.files import locked, write_atomic
@@ -41,7 +42,9 @@ def resolve_path(path_or_name: str | Path) -> Path:
 
 def load_dataset(path_or_folder: str | Path, validate: bool = True) -> pd.DataFrame:
     """Load a dataset from a parquet or CSV file, a folder of shard files (all ``*.parquet`` and
-    ``*.csv`` inside, read as one dataset), or the name ``reference``; validate it against the schema."""
+    ``*.csv`` inside, read as one dataset), or the name ``reference``; validate it against the schema and
+    check every row's plausibility (:func:`carb.data.plausibility.check_plausible`: a column in the wrong
+    unit, an infinite target: one line naming the row and column)."""
     p = resolve_path(path_or_folder)
     if not p.exists():
         raise DatasetError(f"dataset {str(p)!r} does not exist (give a .parquet/.csv file, a folder of "
@@ -54,7 +57,11 @@ def load_dataset(path_or_folder: str | Path, validate: bool = True) -> pd.DataFr
         df = dedupe_shards(pd.concat([f for f in frames if len(f)] or frames[:1], ignore_index=True), p)
     else:
         df = _read_one(p)
-    return validate_dataset(df, source=str(p)) if validate else df
+    if not validate:
+        return df
+    out = validate_dataset(df, source=str(p))
+    check_plausible(out, source=str(p))
+    return out
 
 
 def dedupe_shards(df: pd.DataFrame, folder: Path) -> pd.DataFrame:

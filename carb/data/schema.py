@@ -7,7 +7,8 @@ Columns by group (dtype in brackets):
 
 identity
     ``config_id`` [str] stable hash of the architecture knobs (see :class:`carb.design.arch.ArchConfig`);
-    ``device_name`` [str] human-readable; ``device_kind`` [str] cuda | cpu | import (third-party table);
+    ``device_name`` [str] human-readable; ``device_kind`` [str] cuda | cpu | import (a third-party device
+    CARB knows nothing about; an imported GPU with a spec record, :mod:`carb.data.gpu_specs`, is cuda);
     ``device_id`` [str] short hash of the device fingerprint (two machines with the same name but
     different ISA flags, cores, hypervisor or GPU power limit get different ids; NA for data that
     predates fingerprints); ``device_fingerprint`` [str] the fingerprint as compact JSON (see
@@ -214,8 +215,8 @@ def validate_dataset(df: pd.DataFrame, source: str = "dataset") -> pd.DataFrame:
     """Check a frame against the schema and return it with canonical dtypes.
 
     Raises :class:`DatasetError` naming the column and the first offending rows for: a missing column,
-    a value that does not fit the column's dtype, an unknown status/block/precision, a non-positive
-    target where a value is given, or a duplicate ``config_id`` on one device.
+    a value that does not fit the column's dtype, an unknown status/block/precision, an infinite or
+    non-positive target where a value is given, or a duplicate ``config_id`` on one device.
     """
     df = fill_added_columns(upgrade_legacy(df, source))
     missing = [c for c in COLUMNS if c not in df.columns]
@@ -266,6 +267,10 @@ def validate_dataset(df: pd.DataFrame, source: str = "dataset") -> pd.DataFrame:
         raise DatasetError(f"{source}: knob 'inner_mult' must be a positive number; bad values in rows "
                            f"{_first_rows(bad)}")
     for c in TARGETS:
+        bad = np.isinf(out[c].to_numpy(float))
+        if bad.any():
+            raise DatasetError(f"{source}: target {c!r} must be a finite number (missing is NaN); infinite in rows "
+                               f"{_first_rows(bad)}")
         bad = (out[c] <= 0).fillna(False).to_numpy()
         if bad.any():
             raise DatasetError(f"{source}: target {c!r} must be positive where given (missing is NaN, "

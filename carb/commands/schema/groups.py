@@ -428,6 +428,19 @@ class CsvScale(Section):
     latency_std_ms: Positive | None
 
 
+class CsvUnits(Section):
+    """``importer.units`` (``importer=csv``): the unit of a target column (carb/data/units.py)."""
+
+    latency_ms: Literal["s", "ms", "us"] | None
+    latency_std_ms: Literal["s", "ms", "us"] | None
+    energy_J: Literal["J", "mJ", "kJ", "Wh", "kWh"] | None
+    peak_memory_MB: Literal["B", "KiB", "kB", "MiB", "MB", "GiB", "GB"] | None
+
+
+#: ``importer.device_kind``: how imported devices are described (carb/data/importers/devices.py).
+DeviceKind = Literal["auto", "cuda", "cpu", "import"]
+
+
 class CsvImporter(Section):
     """``importer=csv``: any CSV of measurements with a column map."""
 
@@ -436,7 +449,10 @@ class CsvImporter(Section):
     columns: CsvColumns
     constants: CsvConstants
     scale: CsvScale
+    units: CsvUnits
     unmapped: Literal["fail", "list"]
+    device_kind: DeviceKind
+    spec: Text | None
 
 
 class OptimumImporter(Section):
@@ -449,6 +465,8 @@ class OptimumImporter(Section):
     energy: Literal["auto", "gpu", "cpu", "ram", "total"]
     input_size: Count | None
     unmapped: Literal["fail", "list"]
+    device_kind: DeviceKind
+    spec: Text | None
 
 
 class TimmImporter(Section):
@@ -462,6 +480,8 @@ class TimmImporter(Section):
     memory_layout: Literal["nchw", "nhwc"] | None
     torch: Text
     unmapped: Literal["fail", "list"]
+    device_kind: DeviceKind
+    spec: Text | None
 
 
 class GpuRunImporter(Section):

@@ -11,8 +11,12 @@ importer's settings and ``unmapped`` (``list``: import what maps and return the 
 :class:`~carb.errors.ConfigError` on the first row that does not map). The frame is a validated dataset
 (:func:`carb.data.schema.validate_dataset`) with one row per ``(device_name, config_id)``: repeated runs
 aggregated (target medians, ``latency_spread_ms`` / ``energy_spread_J`` / ``peak_memory_spread_MB``,
-``n_repeats``), ``memory_kind`` and ``source`` per row, closed-form static features, ``device_kind =
-'import'``. ``unmapped`` lists the rows that did not map, as dicts with ``source_row``, ``model``,
+``n_repeats``), ``memory_kind`` and ``source`` per row, closed-form static features, and the device
+described (``importer.device_kind``, ``importer.spec``: :mod:`carb.data.importers.devices`; a GPU with a
+spec record is ``cuda`` with the record's fingerprint, so the CUDA physics prior applies). Every row is
+checked for plausibility (:mod:`carb.data.plausibility`: implied compute rate against the device's peak,
+memory against the weights and the device): a column in the wrong unit is one line, exit 2.
+``unmapped`` lists the rows that did not map, as dicts with ``source_row``, ``model``,
 ``device_name`` and ``reason``. :func:`input_files` gives the files a setting reads (for provenance).
 
 Formats (one module each; the shared end in :mod:`carb.data.importers.common`, model names in
@@ -37,6 +41,7 @@ from typing import Any
 import pandas as pd
 
 from carb.data.importers.common import UNMAPPED_COLUMNS, finish, unmapped_frame
+from carb.data.importers.devices import DEVICE_KINDS, describe_devices
 from carb.data.importers.generic_csv import csv_source_rows
 from carb.data.importers.models import PLAIN_RESNETS, model_config, model_knobs
 from carb.data.importers.optimum import OPTIMUM_SETTINGS, optimum_source_rows, result_files
@@ -51,6 +56,7 @@ from carb.data.importers.timm import (
            timm_pair,
            timm_source_rows,
 )
+from carb.data.plausibility import check_plausible
 from carb.errors import ConfigError
 
 #: Importer names (``conf/importer/<name>.yaml``).
@@ -74,7 +80,7 @@ def source_rows(params: Mapping[str, Any]) -> tuple[pd.DataFrame, tuple[str, ...
     if name == "csv":
         cols = dict(_get(params, "columns") or {})
         rows = csv_source_rows(_get(params, "path"), cols, dict(_get(params, "constants") or {}),
-                               dict(_get(params, "scale") or {}))
+                               dict(_get(params, "scale") or {}), dict(_get(params, "units") or {}))
         return rows, (), f"importer.columns.model={cols.get('model')}" if cols.get("model") else "model"
     size = _get(params, "input_size")
     rows = optimum_source_rows(_get(params, "path"), str(_get(params, "target", "forward")),
@@ -86,8 +92,13 @@ def source_rows(params: Mapping[str, Any]) -> tuple[pd.DataFrame, tuple[str, ...
 def import_table(params: Mapping[str, Any]) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
     """Import an outside table (see the module docstring): ``(dataset, unmapped rows)``."""
     rows, settings, model_field = source_rows(params)
-    return finish(rows, fmt=str(_get(params, "name")), settings=settings,
-                  unmapped_policy=str(_get(params, "unmapped", "list")), model_field=model_field)
+    name = str(_get(params, "name"))
+    df, unmapped = finish(rows, fmt=name, settings=settings,
+                          unmapped_policy=str(_get(params, "unmapped", "list")), model_field=model_field)
+    df = describe_devices(df, str(_get(params, "device_kind", "auto")), _get(params, "spec"))
+    check_plausible(df, f"{name} import", field=(lambda c: f"importer.units.{c}") if name == "csv" else
+                    (lambda c: f"{name} import: column {c!r}"))
+    return df, unmapped
 
 
 def input_files(params: Mapping[str, Any]) -> list[Path]:
@@ -100,6 +111,6 @@ def input_files(params: Mapping[str, Any]) -> list[Path]:
     return [Path(str(_get(params, "path")))]
 
 
-__all__ = ["IMPORTERS", "PLAIN_RESNETS", "TIMM_DATA", "UNMAPPED_COLUMNS", "import_table", "import_timm",
+__all__ = ["DEVICE_KINDS", "IMPORTERS", "PLAIN_RESNETS", "TIMM_DATA", "UNMAPPED_COLUMNS", "import_table", "import_timm",
            "input_files", "load_timm_table", "model_config", "model_knobs", "source_rows",
            "timm_combinations", "timm_config_id", "timm_overlaps", "timm_pair", "unmapped_frame"]

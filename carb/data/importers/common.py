@@ -21,7 +21,8 @@ one key ``(device_name, config_id)``: each target's median, its spread (max - mi
 ``n_repeats``; the importer's *setting* columns (``memory_kind`` and e.g. timm's compile mode) must agree
 within a key, or one-line :class:`~carb.errors.ConfigError` (rows of two protocols are not repeats).
 Then it adds the closed-form static features (:func:`carb.design.features.grid_features`),
-``device_kind = 'import'``, ``status = 'ok'``, the reasons of NaN targets in ``missing_reason``, and
+``device_kind = 'import'`` (:mod:`carb.data.importers.devices` then describes the devices),
+``status = 'ok'``, the reasons of NaN targets in ``missing_reason``, and
 validates against :mod:`carb.data.schema`.
 """
 from __future__ import annotations

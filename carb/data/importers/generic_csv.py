@@ -2,6 +2,11 @@
 (``carb-import importer=csv importer.path=runs.csv importer.columns.latency_ms=lat_s importer.scale.latency_ms=1000
 importer.columns.model=arch importer.constants.device_name="RTX 4090" ...``).
 
+``units`` declares the unit of a target column (:data:`carb.data.units.FIELD_UNITS`: ``latency_ms`` in
+``s``/``ms``/``us``, ``peak_memory_MB`` in ``B``/``KiB``/``kB``/``MiB``/``MB``/``GiB``/``GB``, ``energy_J``
+in ``J``/``mJ``/``kJ``/``Wh``/``kWh``; not given: CARB's own unit), converted on reading. A target cell
+that is not a finite number (``10.5ms``, ``inf``) is one line naming its row and column.
+
 ``columns`` maps a field of the source rows (:data:`FIELDS`, see :mod:`carb.data.importers.common`) to a
 column of the file; ``constants`` gives a value for every row where the file has no column (or an empty
 cell); ``scale`` multiplies a numeric column into CARB's unit (``latency_ms`` from seconds: 1000; ``energy_J``
@@ -18,6 +23,7 @@ from typing import Any
 import pandas as pd
 
 from carb.data.schema import MEMORY_KINDS
+from carb.data.units import FIELD_UNITS, read_numbers, unit_factor
 from carb.errors import ConfigError
 
 #: The fields a column map or a constant may set.
@@ -49,16 +55,24 @@ def read_csv(path: Any) -> tuple[Path, pd.DataFrame]:
 
 
 def csv_source_rows(path: Any, columns: Mapping[str, Any] | None = None, constants: Mapping[str, Any] | None = None,
-                    scale: Mapping[str, Any] | None = None) -> pd.DataFrame:
+                    scale: Mapping[str, Any] | None = None, units: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """Source rows of a CSV file under a column map (see the module docstring). Raises one-line
     :class:`ConfigError`: ``importer.columns.<field>`` naming an absent column (with the file's columns),
-    an unknown field, a non-numeric scale, no device name, or memory without ``memory_kind``."""
+    an unknown field, a non-numeric scale, no device name, memory without ``memory_kind``, an unknown unit
+    (``importer.units.<field>``), a unit and a scale on one field, or a target cell that is not a finite
+    number."""
     columns = {k: v for k, v in (columns or {}).items() if v is not None and str(v) != ""}
     constants = {k: v for k, v in (constants or {}).items() if v is not None and str(v) != ""}
     scale = {k: v for k, v in (scale or {}).items() if v is not None}
+    units = {k: v for k, v in (units or {}).items() if v is not None and str(v) != ""}
     for what, d in (("columns", columns), ("constants", constants), ("scale", scale)):
         _check_keys(what, d)
+    factors = {f: unit_factor(f, u) for f, u in units.items()}
+    both = sorted(set(factors) & set(scale))
+    if both:
+        raise ConfigError(f"importer.units.{both[0]}: give a unit or a scale for {both[0]}, not both")
     p, raw = read_csv(path)
+    source_row = [f"{p.name}:{i + 2}" for i in range(len(raw))]
     for field, col in columns.items():
         if str(col) not in raw.columns:
             raise ConfigError(f"importer.columns.{field}: column {str(col)!r} is not in {p.name}; allowed: "
@@ -68,6 +82,9 @@ def csv_source_rows(path: Any, columns: Mapping[str, Any] | None = None, constan
         rows[field] = raw[str(col)]
     for field, value in constants.items():
         rows[field] = rows[field].where(rows[field].notna(), value) if field in rows else value
+    for field in FIELD_UNITS:
+        if field in columns:
+            rows[field] = read_numbers(rows[field], field, str(columns[field]), source_row)
     for field, factor in scale.items():
         try:
             f = float(factor)
@@ -75,6 +92,8 @@ def csv_source_rows(path: Any, columns: Mapping[str, Any] | None = None, constan
             raise ConfigError(f"importer.scale.{field}: must be a number, got {factor!r}") from None
         if field not in _NUMERIC:
             raise ConfigError(f"importer.scale.{field}: not a numeric field; allowed: {list(_NUMERIC)}")
+        factors[field] = f
+    for field, f in factors.items():
         if field in rows:
             rows[field] = pd.to_numeric(rows[field], errors="coerce") * f
     if "device_name" not in rows:
@@ -85,6 +104,6 @@ def csv_source_rows(path: Any, columns: Mapping[str, Any] | None = None, constan
     for field in ("latency_ms", "energy_J", "peak_memory_MB"):
         if field in rows:
             rows[field] = pd.to_numeric(rows[field], errors="coerce")
-    rows["source_row"] = [f"{p.name}:{i + 2}" for i in range(len(raw))]
+    rows["source_row"] = source_row
     rows["source"] = f"csv:{p.name}"
     return rows.reset_index(drop=True)

@@ -23,6 +23,10 @@ Format followed: optimum-benchmark **0.6.0** (PyPI, 2025-08-20), checked against
   (``max_allocated``) or device_used (``max_global_vram``); ``importer.memory``: auto prefers the
   allocator peak. ``max_ram`` (process RSS) is neither and is not used.
 
+Each block's declared ``unit`` is converted (:mod:`carb.data.units`: a latency in ``ms``, memory in
+``GB`` or ``MiB``, energy in ``J``); a unit CARB does not know is one line naming the file and the block,
+never a silently dropped value.
+
 Several files of one model, shape, precision and device are repeated runs (aggregated by
 :mod:`carb.data.importers.common`).
 """
@@ -36,6 +40,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from carb.data.units import read_number, unit_factor
 from carb.errors import ConfigError
 
 #: The optimum-benchmark version whose result format this module follows.
@@ -46,8 +51,6 @@ ENERGY_CHOICES = ("auto", "gpu", "cpu", "ram", "total")
 MEMORY_FIELDS = {"allocator_peak": "max_allocated", "device_used": "max_global_vram"}
 #: Columns naming the protocol: rows of one key must agree on them to be repeats.
 OPTIMUM_SETTINGS: tuple[str, ...] = ("backend", "torch_version", "energy_component", "autocast")
-_KWH_J = 3.6e6
-_MB_MIB = 1e6 / 2**20
 
 
 def result_files(path: Any) -> list[Path]:
@@ -100,15 +103,23 @@ def _device_name(backend: Mapping[str, Any], env: Mapping[str, Any]) -> str | No
     return str(env["cpu"]).strip() if env.get("cpu") else None
 
 
-def _memory(mem: Mapping[str, Any] | None, choice: str) -> tuple[float, Any]:
-    """``(peak MiB, memory_kind)`` from a report's memory block (NaN, NA when absent)."""
-    if not mem or mem.get("unit", "MB") != "MB":
+def _factor(block: Mapping[str, Any], field: str, default: str, where: str) -> float:
+    """The factor into CARB's unit of a report block's declared ``unit`` (:mod:`carb.data.units`);
+    one-line :class:`ConfigError` naming the file and the block for a unit CARB does not know."""
+    return unit_factor(field, str(block.get("unit") or default), where=where)
+
+
+def _memory(mem: Mapping[str, Any] | None, choice: str, where: str = "memory") -> tuple[float, Any]:
+    """``(peak MiB, memory_kind)`` from a report's memory block (NaN, NA when absent), in the block's
+    declared unit (``MB`` when none: optimum-benchmark's)."""
+    if not mem:
         return np.nan, pd.NA
+    f = _factor(mem, "peak_memory_MB", "MB", where)
     kinds = list(MEMORY_FIELDS) if choice == "auto" else [choice]
     for kind in kinds:
         v = mem.get(MEMORY_FIELDS[kind])
         if v is not None:
-            return float(v) * _MB_MIB, kind
+            return read_number(v, f"{where[:-len('.unit')]}.{MEMORY_FIELDS[kind]}") * f, kind
     return np.nan, pd.NA
 
 
@@ -124,22 +135,27 @@ def result_row(path: Path, data: Mapping[str, Any], target: str, memory: str, en
     tgt = report.get(target) or {}
     lat = tgt.get("latency") or {}
     en = tgt.get("energy") or {}
-    peak, kind = _memory(tgt.get("memory"), memory)
-    lat_ok = lat.get("mean") is not None and lat.get("unit", "s") == "s"
-    en_ok = en.get(component) is not None and en.get("unit", "kWh") == "kWh"
-    height = shapes.get("height") or shapes.get("width") or input_size
     try:
         rel = str(path.relative_to(root))
     except ValueError:
         rel = str(path)
+    at = f"{rel}: report.{target}"
+    peak, kind = _memory(tgt.get("memory"), memory, where=f"{at}.memory.unit")
+    lat_f = _factor(lat, "latency_ms", "s", f"{at}.latency.unit") if lat else 1.0
+    en_f = _factor(en, "energy_J", "kWh", f"{at}.energy.unit") if en else 1.0
+    lat_ok = lat.get("mean") is not None
+    en_ok = en.get(component) is not None
+    height = shapes.get("height") or shapes.get("width") or input_size
     return {
         "source_row": rel, "model": backend.get("model"), "device_name": _device_name(backend, env),
         "input_size": height, "batch_size": shapes.get("batch_size"), "precision": dtype,
         "torch_version": backend.get("version"),
-        "latency_ms": float(lat["mean"]) * 1e3 if lat_ok else np.nan,
-        "latency_std_ms": float(lat["stdev"]) * 1e3 if lat_ok and lat.get("stdev") is not None else np.nan,
-        "n_runs": float(lat["count"]) if lat_ok and lat.get("count") is not None else np.nan,
-        "energy_J": float(en[component]) * _KWH_J if en_ok else np.nan,
+        "latency_ms": read_number(lat["mean"], f"{at}.latency.mean") * lat_f if lat_ok else np.nan,
+        "latency_std_ms": (read_number(lat["stdev"], f"{at}.latency.stdev") * lat_f
+                           if lat_ok and lat.get("stdev") is not None else np.nan),
+        "n_runs": (read_number(lat["count"], f"{at}.latency.count")
+                   if lat_ok and lat.get("count") is not None else np.nan),
+        "energy_J": read_number(en[component], f"{at}.energy.{component}") * en_f if en_ok else np.nan,
         "peak_memory_MB": peak, "memory_kind": kind,
         "source": f"optimum-benchmark:{rel}", "backend": backend.get("name"), "energy_component": component,
         "autocast": autocast, "ob_device": device, "ob_target": target,

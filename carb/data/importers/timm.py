@@ -48,6 +48,7 @@ import numpy as np
 import pandas as pd
 
 from carb.data.schema import COLUMNS, conform, validate_dataset
+from carb.data.units import read_numbers
 from carb.design.arch import BYTES_PER_ELEMENT
 from carb.errors import ConfigError, DatasetError
 from carb.resources import DATA_DIR
@@ -303,15 +304,18 @@ def timm_source_rows(path: str | Path | None = None, gpu: str | None = None, pre
     sel = _select(raw, gpu, precision, compile, memory_layout, torch, "importer.gpu", prefix="importer")
     s = sel.reset_index()
     n = len(s)
+    where = [f"{p.name}:{int(i) + 2}" for i in s["index"]]
+    num = {c: read_numbers(s[c], f, c, where, where="importer.path") for c, f in
+           (("img_size", "input_size"), ("batch_size", "batch_size"), ("step_time_ms", "latency_ms"))}
     rows = pd.DataFrame({
-        "source_row": [f"{p.name}:{int(i) + 2}" for i in s["index"]],
+        "source_row": where,
         "model": s["model"].astype("string"),
-        "input_size": s["img_size"].astype("int64"),
-        "batch_size": s["batch_size"].astype("int64"),
+        "input_size": num["img_size"],
+        "batch_size": num["batch_size"],
         "precision": s["precision"].map(PRECISIONS).astype("string"),
         "device_name": s["gpu"].astype("string"),
         "torch_version": s["torch"].astype("string"),
-        "latency_ms": s["step_time_ms"].astype(float),
+        "latency_ms": num["step_time_ms"],
         "n_warmup": np.full(n, 10.0),
         "memory_kind": pd.Series(pd.NA, index=s.index, dtype="string"),
         "source": pd.Series([f"timm:{p.name}"] * n, index=s.index, dtype="string"),
@@ -319,7 +323,8 @@ def timm_source_rows(path: str | Path | None = None, gpu: str | None = None, pre
         "compile": s["compile"].astype("string"),
         "memory_layout": s["memory_layout"].astype("string"),
         "cuda_version": s["cuda"].astype("string"),
-        **{c: s[c].astype(float) for c in ("samples_per_sec", "gmacs_per_image", "param_count_M") if c in s},
+        **{c: pd.to_numeric(s[c], errors="coerce") for c in ("samples_per_sec", "gmacs_per_image", "param_count_M")
+           if c in s},
         **{c: s[c].astype("string") for c in ("source_file", "file_commit") if c in s},
     })
     return rows
