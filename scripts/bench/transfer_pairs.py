@@ -12,7 +12,9 @@ K in {0, 3, 10, 20}, per precision and target (latency, peak memory where both d
 
 * ``calibrated``: the transfer as shipped (CPU pairs: dispatch stand-ins on);
 * ``no_dispatch``: the same without dispatch stand-ins (CPU pairs only);
-* ``source``: the source model uncalibrated (this is K = 0: no zero-shot model exists yet);
+* ``source``: the source model uncalibrated (K = 0);
+* ``zero_shot`` (CPU pairs whose two devices have a device probe, K = 0): ``TransferredCascade.fit_probe``,
+  its latency interval calibrated on the zero-shot errors into the other devices (leave-one-device-out);
 * ``flops_k``: a FLOPs-only line fitted on the same K rows.
 
 Coverage and width (median hi/lo) are those of the calibrated model's nominal 90 % intervals.
@@ -61,9 +63,41 @@ def _scores(y: np.ndarray, p: np.ndarray) -> dict[str, float]:
     return scores(y, p)
 
 
-def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool) -> list[dict]:
+def _identity(rows: pd.DataFrame) -> tuple[str, str | None, str | None]:
+    from carb.model.cascade_data import device_identity
+
+    return device_identity(rows)
+
+
+def zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> dict[tuple[str, str], object]:
+    """Zero-shot transfers from device probes (``TransferredCascade.fit_probe``) for every ordered CPU
+    pair whose two devices have a probe; each latency interval is calibrated on the zero-shot log errors
+    of the pairs into other target devices (leave-one-device-out), none when there are none."""
+    from carb.data.probes import load_probe
+    from carb.model.intervals import screening_predict
+    from carb.model.transfer import TransferredCascade
+
+    probes = {n: load_probe(_identity(d)[1]) for n, d in devices.items()}
+    pairs = [(s, d) for s in devices for d in devices if s != d and probes[s] is not None and probes[d] is not None]
+    errors = {}
+    for s, d in pairs:
+        name, dev_id, fp = _identity(devices[d])
+        zs = TransferredCascade(models[s]).fit_probe(probes[s], probes[d], fp, name, dev_id)
+        y = devices[d]["latency_ms"].to_numpy(float)
+        errors[(s, d)] = np.log(y / screening_predict(zs, devices[d])["pred_latency_ms"].to_numpy(float))
+    out = {}
+    for s, d in pairs:
+        others = [errors[q] for q in pairs if q[1] != d]
+        name, dev_id, fp = _identity(devices[d])
+        out[(s, d)] = TransferredCascade(models[s]).fit_probe(
+            probes[s], probes[d], fp, name, dev_id, log_errors=np.concatenate(others) if others else None)
+    return out
+
+
+def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool, zero_shot=None) -> list[dict]:
     """Records (target, precision, model, k, n, mape_pct, spearman, coverage, width) of ``source``
-    transferred with ``k`` of the target's ``rows`` and scored on the rest."""
+    transferred with ``k`` of the target's ``rows`` and scored on the rest (``zero_shot``: a fitted
+    zero-shot transfer scored at k = 0 as model ``zero_shot``)."""
     from carb.analysis.transfer import flops_fit, split_k
     from carb.model.intervals import interval, screening_predict
     from carb.model.transfer import TransferredCascade
@@ -72,6 +106,9 @@ def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool
         cal, rest = rows.iloc[:0], rows
         preds = {"source": screening_predict(source, rest)}
         ivs = {}
+        if zero_shot is not None:
+            preds["zero_shot"] = screening_predict(zero_shot, rest)
+            ivs["zero_shot"] = interval(zero_shot.intervals_, preds["zero_shot"])
     else:
         cal, rest = split_k(rows, k)
         preds, ivs = {"source": screening_predict(source, rest)}, {}
@@ -95,7 +132,7 @@ def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool
             for n, p in models.items():
                 rec = {"target": t, "precision": p_name, "model": n, "k": k, "n": int(m.sum()),
                        **{c: v for c, v in _scores(y[m], p[m]).items() if c in ("mape_pct", "spearman")}}
-                if n in ivs:
+                if n in ivs and f"lo_{t}" in ivs[n]:
                     lo, hi = ivs[n][f"lo_{t}"].to_numpy(float)[m], ivs[n][f"hi_{t}"].to_numpy(float)[m]
                     rec["coverage"] = float(np.mean((lo <= y[m]) & (y[m] <= hi)))
                     rec["width"] = float(np.median(hi / np.maximum(lo, 1e-12)))
@@ -114,6 +151,7 @@ def pair_table(devices: dict[str, pd.DataFrame], ks: list[int], targets: list[st
         models[name] = fit_source(d, use)
         print(f"  fitted {name} ({len(d)} rows) [{i + 1}/{len(devices)}, {time.perf_counter() - t0:.0f} s]",
               flush=True)
+    zs = zero_shot_models(models, devices) if cpu else {}
     out = []
     for src, m in models.items():
         for dst, rows in devices.items():
@@ -128,7 +166,8 @@ def pair_table(devices: dict[str, pd.DataFrame], ks: list[int], targets: list[st
                     continue
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    out += [{"source": src, "target_device": dst, **r} for r in score_pair(m, rows, k, use, cpu)]
+                    out += [{"source": src, "target_device": dst, **r}
+                            for r in score_pair(m, rows, k, use, cpu, zs.get((src, dst)))]
     return pd.DataFrame(out)
 
 
@@ -136,11 +175,13 @@ def headline(t: pd.DataFrame) -> str:
     """The machine-readable last line (latency; over ordered pairs and precisions)."""
     lat = t[t["target"] == "latency_ms"]
     k0 = lat[(lat.k == 0) & (lat.model == "source")]
+    zs = lat[(lat.k == 0) & (lat.model == "zero_shot")]
+    zs_part = f" k0_zero_shot_max_mape={zs['mape_pct'].max():.1f}" if len(zs) else ""
     k10 = lat[(lat.k == 10) & (lat.model == "calibrated")]
     pairs = lat[["source", "target_device"]].drop_duplicates()
     return (f"transfer: pairs={len(pairs)} k0_max_mape={k0['mape_pct'].max():.1f} "
             f"k10_max_mape={k10['mape_pct'].max():.1f} k10_min_spearman={k10['spearman'].min():.3f} "
-            f"coverage_min={k10['coverage'].min():.2f} width_median_max={k10['width'].max():.2f}")
+            f"coverage_min={k10['coverage'].min():.2f} width_median_max={k10['width'].max():.2f}{zs_part}")
 
 
 def summary(t: pd.DataFrame) -> pd.DataFrame:
@@ -148,8 +189,9 @@ def summary(t: pd.DataFrame) -> pd.DataFrame:
     w = t.pivot_table(index=["source", "target_device", "target", "precision", "k"], columns="model",
                       values=["mape_pct", "spearman"])
     w.columns = [f"{m}_{v}" for v, m in w.columns]
-    cov = t[t.model == "calibrated"].set_index(["source", "target_device", "target", "precision", "k"])
-    return w.join(cov[["coverage", "width"]]).reset_index()
+    cov = t[t.model.isin(["calibrated", "zero_shot"])].groupby(
+        ["source", "target_device", "target", "precision", "k"])[["coverage", "width"]].first()
+    return w.join(cov).reset_index()
 
 
 def main() -> None:
@@ -170,7 +212,8 @@ def main() -> None:
     if a.csv:
         t.to_csv(a.csv, index=False)
     s = summary(t)
-    cols = [c for c in ("source", "target_device", "target", "precision", "k", "calibrated_mape_pct",
+    cols = [c for c in ("source", "target_device", "target", "precision", "k", "zero_shot_mape_pct",
+                        "zero_shot_spearman", "calibrated_mape_pct",
                         "no_dispatch_mape_pct", "source_mape_pct", "flops_k_mape_pct", "calibrated_spearman",
                         "coverage", "width") if c in s.columns]
     print(markdown(s[s.k.isin([0, 10])][cols]))
