@@ -324,3 +324,33 @@ def test_zero_shot_from_two_device_probes(cpu_source):
     zs2 = TransferredCascade(cascade).fit_probe(src_probe, tgt_probe, CPU_FP16, "C", "c", log_errors=errs)
     iv = interval(zs2.intervals_, screening_predict(zs2, rows))
     assert np.isfinite(iv["hi_latency_ms"]).all() and (iv["lo_latency_ms"] > 0).all()
+
+
+def test_zero_shot_from_spec_records_scales_latency_by_the_weighted_spec_ratios(source_and_b):
+    """K = 0 on a GPU from two spec records: latency x (peak ratio)^w_c (bandwidth ratio)^w_b (power
+    ratio)^w_p per precision (fp16 at the FP32-accumulate tensor rate); memory kept; weights fitted back
+    from pairs made with known weights; a record without a needed figure is one error naming it."""
+    from carb.model.spec_transfer import AXES, fit_weights, log_ratio, spec_axes
+
+    cascade, b = source_and_b
+    src = {"name": "S", "fp32_TFLOPS": 20.0, "tf32_tensor_TFLOPS": 80.0, "fp16_tensor_TFLOPS": 160.0,
+           "memory_bandwidth_GBps": 1000.0, "power_limit_W": 300.0}
+    dst = {"name": "D", "fp32_TFLOPS": 40.0, "tf32_tensor_TFLOPS": 160.0, "fp16_tensor_TFLOPS": 640.0,
+           "memory_bandwidth_GBps": 2000.0, "power_limit_W": 600.0}
+    w = {"compute": 0.3, "bandwidth": 0.4, "power": 0.3}
+    assert np.isclose(log_ratio(src, dst, "fp16", w), 0.3 * np.log(0.25) + 0.4 * np.log(0.5) + 0.3 * np.log(0.5))
+    zs = TransferredCascade(cascade).fit_spec(src, dst, w)
+    rows = b.iloc[:30]
+    p, ref = zs.predict(rows), cascade.predict(rows)
+    expect = np.exp([log_ratio(src, dst, str(q), w) for q in rows["precision"]])
+    assert np.allclose(p["pred_latency_ms"], ref["pred_latency_ms"] * expect)
+    assert np.allclose(p["pred_peak_memory_MB"], ref["pred_peak_memory_MB"])
+    assert "latency_ms" not in zs.intervals_
+    rng = np.random.default_rng(0)
+    specs = [{k: v * rng.uniform(0.3, 3.0) if k != "name" else k for k, v in src.items()} for _ in range(6)]
+    axes = np.array([spec_axes(a, c, "fp16") for a in specs for c in specs if a is not c])
+    truth = np.array([0.2, 0.5, 0.3])
+    assert np.allclose(list(fit_weights(axes, axes @ truth).values()), truth)
+    assert list(fit_weights(axes, axes @ truth)) == list(AXES)
+    with pytest.raises(ConfigError, match="no bandwidth"):
+        log_ratio(src, {k: v for k, v in dst.items() if k != "memory_bandwidth_GBps"}, "fp16", w)

@@ -368,6 +368,39 @@ class TransferredCascade:
         self.test_mae_ = {}
         return self
 
+    def fit_spec(self, source_spec: dict[str, Any], target_spec: dict[str, Any], weights: dict[str, float],
+                 precisions: tuple[str, ...] = ("fp32", "fp16", "bf16"), log_errors: np.ndarray | None = None,
+                 device_name: str | None = None) -> TransferredCascade:
+        """Zero-shot transfer to a GPU nobody measured, from the two GPUs' spec records
+        (:mod:`carb.model.spec_transfer`): latency x the spec-predicted ratio per precision (form
+        "precision", ``k`` = 0); memory and energy keep the source's prediction. ``log_errors``: the
+        ratio model's log errors on device pairs without this target (leave-one-device-out), which
+        calibrate the latency interval; none given: latency has no interval. Returns self."""
+        from carb.model.spec_transfer import log_ratio
+
+        self.stand_ins_ = {}
+        self.residual_scale_ = None
+        per = {p: log_ratio(source_spec, target_spec, p, weights) for p in precisions}
+        self.transfer_ = {t: {"form": "source", "k": 0} for t in getattr(self.source_, "targets_", TARGETS)}
+        if "latency_ms" in self.transfer_:
+            self.transfer_["latency_ms"] = {"form": "precision", "a": float(np.mean(list(per.values()))),
+                                            "a_precision": per, "b": 1.0, "k": 0, "residual": None,
+                                            "spec": {"source": source_spec.get("name"),
+                                                     "target": target_spec.get("name"), "weights": dict(weights)}}
+        src_int = dict(getattr(self.source_, "intervals_", None) or {})
+        self.intervals_ = {"coverage": self.coverage, "method": "zero-shot (spec records)"}
+        for t, info in self.transfer_.items():
+            if info["form"] == "source" and t in src_int:
+                self.intervals_[t] = src_int[t]
+        entry = interval_entry(np.asarray(log_errors, float), self.coverage) if log_errors is not None else None
+        if entry is not None and "latency_ms" in self.transfer_:
+            entry["method"] = "zero-shot: " + entry["method"].replace("leave-one-out", "other device pairs'")
+            self.intervals_["latency_ms"] = entry
+        self.device_name_ = str(device_name or target_spec.get("name", "unknown"))
+        self.device_id_, self.device_fingerprint_ = None, None
+        self.calibration_rows_, self.test_mae_ = [], {}
+        return self
+
     def probe_ratio(self, X: pd.DataFrame) -> np.ndarray:
         """Per row: convolution time of its network on the target at its precision over that on the source
         at the stand-in precision (from the two probe models); shape (n,). 1 where either is unknown."""

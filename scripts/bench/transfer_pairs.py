@@ -13,8 +13,10 @@ K in {0, 3, 10, 20}, per precision and target (latency, peak memory where both d
 * ``calibrated``: the transfer as shipped (CPU pairs: dispatch stand-ins on);
 * ``no_dispatch``: the same without dispatch stand-ins (CPU pairs only);
 * ``source``: the source model uncalibrated (K = 0);
-* ``zero_shot`` (CPU pairs whose two devices have a device probe, K = 0): ``TransferredCascade.fit_probe``,
-  its latency interval calibrated on the zero-shot errors into the other devices (leave-one-device-out);
+* ``zero_shot`` (K = 0): CPU pairs whose two devices have a device probe, ``TransferredCascade.fit_probe``;
+  GPU pairs, ``TransferredCascade.fit_spec`` from the two spec records with weights fitted on the pairs
+  without the target device; latency intervals from the zero-shot errors into the other devices (both:
+  leave-one-device-out);
 * ``flops_k``: a FLOPs-only line fitted on the same K rows.
 
 Coverage and width (median hi/lo) are those of the calibrated model's nominal 90 % intervals.
@@ -94,6 +96,42 @@ def zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> dict[tup
     return out
 
 
+def spec_zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> tuple[dict, pd.DataFrame]:
+    """Zero-shot GPU transfers from spec records (``TransferredCascade.fit_spec``) for every ordered pair,
+    the weights fitted on the measured pairs that do not involve the target device (leave-one-device-out),
+    each latency interval calibrated on the zero-shot log errors into the other target devices. Returns the
+    models by pair and the weights per held-out device."""
+    from carb.data.gpu_specs import find_spec, gpu_spec
+    from carb.model.intervals import screening_predict
+    from carb.model.spec_transfer import fit_weights, spec_axes
+    from carb.model.transfer import TransferredCascade
+
+    spec = {g: gpu_spec(find_spec(g)) for g in devices}
+    pairs = [(s, d) for s in devices for d in devices if s != d]
+    meas = {}
+    for s, d in pairs:
+        a, b = devices[s].set_index("model"), devices[d].set_index("model")
+        m = a.index.intersection(b.index)
+        per_img = (b.loc[m, "latency_ms"] / b.loc[m, "batch_size"]) / (a.loc[m, "latency_ms"] / a.loc[m, "batch_size"])
+        meas[(s, d)] = float(np.median(np.log(per_img)))
+    weights, fitted, errors = {}, {}, {}
+    for d in devices:
+        train = [q for q in pairs if d not in q]
+        prec = str(devices[d]["precision"].iloc[0])
+        weights[d] = fit_weights(np.array([spec_axes(spec[q[0]], spec[q[1]], prec) for q in train]),
+                                 np.array([meas[q] for q in train]))
+    for s, d in pairs:
+        rows = devices[d][devices[d]["model"].isin(set(devices[s]["model"]))]
+        zs = TransferredCascade(models[s]).fit_spec(spec[s], spec[d], weights[d], device_name=d)
+        errors[(s, d)] = np.log(rows["latency_ms"].to_numpy(float)
+                                / screening_predict(zs, rows)["pred_latency_ms"].to_numpy(float))
+    for s, d in pairs:
+        others = [errors[q] for q in pairs if q[1] != d]
+        fitted[(s, d)] = TransferredCascade(models[s]).fit_spec(spec[s], spec[d], weights[d], device_name=d,
+                                                               log_errors=np.concatenate(others))
+    return fitted, pd.DataFrame(weights).T
+
+
 def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool, zero_shot=None) -> list[dict]:
     """Records (target, precision, model, k, n, mape_pct, spearman, coverage, width) of ``source``
     transferred with ``k`` of the target's ``rows`` and scored on the rest (``zero_shot``: a fitted
@@ -151,7 +189,11 @@ def pair_table(devices: dict[str, pd.DataFrame], ks: list[int], targets: list[st
         models[name] = fit_source(d, use)
         print(f"  fitted {name} ({len(d)} rows) [{i + 1}/{len(devices)}, {time.perf_counter() - t0:.0f} s]",
               flush=True)
-    zs = zero_shot_models(models, devices) if cpu else {}
+    if cpu:
+        zs = zero_shot_models(models, devices)
+    else:
+        zs, w = spec_zero_shot_models(models, devices)
+        print("  zero-shot spec weights, leaving each target device out:\n" + w.round(3).to_string(), flush=True)
     out = []
     for src, m in models.items():
         for dst, rows in devices.items():
@@ -172,16 +214,21 @@ def pair_table(devices: dict[str, pd.DataFrame], ks: list[int], targets: list[st
 
 
 def headline(t: pd.DataFrame) -> str:
-    """The machine-readable last line (latency; over ordered pairs and precisions)."""
+    """The machine-readable last line (latency; over ordered pairs and precisions). K = 0 is the zero-shot
+    model where the pair has one, else the uncalibrated source (``k0_source_max_mape``: the source always)."""
     lat = t[t["target"] == "latency_ms"]
-    k0 = lat[(lat.k == 0) & (lat.model == "source")]
-    zs = lat[(lat.k == 0) & (lat.model == "zero_shot")]
-    zs_part = f" k0_zero_shot_max_mape={zs['mape_pct'].max():.1f}" if len(zs) else ""
+    k0_all = lat[lat.k == 0]
+    has_zs = set(map(tuple, k0_all[k0_all.model == "zero_shot"][["source", "target_device"]].to_numpy()))
+    pick = [("zero_shot" if (r.source, r.target_device) in has_zs else "source") == r.model
+            for r in k0_all.itertuples()]
+    k0 = k0_all[pick]
     k10 = lat[(lat.k == 10) & (lat.model == "calibrated")]
     pairs = lat[["source", "target_device"]].drop_duplicates()
+    src = k0_all[k0_all.model == "source"]
     return (f"transfer: pairs={len(pairs)} k0_max_mape={k0['mape_pct'].max():.1f} "
             f"k10_max_mape={k10['mape_pct'].max():.1f} k10_min_spearman={k10['spearman'].min():.3f} "
-            f"coverage_min={k10['coverage'].min():.2f} width_median_max={k10['width'].max():.2f}{zs_part}")
+            f"coverage_min={k10['coverage'].min():.2f} width_median_max={k10['width'].max():.2f} "
+            f"k0_source_max_mape={src['mape_pct'].max():.1f} k0_zero_shot_pairs={len(has_zs)}")
 
 
 def summary(t: pd.DataFrame) -> pd.DataFrame:

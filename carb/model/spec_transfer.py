@@ -1,0 +1,67 @@
+"""Zero-shot GPU-to-GPU latency ratio from two spec records (``carb/data/gpu_specs.csv``).
+
+Eager PyTorch reaches a device-dependent share of a GPU's peak, so no single spec figure predicts how much
+faster one GPU runs a network than another. The ratio of per-image latency (target / source) is modelled as
+a weighted geometric mean of three spec ratios, each source / target::
+
+    log(t_dst / t_src) = w_c log(peak_src / peak_dst) + w_b log(bw_src / bw_dst) + w_p log(P_src / P_dst)
+
+with the peak at the row's precision as PyTorch runs it (fp16/bf16 on tensor cores with FP32 accumulate,
+fp32 convolutions as TF32 where the GPU has it: cuDNN's default), memory bandwidth and the board power
+limit. The weights are fitted by least squares on measured device pairs (:func:`fit_weights`);
+``scripts/bench/transfer_pairs.py`` fits them leaving each target device out, which is also where the
+shipped weights (``conf/calibrate.yaml``, ``zero_shot.weights``) and their error come from.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from carb.errors import ConfigError
+
+#: Spec figure per precision, first present wins (TFLOP/s).
+RATE_FIELDS: dict[str, tuple[str, ...]] = {
+    "fp16": ("fp16_tensor_TFLOPS", "fp16_TFLOPS", "fp32_TFLOPS"),
+    "bf16": ("bf16_tensor_TFLOPS", "fp16_tensor_TFLOPS", "fp32_TFLOPS"),
+    "fp32": ("tf32_tensor_TFLOPS", "fp32_TFLOPS"),
+}
+#: The three axes, in the order of :func:`spec_axes`.
+AXES: tuple[str, ...] = ("compute", "bandwidth", "power")
+
+
+def _field(rec: Mapping[str, Any], names: Sequence[str], what: str) -> float:
+    for n in names:
+        v = rec.get(n)
+        if v is not None and not (isinstance(v, float) and math.isnan(v)) and float(v) > 0:
+            return float(v)
+    raise ConfigError(f"spec {rec.get('name', '?')!r}: no {what} ({' or '.join(names)}); the zero-shot "
+                      "transfer needs it")
+
+
+def spec_axes(src: Mapping[str, Any], dst: Mapping[str, Any], precision: str) -> np.ndarray:
+    """log(source / target) of (peak rate at ``precision``, memory bandwidth, power limit); shape (3,)."""
+    rate = RATE_FIELDS.get(precision, RATE_FIELDS["fp32"])
+    return np.log([_field(src, rate, f"{precision} rate") / _field(dst, rate, f"{precision} rate"),
+                   _field(src, ("memory_bandwidth_GBps",), "bandwidth") / _field(dst, ("memory_bandwidth_GBps",),
+                                                                                  "bandwidth"),
+                   _field(src, ("power_limit_W",), "power limit") / _field(dst, ("power_limit_W",), "power limit")])
+
+
+def log_ratio(src: Mapping[str, Any], dst: Mapping[str, Any], precision: str,
+              weights: Mapping[str, float]) -> float:
+    """Predicted log(latency on ``dst`` / latency on ``src``) for rows of ``precision``."""
+    w = np.array([float(weights[a]) for a in AXES])
+    return float(spec_axes(src, dst, precision) @ w)
+
+
+def fit_weights(axes: np.ndarray, log_ratios: np.ndarray) -> dict[str, float]:
+    """Least-squares weights from measured pairs: ``axes`` (pairs, 3) of :func:`spec_axes`, ``log_ratios``
+    (pairs,) measured log(target / source) per-image latency."""
+    axes, y = np.asarray(axes, float), np.asarray(log_ratios, float)
+    if len(y) < len(AXES):
+        raise ConfigError(f"zero-shot weights: {len(y)} device pairs, need at least {len(AXES)}")
+    coef, *_ = np.linalg.lstsq(axes, y, rcond=None)
+    return dict(zip(AXES, map(float, coef)))
