@@ -125,6 +125,13 @@ def spec_zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> tup
         zs = TransferredCascade(models[s]).fit_spec(spec[s], spec[d], weights[d], device_name=d)
         errors[(s, d)] = np.log(rows["latency_ms"].to_numpy(float)
                                 / screening_predict(zs, rows)["pred_latency_ms"].to_numpy(float))
+    prec = str(next(iter(devices.values()))["precision"].iloc[0])
+    every = fit_weights(np.array([spec_axes(spec[q[0]], spec[q[1]], prec) for q in pairs]),
+                        np.array([meas[q] for q in pairs]))
+    lo, hi = np.quantile(np.concatenate(list(errors.values())), [0.05, 0.95])
+    print(f"  zero-shot spec weights on all {len(pairs)} pairs (conf/calibrate.yaml zero_shot): "
+          + ", ".join(f"{k}: {v:.3f}" for k, v in every.items())
+          + f"; leave-one-device-out log error 5-95 %: [{lo:.3f}, {hi:.3f}]", flush=True)
     for s, d in pairs:
         others = [errors[q] for q in pairs if q[1] != d]
         fitted[(s, d)] = TransferredCascade(models[s]).fit_spec(spec[s], spec[d], weights[d], device_name=d,
