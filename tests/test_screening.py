@@ -173,8 +173,13 @@ def test_never_measured_precision_is_never_accept(grid):
     assert unseen.any()
     assert not s.loc[unseen, "decision"].eq("accept").any()
     assert s.loc[unseen, "decision"].eq("unverified").all()
-    assert s.loc[~unseen, "decision"].eq("accept").all()
-    assert res.counts["n_unverified"] == int(unseen.sum())
+    inside = ~unseen & s["in_domain"]
+    assert s.loc[inside, "decision"].eq("accept").all()
+    # outside the training domain (batch > 16) is never accept either: unverified, with the reason
+    assert s.loc[~unseen & ~s["in_domain"], "decision"].eq("unverified").all()
+    assert res.counts["n_unverified"] == int((~inside).sum())
+    assert s.loc[unseen, "decision_reason"].str.contains("precision never measured").all()
+    assert s.loc[~s["in_domain"], "decision_reason"].str.contains("outside the training domain").all()
 
 
 def test_model_without_domain_or_intervals_says_so_once(grid):

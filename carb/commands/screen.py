@@ -173,7 +173,8 @@ def run_screen(cfg: Any) -> dict[str, Any]:
     result = screening.screen(features, target, budget_cfg, cfg.screen.get("objective"), source,
                               int(cfg.screen.top_k), int(cfg.screen.shortlist_size),
                               outside=str(cfg.screen.get("outside", "flag")),
-                              coverage=_coverage(cfg.screen.get("interval_coverage")))
+                              coverage=_coverage(cfg.screen.get("interval_coverage")),
+                              profile_size=int(cfg.screen.get("profile_next", 10)))
     result.timings_s.update({"features_s": feat_s, "load_models_s": load_s})
     mode = "two-stage" if source is not None else "single-stage"
     _print_report(cfg, result, notes, target_uri, target, source, mode)
@@ -197,7 +198,8 @@ def run_screen(cfg: Any) -> dict[str, Any]:
         tracking.log_metrics(metrics)
         tracking.log_artifact(out_dir, "screen")
     prog.finish(f"screened {counts['n_candidates']} candidates")
-    print(f"wrote {out_dir}/scored.parquet, scored.csv, shortlist.csv, pareto.png; MLflow run {run_id}")
+    print(f"wrote {out_dir}/scored.parquet, scored.csv, shortlist.csv, profile_next.csv, pareto.png; "
+          f"MLflow run {run_id}")
     return {**counts, **result.stages, "timings_s": result.timings_s, "output_dir": str(out_dir),
             "run_id": run_id, "target": target_uri, "mode": mode, "validation": validation,
             "shortlist": result.shortlist, "notes": notes}
@@ -252,11 +254,13 @@ def _print_report(cfg: Any, result: Any, notes: list[str], target_uri: str, targ
         from carb.model.domain import reason_counts
 
         print("  most frequent reasons: " + ", ".join(f"{r} ({n})" for r, n in reason_counts(result.scored["outside"])))
-    rule = "interval crosses" if getattr(target, "intervals_", None) else "within one test MAE of"
-    print(f"accept {counts['n_accept']}, borderline {counts['n_borderline']} ({rule} a budget line: profile "
-          f"these), unverified {counts['n_unverified']} (precision never measured), reject {counts['n_reject']}; "
+    band = "interval" if getattr(target, "intervals_", None) else "prediction +- one test MAE"
+    print(f"accept {counts['n_accept']} ({band} within budget), borderline {counts['n_borderline']} "
+          f"(crosses a budget line), unverified {counts['n_unverified']} (outside the domain, unmeasured "
+          f"precision or unbounded interval), reject {counts['n_reject']} (certainly over); "
           f"Pareto front {counts['n_pareto']}")
     _print_shortlist(result, screening.model_targets(target))
+    _print_profile_next(result)
 
 
 def _print_shortlist(result: Any, targets: list[str]) -> None:
@@ -273,6 +277,15 @@ def _print_shortlist(result: Any, targets: list[str]) -> None:
         print(format_table(result.shortlist, preds, ["decision", "pareto", "in_domain"]))
 
 
+def _print_profile_next(result: Any) -> None:
+    """The "profile next" list: the borderline candidates most worth measuring (``screen.profile_next``)."""
+    nxt = result.profile
+    if nxt.empty:
+        return
+    print(f"profile next ({len(nxt)} borderline; by P(feasible) x {result.objective} relative to the best):")
+    print(format_table(nxt, [], ["p_feasible", "profile_score", "decision_reason"]))
+
+
 def _write_files(cfg: Any, result: Any, prog: Progress) -> Path:
     """Write the scored grid (parquet, CSV), the shortlist and ``pareto.png`` into one folder per run
     (Hydra's run folder when run as a command, else a time-stamped one under ``screen.output_dir``)."""
@@ -282,6 +295,7 @@ def _write_files(cfg: Any, result: Any, prog: Progress) -> Path:
     result.scored.to_parquet(out_dir / "scored.parquet", index=False)
     result.scored.to_csv(out_dir / "scored.csv", index=False)
     result.shortlist.to_csv(out_dir / "shortlist.csv", index=False)
+    result.profile.to_csv(out_dir / "profile_next.csv", index=False)
     from carb.plots.screen import pareto_figure
 
     fig = pareto_figure(result)
