@@ -170,7 +170,7 @@ def test_validation_on_held_out_reference(qs):
     sp = compose("train").split
     test = split_dataset(ref, seed=int(sp.seed), fractions=tuple(sp.fractions)).frames4(ref)[3]
     assert v["validate_n_rows"] == len(test) and 0 < len(test) < len(ref)   # the held-out rows only
-    pred = screening_predict(model, test)   # the screening path: imputed telemetry, monotone in batch
+    pred = screening_predict(model.cascade, test)   # the screening path: imputed telemetry, monotone in batch
     for t, limit in screen_budget("screen=quickstart_cpu").items():
         p, m = pred[f"pred_{t}"].to_numpy(), test[t].to_numpy()
         # on its own held-out rows the validation error is the champion's recorded test MAE

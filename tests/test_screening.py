@@ -267,5 +267,5 @@ def test_printed_table_shows_the_interval_that_decides_borderline():
                        "decision": ["accept", "borderline"]})
     out = format_table(df, ["pred_energy_J", "pred_energy_J_per_image"], ["decision"])
     head, first, second = out.splitlines()
-    assert "pred_energy_J [lo, hi]" in head and "pred_energy_J_per_image" in head and "lo_energy_J" not in head
-    assert "0.26 [0.198, 0.383]" in first and "12 [9.5, 15.2]" in second and "0.002 " in first + " "
+    assert "energy J" in head and "J/image" in head and "lo_energy_J" not in head
+    assert "0.26 [0.2,0.38]" in first and "12 [9.5,15]" in second and "0.002 " in first + " "

@@ -253,6 +253,9 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
                           f"{allowed_objectives(targets)}")
     clean_budget = check_budget(budget or {}, targets)
     stages: dict[str, Any] = {"n_grid": int(len(features))}
+    cal = getattr(target_model, "intervals_", None) or {}
+    if cal:
+        stages["interval_coverage"] = float(coverage if coverage is not None else cal.get("coverage", 0.9))
     features, dom_counts, notes = domain_filter(target_model, features, outside)
     stages.update(dom_counts)
     features["never_measured"] = unseen_mask(getattr(target_model, "domain_", None), features, "precision")
