@@ -164,8 +164,8 @@ def help_text() -> str:
         "(implies data=reference)",
         "  calibrate.<key>=<value>           any carb-calibrate setting (carb-calibrate --help)",
         "  tracking.<key>, paths.<key>       every step; anything else goes to the screening step",
-        "", f"== Config groups of the screening step ==\n{groups}", "",
-        "== Screening config (data=h200; values as the quickstart sets them) ==",
+        "", f"== Configuration groups ==\nof the screening step: {groups}", "",
+        "== Config ==\nthe screening step's (data=h200), as the quickstart sets it:",
         OmegaConf.to_yaml(cfg).rstrip()])
 
 

@@ -71,9 +71,10 @@ def format_table(df: pd.DataFrame, preds: Sequence[str], extra: Sequence[str] = 
                  width: int = TABLE_WIDTH) -> str:
     """Terminal table of candidates: the knobs, ``decision``, ``P`` (``p_feasible`` in %), each prediction in
     ``preds`` (``pred_<target>`` columns) with its interval ``[lo, hi]`` where the frame has
-    ``lo_<target>``/``hi_<target>`` (headed ``latency ms``, ``energy J``, ``memory MB``), ``rank``, then the ``extra`` columns
-    present (``pareto`` shown as ``front``). Columns of :data:`DROP_FIRST` go when the table is wider than
-    ``width``; the CSV files keep everything."""
+    ``lo_<target>``/``hi_<target>`` (headed ``latency ms``, ``energy J``, ``memory MB``), ``rank``, then the
+    ``extra`` columns present (``pareto`` shown as ``front``, ``decision_reason`` last as ``reason``, cut to
+    the width). Columns of :data:`DROP_FIRST` go when the table is wider than ``width``; the files keep
+    everything."""
     show = pd.DataFrame(index=df.index)
     for c, h in KNOB_HEADERS.items():
         if c in df:
