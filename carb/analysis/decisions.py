@@ -148,9 +148,9 @@ def decide(scored: pd.DataFrame, budget: Mapping[str, float], mae: Mapping[str, 
         within &= t_within
         unbounded |= t_inf & ~t_over
         for i in np.flatnonzero(t_over):
-            over_why[i].append(f"{t} >= {lo[i]:.3g} > {limit:g}")
+            over_why[i].append(f"{t} >= {lo[i]:.4g} > {limit:g}")
         for i in np.flatnonzero(~t_over & ~t_within & ~t_inf):
-            cross_why[i].append(f"{t} [{lo[i]:.3g}, {hi[i]:.3g}] crosses {limit:g}")
+            cross_why[i].append(f"{t} [{lo[i]:.4g}, {hi[i]:.4g}] crosses {limit:g}")
         for i in np.flatnonzero(t_inf & ~t_over):
             inf_why[i].append(f"{t} interval unbounded")
     never = out["never_measured"].to_numpy(dtype=bool) if "never_measured" in out else np.zeros(n, dtype=bool)
