@@ -88,3 +88,14 @@ def test_bad_input_is_a_config_error(model):
         model.predict(KNOBS.assign(block="dense"))
     with pytest.raises(ConfigError, match="screen.budget.power_W"):
         model.predict(KNOBS, budget={"power_W": 3})
+
+
+def test_screening_functions_take_what_load_model_returns(model):
+    """The route the README showed before (featurize, then score) keeps working with a Predictor."""
+    from carb.analysis.screening import score
+
+    F = grid_features(KNOBS.drop(columns="top1"))
+    pd.testing.assert_frame_equal(score(model, F), score(model.cascade, F))
+    a = screen(F, model, {"energy_J": 1.5}).scored
+    b = screen(F, model.cascade, {"energy_J": 1.5}).scored
+    assert a["decision"].tolist() == b["decision"].tolist()

@@ -28,7 +28,11 @@ CONFIG_COLUMNS = (*KNOBS, "num_classes")
 class Predictor:
     """``cascade`` (a fitted CARB cascade) with :meth:`predict` on knobs. Every fitted attribute of the
     cascade (``targets_``, ``intervals_``, ``domain_``, ``test_mae_``, ``device_name_``, ...) reads through;
-    ``cascade.predict(X)`` is the feature-level predict. ``uri``: where it was loaded from."""
+    ``cascade.predict(X)`` is the feature-level predict. ``uri``: where it was loaded from. The screening
+    functions take either (:func:`carb.analysis.screening.as_cascade`)."""
+
+    #: Read by :func:`carb.analysis.screening.as_cascade` (no import of this module there: no cycle).
+    WRAPS_CASCADE = True
 
     def __init__(self, cascade: Any, uri: str = "") -> None:
         self.cascade = cascade

@@ -38,6 +38,12 @@ from carb.model.intervals import interval, screening_features  # the one imputat
 PARETO_PREFERENCE = ("energy_J", "peak_memory_MB", "latency_ms")
 
 
+def as_cascade(model: Any) -> Any:
+    """The fitted cascade itself: ``model.cascade`` for what :func:`carb.load_model` returns (a
+    :class:`carb.analysis.predictor.Predictor`, whose class says ``WRAPS_CASCADE``), else ``model``."""
+    return model.cascade if getattr(type(model), "WRAPS_CASCADE", False) else model
+
+
 def model_targets(model: Any) -> list[str]:
     """Targets a fitted cascade predicts, in cascade order."""
     targets = getattr(model, "targets_", None)
@@ -58,6 +64,8 @@ def score(model: Any, features: pd.DataFrame, with_medians: bool = True,
     unit) when the model carries a calibration (``intervals_``), at ``coverage`` (default: calibrated).
     ``monotone``: predictions non-decreasing in batch size per architecture
     (:func:`carb.model.monotone.monotone_in_batch`)."""
+    model = as_cascade(model)
+
     def prepare(F: pd.DataFrame) -> pd.DataFrame:
         return screening_features(model, F) if with_medians else interaction_features(F)
 
@@ -246,6 +254,8 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
     ``profile_size`` best borderline candidates by probability x objective, also ``ScreenResult.profile``).
     """
     timings: dict[str, float] = {}
+    target_model = as_cascade(target_model)
+    source_model = None if source_model is None else as_cascade(source_model)
     targets = model_targets(target_model)
     obj = objective or default_objective(targets)
     if obj not in allowed_objectives(targets):
@@ -347,6 +357,7 @@ def validate(model: Any, measured: pd.DataFrame, budget: Mapping[str, float]) ->
     The same metrics for the path that screens (telemetry predicted from the architecture, :func:`screening_features`) are
     ``validate_screening_<target>_*``, plus ``validate_screening_<target>_interval_coverage`` (share of
     rows with ``lo <= measured <= hi``) when the model has calibrated intervals."""
+    model = as_cascade(model)
     targets = model_targets(model)
     screened = score(model, measured)
     scored = score(model, measured, with_medians=False)
