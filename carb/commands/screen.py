@@ -10,7 +10,6 @@ configurations (Section 7.3).
 from __future__ import annotations
 
 import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -228,8 +227,8 @@ def _print_report(cfg: Any, result: Any, notes: list[str], target_uri: str, targ
           f"device_id {getattr(target, 'device_id_', None) or 'unknown'})"
           + (f"; source {cfg.screen.source} (v{source.registry_.get('version', '?')})" if source else ""))
     counts = result.counts
-    print(f"grid {counts['n_candidates']} candidates; budget {budget_text(result.budget)}")
-    print(f"  objective {result.objective}; Pareto axes {', '.join(result.axes)}")
+    print(f"grid {counts['n_candidates']} candidates; budget {budget_text(result.budget)}; "
+          f"objective {result.objective}")
     if source is not None:
         print(f"stage 1 kept top {result.stages['stage1_kept']} by the source model; Spearman(source, target) "
               f"on the whole grid = {result.stages['spearman_source_target']:.3f}")
@@ -238,15 +237,18 @@ def _print_report(cfg: Any, result: Any, notes: list[str], target_uri: str, targ
     if counts.get("n_outside", 0) and "outside" in result.scored:
         from carb.model.domain import reason_counts
 
-        print(textwrap.fill("most frequent reasons: " + ", ".join(
-            f"{r} ({n})" for r, n in reason_counts(result.scored["outside"])), TABLE_WIDTH,
-            initial_indent="  ", subsequent_indent="    "))
+        reasons = [f"{r} ({n})" for r, n in reason_counts(result.scored["outside"])]
+        line = "  most frequent reasons: " + reasons[0]
+        for r in reasons[1:]:   # as many as fit one line
+            if len(line) + 2 + len(r) > TABLE_WIDTH:
+                break
+            line += ", " + r
+        print(line)
     band = _coverage_words(result) if getattr(target, "intervals_", None) else "prediction +- one test MAE"
     print(f"accept {counts['n_accept']}, borderline {counts['n_borderline']}, unverified {counts['n_unverified']}, "
-          f"reject {counts['n_reject']}; Pareto front {counts['n_pareto']}")
-    print(f"  by the {band}: accept = within every budget line, reject = certainly over one, borderline = "
-          f"crosses one\n  (profile next, below), unverified = outside the domain, unmeasured precision or "
-          f"unbounded interval")
+          f"reject {counts['n_reject']}; Pareto front {counts['n_pareto']} ({' x '.join(result.axes)})")
+    print(f"  ({band}: accept = all within, reject = one over, borderline = crosses; "
+          f"unverified = domain/unmeasured/inf)")
     _print_shortlist(result, screening.model_targets(target))
     _print_profile_next(result)
 
