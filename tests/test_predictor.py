@@ -40,6 +40,7 @@ def model():
 def test_predict_takes_knobs_and_returns_one_frame(model):
     out = model.predict(KNOBS)
     assert out.index.tolist() == [10, 11, 12, 13]                          # input order and index
+    assert model.predict(KNOBS.set_axis([0, 0, 1, 1]))["top1"].tolist() == KNOBS["top1"].tolist()
     for t in ("energy_J", "latency_ms", "peak_memory_MB"):
         assert (out[f"lo_{t}"] < out[f"pred_{t}"]).all() and (out[f"pred_{t}"] < out[f"hi_{t}"]).all()
     assert out["top1"].tolist() == KNOBS["top1"].tolist()                  # extra columns pass through

@@ -90,5 +90,6 @@ class Predictor:
                                  "never_measured", "new_architecture", "unbounded") if c in out]
             out = out[list(dict.fromkeys(keep))]
         extra = frame.drop(columns=[c for c in frame.columns if c in config_cols or c in out])
+        out = pd.concat([out.reset_index(drop=True), extra.reset_index(drop=True)], axis=1)
         out.index = frame.index
-        return pd.concat([out, extra], axis=1) if len(extra.columns) else out
+        return out
