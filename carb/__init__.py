@@ -11,8 +11,13 @@ __all__ = ["__version__", "load_model"]
 
 
 def load_model(uri: str, tracking_uri: str | None = None):
-    """Load a fitted CARB cascade from an MLflow URI (``models:/name@alias``, ``models:/name/3``,
-    ``runs:/<run_id>/model``). See :func:`carb.tracking.load_cascade`."""
+    """Load a fitted CARB model from an MLflow URI (``models:/name@alias``, ``models:/name/3``,
+    ``runs:/<run_id>/model``; the commands' default store unless ``tracking_uri``). Returns a
+    :class:`carb.analysis.predictor.Predictor`: ``.predict(knobs, budget=...)`` takes configurations (a
+    DataFrame of knob columns) and returns predictions, intervals, domain flags and decision inputs in one
+    frame; ``.cascade`` is the fitted cascade (:func:`carb.tracking.load_cascade`), whose attributes read
+    through."""
+    from carb.analysis.predictor import Predictor
     from carb.tracking import load_cascade
 
-    return load_cascade(uri, tracking_uri=tracking_uri)
+    return Predictor(load_cascade(uri, tracking_uri=tracking_uri), uri)

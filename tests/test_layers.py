@@ -24,7 +24,7 @@ LAYERS = {
 }
 #: Which layers each layer may import (itself included).
 ALLOWED = {
-    "face": {"base", "tracking"},  # carb/__init__.py: carb.load_model
+    "face": {"base", "tracking", "analysis"},  # carb/__init__.py: carb.load_model -> analysis.predictor
     "base": {"base"},
     "design": {"base", "design"},
     "data": {"base", "design", "data"},

@@ -392,7 +392,8 @@ def test_pareto_figure_shows_the_screening_result(data):
     assert f"Pareto front ({counts['n_pareto']})" in texts
     # the terminal's words and counts: one legend entry per decision that occurs
     for d, n in res.scored["decision"].value_counts().items():
-        word = {"borderline": "borderline: profile", "unverified": "unverified: precision never measured"}.get(d, d)
+        word = {"borderline": "borderline: profile",
+                "unverified": "unverified: outside the domain or unmeasured"}.get(d, d)
         assert f"{word} ({n})" in texts
     # each budget line is labelled with its value and unit, outside the plotting area
     (label,) = [t for t in ax.texts if t.get_text().startswith("budget ")]
@@ -421,7 +422,7 @@ def test_pareto_figure_marks_out_of_domain_and_unverified(data):
     assert n_out > 0 and n_unv > 0
     texts = _legend_texts(ps.pareto_figure(res))
     assert f"outside the training domain ({n_out})" in texts
-    assert f"unverified: precision never measured ({n_unv})" in texts
+    assert f"unverified: outside the domain or unmeasured ({n_unv})" in texts
 
 
 # --------------------------------------------------------------------------- tune

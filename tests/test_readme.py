@@ -68,6 +68,12 @@ def test_readme_python_example_runs(h200_store):
     assert (scored["lo_energy_J"] <= scored["pred_energy_J"]).all()
     assert (scored["pred_energy_J"] <= scored["hi_energy_J"]).all()
     assert "pred_energy_J" in printed.getvalue()
+    # one call gives the decision inputs and the domain flags too, for the budget the example names
+    for col in ("p_within_latency_ms", "p_within_peak_memory_MB", "p_feasible", "decision", "in_domain",
+                "outside", "never_measured", "unbounded"):
+        assert col in scored, col
+    assert scored["p_feasible"].between(0, 1).all()
+    assert set(scored["decision"]) <= {"accept", "borderline", "unverified", "reject"}
 
 
 def test_example_excerpt_keeps_the_summary_and_the_top_rows():

@@ -173,8 +173,13 @@ def test_never_measured_precision_is_never_accept(grid):
     assert unseen.any()
     assert not s.loc[unseen, "decision"].eq("accept").any()
     assert s.loc[unseen, "decision"].eq("unverified").all()
-    assert s.loc[~unseen, "decision"].eq("accept").all()
-    assert res.counts["n_unverified"] == int(unseen.sum())
+    inside = ~unseen & s["in_domain"]
+    assert s.loc[inside, "decision"].eq("accept").all()
+    # outside the training domain (batch > 16) is never accept either: unverified, with the reason
+    assert s.loc[~unseen & ~s["in_domain"], "decision"].eq("unverified").all()
+    assert res.counts["n_unverified"] == int((~inside).sum())
+    assert s.loc[unseen, "decision_reason"].str.contains("precision never measured").all()
+    assert s.loc[~s["in_domain"], "decision_reason"].str.contains("outside the training domain").all()
 
 
 def test_model_without_domain_or_intervals_says_so_once(grid):
@@ -262,5 +267,5 @@ def test_printed_table_shows_the_interval_that_decides_borderline():
                        "decision": ["accept", "borderline"]})
     out = format_table(df, ["pred_energy_J", "pred_energy_J_per_image"], ["decision"])
     head, first, second = out.splitlines()
-    assert "pred_energy_J [lo, hi]" in head and "pred_energy_J_per_image" in head and "lo_energy_J" not in head
-    assert "0.26 [0.198, 0.383]" in first and "12 [9.5, 15.2]" in second and "0.002 " in first + " "
+    assert "energy J" in head and "J/image" in head and "lo_energy_J" not in head
+    assert "0.26 [0.2,0.38]" in first and "12 [9.5,15]" in second and "0.002 " in first + " "

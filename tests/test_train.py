@@ -175,13 +175,13 @@ def test_mlflow_round_trip_predicts_the_logged_numbers(env, syn_run):
     by_run = tracking.load_cascade(f"runs:/{syn_run['run_id']}/model", tracking_uri=env["uri"])
     full = ok_rows(load_dataset(env["data"]))
     test = split_dataset(full, seed=0, fractions=tuple(by_version.split_fractions_)).frames4(full)[3]
-    p = by_version.predict(test)
+    p = by_version.cascade.predict(test)   # carb.load_model wraps the cascade (Predictor); .cascade is it
     pd.testing.assert_frame_equal(p, by_run.predict(test))
     for t in TARGETS:
         r = regression_metrics(test[t], p[f"pred_{t}"])
         assert r["mae"] == pytest.approx(syn_run["metrics"][f"test_{t}_mae"], rel=1e-9)
         # test_mae_ (borderline flags) is measured as screening predicts: imputed telemetry, monotone in batch
-        rs = regression_metrics(test[t], screening_predict(by_version, test)[f"pred_{t}"])
+        rs = regression_metrics(test[t], screening_predict(by_version.cascade, test)[f"pred_{t}"])
         assert by_version.test_mae_[t] == pytest.approx(rs["mae"], rel=1e-9)
     assert by_version.device_name_ == "Synthetic GPU" and by_version.feature_set_ == "full"
 

@@ -161,13 +161,13 @@ def test_train_tuned_promote_load(env, study):
     other = load_model(f"models:/{NAME}/{({r1['version'], r2['version']} - {best['version']}).pop()}",
                        tracking_uri=env["uri"])
     X = synthetic_dataset(20, seed=9, device_name="Synthetic GPU")
-    pd.testing.assert_frame_equal(model.predict(X), by_version.predict(X))
-    pd.testing.assert_frame_equal(model.predict(X), by_run.predict(X))
-    assert not model.predict(X).equals(other.predict(X))       # the alias picks a specific version
+    pd.testing.assert_frame_equal(model.cascade.predict(X), by_version.cascade.predict(X))
+    pd.testing.assert_frame_equal(model.cascade.predict(X), by_run.cascade.predict(X))
+    assert not model.cascade.predict(X).equals(other.cascade.predict(X))       # the alias picks a specific version
     from carb.errors import DatasetError
 
-    with pytest.raises(DatasetError, match="flops"):
-        model.predict(X.drop(columns=["flops"]))
+    with pytest.raises(DatasetError, match="flops"):   # the cascade's own predict needs the features
+        model.cascade.predict(X.drop(columns=["flops"]))
 
 
 def test_load_errors(env, study):

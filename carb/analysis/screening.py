@@ -2,10 +2,12 @@
 
 Enumerate -> score (fast static features, telemetry fixed to the model's training medians per batch
 tier, cascade prediction) -> screen (budget per target, rank by an objective, Pareto front) ->
-prioritize (``borderline`` when a prediction interval crosses a budget line, else ``accept`` /
-``reject``; models without calibrated intervals fall back to one test-set MAE). Every candidate is
-checked against the model's training domain (``in_domain``, ``outside``); a precision never measured is
-never ``accept`` (``unverified`` instead).
+prioritize (:mod:`carb.analysis.decisions`: ``reject`` when a target's interval lies above its budget line,
+``accept`` when every interval lies within, else ``borderline`` with the probability of feasibility from
+the calibrated predictive distribution; models without calibrated intervals fall back to one test-set
+MAE) -> a short "profile next" list of borderline candidates. Every candidate is checked against the
+model's training domain (``in_domain``, ``outside``); one outside it, of a precision never measured, or
+with an unbounded interval is never ``accept`` (``unverified`` instead).
 Two-stage: rank the whole grid with a source device's model, keep the top K, re-score them with the
 target device's model.
 
@@ -22,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from carb.analysis.decisions import add_probabilities, decide, interval_context, profile_next
 from carb.analysis.evaluate import budget_classification
 from carb.data.schema import TARGETS
 from carb.design.features import grid_features
@@ -29,11 +32,16 @@ from carb.errors import ConfigError
 from carb.model.domain import check_domain, unseen_mask
 from carb.model.encoding import interaction_features, pred_name
 from carb.model.monotone import monotone_in_batch
-from carb.model.intervals import (interval, interval_groups, new_architecture_mask, outside_mask, row_precision,
-                                  screening_features)  # the one imputation
+from carb.model.intervals import interval, screening_features  # the one imputation
 
 #: Pareto axes in order of preference: energy and memory (the paper), else what the model has.
 PARETO_PREFERENCE = ("energy_J", "peak_memory_MB", "latency_ms")
+
+
+def as_cascade(model: Any) -> Any:
+    """The fitted cascade itself: ``model.cascade`` for what :func:`carb.load_model` returns (a
+    :class:`carb.analysis.predictor.Predictor`, whose class says ``WRAPS_CASCADE``), else ``model``."""
+    return model.cascade if getattr(type(model), "WRAPS_CASCADE", False) else model
 
 
 def model_targets(model: Any) -> list[str]:
@@ -56,6 +64,8 @@ def score(model: Any, features: pd.DataFrame, with_medians: bool = True,
     unit) when the model carries a calibration (``intervals_``), at ``coverage`` (default: calibrated).
     ``monotone``: predictions non-decreasing in batch size per architecture
     (:func:`carb.model.monotone.monotone_in_batch`)."""
+    model = as_cascade(model)
+
     def prepare(F: pd.DataFrame) -> pd.DataFrame:
         return screening_features(model, F) if with_medians else interaction_features(F)
 
@@ -68,8 +78,7 @@ def score(model: Any, features: pd.DataFrame, with_medians: bool = True,
         out[c] = pred[c].to_numpy()
     cal = getattr(model, "intervals_", None)
     if cal:
-        iv = interval(cal, pred, coverage, outside=outside_mask(model, X), groups=interval_groups(model, X),
-                      precision=row_precision(X), new_arch=new_architecture_mask(model, X))
+        iv = interval(cal, pred, coverage, **interval_context(model, X))
         for c in iv.columns:
             out[c] = iv[c].to_numpy()
     return out
@@ -150,33 +159,13 @@ def pareto_mask(values: np.ndarray) -> np.ndarray:
 
 
 def prioritize(scored: pd.DataFrame, budget: Mapping[str, float], mae: Mapping[str, float]) -> pd.DataFrame:
-    """Add ``feasible`` (every budgeted prediction within its limit), ``margin_<target>`` (limit minus
-    prediction, in the target's unit) and ``decision``: ``borderline`` when the interval
-    ``[lo_<target>, hi_<target>]`` of some budgeted target crosses its limit (``lo <= limit < hi``;
-    profile these), else ``accept`` if feasible, else ``reject``. A target without ``lo_``/``hi_``
-    columns (a model without calibrated intervals) uses the old rule: within one test-set MAE (``mae``).
-    Rows whose ``precision`` is listed in ``never_measured`` (bool column, if present) are never
-    ``accept``: ``unverified`` unless rejected."""
-    out = scored.copy()
-    feasible = np.ones(len(out), dtype=bool)
-    near = np.zeros(len(out), dtype=bool)
-    for t, limit in budget.items():
-        p = out[pred_name(t)].to_numpy(dtype=float)
-        out[f"margin_{t}"] = limit - p
-        feasible &= p <= limit
-        if f"lo_{t}" in out and f"hi_{t}" in out:
-            near |= (out[f"lo_{t}"].to_numpy(dtype=float) <= limit) & (limit < out[f"hi_{t}"].to_numpy(dtype=float))
-            continue
-        m = float(mae.get(t, 0.0) or 0.0)
-        if math.isfinite(m) and m > 0:
-            near |= np.abs(p - limit) <= m
-    out["feasible"] = feasible
-    decision = np.where(near, "borderline", np.where(feasible, "accept", "reject"))
-    if "never_measured" in out:
-        decision = np.where(out["never_measured"].to_numpy(dtype=bool) & (decision != "reject"),
-                            "unverified", decision)
-    out["decision"] = decision
-    return out
+    """``feasible``, ``margin_<target>``, ``decision`` and ``decision_reason`` per candidate
+    (:func:`carb.analysis.decisions.decide`): ``reject`` when some budgeted target's interval
+    ``[lo_<target>, hi_<target>]`` lies above its limit, ``unverified`` (never ``accept``) when the candidate
+    is outside the training domain, of a precision never measured or has an unbounded interval, ``accept``
+    when every interval lies within, else ``borderline``. Without ``lo_``/``hi_`` columns (a model without
+    calibrated intervals) the prediction +- one test-set MAE (``mae``) plays the interval."""
+    return decide(scored, budget, mae)
 
 
 def pareto_axes(targets: Sequence[str]) -> list[str]:
@@ -233,6 +222,7 @@ class ScreenResult:
     stages: dict[str, Any] = field(default_factory=dict)
     timings_s: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    profile: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -243,12 +233,14 @@ class ScreenResult:
         c["n_candidates"] = int(len(self.scored))
         c["n_pareto"] = int(self.scored.get("pareto", pd.Series(dtype=bool)).sum())
         c["n_shortlist"] = int(len(self.shortlist))
+        c["n_profile_next"] = int(len(self.profile))
         return c
 
 
 def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] | None = None,
            objective: str | None = None, source_model: Any = None, top_k: int = 100,
-           shortlist_size: int = 20, outside: str = "flag", coverage: float | None = None) -> ScreenResult:
+           shortlist_size: int = 20, outside: str = "flag", coverage: float | None = None,
+           profile_size: int = 10) -> ScreenResult:
     """Screen a featurized grid (output of :func:`carb.design.features.grid_features`).
 
     Single-stage with only ``target_model``; two-stage with ``source_model``: the source ranks the whole
@@ -257,9 +249,13 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
     candidates, 1 = best), ``pareto`` (on the front among feasible candidates), ``decision``,
     ``in_domain`` / ``outside`` (the target model's training domain; ``outside`` keeps all candidates
     (``flag``), the in-domain ones (``drop``) or the others (``only``)) and, for a calibrated model,
-    ``lo_<target>`` / ``hi_<target>`` at ``coverage``.
+    ``lo_<target>`` / ``hi_<target>`` at ``coverage``, ``p_within_<target>`` / ``p_feasible`` (probability
+    of meeting the budget, :mod:`carb.analysis.decisions`) and ``profile_rank`` (1 = measure first; the
+    ``profile_size`` best borderline candidates by probability x objective, also ``ScreenResult.profile``).
     """
     timings: dict[str, float] = {}
+    target_model = as_cascade(target_model)
+    source_model = None if source_model is None else as_cascade(source_model)
     targets = model_targets(target_model)
     obj = objective or default_objective(targets)
     if obj not in allowed_objectives(targets):
@@ -267,6 +263,9 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
                           f"{allowed_objectives(targets)}")
     clean_budget = check_budget(budget or {}, targets)
     stages: dict[str, Any] = {"n_grid": int(len(features))}
+    cal = getattr(target_model, "intervals_", None) or {}
+    if cal:
+        stages["interval_coverage"] = float(coverage if coverage is not None else cal.get("coverage", 0.9))
     features, dom_counts, notes = domain_filter(target_model, features, outside)
     stages.update(dom_counts)
     features["never_measured"] = unseen_mask(getattr(target_model, "domain_", None), features, "precision")
@@ -295,8 +294,10 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
             src_pred, objective_values(scored, obj))})
     scored["stage1_kept"] = keep
     t = time.perf_counter()
+    scored = add_probabilities(target_model, scored, clean_budget)
     scored = prioritize(scored, clean_budget, getattr(target_model, "test_mae_", {}) or {})
     scored.loc[~keep, "decision"] = "reject"
+    scored.loc[~keep, "decision_reason"] = f"not in the source model's top {int(keep.sum())}"
     scored.loc[~keep, "feasible"] = False
     feas = scored["feasible"].to_numpy()
     axes = pareto_axes(targets)
@@ -317,8 +318,12 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
     rest = scored[feas & ~scored["pareto"].to_numpy()].sort_values(pred_name(obj))
     shortlist = pd.concat([front, rest]).head(max(shortlist_size, len(front)) if len(front) <= shortlist_size
                                                 else shortlist_size)
+    nxt = profile_next(scored, objective_values(scored, obj), profile_size)
+    scored["profile_rank"] = np.nan
+    scored.loc[nxt.index, "profile_rank"] = nxt["profile_rank"].to_numpy(dtype=float)
     return ScreenResult(scored=scored, shortlist=shortlist, objective=obj, axes=axes,
-                        budget=clean_budget, stages=stages, timings_s=timings, notes=notes)
+                        budget=clean_budget, stages=stages, timings_s=timings, notes=notes,
+                        profile=nxt.reset_index(drop=True))
 
 
 def closest_candidates(scored: pd.DataFrame, budget: Mapping[str, float], n: int = 5) -> pd.DataFrame:
@@ -352,6 +357,7 @@ def validate(model: Any, measured: pd.DataFrame, budget: Mapping[str, float]) ->
     The same metrics for the path that screens (telemetry predicted from the architecture, :func:`screening_features`) are
     ``validate_screening_<target>_*``, plus ``validate_screening_<target>_interval_coverage`` (share of
     rows with ``lo <= measured <= hi``) when the model has calibrated intervals."""
+    model = as_cascade(model)
     targets = model_targets(model)
     screened = score(model, measured)
     scored = score(model, measured, with_medians=False)

@@ -149,11 +149,36 @@ def run_quickstart(argv: list[str] | None = None) -> dict[str, Any]:
     return {**out, "steps": steps}
 
 
+def help_text() -> str:
+    """``carb-quickstart --help``: what it does, its own arguments, and the groups and keys of the
+    screening step's config (the keys any other argument may set)."""
+    from omegaconf import OmegaConf
+
+    cfg = compose("screen", [f"screen={SCREEN_PRESET[DEFAULT_DATA]}"])
+    groups = ", ".join(str(k) for k in cfg.keys())
+    return "\n".join([
+        "carb-quickstart [data=h200|reference] [calibrate=true|false] [calibrate.<key>=<value>] "
+        "[<group>.<key>=<value> ...]",
+        "", (__doc__ or "").strip(), "",
+        "Arguments:",
+        "  data=h200 (default) | reference   the shipped dataset to train on and screen with",
+        "  calibrate=true                    measure this CPU, calibrate the CPU reference model "
+        "(implies data=reference)",
+        "  calibrate.<key>=<value>           any carb-calibrate setting (carb-calibrate --help)",
+        "  tracking.<key>, paths.<key>       every step; anything else goes to the screening step",
+        "", f"== Configuration groups ==\nof the screening step: {groups}", "",
+        "== Config ==\nthe screening step's (data=h200), as the quickstart sets it:",
+        OmegaConf.to_yaml(cfg).rstrip()])
+
+
 def main() -> None:
     from carb.commands.cli import concise_warnings, telemetry_off
 
     concise_warnings()
     telemetry_off()
+    if any(a in ("--help", "-h") for a in sys.argv[1:]):
+        print(help_text())
+        return
     try:
         with limited():
             run_quickstart(sys.argv[1:])

@@ -21,11 +21,9 @@ from carb.analysis import screening
 from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_tags, to_dict
 from carb.data.schema import device_slug
 from carb.commands.progress import Progress
+from carb.commands.screen_table import TABLE_WIDTH, budget_text, file_frame, format_table, next_steps
 from carb.errors import ConfigError, ModelError
 from carb.model.encoding import pred_name
-
-SHOW_COLUMNS = ["block", "depth", "width_mult", "input_size", "batch_size", "precision",
-                "early_downsample"]
 
 
 def default_target(tracking_uri: str, artifact_root: str | None = None) -> str:
@@ -63,21 +61,6 @@ def _load(uri: str, role: str) -> Any:
         raise ModelError(f"screen.{role}: {e}") from None
     model.registry_ = tracking.resolve_version(uri) if uri.startswith("models:/") else {}
     return model
-
-
-def format_table(df: pd.DataFrame, preds: list[str], extra: list[str]) -> str:
-    """Terminal table of candidates: knobs, predictions (with the prediction interval ``[lo, hi]`` where
-    the frame has ``lo_<target>`` and ``hi_<target>``: what decides ``borderline``), flags."""
-    cols = [c for c in SHOW_COLUMNS if c in df] + preds + [c for c in extra if c in df]
-    show = df[cols].copy()
-    for c in preds:
-        t = c[len("pred_"):]
-        if f"lo_{t}" in df and f"hi_{t}" in df:
-            show[c] = [f"{v:.3g} [{lo:.3g}, {hi:.3g}]" for v, lo, hi in zip(df[c], df[f"lo_{t}"], df[f"hi_{t}"])]
-            show = show.rename(columns={c: f"{c} [lo, hi]"})
-        else:
-            show[c] = show[c].map(lambda v: f"{v:.3g}")
-    return show.to_string(index=False)
 
 
 def warn_other_device(model: Any, measured: Any, source: str) -> list[str]:
@@ -173,7 +156,8 @@ def run_screen(cfg: Any) -> dict[str, Any]:
     result = screening.screen(features, target, budget_cfg, cfg.screen.get("objective"), source,
                               int(cfg.screen.top_k), int(cfg.screen.shortlist_size),
                               outside=str(cfg.screen.get("outside", "flag")),
-                              coverage=_coverage(cfg.screen.get("interval_coverage")))
+                              coverage=_coverage(cfg.screen.get("interval_coverage")),
+                              profile_size=int(cfg.screen.get("profile_next", 10)))
     result.timings_s.update({"features_s": feat_s, "load_models_s": load_s})
     mode = "two-stage" if source is not None else "single-stage"
     _print_report(cfg, result, notes, target_uri, target, source, mode)
@@ -197,7 +181,9 @@ def run_screen(cfg: Any) -> dict[str, Any]:
         tracking.log_metrics(metrics)
         tracking.log_artifact(out_dir, "screen")
     prog.finish(f"screened {counts['n_candidates']} candidates")
-    print(f"wrote {out_dir}/scored.parquet, scored.csv, shortlist.csv, pareto.png; MLflow run {run_id}")
+    print(f"wrote {out_dir}/: shortlist.csv, profile_next.csv, scored.csv, scored.parquet, pareto.png")
+    print(f"MLflow run {run_id}")
+    print("\n".join(next_steps(target_uri, uri)))
     return {**counts, **result.stages, "timings_s": result.timings_s, "output_dir": str(out_dir),
             "run_id": run_id, "target": target_uri, "mode": mode, "validation": validation,
             "shortlist": result.shortlist, "notes": notes}
@@ -237,12 +223,12 @@ def _print_report(cfg: Any, result: Any, notes: list[str], target_uri: str, targ
     for n in notes + result.notes:
         print(f"note: {n}")
     print(f"carb-screen: {mode}; target {target_uri} "
-          f"(v{target.registry_.get('version', '?')}, device {getattr(target, 'device_name_', '?')}, "
+          f"(v{target.registry_.get('version', '?')}, {getattr(target, 'device_name_', '?')}, "
           f"device_id {getattr(target, 'device_id_', None) or 'unknown'})"
           + (f"; source {cfg.screen.source} (v{source.registry_.get('version', '?')})" if source else ""))
     counts = result.counts
-    print(f"grid {counts['n_candidates']} candidates; budget {result.budget or 'none'}; objective "
-          f"{result.objective}; Pareto axes {result.axes}")
+    print(f"grid {counts['n_candidates']} candidates; budget {budget_text(result.budget)}; "
+          f"objective {result.objective}")
     if source is not None:
         print(f"stage 1 kept top {result.stages['stage1_kept']} by the source model; Spearman(source, target) "
               f"on the whole grid = {result.stages['spearman_source_target']:.3f}")
@@ -251,12 +237,20 @@ def _print_report(cfg: Any, result: Any, notes: list[str], target_uri: str, targ
     if counts.get("n_outside", 0) and "outside" in result.scored:
         from carb.model.domain import reason_counts
 
-        print("  most frequent reasons: " + ", ".join(f"{r} ({n})" for r, n in reason_counts(result.scored["outside"])))
-    rule = "interval crosses" if getattr(target, "intervals_", None) else "within one test MAE of"
-    print(f"accept {counts['n_accept']}, borderline {counts['n_borderline']} ({rule} a budget line: profile "
-          f"these), unverified {counts['n_unverified']} (precision never measured), reject {counts['n_reject']}; "
-          f"Pareto front {counts['n_pareto']}")
+        reasons = [f"{r} ({n})" for r, n in reason_counts(result.scored["outside"])]
+        line = "  most frequent reasons: " + reasons[0]
+        for r in reasons[1:]:   # as many as fit one line
+            if len(line) + 2 + len(r) > TABLE_WIDTH:
+                break
+            line += ", " + r
+        print(line)
+    band = _coverage_words(result) if getattr(target, "intervals_", None) else "prediction +- one test MAE"
+    print(f"accept {counts['n_accept']}, borderline {counts['n_borderline']}, unverified {counts['n_unverified']}, "
+          f"reject {counts['n_reject']}; Pareto front {counts['n_pareto']} ({' x '.join(result.axes)})")
+    print(f"  ({band}: accept = all within, reject = one over, borderline = crosses; "
+          f"unverified = domain/unmeasured/inf)")
     _print_shortlist(result, screening.model_targets(target))
+    _print_profile_next(result)
 
 
 def _print_shortlist(result: Any, targets: list[str]) -> None:
@@ -269,8 +263,25 @@ def _print_shortlist(result: Any, targets: list[str]) -> None:
         print("no candidate meets the budget; closest candidates (worst relative overshoot):")
         print(format_table(closest, preds, ["worst_overshoot"]))
     else:
-        print(f"shortlist ({len(result.shortlist)}; Pareto front first, by predicted {result.objective}):")
-        print(format_table(result.shortlist, preds, ["decision", "pareto", "in_domain"]))
+        print(f"shortlist ({len(result.shortlist)}; front first, by {result.objective}; P = P(within budget); "
+              f"per batch, [lo, hi] = {_coverage_words(result)}):")
+        print(format_table(result.shortlist, preds, ["pareto"]))
+
+
+def _coverage_words(result: Any) -> str:
+    """``90 % interval`` (the coverage of the printed intervals), or ``no intervals``."""
+    c = result.stages.get("interval_coverage")
+    return f"{c:.0%} interval" if c else "interval"
+
+
+def _print_profile_next(result: Any) -> None:
+    """The "profile next" list: the borderline candidates most worth measuring (``screen.profile_next``)."""
+    nxt = result.profile
+    if nxt.empty:
+        return
+    print(f"profile next ({len(nxt)} borderline; score = P x best {result.objective} / own; "
+          f"profile_next.csv):")
+    print(format_table(nxt, [], ["profile_score", "decision_reason"]))
 
 
 def _write_files(cfg: Any, result: Any, prog: Progress) -> Path:
@@ -279,9 +290,12 @@ def _write_files(cfg: Any, result: Any, prog: Progress) -> Path:
     out_dir = hydra_run_dir() or Path(cfg.screen.output_dir) / time.strftime("%Y-%m-%d_%H-%M-%S")
     out_dir.mkdir(parents=True, exist_ok=True)
     prog.begin("writing the scored grid and pareto.png")
-    result.scored.to_parquet(out_dir / "scored.parquet", index=False)
-    result.scored.to_csv(out_dir / "scored.csv", index=False)
-    result.shortlist.to_csv(out_dir / "shortlist.csv", index=False)
+    targets = [t for t in ("latency_ms", "energy_J", "peak_memory_MB") if pred_name(t) in result.scored]
+    scored = file_frame(result.scored, targets)
+    scored.to_parquet(out_dir / "scored.parquet", index=False)
+    scored.to_csv(out_dir / "scored.csv", index=False)
+    file_frame(result.shortlist, targets).to_csv(out_dir / "shortlist.csv", index=False)
+    file_frame(result.profile, targets).to_csv(out_dir / "profile_next.csv", index=False)
     from carb.plots.screen import pareto_figure
 
     fig = pareto_figure(result)

@@ -40,7 +40,8 @@ def pareto_figure(result: Any):
     style = {"reject": dict(s=6, rasterized=True), "accept": dict(s=10),
              "borderline": dict(s=40, facecolors="none", edgecolors=COLOURS["borderline"]),
              "unverified": dict(s=40, marker="s", facecolors="none", edgecolors=COLOURS["unverified"])}
-    words = {"accept": "accept", "borderline": "borderline: profile", "unverified": "unverified: precision never measured",
+    words = {"accept": "accept", "borderline": "borderline: profile",
+             "unverified": "unverified: outside the domain or unmeasured",
              "reject": "reject"}
     for d in ("reject", "accept", "borderline", "unverified"):
         sub = df[df["decision"] == d]

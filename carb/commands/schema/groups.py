@@ -370,6 +370,7 @@ class Screen(Section):
     grid_file: Text | None
     grid_defaults: dict[str, Any] | None
     shortlist_size: Count
+    profile_next: Index
     outside: Literal["flag", "drop", "only"]
     interval_coverage: Coverage
     validate_: Text | None = Field(alias="validate")

@@ -1,0 +1,95 @@
+"""A fitted cascade with a predict that takes knobs: what :func:`carb.load_model` returns.
+
+The cascade's own ``predict`` (sklearn contract) needs the static and runtime feature columns it was
+fitted on. :class:`Predictor.predict` takes the configurations themselves (a DataFrame of knob columns,
+``ArchConfig`` objects or dicts), featurizes them, fills the runtime telemetry as screening does and returns,
+per row in one frame: the predictions with their calibrated intervals, the domain flags and, given a
+budget, the decision inputs and the decision exactly as ``carb-screen`` makes them.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from carb.analysis.decisions import add_probabilities, decide
+from carb.analysis.screening import check_budget, domain_filter, model_targets, score
+from carb.design.arch import KNOBS, ArchConfig
+from carb.design.features import grid_features
+from carb.model.domain import unseen_mask
+from carb.model.intervals import new_architecture_mask
+
+#: Columns of a knob frame that describe the configuration (the rest pass through to the output).
+CONFIG_COLUMNS = (*KNOBS, "num_classes")
+
+
+class Predictor:
+    """``cascade`` (a fitted CARB cascade) with :meth:`predict` on knobs. Every fitted attribute of the
+    cascade (``targets_``, ``intervals_``, ``domain_``, ``test_mae_``, ``device_name_``, ...) reads through;
+    ``cascade.predict(X)`` is the feature-level predict. ``uri``: where it was loaded from. The screening
+    functions take either (:func:`carb.analysis.screening.as_cascade`)."""
+
+    #: Read by :func:`carb.analysis.screening.as_cascade` (no import of this module there: no cycle).
+    WRAPS_CASCADE = True
+
+    def __init__(self, cascade: Any, uri: str = "") -> None:
+        self.cascade = cascade
+        self.uri = uri
+
+    def __getattr__(self, name: str) -> Any:
+        cascade = self.__dict__.get("cascade")
+        if cascade is None or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(cascade, name)
+
+    def __repr__(self) -> str:
+        return (f"Predictor({self.uri or 'cascade'}: device {getattr(self.cascade, 'device_name_', '?')}, "
+                f"targets {model_targets(self.cascade)})")
+
+    def predict(self, knobs: pd.DataFrame | Sequence[ArchConfig | Mapping[str, Any]],
+                budget: Mapping[str, float] | None = None, coverage: float | None = None,
+                features: bool = False) -> pd.DataFrame:
+        """Predict n configurations in one call.
+
+        ``knobs``: a DataFrame with knob columns (``block``, ``depth``, ``width_mult``, ``input_size``,
+        ``batch_size``, ``precision``, ``early_downsample``; optional ``stages``, ``inner_mult``; a knob
+        left out takes :class:`~carb.design.arch.ArchConfig`'s default; other columns, e.g. ``top1``, pass
+        through), or a list of ``ArchConfig`` / dicts of knobs. ``budget``: ``{target: limit}`` in the
+        target's unit per batch (``latency_ms``, ``energy_J``, ``peak_memory_MB``). ``coverage``: of the
+        intervals (default: the calibrated one, 0.9). ``features``: keep the feature columns too.
+
+        Returns n rows in input order: the knobs and ``config_id``; ``pred_<target>`` and, for a calibrated
+        model, ``lo_<target>`` / ``hi_<target>`` (target's unit, per batch); the domain flags ``in_domain``,
+        ``outside`` (why not), ``never_measured`` (precision), ``new_architecture``, ``unbounded`` (some
+        interval has no upper end at this coverage); with a budget also ``p_within_<target>``,
+        ``p_feasible``, ``margin_<target>``, ``feasible``, ``decision`` and ``decision_reason``
+        (:mod:`carb.analysis.decisions`). Bad knobs raise :class:`carb.errors.ConfigError`."""
+        frame = knobs if isinstance(knobs, pd.DataFrame) else None
+        if frame is None:
+            records = [k.to_dict() if isinstance(k, ArchConfig) else dict(k) for k in knobs]
+            frame = pd.DataFrame.from_records(records)
+        config_cols = [c for c in frame.columns if c in CONFIG_COLUMNS]
+        F = grid_features(frame[config_cols].reset_index(drop=True))
+        model = self.cascade
+        F, _, _ = domain_filter(model, F, "flag")
+        F["never_measured"] = unseen_mask(getattr(model, "domain_", None), F, "precision")
+        F["new_architecture"] = new_architecture_mask(model, F)
+        out = score(model, F, coverage=coverage)
+        targets = model_targets(model)
+        his = [f"hi_{t}" for t in targets if f"hi_{t}" in out]
+        out["unbounded"] = ~np.isfinite(out[his].to_numpy(dtype=float)).all(axis=1) if his else False
+        clean = check_budget(budget or {}, targets)
+        if clean:
+            out = decide(add_probabilities(model, out, clean), clean, getattr(model, "test_mae_", {}) or {})
+        if not features:
+            keep = ["config_id", *(c for c in CONFIG_COLUMNS if c in out)]
+            keep += [c for c in out.columns if c.startswith(("pred_", "lo_", "hi_", "p_within_", "margin_"))]
+            keep += [c for c in ("p_feasible", "feasible", "decision", "decision_reason", "in_domain", "outside",
+                                 "never_measured", "new_architecture", "unbounded") if c in out]
+            out = out[list(dict.fromkeys(keep))]
+        extra = frame.drop(columns=[c for c in frame.columns if c in config_cols or c in out])
+        out = pd.concat([out.reset_index(drop=True), extra.reset_index(drop=True)], axis=1)
+        out.index = frame.index
+        return out

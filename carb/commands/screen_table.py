@@ -1,0 +1,144 @@
+"""What ``carb-screen`` shows a person: the terminal table (at most 120 characters wide), the column
+order of its CSV files, the budget in units and the closing "next" block.
+
+Both the table and the files lead with the knobs, then the decision, the probability of meeting the
+budget, the predictions with their intervals and the rank; the files keep every other column after
+those. Runtime telemetry that screening fills in (predicted from the architecture, not measured) is
+written as ``pred_<feature>``.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from carb.data.schema import RUNTIME_FEATURES
+from carb.model.encoding import INTERACTION_FEATURES
+
+#: Widest terminal table, in characters.
+TABLE_WIDTH = 120
+#: Knob columns and their short terminal headers, in order.
+KNOB_HEADERS = {"block": "block", "depth": "depth", "width_mult": "width", "input_size": "input",
+                "batch_size": "batch", "precision": "prec", "early_downsample": "early_ds"}
+#: Knob columns of the files, in order (the terminal shows the first seven).
+FILE_KNOBS = (*KNOB_HEADERS, "stages", "inner_mult", "config_id")
+#: Per target: the words and unit of a budget line.
+TARGET_WORDS = {"latency_ms": ("latency", "ms"), "energy_J": ("energy", "J"), "peak_memory_MB": ("peak memory", "MB")}
+#: Terminal header of each target's prediction column (the report line above says they carry [lo, hi]).
+TARGET_HEADERS = {"latency_ms": "latency ms", "energy_J": "energy J", "peak_memory_MB": "memory MB"}
+#: Terminal header of a per-image objective.
+PER_IMAGE_HEADERS = {"energy_J_per_image": "J/image", "latency_ms_per_image": "ms/image"}
+#: Columns the terminal table leaves out when it is too wide (the files keep them); a last `reason` column is cut.
+DROP_FIRST = ("early_ds", "front", "in_domain")
+
+
+def budget_text(budget: Mapping[str, float]) -> str:
+    """``latency <= 10 ms, peak memory <= 1024 MB per batch``, or ``none``."""
+    parts = [f"{TARGET_WORDS.get(t, (t, ''))[0]} <= {v:g} {TARGET_WORDS.get(t, ('', ''))[1]}".rstrip()
+             for t, v in budget.items()]
+    return ", ".join(parts) + " per batch" if parts else "none"
+
+
+def num(v: Any, sig: int = 3) -> str:
+    """A number for the table: ``sig`` significant digits (``k`` for thousands where the whole number
+    would need more digits than ``sig + 1``, ``M`` for millions), ``inf``, ``-`` for a missing value."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return str(v)
+    if math.isnan(f):
+        return "-"
+    if math.isinf(f):
+        return "inf" if f > 0 else "-inf"
+    a = abs(f)
+    if a >= 1e6 or a >= 10 ** (sig + 1):
+        scale, unit = (1e6, "M") if a >= 1e6 else (1e3, "k")
+        return num(f / scale, sig) + unit
+    return f"{f:.0f}" if a >= 100 else f"{f:.{sig}g}"
+
+
+def _with_interval(df: pd.DataFrame, target: str) -> list[str]:
+    p = df[f"pred_{target}"]
+    if f"lo_{target}" not in df or f"hi_{target}" not in df:
+        return [num(v) for v in p]
+    return [f"{num(v)} [{num(lo, 2)},{num(hi, 2)}]" for v, lo, hi in zip(p, df[f"lo_{target}"], df[f"hi_{target}"])]
+
+
+def format_table(df: pd.DataFrame, preds: Sequence[str], extra: Sequence[str] = (),
+                 width: int = TABLE_WIDTH) -> str:
+    """Terminal table of candidates: the knobs, ``decision``, ``P`` (``p_feasible`` in %), each prediction in
+    ``preds`` (``pred_<target>`` columns) with its interval ``[lo, hi]`` where the frame has
+    ``lo_<target>``/``hi_<target>`` (headed ``latency ms``, ``energy J``, ``memory MB``), ``rank``, then the
+    ``extra`` columns present (``pareto`` shown as ``front``, ``decision_reason`` last as ``reason``, cut to
+    the width). Columns of :data:`DROP_FIRST` go when the table is wider than ``width``; the files keep
+    everything."""
+    show = pd.DataFrame(index=df.index)
+    for c, h in KNOB_HEADERS.items():
+        if c in df:
+            show[h] = df[c]
+    if "decision" in df:
+        show["decision"] = df["decision"]
+    if "p_feasible" in df:
+        show["P"] = [f"{v:.0%}" if np.isfinite(v) else "-" for v in df["p_feasible"].to_numpy(dtype=float)]
+    for c in preds:
+        t = c[len("pred_"):]
+        if t in PER_IMAGE_HEADERS:
+            show[PER_IMAGE_HEADERS[t]] = [num(v) for v in df[c]]
+        else:
+            show[TARGET_HEADERS.get(t, t)] = _with_interval(df, t)
+    if "rank" in df:
+        show["rank"] = [num(v) for v in df["rank"]]
+    names = {"pareto": "front", "decision_reason": "reason", "profile_score": "score"}
+    for c in extra:
+        if c in df and c not in ("decision", "p_feasible"):
+            v = df[c]
+            show[names.get(c, c)] = [num(x, 2) for x in v] if pd.api.types.is_float_dtype(v) else v
+    reason = show.pop("reason") if "reason" in show else None
+    text = show.to_string(index=False)
+    for col in DROP_FIRST:
+        if max(map(len, text.splitlines()), default=0) <= width:
+            break
+        if col in show:
+            show = show.drop(columns=col)
+            text = show.to_string(index=False)
+    if reason is not None:   # last, left-aligned, cut to the width
+        lines = text.splitlines()
+        text = "\n".join(f"{line} {r}"[:width] for line, r in zip(lines, ["reason", *map(str, reason)]))
+    return text
+
+
+def predicted_telemetry(columns: Sequence[str]) -> dict[str, str]:
+    """``{column: pred_<column>}`` for the runtime telemetry columns (and their products) that screening
+    fills in from the architecture rather than measures."""
+    return {c: f"pred_{c}" for c in (*RUNTIME_FEATURES, *INTERACTION_FEATURES) if c in columns}
+
+
+def file_frame(df: pd.DataFrame, targets: Sequence[str]) -> pd.DataFrame:
+    """``df`` as the CSV/parquet files hold it: knobs, ``decision``, ``p_feasible``, per target
+    ``pred_``/``lo_``/``hi_``/``p_within_``, the per-image objective, ``rank``, ``profile_rank``, the
+    flags and reasons, then every other column; predicted telemetry renamed ``pred_<feature>``."""
+    lead = [c for c in FILE_KNOBS if c in df]
+    lead += [c for c in ("decision", "p_feasible") if c in df]
+    for t in targets:
+        lead += [c for c in (f"pred_{t}", f"lo_{t}", f"hi_{t}", f"p_within_{t}") if c in df]
+    lead += [c for c in df.columns if c.endswith("_per_image") and c.startswith("pred_")]
+    lead += [c for c in ("rank", "profile_rank", "pareto", "feasible", "in_domain", "never_measured",
+                         "decision_reason", "outside") if c in df]
+    lead = list(dict.fromkeys(lead))
+    out = df[lead + [c for c in df.columns if c not in lead]]
+    return out.rename(columns=predicted_telemetry(out.columns))
+
+
+def next_steps(target_uri: str, tracking_uri: str) -> list[str]:
+    """The closing "next" block: set your own budget, calibrate to your machine, use the model from Python,
+    open the MLflow UI."""
+    return ["next:",
+            "  your budget   carb-screen screen.budget.latency_ms=<ms> screen.budget.energy_J=<J> "
+            "screen.budget.peak_memory_MB=<MB>",
+            "  your grid     carb-screen screen.grid_file=<csv of knobs>   (or space.batch_sizes=[1,8] ...)",
+            f"  your machine  carb-calibrate source={target_uri} measure=cpu k=12",
+            f"  Python        carb.load_model('{target_uri}').predict(knobs_frame, budget=...)",
+            f"  MLflow UI     mlflow ui --backend-store-uri {tracking_uri}   (or make ui)"]
