@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from carb.errors import CarbError
+from carb.files import unwritable  # noqa: F401 - re-exported: the run-folder check below uses it
 from carb.resources import CONF_DIR as _CONF_DIR
 
 #: The config tree (:data:`carb.resources.CONF_DIR`: ``conf/``, shipped inside the package as ``carb/conf``).
@@ -125,6 +126,7 @@ def hydra_command(command: str, config_name: str | None = None) -> Callable:
                 from carb.commands.checks import check_config
 
                 check_config(command, cfg)   # each job of a multirun too: a bad value stops before any work
+                check_stores(command, cfg)   # a damaged, unreachable or read-only store too
                 with warnings_once():
                     return run_fn(cfg)
             except CarbError as e:
@@ -144,6 +146,27 @@ def hydra_command(command: str, config_name: str | None = None) -> Callable:
 
         return entry
     return deco
+
+
+def check_stores(command: str, cfg: Any) -> None:
+    """Before any work: the tracking store (:func:`carb.tracking.check_store`) and an Optuna storage the
+    config names (``tune.storage``, ``model.tuned_from.storage``) must be reachable, undamaged and, where
+    the command writes, writable; else one-line :class:`~carb.errors.CarbError` (exit 2), in seconds."""
+    from carb import tracking
+    from carb.errors import ConfigError
+    from carb.files import sqlite_problem
+
+    uri = (cfg.get("tracking") or {}).get("uri")
+    if uri:
+        tracking.check_store(str(uri), command)
+    tuned = ((cfg.get("model") or {}).get("tuned_from") or {}) if command in ("train", "tune") else {}
+    for key, storage, writes in (("tune.storage", (cfg.get("tune") or {}).get("storage"), command == "tune"),
+                                 ("model.tuned_from.storage", tuned.get("storage"), False)):
+        if storage and str(storage).startswith("sqlite:///"):
+            why = sqlite_problem(str(storage)[len("sqlite:///"):], writes=writes)
+            if why:
+                raise ConfigError(f"{key}={storage}: the Optuna storage cannot be used: {why}; nothing was "
+                                  f"done (move a damaged file aside, or set {key}=<another sqlite:/// file>)")
 
 
 def composition_error_line(err: BaseException) -> str:
@@ -209,28 +232,6 @@ def precheck(command: str, config_name: str, argv: list[str]) -> None:
             GlobalHydra.instance().clear()
         except ImportError:
             pass
-
-
-def unwritable(path: Path) -> str | None:
-    """Why a folder cannot be created or written at ``path`` (its nearest existing ancestor is a file,
-    or not writable, e.g. a read-only file system), or None when it can."""
-    import os
-
-    p = Path(path).expanduser().absolute()
-    probe = p
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if not probe.is_dir():
-        return f"{probe} is a file, not a folder"
-    if not os.access(probe, os.W_OK | os.X_OK):
-        return f"{probe} is not writable"
-    import tempfile
-
-    try:   # what os.access cannot see (root on /proc, a read-only or full file system): try it
-        os.rmdir(tempfile.mkdtemp(prefix=".carb-probe-", dir=probe))
-    except OSError as e:
-        return f"{probe} refuses new folders ({e.strerror})"
-    return None
 
 
 def output_dir_problem(config_name: str, overrides: list[str], multirun: bool = False) -> str | None:

@@ -88,14 +88,19 @@ def run_promote(cfg: Any) -> dict[str, Any]:
     across = p.get("across_datasets", False)
     if not isinstance(across, bool):
         raise ConfigError(f"promote.across_datasets: must be true or false, got {across!r}")
+    if p.get("version") is not None:
+        return move_alias(name, versions, str(p.version), p.alias, p.previous_alias)
     calibrated = [v for v in versions if v["tags"].get("carb.kind") == "calibrate"]
     if calibrated:   # few-shot transfers have no validation split: their held-out numbers do not compare
         print(f"carb-promote: left out {len(calibrated)} calibrated version(s) of {name} "
-              f"({[v['version'] for v in calibrated]}: carb-calibrate sets their alias)")
+              f"({[v['version'] for v in calibrated]}: their held-out rows differ; promote.version=<N> "
+              f"chooses one)")
         versions = [v for v in versions if v not in calibrated]
         if not versions:
-            raise ModelError(f"promote.name: {name!r} has only calibrated versions; carb-calibrate alias=<name> "
-                             f"sets an alias on one")
+            raise ModelError(f"promote.name: {name!r} has only calibrated versions "
+                             f"({[v['version'] for v in calibrated]}), whose held-out rows differ, so no metric "
+                             f"compares them: choose one with promote.version=<N> (e.g. promote.version="
+                             f"{calibrated[-1]['version']}, the newest)")
     current = tracking.get_alias(name, p.alias)
     champion = next((v for v in versions if v["version"] == current), None)
     pool, skipped = comparable(versions, across, champion)
@@ -134,6 +139,26 @@ def run_promote(cfg: Any) -> dict[str, Any]:
           f"({metric}={value:.4g}, chosen among {len(pool)} compared versions, {p.direction})")
     return {"name": name, "champion": best["version"], "previous": current, "metric": metric,
             "value": value, "changed": True}
+
+
+def move_alias(name: str, versions: list[dict[str, Any]], version: str, alias: str,
+               previous_alias: str) -> dict[str, Any]:
+    """``promote.version``: point ``name@alias`` at ``version`` without comparing (the way onto a calibrated
+    version); the replaced version becomes ``previous_alias``. :class:`ModelError` when no such version."""
+    known = [v["version"] for v in versions]
+    if version not in known:
+        raise ModelError(f"promote.version: {name!r} has no version {version}; allowed: {known}")
+    current = tracking.get_alias(name, alias)
+    if current == version:
+        print(f"carb-promote: {name}@{alias} is already version {version}; nothing changed")
+        return {"name": name, "champion": version, "previous": tracking.get_alias(name, previous_alias),
+                "metric": None, "value": None, "changed": False}
+    if current is not None:
+        tracking.set_alias(name, previous_alias, current)
+    tracking.set_alias(name, alias, version)
+    print(f"carb-promote: {name}@{alias}: version {version} as asked (promote.version, not compared)"
+          + (f"; version {current} -> now {name}@{previous_alias}" if current is not None else ""))
+    return {"name": name, "champion": version, "previous": current, "metric": None, "value": None, "changed": True}
 
 
 main = hydra_command("promote")(run_promote)
