@@ -159,7 +159,7 @@ def test_sigterm_ends_the_run_killed_with_the_rows_so_far(tmp_path):
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 143, err[-2000:]
-    assert "terminated (SIGTERM); finished work is kept" in err
+    assert f"terminated (SIGTERM); finished work is in {out} (resume: the same carb-collect command" in err
     assert len(load_dataset(out)) == 1
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/m.db")
     exp = mlflow.get_experiment_by_name("carb-collect")

@@ -101,6 +101,26 @@ def terminate_as_interrupt() -> None:
         pass
 
 
+#: Where this run's finished work is and the command that resumes it (:func:`finished_work`).
+_FINISHED: dict[str, str] = {}
+
+
+def finished_work(where: Any, resume: str = "") -> None:
+    """Say where the finished work of the running command is (``where``: a file or folder) and the command
+    that resumes or logs it; an interrupt (Ctrl-C, SIGTERM) then names both instead of "finished work is
+    kept"."""
+    _FINISHED.update(where=str(where), resume=resume)
+
+
+def kept_line() -> str:
+    """``finished work is kept`` or, after :func:`finished_work`, ``finished work is in <where> (resume:
+    <command>)``."""
+    if not _FINISHED:
+        return "finished work is kept"
+    resume = _FINISHED.get("resume")
+    return f"finished work is in {_FINISHED['where']}" + (f" (resume: {resume})" if resume else "")
+
+
 def fail(command: str, err: BaseException) -> None:
     """Print ``carb-<command>: error: <one line>`` to stderr and exit 2."""
     msg = " ".join(str(err).split()) or type(err).__name__
@@ -133,7 +153,7 @@ def hydra_command(command: str, config_name: str | None = None) -> Callable:
                 fail(command, e)
             except KeyboardInterrupt as e:
                 how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
-                print(f"carb-{command}: {how}; finished work is kept", file=sys.stderr)
+                print(f"carb-{command}: {how}; {kept_line()}", file=sys.stderr)
                 sys.exit(143 if isinstance(e, Terminated) else 130)
 
         @functools.wraps(run_fn)
