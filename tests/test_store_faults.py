@@ -108,3 +108,80 @@ def test_a_read_only_store_refuses_a_writing_command_before_any_work(tmp_path, s
             p.chmod(m)
     line = _one_error_line(r, "promote")
     assert "read-only" in line and "carb-promote writes to it" in line
+
+
+def test_quickstart_checks_the_store_first(tmp_path):
+    db = tmp_path / "mlruns" / "mlflow.db"
+    db.parent.mkdir()
+    db.write_bytes(os.urandom(8192))
+    r = subprocess.run([str(BIN / "carb-quickstart"), f"tracking.uri=sqlite:///{db}", f"paths.output_dir={tmp_path}/o"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    line = _one_error_line(r, "quickstart")
+    assert "damaged" in line and not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_quickstart_is_one_line_and_exit_130(tmp_path):
+    """Ctrl-C while carb-quickstart trains: exit 130 and one line (it was a 42-line traceback). The signal
+    is sent once the command says it is training (SIGINT reset to its default in the child: a run started
+    in the background inherits it ignored)."""
+    import signal
+
+    p = subprocess.Popen([str(BIN / "carb-quickstart"), f"tracking.uri=sqlite:///{tmp_path}/mlruns/mlflow.db",
+                          f"paths.output_dir={tmp_path}/o"], cwd=tmp_path, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        for line in p.stdout:
+            if "training the fast preset" in line:
+                break
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 130, err[-2000:]
+    lines = [ln for ln in err.splitlines() if ln.startswith("carb-quickstart:") and "interrupted" in ln]
+    assert len(lines) == 1 and "Traceback" not in err, err[-2000:]
+
+
+def _fit_parts():
+    import pandas as pd
+
+    frame = pd.DataFrame({"x": [1.0, 2.0]})
+    return {"cascade": {"fitted": True}, "full": frame, "test": frame, "metrics": {}, "sizes": [2], "device": "d",
+            "data_path": "p", "preset": "fast", "run_name": "r", "reg_name": None, "tags": {}, "split": "s",
+            "config": {}, "sweep": {},
+            "extras": {"pred": pd.DataFrame({"pred_y": [1.0, 2.0]}), "importances": {}}}
+
+
+def test_a_full_disk_leaves_no_half_written_fit(tmp_path, monkeypatch):
+    """save_fit writes into a temporary folder renamed at the end: a write that fails (ENOSPC, injected:
+    a tmpfs of a chosen size needs root and mount) leaves neither a truncated cascade.pkl nor the folder."""
+    import errno
+
+    import pandas as pd
+
+    from carb.commands.train import save_fit, save_fit_or_warn
+
+    calls = []
+
+    def full_disk(self, path, *a, **k):
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, path, *a, **k)
+
+    real = pd.DataFrame.to_parquet
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", full_disk)
+    folder = tmp_path / "run" / "fit"
+    with pytest.raises(OSError):
+        save_fit(_fit_parts(), folder)
+    assert not folder.exists() and list((tmp_path / "run").iterdir()) == []
+    calls.clear()
+    assert save_fit_or_warn(_fit_parts(), folder) is None          # a warning; the caller logs to the store
+    calls.clear()
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", real)
+    assert save_fit(_fit_parts(), folder) == folder and (folder / "fit.json").exists()
+    assert (folder / "cascade.pkl").stat().st_size > 0

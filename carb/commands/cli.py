@@ -121,6 +121,13 @@ def kept_line() -> str:
     return f"finished work is in {_FINISHED['where']}" + (f" (resume: {resume})" if resume else "")
 
 
+def interrupted(command: str, e: KeyboardInterrupt) -> None:
+    """One line for Ctrl-C (exit 130) or SIGTERM (:class:`Terminated`, exit 143) naming the finished work."""
+    how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+    print(f"carb-{command}: {how}; {kept_line()}", file=sys.stderr)
+    sys.exit(143 if isinstance(e, Terminated) else 130)
+
+
 def fail(command: str, err: BaseException) -> None:
     """Print ``carb-<command>: error: <one line>`` to stderr and exit 2."""
     msg = " ".join(str(err).split()) or type(err).__name__
@@ -152,9 +159,7 @@ def hydra_command(command: str, config_name: str | None = None) -> Callable:
             except CarbError as e:
                 fail(command, e)
             except KeyboardInterrupt as e:
-                how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
-                print(f"carb-{command}: {how}; {kept_line()}", file=sys.stderr)
-                sys.exit(143 if isinstance(e, Terminated) else 130)
+                interrupted(command, e)
 
         @functools.wraps(run_fn)
         def entry() -> Any:
