@@ -50,6 +50,18 @@ def no_cuda(monkeypatch):
     return True
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _temporary_carb_home(tmp_path_factory):
+    """Every test (and every process it starts, which inherits the environment) uses a temporary
+    ``CARB_HOME``: the default MLflow store, Optuna storage and user probes are never the checkout's
+    ``mlruns/`` or the user's own. Session-wide, so module fixtures see it too; tests that need another
+    home set ``CARB_HOME`` themselves."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("CARB_HOME", str(tmp_path_factory.mktemp("carb-home")))
+    yield
+    mp.undo()
+
+
 @pytest.fixture(autouse=True)
 def _clean_mlflow_env(monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

@@ -46,7 +46,10 @@ APP = textwrap.dedent('''
             import warnings
             warnings.warn("careful now", UserWarning)
             return 0
-        if mode == "interrupt":
+        if mode in ("interrupt", "interrupt-kept"):
+            if mode == "interrupt-kept":
+                from carb.commands.cli import finished_work
+                finished_work("/some/fit", "carb-train log_only=/some/fit")
             Path(os.environ["CARB_TEST_READY"]).write_text("ready")
             time.sleep(60)
             print("slept through the interrupt")
@@ -143,10 +146,18 @@ def test_hydra_command_shows_warnings_as_one_line(app):
     assert "app.py" not in r.stderr and "UserWarning" not in r.stderr
 
 
-def test_ctrl_c_exits_130_and_says_finished_work_is_kept(app, tmp_path):
+@pytest.mark.parametrize("mode,line", [
+    ("interrupt", "carb-screen: interrupted; finished work is kept"),
+    ("interrupt-kept", "carb-screen: interrupted; finished work is in /some/fit (resume: carb-train log_only=/some/fit)"),
+])
+def test_ctrl_c_exits_130_and_says_finished_work_is_kept(app, tmp_path, mode, line):
     ready = tmp_path / "ready"
-    p = subprocess.Popen([sys.executable, str(app)], cwd=app.parent, env=_env("interrupt", CARB_TEST_READY=str(ready)),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # SIGINT back to its default in the child: a test run started in the background (`make test &`, nohup,
+    # CI runners) passes SIGINT on as ignored, and Python then never raises KeyboardInterrupt (the app
+    # slept through the signal: a 30 s timeout that did not happen when the test ran alone)
+    p = subprocess.Popen([sys.executable, str(app)], cwd=app.parent, env=_env(mode, CARB_TEST_READY=str(ready)),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         t0 = time.monotonic()
         while not ready.exists():
@@ -160,8 +171,17 @@ def test_ctrl_c_exits_130_and_says_finished_work_is_kept(app, tmp_path):
             p.kill()
             p.communicate()
     assert p.returncode == 130, err
-    assert _error_lines(err) == ["carb-screen: interrupted; finished work is kept"]
+    assert _error_lines(err) == [line]
     assert "Traceback" not in err and "slept through" not in out
+
+
+def test_tests_use_a_temporary_store():
+    """tests/conftest.py: the default store of every test is under a temporary CARB_HOME, not the checkout."""
+    from carb.resources import carb_home, default_tracking_uri
+
+    root = Path(cli.__file__).resolve().parents[2]
+    assert carb_home() != root and str(root / "mlruns") not in default_tracking_uri()
+    assert os.environ["CARB_HOME"] == str(carb_home())
 
 
 def test_a_real_command_with_a_bad_value_exits_2_with_one_line(tmp_path):

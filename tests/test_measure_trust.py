@@ -24,8 +24,9 @@ from carb.measure.fingerprint import cpu_fingerprint, device_id, fingerprint_dif
 
 DATA = Path(__file__).parent / "data" / "cpuinfo"
 CFG = ArchConfig("basic", 8, 0.25, 32, 2, "fp32", False, num_classes=10)
+# The contention guard is off in collections: it judges other processes' load (tested below with a fake probe).
 TINY = ["device=cpu", "measure=cpu", "measure.n_runs=2", "measure.n_warmup=1", "measure.min_window_s=0",
-        "measure.cooldown_s=0", "progress.enabled=false", "space=smoke", "space.batch_sizes=[1]", "space.blocks=[basic]"]
+        "measure.cooldown_s=0", "measure.guard.enabled=false", "progress.enabled=false", "space=smoke", "space.batch_sizes=[1]", "space.blocks=[basic]"]
 
 
 class ClockCounter:
@@ -105,14 +106,41 @@ def _busy_on(core: int) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", code])
 
 
+class FixedShare:
+    """A contention probe that reports a chosen ``(cpu_share, steal_share)`` whatever the machine does."""
+
+    def __init__(self, cpu_share: float, steal_share: float = 0.0) -> None:
+        self.shares = (cpu_share, steal_share)
+
+    def stop(self, wall_s: float) -> tuple[float, float]:  # noqa: ARG002
+        return self.shares
+
+
+@pytest.mark.parametrize("cpu,steal,flagged", [(0.95, 0.0, False), (0.5, 0.0, True), (0.95, 0.2, True)])
+def test_contention_guard_judges_the_shares_it_is_given(monkeypatch, cpu, steal, flagged):
+    """The guard's decision, on shares the test controls (the real probe reads the machine's load)."""
+    from carb.measure.cpu import CpuMeter
+
+    monkeypatch.setattr(CpuMeter, "contention_probe", lambda self: FixedShare(cpu, steal))
+    row = _measure(ClockCounter(10.0), n_runs=2, guard={"max_tries": 2})
+    assert row["cpu_share"] == pytest.approx(cpu)
+    if flagged:
+        assert row["status"] == "contended" and row["n_windows"] == 2 and "contention guard" in row["error"]
+    else:
+        assert "status" not in row and row["n_windows"] == 1
+    off = _measure(ClockCounter(10.0), n_runs=2, guard={"enabled": False})
+    assert "status" not in off and off["n_windows"] == 1
+
+
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity (Linux)")
 def test_contention_guard_flags_a_competing_process_on_the_same_core():
+    """A real competitor on our core: our share can only fall further when the machine is busy too, so
+    the assertions hold whatever else runs (an idle-machine check would not: tests run on shared VMs)."""
     core = sorted(os.sched_getaffinity(0))[0]
     before = os.sched_getaffinity(0)
     rapl = ClockCounter(10.0)
     os.sched_setaffinity(0, {core})
     try:
-        clean = _measure(rapl, n_runs=2, min_window_s=0.3, guard={"max_tries": 2})
         hog = _busy_on(core)
         try:
             time.sleep(0.3)
@@ -123,8 +151,6 @@ def test_contention_guard_flags_a_competing_process_on_the_same_core():
             hog.wait()
     finally:
         os.sched_setaffinity(0, before)
-    # clean: no competitor of ours (a busy shared machine may still cost the first window a retry)
-    assert clean["cpu_share"] > 0.9 and "status" not in clean and clean["n_windows"] <= 2
     assert busy["cpu_share"] < 0.75, busy["cpu_share"]
     assert busy["status"] == "contended" and busy["n_windows"] == 2
     assert "contention guard: cpu_share" in busy["error"]
@@ -149,7 +175,7 @@ def test_rows_carry_fingerprint_and_protocol(tmp_path, db):
     assert df["device_id"].nunique() == 1 and len(df["device_id"].iloc[0]) == 10
     assert df["device_id"].iloc[0] == r["device_id"] and (df["protocol_id"] == r["protocol_id"]).all()
     assert '"isa"' in df["device_fingerprint"].iloc[0]
-    assert df["cpu_share"].between(0.5, 1.5).all() and (df["n_windows"] >= 1).all()
+    assert df["cpu_share"].between(0, 1.5).all() and (df["n_windows"] >= 1).all()
 
 
 def test_resume_refuses_another_protocol(tmp_path, db):

@@ -535,3 +535,25 @@ def test_a_broken_user_probe_does_not_stop_training(monkeypatch, tmp_path, refer
         prior = LayerRooflinePrior(channel_block=16, cpu_dispatch=True, device_probe=True).fit(fp32, fp32["latency_ms"])
     assert prior.probe_ is None and "device_id" in prior.probe_reason_
     assert np.isfinite(prior.predict(reference[reference["precision"] == "fp16"])).all()
+
+
+def test_probe_keeps_its_timings_when_logging_fails(monkeypatch, tmp_path):
+    """Issue 33 item 2: a store fault after measuring is one line that names where the timings are; the
+    table is written first (atomically) and stays."""
+    from carb.commands import probe as probe_cmd
+    from carb.commands.cli import compose
+    from carb.errors import TrackingError
+
+    monkeypatch.setenv("CARB_HOME", str(tmp_path))
+
+    def broken(*a, **k):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(probe_cmd, "log_probe", broken)
+    cfg = compose("probe", ["n=4", "precisions=[fp32]", "repeats=1", "min_window_s=0.001", "max_MMAC=2",
+                            "progress.enabled=false"])
+    with pytest.raises(TrackingError) as e:
+        probe_cmd.run_probe_command(cfg)
+    files = list((tmp_path / "probes").glob("*.csv"))
+    assert len(files) == 1 and str(files[0]) in str(e.value) and "Read-only file system" in str(e.value)
+    assert "\n" not in str(e.value) and len(pd.read_csv(files[0])) >= 4

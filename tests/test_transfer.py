@@ -226,8 +226,46 @@ def test_promote_leaves_calibrated_versions_out(store):
 
     _calibrate(store, f"data.path={store['dir']}/b.parquet", "k=6")
     cfg = compose("promote", [f"tracking.uri={store['uri']}", "promote.name=carb-synthetic-gpu-b-bbbbbbbbbb"])
-    with pytest.raises(ModelError, match="has only calibrated versions"):
+    with pytest.raises(ModelError, match="has only calibrated versions.*promote.version="):
         run_promote(cfg)
+    # the documented way onto a calibrated version: promote.version (the replaced one becomes @previous)
+    over = [f"tracking.uri={store['uri']}", "promote.name=carb-synthetic-gpu-b-bbbbbbbbbb"]
+    newest = tracking_versions(store)[-1]
+    r = run_promote(compose("promote", [*over, f"promote.version={newest}"]))
+    assert r["changed"] and r["champion"] == newest
+    assert not run_promote(compose("promote", [*over, f"promote.version={newest}"]))["changed"]
+    with pytest.raises(ModelError, match="promote.version: .* has no version 999"):
+        run_promote(compose("promote", [*over, "promote.version=999"]))
+
+
+def tracking_versions(store) -> list[str]:
+    from carb import tracking
+
+    tracking.configure(store["uri"])
+    return [v["version"] for v in tracking.model_versions("carb-synthetic-gpu-b-bbbbbbbbbb")]
+
+
+def test_calibrate_a_latency_only_target(store):
+    """Issue 33 item 4: a target measuring latency alone (a timm CSV) calibrates latency and keeps the
+    source's prediction of the others (form ``source``), instead of failing on a missing target."""
+    b = pd.read_parquet(store["dir"] / "b.parquet")
+    b["peak_memory_MB"] = np.nan
+    b["device_name"], b["device_id"] = "Synthetic GPU C", "cccccccccc"
+    b.to_parquet(store["dir"] / "c.parquet", index=False)
+    res = _calibrate(store, f"data.path={store['dir']}/c.parquet", "k=8", "register=false")
+    forms = {t: i["form"] for t, i in res["transfer"].items()}
+    assert forms["peak_memory_MB"] == "source" and forms["latency_ms"] != "source", forms
+    assert set(res["table"]["target"]) == {"latency_ms"}
+    assert res["model"].predict(b.head(3))["pred_latency_ms"].notna().all()
+
+
+def test_calibrate_refuses_rows_of_the_source_device(store):
+    """Rows of the source's own device are no transfer: one line, nothing registered."""
+    from carb.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="same device") as e:
+        _calibrate(store, f"data.path={store['dir']}/a.parquet", "k=8")
+    assert "\n" not in str(e.value)
 
 
 CPU_NO_FP16 = json.dumps({"kind": "cpu", "isa": ["avx2", "avx512f", "avx512bw", "avx512vl", "avx512_bf16"]})

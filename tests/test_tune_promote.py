@@ -244,3 +244,15 @@ def test_promote_falls_back_to_latency_without_energy(registry):
     v2 = registry.add(val_latency_ms_mae=2.0)
     r = registry.promote()
     assert r["metric"] == "val_latency_ms_mae" and r["champion"] == v2 and registry.aliases() == (v2, None)
+
+
+def test_a_study_that_stopped_before_its_blend_is_named_as_such(tmp_path):
+    """Issue 33 item 7: not "no tuned study 'z0' (known: ['z0'])" but what is missing and how to finish."""
+    from carb.model.tuning import tuned_per_target
+
+    url = f"sqlite:///{tmp_path}/optuna.db"
+    optuna.create_study(study_name="z0.latency_ms.xgb", storage=url)
+    with pytest.raises(ModelError, match=r"study 'z0' .* has no finished blend .*run carb-tune tune.study=z0 again"):
+        tuned_per_target("z0", url)
+    with pytest.raises(ModelError, match=r"no tuned study 'z1' .*known: \['z0'\]"):
+        tuned_per_target("z1", url)

@@ -112,6 +112,7 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     if k > len(rows):
         raise ConfigError(f"k: must be between 1 and the {len(rows)} ok rows of {where}, got {k}")
     name = model_name(rows)
+    refuse_same_device(source, rows, source_uri, where, same_name=name == src_info.get("name"))
     kw = transfer_settings(cfg)
     prog.begin(f"fitting the transfer on {k} of {len(rows)} rows")
     tr, table = evaluate_transfer(source, rows, k, kw, targets=list(getattr(source, "targets_", [])))
@@ -127,7 +128,8 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     prog.finish("calibrated" + (f", registered {reg_name} version {version}" if version else ""))
     if version:
         print(f"carb-calibrate: registered {reg_name} version {version}"
-              + (f" as @{cfg.alias}" if alias_set else f" (alias {cfg.alias} left on its version: carb-promote decides)")
+              + (f" as @{cfg.alias}" if alias_set else f" (alias {cfg.alias} left on version {tracking.get_alias(reg_name, str(cfg.alias))}; "
+                                f"carb-promote promote.name={reg_name} promote.version={version} moves it)")
               + f"; MLflow run {run_id}")
     out_dir = hydra_run_dir()
     if out_dir is not None and len(table):
@@ -135,6 +137,20 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     return {"transfer": tr.transfer_, "table": table, "registered_name": reg_name, "version": version,
             "run_id": run_id, "source": source_uri, "k": k, "config_ids": list(tr.calibration_rows_),
             "model": tr, "alias_set": alias_set}
+
+
+def refuse_same_device(source: Any, rows: pd.DataFrame, source_uri: str, where: str, same_name: bool) -> None:
+    """One-line :class:`ConfigError` when the target rows are of the source model's own device (its
+    ``device_id_``, or ``same_name``: the rows' device model is the source's registered model): that is no
+    transfer (its "held-out" rows could be the source's training rows, and it would register a version of
+    the source model itself); refitting on a device's own data is carb-train's job."""
+    src_id = getattr(source, "device_id_", None)
+    ids = set(rows["device_id"].dropna().astype(str)) if "device_id" in rows else set()
+    if same_name or (src_id and ids == {str(src_id)}):
+        dev = f"device_id {src_id}" if src_id else f"device {rows['device_name'].iloc[0]}"
+        raise ConfigError(f"data.path: the rows of {where} are of {dev}, the same device as the source "
+                          f"model {source_uri}: carb-calibrate transfers a model to another device; to refit on "
+                          f"this device's rows use carb-train data.path={where}")
 
 
 def transfer_settings(cfg: Any) -> dict[str, Any]:

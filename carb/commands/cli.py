@@ -14,6 +14,7 @@ from typing import Any
 
 from carb.compute import limited, configure_from
 from carb.errors import CarbError
+from carb.files import unwritable  # noqa: F401 - re-exported: the run-folder check below uses it
 from carb.resources import CONF_DIR as _CONF_DIR
 
 #: The config tree (:data:`carb.resources.CONF_DIR`: ``conf/``, shipped inside the package as ``carb/conf``).
@@ -101,6 +102,33 @@ def terminate_as_interrupt() -> None:
         pass
 
 
+#: Where this run's finished work is and the command that resumes it (:func:`finished_work`).
+_FINISHED: dict[str, str] = {}
+
+
+def finished_work(where: Any, resume: str = "") -> None:
+    """Say where the finished work of the running command is (``where``: a file or folder) and the command
+    that resumes or logs it; an interrupt (Ctrl-C, SIGTERM) then names both instead of "finished work is
+    kept"."""
+    _FINISHED.update(where=str(where), resume=resume)
+
+
+def kept_line() -> str:
+    """``finished work is kept`` or, after :func:`finished_work`, ``finished work is in <where> (resume:
+    <command>)``."""
+    if not _FINISHED:
+        return "finished work is kept"
+    resume = _FINISHED.get("resume")
+    return f"finished work is in {_FINISHED['where']}" + (f" (resume: {resume})" if resume else "")
+
+
+def interrupted(command: str, e: KeyboardInterrupt) -> None:
+    """One line for Ctrl-C (exit 130) or SIGTERM (:class:`Terminated`, exit 143) naming the finished work."""
+    how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+    print(f"carb-{command}: {how}; {kept_line()}", file=sys.stderr)
+    sys.exit(143 if isinstance(e, Terminated) else 130)
+
+
 def fail(command: str, err: BaseException) -> None:
     """Print ``carb-<command>: error: <one line>`` to stderr and exit 2."""
     msg = " ".join(str(err).split()) or type(err).__name__
@@ -126,6 +154,7 @@ def hydra_command(command: str, config_name: str | None = None) -> Callable:
                 from carb.commands.checks import check_config
 
                 check_config(command, cfg)   # each job of a multirun too: a bad value stops before any work
+                check_stores(command, cfg)   # a damaged, unreachable or read-only store too
                 compute = cfg.get("compute")   # commands that fit or score models; measuring ones keep theirs
                 configure_from(compute)        # threads that fit the free cores (carb/compute.py)
                 with warnings_once(), (limited() if compute else contextlib.nullcontext()):
@@ -133,9 +162,7 @@ def hydra_command(command: str, config_name: str | None = None) -> Callable:
             except CarbError as e:
                 fail(command, e)
             except KeyboardInterrupt as e:
-                how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
-                print(f"carb-{command}: {how}; finished work is kept", file=sys.stderr)
-                sys.exit(143 if isinstance(e, Terminated) else 130)
+                interrupted(command, e)
 
         @functools.wraps(run_fn)
         def entry() -> Any:
@@ -147,6 +174,27 @@ def hydra_command(command: str, config_name: str | None = None) -> Callable:
 
         return entry
     return deco
+
+
+def check_stores(command: str, cfg: Any) -> None:
+    """Before any work: the tracking store (:func:`carb.tracking.check_store`) and an Optuna storage the
+    config names (``tune.storage``, ``model.tuned_from.storage``) must be reachable, undamaged and, where
+    the command writes, writable; else one-line :class:`~carb.errors.CarbError` (exit 2), in seconds."""
+    from carb import tracking
+    from carb.errors import ConfigError
+    from carb.files import sqlite_problem
+
+    uri = (cfg.get("tracking") or {}).get("uri")
+    if uri:
+        tracking.check_store(str(uri), command)
+    tuned = ((cfg.get("model") or {}).get("tuned_from") or {}) if command in ("train", "tune") else {}
+    for key, storage, writes in (("tune.storage", (cfg.get("tune") or {}).get("storage"), command == "tune"),
+                                 ("model.tuned_from.storage", tuned.get("storage"), False)):
+        if storage and str(storage).startswith("sqlite:///"):
+            why = sqlite_problem(str(storage)[len("sqlite:///"):], writes=writes)
+            if why:
+                raise ConfigError(f"{key}={storage}: the Optuna storage cannot be used: {why}; nothing was "
+                                  f"done (move a damaged file aside, or set {key}=<another sqlite:/// file>)")
 
 
 def composition_error_line(err: BaseException) -> str:
@@ -212,28 +260,6 @@ def precheck(command: str, config_name: str, argv: list[str]) -> None:
             GlobalHydra.instance().clear()
         except ImportError:
             pass
-
-
-def unwritable(path: Path) -> str | None:
-    """Why a folder cannot be created or written at ``path`` (its nearest existing ancestor is a file,
-    or not writable, e.g. a read-only file system), or None when it can."""
-    import os
-
-    p = Path(path).expanduser().absolute()
-    probe = p
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if not probe.is_dir():
-        return f"{probe} is a file, not a folder"
-    if not os.access(probe, os.W_OK | os.X_OK):
-        return f"{probe} is not writable"
-    import tempfile
-
-    try:   # what os.access cannot see (root on /proc, a read-only or full file system): try it
-        os.rmdir(tempfile.mkdtemp(prefix=".carb-probe-", dir=probe))
-    except OSError as e:
-        return f"{probe} refuses new folders ({e.strerror})"
-    return None
 
 
 def output_dir_problem(config_name: str, overrides: list[str], multirun: bool = False) -> str | None:

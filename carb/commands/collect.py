@@ -33,12 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from carb import tracking
-from carb.commands.cli import hydra_command, sweep_suffix, sweep_tags, to_dict
+from carb.commands.cli import finished_work, hydra_command, sweep_suffix, sweep_tags, to_dict
 from carb.data.io import DatasetAppender
 from carb.data.schema import device_slug
 from carb.design.arch import ArchConfig
 from carb.design.space import configs_from_cfg
 from carb.errors import ConfigError
+from carb.files import write_atomic
 from carb.measure.collector import (
     LoopStats,
     check_shard,
@@ -142,6 +143,7 @@ def run_collect(cfg: Any, configs: Sequence[ArchConfig] | None = None) -> dict[s
     out = resolve_out(c.get("out"), index, count)
     check_writable(out)
     existing = read_schema(out)  # schema check before the device is opened
+    finished_work(out, "the same carb-collect command: it measures only what is missing")
     shard = shard_configs(configs, int(c.get("seed", 0) or 0), index, count)
 
     with _get_meter(c.get("device") or {}, c.get("measure") or {}) as meter:
@@ -233,7 +235,8 @@ def import_run(c: Mapping[str, Any]) -> dict[str, Any]:
         print(f"carb-collect: appended {prov['runs'][-1]['rows_added']} new configurations of {n_run} "
               f"({prov['runs'][-1]['repeats']['n']} measured before keep their first row) to {out}")
     save_dataset(df, out)
-    prov_path.write_text(json.dumps(prov, indent=1, default=str))
+    text = json.dumps(prov, indent=1, default=str)
+    write_atomic(prov_path, lambda tmp: tmp.write_text(text))   # a full disk never leaves half a provenance
     tr = c.get("tracking") or {}
     name = device_slug(str(df["device_name"].iloc[0]))
     with tracking.start_run("collect", c.get("run_name") or sweep_suffix(f"collect/import-run/{name}/{prov.get('device_id')}"),

@@ -36,6 +36,7 @@ from carb.commands.gpu_import import run_gpu_import
 from carb.data.importers import IMPORTERS, import_table, input_files, unmapped_frame
 from carb.data.io import save_dataset, write_frame
 from carb.errors import ConfigError
+from carb.files import write_atomic
 
 #: Importers of a returned run folder (rows kept as the device measured them, not a table to aggregate),
 #: by ``importer.name``: each takes the composed config and returns its result dict.
@@ -121,7 +122,8 @@ def run_import(cfg: Any) -> dict[str, Any]:
     write_frame(unmapped_frame(unmapped), un_path)
     prov = provenance(params, df, unmapped, out)
     prov_path = out.with_name(out.stem + ".provenance.json")
-    prov_path.write_text(json.dumps(prov, indent=1, default=str))
+    text = json.dumps(prov, indent=1, default=str)
+    write_atomic(prov_path, lambda tmp: tmp.write_text(text))   # a full disk never leaves half a provenance
     name = str(params["name"])
     print(f"carb-import: {len(df)} rows ({prov['n_mapped_source_rows']} source rows, {prov['n_aggregated_keys']} "
           f"keys with repeated runs) on {len(prov['devices'])} device(s) from {name} into {out}; "

@@ -2,7 +2,9 @@
 
 The best version is chosen by a run metric and direction (default: lowest ``val_energy_J_mae``,
 falling back to ``val_latency_ms_mae`` when no version measured energy). The version it replaces stays
-reachable as ``previous``. Running it twice changes nothing the second time.
+reachable as ``previous``. Running it twice changes nothing the second time. Only versions evaluated on
+the champion's dataset and split compete; a newest version evaluated on other data is refused in one
+line naming both datasets (``promote.across_datasets=true`` compares it anyway).
 """
 from __future__ import annotations
 
@@ -33,14 +35,32 @@ def evaluation_key(v: dict[str, Any]) -> tuple[str, str]:
     return str(tags.get("dataset_digest", "?")), str(tags.get("split", "?"))
 
 
-def comparable(versions: list[dict[str, Any]], across: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """``(compared, skipped)``: versions evaluated on the same data and split as the newest version
-    (all of them with ``across``). Metrics of versions evaluated on other data do not compare."""
+def comparable(versions: list[dict[str, Any]], across: bool, anchor: dict[str, Any] | None = None
+               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(compared, skipped)``: versions evaluated on the same data and split as ``anchor`` (the champion;
+    without one, the newest version), all of them with ``across``. Metrics of versions evaluated on other
+    data do not compare."""
     if across or not versions:
         return list(versions), []
-    key = evaluation_key(max(versions, key=lambda v: int(v["version"])))
+    key = evaluation_key(anchor or max(versions, key=lambda v: int(v["version"])))
     same = [v for v in versions if evaluation_key(v) == key]
     return same, [v for v in versions if evaluation_key(v) != key]
+
+
+def describe_data(v: dict[str, Any]) -> str:
+    """``dataset <path> (digest <12 hex>, split <split>)`` a version was evaluated on."""
+    digest, split = evaluation_key(v)
+    return f"dataset {v['tags'].get('dataset', '?')} (digest {digest[:12]}, split {split})"
+
+
+def refuse_other_data(name: str, newest: dict[str, Any], champion: dict[str, Any]) -> None:
+    """Raise a one-line :class:`ModelError`: the newest version was evaluated on other data than the
+    champion, so its metrics cannot show that it is better (a 40-row experiment's MAE is not the full
+    dataset's)."""
+    raise ModelError(f"promote: version {newest['version']} of {name} was evaluated on {describe_data(newest)}, "
+                     f"the champion version {champion['version']} on {describe_data(champion)}: their metrics "
+                     f"do not compare, so the champion stays; train the new version on the champion's dataset, "
+                     f"or set promote.across_datasets=true to compare them anyway")
 
 
 def choose(versions: list[dict[str, Any]], metric: str, fallback: str | None, direction: str) -> tuple[dict, str]:
@@ -68,22 +88,31 @@ def run_promote(cfg: Any) -> dict[str, Any]:
     across = p.get("across_datasets", False)
     if not isinstance(across, bool):
         raise ConfigError(f"promote.across_datasets: must be true or false, got {across!r}")
+    if p.get("version") is not None:
+        return move_alias(name, versions, str(p.version), p.alias, p.previous_alias)
     calibrated = [v for v in versions if v["tags"].get("carb.kind") == "calibrate"]
     if calibrated:   # few-shot transfers have no validation split: their held-out numbers do not compare
         print(f"carb-promote: left out {len(calibrated)} calibrated version(s) of {name} "
-              f"({[v['version'] for v in calibrated]}: carb-calibrate sets their alias)")
+              f"({[v['version'] for v in calibrated]}: their held-out rows differ; promote.version=<N> "
+              f"chooses one)")
         versions = [v for v in versions if v not in calibrated]
         if not versions:
-            raise ModelError(f"promote.name: {name!r} has only calibrated versions; carb-calibrate alias=<name> "
-                             f"sets an alias on one")
-    pool, skipped = comparable(versions, across)
-    digest, split = evaluation_key(pool[-1])
+            raise ModelError(f"promote.name: {name!r} has only calibrated versions "
+                             f"({[v['version'] for v in calibrated]}), whose held-out rows differ, so no metric "
+                             f"compares them: choose one with promote.version=<N> (e.g. promote.version="
+                             f"{calibrated[-1]['version']}, the newest)")
+    current = tracking.get_alias(name, p.alias)
+    champion = next((v for v in versions if v["version"] == current), None)
+    pool, skipped = comparable(versions, across, champion)
+    newest = max(versions, key=lambda v: int(v["version"]))
+    if champion is not None and newest in skipped:
+        refuse_other_data(name, newest, champion)
+    digest, split = evaluation_key(champion or pool[-1])
     print(f"carb-promote: comparing {len(pool)} version(s) of {name} evaluated on dataset {digest[:12]} split "
           f"{split}" + (f"; skipped {len(skipped)} evaluated on other data (versions "
                         f"{[v['version'] for v in skipped]}; promote.across_datasets=true compares them anyway)"
                         if skipped else ""))
     best, metric = choose(pool, p.metric, p.get("fallback_metric"), p.direction)
-    current = tracking.get_alias(name, p.alias)
     value = best["metrics"][metric]
     tol = float(p.get("tie_tolerance", 0.0) or 0.0)
     cur = next((v for v in pool if v["version"] == current), None)
@@ -107,9 +136,29 @@ def run_promote(cfg: Any) -> dict[str, Any]:
     old_txt = (f"version {current} ({metric}={old['metrics'].get(metric, math.nan):.4g}) -> now "
                f"{name}@{p.previous_alias}" if old else "none")
     print(f"carb-promote: {name}@{p.alias}: {old_txt}; new champion version {best['version']} "
-          f"({metric}={value:.4g}, chosen among {len(versions)} versions, {p.direction})")
+          f"({metric}={value:.4g}, chosen among {len(pool)} compared versions, {p.direction})")
     return {"name": name, "champion": best["version"], "previous": current, "metric": metric,
             "value": value, "changed": True}
+
+
+def move_alias(name: str, versions: list[dict[str, Any]], version: str, alias: str,
+               previous_alias: str) -> dict[str, Any]:
+    """``promote.version``: point ``name@alias`` at ``version`` without comparing (the way onto a calibrated
+    version); the replaced version becomes ``previous_alias``. :class:`ModelError` when no such version."""
+    known = [v["version"] for v in versions]
+    if version not in known:
+        raise ModelError(f"promote.version: {name!r} has no version {version}; allowed: {known}")
+    current = tracking.get_alias(name, alias)
+    if current == version:
+        print(f"carb-promote: {name}@{alias} is already version {version}; nothing changed")
+        return {"name": name, "champion": version, "previous": tracking.get_alias(name, previous_alias),
+                "metric": None, "value": None, "changed": False}
+    if current is not None:
+        tracking.set_alias(name, previous_alias, current)
+    tracking.set_alias(name, alias, version)
+    print(f"carb-promote: {name}@{alias}: version {version} as asked (promote.version, not compared)"
+          + (f"; version {current} -> now {name}@{previous_alias}" if current is not None else ""))
+    return {"name": name, "champion": version, "previous": current, "metric": None, "value": None, "changed": True}
 
 
 main = hydra_command("promote")(run_promote)

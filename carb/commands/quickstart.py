@@ -74,7 +74,7 @@ def composed_first(name: str, common: list[str], screen_overrides: list[str],
     """Compose and check the train, promote and screen configs before anything runs: a typo is one
     line (:class:`ConfigError`), not a traceback after training."""
     from carb.commands.checks import check_config
-    from carb.commands.cli import composition_error_line
+    from carb.commands.cli import check_stores, composition_error_line
 
     try:
         cfgs = {"train": compose("train", ["model=carb_fast", f"data={data}", *common]),
@@ -90,6 +90,7 @@ def composed_first(name: str, common: list[str], screen_overrides: list[str],
         raise ConfigError(composition_error_line(e)) from None
     check_config("train", cfgs["train"])
     check_config("screen", cfgs["screen"])
+    check_stores("train", cfgs["train"])   # a damaged or read-only store: one line before any work
     if "calibrate" in cfgs:
         check_config("calibrate", cfgs["calibrate"])
     return cfgs
@@ -172,18 +173,21 @@ def help_text() -> str:
 
 
 def main() -> None:
-    from carb.commands.cli import concise_warnings, telemetry_off
+    from carb.commands.cli import concise_warnings, interrupted, telemetry_off, terminate_as_interrupt
 
     concise_warnings()
     telemetry_off()
     if any(a in ("--help", "-h") for a in sys.argv[1:]):
         print(help_text())
         return
+    terminate_as_interrupt()
     try:
         with limited():
             run_quickstart(sys.argv[1:])
     except CarbError as e:
         fail("quickstart", e)
+    except KeyboardInterrupt as e:   # Ctrl-C or SIGTERM: one line, exit 130 / 143
+        interrupted("quickstart", e)
 
 
 if __name__ == "__main__":

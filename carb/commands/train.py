@@ -91,7 +91,7 @@ def run_train(cfg: Any) -> dict[str, Any]:
            "preset": preset, "split": f"seed={seed},fractions={','.join(f'{f:g}' for f in fractions)}",
            "config": to_dict(cfg), "sweep": sweep_tags()}
     fit.update(fit_labels(cfg, fit, {**same_tags, **tune_tags}))
-    folder = save_fit(fit, fit_folder(cfg))
+    folder = save_fit_or_warn(fit, fit_folder(cfg))
     prog.begin("logging to MLflow" + (" and registering" if fit["reg_name"] else ""), LOG_WEIGHT)
     out = log_fit(fit, cfg, folder)
     prog.finish("fitted, evaluated and logged")
@@ -189,29 +189,56 @@ def fit_folder(cfg: Any) -> Path:
     return Path(str(cfg.paths.output_dir)) / "train" / f"fit-{stamp}"
 
 
+def save_fit_or_warn(fit: dict[str, Any], folder: Path) -> Path | None:
+    """:func:`save_fit`, naming the folder as this run's finished work; when the disk refuses (full,
+    read-only) a one-line warning and None: the fit is still logged to the store, which may have room."""
+    import sys
+
+    from carb.commands.cli import finished_work
+
+    try:
+        save_fit(fit, folder)
+    except OSError as e:
+        print(f"warning: could not save the fit in {folder} ({e.strerror or e}); logging it to the tracking "
+              f"store only", file=sys.stderr)
+        return None
+    finished_work(folder, f"carb-train log_only={folder}")
+    return folder
+
+
 def save_fit(fit: dict[str, Any], folder: Path) -> Path:
     """Save a finished fit locally (``cascade.pkl``, the frames as parquet, the rest as JSON) so a
-    tracking-store fault cannot throw it away; ``carb-train log_only=<folder>`` logs it later."""
+    tracking-store fault cannot throw it away; ``carb-train log_only=<folder>`` logs it later. The files
+    are written to a temporary sibling folder renamed to ``folder`` at the end: a full disk leaves no
+    half-written fit (the partial folder is removed and the ``OSError`` raised)."""
     import json
+    import os
     import pickle
+    import shutil
 
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "cascade.pkl", "wb") as f:
-        pickle.dump(fit["cascade"], f)
-    fit["full"].to_parquet(folder / "dataset.parquet", index=False)
-    ex = fit["extras"]
-    fit["test"].assign(**{c: ex["pred"][c].to_numpy() for c in ex["pred"].columns}).to_parquet(
-        folder / "test_predictions.parquet", index=False)
-    if ex.get("extrapolation") is not None:
-        ex["extrapolation"].to_parquet(folder / "extrapolation.parquet", index=False)
-    if ex.get("extrapolation_predictions"):
-        from carb.analysis.extrapolation import xval_frame
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = folder.with_name(f".{folder.name}.{os.getpid()}.partial")
+    try:
+        tmp.mkdir()
+        with open(tmp / "cascade.pkl", "wb") as f:
+            pickle.dump(fit["cascade"], f)
+        fit["full"].to_parquet(tmp / "dataset.parquet", index=False)
+        ex = fit["extras"]
+        fit["test"].assign(**{c: ex["pred"][c].to_numpy() for c in ex["pred"].columns}).to_parquet(
+            tmp / "test_predictions.parquet", index=False)
+        if ex.get("extrapolation") is not None:
+            ex["extrapolation"].to_parquet(tmp / "extrapolation.parquet", index=False)
+        if ex.get("extrapolation_predictions"):
+            from carb.analysis.extrapolation import xval_frame
 
-        xval_frame(ex["extrapolation_predictions"]).to_parquet(folder / "extrapolation_predictions.parquet", index=False)
-    info = {k: fit[k] for k in ("metrics", "sizes", "device", "data_path", "preset", "run_name", "reg_name", "tags",
-                                "split", "config", "sweep")}
-    info["importances"] = {t: [[n, v] for n, v in items] for t, items in ex["importances"].items()}
-    (folder / "fit.json").write_text(json.dumps(info, indent=1, default=str))
+            xval_frame(ex["extrapolation_predictions"]).to_parquet(tmp / "extrapolation_predictions.parquet", index=False)
+        info = {k: fit[k] for k in ("metrics", "sizes", "device", "data_path", "preset", "run_name", "reg_name",
+                                    "tags", "split", "config", "sweep")}
+        info["importances"] = {t: [[n, v] for n, v in items] for t, items in ex["importances"].items()}
+        (tmp / "fit.json").write_text(json.dumps(info, indent=1, default=str))
+        os.replace(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return folder
 
 
@@ -271,7 +298,7 @@ def interval_summary(entry: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def log_fit(fit: dict[str, Any], cfg: Any, folder: Path) -> dict[str, Any]:
+def log_fit(fit: dict[str, Any], cfg: Any, folder: Path | None) -> dict[str, Any]:
     """Log a fit to MLflow, register it, print the tables. A tracking fault is one line that says where
     the fit is saved and how to log it later."""
     from carb import tracking
@@ -285,7 +312,7 @@ def log_fit(fit: dict[str, Any], cfg: Any, folder: Path) -> dict[str, Any]:
             numbers, counts, flags = split_metrics(metrics)
             tracking.log_params({**lean_params(fit["config"]), **counts})
             digest = log_inputs(fit)
-            tracking.set_tags({"dataset_digest": digest, "split": fit["split"], "fit_folder": str(folder), **flags})
+            tracking.set_tags({"dataset_digest": digest, "split": fit["split"], "fit_folder": str(folder or "not saved"), **flags})
             if getattr(cascade, "intervals_", None):
                 tracking.log_dict({k: (interval_summary(v) if isinstance(v, dict) else v)
                                    for k, v in cascade.intervals_.items()}, "intervals.json")
@@ -313,9 +340,10 @@ def log_fit(fit: dict[str, Any], cfg: Any, folder: Path) -> dict[str, Any]:
         raise
     except Exception as e:  # noqa: BLE001 - a store fault must not lose the fit
         first = " ".join(str(e).split())[:300] or type(e).__name__
-        raise TrackingError(f"tracking.uri={cfg.tracking.uri}: logging failed ({type(e).__name__}: {first}); the "
-                            f"fitted model and its metrics are saved in {folder}: log them later with "
-                            f"carb-train log_only={folder}") from None
+        kept = (f"the fitted model and its metrics are saved in {folder}: log them later with carb-train "
+                f"log_only={folder}" if folder else "the fit could not be saved locally either (see the warning)")
+        raise TrackingError(f"tracking.uri={cfg.tracking.uri}: logging failed ({type(e).__name__}: {first}); "
+                            f"{kept}") from None
     table = results_table(metrics, cascade.targets_)
     if cfg.get("print_table", True):
         print_fit(fit, table, info, run_id)

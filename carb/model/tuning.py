@@ -237,6 +237,11 @@ def tuned_per_target(study: str, storage_url: str, targets=None, members=("xgb",
         per_target[t], prov[t] = entry, p
     if not per_target:
         known = sorted({n.split(".")[0] for n in names})
+        if study in known:
+            mine = sorted(n for n in names if n.split(".")[0] == study)
+            raise ModelError(f"tune.study: study {study!r} in {storage_url} has no finished blend "
+                             f"({study}.<target>.blend; it has {mine}): its tuning stopped early; run carb-tune "
+                             f"tune.study={study} again (finished trials are kept)")
         raise ModelError(f"tune.study: no tuned study {study!r} in {storage_url} (known: {known or 'none'}); "
                          f"run carb-tune tune.study={study} first")
     return per_target, prov

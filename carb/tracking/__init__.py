@@ -45,6 +45,7 @@ from carb.tracking.store import (
     EXPERIMENTS,
     artifact_root_for,
     check_server,
+    check_store,
     configure,
     configured_uri,
     git_commit,
@@ -54,7 +55,7 @@ from carb.tracking.sweeps import _SWEEP_PARENTS, sweep_parent
 
 __all__ = [
     "DESCRIPTIONS", "EXPERIMENTS", "RECORD_ONLY_KINDS", "active_run_id", "artifact_root_for", "check_server",
-    "configure", "configured_uri", "dataset_digest", "find_runs", "flatten", "get_alias", "git_commit",
+    "check_store", "configure", "configured_uri", "dataset_digest", "find_runs", "flatten", "get_alias", "git_commit",
     "load_cascade", "log_artifact", "log_cascade", "log_dataset", "log_dict", "log_figure", "log_metrics",
     "log_params", "log_text", "model_versions", "register_version", "registered_model_info", "registered_models",
     "resolve_version", "set_alias", "set_tags", "start_run", "store_read_only", "sweep_parent",

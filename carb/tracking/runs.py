@@ -9,12 +9,16 @@ from typing import Any
 
 from carb.errors import TrackingError
 from carb.tracking.log import unlogged
-from carb.tracking.store import EXPERIMENTS, configure, experiment_id, git_commit, mlflow_module, store_read_only
+from carb.tracking.store import (
+    EXPERIMENTS,
+    RECORD_ONLY_KINDS,
+    configure,
+    experiment_id,
+    git_commit,
+    mlflow_module,
+    store_read_only,
+)
 from carb.tracking.sweeps import sweep_parent
-
-#: Commands whose run only records what they did: on a read-only store they work without logging it.
-RECORD_ONLY_KINDS: frozenset[str] = frozenset({"screen"})
-
 
 @contextlib.contextmanager
 def start_run(kind: str, run_name: str, tracking_uri: str, tags: Mapping[str, Any] | None = None,

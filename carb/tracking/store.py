@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 from carb.errors import TrackingError
-from carb.files import locked
+from carb.files import locked, sqlite_problem
 
 #: Experiment names, one per kind of command, so runs of one kind sit side by side in the UI.
 EXPERIMENTS = {
@@ -172,6 +172,32 @@ def experiment_id(name: str) -> str:
         if exp is None:
             raise
         return exp.experiment_id
+
+
+#: Commands whose run only records what they did: on a read-only store they work without logging it.
+RECORD_ONLY_KINDS: frozenset[str] = frozenset({"screen"})
+
+
+def check_store(tracking_uri: str, command: str) -> None:
+    """Before a command does any work: one-line :class:`TrackingError` when its store cannot serve it: no
+    server answers (:func:`check_server`), or a SQLite store is damaged, cannot be created, or is read-only
+    while ``carb-<command>`` writes to it (all but :data:`RECORD_ONLY_KINDS`). Reads only; seconds."""
+    if tracking_uri.startswith(("http://", "https://")):
+        check_server(tracking_uri)
+        return
+    if not tracking_uri.startswith("sqlite:///"):
+        return
+    db = Path(tracking_uri[len("sqlite:///"):]).expanduser().absolute()
+    why = sqlite_problem(db, writes=command not in RECORD_ONLY_KINDS)
+    if why is None:
+        return
+    if "damaged" in why:
+        fix = f"move it aside (mv {db} {db}.damaged) and run again to start a new store, or restore a backup"
+    elif "does not exist" in why:
+        fix = "set CARB_HOME=<a writable folder> or tracking.uri=sqlite:///<a writable folder>/mlflow.db"
+    else:
+        fix = f"carb-{command} writes to it: use a writable store (tracking.uri=...) or a copy of this one"
+    raise TrackingError(f"tracking.uri={tracking_uri}: the store cannot be used: {why}; nothing was done: {fix}")
 
 
 def store_read_only(tracking_uri: str) -> bool:

@@ -246,6 +246,7 @@ class PromoteSettings(Section):
     direction: Literal["minimize", "maximize"]
     tie_tolerance: NonNegative
     across_datasets: bool
+    version: Count | None
     alias: Text
     previous_alias: Text
 
