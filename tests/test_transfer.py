@@ -392,3 +392,57 @@ def test_zero_shot_from_spec_records_scales_latency_by_the_weighted_spec_ratios(
     assert list(fit_weights(axes, axes @ truth)) == list(AXES)
     with pytest.raises(ConfigError, match="no bandwidth"):
         log_ratio(src, {k: v for k, v in dst.items() if k != "memory_bandwidth_GBps"}, "fp16", w)
+
+
+def test_calibrate_k0_needs_a_spec_and_a_gpu_source(store):
+    """k=0 without spec=, or from a source whose device has no spec record: one line each."""
+    with pytest.raises(ConfigError, match="k=0 needs spec="):
+        _calibrate(store, "k=0")
+    with pytest.raises(ConfigError, match="has no GPU spec record"):
+        _calibrate(store, "k=0", "spec=H100 SXM")
+    with pytest.raises(ConfigError, match="spec"):
+        _calibrate(store, "k=0", "spec=Imaginary GPU 9000")
+
+
+def test_calibrate_k0_registers_a_zero_shot_model_from_spec_sheets(store):
+    """A source trained on rows of an H200 (spec fingerprint) -> an H100 nobody measured: registered with
+    k=0, latency scaled by the configured spec ratio, a finite interval from the error band."""
+    from carb.commands.train import run_train
+    from carb.data.gpu_specs import fingerprint_id, fingerprint_json, gpu_spec, spec_fingerprint
+    from carb.data.io import save_dataset
+    from carb.model.spec_transfer import log_ratio
+    from carb import tracking
+
+    d = store["dir"]
+    fp = spec_fingerprint(gpu_spec("H200"))
+    a = synthetic_dataset(200, seed=6, device_name=fp["name"], energy=False)
+    a["device_fingerprint"], a["device_id"], a["device_kind"] = fingerprint_json(fp), fingerprint_id(fp), "cuda"
+    a["latency_ms"] *= 20.0   # synthetic rows are faster than a real H200's bandwidth allows (plausibility check)
+    save_dataset(a, d / "h200.parquet")
+    out = run_train(compose("train", [f"data.path={d}/h200.parquet", f"tracking.uri={store['uri']}",
+                                      f"paths.output_dir={d}/out", "print_table=false", "evaluate.figures=false",
+                                      "evaluate.lobo.enabled=false", "evaluate.extrapolation.enabled=false",
+                                      "progress.enabled=false", *TINY]))
+    src = f"models:/{out['registered_name']}/{out['version']}"
+    res = run_calibrate_k0(store, src, "spec=H100 SXM")
+    assert res["k"] == 0 and res["registered_name"].startswith("carb-") and res["version"]
+    zs = res["model"]
+    rows = a[a["status"] == "ok"].head(20)
+    ratio = zs.predict(rows)["pred_latency_ms"] / zs.source_.predict(rows)["pred_latency_ms"]
+    cfg = compose("calibrate", [])
+    w = {k: float(v) for k, v in cfg.zero_shot.weights.items()}
+    expect = [np.exp(log_ratio(gpu_spec("H200"), gpu_spec("H100 SXM"), str(p), w)) for p in rows["precision"]]
+    assert np.allclose(ratio, expect)
+    iv = interval(zs.intervals_, screening_predict(zs, rows))
+    assert np.isfinite(iv["hi_latency_ms"]).all()
+    tracking.configure(store["uri"])
+    v = [x for x in tracking.model_versions(res["registered_name"]) if str(x["version"]) == str(res["version"])]
+    assert v, res
+
+
+def run_calibrate_k0(store, source, *extra):
+    from carb.commands.calibrate import run_calibrate
+
+    return run_calibrate(compose("calibrate", [f"tracking.uri={store['uri']}", f"source={source}", "k=0",
+                                               f"paths.output_dir={store['dir']}/out", "progress.enabled=false",
+                                               *extra]))

@@ -2,6 +2,7 @@
 
     carb-calibrate data.path=data/my-device.parquet k=10       # K rows of a dataset; the rest test the result
     carb-calibrate measure=cpu k=12                             # measure K space-filling configurations now
+    carb-calibrate k=0 spec="H100 SXM" source=models:/<GPU model>@champion   # zero-shot from spec sheets
 
 The K rows are picked space-filling (:mod:`carb.design.select`) from the dataset or from ``space``; the
 transfer (:mod:`carb.model.transfer`) is fitted on them, its intervals re-calibrated on their leave-one-out
@@ -106,6 +107,10 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     prog.begin(f"loading {source_uri}")
     source = tracking.load_cascade(source_uri)
     src_info = tracking.resolve_version(source_uri)
+    if int(cfg.k) == 0:
+        from carb.commands.zero_shot import run_zero_shot
+
+        return run_zero_shot(cfg, source, {"uri": source_uri, **src_info}, prog)
     prog.begin("reading the target rows" if cfg.data.get("path") else "measuring the target rows")
     rows, where = target_rows(cfg) if cfg.data.get("path") else measure_rows(cfg)
     k = int(cfg.k) if cfg.data.get("path") else min(int(cfg.k), len(rows))

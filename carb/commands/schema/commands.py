@@ -158,6 +158,13 @@ class Transfer(Section):
     dispatch: bool = True
 
 
+class ZeroShot(Section):
+    """``zero_shot`` (``carb-calibrate k=0 spec=<GPU>``): the spec-ratio weights and the error band."""
+
+    weights: dict[Literal["compute", "bandwidth", "power"], float]
+    log_error_band: Annotated[list[float], Field(min_length=2, max_length=2)]
+
+
 class Calibrate(Command):
     """``conf/calibrate.yaml``."""
 
@@ -168,7 +175,9 @@ class Calibrate(Command):
     compute: Compute
     source: Text | None
     data: Data
-    k: Count
+    k: Index
+    spec: Text | None = None
+    zero_shot: ZeroShot | None = None
     out: Text
     transfer: Transfer
     coverage: Coverage
