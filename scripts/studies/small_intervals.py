@@ -63,7 +63,61 @@ def score(cal: dict[str, Any], model: Any, test: pd.DataFrame, targets: list[str
     return out
 
 
-def study(data: str, rows: int, seed: int, split: str, folds: int = 5) -> list[dict[str, Any]]:
+class LogTarget:
+    """One target of a cascade as a 1-D scikit-learn regressor of ``log(target)``, predicted as screening
+    predicts (for MAPIE, which conformalizes one 1-D target: absolute residuals of the logs are our log-ratios)."""
+
+    def __init__(self, cascade: Any = None, target: str = "latency_ms"):
+        self.cascade, self.target = cascade, target
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        return {"cascade": self.cascade, "target": self.target}
+
+    def set_params(self, **params: Any) -> LogTarget:
+        for k, v in params.items():
+            setattr(self, k, v)
+        return self
+
+    def fit(self, X: pd.DataFrame, y: np.ndarray) -> LogTarget:
+        import warnings
+
+        from sklearn.base import clone
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            self.model_ = clone(self.cascade).fit(X, pd.DataFrame({self.target: np.exp(np.asarray(y, float))}))
+        return self
+
+    def predict(self, X: pd.DataFrame) -> np.ndarray:
+        from carb.model.intervals import screening_predict
+
+        return np.log(screening_predict(self.model_, X)[f"pred_{self.target}"].to_numpy(float))
+
+
+def mapie_cv_plus(cascade: Any, rest: pd.DataFrame, test: pd.DataFrame, targets: list[str], folds: int,
+                  seed: int) -> dict[str, dict[str, Any]]:
+    """MAPIE's CV+ (``CrossConformalRegressor``, method ``plus``, absolute score on log(target), the same
+    seeded folds as :func:`carb.model.intervals.cross_calibrate`) per target, scored on ``test``."""
+    from mapie.regression import CrossConformalRegressor
+    from sklearn.model_selection import KFold
+
+    out = {}
+    for t in targets:
+        ok = rest[t].notna().to_numpy() & (rest[t].to_numpy(float) > 0)
+        r = rest[ok].reset_index(drop=True)
+        m = CrossConformalRegressor(LogTarget(cascade, t), confidence_level=0.9, method="plus",
+                                    cv=KFold(folds, shuffle=True, random_state=seed))
+        m.fit_conformalize(r, np.log(r[t].to_numpy(float)))
+        _, iv = m.predict_interval(test)
+        lo, hi = np.exp(iv[:, 0, 0]), np.exp(iv[:, 1, 0])
+        y = test[t].to_numpy(float)
+        f = np.isfinite(y)
+        out[t] = {"coverage": float(np.mean((lo[f] <= y[f]) & (y[f] <= hi[f]))), "hi_lo": float(np.median((hi / lo)[f])),
+                  "n": int(f.sum()), "unbounded": int((~np.isfinite(hi[f])).sum())}
+    return out
+
+
+def study(data: str, rows: int, seed: int, split: str, folds: int = 5, mapie: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """One subset, one split: the main fit, both calibrations, scored."""
     from sklearn.base import clone
 
@@ -86,14 +140,17 @@ def study(data: str, rows: int, seed: int, split: str, folds: int = 5) -> list[d
             "cross": cross_calibrate(lambda: clone(cascade), rest, rest[targets], 0.9, folds, seed)}
     arch = architecture_calibration(lambda: clone(cascade), train, train[targets], 0.9)
     out = []
+    meta = {"data": data.rsplit("/", 1)[-1], "rows": rows, "seed": seed, "split": split}
+    if mapie:
+        for t, r in mapie_cv_plus(cascade, rest, test, [t for t in targets if t in mapie], folds, seed).items():
+            out.append({**meta, "method": "mapie-cv+", "interval": "pooled", "target": t, "n_cal": len(rest), **r})
     for method, c in cals.items():
         for t, e in arch.items():
             if isinstance(c.get(t), dict):
                 c[t]["new_arch"] = e
         for kind in ("pooled", "product"):
             for t, r in score(c, cascade, test, targets, kind == "product").items():
-                out.append({"data": data.rsplit("/", 1)[-1], "rows": rows, "seed": seed, "split": split,
-                            "method": method, "interval": kind, "target": t, "n_cal": len(cal) if method == "split"
+                out.append({**meta, "method": method, "interval": kind, "target": t, "n_cal": len(cal) if method == "split"
                             else len(rest), **r})
     return out
 
@@ -105,12 +162,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--splits", nargs="+", default=["random", "leave-arch"])
     ap.add_argument("--out", default=None, help="write the rows as JSON lines here too")
+    ap.add_argument("--mapie", nargs="*", default=(), help="targets to score MAPIE's CV+ on too, same folds "
+                    "(pip install mapie; 5 refits per target)")
     a = ap.parse_args(argv)
     rows = []
     for n in a.rows:
         for s in a.seeds:
             for sp in a.splits:
-                got = study(a.data, n, s, sp)
+                got = study(a.data, n, s, sp, mapie=tuple(a.mapie))
                 rows += got
                 if a.out:
                     with open(a.out, "a") as f:
