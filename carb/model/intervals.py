@@ -200,20 +200,25 @@ def architecture_calibration(make_model: Any, X: pd.DataFrame, y: pd.DataFrame, 
     return {t: {**_pooled_entry(t, ps, coverage), "folds": k, "architectures": n_groups} for t, ps in parts.items()}
 
 
-def cross_calibrate(make_model: Any, X: pd.DataFrame, y: pd.DataFrame | None = None, coverage: float = 0.9, folds: int = 5,
-                    seed: int = 0, progress: Any = None, note: Any = None) -> dict[str, Any]:
+def cross_calibrate(make_model: Any, X: pd.DataFrame, y: pd.DataFrame | None = None, coverage: float = 0.9,
+                    folds: int = 5, seed: int = 0, progress: Any = None, note: Any = None) -> dict[str, Any]:
     """Cross-conformal calibration for data too small for a calibration split: ``make_model()`` (an
     unfitted copy of the model) is fitted on ``folds`` seeded random folds of **all** rows ``X`` (n rows,
-    measured targets ``y``, default the target columns of ``X``), each held-out row predicted as screening predicts it, and the n out-of-fold
-    log-ratios make one entry per target as :func:`calibrate` makes them (per regime too), so the same
-    :func:`interval` serves them with the model fitted on all rows.
+    measured targets ``y``, default the target columns of ``X``), each held-out row is predicted as
+    screening predicts it, and the n out-of-fold log-ratios make one entry per target as
+    :func:`calibrate` makes them (per regime too), so the same :func:`interval` serves them around the
+    fitted model's own prediction (the K-fold form of CV+, without keeping the K models for serving).
 
-    Each log-ratio comes from a model fitted on ``(folds - 1) / folds`` of the rows, so it errs at least
-    as much as the full model does: the bounds lean wide, never narrow (the K-fold form of CV+ and
-    jackknife+, with the quantiles of the out-of-fold residuals put around the full model's prediction).
-    90 % needs 19 finite log-ratios; a target with fewer keeps infinite bounds, which :func:`interval`
-    flags. Returns :func:`calibrate`'s form with ``"method"``, ``"folds"`` and ``"rows"``; ``progress``
-    and ``note`` as in :func:`architecture_calibration`."""
+    The out-of-fold models saw about as many rows as the final one, so their errors stand in for its
+    errors; nothing guarantees coverage beyond that. On 100-200-row subsets of the shipped data
+    (``python -m scripts.studies.small_intervals``, random and leave-architectures-out test rows) the
+    90 % in-domain intervals covered 0.81-0.98 of the test rows (mean over seeds) at median hi/lo
+    1.2-1.4 (memory), 1.6-2.5 (latency) and 2.1-2.7 (energy); on the 150-row latency cells MAPIE's CV+
+    on the same folds, which keeps the K models, covered 0.87-0.96 where this covered 0.84-0.95, at
+    widths within 4 %. 90 % needs 19 finite
+    log-ratios; a target with fewer keeps infinite bounds, which :func:`interval` flags. Returns
+    :func:`calibrate`'s form with ``"method"``, ``"folds"`` and ``"rows"``; ``progress`` and ``note`` as
+    in :func:`architecture_calibration`."""
     from sklearn.model_selection import KFold
 
     if not 0 < coverage < 1:
@@ -449,7 +454,8 @@ def _unbounded_reasons(cal: Mapping[str, Any], coverage: float | None, unbounded
         reasons[unbounded] = f"calibrated on {int(cal.get('n', len(cal.get('log_ratios') or [])))} log-ratios; {need}"
     elif outside is not None:
         reasons[unbounded & np.asarray(outside, dtype=bool)] = (
-            f"outside the training domain: the extrapolation calibration holds too few log-ratios per direction; {need}")
+            "outside the training domain: the extrapolation calibration holds too few log-ratios per "
+            f"direction; {need}")
     reasons[unbounded & (reasons == "")] = f"too few calibration log-ratios; {need}"
     return reasons
 

@@ -7,9 +7,11 @@ hi/lo on the test rows; ``pooled`` is the in-domain interval alone, ``product`` 
 Two splits: ``random`` (15 % of the rows at random are the test rows) and ``leave-arch`` (the rows of
 20 % of the architectures, never seen by the model, are). The rest is cut as ``carb-train`` cuts it:
 15/85 validation, 10/85 calibration, the remainder training. Run alone (it refits the cascade 11 times
-per row of the table):
+per row of the table, 5 more per ``--mapie`` target):
 
     python -m scripts.studies.small_intervals --data carb/data/cpu-reference.parquet --rows 100 200 --seeds 0 1
+    python -m scripts.studies.small_intervals --data carb/data/h200-reference.parquet --rows 150 \
+        --seeds 0 1 2 3 4 --mapie latency_ms        # with MAPIE's CV+ beside (pip install mapie)
 """
 from __future__ import annotations
 
@@ -112,13 +114,15 @@ def mapie_cv_plus(cascade: Any, rest: pd.DataFrame, test: pd.DataFrame, targets:
         lo, hi = np.exp(iv[:, 0, 0]), np.exp(iv[:, 1, 0])
         y = test[t].to_numpy(float)
         f = np.isfinite(y)
-        out[t] = {"coverage": float(np.mean((lo[f] <= y[f]) & (y[f] <= hi[f]))), "hi_lo": float(np.median((hi / lo)[f])),
-                  "n": int(f.sum()), "unbounded": int((~np.isfinite(hi[f])).sum())}
+        out[t] = {"coverage": float(np.mean((lo[f] <= y[f]) & (y[f] <= hi[f]))),
+                  "hi_lo": float(np.median((hi / lo)[f])), "n": int(f.sum()),
+                  "unbounded": int((~np.isfinite(hi[f])).sum())}
     return out
 
 
-def study(data: str, rows: int, seed: int, split: str, folds: int = 5, mapie: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-    """One subset, one split: the main fit, both calibrations, scored."""
+def study(data: str, rows: int, seed: int, split: str, folds: int = 5,
+          mapie: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """One subset, one split: the main fit, both calibrations (and MAPIE's CV+ for the ``mapie`` targets), scored."""
     from sklearn.base import clone
 
     from carb.commands.cli import compose, to_dict
@@ -150,8 +154,8 @@ def study(data: str, rows: int, seed: int, split: str, folds: int = 5, mapie: tu
                 c[t]["new_arch"] = e
         for kind in ("pooled", "product"):
             for t, r in score(c, cascade, test, targets, kind == "product").items():
-                out.append({**meta, "method": method, "interval": kind, "target": t, "n_cal": len(cal) if method == "split"
-                            else len(rest), **r})
+                n_cal = len(cal) if method == "split" else len(rest)
+                out.append({**meta, "method": method, "interval": kind, "target": t, "n_cal": n_cal, **r})
     return out
 
 
