@@ -127,3 +127,30 @@ def test_results_table():
     assert lines[0].split()[:3] == ["target", "CARB", "R2"] and len(lines) == 2
     assert lines[1].startswith("latency_ms") and "0.9123" in lines[1] and "0.5000" in lines[1]
     assert lines[1].rstrip().endswith("-")  # NaN LOBO shown as '-'
+
+
+def test_refits_without_rows_are_skipped_with_one_line_each():
+    """Small data: a leave-out split whose refit finds too few rows, and a batch cut with too few rows on
+    one side, each give one line and no metrics; nothing raises."""
+    from carb.analysis.assess import lobo_or_skip
+    from carb.analysis.extrapolation import Split, evaluate_splits
+
+    from sklearn.base import BaseEstimator
+
+    class TooSmall(BaseEstimator):
+        def fit(self, X, y):
+            raise DatasetError(f"too few rows to fit the cascade: {len(X)} rows, need at least 99")
+
+    df = linear_dataset(40)
+    lines: list[str] = []
+    big = df["batch_size"].to_numpy() > 16
+    table = evaluate_splits(TooSmall, df, [Split("batch", ~big, big, "train batch <= 16")], ["latency_ms"],
+                            note=lines.append)
+    assert len(table) == 0 and lines == ["extrapolation split batch skipped: too few rows to fit the cascade: "
+                                         "25 rows, need at least 99"]
+    lines.clear()
+    assert lobo_or_skip(TooSmall(), df, ["latency_ms"], 8, lines.append) == {}
+    assert lobo_or_skip(TooSmall(), df, ["latency_ms"], 4, lines.append) == {}
+    assert lines == ["leave-one-batch-tier-out skipped: too few rows to fit the cascade: 20 rows, need at least 99",
+                     "leave-one-batch-tier-out skipped: 25 rows with batch > 4 and 15 at or below, need at least "
+                     "20 on each side"]

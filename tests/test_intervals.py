@@ -354,3 +354,71 @@ def test_new_architectures_get_intervals_calibrated_on_held_out_architectures():
     seen_pred = screening_predict(model, cal_rows)
     same = interval(with_arch, seen_pred, new_arch=new_architecture_mask(model, cal_rows))
     assert np.allclose(same["hi_latency_ms"], interval(cal, seen_pred)["hi_latency_ms"])
+
+
+class FittableNoisyTruth(NoisyTruthModel):
+    """:class:`NoisyTruthModel` with the fit a refit calls; ``fail_below`` rows raise as a small fit does."""
+
+    fail_below = 0
+
+    def fit(self, X, y):
+        from carb.errors import DatasetError
+
+        if len(X) < self.fail_below:
+            raise DatasetError(f"too few rows to fit the cascade: {len(X)} rows, need at least {self.fail_below}")
+        return self
+
+
+def test_cross_conformal_bounds_small_data_that_split_conformal_cannot():
+    """30 rows: a 10 % calibration share (3 rows) gives [0, inf], flagged with the reason; out-of-fold
+    log-ratios of all 30 rows give finite bounds near the noise's, covering fresh rows near nominal."""
+    from carb.model.intervals import cross_calibrate
+
+    model, data = FittableNoisyTruth(), rows(30, 5)
+    split = calibrate(model, data.iloc[:3], coverage=0.9)
+    pred = model.predict(with_telemetry(rows(4, 6), model.telemetry_medians_))
+    iv = interval(split, pred)
+    assert (iv["hi_latency_ms"] == np.inf).all() and iv["interval_unbounded_latency_ms"].all()
+    assert iv["interval_reason_latency_ms"].iloc[0] == "calibrated on 3 log-ratios; a 90 % interval needs at least 19"
+    cross = cross_calibrate(FittableNoisyTruth, data, data[["latency_ms"]], 0.9, folds=5)
+    assert cross["latency_ms"]["n"] == 30 and cross["folds"] == 5 and "cross-conformal" in cross["method"]
+    lo, hi = cross["latency_ms"]["lower"], cross["latency_ms"]["upper"]
+    assert -3 * SIGMA < lo < 0 < hi < 3 * SIGMA
+    iv = interval(cross, pred)
+    assert not iv["interval_unbounded_latency_ms"].any() and (iv["interval_reason_latency_ms"] == "").all()
+    covs = [coverage_report(cross_calibrate(FittableNoisyTruth, rows(30, s), None, 0.9), model, rows(2000, 50 + s))
+            ["latency_ms"]["coverage"] for s in range(8)]
+    assert 0.8 <= float(np.mean(covs)) <= 0.97, covs
+
+
+def test_folds_that_cannot_be_refitted_are_skipped_with_one_line_each():
+    from carb.model.intervals import architecture_calibration, cross_calibrate
+
+    class Strict(FittableNoisyTruth):
+        fail_below = 25
+
+    lines: list[str] = []
+    data = rows(30, 7)
+    cross = cross_calibrate(Strict, data, data[["latency_ms"]], 0.9, folds=3, note=lines.append)
+    assert len(lines) == 3 and all("skipped: too few rows to fit the cascade: 20 rows" in s for s in lines)
+    assert "latency_ms" not in cross
+    lines.clear()
+    cross_calibrate(FittableNoisyTruth, data.iloc[:12], data[["latency_ms"]].iloc[:12], 0.9, folds=4, note=lines.append)
+    assert lines == [f"cross-conformal intervals: fold {i}/4 skipped: 9 training rows, need at least 10"
+                     for i in range(1, 5)]
+    lines.clear()
+    assert architecture_calibration(FittableNoisyTruth, data.assign(block="basic", depth=18, width_mult=1.0),
+                                    data[["latency_ms"]], note=lines.append) == {}
+    assert lines == ["new-architecture intervals skipped: 1 architecture(s), need at least 3"]
+
+
+def test_an_outside_row_without_a_finite_extrapolation_bound_is_flagged():
+    cal = {"coverage": 0.9, "latency_ms": {"lower": -0.1, "upper": 0.1, "n": 50, "coverage": 0.9,
+                                           "log_ratios": list(np.linspace(-0.1, 0.1, 50)),
+                                           "outside": {"n": 5, "coverage": 0.9, "lower": -np.inf, "upper": np.inf,
+                                                       "log_ratios": [0.0, 0.1, 0.2, 0.3, 0.4]}}}
+    pred = pd.DataFrame({"pred_latency_ms": [1.0, 2.0]})
+    iv = interval(cal, pred, outside=np.array([False, True]))
+    assert list(iv["interval_unbounded_latency_ms"]) == [False, True]
+    assert iv["interval_reason_latency_ms"][1].startswith("outside the training domain")
+    assert np.isfinite(iv["hi_latency_ms"][0]) and iv["hi_latency_ms"][1] == np.inf

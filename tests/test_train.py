@@ -257,6 +257,27 @@ def test_too_few_rows_one_line_error(env):
     assert "\n" not in str(e.value)
 
 
+def test_thirty_rows_train_with_cross_conformal_intervals_and_skip_lines(env, capsys):
+    """30 rows: the main fit works, each evaluation refit without rows for it says so in one line, nothing
+    fails after the fit, and the 3-row calibration part gives way to cross-conformal intervals, finite."""
+    from carb.commands.train import load_fit, run_train
+
+    small = env["dir"] / "thirty.parquet"
+    save_dataset(synthetic_dataset(30, seed=3, device_name="Synthetic GPU"), small)
+    r = run_train(compose("train", [f"data.path={small}", f"tracking.uri={env['uri']}",
+                                    f"paths.output_dir={env['dir']}/out", *TINY, "evaluate.sanity.enabled=false",
+                                    "evaluate.figures=false", "evaluate.cross_conformal.folds=3",
+                                    "evaluate.architecture_intervals.folds=2", "register=false"]))
+    out = capsys.readouterr().out
+    for line in ("intervals are cross-conformal, 3-fold", "leave-one-batch-tier-out skipped:",
+                 "extrapolation splits skipped:"):
+        assert sum(line in s for s in out.splitlines()) == 1, (line, out)
+    cascade = load_fit(Path(r["fit_folder"]))["cascade"]
+    assert cascade.intervals_["method"].startswith("cross-conformal") and cascade.intervals_["rows"] == 25
+    for t in TARGETS:
+        assert np.isfinite(cascade.intervals_[t]["upper"]) and np.isfinite(r["metrics"][f"interval_test_{t}_width"])
+
+
 def test_dataset_without_any_target_one_line_error(env):
     from carb.commands.train import run_train
 

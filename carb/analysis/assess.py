@@ -27,11 +27,13 @@ from carb.model.baselines import FlopsLinear, LatencyEnergyProxy
 
 def evaluate_cascade(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.DataFrame,
                  full: pd.DataFrame, ev: dict[str, Any],
-                 progress: Callable[[str], None] | None = None) -> tuple[dict[str, float], dict[str, Any]]:
+                 progress: Callable[[str], None] | None = None,
+                 note: Callable[[str], None] | None = None) -> tuple[dict[str, float], dict[str, Any]]:
     """Every metric of a fitted cascade (test, regimes, budget, baselines, residual correlation,
     leave-one-batch-tier-out). Returns (metrics, extras with predictions and importances).
     ``progress``: called with a label as each refit (leave-one-batch-tier-out, each extrapolation split
-    unless ``ev.extrapolation.progress`` is false) starts."""
+    unless ``ev.extrapolation.progress`` is false) starts. ``note``: called with one line per refit
+    skipped because the data has too few rows for it (small data: nothing after the main fit fails)."""
     targets = list(cascade.targets_)
     pred = cascade.predict(test)
     metrics: dict[str, float] = {}
@@ -68,7 +70,7 @@ def evaluate_cascade(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.D
         t0 = time.perf_counter()
         if progress is not None:
             progress(f"leave-one-batch-tier-out refit (train bs > {int(lobo_cfg.get('max_batch', 8))})")
-        lobo, _ = leave_one_batch_tier_out(cascade, full, targets, int(lobo_cfg.get("max_batch", 8)))
+        lobo = lobo_or_skip(cascade, full, targets, int(lobo_cfg.get("max_batch", 8)), note)
         metrics.update(lobo)
         if lobo:
             metrics["lobo_fit_s"] = time.perf_counter() - t0
@@ -87,11 +89,14 @@ def evaluate_cascade(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.D
 
         t0 = time.perf_counter()
         splits = default_splits(full, float(xcfg.get("train_share", 0.7)), int(xcfg.get("min_rows", 20)))
+        if not splits and note is not None:
+            note(f"extrapolation splits skipped: no knob or precision leaves {int(xcfg.get('min_rows', 20))} rows "
+                 f"(evaluate.extrapolation.min_rows) on each side of a cut in {len(full)} rows")
         say = progress if xcfg.get("progress", True) else None
         cover = float(cascade.intervals_["coverage"]) if getattr(cascade, "intervals_", None) else None
         preds: dict = {}
         xval = evaluate_splits(lambda: clone(cascade), full, splits, targets, progress=say, interval_coverage=cover,
-                               predictions=preds)
+                               predictions=preds, note=note)
         metrics.update(split_metrics(xval))
         xval_preds = xval_predictions(preds)
         metrics.update(concentration_metrics(xval, preds))
@@ -113,7 +118,7 @@ def evaluate_cascade(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.D
         t0 = time.perf_counter()
         arch = architecture_calibration(lambda: clone(cascade), train, train[targets],
                                         float(cascade.intervals_["coverage"]), int(acfg.get("folds", 5)),
-                                        progress=progress)
+                                        progress=progress, note=note)
         for t, entry in arch.items():
             if isinstance(cascade.intervals_.get(t), dict):
                 cascade.intervals_[t]["new_arch"] = entry
@@ -134,3 +139,24 @@ def evaluate_cascade(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.D
     return metrics, {"pred": pred, "importances": imps, "b1": b1, "b2": b2,
                      "budget": {"target": btarget, "value": bvalue}, "extrapolation": xval,
                      "extrapolation_predictions": xval_preds}
+
+
+def lobo_or_skip(cascade, full: pd.DataFrame, targets: list[str], max_batch: int,
+                 note: Callable[[str], None] | None, min_rows: int = 20) -> dict[str, float]:
+    """:func:`carb.analysis.evaluate.leave_one_batch_tier_out` metrics, or ``{}`` with one line to
+    ``note`` when either side of the batch cut has fewer than ``min_rows`` rows or the refit finds too
+    little data (:class:`carb.errors.DatasetError`)."""
+    from carb.errors import DatasetError
+
+    above = int((full["batch_size"].to_numpy() > max_batch).sum())
+    if min(above, len(full) - above) < min_rows:
+        if note is not None:
+            note(f"leave-one-batch-tier-out skipped: {above} rows with batch > {max_batch} and "
+                 f"{len(full) - above} at or below, need at least {min_rows} on each side")
+        return {}
+    try:
+        return leave_one_batch_tier_out(cascade, full, targets, max_batch, min_rows)[0]
+    except DatasetError as e:
+        if note is not None:
+            note(f"leave-one-batch-tier-out skipped: {e}")
+        return {}

@@ -105,7 +105,8 @@ def default_splits(df: pd.DataFrame, train_share: float = 0.7, min_rows: int = 2
 def evaluate_splits(make_model: Callable[[], Any], df: pd.DataFrame, splits: Sequence[Split],
                     targets: Sequence[str] = TARGETS, progress: Callable[[str], None] | None = None,
                     interval_coverage: float | None = None, cal_share: float = 0.15, seed: int = 0,
-                    predictions: dict[str, pd.DataFrame] | None = None) -> pd.DataFrame:
+                    predictions: dict[str, pd.DataFrame] | None = None,
+                    note: Callable[[str], None] | None = None) -> pd.DataFrame:
     """Fit ``make_model()`` and B1 on each split's train rows; score both on its test rows, a CARB
     cascade as screening predicts (:func:`carb.model.intervals.screening_predict`: runtime telemetry
     predicted from the architecture, not the test rows' measured telemetry).
@@ -124,7 +125,9 @@ def evaluate_splits(make_model: Callable[[], Any], df: pd.DataFrame, splits: Seq
     :func:`pool_group_splits`). ``table.attrs["outside_log_ratios"]``: ``{target: {split: [log(measured /
     predicted)]}}`` of every non-precision split's test rows, screening-mode predictions, and
     ``table.attrs["outside_precisions"]`` their precisions, aligned (feed both to
-    :func:`carb.model.intervals.outside_calibration`)."""
+    :func:`carb.model.intervals.outside_calibration`). ``note``: called with one line per split skipped
+    (no target with 10 measured training rows and 2 test rows, or a fit that finds too little data)."""
+    from carb.errors import DatasetError
     from carb.model.baselines import FlopsLinear
     from carb.model.intervals import screening_predict
 
@@ -138,13 +141,21 @@ def evaluate_splits(make_model: Callable[[], Any], df: pd.DataFrame, splits: Seq
             tr, cal = tr[~pick].reset_index(drop=True), tr[pick].reset_index(drop=True)
         ts = [t for t in targets if t in df.columns and tr[t].notna().sum() >= 10 and te[t].notna().sum() >= 2]
         if not ts:
+            if note is not None:
+                note(f"extrapolation split {sp.name} skipped: no target has 10 measured training rows "
+                     f"and 2 test rows ({len(tr)} training, {len(te)} test rows)")
             continue
         if progress is not None:
             progress(f"extrapolation split {i + 1}/{len(splits)}: {sp.name} ({sp.description})")
         t0 = time.perf_counter()
-        with warnings.catch_warnings():  # the main fit already said what it drops
-            warnings.simplefilter("ignore", UserWarning)
-            model = make_model().fit(tr, tr[ts])
+        try:
+            with warnings.catch_warnings():  # the main fit already said what it drops
+                warnings.simplefilter("ignore", UserWarning)
+                model = make_model().fit(tr, tr[ts])
+        except DatasetError as e:
+            if note is not None:
+                note(f"extrapolation split {sp.name} skipped: {e}")
+            continue
         fit_s = time.perf_counter() - t0
         # scored as screening scores a configuration nobody ran: its runtime telemetry is not measured either
         pred = screening_predict(model, te) if hasattr(model, "telemetry_medians_") else model.predict(te)

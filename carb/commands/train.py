@@ -74,16 +74,17 @@ def run_train(cfg: Any) -> dict[str, Any]:
     targets = [t for t in TARGETS if t in full.columns]
     ev = to_dict(cfg.evaluate)
     measured = [t for t in targets if train[t].notna().any()]
-    prog = Progress.from_cfg("carb-train", train_plan(ev, full, len(measured)), cfg, throttle=False)
+    prog = Progress.from_cfg("carb-train", train_plan(ev, full, len(measured), len(cal)), cfg, throttle=False)
     cascade.fit(train, train[targets], val, val[targets], progress=prog.hook(1.0, "fit stage "))
     # the cascade's own warnings say which targets and feature columns it dropped (once: cli.warnings_once)
     same_tags = feature_identity(cascade, train)
     cascade.record_test_mae(test, test[targets])
     cascade.split_seed_, cascade.split_fractions_ = seed, list(fractions)
-    t_cal = calibrate_intervals(cascade, cal, targets, float(ev.get("interval_coverage", 0.9)))
+    t_cal = calibrate_intervals(cascade, (train, val, cal), targets, ev, progress=prog.hook(float(len(measured))),
+                                seed=seed)
     t_eval = time.perf_counter()
     metrics, extras = evaluate_cascade(cascade, train, val, test, full, ev,
-                                       progress=prog.hook(float(len(cascade.targets_))))
+                                       progress=prog.hook(float(len(cascade.targets_))), note=say)
     metrics.update({"calibrate_s": t_cal, "evaluate_s": time.perf_counter() - t_eval})
 
     fit = {"cascade": cascade, "metrics": metrics, "extras": extras, "full": full, "test": test,
@@ -120,16 +121,41 @@ def apply_tuned(model_cfg: dict[str, Any]) -> dict[str, str]:
             "tuned_trials": json.dumps(prov)}
 
 
-def calibrate_intervals(cascade: Any, cal: Any, targets: list[str], coverage: float) -> float:
-    """Calibrate the cascade's prediction intervals (``intervals_``) on the calibration rows ``cal`` at
-    ``coverage``; without such rows say that the model gets none. Returns the seconds it took."""
+def say(line: str) -> None:
+    """One line of the run's report (an evaluation step skipped, how intervals were calibrated)."""
+    print(f"carb-train: {line}")
+
+
+def calibrate_intervals(cascade: Any, parts: tuple[Any, Any, Any], targets: list[str], ev: dict[str, Any],
+                        progress: Any = None, seed: int = 0) -> float:
+    """Calibrate the cascade's prediction intervals (``intervals_``) at ``evaluate.interval_coverage``
+    on the calibration rows of ``parts`` (``(train, val, cal)`` frames). When the calibration part has
+    fewer than ``evaluate.cross_conformal.min_cal_rows`` rows, the intervals are cross-conformal instead
+    (:func:`carb.model.intervals.cross_calibrate` on every train, validation and calibration row), and a
+    line says so; without a calibration part the model gets none. Returns the seconds it took."""
     t0 = time.perf_counter()
-    if len(cal):
+    train, val, cal = parts
+    coverage = float(ev.get("interval_coverage", 0.9))
+    cc = ev.get("cross_conformal") or {}
+    if not len(cal):
+        say("split.fractions has no calibration part; the model gets no prediction intervals")
+    elif len(cal) >= int(cc.get("min_cal_rows", 40)):
         from carb.model.intervals import calibrate
 
         cascade.intervals_ = calibrate(cascade, cal, cal[targets], coverage=coverage)
     else:
-        print("carb-train: split.fractions has no calibration part; the model gets no prediction intervals")
+        import pandas as pd
+        from sklearn.base import clone
+
+        from carb.model.intervals import cross_calibrate
+
+        rows = pd.concat([train, val, cal], ignore_index=True)
+        folds = int(cc.get("folds", 5))
+        say(f"the calibration part has {len(cal)} rows (< evaluate.cross_conformal.min_cal_rows="
+            f"{int(cc.get('min_cal_rows', 40))}): intervals are cross-conformal, {folds}-fold out-of-fold "
+            f"log-ratios of the {len(rows)} train, validation and calibration rows")
+        cascade.intervals_ = cross_calibrate(lambda: clone(cascade), rows, rows[targets], coverage, folds, seed,
+                                             progress=progress, note=say)
     return time.perf_counter() - t0
 
 
@@ -147,10 +173,10 @@ def fit_labels(cfg: Any, fit: dict[str, Any], extra_tags: dict[str, str]) -> dic
     return {"run_name": run_name, "reg_name": reg_name, "tags": tags}
 
 
-def train_plan(ev: dict[str, Any], full: Any, n_targets: int) -> float:
+def train_plan(ev: dict[str, Any], full: Any, n_targets: int, n_cal: int = 0) -> float:
     """Planned weight of a ``carb-train`` run for :class:`~carb.commands.progress.Progress`: one unit per
-    cascade stage, ``n_targets`` per refit (leave-one-batch-tier-out, each extrapolation split), and
-    :data:`LOG_WEIGHT` for logging."""
+    cascade stage, ``n_targets`` per refit (leave-one-batch-tier-out, each extrapolation split, the
+    cross-conformal folds when the ``n_cal`` calibration rows are too few), and :data:`LOG_WEIGHT` for logging."""
     refits = int(bool((ev.get("lobo") or {}).get("enabled", True)))
     xcfg = ev.get("extrapolation") or {}
     if xcfg.get("enabled", True):
@@ -160,6 +186,9 @@ def train_plan(ev: dict[str, Any], full: Any, n_targets: int) -> float:
     acfg = ev.get("architecture_intervals") or {}
     if acfg.get("enabled", True) and float(ev.get("interval_coverage", 0.9) or 0) > 0:
         refits += int(acfg.get("folds", 5))
+    cc = ev.get("cross_conformal") or {}
+    if 0 < n_cal < int(cc.get("min_cal_rows", 40)):
+        refits += int(cc.get("folds", 5))
     return n_targets * (1 + refits) + LOG_WEIGHT
 
 

@@ -18,6 +18,10 @@ from carb.model.encoding import INTERACTION_INPUTS, add_interactions
 
 Frames = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]
 
+#: Fewest rows a fit without validation rows takes (its internal validation split needs them); the
+#: evaluation refits of ``carb-train`` skip a fold or split with fewer training rows.
+MIN_FIT_ROWS = 10
+
 
 def targets_frame(y) -> pd.DataFrame:
     """``y`` (DataFrame or Series of target columns among :data:`TARGETS`) as a float DataFrame
@@ -59,8 +63,8 @@ def internal_split(X: pd.DataFrame, y: pd.DataFrame, val_fraction: float, random
     """``(X_train, y_train, X_val, y_val)``: a ``val_fraction`` validation share, stratified by
     :func:`carb.data.tiers.strata_key` where every stratum allows it (small ones pooled), else random."""
     n = len(X)
-    if n < 10:
-        raise DatasetError(f"too few rows to fit the cascade: {n} rows, need at least 10")
+    if n < MIN_FIT_ROWS:
+        raise DatasetError(f"too few rows to fit the cascade: {n} rows, need at least {MIN_FIT_ROWS}")
     strat = None
     if "batch_size" in X.columns and "depth" in X.columns:
         key = pd.Series(strata_key(X))

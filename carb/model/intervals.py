@@ -20,6 +20,13 @@ for device-bound ones, so one pooled interval is too narrow for the first and 2-
 :func:`interval_groups` labels rows, :func:`calibrate` keeps each group's log-ratios when every group has
 enough rows for the coverage, and :func:`interval` takes a row's group's bounds (latency and energy only).
 
+Small data (:func:`cross_calibrate`): a calibration split of a few rows cannot bound a 90 % interval
+(19 are needed; ``carb-train``'s 10 % share of 150 rows is 15). Then every row other than the test rows
+calibrates: K-fold refits predict each row out of fold, and those log-ratios stand in for the
+calibration split's (cross-conformal, the K-fold form of CV+). :func:`interval` flags a row whose
+interval stays unbounded (``interval_unbounded_<target>``, with the reason) instead of returning
+``[0, inf]`` silently.
+
 Outside the training domain the calibration rows say nothing (they are all inside it), and errors
 grow. A target's calibration may therefore carry an ``"outside"`` entry: log-ratios of rows predicted
 where the model had to extrapolate (the test rows of ``carb-train``'s leave-out splits, each predicted
@@ -164,7 +171,7 @@ def _entry(target: str, measured: np.ndarray, pred: np.ndarray, groups: np.ndarr
 
 
 def architecture_calibration(make_model: Any, X: pd.DataFrame, y: pd.DataFrame, coverage: float = 0.9,
-                             folds: int = 5, progress: Any = None) -> dict[str, Any]:
+                             folds: int = 5, progress: Any = None, note: Any = None) -> dict[str, Any]:
     """Per target, the calibration entry of a configuration whose **architecture** the model never saw.
 
     The calibration split shares its architectures with the training rows (it is a random share of the
@@ -176,7 +183,8 @@ def architecture_calibration(make_model: Any, X: pd.DataFrame, y: pd.DataFrame, 
     (:func:`carb.model.domain.architecture_keys`, ``GroupKFold``), each held-out row is predicted as
     screening predicts, and the log-ratios make one entry per target as :func:`calibrate` makes them
     (per regime too). :func:`interval` gives it, in union, to in-domain rows of an unseen architecture.
-    Returns ``{}`` with fewer than 3 architectures. ``progress``: called with a line per fold."""
+    Returns ``{}`` with fewer than 3 architectures. ``progress``: called with a line per fold; ``note``:
+    called with one line per fold skipped (too few rows to refit) or when nothing can be calibrated."""
     from sklearn.model_selection import GroupKFold
 
     from carb.model.domain import architecture_keys
@@ -184,27 +192,97 @@ def architecture_calibration(make_model: Any, X: pd.DataFrame, y: pd.DataFrame, 
     keys = np.asarray(architecture_keys(X))
     n_groups = len(set(keys))
     if n_groups < 3:
+        _say(note, f"new-architecture intervals skipped: {n_groups} architecture(s), need at least 3")
         return {}
     k = int(min(folds, n_groups))
-    parts: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]] = {}
-    for i, (tr, te) in enumerate(GroupKFold(k).split(X, groups=keys)):
+    parts = _fold_log_ratios(make_model, X, y, list(GroupKFold(k).split(X, groups=keys)),
+                             "new-architecture intervals", progress, note)
+    return {t: {**_pooled_entry(t, ps, coverage), "folds": k, "architectures": n_groups} for t, ps in parts.items()}
+
+
+def cross_calibrate(make_model: Any, X: pd.DataFrame, y: pd.DataFrame | None = None, coverage: float = 0.9,
+                    folds: int = 5, seed: int = 0, progress: Any = None, note: Any = None) -> dict[str, Any]:
+    """Cross-conformal calibration for data too small for a calibration split: ``make_model()`` (an
+    unfitted copy of the model) is fitted on ``folds`` seeded random folds of **all** rows ``X`` (n rows,
+    measured targets ``y``, default the target columns of ``X``), each held-out row is predicted as
+    screening predicts it, and the n out-of-fold log-ratios make one entry per target as
+    :func:`calibrate` makes them (per regime too), so the same :func:`interval` serves them around the
+    fitted model's own prediction (the K-fold form of CV+, without keeping the K models for serving).
+
+    The out-of-fold models saw about as many rows as the final one, so their errors stand in for its
+    errors; nothing guarantees coverage beyond that. On 100-200-row subsets of the shipped data
+    (``python -m scripts.studies.small_intervals``, random and leave-architectures-out test rows) the
+    90 % in-domain intervals covered 0.81-0.98 of the test rows (mean over seeds) at median hi/lo
+    1.2-1.4 (memory), 1.6-2.5 (latency) and 2.1-2.7 (energy); on the 150-row latency cells MAPIE's CV+
+    on the same folds, which keeps the K models, covered 0.87-0.96 where this covered 0.84-0.95, at
+    widths within 4 %. 90 % needs 19 finite
+    log-ratios; a target with fewer keeps infinite bounds, which :func:`interval` flags. Returns
+    :func:`calibrate`'s form with ``"method"``, ``"folds"`` and ``"rows"``; ``progress`` and ``note`` as
+    in :func:`architecture_calibration`."""
+    from sklearn.model_selection import KFold
+
+    if not 0 < coverage < 1:
+        raise ConfigError(f"interval coverage: must be in (0, 1), got {coverage!r}")
+    y = X[[t for t in TARGETS if t in X.columns]] if y is None else y
+    k = int(min(folds, len(X)))
+    out: dict[str, Any] = {"coverage": float(coverage), "folds": k, "rows": int(len(X)),
+                           "method": f"cross-conformal log-ratio ({k}-fold out-of-fold, {len(X)} rows)"}
+    if k < 2:
+        return out
+    splits = list(KFold(k, shuffle=True, random_state=seed).split(X))
+    for t, ps in _fold_log_ratios(make_model, X, y, splits, "cross-conformal intervals", progress, note).items():
+        out[t] = _pooled_entry(t, ps, coverage)
+    return out
+
+
+def _say(note: Any, line: str) -> None:
+    """Hand ``line`` to ``note`` when there is one (the command prints it)."""
+    if note is not None:
+        note(line)
+
+
+def _fold_log_ratios(make_model: Any, X: pd.DataFrame, y: pd.DataFrame, folds: list[tuple[np.ndarray, np.ndarray]],
+                     label: str, progress: Any, note: Any) -> dict[str, list[tuple[np.ndarray, np.ndarray, Any]]]:
+    """Refit ``make_model()`` on each fold's training positions and predict its held-out rows as screening
+    does: ``{target: [(measured, predicted, regimes or None) per fold]}``. A fold with fewer than
+    :data:`carb.model.cascade_data.MIN_FIT_ROWS` training rows, or whose fit finds too little data
+    (:class:`carb.errors.DatasetError`), is skipped with one line to ``note``."""
+    import warnings
+
+    from carb.errors import DatasetError
+    from carb.model.cascade_data import MIN_FIT_ROWS
+
+    parts: dict[str, list[tuple[np.ndarray, np.ndarray, Any]]] = {}
+    for i, (tr, te) in enumerate(folds):
+        name = f"{label}: fold {i + 1}/{len(folds)}"
+        if len(tr) < MIN_FIT_ROWS:
+            _say(note, f"{name} skipped: {len(tr)} training rows, need at least {MIN_FIT_ROWS}")
+            continue
         if progress is not None:
-            progress(f"new-architecture intervals: fold {i + 1}/{k}")
+            progress(name)
         a, b = X.iloc[tr].reset_index(drop=True), X.iloc[te].reset_index(drop=True)
         ya, yb = y.iloc[tr].reset_index(drop=True), y.iloc[te].reset_index(drop=True)
-        model = make_model().fit(a, ya)
+        try:
+            with warnings.catch_warnings():   # the main fit already said what it drops
+                warnings.simplefilter("ignore", UserWarning)
+                model = make_model().fit(a, ya)
+        except DatasetError as e:
+            _say(note, f"{name} skipped: {e}")
+            continue
         pred = screening_predict(model, b)
         regime = interval_groups(model, b)
         for t in TARGETS:
             if pred_name(t) in pred and t in yb:
                 parts.setdefault(t, []).append((yb[t].to_numpy(dtype=float), pred[pred_name(t)].to_numpy(dtype=float),
                                                 regime))
-    out: dict[str, Any] = {}
-    for t, ps in parts.items():
-        m, p = np.concatenate([q[0] for q in ps]), np.concatenate([q[1] for q in ps])
-        groups = None if any(q[2] is None for q in ps) else np.concatenate([q[2] for q in ps])
-        out[t] = {**_entry(t, m, p, groups, coverage), "folds": k, "architectures": n_groups}
-    return out
+    return parts
+
+
+def _pooled_entry(target: str, parts: list[tuple[np.ndarray, np.ndarray, Any]], coverage: float) -> dict[str, Any]:
+    """One target's calibration entry (:func:`_entry`) from the folds' (measured, predicted, regimes)."""
+    m, p = np.concatenate([q[0] for q in parts]), np.concatenate([q[1] for q in parts])
+    groups = None if any(q[2] is None for q in parts) else np.concatenate([q[2] for q in parts])
+    return _entry(target, m, p, groups, coverage)
 
 
 def outside_calibration(log_ratios: Mapping[str, Any], coverage: float = 0.9,
@@ -302,7 +380,11 @@ def interval(calibration: Mapping[str, Any], pred: pd.DataFrame, coverage: float
     (``"by_precision"``, :func:`outside_calibration`) gets those instead of the pooled outside bounds.
     ``new_arch`` (bool, shape (n,)): in-domain rows of an architecture the model never saw, which get the
     union with the target's ``"new_arch"`` calibration (:func:`architecture_calibration`, per regime where
-    it has regimes) when it has one. Targets without calibration are left out."""
+    it has regimes) when it has one. Targets without calibration are left out.
+
+    Each target also gets ``interval_unbounded_<target>`` (bool: ``lo`` is 0 or ``hi`` infinite because
+    some bound it needs has too few log-ratios for the coverage) and ``interval_reason_<target>`` (why,
+    ``""`` where bounded); screening treats such a candidate as unverified."""
     out = pd.DataFrame(index=pred.index)
     for t in TARGETS:
         cal = calibration.get(t)
@@ -352,7 +434,30 @@ def interval(calibration: Mapping[str, Any], pred: pd.DataFrame, coverage: float
         with np.errstate(over="ignore"):
             out[f"lo_{t}"] = np.where(np.isfinite(lo_v), p * np.exp(np.where(np.isfinite(lo_v), lo_v, 0.0)), 0.0)
             out[f"hi_{t}"] = np.where(np.isfinite(hi_v), p * np.exp(np.where(np.isfinite(hi_v), hi_v, 0.0)), math.inf)
+        unbounded = ~(np.isfinite(lo_v) & np.isfinite(hi_v))
+        out[f"interval_unbounded_{t}"] = unbounded
+        out[f"interval_reason_{t}"] = _unbounded_reasons(cal, coverage, unbounded, lo, hi, outside)
     return out
+
+
+def _unbounded_reasons(cal: Mapping[str, Any], coverage: float | None, unbounded: np.ndarray, lo: float, hi: float,
+                       outside: np.ndarray | None) -> np.ndarray:
+    """Why each row's interval of one target is unbounded (``""`` where it is bounded): the target's
+    calibration holds too few log-ratios for ``coverage``, or the row lies outside the domain and the
+    extrapolation calibration does (object array, shape of ``unbounded``)."""
+    reasons = np.full(len(unbounded), "", dtype=object)
+    if not unbounded.any():
+        return reasons
+    c = float(cal.get("coverage", 0.9)) if coverage is None else float(coverage)
+    need = f"a {100 * c:g} % interval needs at least {_min_rows(c)}"
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        reasons[unbounded] = f"calibrated on {int(cal.get('n', len(cal.get('log_ratios') or [])))} log-ratios; {need}"
+    elif outside is not None:
+        reasons[unbounded & np.asarray(outside, dtype=bool)] = (
+            "outside the training domain: the extrapolation calibration holds too few log-ratios per "
+            f"direction; {need}")
+    reasons[unbounded & (reasons == "")] = f"too few calibration log-ratios; {need}"
+    return reasons
 
 
 def row_precision(X: pd.DataFrame) -> np.ndarray | None:

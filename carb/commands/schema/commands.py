@@ -84,6 +84,13 @@ class ArchitectureIntervals(Section):
     folds: Annotated[int, Field(ge=2)]
 
 
+class CrossConformal(Section):
+    """``evaluate.cross_conformal``: intervals of data whose calibration part is too small."""
+
+    min_cal_rows: Annotated[int, Field(ge=0)]
+    folds: Annotated[int, Field(ge=2)]
+
+
 class Sanity(Section):
     """``evaluate.sanity``: screening-mode predictions on a grid."""
 
@@ -95,6 +102,7 @@ class Evaluate(Section):
     """``evaluate`` (``carb-train``): what is evaluated beside the fit."""
 
     interval_coverage: Coverage
+    cross_conformal: CrossConformal
     budget: BudgetCheck
     lobo: Lobo
     extrapolation: Extrapolation
