@@ -211,7 +211,8 @@ def test_calibrate_registers_the_target_model_with_provenance(store, capsys):
     (["k=100000"], "k: must be between 1 and the"),
     (["source=models:/nope@champion"], "cannot load model"),
     (["data.device=Nope"], "data.device: 'Nope' has no ok rows"),
-    (["k=0"], "k:"),
+    (["k=-1"], "k:"),
+    (["k=0"], "k=0 needs spec="),
 ])
 def test_calibrate_bad_input_is_one_line(store, args, match):
     from carb.errors import CarbError

@@ -13,7 +13,7 @@ from typing import Any
 
 #: Config sections never logged as params of a train run: display settings, the store the run lives
 #: in, and the tuning settings (only ``model=tuned`` reads them; its study is in the tags).
-UNLOGGED_SECTIONS = ("progress", "print_table", "log_only", "tracking", "tune")
+UNLOGGED_SECTIONS = ("progress", "print_table", "log_only", "tracking", "tune", "compute")
 
 #: Metrics that are counts or settings, not measurements: logged as params.
 _COUNT = re.compile(r"(^|_)n($|_)|^lobo_max_batch$|^interval_nominal$|^budget_(peak_memory_MB|energy_J|latency_ms)$")
