@@ -266,3 +266,12 @@ def test_calibrate_refuses_rows_of_the_source_device(store):
     with pytest.raises(ConfigError, match="same device") as e:
         _calibrate(store, f"data.path={store['dir']}/a.parquet", "k=8")
     assert "\n" not in str(e.value)
+
+
+def test_calibrate_a_file_of_several_devices_asks_for_one(store):
+    from carb.errors import ConfigError
+
+    both = pd.concat([pd.read_parquet(store["dir"] / "a.parquet"), pd.read_parquet(store["dir"] / "b.parquet")])
+    both.to_parquet(store["dir"] / "ab.parquet", index=False)
+    with pytest.raises(ConfigError, match=r"data.device: .* holds 2 devices.*allowed: \['Synthetic GPU A', 'Synthetic GPU B'\]"):
+        _calibrate(store, f"data.path={store['dir']}/ab.parquet", "k=8")
