@@ -67,6 +67,7 @@ def run_probe_command(cfg: Any) -> dict[str, Any]:
     probe = run_probe(plan, precisions, dev, threads=threads, repeats=int(cfg.repeats),
                       min_window_s=float(cfg.min_window_s),
                       progress=lambda done, _total: prog.advance(f"{done}/{total} timings"))
+    refuse_empty(probe, dev, out)
     out.parent.mkdir(parents=True, exist_ok=True)
     old = pd.read_csv(out) if out.exists() else probe.iloc[:0]
     merged = pd.concat([old[old["device_id"].astype(str) != dev], probe], ignore_index=True)
@@ -90,6 +91,18 @@ def run_probe_command(cfg: Any) -> dict[str, Any]:
     prog.finish(f"{len(probe)} timings written")
     print(f"carb-probe: {len(probe)} timings of device {dev} -> {out} (MLflow run {run_id})")
     return {"out": str(out), "device_id": dev, "rows": len(probe), "precisions": precisions, "run_id": run_id}
+
+
+def refuse_empty(probe: pd.DataFrame, dev: str, out: Path) -> None:
+    """:class:`MeasurementError` (one line) instead of replacing the device's probe in ``out`` with an empty
+    table or one holding a timing that is not a finite positive number of ms."""
+    from carb.errors import MeasurementError
+
+    t = pd.to_numeric(probe["time_ms"], errors="coerce") if "time_ms" in probe else pd.Series([], dtype=float)
+    if not len(probe) or not (np.isfinite(t) & (t > 0)).all():
+        bad = len(probe) - int((np.isfinite(t) & (t > 0)).sum())
+        raise MeasurementError(f"carb-probe measured {len(probe)} timings, {bad} of them not a finite positive time; "
+                               f"{out} keeps device {dev}'s earlier probe (run again on an idle machine)")
 
 
 def log_probe(cfg: Any, probe: pd.DataFrame, prov: dict[str, Any], out: Path) -> str:
