@@ -121,6 +121,19 @@ def kept_line() -> str:
     return f"finished work is in {_FINISHED['where']}" + (f" (resume: {resume})" if resume else "")
 
 
+@contextlib.contextmanager
+def kept_if_logging_fails(what: str, tracking_uri: Any) -> Iterator[None]:
+    """Turn any failure inside the block (logging to the store, after the work was written) into one
+    :class:`~carb.errors.TrackingError` that says ``what`` is kept (e.g. ``the tables are saved in <dir>``)."""
+    from carb.errors import TrackingError
+
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 - a store fault must not hide where the finished work is
+        first = str(e) if isinstance(e, CarbError) else f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
+        raise TrackingError(f"tracking.uri={tracking_uri}: logging failed ({first}); {what}") from None
+
+
 def interrupted(command: str, e: KeyboardInterrupt) -> None:
     """One line for Ctrl-C (exit 130) or SIGTERM (:class:`Terminated`, exit 143) naming the finished work."""
     how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"

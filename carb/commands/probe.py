@@ -23,9 +23,16 @@ import numpy as np
 import pandas as pd
 
 from carb import tracking
-from carb.commands.cli import finished_work, hydra_command, sweep_suffix, sweep_tags, to_dict
+from carb.commands.cli import (
+    finished_work,
+    hydra_command,
+    kept_if_logging_fails,
+    sweep_suffix,
+    sweep_tags,
+    to_dict,
+)
 from carb.commands.progress import Progress
-from carb.errors import CarbError, ConfigError, TrackingError
+from carb.errors import ConfigError
 
 
 def space_frame(space: dict[str, Any]) -> tuple[pd.DataFrame, list[str]]:
@@ -82,12 +89,9 @@ def run_probe_command(cfg: Any) -> dict[str, Any]:
     text = json.dumps(prov, indent=2, sort_keys=True) + "\n"
     write_atomic(out.with_suffix(".provenance.json"), lambda tmp: tmp.write_text(text))
     finished_work(out, "nothing: carb-train reads it there; carb-probe again measures and logs a new one")
-    try:
+    with kept_if_logging_fails(f"the {len(probe)} timings of device {dev} are saved in {out} (carb-train uses "
+                               f"them as they are)", (cfg.get("tracking") or {}).get("uri")):
         run_id = log_probe(cfg, probe, prov, out)
-    except Exception as e:  # noqa: BLE001 - a store fault must not hide where the timings are
-        first = str(e) if isinstance(e, CarbError) else f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
-        raise TrackingError(f"the {len(probe)} timings of device {dev} are saved in {out} (carb-train uses them "
-                            f"as they are), but logging them to MLflow failed: {first}") from None
     prog.finish(f"{len(probe)} timings written")
     print(f"carb-probe: {len(probe)} timings of device {dev} -> {out} (MLflow run {run_id})")
     return {"out": str(out), "device_id": dev, "rows": len(probe), "precisions": precisions, "run_id": run_id}
