@@ -138,7 +138,7 @@ def run_characterize(cfg: Any) -> dict[str, Any]:
     if b is not None:
         tags["device_b"] = device_label(ok_only(b))
     prog.begin("logging to MLflow", CHARACTERIZE_STEPS["log"])
-    finished_work(out_dir, "nothing to resume: the tables, figures and summary are complete there")
+    finished_work(out_dir)
     with kept_if_logging_fails(f"the tables, figures and summary are saved in {out_dir}", cfg.tracking.uri), \
             start_run("characterize", run_name, tracking_uri=cfg.tracking.uri, tags=tags,
                       artifact_root=cfg.tracking.get("artifact_root"), sweep=sweep_tags()) as run_id:

@@ -167,6 +167,7 @@ def hydra_command(command: str, config_name: str | None = None) -> Callable:
 
                 check_config(command, cfg)   # each job of a multirun too: a bad value stops before any work
                 check_stores(command, cfg)   # a damaged, unreachable or read-only store too
+                _FINISHED.clear()            # each job of a multirun names its own finished work
                 with warnings_once():
                     return run_fn(cfg)
             except CarbError as e:

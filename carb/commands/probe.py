@@ -88,7 +88,7 @@ def run_probe_command(cfg: Any) -> dict[str, Any]:
             "backends": {p: probe[probe["precision"] == p]["backend"].value_counts().to_dict() for p in precisions}}
     text = json.dumps(prov, indent=2, sort_keys=True) + "\n"
     write_atomic(out.with_suffix(".provenance.json"), lambda tmp: tmp.write_text(text))
-    finished_work(out, "nothing: carb-train reads it there; carb-probe again measures and logs a new one")
+    finished_work(out)
     with kept_if_logging_fails(f"the {len(probe)} timings of device {dev} are saved in {out} (carb-train uses "
                                f"them as they are)", (cfg.get("tracking") or {}).get("uri")):
         run_id = log_probe(cfg, probe, prov, out)
