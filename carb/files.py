@@ -104,6 +104,8 @@ def sqlite_problem(db: str | Path, writes: bool = True, timeout_s: float = 10.0)
     except sqlite3.OperationalError as e:
         if "locked" in str(e):
             return None
+        if "unable to open" in str(e):   # e.g. a WAL store in a read-only folder: not known to be damaged
+            return f"SQLite cannot open it ({e})"
         return f"it is damaged ({e})"
     except sqlite3.DatabaseError as e:
         return f"it is damaged ({e})"

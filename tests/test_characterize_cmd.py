@@ -156,3 +156,20 @@ def test_command_leaves_one_folder_per_run(tmp_path):
     names = {p.name for p in runs[0].iterdir()}
     assert {".hydra", "characterize.log", "tables", "figures", "summary.md"} <= names
     assert any((runs[0] / "tables").glob("cross_device.csv"))
+
+
+def test_a_store_fault_while_logging_names_the_written_tables(store, monkeypatch):
+    """Issue 33 item 2: the tables and figures are written first; a store fault while logging is one line
+    naming their folder (not a traceback that leaves the user looking for them)."""
+    from carb.errors import TrackingError
+
+    def broken(*a, **k):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr("carb.tracking.log_metrics", broken)
+    with pytest.raises(TrackingError) as e:
+        run_characterize(_cfg(store, "run_name=broken-store"))
+    msg = str(e.value)
+    assert "Read-only file system" in msg and "\n" not in msg
+    folder = Path(msg.split("saved in ")[1].split()[0])
+    assert (folder / "summary.md").exists() and list((folder / "tables").glob("*.csv"))

@@ -557,3 +557,13 @@ def test_probe_keeps_its_timings_when_logging_fails(monkeypatch, tmp_path):
     files = list((tmp_path / "probes").glob("*.csv"))
     assert len(files) == 1 and str(files[0]) in str(e.value) and "Read-only file system" in str(e.value)
     assert "\n" not in str(e.value) and len(pd.read_csv(files[0])) >= 4
+
+
+def test_probe_never_replaces_a_probe_with_an_empty_or_infinite_table(tmp_path):
+    from carb.commands.probe import refuse_empty
+    from carb.errors import MeasurementError
+
+    for bad in (pd.DataFrame({"time_ms": []}), pd.DataFrame({"time_ms": [1.0, float("inf")]})):
+        with pytest.raises(MeasurementError, match="keeps device d1's earlier probe"):
+            refuse_empty(bad, "d1", tmp_path / "d1.csv")
+    refuse_empty(pd.DataFrame({"time_ms": [0.5, 2.0]}), "d1", tmp_path / "d1.csv")

@@ -185,3 +185,10 @@ def test_a_full_disk_leaves_no_half_written_fit(tmp_path, monkeypatch):
     monkeypatch.setattr(pd.DataFrame, "to_parquet", real)
     assert save_fit(_fit_parts(), folder) == folder and (folder / "fit.json").exists()
     assert (folder / "cascade.pkl").stat().st_size > 0
+
+
+def test_a_dead_server_stops_train_before_the_fit(tmp_path):
+    """Issue 33 item 7: carb-train with no server at tracking.uri failed only after the whole fit."""
+    r = _run("train", "tracking.uri=http://127.0.0.1:9", cwd=tmp_path)
+    line = _one_error_line(r, "train")
+    assert "no MLflow server answers" in line and not list(tmp_path.rglob("cascade.pkl"))

@@ -269,6 +269,15 @@ def test_calibrate_refuses_rows_of_the_source_device(store):
     assert "\n" not in str(e.value)
 
 
+def test_calibrate_a_file_of_several_devices_asks_for_one(store):
+    from carb.errors import ConfigError
+
+    both = pd.concat([pd.read_parquet(store["dir"] / "a.parquet"), pd.read_parquet(store["dir"] / "b.parquet")])
+    both.to_parquet(store["dir"] / "ab.parquet", index=False)
+    with pytest.raises(ConfigError, match=r"data.device: .* holds 2 devices.*allowed: \['Synthetic GPU A', 'Synthetic GPU B'\]"):
+        _calibrate(store, f"data.path={store['dir']}/ab.parquet", "k=8")
+
+
 CPU_NO_FP16 = json.dumps({"kind": "cpu", "isa": ["avx2", "avx512f", "avx512bw", "avx512vl", "avx512_bf16"]})
 CPU_FP16 = json.dumps({"kind": "cpu", "isa": ["avx2", "avx512f", "avx512bw", "avx512vl", "avx512_bf16",
                                               "avx512_fp16", "amx_bf16"]})

@@ -47,6 +47,9 @@ def target_rows(cfg: Any) -> tuple[pd.DataFrame, str]:
             raise ConfigError(f"data.device: {dev!r} has no ok rows in {path}; allowed: {names}")
     if not len(rows):
         raise DatasetError(f"data.path: {path} has no ok rows to calibrate on")
+    names = sorted(rows["device_name"].dropna().astype(str).unique())
+    if len(names) > 1:
+        raise ConfigError(f"data.device: {path} holds {len(names)} devices; calibrate one at a time; allowed: {names}")
     return rows.reset_index(drop=True), path
 
 

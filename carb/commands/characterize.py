@@ -22,7 +22,15 @@ from carb.analysis.characterize.report import (
     summary_markdown,
     to_markdown,
 )
-from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_tags, to_dict
+from carb.commands.cli import (
+    finished_work,
+    hydra_command,
+    hydra_run_dir,
+    kept_if_logging_fails,
+    sweep_suffix,
+    sweep_tags,
+    to_dict,
+)
 from carb.commands.progress import Progress
 from carb.data.io import load_dataset
 from carb.data.schema import device_slug
@@ -130,8 +138,10 @@ def run_characterize(cfg: Any) -> dict[str, Any]:
     if b is not None:
         tags["device_b"] = device_label(ok_only(b))
     prog.begin("logging to MLflow", CHARACTERIZE_STEPS["log"])
-    with start_run("characterize", run_name, tracking_uri=cfg.tracking.uri, tags=tags,
-                   artifact_root=cfg.tracking.get("artifact_root"), sweep=sweep_tags()) as run_id:
+    finished_work(out_dir)
+    with kept_if_logging_fails(f"the tables, figures and summary are saved in {out_dir}", cfg.tracking.uri), \
+            start_run("characterize", run_name, tracking_uri=cfg.tracking.uri, tags=tags,
+                      artifact_root=cfg.tracking.get("artifact_root"), sweep=sweep_tags()) as run_id:
         log_params({**prov, "rows_a": len(ok_only(a)), "rows_b": None if b is None else len(ok_only(b)),
                     "analysis": to_dict(an) if an else {}})
         log_metrics(headline_metrics(tables))

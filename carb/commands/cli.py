@@ -122,6 +122,19 @@ def kept_line() -> str:
     return f"finished work is in {_FINISHED['where']}" + (f" (resume: {resume})" if resume else "")
 
 
+@contextlib.contextmanager
+def kept_if_logging_fails(what: str, tracking_uri: Any) -> Iterator[None]:
+    """Turn any failure inside the block (logging to the store, after the work was written) into one
+    :class:`~carb.errors.TrackingError` that says ``what`` is kept (e.g. ``the tables are saved in <dir>``)."""
+    from carb.errors import TrackingError
+
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 - a store fault must not hide where the finished work is
+        first = str(e) if isinstance(e, CarbError) else f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
+        raise TrackingError(f"tracking.uri={tracking_uri}: logging failed ({first}); {what}") from None
+
+
 def interrupted(command: str, e: KeyboardInterrupt) -> None:
     """One line for Ctrl-C (exit 130) or SIGTERM (:class:`Terminated`, exit 143) naming the finished work."""
     how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
@@ -155,6 +168,7 @@ def hydra_command(command: str, config_name: str | None = None) -> Callable:
 
                 check_config(command, cfg)   # each job of a multirun too: a bad value stops before any work
                 check_stores(command, cfg)   # a damaged, unreachable or read-only store too
+                _FINISHED.clear()            # each job of a multirun names its own finished work
                 compute = cfg.get("compute")   # commands that fit or score models; measuring ones keep theirs
                 configure_from(compute)        # threads that fit the free cores (carb/compute.py)
                 with warnings_once(), (limited() if compute else contextlib.nullcontext()):

@@ -23,9 +23,16 @@ import numpy as np
 import pandas as pd
 
 from carb import tracking
-from carb.commands.cli import finished_work, hydra_command, sweep_suffix, sweep_tags, to_dict
+from carb.commands.cli import (
+    finished_work,
+    hydra_command,
+    kept_if_logging_fails,
+    sweep_suffix,
+    sweep_tags,
+    to_dict,
+)
 from carb.commands.progress import Progress
-from carb.errors import CarbError, ConfigError, TrackingError
+from carb.errors import ConfigError
 
 
 def space_frame(space: dict[str, Any]) -> tuple[pd.DataFrame, list[str]]:
@@ -67,6 +74,7 @@ def run_probe_command(cfg: Any) -> dict[str, Any]:
     probe = run_probe(plan, precisions, dev, threads=threads, repeats=int(cfg.repeats),
                       min_window_s=float(cfg.min_window_s),
                       progress=lambda done, _total: prog.advance(f"{done}/{total} timings"))
+    refuse_empty(probe, dev, out)
     out.parent.mkdir(parents=True, exist_ok=True)
     old = pd.read_csv(out) if out.exists() else probe.iloc[:0]
     merged = pd.concat([old[old["device_id"].astype(str) != dev], probe], ignore_index=True)
@@ -80,16 +88,25 @@ def run_probe_command(cfg: Any) -> dict[str, Any]:
             "backends": {p: probe[probe["precision"] == p]["backend"].value_counts().to_dict() for p in precisions}}
     text = json.dumps(prov, indent=2, sort_keys=True) + "\n"
     write_atomic(out.with_suffix(".provenance.json"), lambda tmp: tmp.write_text(text))
-    finished_work(out, "nothing: carb-train reads it there; carb-probe again measures and logs a new one")
-    try:
+    finished_work(out)
+    with kept_if_logging_fails(f"the {len(probe)} timings of device {dev} are saved in {out} (carb-train uses "
+                               f"them as they are)", (cfg.get("tracking") or {}).get("uri")):
         run_id = log_probe(cfg, probe, prov, out)
-    except Exception as e:  # noqa: BLE001 - a store fault must not hide where the timings are
-        first = str(e) if isinstance(e, CarbError) else f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
-        raise TrackingError(f"the {len(probe)} timings of device {dev} are saved in {out} (carb-train uses them "
-                            f"as they are), but logging them to MLflow failed: {first}") from None
     prog.finish(f"{len(probe)} timings written")
     print(f"carb-probe: {len(probe)} timings of device {dev} -> {out} (MLflow run {run_id})")
     return {"out": str(out), "device_id": dev, "rows": len(probe), "precisions": precisions, "run_id": run_id}
+
+
+def refuse_empty(probe: pd.DataFrame, dev: str, out: Path) -> None:
+    """:class:`MeasurementError` (one line) instead of replacing the device's probe in ``out`` with an empty
+    table or one holding a timing that is not a finite positive number of ms."""
+    from carb.errors import MeasurementError
+
+    t = pd.to_numeric(probe["time_ms"], errors="coerce") if "time_ms" in probe else pd.Series([], dtype=float)
+    if not len(probe) or not (np.isfinite(t) & (t > 0)).all():
+        bad = len(probe) - int((np.isfinite(t) & (t > 0)).sum())
+        raise MeasurementError(f"carb-probe measured {len(probe)} timings, {bad} of them not a finite positive time; "
+                               f"{out} keeps device {dev}'s earlier probe (run again on an idle machine)")
 
 
 def log_probe(cfg: Any, probe: pd.DataFrame, prov: dict[str, Any], out: Path) -> str:

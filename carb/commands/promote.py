@@ -60,7 +60,8 @@ def refuse_other_data(name: str, newest: dict[str, Any], champion: dict[str, Any
     raise ModelError(f"promote: version {newest['version']} of {name} was evaluated on {describe_data(newest)}, "
                      f"the champion version {champion['version']} on {describe_data(champion)}: their metrics "
                      f"do not compare, so the champion stays; train the new version on the champion's dataset, "
-                     f"or set promote.across_datasets=true to compare them anyway")
+                     f"set promote.across_datasets=true to compare them anyway, or promote.version="
+                     f"{newest['version']} to choose it without comparing")
 
 
 def choose(versions: list[dict[str, Any]], metric: str, fallback: str | None, direction: str) -> tuple[dict, str]:

@@ -195,8 +195,10 @@ def check_store(tracking_uri: str, command: str) -> None:
         fix = f"move it aside (mv {db} {db}.damaged) and run again to start a new store, or restore a backup"
     elif "does not exist" in why:
         fix = "set CARB_HOME=<a writable folder> or tracking.uri=sqlite:///<a writable folder>/mlflow.db"
-    else:
+    elif "read-only" in why:
         fix = f"carb-{command} writes to it: use a writable store (tracking.uri=...) or a copy of this one"
+    else:
+        fix = "check the file and its folder (permissions, another file system), or use another store"
     raise TrackingError(f"tracking.uri={tracking_uri}: the store cannot be used: {why}; nothing was done: {fix}")
 
 
