@@ -456,3 +456,24 @@ def run_calibrate_k0(store, source, *extra):
     return run_calibrate(compose("calibrate", [f"tracking.uri={store['uri']}", f"source={source}", "k=0",
                                                f"paths.output_dir={store['dir']}/out", "progress.enabled=false",
                                                *extra]))
+
+
+def test_k_rows_calibrate_the_probes_prediction_when_both_cpus_have_a_probe(cpu_source):
+    """fit_probe then fit: the K rows calibrate the probes' zero-shot prediction; a target whose costs are
+    exactly the probes' ratio x the source needs no correction beyond it (latency within 10 %)."""
+    from carb.resources import DATA_DIR
+
+    a, cascade = cpu_source
+    src_probe = pd.read_csv(DATA_DIR / "device-probes.csv")
+    src_probe = src_probe[src_probe["device_id"] == "b69ebb7443"].groupby("precision").head(120)
+    tgt_probe = src_probe.assign(time_ms=src_probe["time_ms"] * 0.25, device_id="cccccccccc")
+    from carb.data.io import reference_dataset
+
+    rows = reference_dataset().groupby("precision").head(12).reset_index(drop=True)
+    rows["device_fingerprint"], rows["device_id"], rows["device_name"] = CPU_NO_FP16, "cccccccccc", "C"
+    base = cascade.predict(rows)["pred_latency_ms"].to_numpy()
+    rows["latency_ms"] = 0.25 * base
+    tr = TransferredCascade(cascade).fit_probe(src_probe, tgt_probe, CPU_NO_FP16).fit(rows.iloc[:10])
+    assert tr.probe_models_ and np.allclose(tr.probe_ratio(rows), 0.25, rtol=1e-6)
+    p = tr.predict(rows.iloc[10:])["pred_latency_ms"].to_numpy()
+    assert mape(rows["latency_ms"].to_numpy()[10:], p) < 0.1

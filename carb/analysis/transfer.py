@@ -52,7 +52,7 @@ def split_k(rows: pd.DataFrame, k: int) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def evaluate_transfer(source: Any, rows: pd.DataFrame, k: int, transfer_kw: dict[str, Any] | None = None,
-                      targets: Sequence[str] | None = None) -> tuple[Any, pd.DataFrame]:
+                      targets: Sequence[str] | None = None, probes: tuple | None = None) -> tuple[Any, pd.DataFrame]:
     """Fit the transfer of ``source`` on ``k`` of the target's ``rows`` and score it on the rest.
 
     Returns ``(fitted transfer, table)``; the table has one row per (target, model) with model in
@@ -61,7 +61,10 @@ def evaluate_transfer(source: Any, rows: pd.DataFrame, k: int, transfer_kw: dict
     from carb.model.transfer import TransferredCascade
 
     cal, rest = split_k(rows, k)
-    tr = TransferredCascade(source, **(transfer_kw or {})).fit(cal)
+    tr = TransferredCascade(source, **(transfer_kw or {}))
+    if probes is not None:   # (source probe, target probe, target fingerprint): the base the K rows calibrate
+        tr.fit_probe(*probes)
+    tr.fit(cal)
     out = []
     if len(rest):
         p_tr, p_src = screening_predict(tr, rest), screening_predict(source, rest)

@@ -123,7 +123,8 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     refuse_same_device(source, rows, source_uri, where, same_name=name == src_info.get("name"))
     kw = transfer_settings(cfg)
     prog.begin(f"fitting the transfer on {k} of {len(rows)} rows")
-    tr, table = evaluate_transfer(source, rows, k, kw, targets=list(getattr(source, "targets_", [])))
+    probes = device_probes(source, rows) if cfg.transfer.get("probe", True) else None
+    tr, table = evaluate_transfer(source, rows, k, kw, targets=list(getattr(source, "targets_", [])), probes=probes)
     _print_transfer(tr, table, len(rows) - k)
     prog.begin("logging to MLflow" + (" and registering" if cfg.register else ""))
     reg_name = name if cfg.register else None
@@ -159,6 +160,31 @@ def refuse_same_device(source: Any, rows: pd.DataFrame, source_uri: str, where: 
         raise ConfigError(f"data.path: the rows of {where} are of {dev}, the same device as the source "
                           f"model {source_uri}: carb-calibrate transfers a model to another device; to refit on "
                           f"this device's rows use carb-train data.path={where}")
+
+
+def device_probes(source: Any, rows: pd.DataFrame) -> tuple | None:
+    """``(source probe, target probe, target fingerprint)`` when both CPUs have a device probe on disk
+    (shipped or ``carb-probe``'s), else None; one line says which is used."""
+    from carb.data.probes import load_probe
+    from carb.model.cascade_data import device_identity
+
+    name, dev_id, fp = device_identity(rows)
+    src_id = getattr(source, "device_id_", None)
+    try:
+        kind = json.loads(fp).get("kind") if fp else None
+    except (TypeError, ValueError, AttributeError):
+        kind = None
+    if not (src_id and dev_id and kind == "cpu"):
+        return None
+    src, dst = load_probe(str(src_id)), load_probe(str(dev_id))
+    if src is None or dst is None:
+        missing = [d for d, p in ((src_id, src), (dev_id, dst)) if p is None]
+        print(f"carb-calibrate: no device probe of {', '.join(map(str, missing))}: calibrating the source's "
+              f"prediction (carb-probe on that CPU lets the transfer start from both CPUs' convolution times)")
+        return None
+    print(f"carb-calibrate: device probes of {src_id} and {dev_id}: the K rows calibrate the probes' prediction "
+          "(convolution times of each network on both CPUs)")
+    return src, dst, fp
 
 
 def transfer_settings(cfg: Any) -> dict[str, Any]:

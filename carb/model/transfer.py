@@ -216,7 +216,10 @@ class TransferredCascade:
         each precision read as its dispatch stand-in (``stand_ins_``)."""
         from carb.model.intervals import screening_predict
 
-        return screening_predict(self.source_, self._as_source(X))
+        P = screening_predict(self.source_, self._as_source(X))
+        if self.__dict__.get("probe_models_") and "pred_latency_ms" in P:
+            P["pred_latency_ms"] = P["pred_latency_ms"].to_numpy(float) * self.probe_ratio(X)
+        return P
 
     def _as_source(self, X: pd.DataFrame) -> pd.DataFrame:
         """``X`` with each precision replaced by its stand-in on the source device (``stand_ins_``)."""
@@ -316,8 +319,10 @@ class TransferredCascade:
             if info is None or info["form"] == "source":
                 out[c] = v
                 continue
+            if t == "latency_ms" and self.__dict__.get("probe_models_"):
+                v = v * self.probe_ratio(X)   # the device probes' ratio is the base the forms start from
             if info["form"] == "probe":
-                out[c] = v * self.probe_ratio(X)
+                out[c] = v
                 continue
             logv = _offsets(info, _precisions(X)) + info["b"] * np.log(np.maximum(v, 1e-300))
             if info.get("residual") and t is not None:
@@ -342,7 +347,8 @@ class TransferredCascade:
         predicted) of zero-shot transfers between other device pairs (leave-one-device-out), which
         calibrate the latency interval; without them latency has no interval (and says so:
         ``intervals_["latency_ms"]`` absent). Returns self with ``transfer_[t]["form"]`` = "probe"/"source",
-        ``k`` = 0."""
+        ``k`` = 0. A later :meth:`fit` on K measured rows keeps the probes' ratio as the base its forms
+        calibrate (a device probe of the target, used where one exists)."""
         from carb.design.shapes import onednn_precisions
         from carb.model.layer_cost import LayerCostModel
 

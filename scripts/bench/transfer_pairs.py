@@ -12,6 +12,8 @@ K in {0, 3, 10, 20}, per precision and target (latency, peak memory where both d
 
 * ``calibrated``: the transfer as shipped (CPU pairs: dispatch stand-ins on);
 * ``no_dispatch``: the same without dispatch stand-ins (CPU pairs only);
+* ``probe_calibrated``: CPU pairs whose two devices have a device probe: the K rows calibrate the
+  probes' zero-shot prediction instead of the source's (``fit_probe`` then ``fit``);
 * ``source``: the source model uncalibrated (K = 0);
 * ``zero_shot`` (K = 0): CPU pairs whose two devices have a device probe, ``TransferredCascade.fit_probe``;
   GPU pairs, ``TransferredCascade.fit_spec`` from the two spec records with weights fitted on the pairs
@@ -93,6 +95,7 @@ def zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> dict[tup
         name, dev_id, fp = _identity(devices[d])
         out[(s, d)] = TransferredCascade(models[s]).fit_probe(
             probes[s], probes[d], fp, name, dev_id, log_errors=np.concatenate(others) if others else None)
+        out[(s, d)].probe_rows_ = (probes[s], probes[d], fp)   # for the K > 0 probe-based calibration
     return out
 
 
@@ -139,7 +142,8 @@ def spec_zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> tup
     return fitted, pd.DataFrame(weights).T
 
 
-def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool, zero_shot=None) -> list[dict]:
+def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool, zero_shot=None,
+               probes: tuple | None = None) -> list[dict]:
     """Records (target, precision, model, k, n, mape_pct, spearman, coverage, width) of ``source``
     transferred with ``k`` of the target's ``rows`` and scored on the rest (``zero_shot``: a fitted
     zero-shot transfer scored at k = 0 as model ``zero_shot``)."""
@@ -162,6 +166,10 @@ def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool
             preds[name] = screening_predict(tr, rest)
             if name == "calibrated":
                 ivs[name] = interval(tr.intervals_, preds[name])
+        if probes is not None:   # both devices probed: the probes' ratio is the base the K rows calibrate
+            tr = TransferredCascade(source).fit_probe(*probes).fit(cal)
+            preds["probe_calibrated"] = screening_predict(tr, rest)
+            ivs["probe_calibrated"] = interval(tr.intervals_, preds["probe_calibrated"])
     out = []
     prec = rest["precision"].astype(str).to_numpy()
     for t in targets:
@@ -215,8 +223,10 @@ def pair_table(devices: dict[str, pd.DataFrame], ks: list[int], targets: list[st
                     continue
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
+                    z = zs.get((src, dst))
+                    pr = (z.probe_rows_ if z is not None and hasattr(z, "probe_rows_") else None)
                     out += [{"source": src, "target_device": dst, **r}
-                            for r in score_pair(m, rows, k, use, cpu, zs.get((src, dst)))]
+                            for r in score_pair(m, rows, k, use, cpu, z, pr)]
     return pd.DataFrame(out)
 
 
@@ -267,7 +277,7 @@ def main() -> None:
         t.to_csv(a.csv, index=False)
     s = summary(t)
     cols = [c for c in ("source", "target_device", "target", "precision", "k", "zero_shot_mape_pct",
-                        "zero_shot_spearman", "calibrated_mape_pct",
+                        "zero_shot_spearman", "calibrated_mape_pct", "probe_calibrated_mape_pct",
                         "no_dispatch_mape_pct", "source_mape_pct", "flops_k_mape_pct", "calibrated_spearman",
                         "coverage", "width") if c in s.columns]
     print(markdown(s[s.k.isin([0, 10])][cols]))

@@ -164,6 +164,7 @@ class Transfer(Section):
     slope_max: Positive
     precision_shrink: NonNegative
     dispatch: bool = True
+    probe: bool = True
 
 
 class ZeroShot(Section):
