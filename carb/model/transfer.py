@@ -360,15 +360,7 @@ class TransferredCascade:
         self.residual_scale_ = None
         self.transfer_ = {t: {"form": "probe" if t == "latency_ms" else "source", "k": 0, "a": 0.0, "b": 1.0,
                               "residual": None} for t in getattr(self.source_, "targets_", TARGETS)}
-        src_int = dict(getattr(self.source_, "intervals_", None) or {})
-        self.intervals_ = {"coverage": self.coverage, "method": "zero-shot (device probes)"}
-        for t, info in self.transfer_.items():
-            if info["form"] == "source" and t in src_int:
-                self.intervals_[t] = src_int[t]
-        entry = interval_entry(np.asarray(log_errors, float), self.coverage) if log_errors is not None else None
-        if entry is not None:
-            entry["method"] = "zero-shot: " + entry["method"].replace("leave-one-out", "other device pairs'")
-            self.intervals_["latency_ms"] = entry
+        self._zero_shot_intervals("zero-shot (device probes)", log_errors)
         self.device_name_, self.device_id_, self.device_fingerprint_ = device_name, device_id, target_fingerprint
         self.calibration_rows_ = []
         self.test_mae_ = {}
@@ -393,8 +385,17 @@ class TransferredCascade:
                                             "a_precision": per, "b": 1.0, "k": 0, "residual": None,
                                             "spec": {"source": source_spec.get("name"),
                                                      "target": target_spec.get("name"), "weights": dict(weights)}}
+        self._zero_shot_intervals("zero-shot (spec records)", log_errors)
+        self.device_name_ = str(device_name or target_spec.get("name", "unknown"))
+        self.device_id_, self.device_fingerprint_ = None, None
+        self.calibration_rows_, self.test_mae_ = [], {}
+        return self
+
+    def _zero_shot_intervals(self, method: str, log_errors: np.ndarray | None) -> None:
+        """``intervals_`` of a zero-shot transfer: the source's for the targets it keeps; for latency the
+        split-conformal (or Student-t) entry of other device pairs' zero-shot ``log_errors``, none without."""
         src_int = dict(getattr(self.source_, "intervals_", None) or {})
-        self.intervals_ = {"coverage": self.coverage, "method": "zero-shot (spec records)"}
+        self.intervals_ = {"coverage": self.coverage, "method": method}
         for t, info in self.transfer_.items():
             if info["form"] == "source" and t in src_int:
                 self.intervals_[t] = src_int[t]
@@ -402,10 +403,6 @@ class TransferredCascade:
         if entry is not None and "latency_ms" in self.transfer_:
             entry["method"] = "zero-shot: " + entry["method"].replace("leave-one-out", "other device pairs'")
             self.intervals_["latency_ms"] = entry
-        self.device_name_ = str(device_name or target_spec.get("name", "unknown"))
-        self.device_id_, self.device_fingerprint_ = None, None
-        self.calibration_rows_, self.test_mae_ = [], {}
-        return self
 
     def probe_ratio(self, X: pd.DataFrame) -> np.ndarray:
         """Per row: convolution time of its network on the target at its precision over that on the source

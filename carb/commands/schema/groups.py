@@ -44,16 +44,14 @@ def _env_integer(v: Any) -> Any:
 
 def _n_jobs(v: Any) -> Any:
     """``auto`` (also null, -1, 0) or an integer >= 1, also as environment text (``${oc.env:CARB_N_JOBS,auto}``)."""
-    if v is None or (isinstance(v, str) and v.strip().lower() in ("", "null", "none", "auto")):
+    if isinstance(v, str) and v.strip().lower() == "auto":
         return "auto"
     try:
-        n = None if isinstance(v, (bool, float)) else int(str(v).strip())
-    except ValueError:
-        n = None
-    if n is None or n < -1:
+        n = _env_integer(v)
+    except PydanticCustomError:
         raise PydanticCustomError("carb", "must be auto or an integer >= 1 (e.g. CARB_N_JOBS=2), got {v}",
-                                  {"v": repr(v)})
-    return "auto" if n <= 0 else n
+                                  {"v": repr(v)}) from None
+    return "auto" if n is None or n <= 0 else n
 
 
 _SPACES = ("auto", True, False)
