@@ -31,6 +31,15 @@ class CpuOps:
     def max_allocated_bytes(self) -> int:
         return max(self._peak, 1 << 20)
 
+    def note_forward(self, model, x, out) -> None:
+        """The stand-in peak of one forward: the bytes of the parameters, the input and the output (the CPU
+        has no allocator peak to read; real GPU data must pass the importers' plausibility check, which
+        refuses memory below the weights)."""
+        def nbytes(t) -> int:
+            return int(t.numel() * t.element_size())
+
+        self._peak = max(self._peak, sum(nbytes(p) for p in model.parameters()) + nbytes(x) + nbytes(out))
+
     def facts(self) -> dict:
         return {"device_name": "Fake GPU (CPU dry run)", "cuda_version": None, "cudnn_version": None,
                 "compute_capability": "0.0", "total_memory_MB": 1024.0, "multiprocessors": 1,
