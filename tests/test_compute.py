@@ -69,9 +69,18 @@ def test_blas_is_limited_inside_and_restored_after():
 
 
 def test_ensemble_threads_follow_the_policy(monkeypatch):
-    from carb.model.ensemble import resolve_n_jobs
+    """A specialist ensemble fits with the policy's thread count: one per rows_per_thread rows, an explicit
+    n_jobs capped at the cores."""
+    import numpy as np
+
+    from carb.model.ensemble import BlendedRegressor
 
     _machine(monkeypatch, cores=4, load=0.0)
     compute.configure(n_jobs="auto", rows_per_thread=100)
-    assert resolve_n_jobs(None, 250) == 3
-    assert resolve_n_jobs(8, 250) == 4
+    X = np.random.default_rng(0).normal(size=(250, 3))
+    y = np.exp(X[:, 0])
+    small = {"n_estimators": 5}
+    auto = BlendedRegressor(xgb=small, lgbm=small, et=small, log_target=False).fit(X, y)
+    assert {m.get_params()["n_jobs"] for m in auto.members_.values()} == {3}
+    capped = BlendedRegressor(xgb=small, lgbm=small, et=small, log_target=False, n_jobs=8).fit(X, y)
+    assert {m.get_params()["n_jobs"] for m in capped.members_.values()} == {4}

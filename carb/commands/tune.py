@@ -239,13 +239,13 @@ def _fit_base(cfg: Any) -> tuple[Any, dict[str, Any], Any, Any, str, float]:
 def _settings(cfg: Any, model_cfg: dict[str, Any], metric: Any, n_rows: int) -> TuneSettings:
     """The study's settings: trials, timeout, sampler seed (``tune.seed`` + worker), pruner, threads
     (for ``n_rows`` training rows, carb/compute.py)."""
-    from carb.model.ensemble import resolve_n_jobs
+    from carb.compute import estimator_threads
 
     tc = cfg.tune
     return TuneSettings(n_trials=int(tc.n_trials), blend_trials=int(tc.blend_trials), timeout_s=tc.get("timeout_s"),
                         seed=int(tc.seed) + int(tc.worker), n_startup_trials=int(tc.n_startup_trials),
                         pruner=dict(tc.pruner), report_every=int(tc.pruner.get("report_every", 10)),
-                        n_jobs=resolve_n_jobs(model_cfg.get("n_jobs"), n_rows), fit_seed=int(cfg.split.seed), metric=metric)
+                        n_jobs=estimator_threads(n_rows, model_cfg.get("n_jobs")), fit_seed=int(cfg.split.seed), metric=metric)
 
 
 def _print_summary(cfg: Any, summary: dict[str, Any], wanted: list[str]) -> None:

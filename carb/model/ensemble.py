@@ -32,12 +32,6 @@ MEMBERS: tuple[str, ...] = ("xgb", "lgbm", "et")
 MIN_ROWS_FOR_SPLIT = 20
 
 
-def resolve_n_jobs(n_jobs: int | str | None, n_rows: int | None = None) -> int:
-    """Threads for one specialist fit on ``n_rows`` rows: ``n_jobs`` when set (capped at the available
-    cores), else the process-wide policy of :mod:`carb.compute` (cores, load, data size)."""
-    return estimator_threads(n_rows, n_jobs)
-
-
 def make_member(name: str, params: Mapping[str, Any] | None, n_jobs: int, random_state: int):
     """One unfitted specialist with ``params`` (threads and seed set here, not in ``params``)."""
     p = dict(params or {})
@@ -168,7 +162,7 @@ class BlendedRegressor(RegressorMixin, BaseEstimator):
         y = np.asarray(y, dtype=float)
         if not np.all(np.isfinite(y)):
             raise ValueError("y contains NaN or infinite values; drop unmeasured rows before fitting")
-        n_jobs = resolve_n_jobs(self.n_jobs, len(y))
+        n_jobs = estimator_threads(len(y), self.n_jobs)   # carb.compute: cores, load, data size
         need_val = self.weights is None or self.log_target == "auto"
         if X_val is not None and y_val is not None:
             Xv = validate_data(self, X_val, ensure_all_finite="allow-nan", reset=False)
