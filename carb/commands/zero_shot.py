@@ -69,9 +69,7 @@ def run_zero_shot(cfg: Any, source: Any, src: dict[str, Any], prog: Any) -> dict
     prog.begin(f"zero-shot transfer {src_rec['name']} -> {dst_rec['name']} from spec records")
     tr = TransferredCascade(source, coverage=float(cfg.coverage)).fit_spec(
         src_rec, dst_rec, {k: float(v) for k, v in zs.weights.items()}, device_name=dst_rec["name"])
-    tr.intervals_["latency_ms"] = {"lower": lo, "upper": hi, "n": 0, "coverage": 0.9, "log_ratios": [],
-                                   "method": "zero-shot: 5-95 % of leave-one-device-out log errors "
-                                             "(zero_shot.log_error_band)"}
+    tr.calibrate_zero_shot(band=(lo, hi))   # zero_shot.log_error_band
     tr.device_id_, tr.device_fingerprint_ = fingerprint_id(fp), fingerprint_json(fp)
     for target, info in tr.transfer_.items():
         print(f"carb-calibrate: {target}: {info['form']} ({describe_form(info)}) from 0 rows (spec sheets)")

@@ -392,17 +392,34 @@ class TransferredCascade:
         return self
 
     def _zero_shot_intervals(self, method: str, log_errors: np.ndarray | None) -> None:
-        """``intervals_`` of a zero-shot transfer: the source's for the targets it keeps; for latency the
-        split-conformal (or Student-t) entry of other device pairs' zero-shot ``log_errors``, none without."""
+        """``intervals_`` of a zero-shot transfer: the source's for the targets it keeps; latency's from
+        :meth:`calibrate_zero_shot` (none without ``log_errors``)."""
         src_int = dict(getattr(self.source_, "intervals_", None) or {})
         self.intervals_ = {"coverage": self.coverage, "method": method}
         for t, info in self.transfer_.items():
             if info["form"] == "source" and t in src_int:
                 self.intervals_[t] = src_int[t]
-        entry = interval_entry(np.asarray(log_errors, float), self.coverage) if log_errors is not None else None
-        if entry is not None and "latency_ms" in self.transfer_:
-            entry["method"] = "zero-shot: " + entry["method"].replace("leave-one-out", "other device pairs'")
+        self.calibrate_zero_shot(log_errors)
+
+    def calibrate_zero_shot(self, log_errors: np.ndarray | None = None,
+                            band: tuple[float, float] | None = None) -> TransferredCascade:
+        """Set the zero-shot latency interval: the split-conformal (or Student-t) entry of other device
+        pairs' zero-shot ``log_errors`` (log measured / predicted), or a stored 5-95 % ``band`` of them (a 90 %
+        interval); neither: none. Returns self."""
+        if "latency_ms" not in self.transfer_:
+            return self
+        if band is not None:
+            entry = {"lower": float(band[0]), "upper": float(band[1]), "n": 0, "coverage": 0.9, "log_ratios": [],
+                     "method": "zero-shot: 5-95 % of leave-one-device-out log errors"}
+        elif log_errors is not None:
+            entry = interval_entry(np.asarray(log_errors, float), self.coverage)
+            if entry is not None:
+                entry["method"] = "zero-shot: " + entry["method"].replace("leave-one-out", "other device pairs'")
+        else:
+            entry = None
+        if entry is not None:
             self.intervals_["latency_ms"] = entry
+        return self
 
     def probe_ratio(self, X: pd.DataFrame) -> np.ndarray:
         """Per row: convolution time of its network on the target at its precision over that on the source
