@@ -25,12 +25,15 @@ Coverage and width (median hi/lo) are those of the calibrated model's nominal 90
 
     python -m scripts.bench.transfer_pairs [--ks 0,3,10,20] [--no-gpu] [--csv out.csv]
 
-The last line is machine-readable (MAPE in percent, over pairs and precisions, latency):
-``transfer: pairs=N k0_max_mape=X k10_max_mape=X k10_min_spearman=X coverage_min=X width_median_max=X``.
+The last line is machine-readable (MAPE in percent, over pairs and precisions, latency; per pair CARB's answer:
+the zero-shot model at K = 0 where one exists, the probes' calibration at K = 10 where both CPUs have a probe):
+``transfer: pairs=N k0_max_mape=X k10_max_mape=X k10_min_spearman=X coverage_min=X width_median_max=X``; the
+line before it gives the baselines (uncalibrated source, transfer without probes).
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import time
 import warnings
 from pathlib import Path
@@ -83,19 +86,15 @@ def zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> dict[tup
 
     probes = {n: load_probe(_identity(d)[1]) for n, d in devices.items()}
     pairs = [(s, d) for s in devices for d in devices if s != d and probes[s] is not None and probes[d] is not None]
-    errors = {}
+    out, errors = {}, {}
     for s, d in pairs:
         name, dev_id, fp = _identity(devices[d])
-        zs = TransferredCascade(models[s]).fit_probe(probes[s], probes[d], fp, name, dev_id)
+        out[(s, d)] = TransferredCascade(models[s]).fit_probe(probes[s], probes[d], fp, name, dev_id)
         y = devices[d]["latency_ms"].to_numpy(float)
-        errors[(s, d)] = np.log(y / screening_predict(zs, devices[d])["pred_latency_ms"].to_numpy(float))
-    out = {}
+        errors[(s, d)] = np.log(y / screening_predict(out[(s, d)], devices[d])["pred_latency_ms"].to_numpy(float))
     for s, d in pairs:
         others = [errors[q] for q in pairs if q[1] != d]
-        name, dev_id, fp = _identity(devices[d])
-        out[(s, d)] = TransferredCascade(models[s]).fit_probe(
-            probes[s], probes[d], fp, name, dev_id, log_errors=np.concatenate(others) if others else None)
-        out[(s, d)].probe_rows_ = (probes[s], probes[d], fp)   # for the K > 0 probe-based calibration
+        out[(s, d)].calibrate_zero_shot(np.concatenate(others) if others else None)
     return out
 
 
@@ -125,9 +124,9 @@ def spec_zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> tup
                                  np.array([meas[q] for q in train]))
     for s, d in pairs:
         rows = devices[d][devices[d]["model"].isin(set(devices[s]["model"]))]
-        zs = TransferredCascade(models[s]).fit_spec(spec[s], spec[d], weights[d], device_name=d)
+        fitted[(s, d)] = TransferredCascade(models[s]).fit_spec(spec[s], spec[d], weights[d], device_name=d)
         errors[(s, d)] = np.log(rows["latency_ms"].to_numpy(float)
-                                / screening_predict(zs, rows)["pred_latency_ms"].to_numpy(float))
+                                / screening_predict(fitted[(s, d)], rows)["pred_latency_ms"].to_numpy(float))
     prec = str(next(iter(devices.values()))["precision"].iloc[0])
     every = fit_weights(np.array([spec_axes(spec[q[0]], spec[q[1]], prec) for q in pairs]),
                         np.array([meas[q] for q in pairs]))
@@ -136,17 +135,15 @@ def spec_zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> tup
           + ", ".join(f"{k}: {v:.3f}" for k, v in every.items())
           + f"; leave-one-device-out log error 5-95 %: [{lo:.3f}, {hi:.3f}]", flush=True)
     for s, d in pairs:
-        others = [errors[q] for q in pairs if q[1] != d]
-        fitted[(s, d)] = TransferredCascade(models[s]).fit_spec(spec[s], spec[d], weights[d], device_name=d,
-                                                               log_errors=np.concatenate(others))
+        fitted[(s, d)].calibrate_zero_shot(np.concatenate([errors[q] for q in pairs if q[1] != d]))
     return fitted, pd.DataFrame(weights).T
 
 
-def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool, zero_shot=None,
-               probes: tuple | None = None) -> list[dict]:
+def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool, zero_shot=None) -> list[dict]:
     """Records (target, precision, model, k, n, mape_pct, spearman, coverage, width) of ``source``
     transferred with ``k`` of the target's ``rows`` and scored on the rest (``zero_shot``: a fitted
-    zero-shot transfer scored at k = 0 as model ``zero_shot``)."""
+    zero-shot transfer scored at k = 0 as model ``zero_shot``; one from device probes is also the base
+    the K rows calibrate, model ``probe_calibrated``)."""
     from carb.analysis.transfer import flops_fit, split_k
     from carb.model.intervals import interval, screening_predict
     from carb.model.transfer import TransferredCascade
@@ -166,8 +163,8 @@ def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool
             preds[name] = screening_predict(tr, rest)
             if name == "calibrated":
                 ivs[name] = interval(tr.intervals_, preds[name])
-        if probes is not None:   # both devices probed: the probes' ratio is the base the K rows calibrate
-            tr = TransferredCascade(source).fit_probe(*probes).fit(cal)
+        if zero_shot is not None and getattr(zero_shot, "probe_models_", None):
+            tr = copy.copy(zero_shot).fit(cal)   # the probes' models shared: fit replaces, never mutates them
             preds["probe_calibrated"] = screening_predict(tr, rest)
             ivs["probe_calibrated"] = interval(tr.intervals_, preds["probe_calibrated"])
     out = []
@@ -223,29 +220,38 @@ def pair_table(devices: dict[str, pd.DataFrame], ks: list[int], targets: list[st
                     continue
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    z = zs.get((src, dst))
-                    pr = (z.probe_rows_ if z is not None and hasattr(z, "probe_rows_") else None)
                     out += [{"source": src, "target_device": dst, **r}
-                            for r in score_pair(m, rows, k, use, cpu, z, pr)]
+                            for r in score_pair(m, rows, k, use, cpu, zs.get((src, dst)))]
     return pd.DataFrame(out)
 
 
+def product(lat: pd.DataFrame, k: int, preferred: str, fallback: str) -> pd.DataFrame:
+    """The rows of what CARB answers at ``k`` for each pair: model ``preferred`` where the pair has it
+    (zero-shot at K = 0, the probes' calibration at K > 0), else ``fallback``."""
+    at = lat[lat.k == k]
+    has = set(map(tuple, at[at.model == preferred][["source", "target_device"]].to_numpy()))
+    pick = [(preferred if (r.source, r.target_device) in has else fallback) == r.model for r in at.itertuples()]
+    return at[pick]
+
+
 def headline(t: pd.DataFrame) -> str:
-    """The machine-readable last line (latency; over ordered pairs and precisions). K = 0 is the zero-shot
-    model where the pair has one, else the uncalibrated source (``k0_source_max_mape``: the source always)."""
+    """The machine-readable last line, exactly as issue 29 names it (latency; over ordered pairs and
+    precisions; CARB's answer per pair, :func:`product`)."""
     lat = t[t["target"] == "latency_ms"]
-    k0_all = lat[lat.k == 0]
-    has_zs = set(map(tuple, k0_all[k0_all.model == "zero_shot"][["source", "target_device"]].to_numpy()))
-    pick = [("zero_shot" if (r.source, r.target_device) in has_zs else "source") == r.model
-            for r in k0_all.itertuples()]
-    k0 = k0_all[pick]
-    k10 = lat[(lat.k == 10) & (lat.model == "calibrated")]
+    k0, k10 = product(lat, 0, "zero_shot", "source"), product(lat, 10, "probe_calibrated", "calibrated")
     pairs = lat[["source", "target_device"]].drop_duplicates()
-    src = k0_all[k0_all.model == "source"]
     return (f"transfer: pairs={len(pairs)} k0_max_mape={k0['mape_pct'].max():.1f} "
             f"k10_max_mape={k10['mape_pct'].max():.1f} k10_min_spearman={k10['spearman'].min():.3f} "
-            f"coverage_min={k10['coverage'].min():.2f} width_median_max={k10['width'].max():.2f} "
-            f"k0_source_max_mape={src['mape_pct'].max():.1f} k0_zero_shot_pairs={len(has_zs)}")
+            f"coverage_min={k10['coverage'].min():.2f} width_median_max={k10['width'].max():.2f}")
+
+
+def baselines_line(t: pd.DataFrame) -> str:
+    """The baselines beside the headline: the uncalibrated source at K = 0 and the transfer without
+    device probes at K = 10 (latency MAPE maxima), and how many pairs had a zero-shot model."""
+    lat = t[t["target"] == "latency_ms"]
+    src, cal = lat[(lat.k == 0) & (lat.model == "source")], lat[(lat.k == 10) & (lat.model == "calibrated")]
+    return (f"baselines: k0_source_max_mape={src['mape_pct'].max():.1f} k10_without_probes_max_mape="
+            f"{cal['mape_pct'].max():.1f} k0_zero_shot_pairs={lat[lat.model == 'zero_shot'][['source', 'target_device']].drop_duplicates().shape[0]}")
 
 
 def summary(t: pd.DataFrame) -> pd.DataFrame:
@@ -281,6 +287,7 @@ def main() -> None:
                         "no_dispatch_mape_pct", "source_mape_pct", "flops_k_mape_pct", "calibrated_spearman",
                         "coverage", "width") if c in s.columns]
     print(markdown(s[s.k.isin([0, 10])][cols]))
+    print(baselines_line(t))
     print(headline(t))
 
 
