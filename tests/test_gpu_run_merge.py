@@ -77,3 +77,14 @@ def test_import_run_appends_to_an_existing_file_and_refuses_a_foreign_one(tmp_pa
     shutil.copy(dest, tmp_path / "other.parquet")
     with pytest.raises(ConfigError, match="out: .*without other.provenance.json"):
         run_collect(compose("collect", [f"import_run={RUN2}", f"out={tmp_path / 'other.parquet'}", uri]))
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", '"x"', "3", "{oops"])
+def test_a_provenance_that_is_not_a_json_object_is_one_line(tmp_path, text):
+    """A run folder (or an existing import's provenance) holding a list, string, number or broken JSON is
+    refused with one line naming the file, not an AttributeError."""
+    run = tmp_path / "run"
+    shutil.copytree(RUN1, run)
+    (run / "provenance.json").write_text(text)
+    with pytest.raises(DatasetError, match="provenance.json' (holds a JSON|is not JSON)"):
+        import_gpu_run(run)

@@ -217,7 +217,7 @@ def import_run(c: Mapping[str, Any]) -> dict[str, Any]:
     import json
     from pathlib import Path
 
-    from carb.data.importers.gpu_run import import_gpu_run, merge_gpu_run
+    from carb.data.importers.gpu_run import import_gpu_run, merge_gpu_run, read_provenance
     from carb.data.io import load_dataset, save_dataset
 
     df, prov = import_gpu_run(c["import_run"])
@@ -231,7 +231,7 @@ def import_run(c: Mapping[str, Any]) -> dict[str, Any]:
         if not prov_path.exists():
             raise ConfigError(f"out: {str(out)!r} exists without {prov_path.name} (not a dataset import_run wrote); "
                               f"give a new file")
-        df, prov = merge_gpu_run(load_dataset(out), json.loads(prov_path.read_text()), df, prov)
+        df, prov = merge_gpu_run(load_dataset(out), read_provenance(prov_path), df, prov)
         print(f"carb-collect: appended {prov['runs'][-1]['rows_added']} new configurations of {n_run} "
               f"({prov['runs'][-1]['repeats']['n']} measured before keep their first row) to {out}")
     save_dataset(df, out)

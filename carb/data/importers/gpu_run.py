@@ -37,6 +37,20 @@ from carb.errors import DatasetError
 RUN_FILES = ("dataset.parquet", "counter_trace.csv", "period.json", "provenance.json", "run.log")
 
 
+def read_provenance(path: str | Path) -> dict[str, Any]:
+    """The JSON object of a run's (or an imported dataset's) provenance file; :class:`DatasetError` (one
+    line) when it is not JSON or holds anything but an object (a list, a string, a number)."""
+    p = Path(path)
+    try:
+        prov = json.loads(p.read_text())
+    except ValueError as e:
+        raise DatasetError(f"import_run: {str(p)!r} is not JSON ({e})") from None
+    if not isinstance(prov, dict):
+        raise DatasetError(f"import_run: {str(p)!r} holds a JSON {type(prov).__name__}, not the object "
+                           f"(device_id, config, runs, ...) python -m carb.measure.gpu_run writes")
+    return prov
+
+
 def import_gpu_run(folder: str | Path) -> tuple[pd.DataFrame, dict[str, Any]]:
     """``(rows, provenance)`` of a returned run folder; :class:`DatasetError` (one line) when the folder
     lacks the dataset or the provenance, or they disagree on the device."""
@@ -46,10 +60,7 @@ def import_gpu_run(folder: str | Path) -> tuple[pd.DataFrame, dict[str, Any]]:
             raise DatasetError(f"import_run: {str(d)!r} has no {name} (a folder written by python -m carb.measure.gpu_run "
                                f"holds {', '.join(RUN_FILES)})")
     df = load_dataset(d / "dataset.parquet")
-    try:
-        prov = json.loads((d / "provenance.json").read_text())
-    except ValueError as e:
-        raise DatasetError(f"import_run: {str(d / 'provenance.json')!r} is not JSON ({e})") from None
+    prov = read_provenance(d / "provenance.json")
     ids = sorted(df["device_id"].dropna().astype(str).unique())
     if ids != [str(prov.get("device_id"))]:
         raise DatasetError(f"import_run: the rows' device_id {ids} differ from the provenance's "
