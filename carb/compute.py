@@ -39,7 +39,7 @@ def configure(n_jobs: int | str | None = None, rows_per_thread: int | None = Non
     n_jobs : "auto" (or -1/0) derives it from cores, load and data size; a positive int is a ceiling
         that is still capped at the cores this process may use."""
     if n_jobs is not None:
-        _SETTINGS["n_jobs"] = _parse_n_jobs(n_jobs)
+        _SETTINGS["n_jobs"] = parse_n_jobs(n_jobs)
     if rows_per_thread is not None:
         _SETTINGS["rows_per_thread"] = max(1, int(rows_per_thread))
     if blas_threads is not None:
@@ -52,17 +52,19 @@ def configure_from(cfg: Any) -> None:
         configure(cfg.get("n_jobs"), cfg.get("rows_per_thread"), cfg.get("blas_threads"))
 
 
-def _parse_n_jobs(value: int | str | None) -> int | str:
-    """``"auto"``, ``None``, ``-1`` or ``0`` -> ``"auto"``; a positive int (or its text) -> the int."""
+def parse_n_jobs(value: int | str | None) -> int | str:
+    """The one rule for ``compute.n_jobs`` (library and config schema alike): ``"auto"``, ``None``, ``-1`` or
+    ``0`` -> ``"auto"``; a positive int (or its text, e.g. from ``CARB_N_JOBS``) -> the int; anything else
+    (below -1, a fraction, a word) -> :class:`ConfigError` naming the field and the allowed values."""
     if value is None or str(value).strip().lower() in ("auto", "null", "none", "-1", "0", ""):
         return "auto"
     try:
-        n = int(str(value).strip())
+        n = None if isinstance(value, (bool, float)) else int(str(value).strip())
     except ValueError:
-        raise ConfigError(f"compute.n_jobs: {value!r} is not allowed; use auto or a positive integer "
-                          "(e.g. CARB_N_JOBS=2)") from None
-    if n < 0:
-        return "auto"
+        n = None
+    if n is None or n < 1:
+        raise ConfigError(f"compute.n_jobs: {value!r} is not allowed; use auto (also -1 or 0) or an integer >= 1 "
+                          "(e.g. CARB_N_JOBS=2)")
     return n
 
 
@@ -110,7 +112,7 @@ def estimator_threads(n_rows: int | None = None, n_jobs: int | str | None = None
 
     ``n_jobs`` (else the process-wide ``compute.n_jobs``): a positive int is used, capped at the
     available cores; "auto" gives one thread per ``rows_per_thread`` rows, at most the free cores."""
-    setting = _parse_n_jobs(n_jobs) if n_jobs is not None else _SETTINGS["n_jobs"]
+    setting = parse_n_jobs(n_jobs) if n_jobs is not None else _SETTINGS["n_jobs"]
     if setting != "auto":
         return max(1, min(int(setting), available_cores()))
     by_rows = 1 if n_rows is None else math.ceil(max(1, n_rows) / _SETTINGS["rows_per_thread"])

@@ -51,8 +51,23 @@ def test_defaults_give_small_data_one_thread_on_any_machine(monkeypatch):
 
 
 def test_bad_n_jobs_names_the_field():
-    with pytest.raises(ConfigError, match=r"compute.n_jobs: 'two' is not allowed; use auto or a positive integer"):
-        compute.configure(n_jobs="two")
+    for bad in ("two", -5, 1.5):
+        with pytest.raises(ConfigError, match=r"compute.n_jobs: .* is not allowed; use auto \(also -1 or 0\) or an integer >= 1"):
+            compute.configure(n_jobs=bad)
+
+
+def test_schema_and_library_take_the_same_n_jobs_values():
+    """One rule: the config schema accepts exactly what the library accepts, with the same result."""
+    from pydantic import ValidationError
+
+    from carb.commands.schema.groups import Compute
+
+    for ok, want in (("auto", "auto"), (None, "auto"), (-1, "auto"), (0, "auto"), ("3", 3), (2, 2)):
+        assert compute.parse_n_jobs(ok) == want
+        assert Compute(n_jobs=ok, rows_per_thread=1, blas_threads=1).n_jobs == want
+    for bad in ("two", -5, 1.5):
+        with pytest.raises(ValidationError, match="must be auto"):
+            Compute(n_jobs=bad, rows_per_thread=1, blas_threads=1)
 
 
 def test_blas_is_limited_inside_and_restored_after():

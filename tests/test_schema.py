@@ -20,8 +20,8 @@ def test_n_jobs_from_the_environment(monkeypatch):
     monkeypatch.setenv("CARB_N_JOBS", "2")
     check_config("train", compose("train"))
     monkeypatch.setenv("CARB_N_JOBS", "two")
-    with pytest.raises(ConfigError, match=r"compute.n_jobs: must be auto or an integer >= 1 \(e.g. CARB_N_JOBS=2\), "
-                                          r"got 'two'"):
+    with pytest.raises(ConfigError, match=r"compute.n_jobs: must be auto \(also -1 or 0\) or an integer >= 1 "
+                                          r"\(e.g. CARB_N_JOBS=2\), got 'two'"):
         check_config("train", compose("train"))
 
 

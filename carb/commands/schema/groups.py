@@ -43,15 +43,15 @@ def _env_integer(v: Any) -> Any:
 
 
 def _n_jobs(v: Any) -> Any:
-    """``auto`` (also null, -1, 0) or an integer >= 1, also as environment text (``${oc.env:CARB_N_JOBS,auto}``)."""
-    if isinstance(v, str) and v.strip().lower() == "auto":
-        return "auto"
+    """:func:`carb.compute.parse_n_jobs` (one rule for the library and the schema) as a schema check."""
+    from carb.compute import parse_n_jobs
+    from carb.errors import ConfigError
+
     try:
-        n = _env_integer(v)
-    except PydanticCustomError:
-        raise PydanticCustomError("carb", "must be auto or an integer >= 1 (e.g. CARB_N_JOBS=2), got {v}",
-                                  {"v": repr(v)}) from None
-    return "auto" if n is None or n <= 0 else n
+        return parse_n_jobs(v)
+    except ConfigError:
+        raise PydanticCustomError("carb", "must be auto (also -1 or 0) or an integer >= 1 (e.g. CARB_N_JOBS=2), "
+                                  "got {v}", {"v": repr(v)}) from None
 
 
 _SPACES = ("auto", True, False)
