@@ -6,6 +6,7 @@ Only command modules (``carb.commands.collect``, ``carb.commands.train``, ...) a
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import sys
 from collections.abc import Callable, Iterator
@@ -142,6 +143,18 @@ def interrupted(command: str, e: KeyboardInterrupt) -> None:
     sys.exit(143 if isinstance(e, Terminated) else 130)
 
 
+#: ``errno`` values of a disk that refuses a write (full, over quota, read-only, file too large): one line,
+#: exit 2, naming the finished work, instead of a traceback from whichever library was writing.
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
+
+
+def disk_error(e: OSError) -> str:
+    """One line for a refused write: what the disk said, the file when known, where finished work is."""
+    what = e.strerror or " ".join(str(e).split())
+    where = f" writing {e.filename}" if e.filename else ""
+    return f"the disk refused a write{where} ({what}); {kept_line()}; free space (or pick a writable place) and rerun"
+
+
 def fail(command: str, err: BaseException) -> None:
     """Print ``carb-<command>: error: <one line>`` to stderr and exit 2."""
     msg = " ".join(str(err).split()) or type(err).__name__
@@ -177,6 +190,10 @@ def hydra_command(command: str, config_name: str | None = None) -> Callable:
                 fail(command, e)
             except KeyboardInterrupt as e:
                 interrupted(command, e)
+            except OSError as e:
+                if e.errno not in DISK_ERRNOS:
+                    raise
+                fail(command, disk_error(e))
 
         @functools.wraps(run_fn)
         def entry() -> Any:
