@@ -253,9 +253,9 @@ def test_carb_errors_are_the_ones_turned_into_exit_2():
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["space=nope"], "space=nope"),
+    (["space=nope"], "space: unknown key; allowed: ["),
     (["model=nope"], "model=nope: no such option; allowed: auto, carb, carb_fast, tuned"),
-    (["foo=1"], "Could not override 'foo'"),
+    (["foo=1"], "foo: unknown key; allowed: ["),
     (["nope"], "Error parsing override 'nope'"),
     (["+experiment=nah"], "experiment=nah: no such option; allowed: ablation, lobo, two_stage"),
     (["-m", "features=full,nope"], "features=nope: no such option; allowed: arch_only, full, no_util"),
@@ -302,3 +302,15 @@ def test_unwritable_reasons(tmp_path):
     assert not list(tmp_path.glob(".carb-probe-*"))         # the probe folder is removed
     if Path("/proc/self").is_dir():
         assert "refuses new folders" in unwritable(Path("/proc/carb-x/out"))
+
+
+def test_an_unknown_nested_key_names_its_first_missing_part_and_the_allowed_keys():
+    """``importer.foo.bar=1`` / ``model.foo.bar=1``: Hydra says only "Could not override ... use +"; the
+    line names the first part the config lacks and the keys beside it."""
+    from carb.commands.cli import allowed_keys
+
+    missing, keys = allowed_keys("train", ["model=carb_fast"], "model.foo.bar")
+    assert missing == "model.foo" and "name" in keys and "foo" not in keys
+    missing, keys = allowed_keys("train", [], "nope")
+    assert missing == "nope" and {"data", "model", "tracking"} <= set(keys)
+    assert allowed_keys("train", [], "model.name") is None          # nothing is missing there

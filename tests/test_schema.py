@@ -31,7 +31,7 @@ def test_n_jobs_from_the_environment(monkeypatch):
                                                     ">= 1.0, got 0.5"),
     ("carb.promote", ["promote.direction=up"], "carb-promote: error: promote.direction: 'up' is not allowed; "
                                                "allowed: ['minimize', 'maximize']"),
-    ("carb.import_data", ["importer.show=1"], "carb-import: error: Could not override 'importer.show'"),
+    ("carb.import_data", ["importer.show=1"], "carb-import: error: importer.show: unknown key; allowed: ['name', "),
     ("carb.characterize", ["+timm.gpu_c=x"], "carb-characterize: error: timm.gpu_c: unknown key"),
 ])
 def test_command_line_errors_exit_2_before_work(module, argv, line, tmp_path):

@@ -228,9 +228,11 @@ def check_stores(command: str, cfg: Any) -> None:
                                   f"done (move a damaged file aside, or set {key}=<another sqlite:/// file>)")
 
 
-def composition_error_line(err: BaseException) -> str:
+def composition_error_line(err: BaseException, config_name: str | None = None,
+                           overrides: list[str] | None = None) -> str:
     """One line for a Hydra composition error: an unknown group option with the allowed ones, an
-    unknown key, or an override that does not parse."""
+    unknown key (with the keys its parent allows, when ``config_name`` and ``overrides`` are given), or
+    an override that does not parse."""
     import re
 
     text = str(err)
@@ -238,8 +240,32 @@ def composition_error_line(err: BaseException) -> str:
     m = re.search(r"Could not find '([^']+)/([^']+)'", text)
     if options is not None and m:
         return f"{m.group(1)}={m.group(2)}: no such option; allowed: {', '.join(options)}"
+    m = re.search(r"Could not override '([^']+)'", text)
+    if m and config_name is not None:
+        found = allowed_keys(config_name, overrides or [], m.group(1))
+        if found is not None:
+            return f"{found[0]}: unknown key; allowed: {found[1]}"
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("See https")]
     return " ".join(lines) or type(err).__name__
+
+
+def allowed_keys(config_name: str, overrides: list[str], key: str) -> tuple[str, list[str]] | None:
+    """``(unknown, allowed)`` for an override of ``key`` (dotted) that Hydra could not apply: ``unknown`` is
+    the first part of ``key`` its config (``config_name`` with the other overrides) lacks, as a dotted
+    path, and ``allowed`` the keys beside it; None when that cannot be composed."""
+    rest = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != key]
+    try:
+        node = compose(config_name, rest)
+        parts = key.split(".")
+        for i, part in enumerate(parts):
+            if not hasattr(node, "keys"):
+                return None
+            if part not in node:
+                return ".".join(parts[:i + 1]), list(node.keys())
+            node = node[part]
+    except Exception:  # noqa: BLE001 - any failure here: keep Hydra's own words
+        return None
+    return None
 
 
 def sweep_variants(overrides: list[str], limit: int = 50) -> list[list[str]]:
@@ -283,7 +309,7 @@ def precheck(command: str, config_name: str, argv: list[str]) -> None:
         mod = type(e).__module__ or ""
         if not (mod.startswith("hydra") or mod.startswith("omegaconf")):
             raise
-        fail(command, ValueError(composition_error_line(e)))
+        fail(command, ValueError(composition_error_line(e, config_name, overrides)))
     finally:
         try:
             from hydra.core.global_hydra import GlobalHydra

@@ -87,7 +87,7 @@ def composed_first(name: str, common: list[str], screen_overrides: list[str],
     except Exception as e:  # noqa: BLE001 - Hydra's and OmegaConf's composition errors become one line
         if not (type(e).__module__ or "").startswith(("hydra", "omegaconf")):
             raise
-        raise ConfigError(composition_error_line(e)) from None
+        raise ConfigError(composition_error_line(e, "screen", [*common, *screen_overrides])) from None
     check_config("train", cfgs["train"])
     check_config("screen", cfgs["screen"])
     check_stores("train", cfgs["train"])   # a damaged or read-only store: one line before any work
