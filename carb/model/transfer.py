@@ -336,7 +336,8 @@ class TransferredCascade:
         Candidate bases (:meth:`_base_candidates`): the device probes' prediction, the spec records', the
         source's own. Per precision with at least 3 of the K rows, another base replaces the default when
         its per-precision offset's LOO log MAE is below ``_margin`` of the default's (its shape fits that
-        precision better; shifted to the default's level there, so one common factor still fits). The
+        precision better; shifted so that its rows' mean log ratio to the measurements is the default base's
+        over all rows, so one common factor still fits). The
         mixed base and each single base are then fitted with the forms; one replaces the default only when
         its LOO log MAE is below ``_margin`` of the best so far. ``x_src`` (K,): log source predictions."""
         cands = self._base_candidates()
@@ -375,7 +376,7 @@ class TransferredCascade:
                 mae[b] = float(np.mean(np.abs(d - (d.sum() - d) / (n - 1))))
             b = min(mae, key=mae.get)
             if b != default and mae[b] < self._margin * mae[default]:
-                shift = float(np.mean(logs[default][m] - logs[b][m]))
+                shift = float(np.mean(yl[m] - logs[b][m]) - np.mean(yl - logs[default]))
                 per[str(p)] = {"base": b, "shift": shift, "loo_log_mae": mae}
                 x[m] = logs[b][m] + shift
         return per, x
