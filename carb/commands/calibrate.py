@@ -190,10 +190,19 @@ def device_probes(source: Any, rows: pd.DataFrame) -> tuple | None:
 def transfer_settings(cfg: Any) -> dict[str, Any]:
     """Keyword arguments of :class:`carb.model.transfer.TransferredCascade` from ``transfer`` and ``coverage``."""
     t = cfg.transfer
+    prior = t.get("error_prior", "auto")
+    if prior not in (None, "auto"):
+        from pathlib import Path
+
+        if not Path(str(prior)).is_file():
+            raise ConfigError(f"transfer.error_prior: {prior!r} is not a file; allowed: auto, null or the path of a "
+                              "table written by python -m scripts.bench.transfer_pairs --errors-out")
     return {"affine_min_k": int(t.affine_min_k), "residual_min_k": int(t.residual_min_k),
             "ridge_alpha": float(t.ridge_alpha), "slope_bounds": (float(t.slope_min), float(t.slope_max)),
             "precision_shrink": float(t.precision_shrink), "dispatch": bool(t.get("dispatch", True)),
-            "coverage": float(cfg.coverage)}
+            "coverage": float(cfg.coverage), "error_prior": t.get("error_prior", "auto"),
+            "prior_rows": float(t.get("prior_rows", 10.0)),
+            "prior_targets": tuple(t.get("prior_targets") or ("latency_ms", "energy_J"))}
 
 
 def _print_transfer(tr: Any, table: pd.DataFrame, n_heldout: int) -> None:

@@ -48,7 +48,7 @@ _OWN = frozenset({"source_", "stand_ins_", "transfer_", "intervals_", "device_na
                   "test_mae_", "registry_", "model_uri_", "affine_min_k", "residual_min_k", "coverage",
                   "ridge_alpha", "slope_bounds", "calibration_rows_", "residual_scale_",
                   "precision_shrink", "dispatch", "probe_models_", "spec_log_ratio_", "error_prior",
-                  "prior_rows"})
+                  "prior_rows", "prior_targets", "device_kind_"})
 
 
 def _loo_affine(x: np.ndarray, y: np.ndarray, lo: float, hi: float) -> tuple[float, float, np.ndarray]:
@@ -187,14 +187,18 @@ class TransferredCascade:
     ``affine_min_k`` / ``residual_min_k``: the fewest rows for the slope / the residual model;
     ``coverage``: the interval coverage; ``ridge_alpha``: the residual model's penalty;
     ``slope_bounds``: the allowed slope range; ``precision_shrink``: pseudo-rows pulling a precision's
-    offset toward the common one. Fitted: ``transfer_`` (per target: form, a, b, residual
+    offset toward the common one; ``error_prior``: the transfer errors measured across device pairs
+    (:mod:`carb.model.transfer_prior`; ``"auto"``: the shipped table, a path, a table, or None: the K rows'
+    LOO residuals alone), applied to ``prior_targets`` with ``prior_rows`` pseudo-rows. Fitted: ``transfer_`` (per target: form, a, b, residual
     coefficients, K, LOO log MAE of each form), ``intervals_``, ``device_name_``, ``device_id_``,
     ``device_fingerprint_``, ``calibration_rows_`` (the config_ids used)."""
 
     def __init__(self, source: Any, affine_min_k: int = 5, residual_min_k: int = 20, coverage: float = 0.9,
                  ridge_alpha: float = 3.0, slope_bounds: tuple[float, float] = (0.5, 2.0),
-                 precision_shrink: float = 1.0, dispatch: bool = True) -> None:
+                 precision_shrink: float = 1.0, dispatch: bool = True, error_prior: Any = None,
+                 prior_rows: float = 10.0, prior_targets: tuple[str, ...] = ("latency_ms", "energy_J")) -> None:
         self.source_ = source
+        self.error_prior, self.prior_rows, self.prior_targets = error_prior, float(prior_rows), tuple(prior_targets)
         self.dispatch = bool(dispatch)
         self.precision_shrink = float(precision_shrink)
         self.affine_min_k, self.residual_min_k = int(affine_min_k), int(residual_min_k)
@@ -291,8 +295,6 @@ class TransferredCascade:
         Z = self._residual_design(X)
         prec = _precisions(X)
         self.transfer_: dict[str, dict[str, Any]] = {}
-        src_int = dict(getattr(self.source_, "intervals_", None) or {})
-        self.intervals_: dict[str, Any] = {"coverage": self.coverage, "method": "carb-calibrate"}
         for t in getattr(self.source_, "targets_", TARGETS):
             col = pred_name(t)
             if col not in P or t not in y:
@@ -302,8 +304,6 @@ class TransferredCascade:
             ok = np.isfinite(meas) & (meas > 0) & np.isfinite(pred) & (pred > 0)
             if not ok.any():
                 self.transfer_[t] = {"form": "source", "k": 0}
-                if t in src_int:
-                    self.intervals_[t] = src_int[t]
                 continue
             if t == "latency_ms":
                 self.transfer_[t], loo = self._fit_with_bases(X[ok], np.log(pred[ok]), np.log(meas[ok]), Z[ok], prec[ok])
@@ -311,13 +311,10 @@ class TransferredCascade:
                 self.transfer_[t], loo = self._fit_target(np.log(pred[ok]), np.log(meas[ok]), Z[ok], prec[ok])
             self.transfer_[t]["loo"] = [float(v) for v in loo]
             self.transfer_[t]["loo_precision"] = [str(v) for v in prec[ok]] if len(loo) else []
-            entry = interval_entry(loo, self.coverage)
-            if entry is None:
-                entry = dict(src_int.get(t) or {}) or None
-            if entry is not None:
-                if isinstance(src_int.get(t), dict) and "outside" in src_int[t]:
-                    entry["outside"] = src_int[t]["outside"]
-                self.intervals_[t] = entry
+        from carb.model.transfer_prior import device_kind
+
+        self.device_kind_ = device_kind(X)
+        self.recalibrate(self.error_prior)
         ids = X["device_id"].dropna().astype(str) if "device_id" in X else pd.Series([], dtype=str)
         names = X["device_name"].dropna().astype(str) if "device_name" in X else pd.Series([], dtype=str)
         self.device_name_ = str(names.mode().iloc[0]) if len(names) else "unknown"
@@ -327,6 +324,35 @@ class TransferredCascade:
         self.device_fingerprint_ = str(fps.iloc[0]) if len(fps) else None
         self.calibration_rows_ = [str(c) for c in X.get("config_id", pd.Series([], dtype=str)).tolist()]
         self.test_mae_: dict[str, float] = {}
+        return self
+
+    def recalibrate(self, error_prior: Any = None) -> TransferredCascade:
+        """Set ``intervals_`` of a fitted K-row transfer: per target, the transfer-error prior combined with
+        the K rows' LOO residuals (:func:`carb.model.transfer_prior.prior_entry`) where ``error_prior`` (as
+        the constructor's) has rows of this device kind and target and the target is one of
+        ``prior_targets``, else the LOO residuals alone (:func:`interval_entry`), else (K = 1) the source's
+        interval; a target with no measured row keeps the source's. Outside the source's domain its
+        ``outside`` entry still applies. Returns self."""
+        from carb.model.transfer_prior import load_error_table, prior_entry
+
+        if isinstance(error_prior, str):
+            table = load_error_table(None if error_prior == "auto" else error_prior)
+        else:
+            table = error_prior
+        src_int = dict(getattr(self.source_, "intervals_", None) or {})
+        self.intervals_: dict[str, Any] = {"coverage": self.coverage, "method": "carb-calibrate"}
+        for t, info in self.transfer_.items():
+            loo = np.asarray(info.get("loo") or [], float)
+            if info["form"] == "source":
+                entry = src_int.get(t)
+            else:
+                entry = (prior_entry(table, self.__dict__.get("device_kind_"), t, loo, int(info["k"]), self.coverage,
+                                     self.prior_rows) if t in self.prior_targets else None) \
+                    or interval_entry(loo, self.coverage) or (dict(src_int.get(t) or {}) or None)
+                if entry is not None and isinstance(src_int.get(t), dict) and "outside" in src_int[t]:
+                    entry = {**entry, "outside": src_int[t]["outside"]}
+            if entry is not None:
+                self.intervals_[t] = entry
         return self
 
     def _fit_with_bases(self, X: pd.DataFrame, x_src: np.ndarray, yl: np.ndarray, Z: np.ndarray, prec: np.ndarray
