@@ -3,6 +3,9 @@
     carb-calibrate data.path=data/my-device.parquet k=10       # K rows of a dataset; the rest test the result
     carb-calibrate measure=cpu k=12                             # measure K space-filling configurations now
     carb-calibrate k=0 spec="H100 SXM" source=models:/<GPU model>@champion   # zero-shot from spec sheets
+    carb-calibrate k=0 probe=6a0ea403ee                         # zero-shot to a CPU from two device probes
+    carb-calibrate k=0 probe=true                               # probe this CPU first (~1 min), then zero-shot
+    carb-calibrate measure=cpu k=10 probe=true                  # probe, measure 10 rows, calibrate from both
 
 The K rows are picked space-filling (:mod:`carb.design.select`) from the dataset or from ``space``; the
 transfer (:mod:`carb.model.transfer`) is fitted on them, its intervals re-calibrated on their leave-one-out
@@ -110,12 +113,16 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     prog.begin(f"loading {source_uri}")
     source = tracking.load_cascade(source_uri)
     src_info = tracking.resolve_version(source_uri)
+    target_probe = target_probe_id(cfg, source, source_uri, prog)
     if int(cfg.k) == 0:
         from carb.commands.zero_shot import run_zero_shot
 
-        return run_zero_shot(cfg, source, {"uri": source_uri, **src_info}, prog)
+        return run_zero_shot(cfg, source, {"uri": source_uri, **src_info}, prog, target_probe)
     prog.begin("reading the target rows" if cfg.data.get("path") else "measuring the target rows")
     rows, where = target_rows(cfg) if cfg.data.get("path") else measure_rows(cfg)
+    if target_probe and str(target_probe) not in set(rows["device_id"].dropna().astype(str)):
+        raise ConfigError(f"probe: {target_probe} is not the device of the rows of {where} "
+                          f"({sorted(set(rows['device_id'].dropna().astype(str)))}); a probe describes the target CPU")
     k = int(cfg.k) if cfg.data.get("path") else min(int(cfg.k), len(rows))
     if k > len(rows):
         raise ConfigError(f"k: must be between 1 and the {len(rows)} ok rows of {where}, got {k}")
@@ -146,6 +153,45 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     return {"transfer": tr.transfer_, "table": table, "registered_name": reg_name, "version": version,
             "run_id": run_id, "source": source_uri, "k": k, "config_ids": list(tr.calibration_rows_),
             "model": tr, "alias_set": alias_set}
+
+
+def target_probe_id(cfg: Any, source: Any, source_uri: str, prog: Any) -> str | None:
+    """The target CPU's device id whose probe the transfer uses: ``probe=<device_id>`` as given,
+    ``probe=true``: this CPU's, probed now with the ``probe_run`` preset (:func:`probe_this_machine`); None
+    for ``probe=false``. One-line :class:`ConfigError` for a probe where no CPU is the target."""
+    probe = cfg.get("probe")
+    if probe is None or probe is False or str(probe).lower() in ("false", "none", ""):
+        return None
+    from carb.commands.zero_shot import refuse_gpu_source
+
+    if cfg.get("spec"):
+        raise ConfigError("probe: a device probe times CPU convolutions and spec= names a GPU; give one: "
+                          "spec=<GPU> (zero-shot from spec sheets) or probe=<CPU device_id>|true (from device probes)")
+    refuse_gpu_source(source, source_uri)
+    if probe is True or str(probe).lower() == "true":
+        if str(cfg.device.get("kind", "auto")) == "cuda":
+            raise ConfigError("probe: true probes this machine's CPU (carb-probe), but device.kind=cuda targets a "
+                              "GPU; allowed: probe=false with device.kind=cuda, or device.kind=cpu|auto")
+        prog.begin("probing this CPU (a short device probe first)")
+        return probe_this_machine(cfg)
+    return str(probe)
+
+
+def probe_this_machine(cfg: Any) -> str:
+    """A short ``carb-probe`` of this CPU (``probe_run``: pairs, repeats, window; the ``space``'s layers and
+    ``measure``'s threads), written to the store's probes like ``carb-probe``'s; returns its device id."""
+    from omegaconf import OmegaConf
+
+    from carb.commands.probe import run_probe_command
+
+    pr = to_dict(cfg.probe_run)
+    pcfg = OmegaConf.create({
+        "space": to_dict(cfg.space), "measure": to_dict(cfg.measure), "tracking": to_dict(cfg.tracking),
+        "paths": to_dict(cfg.paths), "progress": to_dict(cfg.get("progress") or {}), **pr, "out": None,
+        "run_name": f"calibrate-probe-{cfg.space.name}"})
+    print(f"carb-calibrate: probing this CPU first ({pr['n']} convolutions per precision, about a minute; "
+          "run it on an idle machine)")
+    return str(run_probe_command(pcfg)["device_id"])
 
 
 def refuse_same_device(source: Any, rows: pd.DataFrame, source_uri: str, where: str, same_name: bool) -> None:

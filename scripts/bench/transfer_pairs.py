@@ -106,6 +106,10 @@ def zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> dict[tup
     for s, d in pairs:
         others = [errors[q] for q in pairs if q[1] != d]
         out[(s, d)].calibrate_zero_shot(np.concatenate(others) if others else None)
+    if pairs:
+        lo, hi = np.quantile(np.concatenate([errors[q] for q in pairs]), [0.05, 0.95])
+        print(f"  zero-shot from device probes, log error 5-95 % over {len(pairs)} pairs (conf/calibrate.yaml "
+              f"zero_shot.probe_log_error_band): [{lo:.3f}, {hi:.3f}]", flush=True)
     return out
 
 

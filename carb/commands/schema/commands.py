@@ -171,10 +171,22 @@ class Transfer(Section):
 
 
 class ZeroShot(Section):
-    """``zero_shot`` (``carb-calibrate k=0 spec=<GPU>``): the spec-ratio weights and the error band."""
+    """``zero_shot`` (``carb-calibrate k=0 spec=<GPU>`` / ``probe=``): the spec-ratio weights and the error bands."""
 
     weights: dict[Literal["compute", "bandwidth", "power"], float]
     log_error_band: Annotated[list[float], Field(min_length=2, max_length=2)]
+    probe_log_error_band: Annotated[list[float], Field(min_length=2, max_length=2)] = [-0.479, 0.230]
+
+
+class ProbeRun(Section):
+    """``probe_run`` (``carb-calibrate probe=true``): the short device probe of this CPU."""
+
+    n: Count
+    seed: Index
+    max_MMAC: Positive
+    precisions: Annotated[list[Precision], Field(min_length=1)] | None
+    repeats: Count
+    min_window_s: NonNegative
 
 
 class Calibrate(Command):
@@ -189,6 +201,8 @@ class Calibrate(Command):
     data: Data
     k: Index
     spec: Text | None = None
+    probe: bool | Text | None = False
+    probe_run: ProbeRun | None = None
     zero_shot: ZeroShot | None = None
     out: Text
     transfer: Transfer
