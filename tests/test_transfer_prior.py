@@ -215,3 +215,28 @@ def test_k_rows_after_a_spec_zero_shot_start_from_the_spec_ratios():
     assert np.allclose(got, want, rtol=1e-6)
     plain = TransferredCascade(PhysicsSource()).fit(cal)
     assert plain.transfer_["latency_ms"]["default_base"] == "source"
+
+
+def test_calibrate_starts_gpu_rows_from_the_spec_records_when_both_have_one(capsys):
+    """carb-calibrate K>0 on GPU rows: both spec records found -> the zero-shot's base is offered to the K
+    rows; a CPU source, the same GPU or a record lacking a figure the ratio needs -> none (the last noted)."""
+    from carb.commands.calibrate import spec_records
+    from carb.commands.cli import compose
+    from carb.data.gpu_specs import fingerprint_json, gpu_spec, spec_fingerprint
+
+    cfg = compose("calibrate", [])
+    src = type("Src", (), {"device_fingerprint_": fingerprint_json(spec_fingerprint(gpu_spec("H200")))})()
+    rows = pd.DataFrame({"device_id": ["x"], "device_name": ["H100"],
+                         "device_fingerprint": [fingerprint_json(spec_fingerprint(gpu_spec("H100 SXM")))]})
+    s, d, w = spec_records(cfg, src, rows)
+    assert (s["name"], d["name"]) == (gpu_spec("H200")["name"], gpu_spec("H100 SXM")["name"])
+    assert w == {k: float(v) for k, v in cfg.zero_shot.weights.items()}
+    assert "may start from the spec-sheet zero-shot" in capsys.readouterr().out
+    same = rows.assign(device_fingerprint=src.device_fingerprint_)
+    assert spec_records(cfg, src, same) is None
+    cpu = type("Cpu", (), {"device_fingerprint_": '{"kind": "cpu", "isa": []}'})()
+    assert spec_records(cfg, cpu, rows) is None
+    fp = spec_fingerprint(gpu_spec("H100 SXM"))
+    fp.pop("memory_bandwidth_GBps")
+    assert spec_records(cfg, src, rows.assign(device_fingerprint=fingerprint_json(fp))) is None
+    assert "no bandwidth" in capsys.readouterr().out

@@ -131,7 +131,9 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     kw = transfer_settings(cfg)
     prog.begin(f"fitting the transfer on {k} of {len(rows)} rows")
     probes = device_probes(source, rows) if cfg.transfer.get("probe", True) else None
-    tr, table = evaluate_transfer(source, rows, k, kw, targets=list(getattr(source, "targets_", [])), probes=probes)
+    spec = spec_records(cfg, source, rows) if probes is None and cfg.transfer.get("spec", True) else None
+    tr, table = evaluate_transfer(source, rows, k, kw, targets=list(getattr(source, "targets_", [])), probes=probes,
+                                  spec=spec)
     _print_transfer(tr, table, len(rows) - k)
     prog.begin("logging to MLflow" + (" and registering" if cfg.register else ""))
     reg_name = name if cfg.register else None
@@ -231,6 +233,37 @@ def device_probes(source: Any, rows: pd.DataFrame) -> tuple | None:
     print(f"carb-calibrate: device probes of {src_id} and {dev_id}: the K rows calibrate the probes' prediction "
           "(convolution times of each network on both CPUs)")
     return src, dst, fp
+
+
+def spec_records(cfg: Any, source: Any, rows: pd.DataFrame) -> tuple | None:
+    """``(source spec record, target spec record, weights)`` when the source model and the target rows are
+    GPUs of the spec table (:func:`carb.data.gpu_specs.record_for_fingerprint`): the K rows may then start
+    from the spec records' zero-shot (kept only where leave-one-out says it pays); else None. A record
+    lacking a figure the ratio needs is noted and skipped (the K rows calibrate the source's prediction)."""
+    from carb.data.gpu_specs import record_for_fingerprint
+    from carb.model.cascade_data import device_identity
+    from carb.model.spec_transfer import log_ratio
+
+    def record(fp_json: str | None) -> dict[str, Any] | None:
+        try:
+            fp = json.loads(fp_json or "null")
+        except (TypeError, ValueError):
+            return None
+        return record_for_fingerprint(fp) if isinstance(fp, dict) and fp.get("kind") == "cuda" else None
+
+    src, dst = record(getattr(source, "device_fingerprint_", None)), record(device_identity(rows)[2])
+    if src is None or dst is None or src.get("name") == dst.get("name"):
+        return None
+    weights = {k: float(v) for k, v in cfg.zero_shot.weights.items()}
+    try:
+        for p in ("fp32", "fp16", "bf16"):
+            log_ratio(src, dst, p, weights)
+    except ConfigError as e:
+        print(f"carb-calibrate: {e}: the K rows calibrate the source's prediction")
+        return None
+    print(f"carb-calibrate: spec records of {src['name']} and {dst['name']}: the K rows may start from the "
+          "spec-sheet zero-shot (kept where leave-one-out says it pays)")
+    return src, dst, weights
 
 
 def transfer_settings(cfg: Any) -> dict[str, Any]:
