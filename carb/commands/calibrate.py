@@ -106,6 +106,9 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     from carb.data.schema import model_name
 
     check_config("calibrate", cfg)
+    from carb.commands.zero_shot import refuse_spec_and_probe
+
+    refuse_spec_and_probe(cfg)   # before loading anything
     uri, art = cfg.tracking.uri, cfg.tracking.get("artifact_root")
     tracking.configure(uri, art)
     source_uri = str(cfg.source or default_source())
@@ -161,15 +164,13 @@ def target_probe_id(cfg: Any, source: Any, source_uri: str, prog: Any) -> str | 
     """The target CPU's device id whose probe the transfer uses: ``probe=<device_id>`` as given,
     ``probe=true``: this CPU's, probed now with the ``probe_run`` preset (:func:`probe_this_machine`); None
     for ``probe=false``. One-line :class:`ConfigError` for a probe where no CPU is the target."""
-    probe = cfg.get("probe")
-    if probe is None or probe is False or str(probe).lower() in ("false", "none", ""):
-        return None
-    from carb.commands.zero_shot import refuse_gpu_source
+    from carb.commands.zero_shot import probe_given, refuse_gpu_source, refuse_spec_and_probe
 
-    if cfg.get("spec"):
-        raise ConfigError("probe: a device probe times CPU convolutions and spec= names a GPU; give one: "
-                          "spec=<GPU> (zero-shot from spec sheets) or probe=<CPU device_id>|true (from device probes)")
+    if not probe_given(cfg):
+        return None
+    refuse_spec_and_probe(cfg)
     refuse_gpu_source(source, source_uri)
+    probe = cfg.get("probe")
     if probe is True or str(probe).lower() == "true":
         if str(cfg.device.get("kind", "auto")) == "cuda":
             raise ConfigError("probe: true probes this machine's CPU (carb-probe), but device.kind=cuda targets a "

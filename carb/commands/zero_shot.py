@@ -61,9 +61,6 @@ def run_zero_shot(cfg: Any, source: Any, src: dict[str, Any], prog: Any, target_
     """Fit, log and register the zero-shot model: from spec records (``cfg.spec``, a GPU) or from device
     probes (``target_probe``: the target CPU's device id, :func:`probe_zero_shot`). Returns what
     :func:`carb.commands.calibrate.run_calibrate` returns (``k`` = 0, no held-out table)."""
-    if cfg.get("spec") and target_probe:
-        raise ConfigError("probe: a device probe times CPU convolutions and spec= names a GPU; give one: "
-                          "spec=<GPU> (zero-shot from spec sheets) or probe=<CPU device_id>|true (from device probes)")
     if target_probe:
         tr, how = probe_zero_shot(cfg, source, src, target_probe, prog)
     elif cfg.get("spec"):
@@ -157,6 +154,19 @@ def probe_zero_shot(cfg: Any, source: Any, src: dict[str, Any], target_id: str, 
           "k >= 3 rows")
     return tr, {"zero_shot": "probe", "params": {"probe": str(target_id), "zero_shot": to_dict(cfg.zero_shot)},
                 "json": {"probe": {"source": src_id, "target": str(target_id)}}, "from": "two device probes"}
+
+
+def probe_given(cfg: Any) -> bool:
+    """Whether ``probe`` names a target CPU's probe (a device id or true)."""
+    probe = cfg.get("probe")
+    return not (probe is None or probe is False or str(probe).lower() in ("false", "none", ""))
+
+
+def refuse_spec_and_probe(cfg: Any) -> None:
+    """One-line :class:`ConfigError` for ``spec=`` (a GPU) together with ``probe=`` (a CPU)."""
+    if cfg.get("spec") and probe_given(cfg):
+        raise ConfigError("probe: a device probe times CPU convolutions and spec= names a GPU; give one: "
+                          "spec=<GPU> (zero-shot from spec sheets) or probe=<CPU device_id>|true (from device probes)")
 
 
 def refuse_gpu_source(source: Any, source_uri: str) -> None:
