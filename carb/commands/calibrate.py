@@ -17,6 +17,7 @@ the uncalibrated source and a FLOPs-only fit on the same K rows.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pandas as pd
@@ -294,6 +295,10 @@ def _print_transfer(tr: Any, table: pd.DataFrame, n_heldout: int) -> None:
               f"(instruction set): the source's {q} cost stands in for it")
     for target, info in tr.transfer_.items():
         print(f"carb-calibrate: {target}: {info['form']} ({describe_form(info)}) from {info['k']} rows")
+        entry = (tr.intervals_ or {}).get(target)
+        if info["form"] != "source" and isinstance(entry, dict) and "lower" in entry:
+            print(f"carb-calibrate: {target}: {100 * float(entry['coverage']):g} % interval x [{math.exp(entry['lower']):.2f}, "
+                  f"{math.exp(entry['upper']):.2f}] of the prediction ({entry.get('method', '')})")
     if len(table):
         print(f"carb-calibrate: held-out rows of {tr.device_name_} ({n_heldout} rows not used for fitting):")
         print(table.pivot_table(index=["target", "model"], values=["spearman", "mape_pct", "r2"]).round(3).to_string())

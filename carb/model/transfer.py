@@ -600,6 +600,13 @@ def describe_form(info: dict[str, Any]) -> str:
     ``p``: ``x 1.8`` (scale), ``exp(0.412) * p^0.953`` (affine), ... (what ``carb-calibrate`` prints)."""
     e = 2.718281828459045
     form = info["form"]
+    whose = {"probe": "the device probes'", "spec": "the spec records'", "source": "the source's"}
+    bases = info.get("bases") or {}
+    if form not in ("source", "probe", "spec") and (info.get("default_base") in ("probe", "spec") or bases):
+        per = ", ".join(f"{p}: {whose.get(b['base'], b['base'])}" for p, b in bases.items())
+        return describe_form({k: v for k, v in info.items() if k not in ("default_base", "bases")}) + \
+            f"; p = {whose.get(info.get('default_base') or 'source', whose['source'])} prediction" + \
+            (f" (shape per precision from {per})" if per else "")
     if form == "source":
         return "nothing measured: the source's prediction kept"
     if form == "probe":
