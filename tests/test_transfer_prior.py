@@ -240,3 +240,46 @@ def test_calibrate_starts_gpu_rows_from_the_spec_records_when_both_have_one(caps
     fp.pop("memory_bandwidth_GBps")
     assert spec_records(cfg, src, rows.assign(device_fingerprint=fingerprint_json(fp))) is None
     assert "no bandwidth" in capsys.readouterr().out
+
+
+def test_benchmark_last_line_keeps_issue_29s_format_and_intervals_are_leave_one_pair_out():
+    """scripts/bench/transfer_pairs.py: the last line exactly as issue 29 names it (CARB's answer: zero-shot
+    at K=0 where a pair has one, calibrated at K=10); set_intervals never calibrates a pair on its own errors
+    (a pair whose errors are far larger than every other pair's is under-covered, not fitted to itself)."""
+    import re
+
+    from scripts.bench.transfer_pairs import baselines_line, headline, set_intervals
+
+    recs = []
+    for s, d, zs in (("A", "B", 20.0), ("B", "A", 30.0)):
+        recs += [{"source": s, "target_device": d, "target": "latency_ms", "precision": "fp32", "model": "source",
+                  "k": 0, "n": 9, "mape_pct": 50.0, "spearman": 0.9},
+                 {"source": s, "target_device": d, "target": "latency_ms", "precision": "fp32", "model": "zero_shot",
+                  "k": 0, "n": 9, "mape_pct": zs, "spearman": 0.9, "coverage": 0.9, "width": 1.5},
+                 {"source": s, "target_device": d, "target": "latency_ms", "precision": "fp32", "model": "calibrated",
+                  "k": 10, "n": 9, "mape_pct": zs / 2, "spearman": 0.95, "coverage": 0.9, "width": 1.4,
+                  "coverage_loo": 0.95, "width_loo": 2.0},
+                 {"source": s, "target_device": d, "target": "latency_ms", "precision": "fp32", "model": "source_base",
+                  "k": 10, "n": 9, "mape_pct": zs, "spearman": 0.95}]
+    t = pd.DataFrame(recs)
+    line = headline(t)
+    assert re.fullmatch(r"transfer: pairs=2 k0_max_mape=30\.0 k10_max_mape=15\.0 k10_min_spearman=0\.950 "
+                        r"coverage_min=0\.90 width_median_max=1\.40", line), line
+    assert baselines_line(t).startswith("baselines: k0_source_max_mape=50.0 k10_source_base_max_mape=30.0")
+    # two pairs: A -> B with errors +-0.05, C -> D with errors +-0.5; each pair's interval comes from the other
+    base = rows().head(60)
+    pend = []
+    for s, d, sd in (("A", "B", 0.05), ("C", "D", 0.5)):
+        dev = device(base, 3, 2.0, 0.01)
+        tr, rest = calibrated(dev, 10)
+        p = screening_predict(tr, rest)
+        err = np.random.default_rng(0).normal(0, sd, len(rest))
+        y = p["pred_latency_ms"].to_numpy() * np.exp(err)
+        pend.append({"source": s, "target_device": d, "target": "latency_ms", "k": 10, "err": err,
+                     "precision": np.full(len(rest), "fp32"), "y": y, "pred": p, "model": tr,
+                     "loo": tr.transfer_["latency_ms"]["loo"]})
+    table = pd.DataFrame([{"source": q["source"], "target_device": q["target_device"], "target": "latency_ms",
+                           "precision": "fp32", "model": "calibrated", "k": 10} for q in pend])
+    out = set_intervals(table, pend, "cpu").set_index("source")
+    assert out.loc["A", "width"] > 2.0 and out.loc["A", "coverage"] == 1.0      # A's interval is C's errors'
+    assert out.loc["C", "width"] < 1.3 and out.loc["C", "coverage"] < 0.5       # C's is A's: too narrow for C
