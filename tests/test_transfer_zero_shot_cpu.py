@@ -39,10 +39,14 @@ def store(tmp_path_factory):
     a = synthetic_dataset(220, seed=21, device_name="Synthetic EPYC", energy=False)
     a = a[a["status"] == "ok"].reset_index(drop=True)
     a["device_kind"], a["device_id"], a["device_fingerprint"] = "cpu", SRC_ID, probe_fingerprint("b69ebb7443")
+    a["latency_ms"] *= 300.0   # synthetic rows are GPU-fast; a 2-core CPU is not (the loader's plausibility check)
     cfg = compose("train", TINY)
     ts = ["peak_memory_MB", "latency_ms"]
     cascade = build_cascade(to_dict(cfg.model), to_dict(cfg.features)).fit(a.iloc[:180], a.iloc[:180][ts],
                                                                          a.iloc[180:], a.iloc[180:][ts])
+    from carb.data.io import save_dataset
+
+    save_dataset(a, d / "a.parquet")
     uri = f"sqlite:///{d}/m.db"
     tracking.configure(uri)
     with tracking.start_run("train", "source", uri):
@@ -92,9 +96,12 @@ def test_k0_from_two_device_probes_registers_a_cpu_model(store, capsys):
     ([f"probe={XEON}", "spec=H100 SXM"], "spec= names a GPU; give one"),
     (["probe=true", "device=cuda"], "probe: true probes this machine's CPU"),
     (["k=-1", f"probe={XEON}"], "k"),
+    ([f"probe={XEON}", "k=5", "data.path=<rows>"], f"probe: {XEON} is not the device of the rows"),
 ])
 def test_bad_probe_input_is_one_line(store, args, match):
     from carb.errors import CarbError
+
+    args = [a.replace("<rows>", str(store["dir"] / "a.parquet")) for a in args]
 
     with pytest.raises(CarbError, match=match) as e:
         calibrate(store, "register=false", *args)
