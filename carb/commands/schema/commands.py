@@ -180,7 +180,8 @@ class ZeroShot(Section):
 
 
 class ProbeRun(Section):
-    """``probe_run`` (``carb-calibrate probe=true``): the short device probe of this CPU."""
+    """A device probe's plan: ``probe_run`` (``carb-calibrate probe=true``, the short probe of this CPU) and
+    ``carb-probe``'s own keys."""
 
     n: Count
     seed: Index
@@ -256,18 +257,12 @@ class Import(Command):
     show_unmapped: Index
 
 
-class Probe(Command):
-    """``conf/probe.yaml``."""
+class Probe(Command, ProbeRun):
+    """``conf/probe.yaml``: the probe's plan (:class:`ProbeRun`) and where it runs and goes."""
 
     space: Space
     measure: Measure
     progress: Progress
-    n: Count
-    seed: Index
-    max_MMAC: Positive
-    precisions: Annotated[list[Precision], Field(min_length=1)] | None
-    repeats: Count
-    min_window_s: NonNegative
     out: Text | None
     run_name: Text | None
 
