@@ -8,6 +8,7 @@ budget, the decision inputs and the decision exactly as ``carb-screen`` makes th
 """
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,6 +20,7 @@ from carb.analysis.screening import check_budget, domain_filter, model_targets, 
 from carb.design.arch import KNOBS, ArchConfig
 from carb.design.features import grid_features
 from carb.model.domain import unseen_mask
+from carb.model.device_check import other_device
 from carb.model.intervals import new_architecture_mask
 
 #: Columns of a knob frame that describe the configuration (the rest pass through to the output).
@@ -77,6 +79,11 @@ class Predictor:
         F["never_measured"] = unseen_mask(getattr(model, "domain_", None), F, "precision")
         F["new_architecture"] = new_architecture_mask(model, F)
         out = score(model, F, coverage=coverage)
+        note = other_device(model)   # a CPU model used on another CPU: one line per Predictor, every row flagged
+        out["other_device"] = note is not None
+        if note and not self.__dict__.setdefault("_warned", False):
+            print(f"carb: {note}", file=sys.stderr)
+            self._warned = True
         targets = model_targets(model)
         his = [f"hi_{t}" for t in targets if f"hi_{t}" in out]
         out["unbounded"] = ~np.isfinite(out[his].to_numpy(dtype=float)).all(axis=1) if his else False
@@ -87,7 +94,7 @@ class Predictor:
             keep = ["config_id", *(c for c in CONFIG_COLUMNS if c in out)]
             keep += [c for c in out.columns if c.startswith(("pred_", "lo_", "hi_", "p_within_", "margin_"))]
             keep += [c for c in ("p_feasible", "feasible", "decision", "decision_reason", "in_domain", "outside",
-                                 "never_measured", "new_architecture", "unbounded") if c in out]
+                                 "never_measured", "new_architecture", "unbounded", "other_device") if c in out]
             out = out[list(dict.fromkeys(keep))]
         extra = frame.drop(columns=[c for c in frame.columns if c in config_cols or c in out])
         out = pd.concat([out.reset_index(drop=True), extra.reset_index(drop=True)], axis=1)

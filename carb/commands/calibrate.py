@@ -3,6 +3,9 @@
     carb-calibrate data.path=data/my-device.parquet k=10       # K rows of a dataset; the rest test the result
     carb-calibrate measure=cpu k=12                             # measure K space-filling configurations now
     carb-calibrate k=0 spec="H100 SXM" source=models:/<GPU model>@champion   # zero-shot from spec sheets
+    carb-calibrate k=0 probe=6a0ea403ee                         # zero-shot to a CPU from two device probes
+    carb-calibrate k=0 probe=true                               # probe this CPU first (~1 min), then zero-shot
+    carb-calibrate measure=cpu k=10 probe=true                  # probe, measure 10 rows, calibrate from both
 
 The K rows are picked space-filling (:mod:`carb.design.select`) from the dataset or from ``space``; the
 transfer (:mod:`carb.model.transfer`) is fitted on them, its intervals re-calibrated on their leave-one-out
@@ -14,6 +17,7 @@ the uncalibrated source and a FLOPs-only fit on the same K rows.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pandas as pd
@@ -103,6 +107,9 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     from carb.data.schema import model_name
 
     check_config("calibrate", cfg)
+    from carb.commands.zero_shot import refuse_spec_and_probe
+
+    refuse_spec_and_probe(cfg)   # before loading anything
     uri, art = cfg.tracking.uri, cfg.tracking.get("artifact_root")
     tracking.configure(uri, art)
     source_uri = str(cfg.source or default_source())
@@ -110,12 +117,16 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     prog.begin(f"loading {source_uri}")
     source = tracking.load_cascade(source_uri)
     src_info = tracking.resolve_version(source_uri)
+    target_probe = target_probe_id(cfg, source, source_uri, prog)
     if int(cfg.k) == 0:
         from carb.commands.zero_shot import run_zero_shot
 
-        return run_zero_shot(cfg, source, {"uri": source_uri, **src_info}, prog)
+        return run_zero_shot(cfg, source, {"uri": source_uri, **src_info}, prog, target_probe)
     prog.begin("reading the target rows" if cfg.data.get("path") else "measuring the target rows")
     rows, where = target_rows(cfg) if cfg.data.get("path") else measure_rows(cfg)
+    if target_probe and str(target_probe) not in set(rows["device_id"].dropna().astype(str)):
+        raise ConfigError(f"probe: {target_probe} is not the device of the rows of {where} "
+                          f"({sorted(set(rows['device_id'].dropna().astype(str)))}); a probe describes the target CPU")
     k = int(cfg.k) if cfg.data.get("path") else min(int(cfg.k), len(rows))
     if k > len(rows):
         raise ConfigError(f"k: must be between 1 and the {len(rows)} ok rows of {where}, got {k}")
@@ -124,7 +135,9 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     kw = transfer_settings(cfg)
     prog.begin(f"fitting the transfer on {k} of {len(rows)} rows")
     probes = device_probes(source, rows) if cfg.transfer.get("probe", True) else None
-    tr, table = evaluate_transfer(source, rows, k, kw, targets=list(getattr(source, "targets_", [])), probes=probes)
+    spec = spec_records(cfg, source, rows) if probes is None and cfg.transfer.get("spec", True) else None
+    tr, table = evaluate_transfer(source, rows, k, kw, targets=list(getattr(source, "targets_", [])), probes=probes,
+                                  spec=spec)
     _print_transfer(tr, table, len(rows) - k)
     prog.begin("logging to MLflow" + (" and registering" if cfg.register else ""))
     reg_name = name if cfg.register else None
@@ -146,6 +159,43 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     return {"transfer": tr.transfer_, "table": table, "registered_name": reg_name, "version": version,
             "run_id": run_id, "source": source_uri, "k": k, "config_ids": list(tr.calibration_rows_),
             "model": tr, "alias_set": alias_set}
+
+
+def target_probe_id(cfg: Any, source: Any, source_uri: str, prog: Any) -> str | None:
+    """The target CPU's device id whose probe the transfer uses: ``probe=<device_id>`` as given,
+    ``probe=true``: this CPU's, probed now with the ``probe_run`` preset (:func:`probe_this_machine`); None
+    for ``probe=false``. One-line :class:`ConfigError` for a probe where no CPU is the target."""
+    from carb.commands.zero_shot import probe_given, refuse_gpu_source, refuse_spec_and_probe
+
+    if not probe_given(cfg):
+        return None
+    refuse_spec_and_probe(cfg)
+    refuse_gpu_source(source, source_uri)
+    probe = cfg.get("probe")
+    if probe is True or str(probe).lower() == "true":
+        if str(cfg.device.get("kind", "auto")) == "cuda":
+            raise ConfigError("probe: true probes this machine's CPU (carb-probe), but device.kind=cuda targets a "
+                              "GPU; allowed: probe=false with device.kind=cuda, or device.kind=cpu|auto")
+        prog.begin("probing this CPU (a short device probe first)")
+        return probe_this_machine(cfg)
+    return str(probe)
+
+
+def probe_this_machine(cfg: Any) -> str:
+    """A short ``carb-probe`` of this CPU (``probe_run``: pairs, repeats, window; the ``space``'s layers and
+    ``measure``'s threads), written to the store's probes like ``carb-probe``'s; returns its device id."""
+    from omegaconf import OmegaConf
+
+    from carb.commands.probe import run_probe_command
+
+    pr = to_dict(cfg.probe_run)
+    pcfg = OmegaConf.create({
+        "space": to_dict(cfg.space), "measure": to_dict(cfg.measure), "tracking": to_dict(cfg.tracking),
+        "paths": to_dict(cfg.paths), "progress": to_dict(cfg.get("progress") or {}), **pr, "out": None,
+        "run_name": f"calibrate-probe-{cfg.space.name}"})
+    print(f"carb-calibrate: probing this CPU first ({pr['n']} convolutions per precision, about a minute; "
+          "run it on an idle machine)")
+    return str(run_probe_command(pcfg)["device_id"])
 
 
 def refuse_same_device(source: Any, rows: pd.DataFrame, source_uri: str, where: str, same_name: bool) -> None:
@@ -187,13 +237,53 @@ def device_probes(source: Any, rows: pd.DataFrame) -> tuple | None:
     return src, dst, fp
 
 
+def spec_records(cfg: Any, source: Any, rows: pd.DataFrame) -> tuple | None:
+    """``(source spec record, target spec record, weights)`` when the source model and the target rows are
+    GPUs of the spec table (:func:`carb.data.gpu_specs.record_for_fingerprint`): the K rows may then start
+    from the spec records' zero-shot (kept only where leave-one-out says it pays); else None. A record
+    lacking a figure the ratio needs is noted and skipped (the K rows calibrate the source's prediction)."""
+    from carb.data.gpu_specs import record_for_fingerprint
+    from carb.model.cascade_data import device_identity
+    from carb.model.spec_transfer import log_ratio
+
+    def record(fp_json: str | None) -> dict[str, Any] | None:
+        try:
+            fp = json.loads(fp_json or "null")
+        except (TypeError, ValueError):
+            return None
+        return record_for_fingerprint(fp) if isinstance(fp, dict) and fp.get("kind") == "cuda" else None
+
+    src, dst = record(getattr(source, "device_fingerprint_", None)), record(device_identity(rows)[2])
+    if src is None or dst is None or src.get("name") == dst.get("name"):
+        return None
+    weights = {k: float(v) for k, v in cfg.zero_shot.weights.items()}
+    try:
+        for p in ("fp32", "fp16", "bf16"):
+            log_ratio(src, dst, p, weights)
+    except ConfigError as e:
+        print(f"carb-calibrate: {e}: the K rows calibrate the source's prediction")
+        return None
+    print(f"carb-calibrate: spec records of {src['name']} and {dst['name']}: the K rows may start from the "
+          "spec-sheet zero-shot (kept where leave-one-out says it pays)")
+    return src, dst, weights
+
+
 def transfer_settings(cfg: Any) -> dict[str, Any]:
     """Keyword arguments of :class:`carb.model.transfer.TransferredCascade` from ``transfer`` and ``coverage``."""
     t = cfg.transfer
+    prior = t.get("error_prior", "auto")
+    if prior not in (None, "auto"):
+        from pathlib import Path
+
+        if not Path(str(prior)).is_file():
+            raise ConfigError(f"transfer.error_prior: {prior!r} is not a file; allowed: auto, null or the path of a "
+                              "table written by python -m scripts.bench.transfer_pairs --errors-out")
     return {"affine_min_k": int(t.affine_min_k), "residual_min_k": int(t.residual_min_k),
             "ridge_alpha": float(t.ridge_alpha), "slope_bounds": (float(t.slope_min), float(t.slope_max)),
             "precision_shrink": float(t.precision_shrink), "dispatch": bool(t.get("dispatch", True)),
-            "coverage": float(cfg.coverage)}
+            "coverage": float(cfg.coverage), "error_prior": t.get("error_prior", "auto"),
+            "prior_rows": float(t.get("prior_rows", 10.0)),
+            "prior_targets": tuple(t.get("prior_targets") or ("latency_ms", "energy_J"))}
 
 
 def _print_transfer(tr: Any, table: pd.DataFrame, n_heldout: int) -> None:
@@ -205,6 +295,10 @@ def _print_transfer(tr: Any, table: pd.DataFrame, n_heldout: int) -> None:
               f"(instruction set): the source's {q} cost stands in for it")
     for target, info in tr.transfer_.items():
         print(f"carb-calibrate: {target}: {info['form']} ({describe_form(info)}) from {info['k']} rows")
+        entry = (tr.intervals_ or {}).get(target)
+        if info["form"] != "source" and isinstance(entry, dict) and "lower" in entry:
+            print(f"carb-calibrate: {target}: {100 * float(entry['coverage']):g} % interval x [{math.exp(entry['lower']):.2f}, "
+                  f"{math.exp(entry['upper']):.2f}] of the prediction ({entry.get('method', '')})")
     if len(table):
         print(f"carb-calibrate: held-out rows of {tr.device_name_} ({n_heldout} rows not used for fitting):")
         print(table.pivot_table(index=["target", "model"], values=["spearman", "mape_pct", "r2"]).round(3).to_string())

@@ -23,6 +23,7 @@ from carb.data.schema import device_slug
 from carb.commands.progress import Progress
 from carb.commands.screen_table import TABLE_WIDTH, budget_text, file_frame, format_table, next_steps
 from carb.errors import ConfigError, ModelError
+from carb.model.device_check import other_device
 from carb.model.encoding import pred_name
 
 
@@ -159,6 +160,11 @@ def run_screen(cfg: Any) -> dict[str, Any]:
                               coverage=_coverage(cfg.screen.get("interval_coverage")),
                               profile_size=int(cfg.screen.get("profile_next", 10)))
     result.timings_s.update({"features_s": feat_s, "load_models_s": load_s})
+    other = other_device(target)   # a CPU model screened on another CPU: one line, every candidate flagged
+    for frame in (result.scored, result.shortlist):
+        frame["other_device"] = other is not None
+    if other:
+        print(f"carb-screen: {other}", file=sys.stderr)
     mode = "two-stage" if source is not None else "single-stage"
     _print_report(cfg, result, notes, target_uri, target, source, mode)
     out_dir = _write_files(cfg, result, prog)

@@ -1,10 +1,17 @@
-"""``carb-calibrate k=0 spec=<GPU>``: a model for a GPU nobody measured, from two spec sheets.
+"""``carb-calibrate k=0 spec=<GPU>`` / ``k=0 probe=<CPU device_id>|true``: a model for a device nobody
+measured, from two spec sheets (GPU) or two device probes (CPU).
 
 The source model's GPU and the target GPU are looked up in ``carb/data/gpu_specs.csv``; latency is the
 source's prediction times the spec-predicted ratio per precision (:mod:`carb.model.spec_transfer`, weights
 ``zero_shot.weights``), memory and energy keep the source's prediction; the latency interval is the
 leave-one-device-out error band ``zero_shot.log_error_band``. The model is logged and registered like a
 calibrated one, as ``carb-<spec slug>-<spec id>`` with ``k=0`` in its tags, so ``carb-screen`` can target it.
+
+A CPU (``probe=``): latency is the source's prediction (of the dispatch stand-in precision) times the ratio
+of each network's convolution time on the two CPUs, from their device probes (shipped in
+``carb/data/device-probes.csv`` or ``carb-probe``'s; ``probe=true`` probes this CPU first); the interval is
+``zero_shot.probe_log_error_band``; registered as ``carb-<CPU slug>-<device_id>``, the name a later K-row
+calibration of the same CPU gets.
 """
 from __future__ import annotations
 
@@ -49,16 +56,43 @@ def example_rows(model: Any, space: dict[str, Any], n: int = 5) -> pd.DataFrame:
     return rows[list(model.input_columns_)].reset_index(drop=True)
 
 
-def run_zero_shot(cfg: Any, source: Any, src: dict[str, Any], prog: Any) -> dict[str, Any]:
-    """Fit, log and register the zero-shot model (``cfg.spec`` the target). Returns what
+def run_zero_shot(cfg: Any, source: Any, src: dict[str, Any], prog: Any, target_probe: str | None = None
+                  ) -> dict[str, Any]:
+    """Fit, log and register the zero-shot model: from spec records (``cfg.spec``, a GPU) or from device
+    probes (``target_probe``: the target CPU's device id, :func:`probe_zero_shot`). Returns what
     :func:`carb.commands.calibrate.run_calibrate` returns (``k`` = 0, no held-out table)."""
-    from carb.data.gpu_specs import fingerprint_id, fingerprint_json, gpu_spec, spec_fingerprint
+    if target_probe:
+        tr, how = probe_zero_shot(cfg, source, src, target_probe, prog)
+    elif cfg.get("spec"):
+        tr, how = spec_zero_shot(cfg, source, src, prog)
+    else:
+        raise ConfigError("k=0 needs spec=<GPU name of carb/data/gpu_specs.csv> (zero-shot from spec sheets) or "
+                          "probe=<CPU device_id>|true (from device probes); or k >= 1 with measured rows "
+                          "(data.path=... or measure=...)")
     from carb.data.schema import device_slug
+
+    name = f"carb-{device_slug(tr.device_name_)}-{tr.device_id_}"
+    prog.begin("logging to MLflow" + (" and registering" if cfg.register else ""))
+    run_id, info = _log(cfg, tr, src, name, bool(cfg.register), how)
+    version = info.get("version")
+    alias_set = False
+    if cfg.register and version and cfg.get("alias") and tracking.get_alias(name, str(cfg.alias)) is None:
+        tracking.set_alias(name, str(cfg.alias), str(version))
+        alias_set = True
+    prog.finish("zero-shot model" + (f" registered as {name} version {version}" if version else " fitted"))
+    if version:
+        print(f"carb-calibrate: registered {name} version {version}" + (f" as @{cfg.alias}" if alias_set else "")
+              + f"; screen with carb-screen screen.target=models:/{name}/{version}; MLflow run {run_id}")
+    return {"transfer": tr.transfer_, "table": pd.DataFrame(), "registered_name": name if cfg.register else None,
+            "version": version, "run_id": run_id, "source": src["uri"], "k": 0, "config_ids": [], "model": tr,
+            "alias_set": alias_set}
+
+
+def spec_zero_shot(cfg: Any, source: Any, src: dict[str, Any], prog: Any) -> tuple[Any, dict[str, Any]]:
+    """The zero-shot transfer to the GPU ``cfg.spec`` from the two spec records; returns it and what to log."""
+    from carb.data.gpu_specs import fingerprint_id, fingerprint_json, gpu_spec, spec_fingerprint
     from carb.model.transfer import TransferredCascade, describe_form
 
-    if not cfg.get("spec"):
-        raise ConfigError("k=0 needs spec=<GPU name of carb/data/gpu_specs.csv> (zero-shot from spec sheets); "
-                          "or k >= 1 with measured rows (data.path=... or measure=...)")
     zs = cfg.zero_shot
     src_rec, dst_rec = source_spec(source, src["uri"]), gpu_spec(str(cfg.spec), field="spec")
     if src_rec.get("name") == dst_rec["name"]:
@@ -75,39 +109,94 @@ def run_zero_shot(cfg: Any, source: Any, src: dict[str, Any], prog: Any) -> dict
         print(f"carb-calibrate: {target}: {info['form']} ({describe_form(info)}) from 0 rows (spec sheets)")
     print(f"carb-calibrate: latency interval x [{np.exp(lo):.2f}, {np.exp(hi):.2f}] of the prediction (measured "
           "zero-shot errors between other GPUs); nothing of this GPU was measured: calibrate with k >= 3 rows")
-    name = f"carb-{device_slug(dst_rec['name'])}-{tr.device_id_}"
-    prog.begin("logging to MLflow" + (" and registering" if cfg.register else ""))
-    run_id, info = _log(cfg, tr, src, name, bool(cfg.register))
-    version = info.get("version")
-    alias_set = False
-    if cfg.register and version and cfg.get("alias") and tracking.get_alias(name, str(cfg.alias)) is None:
-        tracking.set_alias(name, str(cfg.alias), str(version))
-        alias_set = True
-    prog.finish("zero-shot model" + (f" registered as {name} version {version}" if version else " fitted"))
-    if version:
-        print(f"carb-calibrate: registered {name} version {version}" + (f" as @{cfg.alias}" if alias_set else "")
-              + f"; screen with carb-screen screen.target=models:/{name}/{version}; MLflow run {run_id}")
-    return {"transfer": tr.transfer_, "table": pd.DataFrame(), "registered_name": name if cfg.register else None,
-            "version": version, "run_id": run_id, "source": src["uri"], "k": 0, "config_ids": [], "model": tr,
-            "alias_set": alias_set}
-
-
-def _log(cfg: Any, tr: Any, src: dict[str, Any], name: str, register: bool) -> tuple[str, dict[str, Any]]:
-    """Log the zero-shot run and model (registered under ``name`` with ``register``)."""
     spec = tr.transfer_.get("latency_ms", {}).get("spec", {})
+    return tr, {"zero_shot": "spec", "params": {"spec": str(cfg.spec), "zero_shot": to_dict(cfg.zero_shot)},
+                "json": {"spec": spec, "target_spec": dst_rec}, "from": "two spec sheets"}
+
+
+def probe_zero_shot(cfg: Any, source: Any, src: dict[str, Any], target_id: str, prog: Any
+                    ) -> tuple[Any, dict[str, Any]]:
+    """The zero-shot transfer to the CPU ``target_id`` from the two CPUs' device probes
+    (:meth:`carb.model.transfer.TransferredCascade.fit_probe`, latency interval ``zero_shot.probe_log_error_band``);
+    returns it and what to log. One-line :class:`ConfigError` when the source is not a CPU model with a probe,
+    the target has no probe or no recorded fingerprint, or is the source's own CPU."""
+    from carb.data.probes import load_probe, probe_fingerprint, probe_ids
+    from carb.model.transfer import TransferredCascade, describe_form
+
+    src_id = getattr(source, "device_id_", None)
+    refuse_gpu_source(source, src["uri"])
+    if str(target_id) == str(src_id):
+        raise ConfigError(f"probe: {target_id} is the source model's own CPU; zero-shot transfers to another CPU")
+    src_probe, dst_probe = load_probe(str(src_id)) if src_id else None, load_probe(str(target_id))
+    if src_probe is None:
+        raise ConfigError(f"probe: the source model {src['uri']}'s CPU {src_id} has no device probe (shipped or "
+                          "carb-probe's); the zero-shot transfer needs both CPUs' probes (run carb-probe on that CPU)")
+    if dst_probe is None:
+        raise ConfigError(f"probe: no device probe of {target_id!r}; allowed: {probe_ids()} or true (probe this CPU "
+                          "now)")
+    fp = probe_fingerprint(str(target_id))
+    if fp is None:
+        raise ConfigError(f"probe: the device probe of {target_id} records no fingerprint (its provenance JSON); "
+                          "the transfer needs the CPU's instruction set: run carb-probe on that CPU again")
+    name = str(json.loads(fp).get("model_name") or "unknown CPU")
+    band = [float(v) for v in cfg.zero_shot.probe_log_error_band]
+    prog.begin(f"zero-shot transfer {getattr(source, 'device_name_', src_id)} -> {name} from device probes")
+    tr = TransferredCascade(source, coverage=float(cfg.coverage), dispatch=bool(cfg.transfer.get("dispatch", True)))
+    tr.fit_probe(src_probe, dst_probe, fp, name, str(target_id))
+    tr.calibrate_zero_shot(band=(band[0], band[1]))   # zero_shot.probe_log_error_band
+    for p, q in (tr.stand_ins_ or {}).items():
+        print(f"carb-calibrate: {p} runs on another kernel path on {name} than on the source's CPU: the "
+              f"source's {q} cost stands in for it")
+    for target, info in tr.transfer_.items():
+        print(f"carb-calibrate: {target}: {info['form']} ({describe_form(info)}) from 0 rows (device probes)")
+    print(f"carb-calibrate: latency interval x [{np.exp(band[0]):.2f}, {np.exp(band[1]):.2f}] of the prediction "
+          "(measured zero-shot errors between other CPUs); no network of this CPU was measured: calibrate with "
+          "k >= 3 rows")
+    return tr, {"zero_shot": "probe", "params": {"probe": str(target_id), "zero_shot": to_dict(cfg.zero_shot)},
+                "json": {"probe": {"source": src_id, "target": str(target_id)}}, "from": "two device probes"}
+
+
+def probe_given(cfg: Any) -> bool:
+    """Whether ``probe`` names a target CPU's probe (a device id or true)."""
+    probe = cfg.get("probe")
+    return not (probe is None or probe is False or str(probe).lower() in ("false", "none", ""))
+
+
+def refuse_spec_and_probe(cfg: Any) -> None:
+    """One-line :class:`ConfigError` for ``spec=`` (a GPU) together with ``probe=`` (a CPU)."""
+    if cfg.get("spec") and probe_given(cfg):
+        raise ConfigError("probe: a device probe times CPU convolutions and spec= names a GPU; give one: "
+                          "spec=<GPU> (zero-shot from spec sheets) or probe=<CPU device_id>|true (from device probes)")
+
+
+def refuse_gpu_source(source: Any, source_uri: str) -> None:
+    """One-line :class:`ConfigError` when ``source`` is a GPU model: a device probe (carb-probe) times CPU
+    convolutions, so it cannot transfer a GPU's model."""
+    try:
+        kind = json.loads(getattr(source, "device_fingerprint_", None) or "{}").get("kind", "cpu")
+    except (TypeError, ValueError, AttributeError):
+        kind = "cpu"
+    if kind != "cpu":
+        raise ConfigError(f"probe: device probes time CPU convolutions; the source model {source_uri} is of "
+                          f"{getattr(source, 'device_name_', '?')!r} ({kind}): use spec=<GPU> for a GPU zero-shot")
+
+
+def _log(cfg: Any, tr: Any, src: dict[str, Any], name: str, register: bool, how: dict[str, Any]
+         ) -> tuple[str, dict[str, Any]]:
+    """Log the zero-shot run and model (registered under ``name`` with ``register``); ``how``: what it was
+    made from (``zero_shot`` tag, params, the ``transfer.json`` extras, a phrase)."""
     tags = {"device": tr.device_name_, "device_id": tr.device_id_, "source_model": src["uri"],
-            "source_version": src.get("version", ""), "k": 0, "zero_shot": "spec"}
+            "source_version": src.get("version", ""), "k": 0, "zero_shot": how["zero_shot"]}
     with tracking.start_run("calibrate", cfg.get("run_name") or sweep_suffix(f"calibrate/{name}/k0"),
                             cfg.tracking.uri, tags=tags, artifact_root=cfg.tracking.get("artifact_root"),
                             sweep=sweep_tags()) as run_id:
-        tracking.log_params({"source": src["uri"], "spec": str(cfg.spec), "k": 0,
-                             "zero_shot": to_dict(cfg.zero_shot), "coverage": float(cfg.coverage)})
-        tracking.log_dict({"transfer": tr.transfer_, "spec": spec}, "transfer.json")
+        tracking.log_params({"source": src["uri"], "k": 0, **how["params"], "coverage": float(cfg.coverage)})
+        tracking.log_dict({"transfer": tr.transfer_, **how["json"]}, "transfer.json")
         meta = {"device": tr.device_name_, "device_id": tr.device_id_, "device_fingerprint": tr.device_fingerprint_,
                 "calibrated_from": src["uri"], "source_version": src.get("version", ""), "k": "0",
-                "targets": ",".join(tr.targets_)}
+                "zero_shot": how["zero_shot"], "targets": ",".join(tr.targets_)}
         info = tracking.log_cascade(
             tr, example_rows(tr, to_dict(cfg.space)), registered_name=name if register else None, metadata=meta,
-            description=f"{tr.device_name_}: zero-shot from {src['uri']} and two spec sheets (k=0).",
-            model_description=f"CARB cost model of {tr.device_name_} (zero-shot from spec sheets).")
+            description=f"{tr.device_name_}: zero-shot from {src['uri']} and {how['from']} (k=0).",
+            model_description=f"CARB cost model of {tr.device_name_} (zero-shot from {how['from']}).")
     return run_id, info

@@ -46,3 +46,32 @@ def load_probe(device_id: str, paths: list[Path] | None = None) -> pd.DataFrame 
         if len(rows):
             found = rows.reset_index(drop=True)
     return found
+
+
+def probe_ids(paths: list[Path] | None = None) -> list[str]:
+    """The device ids with a probe in ``paths`` (default :func:`probe_paths`), sorted."""
+    ids: set[str] = set()
+    for p in (probe_paths() if paths is None else paths):
+        try:
+            ids |= set(pd.read_csv(p, usecols=["device_id"])["device_id"].astype(str))
+        except Exception:   # an unreadable table is load_probe's error to report
+            continue
+    return sorted(ids)
+
+
+def probe_fingerprint(device_id: str) -> str | None:
+    """The fingerprint (compact JSON, sorted keys: the datasets' ``device_fingerprint`` form) of the CPU a
+    probe of ``device_id`` ran on, from the probe's provenance (shipped: keyed by device id; carb-probe's:
+    ``<device_id>.provenance.json`` beside its table); None when none records it."""
+    import json
+
+    found = None
+    for prov in [SHIPPED_PROBES.with_suffix(".provenance.json"), user_probe_path(device_id).with_suffix(".provenance.json")]:
+        try:
+            d = json.loads(prov.read_text())
+        except (OSError, ValueError):
+            continue
+        rec = d.get(str(device_id)) if str(device_id) in d else (d if str(d.get("device_id")) == str(device_id) else None)
+        if isinstance(rec, dict) and isinstance(rec.get("fingerprint"), dict):
+            found = json.dumps(rec["fingerprint"], sort_keys=True, separators=(",", ":"))
+    return found

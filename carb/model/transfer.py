@@ -47,7 +47,8 @@ from carb.model.encoding import pred_name
 _OWN = frozenset({"source_", "stand_ins_", "transfer_", "intervals_", "device_name_", "device_id_", "device_fingerprint_",
                   "test_mae_", "registry_", "model_uri_", "affine_min_k", "residual_min_k", "coverage",
                   "ridge_alpha", "slope_bounds", "calibration_rows_", "residual_scale_",
-                  "precision_shrink", "dispatch", "probe_models_"})
+                  "precision_shrink", "dispatch", "probe_models_", "spec_log_ratio_", "error_prior",
+                  "prior_rows", "prior_targets", "device_kind_"})
 
 
 def _loo_affine(x: np.ndarray, y: np.ndarray, lo: float, hi: float) -> tuple[float, float, np.ndarray]:
@@ -186,14 +187,18 @@ class TransferredCascade:
     ``affine_min_k`` / ``residual_min_k``: the fewest rows for the slope / the residual model;
     ``coverage``: the interval coverage; ``ridge_alpha``: the residual model's penalty;
     ``slope_bounds``: the allowed slope range; ``precision_shrink``: pseudo-rows pulling a precision's
-    offset toward the common one. Fitted: ``transfer_`` (per target: form, a, b, residual
+    offset toward the common one; ``error_prior``: the transfer errors measured across device pairs
+    (:mod:`carb.model.transfer_prior`; ``"auto"``: the shipped table, a path, a table, or None: the K rows'
+    LOO residuals alone), applied to ``prior_targets`` with ``prior_rows`` pseudo-rows. Fitted: ``transfer_`` (per target: form, a, b, residual
     coefficients, K, LOO log MAE of each form), ``intervals_``, ``device_name_``, ``device_id_``,
     ``device_fingerprint_``, ``calibration_rows_`` (the config_ids used)."""
 
     def __init__(self, source: Any, affine_min_k: int = 5, residual_min_k: int = 20, coverage: float = 0.9,
                  ridge_alpha: float = 3.0, slope_bounds: tuple[float, float] = (0.5, 2.0),
-                 precision_shrink: float = 1.0, dispatch: bool = True) -> None:
+                 precision_shrink: float = 1.0, dispatch: bool = True, error_prior: Any = None,
+                 prior_rows: float = 10.0, prior_targets: tuple[str, ...] = ("latency_ms", "energy_J")) -> None:
         self.source_ = source
+        self.error_prior, self.prior_rows, self.prior_targets = error_prior, float(prior_rows), tuple(prior_targets)
         self.dispatch = bool(dispatch)
         self.precision_shrink = float(precision_shrink)
         self.affine_min_k, self.residual_min_k = int(affine_min_k), int(residual_min_k)
@@ -213,13 +218,55 @@ class TransferredCascade:
     # ------------------------------------------------------------------ fit
     def source_predict(self, X: pd.DataFrame) -> pd.DataFrame:
         """The source model's screening-mode predictions of ``X`` (``pred_<target>``, index of ``X``),
-        each precision read as its dispatch stand-in (``stand_ins_``)."""
+        each precision read as its dispatch stand-in (``stand_ins_``), latency on the transfer's default
+        base (the device probes' ratio where it has probe models)."""
         from carb.model.intervals import screening_predict
 
         P = screening_predict(self.source_, self._as_source(X))
-        if self.__dict__.get("probe_models_") and "pred_latency_ms" in P:
-            P["pred_latency_ms"] = P["pred_latency_ms"].to_numpy(float) * self.probe_ratio(X)
+        if "pred_latency_ms" in P:
+            info = {"default_base": self._default_base()}
+            P["pred_latency_ms"] = P["pred_latency_ms"].to_numpy(float) * np.exp(self._base_log_factor(X, info))
         return P
+
+    def _default_base(self) -> str:
+        """The latency base the K rows calibrate unless leave-one-out says otherwise: the device probes'
+        ratio, else the spec records' ratio, else the source's own prediction."""
+        if self.__dict__.get("probe_models_"):
+            return "probe"
+        return "spec" if self.__dict__.get("spec_log_ratio_") else "source"
+
+    def _base_candidates(self) -> list[str]:
+        """The latency bases this transfer can start from, default first (:meth:`_default_base`)."""
+        have = [b for b, ok in (("probe", bool(self.__dict__.get("probe_models_"))),
+                                ("spec", bool(self.__dict__.get("spec_log_ratio_"))), ("source", True)) if ok]
+        return have
+
+    def _log_base(self, X: pd.DataFrame, base: str) -> np.ndarray:
+        """Per row (n,): log of a base's latency over the source's own (stand-in) prediction: 0 for
+        ``source``, the device probes' log ratio for ``probe``, the spec records' for ``spec``."""
+        if base == "probe":
+            return np.log(np.maximum(self.probe_ratio(X), 1e-300))
+        if base == "spec":
+            per = self.__dict__.get("spec_log_ratio_") or {}
+            prec = _precisions(X)
+            mean = float(np.mean(list(per.values()))) if per else 0.0
+            return np.array([per.get(str(p), mean) for p in prec], dtype=float)
+        return np.zeros(len(X))
+
+    def _base_log_factor(self, X: pd.DataFrame, info: dict[str, Any]) -> np.ndarray:
+        """Per row (n,): the log factor from the source's prediction to the latency base the fitted
+        forms of ``info`` calibrate: each row's precision's base (``info["bases"]``, with its shift), else
+        ``info["default_base"]`` (older fits: the probes' ratio where the transfer has probe models)."""
+        default = info.get("default_base") or ("probe" if self.__dict__.get("probe_models_") else "source")
+        out = self._log_base(X, default)
+        per = info.get("bases") or {}
+        if per:
+            prec = _precisions(X)
+            for p, b in per.items():
+                m = prec == p
+                if m.any():
+                    out[m] = self._log_base(X[m], b["base"]) + float(b["shift"])
+        return out
 
     def _as_source(self, X: pd.DataFrame) -> pd.DataFrame:
         """``X`` with each precision replaced by its stand-in on the source device (``stand_ins_``)."""
@@ -239,15 +286,15 @@ class TransferredCascade:
             raise DatasetError("calibration rows: none given (need at least one measured row on the target device)")
         self.stand_ins_ = (dispatch_stand_ins(getattr(self.source_, "device_fingerprint_", None),
                                               device_identity(X)[2]) if self.dispatch else {})
-        P = self.source_predict(X)
+        from carb.model.intervals import screening_predict
+
+        P = screening_predict(self.source_, self._as_source(X))   # the source's own; latency bases below
         raw = axes_matrix(X)
         sd = raw.std(axis=0)
         self.residual_scale_ = {"mean": raw.mean(axis=0).tolist(), "std": np.where(sd > 0, sd, 1.0).tolist()}
         Z = self._residual_design(X)
         prec = _precisions(X)
         self.transfer_: dict[str, dict[str, Any]] = {}
-        src_int = dict(getattr(self.source_, "intervals_", None) or {})
-        self.intervals_: dict[str, Any] = {"coverage": self.coverage, "method": "carb-calibrate"}
         for t in getattr(self.source_, "targets_", TARGETS):
             col = pred_name(t)
             if col not in P or t not in y:
@@ -257,17 +304,17 @@ class TransferredCascade:
             ok = np.isfinite(meas) & (meas > 0) & np.isfinite(pred) & (pred > 0)
             if not ok.any():
                 self.transfer_[t] = {"form": "source", "k": 0}
-                if t in src_int:
-                    self.intervals_[t] = src_int[t]
                 continue
-            self.transfer_[t], loo = self._fit_target(np.log(pred[ok]), np.log(meas[ok]), Z[ok], prec[ok])
-            entry = interval_entry(loo, self.coverage)
-            if entry is None:
-                entry = dict(src_int.get(t) or {}) or None
-            if entry is not None:
-                if isinstance(src_int.get(t), dict) and "outside" in src_int[t]:
-                    entry["outside"] = src_int[t]["outside"]
-                self.intervals_[t] = entry
+            if t == "latency_ms":
+                self.transfer_[t], loo = self._fit_with_bases(X[ok], np.log(pred[ok]), np.log(meas[ok]), Z[ok], prec[ok])
+            else:
+                self.transfer_[t], loo = self._fit_target(np.log(pred[ok]), np.log(meas[ok]), Z[ok], prec[ok])
+            self.transfer_[t]["loo"] = [float(v) for v in loo]
+            self.transfer_[t]["loo_precision"] = [str(v) for v in prec[ok]] if len(loo) else []
+        from carb.model.transfer_prior import device_kind
+
+        self.device_kind_ = device_kind(X)
+        self.recalibrate(self.error_prior)
         ids = X["device_id"].dropna().astype(str) if "device_id" in X else pd.Series([], dtype=str)
         names = X["device_name"].dropna().astype(str) if "device_name" in X else pd.Series([], dtype=str)
         self.device_name_ = str(names.mode().iloc[0]) if len(names) else "unknown"
@@ -278,6 +325,87 @@ class TransferredCascade:
         self.calibration_rows_ = [str(c) for c in X.get("config_id", pd.Series([], dtype=str)).tolist()]
         self.test_mae_: dict[str, float] = {}
         return self
+
+    def recalibrate(self, error_prior: Any = None) -> TransferredCascade:
+        """Set ``intervals_`` of a fitted K-row transfer: per target, the transfer-error prior combined with
+        the K rows' LOO residuals (:func:`carb.model.transfer_prior.prior_entry`) where ``error_prior`` (as
+        the constructor's) has rows of this device kind and target and the target is one of
+        ``prior_targets``, else the LOO residuals alone (:func:`interval_entry`), else (K = 1) the source's
+        interval; a target with no measured row keeps the source's. Outside the source's domain its
+        ``outside`` entry still applies. Returns self."""
+        from carb.model.transfer_prior import load_error_table, prior_entry
+
+        if isinstance(error_prior, str):
+            table = load_error_table(None if error_prior == "auto" else error_prior)
+        else:
+            table = error_prior
+        src_int = dict(getattr(self.source_, "intervals_", None) or {})
+        self.intervals_: dict[str, Any] = {"coverage": self.coverage, "method": "carb-calibrate"}
+        for t, info in self.transfer_.items():
+            loo = np.asarray(info.get("loo") or [], float)
+            if info["form"] == "source":
+                entry = src_int.get(t)
+            else:
+                entry = (prior_entry(table, self.__dict__.get("device_kind_"), t, loo, int(info["k"]), self.coverage,
+                                     self.prior_rows) if t in self.prior_targets else None) \
+                    or interval_entry(loo, self.coverage) or (dict(src_int.get(t) or {}) or None)
+                if entry is not None and isinstance(src_int.get(t), dict) and "outside" in src_int[t]:
+                    entry = {**entry, "outside": src_int[t]["outside"]}
+            if entry is not None:
+                self.intervals_[t] = entry
+        return self
+
+    def _fit_with_bases(self, X: pd.DataFrame, x_src: np.ndarray, yl: np.ndarray, Z: np.ndarray, prec: np.ndarray
+                        ) -> tuple[dict[str, Any], np.ndarray]:
+        """Latency: choose the base the forms calibrate, then the form (:meth:`_fit_target`), by leave-one-out.
+
+        Candidate bases (:meth:`_base_candidates`): the device probes' prediction, the spec records', the
+        source's own. Per precision with at least 3 of the K rows, another base replaces the default when
+        its per-precision offset's LOO log MAE is below ``_margin`` of the default's (its shape fits that
+        precision better; shifted so that its rows' mean log ratio to the measurements is the default base's
+        over all rows, so one common factor still fits). The
+        mixed base and each single base are then fitted with the forms; one replaces the default only when
+        its LOO log MAE is below ``_margin`` of the best so far. ``x_src`` (K,): log source predictions."""
+        cands = self._base_candidates()
+        logs = {b: x_src + self._log_base(X, b) for b in cands}
+        default = cands[0]
+        per, x_mixed = self._switch_bases(logs, default, yl, prec)
+        options = [(default, {}, logs[default])] + ([("mixed", per, x_mixed)] if per else []) + \
+            [(b, {}, logs[b]) for b in cands[1:]]
+        best, scores = None, {}
+        for name, bases, x in options:
+            info, loo = self._fit_target(x, yl, Z, prec)
+            score = float(np.mean(np.abs(loo))) if len(loo) else float("nan")
+            scores[name] = score
+            if best is None or (np.isfinite(score) and score < self._margin * best[3]):
+                best = (name, bases, (info, loo), score)
+        name, bases, (info, loo), _ = best
+        info["default_base"] = default if name == "mixed" else name
+        info["bases"] = bases
+        info["base_loo_log_mae"] = scores
+        return info, loo
+
+    def _switch_bases(self, logs: dict[str, np.ndarray], default: str, yl: np.ndarray, prec: np.ndarray
+                      ) -> tuple[dict[str, dict[str, Any]], np.ndarray]:
+        """Per precision, the base whose per-precision offset predicts the K rows best by LOO (only where
+        it beats ``default`` by ``_margin``): ``({precision: {"base", "shift", "loo_log_mae"}}, mixed log base)``."""
+        x = logs[default].copy()
+        per: dict[str, dict[str, Any]] = {}
+        for p in np.unique(prec):
+            m = prec == p
+            n = int(m.sum())
+            if n < 3 or len(logs) < 2:
+                continue
+            mae = {}
+            for b, lb in logs.items():
+                d = yl[m] - lb[m]
+                mae[b] = float(np.mean(np.abs(d - (d.sum() - d) / (n - 1))))
+            b = min(mae, key=mae.get)
+            if b != default and mae[b] < self._margin * mae[default]:
+                shift = float(np.mean(yl[m] - logs[b][m]) - np.mean(yl - logs[default]))
+                per[str(p)] = {"base": b, "shift": shift, "loo_log_mae": mae}
+                x[m] = logs[b][m] + shift
+        return per, x
 
     def _fit_target(self, x: np.ndarray, yl: np.ndarray, Z: np.ndarray, prec: np.ndarray
                     ) -> tuple[dict[str, Any], np.ndarray]:
@@ -319,9 +447,9 @@ class TransferredCascade:
             if info is None or info["form"] == "source":
                 out[c] = v
                 continue
-            if t == "latency_ms" and self.__dict__.get("probe_models_"):
-                v = v * self.probe_ratio(X)   # the device probes' ratio is the base the forms start from
-            if info["form"] == "probe":
+            if t == "latency_ms":   # the base the forms start from (probes' or spec records' ratio, per precision)
+                v = v * np.exp(self._base_log_factor(X, info))
+            if info["form"] in ("probe", "spec"):
                 out[c] = v
                 continue
             logv = _offsets(info, _precisions(X)) + info["b"] * np.log(np.maximum(v, 1e-300))
@@ -371,7 +499,7 @@ class TransferredCascade:
                  device_name: str | None = None) -> TransferredCascade:
         """Zero-shot transfer to a GPU nobody measured, from the two GPUs' spec records
         (:mod:`carb.model.spec_transfer`): latency x the spec-predicted ratio per precision (form
-        "precision", ``k`` = 0); memory and energy keep the source's prediction. ``log_errors``: the
+        "spec", ``k`` = 0; ``spec_log_ratio_`` per precision, the base a later :meth:`fit` may start from); memory and energy keep the source's prediction. ``log_errors``: the
         ratio model's log errors on device pairs without this target (leave-one-device-out), which
         calibrate the latency interval; none given: latency has no interval. Returns self."""
         from carb.model.spec_transfer import log_ratio
@@ -379,10 +507,11 @@ class TransferredCascade:
         self.stand_ins_ = {}
         self.residual_scale_ = None
         per = {p: log_ratio(source_spec, target_spec, p, weights) for p in precisions}
+        self.spec_log_ratio_ = per
         self.transfer_ = {t: {"form": "source", "k": 0} for t in getattr(self.source_, "targets_", TARGETS)}
         if "latency_ms" in self.transfer_:
-            self.transfer_["latency_ms"] = {"form": "precision", "a": float(np.mean(list(per.values()))),
-                                            "a_precision": per, "b": 1.0, "k": 0, "residual": None,
+            self.transfer_["latency_ms"] = {"form": "spec", "default_base": "spec", "a": 0.0, "a_precision": per,
+                                            "b": 1.0, "k": 0, "residual": None,
                                             "spec": {"source": source_spec.get("name"),
                                                      "target": target_spec.get("name"), "weights": dict(weights)}}
         self._zero_shot_intervals("zero-shot (spec records)", log_errors)
@@ -471,10 +600,20 @@ def describe_form(info: dict[str, Any]) -> str:
     ``p``: ``x 1.8`` (scale), ``exp(0.412) * p^0.953`` (affine), ... (what ``carb-calibrate`` prints)."""
     e = 2.718281828459045
     form = info["form"]
+    whose = {"probe": "the device probes'", "spec": "the spec records'", "source": "the source's"}
+    bases = info.get("bases") or {}
+    if form not in ("source", "probe", "spec") and (info.get("default_base") in ("probe", "spec") or bases):
+        per = ", ".join(f"{p}: {whose.get(b['base'], b['base'])}" for p, b in bases.items())
+        return describe_form({k: v for k, v in info.items() if k not in ("default_base", "bases")}) + \
+            f"; p = {whose.get(info.get('default_base') or 'source', whose['source'])} prediction" + \
+            (f" (shape per precision from {per})" if per else "")
     if form == "source":
         return "nothing measured: the source's prediction kept"
     if form == "probe":
         return "p x (convolution time on the target / on the source, from both CPUs' device probes)"
+    if form == "spec":
+        return "p x per precision (spec-record ratio) " + ", ".join(
+            f"{p}: {pow(e, v):.3g}" for p, v in (info.get("a_precision") or {}).items())
     if form == "scale":
         return f"x {pow(e, info['a']):.3g}"
     if form == "affine":

@@ -10,10 +10,12 @@ For each ordered pair a ``carb_fast`` cascade fitted on all of the source's rows
 space-filling rows of the target (``carb-calibrate``'s transfer) and scored on the target's other rows,
 K in {0, 3, 10, 20}, per precision and target (latency, peak memory where both devices measure it):
 
-* ``calibrated``: the transfer as shipped (CPU pairs: dispatch stand-ins on);
-* ``no_dispatch``: the same without dispatch stand-ins (CPU pairs only);
-* ``probe_calibrated``: CPU pairs whose two devices have a device probe: the K rows calibrate the
-  probes' zero-shot prediction instead of the source's (``fit_probe`` then ``fit``);
+* ``calibrated`` (what ``carb-calibrate`` fits): the K rows calibrate the pair's zero-shot model where it
+  has one (the device probes' prediction on CPU pairs whose two devices have a probe, the spec records' on
+  GPU pairs), else the source's; the latency base per precision and the form chosen by leave-one-out on the
+  K rows; dispatch stand-ins on for CPU pairs;
+* ``source_base``: the same transfer from the source's own prediction alone;
+* ``no_dispatch``: ``source_base`` without dispatch stand-ins (CPU pairs only);
 * ``source``: the source model uncalibrated (K = 0);
 * ``zero_shot`` (K = 0): CPU pairs whose two devices have a device probe, ``TransferredCascade.fit_probe``;
   GPU pairs, ``TransferredCascade.fit_spec`` from the two spec records with weights fitted on the pairs
@@ -21,14 +23,20 @@ K in {0, 3, 10, 20}, per precision and target (latency, peak memory where both d
   leave-one-device-out);
 * ``flops_k``: a FLOPs-only line fitted on the same K rows.
 
-Coverage and width (median hi/lo) are those of the calibrated model's nominal 90 % intervals.
+Coverage and width (median hi/lo) are those of the nominal 90 % intervals of ``calibrated`` (K > 0) and
+``zero_shot`` (K = 0). At K > 0 they combine the K rows' leave-one-out residuals with the transfer errors
+of the other pairs of the same kind (:mod:`carb.model.transfer_prior`), never the pair's own and never a
+pair into the same target device (leave-one-pair-out); ``coverage_loo`` / ``width_loo``: from the K rows'
+residuals alone. ``--errors-out carb/data/transfer-errors.csv`` writes the table of every pair's errors that
+``carb-calibrate`` ships (and its provenance beside it).
 
-    python -m scripts.bench.transfer_pairs [--ks 0,3,10,20] [--no-gpu] [--csv out.csv]
+    python -m scripts.bench.transfer_pairs [--ks 0,3,10,20] [--no-gpu] [--csv out.csv] [--errors-out FILE]
 
 The last line is machine-readable (MAPE in percent, over pairs and precisions, latency; per pair CARB's answer:
-the zero-shot model at K = 0 where one exists, the probes' calibration at K = 10 where both CPUs have a probe):
+the zero-shot model at K = 0 where one exists, ``calibrated`` at K = 10):
 ``transfer: pairs=N k0_max_mape=X k10_max_mape=X k10_min_spearman=X coverage_min=X width_median_max=X``; the
-line before it gives the baselines (uncalibrated source, transfer without probes).
+line before it gives the baselines (uncalibrated source, the transfer from the source alone, intervals from
+the K rows alone).
 """
 from __future__ import annotations
 
@@ -42,7 +50,10 @@ import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[2]
-INTEL = ROOT.parent / "shared" / "data" / "cpu-intel-xeon" / "cpu-intel-xeon.parquet"
+#: The Xeon's rows: ``../shared/data`` beside the checkout (a worktree's is one level further up).
+INTEL = next((p / "shared" / "data" / "cpu-intel-xeon" / "cpu-intel-xeon.parquet" for p in ROOT.parents[:2]
+              if (p / "shared" / "data" / "cpu-intel-xeon").exists()),
+             ROOT.parent / "shared" / "data" / "cpu-intel-xeon" / "cpu-intel-xeon.parquet")
 
 
 def cpu_devices() -> dict[str, pd.DataFrame]:
@@ -95,6 +106,10 @@ def zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> dict[tup
     for s, d in pairs:
         others = [errors[q] for q in pairs if q[1] != d]
         out[(s, d)].calibrate_zero_shot(np.concatenate(others) if others else None)
+    if pairs:
+        lo, hi = np.quantile(np.concatenate([errors[q] for q in pairs]), [0.05, 0.95])
+        print(f"  zero-shot from device probes, log error 5-95 % over {len(pairs)} pairs (conf/calibrate.yaml "
+              f"zero_shot.probe_log_error_band): [{lo:.3f}, {hi:.3f}]", flush=True)
     return out
 
 
@@ -139,15 +154,21 @@ def spec_zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> tup
     return fitted, pd.DataFrame(weights).T
 
 
-def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool, zero_shot=None) -> list[dict]:
-    """Records (target, precision, model, k, n, mape_pct, spearman, coverage, width) of ``source``
-    transferred with ``k`` of the target's ``rows`` and scored on the rest (``zero_shot``: a fitted
-    zero-shot transfer scored at k = 0 as model ``zero_shot``; one from device probes is also the base
-    the K rows calibrate, model ``probe_calibrated``)."""
+def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool, zero_shot=None
+               ) -> tuple[list[dict], list[dict]]:
+    """Records (target, precision, model, k, n, mape_pct, spearman[, coverage, width]) of ``source``
+    transferred with ``k`` of the target's ``rows`` and scored on the rest, and the calibrated model's
+    held-out errors (``pending``: its intervals are set later, from the other pairs' errors).
+
+    Models: ``source`` (uncalibrated), ``zero_shot`` (k = 0, ``zero_shot`` given), ``calibrated`` (k > 0: what
+    carb-calibrate fits: the zero-shot model's base, the probes' or the spec records', where the pair has one,
+    the bases and forms chosen by leave-one-out), ``source_base`` (k > 0: the same from the source's own
+    prediction alone), ``no_dispatch`` (CPU, k > 0: ``source_base`` without dispatch stand-ins), ``flops_k``."""
     from carb.analysis.transfer import flops_fit, split_k
     from carb.model.intervals import interval, screening_predict
     from carb.model.transfer import TransferredCascade
 
+    fitted = {}
     if k == 0:
         cal, rest = rows.iloc[:0], rows
         preds = {"source": screening_predict(source, rest)}
@@ -158,20 +179,22 @@ def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool
     else:
         cal, rest = split_k(rows, k)
         preds, ivs = {"source": screening_predict(source, rest)}, {}
-        for name, disp in (("calibrated", True), ("no_dispatch", False)) if cpu else (("calibrated", True),):
-            tr = TransferredCascade(source, dispatch=disp).fit(cal)
-            preds[name] = screening_predict(tr, rest)
-            if name == "calibrated":
-                ivs[name] = interval(tr.intervals_, preds[name])
-        if zero_shot is not None and getattr(zero_shot, "probe_models_", None):
-            tr = copy.copy(zero_shot).fit(cal)   # the probes' models shared: fit replaces, never mutates them
-            preds["probe_calibrated"] = screening_predict(tr, rest)
-            ivs["probe_calibrated"] = interval(tr.intervals_, preds["probe_calibrated"])
-    out = []
+        base = copy.copy(zero_shot) if zero_shot is not None else TransferredCascade(source)
+        fitted["calibrated"] = base.fit(cal)   # the zero-shot's probe models shared: fit replaces, never mutates them
+        fitted["source_base"] = TransferredCascade(source).fit(cal)
+        if cpu:
+            fitted["no_dispatch"] = TransferredCascade(source, dispatch=False).fit(cal)
+        preds.update({n: screening_predict(tr, rest) for n, tr in fitted.items()})
+    out, pending = [], []
     prec = rest["precision"].astype(str).to_numpy()
     for t in targets:
         y = rest[t].to_numpy(float)
         fk = flops_fit(cal, t)(rest) if k >= 2 else None
+        if "calibrated" in fitted and t in fitted["calibrated"].transfer_:
+            p_cal = preds["calibrated"][f"pred_{t}"].to_numpy(float)
+            pending.append({"target": t, "k": k, "err": np.log(y / p_cal), "precision": prec, "y": y,
+                            "pred": preds["calibrated"], "model": fitted["calibrated"],
+                            "loo": fitted["calibrated"].transfer_[t].get("loo", [])})
         for p_name in sorted(set(prec)):
             m = (prec == p_name) & np.isfinite(y)
             if m.sum() < 3:
@@ -183,15 +206,56 @@ def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool
                 rec = {"target": t, "precision": p_name, "model": n, "k": k, "n": int(m.sum()),
                        **{c: v for c, v in _scores(y[m], p[m]).items() if c in ("mape_pct", "spearman")}}
                 if n in ivs and f"lo_{t}" in ivs[n]:
-                    lo, hi = ivs[n][f"lo_{t}"].to_numpy(float)[m], ivs[n][f"hi_{t}"].to_numpy(float)[m]
-                    rec["coverage"] = float(np.mean((lo <= y[m]) & (y[m] <= hi)))
-                    rec["width"] = float(np.median(hi / np.maximum(lo, 1e-12)))
+                    rec.update(_coverage(ivs[n], t, y, m))
                 out.append(rec)
-    return out
+    return out, pending
 
 
-def pair_table(devices: dict[str, pd.DataFrame], ks: list[int], targets: list[str], cpu: bool) -> pd.DataFrame:
-    """Every ordered pair of ``devices``: :func:`score_pair` records with ``source`` and ``target_device``."""
+def _coverage(iv: pd.DataFrame, t: str, y: np.ndarray, m: np.ndarray, suffix: str = "") -> dict[str, float]:
+    """Share of rows ``m`` of ``y`` inside ``iv``'s interval of ``t`` and its median hi/lo."""
+    lo, hi = iv[f"lo_{t}"].to_numpy(float)[m], iv[f"hi_{t}"].to_numpy(float)[m]
+    return {f"coverage{suffix}": float(np.mean((lo <= y[m]) & (y[m] <= hi))),
+            f"width{suffix}": float(np.median(hi / np.maximum(lo, 1e-12)))}
+
+
+#: ``--prior-rows``: pseudo-rows of the transfer-error prior (None: the model's default).
+PRIOR_ROWS: list[float | None] = [None]
+
+
+def set_intervals(table: pd.DataFrame, pending: list[dict], kind: str) -> pd.DataFrame:
+    """Coverage and width of each pair's calibrated model (``table``'s rows of model ``calibrated``), its
+    interval from the transfer errors of the other pairs of this ``kind`` (leave-one-pair-out: pairs into
+    the same target device left out too) combined with its own K rows' leave-one-out residuals
+    (:mod:`carb.model.transfer_prior`), beside the K rows' residuals alone (``coverage_loo``, ``width_loo``)."""
+    from carb.model.intervals import interval
+    from carb.model.transfer_prior import error_table
+
+    table = table.copy()
+    for q in pending:
+        others = [r for r in pending if r["target_device"] != q["target_device"] and r["k"] == q["k"]
+                  and r["target"] == q["target"]]
+        prior = error_table([{**r, "kind": kind, "pair": (r["source"], r["target_device"])} for r in others])
+        tr = q["model"]
+        tr.device_kind_ = kind
+        if PRIOR_ROWS[0] is not None:
+            tr.prior_rows = PRIOR_ROWS[0]
+        ivs = {suffix: interval(tr.recalibrate(tab).intervals_, q["pred"]) for suffix, tab in (("_loo", None), ("", prior))}
+        at = ((table.source == q["source"]) & (table.target_device == q["target_device"]) & (table.k == q["k"])
+              & (table.target == q["target"]) & (table.model == "calibrated"))
+        for i in table.index[at]:
+            m = (q["precision"] == table.at[i, "precision"]) & np.isfinite(q["y"])
+            for suffix, iv in ivs.items():
+                if f"lo_{q['target']}" in iv:
+                    for c, v in _coverage(iv, q["target"], q["y"], m, suffix).items():
+                        table.at[i, c] = v
+    return table
+
+
+def pair_table(devices: dict[str, pd.DataFrame], ks: list[int], targets: list[str], cpu: bool
+               ) -> tuple[pd.DataFrame, list[dict]]:
+    """Every ordered pair of ``devices``: :func:`score_pair` records with ``source`` and ``target_device``
+    (intervals by :func:`set_intervals`), and each pair's calibrated held-out errors (records of
+    :func:`carb.model.transfer_prior.error_table`)."""
     from scripts.bench.transfer import fit_source
 
     t0 = time.perf_counter()
@@ -206,7 +270,7 @@ def pair_table(devices: dict[str, pd.DataFrame], ks: list[int], targets: list[st
     else:
         zs, w = spec_zero_shot_models(models, devices)
         print("  zero-shot spec weights, leaving each target device out:\n" + w.round(3).to_string(), flush=True)
-    out = []
+    out, pending = [], []
     for src, m in models.items():
         for dst, rows in devices.items():
             if src == dst:
@@ -220,9 +284,14 @@ def pair_table(devices: dict[str, pd.DataFrame], ks: list[int], targets: list[st
                     continue
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    out += [{"source": src, "target_device": dst, **r}
-                            for r in score_pair(m, rows, k, use, cpu, zs.get((src, dst)))]
-    return pd.DataFrame(out)
+                    recs, pend = score_pair(m, rows, k, use, cpu, zs.get((src, dst)))
+                out += [{"source": src, "target_device": dst, **r} for r in recs]
+                pending += [{"source": src, "target_device": dst, **q} for q in pend]
+    kind = "cpu" if cpu else "gpu"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = set_intervals(pd.DataFrame(out), pending, kind)
+    return table, [{**q, "kind": kind, "pair": (q["source"], q["target_device"])} for q in pending]
 
 
 def product(lat: pd.DataFrame, k: int, preferred: str, fallback: str) -> pd.DataFrame:
@@ -236,9 +305,10 @@ def product(lat: pd.DataFrame, k: int, preferred: str, fallback: str) -> pd.Data
 
 def headline(t: pd.DataFrame) -> str:
     """The machine-readable last line, exactly as issue 29 names it (latency; over ordered pairs and
-    precisions; CARB's answer per pair, :func:`product`)."""
+    precisions; CARB's answer per pair: the zero-shot model at K = 0 where the pair has one, else the source
+    (:func:`product`), the calibrated model at K = 10)."""
     lat = t[t["target"] == "latency_ms"]
-    k0, k10 = product(lat, 0, "zero_shot", "source"), product(lat, 10, "probe_calibrated", "calibrated")
+    k0, k10 = product(lat, 0, "zero_shot", "source"), lat[(lat.k == 10) & (lat.model == "calibrated")]
     pairs = lat[["source", "target_device"]].drop_duplicates()
     return (f"transfer: pairs={len(pairs)} k0_max_mape={k0['mape_pct'].max():.1f} "
             f"k10_max_mape={k10['mape_pct'].max():.1f} k10_min_spearman={k10['spearman'].min():.3f} "
@@ -246,12 +316,16 @@ def headline(t: pd.DataFrame) -> str:
 
 
 def baselines_line(t: pd.DataFrame) -> str:
-    """The baselines beside the headline: the uncalibrated source at K = 0 and the transfer without
-    device probes at K = 10 (latency MAPE maxima), and how many pairs had a zero-shot model."""
+    """The baselines beside the headline: the uncalibrated source at K = 0, the transfer from the source's
+    own prediction alone at K = 10 (latency MAPE maxima), the K = 10 intervals from the K rows alone, and how
+    many pairs had a zero-shot model."""
     lat = t[t["target"] == "latency_ms"]
-    src, cal = lat[(lat.k == 0) & (lat.model == "source")], lat[(lat.k == 10) & (lat.model == "calibrated")]
-    return (f"baselines: k0_source_max_mape={src['mape_pct'].max():.1f} k10_without_probes_max_mape="
-            f"{cal['mape_pct'].max():.1f} k0_zero_shot_pairs={lat[lat.model == 'zero_shot'][['source', 'target_device']].drop_duplicates().shape[0]}")
+    src, sb = lat[(lat.k == 0) & (lat.model == "source")], lat[(lat.k == 10) & (lat.model == "source_base")]
+    cal = lat[(lat.k == 10) & (lat.model == "calibrated")]
+    n_zs = lat[lat.model == "zero_shot"][["source", "target_device"]].drop_duplicates().shape[0]
+    return (f"baselines: k0_source_max_mape={src['mape_pct'].max():.1f} k10_source_base_max_mape="
+            f"{sb['mape_pct'].max():.1f} k10_loo_only_coverage_min={cal['coverage_loo'].min():.2f} "
+            f"k10_loo_only_width_median_max={cal['width_loo'].max():.2f} k0_zero_shot_pairs={n_zs}")
 
 
 def summary(t: pd.DataFrame) -> pd.DataFrame:
@@ -260,8 +334,36 @@ def summary(t: pd.DataFrame) -> pd.DataFrame:
                       values=["mape_pct", "spearman"])
     w.columns = [f"{m}_{v}" for v, m in w.columns]
     cov = t[t.model.isin(["calibrated", "zero_shot"])].groupby(
-        ["source", "target_device", "target", "precision", "k"])[["coverage", "width"]].first()
+        ["source", "target_device", "target", "precision", "k"])[
+        [c for c in ("coverage", "width", "coverage_loo", "width_loo") if c in t.columns]].first()
     return w.join(cov).reset_index()
+
+
+def write_errors(path: str, pending: list[dict]) -> None:
+    """The transfer-error table of every pair's calibrated model (:func:`carb.model.transfer_prior.error_table`)
+    to ``path``, and its provenance (``<stem>.provenance.json``: command, commit, date, pairs per kind)."""
+    import json
+    import subprocess
+    import sys
+    from datetime import datetime, timezone
+
+    from carb.model.transfer_prior import error_table
+
+    table = error_table(pending)
+    table.to_csv(path, index=False)
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    pairs = {}
+    for q in pending:
+        pairs.setdefault(q["kind"], set()).add(f"{q['source']} -> {q['target_device']}")
+    prov = {"command": "python -m scripts.bench.transfer_pairs " + " ".join(sys.argv[1:]), "commit": commit,
+            "written_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "what": "quantiles of |log(measured / predicted)| of the target rows a K-row carb-calibrate transfer "
+                    "was not fitted on, each ordered device pair weighted equally; loo_scale: median over pairs of "
+                    "the median |leave-one-out residual| of the K rows (carb/model/transfer_prior.py)",
+            "pairs": {k: sorted(v) for k, v in pairs.items()}}
+    Path(path).with_suffix("").with_suffix(".provenance.json").write_text(json.dumps(prov, indent=1) + "\n")
+    print(f"  wrote {path} ({len(table)} rows) and its provenance", flush=True)
 
 
 def main() -> None:
@@ -269,7 +371,11 @@ def main() -> None:
     ap.add_argument("--ks", default="0,3,10,20")
     ap.add_argument("--no-gpu", action="store_true")
     ap.add_argument("--csv", default=None, help="write the per-pair table here")
+    ap.add_argument("--errors-out", default=None,
+                    help="write the transfer-error table (carb/data/transfer-errors.csv) from every pair here")
+    ap.add_argument("--prior-rows", type=float, default=None, help="pseudo-rows of the transfer-error prior")
     a = ap.parse_args()
+    PRIOR_ROWS[0] = a.prior_rows
     ks = [int(k) for k in a.ks.split(",")]
     from scripts.bench.transfer import markdown
 
@@ -278,14 +384,16 @@ def main() -> None:
     if not a.no_gpu:
         print("== timm GPU pairs (latency)", flush=True)
         parts.append(pair_table(gpu_devices(), ks, ["latency_ms"], cpu=False))
-    t = pd.concat(parts, ignore_index=True)
+    t = pd.concat([p[0] for p in parts], ignore_index=True)
+    if a.errors_out:
+        write_errors(a.errors_out, [q for p in parts for q in p[1]])
     if a.csv:
         t.to_csv(a.csv, index=False)
     s = summary(t)
     cols = [c for c in ("source", "target_device", "target", "precision", "k", "zero_shot_mape_pct",
-                        "zero_shot_spearman", "calibrated_mape_pct", "probe_calibrated_mape_pct",
+                        "zero_shot_spearman", "calibrated_mape_pct", "source_base_mape_pct",
                         "no_dispatch_mape_pct", "source_mape_pct", "flops_k_mape_pct", "calibrated_spearman",
-                        "coverage", "width") if c in s.columns]
+                        "coverage", "width", "coverage_loo", "width_loo") if c in s.columns]
     print(markdown(s[s.k.isin([0, 10])][cols]))
     print(baselines_line(t))
     print(headline(t))

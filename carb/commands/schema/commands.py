@@ -165,13 +165,30 @@ class Transfer(Section):
     precision_shrink: NonNegative
     dispatch: bool = True
     probe: bool = True
+    spec: bool = True
+    error_prior: Text | None = "auto"
+    prior_rows: NonNegative = 10.0
+    prior_targets: list[Literal["latency_ms", "energy_J", "peak_memory_MB"]] = ["latency_ms", "energy_J"]
 
 
 class ZeroShot(Section):
-    """``zero_shot`` (``carb-calibrate k=0 spec=<GPU>``): the spec-ratio weights and the error band."""
+    """``zero_shot`` (``carb-calibrate k=0 spec=<GPU>`` / ``probe=``): the spec-ratio weights and the error bands."""
 
     weights: dict[Literal["compute", "bandwidth", "power"], float]
     log_error_band: Annotated[list[float], Field(min_length=2, max_length=2)]
+    probe_log_error_band: Annotated[list[float], Field(min_length=2, max_length=2)] = [-0.479, 0.230]
+
+
+class ProbeRun(Section):
+    """A device probe's plan: ``probe_run`` (``carb-calibrate probe=true``, the short probe of this CPU) and
+    ``carb-probe``'s own keys."""
+
+    n: Count
+    seed: Index
+    max_MMAC: Positive
+    precisions: Annotated[list[Precision], Field(min_length=1)] | None
+    repeats: Count
+    min_window_s: NonNegative
 
 
 class Calibrate(Command):
@@ -186,6 +203,8 @@ class Calibrate(Command):
     data: Data
     k: Index
     spec: Text | None = None
+    probe: bool | Text | None = False
+    probe_run: ProbeRun | None = None
     zero_shot: ZeroShot | None = None
     out: Text
     transfer: Transfer
@@ -238,18 +257,12 @@ class Import(Command):
     show_unmapped: Index
 
 
-class Probe(Command):
-    """``conf/probe.yaml``."""
+class Probe(Command, ProbeRun):
+    """``conf/probe.yaml``: the probe's plan (:class:`ProbeRun`) and where it runs and goes."""
 
     space: Space
     measure: Measure
     progress: Progress
-    n: Count
-    seed: Index
-    max_MMAC: Positive
-    precisions: Annotated[list[Precision], Field(min_length=1)] | None
-    repeats: Count
-    min_window_s: NonNegative
     out: Text | None
     run_name: Text | None
 

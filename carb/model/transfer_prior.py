@@ -1,0 +1,162 @@
+"""Interval prior of a few-shot transfer: the transfer errors measured across device pairs.
+
+K calibration rows alone make a poor interval: their leave-one-out (LOO) log residuals are few, and the
+space-filling picks sit at the edges of the space, where the transfer errs most. On the CPU pairs at K = 10
+a Student-t interval on them was 2.1-6.5x wide (median hi/lo) while the rows not fitted on erred by at most
+x1.3 in 90 % of cases. So the interval of a calibrated target combines two sources:
+
+* the **table** ``carb/data/transfer-errors.csv`` (:func:`error_table`, written by
+  ``python -m scripts.bench.transfer_pairs --errors-out``): per device kind (``cpu`` / ``gpu``), target,
+  precision (``all``: every precision pooled) and K, quantiles at :data:`LEVELS` of ``|log(measured /
+  predicted)|`` over the target rows a K-row calibration was not fitted on, each ordered device pair
+  weighted equally, and ``loo_scale``: the median over pairs of the median ``|LOO residual|`` of their K
+  rows;
+* the **K rows**: the median ``|LOO residual|`` of this calibration, ``s``.
+
+The interval is symmetric in log space: ``+- f * Q(coverage)``, ``Q`` the table's quantile function of
+``|log error|`` (pooled precisions, the stored K nearest this K), and ``f = exp(K log(s / loo_scale) /
+(K + prior_rows))``: the ratio of this calibration's LOO scale to the table's, shrunk toward 1 by
+``prior_rows`` pseudo-rows (an empirical-Bayes scale). Symmetric and pooled over precisions because the
+sign and the precision of the remaining bias differ from pair to pair (measured leave-one-pair-out in
+``scripts/bench/transfer_pairs.py``: per-precision or asymmetric priors covered 24-37 % of a precision
+whose bias flipped). The entry stores a symmetric pseudo-sample of log-ratios, so
+:func:`carb.model.intervals.interval` answers any coverage from it.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from carb.errors import DatasetError
+
+#: Levels of the stored ``|log error|`` quantiles.
+LEVELS: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.975, 0.99)
+#: Columns of the table, in order.
+COLUMNS: tuple[str, ...] = ("kind", "target", "precision", "k", "level", "abs_log_error", "loo_scale",
+                            "n_pairs", "n_rows")
+#: Points per side of an entry's symmetric pseudo-sample.
+_POINTS = 200
+
+
+def table_path() -> Path:
+    """The shipped table (``carb/data/transfer-errors.csv``)."""
+    from carb.resources import DATA_DIR
+
+    return Path(DATA_DIR) / "transfer-errors.csv"
+
+
+def load_error_table(path: str | Path | None = None) -> pd.DataFrame | None:
+    """The table at ``path`` (default :func:`table_path`); None when the default file is absent. Raises
+    :class:`DatasetError` (one line) for an unreadable table or one without the :data:`COLUMNS`."""
+    p = Path(path) if path is not None else table_path()
+    if not p.exists():
+        if path is None:
+            return None
+        raise DatasetError(f"transfer.error_prior: {str(p)!r} does not exist")
+    try:
+        t = pd.read_csv(p)
+    except Exception as e:   # any parse error is one line
+        raise DatasetError(f"transfer.error_prior: cannot read {str(p)!r}: {' '.join(str(e).split())}") from None
+    missing = [c for c in COLUMNS if c not in t.columns]
+    if missing:
+        raise DatasetError(f"transfer.error_prior: {str(p)!r} lacks columns {missing}")
+    return t
+
+
+def device_kind(X: pd.DataFrame) -> str | None:
+    """``cpu`` or ``gpu`` for rows of one device (``device_kind``: cpu / cuda / import, else the
+    fingerprint's ``kind``); None when neither says."""
+    import json
+
+    if "device_kind" in X.columns and X["device_kind"].notna().any():
+        k = str(X["device_kind"].dropna().astype(str).mode().iloc[0])
+        if k in ("cpu", "cuda"):
+            return "cpu" if k == "cpu" else "gpu"
+    if "device_fingerprint" in X.columns and X["device_fingerprint"].notna().any():
+        try:
+            fp = json.loads(str(X["device_fingerprint"].dropna().iloc[0]))
+        except (TypeError, ValueError):
+            return None
+        kind = fp.get("kind") if isinstance(fp, dict) else None
+        return {"cpu": "cpu", "cuda": "gpu"}.get(str(kind)) if kind else None
+    return None
+
+
+def _pair_points(abs_err: np.ndarray) -> np.ndarray:
+    """One pair's ``|log error|`` as :data:`_POINTS` equally weighted quantile points."""
+    return np.quantile(abs_err, (np.arange(_POINTS) + 0.5) / _POINTS)
+
+
+def error_table(records: Sequence[Mapping[str, Any]], min_rows: int = 3) -> pd.DataFrame:
+    """The table (:data:`COLUMNS`) from per-pair records: ``kind``, ``target``, ``k``, ``pair`` (any
+    hashable), ``err`` (log(measured / predicted) of the rows not fitted on, (n,)), ``precision`` ((n,)),
+    ``loo`` (the K rows' LOO log residuals). Each pair weighs the same (a pair contributes
+    :data:`_POINTS` quantile points); a precision needs ``min_rows`` rows in a pair to count there."""
+    groups: dict[tuple, dict[str, Any]] = {}
+    for r in records:
+        err, prec = np.asarray(r["err"], float), np.asarray(r["precision"]).astype(str)
+        ok = np.isfinite(err)
+        loo = np.abs(np.asarray(r.get("loo", []), float))
+        for p in [*np.unique(prec[ok]), "all"]:
+            m = ok & ((prec == p) if p != "all" else True)
+            if m.sum() < min_rows:
+                continue
+            g = groups.setdefault((r["kind"], r["target"], str(p), int(r["k"])), {"points": [], "loo": [], "n": 0})
+            g["points"].append(_pair_points(np.abs(err[m])))
+            g["n"] += int(m.sum())
+            if len(loo) >= 2:
+                g["loo"].append(float(np.median(loo)))
+    rows = []
+    for (kind, target, p, k), g in sorted(groups.items()):
+        pooled = np.concatenate(g["points"])
+        scale = float(np.median(g["loo"])) if g["loo"] else float("nan")
+        for lev, q in zip(LEVELS, np.quantile(pooled, LEVELS)):
+            rows.append({"kind": kind, "target": target, "precision": p, "k": k, "level": lev,
+                         "abs_log_error": round(float(q), 6), "loo_scale": round(scale, 6),
+                         "n_pairs": len(g["points"]), "n_rows": g["n"]})
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def _nearest_k(ks: np.ndarray, k: int) -> int:
+    """The stored K nearest ``k`` in log scale (the larger on a tie)."""
+    ks = np.sort(np.unique(ks.astype(int)))
+    d = np.abs(np.log(ks) - math.log(max(k, 1)))
+    return int(ks[np.flatnonzero(d == d.min())[-1]])
+
+
+def prior_entry(table: pd.DataFrame | None, kind: str | None, target: str, loo: np.ndarray, k: int,
+                coverage: float, prior_rows: float) -> dict[str, Any] | None:
+    """The interval calibration (an :func:`carb.model.intervals.interval` entry) of one calibrated target
+    from the table's rows of ``kind`` / ``target`` (pooled precisions) and the K rows' LOO log residuals
+    ``loo`` (module docstring); None when the table has no such rows."""
+    if table is None or kind is None:
+        return None
+    sel = table[(table["kind"] == kind) & (table["target"] == target) & (table["precision"].astype(str) == "all")]
+    if not len(sel):
+        return None
+    kk = _nearest_k(sel["k"].to_numpy(), k)
+    sel = sel[sel["k"] == kk].sort_values("level")
+    lev = np.concatenate([[0.0], sel["level"].to_numpy(float)])
+    val = np.concatenate([[0.0], sel["abs_log_error"].to_numpy(float)])
+    ref = float(sel["loo_scale"].iloc[0])
+    loo = np.abs(np.asarray(loo, float))
+    factor = 1.0
+    if len(loo) >= 2 and math.isfinite(ref) and ref > 0:
+        s = max(float(np.median(loo)), 1e-6)
+        factor = math.exp(len(loo) * math.log(s / ref) / (len(loo) + float(prior_rows)))
+    half = factor * np.interp((np.arange(_POINTS) + 0.5) / _POINTS, lev, val)
+    ratios = np.sort(np.concatenate([-half, half]))
+    from carb.model.intervals import conformal_bounds
+
+    lo, hi = conformal_bounds(ratios, coverage)
+    n_pairs = int(sel["n_pairs"].iloc[0])
+    return {"lower": float(lo), "upper": float(hi), "n": int(k), "coverage": float(coverage),
+            "log_ratios": [round(float(v), 6) for v in ratios],
+            "method": (f"transfer-error prior ({kind}, K={kk}, {n_pairs} device pair(s)) x {factor:.2f}: the K rows' "
+                       f"leave-one-out scale shrunk by {float(prior_rows):g} pseudo-rows"),
+            "prior": {"kind": kind, "k": kk, "n_pairs": n_pairs, "factor": factor}}
