@@ -164,7 +164,8 @@ def apply_requirements(frame: pd.DataFrame, require: Mapping[str, float], maximi
     whose value misses a limit is ``reject`` (reason ``top1 0.7331 < 0.76 required``); a row without a
     value (NaN) becomes ``unverified`` (reason ``no top1 value``) unless already rejected; both are no
     longer ``feasible``. Adds ``meets_require`` (True, False, or NaN without a value). Returns the
-    frame and counts ``{"n_require_below", "n_require_missing"}``."""
+    frame and counts ``{"n_require_below": rows below a limit, "n_require_missing": rows made unverified
+    for want of a value}``."""
     out = frame.copy()
     n = len(out)
     below = np.zeros(n, dtype=bool)
@@ -186,20 +187,20 @@ def apply_requirements(frame: pd.DataFrame, require: Mapping[str, float], maximi
         return out, {"n_require_below": 0, "n_require_missing": 0}
     decision = out["decision"].to_numpy(dtype=object).copy()
     reason = out["decision_reason"].astype(str).to_numpy(dtype=object).copy()
+    unverified = missing & ~below & (decision != "reject")   # a budget's reject stays a reject
     for i in np.flatnonzero(below):
         kept = [reason[i]] if decision[i] == "reject" and reason[i] else []   # a budget's reject stays said
         decision[i] = "reject"
         reason[i] = "; ".join(why_below[i] + kept)
-    for i in np.flatnonzero(missing & ~below):
-        if decision[i] != "reject":
-            decision[i] = "unverified"
-            reason[i] = "; ".join(why_missing[i] + ([reason[i]] if reason[i] else []))
+    for i in np.flatnonzero(unverified):
+        decision[i] = "unverified"
+        reason[i] = "; ".join(why_missing[i] + ([reason[i]] if reason[i] else []))
     meets = np.where(below, 0.0, np.where(missing, np.nan, 1.0))
     out["decision"] = decision
     out["decision_reason"] = reason
     out["feasible"] = out["feasible"].to_numpy(dtype=bool) & ~below & ~missing
     out["meets_require"] = pd.array([None if np.isnan(m) else bool(m) for m in meets], dtype="boolean")
-    return out, {"n_require_below": int(below.sum()), "n_require_missing": int((missing & ~below).sum())}
+    return out, {"n_require_below": int(below.sum()), "n_require_missing": int(unverified.sum())}
 
 
 def add_per_image(frame: pd.DataFrame, names: Sequence[str], targets: Sequence[str]) -> pd.DataFrame:

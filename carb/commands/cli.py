@@ -177,6 +177,10 @@ def hydra_command(command: str, config_name: str | None = None) -> Callable:
                 fail(command, e)
             except KeyboardInterrupt as e:
                 interrupted(command, e)
+            finally:
+                from carb.commands.progress import stop_heartbeats
+
+                stop_heartbeats()   # no heartbeat outlives its command (an error, or the next job of a sweep)
 
         @functools.wraps(run_fn)
         def entry() -> Any:

@@ -147,6 +147,9 @@ def _coverage(value: Any) -> float | None:
     return c
 
 
+#: User columns the terminal table leaves to the files unless screen.pareto or screen.require names them.
+FILES_ONLY = ("top5",)
+
 #: Candidates scored in the time of one other step (loading the models, writing, logging), for the ETA.
 SCORE_ROWS_PER_UNIT = 2000.0
 
@@ -282,10 +285,12 @@ def _print_axes(result: Any, users: list[str]) -> None:
     """The user's columns (passed through, how many lack a value), the requirements and their counts,
     and how the front was made (point values; ties within the intervals in ``pareto_ties``)."""
     scored = result.scored
-    for c in users:
-        missing = int(pd.to_numeric(scored[c], errors="coerce").isna().sum())
-        print(f"column {c}: passed through to every output" + (
-            f"; {missing} of {len(scored)} candidates have no value (NaN)" if missing else ""))
+    if users:
+        parts = []
+        for c in users:
+            missing = int(pd.to_numeric(scored[c], errors="coerce").isna().sum())
+            parts.append(f"{c} ({missing} of {len(scored)} without a value)" if missing else c)
+        print(f"passed through to every output: {', '.join(parts)}")
     if result.require:
         limits = ", ".join(f"{k} {'>=' if mx else '<='} {v:g}" for k, (v, mx) in result.require.items())
         print(f"require {limits}: {result.stages.get('n_require_below', 0)} rejected, "
@@ -298,16 +303,20 @@ def _print_axes(result: Any, users: list[str]) -> None:
 def _print_shortlist(result: Any, targets: list[str], users: list[str]) -> None:
     """The shortlist, or the closest candidates when none meets the budget."""
     preds = [pred_name(t) for t in targets]
+    named = {a.lstrip("-") for a in result.axes} | set(result.require)
+    shown = [c for c in users if c not in FILES_ONLY or c in named]
     if result.objective not in targets:   # a per-image objective: show the column it ranks by
         preds.append(pred_name(result.objective))
     if result.shortlist.empty:
         closest = screening.closest_candidates(result.scored, result.budget)
         print("no candidate meets the budget; closest candidates (worst relative overshoot):")
-        print(format_table(closest, preds, ["worst_overshoot"], users=users))
+        print(format_table(closest, preds, ["worst_overshoot"], users=shown))
     else:
-        print(f"shortlist ({len(result.shortlist)}; front first, by {result.objective}; P = P(within budget); "
+        n_front = int(result.shortlist["pareto"].sum()) if "pareto" in result.shortlist else 0
+        print(f"shortlist ({len(result.shortlist)}; front first ({n_front} rows), by {result.objective}; "
+              f"P = P(within budget); "
               f"per batch, [lo, hi] = {_coverage_words(result)}):")
-        print(format_table(result.shortlist, preds, ["pareto", "pareto_ties"], users=users))
+        print(format_table(result.shortlist, preds, ["pareto", "pareto_ties"], users=shown))
 
 
 def _coverage_words(result: Any) -> str:

@@ -258,7 +258,7 @@ class PromoteSettings(Section):
     """``promote``: which version becomes the champion."""
 
     name: Text | None
-    data: Text
+    data: Text | None
     metric: Text
     fallback_metric: Text
     direction: Literal["minimize", "maximize"]
@@ -272,6 +272,7 @@ class PromoteSettings(Section):
 class Promote(Command):
     """``conf/promote.yaml``."""
 
+    progress: Progress
     promote: PromoteSettings
 
 

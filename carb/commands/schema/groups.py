@@ -344,6 +344,7 @@ class Progress(Section):
 
     enabled: bool
     min_interval_s: NonNegative
+    heartbeat_s: NonNegative
 
 
 class Budget(Section):
