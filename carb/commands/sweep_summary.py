@@ -52,15 +52,22 @@ def job_row(number: Any, status: str, overrides: Sequence[str], value: Any) -> d
     ``overrides`` (without :data:`QUIET_OVERRIDES`) and ``metrics`` (:func:`headline`)."""
     v = value if isinstance(value, Mapping) else {}
     name, version = v.get("registered_name"), v.get("version")
+    registered = f"{name} v{version}" if name and version else ("no" if "registered_name" in v or not v else "-")
     return {"job": str(number), "status": status, "run_id": str(v.get("run_id") or "-"),
-            "registered": f"{name} v{version}" if name and version else "no",
+            "registered": registered,
             "overrides": " ".join(o for o in overrides if not o.lstrip("+~").startswith(QUIET_OVERRIDES)),
             "metrics": headline(v)}
 
 
+def common_overrides(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Overrides every job has (said once above the table, not in each row)."""
+    sets = [r["overrides"].split() for r in rows]
+    return [o for o in sets[0] if all(o in s for s in sets[1:])] if len(rows) > 1 else []
+
+
 def summary_table(rows: Sequence[Mapping[str, Any]], width: int = 120) -> str:
     """The rows as one text table (metrics as columns, ``test_energy_J_mape`` shown ``energy_J mape%``),
-    each line cut to ``width``."""
+    the overrides that differ between jobs last and left-aligned, each line cut to ``width``."""
     import pandas as pd
 
     from carb.commands.screen_table import num
@@ -69,10 +76,14 @@ def summary_table(rows: Sequence[Mapping[str, Any]], width: int = 120) -> str:
     short = {k: (k[len("test_"):-len("_mape")] + " mape%") if k.startswith("test_") else k for k in names}
     frame = pd.DataFrame([{"job": r["job"], "status": r["status"], "run id": r["run_id"][:12],
                            "registered": r["registered"],
-                           **{short[k]: num(r.get("metrics", {}).get(k, float("nan"))) for k in names},
-                           "overrides": r["overrides"] or "-"} for r in rows])
+                           **{short[k]: num(r.get("metrics", {}).get(k, float("nan"))) for k in names}}
+                          for r in rows])
+    if (frame["registered"] == "-").all():   # a command that never registers (screen, collect, ...)
+        frame = frame.drop(columns="registered")
+    common = set(common_overrides(rows))
+    differ = ["overrides"] + [" ".join(o for o in r["overrides"].split() if o not in common) or "-" for r in rows]
     lines = frame.to_string(index=False).splitlines()
-    return "\n".join(line[:width] for line in lines)
+    return "\n".join(f"{line} {o}"[:width] for line, o in zip(lines, differ))
 
 
 def read_rows(sweep_dir: Path) -> list[dict[str, Any]]:
@@ -113,7 +124,10 @@ class SweepSummary(Callback):
             return
         if not rows:
             return
-        registered = sum(r["registered"] != "no" for r in rows)
-        print(f"\nsweep summary: {len(rows)} jobs, {registered} registered a model"
-              + ("" if registered else " (nothing was registered)") + f"; folder {sweep_dir}")
+        registers = any(r["registered"] != "-" for r in rows)
+        registered = sum(r["registered"] not in ("-", "no") for r in rows)
+        common = common_overrides(rows)
+        print(f"\nsweep summary: {len(rows)} jobs" + (f", {registered} registered a model" + (
+            "" if registered else " (nothing was registered)") if registers else "") + f"; folder {sweep_dir}"
+            + (f"; every job: {' '.join(common)}" if common else ""))
         print(summary_table(rows), flush=True)
