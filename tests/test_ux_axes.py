@@ -145,3 +145,15 @@ def test_maximized_axis_and_nan_left_off_the_front():
     assert req["decision"].tolist() == ["reject", "accept", "accept", "unverified"]
     assert req["meets_require"].tolist()[:3] == [False, True, True] and pd.isna(req["meets_require"].iloc[3])
     assert counts == {"n_require_below": 1, "n_require_missing": 1}
+
+
+def test_predictor_passes_columns_through_and_joins_accuracy():
+    from carb.analysis.predictor import Predictor
+
+    knobs = pd.DataFrame({"block": ["bottleneck", "bottleneck"], "depth": [50, 50], "width_mult": [1.0, 0.5],
+                          "input_size": [224, 224], "batch_size": [8, 8], "precision": ["bf16", "bf16"],
+                          "cost_usd": [3.0, 1.5]})
+    out = Predictor(AnalyticModel()).predict(knobs, accuracy="IMAGENET1K_V2")
+    assert out["cost_usd"].tolist() == [3.0, 1.5]
+    assert out["top1"].tolist()[0] == pytest.approx(0.80858) and np.isnan(out["top1"].iloc[1])
+    assert out["top1_model"].tolist() == ["resnet50", ""]
