@@ -25,8 +25,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from carb.data.schema import RUNTIME_FEATURES
+from carb.design.arch import KNOBS
+from carb.design.features import STATIC_FEATURES
 from carb.errors import ConfigError
-from carb.model.encoding import pred_name
+from carb.model.encoding import INTERACTION_FEATURES, pred_name
 
 #: Suffix of a per-image objective (the per-batch prediction / batch size).
 PER_IMAGE = "_per_image"
@@ -50,11 +53,14 @@ class Axis:
 
 
 def numeric_columns(frame: pd.DataFrame, exclude: Sequence[str] = ()) -> list[str]:
-    """Numeric, non-boolean columns of ``frame`` that are no prediction, interval or probability."""
+    """Numeric, non-boolean columns of ``frame`` that are no prediction, interval, probability or filled-in
+    telemetry: the user's own columns first, then the knobs and static features."""
     skip = ("pred_", "lo_", "hi_", "p_within_", "margin_", "source_pred_")
-    return [c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c])
-            and not pd.api.types.is_bool_dtype(frame[c]) and not str(c).startswith(skip)
-            and c not in exclude]
+    filled = {*RUNTIME_FEATURES, *INTERACTION_FEATURES, *exclude}
+    cols = [c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c])
+            and not pd.api.types.is_bool_dtype(frame[c]) and not str(c).startswith(skip) and c not in filled]
+    known = {*KNOBS, *STATIC_FEATURES, "num_classes"}
+    return [c for c in cols if c not in known] + [c for c in cols if c in known]
 
 
 def allowed_axes(frame: pd.DataFrame, targets: Sequence[str]) -> list[str]:
