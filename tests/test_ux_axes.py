@@ -157,3 +157,16 @@ def test_predictor_passes_columns_through_and_joins_accuracy():
     assert out["cost_usd"].tolist() == [3.0, 1.5]
     assert out["top1"].tolist()[0] == pytest.approx(0.80858) and np.isnan(out["top1"].iloc[1])
     assert out["top1_model"].tolist() == ["resnet50", ""]
+
+
+def test_command_grid_keeps_columns_and_joins_accuracy(tmp_path):
+    from carb.commands.cli import compose
+    from carb.commands.screen import load_grid, user_columns
+
+    path, raw = _grid_file(tmp_path)
+    cfg = compose("screen", [f"screen.grid_file={path}", "screen.accuracy=IMAGENET1K_V1"])
+    F = load_grid(cfg)
+    assert user_columns(F) == ["top1", "my_score", "top5"] and len(F) == len(raw)
+    own = raw["top1"].to_numpy()
+    assert np.allclose(F["top1"].to_numpy()[np.isfinite(own)], own[np.isfinite(own)])   # the grid's own win
+    assert F.loc[raw["depth"].eq(26).to_numpy() & raw["width_mult"].eq(1.0).to_numpy(), "top1"].isna().all()
