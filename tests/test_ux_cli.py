@@ -13,6 +13,7 @@ from carb.commands.cli import compose, composition_error_line, hydra_command, pr
 from carb.commands.progress import Progress, stop_heartbeats
 from carb.commands.sweep_summary import headline, job_row, summary_table
 from carb.errors import ConfigError, ModelError
+from tests.test_progress import Clock
 
 
 def _version(n: int, mae: float) -> dict:
@@ -105,16 +106,8 @@ def test_summary_rows_for_other_commands():
     assert "FAILED" in summary_table([row])
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 def test_heartbeat_repeats_the_line_after_silence():
-    clock, out = FakeClock(), io.StringIO()
+    clock, out = Clock(), io.StringIO()
     prog = Progress("carb-train", 4.0, heartbeat_s=15, clock=clock, stream=out)
     prog.begin("leave-one-batch-tier-out refit")
     clock.t += 10
