@@ -278,7 +278,7 @@ def _print_report(cfg: Any, result: Any, notes: list[str], target_uri: str, targ
           f"unverified = domain/unmeasured/inf)")
     _print_axes(result, users)
     _print_shortlist(result, screening.model_targets(target), users)
-    _print_profile_next(result)
+    _print_profile_next(result, shown_users(result, users))
 
 
 def _print_axes(result: Any, users: list[str]) -> None:
@@ -303,8 +303,7 @@ def _print_axes(result: Any, users: list[str]) -> None:
 def _print_shortlist(result: Any, targets: list[str], users: list[str]) -> None:
     """The shortlist, or the closest candidates when none meets the budget."""
     preds = [pred_name(t) for t in targets]
-    named = {a.lstrip("-") for a in result.axes} | set(result.require)
-    shown = [c for c in users if c not in FILES_ONLY or c in named]
+    shown = shown_users(result, users)
     if result.objective not in targets:   # a per-image objective: show the column it ranks by
         preds.append(pred_name(result.objective))
     if result.shortlist.empty:
@@ -319,20 +318,26 @@ def _print_shortlist(result: Any, targets: list[str], users: list[str]) -> None:
         print(format_table(result.shortlist, preds, ["pareto", "pareto_ties"], users=shown))
 
 
+def shown_users(result: Any, users: list[str]) -> list[str]:
+    """The user columns the terminal shows: all but :data:`FILES_ONLY`, unless an axis or requirement names them."""
+    named = {a.lstrip("-") for a in result.axes} | set(result.require)
+    return [c for c in users if c not in FILES_ONLY or c in named]
+
+
 def _coverage_words(result: Any) -> str:
     """``90 % interval`` (the coverage of the printed intervals), or ``no intervals``."""
     c = result.stages.get("interval_coverage")
     return f"{c:.0%} interval" if c else "interval"
 
 
-def _print_profile_next(result: Any) -> None:
+def _print_profile_next(result: Any, users: list[str]) -> None:
     """The "profile next" list: the borderline candidates most worth measuring (``screen.profile_next``)."""
     nxt = result.profile
     if nxt.empty:
         return
     print(f"profile next ({len(nxt)} borderline; score = P x best {result.objective} / own; "
           f"profile_next.csv):")
-    print(format_table(nxt, [], ["profile_score", "decision_reason"]))
+    print(format_table(nxt, [], ["profile_score", "decision_reason"], users=users))
 
 
 def _write_files(cfg: Any, result: Any, prog: Progress, users: list[str]) -> Path:

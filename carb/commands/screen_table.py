@@ -31,6 +31,8 @@ TARGET_WORDS = {"latency_ms": ("latency", "ms"), "energy_J": ("energy", "J"), "p
 TARGET_HEADERS = {"latency_ms": "latency ms", "energy_J": "energy J", "peak_memory_MB": "memory MB"}
 #: Terminal header of a per-image objective.
 PER_IMAGE_HEADERS = {"energy_J_per_image": "J/image", "latency_ms_per_image": "ms/image"}
+#: Characters of the last `reason` column the table keeps room for before dropping :data:`DROP_FIRST` columns.
+REASON_ROOM = 36
 #: Columns the terminal table leaves out when it is too wide (the files keep them); a last `reason` column is cut.
 DROP_FIRST = ("early_ds", "ties", "front", "in_domain")
 
@@ -101,9 +103,11 @@ def format_table(df: pd.DataFrame, preds: Sequence[str], extra: Sequence[str] = 
             v = df[c]
             show[names.get(c, c)] = [num(x, 2) for x in v] if pd.api.types.is_float_dtype(v) else v
     reason = show.pop("reason") if "reason" in show else None
+    # leave the reason room for up to REASON_ROOM characters before dropping columns
+    room = width - (1 + min(REASON_ROOM, max(map(len, map(str, reason)), default=0)) if reason is not None else 0)
     text = show.to_string(index=False)
     for col in DROP_FIRST:
-        if max(map(len, text.splitlines()), default=0) <= width:
+        if max(map(len, text.splitlines()), default=0) <= room:
             break
         if col in show:
             show = show.drop(columns=col)
