@@ -3,8 +3,11 @@ multirun summary table and the progress heartbeat."""
 from __future__ import annotations
 
 import io
+import logging
+import signal
 import sys
 import time
+import warnings
 
 import pytest
 
@@ -87,7 +90,18 @@ def test_multirun_ends_with_one_summary_table(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["carb-promote", "-m", "promote.alias=a,b",
                                       f"tracking.uri=sqlite:///{tmp_path}/m.db", "progress.enabled=false"])
-    hydra_command("promote")(fake)()
+    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)   # a command sets these globals:
+    root = logging.getLogger()                                               # restore them for other tests
+    handlers, level, sigterm = list(root.handlers), root.level, signal.getsignal(signal.SIGTERM)
+    try:
+        hydra_command("promote")(fake)()
+    finally:
+        from hydra.core.global_hydra import GlobalHydra
+
+        GlobalHydra.instance().clear()
+        signal.signal(signal.SIGTERM, sigterm)
+        root.handlers[:] = handlers
+        root.setLevel(level)
     out = capsys.readouterr().out
     lines = out[out.index("sweep summary"):].splitlines()
     assert lines[0].startswith("sweep summary: 2 jobs, 1 registered a model; folder ")
