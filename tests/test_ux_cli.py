@@ -13,7 +13,7 @@ import pytest
 
 from carb.commands import promote
 from carb.commands.cli import compose, composition_error_line, hydra_command, precheck, quote_value, quote_values
-from carb.commands.progress import Progress, stop_heartbeats
+from carb.commands.progress import Progress, heartbeats
 from carb.commands.sweep_summary import headline, job_row, summary_table
 from carb.errors import ConfigError, ModelError
 from tests.test_progress import Clock
@@ -142,15 +142,18 @@ def test_heartbeat_repeats_the_line_after_silence():
 
 def test_heartbeat_thread_fires_and_stops():
     out = io.StringIO()
-    prog = Progress("carb-train", 2.0, heartbeat_s=0.05, stream=out)
-    prog.begin("long step")
-    thread = prog._thread
-    assert thread is not None and thread.daemon
-    deadline = time.monotonic() + 2.0
-    while "(still running)" not in out.getvalue() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert "long step (still running)" in out.getvalue()
-    stop_heartbeats()                            # what every command's end does
-    assert not thread.is_alive() and prog._thread is None
+    outside = Progress("carb-train", 2.0, heartbeat_s=0.05, stream=out)
+    outside.begin("called as a library")
+    assert outside._thread is None               # no heartbeat outside a command's run
+    with heartbeats():                           # what every command's run does
+        prog = Progress("carb-train", 2.0, heartbeat_s=0.05, stream=out)
+        prog.begin("long step")
+        thread = prog._thread
+        assert thread is not None and thread.daemon
+        deadline = time.monotonic() + 2.0
+        while "(still running)" not in out.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert "long step (still running)" in out.getvalue()
+    assert not thread.is_alive() and prog._thread is None   # stopped at the command's end
     assert Progress.from_cfg("p", 1.0, compose("screen", [])).heartbeat_s == 15.0
     assert Progress("p", 1.0, enabled=False, heartbeat_s=1)._thread is None

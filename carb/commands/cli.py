@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from carb.commands.progress import heartbeats
 from carb.compute import limited, configure_from
 from carb.errors import CarbError
 from carb.files import unwritable  # noqa: F401 - re-exported: the run-folder check below uses it
@@ -171,16 +172,12 @@ def hydra_command(command: str, config_name: str | None = None) -> Callable:
                 _FINISHED.clear()            # each job of a multirun names its own finished work
                 compute = cfg.get("compute")   # commands that fit or score models; measuring ones keep theirs
                 configure_from(compute)        # threads that fit the free cores (carb/compute.py)
-                with warnings_once(), (limited() if compute else contextlib.nullcontext()):
+                with warnings_once(), heartbeats(), (limited() if compute else contextlib.nullcontext()):
                     return run_fn(cfg)
             except CarbError as e:
                 fail(command, e)
             except KeyboardInterrupt as e:
                 interrupted(command, e)
-            finally:
-                from carb.commands.progress import stop_heartbeats
-
-                stop_heartbeats()   # no heartbeat outlives its command (an error, or the next job of a sweep)
 
         @functools.wraps(run_fn)
         def entry() -> Any:

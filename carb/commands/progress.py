@@ -14,19 +14,24 @@ Heartbeat: inside one long unit (a refit of several minutes) a background thread
 marked ``(still running)``, whenever nothing was printed for ``progress.heartbeat_s`` (15 s; 0 = off). It
 runs in a terminal and in a log file alike (plain lines, at most one per ``heartbeat_s``), starts with the
 first unit and stops at :meth:`Progress.finish` or :meth:`Progress.close` (a daemon thread: it never keeps
-the process alive).
+the process alive). Heartbeats run only inside :func:`heartbeats` (every command's run, through
+:func:`carb.commands.cli.hydra_command`, and ``carb-quickstart``), never when library code or a test calls a
+``run_*`` function directly, and all stop when the command ends, also after an error.
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
 #: Progress objects whose heartbeat thread runs (:func:`stop_heartbeats` stops them at a command's end).
 _RUNNING: weakref.WeakSet = weakref.WeakSet()
+#: Set while a command runs (:func:`heartbeats`): only then do heartbeat threads start.
+_ALLOWED = threading.Event()
 
 
 def format_duration(seconds: float) -> str:
@@ -139,7 +144,8 @@ class Progress:
         _RUNNING.discard(self)
 
     def _start_heartbeat(self) -> None:
-        if self._thread is not None or self.heartbeat_s <= 0 or not self.enabled or self._stop.is_set():
+        if (self._thread is not None or self.heartbeat_s <= 0 or not self.enabled or self._stop.is_set()
+                or not _ALLOWED.is_set()):
             return
         poll = min(1.0, self.heartbeat_s / 4)
 
@@ -181,3 +187,14 @@ def stop_heartbeats() -> None:
     """Stop every running heartbeat (a command's end, also after an error)."""
     for prog in list(_RUNNING):
         prog.close()
+
+
+@contextlib.contextmanager
+def heartbeats() -> Iterator[None]:
+    """Allow heartbeat threads while the block runs (a command); stop them all when it ends."""
+    _ALLOWED.set()
+    try:
+        yield
+    finally:
+        _ALLOWED.clear()
+        stop_heartbeats()

@@ -174,6 +174,7 @@ def help_text() -> str:
 
 def main() -> None:
     from carb.commands.cli import concise_warnings, interrupted, quote_values, telemetry_off, terminate_as_interrupt
+    from carb.commands.progress import heartbeats
 
     concise_warnings()
     telemetry_off()
@@ -182,7 +183,7 @@ def main() -> None:
         return
     terminate_as_interrupt()
     try:
-        with limited():
+        with limited(), heartbeats():
             run_quickstart(quote_values(sys.argv[1:], "quickstart"))   # data.device='Titan X (Pascal)' as typed
     except CarbError as e:
         fail("quickstart", e)
