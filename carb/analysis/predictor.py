@@ -17,6 +17,7 @@ import pandas as pd
 
 from carb.analysis.decisions import add_probabilities, decide
 from carb.analysis.screening import check_budget, domain_filter, model_targets, score
+from carb.data.accuracy import join_top1
 from carb.design.arch import KNOBS, ArchConfig
 from carb.design.features import grid_features
 from carb.model.domain import unseen_mask
@@ -52,7 +53,7 @@ class Predictor:
 
     def predict(self, knobs: pd.DataFrame | Sequence[ArchConfig | Mapping[str, Any]],
                 budget: Mapping[str, float] | None = None, coverage: float | None = None,
-                features: bool = False) -> pd.DataFrame:
+                features: bool = False, accuracy: str | None = None) -> pd.DataFrame:
         """Predict n configurations in one call.
 
         ``knobs``: a DataFrame with knob columns (``block``, ``depth``, ``width_mult``, ``input_size``,
@@ -61,6 +62,8 @@ class Predictor:
         through), or a list of ``ArchConfig`` / dicts of knobs. ``budget``: ``{target: limit}`` in the
         target's unit per batch (``latency_ms``, ``energy_J``, ``peak_memory_MB``). ``coverage``: of the
         intervals (default: the calibrated one, 0.9). ``features``: keep the feature columns too.
+        ``accuracy``: ``IMAGENET1K_V1`` / ``IMAGENET1K_V2`` adds ``top1``, ``top5`` and ``top1_model``
+        (torchvision's published ImageNet accuracy, NaN for non-standard networks; :mod:`carb.data.accuracy`).
 
         Returns n rows in input order: the knobs and ``config_id``; ``pred_<target>`` and, for a calibrated
         model, ``lo_<target>`` / ``hi_<target>`` (target's unit, per batch); the domain flags ``in_domain``,
@@ -90,11 +93,14 @@ class Predictor:
         clean = check_budget(budget or {}, targets)
         if clean:
             out = decide(add_probabilities(model, out, clean), clean, getattr(model, "test_mae_", {}) or {})
+        if accuracy:
+            out = join_top1(out, accuracy, field="accuracy")
         if not features:
             keep = ["config_id", *(c for c in CONFIG_COLUMNS if c in out)]
             keep += [c for c in out.columns if c.startswith(("pred_", "lo_", "hi_", "p_within_", "margin_"))]
             keep += [c for c in ("p_feasible", "feasible", "decision", "decision_reason", "in_domain", "outside",
-                                 "never_measured", "new_architecture", "unbounded", "other_device") if c in out]
+                                 "never_measured", "new_architecture", "unbounded", "other_device", "top1", "top5",
+                                 "top1_model") if c in out]
             out = out[list(dict.fromkeys(keep))]
         extra = frame.drop(columns=[c for c in frame.columns if c in config_cols or c in out])
         out = pd.concat([out.reset_index(drop=True), extra.reset_index(drop=True)], axis=1)

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from carb.analysis.axes import apply_axes, mark_front
 from carb.analysis.decisions import add_probabilities, decide, interval_context, profile_next
 from carb.analysis.evaluate import budget_classification
 from carb.data.schema import TARGETS
@@ -223,6 +224,10 @@ class ScreenResult:
     timings_s: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     profile: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: The frame columns of the Pareto axes (``axes`` are their labels, ``-`` = maximized).
+    axis_columns: list[str] = field(default_factory=list)
+    #: The requirements applied: ``{column: (limit, maximized)}`` (:mod:`carb.analysis.axes`).
+    require: dict[str, tuple[float, bool]] = field(default_factory=dict)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -240,7 +245,9 @@ class ScreenResult:
 def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] | None = None,
            objective: str | None = None, source_model: Any = None, top_k: int = 100,
            shortlist_size: int = 20, outside: str = "flag", coverage: float | None = None,
-           profile_size: int = 10) -> ScreenResult:
+           profile_size: int = 10, pareto: Sequence[str] | None = None,
+           require: Mapping[str, Any] | None = None, maximize: Sequence[str] = ("top1", "top5")
+           ) -> ScreenResult:
     """Screen a featurized grid (output of :func:`carb.design.features.grid_features`).
 
     Single-stage with only ``target_model``; two-stage with ``source_model``: the source ranks the whole
@@ -252,6 +259,10 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
     ``lo_<target>`` / ``hi_<target>`` at ``coverage``, ``p_within_<target>`` / ``p_feasible`` (probability
     of meeting the budget, :mod:`carb.analysis.decisions`) and ``profile_rank`` (1 = measure first; the
     ``profile_size`` best borderline candidates by probability x objective, also ``ScreenResult.profile``).
+    ``pareto``: the front's axes with directions (``["energy_J_per_image", "-top1"]``; default: the
+    objective against memory), ``require``: limits on known columns, ``maximize``: columns better when
+    larger (:mod:`carb.analysis.axes`); the front uses point values and ``pareto_ties`` reports ties
+    within the intervals.
     """
     timings: dict[str, float] = {}
     target_model = as_cascade(target_model)
@@ -299,19 +310,17 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
     scored.loc[~keep, "decision"] = "reject"
     scored.loc[~keep, "decision_reason"] = f"not in the source model's top {int(keep.sum())}"
     scored.loc[~keep, "feasible"] = False
-    feas = scored["feasible"].to_numpy()
-    axes = pareto_axes(targets)
-    if obj.endswith(PER_IMAGE):   # the front trades the objective (per image) against the other axis
-        scored[pred_name(obj)] = objective_values(scored, obj)
+    axes = pareto_axes(targets)   # default: the objective (per image where it is) against the other axis
+    if obj.endswith(PER_IMAGE):
         axes = [obj if a == obj[: -len(PER_IMAGE)] else a for a in axes]
-    scored["pareto"] = False
-    if feas.any():
-        idx = np.flatnonzero(feas)
-        m = pareto_mask(scored.iloc[idx][[pred_name(a) for a in axes]].to_numpy(dtype=float))
-        scored.loc[scored.index[idx[m]], "pareto"] = True
+    scored, axis_list, required, req_counts = apply_axes(scored, targets, pareto or axes, require, maximize)
+    stages.update(req_counts)
+    feas = scored["feasible"].to_numpy()
     scored["rank"] = np.nan
     if feas.any():
         scored.loc[feas, "rank"] = scored.loc[feas, pred_name(obj)].rank(method="first")
+    scored = mark_front(scored, axis_list, feas, pareto_mask)
+    axes = [a.label for a in axis_list]
     timings["screen_pareto_s"] = time.perf_counter() - t
     stages["stage2_feasible"] = int(feas.sum())
     front = scored[scored["pareto"]].sort_values(pred_name(obj))
@@ -323,7 +332,8 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
     scored.loc[nxt.index, "profile_rank"] = nxt["profile_rank"].to_numpy(dtype=float)
     return ScreenResult(scored=scored, shortlist=shortlist, objective=obj, axes=axes,
                         budget=clean_budget, stages=stages, timings_s=timings, notes=notes,
-                        profile=nxt.reset_index(drop=True))
+                        profile=nxt.reset_index(drop=True), axis_columns=[a.column for a in axis_list],
+                        require=required)
 
 
 def closest_candidates(scored: pd.DataFrame, budget: Mapping[str, float], n: int = 5) -> pd.DataFrame:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from carb.commands.progress import heartbeats
 from carb.compute import limited, configure_from
 from carb.errors import CarbError
 from carb.files import unwritable  # noqa: F401 - re-exported: the run-folder check below uses it
@@ -184,7 +185,7 @@ def hydra_command(command: str, config_name: str | None = None) -> Callable:
                 _FINISHED.clear()            # each job of a multirun names its own finished work
                 compute = cfg.get("compute")   # commands that fit or score models; measuring ones keep theirs
                 configure_from(compute)        # threads that fit the free cores (carb/compute.py)
-                with warnings_once(), (limited() if compute else contextlib.nullcontext()):
+                with warnings_once(), heartbeats(), (limited() if compute else contextlib.nullcontext()):
                     return run_fn(cfg)
             except CarbError as e:
                 fail(command, e)
@@ -200,6 +201,7 @@ def hydra_command(command: str, config_name: str | None = None) -> Callable:
             register_resolvers()
             register_schemas()
             telemetry_off()
+            sys.argv[1:] = quote_values(sys.argv[1:], command)   # data.device='Titan X (Pascal)' as typed
             precheck(command, config_name or command, sys.argv[1:])
             return _main()
 
@@ -228,6 +230,54 @@ def check_stores(command: str, cfg: Any) -> None:
                                   f"done (move a damaged file aside, or set {key}=<another sqlite:/// file>)")
 
 
+#: Hydra's quoting, for the hint after an override that does not parse.
+QUOTING_HINT = ("a value with parentheses or other special characters needs Hydra's quotes inside the shell's: "
+                "data.device=\"'Titan X (Pascal)'\" (docs/COMMANDS.md, 'Values with spaces or parentheses')")
+
+
+def _parsed(override: str) -> tuple[bool, Any]:
+    """``(parses, value)`` of one override under Hydra's grammar."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        return True, OverridesParser.create().parse_override(override).value()
+    except Exception:  # noqa: BLE001 - any parse or evaluation error: it does not parse
+        return False, None
+
+
+def quote_value(override: str) -> str | None:
+    """``key='value'`` for an override ``key=value`` that Hydra cannot parse but would as a quoted string
+    (a device name with parentheses, ``data.device=Titan X (Pascal)`` after the shell took its quotes);
+    None when it parses already or quoting does not help. Never quotes what looks like Hydra syntax: a
+    value starting with a quote, ``[`` or ``{``, a call ``name(...)`` (``range(1,3)``), or a sweep's commas."""
+    import re
+
+    key, eq, value = override.partition("=")
+    if not eq or not value or key.startswith("-") or _parsed(override)[0]:
+        return None
+    v = value.strip()
+    if v[:1] in ("'", '"', "[", "{") or "," in v or re.match(r"[A-Za-z_]\w*\(", v):
+        return None
+    body = value.replace("'", "\\'")
+    tail = len(body) - len(body.rstrip("\\"))   # trailing backslashes would escape the closing quote
+    candidate = f"{key}='{body + chr(92) * tail}'"
+    ok, parsed = _parsed(candidate)
+    return candidate if ok and parsed == value else None
+
+
+def quote_values(argv: list[str], command: str = "") -> list[str]:
+    """``argv`` with each override that only parses as a quoted string quoted (:func:`quote_value`), saying
+    so on stderr in one line each; everything else unchanged."""
+    out = []
+    for a in argv:
+        fixed = None if a.startswith("-") else quote_value(a)
+        if fixed is not None:
+            print(f"carb-{command}: read {a.partition('=')[0]} as the string {a.partition('=')[2]!r}",
+                  file=sys.stderr)
+        out.append(fixed or a)
+    return out
+
+
 def composition_error_line(err: BaseException, config_name: str | None = None,
                            overrides: list[str] | None = None) -> str:
     """One line for a Hydra composition error: an unknown group option with the allowed ones, an
@@ -246,7 +296,11 @@ def composition_error_line(err: BaseException, config_name: str | None = None,
         if found is not None:
             return f"{found[0]}: unknown key; allowed: {found[1]}"
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("See https")]
-    return " ".join(lines) or type(err).__name__
+    line = " ".join(lines) or type(err).__name__
+    parse_fault = ("OverrideParseException" in type(err).__name__ or "mismatched input" in text
+                   or "no viable alternative" in text or "token recognition error" in text
+                   or "LexerNoViableAlt" in text)
+    return f"{line}; {QUOTING_HINT}" if parse_fault else line
 
 
 def allowed_keys(config_name: str, overrides: list[str], key: str) -> tuple[str, list[str]] | None:

@@ -9,13 +9,29 @@ itself. A unit carries a weight (a cascade refit weighs as much as all the stage
 the ETA is ``elapsed / done * remaining`` in weight. The ``progress`` config group
 (``conf/progress/default.yaml``) turns it off (``progress.enabled=false``) and throttles loops of many
 short units (``progress.min_interval_s``).
+
+Heartbeat: inside one long unit (a refit of several minutes) a background thread repeats the current line,
+marked ``(still running)``, whenever nothing was printed for ``progress.heartbeat_s`` (15 s; 0 = off). It
+runs in a terminal and in a log file alike (plain lines, at most one per ``heartbeat_s``), starts with the
+first unit and stops at :meth:`Progress.finish` or :meth:`Progress.close` (a daemon thread: it never keeps
+the process alive). Heartbeats run only inside :func:`heartbeats` (every command's run, through
+:func:`carb.commands.cli.hydra_command`, and ``carb-quickstart``), never when library code or a test calls a
+``run_*`` function directly, and all stop when the command ends, also after an error.
 """
 from __future__ import annotations
 
+import contextlib
 import sys
+import threading
 import time
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 from typing import Any, TextIO
+
+#: Progress objects whose heartbeat thread runs (:func:`stop_heartbeats` stops them at a command's end).
+_RUNNING: weakref.WeakSet = weakref.WeakSet()
+#: Set while a command runs (:func:`heartbeats`): only then do heartbeat threads start.
+_ALLOWED = threading.Event()
 
 
 def format_duration(seconds: float) -> str:
@@ -37,16 +53,23 @@ class Progress:
 
     ``total``: the planned weight (units of work; :meth:`add` grows it); ``enabled``: print at all;
     ``min_interval_s``: within a run of units, print at most one line per this many seconds (the first
-    unit and :meth:`finish` always print); ``stream``: default stderr; ``clock``: for tests."""
+    unit and :meth:`finish` always print); ``heartbeat_s``: repeat the current line after this many silent
+    seconds (0 = never; see the module docstring); ``stream``: default stderr; ``clock``: for tests."""
 
     def __init__(self, prefix: str, total: float, enabled: bool = True, min_interval_s: float = 0.0,
-                 stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic,
+                 heartbeat_s: float = 0.0) -> None:
         self.prefix, self.total, self.enabled = prefix, float(total), bool(enabled)
         self.min_interval_s, self.stream, self.clock = float(min_interval_s), stream, clock
+        self.heartbeat_s = float(heartbeat_s or 0.0)
         self.done, self.current, self.count = 0.0, 0.0, 0
         self.t0 = clock()
         self.last_print = float("-inf")
+        self.label = ""
         self.lines: list[str] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     @classmethod
     def from_cfg(cls, prefix: str, total: float, cfg: Any = None, throttle: bool = True, **kw: Any) -> Progress:
@@ -55,6 +78,7 @@ class Progress:
         (few long steps, such as a cascade's stages and refits)."""
         node = (cfg.get("progress") if cfg is not None and hasattr(cfg, "get") else None) or {}
         interval = float(node.get("min_interval_s", 0.0)) if throttle else 0.0
+        kw.setdefault("heartbeat_s", float(node.get("heartbeat_s", 0.0) or 0.0))
         return cls(prefix, total, enabled=bool(node.get("enabled", True)), min_interval_s=interval, **kw)
 
     def add(self, weight: float) -> None:
@@ -76,14 +100,18 @@ class Progress:
         self.done += self.current
         self.current = float(weight)
         self.count += 1
+        self.label = label
         self._say(label)
+        self._start_heartbeat()
 
     def advance(self, label: str, weight: float = 1.0) -> None:
         """Unit ``label`` (of ``weight``) is done."""
         self.done += self.current + float(weight)
         self.current = 0.0
         self.count += 1
+        self.label = label
         self._say(label)
+        self._start_heartbeat()
 
     def hook(self, weight: float = 1.0, prefix: str = "") -> Callable[[str], None]:
         """A ``progress(label)`` callable for library code that calls it as each unit starts."""
@@ -91,8 +119,47 @@ class Progress:
 
     def finish(self, label: str = "done") -> None:
         """All work is done: print the total time."""
+        self.close()
         self.done, self.current = self.total, 0.0
         self._emit(f"{self.prefix}: {label} in {format_duration(self.elapsed_s())}")
+
+    def beat(self) -> bool:
+        """Print the current line marked ``(still running)`` when nothing was printed for ``heartbeat_s``;
+        returns whether it printed (the heartbeat thread calls this; tests call it with a fake clock)."""
+        if self.heartbeat_s <= 0 or not self.label or self._stop.is_set():
+            return False
+        now = self.clock()
+        if now - self.last_print < self.heartbeat_s:
+            return False
+        self.last_print = now
+        self._emit(self.line(f"{self.label} (still running)"))
+        return True
+
+    def close(self) -> None:
+        """Stop the heartbeat thread (idempotent; :meth:`finish` calls it)."""
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=1.0)
+        _RUNNING.discard(self)
+
+    def _start_heartbeat(self) -> None:
+        if (self._thread is not None or self.heartbeat_s <= 0 or not self.enabled or self._stop.is_set()
+                or not _ALLOWED.is_set()):
+            return
+        poll = min(1.0, self.heartbeat_s / 4)
+
+        def run(ref: weakref.ref = weakref.ref(self), stop: threading.Event = self._stop) -> None:
+            while not stop.wait(poll):
+                me = ref()
+                if me is None:
+                    return
+                me.beat()
+                del me
+
+        self._thread = threading.Thread(target=run, name=f"{self.prefix}-heartbeat", daemon=True)
+        _RUNNING.add(self)
+        self._thread.start()
 
     def line(self, label: str) -> str:
         """The line for ``label`` at the current state."""
@@ -110,6 +177,24 @@ class Progress:
         self._emit(self.line(label))
 
     def _emit(self, text: str) -> None:
-        self.lines.append(text)
-        if self.enabled:
-            print(text, file=self.stream or sys.stderr, flush=True)
+        with self._lock:
+            self.lines.append(text)
+            if self.enabled:
+                print(text, file=self.stream or sys.stderr, flush=True)
+
+
+def stop_heartbeats() -> None:
+    """Stop every running heartbeat (a command's end, also after an error)."""
+    for prog in list(_RUNNING):
+        prog.close()
+
+
+@contextlib.contextmanager
+def heartbeats() -> Iterator[None]:
+    """Allow heartbeat threads while the block runs (a command); stop them all when it ends."""
+    _ALLOWED.set()
+    try:
+        yield
+    finally:
+        _ALLOWED.clear()
+        stop_heartbeats()

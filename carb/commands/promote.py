@@ -5,6 +5,9 @@ falling back to ``val_latency_ms_mae`` when no version measured energy). The ver
 reachable as ``previous``. Running it twice changes nothing the second time. Only versions evaluated on
 the champion's dataset and split compete; a newest version evaluated on other data is refused in one
 line naming both datasets (``promote.across_datasets=true`` compares it anyway).
+
+Which model: ``promote.name``; else the device of ``promote.data``; else the one CARB model the store holds
+(several: one line listing them).
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from typing import Any
 
 from carb import tracking
 from carb.commands.cli import hydra_command
+from carb.commands.progress import Progress
 from carb.errors import ConfigError, ModelError
 
 
@@ -27,6 +31,19 @@ def default_name(data: str) -> str:
         return model_name(ok_rows(load_dataset(data)))
     except DatasetError as e:
         raise ConfigError(f"promote.name: dataset {data!r}: {e}; give promote.name") from None
+
+
+def only_model(tracking_uri: str) -> str:
+    """The name of the only registered CARB model (``carb-...``) in the configured store; otherwise one
+    line: none registered, or the names to choose from with ``promote.name``."""
+    names = [n for n in tracking.registered_models() if n.startswith("carb-")]
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise ModelError(f"promote.name: not given and {tracking_uri} holds no registered CARB model; "
+                         f"train one with carb-train (or give promote.name=<name>)")
+    raise ConfigError(f"promote.name: not given and {tracking_uri} holds {len(names)} registered models; "
+                      f"choose one with promote.name=<name>; allowed: {names}")
 
 
 def evaluation_key(v: dict[str, Any]) -> tuple[str, str]:
@@ -81,10 +98,20 @@ def run_promote(cfg: Any) -> dict[str, Any]:
     """Promote and print what changed. Returns ``{"name", "champion", "previous", "metric", "changed"}``."""
     p = cfg.promote
     tracking.configure(cfg.tracking.uri, cfg.tracking.get("artifact_root"))
-    name = p.name or default_name(p.data)
+    prog = Progress.from_cfg("carb-promote", 2.0, cfg, throttle=False)
+    prog.begin("finding the model and its versions")
+    name = p.name or (default_name(p.data) if p.get("data") else only_model(cfg.tracking.uri))
     versions = tracking.model_versions(name)
+    prog.begin(f"comparing the versions of {name}")
+    out = _promote(p, name, versions, cfg.tracking.uri)
+    prog.finish(f"{name}@{p.alias} is version {out['champion']}")
+    return out
+
+
+def _promote(p: Any, name: str, versions: list[dict[str, Any]], tracking_uri: str) -> dict[str, Any]:
+    """:func:`run_promote` once the model is known: ``p`` is the ``promote`` config node."""
     if not versions:
-        raise ModelError(f"promote.name: registered model {name!r} has no versions in {cfg.tracking.uri} "
+        raise ModelError(f"promote.name: registered model {name!r} has no versions in {tracking_uri} "
                          f"(train one with carb-train)")
     across = p.get("across_datasets", False)
     if not isinstance(across, bool):

@@ -173,7 +173,8 @@ def help_text() -> str:
 
 
 def main() -> None:
-    from carb.commands.cli import concise_warnings, interrupted, telemetry_off, terminate_as_interrupt
+    from carb.commands.cli import concise_warnings, interrupted, quote_values, telemetry_off, terminate_as_interrupt
+    from carb.commands.progress import heartbeats
 
     concise_warnings()
     telemetry_off()
@@ -182,8 +183,8 @@ def main() -> None:
         return
     terminate_as_interrupt()
     try:
-        with limited():
-            run_quickstart(sys.argv[1:])
+        with limited(), heartbeats():
+            run_quickstart(quote_values(sys.argv[1:], "quickstart"))   # data.device='Titan X (Pascal)' as typed
     except CarbError as e:
         fail("quickstart", e)
     except KeyboardInterrupt as e:   # Ctrl-C or SIGTERM: one line, exit 130 / 143

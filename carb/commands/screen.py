@@ -43,16 +43,36 @@ def default_target(tracking_uri: str, artifact_root: str | None = None) -> str:
 
 
 def load_grid(cfg: Any) -> pd.DataFrame:
-    """Featurized candidates from ``screen.grid_file`` or the ``space`` config."""
-    from carb.design.gridfile import read_grid_file
+    """Featurized candidates from ``screen.grid_file`` (its extra numeric columns, e.g. ``top1``, passed
+    through) or the ``space`` config; with ``screen.accuracy`` the shipped ImageNet top-1 joined on."""
+    from carb.design.gridfile import read_grid
     from carb.design.space import configs_from_cfg
 
     grid_file = cfg.screen.get("grid_file")
+    extras = pd.DataFrame()
     if grid_file:
-        configs = read_grid_file(grid_file, to_dict(cfg.screen.get("grid_defaults") or {}))
+        configs, extras = read_grid(grid_file, to_dict(cfg.screen.get("grid_defaults") or {}))
     else:
         configs = configs_from_cfg(to_dict(cfg.space))
-    return screening.featurize(configs)
+    features = screening.featurize(configs)
+    if len(extras.columns):
+        features = pd.concat([features.reset_index(drop=True), extras.drop(
+            columns=[c for c in extras.columns if c in features])], axis=1)
+    if cfg.screen.get("accuracy"):
+        from carb.data.accuracy import join_top1
+
+        features = join_top1(features, str(cfg.screen.accuracy))
+    return features
+
+
+def user_columns(features: pd.DataFrame) -> list[str]:
+    """The columns a grid file or ``screen.accuracy`` added to the featurized grid (the user's axes,
+    passed through to every output), in order."""
+    from carb.design.arch import KNOBS
+    from carb.design.features import STATIC_FEATURES
+
+    skip = {*KNOBS, *STATIC_FEATURES, "config_id", "num_classes", "top1_model"}
+    return [c for c in features.columns if c not in skip]
 
 
 def _load(uri: str, role: str) -> Any:
@@ -128,6 +148,9 @@ def _coverage(value: Any) -> float | None:
     return c
 
 
+#: User columns the terminal table leaves to the files unless screen.pareto or screen.require names them.
+FILES_ONLY = ("top5",)
+
 #: Candidates scored in the time of one other step (loading the models, writing, logging), for the ETA.
 SCORE_ROWS_PER_UNIT = 2000.0
 
@@ -158,7 +181,10 @@ def run_screen(cfg: Any) -> dict[str, Any]:
                               int(cfg.screen.top_k), int(cfg.screen.shortlist_size),
                               outside=str(cfg.screen.get("outside", "flag")),
                               coverage=_coverage(cfg.screen.get("interval_coverage")),
-                              profile_size=int(cfg.screen.get("profile_next", 10)))
+                              profile_size=int(cfg.screen.get("profile_next", 10)),
+                              pareto=list(cfg.screen.get("pareto") or []) or None,
+                              require=to_dict(cfg.screen.get("require") or {}),
+                              maximize=list(cfg.screen.get("maximize") or []))
     result.timings_s.update({"features_s": feat_s, "load_models_s": load_s})
     other = other_device(target)   # a CPU model screened on another CPU: one line, every candidate flagged
     for frame in (result.scored, result.shortlist):
@@ -166,8 +192,9 @@ def run_screen(cfg: Any) -> dict[str, Any]:
     if other:
         print(f"carb-screen: {other}", file=sys.stderr)
     mode = "two-stage" if source is not None else "single-stage"
-    _print_report(cfg, result, notes, target_uri, target, source, mode)
-    out_dir = _write_files(cfg, result, prog)
+    users = user_columns(features)
+    _print_report(cfg, result, notes, target_uri, target, source, mode, users)
+    out_dir = _write_files(cfg, result, prog, users)
     validation = _validation(cfg, target, result.budget) if cfg.screen.get("validate") else {}
     for k, v in validation.items():
         if k.endswith(("accuracy", "rate", "mae")):
@@ -224,7 +251,7 @@ def _budget(cfg: Any, targets: list[str], notes: list[str]) -> dict[str, Any]:
 
 
 def _print_report(cfg: Any, result: Any, notes: list[str], target_uri: str, target: Any, source: Any,
-                  mode: str) -> None:
+                  mode: str, users: list[str]) -> None:
     """The terminal report: notes, models, grid and budget, training domain, decisions, shortlist."""
     for n in notes + result.notes:
         print(f"note: {n}")
@@ -255,23 +282,52 @@ def _print_report(cfg: Any, result: Any, notes: list[str], target_uri: str, targ
           f"reject {counts['n_reject']}; Pareto front {counts['n_pareto']} ({' x '.join(result.axes)})")
     print(f"  ({band}: accept = all within, reject = one over, borderline = crosses; "
           f"unverified = domain/unmeasured/inf)")
-    _print_shortlist(result, screening.model_targets(target))
-    _print_profile_next(result)
+    _print_axes(result, users)
+    _print_shortlist(result, screening.model_targets(target), users)
+    _print_profile_next(result, shown_users(result, users))
 
 
-def _print_shortlist(result: Any, targets: list[str]) -> None:
+def _print_axes(result: Any, users: list[str]) -> None:
+    """The user's columns (passed through, how many lack a value), the requirements and their counts,
+    and how the front was made (point values; ties within the intervals in ``pareto_ties``)."""
+    scored = result.scored
+    if users:
+        parts = []
+        for c in users:
+            missing = int(pd.to_numeric(scored[c], errors="coerce").isna().sum())
+            parts.append(f"{c} ({missing} of {len(scored)} without a value)" if missing else c)
+        print(f"passed through to every output: {', '.join(parts)}")
+    if result.require:
+        limits = ", ".join(f"{k} {'>=' if mx else '<='} {v:g}" for k, (v, mx) in result.require.items())
+        print(f"require {limits}: {result.stages.get('n_require_below', 0)} rejected, "
+              f"{result.stages.get('n_require_missing', 0)} unverified for want of a value")
+    off = int(scored.get("pareto_missing", pd.Series(dtype=bool)).sum())
+    print(f"  (front on point predictions and values; ties = feasible candidates as good within the "
+          f"intervals{f'; {off} feasible without a value left off it' if off else ''})")
+
+
+def _print_shortlist(result: Any, targets: list[str], users: list[str]) -> None:
     """The shortlist, or the closest candidates when none meets the budget."""
     preds = [pred_name(t) for t in targets]
+    shown = shown_users(result, users)
     if result.objective not in targets:   # a per-image objective: show the column it ranks by
         preds.append(pred_name(result.objective))
     if result.shortlist.empty:
         closest = screening.closest_candidates(result.scored, result.budget)
         print("no candidate meets the budget; closest candidates (worst relative overshoot):")
-        print(format_table(closest, preds, ["worst_overshoot"]))
+        print(format_table(closest, preds, ["worst_overshoot"], users=shown))
     else:
-        print(f"shortlist ({len(result.shortlist)}; front first, by {result.objective}; P = P(within budget); "
+        n_front = int(result.shortlist["pareto"].sum()) if "pareto" in result.shortlist else 0
+        print(f"shortlist ({len(result.shortlist)}; front first ({n_front} rows), by {result.objective}; "
+              f"P = P(within budget); "
               f"per batch, [lo, hi] = {_coverage_words(result)}):")
-        print(format_table(result.shortlist, preds, ["pareto"]))
+        print(format_table(result.shortlist, preds, ["pareto", "pareto_ties"], users=shown))
+
+
+def shown_users(result: Any, users: list[str]) -> list[str]:
+    """The user columns the terminal shows: all but :data:`FILES_ONLY`, unless an axis or requirement names them."""
+    named = {a.lstrip("-") for a in result.axes} | set(result.require)
+    return [c for c in users if c not in FILES_ONLY or c in named]
 
 
 def _coverage_words(result: Any) -> str:
@@ -280,28 +336,28 @@ def _coverage_words(result: Any) -> str:
     return f"{c:.0%} interval" if c else "interval"
 
 
-def _print_profile_next(result: Any) -> None:
+def _print_profile_next(result: Any, users: list[str]) -> None:
     """The "profile next" list: the borderline candidates most worth measuring (``screen.profile_next``)."""
     nxt = result.profile
     if nxt.empty:
         return
     print(f"profile next ({len(nxt)} borderline; score = P x best {result.objective} / own; "
           f"profile_next.csv):")
-    print(format_table(nxt, [], ["profile_score", "decision_reason"]))
+    print(format_table(nxt, [], ["profile_score", "decision_reason"], users=users))
 
 
-def _write_files(cfg: Any, result: Any, prog: Progress) -> Path:
+def _write_files(cfg: Any, result: Any, prog: Progress, users: list[str]) -> Path:
     """Write the scored grid (parquet, CSV), the shortlist and ``pareto.png`` into one folder per run
     (Hydra's run folder when run as a command, else a time-stamped one under ``screen.output_dir``)."""
     out_dir = hydra_run_dir() or Path(cfg.screen.output_dir) / time.strftime("%Y-%m-%d_%H-%M-%S")
     out_dir.mkdir(parents=True, exist_ok=True)
     prog.begin("writing the scored grid and pareto.png")
     targets = [t for t in ("latency_ms", "energy_J", "peak_memory_MB") if pred_name(t) in result.scored]
-    scored = file_frame(result.scored, targets)
+    scored = file_frame(result.scored, targets, users)
     scored.to_parquet(out_dir / "scored.parquet", index=False)
     scored.to_csv(out_dir / "scored.csv", index=False)
-    file_frame(result.shortlist, targets).to_csv(out_dir / "shortlist.csv", index=False)
-    file_frame(result.profile, targets).to_csv(out_dir / "profile_next.csv", index=False)
+    file_frame(result.shortlist, targets, users).to_csv(out_dir / "shortlist.csv", index=False)
+    file_frame(result.profile, targets, users).to_csv(out_dir / "profile_next.csv", index=False)
     from carb.plots.screen import pareto_figure
 
     fig = pareto_figure(result)

@@ -31,8 +31,10 @@ TARGET_WORDS = {"latency_ms": ("latency", "ms"), "energy_J": ("energy", "J"), "p
 TARGET_HEADERS = {"latency_ms": "latency ms", "energy_J": "energy J", "peak_memory_MB": "memory MB"}
 #: Terminal header of a per-image objective.
 PER_IMAGE_HEADERS = {"energy_J_per_image": "J/image", "latency_ms_per_image": "ms/image"}
+#: Characters of the last `reason` column the table keeps room for before dropping :data:`DROP_FIRST` columns.
+REASON_ROOM = 36
 #: Columns the terminal table leaves out when it is too wide (the files keep them); a last `reason` column is cut.
-DROP_FIRST = ("early_ds", "front", "in_domain")
+DROP_FIRST = ("early_ds", "ties", "front", "in_domain")
 
 
 def budget_text(budget: Mapping[str, float]) -> str:
@@ -68,12 +70,13 @@ def _with_interval(df: pd.DataFrame, target: str) -> list[str]:
 
 
 def format_table(df: pd.DataFrame, preds: Sequence[str], extra: Sequence[str] = (),
-                 width: int = TABLE_WIDTH) -> str:
+                 width: int = TABLE_WIDTH, users: Sequence[str] = ()) -> str:
     """Terminal table of candidates: the knobs, ``decision``, ``P`` (``p_feasible`` in %), each prediction in
     ``preds`` (``pred_<target>`` columns) with its interval ``[lo, hi]`` where the frame has
     ``lo_<target>``/``hi_<target>`` (headed ``latency ms``, ``energy J``, ``memory MB``), ``rank``, then the
-    ``extra`` columns present (``pareto`` shown as ``front``, ``decision_reason`` last as ``reason``, cut to
-    the width). Columns of :data:`DROP_FIRST` go when the table is wider than ``width``; the files keep
+    ``extra`` columns present (``pareto`` shown as ``front``, ``pareto_ties`` as ``ties``, ``decision_reason``
+    last as ``reason``, cut to the width); ``users``: the user's own columns (e.g. ``top1``, 4 digits), after
+    the predictions. Columns of :data:`DROP_FIRST` go when the table is wider than ``width``; the files keep
     everything."""
     show = pd.DataFrame(index=df.index)
     for c, h in KNOB_HEADERS.items():
@@ -89,17 +92,22 @@ def format_table(df: pd.DataFrame, preds: Sequence[str], extra: Sequence[str] = 
             show[PER_IMAGE_HEADERS[t]] = [num(v) for v in df[c]]
         else:
             show[TARGET_HEADERS.get(t, t)] = _with_interval(df, t)
+    for c in users:
+        if c in df:
+            show[c] = [num(v, 4) for v in df[c]]
     if "rank" in df:
         show["rank"] = [num(v) for v in df["rank"]]
-    names = {"pareto": "front", "decision_reason": "reason", "profile_score": "score"}
+    names = {"pareto": "front", "pareto_ties": "ties", "decision_reason": "reason", "profile_score": "score"}
     for c in extra:
         if c in df and c not in ("decision", "p_feasible"):
             v = df[c]
             show[names.get(c, c)] = [num(x, 2) for x in v] if pd.api.types.is_float_dtype(v) else v
     reason = show.pop("reason") if "reason" in show else None
+    # leave the reason room for up to REASON_ROOM characters before dropping columns
+    room = width - (1 + min(REASON_ROOM, max(map(len, map(str, reason)), default=0)) if reason is not None else 0)
     text = show.to_string(index=False)
     for col in DROP_FIRST:
-        if max(map(len, text.splitlines()), default=0) <= width:
+        if max(map(len, text.splitlines()), default=0) <= room:
             break
         if col in show:
             show = show.drop(columns=col)
@@ -116,17 +124,19 @@ def predicted_telemetry(columns: Sequence[str]) -> dict[str, str]:
     return {c: f"pred_{c}" for c in (*RUNTIME_FEATURES, *INTERACTION_FEATURES) if c in columns}
 
 
-def file_frame(df: pd.DataFrame, targets: Sequence[str]) -> pd.DataFrame:
+def file_frame(df: pd.DataFrame, targets: Sequence[str], users: Sequence[str] = ()) -> pd.DataFrame:
     """``df`` as the CSV/parquet files hold it: knobs, ``decision``, ``p_feasible``, per target
-    ``pred_``/``lo_``/``hi_``/``p_within_``, the per-image objective, ``rank``, ``profile_rank``, the
-    flags and reasons, then every other column; predicted telemetry renamed ``pred_<feature>``."""
+    ``pred_``/``lo_``/``hi_``/``p_within_``, the per-image objective, the user's columns (``users``, e.g.
+    ``top1``), ``rank``, ``profile_rank``, the front and its ties, the flags and reasons, then every other
+    column; predicted telemetry renamed ``pred_<feature>``."""
     lead = [c for c in FILE_KNOBS if c in df]
     lead += [c for c in ("decision", "p_feasible") if c in df]
     for t in targets:
         lead += [c for c in (f"pred_{t}", f"lo_{t}", f"hi_{t}", f"p_within_{t}") if c in df]
     lead += [c for c in df.columns if c.endswith("_per_image") and c.startswith("pred_")]
-    lead += [c for c in ("rank", "profile_rank", "pareto", "feasible", "in_domain", "never_measured",
-                         "decision_reason", "outside") if c in df]
+    lead += [c for c in users if c in df]
+    lead += [c for c in ("rank", "profile_rank", "pareto", "pareto_ties", "pareto_tied_with", "feasible",
+                         "meets_require", "in_domain", "never_measured", "decision_reason", "outside") if c in df]
     lead = list(dict.fromkeys(lead))
     out = df[lead + [c for c in df.columns if c not in lead]]
     return out.rename(columns=predicted_telemetry(out.columns))

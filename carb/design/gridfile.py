@@ -5,7 +5,9 @@ the column and row: a file that cannot be read (0-byte CSV, corrupt parquet), a 
 non-finite or negative number, a missing knob column. Missing knobs are never defaulted silently: a
 column may be left out only when ``defaults`` (``screen.grid_defaults``) gives its value, except
 ``stages`` (absent = the named layout of ``depth``), ``inner_mult`` (absent = 1.0, the standard
-block) and ``num_classes``, whose absence has a documented meaning.
+block) and ``num_classes``, whose absence has a documented meaning. Other numeric columns (e.g. an
+accuracy ``top1``) are the user's own axes: :func:`read_grid` returns them beside the configurations, and
+``carb-screen`` passes them through to every output; a non-numeric unknown column is refused.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from carb.design.arch import KNOBS, ArchConfig, configs_from_records
@@ -72,13 +75,34 @@ def apply_defaults(df: pd.DataFrame, defaults: Mapping[str, Any] | None, field: 
     return df.assign(**{k: v for k, v in defaults.items() if k not in df.columns})
 
 
+def extra_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """The numeric columns of ``df`` that are no knob (the user's own axes, e.g. ``top1``), as floats."""
+    cols = [c for c in df.columns if str(c) not in (*KNOBS, "num_classes", "config_id")
+            and pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])]
+    return df[cols].astype(float).reset_index(drop=True)
+
+
 def read_grid_file(path: str | Path, defaults: Mapping[str, Any] | None = None,
                    field: str = "screen.grid_file") -> list[ArchConfig]:
     """Configurations from a grid file, validated; see the module docstring."""
+    return read_grid(path, defaults, field)[0]
+
+
+def read_grid(path: str | Path, defaults: Mapping[str, Any] | None = None,
+              field: str = "screen.grid_file") -> tuple[list[ArchConfig], pd.DataFrame]:
+    """``(configurations, extra columns)`` of a grid file: the extra numeric columns (:func:`extra_columns`)
+    one row per configuration, in file order."""
     p = Path(path)
     if not p.exists():
         raise ConfigError(f"{field}: {str(p)!r} does not exist")
     df = read_frame(p, field)
-    check_numbers(df, f"{field} {p.name}")
-    df = apply_defaults(df, defaults, f"{field} {p.name}")
-    return configs_from_records(df.to_dict("records"), source=f"{field} {p.name}")
+    extras = extra_columns(df)   # NaN allowed (a candidate without a value is flagged downstream)
+    for col in extras.columns:
+        bad = np.flatnonzero(np.isinf(extras[col].to_numpy()))
+        if len(bad):
+            raise ConfigError(f"{field} {p.name}: column {col!r} row {bad[0] + 1}: inf is not allowed; "
+                              f"allowed: a finite number or empty")
+    knobs = df.drop(columns=list(extras.columns))
+    check_numbers(knobs, f"{field} {p.name}")
+    knobs = apply_defaults(knobs, defaults, f"{field} {p.name}")
+    return configs_from_records(knobs.to_dict("records"), source=f"{field} {p.name}"), extras

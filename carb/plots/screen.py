@@ -31,8 +31,10 @@ def pareto_figure(result: Any):
     front (joined as a step line), candidates outside the model's training domain crossed, and each
     budget line labelled with its value and unit outside the plotting area (never over a marker)."""
     df = result.scored
-    axes = result.axes if len(result.axes) == 2 else (result.axes + result.axes)[:2]
-    x, y = pred_name(axes[0]), pred_name(axes[1])
+    cols = list(getattr(result, "axis_columns", None) or [pred_name(a) for a in result.axes])
+    labels = list(result.axes) if len(result.axes) == 2 else (list(result.axes) * 2)[:2]
+    axes = [a.lstrip("-") for a in labels]   # "-top1": top1, maximized
+    x, y = (cols + cols)[:2] if len(cols) != 2 else cols
     fig = Figure(figsize=(8, 5.5))
     FigureCanvasAgg(fig)
     ax = fig.subplots()
@@ -76,8 +78,9 @@ def pareto_figure(result: Any):
         v = v[np.isfinite(v) & (v > 0)]
         if len(v) and v.max() / v.min() > 30:
             a("log")
-    ax.set_xlabel(LABELS.get(axes[0], axes[0]))
-    ax.set_ylabel(LABELS.get(axes[1], axes[1]))
+    better = [" (higher is better)" if a.startswith("-") else "" for a in labels]
+    ax.set_xlabel(LABELS.get(axes[0], axes[0]) + better[0])
+    ax.set_ylabel(LABELS.get(axes[1], axes[1]) + better[1])
     ax.set_title(f"Screening: {len(df)} candidates, objective {result.objective}", pad=16)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.12, 1.0), borderaxespad=0.0)
     ax.grid(alpha=0.3, which="both")

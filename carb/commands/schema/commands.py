@@ -271,7 +271,7 @@ class PromoteSettings(Section):
     """``promote``: which version becomes the champion."""
 
     name: Text | None
-    data: Text
+    data: Text | None
     metric: Text
     fallback_metric: Text
     direction: Literal["minimize", "maximize"]
@@ -285,6 +285,7 @@ class PromoteSettings(Section):
 class Promote(Command):
     """``conf/promote.yaml``."""
 
+    progress: Progress
     promote: PromoteSettings
 
 

@@ -344,6 +344,7 @@ class Progress(Section):
 
     enabled: bool
     min_interval_s: NonNegative
+    heartbeat_s: NonNegative
 
 
 class Budget(Section):
@@ -367,6 +368,10 @@ class Screen(Section):
                        "latency_ms_per_image"] | None
     grid_file: Text | None
     grid_defaults: dict[str, Any] | None
+    accuracy: Literal["IMAGENET1K_V1", "IMAGENET1K_V2"] | None
+    pareto: Annotated[list[Text], Field(min_length=1)] | None
+    require: dict[str, float | None]
+    maximize: list[Text]
     shortlist_size: Count
     profile_next: Index
     outside: Literal["flag", "drop", "only"]
