@@ -247,3 +247,65 @@ def version_description(info: Mapping[str, Any], metrics: Mapping[str, float], t
     lines.append(f"- **Source run**: {info['run_name']} ({info['run_id']}, experiment carb-train), git "
                  f"{info.get('git_commit', 'unknown')}")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- screen runs
+
+#: The screen config's params (``fnmatch`` patterns on dotted keys), with the target, objective and
+#: budget resolved; the whole resolved config is the run's ``config.yaml``. ``space.*`` only without a grid file.
+SCREEN_PARAMS = (
+    "screen.target", "screen.source", "screen.objective", "screen.budget.*", "screen.grid_file",
+    "screen.grid_defaults.*", "screen.top_k", "screen.shortlist_size", "screen.profile_next", "screen.outside",
+    "screen.interval_coverage", "screen.validate", "screen.validate_split", "screen.pareto", "screen.require.*",
+    "space.name", "space.mode", "space.n", "space.seed", "space.blocks", "space.depths.*", "space.width_mults",
+    "space.input_sizes", "space.batch_sizes", "space.precisions", "space.early_downsample", "space.inner_mults",
+)
+
+
+def grid_source(config: Mapping[str, Any]) -> tuple[str, str]:
+    """``(name, source)`` of a screening's grid: the grid file's stem and path, or the space's name and
+    its ``conf/space/<name>.yaml``."""
+    from pathlib import Path
+
+    from carb.resources import CONF_DIR
+
+    grid_file = (config.get("screen") or {}).get("grid_file")
+    if grid_file:
+        return Path(str(grid_file)).stem, str(grid_file)
+    name = str((config.get("space") or {}).get("name") or "space")
+    return name, str(CONF_DIR / "space" / f"{name}.yaml")
+
+
+def screen_record(config: Mapping[str, Any], result: Any, target_uri: str, target_version: str, device: str,
+                  mode: str, n_candidates: int, sweep: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What a screen run records besides its counts: ``run_name``
+    (``screen/<device>/v<target version>/<grid>-<candidates>/<objective>/<budget>[/two-stage]``: what differs
+    between screenings), ``tags`` (``grid``, ``grid_rows``, ``objective``, ``budget``, ``target_model``,
+    ``target_version``, ``device``, ``mode``, ``pareto_axes``), ``config`` (the config with the target,
+    objective and budget it used) and ``params`` (:data:`SCREEN_PARAMS` and swept keys from it, no nulls).
+    ``result``: a :class:`carb.analysis.screening.ScreenResult`."""
+    from carb.data.schema import device_slug
+    from carb.tracking import select_params
+
+    screen = dict(config.get("screen") or {})
+    grid, _ = grid_source(config)
+    budget = ",".join(f"{k}<={v:g}" for k, v in result.budget.items()) or "no-budget"
+    version = f"v{target_version}" if target_version else "unregistered"
+    resolved = {**config, "screen": {**screen, "target": target_uri, "objective": result.objective,
+                                     "budget": {**dict(screen.get("budget") or {}), **dict(result.budget)}}}
+    pats = [p for p in (*SCREEN_PARAMS, *swept(sweep)) if not (screen.get("grid_file") and p.startswith("space."))]
+    params = {k: v for k, v in select_params(resolved, pats).items() if v is not None}
+    tags = {"grid": grid, "grid_rows": str(n_candidates), "objective": result.objective, "budget": budget,
+            "target_model": target_uri, "target_version": str(target_version or ""), "device": device,
+            "mode": mode, "pareto_axes": " x ".join(getattr(result, "axes", []) or [])}
+    name = "/".join(["screen", device_slug(device or "model"), version, f"{grid}-{n_candidates}", result.objective,
+                     budget] + ([mode] if mode != "single-stage" else []))
+    return {"run_name": name, "tags": tags, "config": resolved, "params": params}
+
+
+def grid_frame(features: Any) -> Any:
+    """The grid's knob columns (:data:`carb.design.arch.KNOBS`) of featurized candidates: the run's
+    ``candidates`` dataset input."""
+    from carb.design.arch import KNOBS
+
+    return features[[k for k in KNOBS if k in features.columns]]
