@@ -5,6 +5,7 @@ and every metric in one table, screen runs named and tagged by what differs, wit
 input. One cheap train run (tiny synthetic data, the evaluation's refits off) and two screens of it."""
 from __future__ import annotations
 
+import json
 import time
 
 import mlflow
@@ -29,7 +30,9 @@ def env(tmp_path_factory):
     d = tmp_path_factory.mktemp("mlflowview")
     data = d / "syn.parquet"
     save_dataset(synthetic_dataset(120, seed=3, device_name="Synthetic GPU"), data)
-    return {"dir": d, "data": str(data), "uri": f"sqlite:///{d}/mlruns/mlflow.db"}
+    uri = f"sqlite:///{d}/mlruns/mlflow.db"
+    tracking.configure(uri)          # the store's tables, made once for every test here (seconds)
+    return {"dir": d, "data": str(data), "uri": uri}
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +149,8 @@ def test_train_run_times_params_config_and_metrics(env, train):
     table = mlflow.MlflowClient().load_table(run.info.experiment_id, "metrics.json", run_ids=[r["run_id"]])
     assert list(table.columns[:6]) == ["metric", "section", "split", "target", "measure", "value"]
     every = dict(zip(table["metric"], table["value"]))
-    assert every == pytest.approx(r["metrics"], rel=1e-9) and len(every) > 3 * len(m)   # 10 digits in the JSON
+    assert every == pytest.approx(r["metrics"], rel=1e-12) and len(every) > 3 * len(m)
+    assert {"path": "metrics.json", "type": "table"} in json.loads(run.data.tags["mlflow.loggedArtifacts"])
     assert m["test/latency_ms_r2"] == pytest.approx(every["test_latency_ms_r2"])
     xr = [v for k, v in every.items() if k.startswith("xval_") and k.endswith("_latency_ms_r2") and "_b1_" not in k]
     assert m["extrap/min_latency_ms_r2"] == pytest.approx(min(xr))

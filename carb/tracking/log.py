@@ -86,14 +86,23 @@ def log_config(config: Mapping[str, Any], params: Mapping[str, Any], filename: s
 
 
 def log_table(rows, filename: str) -> None:
-    """Log a table (a DataFrame or a list of row dicts) as one MLflow table artifact (``filename`` ends in
-    ``.json``; the UI shows it under the run's artifacts and compares it across runs)."""
+    """Log a table (a DataFrame or a list of row dicts) as one MLflow table artifact: ``filename`` (``.json``)
+    in the layout of ``mlflow.log_table`` (``{"columns": [...], "data": [[...], ...]}``, read back by
+    ``MlflowClient.load_table``) and listed in the run's ``mlflow.loggedArtifacts`` tag, so the UI shows it
+    as a table. Numbers keep every digit (``mlflow.log_table`` writes 10 decimals: 6.8e-03 kept 8 digits)."""
     if _UNLOGGED:  # a record-only run on a read-only store (see start_run)
         return
     import pandas as pd
 
+    mlflow = mlflow_module()
     frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
-    mlflow_module().log_table(data=frame, artifact_file=filename)
+    data = frame.astype(object).where(frame.notna(), None).to_numpy().tolist()
+    mlflow.log_text(json.dumps({"columns": [str(c) for c in frame.columns], "data": data}, default=str), filename)
+    key = "mlflow.loggedArtifacts"
+    client, run_id = mlflow.MlflowClient(), mlflow.active_run().info.run_id
+    listed = json.loads(client.get_run(run_id).data.tags.get(key, "[]"))
+    if {"path": filename, "type": "table"} not in listed:
+        client.set_tag(run_id, key, json.dumps([*listed, {"path": filename, "type": "table"}]))
 
 
 def log_metrics(metrics: Mapping[str, Any], step: int | None = None) -> dict[str, float]:
