@@ -174,8 +174,8 @@ def test_screen_runs_say_what_differs(env, train):
     a = _screen(env, "screen.budget.latency_ms=50")
     b = _screen(env, "screen.budget.energy_J=5", "screen.objective=latency_ms_per_image")
     ra, rb = _run(env, a["run_id"]), _run(env, b["run_id"])
-    assert ra.info.run_name == "screen/synthetic-gpu/v1/smoke-8/energy_J/latency_ms<=50"
-    assert rb.info.run_name == "screen/synthetic-gpu/v1/smoke-8/latency_ms_per_image/energy_J<=5"
+    assert ra.info.run_name == "latency_ms<=50/energy_J/smoke-8/synthetic-gpu-v1"
+    assert rb.info.run_name == "energy_J<=5/latency_ms_per_image/smoke-8/synthetic-gpu-v1"
     for run, objective, budget in ((ra, "energy_J", "latency_ms<=50"), (rb, "latency_ms_per_image", "energy_J<=5")):
         tags, p = run.data.tags, run.data.params
         assert (tags["grid"], tags["grid_rows"], tags["objective"], tags["budget"]) == ("smoke", "8", objective, budget)

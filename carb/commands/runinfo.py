@@ -279,8 +279,8 @@ def grid_source(config: Mapping[str, Any]) -> tuple[str, str]:
 def screen_record(config: Mapping[str, Any], result: Any, target_uri: str, target_version: str, device: str,
                   mode: str, n_candidates: int, sweep: Mapping[str, str] | None = None) -> dict[str, Any]:
     """What a screen run records besides its counts: ``run_name``
-    (``screen/<device>/v<target version>/<grid>-<candidates>/<objective>/<budget>[/two-stage]``: what differs
-    between screenings), ``tags`` (``grid``, ``grid_rows``, ``objective``, ``budget``, ``target_model``,
+    (``<budget>/<objective>/<grid>-<candidates>/<device>-v<target version>[/two-stage]``: what differs between
+    screenings, most often changed first, as the runs table cuts long names), ``tags`` (``grid``, ``grid_rows``, ``objective``, ``budget``, ``target_model``,
     ``target_version``, ``device``, ``mode``, ``pareto_axes``), ``config`` (the config with the target,
     objective and budget it used) and ``params`` (:data:`SCREEN_PARAMS` and swept keys from it, no nulls).
     ``result``: a :class:`carb.analysis.screening.ScreenResult`."""
@@ -298,8 +298,8 @@ def screen_record(config: Mapping[str, Any], result: Any, target_uri: str, targe
     tags = {"grid": grid, "grid_rows": str(n_candidates), "objective": result.objective, "budget": budget,
             "target_model": target_uri, "target_version": str(target_version or ""), "device": device,
             "mode": mode, "pareto_axes": " x ".join(getattr(result, "axes", []) or [])}
-    name = "/".join(["screen", device_slug(device or "model"), version, f"{grid}-{n_candidates}", result.objective,
-                     budget] + ([mode] if mode != "single-stage" else []))
+    name = "/".join([budget, result.objective, f"{grid}-{n_candidates}", f"{device_slug(device or 'model')}-{version}"]
+                    + ([mode] if mode != "single-stage" else []))
     return {"run_name": name, "tags": tags, "config": resolved, "params": params}
 
 
