@@ -32,7 +32,12 @@ def _plain(cfg: Any) -> Any | None:
 
 def check_config(command: str, cfg: Any) -> None:
     """Check ``cfg`` (a DictConfig or plain dict of ``conf/<command>.yaml``) against the command's
-    schema; raises the first problem as a one-line :class:`ConfigError`. ``hydra.*`` is not checked."""
+    schema; raises the first problem as a one-line :class:`ConfigError`. ``hydra.*`` is not checked.
+    Every command begins here, so it also marks the command's start: its MLflow run starts then
+    (:func:`carb.tracking.command_started`), not when logging begins."""
+    from carb.tracking import command_started
+
+    command_started()
     plain = _plain(cfg)
     if isinstance(plain, dict):
         validate(command, {k: v for k, v in plain.items() if k != "hydra"})

@@ -1,7 +1,8 @@
-"""What a ``carb-train`` run records besides its metrics, kept out of the command's control flow:
-lean params (the config without what configures nothing of the fit), counts and flags moved out of the
-metrics, the feature-set identity check of an ablation, and the descriptions and sortable tags of a
-registered model version.
+"""What a ``carb-train`` or ``carb-screen`` run records, kept out of the commands' control flow: the few
+params a person compares (the whole config goes in ``config.yaml``), counts and flags moved out of the
+metrics, the headline metrics (scalars grouped by prefix: ``test/``, ``val/``, ``extrap/``, ...) and the
+table of every metric, the feature-set identity check of an ablation, the descriptions and sortable tags
+of a registered model version, and a screen run's name, tags and params (what differs between screenings).
 """
 from __future__ import annotations
 
@@ -11,9 +12,17 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-#: Config sections never logged as params of a train run: display settings, the store the run lives
-#: in, and the tuning settings (only ``model=tuned`` reads them; its study is in the tags).
-UNLOGGED_SECTIONS = ("progress", "print_table", "log_only", "tracking", "tune", "compute")
+#: The train config's params (``fnmatch`` patterns on dotted keys): what a person compares across runs.
+#: Everything else of the resolved config is in the run's ``config.yaml``; keys a sweep varies are params too.
+TRAIN_PARAMS = (
+    "data.path", "data.device", "features.name", "model.name", "model.members", "model.log_target",
+    "model.telemetry", "model.power_cap", "model.oof_folds", "model.random_state", "model.tuned_from.study",
+    "model.specialists.*.n_estimators", "model.specialists.*.max_depth", "model.specialists.*.num_leaves",
+    "model.specialists.*.learning_rate", "model.specialists.*.min_samples_leaf", "model.correctors.*.enabled",
+    "prior.enabled", "prior.device_probe", "split.seed", "split.fractions", "evaluate.interval_coverage",
+    "evaluate.budget.target", "evaluate.budget.value", "evaluate.lobo.enabled", "evaluate.lobo.max_batch",
+    "evaluate.extrapolation.enabled", "evaluate.architecture_intervals.enabled", "register", "run_suffix",
+)
 
 #: Metrics that are counts or settings, not measurements: logged as params.
 _COUNT = re.compile(r"(^|_)n($|_)|^lobo_max_batch$|^interval_nominal$|^budget_(peak_memory_MB|energy_J|latency_ms)$")
@@ -21,10 +30,87 @@ _COUNT = re.compile(r"(^|_)n($|_)|^lobo_max_batch$|^interval_nominal$|^budget_(p
 _FLAG = re.compile(r"^log_target_.+$|^corrector_.+_kept$")
 
 
-def lean_params(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The train config to log as params: without :data:`UNLOGGED_SECTIONS` (the tuning search space
-    alone was 73 params of every run)."""
-    return {k: v for k, v in config.items() if k not in UNLOGGED_SECTIONS}
+def swept(sweep: Mapping[str, str] | None) -> list[str]:
+    """Dotted keys a multirun job overrides (from its ``sweep_overrides`` tag; group choices such as
+    ``features=no_util`` give ``features``)."""
+    import shlex
+
+    text = str((sweep or {}).get("sweep_overrides", ""))
+    try:
+        parts = shlex.split(text)
+    except ValueError:
+        parts = text.split()
+    return [p.split("=", 1)[0].lstrip("+~") for p in parts if "=" in p]
+
+
+def train_params(config: Mapping[str, Any], counts: Mapping[str, str],
+                 sweep: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """A train run's params: :data:`TRAIN_PARAMS` and the keys the sweep varies, from ``config``, plus
+    ``counts`` (from :func:`split_metrics`); at most :data:`carb.tracking.MAX_PARAMS`."""
+    from carb.tracking import select_params
+
+    return {**select_params(config, [*TRAIN_PARAMS, *swept(sweep)]), **counts}
+
+
+#: Headline scalars of a train run per target ``{t}``: logged name -> name in the evaluation's metrics.
+#: The ``/`` groups them into sections of MLflow's charts (``test``, ``val``, ``b1``, ...).
+HEADLINE_PER_TARGET = {
+    **{f"test/{{t}}_{k}": f"test_{{t}}_{k}" for k in ("r2", "mae", "mape", "rmse")},
+    "val/{t}_mae": "val_{t}_mae",
+    **{f"{g}/{{t}}_{k}": f"{g}_{{t}}_{k}" for g in ("b1", "lobo") for k in ("r2", "mape")},
+    "b2/{t}_r2": "b2_{t}_r2",
+    "interval/test_{t}_coverage": "interval_test_{t}_coverage",
+    "interval/test_{t}_width": "interval_test_{t}_width",
+}
+#: Headline scalars not per target: logged name -> name in the evaluation's metrics.
+HEADLINE = {"budget/accuracy": "budget_accuracy", "budget/false_accept_rate": "budget_false_accept_rate",
+            "budget/false_reject_rate": "budget_false_reject_rate", "sanity/memory_below_params":
+            "sanity_memory_below_params", "time/fit_total_s": "fit_total_s", "time/calibrate_s": "calibrate_s",
+            "time/evaluate_s": "evaluate_s"}
+
+
+def headline_metrics(metrics: Mapping[str, float], targets: list[str]) -> dict[str, float]:
+    """The scalars a train run logs (:data:`HEADLINE_PER_TARGET`, :data:`HEADLINE`, and per target the
+    lowest extrapolation R^2 of CARB and of B1 over the splits, ``extrap/min_<t>_r2`` and
+    ``extrap/min_<t>_b1_r2``); every metric is in the run's table (:func:`metric_rows`). Missing or
+    non-finite ones are left out."""
+    out = {new: metrics[old] for new, old in HEADLINE.items() if _finite(metrics.get(old))}
+    for t in targets:
+        out.update({new.format(t=t): metrics[old.format(t=t)] for new, old in HEADLINE_PER_TARGET.items()
+                    if _finite(metrics.get(old.format(t=t)))})
+        for tail in ("r2", "b1_r2"):
+            xr = [float(v) for k, v in metrics.items() if re.fullmatch(rf"xval_[a-z]+_{t}_{tail}", k) and _finite(v)]
+            if xr:
+                out[f"extrap/min_{t}_{tail}"] = min(xr)
+    return out
+
+
+#: Sections of the metric table: the metric name's leading words (longest first).
+SECTIONS = ("resid_spearman_sm", "arch_interval", "interval", "xval", "test", "val", "lobo", "b1", "b2",
+            "budget", "sanity", "weight", "fit", "calibrate", "evaluate")
+
+
+def metric_rows(metrics: Mapping[str, float], targets: list[str]) -> list[dict[str, Any]]:
+    """Every finite metric as a row ``{metric, section, split, target, measure, value}``, e.g.
+    ``xval_batch_energy_J_b1_r2`` -> ``xval``, ``batch``, ``energy_J``, ``b1_r2``: the run's one table
+    artifact (``metrics.json``) instead of hundreds of scalar metrics."""
+    rows = []
+    for name, v in metrics.items():
+        if not _finite(v):
+            continue
+        head, target, measure = name, "", ""
+        for t in sorted(targets, key=len, reverse=True):
+            m = re.fullmatch(rf"(?:(.*?)_)?{t}(?:_(.*))?", name)
+            if m:
+                head, target, measure = m.group(1) or "", t, m.group(2) or ""
+                break
+        section = next((p for p in SECTIONS if head == p or head.startswith(p + "_")), head.split("_")[0])
+        split = head[len(section):].strip("_")
+        if not target and not measure:
+            split, measure = "", split
+        rows.append({"metric": name, "section": section, "split": split, "target": target,
+                     "measure": measure, "value": float(v)})
+    return rows
 
 
 def split_metrics(metrics: Mapping[str, float]) -> tuple[dict[str, float], dict[str, str], dict[str, str]]:
@@ -161,3 +247,65 @@ def version_description(info: Mapping[str, Any], metrics: Mapping[str, float], t
     lines.append(f"- **Source run**: {info['run_name']} ({info['run_id']}, experiment carb-train), git "
                  f"{info.get('git_commit', 'unknown')}")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- screen runs
+
+#: The screen config's params (``fnmatch`` patterns on dotted keys), with the target, objective and
+#: budget resolved; the whole resolved config is the run's ``config.yaml``. ``space.*`` only without a grid file.
+SCREEN_PARAMS = (
+    "screen.target", "screen.source", "screen.objective", "screen.budget.*", "screen.grid_file",
+    "screen.grid_defaults.*", "screen.top_k", "screen.shortlist_size", "screen.profile_next", "screen.outside",
+    "screen.interval_coverage", "screen.validate", "screen.validate_split", "screen.pareto", "screen.require.*",
+    "space.name", "space.mode", "space.n", "space.seed", "space.blocks", "space.depths.*", "space.width_mults",
+    "space.input_sizes", "space.batch_sizes", "space.precisions", "space.early_downsample", "space.inner_mults",
+)
+
+
+def grid_source(config: Mapping[str, Any]) -> tuple[str, str]:
+    """``(name, source)`` of a screening's grid: the grid file's stem and path, or the space's name and
+    its ``conf/space/<name>.yaml``."""
+    from pathlib import Path
+
+    from carb.resources import CONF_DIR
+
+    grid_file = (config.get("screen") or {}).get("grid_file")
+    if grid_file:
+        return Path(str(grid_file)).stem, str(grid_file)
+    name = str((config.get("space") or {}).get("name") or "space")
+    return name, str(CONF_DIR / "space" / f"{name}.yaml")
+
+
+def screen_record(config: Mapping[str, Any], result: Any, target_uri: str, target_version: str, device: str,
+                  mode: str, n_candidates: int, sweep: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What a screen run records besides its counts: ``run_name``
+    (``<budget>/<objective>/<grid>-<candidates>/<device>-v<target version>[/two-stage]``: what differs between
+    screenings, most often changed first, as the runs table cuts long names), ``tags`` (``grid``, ``grid_rows``, ``objective``, ``budget``, ``target_model``,
+    ``target_version``, ``device``, ``mode``, ``pareto_axes``), ``config`` (the config with the target,
+    objective and budget it used) and ``params`` (:data:`SCREEN_PARAMS` and swept keys from it, no nulls).
+    ``result``: a :class:`carb.analysis.screening.ScreenResult`."""
+    from carb.data.schema import device_slug
+    from carb.tracking import select_params
+
+    screen = dict(config.get("screen") or {})
+    grid, _ = grid_source(config)
+    budget = ",".join(f"{k}<={v:g}" for k, v in result.budget.items()) or "no-budget"
+    version = f"v{target_version}" if target_version else "unregistered"
+    resolved = {**config, "screen": {**screen, "target": target_uri, "objective": result.objective,
+                                     "budget": {**dict(screen.get("budget") or {}), **dict(result.budget)}}}
+    pats = [p for p in (*SCREEN_PARAMS, *swept(sweep)) if not (screen.get("grid_file") and p.startswith("space."))]
+    params = {k: v for k, v in select_params(resolved, pats).items() if v is not None}
+    tags = {"grid": grid, "grid_rows": str(n_candidates), "objective": result.objective, "budget": budget,
+            "target_model": target_uri, "target_version": str(target_version or ""), "device": device,
+            "mode": mode, "pareto_axes": " x ".join(getattr(result, "axes", []) or [])}
+    name = "/".join([budget, result.objective, f"{grid}-{n_candidates}", f"{device_slug(device or 'model')}-{version}"]
+                    + ([mode] if mode != "single-stage" else []))
+    return {"run_name": name, "tags": tags, "config": resolved, "params": params}
+
+
+def grid_frame(features: Any) -> Any:
+    """The grid's knob columns (:data:`carb.design.arch.KNOBS`) of featurized candidates: the run's
+    ``candidates`` dataset input."""
+    from carb.design.arch import KNOBS
+
+    return features[[k for k in KNOBS if k in features.columns]]

@@ -19,8 +19,8 @@ import pandas as pd
 from carb import tracking
 from carb.analysis import screening
 from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_tags, to_dict
-from carb.data.schema import device_slug
 from carb.commands.progress import Progress
+from carb.commands.runinfo import grid_frame, grid_source, screen_record
 from carb.commands.screen_table import TABLE_WIDTH, budget_text, file_frame, format_table, next_steps
 from carb.errors import ConfigError, ModelError
 from carb.model.device_check import other_device
@@ -110,11 +110,6 @@ def warn_other_device(model: Any, measured: Any, source: str) -> list[str]:
     return diff
 
 
-def budget_summary(budget: dict[str, float]) -> str:
-    """A budget as a run-name part: ``latency_ms<=50,peak_memory_MB<=4096``, or ``no-budget``."""
-    return ",".join(f"{k}<={v:g}" for k, v in budget.items()) or "no-budget"
-
-
 def _validation(cfg: Any, model: Any, budget: dict[str, float]) -> dict[str, Any]:
     from carb.data.io import load_dataset
     from carb.data.schema import ok_rows
@@ -199,17 +194,18 @@ def run_screen(cfg: Any) -> dict[str, Any]:
     for k, v in validation.items():
         if k.endswith(("accuracy", "rate", "mae")):
             print(f"{k} = {v:.4f}" if isinstance(v, float) else f"{k} = {v}")
-    tags = {"target_model": target_uri, "target_version": target.registry_.get("version", ""),
-            "device": getattr(target, "device_name_", ""), "mode": mode}
+    rec = screen_record(to_dict(cfg), result, target_uri, target.registry_.get("version", ""),
+                        getattr(target, "device_name_", ""), mode, len(features), sweep_tags())
+    tags = rec["tags"]
     if source is not None:
         tags.update({"source_model": cfg.screen.source, "source_version": source.registry_.get("version", "")})
-    run_name = sweep_suffix(f"screen/{device_slug(getattr(target, 'device_name_', 'model'))}/{mode}/"
-                            f"{budget_summary(result.budget)}")
     prog.begin("logging to MLflow")
     counts = result.counts
-    with tracking.start_run("screen", run_name, uri, tags=tags, artifact_root=art,
+    with tracking.start_run("screen", sweep_suffix(rec["run_name"]), uri, tags=tags, artifact_root=art,
                             sweep=sweep_tags()) as run_id:
-        tracking.log_params({"screen": to_dict(cfg.screen), "space": to_dict(cfg.space)})
+        tracking.log_config(rec["config"], rec["params"])
+        tracking.log_dataset(grid_frame(features), name=tags["grid"], source=grid_source(rec["config"])[1],
+                             context="candidates")
         metrics = {**counts, **{k: v for k, v in result.stages.items()}, **result.timings_s, **validation}
         tracking.log_metrics(metrics)
         tracking.log_artifact(out_dir, "screen")

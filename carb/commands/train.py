@@ -7,10 +7,11 @@ log the run to MLflow (experiment ``carb-train``) with the fitted model register
     carb-train -m features=full,no_util,arch_only       # the ablation; or: carb-train +experiment=ablation
     carb-train +experiment=lobo                          # leave-one-batch-tier-out at bs <= 4, 8, 16
 
-What a run records: the flattened config as params; tags ``device``, ``device_slug``, ``device_id``, ``feature_set``,
-``preset``, ``dataset_digest``, ``git_commit``; the metrics of :mod:`carb.analysis.evaluate` (``test_*``,
-``val_<t>_mae``, ``budget_*``, ``lobo_*``, ``b1_*``, ``b2_*``, ``resid_spearman_sm_*``) plus
-``fit_<t>_s``/``fit_total_s``; figures under ``figures/`` (``extrapolation.png``: each extrapolation split's
+What a run records (:mod:`carb.commands.runinfo`): the params a person compares (at most 60) and the whole
+config as ``config.yaml``; tags ``device``, ``device_slug``, ``device_id``, ``feature_set``, ``preset``,
+``dataset_digest``, ``git_commit``; headline metrics grouped by prefix (``test/``, ``val/``, ``b1/``, ``lobo/``,
+``extrap/``, ``interval/``, ``budget/``, ``time/``) and every metric of :mod:`carb.analysis.evaluate` in the
+table ``metrics.json``; figures under ``figures/`` (``extrapolation.png``: each extrapolation split's
 predictions beside B1's); ``cascade_summary.json`` (log-space choice,
 blend weights, corrector report) and ``importances.json``; the dataset as a run input; the model.
 
@@ -23,7 +24,7 @@ from typing import Any
 
 from carb.analysis.assess import evaluate_cascade
 from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_tags, to_dict
-from carb.commands.runinfo import lean_params, split_metrics
+from carb.commands.runinfo import headline_metrics, metric_rows, split_metrics, train_params
 from carb.commands.progress import Progress
 from carb.data.io import load_training_frame, resolve_path
 from carb.data.schema import TARGETS, device_slug, model_name
@@ -339,7 +340,7 @@ def log_fit(fit: dict[str, Any], cfg: Any, folder: Path | None) -> dict[str, Any
         with tracking.start_run("train", fit["run_name"], tracking_uri=cfg.tracking.uri, tags=fit["tags"],
                                 sweep=fit.get("sweep") or {}, artifact_root=cfg.tracking.get("artifact_root")) as run_id:
             numbers, counts, flags = split_metrics(metrics)
-            tracking.log_params({**lean_params(fit["config"]), **counts})
+            tracking.log_config(fit["config"], train_params(fit["config"], counts, fit.get("sweep")))
             digest = log_inputs(fit)
             tracking.set_tags({"dataset_digest": digest, "split": fit["split"], "fit_folder": str(folder or "not saved"), **flags})
             if getattr(cascade, "intervals_", None):
@@ -347,7 +348,8 @@ def log_fit(fit: dict[str, Any], cfg: Any, folder: Path | None) -> dict[str, Any
                                    for k, v in cascade.intervals_.items()}, "intervals.json")
             if getattr(cascade, "domain_", None):
                 tracking.log_dict(cascade.domain_, "domain.json")
-            logged = tracking.log_metrics(numbers)
+            tracking.log_metrics(headline_metrics(numbers, cascade.targets_))
+            tracking.log_table(metric_rows(numbers, cascade.targets_), "metrics.json")
             tracking.log_dict(cascade.summary(), "cascade_summary.json")
             if extras.get("extrapolation") is not None:
                 tracking.log_dict({"rows": extras["extrapolation"].to_dict("records")}, "extrapolation.json")
@@ -376,7 +378,8 @@ def log_fit(fit: dict[str, Any], cfg: Any, folder: Path | None) -> dict[str, Any
     table = results_table(metrics, cascade.targets_)
     if cfg.get("print_table", True):
         print_fit(fit, table, info, run_id)
-    return {"metrics": dict(logged), "registered_name": fit["reg_name"], "version": info.get("version"),
+    logged = {r["metric"]: r["value"] for r in metric_rows(numbers, cascade.targets_)}
+    return {"metrics": logged, "registered_name": fit["reg_name"], "version": info.get("version"),
             "run_id": run_id, "model_uri": info.get("model_uri"), "run_name": fit["run_name"],
             "targets": list(cascade.targets_), "dropped_targets": dict(cascade.dropped_targets_),
             "table": table, "preset": fit["preset"], "fit_folder": str(folder)}

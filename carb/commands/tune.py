@@ -60,6 +60,14 @@ class TrialLogger:
                 tracking.log_metrics({val_metric(study.study_name, self.cfg.tune.metric): trial.value})
 
 
+#: The params of a study's parent run (``fnmatch`` patterns on dotted keys); the whole config (the search
+#: space included) is its ``config.yaml``.
+TUNE_PARAMS = ("tune.study", "tune.storage", "tune.worker", "tune.n_trials", "tune.blend_trials", "tune.timeout_s",
+               "tune.metric", "tune.members", "tune.targets", "tune.seed", "tune.n_startup_trials", "tune.pruner.*",
+               "model.name", "model.members", "model.log_target", "features.name", "data.path", "data.device",
+               "split.seed", "split.fractions", "prior.enabled")
+
+
 def val_metric(sub_study: str, metric: str, suffix: str = "") -> str:
     """The validation metric's name as ``carb-train`` logs it: ``val_<target>_<metric>`` (the target from
     a sub-study name ``<study>.<target>.<member>``), plus ``_<suffix>`` (``xgb``, ``base``, ...)."""
@@ -129,9 +137,7 @@ def parent_run(cfg: Any, frames: dict[str, Any] | None = None) -> str:
         return found[0]
     with tracking.start_run("tune", f"tune/{cfg.tune.study}", cfg.tracking.uri, tags=tags, sweep=sweep_tags(),
                             artifact_root=cfg.tracking.get("artifact_root")) as run_id:
-        tracking.log_params({"tune": to_dict(cfg.tune), "model": to_dict(cfg.model),
-                             "features": cfg.features.name, "data": to_dict(cfg.data),
-                             "split_seed": cfg.split.seed})
+        tracking.log_config(to_dict(cfg), tracking.select_params(to_dict(cfg), TUNE_PARAMS))
         if frames:
             from carb.data.io import resolve_path
 

@@ -16,15 +16,19 @@ from __future__ import annotations
 
 from carb.tracking.log import (
     _MAX_PARAM_LEN,
+    MAX_PARAMS,
     dataset_digest,
     flatten,
     log_artifact,
+    log_config,
     log_dataset,
     log_dict,
     log_figure,
     log_metrics,
     log_params,
+    log_table,
     log_text,
+    select_params,
     set_tags,
 )
 from carb.tracking.registry import (
@@ -38,26 +42,29 @@ from carb.tracking.registry import (
     resolve_version,
     set_alias,
 )
-from carb.tracking.runs import RECORD_ONLY_KINDS, active_run_id, find_runs, start_run
+from carb.tracking.runs import RECORD_ONLY_KINDS, active_run_id, command_started, find_runs, start_run
 from carb.tracking.store import (
     _INITIALIZED,
     DESCRIPTIONS,
+    EXPERIMENT_KIND,
     EXPERIMENTS,
     artifact_root_for,
     check_server,
     check_store,
     configure,
     configured_uri,
+    experiment_url,
     git_commit,
     store_read_only,
 )
 from carb.tracking.sweeps import _SWEEP_PARENTS, sweep_parent
 
 __all__ = [
-    "DESCRIPTIONS", "EXPERIMENTS", "RECORD_ONLY_KINDS", "active_run_id", "artifact_root_for", "check_server",
-    "check_store", "configure", "configured_uri", "dataset_digest", "find_runs", "flatten", "get_alias", "git_commit",
-    "load_cascade", "log_artifact", "log_cascade", "log_dataset", "log_dict", "log_figure", "log_metrics",
-    "log_params", "log_text", "model_versions", "register_version", "registered_model_info", "registered_models",
-    "resolve_version", "set_alias", "set_tags", "start_run", "store_read_only", "sweep_parent",
-    "_INITIALIZED", "_MAX_PARAM_LEN", "_SWEEP_PARENTS",
+    "DESCRIPTIONS", "EXPERIMENTS", "EXPERIMENT_KIND", "MAX_PARAMS", "RECORD_ONLY_KINDS", "active_run_id",
+    "artifact_root_for", "check_server", "check_store", "command_started", "configure", "configured_uri",
+    "dataset_digest", "experiment_url", "find_runs", "flatten", "get_alias", "git_commit", "load_cascade",
+    "log_artifact", "log_cascade", "log_config", "log_dataset", "log_dict", "log_figure", "log_metrics",
+    "log_params", "log_table", "log_text", "model_versions", "register_version", "registered_model_info",
+    "registered_models", "resolve_version", "select_params", "set_alias", "set_tags", "start_run",
+    "store_read_only", "sweep_parent", "_INITIALIZED", "_MAX_PARAM_LEN", "_SWEEP_PARENTS",
 ]

@@ -3,9 +3,10 @@ record-only run on a read-only store is open (:func:`unlogged`)."""
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import json
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,11 @@ from carb.tracking.store import mlflow_module
 
 #: Longest param value MLflow is given (characters); longer ones are truncated.
 _MAX_PARAM_LEN = 500
+#: Most params one run gets (a runs table a person can read; the rest of a config goes in ``config.yaml``,
+#: :func:`log_config`). Params past it are written to the artifact ``params_overflow.json`` instead.
+MAX_PARAMS = 60
+#: Params logged per run id by this process (for :data:`MAX_PARAMS`).
+_PARAM_KEYS: dict[str, set[str]] = {}
 #: True while a record-only run on a read-only store is open: the log_* functions do nothing.
 _UNLOGGED = False
 
@@ -41,15 +47,62 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def log_params(params: Mapping[str, Any]) -> None:
-    """Log (nested) params flattened to dotted keys; values are stringified and truncated to 500."""
+    """Log (nested) params flattened to dotted keys; values are stringified and truncated to 500. A run
+    gets at most :data:`MAX_PARAMS`: the keys past it go to the artifact ``params_overflow.json``."""
     if _UNLOGGED:  # a record-only run on a read-only store (see start_run)
         return
     mlflow = mlflow_module()
     flat = {k: (json.dumps(v) if isinstance(v, (list, tuple)) else str(v))[:_MAX_PARAM_LEN]
             for k, v in flatten(params).items()}
-    items = list(flat.items())
-    for i in range(0, len(items), 100):
-        mlflow.log_params(dict(items[i:i + 100]))
+    run = mlflow.active_run()
+    have = _PARAM_KEYS.setdefault(run.info.run_id, set(run.data.params)) if run else set()
+    room = max(0, MAX_PARAMS - len(have))
+    new = [k for k in flat if k not in have]
+    keep = {k: v for k, v in flat.items() if k in have or k in new[:room]}
+    if len(new) > room:
+        mlflow.log_dict({k: flat[k] for k in new[room:]}, "params_overflow.json")
+    have.update(keep)
+    if keep:
+        mlflow.log_params(keep)
+
+
+def select_params(config: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
+    """The entries of ``config`` (flattened, :func:`flatten`) whose dotted key matches one of ``keys``
+    (``fnmatch`` patterns: ``model.specialists.*.n_estimators``), in the config's order."""
+    pats = list(keys)
+    return {k: v for k, v in flatten(config).items() if any(fnmatch.fnmatchcase(k, p) for p in pats)}
+
+
+def log_config(config: Mapping[str, Any], params: Mapping[str, Any], filename: str = "config.yaml") -> None:
+    """Log the whole resolved ``config`` as one YAML artifact (``config.yaml``) and ``params`` (the few
+    values a person compares across runs, e.g. from :func:`select_params`) as the run's params."""
+    if _UNLOGGED:  # a record-only run on a read-only store (see start_run)
+        return
+    import yaml
+
+    text = yaml.safe_dump(json.loads(json.dumps(dict(config), default=str)), sort_keys=False)
+    mlflow_module().log_text(text, filename)
+    log_params(params)
+
+
+def log_table(rows, filename: str) -> None:
+    """Log a table (a DataFrame or a list of row dicts) as one MLflow table artifact: ``filename`` (``.json``)
+    in the layout of ``mlflow.log_table`` (``{"columns": [...], "data": [[...], ...]}``, read back by
+    ``MlflowClient.load_table``) and listed in the run's ``mlflow.loggedArtifacts`` tag, so the UI shows it
+    as a table. Numbers keep every digit (``mlflow.log_table`` writes 10 decimals: 6.8e-03 kept 8 digits)."""
+    if _UNLOGGED:  # a record-only run on a read-only store (see start_run)
+        return
+    import pandas as pd
+
+    mlflow = mlflow_module()
+    frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
+    data = frame.astype(object).where(frame.notna(), None).to_numpy().tolist()
+    mlflow.log_text(json.dumps({"columns": [str(c) for c in frame.columns], "data": data}, default=str), filename)
+    key = "mlflow.loggedArtifacts"
+    client, run_id = mlflow.MlflowClient(), mlflow.active_run().info.run_id
+    listed = json.loads(client.get_run(run_id).data.tags.get(key, "[]"))
+    if {"path": filename, "type": "table"} not in listed:
+        client.set_tag(run_id, key, json.dumps([*listed, {"path": filename, "type": "table"}]))
 
 
 def log_metrics(metrics: Mapping[str, Any], step: int | None = None) -> dict[str, float]:

@@ -177,7 +177,9 @@ def resolve_version(uri: str) -> dict[str, Any]:
 def model_versions(name: str) -> list[dict[str, Any]]:
     """All versions of a registered model with their run's metrics:
     ``[{"version", "run_id", "metrics": {...}, "aliases": [...], "tags": {...}}, ...]`` sorted by
-    version (``tags``: the run's own tags, e.g. ``dataset_digest`` and ``split``)."""
+    version (``tags``: the run's own tags, e.g. ``dataset_digest`` and ``split``). A metric logged under a
+    prefix is there under both names (:func:`with_flat_names`: ``val/energy_J_mae`` and ``val_energy_J_mae``),
+    so versions logged before and after the prefixes compare on one name."""
     mlflow = mlflow_module()
     client = mlflow.MlflowClient()
     try:
@@ -196,9 +198,21 @@ def model_versions(name: str) -> list[dict[str, Any]]:
         metrics = run.data.metrics if run is not None else {}
         tags = run.data.tags if run is not None else {}
         aliases = sorted(set(getattr(mv, "aliases", []) or []) | set(by_version.get(str(mv.version), [])))
-        out.append({"version": str(mv.version), "run_id": mv.run_id, "metrics": dict(metrics),
+        out.append({"version": str(mv.version), "run_id": mv.run_id, "metrics": with_flat_names(metrics),
                     "aliases": aliases, "tags": {k: v for k, v in dict(tags).items() if not k.startswith("mlflow.")}})
     return sorted(out, key=lambda r: int(r["version"]))
+
+
+def with_flat_names(metrics: Mapping[str, float]) -> dict[str, float]:
+    """``metrics`` plus, for each name grouped by a prefix, its flat name: ``<group>/<rest>`` ->
+    ``<group>_<rest>`` (``val/energy_J_mae`` -> ``val_energy_J_mae``), ``time/<rest>`` -> ``<rest>``; a flat
+    name already there is kept."""
+    out = dict(metrics)
+    for k, v in metrics.items():
+        group, sep, rest = k.partition("/")
+        if sep:
+            out.setdefault(rest if group == "time" else f"{group}_{rest}", v)
+    return out
 
 
 def get_alias(name: str, alias: str) -> str | None:

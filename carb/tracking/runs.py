@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -18,7 +19,28 @@ from carb.tracking.store import (
     mlflow_module,
     store_read_only,
 )
-from carb.tracking.sweeps import sweep_parent
+from carb.tracking.sweeps import sweep_job_finished, sweep_parent
+
+#: When the command now running started (ms since the epoch; :func:`command_started`); None: not marked.
+_COMMAND_START_MS: int | None = None
+
+
+def command_started(at_s: float | None = None) -> None:
+    """Mark that a command starts now (or at ``at_s``, seconds since the epoch): the next run it opens
+    starts there, not when its logging begins (a 14-minute ``carb-train`` logs in its last seconds).
+    :func:`carb.commands.checks.check_config`, the first step of every command, calls it."""
+    global _COMMAND_START_MS
+    _COMMAND_START_MS = int(1000 * (time.time() if at_s is None else at_s))
+
+
+def _take_command_start() -> int:
+    """The marked command start (ms), cleared so that a later command that does not mark starts its run
+    when it opens it; now when nothing is marked."""
+    global _COMMAND_START_MS
+    start, _COMMAND_START_MS = _COMMAND_START_MS, None
+    now = int(time.time() * 1000)
+    return start if start is not None and start <= now else now
+
 
 @contextlib.contextmanager
 def start_run(kind: str, run_name: str, tracking_uri: str, tags: Mapping[str, Any] | None = None,
@@ -33,6 +55,9 @@ def start_run(kind: str, run_name: str, tracking_uri: str, tags: Mapping[str, An
     ``git_commit`` are always set; ``sweep`` (``{"sweep": <id>, "sweep_overrides": ...}`` from
     :func:`carb.commands.cli.sweep_tags`) tags a multirun job and nests it under the sweep's parent
     run (:func:`sweep_parent`) so the UI groups a sweep's runs. A new experiment gets its description from :data:`DESCRIPTIONS`.
+
+    Times: a new top-level run starts when the command started (:func:`command_started`) and ends when
+    this block exits; a sweep's parent run spans its jobs (first job's start to last job's end).
     """
     mlflow = mlflow_module()
     if not nested:
@@ -41,28 +66,47 @@ def start_run(kind: str, run_name: str, tracking_uri: str, tags: Mapping[str, An
         yield from _unlogged_run(kind, tracking_uri)
         return
     exp_id = experiment_id(experiment or EXPERIMENTS.get(kind, f"carb-{kind}"))
+    start_ms = None if nested or run_id else _take_command_start()
+    sweep_pid = None
     all_tags = {"carb.kind": kind, "git_commit": git_commit()}
     all_tags.update({k: str(v) for k, v in (tags or {}).items()})
     if sweep and not nested:
         all_tags.update({k: str(v) for k, v in sweep.items()})
         if sweep.get("sweep") and not parent_run_id:
-            parent_run_id = sweep_parent(exp_id, kind, sweep)
+            parent_run_id = sweep_pid = sweep_parent(exp_id, kind, sweep, start_ms)
     if parent_run_id:
         all_tags["mlflow.parentRunId"] = parent_run_id
     if run_id:
         with mlflow.start_run(run_id=run_id) as run:
             yield run.info.run_id
         return
-    run = mlflow.start_run(experiment_id=exp_id, run_name=run_name, nested=nested, tags=all_tags)
+    if nested:
+        run = mlflow.start_run(experiment_id=exp_id, run_name=run_name, nested=True, tags=all_tags)
+    else:
+        run = _start_at(mlflow, exp_id, run_name, all_tags, start_ms)
+    status = "FINISHED"
     try:
         yield run.info.run_id
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: what was logged stays, the run says it was killed
-        mlflow.end_run("KILLED")
+        status = "KILLED"
         raise
     except BaseException:
-        mlflow.end_run("FAILED")
+        status = "FAILED"
         raise
-    mlflow.end_run("FINISHED")
+    finally:
+        mlflow.end_run(status)
+        if sweep_pid:
+            sweep_job_finished(sweep_pid)
+
+
+def _start_at(mlflow, exp_id: str, run_name: str, tags: Mapping[str, str], start_ms: int):
+    """Create a run that started at ``start_ms`` (with the context tags ``mlflow.start_run`` adds: user,
+    source) and make it the active run."""
+    from mlflow.tracking.context.registry import resolve_tags
+
+    created = mlflow.MlflowClient().create_run(exp_id, start_time=start_ms, tags=resolve_tags(dict(tags)),
+                                               run_name=run_name or None)
+    return mlflow.start_run(run_id=created.info.run_id)
 
 
 

@@ -156,22 +156,58 @@ def _init_sqlite(db: Path) -> None:
     _INITIALIZED.add(str(db))
 
 
+#: The experiment tag MLflow 3 reads for an experiment's type, and CARB's value: model training
+#: ("Machine learning": the runs table), not GenAI development (traces). MLflow 3.0-3.4 open an experiment
+#: by this tag; later UIs (3.17 checked) follow their sidebar switch instead, which :func:`experiment_url`
+#: sets with ``?workflowType=machine_learning``.
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+#: Experiments whose kind this process has checked (id per tracking URI), so it is set once.
+_KIND_CHECKED: set[tuple[str, str]] = set()
+
+
 def experiment_id(name: str) -> str:
-    """Id of experiment ``name``, created (with its description from :data:`DESCRIPTIONS` and its
-    artifact folder under the configured artifact root) if it does not exist yet."""
+    """Id of experiment ``name``, created (with its description from :data:`DESCRIPTIONS`, its kind
+    :data:`EXPERIMENT_KIND` and its artifact folder under the configured artifact root) if it does not exist
+    yet; an existing experiment without that kind gets it on first use."""
     mlflow = mlflow_module()
     exp = mlflow.get_experiment_by_name(name)
     if exp is not None:
+        _ensure_kind(exp)
         return exp.experiment_id
     loc = f"{_ARTIFACT_ROOT}/{name}" if _ARTIFACT_ROOT else None
     try:
         note = DESCRIPTIONS.get(name, f"CARB runs of {name}")
-        return mlflow.create_experiment(name, artifact_location=loc, tags={"mlflow.note.content": note})
+        return mlflow.create_experiment(name, artifact_location=loc,
+                                        tags={"mlflow.note.content": note, EXPERIMENT_KIND[0]: EXPERIMENT_KIND[1]})
     except Exception:  # created concurrently by another worker
         exp = mlflow.get_experiment_by_name(name)
         if exp is None:
             raise
+        _ensure_kind(exp)
         return exp.experiment_id
+
+
+def _ensure_kind(exp) -> None:
+    """Tag an experiment made before CARB set :data:`EXPERIMENT_KIND` (once per process and experiment)."""
+    key = (mlflow_module().get_tracking_uri(), exp.experiment_id)
+    if key in _KIND_CHECKED:
+        return
+    if (exp.tags or {}).get(EXPERIMENT_KIND[0]) != EXPERIMENT_KIND[1] and exp.lifecycle_stage == "active":
+        try:
+            mlflow_module().MlflowClient().set_experiment_tag(exp.experiment_id, *EXPERIMENT_KIND)
+        except Exception:  # noqa: BLE001 - a store that refuses writes (read-only) keeps its experiments as they are
+            return
+    _KIND_CHECKED.add(key)
+
+
+def experiment_url(experiment: str, ui: str = "http://127.0.0.1:5000") -> str:
+    """The MLflow UI address of an experiment's runs table (``experiment``: a name or an id) in the
+    "Machine learning" view: ``<ui>/#/experiments/<id>/runs?workflowType=machine_learning`` (MLflow 3's
+    UI otherwise opens the GenAI view, traces, until its sidebar switch is turned)."""
+    mlflow = mlflow_module()
+    exp = mlflow.get_experiment_by_name(experiment) if not str(experiment).isdigit() else None
+    eid = exp.experiment_id if exp is not None else str(experiment)
+    return f"{ui.rstrip('/')}/#/experiments/{eid}/runs?workflowType=machine_learning"
 
 
 #: Commands whose run only records what they did: on a read-only store they work without logging it.

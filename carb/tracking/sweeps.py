@@ -9,11 +9,12 @@ from carb.tracking.store import git_commit, mlflow_module
 _SWEEP_PARENTS: dict[tuple[str, str], str] = {}
 
 
-def sweep_parent(exp_id: str, kind: str, sweep: Mapping[str, str]) -> str:
+def sweep_parent(exp_id: str, kind: str, sweep: Mapping[str, str], start_ms: int | None = None) -> str:
     """Id of the parent run of a multirun sweep in experiment ``exp_id``: found by its tags
     (``carb.sweep_parent``, ``sweep``) or created, named ``<kind>/sweep/<sweep id>`` and left
     FINISHED; the job's overrides are added to its description (``mlflow.note.content``) and as tag
-    ``job.<n>``. Works across processes (launchers that run jobs in parallel find the same parent)."""
+    ``job.<n>``. Works across processes (launchers that run jobs in parallel find the same parent). A new
+    parent starts at ``start_ms`` (the first job's command start; None: now)."""
     mlflow = mlflow_module()
     client = mlflow.MlflowClient()
     sid = str(sweep["sweep"])
@@ -22,7 +23,7 @@ def sweep_parent(exp_id: str, kind: str, sweep: Mapping[str, str]) -> str:
     if pid is None:
         pid = _first_sweep_parent(client, exp_id, sid)
         if pid is None:
-            run = client.create_run(exp_id, run_name=f"{kind}/sweep/{sid}",
+            run = client.create_run(exp_id, run_name=f"{kind}/sweep/{sid}", start_time=start_ms,
                                     tags={"carb.kind": kind, "carb.sweep_parent": "true", "sweep": sid,
                                           "git_commit": git_commit()})
             pid = run.info.run_id
@@ -49,4 +50,16 @@ def _first_sweep_parent(client, exp_id: str, sid: str) -> str | None:
     found = client.search_runs([exp_id], filter_string=f"tags.`carb.sweep_parent` = 'true' and tags.sweep = '{sid}'",
                                max_results=50)
     return min(found, key=lambda r: (r.info.start_time, r.info.run_id)).info.run_id if found else None
+
+
+def sweep_job_finished(pid: str) -> None:
+    """A job of the sweep whose parent run is ``pid`` ended: the parent's end time moves to now (never
+    back: parallel jobs end in any order), so the parent's duration is the sweep's."""
+    import time
+
+    client = mlflow_module().MlflowClient()
+    now = int(time.time() * 1000)
+    end = client.get_run(pid).info.end_time or 0
+    if now > end:
+        client.set_terminated(pid, "FINISHED", end_time=now)
 
