@@ -309,6 +309,33 @@ def transfer_lines() -> list[str]:
             f"drawn from the reference file. `flops_k` = a FLOPs-only line fitted on the same K rows:", "", *cpu, ""]
 
 
+def transfer_pairs_lines() -> list[str]:
+    """Issue 29's any-device benchmark (``python -m scripts.bench.transfer_pairs``): every ordered pair of the
+    real devices the project has, one row per pair (latency MAPE %, worst precision), and its two summary lines."""
+    from scripts.bench.transfer_pairs import all_pairs, baselines_line, headline, pair_overview
+
+    t, _ = all_pairs([0, 10])
+    o = pair_overview(t)
+    lines = ["| source -> target | K=0 source | K=0 CARB | K=10 CARB | K=10 from the source alone | "
+             "K=10 FLOPs-only | K=10 Spearman min | K=10 coverage min | K=10 median hi/lo max |",
+             "|---|---|---|---|---|---|---|---|---|"]
+
+    def f(v: float, digits: int = 1) -> str:
+        return "n/a" if pd.isna(v) else f"{v:.{digits}f}"
+
+    for r in o.itertuples():
+        lines.append(f"| {r.source} -> {r.target_device} | {f(r.k0_source)} | {f(r.k0_carb)} | {f(r.k10_carb)} | "
+                     f"{f(r.k10_source_base)} | {f(r.k10_flops_only)} | {f(r.k10_spearman_min, 3)} | "
+                     f"{f(r.k10_coverage_min, 2)} | {f(r.k10_width_max, 2)} |")
+    return ["Any device (`python -m scripts.bench.transfer_pairs`): every ordered pair of the real devices the "
+            "project has data for (the EPYC reference, the Xeon of `../shared/data/cpu-intel-xeon`, timm's 4 GPUs), "
+            "latency MAPE in %, worst precision per pair. K=0 CARB is the zero-shot model (two device probes for "
+            "CPUs, spec sheets for GPUs); K=10 CARB is `carb-calibrate` with 10 rows of the target, scored on its "
+            "other rows, with 90 % intervals from the K rows and the transfer errors of the other pairs "
+            "(leave-one-pair-out). The H200 shares no configuration with timm's rows and is not paired.", "",
+            *lines, "", f"`{baselines_line(t)}`", "", f"`{headline(t)}`", ""]
+
+
 def provenance_lines() -> list[str]:
     """What the shipped dataset is, from its provenance file."""
     p = ROOT / "carb" / "data" / "cpu-reference.provenance.json"
@@ -559,6 +586,7 @@ def section() -> str:
               "Real third-party GPU latency (timm benchmark, plain ResNets mapped to `ArchConfig`, one model per GPU):",
               "", timm_summary(), ""]
     parts += transfer_lines()
+    parts += ["### Any device: every pair, zero-shot and K = 10", ""] + transfer_pairs_lines()
     return "\n".join(parts)
 
 

@@ -366,6 +366,42 @@ def write_errors(path: str, pending: list[dict]) -> None:
     print(f"  wrote {path} ({len(table)} rows) and its provenance", flush=True)
 
 
+def all_pairs(ks: list[int], gpu: bool = True) -> tuple[pd.DataFrame, list]:
+    """Every ordered CPU pair (latency, peak memory) and, with ``gpu``, every timm GPU pair (latency):
+    ``(table, parts)``, the per-pair rows of every model and K, and each kind's :func:`pair_table` result."""
+    print("== CPU pairs (latency, peak memory)", flush=True)
+    parts = [pair_table(cpu_devices(), ks, ["latency_ms", "peak_memory_MB"], cpu=True)]
+    if gpu:
+        print("== timm GPU pairs (latency)", flush=True)
+        parts.append(pair_table(gpu_devices(), ks, ["latency_ms"], cpu=False))
+    return pd.concat([p[0] for p in parts], ignore_index=True), parts
+
+
+def pair_overview(t: pd.DataFrame) -> pd.DataFrame:
+    """One row per ordered pair, latency, worst precision (MAPE %): the uncalibrated source and CARB's answer
+    at K = 0 (:func:`product`), at K = 10 CARB's calibrated model beside the transfer from the source alone and
+    a FLOPs-only fit on the same rows, the lowest Spearman, the lowest 90 % coverage and widest median hi/lo."""
+    lat = t[t["target"] == "latency_ms"]
+    key = ["source", "target_device"]
+
+    def worst(frame: pd.DataFrame, col: str = "mape_pct", how: str = "max") -> pd.Series:
+        return frame.groupby(key)[col].agg(how)
+
+    k10 = lat[lat.k == 10]
+    cal = k10[k10.model == "calibrated"]
+    out = pd.DataFrame({
+        "k0_source": worst(lat[(lat.k == 0) & (lat.model == "source")]),
+        "k0_carb": worst(product(lat, 0, "zero_shot", "source")),
+        "k10_carb": worst(cal),
+        "k10_source_base": worst(k10[k10.model == "source_base"]),
+        "k10_flops_only": worst(k10[k10.model == "flops_k"]),
+        "k10_spearman_min": worst(cal, "spearman", "min"),
+        "k10_coverage_min": worst(cal, "coverage", "min"),
+        "k10_width_max": worst(cal, "width", "max"),
+    })
+    return out.reset_index()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ks", default="0,3,10,20")
@@ -379,12 +415,7 @@ def main() -> None:
     ks = [int(k) for k in a.ks.split(",")]
     from scripts.bench.transfer import markdown
 
-    print("== CPU pairs (latency, peak memory)", flush=True)
-    parts = [pair_table(cpu_devices(), ks, ["latency_ms", "peak_memory_MB"], cpu=True)]
-    if not a.no_gpu:
-        print("== timm GPU pairs (latency)", flush=True)
-        parts.append(pair_table(gpu_devices(), ks, ["latency_ms"], cpu=False))
-    t = pd.concat([p[0] for p in parts], ignore_index=True)
+    t, parts = all_pairs(ks, gpu=not a.no_gpu)
     if a.errors_out:
         write_errors(a.errors_out, [q for p in parts for q in p[1]])
     if a.csv:
