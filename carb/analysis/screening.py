@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from carb.analysis.axes import apply_axes, mark_front
+from carb.analysis.axes import add_per_image, apply_axes, mark_front
 from carb.analysis.decisions import add_probabilities, decide, interval_context, profile_next
 from carb.analysis.evaluate import budget_classification
 from carb.data.schema import TARGETS
@@ -315,6 +315,7 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
         axes = [obj if a == obj[: -len(PER_IMAGE)] else a for a in axes]
     scored, axis_list, required, req_counts = apply_axes(scored, targets, pareto or axes, require, maximize)
     stages.update(req_counts)
+    scored = add_per_image(scored, [obj], targets)   # a per-image objective that is no Pareto axis still ranks
     feas = scored["feasible"].to_numpy()
     scored["rank"] = np.nan
     if feas.any():

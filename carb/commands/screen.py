@@ -212,7 +212,7 @@ def run_screen(cfg: Any) -> dict[str, Any]:
     prog.finish(f"screened {counts['n_candidates']} candidates")
     print(f"wrote {out_dir}/: shortlist.csv, profile_next.csv, scored.csv, scored.parquet, pareto.png")
     print(f"MLflow run {run_id}")
-    print("\n".join(next_steps(target_uri, uri)))
+    print("\n".join(next_steps(target_uri, uri, tracking.experiment_url(tracking.EXPERIMENTS["screen"]))))
     return {**counts, **result.stages, "timings_s": result.timings_s, "output_dir": str(out_dir),
             "run_id": run_id, "target": target_uri, "mode": mode, "validation": validation,
             "shortlist": result.shortlist, "notes": notes}

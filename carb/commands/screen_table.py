@@ -142,13 +142,14 @@ def file_frame(df: pd.DataFrame, targets: Sequence[str], users: Sequence[str] = 
     return out.rename(columns=predicted_telemetry(out.columns))
 
 
-def next_steps(target_uri: str, tracking_uri: str) -> list[str]:
+def next_steps(target_uri: str, tracking_uri: str, runs_url: str | None = None) -> list[str]:
     """The closing "next" block: set your own budget, calibrate to your machine, use the model from Python,
-    open the MLflow UI."""
+    open the MLflow UI (``runs_url``: the experiment's runs table in the UI's "Model training" view)."""
     return ["next:",
             "  your budget   carb-screen screen.budget.latency_ms=<ms> screen.budget.energy_J=<J> "
             "screen.budget.peak_memory_MB=<MB>",
             "  your grid     carb-screen screen.grid_file=<csv of knobs>   (or space.batch_sizes=[1,8] ...)",
             f"  your machine  carb-calibrate source={target_uri} measure=cpu k=12",
             f"  Python        carb.load_model('{target_uri}').predict(knobs_frame, budget=...)",
-            f"  MLflow UI     mlflow ui --backend-store-uri {tracking_uri}   (or make ui)"]
+            f"  MLflow UI     mlflow ui --backend-store-uri {tracking_uri}   (or make ui)"] + (
+        [f"                then {runs_url}"] if runs_url else [])

@@ -204,9 +204,16 @@ def experiment_url(experiment: str, ui: str = "http://127.0.0.1:5000") -> str:
     """The MLflow UI address of an experiment's runs table (``experiment``: a name or an id) in the
     "Machine learning" view: ``<ui>/#/experiments/<id>/runs?workflowType=machine_learning`` (MLflow 3's
     UI otherwise opens the GenAI view, traces, until its sidebar switch is turned)."""
-    mlflow = mlflow_module()
-    exp = mlflow.get_experiment_by_name(experiment) if not str(experiment).isdigit() else None
-    eid = exp.experiment_id if exp is not None else str(experiment)
+    if str(experiment).isdigit():
+        eid = str(experiment)
+    else:
+        try:
+            exp = mlflow_module().get_experiment_by_name(experiment)
+        except Exception:  # noqa: BLE001 - an address is a courtesy: a store that cannot answer gives the UI's root
+            exp = None
+        if exp is None:
+            return f"{ui.rstrip('/')}/#/?workflowType=machine_learning"
+        eid = exp.experiment_id
     return f"{ui.rstrip('/')}/#/experiments/{eid}/runs?workflowType=machine_learning"
 
 
