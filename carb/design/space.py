@@ -57,7 +57,9 @@ def space_size(space: Mapping[str, Any]) -> int:
     return len(_product(space))
 
 
-def _product(space: Mapping[str, Any]) -> list[tuple]:
+def _product_check(space: Mapping[str, Any]) -> list[str]:
+    """The space's block families, after checking its keys, ``blocks`` and ``depths``
+    (:class:`ConfigError` naming the key otherwise)."""
     unknown = sorted(set(space) - set(SPACE_KEYS))
     if unknown:
         raise ConfigError(f"space: unknown key(s) {unknown}; allowed: {list(SPACE_KEYS)}")
@@ -69,12 +71,19 @@ def _product(space: Mapping[str, Any]) -> list[tuple]:
     bad = sorted(set(depths) - set(BLOCKS))
     if bad:
         raise ConfigError(f"space.depths: unknown block family {bad}; allowed: {list(BLOCKS)}")
-    rows = []
     for block in blocks:
         if block not in BLOCKS:
             raise ConfigError(f"space.blocks: {block!r} is not allowed; allowed: {list(BLOCKS)}")
         if block not in depths or depths[block] in (None, []):
             raise ConfigError(f"space.depths.{block}: no depths given for block family {block!r}")
+    return blocks
+
+
+def _product(space: Mapping[str, Any]) -> list[tuple]:
+    blocks = _product_check(space)
+    depths = space["depths"]
+    rows = []
+    for block in blocks:
         for combo in itertools.product(
                 _listify(f"depths.{block}", depths[block]), _listify("width_mults", space.get("width_mults", [1.0])),
                 _listify("input_sizes", space.get("input_sizes", [224])),
