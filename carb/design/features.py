@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from carb.design.arch import BYTES_PER_ELEMENT, KNOBS, ArchConfig
-from carb.design.layers import part_layers, parts
+from carb.design.layers import part_layers, part_runs
 
 MB = 2.0**20
 STATIC_FEATURES = ("flops", "params", "param_size_MB", "total_activation_MB", "max_activation_MB",
@@ -44,9 +44,9 @@ def per_image_counts(block: str, layout: tuple[int, ...], width_mult: float, inp
     activation counts are over every leaf-module output of one forward (what forward hooks see: every
     layer but the residual add, which is no module). FLOPs follow fvcore (see the module docstring)."""
     flops = params = act_total = act_max = n_conv = 0
-    for part in parts(block, layout, width_mult, input_size, early_downsample, num_classes, inner_mult):
+    for part, k in part_runs(block, layout, width_mult, input_size, early_downsample, num_classes, inner_mult):
         f, p, total, most, n = _part_counts(part.kind, part.shape)
-        flops, params, act_total, n_conv = flops + f, params + p, act_total + total, n_conv + n
+        flops, params, act_total, n_conv = flops + k * f, params + k * p, act_total + k * total, n_conv + k * n
         act_max = max(act_max, most)
     return float(flops), int(params), float(act_total), float(act_max), int(n_conv)
 

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from carb.design.arch import BYTES_PER_ELEMENT, KNOB_DEFAULTS, KNOBS, configs_from_records
-from carb.design.layers import arch_key, out_side, part_layers, parts
+from carb.design.layers import arch_key, out_side, part_layers, part_runs
 from carb.errors import DatasetError
 
 #: Columns of :func:`gemm_terms`, in elements (not bytes) at the row's batch size:
@@ -51,10 +51,10 @@ def _walk(block: str, layout: tuple[int, ...], width_mult: float, input_size: in
     ``(M per image, N, K, kernel, stride, H_in)``, one row per convolution and the classifier (kernel 0:
     a matrix product, not a convolution), in forward order; see :data:`CONV_COLUMNS`."""
     rows, elem, n_elem = [], 0, 0
-    for part in parts(block, layout, width_mult, input_size, early_downsample, num_classes, inner_mult):
+    for part, k in part_runs(block, layout, width_mult, input_size, early_downsample, num_classes, inner_mult):
         convs, e, n = _part_shapes(part.kind, part.shape)
-        rows.append(convs)
-        elem, n_elem = elem + e, n_elem + n
+        rows.append(np.tile(convs, (k, 1)) if k > 1 else convs)
+        elem, n_elem = elem + k * e, n_elem + k * n
     a = np.concatenate(rows)
     a.setflags(write=False)
     return a, float(elem), n_elem
