@@ -92,9 +92,11 @@ def per_image_terms(block: str, layout: tuple[int, ...], width_mult: float, inpu
             float(m.sum()), float(elem), float(len(a) + n_elem), float(m[0] * n[0] * k[0]))
 
 
-def architectures(frame: pd.DataFrame) -> tuple[list[tuple], dict[tuple, object]]:
-    """``(key per row, {key: ArchConfig at batch 1})`` for the frame's architecture knobs; pass it as
-    ``arch`` to :func:`gemm_terms` and :func:`large_output_MB` on the same frame to build it once.
+def architectures(frame: pd.DataFrame) -> tuple[np.ndarray, dict[int, object]]:
+    """``(key per row, {key: ArchConfig at batch 1})`` for the frame's architecture knobs: the key is the
+    code of the row's distinct architecture (int, 0.. in first-seen order; shape (n,)); pass it as
+    ``arch`` to :func:`gemm_terms` and :func:`large_output_MB` on the same frame to build it once. Each
+    distinct architecture is validated once (vectorized: a million rows take about a second).
 
     Raises :class:`DatasetError` naming the missing knob columns."""
     missing = [c for c in SHAPE_INPUTS if c not in frame.columns]
@@ -107,10 +109,18 @@ def architectures(frame: pd.DataFrame) -> tuple[list[tuple], dict[tuple, object]
             arch[k] = arch[k].fillna(v)
     if "stages" in arch.columns:
         arch["stages"] = arch["stages"].astype(object).where(arch["stages"].notna(), None)
-    keys = [tuple(r) for r in arch.astype(object).itertuples(index=False, name=None)]
-    uniq = list(dict.fromkeys(keys))
-    recs = [dict(zip(arch_cols, u), batch_size=1, precision="fp32") for u in uniq]
-    return keys, dict(zip(uniq, configs_from_records(recs, source="layer shapes")))
+    from carb.design.candidates import arch_codes
+
+    keys, uniq = arch_codes(arch, arch_cols)
+    recs = [dict(r, batch_size=1, precision="fp32") for r in uniq.to_dict("records")]
+    return keys, dict(enumerate(configs_from_records(recs, source="layer shapes")))
+
+
+def _row_values(keys: np.ndarray, cfgs: dict[int, object], fn) -> np.ndarray:
+    """``fn(walk arguments)`` of each distinct architecture of :func:`architectures`, gathered per row:
+    shape (n, ...) (float)."""
+    per = np.array([fn(*_args(cfgs[u])) for u in range(len(cfgs))], dtype=float)
+    return per[np.asarray(keys, dtype=np.int64)]
 
 
 def _args(c) -> tuple:
@@ -124,8 +134,7 @@ def gemm_terms(frame: pd.DataFrame, arch: tuple | None = None) -> pd.DataFrame:
 
     Raises :class:`DatasetError` naming the missing knob columns."""
     keys, cfgs = arch if arch is not None else architectures(frame)
-    per = {u: per_image_terms(*_args(c)) for u, c in cfgs.items()}
-    vals = np.array([per[k] for k in keys], dtype=float).reshape(len(keys), len(GEMM_TERMS))
+    vals = _row_values(keys, cfgs, per_image_terms).reshape(len(keys), len(GEMM_TERMS))
     out = pd.DataFrame(vals, columns=list(GEMM_TERMS), index=frame.index)
     batch = pd.to_numeric(frame["batch_size"], errors="coerce").to_numpy(float)
     for t in PER_IMAGE_TERMS:
@@ -165,11 +174,12 @@ def large_output_MB(frame: pd.DataFrame, threshold_MB: float, channel_block: int
     out = np.full(len(frame), np.nan)
     threshold = float(threshold_MB) * 2.0**20
     ok = np.isfinite(batch) & np.isfinite(nbytes) & (batch > 0)
-    rows_of: dict[tuple, list[int]] = {}
-    for i, k in enumerate(keys):
-        if ok[i]:
-            rows_of.setdefault(k, []).append(i)
-    for k, idx in rows_of.items():       # vectorised per architecture
+    codes = np.asarray(keys, dtype=np.int64)
+    ok_rows = np.flatnonzero(ok)
+    order = ok_rows[np.argsort(codes[ok_rows], kind="stable")]
+    starts = np.flatnonzero(np.r_[True, np.diff(codes[order]) != 0]) if len(order) else np.zeros(0, int)
+    for idx in np.split(order, starts[1:]) if len(order) else []:       # vectorised per architecture
+        k = int(codes[idx[0]])
         elems, suffix = _sorted_outputs(_args(cfgs[k]), int(channel_block))
         per = batch[idx] * nbytes[idx]    # bytes per output element of one image, times the batch
         out[idx] = suffix[np.searchsorted(elems, threshold / per, side="left")] * per / 2.0**20
@@ -201,10 +211,9 @@ def max_im2col_MB(frame: pd.DataFrame, arch: tuple | None = None) -> pd.Series:
     if "precision" not in frame.columns:
         raise DatasetError("layer shapes need knob column(s) ['precision']; the data lacks them")
     keys, cfgs = arch if arch is not None else architectures(frame)
-    per = {u: _max_im2col(_args(c)) for u, c in cfgs.items()}
     batch = pd.to_numeric(frame["batch_size"], errors="coerce").to_numpy(float)
     nbytes = frame["precision"].astype(str).map(BYTES_PER_ELEMENT).to_numpy(float)
-    vals = np.array([per[k] for k in keys], dtype=float) * batch * nbytes / 2.0**20
+    vals = _row_values(keys, cfgs, lambda *a: _max_im2col(a)) * batch * nbytes / 2.0**20
     return pd.Series(vals, index=frame.index, name="max_im2col_MB")
 
 
@@ -329,8 +338,7 @@ def native_terms(frame: pd.DataFrame, threads: int, onednn: tuple[str, ...] | li
     batch = pd.to_numeric(frame["batch_size"], errors="coerce").to_numpy(float)
     prec = frame["precision"].astype(str).to_numpy()
     nbytes = frame["precision"].astype(str).map(BYTES_PER_ELEMENT).to_numpy(float)
-    per = {u: _native_sums(_args(c), int(threads)) for u, c in cfgs.items()}
-    sums = np.stack([per[k] for k in keys]) if keys else np.zeros((0, 3, 3))
+    sums = _row_values(keys, cfgs, lambda *a: _native_sums(a, int(threads))).reshape(len(keys), 3, 3)
     on = np.isin(prec, list(onednn))
     regime = np.where(~on, 2, np.where(prec != "fp32", -1, np.where(batch <= 1, 0, np.where(batch < 16, 1, -1))))
     rows = np.arange(len(keys))
@@ -387,7 +395,6 @@ def largest_output_elements(frame: pd.DataFrame, arch: tuple | None = None) -> p
     elements with 32 bits; at or past that line it takes other kernels (batch norm leaves cuDNN for its
     native kernel). Raises :class:`DatasetError` naming the missing knob columns."""
     keys, cfgs = arch if arch is not None else architectures(frame)
-    per = {u: _largest_output(_args(c)) for u, c in cfgs.items()}
     batch = pd.to_numeric(frame["batch_size"], errors="coerce").to_numpy(float)
-    return pd.Series(np.array([per[k] for k in keys], dtype=float) * batch, index=frame.index,
+    return pd.Series(_row_values(keys, cfgs, lambda *a: _largest_output(a)) * batch, index=frame.index,
                      name="largest_output")
