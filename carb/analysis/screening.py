@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,12 +26,13 @@ import pandas as pd
 
 from carb.analysis.decisions import add_probabilities, decide, interval_context, profile_next
 from carb.analysis.evaluate import budget_classification
+from carb.analysis.scale import chunk_plan, pareto_mask  # noqa: F401 - pareto_mask is part of this module's API
 from carb.data.schema import TARGETS
 from carb.design.features import grid_features
 from carb.errors import ConfigError
 from carb.model.domain import check_domain, unseen_mask
 from carb.model.encoding import interaction_features, pred_name
-from carb.model.monotone import monotone_in_batch
+from carb.model.monotone import batch_knots, monotone_in_batch
 from carb.model.intervals import interval, screening_features  # the one imputation
 
 #: Pareto axes in order of preference: energy and memory (the paper), else what the model has.
@@ -123,41 +124,6 @@ def check_budget(budget: Mapping[str, Any], targets: Sequence[str]) -> dict[str,
     return clean
 
 
-def pareto_mask(values: np.ndarray) -> np.ndarray:
-    """Boolean mask of the non-dominated rows of ``values`` (n x d, all minimized).
-
-    A row is dominated when another is <= on every axis and < on one. O(n log n) for d = 2 (sort and
-    sweep), chunked O(n^2) comparisons otherwise."""
-    v = np.asarray(values, dtype=float)
-    n = len(v)
-    if n == 0:
-        return np.zeros(0, dtype=bool)
-    if v.ndim == 1 or v.shape[1] == 1:
-        col = v.reshape(-1)
-        return col == col.min()
-    if v.shape[1] == 2:
-        order = np.lexsort((v[:, 1], v[:, 0]))
-        mask = np.zeros(n, dtype=bool)
-        best_y = math.inf
-        last_x, last_y = None, None
-        for i in order:
-            x, y = v[i]
-            if y < best_y:
-                mask[i] = True
-                best_y = y
-                last_x, last_y = x, y
-            elif y == last_y and x == last_x:
-                mask[i] = True  # exact duplicates of a front point are on the front too
-        return mask
-    mask = np.ones(n, dtype=bool)
-    for start in range(0, n, 2048):
-        block = v[start:start + 2048]
-        le = (v[None, :, :] <= block[:, None, :]).all(axis=2)
-        lt = (v[None, :, :] < block[:, None, :]).any(axis=2)
-        mask[start:start + 2048] = ~(le & lt).any(axis=1)
-    return mask
-
-
 def prioritize(scored: pd.DataFrame, budget: Mapping[str, float], mae: Mapping[str, float]) -> pd.DataFrame:
     """``feasible``, ``margin_<target>``, ``decision`` and ``decision_reason`` per candidate
     (:func:`carb.analysis.decisions.decide`): ``reject`` when some budgeted target's interval
@@ -240,7 +206,8 @@ class ScreenResult:
 def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] | None = None,
            objective: str | None = None, source_model: Any = None, top_k: int = 100,
            shortlist_size: int = 20, outside: str = "flag", coverage: float | None = None,
-           profile_size: int = 10) -> ScreenResult:
+           profile_size: int = 10, chunk_rows: int | None = None,
+           progress: Callable[[str], None] | None = None) -> ScreenResult:
     """Screen a featurized grid (output of :func:`carb.design.features.grid_features`).
 
     Single-stage with only ``target_model``; two-stage with ``source_model``: the source ranks the whole
@@ -252,8 +219,13 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
     ``lo_<target>`` / ``hi_<target>`` at ``coverage``, ``p_within_<target>`` / ``p_feasible`` (probability
     of meeting the budget, :mod:`carb.analysis.decisions`) and ``profile_rank`` (1 = measure first; the
     ``profile_size`` best borderline candidates by probability x objective, also ``ScreenResult.profile``).
+
+    ``chunk_rows`` (``screen.chunk_rows``; None = one chunk): score, intervals and decisions run on
+    chunks of about that many rows, each holding whole architectures (:func:`carb.analysis.scale.chunk_plan`),
+    so a million candidates need the memory of one chunk's intermediates; the results are the same as
+    one chunk's, row for row. ``progress(label)`` is called as each chunk starts (when there are several).
     """
-    timings: dict[str, float] = {}
+    timings: dict[str, float] = {"predict_target_s": 0.0, "screen_pareto_s": 0.0}
     target_model = as_cascade(target_model)
     source_model = None if source_model is None else as_cascade(source_model)
     targets = model_targets(target_model)
@@ -261,6 +233,8 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
     if obj not in allowed_objectives(targets):
         raise ConfigError(f"screen.objective: {obj!r} is not predicted by the target model; allowed: "
                           f"{allowed_objectives(targets)}")
+    if source_model is not None and obj not in allowed_objectives(model_targets(source_model)):
+        raise ConfigError(f"screen.source: the source model does not predict the objective {obj!r}")
     clean_budget = check_budget(budget or {}, targets)
     stages: dict[str, Any] = {"n_grid": int(len(features))}
     cal = getattr(target_model, "intervals_", None) or {}
@@ -272,30 +246,18 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
     if clean_budget and not getattr(target_model, "intervals_", None):
         notes.append("the model has no calibrated intervals (fitted before intervals): borderline = within "
                      "one test-set MAE of a budget line")
-    t = time.perf_counter()
-    scored = score(target_model, features, coverage=coverage)
-    timings["predict_target_s"] = time.perf_counter() - t
+    scored, src_pred = _score_chunks(features, target_model, source_model, obj, clean_budget, coverage,
+                                     chunk_rows, progress, timings)
     keep = np.ones(len(scored), dtype=bool)
     if source_model is not None:
-        src_targets = model_targets(source_model)
-        if obj not in allowed_objectives(src_targets):
-            raise ConfigError(f"screen.source: the source model does not predict the objective {obj!r}")
-        t = time.perf_counter()
-        src = score(source_model, features, coverage=coverage)
-        timings["predict_source_s"] = time.perf_counter() - t
-        src_pred = objective_values(src, obj)
-        scored[f"source_{pred_name(obj)}"] = src_pred
         order = np.argsort(src_pred, kind="stable")
         k = int(min(top_k, len(order)))
         keep = np.zeros(len(scored), dtype=bool)
         keep[order[:k]] = True
-        scored["stage1_rank"] = pd.Series(src_pred).rank(method="first").astype(int).to_numpy()
         stages.update({"stage1_kept": k, "spearman_source_target": spearman(
             src_pred, objective_values(scored, obj))})
     scored["stage1_kept"] = keep
     t = time.perf_counter()
-    scored = add_probabilities(target_model, scored, clean_budget)
-    scored = prioritize(scored, clean_budget, getattr(target_model, "test_mae_", {}) or {})
     scored.loc[~keep, "decision"] = "reject"
     scored.loc[~keep, "decision_reason"] = f"not in the source model's top {int(keep.sum())}"
     scored.loc[~keep, "feasible"] = False
@@ -307,23 +269,85 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
     scored["pareto"] = False
     if feas.any():
         idx = np.flatnonzero(feas)
-        m = pareto_mask(scored.iloc[idx][[pred_name(a) for a in axes]].to_numpy(dtype=float))
+        m = pareto_mask(scored[[pred_name(a) for a in axes]].to_numpy(dtype=float)[idx])
         scored.loc[scored.index[idx[m]], "pareto"] = True
     scored["rank"] = np.nan
     if feas.any():
         scored.loc[feas, "rank"] = scored.loc[feas, pred_name(obj)].rank(method="first")
-    timings["screen_pareto_s"] = time.perf_counter() - t
+    timings["screen_pareto_s"] += time.perf_counter() - t
     stages["stage2_feasible"] = int(feas.sum())
-    front = scored[scored["pareto"]].sort_values(pred_name(obj))
-    rest = scored[feas & ~scored["pareto"].to_numpy()].sort_values(pred_name(obj))
-    shortlist = pd.concat([front, rest]).head(max(shortlist_size, len(front)) if len(front) <= shortlist_size
-                                                else shortlist_size)
+    shortlist = _shortlist(scored, feas, pred_name(obj), shortlist_size)
     nxt = profile_next(scored, objective_values(scored, obj), profile_size)
     scored["profile_rank"] = np.nan
     scored.loc[nxt.index, "profile_rank"] = nxt["profile_rank"].to_numpy(dtype=float)
     return ScreenResult(scored=scored, shortlist=shortlist, objective=obj, axes=axes,
                         budget=clean_budget, stages=stages, timings_s=timings, notes=notes,
                         profile=nxt.reset_index(drop=True))
+
+
+def _score_chunks(features: pd.DataFrame, target_model: Any, source_model: Any, obj: str,
+                  budget: dict[str, float], coverage: float | None, chunk_rows: int | None,
+                  progress: Callable[[str], None] | None, timings: dict[str, float]
+                  ) -> tuple[pd.DataFrame, np.ndarray | None]:
+    """Score, probabilities and decisions of every row of ``features`` (n rows, index 0..n-1), chunk by
+    chunk (:func:`carb.analysis.scale.chunk_plan`), in the rows' order; with a source model also its
+    objective values (n,) (only those are kept of its scoring). Adds the stage timings to ``timings``."""
+    knots = max([len(batch_knots(m)) for m in (target_model, source_model) if m is not None])
+    chunks = chunk_plan(features, chunk_rows, knots)
+    parts, src_parts = [], []
+    lead: list[str] = []
+    for i, rows in enumerate(chunks):
+        if progress is not None and len(chunks) > 1:
+            progress(f"chunk {i + 1}/{len(chunks)} ({len(rows)} candidates)")
+        part = features if len(chunks) == 1 else features.iloc[rows]
+        t = time.perf_counter()
+        sc = score(target_model, part, coverage=coverage)
+        timings["predict_target_s"] += time.perf_counter() - t
+        if source_model is not None:
+            t = time.perf_counter()
+            src_parts.append(objective_values(score(source_model, part, coverage=coverage), obj))
+            timings["predict_source_s"] = timings.get("predict_source_s", 0.0) + time.perf_counter() - t
+        lead = lead or list(sc.columns)
+        t = time.perf_counter()
+        sc = prioritize(add_probabilities(target_model, sc, budget), budget,
+                        getattr(target_model, "test_mae_", {}) or {})
+        timings["screen_pareto_s"] += time.perf_counter() - t
+        parts.append(sc)
+    scored = parts[0] if len(parts) == 1 else pd.concat(parts)
+    src_pred = np.concatenate(src_parts) if src_parts else None
+    if len(chunks) > 1:   # back to the rows' order
+        pos = np.concatenate(chunks)
+        inverse = np.empty_like(pos)
+        inverse[pos] = np.arange(len(pos))
+        scored = scored.iloc[inverse].reset_index(drop=True)
+        src_pred = src_pred[inverse] if src_pred is not None else None
+    del parts
+    src_cols: list[str] = []
+    if src_pred is not None:
+        scored[f"source_{pred_name(obj)}"] = src_pred
+        scored["stage1_rank"] = pd.Series(src_pred).rank(method="first").astype(int).to_numpy()
+        src_cols = [f"source_{pred_name(obj)}", "stage1_rank"]
+    scored["stage1_kept"] = True
+    order = [*lead, *src_cols, "stage1_kept"]        # the columns in the order one pass gave them
+    scored = scored[order + [c for c in scored.columns if c not in order]]
+    return scored, src_pred
+
+
+def _shortlist(scored: pd.DataFrame, feas: np.ndarray, col: str, size: int) -> pd.DataFrame:
+    """The front (by ``col``, ascending), then the best other feasible rows: the first ``size`` rows;
+    sorts only the rows that can make it, not the whole grid."""
+    front_mask = scored["pareto"].to_numpy(dtype=bool)
+    front = scored[front_mask].sort_values(col)
+    if len(front) >= size:
+        return front.head(size)
+    rest_idx = np.flatnonzero(feas & ~front_mask)
+    need = size - len(front)
+    if need > 0 and len(rest_idx) > need:
+        v = scored[col].to_numpy(dtype=float)[rest_idx]
+        cut = np.partition(np.nan_to_num(v, nan=np.inf), need - 1)[need - 1]
+        rest_idx = rest_idx[(v <= cut) | np.isnan(v) & (cut == np.inf)]
+    rest = scored.iloc[rest_idx].sort_values(col, kind="stable")
+    return pd.concat([front, rest]).head(size)
 
 
 def closest_candidates(scored: pd.DataFrame, budget: Mapping[str, float], n: int = 5) -> pd.DataFrame:
@@ -333,8 +357,12 @@ def closest_candidates(scored: pd.DataFrame, budget: Mapping[str, float], n: int
     over = np.zeros(len(scored))
     for t, limit in budget.items():
         over = np.maximum(over, scored[pred_name(t)].to_numpy(dtype=float) / limit - 1.0)
+    if len(scored) > 4 * n:   # sort only the rows that can make it, not a million
+        cut = np.partition(np.nan_to_num(over, nan=np.inf), n - 1)[n - 1]
+        sel = np.flatnonzero(over <= cut)
+        scored, over = scored.iloc[sel], over[sel]
     out = scored.assign(worst_overshoot=over)
-    return out.sort_values("worst_overshoot").head(n)
+    return out.sort_values("worst_overshoot", kind="stable").head(n)
 
 
 def _decision_metrics(prefix: str, m: np.ndarray, p: np.ndarray, limit: float) -> dict[str, Any]:
