@@ -42,15 +42,16 @@ def default_target(tracking_uri: str, artifact_root: str | None = None) -> str:
 
 
 def load_grid(cfg: Any) -> pd.DataFrame:
-    """Featurized candidates from ``screen.grid_file`` or the ``space`` config."""
-    from carb.design.gridfile import read_grid_file
-    from carb.design.space import configs_from_cfg
+    """Featurized candidates from ``screen.grid_file`` or the ``space`` config (knob frames, no object
+    per candidate: :mod:`carb.design.candidates`)."""
+    from carb.design.candidates import space_frame
+    from carb.design.gridfile import read_grid_frame
 
     grid_file = cfg.screen.get("grid_file")
     if grid_file:
-        configs = read_grid_file(grid_file, to_dict(cfg.screen.get("grid_defaults") or {}))
+        configs = read_grid_frame(grid_file, to_dict(cfg.screen.get("grid_defaults") or {}))
     else:
-        configs = configs_from_cfg(to_dict(cfg.space))
+        configs = space_frame(to_dict(cfg.space))
     return screening.featurize(configs)
 
 
@@ -151,13 +152,17 @@ def run_screen(cfg: Any) -> dict[str, Any]:
     features = load_grid(cfg)
     feat_s = time.perf_counter() - t
     prog.add(len(features) / SCORE_ROWS_PER_UNIT)
-    prog.begin(f"scoring {len(features)} candidates" + (" (two-stage)" if source is not None else ""),
-               len(features) / SCORE_ROWS_PER_UNIT)
+    chunk = int(cfg.screen.get("chunk_rows") or 100_000)
+    big = len(features) > int(cfg.screen.get("progress_min_rows", 100_000))   # progress per chunk
+    label = f"scoring {len(features)} candidates" + (" (two-stage)" if source is not None else "")
+    if not big:
+        prog.begin(label, len(features) / SCORE_ROWS_PER_UNIT)
     result = screening.screen(features, target, budget_cfg, cfg.screen.get("objective"), source,
                               int(cfg.screen.top_k), int(cfg.screen.shortlist_size),
                               outside=str(cfg.screen.get("outside", "flag")),
                               coverage=_coverage(cfg.screen.get("interval_coverage")),
-                              profile_size=int(cfg.screen.get("profile_next", 10)))
+                              profile_size=int(cfg.screen.get("profile_next", 10)), chunk_rows=chunk,
+                              progress=prog.hook(chunk / SCORE_ROWS_PER_UNIT, f"{label}: ") if big else None)
     result.timings_s.update({"features_s": feat_s, "load_models_s": load_s})
     mode = "two-stage" if source is not None else "single-stage"
     _print_report(cfg, result, notes, target_uri, target, source, mode)
@@ -181,7 +186,8 @@ def run_screen(cfg: Any) -> dict[str, Any]:
         tracking.log_metrics(metrics)
         tracking.log_artifact(out_dir, "screen")
     prog.finish(f"screened {counts['n_candidates']} candidates")
-    print(f"wrote {out_dir}/: shortlist.csv, profile_next.csv, scored.csv, scored.parquet, pareto.png")
+    csv = "scored.csv, " if (out_dir / "scored.csv").exists() else ""
+    print(f"wrote {out_dir}/: shortlist.csv, profile_next.csv, {csv}scored.parquet, pareto.png")
     print(f"MLflow run {run_id}")
     print("\n".join(next_steps(target_uri, uri)))
     return {**counts, **result.stages, "timings_s": result.timings_s, "output_dir": str(out_dir),
@@ -293,7 +299,12 @@ def _write_files(cfg: Any, result: Any, prog: Progress) -> Path:
     targets = [t for t in ("latency_ms", "energy_J", "peak_memory_MB") if pred_name(t) in result.scored]
     scored = file_frame(result.scored, targets)
     scored.to_parquet(out_dir / "scored.parquet", index=False)
-    scored.to_csv(out_dir / "scored.csv", index=False)
+    csv_max = int(cfg.screen.get("scored_csv_max_rows", 100_000))
+    if len(scored) <= csv_max:
+        scored.to_csv(out_dir / "scored.csv", index=False)
+    else:
+        print(f"note: scored.csv not written ({len(scored)} rows > screen.scored_csv_max_rows={csv_max}); "
+              f"every candidate is in scored.parquet")
     file_frame(result.shortlist, targets).to_csv(out_dir / "shortlist.csv", index=False)
     file_frame(result.profile, targets).to_csv(out_dir / "profile_next.csv", index=False)
     from carb.plots.screen import pareto_figure

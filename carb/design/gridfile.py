@@ -9,11 +9,11 @@ block) and ``num_classes``, whose absence has a documented meaning.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from carb.design.arch import KNOBS, ArchConfig, configs_from_records
@@ -48,12 +48,13 @@ def check_numbers(df: pd.DataFrame, field: str) -> None:
     for col in df.columns:
         if not pd.api.types.is_numeric_dtype(df[col]) or pd.api.types.is_bool_dtype(df[col]):
             continue
-        for i, v in enumerate(df[col].tolist()):
-            if v is None or (col == "stages" and isinstance(v, float) and math.isnan(v)):
-                continue
-            if not math.isfinite(float(v)) or float(v) < 0:
-                raise ConfigError(f"{field}: column {col!r} row {i + 1}: {v!r} is not allowed; "
-                                  f"allowed: a finite number >= 0")
+        v = df[col].to_numpy(dtype=float, na_value=np.nan)
+        skip = np.isnan(v) & (col == "stages")      # NaN stages = the named layout
+        bad = ~skip & ~(np.isfinite(v) & (v >= 0))
+        if bad.any():   # vectorized: a million rows are checked at once
+            i = int(np.flatnonzero(bad)[0])
+            raise ConfigError(f"{field}: column {col!r} row {i + 1}: {df[col].iloc[i]!r} is not allowed; "
+                              f"allowed: a finite number >= 0")
 
 
 def apply_defaults(df: pd.DataFrame, defaults: Mapping[str, Any] | None, field: str) -> pd.DataFrame:
@@ -70,6 +71,21 @@ def apply_defaults(df: pd.DataFrame, defaults: Mapping[str, Any] | None, field: 
         raise ConfigError(f"{field}: missing knob column(s) {missing}; a grid file needs {list(REQUIRED_KNOBS)} "
                           f"(optional: {list(OPTIONAL_KNOBS)}), or give screen.grid_defaults.<knob>=<value>")
     return df.assign(**{k: v for k, v in defaults.items() if k not in df.columns})
+
+
+def read_grid_frame(path: str | Path, defaults: Mapping[str, Any] | None = None,
+                    field: str = "screen.grid_file") -> pd.DataFrame:
+    """:func:`read_grid_file` as a validated knob frame (:func:`carb.design.candidates.records_frame`:
+    each distinct architecture validated once), for grid files of a million rows."""
+    from carb.design.candidates import records_frame
+
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"{field}: {str(p)!r} does not exist")
+    df = read_frame(p, field)
+    check_numbers(df, f"{field} {p.name}")
+    df = apply_defaults(df, defaults, f"{field} {p.name}")
+    return records_frame(df, source=f"{field} {p.name}")
 
 
 def read_grid_file(path: str | Path, defaults: Mapping[str, Any] | None = None,
