@@ -44,8 +44,8 @@ def default_target(tracking_uri: str, artifact_root: str | None = None) -> str:
 def load_grid(cfg: Any) -> pd.DataFrame:
     """Featurized candidates from ``screen.grid_file`` or the ``space`` config (knob frames, no object
     per candidate: :mod:`carb.design.candidates`)."""
-    from carb.design.candidates import space_frame
     from carb.design.gridfile import read_grid_frame
+    from carb.design.space import space_frame
 
     grid_file = cfg.screen.get("grid_file")
     if grid_file:

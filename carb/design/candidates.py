@@ -1,11 +1,11 @@
 """Candidates as a vectorized frame of knobs, for grids of a million rows (NAS scale).
 
 :func:`carb.design.space.configs_from_cfg` builds one validated :class:`~carb.design.arch.ArchConfig` per
-candidate: about 20 us each, 20 s and several GB for a million. Here a space (or a grid file's rows)
-becomes a DataFrame of knob columns directly: each distinct architecture (every knob but the batch size
+candidate: about 20 us each, 20 s and several GB for a million. Here a grid file's rows (and, in
+:func:`carb.design.space.space_frame`, a space) become a DataFrame of knob columns directly: each distinct architecture (every knob but the batch size
 and the precision) is validated once through :class:`~carb.design.arch.ArchConfig`, each distinct batch
-size and precision once, and the rows are index arithmetic over those. Same rows, same order, same
-random sample and same ``config_id`` as the object path (tests/test_screenscale_candidates.py).
+size and precision once, and the rows are index arithmetic over those. Same rows, same order and same
+``config_id`` (:func:`config_ids`) as the object path (tests/test_screenscale_candidates.py).
 
 Columns of a knob frame (:data:`FRAME_COLUMNS`): the :data:`~carb.design.arch.KNOBS` (``stages`` as the
 built layout, ``'2-2-2-2'``) plus ``num_classes``. Imports nothing of CARB but the design layer.
@@ -13,7 +13,6 @@ built layout, ``'2-2-2-2'``) plus ``num_classes``. Imports nothing of CARB but t
 from __future__ import annotations
 
 import hashlib
-import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,83 +29,10 @@ ARCH_COLUMNS: tuple[str, ...] = ("block", "depth", "width_mult", "input_size", "
                                  "inner_mult", "num_classes")
 
 
-def _listify(name: str, v: Any) -> list:
-    from carb.design.space import _listify as listify
-
-    return listify(name, v)
-
-
-def _arch_record(cfg: ArchConfig) -> tuple:
+def arch_record(cfg: ArchConfig) -> tuple:
     """The normalized :data:`ARCH_COLUMNS` values of a validated configuration."""
     return (cfg.block, cfg.depth, cfg.width_mult, cfg.input_size, cfg.early_downsample, cfg.stages_str,
             cfg.inner_mult, cfg.num_classes)
-
-
-def _block_frame(space: Mapping[str, Any], block: str, num_classes: int) -> pd.DataFrame:
-    """The rows of one block family of :func:`carb.design.space._product`, in its order (depth, width,
-    input size, batch size, precision, stem, inner width; the last varies fastest), validated."""
-    from carb.design.space import _inner_values
-
-    depths = space.get("depths") or {}
-    dims = [_listify(f"depths.{block}", depths[block]), _listify("width_mults", space.get("width_mults", [1.0])),
-            _listify("input_sizes", space.get("input_sizes", [224])),
-            _listify("batch_sizes", space.get("batch_sizes", [1])),
-            _listify("precisions", space.get("precisions", ["fp32"])),
-            _listify("early_downsample", space.get("early_downsample", [True])), _inner_values(block, space)]
-    shape = tuple(len(d) for d in dims)
-    d, w, s, b, p, e, i = np.unravel_index(np.arange(int(np.prod(shape)), dtype=np.int64), shape)
-    # validate: every architecture once (at the first batch size and precision), then each batch size
-    # and precision once (with the first architecture), in the order the object path meets them
-    arch_shape = (shape[0], shape[1], shape[2], shape[5], shape[6])
-    recs = []
-    first: ArchConfig | None = None
-    for di, wi, si, ei, ii in np.ndindex(*arch_shape):
-        cfg = ArchConfig(block=block, depth=dims[0][di], width_mult=dims[1][wi], input_size=dims[2][si],
-                         batch_size=dims[3][0], precision=dims[4][0], early_downsample=dims[5][ei],
-                         num_classes=num_classes, inner_mult=dims[6][ii])
-        first = first or cfg
-        recs.append(_arch_record(cfg))
-    batches = [first.replace(batch_size=v).batch_size for v in dims[3]]
-    precs = [first.replace(precision=v).precision for v in dims[4]]
-    arch = pd.DataFrame(recs, columns=list(ARCH_COLUMNS))
-    code = np.ravel_multi_index((d, w, s, e, i), arch_shape)
-    out = arch.iloc[code].reset_index(drop=True)
-    out["batch_size"] = np.asarray(batches, dtype=np.int64)[b]
-    out["precision"] = np.asarray(precs, dtype=object)[p]
-    return out
-
-
-def space_frame(space: Mapping[str, Any]) -> pd.DataFrame:
-    """:func:`carb.design.space.configs_from_cfg` as a knob frame (:data:`FRAME_COLUMNS`): the same
-    candidates in the same order (``mode: grid``: the full product; ``mode: random``: the same seeded
-    sample), ``max_flops`` applied. Raises :class:`ConfigError` as the object path does."""
-    from carb.design.features import arch_args, per_image_counts
-    from carb.design.space import _as_plain, _product_check
-
-    space = _as_plain(space)
-    mode = space.get("mode", "grid")
-    if mode not in ("grid", "random"):
-        raise ConfigError(f"space.mode: {mode!r} is not allowed; allowed: ['grid', 'random']")
-    blocks = _product_check(space)
-    num_classes = int(space.get("num_classes", 1000) or 1000)
-    frames = [_block_frame(space, b, num_classes) for b in blocks]
-    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(FRAME_COLUMNS))
-    max_flops = space.get("max_flops")
-    if max_flops is not None and len(df):
-        codes, archs = arch_codes(df)
-        per = np.array([per_image_counts(*arch_args(r))[0] for r in archs.itertuples(index=False)], dtype=float)
-        df = df[per[codes] * df["batch_size"].to_numpy(float) <= float(max_flops)].reset_index(drop=True)
-    if mode == "random":
-        n = space.get("n")
-        if n is None or int(n) <= 0:
-            raise ConfigError(f"space.n: random mode needs a positive sample size, got {n!r}")
-        rng = random.Random(int(space.get("seed", 0) or 0))
-        # random.sample picks by position only, so sampling positions gives the object path's sample
-        idx = rng.sample(range(len(df)), min(int(n), len(df)))
-        df = df.iloc[np.asarray(idx, dtype=np.int64)].reset_index(drop=True)
-    if not len(df):
-        raise ConfigError("space: yields no configurations")
-    return df[list(FRAME_COLUMNS)]
 
 
 def arch_codes(frame: pd.DataFrame, columns: Sequence[str] = ARCH_COLUMNS) -> tuple[np.ndarray, pd.DataFrame]:
@@ -175,7 +101,7 @@ def records_frame(frame: pd.DataFrame, source: str = "grid") -> pd.DataFrame:
     b0, p0 = df["batch_size"].iloc[:1].tolist()[0], df["precision"].iloc[:1].tolist()[0]   # Python scalars
     recs = []
     for j, r in enumerate(archs.to_dict("records")):
-        recs.append(_arch_record(_checked(source, int(first_row[j]), {**r, "batch_size": b0, "precision": p0})))
+        recs.append(arch_record(_checked(source, int(first_row[j]), {**r, "batch_size": b0, "precision": p0})))
     base = archs.head(1).to_dict("records")[0]
     values: dict[str, list] = {}
     for col, attr in (("batch_size", "batch_size"), ("precision", "precision")):
@@ -213,5 +139,5 @@ def frame_to_configs(frame: pd.DataFrame) -> list[ArchConfig]:
     return [ArchConfig(**r) for r in frame[cols].to_dict("records")]
 
 
-__all__ = ["ARCH_COLUMNS", "FRAME_COLUMNS", "arch_codes", "config_ids", "configs_frame", "frame_to_configs",
-           "records_frame", "space_frame"]
+__all__ = ["ARCH_COLUMNS", "FRAME_COLUMNS", "arch_codes", "arch_record", "config_ids", "configs_frame", "frame_to_configs",
+           "records_frame"]

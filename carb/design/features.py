@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from carb.design.arch import BYTES_PER_ELEMENT, KNOBS, ArchConfig
+from carb.design.candidates import arch_codes, config_ids, configs_frame, records_frame
 from carb.design.layers import part_layers, part_runs
 
 MB = 2.0**20
@@ -117,8 +118,6 @@ def grid_features(configs: Sequence[ArchConfig] | pd.DataFrame) -> pd.DataFrame:
     ``configs`` is a list of :class:`ArchConfig` or a DataFrame with the knob columns (validated and
     normalized by :func:`carb.design.candidates.records_frame`, each distinct architecture once, so a
     frame of a million rows takes seconds, not minutes). Counts are computed once per architecture."""
-    from carb.design.candidates import arch_codes, config_ids, configs_frame, records_frame
-
     frame = records_frame(configs, "grid frame") if isinstance(configs, pd.DataFrame) else configs_frame(configs)
     n = len(frame)
     if n == 0:

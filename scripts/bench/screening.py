@@ -104,7 +104,7 @@ def run_once(space: dict, target, source) -> dict[str, float]:
 
     t0 = time.perf_counter()
     try:
-        from carb.design.candidates import space_frame
+        from carb.design.space import space_frame
         cands = space_frame(space)
     except ImportError:       # a tree before knob frames
         from carb.design.space import configs_from_cfg
