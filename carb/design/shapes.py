@@ -21,9 +21,10 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from carb.design.arch import BYTES_PER_ELEMENT, KNOB_DEFAULTS, KNOBS, configs_from_records
+from carb.design.arch import BYTES_PER_ELEMENT, KNOB_DEFAULTS, KNOBS, ArchConfig, configs_from_records
+from carb.design.candidates import arch_codes
 from carb.design.layers import arch_key, out_side, part_layers, part_runs
-from carb.errors import DatasetError
+from carb.errors import ConfigError, DatasetError
 
 #: Columns of :func:`gemm_terms`, in elements (not bytes) at the row's batch size:
 #: ``gemm_MNK`` multiply-adds of every conv and the classifier, ``gemm_MK`` im2col input elements,
@@ -109,11 +110,18 @@ def architectures(frame: pd.DataFrame) -> tuple[np.ndarray, dict[int, object]]:
             arch[k] = arch[k].fillna(v)
     if "stages" in arch.columns:
         arch["stages"] = arch["stages"].astype(object).where(arch["stages"].notna(), None)
-    from carb.design.candidates import arch_codes
-
     keys, uniq = arch_codes(arch, arch_cols)
     recs = [dict(r, batch_size=1, precision="fp32") for r in uniq.to_dict("records")]
-    return keys, dict(enumerate(configs_from_records(recs, source="layer shapes")))
+    try:     # each architecture validated once per process (a cascade's priors ask a dozen times per predict)
+        return keys, {u: _arch_config(tuple(r.items())) for u, r in enumerate(recs)}
+    except (ConfigError, TypeError):
+        return keys, dict(enumerate(configs_from_records(recs, source="layer shapes")))   # names the row
+
+
+@lru_cache(maxsize=65536)
+def _arch_config(items: tuple) -> ArchConfig:
+    """``ArchConfig(**dict(items))``, cached: knob values to a validated configuration."""
+    return ArchConfig(**dict(items))
 
 
 def _row_values(keys: np.ndarray, cfgs: dict[int, object], fn) -> np.ndarray:
