@@ -7,10 +7,14 @@ row-wise :func:`numpy.interp`, and the Pareto front by sorting.
   knots) see the same rows whatever the chunking and memory stays bounded by the chunk;
 * :func:`interp_rows`: ``np.interp(x, xp[i][finite], fp[finite])`` for every row ``i`` at once, the same
   numbers (:func:`carb.analysis.decisions.prob_within` read a million CDFs one Python call at a time);
+* :func:`parallel_chunks`: the chunks in worker processes (spawned, one thread each), results in order;
 * :func:`pareto_mask`: the non-dominated rows, O(n log n) in 2-D (sort and running minimum) and a
   sort-filter skyline in more dimensions (each point compared only with the front found so far).
 """
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -43,6 +47,54 @@ def chunk_plan(features: pd.DataFrame, chunk_rows: int | None, knots: int = 0) -
         chunks.append(order[starts[lo]:end])
         base, lo = cum[hi - 1], hi
     return chunks
+
+
+_MODELS: tuple = ()   # a worker process's models (set once by _init_worker)
+
+
+def _init_worker(blob: bytes) -> None:
+    """Worker set-up: unpickle the models once, every library at one thread (the workers are the
+    parallelism: nested threads would multiply)."""
+    import pickle
+
+    global _MODELS
+    try:
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(limits=1)
+    except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
+        pass
+    _MODELS = pickle.loads(blob)
+    for model in _MODELS:
+        for stage in (getattr(model, "stages_", None) or {}).values():
+            for est in getattr(getattr(stage, "model", None), "members_", {}).values():
+                if "n_jobs" in getattr(est, "get_params", dict)():
+                    est.set_params(n_jobs=1)
+
+
+def _run_chunk(fn: Callable, part: pd.DataFrame, args: tuple) -> Any:
+    return fn(_MODELS, part, *args)
+
+
+def parallel_chunks(fn: Callable, models: tuple, parts: list[pd.DataFrame], args: tuple, workers: int,
+                    progress: Callable[[str], None] | None = None) -> list[Any]:
+    """``[fn(models, part, *args) for part in parts]`` in ``workers`` spawned processes (the models are
+    pickled to each worker once; ``fn`` must be a module-level function), in the order of ``parts``.
+    ``progress(label)`` is called as each chunk's result arrives. Spawned, not forked: a forked child of
+    a process whose OpenMP runtime has started threads may hang in its first parallel region."""
+    import multiprocessing as mp
+    import pickle
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    blob = pickle.dumps(models, protocol=pickle.HIGHEST_PROTOCOL)
+    out: list[Any] = [None] * len(parts)
+    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
+                             initializer=_init_worker, initargs=(blob,)) as pool:
+        futures = {pool.submit(_run_chunk, fn, p, args): i for i, p in enumerate(parts)}
+        for done, fut in enumerate(as_completed(futures), start=1):
+            out[futures[fut]] = fut.result()
+            if progress is not None:
+                progress(f"chunk {done}/{len(parts)} done ({len(parts[futures[fut]])} candidates, {workers} workers)")
+    return out
 
 
 def interp_rows(x: float, xp: np.ndarray, fp: np.ndarray) -> np.ndarray:

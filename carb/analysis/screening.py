@@ -26,14 +26,14 @@ import pandas as pd
 
 from carb.analysis.decisions import add_probabilities, decide, interval_context, profile_next
 from carb.analysis.evaluate import budget_classification
-from carb.analysis.scale import chunk_plan, pareto_mask  # noqa: F401 - pareto_mask is part of this module's API
+from carb.analysis.scale import chunk_plan, parallel_chunks, pareto_mask  # noqa: F401 - pareto_mask: API
 from carb.data.schema import TARGETS
 from carb.design.features import grid_features
 from carb.errors import ConfigError
 from carb.model.domain import check_domain, unseen_mask
 from carb.model.encoding import interaction_features, pred_name
 from carb.model.monotone import batch_knots, monotone_in_batch
-from carb.model.intervals import interval, screening_features  # the one imputation
+from carb.model.intervals import interval, screening_features, with_telemetry  # the one imputation
 
 #: Pareto axes in order of preference: energy and memory (the paper), else what the model has.
 PARETO_PREFERENCE = ("energy_J", "peak_memory_MB", "latency_ms")
@@ -83,6 +83,23 @@ def score(model: Any, features: pd.DataFrame, with_medians: bool = True,
         for c in iv.columns:
             out[c] = iv[c].to_numpy()
     return out
+
+
+def source_objective(model: Any, features: pd.DataFrame, obj: str, monotone: bool = True) -> np.ndarray:
+    """(n,) objective values (:func:`objective_values`) of ``model``'s screening predictions for the rows
+    of ``features``: the numbers :func:`score` gives, without what stage 1 of a two-stage screen does not
+    keep (intervals, the rows' own imputed telemetry: batch-monotone predictions read the architectures at
+    the model's knots, whose telemetry is imputed there, and the physics priors read no telemetry)."""
+    model = as_cascade(model)
+
+    def prepare(F: pd.DataFrame) -> pd.DataFrame:
+        return screening_features(model, F)
+
+    pred = monotone_in_batch(model, with_telemetry(features, getattr(model, "telemetry_medians_", {}) or {}),
+                             prepare) if monotone else None
+    if pred is None:
+        pred = model.predict(prepare(features))
+    return objective_values(pred.assign(batch_size=features["batch_size"].to_numpy()), obj)
 
 
 def domain_filter(model: Any, features: pd.DataFrame, outside: str = "flag"
@@ -207,7 +224,7 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
            objective: str | None = None, source_model: Any = None, top_k: int = 100,
            shortlist_size: int = 20, outside: str = "flag", coverage: float | None = None,
            profile_size: int = 10, chunk_rows: int | None = None,
-           progress: Callable[[str], None] | None = None) -> ScreenResult:
+           progress: Callable[[str], None] | None = None, workers: int | None = None) -> ScreenResult:
     """Screen a featurized grid (output of :func:`carb.design.features.grid_features`).
 
     Single-stage with only ``target_model``; two-stage with ``source_model``: the source ranks the whole
@@ -224,6 +241,10 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
     chunks of about that many rows, each holding whole architectures (:func:`carb.analysis.scale.chunk_plan`),
     so a million candidates need the memory of one chunk's intermediates; the results are the same as
     one chunk's, row for row. ``progress(label)`` is called as each chunk starts (when there are several).
+    ``workers``: processes for the chunks (None or 1: this process; ``carb-screen`` passes
+    :func:`carb.compute.estimator_threads` of the grid's rows, so 1 on a busy machine or with
+    ``compute.n_jobs=1``). Spawned workers re-import the caller's ``__main__``: a script that passes
+    ``workers > 1`` needs the ``if __name__ == "__main__":`` guard.
     """
     timings: dict[str, float] = {"predict_target_s": 0.0, "screen_pareto_s": 0.0}
     target_model = as_cascade(target_model)
@@ -247,7 +268,7 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
         notes.append("the model has no calibrated intervals (fitted before intervals): borderline = within "
                      "one test-set MAE of a budget line")
     scored, src_pred = _score_chunks(features, target_model, source_model, obj, clean_budget, coverage,
-                                     chunk_rows, progress, timings)
+                                     chunk_rows, progress, timings, workers)
     keep = np.ones(len(scored), dtype=bool)
     if source_model is not None:
         order = np.argsort(src_pred, kind="stable")
@@ -287,34 +308,35 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
 
 def _score_chunks(features: pd.DataFrame, target_model: Any, source_model: Any, obj: str,
                   budget: dict[str, float], coverage: float | None, chunk_rows: int | None,
-                  progress: Callable[[str], None] | None, timings: dict[str, float]
+                  progress: Callable[[str], None] | None, timings: dict[str, float], workers: int | None = None
                   ) -> tuple[pd.DataFrame, np.ndarray | None]:
     """Score, probabilities and decisions of every row of ``features`` (n rows, index 0..n-1), chunk by
     chunk (:func:`carb.analysis.scale.chunk_plan`), in the rows' order; with a source model also its
-    objective values (n,) (only those are kept of its scoring). Adds the stage timings to ``timings``."""
+    objective values (n,) (only those are kept of its scoring). Adds the stage timings to ``timings`` (summed
+    over chunks: CPU seconds of all workers). Several chunks run in ``workers`` processes (None or 1: in
+    this process), each at one thread (:func:`carb.analysis.scale.parallel_chunks`)."""
     knots = max([len(batch_knots(m)) for m in (target_model, source_model) if m is not None])
     chunks = chunk_plan(features, chunk_rows, knots)
-    parts, src_parts = [], []
-    lead: list[str] = []
-    for i, rows in enumerate(chunks):
-        if progress is not None and len(chunks) > 1:
-            progress(f"chunk {i + 1}/{len(chunks)} ({len(rows)} candidates)")
-        part = features if len(chunks) == 1 else features.iloc[rows]
-        t = time.perf_counter()
-        sc = score(target_model, part, coverage=coverage)
-        timings["predict_target_s"] += time.perf_counter() - t
-        if source_model is not None:
-            t = time.perf_counter()
-            src_parts.append(objective_values(score(source_model, part, coverage=coverage), obj))
-            timings["predict_source_s"] = timings.get("predict_source_s", 0.0) + time.perf_counter() - t
-        lead = lead or list(sc.columns)
-        t = time.perf_counter()
-        sc = prioritize(add_probabilities(target_model, sc, budget), budget,
-                        getattr(target_model, "test_mae_", {}) or {})
-        timings["screen_pareto_s"] += time.perf_counter() - t
-        parts.append(sc)
+    n_workers = 1 if len(chunks) == 1 else min(len(chunks), max(1, int(workers or 1)))
+    models = (target_model, source_model)
+    if n_workers > 1:
+        results = parallel_chunks(_score_part, models, [features.iloc[r] for r in chunks],
+                                  (obj, budget, coverage), n_workers, progress)
+    else:
+        results = []
+        for i, rows in enumerate(chunks):
+            if progress is not None and len(chunks) > 1:
+                progress(f"chunk {i + 1}/{len(chunks)} ({len(rows)} candidates)")
+            results.append(_score_part(models, features if len(chunks) == 1 else features.iloc[rows],
+                                       obj, budget, coverage))
+    parts = [r[0] for r in results]
+    for r in results:
+        for k, v in r[3].items():
+            timings[k] = timings.get(k, 0.0) + v
+    lead = list(results[0][2])
+    src_pred = np.concatenate([r[1] for r in results]) if source_model is not None else None
+    del results
     scored = parts[0] if len(parts) == 1 else pd.concat(parts)
-    src_pred = np.concatenate(src_parts) if src_parts else None
     if len(chunks) > 1:   # back to the rows' order
         pos = np.concatenate(chunks)
         inverse = np.empty_like(pos)
@@ -331,6 +353,27 @@ def _score_chunks(features: pd.DataFrame, target_model: Any, source_model: Any, 
     order = [*lead, *src_cols, "stage1_kept"]        # the columns in the order one pass gave them
     scored = scored[order + [c for c in scored.columns if c not in order]]
     return scored, src_pred
+
+
+def _score_part(models: tuple[Any, Any], part: pd.DataFrame, obj: str, budget: dict[str, float],
+                coverage: float | None) -> tuple[pd.DataFrame, np.ndarray | None, list[str], dict[str, float]]:
+    """One chunk: ``(scored rows with probabilities and decisions, the source's objective values or None,
+    the scored columns before the decisions, seconds per step)``."""
+    target_model, source_model = models
+    tm: dict[str, float] = {}
+    t = time.perf_counter()
+    sc = score(target_model, part, coverage=coverage)
+    tm["predict_target_s"] = time.perf_counter() - t
+    src = None
+    if source_model is not None:
+        t = time.perf_counter()
+        src = source_objective(source_model, part, obj)
+        tm["predict_source_s"] = time.perf_counter() - t
+    lead = list(sc.columns)
+    t = time.perf_counter()
+    sc = prioritize(add_probabilities(target_model, sc, budget), budget, getattr(target_model, "test_mae_", {}) or {})
+    tm["screen_pareto_s"] = time.perf_counter() - t
+    return sc, src, lead, tm
 
 
 def _shortlist(scored: pd.DataFrame, feas: np.ndarray, col: str, size: int) -> pd.DataFrame:

@@ -21,6 +21,7 @@ from carb.analysis import screening
 from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_tags, to_dict
 from carb.data.schema import device_slug
 from carb.commands.progress import Progress
+from carb.compute import estimator_threads
 from carb.commands.screen_table import TABLE_WIDTH, budget_text, file_frame, format_table, next_steps
 from carb.errors import ConfigError, ModelError
 from carb.model.encoding import pred_name
@@ -162,6 +163,7 @@ def run_screen(cfg: Any) -> dict[str, Any]:
                               outside=str(cfg.screen.get("outside", "flag")),
                               coverage=_coverage(cfg.screen.get("interval_coverage")),
                               profile_size=int(cfg.screen.get("profile_next", 10)), chunk_rows=chunk,
+                              workers=estimator_threads(len(features)),   # processes for the chunks
                               progress=prog.hook(chunk / SCORE_ROWS_PER_UNIT, f"{label}: ") if big else None)
     result.timings_s.update({"features_s": feat_s, "load_models_s": load_s})
     mode = "two-stage" if source is not None else "single-stage"

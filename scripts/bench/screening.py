@@ -112,7 +112,11 @@ def run_once(space: dict, target, source) -> dict[str, float]:
     t1 = time.perf_counter()
     feats = screening.featurize(cands)
     t2 = time.perf_counter()
-    kw = {"chunk_rows": _chunk_rows()} if "chunk_rows" in inspect.signature(screening.screen).parameters else {}
+    params = inspect.signature(screening.screen).parameters
+    kw = {"chunk_rows": _chunk_rows()} if "chunk_rows" in params else {}
+    if "workers" in params:   # as carb-screen runs it: processes by the compute policy (cores, load)
+        from carb.compute import estimator_threads
+        kw["workers"] = estimator_threads(len(feats))
     res = screening.screen(feats, target, {"peak_memory_MB": 64.0}, None, source, 100, **kw)
     t3 = time.perf_counter()
     tm = res.timings_s
