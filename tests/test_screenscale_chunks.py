@@ -48,9 +48,11 @@ def test_chunked_screen_equals_one_pass(model):
     one = screen(grid, model, {"energy_J": 1.0, "peak_memory_MB": 5e3}, None, model, top_k=40)
     budget = {"energy_J": float(np.median(one.scored["pred_energy_J"])), "peak_memory_MB": 5e3}
     one = screen(grid, model, budget, None, model, top_k=40)
-    labels: list[str] = []
-    many = screen(grid, model, budget, None, model, top_k=40, chunk_rows=60, progress=labels.append)
-    assert len(labels) >= 3 and labels[0].startswith("chunk 1/")
+    calls: list[tuple[str, float]] = []
+    many = screen(grid, model, budget, None, model, top_k=40, chunk_rows=60,
+                  progress=lambda label, share: calls.append((label, share)))
+    assert len(calls) >= 3 and calls[0][0].startswith("chunk 1/")
+    assert sum(share for _, share in calls) == pytest.approx(1.0)
     assert list(one.scored.columns) == list(many.scored.columns)
     pd.testing.assert_frame_equal(one.scored, many.scored, check_exact=False, rtol=1e-12, atol=0)
     assert one.counts == many.counts and one.stages == many.stages

@@ -76,10 +76,10 @@ def _run_chunk(fn: Callable, part: pd.DataFrame, args: tuple) -> Any:
 
 
 def parallel_chunks(fn: Callable, models: tuple, parts: list[pd.DataFrame], args: tuple, workers: int,
-                    progress: Callable[[str], None] | None = None) -> list[Any]:
+                    progress: Callable[[str, float], None] | None = None) -> list[Any]:
     """``[fn(models, part, *args) for part in parts]`` in ``workers`` spawned processes (the models are
     pickled to each worker once; ``fn`` must be a module-level function), in the order of ``parts``.
-    ``progress(label)`` is called as each chunk's result arrives. Spawned, not forked: a forked child of
+    ``progress(label, share)`` is called as each chunk's result arrives (``share``: its fraction of the rows). Spawned, not forked: a forked child of
     a process whose OpenMP runtime has started threads may hang in its first parallel region."""
     import multiprocessing as mp
     import pickle
@@ -87,13 +87,15 @@ def parallel_chunks(fn: Callable, models: tuple, parts: list[pd.DataFrame], args
 
     blob = pickle.dumps(models, protocol=pickle.HIGHEST_PROTOCOL)
     out: list[Any] = [None] * len(parts)
+    total = max(1, sum(len(p) for p in parts))
     with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
                              initializer=_init_worker, initargs=(blob,)) as pool:
         futures = {pool.submit(_run_chunk, fn, p, args): i for i, p in enumerate(parts)}
         for done, fut in enumerate(as_completed(futures), start=1):
             out[futures[fut]] = fut.result()
             if progress is not None:
-                progress(f"chunk {done}/{len(parts)} done ({len(parts[futures[fut]])} candidates, {workers} workers)")
+                n = len(parts[futures[fut]])
+                progress(f"chunk {done}/{len(parts)} done ({n} candidates, {workers} workers)", n / total)
     return out
 
 

@@ -224,7 +224,7 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
            objective: str | None = None, source_model: Any = None, top_k: int = 100,
            shortlist_size: int = 20, outside: str = "flag", coverage: float | None = None,
            profile_size: int = 10, chunk_rows: int | None = None,
-           progress: Callable[[str], None] | None = None, workers: int | None = None) -> ScreenResult:
+           progress: Callable[[str, float], None] | None = None, workers: int | None = None) -> ScreenResult:
     """Screen a featurized grid (output of :func:`carb.design.features.grid_features`).
 
     Single-stage with only ``target_model``; two-stage with ``source_model``: the source ranks the whole
@@ -240,7 +240,8 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
     ``chunk_rows`` (``screen.chunk_rows``; None = one chunk): score, intervals and decisions run on
     chunks of about that many rows, each holding whole architectures (:func:`carb.analysis.scale.chunk_plan`),
     so a million candidates need the memory of one chunk's intermediates; the results are the same as
-    one chunk's, row for row. ``progress(label)`` is called as each chunk starts (when there are several).
+    one chunk's, row for row. ``progress(label, share)`` is called as each chunk starts (when there are
+    several; ``share``: the chunk's fraction of the candidates, the shares sum to 1).
     ``workers``: processes for the chunks (None or 1: this process; ``carb-screen`` passes
     :func:`carb.compute.estimator_threads` of the grid's rows, so 1 on a busy machine or with
     ``compute.n_jobs=1``). Spawned workers re-import the caller's ``__main__``: a script that passes
@@ -308,7 +309,7 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
 
 def _score_chunks(features: pd.DataFrame, target_model: Any, source_model: Any, obj: str,
                   budget: dict[str, float], coverage: float | None, chunk_rows: int | None,
-                  progress: Callable[[str], None] | None, timings: dict[str, float], workers: int | None = None
+                  progress: Callable[[str, float], None] | None, timings: dict[str, float], workers: int | None = None
                   ) -> tuple[pd.DataFrame, np.ndarray | None]:
     """Score, probabilities and decisions of every row of ``features`` (n rows, index 0..n-1), chunk by
     chunk (:func:`carb.analysis.scale.chunk_plan`), in the rows' order; with a source model also its
@@ -326,7 +327,7 @@ def _score_chunks(features: pd.DataFrame, target_model: Any, source_model: Any, 
         results = []
         for i, rows in enumerate(chunks):
             if progress is not None and len(chunks) > 1:
-                progress(f"chunk {i + 1}/{len(chunks)} ({len(rows)} candidates)")
+                progress(f"chunk {i + 1}/{len(chunks)} ({len(rows)} candidates)", len(rows) / len(features))
             results.append(_score_part(models, features if len(chunks) == 1 else features.iloc[rows],
                                        obj, budget, coverage))
     parts = [r[0] for r in results]

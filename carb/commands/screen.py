@@ -164,7 +164,8 @@ def run_screen(cfg: Any) -> dict[str, Any]:
                               coverage=_coverage(cfg.screen.get("interval_coverage")),
                               profile_size=int(cfg.screen.get("profile_next", 10)), chunk_rows=chunk,
                               workers=estimator_threads(len(features)),   # processes for the chunks
-                              progress=prog.hook(chunk / SCORE_ROWS_PER_UNIT, f"{label}: ") if big else None)
+                              progress=(lambda what, share: prog.begin(f"{label}: {what}", share * len(features)
+                                                                       / SCORE_ROWS_PER_UNIT)) if big else None)
     result.timings_s.update({"features_s": feat_s, "load_models_s": load_s})
     mode = "two-stage" if source is not None else "single-stage"
     _print_report(cfg, result, notes, target_uri, target, source, mode)
