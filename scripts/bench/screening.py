@@ -142,8 +142,12 @@ def worker(args: argparse.Namespace) -> None:
     run_once(space_for(3072) | {"mode": "random", "n": 200, "seed": 1}, m, m)   # warm-up, not timed
     from carb.design import features as f
     getattr(f, "clear_caches", lambda: None)()
+    before = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
     r = run_once(space_for(args.n), m, m)
-    r["peak_MB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    after = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    r["peak_MB"] = after[0].ru_maxrss / 1024.0
+    r["workers_peak_MB"] = after[1].ru_maxrss / 1024.0     # the largest worker process (0: none)
+    r["cpu_s"] = sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime for a, b in zip(after, before))
     print(json.dumps(r))
 
 
@@ -214,7 +218,9 @@ def _compare(a: argparse.Namespace, sizes: list[int], trees: dict[str, Path], tm
             r = res[(kind, n)]
             print(f"  {kind} {NAMES.get(n, n)}: " + (f"{r['total_s']:.2f} s (candidates {r['candidates_s']:.2f}, "
                   f"features {r['features_s']:.2f}, screen {r['screen_s']:.2f} of which prediction "
-                  f"{r['predict_s']:.2f}), peak {r['peak_MB']:.0f} MB" if isinstance(r, dict) else r), flush=True)
+                  f"{r['predict_s']:.2f}), CPU {r.get('cpu_s', float('nan')):.1f} s, peak {r['peak_MB']:.0f} MB"
+                  + (f" (+ workers up to {r['workers_peak_MB']:.0f} MB each)" if r.get("workers_peak_MB") else "")
+                  if isinstance(r, dict) else r), flush=True)
     return res
 
 
