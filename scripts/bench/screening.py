@@ -114,8 +114,9 @@ def run_once(space: dict, target, source) -> dict[str, float]:
     t2 = time.perf_counter()
     params = inspect.signature(screening.screen).parameters
     kw = {"chunk_rows": _chunk_rows()} if "chunk_rows" in params else {}
-    if "workers" in params:   # as carb-screen runs it: processes by the compute policy (cores, load)
-        from carb.compute import estimator_threads
+    if "workers" in params:   # as carb-screen runs it: processes by the compute policy (cores, load, CARB_N_JOBS)
+        from carb.compute import configure, estimator_threads
+        configure(n_jobs=os.environ.get("CARB_N_JOBS") or "auto")
         kw["workers"] = estimator_threads(len(feats))
     res = screening.screen(feats, target, {"peak_memory_MB": 64.0}, None, source, 100, **kw)
     t3 = time.perf_counter()
