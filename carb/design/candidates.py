@@ -133,11 +133,5 @@ def configs_frame(configs: Sequence[ArchConfig]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(FRAME_COLUMNS))
 
 
-def frame_to_configs(frame: pd.DataFrame) -> list[ArchConfig]:
-    """The :class:`ArchConfig` of each row of a knob frame (for the callers that need objects; small grids)."""
-    cols = [c for c in FRAME_COLUMNS if c in frame.columns]
-    return [ArchConfig(**r) for r in frame[cols].to_dict("records")]
-
-
-__all__ = ["ARCH_COLUMNS", "FRAME_COLUMNS", "arch_codes", "arch_record", "config_ids", "configs_frame", "frame_to_configs",
+__all__ = ["ARCH_COLUMNS", "FRAME_COLUMNS", "arch_codes", "arch_record", "config_ids", "configs_frame",
            "records_frame"]
