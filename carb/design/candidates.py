@@ -92,6 +92,8 @@ def records_frame(frame: pd.DataFrame, source: str = "grid") -> pd.DataFrame:
     defaults = {"width_mult": 1.0, "input_size": 224, "batch_size": 1, "precision": "fp32",
                 "early_downsample": True, "stages": None, "num_classes": 1000, "inner_mult": 1.0}
     df = df.assign(**{k: v for k, v in defaults.items() if k not in df.columns})
+    if df["stages"].dtype == object:     # a list of blocks per stage -> '2-2-2-2' (hashable)
+        df["stages"] = [("-".join(map(str, v)) if isinstance(v, (list, tuple, np.ndarray)) else v) for v in df["stages"]]
     for c in ("stages", "inner_mult"):
         if df[c].dtype == object or pd.api.types.is_float_dtype(df[c]):
             df[c] = df[c].astype(object).where(df[c].notna(), None)
