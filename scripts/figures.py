@@ -33,7 +33,7 @@ def last_line(script: str, *args: str) -> dict[str, str]:
     if r.returncode != 0:
         raise SystemExit(f"{script} failed:\n{r.stderr[-2000:]}")
     line = [ln for ln in r.stdout.strip().splitlines() if "=" in ln][-1]
-    return dict(kv.split("=", 1) for kv in line.split())
+    return dict(kv.split("=", 1) for kv in line.split() if "=" in kv)   # a leading "name:" is not a pair
 
 
 def timed(cmd: list[str], cwd: Path) -> tuple[float, str]:
@@ -76,7 +76,7 @@ def table(skip_full_fit: bool) -> str:
     host = machine()
     f = last_line("features.py")
     s = last_line("screening.py", "--data", "h200")
-    sc = last_line("screening.py", "--data", "reference")
+    sc = last_line("screening.py", "--data", "reference", "--sizes", "3072,100000")
     c = last_line("collect.py")
     t = last_line("train.py", *(["--fast-only"] if skip_full_fit else []))
     w = whole_commands()
@@ -87,9 +87,10 @@ def table(skip_full_fit: bool) -> str:
          f"{float(f['grid_features_3072_s']):.3f} s closed form vs {float(f['fvcore_per_config_s']):.2f} s per config "
          f"with fvcore (sampled) -> ratio {float(f['ratio']):,.0f}"),
         ("screening after the model is loaded, two-stage (`screening.py`)",
-         f"H200 model (GPU telemetry predicted per candidate): 3,072 configs {float(s['screen_3072_s']):.2f} s, "
-         f"100,000 configs {float(s['screen_100k_s']):.1f} s; CPU reference model: 3,072 configs "
-         f"{float(sc['screen_3072_s']):.2f} s, 100,000 configs {float(sc['screen_100k_s']):.1f} s"),
+         f"H200 model (GPU telemetry predicted per candidate): 3,072 configs {float(s['s3072']):.2f} s, "
+         f"100,000 configs {float(s['s100k']):.1f} s, 1,000,000 configs {float(s['s1m']):.1f} s (peak "
+         f"{float(s['peak_MB_1m']):.0f} MB); old/new {s['ratio_3072']}x, {s['ratio_100k']}x, {s['ratio_1m']}x; "
+         f"CPU reference model: 3,072 configs {float(sc['s3072']):.2f} s, 100,000 configs {float(sc['s100k']):.1f} s"),
         ("collection on this CPU (`collect.py`)",
          f"{float(c['cpu_s_per_config']):.2f} s per config; collector overhead "
          f"{100 * float(c['overhead_fraction']):.1f} % of wall time"),

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from carb.analysis.scale import interp_rows
 from carb.model.encoding import pred_name
 from carb.model.intervals import interval, interval_groups, new_architecture_mask, outside_mask, row_precision
 
@@ -78,15 +79,9 @@ def prob_within(lo: np.ndarray, hi: np.ndarray, coverages: Sequence[float], limi
     c = np.asarray(coverages, dtype=float)
     probs = np.concatenate([(1 - c[::-1]) / 2, (1 + c) / 2])
     values = np.concatenate([lo[:, ::-1], hi], axis=1)
-    out = np.full(len(values), np.nan)
-    log_limit = math.log(limit)
     with np.errstate(divide="ignore", invalid="ignore"):
         logv = np.log(values)
-    for i in range(len(values)):
-        ok = np.isfinite(logv[i])
-        if ok.any():
-            out[i] = float(np.interp(log_limit, logv[i][ok], probs[ok]))
-    return out
+    return interp_rows(math.log(limit), logv, probs)   # np.interp per row, all rows at once
 
 
 def add_probabilities(model: Any, scored: pd.DataFrame, budget: Mapping[str, float],

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,13 +27,14 @@ import pandas as pd
 from carb.analysis.axes import add_per_image, apply_axes, mark_front
 from carb.analysis.decisions import add_probabilities, decide, interval_context, profile_next
 from carb.analysis.evaluate import budget_classification
+from carb.analysis.scale import chunk_plan, parallel_chunks, pareto_mask
 from carb.data.schema import TARGETS
 from carb.design.features import grid_features
 from carb.errors import ConfigError
 from carb.model.domain import check_domain, unseen_mask
 from carb.model.encoding import interaction_features, pred_name
-from carb.model.monotone import monotone_in_batch
-from carb.model.intervals import interval, screening_features  # the one imputation
+from carb.model.monotone import batch_knots, monotone_in_batch
+from carb.model.intervals import interval, screening_features, with_telemetry  # the one imputation
 
 #: Pareto axes in order of preference: energy and memory (the paper), else what the model has.
 PARETO_PREFERENCE = ("energy_J", "peak_memory_MB", "latency_ms")
@@ -85,6 +86,23 @@ def score(model: Any, features: pd.DataFrame, with_medians: bool = True,
     return out
 
 
+def source_objective(model: Any, features: pd.DataFrame, obj: str, monotone: bool = True) -> np.ndarray:
+    """(n,) objective values (:func:`objective_values`) of ``model``'s screening predictions for the rows
+    of ``features``: the numbers :func:`score` gives, without what stage 1 of a two-stage screen does not
+    keep (intervals, the rows' own imputed telemetry: batch-monotone predictions read the architectures at
+    the model's knots, whose telemetry is imputed there, and the physics priors read no telemetry)."""
+    model = as_cascade(model)
+
+    def prepare(F: pd.DataFrame) -> pd.DataFrame:
+        return screening_features(model, F)
+
+    pred = monotone_in_batch(model, with_telemetry(features, getattr(model, "telemetry_medians_", {}) or {}),
+                             prepare) if monotone else None
+    if pred is None:
+        pred = model.predict(prepare(features))
+    return objective_values(pred.assign(batch_size=features["batch_size"].to_numpy()), obj)
+
+
 def domain_filter(model: Any, features: pd.DataFrame, outside: str = "flag"
                   ) -> tuple[pd.DataFrame, dict[str, int], list[str]]:
     """Check ``features`` (n rows) against ``model.domain_`` and keep rows per ``outside`` (one of
@@ -122,41 +140,6 @@ def check_budget(budget: Mapping[str, Any], targets: Sequence[str]) -> dict[str,
             raise ConfigError(f"screen.budget.{k}: must be a positive number, got {v!r}")
         clean[k] = f
     return clean
-
-
-def pareto_mask(values: np.ndarray) -> np.ndarray:
-    """Boolean mask of the non-dominated rows of ``values`` (n x d, all minimized).
-
-    A row is dominated when another is <= on every axis and < on one. O(n log n) for d = 2 (sort and
-    sweep), chunked O(n^2) comparisons otherwise."""
-    v = np.asarray(values, dtype=float)
-    n = len(v)
-    if n == 0:
-        return np.zeros(0, dtype=bool)
-    if v.ndim == 1 or v.shape[1] == 1:
-        col = v.reshape(-1)
-        return col == col.min()
-    if v.shape[1] == 2:
-        order = np.lexsort((v[:, 1], v[:, 0]))
-        mask = np.zeros(n, dtype=bool)
-        best_y = math.inf
-        last_x, last_y = None, None
-        for i in order:
-            x, y = v[i]
-            if y < best_y:
-                mask[i] = True
-                best_y = y
-                last_x, last_y = x, y
-            elif y == last_y and x == last_x:
-                mask[i] = True  # exact duplicates of a front point are on the front too
-        return mask
-    mask = np.ones(n, dtype=bool)
-    for start in range(0, n, 2048):
-        block = v[start:start + 2048]
-        le = (v[None, :, :] <= block[:, None, :]).all(axis=2)
-        lt = (v[None, :, :] < block[:, None, :]).any(axis=2)
-        mask[start:start + 2048] = ~(le & lt).any(axis=1)
-    return mask
 
 
 def prioritize(scored: pd.DataFrame, budget: Mapping[str, float], mae: Mapping[str, float]) -> pd.DataFrame:
@@ -246,8 +229,9 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
            objective: str | None = None, source_model: Any = None, top_k: int = 100,
            shortlist_size: int = 20, outside: str = "flag", coverage: float | None = None,
            profile_size: int = 10, pareto: Sequence[str] | None = None,
-           require: Mapping[str, Any] | None = None, maximize: Sequence[str] = ("top1", "top5")
-           ) -> ScreenResult:
+           require: Mapping[str, Any] | None = None, maximize: Sequence[str] = ("top1", "top5"),
+           chunk_rows: int | None = None, progress: Callable[[str, float], None] | None = None,
+           workers: int | None = None) -> ScreenResult:
     """Screen a featurized grid (output of :func:`carb.design.features.grid_features`).
 
     Single-stage with only ``target_model``; two-stage with ``source_model``: the source ranks the whole
@@ -263,8 +247,18 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
     objective against memory), ``require``: limits on known columns, ``maximize``: columns better when
     larger (:mod:`carb.analysis.axes`); the front uses point values and ``pareto_ties`` reports ties
     within the intervals.
+
+    ``chunk_rows`` (``screen.chunk_rows``; None = one chunk): score, intervals and decisions run on
+    chunks of about that many rows, each holding whole architectures (:func:`carb.analysis.scale.chunk_plan`),
+    so a million candidates need the memory of one chunk's intermediates; the results are the same as
+    one chunk's, row for row. ``progress(label, share)`` is called as each chunk starts (when there are
+    several; ``share``: the chunk's fraction of the candidates, the shares sum to 1).
+    ``workers``: processes for the chunks (None or 1: this process; ``carb-screen`` passes
+    :func:`carb.compute.estimator_threads` of the grid's rows, so 1 on a busy machine or with
+    ``compute.n_jobs=1``). Spawned workers re-import the caller's ``__main__``: a script that passes
+    ``workers > 1`` needs the ``if __name__ == "__main__":`` guard.
     """
-    timings: dict[str, float] = {}
+    timings: dict[str, float] = {"predict_target_s": 0.0, "screen_pareto_s": 0.0}
     target_model = as_cascade(target_model)
     source_model = None if source_model is None else as_cascade(source_model)
     targets = model_targets(target_model)
@@ -272,6 +266,8 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
     if obj not in allowed_objectives(targets):
         raise ConfigError(f"screen.objective: {obj!r} is not predicted by the target model; allowed: "
                           f"{allowed_objectives(targets)}")
+    if source_model is not None and obj not in allowed_objectives(model_targets(source_model)):
+        raise ConfigError(f"screen.source: the source model does not predict the objective {obj!r}")
     clean_budget = check_budget(budget or {}, targets)
     stages: dict[str, Any] = {"n_grid": int(len(features))}
     cal = getattr(target_model, "intervals_", None) or {}
@@ -283,30 +279,18 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
     if clean_budget and not getattr(target_model, "intervals_", None):
         notes.append("the model has no calibrated intervals (fitted before intervals): borderline = within "
                      "one test-set MAE of a budget line")
-    t = time.perf_counter()
-    scored = score(target_model, features, coverage=coverage)
-    timings["predict_target_s"] = time.perf_counter() - t
+    scored, src_pred = _score_chunks(features, target_model, source_model, obj, clean_budget, coverage,
+                                     chunk_rows, progress, timings, workers)
     keep = np.ones(len(scored), dtype=bool)
     if source_model is not None:
-        src_targets = model_targets(source_model)
-        if obj not in allowed_objectives(src_targets):
-            raise ConfigError(f"screen.source: the source model does not predict the objective {obj!r}")
-        t = time.perf_counter()
-        src = score(source_model, features, coverage=coverage)
-        timings["predict_source_s"] = time.perf_counter() - t
-        src_pred = objective_values(src, obj)
-        scored[f"source_{pred_name(obj)}"] = src_pred
         order = np.argsort(src_pred, kind="stable")
         k = int(min(top_k, len(order)))
         keep = np.zeros(len(scored), dtype=bool)
         keep[order[:k]] = True
-        scored["stage1_rank"] = pd.Series(src_pred).rank(method="first").astype(int).to_numpy()
         stages.update({"stage1_kept": k, "spearman_source_target": spearman(
             src_pred, objective_values(scored, obj))})
     scored["stage1_kept"] = keep
     t = time.perf_counter()
-    scored = add_probabilities(target_model, scored, clean_budget)
-    scored = prioritize(scored, clean_budget, getattr(target_model, "test_mae_", {}) or {})
     scored.loc[~keep, "decision"] = "reject"
     scored.loc[~keep, "decision_reason"] = f"not in the source model's top {int(keep.sum())}"
     scored.loc[~keep, "feasible"] = False
@@ -322,12 +306,9 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
         scored.loc[feas, "rank"] = scored.loc[feas, pred_name(obj)].rank(method="first")
     scored = mark_front(scored, axis_list, feas, pareto_mask)
     axes = [a.label for a in axis_list]
-    timings["screen_pareto_s"] = time.perf_counter() - t
+    timings["screen_pareto_s"] += time.perf_counter() - t
     stages["stage2_feasible"] = int(feas.sum())
-    front = scored[scored["pareto"]].sort_values(pred_name(obj))
-    rest = scored[feas & ~scored["pareto"].to_numpy()].sort_values(pred_name(obj))
-    shortlist = pd.concat([front, rest]).head(max(shortlist_size, len(front)) if len(front) <= shortlist_size
-                                                else shortlist_size)
+    shortlist = _shortlist(scored, feas, pred_name(obj), shortlist_size)
     nxt = profile_next(scored, objective_values(scored, obj), profile_size)
     scored["profile_rank"] = np.nan
     scored.loc[nxt.index, "profile_rank"] = nxt["profile_rank"].to_numpy(dtype=float)
@@ -337,6 +318,93 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
                         require=required)
 
 
+def _score_chunks(features: pd.DataFrame, target_model: Any, source_model: Any, obj: str,
+                  budget: dict[str, float], coverage: float | None, chunk_rows: int | None,
+                  progress: Callable[[str, float], None] | None, timings: dict[str, float], workers: int | None = None
+                  ) -> tuple[pd.DataFrame, np.ndarray | None]:
+    """Score, probabilities and decisions of every row of ``features`` (n rows, index 0..n-1), chunk by
+    chunk (:func:`carb.analysis.scale.chunk_plan`), in the rows' order; with a source model also its
+    objective values (n,) (only those are kept of its scoring). Adds the stage timings to ``timings`` (summed
+    over chunks: CPU seconds of all workers). Several chunks run in ``workers`` processes (None or 1: in
+    this process), each at one thread (:func:`carb.analysis.scale.parallel_chunks`)."""
+    knots = max([len(batch_knots(m)) for m in (target_model, source_model) if m is not None])
+    chunks = chunk_plan(features, chunk_rows, knots)
+    n_workers = 1 if len(chunks) == 1 else min(len(chunks), max(1, int(workers or 1)))
+    models = (target_model, source_model)
+    if n_workers > 1:
+        results = parallel_chunks(_score_part, models, [features.iloc[r] for r in chunks],
+                                  (obj, budget, coverage), n_workers, progress)
+    else:
+        results = []
+        for i, rows in enumerate(chunks):
+            if progress is not None and len(chunks) > 1:
+                progress(f"chunk {i + 1}/{len(chunks)} ({len(rows)} candidates)", len(rows) / len(features))
+            results.append(_score_part(models, features if len(chunks) == 1 else features.iloc[rows],
+                                       obj, budget, coverage))
+    parts = [r[0] for r in results]
+    for r in results:
+        for k, v in r[3].items():
+            timings[k] = timings.get(k, 0.0) + v
+    lead = list(results[0][2])
+    src_pred = np.concatenate([r[1] for r in results]) if source_model is not None else None
+    del results
+    scored = parts[0] if len(parts) == 1 else pd.concat(parts)
+    if len(chunks) > 1:   # back to the rows' order
+        pos = np.concatenate(chunks)
+        inverse = np.empty_like(pos)
+        inverse[pos] = np.arange(len(pos))
+        scored = scored.iloc[inverse].reset_index(drop=True)
+        src_pred = src_pred[inverse] if src_pred is not None else None
+    del parts
+    src_cols: list[str] = []
+    if src_pred is not None:
+        scored[f"source_{pred_name(obj)}"] = src_pred
+        scored["stage1_rank"] = pd.Series(src_pred).rank(method="first").astype(int).to_numpy()
+        src_cols = [f"source_{pred_name(obj)}", "stage1_rank"]
+    scored["stage1_kept"] = True
+    order = [*lead, *src_cols, "stage1_kept"]        # the columns in the order one pass gave them
+    scored = scored[order + [c for c in scored.columns if c not in order]]
+    return scored, src_pred
+
+
+def _score_part(models: tuple[Any, Any], part: pd.DataFrame, obj: str, budget: dict[str, float],
+                coverage: float | None) -> tuple[pd.DataFrame, np.ndarray | None, list[str], dict[str, float]]:
+    """One chunk: ``(scored rows with probabilities and decisions, the source's objective values or None,
+    the scored columns before the decisions, seconds per step)``."""
+    target_model, source_model = models
+    tm: dict[str, float] = {}
+    t = time.perf_counter()
+    sc = score(target_model, part, coverage=coverage)
+    tm["predict_target_s"] = time.perf_counter() - t
+    src = None
+    if source_model is not None:
+        t = time.perf_counter()
+        src = source_objective(source_model, part, obj)
+        tm["predict_source_s"] = time.perf_counter() - t
+    lead = list(sc.columns)
+    t = time.perf_counter()
+    sc = prioritize(add_probabilities(target_model, sc, budget), budget, getattr(target_model, "test_mae_", {}) or {})
+    tm["screen_pareto_s"] = time.perf_counter() - t
+    return sc, src, lead, tm
+
+
+def _shortlist(scored: pd.DataFrame, feas: np.ndarray, col: str, size: int) -> pd.DataFrame:
+    """The front (by ``col``, ascending), then the best other feasible rows: the first ``size`` rows;
+    sorts only the rows that can make it, not the whole grid."""
+    front_mask = scored["pareto"].to_numpy(dtype=bool)
+    front = scored[front_mask].sort_values(col)
+    if len(front) >= size:
+        return front.head(size)
+    rest_idx = np.flatnonzero(feas & ~front_mask)
+    need = size - len(front)
+    if need > 0 and len(rest_idx) > need:
+        v = scored[col].to_numpy(dtype=float)[rest_idx]
+        cut = np.partition(np.nan_to_num(v, nan=np.inf), need - 1)[need - 1]
+        rest_idx = rest_idx[(v <= cut) | np.isnan(v) & (cut == np.inf)]
+    rest = scored.iloc[rest_idx].sort_values(col, kind="stable")
+    return pd.concat([front, rest]).head(size)
+
+
 def closest_candidates(scored: pd.DataFrame, budget: Mapping[str, float], n: int = 5) -> pd.DataFrame:
     """When nothing meets the budget: the ``n`` candidates with the smallest worst relative overshoot."""
     if not budget:
@@ -344,8 +412,12 @@ def closest_candidates(scored: pd.DataFrame, budget: Mapping[str, float], n: int
     over = np.zeros(len(scored))
     for t, limit in budget.items():
         over = np.maximum(over, scored[pred_name(t)].to_numpy(dtype=float) / limit - 1.0)
+    if len(scored) > 4 * n:   # sort only the rows that can make it, not a million
+        cut = np.partition(np.nan_to_num(over, nan=np.inf), n - 1)[n - 1]
+        sel = np.flatnonzero(over <= cut)
+        scored, over = scored.iloc[sel], over[sel]
     out = scored.assign(worst_overshoot=over)
-    return out.sort_values("worst_overshoot").head(n)
+    return out.sort_values("worst_overshoot", kind="stable").head(n)
 
 
 def _decision_metrics(prefix: str, m: np.ndarray, p: np.ndarray, limit: float) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from carb.analysis import screening
 from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_tags, to_dict
 from carb.commands.progress import Progress
 from carb.commands.runinfo import grid_frame, grid_source, screen_record
+from carb.compute import estimator_threads
 from carb.commands.screen_table import TABLE_WIDTH, budget_text, file_frame, format_table, next_steps
 from carb.errors import ConfigError, ModelError
 from carb.model.device_check import other_device
@@ -44,16 +45,17 @@ def default_target(tracking_uri: str, artifact_root: str | None = None) -> str:
 
 def load_grid(cfg: Any) -> pd.DataFrame:
     """Featurized candidates from ``screen.grid_file`` (its extra numeric columns, e.g. ``top1``, passed
-    through) or the ``space`` config; with ``screen.accuracy`` the shipped ImageNet top-1 joined on."""
-    from carb.design.gridfile import read_grid
-    from carb.design.space import configs_from_cfg
+    through) or the ``space`` config (knob frames, no object per candidate: :mod:`carb.design.candidates`);
+    with ``screen.accuracy`` the shipped ImageNet top-1 joined on."""
+    from carb.design.gridfile import read_grid_frame
+    from carb.design.space import space_frame
 
     grid_file = cfg.screen.get("grid_file")
     extras = pd.DataFrame()
     if grid_file:
-        configs, extras = read_grid(grid_file, to_dict(cfg.screen.get("grid_defaults") or {}))
+        configs, extras = read_grid_frame(grid_file, to_dict(cfg.screen.get("grid_defaults") or {}))
     else:
-        configs = configs_from_cfg(to_dict(cfg.space))
+        configs = space_frame(to_dict(cfg.space))
     features = screening.featurize(configs)
     if len(extras.columns):
         features = pd.concat([features.reset_index(drop=True), extras.drop(
@@ -170,8 +172,11 @@ def run_screen(cfg: Any) -> dict[str, Any]:
     features = load_grid(cfg)
     feat_s = time.perf_counter() - t
     prog.add(len(features) / SCORE_ROWS_PER_UNIT)
-    prog.begin(f"scoring {len(features)} candidates" + (" (two-stage)" if source is not None else ""),
-               len(features) / SCORE_ROWS_PER_UNIT)
+    chunk = int(cfg.screen.get("chunk_rows") or 100_000)
+    big = len(features) > int(cfg.screen.get("progress_min_rows", 100_000))   # progress per chunk
+    label = f"scoring {len(features)} candidates" + (" (two-stage)" if source is not None else "")
+    if not big:
+        prog.begin(label, len(features) / SCORE_ROWS_PER_UNIT)
     result = screening.screen(features, target, budget_cfg, cfg.screen.get("objective"), source,
                               int(cfg.screen.top_k), int(cfg.screen.shortlist_size),
                               outside=str(cfg.screen.get("outside", "flag")),
@@ -179,7 +184,10 @@ def run_screen(cfg: Any) -> dict[str, Any]:
                               profile_size=int(cfg.screen.get("profile_next", 10)),
                               pareto=list(cfg.screen.get("pareto") or []) or None,
                               require=to_dict(cfg.screen.get("require") or {}),
-                              maximize=list(cfg.screen.get("maximize") or []))
+                              maximize=list(cfg.screen.get("maximize") or []), chunk_rows=chunk,
+                              workers=estimator_threads(len(features)),   # processes for the chunks
+                              progress=(lambda what, share: prog.begin(f"{label}: {what}", share * len(features)
+                                                                       / SCORE_ROWS_PER_UNIT)) if big else None)
     result.timings_s.update({"features_s": feat_s, "load_models_s": load_s})
     other = other_device(target)   # a CPU model screened on another CPU: one line, every candidate flagged
     for frame in (result.scored, result.shortlist):
@@ -210,7 +218,8 @@ def run_screen(cfg: Any) -> dict[str, Any]:
         tracking.log_metrics(metrics)
         tracking.log_artifact(out_dir, "screen")
     prog.finish(f"screened {counts['n_candidates']} candidates")
-    print(f"wrote {out_dir}/: shortlist.csv, profile_next.csv, scored.csv, scored.parquet, pareto.png")
+    csv = "scored.csv, " if (out_dir / "scored.csv").exists() else ""
+    print(f"wrote {out_dir}/: shortlist.csv, profile_next.csv, {csv}scored.parquet, pareto.png")
     print(f"MLflow run {run_id}")
     print("\n".join(next_steps(target_uri, uri, tracking.experiment_url(tracking.EXPERIMENTS["screen"]))))
     return {**counts, **result.stages, "timings_s": result.timings_s, "output_dir": str(out_dir),
@@ -351,7 +360,12 @@ def _write_files(cfg: Any, result: Any, prog: Progress, users: list[str]) -> Pat
     targets = [t for t in ("latency_ms", "energy_J", "peak_memory_MB") if pred_name(t) in result.scored]
     scored = file_frame(result.scored, targets, users)
     scored.to_parquet(out_dir / "scored.parquet", index=False)
-    scored.to_csv(out_dir / "scored.csv", index=False)
+    csv_max = int(cfg.screen.get("scored_csv_max_rows", 100_000))
+    if len(scored) <= csv_max:
+        scored.to_csv(out_dir / "scored.csv", index=False)
+    else:
+        print(f"note: scored.csv not written ({len(scored)} rows > screen.scored_csv_max_rows={csv_max}); "
+              f"every candidate is in scored.parquet")
     file_frame(result.shortlist, targets, users).to_csv(out_dir / "shortlist.csv", index=False)
     file_frame(result.profile, targets, users).to_csv(out_dir / "profile_next.csv", index=False)
     from carb.plots.screen import pareto_figure

@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from carb.design.arch import BYTES_PER_ELEMENT, KNOBS, ArchConfig, configs_from_records
-from carb.design.layers import part_layers, parts
+from carb.design.arch import BYTES_PER_ELEMENT, KNOBS, ArchConfig
+from carb.design.candidates import arch_codes, config_ids, configs_frame, records_frame
+from carb.design.layers import part_layers, part_runs
 
 MB = 2.0**20
 STATIC_FEATURES = ("flops", "params", "param_size_MB", "total_activation_MB", "max_activation_MB",
@@ -44,9 +45,9 @@ def per_image_counts(block: str, layout: tuple[int, ...], width_mult: float, inp
     activation counts are over every leaf-module output of one forward (what forward hooks see: every
     layer but the residual add, which is no module). FLOPs follow fvcore (see the module docstring)."""
     flops = params = act_total = act_max = n_conv = 0
-    for part in parts(block, layout, width_mult, input_size, early_downsample, num_classes, inner_mult):
+    for part, k in part_runs(block, layout, width_mult, input_size, early_downsample, num_classes, inner_mult):
         f, p, total, most, n = _part_counts(part.kind, part.shape)
-        flops, params, act_total, n_conv = flops + f, params + p, act_total + total, n_conv + n
+        flops, params, act_total, n_conv = flops + k * f, params + k * p, act_total + k * total, n_conv + k * n
         act_max = max(act_max, most)
     return float(flops), int(params), float(act_total), float(act_max), int(n_conv)
 
@@ -114,30 +115,24 @@ def grid_features(configs: Sequence[ArchConfig] | pd.DataFrame) -> pd.DataFrame:
     """Fast static features for many configs: one row per config with ``config_id``, the knob
     columns and :data:`STATIC_FEATURES` (same names and values as :func:`static_features`).
 
-    ``configs`` is a list of :class:`ArchConfig` or a DataFrame with the knob columns."""
-    if isinstance(configs, pd.DataFrame):
-        configs = configs_from_records(configs.to_dict("records"), source="grid frame")
-    configs = list(configs)
-    n = len(configs)
-    counts = np.empty((n, 5), dtype=float)
-    bs = np.empty(n, dtype=float)
-    nbytes = np.empty(n, dtype=float)
-    memo: dict[tuple, Any] = {}  # per-image counts do not depend on batch size or precision
-    for i, c in enumerate(configs):
-        key = (c.block, tuple(c.layout), c.width_mult, c.input_size, c.early_downsample, c.num_classes,
-               c.inner_mult)
-        if key not in memo:
-            memo[key] = per_image_counts(*key)
-        counts[i] = memo[key]
-        bs[i] = c.batch_size
-        nbytes[i] = BYTES_PER_ELEMENT[c.precision]
+    ``configs`` is a list of :class:`ArchConfig` or a DataFrame with the knob columns (validated and
+    normalized by :func:`carb.design.candidates.records_frame`, each distinct architecture once, so a
+    frame of a million rows takes seconds, not minutes). Counts are computed once per architecture."""
+    frame = records_frame(configs, "grid frame") if isinstance(configs, pd.DataFrame) else configs_frame(configs)
+    n = len(frame)
+    if n == 0:
+        return pd.DataFrame(columns=["config_id", *KNOBS, *STATIC_FEATURES])
+    codes, archs = arch_codes(frame)
+    per_arch = np.array([per_image_counts(*arch_args(r)) for r in archs.itertuples(index=False)], dtype=float)
+    counts = per_arch.reshape(-1, 5)[codes]
+    bs = frame["batch_size"].to_numpy(float)
+    nbytes = frame["precision"].map(BYTES_PER_ELEMENT).to_numpy(float)
     flops = counts[:, 0] * bs
     params = counts[:, 1]
     param_mb = params * nbytes / MB
     act_mb = counts[:, 2] * bs * nbytes / MB
-    df = pd.DataFrame([{"config_id": c.config_id, **c.to_dict()} for c in configs])
-    if n == 0:
-        df = pd.DataFrame(columns=["config_id", *KNOBS])
+    df = frame[list(KNOBS)].copy()
+    df.insert(0, "config_id", config_ids(frame))
     df["flops"] = flops
     df["params"] = params.astype("int64")
     df["param_size_MB"] = param_mb
@@ -147,6 +142,14 @@ def grid_features(configs: Sequence[ArchConfig] | pd.DataFrame) -> pd.DataFrame:
         df[k] = v
     df["n_conv"] = counts[:, 4].astype("int64")
     return df
+
+
+def arch_args(rec: Any) -> tuple:
+    """Arguments of :func:`per_image_counts` (and :func:`carb.design.layers.walk`) for one row of a knob
+    frame (named tuple or record with the architecture columns; ``stages`` as ``'2-2-2-2'``)."""
+    layout = tuple(int(x) for x in str(rec.stages).split("-"))
+    return (str(rec.block), layout, float(rec.width_mult), int(rec.input_size), bool(rec.early_downsample),
+            int(rec.num_classes), float(rec.inner_mult))
 
 
 def static_features(cfg: ArchConfig) -> dict[str, Any]:

@@ -21,9 +21,10 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from carb.design.arch import BYTES_PER_ELEMENT, KNOB_DEFAULTS, KNOBS, configs_from_records
-from carb.design.layers import arch_key, out_side, part_layers, parts
-from carb.errors import DatasetError
+from carb.design.arch import BYTES_PER_ELEMENT, KNOB_DEFAULTS, KNOBS, ArchConfig, configs_from_records
+from carb.design.candidates import arch_codes
+from carb.design.layers import arch_key, out_side, part_layers, part_runs
+from carb.errors import ConfigError, DatasetError
 
 #: Columns of :func:`gemm_terms`, in elements (not bytes) at the row's batch size:
 #: ``gemm_MNK`` multiply-adds of every conv and the classifier, ``gemm_MK`` im2col input elements,
@@ -51,10 +52,10 @@ def _walk(block: str, layout: tuple[int, ...], width_mult: float, input_size: in
     ``(M per image, N, K, kernel, stride, H_in)``, one row per convolution and the classifier (kernel 0:
     a matrix product, not a convolution), in forward order; see :data:`CONV_COLUMNS`."""
     rows, elem, n_elem = [], 0, 0
-    for part in parts(block, layout, width_mult, input_size, early_downsample, num_classes, inner_mult):
+    for part, k in part_runs(block, layout, width_mult, input_size, early_downsample, num_classes, inner_mult):
         convs, e, n = _part_shapes(part.kind, part.shape)
-        rows.append(convs)
-        elem, n_elem = elem + e, n_elem + n
+        rows.append(np.tile(convs, (k, 1)) if k > 1 else convs)
+        elem, n_elem = elem + k * e, n_elem + k * n
     a = np.concatenate(rows)
     a.setflags(write=False)
     return a, float(elem), n_elem
@@ -92,9 +93,11 @@ def per_image_terms(block: str, layout: tuple[int, ...], width_mult: float, inpu
             float(m.sum()), float(elem), float(len(a) + n_elem), float(m[0] * n[0] * k[0]))
 
 
-def architectures(frame: pd.DataFrame) -> tuple[list[tuple], dict[tuple, object]]:
-    """``(key per row, {key: ArchConfig at batch 1})`` for the frame's architecture knobs; pass it as
-    ``arch`` to :func:`gemm_terms` and :func:`large_output_MB` on the same frame to build it once.
+def architectures(frame: pd.DataFrame) -> tuple[np.ndarray, dict[int, object]]:
+    """``(key per row, {key: ArchConfig at batch 1})`` for the frame's architecture knobs: the key is the
+    code of the row's distinct architecture (int, 0.. in first-seen order; shape (n,)); pass it as
+    ``arch`` to :func:`gemm_terms` and :func:`large_output_MB` on the same frame to build it once. Each
+    distinct architecture is validated once (vectorized: a million rows take about a second).
 
     Raises :class:`DatasetError` naming the missing knob columns."""
     missing = [c for c in SHAPE_INPUTS if c not in frame.columns]
@@ -107,10 +110,25 @@ def architectures(frame: pd.DataFrame) -> tuple[list[tuple], dict[tuple, object]
             arch[k] = arch[k].fillna(v)
     if "stages" in arch.columns:
         arch["stages"] = arch["stages"].astype(object).where(arch["stages"].notna(), None)
-    keys = [tuple(r) for r in arch.astype(object).itertuples(index=False, name=None)]
-    uniq = list(dict.fromkeys(keys))
-    recs = [dict(zip(arch_cols, u), batch_size=1, precision="fp32") for u in uniq]
-    return keys, dict(zip(uniq, configs_from_records(recs, source="layer shapes")))
+    keys, uniq = arch_codes(arch, arch_cols)
+    recs = [dict(r, batch_size=1, precision="fp32") for r in uniq.to_dict("records")]
+    try:     # each architecture validated once per process (a cascade's priors ask a dozen times per predict)
+        return keys, {u: _arch_config(tuple(r.items())) for u, r in enumerate(recs)}
+    except (ConfigError, TypeError):
+        return keys, dict(enumerate(configs_from_records(recs, source="layer shapes")))   # names the row
+
+
+@lru_cache(maxsize=65536)
+def _arch_config(items: tuple) -> ArchConfig:
+    """``ArchConfig(**dict(items))``, cached: knob values to a validated configuration."""
+    return ArchConfig(**dict(items))
+
+
+def _row_values(keys: np.ndarray, cfgs: dict[int, object], fn) -> np.ndarray:
+    """``fn(walk arguments)`` of each distinct architecture of :func:`architectures`, gathered per row:
+    shape (n, ...) (float)."""
+    per = np.array([fn(*_args(cfgs[u])) for u in range(len(cfgs))], dtype=float)
+    return per[np.asarray(keys, dtype=np.int64)]
 
 
 def _args(c) -> tuple:
@@ -124,8 +142,7 @@ def gemm_terms(frame: pd.DataFrame, arch: tuple | None = None) -> pd.DataFrame:
 
     Raises :class:`DatasetError` naming the missing knob columns."""
     keys, cfgs = arch if arch is not None else architectures(frame)
-    per = {u: per_image_terms(*_args(c)) for u, c in cfgs.items()}
-    vals = np.array([per[k] for k in keys], dtype=float).reshape(len(keys), len(GEMM_TERMS))
+    vals = _row_values(keys, cfgs, per_image_terms).reshape(len(keys), len(GEMM_TERMS))
     out = pd.DataFrame(vals, columns=list(GEMM_TERMS), index=frame.index)
     batch = pd.to_numeric(frame["batch_size"], errors="coerce").to_numpy(float)
     for t in PER_IMAGE_TERMS:
@@ -165,11 +182,12 @@ def large_output_MB(frame: pd.DataFrame, threshold_MB: float, channel_block: int
     out = np.full(len(frame), np.nan)
     threshold = float(threshold_MB) * 2.0**20
     ok = np.isfinite(batch) & np.isfinite(nbytes) & (batch > 0)
-    rows_of: dict[tuple, list[int]] = {}
-    for i, k in enumerate(keys):
-        if ok[i]:
-            rows_of.setdefault(k, []).append(i)
-    for k, idx in rows_of.items():       # vectorised per architecture
+    codes = np.asarray(keys, dtype=np.int64)
+    ok_rows = np.flatnonzero(ok)
+    order = ok_rows[np.argsort(codes[ok_rows], kind="stable")]
+    starts = np.flatnonzero(np.r_[True, np.diff(codes[order]) != 0]) if len(order) else np.zeros(0, int)
+    for idx in np.split(order, starts[1:]) if len(order) else []:       # vectorised per architecture
+        k = int(codes[idx[0]])
         elems, suffix = _sorted_outputs(_args(cfgs[k]), int(channel_block))
         per = batch[idx] * nbytes[idx]    # bytes per output element of one image, times the batch
         out[idx] = suffix[np.searchsorted(elems, threshold / per, side="left")] * per / 2.0**20
@@ -201,10 +219,9 @@ def max_im2col_MB(frame: pd.DataFrame, arch: tuple | None = None) -> pd.Series:
     if "precision" not in frame.columns:
         raise DatasetError("layer shapes need knob column(s) ['precision']; the data lacks them")
     keys, cfgs = arch if arch is not None else architectures(frame)
-    per = {u: _max_im2col(_args(c)) for u, c in cfgs.items()}
     batch = pd.to_numeric(frame["batch_size"], errors="coerce").to_numpy(float)
     nbytes = frame["precision"].astype(str).map(BYTES_PER_ELEMENT).to_numpy(float)
-    vals = np.array([per[k] for k in keys], dtype=float) * batch * nbytes / 2.0**20
+    vals = _row_values(keys, cfgs, lambda *a: _max_im2col(a)) * batch * nbytes / 2.0**20
     return pd.Series(vals, index=frame.index, name="max_im2col_MB")
 
 
@@ -329,8 +346,7 @@ def native_terms(frame: pd.DataFrame, threads: int, onednn: tuple[str, ...] | li
     batch = pd.to_numeric(frame["batch_size"], errors="coerce").to_numpy(float)
     prec = frame["precision"].astype(str).to_numpy()
     nbytes = frame["precision"].astype(str).map(BYTES_PER_ELEMENT).to_numpy(float)
-    per = {u: _native_sums(_args(c), int(threads)) for u, c in cfgs.items()}
-    sums = np.stack([per[k] for k in keys]) if keys else np.zeros((0, 3, 3))
+    sums = _row_values(keys, cfgs, lambda *a: _native_sums(a, int(threads))).reshape(len(keys), 3, 3)
     on = np.isin(prec, list(onednn))
     regime = np.where(~on, 2, np.where(prec != "fp32", -1, np.where(batch <= 1, 0, np.where(batch < 16, 1, -1))))
     rows = np.arange(len(keys))
@@ -387,7 +403,6 @@ def largest_output_elements(frame: pd.DataFrame, arch: tuple | None = None) -> p
     elements with 32 bits; at or past that line it takes other kernels (batch norm leaves cuDNN for its
     native kernel). Raises :class:`DatasetError` naming the missing knob columns."""
     keys, cfgs = arch if arch is not None else architectures(frame)
-    per = {u: _largest_output(_args(c)) for u, c in cfgs.items()}
     batch = pd.to_numeric(frame["batch_size"], errors="coerce").to_numpy(float)
-    return pd.Series(np.array([per[k] for k in keys], dtype=float) * batch, index=frame.index,
+    return pd.Series(_row_values(keys, cfgs, lambda *a: _largest_output(a)) * batch, index=frame.index,
                      name="largest_output")

@@ -1,5 +1,6 @@
 """The design space: the expansion of a space config (``conf/space/*.yaml``) into a list of
-:class:`~carb.design.arch.ArchConfig` (grid or seeded random sample, optionally capped by FLOPs).
+:class:`~carb.design.arch.ArchConfig` (grid or seeded random sample, optionally capped by FLOPs), or into
+the same candidates as a knob frame (:func:`space_frame`, for grids of a million: no object per row).
 
 Nothing here imports torch, Hydra or OmegaConf: spaces are plain YAML, and overrides follow Hydra's
 dotlist syntax, so ``load_space("screening", ["batch_sizes=[1,8]"])`` gives the same configs as
@@ -12,8 +13,12 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 from carb.design.arch import BLOCKS, LAYOUTS, ArchConfig
-from carb.design.features import per_image_counts
+from carb.design.candidates import ARCH_COLUMNS, FRAME_COLUMNS, arch_codes, arch_record
+from carb.design.features import arch_args, per_image_counts
 from carb.errors import ConfigError
 from carb.resources import CONF_DIR
 
@@ -57,7 +62,9 @@ def space_size(space: Mapping[str, Any]) -> int:
     return len(_product(space))
 
 
-def _product(space: Mapping[str, Any]) -> list[tuple]:
+def _product_check(space: Mapping[str, Any]) -> list[str]:
+    """The space's block families, after checking its keys, ``blocks`` and ``depths``
+    (:class:`ConfigError` naming the key otherwise)."""
     unknown = sorted(set(space) - set(SPACE_KEYS))
     if unknown:
         raise ConfigError(f"space: unknown key(s) {unknown}; allowed: {list(SPACE_KEYS)}")
@@ -69,12 +76,19 @@ def _product(space: Mapping[str, Any]) -> list[tuple]:
     bad = sorted(set(depths) - set(BLOCKS))
     if bad:
         raise ConfigError(f"space.depths: unknown block family {bad}; allowed: {list(BLOCKS)}")
-    rows = []
     for block in blocks:
         if block not in BLOCKS:
             raise ConfigError(f"space.blocks: {block!r} is not allowed; allowed: {list(BLOCKS)}")
         if block not in depths or depths[block] in (None, []):
             raise ConfigError(f"space.depths.{block}: no depths given for block family {block!r}")
+    return blocks
+
+
+def _product(space: Mapping[str, Any]) -> list[tuple]:
+    blocks = _product_check(space)
+    depths = space["depths"]
+    rows = []
+    for block in blocks:
         for combo in itertools.product(
                 _listify(f"depths.{block}", depths[block]), _listify("width_mults", space.get("width_mults", [1.0])),
                 _listify("input_sizes", space.get("input_sizes", [224])),
@@ -138,6 +152,68 @@ def configs_from_cfg(space: Mapping[str, Any]) -> list[ArchConfig]:
     if not out:
         raise ConfigError("space: yields no configurations")
     return out
+
+
+def _block_frame(space: Mapping[str, Any], block: str, num_classes: int) -> pd.DataFrame:
+    """The rows of one block family of :func:`carb.design.space._product`, in its order (depth, width,
+    input size, batch size, precision, stem, inner width; the last varies fastest), validated."""
+    depths = space.get("depths") or {}
+    dims = [_listify(f"depths.{block}", depths[block]), _listify("width_mults", space.get("width_mults", [1.0])),
+            _listify("input_sizes", space.get("input_sizes", [224])),
+            _listify("batch_sizes", space.get("batch_sizes", [1])),
+            _listify("precisions", space.get("precisions", ["fp32"])),
+            _listify("early_downsample", space.get("early_downsample", [True])), _inner_values(block, space)]
+    shape = tuple(len(d) for d in dims)
+    d, w, s, b, p, e, i = np.unravel_index(np.arange(int(np.prod(shape)), dtype=np.int64), shape)
+    # validate: every architecture once (at the first batch size and precision), then each batch size
+    # and precision once (with the first architecture), in the order the object path meets them
+    arch_shape = (shape[0], shape[1], shape[2], shape[5], shape[6])
+    recs = []
+    first: ArchConfig | None = None
+    for di, wi, si, ei, ii in np.ndindex(*arch_shape):
+        cfg = ArchConfig(block=block, depth=dims[0][di], width_mult=dims[1][wi], input_size=dims[2][si],
+                         batch_size=dims[3][0], precision=dims[4][0], early_downsample=dims[5][ei],
+                         num_classes=num_classes, inner_mult=dims[6][ii])
+        first = first or cfg
+        recs.append(arch_record(cfg))
+    batches = [first.replace(batch_size=v).batch_size for v in dims[3]]
+    precs = [first.replace(precision=v).precision for v in dims[4]]
+    arch = pd.DataFrame(recs, columns=list(ARCH_COLUMNS))
+    code = np.ravel_multi_index((d, w, s, e, i), arch_shape)
+    out = arch.iloc[code].reset_index(drop=True)
+    out["batch_size"] = np.asarray(batches, dtype=np.int64)[b]
+    out["precision"] = np.asarray(precs, dtype=object)[p]
+    return out
+
+
+def space_frame(space: Mapping[str, Any]) -> pd.DataFrame:
+    """:func:`carb.design.space.configs_from_cfg` as a knob frame (:data:`FRAME_COLUMNS`): the same
+    candidates in the same order (``mode: grid``: the full product; ``mode: random``: the same seeded
+    sample), ``max_flops`` applied. Raises :class:`ConfigError` as the object path does."""
+    space = _as_plain(space)
+    mode = space.get("mode", "grid")
+    if mode not in ("grid", "random"):
+        raise ConfigError(f"space.mode: {mode!r} is not allowed; allowed: ['grid', 'random']")
+    blocks = _product_check(space)
+    num_classes = int(space.get("num_classes", 1000) or 1000)
+    frames = [_block_frame(space, b, num_classes) for b in blocks]
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(FRAME_COLUMNS))
+    max_flops = space.get("max_flops")
+    if max_flops is not None and len(df):
+        codes, archs = arch_codes(df)
+        per = np.array([per_image_counts(*arch_args(r))[0] for r in archs.itertuples(index=False)], dtype=float)
+        df = df[per[codes] * df["batch_size"].to_numpy(float) <= float(max_flops)].reset_index(drop=True)
+    if mode == "random":
+        n = space.get("n")
+        if n is None or int(n) <= 0:
+            raise ConfigError(f"space.n: random mode needs a positive sample size, got {n!r}")
+        rng = random.Random(int(space.get("seed", 0) or 0))
+        # random.sample picks by position only, so sampling positions gives the object path's sample
+        idx = rng.sample(range(len(df)), min(int(n), len(df)))
+        df = df.iloc[np.asarray(idx, dtype=np.int64)].reset_index(drop=True)
+    if not len(df):
+        raise ConfigError("space: yields no configurations")
+    return df[list(FRAME_COLUMNS)]
 
 
 def _yaml_loader():

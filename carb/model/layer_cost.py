@@ -148,7 +148,9 @@ class LayerCostModel:
         predicted once."""
         from carb.design.shapes import _args, _walk, architectures
 
-        keys, cfgs = architectures(X)
+        codes, cfgs = architectures(X)
+        names = {u: _args(c) for u, c in cfgs.items()}   # the cache outlives the call: key by the knobs
+        keys = [names[u] for u in codes.tolist()]
         batch = pd.to_numeric(X["batch_size"], errors="coerce").to_numpy(float)
         cache = self.__dict__.setdefault("_cache", {})
         out = np.empty(len(X))
@@ -156,7 +158,7 @@ class LayerCostModel:
         for i, k in enumerate(keys):
             key = (k, batch[i], precision)
             if key not in cache and key not in todo:
-                a = _walk(*_args(cfgs[k]))[0]
+                a = _walk(*k)[0]
                 todo[key] = a[a[:, 3] > 0]
         if todo:   # one call for every new network: the trees' per-call overhead dominates small batches
             keys_new = list(todo)

@@ -378,6 +378,9 @@ class Screen(Section):
     interval_coverage: Coverage
     validate_: Text | None = Field(alias="validate")
     validate_split: Literal["all", "test"]
+    chunk_rows: Count
+    progress_min_rows: Index
+    scored_csv_max_rows: Index
     output_dir: Text
 
 
