@@ -172,6 +172,8 @@ def apply_requirements(frame: pd.DataFrame, require: Mapping[str, float], maximi
     longer ``feasible``. Adds ``meets_require`` (True, False, or NaN without a value). Returns the
     frame and counts ``{"n_require_below": rows below a limit, "n_require_missing": rows made unverified
     for want of a value}``."""
+    if not require:   # nothing to apply: no copy, no per-row lists (a million candidates)
+        return frame, {"n_require_below": 0, "n_require_missing": 0}
     out = frame.copy()
     n = len(out)
     below = np.zeros(n, dtype=bool)
@@ -189,8 +191,6 @@ def apply_requirements(frame: pd.DataFrame, require: Mapping[str, float], maximi
             why_below[i].append(f"{col} {v[i]:.4g} {'<' if mx else '>'} {limit:g} required")
         for i in np.flatnonzero(nan):
             why_missing[i].append(f"no {col} value ({'>=' if mx else '<='} {limit:g} required)")
-    if not require:
-        return out, {"n_require_below": 0, "n_require_missing": 0}
     decision = out["decision"].to_numpy(dtype=object).copy()
     reason = out["decision_reason"].astype(str).to_numpy(dtype=object).copy()
     unverified = missing & ~below & (decision != "reject")   # a budget's reject stays a reject
@@ -240,8 +240,9 @@ def mark_front(scored: pd.DataFrame, axes: Sequence[Axis], feasible: np.ndarray,
     """``scored`` with ``pareto`` (non-dominated among the ``feasible`` rows on the point values of
     ``axes``; ``mask_fn``: (m, d) minimized values -> (m,) mask), ``pareto_ties`` and ``pareto_tied_with``
     (:func:`pareto_ties`, naming the tied candidates by ``rank``). A feasible row without a value on some
-    axis (NaN) cannot be placed: it is left off the front (``pareto_missing`` True)."""
-    out = scored.copy()
+    axis (NaN) cannot be placed: it is left off the front (``pareto_missing`` True). The columns are added
+    to ``scored`` itself (no copy of a million-row frame), which is returned."""
+    out = scored
     values = np.column_stack([axis_values(out, a) for a in axes]) if axes else np.zeros((len(out), 0))
     placed = feasible & np.isfinite(values).all(axis=1)
     front = np.zeros(len(out), dtype=bool)
