@@ -75,17 +75,31 @@ def run_train(cfg: Any) -> dict[str, Any]:
     ev = to_dict(cfg.evaluate)
     measured = [t for t in targets if train[t].notna().any()]
     prog = Progress.from_cfg("carb-train", train_plan(ev, full, len(measured), len(cal)), cfg, throttle=False)
-    cascade.fit(train, train[targets], val, val[targets], progress=prog.hook(1.0, "fit stage "))
-    # the cascade's own warnings say which targets and feature columns it dropped (once: cli.warnings_once)
-    same_tags = feature_identity(cascade, train)
-    cascade.record_test_mae(test, test[targets])
-    cascade.split_seed_, cascade.split_fractions_ = seed, list(fractions)
-    t_cal = calibrate_intervals(cascade, (train, val, cal), targets, ev, progress=prog.hook(float(len(measured))),
-                                seed=seed)
-    t_eval = time.perf_counter()
-    metrics, extras = evaluate_cascade(cascade, train, val, test, full, ev,
-                                       progress=prog.hook(float(len(cascade.targets_))), note=say)
-    metrics.update({"calibrate_s": t_cal, "evaluate_s": time.perf_counter() - t_eval})
+    from carb.compute import estimator_threads
+
+    # the evaluation's refits need nothing of the main fit: they start first, in worker processes beside it,
+    # unless the main fit wants more than one thread itself (then they start after it)
+    beside = estimator_threads(len(train)) == 1
+    runner, plan = start_refits(cascade, train, full, ev, measured, calibrated=len(cal) > 0) if beside else (None, None)
+    try:
+        cascade.fit(train, train[targets], val, val[targets], progress=prog.hook(1.0, "fit stage "))
+        # the cascade's own warnings say which targets and feature columns it dropped (once: cli.warnings_once)
+        same_tags = feature_identity(cascade, train)
+        cascade.record_test_mae(test, test[targets])
+        cascade.split_seed_, cascade.split_fractions_ = seed, list(fractions)
+        t_cal = calibrate_intervals(cascade, (train, val, cal), targets, ev, progress=prog.hook(float(len(measured))),
+                                    seed=seed)
+        t_eval = time.perf_counter()
+        if runner is None:
+            runner, plan = start_refits(cascade, train, full, ev, measured, calibrated=len(cal) > 0)
+        done = runner.collect(prog.hook(float(len(measured))), say)
+        workers = runner.workers if runner.parallel else 1
+        metrics, extras = evaluate_cascade(cascade, train, val, test, full, ev, note=say, refits=(plan, done))
+    finally:
+        if runner is not None:
+            runner.close()
+    metrics.update({"calibrate_s": t_cal, "evaluate_s": time.perf_counter() - t_eval,
+                    "refit_workers": float(workers)})
 
     fit = {"cascade": cascade, "metrics": metrics, "extras": extras, "full": full, "test": test,
            "sizes": [len(train), len(val), len(cal), len(test)], "device": device, "data_path": data_path,
@@ -97,6 +111,18 @@ def run_train(cfg: Any) -> dict[str, Any]:
     out = log_fit(fit, cfg, folder)
     prog.finish("fitted, evaluated and logged")
     return out
+
+
+def start_refits(cascade: Any, train: Any, full: Any, ev: dict[str, Any], targets: list[str], calibrated: bool
+                 ) -> tuple[Any, dict[str, Any]]:
+    """Plan the evaluation's refits of ``cascade`` (:func:`carb.analysis.refits.plan_refits`) and start
+    them in ``evaluate.refits.workers`` processes (one: in this process, when collected). Returns
+    ``(runner, plan)``; the caller closes the runner."""
+    from carb.analysis.refits import RefitRunner, plan_refits, refit_workers
+
+    tasks, plan = plan_refits(cascade, train, full, ev, targets, calibrated, note=say)
+    workers = refit_workers((ev.get("refits") or {}).get("workers", "auto"), len(tasks))
+    return RefitRunner(workers).start(tasks), plan
 
 
 #: Weight of logging a run (figures, model, registration) against one cascade stage, for the ETA.
