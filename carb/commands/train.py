@@ -49,10 +49,16 @@ def should_register(register: Any) -> bool:
         return True
 
 
-def run_train(cfg: Any) -> dict[str, Any]:
+def run_train(cfg: Any, defer: bool = False) -> dict[str, Any]:
     """Train, evaluate, save the fit locally, log and register. Returns ``{"metrics": {...},
     "registered_name", "version", "run_id", "model_uri", "run_name", "targets", "dropped_targets",
-    "table", "preset", "fit_folder"}``. With ``log_only=<folder>`` it logs a saved fit instead."""
+    "table", "preset", "fit_folder"}``. With ``log_only=<folder>`` it logs a saved fit instead.
+
+    ``defer``: leave out what neither screening nor ``carb-promote`` reads (the leave-one-batch-tier-out
+    refit and the figures) and return it as ``"deferred"``; :func:`finish_deferred` runs it later and logs
+    it to the same run (``carb-quickstart`` shows its shortlist first). Screening needs the rest: the
+    extrapolation splits make the outside-domain intervals, the new-architecture folds the unseen-architecture
+    ones; promote compares ``val_*`` metrics of the main fit."""
     from carb.commands.checks import check_config
 
     check_config('train', cfg)
@@ -73,6 +79,9 @@ def run_train(cfg: Any) -> dict[str, Any]:
     cascade = build_cascade(model_cfg, features, to_dict(cfg.prior))
     targets = [t for t in TARGETS if t in full.columns]
     ev = to_dict(cfg.evaluate)
+    later = deferred_parts(ev) if defer else {}
+    if later:
+        ev = {**ev, "lobo": {**dict(ev.get("lobo") or {}), "enabled": False}, "figures": False}
     measured = [t for t in targets if train[t].notna().any()]
     prog = Progress.from_cfg("carb-train", train_plan(ev, full, len(measured), len(cal)), cfg, throttle=False)
     from carb.compute import estimator_threads
@@ -108,9 +117,54 @@ def run_train(cfg: Any) -> dict[str, Any]:
     fit.update(fit_labels(cfg, fit, {**same_tags, **tune_tags}))
     folder = save_fit_or_warn(fit, fit_folder(cfg))
     prog.begin("logging to MLflow" + (" and registering" if fit["reg_name"] else ""), LOG_WEIGHT)
-    out = log_fit(fit, cfg, folder)
-    prog.finish("fitted, evaluated and logged")
+    out = log_fit(fit, cfg, folder, ev)
+    prog.finish("fitted, evaluated and logged" + (f" ({', '.join(later)} to follow)" if later else ""))
+    if later:
+        out["deferred"] = {"fit": fit, "cfg": cfg, "ev": to_dict(cfg.evaluate), "parts": list(later),
+                           "run_id": out["run_id"]}
     return out
+
+
+def deferred_parts(ev: dict[str, Any]) -> dict[str, bool]:
+    """What ``run_train(defer=True)`` leaves for later: ``{"leave-one-batch-tier-out": True, "figures": True}``
+    where ``evaluate`` enables them."""
+    parts = {"leave-one-batch-tier-out": bool((ev.get("lobo") or {}).get("enabled", True)),
+             "figures": bool(ev.get("figures", True))}
+    return {k: v for k, v in parts.items() if v}
+
+
+def finish_deferred(deferred: dict[str, Any]) -> dict[str, float]:
+    """Run what :func:`run_train` deferred (the leave-one-batch-tier-out refit, the figures) and log it to
+    the training run; returns the metrics it added. The registered version is not changed: neither
+    screening nor promote reads these."""
+    from carb import tracking
+    from carb.analysis.evaluate import lobo_or_skip
+    from carb.analysis.refits import refit_model
+
+    fit, cfg, ev = deferred["fit"], deferred["cfg"], deferred["ev"]
+    cascade = fit["cascade"]
+    added: dict[str, float] = {}
+    if "leave-one-batch-tier-out" in deferred["parts"]:
+        import warnings
+
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():   # the main fit said what it drops
+            warnings.simplefilter("ignore", UserWarning)
+            added = lobo_or_skip(refit_model(cascade, ev.get("refits")), fit["full"], list(cascade.targets_),
+                                 int((ev.get("lobo") or {}).get("max_batch", 8)), say)
+        if added:
+            added["lobo_fit_s"] = time.perf_counter() - t0
+        fit["metrics"].update(added)
+    if not deferred.get("run_id"):
+        return added
+    with tracking.start_run("train", fit["run_name"], tracking_uri=cfg.tracking.uri, run_id=deferred["run_id"]):
+        numbers, counts, _ = split_metrics(added)
+        if counts:
+            tracking.log_params(counts)
+        tracking.log_metrics(numbers)
+        if "figures" in deferred["parts"]:
+            log_figures(fit)
+    return added
 
 
 def start_refits(cascade: Any, train: Any, full: Any, ev: dict[str, Any], targets: list[str], calibrated: bool
@@ -353,14 +407,24 @@ def interval_summary(entry: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def log_fit(fit: dict[str, Any], cfg: Any, folder: Path | None) -> dict[str, Any]:
+def log_figures(fit: dict[str, Any]) -> None:
+    """Log a fit's figures (:func:`carb.plots.train.train_figures`) to the active run."""
+    from carb import tracking
+
+    extras = fit["extras"]
+    for name, fig in train_figures(fit["test"], extras["pred"], extras["importances"], fit["cascade"].targets_,
+                                   extras.get("extrapolation"), extras.get("extrapolation_predictions")).items():
+        tracking.log_figure(fig, name)
+
+
+def log_fit(fit: dict[str, Any], cfg: Any, folder: Path | None, ev: dict[str, Any] | None = None) -> dict[str, Any]:
     """Log a fit to MLflow, register it, print the tables. A tracking fault is one line that says where
-    the fit is saved and how to log it later."""
+    the fit is saved and how to log it later. ``ev``: the ``evaluate`` settings (default ``cfg.evaluate``)."""
     from carb import tracking
     from carb.analysis.evaluate import results_table
 
     cascade, metrics, extras, test = fit["cascade"], fit["metrics"], fit["extras"], fit["test"]
-    ev = to_dict(cfg.evaluate)
+    ev = to_dict(cfg.evaluate) if ev is None else ev
     try:
         with tracking.start_run("train", fit["run_name"], tracking_uri=cfg.tracking.uri, tags=fit["tags"],
                                 sweep=fit.get("sweep") or {}, artifact_root=cfg.tracking.get("artifact_root")) as run_id:
@@ -380,10 +444,7 @@ def log_fit(fit: dict[str, Any], cfg: Any, folder: Path | None) -> dict[str, Any
             tracking.log_dict({t: [[n, v] for n, v in items] for t, items in extras["importances"].items()},
                               "importances.json")
             if ev.get("figures", True):
-                for name, fig in train_figures(test, extras["pred"], extras["importances"], cascade.targets_,
-                                               extras.get("extrapolation"),
-                                               extras.get("extrapolation_predictions")).items():
-                    tracking.log_figure(fig, name)
+                log_figures(fit)
             example = test[cascade.input_columns_].head(5).reset_index(drop=True)
             meta = {"device": fit["device"], "device_id": cascade.device_id_ or "unknown",
                     "device_fingerprint": cascade.device_fingerprint_ or "unknown",
