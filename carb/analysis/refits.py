@@ -161,6 +161,13 @@ class RefitRunner:
             self._jobs = [(t, _Lazy(t)) for t in tasks]
         return self
 
+    def submit(self, task: Task) -> Any:
+        """Run one more task (in a worker when there are workers, else in this process when its result is
+        asked for); returns an object whose ``result()`` is its :class:`Done`."""
+        if self._pool is not None:
+            return self._pool.submit(run_task, task.fn, task.args, task.kwargs)
+        return _Lazy(task)
+
     def collect(self, progress: Callable[[str], None] | None = None,
                 note: Callable[[str], None] | None = None) -> dict[tuple[str, int], Done]:
         """Wait for every task: ``{(kind, index): Done}``. ``progress(label)`` is called as each serial

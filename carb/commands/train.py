@@ -84,12 +84,16 @@ def run_train(cfg: Any, defer: bool = False) -> dict[str, Any]:
         ev = {**ev, "lobo": {**dict(ev.get("lobo") or {}), "enabled": False}, "figures": False}
     measured = [t for t in targets if train[t].notna().any()]
     prog = Progress.from_cfg("carb-train", train_plan(ev, full, len(measured), len(cal)), cfg, throttle=False)
+    import tempfile
+
     from carb.compute import estimator_threads
 
     # the evaluation's refits need nothing of the main fit: they start first, in worker processes beside it,
     # unless the main fit wants more than one thread itself (then they start after it)
     beside = estimator_threads(len(train)) == 1
-    runner, plan = start_refits(cascade, train, full, ev, measured, calibrated=len(cal) > 0) if beside else (None, None)
+    store = (str(cfg.tracking.uri), cfg.tracking.get("artifact_root"))
+    runner, plan = start_refits(cascade, train, full, ev, measured, len(cal) > 0) if beside else (None, None)
+    figure_dir = None
     try:
         cascade.fit(train, train[targets], val, val[targets], progress=prog.hook(1.0, "fit stage "))
         # the cascade's own warnings say which targets and feature columns it dropped (once: cli.warnings_once)
@@ -100,26 +104,45 @@ def run_train(cfg: Any, defer: bool = False) -> dict[str, Any]:
                                     seed=seed)
         t_eval = time.perf_counter()
         if runner is None:
-            runner, plan = start_refits(cascade, train, full, ev, measured, calibrated=len(cal) > 0)
+            runner, plan = start_refits(cascade, train, full, ev, measured, len(cal) > 0)
+        figures: list[Any] = []
+        if runner.parallel:   # while the workers refit: the main fit's figures queued, MLflow's import, the store
+            if ev.get("figures", True):
+                from carb.analysis.evaluate import top_importances
+
+                figure_dir = tempfile.mkdtemp(prefix="carb-figures-")
+                figures = submit_figures(runner, FIGURES[1:], figure_dir, test, cascade.predict(test),
+                                         top_importances(cascade, int(ev.get("importances_top", 10))),
+                                         list(cascade.targets_))
+            prepare_store(*store)
         done = runner.collect(prog.hook(float(len(measured))), say)
         workers = runner.workers if runner.parallel else 1
         metrics, extras = evaluate_cascade(cascade, train, val, test, full, ev, note=say, refits=(plan, done))
+        metrics.update({"calibrate_s": t_cal, "evaluate_s": time.perf_counter() - t_eval,
+                        "refit_workers": float(workers)})
+
+        fit = {"cascade": cascade, "metrics": metrics, "extras": extras, "full": full, "test": test,
+               "sizes": [len(train), len(val), len(cal), len(test)], "device": device, "data_path": data_path,
+               "preset": preset, "split": f"seed={seed},fractions={','.join(f'{f:g}' for f in fractions)}",
+               "config": to_dict(cfg), "sweep": sweep_tags()}
+        fit.update(fit_labels(cfg, fit, {**same_tags, **tune_tags}))
+        if figures:   # the extrapolation figure too: workers draw them while this process logs the rest
+            fit["figure_files"] = figures + submit_figures(
+                runner, FIGURES[:1], figure_dir, test, extras["pred"], extras["importances"], list(cascade.targets_),
+                extras.get("extrapolation"), extras.get("extrapolation_predictions"))
+        folder = save_fit_or_warn(fit, fit_folder(cfg))
+        prog.begin("logging to MLflow" + (" and registering" if fit["reg_name"] else ""), LOG_WEIGHT)
+        out = log_fit(fit, cfg, folder, ev)
     finally:
         if runner is not None:
             runner.close()
-    metrics.update({"calibrate_s": t_cal, "evaluate_s": time.perf_counter() - t_eval,
-                    "refit_workers": float(workers)})
+        if figure_dir is not None:
+            import shutil
 
-    fit = {"cascade": cascade, "metrics": metrics, "extras": extras, "full": full, "test": test,
-           "sizes": [len(train), len(val), len(cal), len(test)], "device": device, "data_path": data_path,
-           "preset": preset, "split": f"seed={seed},fractions={','.join(f'{f:g}' for f in fractions)}",
-           "config": to_dict(cfg), "sweep": sweep_tags()}
-    fit.update(fit_labels(cfg, fit, {**same_tags, **tune_tags}))
-    folder = save_fit_or_warn(fit, fit_folder(cfg))
-    prog.begin("logging to MLflow" + (" and registering" if fit["reg_name"] else ""), LOG_WEIGHT)
-    out = log_fit(fit, cfg, folder, ev)
+            shutil.rmtree(figure_dir, ignore_errors=True)
     prog.finish("fitted, evaluated and logged" + (f" ({', '.join(later)} to follow)" if later else ""))
     if later:
+        fit.pop("figure_files", None)
         out["deferred"] = {"fit": fit, "cfg": cfg, "ev": to_dict(cfg.evaluate), "parts": list(later),
                            "run_id": out["run_id"]}
     return out
@@ -177,6 +200,50 @@ def start_refits(cascade: Any, train: Any, full: Any, ev: dict[str, Any], target
     tasks, plan = plan_refits(cascade, train, full, ev, targets, calibrated, note=say)
     workers = refit_workers((ev.get("refits") or {}).get("workers", "auto"), len(tasks))
     return RefitRunner(workers).start(tasks), plan
+
+
+def prepare_store(uri: str, artifact_root: str | None = None) -> str:
+    """Import MLflow and create (or upgrade) the tracking store and the ``carb-train`` experiment while the
+    workers refit, so that logging after them starts on a ready store (MLflow's import and a fresh store's
+    set-up were about a tenth of ``carb-train``). Returns "" or why not: then the logging meets the problem
+    itself and says it in one line."""
+    from carb.tracking.store import EXPERIMENTS, configure, experiment_id, store_read_only
+
+    try:
+        if store_read_only(uri):
+            return "read-only store"
+        configure(uri, artifact_root)
+        experiment_id(EXPERIMENTS.get("train", "carb-train"))
+    except Exception as e:  # noqa: BLE001 - the logging after the fits reports store faults in one line
+        return f"{type(e).__name__}: {e}"
+    return ""
+
+
+#: The artifact paths of carb-train's figures (:func:`carb.plots.train.train_figures`), one task each.
+FIGURES = ("figures/extrapolation.png", "figures/pred_vs_measured.png", "figures/residuals_by_batch_tier.png",
+           "figures/importances.png")
+
+
+def submit_figures(runner: Any, names: tuple[str, ...] | list[str], folder: str, *args: Any) -> list[Any]:
+    """One :func:`render_figures` task per figure in ``names`` (``args``: its data, in its order)."""
+    from carb.analysis.refits import Task
+
+    return [runner.submit(Task("figures", i, None, render_figures, (*args, *([None] * (6 - len(args))), folder,
+                                                                    [name]))) for i, name in enumerate(names)]
+
+
+def render_figures(test: Any, pred: Any, importances: Any, targets: list[str], xval: Any, xval_preds: Any,
+                   folder: str, only: list[str] | None = None, note: Any = None) -> list[str]:
+    """Draw the fit's figures (:func:`carb.plots.train.train_figures`; ``only`` these) into PNG files under
+    ``folder`` (workers draw them while the command logs the rest); returns their paths,
+    ``folder``/``figures/<name>``."""
+    out = []
+    for name, fig in train_figures(test, pred, importances, targets, xval, xval_preds, only=only).items():
+        path = Path(folder) / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path)
+        out.append(str(path))
+    return out
 
 
 #: Weight of logging a run (figures, model, registration) against one cascade stage, for the ETA.
@@ -408,9 +475,16 @@ def interval_summary(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def log_figures(fit: dict[str, Any]) -> None:
-    """Log a fit's figures (:func:`carb.plots.train.train_figures`) to the active run."""
+    """Log a fit's figures (:func:`carb.plots.train.train_figures`) to the active run: the files a worker
+    drew (``fit["figure_files"]``, :func:`render_figures`) when there are, else drawn here."""
     from carb import tracking
 
+    pending = fit.get("figure_files")
+    if pending is not None:
+        for job in pending:
+            for path in job.result().result:
+                tracking.log_artifact(path, str(Path(path).parent.name))
+        return
     extras = fit["extras"]
     for name, fig in train_figures(fit["test"], extras["pred"], extras["importances"], fit["cascade"].targets_,
                                    extras.get("extrapolation"), extras.get("extrapolation_predictions")).items():
@@ -429,9 +503,11 @@ def log_fit(fit: dict[str, Any], cfg: Any, folder: Path | None, ev: dict[str, An
         with tracking.start_run("train", fit["run_name"], tracking_uri=cfg.tracking.uri, tags=fit["tags"],
                                 sweep=fit.get("sweep") or {}, artifact_root=cfg.tracking.get("artifact_root")) as run_id:
             numbers, counts, flags = split_metrics(metrics)
-            tracking.log_params({**lean_params(fit["config"]), **counts})
+            params, refits = refit_settings(lean_params(fit["config"]))
+            tracking.log_params({**params, **counts})
             digest = log_inputs(fit)
-            tracking.set_tags({"dataset_digest": digest, "split": fit["split"], "fit_folder": str(folder or "not saved"), **flags})
+            tracking.set_tags({"dataset_digest": digest, "split": fit["split"], "fit_folder": str(folder or "not saved"),
+                               "evaluate_refits": refits, **flags})
             if getattr(cascade, "intervals_", None):
                 tracking.log_dict({k: (interval_summary(v) if isinstance(v, dict) else v)
                                    for k, v in cascade.intervals_.items()}, "intervals.json")
@@ -467,6 +543,16 @@ def log_fit(fit: dict[str, Any], cfg: Any, folder: Path | None, ev: dict[str, An
             "run_id": run_id, "model_uri": info.get("model_uri"), "run_name": fit["run_name"],
             "targets": list(cascade.targets_), "dropped_targets": dict(cascade.dropped_targets_),
             "table": table, "preset": fit["preset"], "fit_folder": str(folder)}
+
+
+def refit_settings(config: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """``(config without evaluate.refits, those settings as one tag value)``: how the refits ran is a tag
+    (``light tree_share=0.3 max_learning_rate=0.3 workers=auto``), not four more params."""
+    ev = dict(config.get("evaluate") or {})
+    refits = dict(ev.pop("refits", None) or {})
+    text = " ".join([("light" if refits.get("light") else "full")] +
+                    [f"{k}={refits[k]}" for k in ("tree_share", "max_learning_rate", "workers") if k in refits])
+    return ({**config, "evaluate": ev} if "evaluate" in config else dict(config)), text
 
 
 def log_inputs(fit: dict[str, Any]) -> str:
