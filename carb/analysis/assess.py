@@ -112,18 +112,26 @@ def evaluate_cascade(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.D
         if arch:
             metrics["arch_interval_fit_s"] = sum(r.seconds for r in runs)
     scfg = ev.get("sanity") or {}
-    if scfg.get("enabled", True):
-        from carb.analysis.extrapolation import sanity_report
-        from carb.analysis.screening import featurize
-        from carb.design.space import load_space
-
-        metrics.update(sanity_report(cascade, featurize(load_space(str(scfg.get("space", "screening"))))))
+    if ("sanity", 0) in done:      # a worker checked it beside the refits
+        metrics.update(done[("sanity", 0)].result)
+    elif scfg.get("enabled", True):
+        metrics.update(sanity_metrics(cascade, str(scfg.get("space", "screening"))))
     for k, v in cascade.fit_seconds_.items():
         metrics[f"fit_{k}_s"] = v
     imps = top_importances(cascade, int(ev.get("importances_top", 10)))
     return metrics, {"pred": pred, "importances": imps, "b1": b1, "b2": b2,
                      "budget": {"target": btarget, "value": bvalue}, "extrapolation": xval,
                      "extrapolation_predictions": xval_preds}
+
+
+def sanity_metrics(cascade, space: str = "screening", note: Callable[[str], None] | None = None) -> dict[str, float]:
+    """:func:`carb.analysis.extrapolation.sanity_report` of a fitted cascade on the grid ``space``
+    (``conf/space/<space>.yaml``); a top-level function, so a worker process can run it."""
+    from carb.analysis.extrapolation import sanity_report
+    from carb.analysis.screening import featurize
+    from carb.design.space import load_space
+
+    return sanity_report(cascade, featurize(load_space(space)))
 
 
 def run_refits(cascade, train: pd.DataFrame, full: pd.DataFrame, ev: dict[str, Any],

@@ -169,22 +169,35 @@ class RefitRunner:
         return _Lazy(task)
 
     def collect(self, progress: Callable[[str], None] | None = None,
-                note: Callable[[str], None] | None = None) -> dict[tuple[str, int], Done]:
+                note: Callable[[str], None] | None = None,
+                when_done: Mapping[str, Callable[[list[Done]], None]] | None = None) -> dict[tuple[str, int], Done]:
         """Wait for every task: ``{(kind, index): Done}``. ``progress(label)`` is called as each serial
-        task starts, or as each parallel one finishes; ``note`` gets each task's lines, in task order."""
+        task starts, or as each parallel one finishes; ``note`` gets each task's lines, in task order;
+        ``when_done[kind]`` is called with that kind's results (index order) as soon as all are in (e.g.
+        to queue a figure of the extrapolation splits while the other refits run)."""
         out: dict[tuple[str, int], Done] = {}
+        left = {k: sum(t.kind == k for t, _ in self._jobs) for k in (when_done or {})}
+
+        def arrived(t: Task, done: Done) -> None:
+            out[(t.kind, t.index)] = done
+            if t.kind in left:
+                left[t.kind] -= 1
+                if left[t.kind] == 0:
+                    mine = sorted((i, d) for (k, i), d in out.items() if k == t.kind)
+                    when_done[t.kind]([d for _, d in mine])
+
         if self._pool is None:
             for t, job in self._jobs:
                 if progress is not None and t.label:
                     progress(t.label)
-                out[(t.kind, t.index)] = job.result()
+                arrived(t, job.result())
         else:
             from concurrent.futures import as_completed
 
             label = {id(f): t for t, f in self._jobs}
             for f in as_completed([f for _, f in self._jobs]):
                 t = label[id(f)]
-                out[(t.kind, t.index)] = f.result()
+                arrived(t, f.result())
                 if progress is not None and t.label:
                     progress(f"{t.label} (done)")
         if note is not None:

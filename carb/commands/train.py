@@ -106,16 +106,37 @@ def run_train(cfg: Any, defer: bool = False) -> dict[str, Any]:
         if runner is None:
             runner, plan = start_refits(cascade, train, full, ev, measured, len(cal) > 0)
         figures: list[Any] = []
-        if runner.parallel:   # while the workers refit: the main fit's figures queued, MLflow's import, the store
-            if ev.get("figures", True):
+        sanity, ready = None, None
+        if runner.parallel:   # while the workers refit: the sanity check and the figures queued, MLflow's import
+            scfg = ev.get("sanity") or {}   # and the store's set-up in a thread here
+            if scfg.get("enabled", True):
+                from carb.analysis.assess import sanity_metrics
+                from carb.analysis.refits import Task
+
+                sanity = runner.submit(Task("sanity", 0, None, sanity_metrics,
+                                            (cascade, str(scfg.get("space", "screening")))))
+            import threading
+
+            ready = threading.Thread(target=prepare_store, args=store, daemon=True)
+            ready.start()
+        early: dict[str, Any] = {}
+        if runner.parallel and ev.get("figures", True):
+            figure_dir = tempfile.mkdtemp(prefix="carb-figures-")
+
+            def queue_figures(runs: list[Any]) -> None:
+                """The extrapolation figure (the largest) as soon as the splits are in, then the main fit's."""
                 from carb.analysis.evaluate import top_importances
 
-                figure_dir = tempfile.mkdtemp(prefix="carb-figures-")
-                figures = submit_figures(runner, FIGURES[1:], figure_dir, test, cascade.predict(test),
-                                         top_importances(cascade, int(ev.get("importances_top", 10))),
-                                         list(cascade.targets_))
-            prepare_store(*store)
-        done = runner.collect(prog.hook(float(len(measured))), say)
+                figures.extend(extrapolation_figure(runner, plan, runs, figure_dir, list(cascade.targets_)))
+                figures.extend(submit_figures(runner, FIGURES[1:], figure_dir, test, cascade.predict(test),
+                                              top_importances(cascade, int(ev.get("importances_top", 10))),
+                                              list(cascade.targets_)))
+            early["split"] = queue_figures
+        done = runner.collect(prog.hook(float(len(measured))), say, early)
+        if ready is not None:
+            ready.join()
+        if sanity is not None:
+            done[("sanity", 0)] = sanity.result()
         workers = runner.workers if runner.parallel else 1
         metrics, extras = evaluate_cascade(cascade, train, val, test, full, ev, note=say, refits=(plan, done))
         metrics.update({"calibrate_s": t_cal, "evaluate_s": time.perf_counter() - t_eval,
@@ -126,10 +147,8 @@ def run_train(cfg: Any, defer: bool = False) -> dict[str, Any]:
                "preset": preset, "split": f"seed={seed},fractions={','.join(f'{f:g}' for f in fractions)}",
                "config": to_dict(cfg), "sweep": sweep_tags()}
         fit.update(fit_labels(cfg, fit, {**same_tags, **tune_tags}))
-        if figures:   # the extrapolation figure too: workers draw them while this process logs the rest
-            fit["figure_files"] = figures + submit_figures(
-                runner, FIGURES[:1], figure_dir, test, extras["pred"], extras["importances"], list(cascade.targets_),
-                extras.get("extrapolation"), extras.get("extrapolation_predictions"))
+        if figures:   # workers draw them while this process logs the rest
+            fit["figure_files"] = figures
         folder = save_fit_or_warn(fit, fit_folder(cfg))
         prog.begin("logging to MLflow" + (" and registering" if fit["reg_name"] else ""), LOG_WEIGHT)
         out = log_fit(fit, cfg, folder, ev)
@@ -222,6 +241,17 @@ def prepare_store(uri: str, artifact_root: str | None = None) -> str:
 #: The artifact paths of carb-train's figures (:func:`carb.plots.train.train_figures`), one task each.
 FIGURES = ("figures/extrapolation.png", "figures/pred_vs_measured.png", "figures/residuals_by_batch_tier.png",
            "figures/importances.png")
+
+
+def extrapolation_figure(runner: Any, plan: dict[str, Any], runs: list[Any], folder: str,
+                         targets: list[str]) -> list[Any]:
+    """Queue the extrapolation figure as soon as the splits' refits are in (``runs``: their results, in
+    split order), while the new-architecture folds still run."""
+    from carb.analysis.extrapolation import combine_splits, xval_predictions
+
+    preds: dict = {}
+    xval = combine_splits([r.result for r in runs], plan["coverage"], predictions=preds)
+    return submit_figures(runner, FIGURES[:1], folder, None, None, None, targets, xval, xval_predictions(preds))
 
 
 def submit_figures(runner: Any, names: tuple[str, ...] | list[str], folder: str, *args: Any) -> list[Any]:
