@@ -18,7 +18,7 @@ TINY = ["model=carb_fast", "model.specialists.xgb.n_estimators=10", "model.speci
         "evaluate.sanity.enabled=false", "evaluate.architecture_intervals.folds=2", "evaluate.refits.workers=1"]
 
 
-@pytest.mark.slow   # a fresh MLflow store and a registered model: ~15 s idle (the fast suite's quickstart test runs it too)
+@pytest.mark.slow   # a fresh MLflow store and a registered model: 8 s near idle (the fast suite's quickstart test runs it too)
 def test_deferred_evaluation_is_logged_to_the_same_run_after(tmp_path):
     from carb.commands.train import finish_deferred, run_train
 
