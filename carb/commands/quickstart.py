@@ -2,7 +2,8 @@
 
 On a fresh store (no champion for the dataset's device) it trains the cascade on a shipped dataset with
 the fast preset, promotes that version to ``champion``, then screens the default grid against a budget
-suited to that dataset and prints the shortlist. When a champion already exists it screens straight
+suited to that dataset and prints the shortlist; the training run's leave-one-batch-tier-out refit and
+figures, which neither promote nor the screen reads, follow the shortlist and are logged to that run. When a champion already exists it screens straight
 away. ``data=h200`` (default: the NVIDIA H200 measurements, with energy; screening preset
 ``screen=quickstart``) or ``data=reference`` (the CPU reference, latency and memory only;
 ``screen=quickstart_cpu``) picks the dataset. Extra arguments are Hydra overrides: ``tracking.*`` and
