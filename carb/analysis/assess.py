@@ -7,7 +7,6 @@ It sits above :mod:`carb.analysis.evaluate`, :mod:`carb.analysis.extrapolation` 
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +16,7 @@ from carb.analysis.evaluate import (
     baseline_metrics,
     budget_metrics,
     budget_value,
-    leave_one_batch_tier_out,
+    lobo_or_skip,  # noqa: F401  (re-exported: callers import it from here)
     prediction_metrics,
     residual_spearman,
     top_importances,
@@ -28,9 +27,13 @@ from carb.model.baselines import FlopsLinear, LatencyEnergyProxy
 def evaluate_cascade(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.DataFrame,
                  full: pd.DataFrame, ev: dict[str, Any],
                  progress: Callable[[str], None] | None = None,
-                 note: Callable[[str], None] | None = None) -> tuple[dict[str, float], dict[str, Any]]:
+                 note: Callable[[str], None] | None = None,
+                 refits: tuple[dict[str, Any], dict[tuple[str, int], Any]] | None = None
+                 ) -> tuple[dict[str, float], dict[str, Any]]:
     """Every metric of a fitted cascade (test, regimes, budget, baselines, residual correlation,
     leave-one-batch-tier-out). Returns (metrics, extras with predictions and importances).
+    ``refits``: ``(plan, {(kind, index): Done})`` of :mod:`carb.analysis.refits`, when the command ran
+    them beside the main fit; None runs them here, one after another (:func:`run_refits`).
     ``progress``: called with a label as each refit (leave-one-batch-tier-out, each extrapolation split
     unless ``ev.extrapolation.progress`` is false) starts. ``note``: called with one line per refit
     skipped because the data has too few rows for it (small data: nothing after the main fit fails)."""
@@ -65,74 +68,54 @@ def evaluate_cascade(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.D
         b2 = LatencyEnergyProxy().fit(train, train["energy_J"])
     metrics.update(baseline_metrics(b1, b2, test))
     metrics.update(residual_spearman(test, pred, targets=targets))
-    lobo_cfg = ev.get("lobo") or {}
-    if lobo_cfg.get("enabled", True):
-        t0 = time.perf_counter()
-        if progress is not None:
-            progress(f"leave-one-batch-tier-out refit (train bs > {int(lobo_cfg.get('max_batch', 8))})")
-        lobo = lobo_or_skip(cascade, full, targets, int(lobo_cfg.get("max_batch", 8)), note)
-        metrics.update(lobo)
-        if lobo:
-            metrics["lobo_fit_s"] = time.perf_counter() - t0
+    plan, done = refits if refits is not None else run_refits(cascade, train, full, ev, progress, note)
+    if plan["lobo"]:
+        lobo = done[("lobo", 0)]
+        metrics.update(lobo.result)
+        if lobo.result:
+            metrics["lobo_fit_s"] = lobo.seconds
     xval, xval_preds = None, None
-    xcfg = ev.get("extrapolation") or {}
-    if xcfg.get("enabled", True):
-        from sklearn.base import clone
+    if plan["splits"] is not None:
+        from carb.analysis.extrapolation import combine_splits, concentration_metrics, split_metrics, xval_predictions
 
-        from carb.analysis.extrapolation import (
-            concentration_metrics,
-            default_splits,
-            evaluate_splits,
-            split_metrics,
-            xval_predictions,
-        )
-
-        t0 = time.perf_counter()
-        splits = default_splits(full, float(xcfg.get("train_share", 0.7)), int(xcfg.get("min_rows", 20)))
-        if not splits and note is not None:
-            note(f"extrapolation splits skipped: no knob or precision leaves {int(xcfg.get('min_rows', 20))} rows "
-                 f"(evaluate.extrapolation.min_rows) on each side of a cut in {len(full)} rows")
-        say = progress if xcfg.get("progress", True) else None
-        cover = float(cascade.intervals_["coverage"]) if getattr(cascade, "intervals_", None) else None
+        runs = [done[("split", i)] for i in range(len(plan["splits"]))]
+        cover = plan["coverage"]
         preds: dict = {}
-        xval = evaluate_splits(lambda: clone(cascade), full, splits, targets, progress=say, interval_coverage=cover,
-                               predictions=preds, note=note)
+        xval = combine_splits([r.result for r in runs], cover, predictions=preds)
         metrics.update(split_metrics(xval))
         xval_preds = xval_predictions(preds)
         metrics.update(concentration_metrics(xval, preds))
-        metrics["xval_fit_s"] = time.perf_counter() - t0
-        if cover is not None:  # candidates outside the domain get intervals that saw extrapolation
+        metrics["xval_fit_s"] = sum(r.seconds for r in runs)
+        if cover is not None and getattr(cascade, "intervals_", None):   # outside the domain: intervals that saw extrapolation
             from carb.model.intervals import outside_calibration
 
             for t, extra in outside_calibration(xval.attrs.get("outside_log_ratios", {}), cover,
                                                 xval.attrs.get("outside_precisions")).items():
                 if isinstance(cascade.intervals_.get(t), dict):
                     cascade.intervals_[t]["outside"] = extra
-    acfg = ev.get("architecture_intervals") or {}
-    if acfg.get("enabled", True) and getattr(cascade, "intervals_", None):
+    if plan["arch"] is not None and getattr(cascade, "intervals_", None):
         # a candidate of an architecture the model never saw errs more than the calibration rows (same networks)
-        from sklearn.base import clone
+        from carb.model.intervals import architecture_entries
 
-        from carb.model.intervals import architecture_calibration
-
-        t0 = time.perf_counter()
-        arch = architecture_calibration(lambda: clone(cascade), train, train[targets],
-                                        float(cascade.intervals_["coverage"]), int(acfg.get("folds", 5)),
-                                        progress=progress, note=note)
+        k, n_groups = plan["arch"]
+        runs = [done[("arch", i)] for i in range(k)]
+        parts: dict[str, list] = {}
+        for r in runs:
+            for t, part in r.result.items():
+                parts.setdefault(t, []).append(part)
+        arch = architecture_entries(parts, float(cascade.intervals_["coverage"]), k, n_groups)
         for t, entry in arch.items():
             if isinstance(cascade.intervals_.get(t), dict):
                 cascade.intervals_[t]["new_arch"] = entry
                 metrics[f"interval_new_arch_{t}_lower"] = entry["lower"]
                 metrics[f"interval_new_arch_{t}_upper"] = entry["upper"]
         if arch:
-            metrics["arch_interval_fit_s"] = time.perf_counter() - t0
+            metrics["arch_interval_fit_s"] = sum(r.seconds for r in runs)
     scfg = ev.get("sanity") or {}
-    if scfg.get("enabled", True):
-        from carb.analysis.extrapolation import sanity_report
-        from carb.analysis.screening import featurize
-        from carb.design.space import load_space
-
-        metrics.update(sanity_report(cascade, featurize(load_space(str(scfg.get("space", "screening"))))))
+    if ("sanity", 0) in done:      # a worker checked it beside the refits
+        metrics.update(done[("sanity", 0)].result)
+    elif scfg.get("enabled", True):
+        metrics.update(sanity_metrics(cascade, str(scfg.get("space", "screening"))))
     for k, v in cascade.fit_seconds_.items():
         metrics[f"fit_{k}_s"] = v
     imps = top_importances(cascade, int(ev.get("importances_top", 10)))
@@ -141,22 +124,24 @@ def evaluate_cascade(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.D
                      "extrapolation_predictions": xval_preds}
 
 
-def lobo_or_skip(cascade, full: pd.DataFrame, targets: list[str], max_batch: int,
-                 note: Callable[[str], None] | None, min_rows: int = 20) -> dict[str, float]:
-    """:func:`carb.analysis.evaluate.leave_one_batch_tier_out` metrics, or ``{}`` with one line to
-    ``note`` when either side of the batch cut has fewer than ``min_rows`` rows or the refit finds too
-    little data (:class:`carb.errors.DatasetError`)."""
-    from carb.errors import DatasetError
+def sanity_metrics(cascade, space: str = "screening", note: Callable[[str], None] | None = None) -> dict[str, float]:
+    """:func:`carb.analysis.extrapolation.sanity_report` of a fitted cascade on the grid ``space``
+    (``conf/space/<space>.yaml``); a top-level function, so a worker process can run it."""
+    from carb.analysis.extrapolation import sanity_report
+    from carb.analysis.screening import featurize
+    from carb.design.space import load_space
 
-    above = int((full["batch_size"].to_numpy() > max_batch).sum())
-    if min(above, len(full) - above) < min_rows:
-        if note is not None:
-            note(f"leave-one-batch-tier-out skipped: {above} rows with batch > {max_batch} and "
-                 f"{len(full) - above} at or below, need at least {min_rows} on each side")
-        return {}
-    try:
-        return leave_one_batch_tier_out(cascade, full, targets, max_batch, min_rows)[0]
-    except DatasetError as e:
-        if note is not None:
-            note(f"leave-one-batch-tier-out skipped: {e}")
-        return {}
+    return sanity_report(cascade, featurize(load_space(space)))
+
+
+def run_refits(cascade, train: pd.DataFrame, full: pd.DataFrame, ev: dict[str, Any],
+               progress: Callable[[str], None] | None = None, note: Callable[[str], None] | None = None
+               ) -> tuple[dict[str, Any], dict[tuple[str, int], Any]]:
+    """The evaluation refits of a fitted ``cascade`` (:func:`carb.analysis.refits.plan_refits`) run in
+    this process, one after another: ``(plan, results)`` for :func:`evaluate_cascade`."""
+    from carb.analysis.refits import RefitRunner, plan_refits
+
+    tasks, plan = plan_refits(cascade, train, full, ev, list(cascade.targets_),
+                              calibrated=bool(getattr(cascade, "intervals_", None)), note=note)
+    with RefitRunner(1).start(tasks) as runner:
+        return plan, runner.collect(progress, note)

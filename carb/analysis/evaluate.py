@@ -18,7 +18,7 @@ NaN means "not measurable here" (no rows, no energy, no telemetry); the tracker 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -163,6 +163,27 @@ def leave_one_batch_tier_out(estimator, df: pd.DataFrame, targets: Sequence[str]
             for k, v in regression_metrics(test[t], pred[f"pred_{t}"]).items():
                 out[f"lobo_{t}_{k}"] = v
     return out, model
+
+
+def lobo_or_skip(cascade, full: pd.DataFrame, targets: list[str], max_batch: int,
+                 note: Callable[[str], None] | None, min_rows: int = 20) -> dict[str, float]:
+    """:func:`leave_one_batch_tier_out` metrics, or ``{}`` with one line to
+    ``note`` when either side of the batch cut has fewer than ``min_rows`` rows or the refit finds too
+    little data (:class:`carb.errors.DatasetError`)."""
+    from carb.errors import DatasetError
+
+    above = int((full["batch_size"].to_numpy() > max_batch).sum())
+    if min(above, len(full) - above) < min_rows:
+        if note is not None:
+            note(f"leave-one-batch-tier-out skipped: {above} rows with batch > {max_batch} and "
+                 f"{len(full) - above} at or below, need at least {min_rows} on each side")
+        return {}
+    try:
+        return leave_one_batch_tier_out(cascade, full, targets, max_batch, min_rows)[0]
+    except DatasetError as e:
+        if note is not None:
+            note(f"leave-one-batch-tier-out skipped: {e}")
+        return {}
 
 
 def top_importances(model, k: int = 10) -> dict[str, list[tuple[str, float]]]:

@@ -127,54 +127,86 @@ def evaluate_splits(make_model: Callable[[], Any], df: pd.DataFrame, splits: Seq
     ``table.attrs["outside_precisions"]`` their precisions, aligned (feed both to
     :func:`carb.model.intervals.outside_calibration`). ``note``: called with one line per split skipped
     (no target with 10 measured training rows and 2 test rows, or a fit that finds too little data)."""
+    results = []
+    for i, sp in enumerate(splits):
+        label = f"extrapolation split {i + 1}/{len(splits)}: {sp.name} ({sp.description})"
+        results.append(fit_split(None, df, sp, targets, interval_coverage, cal_share, seed, note,
+                                 (lambda: progress(label)) if progress is not None else None, make_model))
+    return combine_splits(results, interval_coverage, predictions)
+
+
+def fit_split(model: Any, df: pd.DataFrame, sp: Split, targets: Sequence[str] = TARGETS,
+              interval_coverage: float | None = None, cal_share: float = 0.15, seed: int = 0,
+              note: Callable[[str], None] | None = None, starting: Callable[[], None] | None = None,
+              make_model: Callable[[], Any] | None = None) -> dict[str, Any] | None:
+    """One split of :func:`evaluate_splits`: ``model`` (an unfitted estimator; None: ``make_model()``,
+    called only when the split has the rows to fit) and B1 fitted on the split's training rows and scored on its test rows. Returns ``{"rows": [table
+    rows], "predictions": test rows with predictions, "held": what its interval coverage needs or None}``,
+    or None (one line to ``note``) when the split is skipped. ``starting()`` is called just before the fit.
+    A top-level function, so a worker process can run it (:mod:`carb.analysis.refits`)."""
     from carb.errors import DatasetError
     from carb.model.baselines import FlopsLinear
     from carb.model.intervals import screening_predict
 
+    tr, te = df[sp.train].reset_index(drop=True), df[sp.test].reset_index(drop=True)
+    cal = tr.iloc[:0]
+    if interval_coverage is not None and len(tr) >= 40:
+        pick = np.random.default_rng(seed).random(len(tr)) < cal_share
+        tr, cal = tr[~pick].reset_index(drop=True), tr[pick].reset_index(drop=True)
+    ts = [t for t in targets if t in df.columns and tr[t].notna().sum() >= 10 and te[t].notna().sum() >= 2]
+    if not ts:
+        if note is not None:
+            note(f"extrapolation split {sp.name} skipped: no target has 10 measured training rows "
+                 f"and 2 test rows ({len(tr)} training, {len(te)} test rows)")
+        return None
+    if starting is not None:
+        starting()
+    t0 = time.perf_counter()
+    try:
+        with warnings.catch_warnings():  # the main fit already said what it drops
+            warnings.simplefilter("ignore", UserWarning)
+            model = (make_model() if model is None else model).fit(tr, tr[ts])
+    except DatasetError as e:
+        if note is not None:
+            note(f"extrapolation split {sp.name} skipped: {e}")
+        return None
+    fit_s = time.perf_counter() - t0
+    # scored as screening scores a configuration nobody ran: its runtime telemetry is not measured either
+    pred = screening_predict(model, te) if hasattr(model, "telemetry_medians_") else model.predict(te)
+    b1 = FlopsLinear().fit(tr, tr[ts]).predict(te)
+    cascade = hasattr(model, "telemetry_medians_")
+    held = _held_out(model, cal, te, ts, interval_coverage, pred if cascade else None) \
+        if interval_coverage is not None else None
     rows = []
+    for t in ts:
+        col = f"pred_{t}"
+        if col not in pred.columns:
+            continue
+        m = regression_metrics(te[t], pred[col])
+        b = regression_metrics(te[t], b1[col])
+        rows.append({"split": sp.name, "description": sp.description, "target": t, "n_train": len(tr),
+                     "n_test": int(te[t].notna().sum()), "r2": m["r2"], "mape": m["mape"],
+                     "b1_r2": b["r2"], "b1_mape": b["mape"], "fit_s": fit_s,
+                     "interval_coverage": np.nan, "interval_width": np.nan})
+    return {"name": sp.name, "rows": rows, "held": held,
+            "predictions": te.assign(**{c: pred[c].to_numpy() for c in pred.columns},
+                                     **{f"b1_{c}": b1[c].to_numpy() for c in b1.columns})}
+
+
+def combine_splits(results: Sequence[dict[str, Any] | None], interval_coverage: float | None = None,
+                   predictions: dict[str, pd.DataFrame] | None = None) -> pd.DataFrame:
+    """:func:`evaluate_splits`' table from the splits' :func:`fit_split` results (None: skipped), in
+    split order; fills ``predictions`` as :func:`evaluate_splits` does."""
+    rows: list[dict[str, Any]] = []
     held: dict[str, dict[str, Any]] = {}   # split -> what its interval coverage needs
-    for i, sp in enumerate(splits):
-        tr, te = df[sp.train].reset_index(drop=True), df[sp.test].reset_index(drop=True)
-        cal = tr.iloc[:0]
-        if interval_coverage is not None and len(tr) >= 40:
-            pick = np.random.default_rng(seed).random(len(tr)) < cal_share
-            tr, cal = tr[~pick].reset_index(drop=True), tr[pick].reset_index(drop=True)
-        ts = [t for t in targets if t in df.columns and tr[t].notna().sum() >= 10 and te[t].notna().sum() >= 2]
-        if not ts:
-            if note is not None:
-                note(f"extrapolation split {sp.name} skipped: no target has 10 measured training rows "
-                     f"and 2 test rows ({len(tr)} training, {len(te)} test rows)")
+    for r in results:
+        if r is None:
             continue
-        if progress is not None:
-            progress(f"extrapolation split {i + 1}/{len(splits)}: {sp.name} ({sp.description})")
-        t0 = time.perf_counter()
-        try:
-            with warnings.catch_warnings():  # the main fit already said what it drops
-                warnings.simplefilter("ignore", UserWarning)
-                model = make_model().fit(tr, tr[ts])
-        except DatasetError as e:
-            if note is not None:
-                note(f"extrapolation split {sp.name} skipped: {e}")
-            continue
-        fit_s = time.perf_counter() - t0
-        # scored as screening scores a configuration nobody ran: its runtime telemetry is not measured either
-        pred = screening_predict(model, te) if hasattr(model, "telemetry_medians_") else model.predict(te)
-        b1 = FlopsLinear().fit(tr, tr[ts]).predict(te)
+        rows += r["rows"]
         if predictions is not None:
-            predictions[sp.name] = te.assign(**{c: pred[c].to_numpy() for c in pred.columns},
-                                             **{f"b1_{c}": b1[c].to_numpy() for c in b1.columns})
-        if interval_coverage is not None:
-            held[sp.name] = _held_out(model, cal, te, ts, interval_coverage)
-        for t in ts:
-            col = f"pred_{t}"
-            if col not in pred.columns:
-                continue
-            m = regression_metrics(te[t], pred[col])
-            b = regression_metrics(te[t], b1[col])
-            rows.append({"split": sp.name, "description": sp.description, "target": t, "n_train": len(tr),
-                         "n_test": int(te[t].notna().sum()), "r2": m["r2"], "mape": m["mape"],
-                         "b1_r2": b["r2"], "b1_mape": b["mape"], "fit_s": fit_s,
-                         "interval_coverage": np.nan, "interval_width": np.nan})
+            predictions[r["name"]] = r["predictions"]
+        if r["held"] is not None:
+            held[r["name"]] = r["held"]
     table = pd.DataFrame(rows, columns=["split", "description", "target", "n_train", "n_test", "r2", "mape",
                                         "b1_r2", "b1_mape", "fit_s", "interval_coverage", "interval_width"])
     table.attrs["outside_log_ratios"] = _by_split(held, exclude=None)
@@ -186,13 +218,14 @@ def evaluate_splits(make_model: Callable[[], Any], df: pd.DataFrame, splits: Seq
     return table
 
 
-def _held_out(model: Any, cal: pd.DataFrame, te: pd.DataFrame, ts: Sequence[str], coverage: float) -> dict[str, Any]:
-    """One split's screening-mode predictions on its test rows, their log-ratios (per target), which
-    rows lie outside the split model's domain, and the split's own calibration (None when its
-    calibration share is too small)."""
+def _held_out(model: Any, cal: pd.DataFrame, te: pd.DataFrame, ts: Sequence[str], coverage: float,
+              pred: pd.DataFrame | None = None) -> dict[str, Any]:
+    """One split's screening-mode predictions on its test rows (``pred`` when already made), their
+    log-ratios (per target), which rows lie outside the split model's domain, and the split's own
+    calibration (None when its calibration share is too small)."""
     from carb.model.intervals import calibrate, interval_groups, outside_mask, screening_predict
 
-    pred = screening_predict(model, te)
+    pred = screening_predict(model, te) if pred is None else pred
     ratios = {}
     for t in ts:
         if f"pred_{t}" in pred.columns:

@@ -2,7 +2,8 @@
 
 On a fresh store (no champion for the dataset's device) it trains the cascade on a shipped dataset with
 the fast preset, promotes that version to ``champion``, then screens the default grid against a budget
-suited to that dataset and prints the shortlist. When a champion already exists it screens straight
+suited to that dataset and prints the shortlist; the training run's leave-one-batch-tier-out refit and
+figures, which neither promote nor the screen reads, follow the shortlist and are logged to that run. When a champion already exists it screens straight
 away. ``data=h200`` (default: the NVIDIA H200 measurements, with energy; screening preset
 ``screen=quickstart``) or ``data=reference`` (the CPU reference, latency and memory only;
 ``screen=quickstart_cpu``) picks the dataset. Extra arguments are Hydra overrides: ``tracking.*`` and
@@ -97,11 +98,13 @@ def composed_first(name: str, common: list[str], screen_overrides: list[str],
 
 
 def run_quickstart(argv: list[str] | None = None) -> dict[str, Any]:
-    """Train (if needed) -> promote -> screen. Returns the screening summary plus what was done."""
+    """Train (if needed) -> promote -> screen -> the rest of the training run's evaluation (the
+    leave-one-batch-tier-out refit and the figures, which neither promote nor the screen reads, logged to
+    the same run after the shortlist is shown). Returns the screening summary plus what was done."""
     from carb import tracking
     from carb.commands.promote import run_promote
     from carb.commands.screen import run_screen
-    from carb.commands.train import run_train
+    from carb.commands.train import finish_deferred, run_train
     from carb.data.io import reference_dataset
     from carb.data.schema import model_name, ok_rows
 
@@ -117,11 +120,11 @@ def run_quickstart(argv: list[str] | None = None) -> dict[str, Any]:
     configure_from(cfgs["train"].get("compute"))   # threads that fit the free cores (carb/compute.py)
     print(f"carb-quickstart: tracking store {cfg.tracking.uri}")
     tracking.configure(cfg.tracking.uri, cfg.tracking.get("artifact_root"))
-    steps = []
+    steps, trained = [], {}
     if tracking.get_alias(name, "champion") is None:
         print(f"carb-quickstart: no champion for {name} in {cfg.tracking.uri}; training the fast preset "
               f"on the shipped dataset data={data} ({len(ref)} rows measured on {device})")
-        run_train(cfgs["train"])
+        trained = run_train(cfgs["train"], defer=True)   # the shortlist first; what screening does not read, after it
         steps.append("train")
         run_promote(cfgs["promote"])
         steps.append("promote")
@@ -143,11 +146,19 @@ def run_quickstart(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"carb-quickstart: screening with this machine's model {cfg.screen.target}")
     out = run_screen(cfg)
     steps.append("screen")
+    print(f"carb-quickstart: first shortlist after {time.perf_counter() - t0:.1f} s")
+    later = trained.get("deferred")
+    if later:
+        added = finish_deferred(later)
+        lobo = ", ".join(f"{k[5:-3]} {v:.3f}" for k, v in added.items() if k.startswith("lobo_") and k.endswith("_r2"))
+        print(f"carb-quickstart: then {' and '.join(later['parts'])} logged to the training run {later['run_id']}"
+              + (f" (leave-one-batch-tier-out R2: {lobo})" if lobo else ""))
     uri = cfg.tracking.uri
-    print(f"carb-quickstart: done in {time.perf_counter() - t0:.0f} s ({' -> '.join(steps)}).")
+    after = [f"then {', '.join(later['parts'])}"] if later else []
+    print(f"carb-quickstart: done in {time.perf_counter() - t0:.0f} s ({' -> '.join(steps + after)}).")
     print(f"Open the MLflow UI:  MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=1 MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false .venv/bin/mlflow ui --workers 1 "
           f"--backend-store-uri {uri}   (then http://127.0.0.1:5000)")
-    return {**out, "steps": steps}
+    return {**out, "steps": steps, "after_shortlist": list(later["parts"]) if later else []}
 
 
 def help_text() -> str:

@@ -50,10 +50,16 @@ def should_register(register: Any) -> bool:
         return True
 
 
-def run_train(cfg: Any) -> dict[str, Any]:
+def run_train(cfg: Any, defer: bool = False) -> dict[str, Any]:
     """Train, evaluate, save the fit locally, log and register. Returns ``{"metrics": {...},
     "registered_name", "version", "run_id", "model_uri", "run_name", "targets", "dropped_targets",
-    "table", "preset", "fit_folder"}``. With ``log_only=<folder>`` it logs a saved fit instead."""
+    "table", "preset", "fit_folder"}``. With ``log_only=<folder>`` it logs a saved fit instead.
+
+    ``defer``: leave out what neither screening nor ``carb-promote`` reads (the leave-one-batch-tier-out
+    refit and the figures) and return it as ``"deferred"``; :func:`finish_deferred` runs it later and logs
+    it to the same run (``carb-quickstart`` shows its shortlist first). Screening needs the rest: the
+    extrapolation splits make the outside-domain intervals, the new-architecture folds the unseen-architecture
+    ones; promote compares ``val_*`` metrics of the main fit."""
     from carb.commands.checks import check_config
 
     check_config('train', cfg)
@@ -74,29 +80,200 @@ def run_train(cfg: Any) -> dict[str, Any]:
     cascade = build_cascade(model_cfg, features, to_dict(cfg.prior))
     targets = [t for t in TARGETS if t in full.columns]
     ev = to_dict(cfg.evaluate)
+    later = deferred_parts(ev) if defer else {}
+    if later:
+        ev = {**ev, "lobo": {**dict(ev.get("lobo") or {}), "enabled": False}, "figures": False}
     measured = [t for t in targets if train[t].notna().any()]
     prog = Progress.from_cfg("carb-train", train_plan(ev, full, len(measured), len(cal)), cfg, throttle=False)
-    cascade.fit(train, train[targets], val, val[targets], progress=prog.hook(1.0, "fit stage "))
-    # the cascade's own warnings say which targets and feature columns it dropped (once: cli.warnings_once)
-    same_tags = feature_identity(cascade, train)
-    cascade.record_test_mae(test, test[targets])
-    cascade.split_seed_, cascade.split_fractions_ = seed, list(fractions)
-    t_cal = calibrate_intervals(cascade, (train, val, cal), targets, ev, progress=prog.hook(float(len(measured))),
-                                seed=seed)
-    t_eval = time.perf_counter()
-    metrics, extras = evaluate_cascade(cascade, train, val, test, full, ev,
-                                       progress=prog.hook(float(len(cascade.targets_))), note=say)
-    metrics.update({"calibrate_s": t_cal, "evaluate_s": time.perf_counter() - t_eval})
+    import tempfile
 
-    fit = {"cascade": cascade, "metrics": metrics, "extras": extras, "full": full, "test": test,
-           "sizes": [len(train), len(val), len(cal), len(test)], "device": device, "data_path": data_path,
-           "preset": preset, "split": f"seed={seed},fractions={','.join(f'{f:g}' for f in fractions)}",
-           "config": to_dict(cfg), "sweep": sweep_tags()}
-    fit.update(fit_labels(cfg, fit, {**same_tags, **tune_tags}))
-    folder = save_fit_or_warn(fit, fit_folder(cfg))
-    prog.begin("logging to MLflow" + (" and registering" if fit["reg_name"] else ""), LOG_WEIGHT)
-    out = log_fit(fit, cfg, folder)
-    prog.finish("fitted, evaluated and logged")
+    from carb.compute import estimator_threads
+
+    # the evaluation's refits need nothing of the main fit: they start first, in worker processes beside it,
+    # unless the main fit wants more than one thread itself (then they start after it)
+    beside = estimator_threads(len(train)) == 1
+    store = (str(cfg.tracking.uri), cfg.tracking.get("artifact_root"))
+    runner, plan = start_refits(cascade, train, full, ev, measured, len(cal) > 0) if beside else (None, None)
+    figure_dir = None
+    try:
+        cascade.fit(train, train[targets], val, val[targets], progress=prog.hook(1.0, "fit stage "))
+        # the cascade's own warnings say which targets and feature columns it dropped (once: cli.warnings_once)
+        same_tags = feature_identity(cascade, train)
+        cascade.record_test_mae(test, test[targets])
+        cascade.split_seed_, cascade.split_fractions_ = seed, list(fractions)
+        t_cal = calibrate_intervals(cascade, (train, val, cal), targets, ev, progress=prog.hook(float(len(measured))),
+                                    seed=seed)
+        t_eval = time.perf_counter()
+        if runner is None:
+            runner, plan = start_refits(cascade, train, full, ev, measured, len(cal) > 0)
+        figures: list[Any] = []
+        sanity, ready = None, None
+        if runner.parallel:   # while the workers refit: the sanity check and the figures queued, MLflow's import
+            scfg = ev.get("sanity") or {}   # and the store's set-up in a thread here
+            if scfg.get("enabled", True):
+                from carb.analysis.assess import sanity_metrics
+                from carb.analysis.refits import Task
+
+                sanity = runner.submit(Task("sanity", 0, None, sanity_metrics,
+                                            (cascade, str(scfg.get("space", "screening")))))
+            import threading
+
+            ready = threading.Thread(target=prepare_store, args=store, daemon=True)
+            ready.start()
+        early: dict[str, Any] = {}
+        if runner.parallel and ev.get("figures", True):
+            figure_dir = tempfile.mkdtemp(prefix="carb-figures-")
+
+            def queue_figures(runs: list[Any]) -> None:
+                """The extrapolation figure (the largest) as soon as the splits are in, then the main fit's."""
+                from carb.analysis.evaluate import top_importances
+
+                figures.extend(extrapolation_figure(runner, plan, runs, figure_dir, list(cascade.targets_)))
+                figures.extend(submit_figures(runner, FIGURES[1:], figure_dir, test, cascade.predict(test),
+                                              top_importances(cascade, int(ev.get("importances_top", 10))),
+                                              list(cascade.targets_)))
+            early["split"] = queue_figures
+        done = runner.collect(prog.hook(float(len(measured))), say, early)
+        if ready is not None:
+            ready.join()
+        if sanity is not None:
+            done[("sanity", 0)] = sanity.result()
+        workers = runner.workers if runner.parallel else 1
+        metrics, extras = evaluate_cascade(cascade, train, val, test, full, ev, note=say, refits=(plan, done))
+        metrics.update({"calibrate_s": t_cal, "evaluate_s": time.perf_counter() - t_eval,
+                        "refit_workers": float(workers)})
+
+        fit = {"cascade": cascade, "metrics": metrics, "extras": extras, "full": full, "test": test,
+               "sizes": [len(train), len(val), len(cal), len(test)], "device": device, "data_path": data_path,
+               "preset": preset, "split": f"seed={seed},fractions={','.join(f'{f:g}' for f in fractions)}",
+               "config": to_dict(cfg), "sweep": sweep_tags()}
+        fit.update(fit_labels(cfg, fit, {**same_tags, **tune_tags}))
+        if figures:   # workers draw them while this process logs the rest
+            fit["figure_files"] = figures
+        folder = save_fit_or_warn(fit, fit_folder(cfg))
+        prog.begin("logging to MLflow" + (" and registering" if fit["reg_name"] else ""), LOG_WEIGHT)
+        out = log_fit(fit, cfg, folder, ev)
+    finally:
+        if runner is not None:
+            runner.close()
+        if figure_dir is not None:
+            import shutil
+
+            shutil.rmtree(figure_dir, ignore_errors=True)
+    prog.finish("fitted, evaluated and logged" + (f" ({', '.join(later)} to follow)" if later else ""))
+    if later:
+        fit.pop("figure_files", None)
+        out["deferred"] = {"fit": fit, "cfg": cfg, "ev": to_dict(cfg.evaluate), "parts": list(later),
+                           "run_id": out["run_id"]}
+    return out
+
+
+def deferred_parts(ev: dict[str, Any]) -> dict[str, bool]:
+    """What ``run_train(defer=True)`` leaves for later: ``{"leave-one-batch-tier-out": True, "figures": True}``
+    where ``evaluate`` enables them."""
+    parts = {"leave-one-batch-tier-out": bool((ev.get("lobo") or {}).get("enabled", True)),
+             "figures": bool(ev.get("figures", True))}
+    return {k: v for k, v in parts.items() if v}
+
+
+def finish_deferred(deferred: dict[str, Any]) -> dict[str, float]:
+    """Run what :func:`run_train` deferred (the leave-one-batch-tier-out refit, the figures) and log it to
+    the training run; returns the metrics it added. The registered version is not changed: neither
+    screening nor promote reads these."""
+    from carb import tracking
+    from carb.analysis.evaluate import lobo_or_skip
+    from carb.analysis.refits import refit_model
+
+    fit, cfg, ev = deferred["fit"], deferred["cfg"], deferred["ev"]
+    cascade = fit["cascade"]
+    added: dict[str, float] = {}
+    if "leave-one-batch-tier-out" in deferred["parts"]:
+        import warnings
+
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():   # the main fit said what it drops
+            warnings.simplefilter("ignore", UserWarning)
+            added = lobo_or_skip(refit_model(cascade, ev.get("refits")), fit["full"], list(cascade.targets_),
+                                 int((ev.get("lobo") or {}).get("max_batch", 8)), say)
+        if added:
+            added["lobo_fit_s"] = time.perf_counter() - t0
+        fit["metrics"].update(added)
+    if not deferred.get("run_id"):
+        return added
+    with tracking.start_run("train", fit["run_name"], tracking_uri=cfg.tracking.uri, run_id=deferred["run_id"]):
+        numbers, counts, _ = split_metrics(added)
+        if counts:
+            tracking.log_params(counts)
+        tracking.log_metrics(numbers)
+        if "figures" in deferred["parts"]:
+            log_figures(fit)
+    return added
+
+
+def start_refits(cascade: Any, train: Any, full: Any, ev: dict[str, Any], targets: list[str], calibrated: bool
+                 ) -> tuple[Any, dict[str, Any]]:
+    """Plan the evaluation's refits of ``cascade`` (:func:`carb.analysis.refits.plan_refits`) and start
+    them in ``evaluate.refits.workers`` processes (one: in this process, when collected). Returns
+    ``(runner, plan)``; the caller closes the runner."""
+    from carb.analysis.refits import RefitRunner, plan_refits, refit_workers
+
+    tasks, plan = plan_refits(cascade, train, full, ev, targets, calibrated, note=say)
+    workers = refit_workers((ev.get("refits") or {}).get("workers", "auto"), len(tasks))
+    return RefitRunner(workers).start(tasks), plan
+
+
+def prepare_store(uri: str, artifact_root: str | None = None) -> str:
+    """Import MLflow and create (or upgrade) the tracking store and the ``carb-train`` experiment while the
+    workers refit, so that logging after them starts on a ready store (MLflow's import and a fresh store's
+    set-up were about a tenth of ``carb-train``). Returns "" or why not: then the logging meets the problem
+    itself and says it in one line."""
+    from carb.tracking.store import EXPERIMENTS, configure, experiment_id, store_read_only
+
+    try:
+        if store_read_only(uri):
+            return "read-only store"
+        configure(uri, artifact_root)
+        experiment_id(EXPERIMENTS.get("train", "carb-train"))
+    except Exception as e:  # noqa: BLE001 - the logging after the fits reports store faults in one line
+        return f"{type(e).__name__}: {e}"
+    return ""
+
+
+#: The artifact paths of carb-train's figures (:func:`carb.plots.train.train_figures`), one task each.
+FIGURES = ("figures/extrapolation.png", "figures/pred_vs_measured.png", "figures/residuals_by_batch_tier.png",
+           "figures/importances.png")
+
+
+def extrapolation_figure(runner: Any, plan: dict[str, Any], runs: list[Any], folder: str,
+                         targets: list[str]) -> list[Any]:
+    """Queue the extrapolation figure as soon as the splits' refits are in (``runs``: their results, in
+    split order), while the new-architecture folds still run."""
+    from carb.analysis.extrapolation import combine_splits, xval_predictions
+
+    preds: dict = {}
+    xval = combine_splits([r.result for r in runs], plan["coverage"], predictions=preds)
+    return submit_figures(runner, FIGURES[:1], folder, None, None, None, targets, xval, xval_predictions(preds))
+
+
+def submit_figures(runner: Any, names: tuple[str, ...] | list[str], folder: str, *args: Any) -> list[Any]:
+    """One :func:`render_figures` task per figure in ``names`` (``args``: its data, in its order)."""
+    from carb.analysis.refits import Task
+
+    return [runner.submit(Task("figures", i, None, render_figures, (*args, *([None] * (6 - len(args))), folder,
+                                                                    [name]))) for i, name in enumerate(names)]
+
+
+def render_figures(test: Any, pred: Any, importances: Any, targets: list[str], xval: Any, xval_preds: Any,
+                   folder: str, only: list[str] | None = None, note: Any = None) -> list[str]:
+    """Draw the fit's figures (:func:`carb.plots.train.train_figures`; ``only`` these) into PNG files under
+    ``folder`` (workers draw them while the command logs the rest); returns their paths,
+    ``folder``/``figures/<name>``."""
+    out = []
+    for name, fig in train_figures(test, pred, importances, targets, xval, xval_preds, only=only).items():
+        path = Path(folder) / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path)
+        out.append(str(path))
     return out
 
 
@@ -328,21 +505,40 @@ def interval_summary(entry: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def log_fit(fit: dict[str, Any], cfg: Any, folder: Path | None) -> dict[str, Any]:
+def log_figures(fit: dict[str, Any]) -> None:
+    """Log a fit's figures (:func:`carb.plots.train.train_figures`) to the active run: the files a worker
+    drew (``fit["figure_files"]``, :func:`render_figures`) when there are, else drawn here."""
+    from carb import tracking
+
+    pending = fit.get("figure_files")
+    if pending is not None:
+        for job in pending:
+            for path in job.result().result:
+                tracking.log_artifact(path, str(Path(path).parent.name))
+        return
+    extras = fit["extras"]
+    for name, fig in train_figures(fit["test"], extras["pred"], extras["importances"], fit["cascade"].targets_,
+                                   extras.get("extrapolation"), extras.get("extrapolation_predictions")).items():
+        tracking.log_figure(fig, name)
+
+
+def log_fit(fit: dict[str, Any], cfg: Any, folder: Path | None, ev: dict[str, Any] | None = None) -> dict[str, Any]:
     """Log a fit to MLflow, register it, print the tables. A tracking fault is one line that says where
-    the fit is saved and how to log it later."""
+    the fit is saved and how to log it later. ``ev``: the ``evaluate`` settings (default ``cfg.evaluate``)."""
     from carb import tracking
     from carb.analysis.evaluate import results_table
 
     cascade, metrics, extras, test = fit["cascade"], fit["metrics"], fit["extras"], fit["test"]
-    ev = to_dict(cfg.evaluate)
+    ev = to_dict(cfg.evaluate) if ev is None else ev
     try:
         with tracking.start_run("train", fit["run_name"], tracking_uri=cfg.tracking.uri, tags=fit["tags"],
                                 sweep=fit.get("sweep") or {}, artifact_root=cfg.tracking.get("artifact_root")) as run_id:
             numbers, counts, flags = split_metrics(metrics)
+            refits = refit_settings(fit["config"])[1]   # how the refits ran: one tag, not four params
             tracking.log_config(fit["config"], train_params(fit["config"], counts, fit.get("sweep")))
             digest = log_inputs(fit)
-            tracking.set_tags({"dataset_digest": digest, "split": fit["split"], "fit_folder": str(folder or "not saved"), **flags})
+            tracking.set_tags({"dataset_digest": digest, "split": fit["split"], "fit_folder": str(folder or "not saved"),
+                               "evaluate_refits": refits, **flags})
             if getattr(cascade, "intervals_", None):
                 tracking.log_dict({k: (interval_summary(v) if isinstance(v, dict) else v)
                                    for k, v in cascade.intervals_.items()}, "intervals.json")
@@ -356,10 +552,7 @@ def log_fit(fit: dict[str, Any], cfg: Any, folder: Path | None) -> dict[str, Any
             tracking.log_dict({t: [[n, v] for n, v in items] for t, items in extras["importances"].items()},
                               "importances.json")
             if ev.get("figures", True):
-                for name, fig in train_figures(test, extras["pred"], extras["importances"], cascade.targets_,
-                                               extras.get("extrapolation"),
-                                               extras.get("extrapolation_predictions")).items():
-                    tracking.log_figure(fig, name)
+                log_figures(fit)
             example = test[cascade.input_columns_].head(5).reset_index(drop=True)
             meta = {"device": fit["device"], "device_id": cascade.device_id_ or "unknown",
                     "device_fingerprint": cascade.device_fingerprint_ or "unknown",
@@ -383,6 +576,16 @@ def log_fit(fit: dict[str, Any], cfg: Any, folder: Path | None) -> dict[str, Any
             "run_id": run_id, "model_uri": info.get("model_uri"), "run_name": fit["run_name"],
             "targets": list(cascade.targets_), "dropped_targets": dict(cascade.dropped_targets_),
             "table": table, "preset": fit["preset"], "fit_folder": str(folder)}
+
+
+def refit_settings(config: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """``(config without evaluate.refits, those settings as one tag value)``: how the refits ran is a tag
+    (``light tree_share=0.3 max_learning_rate=0.3 workers=auto``), not four more params."""
+    ev = dict(config.get("evaluate") or {})
+    refits = dict(ev.pop("refits", None) or {})
+    text = " ".join([("light" if refits.get("light") else "full")] +
+                    [f"{k}={refits[k]}" for k in ("tree_share", "max_learning_rate", "workers") if k in refits])
+    return ({**config, "evaluate": ev} if "evaluate" in config else dict(config)), text
 
 
 def log_inputs(fit: dict[str, Any]) -> str:

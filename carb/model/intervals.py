@@ -185,6 +185,19 @@ def architecture_calibration(make_model: Any, X: pd.DataFrame, y: pd.DataFrame, 
     (per regime too). :func:`interval` gives it, in union, to in-domain rows of an unseen architecture.
     Returns ``{}`` with fewer than 3 architectures. ``progress``: called with a line per fold; ``note``:
     called with one line per fold skipped (too few rows to refit) or when nothing can be calibrated."""
+    plan = architecture_folds(X, folds, note)
+    if plan is None:
+        return {}
+    k, n_groups, splits = plan
+    parts = _fold_log_ratios(make_model, X, y, splits, "new-architecture intervals", progress, note)
+    return architecture_entries(parts, coverage, k, n_groups)
+
+
+def architecture_folds(X: pd.DataFrame, folds: int = 5, note: Any = None
+                       ) -> tuple[int, int, list[tuple[np.ndarray, np.ndarray]]] | None:
+    """``(k, architectures, [(train positions, held-out positions)] * k)``: the grouped folds of
+    :func:`architecture_calibration` (whole architectures held out), or None (one line to ``note``) with
+    fewer than 3 architectures."""
     from sklearn.model_selection import GroupKFold
 
     from carb.model.domain import architecture_keys
@@ -193,10 +206,15 @@ def architecture_calibration(make_model: Any, X: pd.DataFrame, y: pd.DataFrame, 
     n_groups = len(set(keys))
     if n_groups < 3:
         _say(note, f"new-architecture intervals skipped: {n_groups} architecture(s), need at least 3")
-        return {}
+        return None
     k = int(min(folds, n_groups))
-    parts = _fold_log_ratios(make_model, X, y, list(GroupKFold(k).split(X, groups=keys)),
-                             "new-architecture intervals", progress, note)
+    return k, n_groups, list(GroupKFold(k).split(X, groups=keys))
+
+
+def architecture_entries(parts: Mapping[str, list[tuple[np.ndarray, np.ndarray, Any]]], coverage: float,
+                         k: int, n_groups: int) -> dict[str, Any]:
+    """:func:`architecture_calibration`'s result from the folds' ``{target: [(measured, predicted,
+    regimes)]}`` (:func:`fold_log_ratios` of each fold, gathered per target)."""
     return {t: {**_pooled_entry(t, ps, coverage), "folds": k, "architectures": n_groups} for t, ps in parts.items()}
 
 
@@ -247,35 +265,45 @@ def _fold_log_ratios(make_model: Any, X: pd.DataFrame, y: pd.DataFrame, folds: l
     does: ``{target: [(measured, predicted, regimes or None) per fold]}``. A fold with fewer than
     :data:`carb.model.cascade_data.MIN_FIT_ROWS` training rows, or whose fit finds too little data
     (:class:`carb.errors.DatasetError`), is skipped with one line to ``note``."""
-    import warnings
-
-    from carb.errors import DatasetError
     from carb.model.cascade_data import MIN_FIT_ROWS
 
     parts: dict[str, list[tuple[np.ndarray, np.ndarray, Any]]] = {}
     for i, (tr, te) in enumerate(folds):
         name = f"{label}: fold {i + 1}/{len(folds)}"
-        if len(tr) < MIN_FIT_ROWS:
-            _say(note, f"{name} skipped: {len(tr)} training rows, need at least {MIN_FIT_ROWS}")
-            continue
-        if progress is not None:
+        if len(tr) >= MIN_FIT_ROWS and progress is not None:
             progress(name)
-        a, b = X.iloc[tr].reset_index(drop=True), X.iloc[te].reset_index(drop=True)
-        ya, yb = y.iloc[tr].reset_index(drop=True), y.iloc[te].reset_index(drop=True)
-        try:
-            with warnings.catch_warnings():   # the main fit already said what it drops
-                warnings.simplefilter("ignore", UserWarning)
-                model = make_model().fit(a, ya)
-        except DatasetError as e:
-            _say(note, f"{name} skipped: {e}")
-            continue
-        pred = screening_predict(model, b)
-        regime = interval_groups(model, b)
-        for t in TARGETS:
-            if pred_name(t) in pred and t in yb:
-                parts.setdefault(t, []).append((yb[t].to_numpy(dtype=float), pred[pred_name(t)].to_numpy(dtype=float),
-                                                regime))
+        for t, part in fold_log_ratios(make_model(), X, y, tr, te, name, note).items():
+            parts.setdefault(t, []).append(part)
     return parts
+
+
+def fold_log_ratios(model: Any, X: pd.DataFrame, y: pd.DataFrame, tr: np.ndarray, te: np.ndarray, name: str,
+                    note: Any = None) -> dict[str, tuple[np.ndarray, np.ndarray, Any]]:
+    """One fold of :func:`_fold_log_ratios`: ``model`` (unfitted) fitted on the rows at positions ``tr``,
+    the rows at ``te`` predicted as screening predicts them: ``{target: (measured, predicted, regimes or
+    None)}``; ``{}`` with one line to ``note`` when the fold is skipped. A top-level function, so a
+    worker process can run it (:mod:`carb.analysis.refits`)."""
+    import warnings
+
+    from carb.errors import DatasetError
+    from carb.model.cascade_data import MIN_FIT_ROWS
+
+    if len(tr) < MIN_FIT_ROWS:
+        _say(note, f"{name} skipped: {len(tr)} training rows, need at least {MIN_FIT_ROWS}")
+        return {}
+    a, b = X.iloc[tr].reset_index(drop=True), X.iloc[te].reset_index(drop=True)
+    ya, yb = y.iloc[tr].reset_index(drop=True), y.iloc[te].reset_index(drop=True)
+    try:
+        with warnings.catch_warnings():   # the main fit already said what it drops
+            warnings.simplefilter("ignore", UserWarning)
+            model = model.fit(a, ya)
+    except DatasetError as e:
+        _say(note, f"{name} skipped: {e}")
+        return {}
+    pred = screening_predict(model, b)
+    regime = interval_groups(model, b)
+    return {t: (yb[t].to_numpy(dtype=float), pred[pred_name(t)].to_numpy(dtype=float), regime)
+            for t in TARGETS if pred_name(t) in pred and t in yb}
 
 
 def _pooled_entry(target: str, parts: list[tuple[np.ndarray, np.ndarray, Any]], coverage: float) -> dict[str, Any]:

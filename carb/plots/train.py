@@ -208,13 +208,15 @@ def extrapolation_figure(predictions: Mapping[str, pd.DataFrame], table: pd.Data
 
 def train_figures(test: pd.DataFrame, pred: pd.DataFrame, imps: dict, targets: list[str],
                   xval: pd.DataFrame | None = None,
-                  xval_predictions: Mapping[str, pd.DataFrame] | None = None) -> dict[str, Figure]:
+                  xval_predictions: Mapping[str, pd.DataFrame] | None = None,
+                  only: Sequence[str] | None = None) -> dict[str, Figure]:
     """The figures ``carb-train`` logs, by artifact path: predicted vs measured, importances, residuals
     by batch tier, and with ``xval_predictions`` (each extrapolation split's test rows with predictions;
-    ``xval`` its table) the extrapolation figure."""
-    figs = {"figures/pred_vs_measured.png": pred_vs_measured(test, pred, targets),
-            "figures/importances.png": importances_figure(imps),
-            "figures/residuals_by_batch_tier.png": residuals_by_tier(test, pred, targets)}
+    ``xval`` its table) the extrapolation figure. ``only``: just these artifact paths (worker processes
+    draw one each)."""
+    make = {"figures/pred_vs_measured.png": lambda: pred_vs_measured(test, pred, targets),
+            "figures/importances.png": lambda: importances_figure(imps),
+            "figures/residuals_by_batch_tier.png": lambda: residuals_by_tier(test, pred, targets)}
     if xval_predictions:
-        figs["figures/extrapolation.png"] = extrapolation_figure(xval_predictions, xval, targets)
-    return figs
+        make["figures/extrapolation.png"] = lambda: extrapolation_figure(xval_predictions, xval, targets)
+    return {k: f() for k, f in make.items() if only is None or k in only}

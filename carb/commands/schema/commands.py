@@ -2,9 +2,9 @@
 (:mod:`carb.commands.schema.groups`) and its own keys; :data:`COMMANDS` maps a command to its model."""
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
 
 from carb.commands.schema.groups import (
     Compute,
@@ -30,6 +30,7 @@ from carb.commands.schema.groups import (
     Text,
     Tracking,
     Tune,
+    _n_jobs,
 )
 from carb.model.prior_config import PriorSettings
 
@@ -91,6 +92,15 @@ class CrossConformal(Section):
     folds: Annotated[int, Field(ge=2)]
 
 
+class Refits(Section):
+    """``evaluate.refits``: how the evaluation's refits run (carb/analysis/refits.py)."""
+
+    workers: Annotated[Any, BeforeValidator(_n_jobs)]
+    light: bool
+    tree_share: Annotated[float, Field(gt=0, le=1)]
+    max_learning_rate: Annotated[float, Field(gt=0, le=1)]
+
+
 class Sanity(Section):
     """``evaluate.sanity``: screening-mode predictions on a grid."""
 
@@ -107,6 +117,7 @@ class Evaluate(Section):
     lobo: Lobo
     extrapolation: Extrapolation
     architecture_intervals: ArchitectureIntervals
+    refits: Refits
     sanity: Sanity
     importances_top: Count
     figures: bool
