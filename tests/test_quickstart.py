@@ -304,3 +304,20 @@ def test_main_job_default_screens_with_the_h200_model_and_an_energy_budget(tmp_p
     per_image = short.loc[~front, "pred_energy_J_per_image"].to_numpy()
     assert (np.diff(per_image) >= 0).all()                           # energy per image is the objective
     assert np.allclose(per_image, short.loc[~front, "pred_energy_J"] / short.loc[~front, "batch_size"])
+
+
+@pytest.mark.parametrize("on_disk, given, want", [(False, [], True), (True, [], False),
+                                                  (False, ["probe=false"], False)])
+def test_quickstart_calibrate_probes_a_cpu_without_a_probe_first(monkeypatch, on_disk, given, want):
+    """Issue 29: carb-quickstart calibrate=true runs a short device probe first (carb-calibrate probe=true)
+    on a CPU that has none on disk; a CPU with a probe uses it, and calibrate.probe=... is the user's."""
+    import carb.data.probes as probes
+    from carb.commands.cli import compose
+    from carb.commands.quickstart import probe_first
+
+    seen = []
+    monkeypatch.setattr(probes, "load_probe", lambda dev: seen.append(dev) or ("probe" if on_disk else None))
+    cfg = compose("calibrate", ["measure=cpu", "device=cpu", *given])
+    probe_first(cfg, given)
+    assert (str(cfg.get("probe")).lower() == "true") is want
+    assert len(seen) == (0 if given else 1) and all(len(d) == 10 for d in seen)   # this CPU's device id

@@ -9,7 +9,8 @@ away. ``data=h200`` (default: the NVIDIA H200 measurements, with energy; screeni
 ``screen=quickstart_cpu``) picks the dataset. Extra arguments are Hydra overrides: ``tracking.*`` and
 ``paths.*`` apply to every step, anything else to the screening step (e.g. ``space.batch_sizes=[1,8]``).
 
-``calibrate=true`` (CPU only, so it implies ``data=reference``) first measures K configurations on this
+``calibrate=true`` (CPU only, so it implies ``data=reference``) first probes this CPU when it has no
+device probe yet (``carb-calibrate probe=true``: single convolutions, about a minute), then measures K configurations on this
 machine's CPU (``carb-calibrate measure=cpu``, K = 12 by default, about a minute on 2 cores), calibrates
 the reference model to it, registers the result as this machine's model and screens with that version;
 ``calibrate.<key>=<value>`` sets any ``carb-calibrate`` setting (e.g. ``calibrate.k=8``).
@@ -70,6 +71,25 @@ def _data_arg(argv: list[str], calibrate: bool) -> tuple[str, list[str]]:
     return data or ("reference" if calibrate else DEFAULT_DATA), rest
 
 
+def probe_first(cal_cfg: Any, calibrate: list[str]) -> None:
+    """Set ``probe=true`` in the composed calibrate config when this CPU (fingerprinted at the threads its
+    measurements use) has no device probe on disk (shipped or ``carb-probe``'s) and the user did not set
+    ``calibrate.probe``: the calibration then probes it first (about a minute on 2 cores) and calibrates
+    from both CPUs' probes (issue 29). An existing probe is used as it is."""
+    from omegaconf import open_dict
+
+    from carb.measure.probe import torch_threads_and_version
+    from carb.data.probes import load_probe
+    from carb.measure.fingerprint import device_id, read_cpu_fingerprint
+
+    if any(a.split("=", 1)[0].lstrip("+~") == "probe" for a in calibrate):
+        return
+    threads, _ = torch_threads_and_version(cal_cfg.measure.get("threads"))
+    if load_probe(device_id(read_cpu_fingerprint(threads))) is None:
+        with open_dict(cal_cfg):
+            cal_cfg.probe = True
+
+
 def composed_first(name: str, common: list[str], screen_overrides: list[str],
                    calibrate: list[str] | None = None, data: str = DEFAULT_DATA) -> dict[str, Any]:
     """Compose and check the train, promote and screen configs before anything runs: a typo is one
@@ -94,6 +114,7 @@ def composed_first(name: str, common: list[str], screen_overrides: list[str],
     check_stores("train", cfgs["train"])   # a damaged or read-only store: one line before any work
     if "calibrate" in cfgs:
         check_config("calibrate", cfgs["calibrate"])
+        probe_first(cfgs["calibrate"], calibrate or [])
     return cfgs
 
 
