@@ -92,12 +92,15 @@ def test_workers_fit_at_one_thread():
         assert set(s["blas"]) <= {1}
 
 
-def test_one_free_core_runs_in_this_process(monkeypatch):
-    monkeypatch.setattr(R, "free_cores", lambda: 1)
+def test_one_core_runs_in_this_process(monkeypatch):
+    """``auto`` = the available cores (single-thread workers share a busy core, they do not spin); one
+    available core (or workers=1) runs the refits in this process."""
     monkeypatch.setattr(R, "available_cores", lambda: 2)
-    assert R.refit_workers("auto", 11) == 1
+    assert R.refit_workers("auto", 11) == 2
     assert R.refit_workers(8, 11) == 2            # capped at the available cores
-    assert R.refit_workers("auto", 1) == 1
+    assert R.refit_workers("auto", 1) == 1        # never more workers than tasks
+    monkeypatch.setattr(R, "available_cores", lambda: 1)
+    assert R.refit_workers("auto", 11) == 1
     with pytest.raises(ConfigError, match="evaluate.refits.workers"):
         R.refit_workers("many")
     with R.RefitRunner(R.refit_workers("auto", 2)).start([R.Task("t", i, f"t{i}", threads_seen)

@@ -7,8 +7,9 @@ A fitted cascade is evaluated by refitting copies of it on other rows: leave-one
 main fit, so :func:`plan_refits` lists them before it, :class:`RefitRunner` starts them, and the
 evaluation (:func:`carb.analysis.assess.evaluate_cascade`) collects their results after it.
 
-Workers: ``evaluate.refits.workers`` (``auto``: :func:`carb.compute.free_cores`; an int is capped at
-:func:`carb.compute.available_cores`). With one worker, or where ``fork`` is not available, the refits
+Workers: ``evaluate.refits.workers`` (``auto``: :func:`carb.compute.available_cores`, not the free cores:
+single-thread processes time-slice a busy core fairly and never spin, and beside a busy process pinned to one
+core two workers took 17-21 s where one took 22-32 s; an int is capped at the available cores). With one worker, or where ``fork`` is not available, the refits
 run in this process, one after another, when they are collected (as before). Otherwise each worker is a
 forked process (it inherits the loaded libraries and the caches of the layer shapes; the frames travel
 pickled, a few hundred kB) whose fits run at one thread (:func:`worker_threads`): processes x threads
@@ -40,7 +41,7 @@ from typing import Any
 
 import pandas as pd
 
-from carb.compute import available_cores, free_cores
+from carb.compute import available_cores
 from carb.errors import ConfigError
 
 
@@ -110,10 +111,11 @@ def _init_worker() -> None:
 
 
 def refit_workers(setting: Any = "auto", n_tasks: int | None = None) -> int:
-    """Worker processes for the refits: ``auto`` (or None) the free cores, a positive int capped at
+    """Worker processes for the refits: ``auto`` (or None) the available cores (each worker runs at one
+    thread, so a busy core is shared, not oversubscribed with spinning threads), a positive int capped at
     the available cores, and never more than ``n_tasks``; 1 means in this process."""
     if setting is None or str(setting).strip().lower() == "auto":
-        n = free_cores()
+        n = available_cores()
     else:
         try:
             n = int(setting)
