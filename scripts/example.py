@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -23,9 +24,11 @@ if __package__ in (None, ""):   # run as `python scripts/example.py`: the reposi
 from scripts.splice import ROOT, splice  # noqa: E402
 
 README = ROOT / "README.md"
-#: The worked task: which ResNet configuration fits 10 ms and 1 GB per batch on the H200 with the least
-#: energy per image. Overrides of carb-screen, exactly as the README shows them.
-TASK = ["screen.budget.latency_ms=10", "screen.budget.peak_memory_MB=1024", "screen.objective=energy_J_per_image"]
+#: The worked task: which ResNet reaching 76 % ImageNet top-1 fits 10 ms per batch on the H200 with the least
+#: energy per image (torchvision's published top-1, joined by screen.accuracy; the front trades energy per
+#: image against top-1). Overrides of carb-screen, exactly as the README shows them (shell-quoted there).
+TASK = ["screen.budget.latency_ms=10", "screen.objective=energy_J_per_image", "screen.accuracy=IMAGENET1K_V1",
+        "screen.require.top1=0.76", "screen.pareto=[energy_J_per_image,-top1]"]
 #: Shortlist rows shown in the README (the whole shortlist is in shortlist.csv).
 TOP_ROWS = 5
 
@@ -84,7 +87,7 @@ def worked_task(work: Path) -> str:
         f"screening {screen_s:.0f} s; load average {os.getloadavg()[0]:.2f} at the end).",
         "",
         "```console",
-        f"$ .venv/bin/carb-screen {' '.join(TASK)}",
+        f"$ .venv/bin/carb-screen {' '.join(shlex.quote(a) for a in TASK)}",
         *shortlist_excerpt(stdout),
         "...",
         "```",
