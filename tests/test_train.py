@@ -12,6 +12,7 @@ import mlflow
 import numpy as np
 import pandas as pd
 import pytest
+from sizes import NO_EVALUATION
 from synthetic import synthetic_dataset
 
 from carb import load_model, tracking
@@ -314,7 +315,7 @@ def test_store_fault_after_the_fit_loses_nothing(env, tmp_path):
     bad.parent.mkdir()
     bad.write_bytes(b"this is not a sqlite database" * 100)
     over_bad = [f"data.path={env['data']}", f"tracking.uri=sqlite:///{bad}", f"paths.output_dir={tmp_path}/out",
-                "evaluate.figures=false", "evaluate.extrapolation.enabled=false", *TINY]
+                *NO_EVALUATION, *TINY]
     with pytest.raises(TrackingError) as e:
         run_train(compose("train", over_bad))
     msg = str(e.value)

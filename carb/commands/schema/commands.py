@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 
 from carb.commands.schema.groups import (
     Compute,
@@ -193,6 +194,16 @@ class Calibrate(Command):
     register_: bool = Field(alias="register")
     alias: Text
     run_name: Text | None
+
+    @field_validator("spec")
+    @classmethod
+    def _zero_shot_has_a_spec(cls, v: str | None, info: ValidationInfo) -> str | None:
+        """``k=0`` is the zero-shot transfer, which needs ``spec``: refused before any work (the quickstart
+        checks this config before it trains)."""
+        if info.data.get("k") == 0 and not v:
+            raise PydanticCustomError("carb", "k=0 needs spec=<GPU name of carb/data/gpu_specs.csv> (zero-shot "
+                                      "from spec sheets); or k >= 1 with measured rows (data.path=... or measure=...)", {})
+        return v
 
 
 class Timm(Section):
