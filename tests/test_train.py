@@ -47,7 +47,7 @@ def over(env, *extra):
 def syn_run(env):
     from carb.commands.train import run_train
 
-    return run_train(compose("train", over(env, *TINY)))
+    return run_train(compose("train", over(env, *TINY, "evaluate.architecture_intervals.folds=2")))
 
 
 def _run(env, run_id):
@@ -151,7 +151,8 @@ def test_no_duplicate_lines_and_identical_feature_sets(env, capsys):
     with warnings_once():
         r = run_train(compose("train", [f"data.path={path}", f"tracking.uri={uri}", f"paths.output_dir={env['dir']}/out",
                                         "evaluate.figures=false", "evaluate.extrapolation.enabled=false",
-                                        "evaluate.sanity.enabled=false", *TINY[:-1]]))
+                                        "evaluate.sanity.enabled=false", "evaluate.architecture_intervals.folds=2",
+                                        *TINY[:-1]]))
     out = capsys.readouterr()
     lines = [ln for ln in (out.out + out.err).splitlines() if ln.strip() and not ln.startswith(("carb-train: [", "  "))]
     dupes = {ln for ln in lines if lines.count(ln) > 1}
