@@ -13,7 +13,7 @@ import pandas as pd
 import os
 
 import pytest
-from sizes import quickstart_without_evaluation
+from sizes import NO_EVALUATION, quickstart_without_evaluation
 from synthetic import synthetic_dataset
 
 from carb.commands.cli import compose
@@ -22,7 +22,6 @@ from carb.data.schema import model_name, ok_rows
 from carb.data.split import split_dataset
 from carb.design.space import load_space
 
-FAST = ["evaluate.lobo.enabled=false", "evaluate.figures=false"]
 MODEL = model_name(ok_rows(load_dataset("reference")))   # carb-amd-epyc[-<device_id>]: the shipped data's device
 H200 = model_name(ok_rows(load_dataset("h200")))         # carb-nvidia-h200-<device_id>: the main job's default
 
@@ -194,7 +193,7 @@ def test_two_stage_with_two_registered_models(qs):
 
     data = qs["dir"] / "gpu.parquet"
     save_dataset(synthetic_dataset(150, seed=5, device_name="Synthetic GPU"), data)
-    run_train(compose("train", [*qs["common"], "model=carb_fast", f"data.path={data}", *FAST]))
+    run_train(compose("train", [*qs["common"], "model=carb_fast", f"data.path={data}", *NO_EVALUATION]))
     r = run_screen(compose("screen", [*qs["common"], "+experiment=two_stage",
                                       "screen.source=models:/carb-synthetic-gpu/1",
                                       f"screen.target=models:/{MODEL}@champion",
