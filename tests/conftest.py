@@ -116,8 +116,15 @@ def _stores_from_a_template(tmp_path_factory):
         real(db)
 
     mp.setattr(store, "_init_sqlite", init_from_template)
-    yield
+    yield template
     mp.undo()
+
+
+@pytest.fixture(scope="session")
+def template_store(_stores_from_a_template) -> Path:
+    """The empty MLflow store that in-process stores start from (made once by CARB's real set-up); copy
+    it, never change it."""
+    return _stores_from_a_template()
 
 
 @pytest.fixture(autouse=True)
