@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -50,16 +51,80 @@ def no_cuda(monkeypatch):
     return True
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _temporary_carb_home(tmp_path_factory):
+def pytest_configure(config):
     """Every test (and every process it starts, which inherits the environment) uses a temporary
     ``CARB_HOME``: the default MLflow store, Optuna storage and user probes are never the checkout's
-    ``mlruns/`` or the user's own. Session-wide, so module fixtures see it too; tests that need another
-    home set ``CARB_HOME`` themselves."""
+    ``mlruns/`` or the user's own. Set when pytest starts, before test modules are imported, so an
+    environment a module copies at import (``ENV = {**os.environ, ...}``) has it too; tests that need
+    another home set ``CARB_HOME`` themselves."""
+    home = os.path.realpath(tempfile.mkdtemp(prefix="carb-home-"))
+    config._carb_home = (home, os.environ.get("CARB_HOME"))
+    os.environ["CARB_HOME"] = home
+
+
+def pytest_unconfigure(config):
+    home, before = getattr(config, "_carb_home", (None, None))
+    if home is None:
+        return
+    if before is None:
+        os.environ.pop("CARB_HOME", None)
+    else:
+        os.environ["CARB_HOME"] = before
+    shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stores_from_a_template(tmp_path_factory):
+    """A fresh MLflow SQLite store costs a schema migration: about 1 s of CPU and, on a disk, several
+    seconds of syncs. Inside the test process every new store therefore starts as a copy of one store
+    migrated once per session (made by the real :func:`carb.tracking.store._init_sqlite`, lazily, so
+    tests that never track pay nothing); the real set-up then runs on the copy as on any existing store.
+    Processes that tests start (the commands as users run them) still create their stores for real, and
+    a folder where the copy cannot be written (read-only) falls through to the real code and its error."""
     mp = pytest.MonkeyPatch()
-    mp.setenv("CARB_HOME", str(tmp_path_factory.mktemp("carb-home")))
-    yield
+    store = sys.modules.get("carb.tracking.store")
+    if store is None:
+        import carb.tracking.store as store
+    real = store._init_sqlite
+    made: list[Path] = []
+
+    def template() -> Path:
+        if not made:
+            mlflow = store.mlflow_module()
+            uris = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
+            db = tmp_path_factory.mktemp("template-store") / "mlflow.db"
+            mlflow.set_tracking_uri(f"sqlite:///{db}")
+            mlflow.set_registry_uri(f"sqlite:///{db}")
+            try:
+                real(db)
+            finally:
+                mlflow.set_tracking_uri(uris[0])
+                mlflow.set_registry_uri(uris[1])
+            made.append(db)
+        return made[0]
+
+    def init_from_template(db: Path) -> None:
+        if str(db) not in store._INITIALIZED and not db.exists():
+            try:
+                with store.locked(db):
+                    if not db.exists():
+                        tmp = db.with_name(f".{db.name}.template")
+                        shutil.copyfile(template(), tmp)
+                        os.replace(tmp, db)
+            except OSError:
+                pass
+        real(db)
+
+    mp.setattr(store, "_init_sqlite", init_from_template)
+    yield template
     mp.undo()
+
+
+@pytest.fixture(scope="session")
+def template_store(_stores_from_a_template) -> Path:
+    """The empty MLflow store that in-process stores start from (made once by CARB's real set-up); copy
+    it, never change it."""
+    return _stores_from_a_template()
 
 
 @pytest.fixture(autouse=True)

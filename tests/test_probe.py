@@ -305,9 +305,9 @@ def test_layer_cost_model_pickles(cost_model):
 
 # ---------------------------------------------------------------- probe tables on disk
 
-def test_shipped_probe_is_found_by_device(monkeypatch):
+def test_shipped_probe_is_found_by_device(monkeypatch, tmp_path):
     """The shipped table holds the reference CPU's probe at three precisions; an unknown device has none."""
-    monkeypatch.delenv("CARB_HOME", raising=False)
+    monkeypatch.setenv("CARB_HOME", str(tmp_path))   # a home without user probes (never the checkout's)
     assert probe_paths() == [SHIPPED_PROBES]
     t = load_probe(REFERENCE_DEVICE)
     assert t is not None and len(t) > 0 and set(PROBE_COLUMNS) <= set(t.columns)
@@ -381,9 +381,11 @@ def r2(y: np.ndarray, p: np.ndarray) -> float:
 
 
 @pytest.fixture(scope="module")
-def no_carb_home():
+def no_carb_home(tmp_path_factory):
+    """A CARB_HOME without user probes: only the shipped probe is found (the checkout's or the user's
+    own probes never change what these tests see)."""
     mp = pytest.MonkeyPatch()
-    mp.delenv("CARB_HOME", raising=False)
+    mp.setenv("CARB_HOME", str(tmp_path_factory.mktemp("empty-home")))
     yield
     mp.undo()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ import pandas as pd
 import os
 
 import pytest
+from sizes import NO_EVALUATION, quickstart_without_evaluation
 from synthetic import synthetic_dataset
 
 from carb.commands.cli import compose
@@ -20,7 +22,6 @@ from carb.data.schema import model_name, ok_rows
 from carb.data.split import split_dataset
 from carb.design.space import load_space
 
-FAST = ["evaluate.lobo.enabled=false", "evaluate.figures=false"]
 MODEL = model_name(ok_rows(load_dataset("reference")))   # carb-amd-epyc[-<device_id>]: the shipped data's device
 H200 = model_name(ok_rows(load_dataset("h200")))         # carb-nvidia-h200-<device_id>: the main job's default
 
@@ -56,7 +57,8 @@ def qs(tmp_path_factory):
 
     d = tmp_path_factory.mktemp("qs")
     common = [f"tracking.uri=sqlite:///{d}/mlruns/mlflow.db", f"paths.output_dir={d}/out"]
-    first = run_quickstart([*common, "data=reference"])
+    with quickstart_without_evaluation():   # the tests use the model, not its evaluation (tests/test_train.py)
+        first = run_quickstart([*common, "data=reference"])
     return {"dir": d, "common": common, "first": first, "uri": f"sqlite:///{d}/mlruns/mlflow.db"}
 
 
@@ -191,7 +193,7 @@ def test_two_stage_with_two_registered_models(qs):
 
     data = qs["dir"] / "gpu.parquet"
     save_dataset(synthetic_dataset(150, seed=5, device_name="Synthetic GPU"), data)
-    run_train(compose("train", [*qs["common"], "model=carb_fast", f"data.path={data}", *FAST]))
+    run_train(compose("train", [*qs["common"], "model=carb_fast", f"data.path={data}", *NO_EVALUATION]))
     r = run_screen(compose("screen", [*qs["common"], "+experiment=two_stage",
                                       "screen.source=models:/carb-synthetic-gpu/1",
                                       f"screen.target=models:/{MODEL}@champion",
@@ -278,15 +280,18 @@ def test_quickstart_calibrate_value_is_checked():
         run_quickstart(["calibrate=true", "data=h200"])
 
 
-def test_main_job_default_screens_with_the_h200_model_and_an_energy_budget(tmp_path):
+@pytest.mark.parametrize("evaluation", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_main_job_default_screens_with_the_h200_model_and_an_energy_budget(tmp_path, evaluation):
     """``carb-quickstart`` with no argument: the shipped H200 measurements train, promote and screen,
     with an energy stage, the three-target budget of ``screen=quickstart`` splitting the grid, and every
-    decision following the budget and the intervals."""
+    decision following the budget and the intervals. The fast suite trains without the evaluation refits;
+    the slow one runs the main job exactly as a user does."""
     from carb import tracking
     from carb.commands.quickstart import run_quickstart
 
     common = [f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"paths.output_dir={tmp_path}/out"]
-    first = run_quickstart(common)
+    with nullcontext() if evaluation else quickstart_without_evaluation():
+        first = run_quickstart(common)
     assert first["steps"] == ["train", "promote", "screen"] and first["target"] == f"models:/{H200}@champion"
     tracking.configure(f"sqlite:///{tmp_path}/mlflow.db")
     assert tracking.get_alias(H200, "champion") == "1" and not tracking.model_versions(MODEL)

@@ -34,12 +34,10 @@ def _one_error_line(r: subprocess.CompletedProcess, cmd: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def made_store(tmp_path_factory) -> Path:
-    """A real, empty MLflow store made by CARB (once: MLflow's migrations take seconds)."""
-    db = tmp_path_factory.mktemp("store") / "mlflow.db"
-    code = f"from carb import tracking; tracking.configure('sqlite:///{db}')"
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
-    return db
+def made_store(template_store) -> Path:
+    """A real, empty MLflow store made by CARB (once per session: MLflow's migrations take seconds;
+    tests/conftest.py's template, which carb.tracking's own set-up made)."""
+    return template_store
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import mlflow
 import numpy as np
 import pandas as pd
 import pytest
+from sizes import NO_EVALUATION
 from synthetic import synthetic_dataset
 
 from carb import load_model, tracking
@@ -46,7 +47,7 @@ def over(env, *extra):
 def syn_run(env):
     from carb.commands.train import run_train
 
-    return run_train(compose("train", over(env, *TINY)))
+    return run_train(compose("train", over(env, *TINY, "evaluate.architecture_intervals.folds=2")))
 
 
 def _run(env, run_id):
@@ -159,7 +160,8 @@ def test_no_duplicate_lines_and_identical_feature_sets(env, capsys):
     with warnings_once():
         r = run_train(compose("train", [f"data.path={path}", f"tracking.uri={uri}", f"paths.output_dir={env['dir']}/out",
                                         "evaluate.figures=false", "evaluate.extrapolation.enabled=false",
-                                        "evaluate.sanity.enabled=false", *TINY[:-1]]))
+                                        "evaluate.sanity.enabled=false", "evaluate.architecture_intervals.folds=2",
+                                        *TINY[:-1]]))
     out = capsys.readouterr()
     lines = [ln for ln in (out.out + out.err).splitlines() if ln.strip() and not ln.startswith(("carb-train: [", "  "))]
     dupes = {ln for ln in lines if lines.count(ln) > 1}
@@ -323,7 +325,7 @@ def test_store_fault_after_the_fit_loses_nothing(env, tmp_path):
     bad.parent.mkdir()
     bad.write_bytes(b"this is not a sqlite database" * 100)
     over_bad = [f"data.path={env['data']}", f"tracking.uri=sqlite:///{bad}", f"paths.output_dir={tmp_path}/out",
-                "evaluate.figures=false", "evaluate.extrapolation.enabled=false", *TINY]
+                *NO_EVALUATION, *TINY]
     with pytest.raises(TrackingError) as e:
         run_train(compose("train", over_bad))
     msg = str(e.value)

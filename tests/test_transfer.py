@@ -14,6 +14,7 @@ from carb.errors import ConfigError, DatasetError
 from carb.model.intervals import interval, screening_predict
 from carb.model.presets import build_cascade
 from carb.model.transfer import TransferredCascade, interval_entry
+from sizes import NO_EVALUATION
 from synthetic import synthetic_dataset
 
 TINY = ["model=carb_fast", "model.specialists.xgb.n_estimators=20", "model.specialists.lgbm.n_estimators=20",
@@ -166,8 +167,7 @@ def store(tmp_path_factory):
     save_dataset(device_b(a[a["status"] == "ok"].reset_index(drop=True)), d / "b.parquet")
     uri = f"sqlite:///{d}/m.db"
     out = run_train(compose("train", [f"data.path={d}/a.parquet", f"tracking.uri={uri}", f"paths.output_dir={d}/out",
-                                      "print_table=false", "evaluate.figures=false", "evaluate.lobo.enabled=false",
-                                      "evaluate.extrapolation.enabled=false", "progress.enabled=false", *TINY]))
+                                      "print_table=false", *NO_EVALUATION, "progress.enabled=false", *TINY]))
     tracking.configure(uri)
     tracking.set_alias(out["registered_name"], "champion", out["version"])
     return {"dir": d, "uri": uri, "source": f"models:/{out['registered_name']}@champion"}
@@ -430,8 +430,7 @@ def test_calibrate_k0_registers_a_zero_shot_model_from_spec_sheets(store):
     a["latency_ms"] *= 20.0   # synthetic rows are faster than a real H200's bandwidth allows (plausibility check)
     save_dataset(a, d / "h200.parquet")
     out = run_train(compose("train", [f"data.path={d}/h200.parquet", f"tracking.uri={store['uri']}",
-                                      f"paths.output_dir={d}/out", "print_table=false", "evaluate.figures=false",
-                                      "evaluate.lobo.enabled=false", "evaluate.extrapolation.enabled=false",
+                                      f"paths.output_dir={d}/out", "print_table=false", *NO_EVALUATION,
                                       "progress.enabled=false", *TINY]))
     src = f"models:/{out['registered_name']}/{out['version']}"
     res = run_calibrate_k0(store, src, "spec=H100 SXM")

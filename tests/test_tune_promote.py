@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import optuna
 import pandas as pd
 import pytest
+from sizes import NO_EVALUATION
 from synthetic import synthetic_dataset
 
 from carb import load_model, tracking
@@ -132,7 +133,7 @@ def test_train_tuned_promote_load(env, study):
     from carb.commands.promote import run_promote
     from carb.commands.train import run_train
 
-    over = _over(env, "evaluate.lobo.enabled=false", "evaluate.figures=false", *TINY[:5])
+    over = _over(env, *NO_EVALUATION, *TINY[:5])
     pcfg = compose("promote", [f"tracking.uri={env['uri']}", f"promote.data={env['data']}"])
     r1 = run_train(compose("train", [*over, "model=carb_fast"]))
     first = run_promote(pcfg)                     # promote.name from the dataset's device

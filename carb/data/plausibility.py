@@ -116,21 +116,25 @@ def problems(df: pd.DataFrame) -> list[dict[str, Any]]:
     fps = df["device_fingerprint"].to_numpy() if "device_fingerprint" in df else np.full(len(df), None)
     precs = df["precision"].astype(str).to_numpy() if "precision" in df else np.full(len(df), "fp32")
     cache: dict[tuple[Any, ...], Any] = {}
+
+    def cached(key: tuple[Any, ...], fn: Callable[..., Any]) -> Any:
+        """``fn(*key[1:])`` once per distinct key (a device's peak, bandwidth and memory per fingerprint)."""
+        if key not in cache:
+            cache[key] = fn(*key[1:])
+        return cache[key]
+
     for i in range(len(df)):
         for c, v in (("latency_ms", lat[i]), ("peak_memory_MB", mem[i]), ("energy_J", energy[i])):
             if math.isinf(v):
                 out.append({"row": i, "column": c, "message": f"{c}={v} is not finite"})
         if np.isfinite(lat[i]) and lat[i] > 0 and np.isfinite(flops[i]) and flops[i] > 0:
-            key = (kinds[i], fps[i], precs[i])
-            if key not in cache:
-                cache[key] = device_peak(*key)
-            peak, what = cache[key]
+            peak, what = cached(("peak", kinds[i], fps[i], precs[i]), device_peak)
             rate = 2.0 * flops[i] / (lat[i] * 1e-3) / 1e12
             if rate > PEAK_TOLERANCE * peak:
                 out.append({"row": i, "column": "latency_ms", "message": (
                     f"latency_ms={lat[i]:.6g} implies {rate:.4g} TFLOP/s ({precs[i]}), above {PEAK_TOLERANCE:g} x "
                     f"{what}, {peak:.4g} TFLOP/s: is the column in seconds?")})
-            bw = cache.setdefault(("bw", key[0], key[1], ""), _bandwidth(key[0], key[1]))
+            bw = cached(("bw", kinds[i], fps[i]), _bandwidth)
             if bw is not None and np.isfinite(acts[i]) and acts[i] * 2 ** 20 > L2_MULTIPLE * bw[1] * 1e6:
                 gbps = acts[i] * 2 ** 20 / (lat[i] * 1e-3) / 1e9
                 if gbps > PEAK_TOLERANCE * bw[0]:
@@ -145,7 +149,7 @@ def problems(df: pd.DataFrame) -> list[dict[str, Any]]:
                     f"({params[i]:.4g} MiB): "
                     f"is the column in GiB or GB?")})
             else:
-                cap, what = _device_MiB(kinds[i], fps[i])
+                cap, what = cached(("mem", kinds[i], fps[i]), _device_MiB)
                 if mem[i] > cap:
                     out.append({"row": i, "column": "peak_memory_MB", "message": (
                         f"peak_memory_MB={mem[i]:.6g} MiB exceeds {what} ({cap:.4g} MiB): is the column in bytes?")})

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, Field
+from pydantic import BaseModel, BeforeValidator, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from carb.commands.schema.groups import (
     Compute,
@@ -223,6 +224,17 @@ class Calibrate(Command):
     register_: bool = Field(alias="register")
     alias: Text
     run_name: Text | None
+
+    @model_validator(mode="after")
+    def _zero_shot_has_a_spec_or_probe(self) -> "Calibrate":
+        """``k=0`` is a zero-shot transfer, which needs ``spec`` (a GPU) or ``probe`` (a CPU): refused before
+        any work (the quickstart checks this config before it trains)."""
+        probe = self.probe not in (None, False) and str(self.probe).lower() not in ("false", "")
+        if self.k == 0 and not self.spec and not probe:
+            raise PydanticCustomError("carb", "k=0 needs spec=<GPU name of carb/data/gpu_specs.csv> (zero-shot "
+                                      "from spec sheets) or probe=<device_id>|true (a CPU, from device probes); "
+                                      "or k >= 1 with measured rows (data.path=... or measure=...)", {})
+        return self
 
 
 class Timm(Section):
