@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DOCS = [README, ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
 #: Generated blocks README.md must keep (their scripts splice into them: scripts/example.py).
-README_BLOCKS = ("setup", "example")
+README_BLOCKS = ("setup", "speed", "example")
 #: A link target that another branch delivers (docs/RESULTS.md: the generated results); absent is allowed.
 ARRIVING = {"docs/RESULTS.md"}
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
@@ -55,3 +55,18 @@ def test_the_link_check_sees_links(tmp_path):
     doc = tmp_path / "x.md"
     doc.write_text("[a](docs/A.md) [b](https://example.org) [c](#top) ![d](fig.png#x)")
     assert relative_links(doc) == ["docs/A.md", "fig.png"]
+
+
+def test_speed_block_table_from_the_benchmarks_last_lines():
+    """scripts/speed.py turns the two benchmarks' last lines into the README's table: old = new x ratio,
+    a skipped old run is n/a, never a number."""
+    from scripts.speed import table
+
+    t = {"old_s": "33.3", "new_s": "14.2", "ratio": "0.427", "loaded_ratio": "1.5", "quickstart_first_shortlist_s": "42.9",
+         "old_loaded_s": "60.0", "new_loaded_s": "21.3", "old_quickstart_first_shortlist_s": "91.2"}
+    s = {"s3072": "0.400", "s100k": "8.000", "s1m": "80.0", "peak_MB_1m": "2100", "ratio_3072": "2.00",
+         "ratio_100k": "3.00", "ratio_1m": "skipped"}
+    text = table(t, s)
+    assert "| 33 s | 14 s | 0.43 |" in text and "| 91 s | 43 s | 0.47 |" in text
+    assert "| 0.80 s | 0.40 s | 0.50 |" in text and "| 24 s | 8.00 s | 0.33 |" in text
+    assert "| n/a | 80 s | n/a |" in text and "2100 MB" in text
