@@ -69,4 +69,4 @@ def test_speed_block_table_from_the_benchmarks_last_lines():
     text = table(t, s)
     assert "| 33 s | 14 s | 0.43 |" in text and "| 91 s | 43 s | 0.47 |" in text
     assert "| 0.80 s | 0.40 s | 0.50 |" in text and "| 24 s | 8.00 s | 0.33 |" in text
-    assert "| n/a | 80 s | n/a |" in text and "2100 MB" in text
+    assert "| n/a | 80 s | n/a |" in text and "(2100 MB peak)" in text
