@@ -31,20 +31,33 @@ def test_deferred_evaluation_is_logged_to_the_same_run_after(tmp_path):
     assert later["parts"] == ["leave-one-batch-tier-out", "figures"] and later["run_id"] == out["run_id"]
     tracking.configure(uri)
     run = mlflow.get_run(out["run_id"])
-    assert not [k for k in run.data.metrics if k.startswith("lobo_")]
-    assert "val_latency_ms_mae" in run.data.metrics                       # what promote compares is there
-    assert any(k.startswith("interval_new_arch_") for k in run.data.metrics)  # what the screen reads too
+    assert not [k for k in run.data.metrics if k.startswith("lobo")]
+    assert "val/latency_ms_mae" in run.data.metrics                       # what promote compares is there
     client = mlflow.MlflowClient()
+    table = _metric_table(client, out["run_id"], tmp_path / "before")
+    assert any(m.startswith("interval_new_arch_") for m in table)          # what the screen reads too
+    assert not [m for m in table if m.startswith("lobo_")]
     assert not [a for a in client.list_artifacts(out["run_id"]) if a.path == "figures"]
 
     added = finish_deferred(later)
     assert added["lobo_latency_ms_r2"] == added["lobo_latency_ms_r2"]   # a number, not NaN
     run = mlflow.get_run(out["run_id"])
-    assert run.data.metrics["lobo_latency_ms_r2"] == added["lobo_latency_ms_r2"]
+    assert run.data.metrics["lobo/latency_ms_r2"] == added["lobo_latency_ms_r2"]
+    assert _metric_table(client, out["run_id"], tmp_path / "after")["lobo_latency_ms_r2"] == added["lobo_latency_ms_r2"]
     assert run.info.status == "FINISHED"
     figures = [a.path for a in client.list_artifacts(out["run_id"], "figures")]
     assert "figures/pred_vs_measured.png" in figures
     assert [v["version"] for v in tracking.model_versions(out["registered_name"])] == ["1"]
+
+
+def _metric_table(client, run_id: str, dest) -> dict[str, float]:
+    """The run's ``metrics.json`` table as ``{metric: value}``."""
+    import json
+
+    dest.mkdir(parents=True, exist_ok=True)
+    doc = json.loads(open(client.download_artifacts(run_id, "metrics.json", str(dest))).read())
+    cols = doc["columns"]
+    return {row[cols.index("metric")]: row[cols.index("value")] for row in doc["data"]}
 
 
 def test_without_defer_nothing_is_left_for_later(tmp_path):

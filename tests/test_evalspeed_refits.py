@@ -140,3 +140,53 @@ def test_refit_settings_are_checked(tmp_path):
         check_config("train", compose("train", ["evaluate.refits.tree_share=1.5"]))
     with pytest.raises(ConfigError, match="evaluate.refits.workers"):
         check_config("train", compose("train", ["evaluate.refits.workers=many"]))
+
+
+SCRIPT = '''
+import sys, warnings
+import numpy as np
+warnings.simplefilter("ignore")
+
+
+def fit_small(note=None):
+    """A task: a small LightGBM fit (an OpenMP parallel region) in the worker."""
+    import lightgbm as lgb
+    from carb.analysis import refits as R
+
+    X = np.random.default_rng(1).random((2000, 8))
+    lgb.LGBMRegressor(n_estimators=10, verbose=-1).fit(X, X.sum(1))
+    return R.worker_threads()
+
+
+def main():
+    import lightgbm as lgb
+    from carb.analysis import refits as R
+
+    if sys.argv[1:] == ["fork"]:   # the old start method, to show the hang this guards against
+        import multiprocessing
+        R.worker_context = lambda: multiprocessing.get_context("fork")
+    X = np.random.default_rng(0).random((4000, 16))
+    lgb.LGBMRegressor(n_estimators=20, n_jobs=2, verbose=-1).fit(X, X.sum(1))   # this process's OpenMP pool
+    with R.RefitRunner(2).start([R.Task("t", i, f"t{i}", fit_small) for i in range(2)]) as runner:
+        seen = runner.collect()
+    print("workers", sorted(d.result["estimator"] for d in seen.values()))
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_workers_start_clean_after_this_process_used_openmp(tmp_path):
+    """A process that already ran a 2-thread LightGBM fit (a previous test, a multirun's previous job, a
+    notebook) and then starts refit workers: forked from it, the workers hung in their first OpenMP call
+    (LightGBM's Dataset construction, seen in the slow suite); from the fork server they run."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "refit_after_openmp.py"
+    script.write_text(SCRIPT)
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "OMP_NUM_THREADS": "2"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "workers [1, 1]" in r.stdout

@@ -9,10 +9,12 @@ evaluation (:func:`carb.analysis.assess.evaluate_cascade`) collects their result
 
 Workers: ``evaluate.refits.workers`` (``auto``: :func:`carb.compute.available_cores`, not the free cores:
 single-thread processes time-slice a busy core fairly and never spin, and beside a busy process pinned to one
-core two workers took 17-21 s where one took 22-32 s; an int is capped at the available cores). With one worker, or where ``fork`` is not available, the refits
-run in this process, one after another, when they are collected (as before). Otherwise each worker is a
-forked process (it inherits the loaded libraries and the caches of the layer shapes; the frames travel
-pickled, a few hundred kB) whose fits run at one thread (:func:`worker_threads`): processes x threads
+core two workers took 17-21 s where one took 22-32 s; an int is capped at the available cores). With one worker, or where ``forkserver`` is not available, the
+refits run in this process, one after another, when they are collected (as before). Otherwise each worker is
+forked from a fork server (:func:`worker_context`: never from this process, whose OpenMP pools a forked child
+cannot use), with the modules of :data:`PRELOAD` loaded; the tasks and frames travel pickled (a few hundred
+kB); a script that calls ``run_train`` itself needs the ``if __name__ == "__main__":`` guard, as for any
+multiprocessing. Each worker's fits run at one thread (:func:`worker_threads`): processes x threads
 never exceed the cores. The pool starts before the main fit, which then runs beside it at one thread.
 
 Lighter refits (``evaluate.refits.light``): a refit's result is a score or a calibration, not the
@@ -127,9 +129,25 @@ def refit_workers(setting: Any = "auto", n_tasks: int | None = None) -> int:
         n = min(n, available_cores())
     if n_tasks is not None:
         n = min(n, max(1, n_tasks))
-    if "fork" not in multiprocessing.get_all_start_methods():
+    if "forkserver" not in multiprocessing.get_all_start_methods():
         return 1
     return max(1, n)
+
+
+#: Modules the fork server imports once, so that each worker it forks starts with them loaded.
+PRELOAD = ["carb.analysis.refits", "carb.analysis.extrapolation", "carb.analysis.evaluate", "carb.model.cascade",
+           "carb.model.intervals", "carb.plots.train"]
+
+
+def worker_context() -> multiprocessing.context.BaseContext:
+    """The workers' start method: ``forkserver``. A plain ``fork`` copies this process as it is, and a process
+    that has run an OpenMP parallel region (LightGBM, XGBoost: a previous fit, a previous job of a multirun, a
+    notebook) leaves the child a thread pool it cannot use: the child hangs in its first OpenMP call (seen:
+    LightGBM's Dataset construction in a refit worker forked inside the test suite). The fork server is a fresh
+    process that only imported :data:`PRELOAD`; workers forked from it start clean and nearly as fast."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
 
 
 class _Lazy:
@@ -161,8 +179,7 @@ class RefitRunner:
     def start(self, tasks: list[Task]) -> RefitRunner:
         """Submit ``tasks`` (the workers are forked now, when there are more than one)."""
         if self.workers > 1 and len(tasks) > 1:
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("fork"),
-                                             initializer=_init_worker)
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=worker_context(), initializer=_init_worker)
             self._jobs = [(t, self._pool.submit(run_task, t.fn, t.args, t.kwargs)) for t in tasks]
         else:
             self._jobs = [(t, _Lazy(t)) for t in tasks]

@@ -204,7 +204,10 @@ def finish_deferred(deferred: dict[str, Any]) -> dict[str, float]:
         numbers, counts, _ = split_metrics(added)
         if counts:
             tracking.log_params(counts)
-        tracking.log_metrics(numbers)
+        targets = list(cascade.targets_)
+        tracking.log_metrics(headline_metrics(numbers, targets))       # lobo/<t>_r2, lobo/<t>_mape
+        if numbers:   # the run's one metric table, now with the deferred rows
+            tracking.log_table(metric_rows(split_metrics(fit["metrics"])[0], targets), "metrics.json")
         if "figures" in deferred["parts"]:
             log_figures(fit)
     return added
