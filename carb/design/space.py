@@ -122,6 +122,15 @@ def _cap_flops(rows: list[tuple], max_flops: float, num_classes: int) -> list[tu
     return keep
 
 
+def _plain_space(space: Mapping[str, Any]) -> tuple[dict[str, Any], str, int]:
+    """``(space as plain data, its mode (checked: grid | random), its class count)``."""
+    space = _as_plain(space)
+    mode = space.get("mode", "grid")
+    if mode not in ("grid", "random"):
+        raise ConfigError(f"space.mode: {mode!r} is not allowed; allowed: ['grid', 'random']")
+    return space, mode, int(space.get("num_classes", 1000) or 1000)
+
+
 def configs_from_cfg(space: Mapping[str, Any]) -> list[ArchConfig]:
     """Expand a space config (the composed ``space`` node or a plain dict) into validated configs.
 
@@ -130,12 +139,8 @@ def configs_from_cfg(space: Mapping[str, Any]) -> list[ArchConfig]:
     configs drawn with ``seed`` (all of them, shuffled, when ``n`` >= the product size). Every config is
     validated before anything is built; the first invalid one raises :class:`ConfigError`.
     """
-    space = _as_plain(space)
-    mode = space.get("mode", "grid")
-    if mode not in ("grid", "random"):
-        raise ConfigError(f"space.mode: {mode!r} is not allowed; allowed: ['grid', 'random']")
+    space, mode, num_classes = _plain_space(space)
     rows = _product(space)
-    num_classes = int(space.get("num_classes", 1000) or 1000)
     max_flops = space.get("max_flops")
     if max_flops is not None:
         rows = _cap_flops(rows, float(max_flops), num_classes)
@@ -190,12 +195,8 @@ def space_frame(space: Mapping[str, Any]) -> pd.DataFrame:
     """:func:`carb.design.space.configs_from_cfg` as a knob frame (:data:`FRAME_COLUMNS`): the same
     candidates in the same order (``mode: grid``: the full product; ``mode: random``: the same seeded
     sample), ``max_flops`` applied. Raises :class:`ConfigError` as the object path does."""
-    space = _as_plain(space)
-    mode = space.get("mode", "grid")
-    if mode not in ("grid", "random"):
-        raise ConfigError(f"space.mode: {mode!r} is not allowed; allowed: ['grid', 'random']")
+    space, mode, num_classes = _plain_space(space)
     blocks = _product_check(space)
-    num_classes = int(space.get("num_classes", 1000) or 1000)
     frames = [_block_frame(space, b, num_classes) for b in blocks]
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(FRAME_COLUMNS))
     max_flops = space.get("max_flops")
