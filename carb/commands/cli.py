@@ -163,6 +163,22 @@ def fail(command: str, err: BaseException) -> None:
     sys.exit(2)
 
 
+@contextlib.contextmanager
+def one_line_errors(command: str) -> Iterator[None]:
+    """Every command's ending on a failure: a :class:`CarbError` or a refused write (:data:`DISK_ERRNOS`) is one
+    line and exit 2, Ctrl-C / SIGTERM one line and exit 130 / 143 (:func:`interrupted`); anything else is raised."""
+    try:
+        yield
+    except CarbError as e:
+        fail(command, e)
+    except KeyboardInterrupt as e:
+        interrupted(command, e)
+    except OSError as e:
+        if e.errno not in DISK_ERRNOS:
+            raise
+        fail(command, disk_error(e))
+
+
 def hydra_command(command: str, config_name: str | None = None) -> Callable:
     """Decorator making ``run_fn(cfg)`` a Hydra console entry point named ``carb-<command>``.
 
@@ -177,7 +193,7 @@ def hydra_command(command: str, config_name: str | None = None) -> Callable:
             uri = (cfg.get("tracking") or {}).get("uri") if hasattr(cfg, "get") else None
             if uri:
                 print(f"carb-{command}: tracking store {uri}", flush=True)
-            try:
+            with one_line_errors(command):
                 from carb.commands.checks import check_config
 
                 check_config(command, cfg)   # each job of a multirun too: a bad value stops before any work
@@ -187,14 +203,6 @@ def hydra_command(command: str, config_name: str | None = None) -> Callable:
                 configure_from(compute)        # threads that fit the free cores (carb/compute.py)
                 with warnings_once(), heartbeats(), (limited() if compute else contextlib.nullcontext()):
                     return run_fn(cfg)
-            except CarbError as e:
-                fail(command, e)
-            except KeyboardInterrupt as e:
-                interrupted(command, e)
-            except OSError as e:
-                if e.errno not in DISK_ERRNOS:
-                    raise
-                fail(command, disk_error(e))
 
         @functools.wraps(run_fn)
         def entry() -> Any:

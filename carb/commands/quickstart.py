@@ -21,9 +21,9 @@ import sys
 import time
 from typing import Any
 
-from carb.commands.cli import compose, fail
+from carb.commands.cli import compose
 from carb.compute import limited, configure_from
-from carb.errors import CarbError, ConfigError
+from carb.errors import ConfigError
 
 #: shipped dataset (``data=``) -> its screening preset (``conf/screen/<preset>.yaml``)
 SCREEN_PRESET = {"h200": "quickstart", "reference": "quickstart_cpu"}
@@ -205,7 +205,7 @@ def help_text() -> str:
 
 
 def main() -> None:
-    from carb.commands.cli import concise_warnings, interrupted, quote_values, telemetry_off, terminate_as_interrupt
+    from carb.commands.cli import concise_warnings, one_line_errors, quote_values, telemetry_off, terminate_as_interrupt
     from carb.commands.progress import heartbeats
 
     concise_warnings()
@@ -214,13 +214,8 @@ def main() -> None:
         print(help_text())
         return
     terminate_as_interrupt()
-    try:
-        with limited(), heartbeats():
-            run_quickstart(quote_values(sys.argv[1:], "quickstart"))   # data.device='Titan X (Pascal)' as typed
-    except CarbError as e:
-        fail("quickstart", e)
-    except KeyboardInterrupt as e:   # Ctrl-C or SIGTERM: one line, exit 130 / 143
-        interrupted("quickstart", e)
+    with one_line_errors("quickstart"), limited(), heartbeats():   # Ctrl-C, SIGTERM, a full disk: one line each
+        run_quickstart(quote_values(sys.argv[1:], "quickstart"))   # data.device='Titan X (Pascal)' as typed
 
 
 if __name__ == "__main__":
