@@ -14,30 +14,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from scripts.figures import last_line  # noqa: E402
 from scripts.splice import ROOT, splice  # noqa: E402
 
 README = ROOT / "README.md"
 OLD = "1ade655"
-
-
-def last_line(module: str, *args: str) -> dict[str, str]:
-    """Run ``python -m <module> args`` from the repository root; ``key=value`` pairs of its last line
-    (after a leading ``name:`` token). ``SystemExit`` with the output's tail when it fails."""
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1", "PYTHONWARNINGS": "ignore"}
-    r = subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, env=env)
-    lines = [ln for ln in r.stdout.splitlines() if "=" in ln]
-    if r.returncode != 0 or not lines:
-        raise SystemExit(f"{module} failed (exit {r.returncode}):\n{(r.stdout + r.stderr)[-3000:]}")
-    print(r.stdout[-2500:], flush=True)
-    words = lines[-1].split()
-    return dict(w.split("=", 1) for w in (words[1:] if words[0].endswith(":") else words) if "=" in w)
 
 
 def _s(v: float) -> str:
@@ -77,8 +64,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--print", action="store_true")
     ap.add_argument("--old-cap-s", default="120", help="most seconds the old tree may screen one grid")
     a = ap.parse_args(argv)
-    t = last_line("scripts.bench.train_speed", "--old", OLD, "--repeats", "1")
-    s = last_line("scripts.bench.screening", "--old", OLD, "--old-cap-s", a.old_cap_s)
+    t = last_line("train_speed.py", "--old", OLD, "--repeats", "1")
+    s = last_line("screening.py", "--old", OLD, "--old-cap-s", a.old_cap_s)
     text = table(t, s)
     if a.print:
         print(text)
