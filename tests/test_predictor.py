@@ -82,6 +82,9 @@ def test_unbounded_interval_is_flagged_and_never_accepted():
     assert out["unbounded"].all() and np.isinf(out["hi_energy_J"]).all()
     assert out["decision"].eq("unverified").all()
     assert out["decision_reason"].str.contains("energy_J interval unbounded").all()
+    full = Predictor(m).predict(KNOBS.iloc[:2], features=True)   # one flag, the one intervals set per target
+    flags = full.filter(like="interval_unbounded_").to_numpy(dtype=bool)
+    assert flags.shape[1] >= 1 and (full["unbounded"].to_numpy() == flags.any(axis=1)).all()
 
 
 def test_bad_input_is_a_config_error(model):

@@ -68,7 +68,8 @@ class Predictor:
         Returns n rows in input order: the knobs and ``config_id``; ``pred_<target>`` and, for a calibrated
         model, ``lo_<target>`` / ``hi_<target>`` (target's unit, per batch); the domain flags ``in_domain``,
         ``outside`` (why not), ``never_measured`` (precision), ``new_architecture``, ``unbounded`` (some
-        interval has no upper end at this coverage); with a budget also ``p_within_<target>``,
+        interval has no finite end at this coverage: ``interval_unbounded_<target>`` of
+        :func:`carb.model.intervals.interval`, the flag screening reads); with a budget also ``p_within_<target>``,
         ``p_feasible``, ``margin_<target>``, ``feasible``, ``decision`` and ``decision_reason``
         (:mod:`carb.analysis.decisions`). Bad knobs raise :class:`carb.errors.ConfigError`."""
         frame = knobs if isinstance(knobs, pd.DataFrame) else None
@@ -88,8 +89,8 @@ class Predictor:
             print(f"carb: {note}", file=sys.stderr)
             self._warned = True
         targets = model_targets(model)
-        his = [f"hi_{t}" for t in targets if f"hi_{t}" in out]
-        out["unbounded"] = ~np.isfinite(out[his].to_numpy(dtype=float)).all(axis=1) if his else False
+        flags = [f"interval_unbounded_{t}" for t in targets if f"interval_unbounded_{t}" in out]
+        out["unbounded"] = out[flags].to_numpy(dtype=bool).any(axis=1) if flags else False
         clean = check_budget(budget or {}, targets)
         if clean:
             out = decide(add_probabilities(model, out, clean), clean, getattr(model, "test_mae_", {}) or {})
