@@ -157,7 +157,7 @@ class TwoBases(TransferredCascade):
     def _base_candidates(self) -> list[str]:
         return ["probe", "source"]
 
-    def _log_base(self, X: pd.DataFrame, base: str) -> np.ndarray:
+    def _log_base(self, X: pd.DataFrame, base: str, p: np.ndarray | None = None) -> np.ndarray:
         if base != "probe":
             return np.zeros(len(X))
         g = np.log(X["flops"].to_numpy(float) / 1e9) * 0.3          # the target's extra shape
