@@ -19,7 +19,8 @@ K in {0, 3, 10, 20}, per precision and target (latency, peak memory where both d
 * ``source``: the source model uncalibrated (K = 0);
 * ``zero_shot`` (K = 0): CPU pairs whose two devices have a device probe, ``TransferredCascade.fit_probe``;
   GPU pairs, ``TransferredCascade.fit_spec`` from the two spec records with weights fitted on the pairs
-  without the target device; latency intervals from the zero-shot errors into the other devices (both:
+  without the target device (their form too: :func:`carb.model.spec_transfer.choose_form` on those pairs
+  alone); latency intervals from the zero-shot errors into the other devices (both:
   leave-one-device-out);
 * ``flops_k``: a FLOPs-only line fitted on the same K rows.
 
@@ -120,7 +121,7 @@ def spec_zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> tup
     models by pair and the weights per held-out device."""
     from carb.data.gpu_specs import find_spec, gpu_spec
     from carb.model.intervals import screening_predict
-    from carb.model.spec_transfer import fit_weights, spec_axes
+    from carb.model.spec_transfer import choose_form, fit_weights, spec_axes
     from carb.model.transfer import TransferredCascade
 
     spec = {g: gpu_spec(find_spec(g)) for g in devices}
@@ -131,22 +132,27 @@ def spec_zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> tup
         m = a.index.intersection(b.index)
         per_img = (b.loc[m, "latency_ms"] / b.loc[m, "batch_size"]) / (a.loc[m, "latency_ms"] / a.loc[m, "batch_size"])
         meas[(s, d)] = float(np.median(np.log(per_img)))
-    weights, fitted, errors = {}, {}, {}
+    weights, fitted, errors, forms = {}, {}, {}, {}
     for d in devices:
         train = [q for q in pairs if d not in q]
         prec = str(devices[d]["precision"].iloc[0])
-        weights[d] = fit_weights(np.array([spec_axes(spec[q[0]], spec[q[1]], prec) for q in train]),
-                                 np.array([meas[q] for q in train]))
+        axes = {q: spec_axes(spec[q[0]], spec[q[1]], prec) for q in train}
+        forms[d] = choose_form(axes, meas)   # the form too is chosen without the target device (nested)
+        weights[d] = {**fit_weights(np.array([axes[q] for q in train]), np.array([meas[q] for q in train]),
+                                    forms[d][0]), "form": forms[d][0]}
     for s, d in pairs:
         rows = devices[d][devices[d]["model"].isin(set(devices[s]["model"]))]
-        fitted[(s, d)] = TransferredCascade(models[s]).fit_spec(spec[s], spec[d], weights[d], device_name=d)
+        w = {a: v for a, v in weights[d].items() if a != "form"}
+        fitted[(s, d)] = TransferredCascade(models[s]).fit_spec(spec[s], spec[d], w, device_name=d)
         errors[(s, d)] = np.log(rows["latency_ms"].to_numpy(float)
                                 / screening_predict(fitted[(s, d)], rows)["pred_latency_ms"].to_numpy(float))
     prec = str(next(iter(devices.values()))["precision"].iloc[0])
-    every = fit_weights(np.array([spec_axes(spec[q[0]], spec[q[1]], prec) for q in pairs]),
-                        np.array([meas[q] for q in pairs]))
+    axes = {q: spec_axes(spec[q[0]], spec[q[1]], prec) for q in pairs}
+    form, scores = choose_form(axes, meas)
+    every = fit_weights(np.array([axes[q] for q in pairs]), np.array([meas[q] for q in pairs]), form)
     lo, hi = np.quantile(np.concatenate(list(errors.values())), [0.05, 0.95])
-    print(f"  zero-shot spec weights on all {len(pairs)} pairs (conf/calibrate.yaml zero_shot): "
+    print(f"  zero-shot spec weights on all {len(pairs)} pairs (conf/calibrate.yaml zero_shot), form {form} "
+          f"(leave-one-device-out mean |log error|: " + ", ".join(f"{k} {v:.3f}" for k, v in scores.items()) + "): "
           + ", ".join(f"{k}: {v:.3f}" for k, v in every.items())
           + f"; leave-one-device-out log error 5-95 %: [{lo:.3f}, {hi:.3f}]", flush=True)
     for s, d in pairs:
@@ -328,6 +334,24 @@ def baselines_line(t: pd.DataFrame) -> str:
             f"k10_loo_only_width_median_max={cal['width_loo'].max():.2f} k0_zero_shot_pairs={n_zs}")
 
 
+def pooled_coverage_line(t: pd.DataFrame, k: int = 10) -> str:
+    """Latency coverage of the nominal 90 % intervals of ``calibrated`` at ``k``, pooled: per ordered pair the
+    share of all its held-out rows inside (precisions pooled, row-weighted), then the mean over the pairs of
+    each device kind and of all, each with its pairs and rows. An additional line beside the headline's
+    per-pair-and-precision minimum (a GPU pair rests on 12 rows: one row is 0.083 of coverage), never a
+    replacement for it."""
+    c = t[(t["target"] == "latency_ms") & (t.k == k) & (t.model == "calibrated") & t["coverage"].notna()]
+    per = c.assign(inside=c["coverage"] * c["n"]).groupby(["source", "target_device"])[["inside", "n"]].sum()
+    per["coverage"] = per["inside"] / per["n"]
+    kind = pd.Series(["gpu" if any(g in s for g in ("RTX", "GPU", "Tesla", "A100", "H100", "H200")) else "cpu"
+                      for s, _ in per.index], index=per.index)
+    parts = []
+    for name, m in (("cpu", kind == "cpu"), ("gpu", kind == "gpu"), ("all", kind.notna())):
+        if m.any():
+            parts.append(f"{name}={per.loc[m, 'coverage'].mean():.2f} (pairs={int(m.sum())} rows={int(per.loc[m, 'n'].sum())})")
+    return f"coverage_pooled_k{k}: " + " ".join(parts)
+
+
 def summary(t: pd.DataFrame) -> pd.DataFrame:
     """Per source -> target, target, precision, K: MAPE and Spearman of each model, coverage and width."""
     w = t.pivot_table(index=["source", "target_device", "target", "precision", "k"], columns="model",
@@ -426,6 +450,7 @@ def main() -> None:
                         "no_dispatch_mape_pct", "source_mape_pct", "flops_k_mape_pct", "calibrated_spearman",
                         "coverage", "width", "coverage_loo", "width_loo") if c in s.columns]
     print(markdown(s[s.k.isin([0, 10])][cols]))
+    print(pooled_coverage_line(t))
     print(baselines_line(t))
     print(headline(t))
 

@@ -179,7 +179,7 @@ class Transfer(Section):
     probe: bool = True
     spec: bool = True
     error_prior: Text | None = "auto"
-    prior_rows: NonNegative = 10.0
+    prior_rows: NonNegative = 30.0
     prior_targets: list[Literal["latency_ms", "energy_J", "peak_memory_MB"]] = ["latency_ms", "energy_J"]
 
 
@@ -188,7 +188,7 @@ class ZeroShot(Section):
 
     weights: dict[Literal["compute", "bandwidth", "power"], float]
     log_error_band: Annotated[list[float], Field(min_length=2, max_length=2)]
-    probe_log_error_band: Annotated[list[float], Field(min_length=2, max_length=2)] = [-0.479, 0.230]
+    probe_log_error_band: Annotated[list[float], Field(min_length=2, max_length=2)] = [-0.354, 0.222]
 
 
 class ProbeRun(Section):
