@@ -105,6 +105,9 @@ def zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> dict[tup
         y = devices[d]["latency_ms"].to_numpy(float)
         errors[(s, d)] = np.log(y / screening_predict(out[(s, d)], devices[d])["pred_latency_ms"].to_numpy(float))
     for s, d in pairs:
+        if s not in [q[0] for q in pairs[:pairs.index((s, d))]]:
+            print(f"  {probe_form_check(models[s], devices[s], out[(s, d)].probe_models_['source'], s)}", flush=True)
+    for s, d in pairs:
         others = [errors[q] for q in pairs if q[1] != d]
         out[(s, d)].calibrate_zero_shot(np.concatenate(others) if others else None)
     if pairs:
@@ -112,6 +115,32 @@ def zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> dict[tup
         print(f"  zero-shot from device probes, log error 5-95 % over {len(pairs)} pairs (conf/calibrate.yaml "
               f"zero_shot.probe_log_error_band): [{lo:.3f}, {hi:.3f}]", flush=True)
     return out
+
+
+def probe_form_check(model, rows: pd.DataFrame, probe_model, name: str) -> str:
+    """The probe transfer's form checked on the source CPU alone (its own rows, model and probe; no target
+    row): each precision's rows predicted from the model's prediction at another precision, either the
+    whole network scaled by the convolutions' ratio (``ratio``, the earlier form) or only the convolutions
+    replaced (``additive``, :meth:`carb.model.transfer.TransferredCascade.probe_ratio` with r = 1: same
+    device). One line: the MAPE range over the ordered precision pairs of each form."""
+    from carb.model.intervals import screening_predict
+
+    prec = rows["precision"].astype(str).to_numpy()
+    y = rows["latency_ms"].to_numpy(float)
+    got: dict[str, list[float]] = {"ratio": [], "additive": []}
+    for p in np.unique(prec):
+        m = prec == p
+        c_p = probe_model.network_ms(rows[m], p)
+        for q in np.unique(prec):
+            if q == p or q not in probe_model.coef_ or p not in probe_model.coef_:
+                continue
+            as_q = rows[m].assign(precision=q)
+            p_q = screening_predict(model, as_q)["pred_latency_ms"].to_numpy(float)
+            c_q = probe_model.network_ms(as_q, q)
+            got["ratio"].append(100 * np.mean(np.abs(p_q * c_p / c_q / y[m] - 1)))
+            got["additive"].append(100 * np.mean(np.abs((np.maximum(p_q - c_q, 0) + c_p) / y[m] - 1)))
+    return (f"probe form check on {name} alone (one precision from another, {len(got['ratio'])} precision pairs): "
+            + ", ".join(f"{k} MAPE {min(v):.1f}-{max(v):.1f} %" for k, v in got.items() if v))
 
 
 def spec_zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> tuple[dict, pd.DataFrame]:
