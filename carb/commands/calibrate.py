@@ -282,7 +282,7 @@ def transfer_settings(cfg: Any) -> dict[str, Any]:
             "ridge_alpha": float(t.ridge_alpha), "slope_bounds": (float(t.slope_min), float(t.slope_max)),
             "precision_shrink": float(t.precision_shrink), "dispatch": bool(t.get("dispatch", True)),
             "coverage": float(cfg.coverage), "error_prior": t.get("error_prior", "auto"),
-            "prior_rows": float(t.get("prior_rows", 30.0)),
+            "prior_rows": float(t.get("prior_rows", 10.0)),
             "prior_targets": tuple(t.get("prior_targets") or ("latency_ms", "energy_J"))}
 
 

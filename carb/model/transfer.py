@@ -216,7 +216,7 @@ class TransferredCascade:
     def __init__(self, source: Any, affine_min_k: int = 5, residual_min_k: int = 20, coverage: float = 0.9,
                  ridge_alpha: float = 3.0, slope_bounds: tuple[float, float] = (0.5, 2.0),
                  precision_shrink: float = 1.0, dispatch: bool = True, error_prior: Any = None,
-                 prior_rows: float = 30.0, prior_targets: tuple[str, ...] = ("latency_ms", "energy_J")) -> None:
+                 prior_rows: float = 10.0, prior_targets: tuple[str, ...] = ("latency_ms", "energy_J")) -> None:
         self.source_ = source
         self.error_prior, self.prior_rows, self.prior_targets = error_prior, float(prior_rows), tuple(prior_targets)
         self.dispatch = bool(dispatch)

@@ -413,7 +413,7 @@ def write_errors(path: str, pending: list[dict]) -> None:
             "written_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "what": "quantiles of |log(measured / predicted)| of the target rows a K-row carb-calibrate transfer "
                     "was not fitted on, each ordered device pair weighted equally; loo_scale: median over pairs of "
-                    "the median |leave-one-out residual| of the K rows (carb/model/transfer_prior.py)",
+                    "the mean |leave-one-out residual| of the K rows (carb/model/transfer_prior.py: LOO_STAT)",
             "pairs": {k: sorted(v) for k, v in pairs.items()}}
     Path(path).with_suffix("").with_suffix(".provenance.json").write_text(json.dumps(prov, indent=1) + "\n")
     print(f"  wrote {path} ({len(table)} rows) and its provenance", flush=True)
@@ -463,8 +463,14 @@ def main() -> None:
     ap.add_argument("--errors-out", default=None,
                     help="write the transfer-error table (carb/data/transfer-errors.csv) from every pair here")
     ap.add_argument("--prior-rows", type=float, default=None, help="pseudo-rows of the transfer-error prior")
+    ap.add_argument("--loo-stat", default=None, choices=["median", "mean", "rms"],
+                    help="statistic of the K rows' |leave-one-out residuals| the prior scales by (default: the model's)")
     a = ap.parse_args()
     PRIOR_ROWS[0] = a.prior_rows
+    if a.loo_stat:
+        from carb.model import transfer_prior
+
+        transfer_prior.LOO_STAT = a.loo_stat
     ks = [int(k) for k in a.ks.split(",")]
     from scripts.bench.transfer import markdown
 

@@ -179,7 +179,7 @@ class Transfer(Section):
     probe: bool = True
     spec: bool = True
     error_prior: Text | None = "auto"
-    prior_rows: NonNegative = 30.0
+    prior_rows: NonNegative = 10.0
     prior_targets: list[Literal["latency_ms", "energy_J", "peak_memory_MB"]] = ["latency_ms", "energy_J"]
 
 
