@@ -77,3 +77,26 @@ def test_pooled_coverage_line_weights_pairs_equally_and_counts_rows():
     line = pooled_coverage_line(t)
     assert line == ("coverage_pooled_k10: cpu=0.85 (pairs=2 rows=200) gpu=0.88 (pairs=2 rows=24) "
                     "all=0.86 (pairs=4 rows=224)")
+
+
+def test_interval_sweep_counts_one_choice_per_held_out_pair_and_restores_the_settings():
+    """--interval-sweep: one option per held-out pair (its own errors in no prior), settings restored."""
+    from carb.model import transfer_prior
+    from carb.model.intervals import screening_predict
+    from scripts.bench.transfer_pairs import PRIOR_ROWS, interval_sweep
+    from test_transfer_prior import calibrated, device, rows
+
+    base, pend = rows().head(50), []
+    for i, (s, d, sd) in enumerate((("A", "B", 0.05), ("C", "D", 0.1), ("E", "F", 0.2))):
+        tr, rest = calibrated(device(base, 3 + i, 2.0, 0.01), 10)
+        p = screening_predict(tr, rest)
+        err = np.random.default_rng(i).normal(0, sd, len(rest))
+        pend.append({"source": s, "target_device": d, "target": "latency_ms", "k": 10, "err": err, "pair": (s, d),
+                     "precision": np.full(len(rest), "fp32"), "y": p["pred_latency_ms"].to_numpy() * np.exp(err),
+                     "pred": p, "model": tr, "loo": tr.transfer_["latency_ms"]["loo"]})
+    table = pd.DataFrame([{"source": q["source"], "target_device": q["target_device"], "target": "latency_ms",
+                           "precision": "fp32", "model": "calibrated", "k": 10, "n": len(q["err"])} for q in pend])
+    before = transfer_prior.LOO_STAT, PRIOR_ROWS[0]
+    counts = interval_sweep([(table, pend)], stats=("median", "mean"), prior_rows=(0, 10))
+    assert counts.sum() == 3 and set(counts.index) <= {"median/0", "median/10", "mean/0", "mean/10"}
+    assert (transfer_prior.LOO_STAT, PRIOR_ROWS[0]) == before

@@ -88,9 +88,9 @@ def device_kind(X: pd.DataFrame) -> str | None:
 
 
 #: The statistic of |LOO residual| that measures a calibration's scale (``s``) and the table's ``loo_scale``:
-#: ``mean`` (chosen with ``prior_rows`` 10 leave-one-pair-out in all 14 folds over median / mean / rms x 0 /
-#: 10 / 30 / 100 pseudo-rows; the median let the calmest precision's rows set the scale of all). Benchmark:
-#: ``--loo-stat``.
+#: ``mean``, chosen fully nested leave-one-pair-out over median / mean / rms x 0 / 10 / 30 / 100 pseudo-rows
+#: (``python -m scripts.bench.transfer_pairs --interval-sweep``: the mean in 14 of 14 folds, 10 pseudo-rows in
+#: 10); the median let the calmest precision's rows set the scale of all. Benchmark: ``--loo-stat``.
 LOO_STAT: str = "mean"
 LOO_STATS: tuple[str, ...] = ("median", "mean", "rms")
 

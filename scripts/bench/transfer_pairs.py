@@ -32,6 +32,7 @@ residuals alone. ``--errors-out carb/data/transfer-errors.csv`` writes the table
 ``carb-calibrate`` ships (and its provenance beside it).
 
     python -m scripts.bench.transfer_pairs [--ks 0,3,10,20] [--no-gpu] [--csv out.csv] [--errors-out FILE]
+        [--loo-stat median|mean|rms] [--prior-rows N] [--interval-sweep]
 
 The last line is machine-readable (MAPE in percent, over pairs and precisions, latency; per pair CARB's answer:
 the zero-shot model at K = 0 where one exists, ``calibrated`` at K = 10):
@@ -329,6 +330,43 @@ def pair_table(devices: dict[str, pd.DataFrame], ks: list[int], targets: list[st
     return table, [{**q, "kind": kind, "pair": (q["source"], q["target_device"])} for q in pending]
 
 
+def interval_sweep(parts: list, k: int = 10, stats: tuple[str, ...] = ("median", "mean", "rms"),
+                   prior_rows: tuple[float, ...] = (0, 10, 30, 100)) -> pd.Series:
+    """The interval settings (LOO statistic x prior pseudo-rows) chosen fully nested leave-one-pair-out: for
+    each held-out pair P, every other pair's K-row latency interval is rebuilt (:func:`set_intervals`) from
+    priors that never hold P's errors, and P's choice is the option whose pooled coverage (rows of a pair
+    pooled over precisions) over the other pairs is nearest 0.90 on average. ``parts``: :func:`pair_table`
+    results. Returns the choices' counts (``--interval-sweep``; a few minutes)."""
+    from carb.model import transfer_prior
+
+    saved = transfer_prior.LOO_STAT, PRIOR_ROWS[0]
+    every = [q["pair"] for _, pend in parts for q in pend if q["k"] == k]
+    records = []
+    try:
+        for stat in stats:
+            for rows_ in prior_rows:
+                transfer_prior.LOO_STAT, PRIOR_ROWS[0] = stat, rows_
+                for (table, pend), kind in zip(parts, ("cpu", "gpu")):
+                    pend = [q for q in pend if q["k"] == k and q["target"] == "latency_ms"]
+                    for held in dict.fromkeys(every):
+                        keep = [q for q in pend if q["pair"] != held]
+                        if not keep:
+                            continue
+                        with warnings.catch_warnings():
+                            warnings.simplefilter("ignore")
+                            t = set_intervals(table[table.k == k], keep, kind)
+                        c = t[(t.model == "calibrated") & (t.target == "latency_ms") & t["coverage"].notna()]
+                        per = c.assign(i=c["coverage"] * c["n"]).groupby(["source", "target_device"])[["i", "n"]].sum()
+                        records += [{"option": f"{stat}/{rows_:g}", "held": held, "cv": r.i / r.n}
+                                    for pair, r in per.iterrows() if pair != held]
+    finally:
+        transfer_prior.LOO_STAT, PRIOR_ROWS[0] = saved
+    r = pd.DataFrame(records)
+    choice = {h: g.groupby("option")["cv"].apply(lambda v: float(np.mean(np.abs(v - 0.9)))).idxmin()
+              for h, g in r.groupby("held")}
+    return pd.Series(choice).value_counts()
+
+
 def product(lat: pd.DataFrame, k: int, preferred: str, fallback: str) -> pd.DataFrame:
     """The rows of what CARB answers at ``k`` for each pair: model ``preferred`` where the pair has it
     (zero-shot at K = 0, the probes' calibration at K > 0), else ``fallback``."""
@@ -465,6 +503,8 @@ def main() -> None:
     ap.add_argument("--prior-rows", type=float, default=None, help="pseudo-rows of the transfer-error prior")
     ap.add_argument("--loo-stat", default=None, choices=["median", "mean", "rms"],
                     help="statistic of the K rows' |leave-one-out residuals| the prior scales by (default: the model's)")
+    ap.add_argument("--interval-sweep", action="store_true",
+                    help="also print the interval settings chosen fully nested leave-one-pair-out (a few minutes)")
     a = ap.parse_args()
     PRIOR_ROWS[0] = a.prior_rows
     if a.loo_stat:
@@ -477,6 +517,10 @@ def main() -> None:
     t, parts = all_pairs(ks, gpu=not a.no_gpu)
     if a.errors_out:
         write_errors(a.errors_out, [q for p in parts for q in p[1]])
+    if a.interval_sweep:
+        counts = interval_sweep(parts)
+        print("  interval settings (LOO statistic / prior pseudo-rows) chosen fully nested leave-one-pair-out, "
+              "folds: " + ", ".join(f"{o} {n}" for o, n in counts.items()), flush=True)
     if a.csv:
         t.to_csv(a.csv, index=False)
     s = summary(t)
