@@ -312,7 +312,7 @@ def transfer_lines() -> list[str]:
 def transfer_pairs_lines() -> list[str]:
     """Issue 29's any-device benchmark (``python -m scripts.bench.transfer_pairs``): every ordered pair of the
     real devices the project has, one row per pair (latency MAPE %, worst precision), and its two summary lines."""
-    from scripts.bench.transfer_pairs import all_pairs, baselines_line, headline, pair_overview
+    from scripts.bench.transfer_pairs import all_pairs, baselines_line, headline, pair_overview, pooled_coverage_line
 
     t, _ = all_pairs([0, 10])
     o = pair_overview(t)
@@ -333,7 +333,9 @@ def transfer_pairs_lines() -> list[str]:
             "CPUs, spec sheets for GPUs); K=10 CARB is `carb-calibrate` with 10 rows of the target, scored on its "
             "other rows, with 90 % intervals from the K rows and the transfer errors of the other pairs "
             "(leave-one-pair-out). The H200 shares no configuration with timm's rows and is not paired.", "",
-            *lines, "", f"`{baselines_line(t)}`", "", f"`{headline(t)}`", ""]
+            *lines, "", f"`{pooled_coverage_line(t)}` (each pair's held-out rows pooled over precisions, pairs "
+            "weighted equally; beside the per-pair-and-precision minimum of the last line)", "",
+            f"`{baselines_line(t)}`", "", f"`{headline(t)}`", ""]
 
 
 def provenance_lines() -> list[str]:

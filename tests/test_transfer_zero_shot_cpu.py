@@ -79,7 +79,7 @@ def test_k0_from_two_device_probes_registers_a_cpu_model(store, capsys):
     rows = reference_dataset().groupby("precision").head(4).reset_index(drop=True)   # knob-consistent networks
     p = tr.predict(rows)
     ref = tr.source_.predict(rows.assign(precision=rows["precision"].replace({"fp16": "bf16"})))
-    assert np.allclose(p["pred_latency_ms"], ref["pred_latency_ms"] * tr.probe_ratio(rows))
+    assert np.allclose(p["pred_latency_ms"], ref["pred_latency_ms"] * tr.probe_ratio(rows, ref["pred_latency_ms"].to_numpy()))
     assert np.allclose(p["pred_peak_memory_MB"], ref["pred_peak_memory_MB"])
     iv = interval(tr.intervals_, screening_predict(tr, rows))
     assert np.isfinite(iv["hi_latency_ms"]).all() and (iv["lo_latency_ms"] > 0).all()

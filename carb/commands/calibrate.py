@@ -66,7 +66,7 @@ def measure_rows(cfg: Any) -> tuple[pd.DataFrame, str]:
     from carb.data.io import load_dataset
     from carb.data.schema import ok_rows
     from carb.design.features import grid_features
-    from carb.design.select import space_filling
+    from carb.analysis.transfer import space_filling_per_precision
     from carb.design.space import configs_from_cfg
 
     configs = configs_from_cfg(to_dict(cfg.space))
@@ -74,7 +74,7 @@ def measure_rows(cfg: Any) -> tuple[pd.DataFrame, str]:
     if k > len(configs):
         raise ConfigError(f"k: must be between 1 and the {len(configs)} configurations of space "
                           f"{cfg.space.name!r}, got {k}")
-    picks = space_filling(grid_features(configs), k)
+    picks = space_filling_per_precision(grid_features(configs), k)
     chosen = [configs[i] for i in picks]
     collect_cfg = OmegaConf.create({
         "space": to_dict(cfg.space), "device": to_dict(cfg.device), "measure": to_dict(cfg.measure),

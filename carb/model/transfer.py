@@ -48,6 +48,7 @@ _OWN = frozenset({"source_", "stand_ins_", "transfer_", "intervals_", "device_na
                   "test_mae_", "registry_", "model_uri_", "affine_min_k", "residual_min_k", "coverage",
                   "ridge_alpha", "slope_bounds", "calibration_rows_", "residual_scale_",
                   "precision_shrink", "dispatch", "probe_models_", "spec_log_ratio_", "error_prior",
+                  "probe_other_ratio_",
                   "prior_rows", "prior_targets", "device_kind_"})
 
 
@@ -167,6 +168,25 @@ def dispatch_stand_ins(source_fingerprint: str | None, target_fingerprint: str |
     return out
 
 
+def other_ratio(models: dict[str, Any], source_probe: pd.DataFrame, precision: str = "fp32") -> float:
+    """The non-convolution time ratio target / source of a probe transfer: the median over the source
+    probe's ``precision`` layers of the target model's time over the source model's (both
+    :class:`carb.model.layer_cost.LayerCostModel`, ``models["source"]`` / ``["target"]``). The layers
+    besides convolutions (memory-bound elementwise ops, pooling, the classifier) run the same way on
+    any x86 CPU, so they scale as the path every CPU runs natively (fp32 oneDNN); 1 when either model
+    lacks ``precision``."""
+    from carb.design.shapes import layer_array
+
+    src, tgt = models["source"], models["target"]
+    if precision not in src.coef_ or precision not in tgt.coef_:
+        return 1.0
+    g = source_probe[source_probe["precision"].astype(str) == precision]
+    a, b = layer_array(g), g["batch_size"].to_numpy(float)
+    num, den = tgt.layer_ms(a, b, precision), src.layer_ms(a, b, precision)
+    ok = (num > 0) & (den > 0)
+    return float(np.exp(np.median(np.log(num[ok] / den[ok])))) if ok.any() else 1.0
+
+
 def _precisions(X: pd.DataFrame) -> np.ndarray:
     """The rows' precision names (n,) ('' where unknown)."""
     if "precision" not in X.columns:
@@ -225,7 +245,8 @@ class TransferredCascade:
         P = screening_predict(self.source_, self._as_source(X))
         if "pred_latency_ms" in P:
             info = {"default_base": self._default_base()}
-            P["pred_latency_ms"] = P["pred_latency_ms"].to_numpy(float) * np.exp(self._base_log_factor(X, info))
+            p = P["pred_latency_ms"].to_numpy(float)
+            P["pred_latency_ms"] = p * np.exp(self._base_log_factor(X, info, p))
         return P
 
     def _default_base(self) -> str:
@@ -241,11 +262,12 @@ class TransferredCascade:
                                 ("spec", bool(self.__dict__.get("spec_log_ratio_"))), ("source", True)) if ok]
         return have
 
-    def _log_base(self, X: pd.DataFrame, base: str) -> np.ndarray:
-        """Per row (n,): log of a base's latency over the source's own (stand-in) prediction: 0 for
-        ``source``, the device probes' log ratio for ``probe``, the spec records' for ``spec``."""
+    def _log_base(self, X: pd.DataFrame, base: str, p: np.ndarray | None = None) -> np.ndarray:
+        """Per row (n,): log of a base's latency over the source's own (stand-in) prediction ``p`` (ms,
+        (n,); None: computed): 0 for ``source``, the device probes' log ratio for ``probe``
+        (:meth:`probe_ratio`), the spec records' for ``spec``."""
         if base == "probe":
-            return np.log(np.maximum(self.probe_ratio(X), 1e-300))
+            return np.log(np.maximum(self.probe_ratio(X, p), 1e-300))
         if base == "spec":
             per = self.__dict__.get("spec_log_ratio_") or {}
             prec = _precisions(X)
@@ -253,19 +275,20 @@ class TransferredCascade:
             return np.array([per.get(str(p), mean) for p in prec], dtype=float)
         return np.zeros(len(X))
 
-    def _base_log_factor(self, X: pd.DataFrame, info: dict[str, Any]) -> np.ndarray:
-        """Per row (n,): the log factor from the source's prediction to the latency base the fitted
+    def _base_log_factor(self, X: pd.DataFrame, info: dict[str, Any], p: np.ndarray | None = None) -> np.ndarray:
+        """Per row (n,): the log factor from the source's prediction ``p`` (ms, (n,); None: computed where a
+        base needs it) to the latency base the fitted
         forms of ``info`` calibrate: each row's precision's base (``info["bases"]``, with its shift), else
         ``info["default_base"]`` (older fits: the probes' ratio where the transfer has probe models)."""
         default = info.get("default_base") or ("probe" if self.__dict__.get("probe_models_") else "source")
-        out = self._log_base(X, default)
+        out = self._log_base(X, default, p)
         per = info.get("bases") or {}
         if per:
             prec = _precisions(X)
-            for p, b in per.items():
-                m = prec == p
+            for q, b in per.items():
+                m = prec == q
                 if m.any():
-                    out[m] = self._log_base(X[m], b["base"]) + float(b["shift"])
+                    out[m] = self._log_base(X[m], b["base"], None if p is None else p[m]) + float(b["shift"])
         return out
 
     def _as_source(self, X: pd.DataFrame) -> pd.DataFrame:
@@ -367,7 +390,7 @@ class TransferredCascade:
         mixed base and each single base are then fitted with the forms; one replaces the default only when
         its LOO log MAE is below ``_margin`` of the best so far. ``x_src`` (K,): log source predictions."""
         cands = self._base_candidates()
-        logs = {b: x_src + self._log_base(X, b) for b in cands}
+        logs = {b: x_src + self._log_base(X, b, np.exp(x_src)) for b in cands}
         default = cands[0]
         per, x_mixed = self._switch_bases(logs, default, yl, prec)
         options = [(default, {}, logs[default])] + ([("mixed", per, x_mixed)] if per else []) + \
@@ -375,6 +398,8 @@ class TransferredCascade:
         best, scores = None, {}
         for name, bases, x in options:
             info, loo = self._fit_target(x, yl, Z, prec)
+            if name == "mixed":   # the per-precision choice is part of the fit: left out with each row
+                loo = self._nested_loo_mixed(logs, default, yl, Z, prec)
             score = float(np.mean(np.abs(loo))) if len(loo) else float("nan")
             scores[name] = score
             if best is None or (np.isfinite(score) and score < self._margin * best[3]):
@@ -384,6 +409,27 @@ class TransferredCascade:
         info["bases"] = bases
         info["base_loo_log_mae"] = scores
         return info, loo
+
+    def _nested_loo_mixed(self, logs: dict[str, np.ndarray], default: str, yl: np.ndarray, Z: np.ndarray,
+                          prec: np.ndarray) -> np.ndarray:
+        """LOO log residuals (K,) of the mixed base with its choice inside the loop: for each row, the
+        per-precision bases (:meth:`_switch_bases`) and the form (:meth:`_fit_target`) are chosen and fitted
+        on the other K - 1 rows, then that row is predicted. Choosing the bases on all K rows and only then
+        leaving rows out scores the choice on the rows that made it (optimistic on a few extreme rows)."""
+        k = len(yl)
+        out = np.empty(k)
+        for i in range(k):
+            keep = np.arange(k) != i
+            per, xk = self._switch_bases({b: v[keep] for b, v in logs.items()}, default, yl[keep], prec[keep])
+            b = per.get(str(prec[i]))
+            xi = logs[b["base"]][i] + b["shift"] if b else logs[default][i]
+            info, _ = self._fit_target(xk, yl[keep], Z[keep], prec[keep])
+            pred = _offsets(info, prec[i:i + 1])[0] + info["b"] * xi
+            if info.get("residual"):
+                coef = np.asarray(info["residual"])
+                pred += coef[0] + Z[i] @ coef[1:]
+            out[i] = yl[i] - pred
+        return out
 
     def _switch_bases(self, logs: dict[str, np.ndarray], default: str, yl: np.ndarray, prec: np.ndarray
                       ) -> tuple[dict[str, dict[str, Any]], np.ndarray]:
@@ -448,7 +494,7 @@ class TransferredCascade:
                 out[c] = v
                 continue
             if t == "latency_ms":   # the base the forms start from (probes' or spec records' ratio, per precision)
-                v = v * np.exp(self._base_log_factor(X, info))
+                v = v * np.exp(self._base_log_factor(X, info, v))
             if info["form"] in ("probe", "spec"):
                 out[c] = v
                 continue
@@ -468,9 +514,12 @@ class TransferredCascade:
         """Zero-shot transfer to a CPU nobody measured networks on, from device probes of both CPUs
         (single convolutions per precision, ``carb-probe``; tables as :mod:`carb.data.probes` reads them).
 
-        Latency = the source's prediction (of the dispatch stand-in precision) x the ratio of the
-        network's convolution time on the target to that on the source, each summed over its layers by a
-        :class:`carb.model.layer_cost.LayerCostModel` fitted on that CPU's probe with its own dispatch.
+        Latency = the source's prediction ``p`` (of the dispatch stand-in precision) with its convolution
+        time ``C_s`` replaced by the target's ``C_t`` and the rest (batch norm, activations, pooling, the
+        classifier, framework overhead: ``p - C_s``) scaled by the probes' fp32 convolution ratio
+        (``probe_other_ratio_``, :func:`other_ratio`): see :meth:`probe_ratio`. Each convolution time is summed
+        over the network's layers by a :class:`carb.model.layer_cost.LayerCostModel` fitted on that CPU's
+        probe with its own dispatch.
         Memory (and any other target) keeps the source's prediction. ``log_errors``: log(measured /
         predicted) of zero-shot transfers between other device pairs (leave-one-device-out), which
         calibrate the latency interval; without them latency has no interval (and says so:
@@ -485,6 +534,7 @@ class TransferredCascade:
         self.probe_models_ = {
             "source": LayerCostModel(onednn=onednn_precisions(_isa(src_fp))).fit(source_probe),
             "target": LayerCostModel(onednn=onednn_precisions(_isa(target_fingerprint))).fit(target_probe)}
+        self.probe_other_ratio_ = other_ratio(self.probe_models_, source_probe)
         self.residual_scale_ = None
         self.transfer_ = {t: {"form": "probe" if t == "latency_ms" else "source", "k": 0, "a": 0.0, "b": 1.0,
                               "residual": None} for t in getattr(self.source_, "targets_", TARGETS)}
@@ -550,22 +600,38 @@ class TransferredCascade:
             self.intervals_["latency_ms"] = entry
         return self
 
-    def probe_ratio(self, X: pd.DataFrame) -> np.ndarray:
-        """Per row: convolution time of its network on the target at its precision over that on the source
-        at the stand-in precision (from the two probe models); shape (n,). 1 where either is unknown."""
+    def probe_ratio(self, X: pd.DataFrame, p: np.ndarray | None = None) -> np.ndarray:
+        """Per row (n,): the probes' latency on the target over the source's prediction ``p`` (ms, (n,), of
+        the stand-in precision; None: the source's screening prediction). With ``C_s`` / ``C_t`` the
+        network's convolution time on the source (stand-in precision) / target (its precision) from the
+        two probe models, ``s = min(C_s / p, 1)`` the convolutions' share of ``p`` and ``r`` the
+        non-convolution ratio (``probe_other_ratio_``): ``(1 - s) r + s C_t / C_s``, i.e. the convolutions
+        replaced and the rest scaled by ``r``. Models fitted before ``probe_other_ratio_`` existed keep
+        ``C_t / C_s`` (the whole network scaled as its convolutions). 1 where either model lacks the precision."""
         models = self.__dict__.get("probe_models_") or {}
         out = np.ones(len(X))
         if not models or "precision" not in X.columns:
             return out
+        r = self.__dict__.get("probe_other_ratio_")
+        if r is not None and p is None:
+            from carb.model.intervals import screening_predict
+
+            p = screening_predict(self.source_, self._as_source(X))["pred_latency_ms"].to_numpy(float)
         prec = X["precision"].astype(str).to_numpy()
         swap = self.__dict__.get("stand_ins_") or {}
-        for p in np.unique(prec):
-            q = swap.get(p, p)
-            if p not in models["target"].coef_ or q not in models["source"].coef_:
+        for q in np.unique(prec):
+            qs = swap.get(q, q)
+            if q not in models["target"].coef_ or qs not in models["source"].coef_:
                 continue
-            m = prec == p
-            num, den = models["target"].network_ms(X[m], p), models["source"].network_ms(X[m], q)
-            out[m] = np.where((num > 0) & (den > 0), num / np.maximum(den, 1e-12), 1.0)
+            m = prec == q
+            num, den = models["target"].network_ms(X[m], q), models["source"].network_ms(X[m], qs)
+            conv = np.where((num > 0) & (den > 0), num / np.maximum(den, 1e-12), 1.0)
+            if r is None:
+                out[m] = conv
+                continue
+            pm = np.asarray(p, float)[m]
+            share = np.where(pm > 0, np.clip(den / np.maximum(pm, 1e-12), 0.0, 1.0), 1.0)
+            out[m] = (1.0 - share) * float(r) + share * conv
         return out
 
     def _residual_design(self, X: pd.DataFrame) -> np.ndarray:
@@ -610,7 +676,8 @@ def describe_form(info: dict[str, Any]) -> str:
     if form == "source":
         return "nothing measured: the source's prediction kept"
     if form == "probe":
-        return "p x (convolution time on the target / on the source, from both CPUs' device probes)"
+        return ("p with its convolution time replaced by the target's and the rest x the fp32 convolution ratio "
+                "(both CPUs' device probes)")
     if form == "spec":
         return "p x per precision (spec-record ratio) " + ", ".join(
             f"{p}: {pow(e, v):.3g}" for p, v in (info.get("a_precision") or {}).items())

@@ -9,9 +9,9 @@ x1.3 in 90 % of cases. So the interval of a calibrated target combines two sourc
   ``python -m scripts.bench.transfer_pairs --errors-out``): per device kind (``cpu`` / ``gpu``), target,
   precision (``all``: every precision pooled) and K, quantiles at :data:`LEVELS` of ``|log(measured /
   predicted)|`` over the target rows a K-row calibration was not fitted on, each ordered device pair
-  weighted equally, and ``loo_scale``: the median over pairs of the median ``|LOO residual|`` of their K
-  rows;
-* the **K rows**: the median ``|LOO residual|`` of this calibration, ``s``.
+  weighted equally, and ``loo_scale``: the median over pairs of the mean ``|LOO residual|`` of their K
+  rows (:data:`LOO_STAT`);
+* the **K rows**: the mean ``|LOO residual|`` of this calibration, ``s``.
 
 The interval is symmetric in log space: ``+- f * Q(coverage)``, ``Q`` the table's quantile function of
 ``|log error|`` (pooled precisions, the stored K nearest this K), and ``f = exp(K log(s / loo_scale) /
@@ -87,6 +87,20 @@ def device_kind(X: pd.DataFrame) -> str | None:
     return None
 
 
+#: The statistic of |LOO residual| that measures a calibration's scale (``s``) and the table's ``loo_scale``:
+#: ``mean``, chosen fully nested leave-one-pair-out over median / mean / rms x 0 / 10 / 30 / 100 pseudo-rows
+#: (``python -m scripts.bench.transfer_pairs --interval-sweep``: the mean in 14 of 14 folds, 10 pseudo-rows in
+#: 10); the median let the calmest precision's rows set the scale of all. Benchmark: ``--loo-stat``.
+LOO_STAT: str = "mean"
+LOO_STATS: tuple[str, ...] = ("median", "mean", "rms")
+
+
+def loo_stat(abs_loo: np.ndarray) -> float:
+    """:data:`LOO_STAT` of ``|LOO residuals|`` (one of :data:`LOO_STATS`)."""
+    a = np.asarray(abs_loo, float)
+    return float({"median": np.median, "mean": np.mean, "rms": lambda v: np.sqrt(np.mean(v ** 2))}[LOO_STAT](a))
+
+
 def _pair_points(abs_err: np.ndarray) -> np.ndarray:
     """One pair's ``|log error|`` as :data:`_POINTS` equally weighted quantile points."""
     return np.quantile(abs_err, (np.arange(_POINTS) + 0.5) / _POINTS)
@@ -110,7 +124,7 @@ def error_table(records: Sequence[Mapping[str, Any]], min_rows: int = 3) -> pd.D
             g["points"].append(_pair_points(np.abs(err[m])))
             g["n"] += int(m.sum())
             if len(loo) >= 2:
-                g["loo"].append(float(np.median(loo)))
+                g["loo"].append(loo_stat(loo))
     rows = []
     for (kind, target, p, k), g in sorted(groups.items()):
         pooled = np.concatenate(g["points"])
@@ -147,7 +161,7 @@ def prior_entry(table: pd.DataFrame | None, kind: str | None, target: str, loo: 
     loo = np.abs(np.asarray(loo, float))
     factor = 1.0
     if len(loo) >= 2 and math.isfinite(ref) and ref > 0:
-        s = max(float(np.median(loo)), 1e-6)
+        s = max(loo_stat(loo), 1e-6)
         factor = math.exp(len(loo) * math.log(s / ref) / (len(loo) + float(prior_rows)))
     half = factor * np.interp((np.arange(_POINTS) + 0.5) / _POINTS, lev, val)
     ratios = np.sort(np.concatenate([-half, half]))

@@ -19,7 +19,8 @@ K in {0, 3, 10, 20}, per precision and target (latency, peak memory where both d
 * ``source``: the source model uncalibrated (K = 0);
 * ``zero_shot`` (K = 0): CPU pairs whose two devices have a device probe, ``TransferredCascade.fit_probe``;
   GPU pairs, ``TransferredCascade.fit_spec`` from the two spec records with weights fitted on the pairs
-  without the target device; latency intervals from the zero-shot errors into the other devices (both:
+  without the target device (their form too: :func:`carb.model.spec_transfer.choose_form` on those pairs
+  alone); latency intervals from the zero-shot errors into the other devices (both:
   leave-one-device-out);
 * ``flops_k``: a FLOPs-only line fitted on the same K rows.
 
@@ -31,6 +32,7 @@ residuals alone. ``--errors-out carb/data/transfer-errors.csv`` writes the table
 ``carb-calibrate`` ships (and its provenance beside it).
 
     python -m scripts.bench.transfer_pairs [--ks 0,3,10,20] [--no-gpu] [--csv out.csv] [--errors-out FILE]
+        [--loo-stat median|mean|rms] [--prior-rows N] [--interval-sweep]
 
 The last line is machine-readable (MAPE in percent, over pairs and precisions, latency; per pair CARB's answer:
 the zero-shot model at K = 0 where one exists, ``calibrated`` at K = 10):
@@ -104,6 +106,9 @@ def zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> dict[tup
         y = devices[d]["latency_ms"].to_numpy(float)
         errors[(s, d)] = np.log(y / screening_predict(out[(s, d)], devices[d])["pred_latency_ms"].to_numpy(float))
     for s, d in pairs:
+        if s not in [q[0] for q in pairs[:pairs.index((s, d))]]:
+            print(f"  {probe_form_check(models[s], devices[s], out[(s, d)].probe_models_['source'], s)}", flush=True)
+    for s, d in pairs:
         others = [errors[q] for q in pairs if q[1] != d]
         out[(s, d)].calibrate_zero_shot(np.concatenate(others) if others else None)
     if pairs:
@@ -113,6 +118,32 @@ def zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> dict[tup
     return out
 
 
+def probe_form_check(model, rows: pd.DataFrame, probe_model, name: str) -> str:
+    """The probe transfer's form checked on the source CPU alone (its own rows, model and probe; no target
+    row): each precision's rows predicted from the model's prediction at another precision, either the
+    whole network scaled by the convolutions' ratio (``ratio``, the earlier form) or only the convolutions
+    replaced (``additive``, :meth:`carb.model.transfer.TransferredCascade.probe_ratio` with r = 1: same
+    device). One line: the MAPE range over the ordered precision pairs of each form."""
+    from carb.model.intervals import screening_predict
+
+    prec = rows["precision"].astype(str).to_numpy()
+    y = rows["latency_ms"].to_numpy(float)
+    got: dict[str, list[float]] = {"ratio": [], "additive": []}
+    for p in np.unique(prec):
+        m = prec == p
+        c_p = probe_model.network_ms(rows[m], p)
+        for q in np.unique(prec):
+            if q == p or q not in probe_model.coef_ or p not in probe_model.coef_:
+                continue
+            as_q = rows[m].assign(precision=q)
+            p_q = screening_predict(model, as_q)["pred_latency_ms"].to_numpy(float)
+            c_q = probe_model.network_ms(as_q, q)
+            got["ratio"].append(100 * np.mean(np.abs(p_q * c_p / c_q / y[m] - 1)))
+            got["additive"].append(100 * np.mean(np.abs((np.maximum(p_q - c_q, 0) + c_p) / y[m] - 1)))
+    return (f"probe form check on {name} alone (one precision from another, {len(got['ratio'])} precision pairs): "
+            + ", ".join(f"{k} MAPE {min(v):.1f}-{max(v):.1f} %" for k, v in got.items() if v))
+
+
 def spec_zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> tuple[dict, pd.DataFrame]:
     """Zero-shot GPU transfers from spec records (``TransferredCascade.fit_spec``) for every ordered pair,
     the weights fitted on the measured pairs that do not involve the target device (leave-one-device-out),
@@ -120,7 +151,7 @@ def spec_zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> tup
     models by pair and the weights per held-out device."""
     from carb.data.gpu_specs import find_spec, gpu_spec
     from carb.model.intervals import screening_predict
-    from carb.model.spec_transfer import fit_weights, spec_axes
+    from carb.model.spec_transfer import choose_form, fit_weights, spec_axes
     from carb.model.transfer import TransferredCascade
 
     spec = {g: gpu_spec(find_spec(g)) for g in devices}
@@ -131,22 +162,27 @@ def spec_zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> tup
         m = a.index.intersection(b.index)
         per_img = (b.loc[m, "latency_ms"] / b.loc[m, "batch_size"]) / (a.loc[m, "latency_ms"] / a.loc[m, "batch_size"])
         meas[(s, d)] = float(np.median(np.log(per_img)))
-    weights, fitted, errors = {}, {}, {}
+    weights, fitted, errors, forms = {}, {}, {}, {}
     for d in devices:
         train = [q for q in pairs if d not in q]
         prec = str(devices[d]["precision"].iloc[0])
-        weights[d] = fit_weights(np.array([spec_axes(spec[q[0]], spec[q[1]], prec) for q in train]),
-                                 np.array([meas[q] for q in train]))
+        axes = {q: spec_axes(spec[q[0]], spec[q[1]], prec) for q in train}
+        forms[d] = choose_form(axes, meas)   # the form too is chosen without the target device (nested)
+        weights[d] = {**fit_weights(np.array([axes[q] for q in train]), np.array([meas[q] for q in train]),
+                                    forms[d][0]), "form": forms[d][0]}
     for s, d in pairs:
         rows = devices[d][devices[d]["model"].isin(set(devices[s]["model"]))]
-        fitted[(s, d)] = TransferredCascade(models[s]).fit_spec(spec[s], spec[d], weights[d], device_name=d)
+        w = {a: v for a, v in weights[d].items() if a != "form"}
+        fitted[(s, d)] = TransferredCascade(models[s]).fit_spec(spec[s], spec[d], w, device_name=d)
         errors[(s, d)] = np.log(rows["latency_ms"].to_numpy(float)
                                 / screening_predict(fitted[(s, d)], rows)["pred_latency_ms"].to_numpy(float))
     prec = str(next(iter(devices.values()))["precision"].iloc[0])
-    every = fit_weights(np.array([spec_axes(spec[q[0]], spec[q[1]], prec) for q in pairs]),
-                        np.array([meas[q] for q in pairs]))
+    axes = {q: spec_axes(spec[q[0]], spec[q[1]], prec) for q in pairs}
+    form, scores = choose_form(axes, meas)
+    every = fit_weights(np.array([axes[q] for q in pairs]), np.array([meas[q] for q in pairs]), form)
     lo, hi = np.quantile(np.concatenate(list(errors.values())), [0.05, 0.95])
-    print(f"  zero-shot spec weights on all {len(pairs)} pairs (conf/calibrate.yaml zero_shot): "
+    print(f"  zero-shot spec weights on all {len(pairs)} pairs (conf/calibrate.yaml zero_shot), form {form} "
+          f"(leave-one-device-out mean |log error|: " + ", ".join(f"{k} {v:.3f}" for k, v in scores.items()) + "): "
           + ", ".join(f"{k}: {v:.3f}" for k, v in every.items())
           + f"; leave-one-device-out log error 5-95 %: [{lo:.3f}, {hi:.3f}]", flush=True)
     for s, d in pairs:
@@ -294,6 +330,43 @@ def pair_table(devices: dict[str, pd.DataFrame], ks: list[int], targets: list[st
     return table, [{**q, "kind": kind, "pair": (q["source"], q["target_device"])} for q in pending]
 
 
+def interval_sweep(parts: list, k: int = 10, stats: tuple[str, ...] = ("median", "mean", "rms"),
+                   prior_rows: tuple[float, ...] = (0, 10, 30, 100)) -> pd.Series:
+    """The interval settings (LOO statistic x prior pseudo-rows) chosen fully nested leave-one-pair-out: for
+    each held-out pair P, every other pair's K-row latency interval is rebuilt (:func:`set_intervals`) from
+    priors that never hold P's errors, and P's choice is the option whose pooled coverage (rows of a pair
+    pooled over precisions) over the other pairs is nearest 0.90 on average. ``parts``: :func:`pair_table`
+    results. Returns the choices' counts (``--interval-sweep``; a few minutes)."""
+    from carb.model import transfer_prior
+
+    saved = transfer_prior.LOO_STAT, PRIOR_ROWS[0]
+    every = [q["pair"] for _, pend in parts for q in pend if q["k"] == k]
+    records = []
+    try:
+        for stat in stats:
+            for rows_ in prior_rows:
+                transfer_prior.LOO_STAT, PRIOR_ROWS[0] = stat, rows_
+                for (table, pend), kind in zip(parts, ("cpu", "gpu")):
+                    pend = [q for q in pend if q["k"] == k and q["target"] == "latency_ms"]
+                    for held in dict.fromkeys(every):
+                        keep = [q for q in pend if q["pair"] != held]
+                        if not keep:
+                            continue
+                        with warnings.catch_warnings():
+                            warnings.simplefilter("ignore")
+                            t = set_intervals(table[table.k == k], keep, kind)
+                        c = t[(t.model == "calibrated") & (t.target == "latency_ms") & t["coverage"].notna()]
+                        per = c.assign(i=c["coverage"] * c["n"]).groupby(["source", "target_device"])[["i", "n"]].sum()
+                        records += [{"option": f"{stat}/{rows_:g}", "held": held, "cv": r.i / r.n}
+                                    for pair, r in per.iterrows() if pair != held]
+    finally:
+        transfer_prior.LOO_STAT, PRIOR_ROWS[0] = saved
+    r = pd.DataFrame(records)
+    choice = {h: g.groupby("option")["cv"].apply(lambda v: float(np.mean(np.abs(v - 0.9)))).idxmin()
+              for h, g in r.groupby("held")}
+    return pd.Series(choice).value_counts()
+
+
 def product(lat: pd.DataFrame, k: int, preferred: str, fallback: str) -> pd.DataFrame:
     """The rows of what CARB answers at ``k`` for each pair: model ``preferred`` where the pair has it
     (zero-shot at K = 0, the probes' calibration at K > 0), else ``fallback``."""
@@ -328,6 +401,24 @@ def baselines_line(t: pd.DataFrame) -> str:
             f"k10_loo_only_width_median_max={cal['width_loo'].max():.2f} k0_zero_shot_pairs={n_zs}")
 
 
+def pooled_coverage_line(t: pd.DataFrame, k: int = 10) -> str:
+    """Latency coverage of the nominal 90 % intervals of ``calibrated`` at ``k``, pooled: per ordered pair the
+    share of all its held-out rows inside (precisions pooled, row-weighted), then the mean over the pairs of
+    each device kind and of all, each with its pairs and rows. An additional line beside the headline's
+    per-pair-and-precision minimum (a GPU pair rests on 12 rows: one row is 0.083 of coverage), never a
+    replacement for it."""
+    c = t[(t["target"] == "latency_ms") & (t.k == k) & (t.model == "calibrated") & t["coverage"].notna()]
+    per = c.assign(inside=c["coverage"] * c["n"]).groupby(["source", "target_device"])[["inside", "n"]].sum()
+    per["coverage"] = per["inside"] / per["n"]
+    kind = pd.Series(["gpu" if any(g in s for g in ("RTX", "GPU", "Tesla", "A100", "H100", "H200")) else "cpu"
+                      for s, _ in per.index], index=per.index)
+    parts = []
+    for name, m in (("cpu", kind == "cpu"), ("gpu", kind == "gpu"), ("all", kind.notna())):
+        if m.any():
+            parts.append(f"{name}={per.loc[m, 'coverage'].mean():.2f} (pairs={int(m.sum())} rows={int(per.loc[m, 'n'].sum())})")
+    return f"coverage_pooled_k{k}: " + " ".join(parts)
+
+
 def summary(t: pd.DataFrame) -> pd.DataFrame:
     """Per source -> target, target, precision, K: MAPE and Spearman of each model, coverage and width."""
     w = t.pivot_table(index=["source", "target_device", "target", "precision", "k"], columns="model",
@@ -360,7 +451,7 @@ def write_errors(path: str, pending: list[dict]) -> None:
             "written_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "what": "quantiles of |log(measured / predicted)| of the target rows a K-row carb-calibrate transfer "
                     "was not fitted on, each ordered device pair weighted equally; loo_scale: median over pairs of "
-                    "the median |leave-one-out residual| of the K rows (carb/model/transfer_prior.py)",
+                    "the mean |leave-one-out residual| of the K rows (carb/model/transfer_prior.py: LOO_STAT)",
             "pairs": {k: sorted(v) for k, v in pairs.items()}}
     Path(path).with_suffix("").with_suffix(".provenance.json").write_text(json.dumps(prov, indent=1) + "\n")
     print(f"  wrote {path} ({len(table)} rows) and its provenance", flush=True)
@@ -410,14 +501,26 @@ def main() -> None:
     ap.add_argument("--errors-out", default=None,
                     help="write the transfer-error table (carb/data/transfer-errors.csv) from every pair here")
     ap.add_argument("--prior-rows", type=float, default=None, help="pseudo-rows of the transfer-error prior")
+    ap.add_argument("--loo-stat", default=None, choices=["median", "mean", "rms"],
+                    help="statistic of the K rows' |leave-one-out residuals| the prior scales by (default: the model's)")
+    ap.add_argument("--interval-sweep", action="store_true",
+                    help="also print the interval settings chosen fully nested leave-one-pair-out (a few minutes)")
     a = ap.parse_args()
     PRIOR_ROWS[0] = a.prior_rows
+    if a.loo_stat:
+        from carb.model import transfer_prior
+
+        transfer_prior.LOO_STAT = a.loo_stat
     ks = [int(k) for k in a.ks.split(",")]
     from scripts.bench.transfer import markdown
 
     t, parts = all_pairs(ks, gpu=not a.no_gpu)
     if a.errors_out:
         write_errors(a.errors_out, [q for p in parts for q in p[1]])
+    if a.interval_sweep:
+        counts = interval_sweep(parts)
+        print("  interval settings (LOO statistic / prior pseudo-rows) chosen fully nested leave-one-pair-out, "
+              "folds: " + ", ".join(f"{o} {n}" for o, n in counts.items()), flush=True)
     if a.csv:
         t.to_csv(a.csv, index=False)
     s = summary(t)
@@ -426,6 +529,7 @@ def main() -> None:
                         "no_dispatch_mape_pct", "source_mape_pct", "flops_k_mape_pct", "calibrated_spearman",
                         "coverage", "width", "coverage_loo", "width_loo") if c in s.columns]
     print(markdown(s[s.k.isin([0, 10])][cols]))
+    print(pooled_coverage_line(t))
     print(baselines_line(t))
     print(headline(t))
 

@@ -188,7 +188,7 @@ class ZeroShot(Section):
 
     weights: dict[Literal["compute", "bandwidth", "power"], float]
     log_error_band: Annotated[list[float], Field(min_length=2, max_length=2)]
-    probe_log_error_band: Annotated[list[float], Field(min_length=2, max_length=2)] = [-0.479, 0.230]
+    probe_log_error_band: Annotated[list[float], Field(min_length=2, max_length=2)] = [-0.354, 0.222]
 
 
 class ProbeRun(Section):
