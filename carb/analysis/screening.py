@@ -102,8 +102,9 @@ def source_objective(model: Any, features: pd.DataFrame, obj: str, monotone: boo
     def prepare(F: pd.DataFrame) -> pd.DataFrame:
         return screening_features(model, F)
 
+    base = obj[: -len(PER_IMAGE)] if obj.endswith(PER_IMAGE) else obj   # a cascade predicts the stages it needs
     pred = monotone_in_batch(model, with_telemetry(features, getattr(model, "telemetry_medians_", {}) or {}),
-                             prepare) if monotone else None
+                             prepare, targets=[base]) if monotone else None
     if pred is None:
         pred = model.predict(prepare(features))
     return objective_values(pred.assign(batch_size=features["batch_size"].to_numpy()), obj)
