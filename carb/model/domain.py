@@ -13,6 +13,8 @@ against 8e9 for fp32 and bf16; with global ranges alone 295 fp16 candidates of t
 """
 from __future__ import annotations
 
+from collections import defaultdict
+
 from typing import Any
 
 import numpy as np
@@ -125,7 +127,9 @@ def unseen_mask(domain: dict[str, Any] | None, X: pd.DataFrame, knob: str) -> np
     if seen is None or knob not in X:
         return np.zeros(len(X), dtype=bool)
     ok = set(str(s) for s in seen)
-    return ~np.array([str(v) in ok for v in _category(knob, X[knob])], dtype=bool)
+    codes, values = pd.factorize(X[knob], use_na_sentinel=False)   # each distinct value checked once
+    bad = ~np.array([str(v) in ok for v in _category(knob, pd.Series(values, dtype=object))], dtype=bool)
+    return bad[codes] if len(codes) else np.zeros(0, dtype=bool)
 
 
 def check_domain(domain: dict[str, Any] | None, X: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
@@ -133,7 +137,7 @@ def check_domain(domain: dict[str, Any] | None, X: pd.DataFrame) -> tuple[np.nda
     (``""`` when inside; reasons joined by ``"; "``). ``domain=None`` (a model fitted before domains):
     everything is inside."""
     n = len(X)
-    parts: list[list[str]] = [[] for _ in range(n)]
+    parts: dict[int, list[str]] = defaultdict(list)   # reasons of the rows that have some, in order
     if domain:
         for c in domain.get("categorical", {}):
             bad = unseen_mask(domain, X, c)
@@ -153,13 +157,17 @@ def check_domain(domain: dict[str, Any] | None, X: pd.DataFrame) -> tuple[np.nda
             for i in np.flatnonzero(v < lo):
                 parts[i].append(f"{c} {_fmt(c, v[i])} < {_fmt(c, lo)}")
         _precision_ranges(domain, X, ranges, parts)
-    outside = ["; ".join(p) for p in parts]
-    return np.array([not p for p in parts], dtype=bool), outside
+    inside = np.ones(n, dtype=bool)
+    outside = np.full(n, "", dtype=object)
+    for i, p in parts.items():
+        inside[i] = False
+        outside[i] = "; ".join(p)
+    return inside, outside.tolist()
 
 
 def _precision_ranges(domain: dict[str, Any], X: pd.DataFrame, ranges: dict[str, Any],
-                      parts: list[list[str]]) -> None:
-    """Add, to ``parts`` (one list of reasons per row of ``X``), the per-precision range reasons of rows
+                      parts: dict[int, list[str]]) -> None:
+    """Add, to ``parts`` (row of ``X`` -> its list of reasons), the per-precision range reasons of rows
     whose value lies within the global range but outside its own precision's (``flops 5.9e+09 > 2.4e+08
     for fp16``); a precision the domain has no ranges of (never measured) adds none."""
     by = domain.get("by_precision") or {}

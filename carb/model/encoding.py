@@ -77,8 +77,8 @@ def encode(X: pd.DataFrame, features: Sequence[str]) -> pd.DataFrame:
     for f in features:
         v = X[f]
         if f in CATEGORIES:
-            if f == "early_downsample":
-                s = v.map(to_bool)
+            if f == "early_downsample":   # to_bool of each row; a bool column is its own answer
+                s = v if v.dtype == bool else v.map(to_bool)
             else:
                 s = v.astype("object")
             bad = (~s.isin(CATEGORIES[f])).to_numpy()

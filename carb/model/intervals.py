@@ -54,11 +54,12 @@ def with_telemetry(features: pd.DataFrame, medians: Mapping[str, Mapping[str, fl
     the cascade: ``{tier: {column: value}, "all": {...}}``) and add the interaction features.
     The screening path: n rows in, the same n rows out with the runtime columns replaced."""
     out = features.copy()
-    tiers = pd.Series(batch_tier(out["batch_size"].to_numpy()))
+    names, inv = np.unique(np.asarray(batch_tier(out["batch_size"].to_numpy()), dtype=str), return_inverse=True)
     for col in RUNTIME_FEATURES:
         fallback = float(medians.get("all", {}).get(col, float("nan")))
         lut = {t: float(v.get(col, fallback)) for t, v in medians.items()}
-        out[col] = tiers.map(lut).astype(float).fillna(fallback).to_numpy(dtype=float)
+        v = np.array([lut.get(t, np.nan) for t in names], dtype=float)[inv.ravel()]   # per tier, then per row
+        out[col] = np.where(np.isnan(v), fallback, v)
     return interaction_features(out)
 
 

@@ -45,8 +45,12 @@ def _design(F: pd.DataFrame) -> np.ndarray:
     cols += [(prec == p).astype(float) for p in _PRECISIONS]
     block = F["block"].astype(str).to_numpy() if "block" in F.columns else np.full(len(F), "basic")
     cols.append((block == "bottleneck").astype(float))
-    stem = F["early_downsample"].astype(str).str.lower().isin(("true", "1")).to_numpy() \
-        if "early_downsample" in F.columns else np.zeros(len(F), dtype=bool)
+    if "early_downsample" not in F.columns:
+        stem = np.zeros(len(F), dtype=bool)
+    elif pd.api.types.is_bool_dtype(F["early_downsample"].dtype) and not F["early_downsample"].hasnans:
+        stem = F["early_downsample"].to_numpy(dtype=bool)      # what the text test below gives a bool
+    else:
+        stem = F["early_downsample"].astype(str).str.lower().isin(("true", "1")).to_numpy()
     cols.append(stem.astype(float))
     return np.column_stack(cols)
 
