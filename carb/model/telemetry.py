@@ -102,10 +102,10 @@ class TelemetryImputer:
         self.columns_ = tuple(self.models_)
         return self
 
-    def transform(self, F: pd.DataFrame) -> pd.DataFrame:
+    def transform(self, F: pd.DataFrame, copy: bool = True) -> pd.DataFrame:
         """``F`` (m rows of knobs + static features) with each learned runtime column predicted; columns
-        not learned are left as they are."""
-        out = F.copy()
+        not learned are left as they are. ``copy=False``: in ``F`` itself (the caller's own copy)."""
+        out = F.copy() if copy else F
         if not self.models_ or not len(F):
             return out
         D = _design(F)
