@@ -413,7 +413,8 @@ class _Run:
         Each kept row is scored with the first row of its architecture beside it (dropped after), as in
         the one-pass scoring, so its batch-monotone knots are the same numbers."""
         n = len(features)
-        results, chunks = self._chunks(_source_part, (None, source_model), features, (self.obj,),
+        text = [c for c in ("config_id", "outside") if c in features.columns]   # no input of a model: not sent
+        results, chunks = self._chunks(_source_part, (None, source_model), features.drop(columns=text), (self.obj,),
                                        share=n / max(1, n + k))
         src_pred = np.concatenate([r[0] for r in results])
         inverse = _inverse(chunks)

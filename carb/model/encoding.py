@@ -92,6 +92,8 @@ def encode(X: pd.DataFrame, features: Sequence[str]) -> pd.DataFrame:
                 cols["precision_bf16"] = (s == "bf16").to_numpy(float)
             else:
                 cols["early_downsample"] = s.astype(bool).to_numpy(float)
+        elif isinstance(v.dtype, np.dtype) and v.dtype.kind in "fiu":   # already numbers: nothing to check
+            cols[f] = v.to_numpy(float)
         else:
             num = pd.to_numeric(v, errors="coerce")
             bad = (num.isna() & v.notna()).to_numpy()
