@@ -481,7 +481,7 @@ def _spread(features: pd.DataFrame, part: pd.DataFrame, rows: np.ndarray) -> pd.
     for c in part.columns:
         v = part[c]
         if c in features.columns and features[c].iloc[rows].reset_index(drop=True).equals(v.reset_index(drop=True)):
-            cols[c] = features[c].to_numpy()
+            cols[c] = features[c].array      # as it is (text stays text: no million Python strings)
             continue
         if pd.api.types.is_bool_dtype(v.dtype):
             full = np.zeros(n, dtype=bool)
