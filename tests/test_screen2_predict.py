@@ -60,3 +60,19 @@ def test_cascade_predicts_fewer_targets_and_hands_out_its_priors(model):  # noqa
     for t, v in priors.items():
         assert np.array_equal(v, frame[t].to_numpy())
     assert list(model.predict(X, targets=["latency_ms"]).columns) == list(full.columns)
+
+
+def test_members_side_by_side_are_the_same_numbers(model):  # noqa: F811
+    """Inside member_threads the blends' members and the telemetry models predict on several threads;
+    the predictions are the same, bit for bit."""
+    from carb.model.ensemble import member_threads, side_by_side
+    from carb.model.intervals import screening_features
+    from tests.synthetic import synthetic_dataset
+
+    X = synthetic_dataset(80, seed=12)
+    alone = model.predict(X), screening_features(model, X)
+    with member_threads(3):
+        both = model.predict(X), screening_features(model, X)
+        assert side_by_side(lambda v: v * 2, [1, 2, 3]) == [2, 4, 6]   # in order
+    pd.testing.assert_frame_equal(alone[0], both[0], check_exact=True)
+    pd.testing.assert_frame_equal(alone[1], both[1], check_exact=True)

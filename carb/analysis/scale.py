@@ -61,6 +61,9 @@ def _init_worker(blob: bytes) -> None:
     import pickle
 
     global _MODELS
+    from carb.compute import configure
+
+    configure(n_jobs=1)      # what carb.compute hands out here: one thread (no member threads either)
     try:
         from threadpoolctl import threadpool_limits
         threadpool_limits(limits=1)

@@ -30,6 +30,7 @@ from carb.analysis.axes import add_per_image, apply_axes, mark_front
 from carb.analysis.decisions import add_probabilities, decide, interval_context, profile_next
 from carb.analysis.evaluate import budget_classification
 from carb.analysis.scale import chunk_plan, parallel_chunks, pareto_mask
+from carb.compute import estimator_threads
 from carb.data.schema import TARGETS
 from carb.design.arch import KNOBS
 from carb.design.candidates import arch_codes
@@ -37,6 +38,7 @@ from carb.design.features import grid_features
 from carb.errors import ConfigError
 from carb.model.domain import check_domain, unseen_mask
 from carb.model.encoding import interaction_features, pred_name
+from carb.model.ensemble import member_threads
 from carb.model.monotone import batch_knots, monotone_in_batch
 from carb.model.intervals import interval, screening_features, with_telemetry  # the one imputation
 
@@ -268,6 +270,8 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
     one chunk's, row for row (two-stage ``top_k``: the source's pass runs in chunks, then the target's on
     the top K rows). ``progress(label, share)`` is called as each chunk starts (when there are
     several; ``share``: the chunk's fraction of the work, the shares sum to 1).
+    In this process the models of a pass predict side by side on the free cores (:mod:`carb.compute`:
+    ``compute.n_jobs`` / ``CARB_N_JOBS`` cap them; :func:`carb.model.ensemble.member_threads`, same numbers).
     ``workers``: processes for the chunks (None or 1: this process; ``carb-screen`` passes
     :func:`carb.compute.estimator_threads` of the grid's rows, so 1 on a busy machine or with
     ``compute.n_jobs=1``). Spawned workers re-import the caller's ``__main__``: a script that passes
@@ -379,10 +383,11 @@ class _Run:
                                       scaled if report is not None else None)
         else:
             results = []
-            for i, rows in enumerate(chunks):
-                if report is not None:
-                    report(f"{label}chunk {i + 1}/{len(chunks)} ({len(rows)} candidates)", len(rows) / n * share)
-                results.append(fn(models, features if len(chunks) == 1 else features.iloc[rows], *args))
+            with member_threads(estimator_threads(10 ** 9)):   # each model on one thread, several at once
+                for i, rows in enumerate(chunks):
+                    if report is not None:
+                        report(f"{label}chunk {i + 1}/{len(chunks)} ({len(rows)} candidates)", len(rows) / n * share)
+                    results.append(fn(models, features if len(chunks) == 1 else features.iloc[rows], *args))
         for r in results:
             for k, v in r[-1].items():
                 self.timings[k] = self.timings.get(k, 0.0) + v

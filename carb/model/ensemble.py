@@ -16,7 +16,8 @@ are kept in ``log_target_`` and ``probe_val_mae_``.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -50,6 +51,34 @@ def make_member(name: str, params: Mapping[str, Any] | None, n_jobs: int, random
 
         return ExtraTreesRegressor(**p, n_jobs=n_jobs, random_state=random_state)
     raise ValueError(f"unknown specialist {name!r}; allowed: {list(MEMBERS)}")
+
+
+_THREADS = [1]   # threads of side_by_side (member_threads sets it for a block)
+
+
+@contextlib.contextmanager
+def member_threads(n: int) -> Iterator[None]:
+    """Within the block, :func:`side_by_side` (a blend's members, the telemetry imputer's models) runs on up
+    to ``n`` threads: each model predicts on one thread as before, several at once (the libraries release
+    the GIL while they predict), results gathered in order, so the numbers are the same. Callers take ``n``
+    from :mod:`carb.compute` (screening: the free cores, in its own process only; chunk workers are the
+    parallelism themselves and run at 1)."""
+    old, _THREADS[0] = _THREADS[0], max(1, int(n))
+    try:
+        yield
+    finally:
+        _THREADS[0] = old
+
+
+def side_by_side(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+    """``[fn(x) for x in items]``, on up to :func:`member_threads` threads where that allows more than one."""
+    n = min(_THREADS[0], len(items))
+    if n <= 1:
+        return [fn(x) for x in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        return list(pool.map(fn, items))
 
 
 def member_predict(est: Any, X: np.ndarray) -> np.ndarray:
@@ -232,9 +261,11 @@ class BlendedRegressor(RegressorMixin, BaseEstimator):
 
     def _blend(self, X) -> np.ndarray:
         """The blend in the fitting space, shape (n,): the members' predictions times ``weights_``. A member
-        of weight 0 is not evaluated (its column is 0: the same product, since trees predict finite values)."""
-        return np.column_stack([member_predict(self.members_[m], X) if w != 0 else np.zeros(len(X))
-                                for m, w in zip(self.members_, self.weights_)]) @ self.weights_
+        of weight 0 is not evaluated (its column is 0: the same product, since trees predict finite values);
+        inside :func:`member_threads` the others predict side by side."""
+        live = [m for m, w in zip(self.members_, self.weights_) if w != 0]
+        got = dict(zip(live, side_by_side(lambda m: member_predict(self.members_[m], X), live)))
+        return np.column_stack([got[m] if m in got else np.zeros(len(X)) for m in self.members_]) @ self.weights_
 
     def predict(self, X) -> np.ndarray:
         """Blended prediction in the target's units, shape (n,)."""

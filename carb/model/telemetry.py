@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from carb.data.schema import RUNTIME_FEATURES
+from carb.model.ensemble import side_by_side
 
 #: inputs of every imputation model: knobs and static features (``precision`` and ``block`` one-hot)
 _NUMERIC = ("depth", "width_mult", "input_size", "batch_size", "flops", "params", "total_activation_MB",
@@ -108,9 +109,9 @@ class TelemetryImputer:
         out = F.copy() if copy else F
         if not self.models_ or not len(F):
             return out
-        D = _design(F)
-        for c, m in self.models_.items():
-            p = m.predict(np.nan_to_num(D, nan=-1.0))
+        D = np.nan_to_num(_design(F), nan=-1.0)
+        preds = side_by_side(lambda m: m.predict(D), list(self.models_.values()))   # threads: member_threads
+        for c, p in zip(self.models_, preds):
             if c == "kernel_launches":
                 p = np.exp(p) * np.maximum(pd.to_numeric(F["n_conv"], errors="coerce").to_numpy(dtype=float), 1.0)
                 out[c] = np.maximum(p, self.ranges_[c][0])
