@@ -30,7 +30,7 @@ from carb.analysis.axes import add_per_image, apply_axes, mark_front
 from carb.analysis.decisions import add_probabilities, decide, interval_context, profile_next
 from carb.analysis.evaluate import budget_classification
 from carb.analysis.scale import chunk_plan, parallel_chunks, pareto_mask
-from carb.compute import estimator_threads
+from carb.compute import estimator_threads, limited
 from carb.data.schema import TARGETS
 from carb.design.arch import KNOBS
 from carb.design.candidates import arch_codes
@@ -271,7 +271,8 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
     the top K rows). ``progress(label, share)`` is called as each chunk starts (when there are
     several; ``share``: the chunk's fraction of the work, the shares sum to 1).
     In this process the models of a pass predict side by side on the free cores (:mod:`carb.compute`:
-    ``compute.n_jobs`` / ``CARB_N_JOBS`` cap them; :func:`carb.model.ensemble.member_threads`, same numbers).
+    ``compute.n_jobs`` / ``CARB_N_JOBS`` cap them; :func:`carb.model.ensemble.member_threads`, same numbers),
+    with BLAS and OpenMP threads as :func:`carb.compute.limited` gives them (as ``carb-screen`` runs).
     ``workers``: processes for the chunks (None or 1: this process; ``carb-screen`` passes
     :func:`carb.compute.estimator_threads` of the grid's rows, so 1 on a busy machine or with
     ``compute.n_jobs=1``). Spawned workers re-import the caller's ``__main__``: a script that passes
@@ -383,7 +384,8 @@ class _Run:
                                       scaled if report is not None else None)
         else:
             results = []
-            with member_threads(estimator_threads(10 ** 9)):   # each model on one thread, several at once
+            with limited(), member_threads(estimator_threads(10 ** 9)):   # as carb-screen: BLAS/OpenMP by carb.compute;
+                # each model on one thread, several at once (the free cores)
                 for i, rows in enumerate(chunks):
                     if report is not None:
                         report(f"{label}chunk {i + 1}/{len(chunks)} ({len(rows)} candidates)", len(rows) / n * share)
