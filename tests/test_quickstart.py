@@ -211,7 +211,9 @@ def test_two_stage_with_two_registered_models(qs):
     assert (scored.loc[kept, "decision"].to_numpy() == want).all()   # survivors judged by the target model
     passed = scored["decision"] != "reject"
     assert r["n_accept"] + r["n_borderline"] + r["n_unverified"] == passed.sum() > 0
-    assert r["spearman_source_target"] == pytest.approx(spearmanr(src, scored["pred_latency_ms"]).statistic)
+    assert scored.loc[~kept, "pred_latency_ms"].isna().all()       # screen.rescore=top_k: the target scores the K
+    assert r["stage2_rescored"] == 50 and r["spearman_source_target"] == pytest.approx(
+        spearmanr(src[kept], scored.loc[kept, "pred_latency_ms"]).statistic)
 
 
 @pytest.mark.slow

@@ -26,7 +26,8 @@ from carb.design.candidates import arch_codes
 def chunk_plan(features: pd.DataFrame, chunk_rows: int | None, knots: int = 0) -> list[np.ndarray]:
     """Row positions (0-based) of each chunk of ``features``: one chunk (``arange(n)``) when ``chunk_rows``
     is None or at least the rows; else rows grouped by architecture (knob columns other than
-    ``batch_size``; first-seen order, rows of one architecture in their order), cut between architectures
+    ``batch_size``; first-seen order, rows of one architecture in their order; the architectures of one network,
+    its precisions, side by side, so a worker computes its layer shapes once), cut between architectures
     once a chunk holds ``chunk_rows`` of weight (a row weighs 1, an architecture ``knots`` more: the rows
     a batch-monotone prediction adds). An architecture with more rows than ``chunk_rows`` stays whole."""
     n = len(features)
@@ -34,7 +35,9 @@ def chunk_plan(features: pd.DataFrame, chunk_rows: int | None, knots: int = 0) -
         return [np.arange(n)]
     keys = [k for k in KNOBS if k in features.columns and k != "batch_size"]
     codes, _ = arch_codes(features, keys) if keys else (np.arange(n), None)
-    order = np.argsort(codes, kind="stable")
+    net_keys = [k for k in keys if k != "precision"]     # a network's precisions side by side: one chunk walks
+    net = arch_codes(features, net_keys)[0] if net_keys and len(net_keys) < len(keys) else codes   # its layers once
+    order = np.lexsort((np.arange(n), codes, net))     # by network, architecture, then row
     sorted_codes = codes[order]
     starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])   # first row of each arch
     sizes = np.diff(np.r_[starts, n]) + int(knots)
@@ -58,6 +61,9 @@ def _init_worker(blob: bytes) -> None:
     import pickle
 
     global _MODELS
+    from carb.compute import configure
+
+    configure(n_jobs=1)      # what carb.compute hands out here: one thread (no member threads either)
     try:
         from threadpoolctl import threadpool_limits
         threadpool_limits(limits=1)

@@ -9,7 +9,9 @@ MAE) -> a short "profile next" list of borderline candidates. Every candidate is
 model's training domain (``in_domain``, ``outside``); one outside it, of a precision never measured, or
 with an unbounded interval is never ``accept`` (``unverified`` instead).
 Two-stage: rank the whole grid with a source device's model, keep the top K, re-score them with the
-target device's model.
+target device's model (``rescore="top_k"``, the paper's: only those K rows are scored by the target, the
+others keep the source's objective and rank, ``reject``, and NaN target predictions; ``rescore="all"``:
+the target scores every row too, e.g. for the Spearman of both models over the whole grid).
 
 No torch import here: screening runs on the closed-form features of :mod:`carb.design.features`.
 """
@@ -28,11 +30,15 @@ from carb.analysis.axes import add_per_image, apply_axes, mark_front
 from carb.analysis.decisions import add_probabilities, decide, interval_context, profile_next
 from carb.analysis.evaluate import budget_classification
 from carb.analysis.scale import chunk_plan, parallel_chunks, pareto_mask
+from carb.compute import estimator_threads, limited
 from carb.data.schema import TARGETS
+from carb.design.arch import KNOBS
+from carb.design.candidates import arch_codes
 from carb.design.features import grid_features
 from carb.errors import ConfigError
 from carb.model.domain import check_domain, unseen_mask
 from carb.model.encoding import interaction_features, pred_name
+from carb.model.ensemble import member_threads
 from carb.model.monotone import batch_knots, monotone_in_batch
 from carb.model.intervals import interval, screening_features, with_telemetry  # the one imputation
 
@@ -56,6 +62,8 @@ def model_targets(model: Any) -> list[str]:
 
 #: Values of ``screen.outside``: keep all candidates (flagged), only in-domain ones, only outside ones.
 OUTSIDE_MODES = ("flag", "drop", "only")
+#: Values of ``screen.rescore`` (two-stage): the target scores the source's top K only (the paper), or all rows.
+RESCORE_MODES = ("top_k", "all")
 
 
 def score(model: Any, features: pd.DataFrame, with_medians: bool = True,
@@ -96,8 +104,9 @@ def source_objective(model: Any, features: pd.DataFrame, obj: str, monotone: boo
     def prepare(F: pd.DataFrame) -> pd.DataFrame:
         return screening_features(model, F)
 
+    base = obj[: -len(PER_IMAGE)] if obj.endswith(PER_IMAGE) else obj   # a cascade predicts the stages it needs
     pred = monotone_in_batch(model, with_telemetry(features, getattr(model, "telemetry_medians_", {}) or {}),
-                             prepare) if monotone else None
+                             prepare, targets=[base]) if monotone else None
     if pred is None:
         pred = model.predict(prepare(features))
     return objective_values(pred.assign(batch_size=features["batch_size"].to_numpy()), obj)
@@ -231,12 +240,19 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
            profile_size: int = 10, pareto: Sequence[str] | None = None,
            require: Mapping[str, Any] | None = None, maximize: Sequence[str] = ("top1", "top5"),
            chunk_rows: int | None = None, progress: Callable[[str, float], None] | None = None,
-           workers: int | None = None) -> ScreenResult:
+           workers: int | None = None, rescore: str = "top_k") -> ScreenResult:
     """Screen a featurized grid (output of :func:`carb.design.features.grid_features`).
 
     Single-stage with only ``target_model``; two-stage with ``source_model``: the source ranks the whole
     grid by ``objective``, the best ``top_k`` are re-scored by the target model, and only those can be
-    accepted. Returns a :class:`ScreenResult`; ``scored`` has ``rank`` (by objective among feasible
+    accepted. ``rescore`` (``screen.rescore``, one of :data:`RESCORE_MODES`): ``top_k`` (the paper's) scores
+    only those ``top_k`` rows with the target model (the other rows keep the source's objective
+    ``source_pred_<objective>`` and ``stage1_rank``, are ``reject`` and have NaN target predictions,
+    intervals, probabilities and imputed telemetry); ``all`` scores every row with the target too (the
+    numbers of the kept rows are the same either way). ``stages["spearman_source_target"]`` is the Spearman
+    correlation of the source's and the target's objective over the rows the target scored
+    (``stages["stage2_rescored"]`` of them: the top K, or the whole grid under ``all``).
+    Returns a :class:`ScreenResult`; ``scored`` has ``rank`` (by objective among feasible
     candidates, 1 = best), ``pareto`` (on the front among feasible candidates), ``decision``,
     ``in_domain`` / ``outside`` (the target model's training domain; ``outside`` keeps all candidates
     (``flag``), the in-domain ones (``drop``) or the others (``only``)) and, for a calibrated model,
@@ -251,13 +267,19 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
     ``chunk_rows`` (``screen.chunk_rows``; None = one chunk): score, intervals and decisions run on
     chunks of about that many rows, each holding whole architectures (:func:`carb.analysis.scale.chunk_plan`),
     so a million candidates need the memory of one chunk's intermediates; the results are the same as
-    one chunk's, row for row. ``progress(label, share)`` is called as each chunk starts (when there are
-    several; ``share``: the chunk's fraction of the candidates, the shares sum to 1).
+    one chunk's, row for row (two-stage ``top_k``: the source's pass runs in chunks, then the target's on
+    the top K rows). ``progress(label, share)`` is called as each chunk starts (when there are
+    several; ``share``: the chunk's fraction of the work, the shares sum to 1).
+    In this process the models of a pass predict side by side on the free cores (:mod:`carb.compute`:
+    ``compute.n_jobs`` / ``CARB_N_JOBS`` cap them; :func:`carb.model.ensemble.member_threads`, same numbers),
+    with BLAS and OpenMP threads as :func:`carb.compute.limited` gives them (as ``carb-screen`` runs).
     ``workers``: processes for the chunks (None or 1: this process; ``carb-screen`` passes
     :func:`carb.compute.estimator_threads` of the grid's rows, so 1 on a busy machine or with
     ``compute.n_jobs=1``). Spawned workers re-import the caller's ``__main__``: a script that passes
     ``workers > 1`` needs the ``if __name__ == "__main__":`` guard.
     """
+    if rescore not in RESCORE_MODES:
+        raise ConfigError(f"screen.rescore: {rescore!r} is not allowed; allowed: {list(RESCORE_MODES)}")
     timings: dict[str, float] = {"predict_target_s": 0.0, "screen_pareto_s": 0.0}
     target_model = as_cascade(target_model)
     source_model = None if source_model is None else as_cascade(source_model)
@@ -279,21 +301,28 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
     if clean_budget and not getattr(target_model, "intervals_", None):
         notes.append("the model has no calibrated intervals (fitted before intervals): borderline = within "
                      "one test-set MAE of a budget line")
-    scored, src_pred = _score_chunks(features, target_model, source_model, obj, clean_budget, coverage,
-                                     chunk_rows, progress, timings, workers)
-    keep = np.ones(len(scored), dtype=bool)
-    if source_model is not None:
-        order = np.argsort(src_pred, kind="stable")
-        k = int(min(top_k, len(order)))
-        keep = np.zeros(len(scored), dtype=bool)
-        keep[order[:k]] = True
-        stages.update({"stage1_kept": k, "spearman_source_target": spearman(
-            src_pred, objective_values(scored, obj))})
+    run = _Run(obj, clean_budget, coverage, chunk_rows, progress, timings, workers)
+    if source_model is None:
+        scored = run.score_all(features, target_model, None)[0]
+        keep = np.ones(len(scored), dtype=bool)
+    else:
+        k = int(min(max(int(top_k), 0), len(features)))
+        if rescore == "all":
+            scored, src_pred = run.score_all(features, target_model, source_model)
+            keep = top_rows(src_pred, k)
+            rescored = np.ones(len(scored), dtype=bool)
+        else:
+            scored, src_pred, keep = run.two_stage(features, target_model, source_model, k)
+            rescored = keep
+        stages.update({"stage1_kept": int(keep.sum()), "stage2_rescored": int(rescored.sum()),
+                       "spearman_source_target": spearman(src_pred[rescored],
+                                                          objective_values(scored, obj)[rescored])})
     scored["stage1_kept"] = keep
     t = time.perf_counter()
-    scored.loc[~keep, "decision"] = "reject"
-    scored.loc[~keep, "decision_reason"] = f"not in the source model's top {int(keep.sum())}"
-    scored.loc[~keep, "feasible"] = False
+    if not keep.all():
+        scored.loc[~keep, "decision"] = "reject"
+        scored.loc[~keep, "decision_reason"] = f"not in the source model's top {int(keep.sum())}"
+        scored.loc[~keep, "feasible"] = False
     axes = pareto_axes(targets)   # default: the objective (per image where it is) against the other axis
     if obj.endswith(PER_IMAGE):
         axes = [obj if a == obj[: -len(PER_IMAGE)] else a for a in axes]
@@ -318,53 +347,165 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
                         require=required)
 
 
-def _score_chunks(features: pd.DataFrame, target_model: Any, source_model: Any, obj: str,
-                  budget: dict[str, float], coverage: float | None, chunk_rows: int | None,
-                  progress: Callable[[str, float], None] | None, timings: dict[str, float], workers: int | None = None
+def top_rows(values: np.ndarray, k: int) -> np.ndarray:
+    """(n,) mask of the ``k`` lowest ``values`` (n,) (ties and NaN: by position, NaN last)."""
+    keep = np.zeros(len(values), dtype=bool)
+    keep[np.argsort(values, kind="stable")[:k]] = True
+    return keep
+
+
+@dataclass
+class _Run:
+    """The settings one screening's scoring passes share (see :func:`screen`), and the chunking of a pass."""
+
+    obj: str
+    budget: dict[str, float]
+    coverage: float | None
+    chunk_rows: int | None
+    progress: Callable[[str, float], None] | None
+    timings: dict[str, float]
+    workers: int | None
+
+    def _chunks(self, fn: Callable, models: tuple[Any, Any], features: pd.DataFrame, args: tuple,
+                share: float = 1.0, label: str = "", always: bool = False) -> tuple[list[Any], list[np.ndarray]]:
+        """``fn(models, rows, *args)`` for each chunk of ``features`` (:func:`chunk_plan`), in ``workers``
+        processes where there are several chunks; returns ``(results in row order of the chunks, the
+        chunks' row positions)``. ``progress`` gets the chunks' shares times ``share`` (also for a single
+        chunk when ``always``); timings (``r[-1]`` of each result) are summed into ``timings``."""
+        knots = max([len(batch_knots(m)) for m in models if m is not None])
+        chunks = chunk_plan(features, self.chunk_rows, knots)
+        n_workers = 1 if len(chunks) == 1 else min(len(chunks), max(1, int(self.workers or 1)))
+        report = self.progress if self.progress is not None and (len(chunks) > 1 or always) else None
+        n = max(1, len(features))
+        if n_workers > 1:
+            def scaled(what: str, s: float) -> None:
+                report(label + what, s * share)
+            results = parallel_chunks(fn, models, [features.iloc[r] for r in chunks], args, n_workers,
+                                      scaled if report is not None else None)
+        else:
+            results = []
+            with limited(), member_threads(estimator_threads(10 ** 9)):   # as carb-screen: BLAS/OpenMP by carb.compute;
+                # each model on one thread, several at once (the free cores)
+                for i, rows in enumerate(chunks):
+                    if report is not None:
+                        report(f"{label}chunk {i + 1}/{len(chunks)} ({len(rows)} candidates)", len(rows) / n * share)
+                    results.append(fn(models, features if len(chunks) == 1 else features.iloc[rows], *args))
+        for r in results:
+            for k, v in r[-1].items():
+                self.timings[k] = self.timings.get(k, 0.0) + v
+        return results, chunks
+
+    def score_all(self, features: pd.DataFrame, target_model: Any, source_model: Any
                   ) -> tuple[pd.DataFrame, np.ndarray | None]:
-    """Score, probabilities and decisions of every row of ``features`` (n rows, index 0..n-1), chunk by
-    chunk (:func:`carb.analysis.scale.chunk_plan`), in the rows' order; with a source model also its
-    objective values (n,) (only those are kept of its scoring). Adds the stage timings to ``timings`` (summed
-    over chunks: CPU seconds of all workers). Several chunks run in ``workers`` processes (None or 1: in
-    this process), each at one thread (:func:`carb.analysis.scale.parallel_chunks`)."""
-    knots = max([len(batch_knots(m)) for m in (target_model, source_model) if m is not None])
-    chunks = chunk_plan(features, chunk_rows, knots)
-    n_workers = 1 if len(chunks) == 1 else min(len(chunks), max(1, int(workers or 1)))
-    models = (target_model, source_model)
-    if n_workers > 1:
-        results = parallel_chunks(_score_part, models, [features.iloc[r] for r in chunks],
-                                  (obj, budget, coverage), n_workers, progress)
-    else:
-        results = []
-        for i, rows in enumerate(chunks):
-            if progress is not None and len(chunks) > 1:
-                progress(f"chunk {i + 1}/{len(chunks)} ({len(rows)} candidates)", len(rows) / len(features))
-            results.append(_score_part(models, features if len(chunks) == 1 else features.iloc[rows],
-                                       obj, budget, coverage))
-    parts = [r[0] for r in results]
-    for r in results:
-        for k, v in r[3].items():
-            timings[k] = timings.get(k, 0.0) + v
-    lead = list(results[0][2])
-    src_pred = np.concatenate([r[1] for r in results]) if source_model is not None else None
-    del results
-    scored = parts[0] if len(parts) == 1 else pd.concat(parts)
-    if len(chunks) > 1:   # back to the rows' order
-        pos = np.concatenate(chunks)
-        inverse = np.empty_like(pos)
-        inverse[pos] = np.arange(len(pos))
-        scored = scored.iloc[inverse].reset_index(drop=True)
-        src_pred = src_pred[inverse] if src_pred is not None else None
-    del parts
+        """Score, probabilities and decisions of every row of ``features`` (n rows, index 0..n-1) by the
+        target model, in the rows' order; with a source model also its objective values (n,) and the
+        ``source_pred_<objective>`` / ``stage1_rank`` columns."""
+        results, chunks = self._chunks(_score_part, (target_model, source_model), features,
+                                       (self.obj, self.budget, self.coverage))
+        lead = list(results[0][2])
+        src_pred = np.concatenate([r[1] for r in results]) if source_model is not None else None
+        scored = _concat_parts([r[0] for r in results])
+        del results
+        inverse = _inverse(chunks)
+        if inverse is not None:   # back to the rows' order
+            scored = scored.iloc[inverse].reset_index(drop=True)
+            src_pred = src_pred[inverse] if src_pred is not None else None
+        return _with_source(scored, lead, src_pred, self.obj), src_pred
+
+    def two_stage(self, features: pd.DataFrame, target_model: Any, source_model: Any, k: int
+                  ) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+        """The paper's two-stage screen: the source's objective over every row (in chunks), then the
+        target's score, probabilities and decisions on the ``k`` best rows only. Returns ``(scored (n rows:
+        the other rows with NaN target columns), the source's objective (n,), the kept rows (n,) mask)``.
+        Each kept row is scored with the first row of its architecture beside it (dropped after), as in
+        the one-pass scoring, so its batch-monotone knots are the same numbers."""
+        n = len(features)
+        text = [c for c in ("config_id", "outside") if c in features.columns]   # no input of a model: not sent
+        results, chunks = self._chunks(_source_part, (None, source_model), features.drop(columns=text), (self.obj,),
+                                       share=n / max(1, n + k))
+        src_pred = np.concatenate([r[0] for r in results])
+        inverse = _inverse(chunks)
+        src_pred = src_pred[inverse] if inverse is not None else src_pred
+        keep = top_rows(src_pred, k)
+        rows = _with_first_rows(features, np.flatnonzero(keep))
+        several = len(chunks) > 1
+        results, chunks = self._chunks(_score_part, (target_model, None), features.iloc[rows].reset_index(drop=True),
+                                       (self.obj, self.budget, self.coverage), share=k / max(1, n + k),
+                                       label=f"re-scoring the source's top {k}: ", always=several)
+        lead = list(results[0][2])
+        part = _concat_parts([r[0] for r in results])
+        inverse = _inverse(chunks)
+        part = part.iloc[inverse].reset_index(drop=True) if inverse is not None else part
+        mine = keep[rows]
+        scored = _spread(features, part[mine], rows[mine])
+        return _with_source(scored, lead, src_pred, self.obj), src_pred, keep
+
+
+def _inverse(chunks: list[np.ndarray]) -> np.ndarray | None:
+    """Positions that put the concatenated chunks back in row order (None for one chunk)."""
+    if len(chunks) == 1:
+        return None
+    pos = np.concatenate(chunks)
+    inverse = np.empty_like(pos)
+    inverse[pos] = np.arange(len(pos))
+    return inverse
+
+
+def _concat_parts(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    return parts[0] if len(parts) == 1 else pd.concat(parts)
+
+
+def _with_source(scored: pd.DataFrame, lead: list[str], src_pred: np.ndarray | None, obj: str) -> pd.DataFrame:
+    """``scored`` with the source's ``source_pred_<obj>`` and ``stage1_rank`` (with a source) and
+    ``stage1_kept``, the columns in the order one pass gave them: ``lead``, those, the rest."""
     src_cols: list[str] = []
     if src_pred is not None:
         scored[f"source_{pred_name(obj)}"] = src_pred
         scored["stage1_rank"] = pd.Series(src_pred).rank(method="first").astype(int).to_numpy()
         src_cols = [f"source_{pred_name(obj)}", "stage1_rank"]
     scored["stage1_kept"] = True
-    order = [*lead, *src_cols, "stage1_kept"]        # the columns in the order one pass gave them
-    scored = scored[order + [c for c in scored.columns if c not in order]]
-    return scored, src_pred
+    order = [*lead, *src_cols, "stage1_kept"]
+    return scored[order + [c for c in scored.columns if c not in order]]
+
+
+def _with_first_rows(features: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """``rows`` (positions) and the first row of each of their architectures, sorted: scored together,
+    each architecture's batch knots are built from the same row as in a pass over the whole grid."""
+    keys = [k for k in KNOBS if k in features.columns and k != "batch_size"]
+    if not keys or not len(rows):
+        return rows
+    codes, _ = arch_codes(features, keys)
+    first = np.unique(codes, return_index=True)[1]      # codes are 0..m-1
+    return np.union1d(rows, first[np.unique(codes[rows])])
+
+
+def _spread(features: pd.DataFrame, part: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
+    """A frame of ``len(features)`` rows with ``part``'s columns, ``part`` (the scored rows at positions
+    ``rows``) in place and the other rows filled: a feature column the scoring left as it was keeps every
+    row's value; any other column is NaN (numbers), False (flags) or "" (text) there."""
+    n = len(features)
+    cols: dict[str, Any] = {}
+    for c in part.columns:
+        v = part[c]
+        if c in features.columns and features[c].iloc[rows].reset_index(drop=True).equals(v.reset_index(drop=True)):
+            cols[c] = features[c].array      # as it is (text stays text: no million Python strings)
+            continue
+        if pd.api.types.is_bool_dtype(v.dtype):
+            full = np.zeros(n, dtype=bool)
+        elif pd.api.types.is_numeric_dtype(v.dtype):
+            full = np.full(n, np.nan)
+        else:
+            full = np.full(n, "", dtype=object)
+        full[rows] = v.to_numpy()
+        cols[c] = full if full.dtype != object else pd.array(full, dtype=v.dtype)
+    return pd.DataFrame(cols)
+
+
+def _source_part(models: tuple[Any, Any], part: pd.DataFrame, obj: str) -> tuple[np.ndarray, dict[str, float]]:
+    """Stage 1 on one chunk: ``(the source's objective values (len(part),), seconds)``."""
+    t = time.perf_counter()
+    src = source_objective(models[1], part, obj)
+    return src, {"predict_source_s": time.perf_counter() - t}
 
 
 def _score_part(models: tuple[Any, Any], part: pd.DataFrame, obj: str, budget: dict[str, float],
@@ -378,9 +519,8 @@ def _score_part(models: tuple[Any, Any], part: pd.DataFrame, obj: str, budget: d
     tm["predict_target_s"] = time.perf_counter() - t
     src = None
     if source_model is not None:
-        t = time.perf_counter()
-        src = source_objective(source_model, part, obj)
-        tm["predict_source_s"] = time.perf_counter() - t
+        src = _source_part(models, part, obj)
+        src, tm["predict_source_s"] = src[0], src[1]["predict_source_s"]
     lead = list(sc.columns)
     t = time.perf_counter()
     sc = prioritize(add_probabilities(target_model, sc, budget), budget, getattr(target_model, "test_mae_", {}) or {})

@@ -185,6 +185,7 @@ def run_screen(cfg: Any) -> dict[str, Any]:
                               pareto=list(cfg.screen.get("pareto") or []) or None,
                               require=to_dict(cfg.screen.get("require") or {}),
                               maximize=list(cfg.screen.get("maximize") or []), chunk_rows=chunk,
+                              rescore=str(cfg.screen.get("rescore", "top_k")),
                               workers=estimator_threads(len(features)),   # processes for the chunks
                               progress=(lambda what, share: prog.begin(f"{label}: {what}", share * len(features)
                                                                        / SCORE_ROWS_PER_UNIT)) if big else None)
@@ -268,8 +269,10 @@ def _print_report(cfg: Any, result: Any, notes: list[str], target_uri: str, targ
     print(f"grid {counts['n_candidates']} candidates; budget {budget_text(result.budget)}; "
           f"objective {result.objective}")
     if source is not None:
+        n_re, n_grid = result.stages.get("stage2_rescored", 0), result.counts["n_candidates"]
+        where = "the whole grid" if n_re >= n_grid else f"the {n_re} re-scored candidates (screen.rescore=all: whole grid)"
         print(f"stage 1 kept top {result.stages['stage1_kept']} by the source model; Spearman(source, target) "
-              f"on the whole grid = {result.stages['spearman_source_target']:.3f}")
+              f"on {where} = {result.stages['spearman_source_target']:.3f}")
     print(f"training domain: {counts.get('n_in_domain', 0)} candidates inside, {counts.get('n_outside', 0)} "
           f"outside (screen.outside={cfg.screen.get('outside', 'flag')}; reasons in the 'outside' column)")
     if counts.get("n_outside", 0) and "outside" in result.scored:

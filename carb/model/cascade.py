@@ -310,18 +310,27 @@ class CarbCascade(RegressorMixin, BaseEstimator):
                 self.domain_.setdefault("probed", {})[t] = [q for q in probe.precisions_ if q not in prior.precisions_]
 
     # ------------------------------------------------------------------ serving
-    def predict(self, X: pd.DataFrame) -> pd.DataFrame:
+    def predict(self, X: pd.DataFrame, targets: Sequence[str] | None = None,
+                priors: dict[str, np.ndarray] | None = None) -> pd.DataFrame:
         """Predictions for raw rows: a DataFrame (index of ``X``) with ``pred_<target>`` for each
         fitted target in cascade order (``pred_peak_memory_MB`` MB, ``pred_energy_J`` J,
-        ``pred_latency_ms`` ms)."""
+        ``pred_latency_ms`` ms). ``targets``: only the stages up to the last of these in cascade order
+        (a stage reads only earlier stages' predictions, so theirs are the same numbers). ``priors``: a
+        dict that receives each predicted stage's physics prior for the rows ((n,), target units; what
+        :meth:`prior_frame` gives), computed once for the prediction and the caller."""
         check_is_fitted(self, "stages_")
         X = prepare(X, self.feature_names_, self.feature_set, "prediction")
         idx = X.index
         Xr = X.reset_index(drop=True)
         D = encode(Xr, self.feature_names_)
         out = {}
-        for t in self.targets_:
-            p = self.stages_[t].predict(D, Xr)
+        last = max((self.targets_.index(t) for t in targets or () if t in self.targets_), default=len(self.targets_) - 1)
+        for t in self.targets_[: last + 1]:
+            stage = self.stages_[t]
+            prior = stage.prior.predict(Xr) if stage.prior is not None else None
+            if prior is not None and priors is not None:
+                priors[t] = prior
+            p = stage.predict(D, Xr, prior=prior)
             D[pred_name(t)] = p
             out[pred_name(t)] = p
         cap = getattr(self, "power_cap_W_", None)   # absent on models pickled before it existed

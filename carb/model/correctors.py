@@ -61,12 +61,13 @@ class Stage:
     #: log-ratio ``log(y / prior)`` and the stage returns ``prior * exp(ratio)``.
     prior: Any = None
 
-    def base_predict(self, D: pd.DataFrame, X: pd.DataFrame) -> np.ndarray:
-        """The specialists' prediction in target units, before correctors; shape (n_rows,)."""
+    def base_predict(self, D: pd.DataFrame, X: pd.DataFrame, prior: np.ndarray | None = None) -> np.ndarray:
+        """The specialists' prediction in target units, before correctors; shape (n_rows,). ``prior``: the
+        physics prior of ``X`` where the caller has it already (``self.prior.predict(X)``)."""
         raw = self.model.predict(D[self.columns])
         if self.prior is None:
             return raw
-        return self.prior.predict(X) * np.exp(raw)
+        return (self.prior.predict(X) if prior is None else prior) * np.exp(raw)
 
     def row_floor(self, X: pd.DataFrame) -> np.ndarray | float:
         """Per-row lower bound (target units): the prior's physical floor (parameter bytes for
@@ -80,10 +81,10 @@ class Stage:
         space, shape (n_rows, n_columns + 1)."""
         return np.column_stack([D[self.columns].to_numpy(float), forward_space(self.log_target)(base)])
 
-    def predict(self, D: pd.DataFrame, X: pd.DataFrame) -> np.ndarray:
+    def predict(self, D: pd.DataFrame, X: pd.DataFrame, prior: np.ndarray | None = None) -> np.ndarray:
         """Prediction (target units) for design rows ``D`` (which hold the upstream predictions) of
-        raw rows ``X`` (for the regime masks)."""
-        base = self.base_predict(D, X)
+        raw rows ``X`` (for the regime masks); ``prior``: as :meth:`base_predict`."""
+        base = self.base_predict(D, X, prior)
         return np.maximum(self.apply_correctors(D, X, base), self.row_floor(X))
 
     def apply_correctors(self, D: pd.DataFrame, X: pd.DataFrame, base: np.ndarray,

@@ -13,6 +13,8 @@ against 8e9 for fp32 and bf16; with global ranges alone 295 fp16 candidates of t
 """
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -125,7 +127,9 @@ def unseen_mask(domain: dict[str, Any] | None, X: pd.DataFrame, knob: str) -> np
     if seen is None or knob not in X:
         return np.zeros(len(X), dtype=bool)
     ok = set(str(s) for s in seen)
-    return ~np.array([str(v) in ok for v in _category(knob, X[knob])], dtype=bool)
+    codes, values = pd.factorize(X[knob], use_na_sentinel=False)   # each distinct value checked once
+    bad = ~np.array([str(v) in ok for v in _category(knob, pd.Series(values, dtype=object))], dtype=bool)
+    return bad[codes] if len(codes) else np.zeros(0, dtype=bool)
 
 
 def check_domain(domain: dict[str, Any] | None, X: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
@@ -133,7 +137,8 @@ def check_domain(domain: dict[str, Any] | None, X: pd.DataFrame) -> tuple[np.nda
     (``""`` when inside; reasons joined by ``"; "``). ``domain=None`` (a model fitted before domains):
     everything is inside."""
     n = len(X)
-    parts: list[list[str]] = [[] for _ in range(n)]
+    parts: dict[int, list[str]] = defaultdict(list)   # never-measured reasons of the rows that have some
+    why = _Reasons(n)
     if domain:
         for c in domain.get("categorical", {}):
             bad = unseen_mask(domain, X, c)
@@ -143,23 +148,38 @@ def check_domain(domain: dict[str, Any] | None, X: pd.DataFrame) -> tuple[np.nda
             for i in np.flatnonzero(bad):
                 how = probed.get(str(vals[i]))
                 parts[i].append(f"{c} {vals[i]} never measured" + (f" ({', '.join(how)} from the device probe)" if how else ""))
+        for i, p in parts.items():
+            why.text[i] = "; ".join(p)
         ranges = domain.get("ranges", {})
         for c, (lo, hi) in ranges.items():
             if c not in X:
                 continue
             v = pd.to_numeric(X[c], errors="coerce").to_numpy(dtype=float)
-            for i in np.flatnonzero(v > hi):
-                parts[i].append(f"{c} {_fmt(c, v[i])} > {_fmt(c, hi)}")
-            for i in np.flatnonzero(v < lo):
-                parts[i].append(f"{c} {_fmt(c, v[i])} < {_fmt(c, lo)}")
-        _precision_ranges(domain, X, ranges, parts)
-    outside = ["; ".join(p) for p in parts]
-    return np.array([not p for p in parts], dtype=bool), outside
+            why.add(np.flatnonzero(v > hi), v, lambda x, c=c, hi=hi: f"{c} {_fmt(c, x)} > {_fmt(c, hi)}")
+            why.add(np.flatnonzero(v < lo), v, lambda x, c=c, lo=lo: f"{c} {_fmt(c, x)} < {_fmt(c, lo)}")
+        _precision_ranges(domain, X, ranges, why)
+    return why.text == "", why.text.tolist()
 
 
-def _precision_ranges(domain: dict[str, Any], X: pd.DataFrame, ranges: dict[str, Any],
-                      parts: list[list[str]]) -> None:
-    """Add, to ``parts`` (one list of reasons per row of ``X``), the per-precision range reasons of rows
+class _Reasons:
+    """One reason string per row (``""``: none), built a condition at a time: :meth:`add` appends a text to
+    the selected rows (``"; "`` between reasons), formatting each distinct value once."""
+
+    def __init__(self, n: int):
+        self.text = np.full(n, "", dtype=object)
+
+    def add(self, rows: np.ndarray, values: np.ndarray, fmt: Callable[[float], str]) -> None:
+        """Append ``fmt(values[i])`` to each row ``i`` of ``rows`` (``values``: (n,) floats)."""
+        if not len(rows):
+            return
+        bits, inv = np.unique(values[rows].view(np.int64), return_inverse=True)   # distinct values, -0.0 apart
+        texts = np.array([fmt(x) for x in bits.view(np.float64)], dtype=object)[inv.ravel()]
+        cur = self.text[rows]
+        self.text[rows] = np.where(cur == "", texts, cur + "; " + texts)
+
+
+def _precision_ranges(domain: dict[str, Any], X: pd.DataFrame, ranges: dict[str, Any], why: _Reasons) -> None:
+    """Add, to ``why`` (:class:`_Reasons` of the rows of ``X``), the per-precision range reasons of rows
     whose value lies within the global range but outside its own precision's (``flops 5.9e+09 > 2.4e+08
     for fp16``); a precision the domain has no ranges of (never measured) adds none."""
     by = domain.get("by_precision") or {}
@@ -175,10 +195,10 @@ def _precision_ranges(domain: dict[str, Any], X: pd.DataFrame, ranges: dict[str,
                 continue
             glo, ghi = ranges[c]
             v = pd.to_numeric(X[c], errors="coerce").to_numpy(dtype=float)
-            for i in np.flatnonzero(rows & (v > hi) & (v <= ghi)):
-                parts[i].append(f"{c} {_fmt(c, v[i])} > {_fmt(c, hi)} for {p}")
-            for i in np.flatnonzero(rows & (v < lo) & (v >= glo)):
-                parts[i].append(f"{c} {_fmt(c, v[i])} < {_fmt(c, lo)} for {p}")
+            why.add(np.flatnonzero(rows & (v > hi) & (v <= ghi)), v,
+                    lambda x, c=c, hi=hi, p=p: f"{c} {_fmt(c, x)} > {_fmt(c, hi)} for {p}")
+            why.add(np.flatnonzero(rows & (v < lo) & (v >= glo)), v,
+                    lambda x, c=c, lo=lo, p=p: f"{c} {_fmt(c, x)} < {_fmt(c, lo)} for {p}")
 
 
 def reason_counts(outside: Any, top: int = 3) -> list[tuple[str, int]]:

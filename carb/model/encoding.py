@@ -77,8 +77,8 @@ def encode(X: pd.DataFrame, features: Sequence[str]) -> pd.DataFrame:
     for f in features:
         v = X[f]
         if f in CATEGORIES:
-            if f == "early_downsample":
-                s = v.map(to_bool)
+            if f == "early_downsample":   # to_bool of each row; a bool column is its own answer
+                s = v if v.dtype == bool else v.map(to_bool)
             else:
                 s = v.astype("object")
             bad = (~s.isin(CATEGORIES[f])).to_numpy()
@@ -92,6 +92,8 @@ def encode(X: pd.DataFrame, features: Sequence[str]) -> pd.DataFrame:
                 cols["precision_bf16"] = (s == "bf16").to_numpy(float)
             else:
                 cols["early_downsample"] = s.astype(bool).to_numpy(float)
+        elif isinstance(v.dtype, np.dtype) and v.dtype.kind in "fiu":   # already numbers: nothing to check
+            cols[f] = v.to_numpy(float)
         else:
             num = pd.to_numeric(v, errors="coerce")
             bad = (num.isna() & v.notna()).to_numpy()

@@ -16,7 +16,8 @@ are kept in ``log_target_`` and ``probe_val_mae_``.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -50,6 +51,58 @@ def make_member(name: str, params: Mapping[str, Any] | None, n_jobs: int, random
 
         return ExtraTreesRegressor(**p, n_jobs=n_jobs, random_state=random_state)
     raise ValueError(f"unknown specialist {name!r}; allowed: {list(MEMBERS)}")
+
+
+_THREADS = [1]   # threads of side_by_side (member_threads sets it for a block)
+
+
+@contextlib.contextmanager
+def member_threads(n: int) -> Iterator[None]:
+    """Within the block, :func:`side_by_side` (a blend's members, the telemetry imputer's models) runs on up
+    to ``n`` threads: each model predicts on one thread as before, several at once (the libraries release
+    the GIL while they predict), results gathered in order, so the numbers are the same. Callers take ``n``
+    from :mod:`carb.compute` (screening: the free cores, in its own process only; chunk workers are the
+    parallelism themselves and run at 1)."""
+    old, _THREADS[0] = _THREADS[0], max(1, int(n))
+    try:
+        yield
+    finally:
+        _THREADS[0] = old
+
+
+def side_by_side(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+    """``[fn(x) for x in items]``, on up to :func:`member_threads` threads where that allows more than one."""
+    n = min(_THREADS[0], len(items))
+    if n <= 1:
+        return [fn(x) for x in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        return list(pool.map(fn, items))
+
+
+def member_predict(est: Any, X: np.ndarray) -> np.ndarray:
+    """``est.predict(X)``, shape (n,), the same numbers; a single-output scikit-learn forest that predicts on
+    one thread (``n_jobs`` 1 or None) is evaluated by :func:`forest_predict` (one input check for all trees
+    instead of one per tree, no joblib round trip per tree)."""
+    from sklearn.ensemble import ExtraTreesRegressor, RandomForestRegressor
+
+    if isinstance(est, (ExtraTreesRegressor, RandomForestRegressor)) and getattr(est, "n_outputs_", 1) == 1 \
+            and est.n_jobs in (None, 1):
+        return forest_predict(est, X)
+    return est.predict(X)
+
+
+def forest_predict(forest: Any, X: np.ndarray) -> np.ndarray:
+    """What ``ForestRegressor.predict`` computes with one thread, shape (n,): ``X`` checked once (float32,
+    NaN as the forest allows), each tree's ``tree_.predict`` added in the forest's order into float64 zeros,
+    then divided by the number of trees; the same operations in the same order, so the same numbers."""
+    X32 = forest._validate_X_predict(X)
+    out = np.zeros(X32.shape[0], dtype=np.float64)
+    for tree in forest.estimators_:
+        out += tree.tree_.predict(X32)[:, 0]
+    out /= len(forest.estimators_)
+    return out
 
 
 def simplex_weights(preds: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -207,7 +260,12 @@ class BlendedRegressor(RegressorMixin, BaseEstimator):
         return self
 
     def _blend(self, X) -> np.ndarray:
-        return np.column_stack([self.members_[m].predict(X) for m in self.members_]) @ self.weights_
+        """The blend in the fitting space, shape (n,): the members' predictions times ``weights_``. A member
+        of weight 0 is not evaluated (its column is 0: the same product, since trees predict finite values);
+        inside :func:`member_threads` the others predict side by side."""
+        live = [m for m, w in zip(self.members_, self.weights_) if w != 0]
+        got = dict(zip(live, side_by_side(lambda m: member_predict(self.members_[m], X), live)))
+        return np.column_stack([got[m] if m in got else np.zeros(len(X)) for m in self.members_]) @ self.weights_
 
     def predict(self, X) -> np.ndarray:
         """Blended prediction in the target's units, shape (n,)."""

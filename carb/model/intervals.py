@@ -53,23 +53,32 @@ def with_telemetry(features: pd.DataFrame, medians: Mapping[str, Mapping[str, fl
     """Fix runtime features to the training medians of each row's batch tier (``medians`` as stored by
     the cascade: ``{tier: {column: value}, "all": {...}}``) and add the interaction features.
     The screening path: n rows in, the same n rows out with the runtime columns replaced."""
+    return interaction_features(_median_telemetry(features, medians))
+
+
+def _median_telemetry(features: pd.DataFrame, medians: Mapping[str, Mapping[str, float]]) -> pd.DataFrame:
+    """A copy of ``features`` with the runtime columns set to the batch tier's medians (no interactions)."""
     out = features.copy()
-    tiers = pd.Series(batch_tier(out["batch_size"].to_numpy()))
+    names, inv = np.unique(np.asarray(batch_tier(out["batch_size"].to_numpy()), dtype=str), return_inverse=True)
     for col in RUNTIME_FEATURES:
         fallback = float(medians.get("all", {}).get(col, float("nan")))
         lut = {t: float(v.get(col, fallback)) for t, v in medians.items()}
-        out[col] = tiers.map(lut).astype(float).fillna(fallback).to_numpy(dtype=float)
-    return interaction_features(out)
+        v = np.array([lut.get(t, np.nan) for t in names], dtype=float)[inv.ravel()]   # per tier, then per row
+        out[col] = np.where(np.isnan(v), fallback, v)
+    return out
 
 
 def screening_features(cascade: Any, features: pd.DataFrame) -> pd.DataFrame:
     """The runtime features screening gives a configuration nobody ran (n rows in, n out, interaction
     features added): predicted from its architecture by the cascade's ``telemetry_imputer_``
     (:class:`carb.model.telemetry.TelemetryImputer`) where it has one, else the batch-tier medians
-    (:func:`with_telemetry`; also for columns the imputer did not learn)."""
-    out = with_telemetry(features, getattr(cascade, "telemetry_medians_", {}) or {})
+    (:func:`with_telemetry`; also for columns the imputer did not learn). One copy of the rows and the
+    interactions computed once (from the final telemetry)."""
+    medians = getattr(cascade, "telemetry_medians_", {}) or {}
     imputer = getattr(cascade, "telemetry_imputer_", None)
-    return interaction_features(imputer.transform(out)) if imputer is not None else out
+    if imputer is None:
+        return with_telemetry(features, medians)
+    return interaction_features(imputer.transform(_median_telemetry(features, medians), copy=False))
 
 
 def screening_predict(cascade: Any, X: pd.DataFrame, monotone: bool = True) -> pd.DataFrame:

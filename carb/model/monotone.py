@@ -27,6 +27,7 @@ the order survives), and latency at the board's power limit where the model has 
 """
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -122,27 +123,48 @@ def _priors(model: Any, X: pd.DataFrame, targets: Sequence[str]) -> dict[str, np
     return {t: frame[t].to_numpy(float) if t in frame.columns else np.ones(len(X)) for t in targets}
 
 
+def _predict_knots(model: Any, K: pd.DataFrame, targets: Sequence[str] | None
+                   ) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+    """``(predictions of the knot rows K, their physics priors per predicted target)``: from one call where
+    the model's ``predict`` takes ``targets`` and hands out its ``priors``
+    (:meth:`carb.model.cascade.CarbCascade.predict`: only the stages ``targets`` need, each prior computed
+    once), else ``predict`` and ``prior_frame`` (all targets)."""
+    if {"targets", "priors"} <= set(inspect.signature(model.predict).parameters):
+        priors: dict[str, np.ndarray] = {}
+        PK = model.predict(K, targets=targets, priors=priors)
+    else:
+        PK, priors = model.predict(K), None
+    names = [c[len("pred_"):] for c in PK.columns if c.startswith("pred_")]
+    if priors is None:
+        return PK, _priors(model, K, names)
+    return PK, {t: priors[t] if t in priors else np.ones(len(K)) for t in names}
+
+
 def monotone_in_batch(model: Any, features: pd.DataFrame,
-                      prepare: Callable[[pd.DataFrame], pd.DataFrame]) -> pd.DataFrame | None:
+                      prepare: Callable[[pd.DataFrame], pd.DataFrame],
+                      targets: Sequence[str] | None = None) -> pd.DataFrame | None:
     """Predictions (``pred_<target>`` per row of ``features``) non-decreasing in batch size per
     architecture, as the module docstring describes, or None when the model has no knots (then predict
     as usual). ``features``: the frame the model would predict (knobs, static and runtime features);
     ``prepare(frame)`` turns a featurized frame (:func:`carb.design.features.grid_features`) into such
     a frame the way screening does (runtime features imputed). The model predicts only the knot rows:
-    a row whose batch size is a knot gets its architecture's (projected) knot value."""
+    a row whose batch size is a knot gets its architecture's (projected) knot value. ``targets``: the
+    targets wanted (None: all; a cascade then predicts only the stages they need, and the result may hold
+    only those). The physics prior of a row itself is computed only for the rows beyond the knots."""
     knots = batch_knots(model)
     keys = _arch_keys(features)
     if not knots or not keys or "batch_size" not in features.columns or not len(features):
         return None
     codes, archs = _arch_index(features, keys)
     K = prepare(knot_frame(archs.drop(columns=[c for c in archs.columns if c.startswith("pred_")]), knots))
-    PK = model.predict(K)
+    PK, prior_k = _predict_knots(model, K, targets)
     targets = [c[len("pred_"):] for c in PK.columns if c.startswith("pred_")]
     n_a, n_k = len(archs), len(knots)
-    prior_q = _priors(model, features, targets)
-    prior_k = _priors(model, K, targets)
     b = pd.to_numeric(features["batch_size"]).to_numpy(float)
     lb, lk = np.log(b), np.log(np.asarray(knots))
+    above, below = lb > lk[-1], lb < lk[0]
+    beyond = np.flatnonzero(above | below)           # rows that need their own prior
+    prior_q = _priors(model, features.iloc[beyond], targets) if len(beyond) else {}
     j = np.clip(np.searchsorted(lk, lb, side="right") - 1, 0, n_k - 1)   # knot at or below
     j2 = np.minimum(j + 1, n_k - 1)
     out = pd.DataFrame(index=features.index)
@@ -153,18 +175,18 @@ def monotone_in_batch(model: Any, features: pd.DataFrame,
         logy = np.log(np.maximum(PK[col].to_numpy(float), 1e-300)).reshape(n_a, n_k)
         if t in free:    # the physics itself falls with batch here (CPU native path): pool the learned
             lp = np.log(np.maximum(prior_k[t], 1e-300)).reshape(n_a, n_k)   # correction, keep the prior's shape
-            mono = (pav_rows(logy - lp) + lp)[codes]
+            mono_a = pav_rows(logy - lp) + lp
         else:
-            mono = pav_rows(logy)[codes]        # (n rows, n_k)
-        lo, hi = mono[np.arange(len(b)), j], mono[np.arange(len(b)), j2]
+            mono_a = pav_rows(logy)             # (n architectures, n_k)
+        lo, hi = mono_a[codes, j], mono_a[codes, j2]
         span = lk[j2] - lk[j]
         w = np.where(span > 0, (lb - lk[j]) / np.where(span > 0, span, 1.0), 0.0)
         val = lo + np.clip(w, 0.0, 1.0) * (hi - lo)
-        pk = prior_k[t].reshape(n_a, n_k)[codes]
-        pq = prior_q[t]
-        above, below = lb > lk[-1], lb < lk[0]
-        val = np.where(above, mono[:, -1] + np.log(pq / pk[:, -1]), val)
-        val = np.where(below, mono[:, 0] + np.log(pq / pk[:, 0]), val)
+        if len(beyond):     # beyond the knots: the end knot's value carried by the physics prior
+            pk = prior_k[t].reshape(n_a, n_k)
+            c, up = codes[beyond], above[beyond]
+            end = np.where(up, n_k - 1, 0)
+            val[beyond] = mono_a[c, end] + np.log(prior_q[t] / pk[c, end])
         y = np.exp(val)
         if t == "peak_memory_MB" and "param_size_MB" in features.columns:
             y = np.maximum(y, features["param_size_MB"].to_numpy(float))

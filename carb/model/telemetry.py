@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from carb.data.schema import RUNTIME_FEATURES
+from carb.model.ensemble import side_by_side
 
 #: inputs of every imputation model: knobs and static features (``precision`` and ``block`` one-hot)
 _NUMERIC = ("depth", "width_mult", "input_size", "batch_size", "flops", "params", "total_activation_MB",
@@ -45,8 +46,12 @@ def _design(F: pd.DataFrame) -> np.ndarray:
     cols += [(prec == p).astype(float) for p in _PRECISIONS]
     block = F["block"].astype(str).to_numpy() if "block" in F.columns else np.full(len(F), "basic")
     cols.append((block == "bottleneck").astype(float))
-    stem = F["early_downsample"].astype(str).str.lower().isin(("true", "1")).to_numpy() \
-        if "early_downsample" in F.columns else np.zeros(len(F), dtype=bool)
+    if "early_downsample" not in F.columns:
+        stem = np.zeros(len(F), dtype=bool)
+    elif pd.api.types.is_bool_dtype(F["early_downsample"].dtype) and not F["early_downsample"].hasnans:
+        stem = F["early_downsample"].to_numpy(dtype=bool)      # what the text test below gives a bool
+    else:
+        stem = F["early_downsample"].astype(str).str.lower().isin(("true", "1")).to_numpy()
     cols.append(stem.astype(float))
     return np.column_stack(cols)
 
@@ -98,15 +103,15 @@ class TelemetryImputer:
         self.columns_ = tuple(self.models_)
         return self
 
-    def transform(self, F: pd.DataFrame) -> pd.DataFrame:
+    def transform(self, F: pd.DataFrame, copy: bool = True) -> pd.DataFrame:
         """``F`` (m rows of knobs + static features) with each learned runtime column predicted; columns
-        not learned are left as they are."""
-        out = F.copy()
+        not learned are left as they are. ``copy=False``: in ``F`` itself (the caller's own copy)."""
+        out = F.copy() if copy else F
         if not self.models_ or not len(F):
             return out
-        D = _design(F)
-        for c, m in self.models_.items():
-            p = m.predict(np.nan_to_num(D, nan=-1.0))
+        D = np.nan_to_num(_design(F), nan=-1.0)
+        preds = side_by_side(lambda m: m.predict(D), list(self.models_.values()))   # threads: member_threads
+        for c, p in zip(self.models_, preds):
             if c == "kernel_launches":
                 p = np.exp(p) * np.maximum(pd.to_numeric(F["n_conv"], errors="coerce").to_numpy(dtype=float), 1.0)
                 out[c] = np.maximum(p, self.ranges_[c][0])

@@ -54,6 +54,10 @@ def pareto_figure(result: Any):
             ax.scatter(sub[x], sub[y], label=f"{words[d]} ({len(sub)})", **kw)
     if "feasible" in df:
         ax.scatter([], [], s=0, label=f"feasible ({int(df['feasible'].sum())}: predictions within budget)")
+    unscored = int((~df["stage1_kept"].astype(bool) & df[[x, y]].isna().any(axis=1)).sum()) \
+        if "stage1_kept" in df else 0       # two-stage, screen.rescore=top_k: no target prediction outside the top K
+    if unscored:
+        ax.scatter([], [], s=0, label=f"not drawn ({unscored}): not re-scored by the target model")
     if "in_domain" in df:
         out = df[~df["in_domain"].astype(bool)]
         if len(out):

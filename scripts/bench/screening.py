@@ -3,7 +3,9 @@ side by side in one run (timings on a shared machine are noisy: compare the rati
 
 Three grids, each screened two-stage (source + target model, both the same fitted cascade, as before)
 from the knob space to the screened result (candidates built, featurized, scored with intervals,
-decisions, Pareto front, shortlist), the model load not counted:
+decisions, Pareto front, shortlist), the model load not counted. A tree with ``screen.rescore`` screens with
+its default (``top_k``: the target re-scores only the source's top 100, the paper's two-stage) unless
+``--rescore all`` (every candidate scored by both models, what older trees always did):
 
 * ``3072``: the 3,072-point ``screening`` space;
 * ``100k``: a seeded random 100,000 of a widened screening space (both families, 11 batch sizes; the
@@ -118,6 +120,8 @@ def run_once(space: dict, target, source) -> dict[str, float]:
         from carb.compute import configure, estimator_threads
         configure(n_jobs=os.environ.get("CARB_N_JOBS") or "auto")
         kw["workers"] = estimator_threads(len(feats))
+    if "rescore" in params and os.environ.get("CARB_BENCH_RESCORE"):
+        kw["rescore"] = os.environ["CARB_BENCH_RESCORE"]
     res = screening.screen(feats, target, {"peak_memory_MB": 64.0}, None, source, 100, **kw)
     t3 = time.perf_counter()
     tm = res.timings_s
@@ -181,6 +185,8 @@ def main() -> None:
     ap.add_argument("--old-cap-s", type=float, default=300.0, help="most seconds the old tree may take per grid")
     ap.add_argument("--data", default="h200", help="shipped dataset to fit on without --target (h200 | reference)")
     ap.add_argument("--target", default=None, help="a registered model instead (models:/<name>@<alias>)")
+    ap.add_argument("--rescore", default=None, choices=["top_k", "all"],
+                    help="screen.rescore for trees that have it (default: the tree's own, top_k)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--model", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
@@ -189,6 +195,8 @@ def main() -> None:
         worker(a)
         return
     sizes = [int(s) for s in a.sizes.split(",")]
+    if a.rescore:
+        os.environ["CARB_BENCH_RESCORE"] = a.rescore     # read by the workers (run_once)
     with tempfile.TemporaryDirectory(prefix="carb-bench-screen-") as tmp_s:
         tmp = Path(tmp_s)
         old = _old_tree(a.old, tmp)
@@ -226,7 +234,8 @@ def _compare(a: argparse.Namespace, sizes: list[int], trees: dict[str, Path], tm
 
 
 def _report(a: argparse.Namespace, sizes: list[int], res: dict) -> None:
-    print(f"\nscreening after load, two-stage, old {a.old} vs current tree (same machine, same run):")
+    print(f"\nscreening after load, two-stage (rescore {a.rescore or 'top_k where the tree has it'}), old {a.old} vs "
+          f"current tree (same machine, same run):")
     print(f"{'grid':>6} | {'old s':>8} {'old MB':>7} | {'new s':>8} {'new MB':>7} | {'old/new time':>12} {'old/new MB':>10}")
     line = {}
     for n in sizes:

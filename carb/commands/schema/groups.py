@@ -362,6 +362,7 @@ class Screen(Section):
     source: Text | None
     source_optional: bool
     top_k: Count
+    rescore: Literal["top_k", "all"]
     budget: Budget
     skip_unpredicted_budget: bool
     objective: Literal["energy_J", "latency_ms", "peak_memory_MB", "energy_J_per_image",
