@@ -35,6 +35,7 @@ def test_widest_gives_a_precision_the_wider_of_the_pooled_and_its_own_band(band)
     f = e["prior"]["factor"]
     assert f == pytest.approx(0.5 ** 0.5)
     assert e["upper"] == pytest.approx(0.2 * f, rel=0.02)
+    assert e["method"].endswith("; fp16, fp32 each at least its own band")
     pred = pd.DataFrame({"pred_latency_ms": np.full(3, 10.0)})
     iv = interval({"latency_ms": e}, pred, precision=np.array(["fp32", "fp16", "bf16"]))
     half = np.log(iv["hi_latency_ms"].to_numpy() / 10.0)

@@ -210,5 +210,6 @@ def prior_entry(table: pd.DataFrame | None, kind: str | None, target: str, loo: 
             "log_ratios": [round(float(v), 6) for v in ratios],
             **({"precision_log_ratios": by_prec} if by_prec else {}),
             "method": (f"transfer-error prior ({kind}, K={kk}, {n_pairs} device pair(s)) x {factor:.2f}: the K rows' "
-                       f"leave-one-out scale shrunk by {float(prior_rows):g} pseudo-rows"),
+                       f"leave-one-out scale shrunk by {float(prior_rows):g} pseudo-rows"
+                       + (f"; {', '.join(sorted(by_prec))} each at least its own band" if by_prec else "")),
             "prior": {"kind": kind, "k": kk, "n_pairs": n_pairs, "factor": factor}}
