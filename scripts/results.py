@@ -312,7 +312,8 @@ def transfer_lines() -> list[str]:
 def transfer_pairs_lines() -> list[str]:
     """Issue 29's any-device benchmark (``python -m scripts.bench.transfer_pairs``): every ordered pair of the
     real devices the project has, one row per pair (latency MAPE %, worst precision), and its two summary lines."""
-    from scripts.bench.transfer_pairs import all_pairs, baselines_line, headline, pair_overview, pooled_coverage_line
+    from scripts.bench.transfer_pairs import (all_pairs, baselines_line, coverage_cells_line, headline, pair_overview,
+                                              pooled_coverage_line)
 
     t, _ = all_pairs([0, 10])
     o = pair_overview(t)
@@ -335,6 +336,9 @@ def transfer_pairs_lines() -> list[str]:
             "(leave-one-pair-out). The H200 shares no configuration with timm's rows and is not paired.", "",
             *lines, "", f"`{pooled_coverage_line(t)}` (each pair's held-out rows pooled over precisions, pairs "
             "weighted equally; beside the per-pair-and-precision minimum of the last line)", "",
+            f"`{coverage_cells_line(t)}` (the K=10 pair-and-precision cells whose coverage an exact two-sided "
+            "binomial test at 5 % finds inconsistent with the nominal 0.90, inside/held-out rows; a GPU cell has "
+            "12 rows, where 10/12 is consistent)", "",
             f"`{baselines_line(t)}`", "", f"`{headline(t)}`", ""]
 
 

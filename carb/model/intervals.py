@@ -404,6 +404,18 @@ def _bounds(cal: Mapping[str, Any], coverage: float | None) -> tuple[float, floa
     return conformal_bounds(cal["log_ratios"], coverage)
 
 
+def _widen_by_precision(lo_v: np.ndarray, hi_v: np.ndarray, by_precision: Mapping[str, Any], prec: np.ndarray,
+                        coverage: float) -> None:
+    """Widen in place the bounds ``lo_v`` / ``hi_v`` (n,) of the rows whose precision ``prec`` (n,) has
+    log-ratios in ``by_precision`` (a calibrated transfer's ``precision_log_ratios``,
+    :func:`carb.model.transfer_prior.precision_points`) to that precision's bounds at ``coverage``."""
+    for p_name, r in by_precision.items():
+        p_lo, p_hi = conformal_bounds(r, coverage)
+        sel = prec == str(p_name)
+        if sel.any() and math.isfinite(p_lo) and math.isfinite(p_hi):
+            lo_v[sel], hi_v[sel] = np.minimum(lo_v[sel], p_lo), np.maximum(hi_v[sel], p_hi)
+
+
 def interval(calibration: Mapping[str, Any], pred: pd.DataFrame, coverage: float | None = None,
              outside: np.ndarray | None = None, groups: np.ndarray | None = None,
              precision: np.ndarray | None = None, new_arch: np.ndarray | None = None) -> pd.DataFrame:
@@ -414,7 +426,9 @@ def interval(calibration: Mapping[str, Any], pred: pd.DataFrame, coverage: float
     (shape (n,), :func:`interval_groups` of the same rows): a target calibrated per regime takes each
     row's regime's bounds (the pooled ones where a regime's are not finite at ``coverage``). ``precision``
     (shape (n,)): an outside row whose precision the outside calibration has bounds of
-    (``"by_precision"``, :func:`outside_calibration`) gets those instead of the pooled outside bounds.
+    (``"by_precision"``, :func:`outside_calibration`) gets those instead of the pooled outside bounds, and
+    an in-domain row of a calibrated transfer whose entry has ``"precision_log_ratios"`` gets the wider of
+    the pooled and its precision's bounds (:func:`carb.model.transfer_prior.precision_points`).
     ``new_arch`` (bool, shape (n,)): in-domain rows of an architecture the model never saw, which get the
     union with the target's ``"new_arch"`` calibration (:func:`architecture_calibration`, per regime where
     it has regimes) when it has one. Targets without calibration are left out.
@@ -438,6 +452,10 @@ def interval(calibration: Mapping[str, Any], pred: pd.DataFrame, coverage: float
                 if math.isfinite(g_lo) and math.isfinite(g_hi):
                     sel = g_arr == g
                     lo_v[sel], hi_v[sel] = g_lo, g_hi
+        byp = cal.get("precision_log_ratios")
+        if precision is not None and isinstance(byp, Mapping):
+            _widen_by_precision(lo_v, hi_v, byp, np.asarray(precision).astype(str),
+                                float(cal["coverage"]) if coverage is None else coverage)
         arch = cal.get("new_arch")
         if new_arch is not None and isinstance(arch, Mapping) and np.any(new_arch):
             c = float(arch.get("coverage", cal["coverage"])) if coverage is None else coverage

@@ -19,8 +19,11 @@ The interval is symmetric in log space: ``+- f * Q(coverage)``, ``Q`` the table'
 ``prior_rows`` pseudo-rows (an empirical-Bayes scale). Symmetric and pooled over precisions because the
 sign and the precision of the remaining bias differ from pair to pair (measured leave-one-pair-out in
 ``scripts/bench/transfer_pairs.py``: per-precision or asymmetric priors covered 24-37 % of a precision
-whose bias flipped). The entry stores a symmetric pseudo-sample of log-ratios, so
-:func:`carb.model.intervals.interval` answers any coverage from it.
+whose bias flipped). A precision that erred more than the pooled errors on the other pairs gets its own,
+wider band, never a narrower one (:data:`PRECISION_BAND` ``widest``, :func:`precision_points`; EPYC -> Xeon
+fp32 at K = 10 covered 0.81 of 89 rows with the pooled band, 0.87 with it). The entry stores a symmetric
+pseudo-sample of log-ratios (and one per precision), so :func:`carb.model.intervals.interval` answers any
+coverage from it.
 """
 from __future__ import annotations
 
@@ -143,11 +146,46 @@ def _nearest_k(ks: np.ndarray, k: int) -> int:
     return int(ks[np.flatnonzero(d == d.min())[-1]])
 
 
+#: How the band of a precision is set: ``pooled`` (every precision the pooled band) or ``widest`` (each
+#: precision the wider, level by level, of the pooled band and the band of that precision's errors in the
+#: table, both times the same LOO factor: a precision that erred more on the other pairs gets the wider band,
+#: one whose bias flipped keeps the pooled one). Chosen leave-one-pair-out (``python -m
+#: scripts.bench.transfer_pairs --precision-sweep``): ``widest`` in 14 of 14 folds (fully nested: 12, the 2
+#: CPU folds tie: the other CPU pair is then left without a prior). Benchmark:
+#: ``--precision-band``.
+PRECISION_BAND: str = "widest"
+PRECISION_BANDS: tuple[str, ...] = ("pooled", "widest")
+
+
+def _half_points(sel: pd.DataFrame) -> np.ndarray:
+    """:data:`_POINTS` equally weighted ``|log error|`` points of one table entry (rows of one kind, target,
+    precision and K, sorted by level), interpolated between the stored quantiles (0 at level 0)."""
+    lev = np.concatenate([[0.0], sel["level"].to_numpy(float)])
+    val = np.concatenate([[0.0], sel["abs_log_error"].to_numpy(float)])
+    return np.interp((np.arange(_POINTS) + 0.5) / _POINTS, lev, val)
+
+
+def precision_points(table: pd.DataFrame, kind: str, target: str, k: int, half: np.ndarray, factor: float
+                     ) -> dict[str, list[float]]:
+    """``{precision: sorted symmetric log-ratios}`` (2 :data:`_POINTS` each) of the table's precisions of
+    ``kind`` / ``target`` at stored K ``k``: per level the larger of the pooled ``half`` (already times
+    ``factor``) and ``factor`` times that precision's own ``|log error|`` points (:data:`PRECISION_BAND`
+    ``widest``), so no precision's band is narrower than the pooled one."""
+    sel = table[(table["kind"] == kind) & (table["target"] == target) & (table["k"] == k)
+                & (table["precision"].astype(str) != "all")]
+    out = {}
+    for p, g in sel.groupby(sel["precision"].astype(str)):
+        h = np.maximum(half, factor * _half_points(g.sort_values("level")))
+        out[str(p)] = [round(float(v), 6) for v in np.sort(np.concatenate([-h, h]))]
+    return out
+
+
 def prior_entry(table: pd.DataFrame | None, kind: str | None, target: str, loo: np.ndarray, k: int,
                 coverage: float, prior_rows: float) -> dict[str, Any] | None:
     """The interval calibration (an :func:`carb.model.intervals.interval` entry) of one calibrated target
     from the table's rows of ``kind`` / ``target`` (pooled precisions) and the K rows' LOO log residuals
-    ``loo`` (module docstring); None when the table has no such rows."""
+    ``loo`` (module docstring), with ``precision_log_ratios`` (:func:`precision_points`) where
+    :data:`PRECISION_BAND` is ``widest``; None when the table has no such rows."""
     if table is None or kind is None:
         return None
     sel = table[(table["kind"] == kind) & (table["target"] == target) & (table["precision"].astype(str) == "all")]
@@ -155,22 +193,23 @@ def prior_entry(table: pd.DataFrame | None, kind: str | None, target: str, loo: 
         return None
     kk = _nearest_k(sel["k"].to_numpy(), k)
     sel = sel[sel["k"] == kk].sort_values("level")
-    lev = np.concatenate([[0.0], sel["level"].to_numpy(float)])
-    val = np.concatenate([[0.0], sel["abs_log_error"].to_numpy(float)])
     ref = float(sel["loo_scale"].iloc[0])
     loo = np.abs(np.asarray(loo, float))
     factor = 1.0
     if len(loo) >= 2 and math.isfinite(ref) and ref > 0:
         s = max(loo_stat(loo), 1e-6)
         factor = math.exp(len(loo) * math.log(s / ref) / (len(loo) + float(prior_rows)))
-    half = factor * np.interp((np.arange(_POINTS) + 0.5) / _POINTS, lev, val)
+    half = factor * _half_points(sel)
     ratios = np.sort(np.concatenate([-half, half]))
     from carb.model.intervals import conformal_bounds
 
     lo, hi = conformal_bounds(ratios, coverage)
     n_pairs = int(sel["n_pairs"].iloc[0])
+    by_prec = precision_points(table, kind, target, kk, half, factor) if PRECISION_BAND == "widest" else {}
     return {"lower": float(lo), "upper": float(hi), "n": int(k), "coverage": float(coverage),
             "log_ratios": [round(float(v), 6) for v in ratios],
+            **({"precision_log_ratios": by_prec} if by_prec else {}),
             "method": (f"transfer-error prior ({kind}, K={kk}, {n_pairs} device pair(s)) x {factor:.2f}: the K rows' "
-                       f"leave-one-out scale shrunk by {float(prior_rows):g} pseudo-rows"),
+                       f"leave-one-out scale shrunk by {float(prior_rows):g} pseudo-rows"
+                       + (f"; {', '.join(sorted(by_prec))} each at least its own band" if by_prec else "")),
             "prior": {"kind": kind, "k": kk, "n_pairs": n_pairs, "factor": factor}}

@@ -32,13 +32,15 @@ residuals alone. ``--errors-out carb/data/transfer-errors.csv`` writes the table
 ``carb-calibrate`` ships (and its provenance beside it).
 
     python -m scripts.bench.transfer_pairs [--ks 0,3,10,20] [--no-gpu] [--csv out.csv] [--errors-out FILE]
-        [--loo-stat median|mean|rms] [--prior-rows N] [--interval-sweep]
+        [--loo-stat median|mean|rms] [--prior-rows N] [--interval-sweep] [--precision-band pooled|widest]
+        [--precision-sweep]
 
 The last line is machine-readable (MAPE in percent, over pairs and precisions, latency; per pair CARB's answer:
 the zero-shot model at K = 0 where one exists, ``calibrated`` at K = 10):
 ``transfer: pairs=N k0_max_mape=X k10_max_mape=X k10_min_spearman=X coverage_min=X width_median_max=X``; the
 line before it gives the baselines (uncalibrated source, the transfer from the source alone, intervals from
-the K rows alone).
+the K rows alone), the one before that the K = 10 pair-and-precision cells whose coverage an exact binomial
+test at 5 % finds inconsistent with the nominal 0.90 (``coverage_cells``).
 """
 from __future__ import annotations
 
@@ -275,7 +277,8 @@ def set_intervals(table: pd.DataFrame, pending: list[dict], kind: str) -> pd.Dat
         tr.device_kind_ = kind
         if PRIOR_ROWS[0] is not None:
             tr.prior_rows = PRIOR_ROWS[0]
-        ivs = {suffix: interval(tr.recalibrate(tab).intervals_, q["pred"]) for suffix, tab in (("_loo", None), ("", prior))}
+        ivs = {suffix: interval(tr.recalibrate(tab).intervals_, q["pred"], precision=q["precision"])
+               for suffix, tab in (("_loo", None), ("", prior))}
         at = ((table.source == q["source"]) & (table.target_device == q["target_device"]) & (table.k == q["k"])
               & (table.target == q["target"]) & (table.model == "calibrated"))
         for i in table.index[at]:
@@ -341,6 +344,7 @@ def interval_sweep(parts: list, k: int = 10, stats: tuple[str, ...] = ("median",
 
     saved = transfer_prior.LOO_STAT, PRIOR_ROWS[0]
     every = [q["pair"] for _, pend in parts for q in pend if q["k"] == k]
+    models = [(q["model"], q["model"].prior_rows) for _, pend in parts for q in pend]   # set_intervals sets them
     records = []
     try:
         for stat in stats:
@@ -361,10 +365,72 @@ def interval_sweep(parts: list, k: int = 10, stats: tuple[str, ...] = ("median",
                                     for pair, r in per.iterrows() if pair != held]
     finally:
         transfer_prior.LOO_STAT, PRIOR_ROWS[0] = saved
+        for tr, rows_ in models:
+            tr.prior_rows = rows_
     r = pd.DataFrame(records)
     choice = {h: g.groupby("option")["cv"].apply(lambda v: float(np.mean(np.abs(v - 0.9)))).idxmin()
               for h, g in r.groupby("held")}
     return pd.Series(choice).value_counts()
+
+
+def _cell_score(t: pd.DataFrame, held: tuple) -> float:
+    """Mean ``|coverage - 0.90|`` over the pair-and-precision latency cells of ``calibrated`` in ``t`` (one K),
+    the cells of pair ``held`` left out."""
+    c = t[(t.model == "calibrated") & (t.target == "latency_ms") & t["coverage"].notna()]
+    c = c[[(s, d) != held for s, d in zip(c.source, c.target_device)]]
+    return float(np.mean(np.abs(c["coverage"] - 0.9)))
+
+
+def precision_sweep(parts: list, k: int = 10) -> dict[str, pd.Series]:
+    """The precision band (:data:`carb.model.transfer_prior.PRECISION_BANDS`) chosen leave-one-pair-out: for
+    each held-out pair P, the band whose pair-and-precision cells of the other pairs lie nearest 0.90 (mean
+    ``|coverage - 0.90|``, :func:`_cell_score`). Two schemes: ``pair_out`` scores the other pairs with their
+    intervals as the benchmark sets them (their priors may hold P's errors, P's rows are never scored);
+    ``nested`` rebuilds every other pair's interval from priors without P (as :func:`interval_sweep`; with two
+    CPU pairs the other CPU pair then has no prior, and the GPU pairs have one precision, so the bands tie
+    there). Returns per scheme the choices' counts, ``tie`` where the bands score the same."""
+    from carb.model import transfer_prior
+
+    saved = transfer_prior.PRECISION_BAND
+    every = list(dict.fromkeys(q["pair"] for _, pend in parts for q in pend if q["k"] == k))
+    scores: dict[str, dict] = {"pair_out": {}, "nested": {}}
+    try:
+        for band in transfer_prior.PRECISION_BANDS:
+            transfer_prior.PRECISION_BAND = band
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                full = pd.concat([set_intervals(table[table.k == k], [q for q in pend if q["k"] == k], kind)
+                                  for (table, pend), kind in zip(parts, ("cpu", "gpu"))], ignore_index=True)
+                for held in every:
+                    scores["pair_out"].setdefault(held, {})[band] = _cell_score(full, held)
+                    nested = pd.concat([set_intervals(table[table.k == k], [q for q in pend if q["k"] == k
+                                                                          and q["pair"] != held], kind)
+                                        for (table, pend), kind in zip(parts, ("cpu", "gpu"))], ignore_index=True)
+                    scores["nested"].setdefault(held, {})[band] = _cell_score(nested, held)
+    finally:
+        transfer_prior.PRECISION_BAND = saved
+    out = {}
+    for scheme, per in scores.items():
+        picks = [("tie" if abs(max(v.values()) - min(v.values())) < 1e-12 else min(v, key=v.get)) for v in per.values()]
+        out[scheme] = pd.Series(picks).value_counts()
+    return out
+
+
+def coverage_cells_line(t: pd.DataFrame, k: int = 10, nominal: float = 0.9, alpha: float = 0.05) -> str:
+    """The pair-and-precision latency cells of ``calibrated`` at ``k`` whose coverage is inconsistent with the
+    ``nominal`` coverage by an exact two-sided binomial test at ``alpha`` (rows inside of the cell's held-out
+    rows; rows taken as independent): ``coverage_cells: n=N inconsistent=M (pair precision inside/rows p=..;
+    ...)``. A cell of 12 rows at 10/12 is consistent (p = 0.64); one of 89 rows at 72/89 is not."""
+    from scipy.stats import binomtest
+
+    c = t[(t["target"] == "latency_ms") & (t.k == k) & (t.model == "calibrated") & t["coverage"].notna()]
+    bad = []
+    for r in c.itertuples():
+        inside = int(round(r.coverage * r.n))
+        p = binomtest(inside, int(r.n), nominal).pvalue
+        if p < alpha:
+            bad.append(f"{r.source} -> {r.target_device} {r.precision} {inside}/{int(r.n)} p={p:.2g}")
+    return f"coverage_cells: n={len(c)} inconsistent={len(bad)}" + (f" ({'; '.join(bad)})" if bad else "")
 
 
 def product(lat: pd.DataFrame, k: int, preferred: str, fallback: str) -> pd.DataFrame:
@@ -503,6 +569,10 @@ def main() -> None:
     ap.add_argument("--prior-rows", type=float, default=None, help="pseudo-rows of the transfer-error prior")
     ap.add_argument("--loo-stat", default=None, choices=["median", "mean", "rms"],
                     help="statistic of the K rows' |leave-one-out residuals| the prior scales by (default: the model's)")
+    ap.add_argument("--precision-band", default=None, choices=["pooled", "widest"],
+                    help="band of each precision in the transfer-error prior (default: the model's)")
+    ap.add_argument("--precision-sweep", action="store_true",
+                    help="also print the precision band chosen leave-one-pair-out (about a minute)")
     ap.add_argument("--interval-sweep", action="store_true",
                     help="also print the interval settings chosen fully nested leave-one-pair-out (a few minutes)")
     a = ap.parse_args()
@@ -511,6 +581,10 @@ def main() -> None:
         from carb.model import transfer_prior
 
         transfer_prior.LOO_STAT = a.loo_stat
+    if a.precision_band:
+        from carb.model import transfer_prior
+
+        transfer_prior.PRECISION_BAND = a.precision_band
     ks = [int(k) for k in a.ks.split(",")]
     from scripts.bench.transfer import markdown
 
@@ -521,6 +595,10 @@ def main() -> None:
         counts = interval_sweep(parts)
         print("  interval settings (LOO statistic / prior pseudo-rows) chosen fully nested leave-one-pair-out, "
               "folds: " + ", ".join(f"{o} {n}" for o, n in counts.items()), flush=True)
+    if a.precision_sweep:
+        for scheme, counts in precision_sweep(parts).items():
+            print(f"  precision band chosen leave-one-pair-out ({scheme}), folds: "
+                  + ", ".join(f"{o} {n}" for o, n in counts.items()), flush=True)
     if a.csv:
         t.to_csv(a.csv, index=False)
     s = summary(t)
@@ -530,6 +608,7 @@ def main() -> None:
                         "coverage", "width", "coverage_loo", "width_loo") if c in s.columns]
     print(markdown(s[s.k.isin([0, 10])][cols]))
     print(pooled_coverage_line(t))
+    print(coverage_cells_line(t))
     print(baselines_line(t))
     print(headline(t))
 
