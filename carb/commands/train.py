@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from carb.analysis.assess import evaluate_cascade
 from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_tags, to_dict
 from carb.commands.runinfo import headline_metrics, metric_rows, split_metrics, train_params
 from carb.commands.progress import Progress
@@ -31,7 +30,6 @@ from carb.data.schema import TARGETS, device_slug, model_name
 from carb.data.split import split_dataset
 from carb.errors import CarbError, ConfigError, TrackingError
 from carb.model.presets import build_cascade, resolve_auto
-from carb.plots.train import train_figures
 
 
 def should_register(register: Any) -> bool:
@@ -107,39 +105,41 @@ def run_train(cfg: Any, defer: bool = False) -> dict[str, Any]:
         if runner is None:
             runner, plan = start_refits(cascade, train, full, ev, measured, len(cal) > 0)
         figures: list[Any] = []
-        sanity, ready = None, None
-        if runner.parallel:   # while the workers refit: the sanity check and the figures queued, MLflow's import
-            scfg = ev.get("sanity") or {}   # and the store's set-up in a thread here
-            if scfg.get("enabled", True):
-                from carb.analysis.assess import sanity_metrics
-                from carb.analysis.refits import Task
+        sanity, ready, first = None, None, None
+        if runner.parallel:   # while the workers refit: MLflow's import and the store's set-up in a thread,
+            import threading  # the main fit's metrics here, the sanity check and the figures queued to the workers
 
-                sanity = runner.submit(Task("sanity", 0, None, sanity_metrics,
-                                            (cascade, str(scfg.get("space", "screening")))))
-            import threading
+            from carb.analysis.assess import main_fit_metrics, sanity_metrics
+            from carb.analysis.refits import PRIORITY, Task
 
             ready = threading.Thread(target=prepare_store, args=store, daemon=True)
             ready.start()
+            first = main_fit_metrics(cascade, train, test, ev)
+            scfg = ev.get("sanity") or {}
+            if scfg.get("enabled", True):   # queued after the predictions above: the worker gets the cascade pickled
+                sanity = runner.submit(Task("sanity", 0, None, sanity_metrics,
+                                            (cascade, str(scfg.get("space", "screening"))), priority=PRIORITY["sanity"]))
         early: dict[str, Any] = {}
         if runner.parallel and ev.get("figures", True):
             figure_dir = tempfile.mkdtemp(prefix="carb-figures-")
+            targets_ = list(cascade.targets_)
+            figures.extend(submit_figures(runner, FIGURES[1:], figure_dir, PRIORITY["figures"], test, first[1]["pred"],
+                                          first[1]["importances"], targets_))
 
-            def queue_figures(runs: list[Any]) -> None:
-                """The extrapolation figure (the largest) as soon as the splits are in, then the main fit's."""
-                from carb.analysis.evaluate import top_importances
-
-                figures.extend(extrapolation_figure(runner, plan, runs, figure_dir, list(cascade.targets_)))
-                figures.extend(submit_figures(runner, FIGURES[1:], figure_dir, test, cascade.predict(test),
-                                              top_importances(cascade, int(ev.get("importances_top", 10))),
-                                              list(cascade.targets_)))
-            early["split"] = queue_figures
+            def queue_extrapolation(runs: list[Any]) -> None:
+                """The extrapolation figure as soon as the splits are in; logged first, as before."""
+                figures[:0] = extrapolation_figure(runner, plan, runs, figure_dir, targets_)
+            early["split"] = queue_extrapolation
         done = runner.collect(prog.hook(float(len(measured))), say, early)
         if ready is not None:
             ready.join()
         if sanity is not None:
             done[("sanity", 0)] = sanity.result()
         workers = runner.workers if runner.parallel else 1
-        metrics, extras = evaluate_cascade(cascade, train, val, test, full, ev, note=say, refits=(plan, done))
+        from carb.analysis.assess import evaluate_cascade
+
+        metrics, extras = evaluate_cascade(cascade, train, val, test, full, ev, note=say, refits=(plan, done),
+                                           first=first)
         metrics.update({"calibrate_s": t_cal, "evaluate_s": time.perf_counter() - t_eval,
                         "refit_workers": float(workers)})
 
@@ -250,20 +250,24 @@ FIGURES = ("figures/extrapolation.png", "figures/pred_vs_measured.png", "figures
 def extrapolation_figure(runner: Any, plan: dict[str, Any], runs: list[Any], folder: str,
                          targets: list[str]) -> list[Any]:
     """Queue the extrapolation figure as soon as the splits' refits are in (``runs``: their results, in
-    split order), while the new-architecture folds still run."""
+    split order), ahead of the refits still waiting (it is the longest figure, and the run logs it last)."""
     from carb.analysis.extrapolation import combine_splits, xval_predictions
+    from carb.analysis.refits import PRIORITY
 
     preds: dict = {}
     xval = combine_splits([r.result for r in runs], plan["coverage"], predictions=preds)
-    return submit_figures(runner, FIGURES[:1], folder, None, None, None, targets, xval, xval_predictions(preds))
+    return submit_figures(runner, FIGURES[:1], folder, PRIORITY["extrapolation figure"], None, None, None, targets,
+                          xval, xval_predictions(preds))
 
 
-def submit_figures(runner: Any, names: tuple[str, ...] | list[str], folder: str, *args: Any) -> list[Any]:
+def submit_figures(runner: Any, names: tuple[str, ...] | list[str], folder: str, priority: float,
+                   *args: Any) -> list[Any]:
     """One :func:`render_figures` task per figure in ``names`` (``args``: its data, in its order)."""
     from carb.analysis.refits import Task
 
     return [runner.submit(Task("figures", i, None, render_figures, (*args, *([None] * (6 - len(args))), folder,
-                                                                    [name]))) for i, name in enumerate(names)]
+                                                                    [name]), priority=priority))
+            for i, name in enumerate(names)]
 
 
 def render_figures(test: Any, pred: Any, importances: Any, targets: list[str], xval: Any, xval_preds: Any,
@@ -271,6 +275,8 @@ def render_figures(test: Any, pred: Any, importances: Any, targets: list[str], x
     """Draw the fit's figures (:func:`carb.plots.train.train_figures`; ``only`` these) into PNG files under
     ``folder`` (workers draw them while the command logs the rest); returns their paths,
     ``folder``/``figures/<name>``."""
+    from carb.plots.train import train_figures
+
     out = []
     for name, fig in train_figures(test, pred, importances, targets, xval, xval_preds, only=only).items():
         path = Path(folder) / name
@@ -512,6 +518,7 @@ def log_figures(fit: dict[str, Any]) -> None:
     """Log a fit's figures (:func:`carb.plots.train.train_figures`) to the active run: the files a worker
     drew (``fit["figure_files"]``, :func:`render_figures`) when there are, else drawn here."""
     from carb import tracking
+    from carb.plots.train import train_figures
 
     pending = fit.get("figure_files")
     if pending is not None:
@@ -657,7 +664,24 @@ def print_fit(fit: dict[str, Any], table: str, info: dict[str, Any], run_id: str
         print(f"carb-train: registered {fit['reg_name']} version {info['version']} (run {run_id})")
 
 
-main = hydra_command("train")(run_train)
+_hydra_main = hydra_command("train")(run_train)
+
+
+def main() -> Any:
+    """The ``carb-train`` console entry point (:func:`run_train` under Hydra). It starts the refit workers'
+    fork server first (:func:`carb.analysis.refits.start_fork_server`: its imports overlap this process's
+    start-up; this module imports little at the top for that reason). The process ends right after it, so the
+    objects left are frozen (``gc.freeze``) for the interpreter's final garbage collection to skip: it took
+    0.3 s idle (up to 1 s under load) to collect the fitted models and frames that exit frees anyway."""
+    import gc
+
+    from carb.analysis.refits import start_fork_server
+
+    start_fork_server()
+    try:
+        return _hydra_main()
+    finally:
+        gc.freeze()
 
 
 if __name__ == "__main__":
