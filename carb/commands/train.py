@@ -92,7 +92,9 @@ def run_train(cfg: Any, defer: bool = False) -> dict[str, Any]:
     beside = estimator_threads(len(train)) == 1
     store = (str(cfg.tracking.uri), cfg.tracking.get("artifact_root"))
     runner, plan = start_refits(cascade, train, full, ev, measured, len(cal) > 0) if beside else (None, None)
-    figure_dir = None
+    if runner is not None and runner.parallel:
+        import_mlflow()
+    figure_dir, ready = None, None
     try:
         cascade.fit(train, train[targets], val, val[targets], progress=prog.hook(1.0, "fit stage "))
         # the cascade's own warnings say which targets and feature columns it dropped (once: cli.warnings_once)
@@ -105,15 +107,11 @@ def run_train(cfg: Any, defer: bool = False) -> dict[str, Any]:
         if runner is None:
             runner, plan = start_refits(cascade, train, full, ev, measured, len(cal) > 0)
         figures: list[Any] = []
-        sanity, ready, first = None, None, None
-        if runner.parallel:   # while the workers refit: MLflow's import and the store's set-up in a thread,
-            import threading  # the main fit's metrics here, the sanity check and the figures queued to the workers
-
-            from carb.analysis.assess import main_fit_metrics, sanity_metrics
+        sanity, first = None, None
+        if runner.parallel:   # while the workers refit: the main fit's metrics here, the sanity check and the
+            from carb.analysis.assess import main_fit_metrics, sanity_metrics   # figures queued to the workers
             from carb.analysis.refits import PRIORITY, Task
 
-            ready = threading.Thread(target=prepare_store, args=store, daemon=True)
-            ready.start()
             first = main_fit_metrics(cascade, train, test, ev)
             scfg = ev.get("sanity") or {}
             if scfg.get("enabled", True):   # queued after the predictions above: the worker gets the cascade pickled
@@ -130,6 +128,8 @@ def run_train(cfg: Any, defer: bool = False) -> dict[str, Any]:
                 """The extrapolation figure as soon as the splits are in; logged first, as before."""
                 figures[:0] = extrapolation_figure(runner, plan, runs, figure_dir, targets_)
             early["split"] = queue_extrapolation
+        if runner.parallel:   # this thread only waits from here: the store is set up meanwhile
+            ready = start_thread(prepare_store, *store)
         done = runner.collect(prog.hook(float(len(measured))), say, early)
         if ready is not None:
             ready.join()
@@ -225,11 +225,34 @@ def start_refits(cascade: Any, train: Any, full: Any, ev: dict[str, Any], target
     return RefitRunner(workers).start(tasks), plan
 
 
+def start_thread(target: Any, *args: Any) -> Any:
+    """``target(*args)`` in a daemon thread, started; returns the thread."""
+    import threading
+
+    thread = threading.Thread(target=target, args=args, daemon=True)
+    thread.start()
+    return thread
+
+
+def import_mlflow() -> None:
+    """Import MLflow here, before the main fit: :func:`prepare_store` later runs in a thread beside this
+    one, and the two must never import the same modules at once (the fit imports its boosters lazily)."""
+    from carb.tracking.store import mlflow_module
+
+    try:
+        mlflow_module()
+    except Exception:  # noqa: BLE001 - the logging after the fits reports it in one line
+        return
+
+
 def prepare_store(uri: str, artifact_root: str | None = None) -> str:
-    """Import MLflow and create (or upgrade) the tracking store and the ``carb-train`` experiment while the
-    workers refit, so that logging after them starts on a ready store (MLflow's import and a fresh store's
-    set-up were about a tenth of ``carb-train``). Returns "" or why not: then the logging meets the problem
-    itself and says it in one line."""
+    """Import MLflow (when :func:`import_mlflow` did not), create (or upgrade) the tracking store and the
+    ``carb-train`` experiment, and set MLflow's model logging up (:func:`carb.tracking.warm_model_logging`),
+    in a thread while the workers refit, so that logging after them starts on a ready store (MLflow's import
+    and a fresh store's set-up were about a tenth of ``carb-train``). Started once this process only waits:
+    a fresh store's migrations release the GIL about 1,200 times (SQLite syncs) and each time waited for a
+    busy main thread. Returns "" or why not: then the logging meets the problem itself and says it in one
+    line."""
     from carb.tracking.store import EXPERIMENTS, configure, experiment_id, store_read_only
 
     try:
@@ -237,6 +260,9 @@ def prepare_store(uri: str, artifact_root: str | None = None) -> str:
             return "read-only store"
         configure(uri, artifact_root)
         experiment_id(EXPERIMENTS.get("train", "carb-train"))
+        from carb.tracking import warm_model_logging
+
+        warm_model_logging()
     except Exception as e:  # noqa: BLE001 - the logging after the fits reports store faults in one line
         return f"{type(e).__name__}: {e}"
     return ""
