@@ -544,14 +544,15 @@ def log_figures(fit: dict[str, Any]) -> None:
     """Log a fit's figures (:func:`carb.plots.train.train_figures`) to the active run: the files a worker
     drew (``fit["figure_files"]``, :func:`render_figures`) when there are, else drawn here."""
     from carb import tracking
-    from carb.plots.train import train_figures
 
     pending = fit.get("figure_files")
-    if pending is not None:
-        for job in pending:
-            for path in job.result().result:
-                tracking.log_artifact(path, str(Path(path).parent.name))
+    if pending is not None:   # each folder the workers drew into (figures/), in one upload
+        folders = dict.fromkeys(Path(path).parent for job in pending for path in job.result().result)
+        for folder in folders:
+            tracking.log_artifact(folder, folder.name)
         return
+    from carb.plots.train import train_figures
+
     extras = fit["extras"]
     for name, fig in train_figures(fit["test"], extras["pred"], extras["importances"], fit["cascade"].targets_,
                                    extras.get("extrapolation"), extras.get("extrapolation_predictions")).items():
