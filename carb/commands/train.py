@@ -276,7 +276,7 @@ FIGURES = ("figures/extrapolation.png", "figures/pred_vs_measured.png", "figures
 def extrapolation_figure(runner: Any, plan: dict[str, Any], runs: list[Any], folder: str,
                          targets: list[str]) -> list[Any]:
     """Queue the extrapolation figure as soon as the splits' refits are in (``runs``: their results, in
-    split order), ahead of the refits still waiting (it is the longest figure, and the run logs it last)."""
+    split order), ahead of the refits still waiting (:data:`carb.analysis.refits.PRIORITY`: the longest figure)."""
     from carb.analysis.extrapolation import combine_splits, xval_predictions
     from carb.analysis.refits import PRIORITY
 
