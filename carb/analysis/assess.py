@@ -28,46 +28,20 @@ def evaluate_cascade(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.D
                  full: pd.DataFrame, ev: dict[str, Any],
                  progress: Callable[[str], None] | None = None,
                  note: Callable[[str], None] | None = None,
-                 refits: tuple[dict[str, Any], dict[tuple[str, int], Any]] | None = None
+                 refits: tuple[dict[str, Any], dict[tuple[str, int], Any]] | None = None,
+                 first: tuple[dict[str, float], dict[str, Any]] | None = None
                  ) -> tuple[dict[str, float], dict[str, Any]]:
     """Every metric of a fitted cascade (test, regimes, budget, baselines, residual correlation,
     leave-one-batch-tier-out). Returns (metrics, extras with predictions and importances).
     ``refits``: ``(plan, {(kind, index): Done})`` of :mod:`carb.analysis.refits`, when the command ran
     them beside the main fit; None runs them here, one after another (:func:`run_refits`).
+    ``first``: what :func:`main_fit_metrics` returned for this cascade (the command computes it while the
+    refits run); None computes it here.
     ``progress``: called with a label as each refit (leave-one-batch-tier-out, each extrapolation split
     unless ``ev.extrapolation.progress`` is false) starts. ``note``: called with one line per refit
     skipped because the data has too few rows for it (small data: nothing after the main fit fails)."""
-    targets = list(cascade.targets_)
-    pred = cascade.predict(test)
-    metrics: dict[str, float] = {}
-    metrics.update(prediction_metrics(test, pred, "test", targets))
-    for t in targets:
-        metrics[f"val_{t}_mae"] = cascade.val_mae_.get(t, float("nan"))
-        metrics[f"val_{t}_probe_mae_raw"] = cascade.probe_val_mae_.get(t, {}).get("raw", float("nan"))
-        metrics[f"val_{t}_probe_mae_log"] = cascade.probe_val_mae_.get(t, {}).get("log", float("nan"))
-        metrics[f"log_target_{t}"] = float(cascade.log_target_[t])
-        for m, w in cascade.blend_weights_[t].items():
-            metrics[f"weight_{t}_{m}"] = w
-        for name, rep in cascade.corrector_report_.get(t, {}).items():
-            metrics[f"corrector_{name}_{t}_kept"] = float(bool(rep.get("kept")))
-    if getattr(cascade, "intervals_", None):
-        from carb.model.intervals import coverage_report
-
-        metrics["interval_nominal"] = float(cascade.intervals_.get("coverage", float("nan")))
-        for t, r in coverage_report(cascade.intervals_, cascade, test, test[targets]).items():
-            metrics[f"interval_test_{t}_coverage"] = r["coverage"]
-            metrics[f"interval_test_{t}_width"] = r["mean_rel_width"]
-            for g, rg in r.get("by_group", {}).items():   # GPU regimes: launch-bound, device-bound
-                metrics[f"interval_test_{t}_{g}_coverage"] = rg["coverage"]
-                metrics[f"interval_test_{t}_{g}_width"] = rg["mean_rel_width"]
-    btarget, bvalue = budget_value(ev.get("budget") or {}, train)
-    metrics.update(budget_metrics(test, pred, btarget, bvalue))
-    b1 = FlopsLinear().fit(train, train[targets])
-    b2 = None
-    if "energy_J" in targets and train["latency_ms"].notna().sum() >= 2:
-        b2 = LatencyEnergyProxy().fit(train, train["energy_J"])
-    metrics.update(baseline_metrics(b1, b2, test))
-    metrics.update(residual_spearman(test, pred, targets=targets))
+    first_metrics, first_extras = first if first is not None else main_fit_metrics(cascade, train, test, ev)
+    metrics = dict(first_metrics)
     plan, done = refits if refits is not None else run_refits(cascade, train, full, ev, progress, note)
     if plan["lobo"]:
         lobo = done[("lobo", 0)]
@@ -118,10 +92,48 @@ def evaluate_cascade(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.D
         metrics.update(sanity_metrics(cascade, str(scfg.get("space", "screening"))))
     for k, v in cascade.fit_seconds_.items():
         metrics[f"fit_{k}_s"] = v
+    return metrics, {**first_extras, "extrapolation": xval, "extrapolation_predictions": xval_preds}
+
+
+def main_fit_metrics(cascade, train: pd.DataFrame, test: pd.DataFrame, ev: dict[str, Any]
+                     ) -> tuple[dict[str, float], dict[str, Any]]:
+    """The metrics of :func:`evaluate_cascade` that need no refit (test, regimes, intervals on the test
+    rows, budget, baselines, residual correlation), in its order, and ``extras`` with the test predictions
+    (``pred``), the top importances (``importances``), the baselines (``b1``, ``b2``) and the ``budget``."""
+    targets = list(cascade.targets_)
+    pred = cascade.predict(test)
+    metrics: dict[str, float] = {}
+    metrics.update(prediction_metrics(test, pred, "test", targets))
+    for t in targets:
+        metrics[f"val_{t}_mae"] = cascade.val_mae_.get(t, float("nan"))
+        metrics[f"val_{t}_probe_mae_raw"] = cascade.probe_val_mae_.get(t, {}).get("raw", float("nan"))
+        metrics[f"val_{t}_probe_mae_log"] = cascade.probe_val_mae_.get(t, {}).get("log", float("nan"))
+        metrics[f"log_target_{t}"] = float(cascade.log_target_[t])
+        for m, w in cascade.blend_weights_[t].items():
+            metrics[f"weight_{t}_{m}"] = w
+        for name, rep in cascade.corrector_report_.get(t, {}).items():
+            metrics[f"corrector_{name}_{t}_kept"] = float(bool(rep.get("kept")))
+    if getattr(cascade, "intervals_", None):
+        from carb.model.intervals import coverage_report
+
+        metrics["interval_nominal"] = float(cascade.intervals_.get("coverage", float("nan")))
+        for t, r in coverage_report(cascade.intervals_, cascade, test, test[targets]).items():
+            metrics[f"interval_test_{t}_coverage"] = r["coverage"]
+            metrics[f"interval_test_{t}_width"] = r["mean_rel_width"]
+            for g, rg in r.get("by_group", {}).items():   # GPU regimes: launch-bound, device-bound
+                metrics[f"interval_test_{t}_{g}_coverage"] = rg["coverage"]
+                metrics[f"interval_test_{t}_{g}_width"] = rg["mean_rel_width"]
+    btarget, bvalue = budget_value(ev.get("budget") or {}, train)
+    metrics.update(budget_metrics(test, pred, btarget, bvalue))
+    b1 = FlopsLinear().fit(train, train[targets])
+    b2 = None
+    if "energy_J" in targets and train["latency_ms"].notna().sum() >= 2:
+        b2 = LatencyEnergyProxy().fit(train, train["energy_J"])
+    metrics.update(baseline_metrics(b1, b2, test))
+    metrics.update(residual_spearman(test, pred, targets=targets))
     imps = top_importances(cascade, int(ev.get("importances_top", 10)))
     return metrics, {"pred": pred, "importances": imps, "b1": b1, "b2": b2,
-                     "budget": {"target": btarget, "value": bvalue}, "extrapolation": xval,
-                     "extrapolation_predictions": xval_preds}
+                     "budget": {"target": btarget, "value": bvalue}}
 
 
 def sanity_metrics(cascade, space: str = "screening", note: Callable[[str], None] | None = None) -> dict[str, float]:

@@ -32,12 +32,16 @@ The main process meanwhile queues the sanity check and the figures to the same w
 from __future__ import annotations
 
 import copy
+import functools
+import heapq
+import itertools
 import math
 import multiprocessing
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +54,8 @@ from carb.errors import ConfigError
 @dataclass
 class Task:
     """One refit: ``fn(*args, note=...)`` (a top-level function: a worker process runs it), its kind
-    (``lobo``, ``split``, ``arch``), its index within the kind and the progress label (None: silent)."""
+    (``lobo``, ``split``, ``arch``), its index within the kind, the progress label (None: silent) and its
+    ``priority`` (:data:`PRIORITY`)."""
 
     kind: str
     index: int
@@ -58,6 +63,8 @@ class Task:
     fn: Callable[..., Any]
     args: tuple = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
+    #: Workers take the waiting task with the lowest priority first (ties: in submission order).
+    priority: float = 0.0
 
 
 @dataclass
@@ -150,6 +157,20 @@ def worker_context() -> multiprocessing.context.BaseContext:
     return ctx
 
 
+def start_fork_server() -> bool:
+    """Start the workers' fork server now, when there will be more than one worker at all (``forkserver``
+    available, more than one available core): it imports :data:`PRELOAD` (about a second) on another core while
+    this process starts up, so the first worker forks at once later. Returns whether it runs. ``carb-train``
+    calls it first thing; if the run then needs no workers, the server only waits (and ends with this process)."""
+    if "forkserver" not in multiprocessing.get_all_start_methods() or available_cores() < 2:
+        return False
+    from multiprocessing import forkserver
+
+    worker_context()   # sets the preload list
+    forkserver.ensure_running()
+    return True
+
+
 class _Lazy:
     """A task run in this process when its result is first asked for (the serial path)."""
 
@@ -163,13 +184,25 @@ class _Lazy:
 
 
 class RefitRunner:
-    """Runs :class:`Task` s in ``workers`` forked processes (``workers`` 1: in this process, lazily).
-    Use as a context manager, or call :meth:`close`; :meth:`start` submits, :meth:`collect` waits."""
+    """Runs :class:`Task` s in ``workers`` processes (``workers`` 1: in this process, lazily).
+    Use as a context manager, or call :meth:`close`; :meth:`start` submits, :meth:`collect` waits.
+
+    With workers, tasks wait in this process and a feeder thread hands the waiting task of lowest
+    ``priority`` to the pool whenever a worker is free (never more tasks in the pool than workers), so a task
+    submitted later (the extrapolation figure once its splits are in) can still run before tasks that were
+    waiting. :meth:`start` returns at once: the first worker's start (the fork server importing
+    :data:`PRELOAD`, about a second) happens in the feeder thread while the caller fits the main model."""
 
     def __init__(self, workers: int = 1):
         self.workers = max(1, int(workers))
         self._pool: ProcessPoolExecutor | None = None
         self._jobs: list[tuple[Task, Any]] = []
+        self._waiting: list[tuple[float, int, Task, Future]] = []
+        self._seq = itertools.count()
+        self._running = 0
+        self._closed = False
+        self._cond = threading.Condition()
+        self._feeder: threading.Thread | None = None
 
     @property
     def parallel(self) -> bool:
@@ -177,10 +210,12 @@ class RefitRunner:
         return self._pool is not None
 
     def start(self, tasks: list[Task]) -> RefitRunner:
-        """Submit ``tasks`` (the workers are forked now, when there are more than one)."""
+        """Submit ``tasks`` (with more than one worker and task, the pool and its feeder thread start now)."""
         if self.workers > 1 and len(tasks) > 1:
             self._pool = ProcessPoolExecutor(self.workers, mp_context=worker_context(), initializer=_init_worker)
-            self._jobs = [(t, self._pool.submit(run_task, t.fn, t.args, t.kwargs)) for t in tasks]
+            self._feeder = threading.Thread(target=self._feed, name="carb-refit-feeder", daemon=True)
+            self._jobs = [(t, self.submit(t)) for t in tasks]
+            self._feeder.start()
         else:
             self._jobs = [(t, _Lazy(t)) for t in tasks]
         return self
@@ -188,9 +223,48 @@ class RefitRunner:
     def submit(self, task: Task) -> Any:
         """Run one more task (in a worker when there are workers, else in this process when its result is
         asked for); returns an object whose ``result()`` is its :class:`Done`."""
-        if self._pool is not None:
-            return self._pool.submit(run_task, task.fn, task.args, task.kwargs)
-        return _Lazy(task)
+        if self._pool is None:
+            return _Lazy(task)
+        out: Future = Future()
+        with self._cond:
+            heapq.heappush(self._waiting, (float(task.priority), next(self._seq), task, out))
+            self._cond.notify_all()
+        return out
+
+    def _feed(self) -> None:
+        """The feeder thread: hand the waiting task of lowest priority to the pool while a worker is free."""
+        pool = self._pool
+        while True:
+            with self._cond:
+                while not self._closed and (not self._waiting or self._running >= self.workers):
+                    self._cond.wait()
+                if self._closed:
+                    return
+                _, _, task, out = heapq.heappop(self._waiting)
+                self._running += 1
+            if not out.set_running_or_notify_cancel():
+                self._finished(None, None)
+                continue
+            try:   # the first submits start the workers (the fork server's imports): here, not in the caller
+                job = pool.submit(run_task, task.fn, task.args, task.kwargs)
+            except BaseException as e:  # noqa: BLE001 - a broken or closed pool: the task's result raises it
+                out.set_exception(e)
+                self._finished(None, None)
+                continue
+            job.add_done_callback(functools.partial(self._finished, out))
+
+    def _finished(self, out: Future | None, job: Future | None) -> None:
+        """A pool job ended: pass its outcome on to ``out`` and free its worker for the next waiting task."""
+        if out is not None and job is not None:
+            if job.cancelled():
+                out.set_exception(CancelledError())
+            elif job.exception() is not None:
+                out.set_exception(job.exception())
+            else:
+                out.set_result(job.result())
+        with self._cond:
+            self._running -= 1
+            self._cond.notify_all()
 
     def collect(self, progress: Callable[[str], None] | None = None,
                 note: Callable[[str], None] | None = None,
@@ -235,7 +309,15 @@ class RefitRunner:
         pool, self._pool = self._pool, None
         if pool is None:
             return
-        unfinished = any(not f.done() for _, f in self._jobs if isinstance(f, Future))
+        with self._cond:
+            self._closed = True
+            waiting, self._waiting = self._waiting, []
+            self._cond.notify_all()
+        if self._feeder is not None:
+            self._feeder.join()
+        for _, _, _, out in waiting:
+            out.cancel()
+        unfinished = bool(waiting) or any(not f.done() for _, f in self._jobs if isinstance(f, Future))
         if unfinished:
             for p in list((getattr(pool, "_processes", None) or {}).values()):   # the executor's own workers
                 p.terminate()
@@ -249,6 +331,16 @@ class RefitRunner:
 
 
 # ---------------------------------------------------------------------------------------- the plan
+#: Task priorities (lower runs first): longest first, so that the two workers end together. The
+#: extrapolation figure as soon as its splits are in (1.8 s, the longest task after them), the precision
+#: split (it also fits the device-probe cost model: about twice another split), the other splits,
+#: leave-one-batch-tier-out and the sanity check (0.3 s, queued after the main fit; the evaluation needs it
+#: first), the new-architecture folds (0.7 s each), and last the main fit's three figures (0.2-0.4 s each,
+#: logged last). Results do not depend on the order.
+PRIORITY: dict[str, float] = {"extrapolation figure": -2.0, "precision split": -1.0, "split": 0.0, "lobo": 1.0,
+                              "sanity": 1.0, "arch": 2.0, "figures": 3.0}
+
+
 def light_params(params: Mapping[str, Any], tree_share: float = 0.3, max_learning_rate: float = 0.3,
                  min_trees: int = 10) -> dict[str, Any]:
     """The :class:`~carb.model.cascade.CarbCascade` parameters (``get_params()``) of a lighter refit:
@@ -312,7 +404,7 @@ def plan_refits(model: Any, train: pd.DataFrame, full: pd.DataFrame, ev: Mapping
         mb = int(lcfg.get("max_batch", 8))
         plan["lobo"] = True
         tasks.append(Task("lobo", 0, f"leave-one-batch-tier-out refit (train bs > {mb})", lobo_or_skip,
-                          (refit_model(model, refits), full, targets, mb)))
+                          (refit_model(model, refits), full, targets, mb), priority=PRIORITY["lobo"]))
     xcfg = ev.get("extrapolation") or {}
     if xcfg.get("enabled", True):
         splits = default_splits(full, float(xcfg.get("train_share", 0.7)), int(xcfg.get("min_rows", 20)))
@@ -323,7 +415,8 @@ def plan_refits(model: Any, train: pd.DataFrame, full: pd.DataFrame, ev: Mapping
         say = xcfg.get("progress", True)
         for i, sp in enumerate(splits):
             tasks.append(Task("split", i, f"extrapolation split {i + 1}/{len(splits)}: {sp.name} ({sp.description})"
-                              if say else None, fit_split, (refit_model(model, refits), full, sp, targets, coverage or None)))
+                              if say else None, fit_split, (refit_model(model, refits), full, sp, targets, coverage or None),
+                              priority=PRIORITY["precision split" if sp.name.startswith("precision") else "split"]))
     acfg = ev.get("architecture_intervals") or {}
     if acfg.get("enabled", True) and coverage:
         from carb.model.intervals import architecture_folds, fold_log_ratios
@@ -335,5 +428,6 @@ def plan_refits(model: Any, train: pd.DataFrame, full: pd.DataFrame, ev: Mapping
             for i, (tr, te) in enumerate(parts):
                 label = f"new-architecture intervals: fold {i + 1}/{k}"
                 tasks.append(Task("arch", i, label, fold_log_ratios,
-                                  (refit_model(model, refits), train, train[targets], tr, te, label)))
+                                  (refit_model(model, refits), train, train[targets], tr, te, label),
+                                  priority=PRIORITY["arch"]))
     return tasks, plan

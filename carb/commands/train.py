@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from carb.analysis.assess import evaluate_cascade
 from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_tags, to_dict
 from carb.commands.runinfo import headline_metrics, metric_rows, split_metrics, train_params
 from carb.commands.progress import Progress
@@ -31,7 +30,6 @@ from carb.data.schema import TARGETS, device_slug, model_name
 from carb.data.split import split_dataset
 from carb.errors import CarbError, ConfigError, TrackingError
 from carb.model.presets import build_cascade, resolve_auto
-from carb.plots.train import train_figures
 
 
 def should_register(register: Any) -> bool:
@@ -94,7 +92,9 @@ def run_train(cfg: Any, defer: bool = False) -> dict[str, Any]:
     beside = estimator_threads(len(train)) == 1
     store = (str(cfg.tracking.uri), cfg.tracking.get("artifact_root"))
     runner, plan = start_refits(cascade, train, full, ev, measured, len(cal) > 0) if beside else (None, None)
-    figure_dir = None
+    if runner is not None and runner.parallel:
+        import_mlflow()
+    figure_dir, ready = None, None
     try:
         cascade.fit(train, train[targets], val, val[targets], progress=prog.hook(1.0, "fit stage "))
         # the cascade's own warnings say which targets and feature columns it dropped (once: cli.warnings_once)
@@ -107,39 +107,39 @@ def run_train(cfg: Any, defer: bool = False) -> dict[str, Any]:
         if runner is None:
             runner, plan = start_refits(cascade, train, full, ev, measured, len(cal) > 0)
         figures: list[Any] = []
-        sanity, ready = None, None
-        if runner.parallel:   # while the workers refit: the sanity check and the figures queued, MLflow's import
-            scfg = ev.get("sanity") or {}   # and the store's set-up in a thread here
-            if scfg.get("enabled", True):
-                from carb.analysis.assess import sanity_metrics
-                from carb.analysis.refits import Task
+        sanity, first = None, None
+        if runner.parallel:   # while the workers refit: the main fit's metrics here, the sanity check and the
+            from carb.analysis.assess import main_fit_metrics, sanity_metrics   # figures queued to the workers
+            from carb.analysis.refits import PRIORITY, Task
 
+            first = main_fit_metrics(cascade, train, test, ev)
+            scfg = ev.get("sanity") or {}
+            if scfg.get("enabled", True):   # queued after the predictions above: the worker gets the cascade pickled
                 sanity = runner.submit(Task("sanity", 0, None, sanity_metrics,
-                                            (cascade, str(scfg.get("space", "screening")))))
-            import threading
-
-            ready = threading.Thread(target=prepare_store, args=store, daemon=True)
-            ready.start()
+                                            (cascade, str(scfg.get("space", "screening"))), priority=PRIORITY["sanity"]))
         early: dict[str, Any] = {}
         if runner.parallel and ev.get("figures", True):
             figure_dir = tempfile.mkdtemp(prefix="carb-figures-")
+            targets_ = list(cascade.targets_)
+            figures.extend(submit_figures(runner, FIGURES[1:], figure_dir, PRIORITY["figures"], test, first[1]["pred"],
+                                          first[1]["importances"], targets_))
 
-            def queue_figures(runs: list[Any]) -> None:
-                """The extrapolation figure (the largest) as soon as the splits are in, then the main fit's."""
-                from carb.analysis.evaluate import top_importances
-
-                figures.extend(extrapolation_figure(runner, plan, runs, figure_dir, list(cascade.targets_)))
-                figures.extend(submit_figures(runner, FIGURES[1:], figure_dir, test, cascade.predict(test),
-                                              top_importances(cascade, int(ev.get("importances_top", 10))),
-                                              list(cascade.targets_)))
-            early["split"] = queue_figures
+            def queue_extrapolation(runs: list[Any]) -> None:
+                """The extrapolation figure as soon as the splits are in; logged first, as before."""
+                figures[:0] = extrapolation_figure(runner, plan, runs, figure_dir, targets_)
+            early["split"] = queue_extrapolation
+        if runner.parallel:   # this thread only waits from here: the store is set up meanwhile
+            ready = start_thread(prepare_store, *store)
         done = runner.collect(prog.hook(float(len(measured))), say, early)
         if ready is not None:
             ready.join()
         if sanity is not None:
             done[("sanity", 0)] = sanity.result()
         workers = runner.workers if runner.parallel else 1
-        metrics, extras = evaluate_cascade(cascade, train, val, test, full, ev, note=say, refits=(plan, done))
+        from carb.analysis.assess import evaluate_cascade
+
+        metrics, extras = evaluate_cascade(cascade, train, val, test, full, ev, note=say, refits=(plan, done),
+                                           first=first)
         metrics.update({"calibrate_s": t_cal, "evaluate_s": time.perf_counter() - t_eval,
                         "refit_workers": float(workers)})
 
@@ -225,11 +225,34 @@ def start_refits(cascade: Any, train: Any, full: Any, ev: dict[str, Any], target
     return RefitRunner(workers).start(tasks), plan
 
 
+def start_thread(target: Any, *args: Any) -> Any:
+    """``target(*args)`` in a daemon thread, started; returns the thread."""
+    import threading
+
+    thread = threading.Thread(target=target, args=args, daemon=True)
+    thread.start()
+    return thread
+
+
+def import_mlflow() -> None:
+    """Import MLflow here, before the main fit: :func:`prepare_store` later runs in a thread beside this
+    one, and the two must never import the same modules at once (the fit imports its boosters lazily)."""
+    from carb.tracking.store import mlflow_module
+
+    try:
+        mlflow_module()
+    except Exception:  # noqa: BLE001 - the logging after the fits reports it in one line
+        return
+
+
 def prepare_store(uri: str, artifact_root: str | None = None) -> str:
-    """Import MLflow and create (or upgrade) the tracking store and the ``carb-train`` experiment while the
-    workers refit, so that logging after them starts on a ready store (MLflow's import and a fresh store's
-    set-up were about a tenth of ``carb-train``). Returns "" or why not: then the logging meets the problem
-    itself and says it in one line."""
+    """Import MLflow (when :func:`import_mlflow` did not), create (or upgrade) the tracking store and the
+    ``carb-train`` experiment, and set MLflow's model logging up (:func:`carb.tracking.warm_model_logging`),
+    in a thread while the workers refit, so that logging after them starts on a ready store (MLflow's import
+    and a fresh store's set-up were about a tenth of ``carb-train``). Started once this process only waits:
+    a fresh store's migrations release the GIL about 1,200 times (SQLite syncs) and each time waited for a
+    busy main thread. Returns "" or why not: then the logging meets the problem itself and says it in one
+    line."""
     from carb.tracking.store import EXPERIMENTS, configure, experiment_id, store_read_only
 
     try:
@@ -237,6 +260,9 @@ def prepare_store(uri: str, artifact_root: str | None = None) -> str:
             return "read-only store"
         configure(uri, artifact_root)
         experiment_id(EXPERIMENTS.get("train", "carb-train"))
+        from carb.tracking import warm_model_logging
+
+        warm_model_logging()
     except Exception as e:  # noqa: BLE001 - the logging after the fits reports store faults in one line
         return f"{type(e).__name__}: {e}"
     return ""
@@ -250,20 +276,24 @@ FIGURES = ("figures/extrapolation.png", "figures/pred_vs_measured.png", "figures
 def extrapolation_figure(runner: Any, plan: dict[str, Any], runs: list[Any], folder: str,
                          targets: list[str]) -> list[Any]:
     """Queue the extrapolation figure as soon as the splits' refits are in (``runs``: their results, in
-    split order), while the new-architecture folds still run."""
+    split order), ahead of the refits still waiting (:data:`carb.analysis.refits.PRIORITY`: the longest figure)."""
     from carb.analysis.extrapolation import combine_splits, xval_predictions
+    from carb.analysis.refits import PRIORITY
 
     preds: dict = {}
     xval = combine_splits([r.result for r in runs], plan["coverage"], predictions=preds)
-    return submit_figures(runner, FIGURES[:1], folder, None, None, None, targets, xval, xval_predictions(preds))
+    return submit_figures(runner, FIGURES[:1], folder, PRIORITY["extrapolation figure"], None, None, None, targets,
+                          xval, xval_predictions(preds))
 
 
-def submit_figures(runner: Any, names: tuple[str, ...] | list[str], folder: str, *args: Any) -> list[Any]:
+def submit_figures(runner: Any, names: tuple[str, ...] | list[str], folder: str, priority: float,
+                   *args: Any) -> list[Any]:
     """One :func:`render_figures` task per figure in ``names`` (``args``: its data, in its order)."""
     from carb.analysis.refits import Task
 
     return [runner.submit(Task("figures", i, None, render_figures, (*args, *([None] * (6 - len(args))), folder,
-                                                                    [name]))) for i, name in enumerate(names)]
+                                                                    [name]), priority=priority))
+            for i, name in enumerate(names)]
 
 
 def render_figures(test: Any, pred: Any, importances: Any, targets: list[str], xval: Any, xval_preds: Any,
@@ -271,6 +301,8 @@ def render_figures(test: Any, pred: Any, importances: Any, targets: list[str], x
     """Draw the fit's figures (:func:`carb.plots.train.train_figures`; ``only`` these) into PNG files under
     ``folder`` (workers draw them while the command logs the rest); returns their paths,
     ``folder``/``figures/<name>``."""
+    from carb.plots.train import train_figures
+
     out = []
     for name, fig in train_figures(test, pred, importances, targets, xval, xval_preds, only=only).items():
         path = Path(folder) / name
@@ -514,11 +546,13 @@ def log_figures(fit: dict[str, Any]) -> None:
     from carb import tracking
 
     pending = fit.get("figure_files")
-    if pending is not None:
-        for job in pending:
-            for path in job.result().result:
-                tracking.log_artifact(path, str(Path(path).parent.name))
+    if pending is not None:   # each folder the workers drew into (figures/), in one upload
+        folders = dict.fromkeys(Path(path).parent for job in pending for path in job.result().result)
+        for folder in folders:
+            tracking.log_artifact(folder, folder.name)
         return
+    from carb.plots.train import train_figures
+
     extras = fit["extras"]
     for name, fig in train_figures(fit["test"], extras["pred"], extras["importances"], fit["cascade"].targets_,
                                    extras.get("extrapolation"), extras.get("extrapolation_predictions")).items():
@@ -657,7 +691,24 @@ def print_fit(fit: dict[str, Any], table: str, info: dict[str, Any], run_id: str
         print(f"carb-train: registered {fit['reg_name']} version {info['version']} (run {run_id})")
 
 
-main = hydra_command("train")(run_train)
+_hydra_main = hydra_command("train")(run_train)
+
+
+def main() -> Any:
+    """The ``carb-train`` console entry point (:func:`run_train` under Hydra). It starts the refit workers'
+    fork server first (:func:`carb.analysis.refits.start_fork_server`: its imports overlap this process's
+    start-up; this module imports little at the top for that reason). The process ends right after it, so the
+    objects left are frozen (``gc.freeze``) for the interpreter's final garbage collection to skip: it took
+    0.3 s idle (up to 1 s under load) to collect the fitted models and frames that exit frees anyway."""
+    import gc
+
+    from carb.analysis.refits import start_fork_server
+
+    start_fork_server()
+    try:
+        return _hydra_main()
+    finally:
+        gc.freeze()
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ from carb.tracking.registry import (
     registered_models,
     resolve_version,
     set_alias,
+    warm_model_logging,
 )
 from carb.tracking.runs import RECORD_ONLY_KINDS, active_run_id, command_started, find_runs, start_run
 from carb.tracking.store import (
@@ -66,5 +67,5 @@ __all__ = [
     "log_artifact", "log_cascade", "log_config", "log_dataset", "log_dict", "log_figure", "log_metrics",
     "log_params", "log_table", "log_text", "model_versions", "register_version", "registered_model_info",
     "registered_models", "resolve_version", "select_params", "set_alias", "set_tags", "start_run",
-    "store_read_only", "sweep_parent", "_INITIALIZED", "_MAX_PARAM_LEN", "_SWEEP_PARENTS",
+    "store_read_only", "sweep_parent", "warm_model_logging", "_INITIALIZED", "_MAX_PARAM_LEN", "_SWEEP_PARENTS",
 ]

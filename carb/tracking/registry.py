@@ -29,6 +29,22 @@ def _pip_requirements() -> list[str]:
     return reqs
 
 
+def warm_model_logging() -> None:
+    """Do ahead what the first :func:`log_cascade` of a process spends on set-up, not on the model (a
+    command calls it while other work runs; the logged model is the same): import MLflow's sklearn flavour
+    and its signature inference, and build MLflow's map of the installed packages that it checks the
+    model's requirements against (about 0.5 s; MLflow keeps it for the process, a private function: skipped
+    when it is not there)."""
+    mlflow = mlflow_module()
+    from mlflow.models import infer_signature  # noqa: F401
+
+    mlflow.sklearn.log_model   # noqa: B018 - the lazily loaded flavour module is imported here
+    with contextlib.suppress(Exception):
+        from mlflow.utils import requirements_utils
+
+        requirements_utils._init_modules_to_packages_map()
+
+
 def log_cascade(model, input_example, registered_name: str | None = None,
                 metadata: Mapping[str, Any] | None = None, description: str | None = None,
                 model_description: str | None = None, version_tags: Mapping[str, Any] | None = None
