@@ -7,7 +7,8 @@ Runs ``python -m scripts.bench.train_speed --repeats 1`` (``carb-train`` on the 
 evaluation, idle and beside a busy process pinned to CPU 0, and the quickstart's first shortlist, each for the
 old commit and this tree, alternating) and ``python -m scripts.bench.screening`` (screening after the model is
 loaded, 3,072 / 100,000 / 1,000,000 candidates, old commit and this tree, wall time and peak memory), reads
-their machine-readable last lines and writes a table of old, new and the ratio. Run it on an idle machine: the
+their machine-readable last lines (printed) and writes a table of old, new and the ratio into the README and
+docs/RESULTS.md (block `speed` of each). Run it on an idle machine: the
 figures are timings, and only the ratios measured in one run compare.
 """
 from __future__ import annotations
@@ -24,6 +25,7 @@ from scripts.figures import last_line  # noqa: E402
 from scripts.splice import ROOT, splice  # noqa: E402
 
 README = ROOT / "README.md"
+RESULTS = ROOT / "docs" / "RESULTS.md"
 OLD = "1ade655"
 
 
@@ -67,10 +69,13 @@ def main(argv: list[str] | None = None) -> None:
     t = last_line("train_speed.py", "--old", OLD, "--repeats", "1")
     s = last_line("screening.py", "--old", OLD, "--old-cap-s", a.old_cap_s)
     text = table(t, s)
+    print("train_speed: " + " ".join(f"{k}={v}" for k, v in t.items()))
+    print("screen_speed: " + " ".join(f"{k}={v}" for k, v in s.items()))
     if a.print:
         print(text)
     else:
-        splice(README, "speed", text)
+        for doc in (README, RESULTS):
+            splice(doc, "speed", text)
 
 
 if __name__ == "__main__":
