@@ -119,6 +119,31 @@ def estimator_threads(n_rows: int | None = None, n_jobs: int | str | None = None
     return max(1, min(by_rows, free_cores()))
 
 
+def parallel_threads() -> int:
+    """Threads for work that splits into independent pieces of any size (models predicting side by side, a
+    worker's fits): ``compute.n_jobs`` when set, else the free cores (no ``rows_per_thread`` rule)."""
+    return estimator_threads(10 ** 9)
+
+
+_WORKER_LIMITS: list[Any] = []   # threadpoolctl limits of a worker process, kept for its life
+
+
+def one_thread_process() -> None:
+    """Make this (worker) process run every library at one thread: the environment that OpenMP and BLAS
+    runtimes read when they load (``OMP_NUM_THREADS`` ...), :func:`configure` at ``n_jobs=1`` and
+    ``blas_threads=1``, and threadpoolctl's limit of 1 on the runtimes loaded now (it reaches only those: call it
+    after loading what brings them, e.g. unpickling fitted boosters). Pools of worker processes call it in
+    their initializer: the workers are the parallelism, and nested threads would multiply and spin."""
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = "1"
+    configure(n_jobs=1, blas_threads=1)
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
+        return
+    _WORKER_LIMITS.append(threadpool_limits(limits=1))
+
+
 @contextlib.contextmanager
 def limited(n_rows: int | None = None) -> Iterator[None]:
     """Run the block with BLAS (OpenBLAS/MKL) at ``blas_threads`` threads (default 1) and OpenMP

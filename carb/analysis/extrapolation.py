@@ -485,7 +485,7 @@ def sanity_report(model: Any, grid: pd.DataFrame, tol: float = 1e-9) -> dict[str
     1 x 1 convolutions to oneDNN at batch 16) also ``sanity_<target>_batch_violations_prior_falls``: the
     share of steps where the prediction falls and so does the physics prior."""
     from carb.analysis.screening import score
-    from carb.design.arch import KNOBS
+    from carb.design.candidates import arch_knobs
 
     scored = score(model, grid)
     out: dict[str, float] = {"sanity_n": float(len(scored))}
@@ -493,7 +493,7 @@ def sanity_report(model: Any, grid: pd.DataFrame, tol: float = 1e-9) -> dict[str
     if "pred_peak_memory_MB" in scored.columns and "param_size_MB" in scored.columns:
         below = scored["pred_peak_memory_MB"].to_numpy(float) < scored["param_size_MB"].to_numpy(float) * (1 - tol)
         out["sanity_memory_below_params"] = float(below.mean()) if len(below) else float("nan")
-    keys = [k for k in KNOBS if k in scored.columns and k != "batch_size"]
+    keys = arch_knobs(scored)
     ordered = scored.sort_values(keys + ["batch_size"])
     same = (ordered[keys].shift() == ordered[keys]).all(axis=1).to_numpy()
     for col in [c for c in scored.columns if c.startswith("pred_")]:

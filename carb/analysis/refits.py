@@ -90,14 +90,14 @@ def run_task(fn: Callable[..., Any], args: tuple, kwargs: Mapping[str, Any]) -> 
 
 
 def worker_threads() -> dict[str, Any]:
-    """What a worker's fits may use: ``{"estimator": carb.compute.estimator_threads for a billion
-    rows, "openmp": [thread counts of the loaded OpenMP libraries], "blas": [...]}`` (tests read it)."""
+    """What a worker's fits may use: ``{"estimator": carb.compute.parallel_threads(), "openmp": [thread
+    counts of the loaded OpenMP libraries], "blas": [...]}`` (tests read it)."""
     from threadpoolctl import threadpool_info
 
-    from carb.compute import estimator_threads
+    from carb.compute import parallel_threads
 
     info = threadpool_info()
-    return {"estimator": estimator_threads(10 ** 9),
+    return {"estimator": parallel_threads(),
             "openmp": [i["num_threads"] for i in info if i.get("user_api") == "openmp"],
             "blas": [i["num_threads"] for i in info if i.get("user_api") == "blas"], "pid": os.getpid()}
 
@@ -107,16 +107,11 @@ def _init_worker() -> None:
     process per core); Ctrl-C and SIGTERM are the parent's to handle (it stops the workers)."""
     import signal
 
-    from threadpoolctl import threadpool_limits
-
-    from carb.compute import configure
+    from carb.compute import one_thread_process
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = "1"
-    configure(n_jobs=1, blas_threads=1)
-    globals()["_LIMITS"] = threadpool_limits(limits=1)   # kept: the limit holds for the worker's life
+    one_thread_process()   # forked from the fork server, which loaded the runtimes with PRELOAD
 
 
 def refit_workers(setting: Any = "auto", n_tasks: int | None = None) -> int:

@@ -19,8 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from carb.design.arch import KNOBS
-from carb.design.candidates import arch_codes
+from carb.design.candidates import arch_codes, arch_knobs
 
 
 def chunk_plan(features: pd.DataFrame, chunk_rows: int | None, knots: int = 0) -> list[np.ndarray]:
@@ -33,7 +32,7 @@ def chunk_plan(features: pd.DataFrame, chunk_rows: int | None, knots: int = 0) -
     n = len(features)
     if not chunk_rows or n <= int(chunk_rows):
         return [np.arange(n)]
-    keys = [k for k in KNOBS if k in features.columns and k != "batch_size"]
+    keys = arch_knobs(features)
     codes, _ = arch_codes(features, keys) if keys else (np.arange(n), None)
     net_keys = [k for k in keys if k != "precision"]     # a network's precisions side by side: one chunk walks
     net = arch_codes(features, net_keys)[0] if net_keys and len(net_keys) < len(keys) else codes   # its layers once
@@ -58,25 +57,17 @@ _MODELS: tuple = ()   # a worker process's models (set once by _init_worker)
 def _init_worker(blob: bytes) -> None:
     """Worker set-up: unpickle the models once, every library at one thread (the workers are the
     parallelism: nested threads would multiply). The OpenMP and BLAS runtimes are loaded by the
-    unpickling (LightGBM, XGBoost, scikit-learn), so the environment is set before it (a runtime reads
-    it when it loads) and threadpoolctl's limit after it (it limits only runtimes already loaded): a
-    limit set before left LightGBM and the histogram boosters at every core, two workers on two cores
-    then ran four threads and spun (1M candidates: 44 CPU-s of prediction against 36)."""
-    import os
+    unpickling (LightGBM, XGBoost, scikit-learn), so :func:`carb.compute.one_thread_process` runs after
+    it (threadpoolctl limits only runtimes already loaded): a limit set before left LightGBM and the
+    histogram boosters at every core, two workers on two cores then ran four threads and spun (1M
+    candidates: 44 CPU-s of prediction against 36)."""
     import pickle
 
     global _MODELS
-    from carb.compute import configure
+    from carb.compute import one_thread_process
 
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = "1"
-    configure(n_jobs=1)      # what carb.compute hands out here: one thread (no member threads either)
     _MODELS = pickle.loads(blob)
-    try:
-        from threadpoolctl import threadpool_limits
-        threadpool_limits(limits=1)
-    except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
-        pass
+    one_thread_process()   # after the unpickling, which loads the runtimes it must limit
     for model in _MODELS:
         for stage in (getattr(model, "stages_", None) or {}).values():
             for est in getattr(getattr(stage, "model", None), "members_", {}).values():

@@ -30,10 +30,9 @@ from carb.analysis.axes import add_per_image, apply_axes, mark_front
 from carb.analysis.decisions import add_probabilities, decide, interval_context, profile_next
 from carb.analysis.evaluate import budget_classification
 from carb.analysis.scale import chunk_plan, parallel_chunks, pareto_mask
-from carb.compute import estimator_threads, limited
+from carb.compute import limited, parallel_threads
 from carb.data.schema import TARGETS
-from carb.design.arch import KNOBS
-from carb.design.candidates import arch_codes
+from carb.design.candidates import arch_codes, arch_knobs
 from carb.design.features import grid_features
 from carb.errors import ConfigError
 from carb.model.domain import check_domain, unseen_mask
@@ -384,7 +383,7 @@ class _Run:
                                       scaled if report is not None else None)
         else:
             results = []
-            with limited(), member_threads(estimator_threads(10 ** 9)):   # as carb-screen: BLAS/OpenMP by carb.compute;
+            with limited(), member_threads(parallel_threads()):   # as carb-screen: BLAS/OpenMP by carb.compute;
                 # each model on one thread, several at once (the free cores)
                 for i, rows in enumerate(chunks):
                     if report is not None:
@@ -471,7 +470,7 @@ def _with_source(scored: pd.DataFrame, lead: list[str], src_pred: np.ndarray | N
 def _with_first_rows(features: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     """``rows`` (positions) and the first row of each of their architectures, sorted: scored together,
     each architecture's batch knots are built from the same row as in a pass over the whole grid."""
-    keys = [k for k in KNOBS if k in features.columns and k != "batch_size"]
+    keys = arch_knobs(features)
     if not keys or not len(rows):
         return rows
     codes, _ = arch_codes(features, keys)
@@ -519,8 +518,8 @@ def _score_part(models: tuple[Any, Any], part: pd.DataFrame, obj: str, budget: d
     tm["predict_target_s"] = time.perf_counter() - t
     src = None
     if source_model is not None:
-        src = _source_part(models, part, obj)
-        src, tm["predict_source_s"] = src[0], src[1]["predict_source_s"]
+        src, seconds = _source_part(models, part, obj)
+        tm.update(seconds)
     lead = list(sc.columns)
     t = time.perf_counter()
     sc = prioritize(add_probabilities(target_model, sc, budget), budget, getattr(target_model, "test_mae_", {}) or {})

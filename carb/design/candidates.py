@@ -35,6 +35,12 @@ def arch_record(cfg: ArchConfig) -> tuple:
             cfg.inner_mult, cfg.num_classes)
 
 
+def arch_knobs(frame: pd.DataFrame) -> list[str]:
+    """The knob columns of ``frame`` that name an architecture at a precision: :data:`KNOBS` present in it,
+    ``batch_size`` left out (rows that differ only in batch size are one network run at several batches)."""
+    return [k for k in KNOBS if k in frame.columns and k != "batch_size"]
+
+
 def arch_codes(frame: pd.DataFrame, columns: Sequence[str] = ARCH_COLUMNS) -> tuple[np.ndarray, pd.DataFrame]:
     """``(code per row (n,), the distinct architectures (one row each, ``columns``))`` of a knob frame:
     rows with equal values in ``columns`` share a code (first-seen order)."""
@@ -135,5 +141,5 @@ def configs_frame(configs: Sequence[ArchConfig]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(FRAME_COLUMNS))
 
 
-__all__ = ["ARCH_COLUMNS", "FRAME_COLUMNS", "arch_codes", "arch_record", "config_ids", "configs_frame",
+__all__ = ["ARCH_COLUMNS", "FRAME_COLUMNS", "arch_codes", "arch_knobs", "arch_record", "config_ids", "configs_frame",
            "records_frame"]

@@ -34,8 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from carb.design.arch import KNOBS
-from carb.design.candidates import arch_codes
+from carb.design.candidates import arch_codes, arch_knobs
 from carb.design.features import at_batch
 from carb.model.encoding import pred_name
 
@@ -94,11 +93,6 @@ def _isotonic_minmax(y: np.ndarray) -> np.ndarray:
     return fit
 
 
-def _arch_keys(features: pd.DataFrame) -> list[str]:
-    """Knob columns other than batch size that are present in ``features``."""
-    return [k for k in KNOBS if k in features.columns and k != "batch_size"]
-
-
 def _arch_index(features: pd.DataFrame, keys: Sequence[str]) -> tuple[np.ndarray, pd.DataFrame]:
     """Per row, the index of its architecture (shape (n,)), and the architectures (the first row of
     each, all columns)."""
@@ -152,7 +146,7 @@ def monotone_in_batch(model: Any, features: pd.DataFrame,
     targets wanted (None: all; a cascade then predicts only the stages they need, and the result may hold
     only those). The physics prior of a row itself is computed only for the rows beyond the knots."""
     knots = batch_knots(model)
-    keys = _arch_keys(features)
+    keys = arch_knobs(features)
     if not knots or not keys or "batch_size" not in features.columns or not len(features):
         return None
     codes, archs = _arch_index(features, keys)
