@@ -70,8 +70,7 @@ def predict(spec: str, out: Path) -> pd.DataFrame:
         source = _registered(train_out, "train")
         cal_out = _cli("calibrate", [f"source={source}", "k=0", f"spec={json.dumps(spec)}"], env, Path(tmp))
         target = _registered(cal_out, "calibrate")
-        os.environ["CARB_HOME"] = env["CARB_HOME"]
-        model = carb.load_model(target)
+        model = carb.load_model(target, tracking_uri=f"sqlite:///{env['CARB_HOME']}/mlruns/mlflow.db")
         frames = []
         for name in ("paper", "screening"):
             knobs = space_frame(space_config(name))
