@@ -96,15 +96,38 @@ def available_cores() -> int:
 
 
 def free_cores() -> int:
-    """Available cores less those other processes keep busy (1-minute load average, this process's own
-    share excluded); at least 1."""
+    """Available cores less those other processes keep busy, at least 1. Busy others: the 1-minute load
+    average less this process's own share, but never more than the tasks runnable at this instant less
+    this one (:func:`runnable_now`): the average lags a minute, so a process that has just ended (a
+    ``carb-train`` run before a ``carb-screen``) would still count; a busy competitor is runnable in both."""
     cores = available_cores()
     try:
         load = os.getloadavg()[0]
     except OSError:
         return cores
     busy_others = max(0, round(load) - 1)
+    now = runnable_now()
+    if now is not None:
+        busy_others = min(busy_others, max(0, now - 1))
     return max(1, cores - busy_others)
+
+
+def runnable_now(samples: int = 3, gap_s: float = 0.001) -> int | None:
+    """Tasks (threads) runnable on the machine at this instant, the reader included: the least of
+    ``samples`` reads ``gap_s`` apart of Linux ``/proc/loadavg`` (4th field ``running/total``; one read
+    alone now and then catches a kernel thread's blip, a busy process is in every read); None where it
+    cannot be read."""
+    import time
+
+    seen = []
+    for i in range(max(1, int(samples))):
+        try:
+            seen.append(int(Path("/proc/loadavg").read_text().split()[3].split("/")[0]))
+        except (OSError, IndexError, ValueError):
+            return None
+        if i + 1 < samples:
+            time.sleep(gap_s)
+    return min(seen)
 
 
 def estimator_threads(n_rows: int | None = None, n_jobs: int | str | None = None) -> int:

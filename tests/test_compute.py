@@ -20,6 +20,7 @@ def _machine(monkeypatch, cores: int, load: float, quota: float | None = None):
     monkeypatch.setattr(compute.os, "sched_getaffinity", lambda pid: set(range(cores)))
     monkeypatch.setattr(compute.os, "getloadavg", lambda: (load, load, load))
     monkeypatch.setattr(compute, "_cgroup_cores", lambda: quota)
+    monkeypatch.setattr(compute, "runnable_now", lambda: None)    # the load average alone (tested below)
 
 
 def test_auto_gives_one_thread_per_rows_per_thread_rows_up_to_the_free_cores(monkeypatch):
@@ -32,6 +33,22 @@ def test_auto_gives_one_thread_per_rows_per_thread_rows_up_to_the_free_cores(mon
     assert compute.estimator_threads(10**6) == 4
     _machine(monkeypatch, cores=8, load=30.0)
     assert compute.estimator_threads(10**6) == 1
+
+
+def test_a_lagging_load_average_counts_only_the_tasks_runnable_now(monkeypatch):
+    _machine(monkeypatch, cores=2, load=1.9)      # a busy minute that has just ended
+    monkeypatch.setattr(compute, "runnable_now", lambda: 1)       # only this process runs now
+    assert compute.free_cores() == 2
+    monkeypatch.setattr(compute, "runnable_now", lambda: 2)       # a competitor runs too
+    assert compute.free_cores() == 1
+    _machine(monkeypatch, cores=8, load=0.2)
+    monkeypatch.setattr(compute, "runnable_now", lambda: 6)       # a momentary burst: the average wins
+    assert compute.free_cores() == 8
+
+
+def test_runnable_now_reads_this_machine():
+    n = compute.runnable_now()
+    assert n is None or n >= 1          # this test's own process is running
 
 
 def test_cgroup_quota_and_explicit_n_jobs_are_capped(monkeypatch):

@@ -7,7 +7,8 @@ row-wise :func:`numpy.interp`, and the Pareto front by sorting.
   knots) see the same rows whatever the chunking and memory stays bounded by the chunk;
 * :func:`interp_rows`: ``np.interp(x, xp[i][finite], fp[finite])`` for every row ``i`` at once, the same
   numbers (:func:`carb.analysis.decisions.prob_within` read a million CDFs one Python call at a time);
-* :func:`parallel_chunks`: the chunks in worker processes (spawned, one thread each), results in order;
+* :class:`ChunkPool` / :func:`parallel_chunks`: the chunks in worker processes (spawned, one thread each,
+  started before the chunks exist), results in order;
 * :func:`pareto_mask`: the non-dominated rows, O(n log n) in 2-D (sort and running minimum) and a
   sort-filter skyline in more dimensions (each point compared only with the front found so far).
 """
@@ -79,28 +80,74 @@ def _run_chunk(fn: Callable, part: pd.DataFrame, args: tuple) -> Any:
     return fn(_MODELS, part, *args)
 
 
-def parallel_chunks(fn: Callable, models: tuple, parts: list[pd.DataFrame], args: tuple, workers: int,
-                    progress: Callable[[str, float], None] | None = None) -> list[Any]:
-    """``[fn(models, part, *args) for part in parts]`` in ``workers`` spawned processes (the models are
-    pickled to each worker once; ``fn`` must be a module-level function), in the order of ``parts``.
-    ``progress(label, share)`` is called as each chunk's result arrives (``share``: its fraction of the rows). Spawned, not forked: a forked child of
-    a process whose OpenMP runtime has started threads may hang in its first parallel region."""
-    import multiprocessing as mp
-    import pickle
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+def _ready() -> None:
+    """A task that returns at once: submitting one per worker makes the pool start them all now."""
 
-    blob = pickle.dumps(models, protocol=pickle.HIGHEST_PROTOCOL)
-    out: list[Any] = [None] * len(parts)
-    total = max(1, sum(len(p) for p in parts))
-    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
-                             initializer=_init_worker, initargs=(blob,)) as pool:
-        futures = {pool.submit(_run_chunk, fn, p, args): i for i, p in enumerate(parts)}
+
+class ChunkPool:
+    """``workers`` spawned processes that hold ``models`` (pickled to each once, every library at one thread
+    there: :func:`_init_worker`), started when the pool is made, so their start-up (spawn, imports, the
+    models' unpickling: about a second) runs beside the caller's own set-up before the chunks exist.
+    :meth:`map` runs chunks in order; :meth:`close` ends the workers without waiting for their exit (they
+    are idle then: a worker's orderly exit took 0.4-1 s, in which the caller's last serial steps waited).
+    Spawned, not forked: a forked child of a process whose OpenMP runtime has started threads may hang in
+    its first parallel region. Use it as a context manager (closed on exit, also on an error)."""
+
+    def __init__(self, models: tuple, workers: int) -> None:
+        import multiprocessing as mp
+        import pickle
+        from concurrent.futures import ProcessPoolExecutor
+
+        self.models = models
+        self.workers = int(workers)
+        blob = pickle.dumps(models, protocol=pickle.HIGHEST_PROTOCOL)
+        self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=mp.get_context("spawn"),
+                                         initializer=_init_worker, initargs=(blob,))
+        for _ in range(self.workers):    # one spawn per submit while no worker is idle: all start now
+            self._pool.submit(_ready)
+
+    def map(self, fn: Callable, parts: list[pd.DataFrame], args: tuple,
+            progress: Callable[[str, float], None] | None = None) -> list[Any]:
+        """``[fn(models, part, *args) for part in parts]`` in the workers, in the order of ``parts``
+        (``fn``: a module-level function). ``progress(label, share)`` is called as each chunk's result
+        arrives (``share``: its fraction of the rows)."""
+        from concurrent.futures import as_completed
+
+        out: list[Any] = [None] * len(parts)
+        total = max(1, sum(len(p) for p in parts))
+        futures = {self._pool.submit(_run_chunk, fn, p, args): i for i, p in enumerate(parts)}
         for done, fut in enumerate(as_completed(futures), start=1):
             out[futures[fut]] = fut.result()
             if progress is not None:
                 n = len(parts[futures[fut]])
-                progress(f"chunk {done}/{len(parts)} done ({n} candidates, {workers} workers)", n / total)
-    return out
+                progress(f"chunk {done}/{len(parts)} done ({n} candidates, {self.workers} workers)", n / total)
+        return out
+
+    def close(self) -> None:
+        """Cancel what has not started and end the workers now (SIGTERM: they hold nothing to save); returns
+        when the pool's own thread has reaped them."""
+        procs = list((getattr(self._pool, "_processes", None) or {}).values())
+        manager = getattr(self._pool, "_executor_manager_thread", None)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+        if manager is not None:
+            manager.join(timeout=10)     # it joins the (dead) workers: no second reaper racing it
+
+    def __enter__(self) -> "ChunkPool":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def parallel_chunks(fn: Callable, models: tuple, parts: list[pd.DataFrame], args: tuple, workers: int,
+                    progress: Callable[[str, float], None] | None = None) -> list[Any]:
+    """``[fn(models, part, *args) for part in parts]`` in ``workers`` spawned processes (a
+    :class:`ChunkPool` made for this call), in the order of ``parts``; ``progress`` as :meth:`ChunkPool.map`."""
+    with ChunkPool(models, workers) as pool:
+        return pool.map(fn, parts, args, progress)
 
 
 def interp_rows(x: float, xp: np.ndarray, fp: np.ndarray) -> np.ndarray:

@@ -29,12 +29,13 @@ import pandas as pd
 from carb.analysis.axes import add_per_image, apply_axes, mark_front
 from carb.analysis.decisions import add_probabilities, decide, interval_context, profile_next
 from carb.analysis.evaluate import budget_classification
-from carb.analysis.scale import chunk_plan, parallel_chunks, pareto_mask
+from carb.analysis.scale import ChunkPool, chunk_plan, parallel_chunks, pareto_mask
 from carb.compute import limited, parallel_threads
 from carb.data.schema import TARGETS
 from carb.design.candidates import arch_codes, arch_knobs
-from carb.design.features import grid_features
-from carb.errors import ConfigError
+from carb.design.arch import KNOBS
+from carb.design.features import STATIC_FEATURES, grid_features
+from carb.errors import ConfigError, DatasetError
 from carb.model.domain import check_domain, unseen_mask
 from carb.model.encoding import interaction_features, pred_name
 from carb.model.ensemble import member_threads
@@ -57,6 +58,31 @@ def model_targets(model: Any) -> list[str]:
     if targets is None:
         raise ConfigError("model: not a fitted CARB cascade (no targets_)")
     return [t for t in TARGETS if t in targets]
+
+
+#: Cost of featurizing a candidate against scoring it in the first pass (a million on two cores: 5 s of one
+#: core against 36 s of prediction): the featurizing chunks' part of :func:`screen`'s progress.
+FEATURIZE_WEIGHT = 0.15
+
+
+def needs_features(frame: pd.DataFrame) -> bool:
+    """Whether ``frame`` is a knob frame that :func:`screen` featurizes itself (it lacks static features)."""
+    return not set(STATIC_FEATURES) <= set(map(str, frame.columns))
+
+
+def split_knobs(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(the knob columns (and num_classes, config_id), the other columns)`` of a candidate frame."""
+    knobs = [c for c in frame.columns if c in KNOBS or c in ("num_classes", "config_id")]
+    return frame[knobs], frame.drop(columns=knobs)
+
+
+def with_features(frame: pd.DataFrame, features: pd.DataFrame | None = None) -> pd.DataFrame:
+    """A knob frame (n rows, maybe with other columns, e.g. a grid file's ``top1``) featurized: its knob
+    columns through :func:`carb.design.features.grid_features` (or ``features``, n rows already computed
+    for them), then the other columns; index 0..n-1."""
+    knobs, other = split_knobs(frame)
+    feats = grid_features(knobs) if features is None else features
+    return pd.concat([feats, other.reset_index(drop=True)], axis=1) if len(other.columns) else feats
 
 
 #: Values of ``screen.outside``: keep all candidates (flagged), only in-domain ones, only outside ones.
@@ -240,7 +266,11 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
            require: Mapping[str, Any] | None = None, maximize: Sequence[str] = ("top1", "top5"),
            chunk_rows: int | None = None, progress: Callable[[str, float], None] | None = None,
            workers: int | None = None, rescore: str = "top_k") -> ScreenResult:
-    """Screen a featurized grid (output of :func:`carb.design.features.grid_features`).
+    """Screen a grid: a knob frame (:func:`carb.design.space.space_frame`, a grid file's
+    :func:`carb.design.gridfile.read_grid_frame`; other columns, e.g. ``top1``, are kept) or one featurized
+    already (:func:`carb.design.features.grid_features`). A knob frame is featurized here, in the chunk
+    workers when the first pass has several (:meth:`_Run.featurize`): the static features of a million
+    candidates cost 5 s of one core, which then runs beside the other.
 
     Single-stage with only ``target_model``; two-stage with ``source_model``: the source ranks the whole
     grid by ``objective``, the best ``top_k`` are re-scored by the target model, and only those can be
@@ -294,28 +324,32 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
     cal = getattr(target_model, "intervals_", None) or {}
     if cal:
         stages["interval_coverage"] = float(coverage if coverage is not None else cal.get("coverage", 0.9))
-    features, dom_counts, notes = domain_filter(target_model, features, outside)
-    stages.update(dom_counts)
-    features["never_measured"] = unseen_mask(getattr(target_model, "domain_", None), features, "precision")
-    if clean_budget and not getattr(target_model, "intervals_", None):
-        notes.append("the model has no calibrated intervals (fitted before intervals): borderline = within "
-                     "one test-set MAE of a budget line")
-    run = _Run(obj, clean_budget, coverage, chunk_rows, progress, timings, workers)
-    if source_model is None:
-        scored = run.score_all(features, target_model, None)[0]
-        keep = np.ones(len(scored), dtype=bool)
-    else:
-        k = int(min(max(int(top_k), 0), len(features)))
-        if rescore == "all":
-            scored, src_pred = run.score_all(features, target_model, source_model)
-            keep = top_rows(src_pred, k)
-            rescored = np.ones(len(scored), dtype=bool)
+    run = _Run(obj, clean_budget, coverage, chunk_rows, progress, timings, workers,
+               _early_pool(_first_pass_models(target_model, source_model, rescore), len(features), chunk_rows, workers))
+    with run:   # the early workers end with the scoring passes, also on an error
+        if needs_features(features):
+            features = run.featurize(features)
+        features, dom_counts, notes = domain_filter(target_model, features, outside)
+        stages.update(dom_counts)
+        features["never_measured"] = unseen_mask(getattr(target_model, "domain_", None), features, "precision")
+        if clean_budget and not getattr(target_model, "intervals_", None):
+            notes.append("the model has no calibrated intervals (fitted before intervals): borderline = within "
+                         "one test-set MAE of a budget line")
+        if source_model is None:
+            scored = run.score_all(features, target_model, None)[0]
+            keep = np.ones(len(scored), dtype=bool)
         else:
-            scored, src_pred, keep = run.two_stage(features, target_model, source_model, k)
-            rescored = keep
-        stages.update({"stage1_kept": int(keep.sum()), "stage2_rescored": int(rescored.sum()),
-                       "spearman_source_target": spearman(src_pred[rescored],
-                                                          objective_values(scored, obj)[rescored])})
+            k = int(min(max(int(top_k), 0), len(features)))
+            if rescore == "all":
+                scored, src_pred = run.score_all(features, target_model, source_model)
+                keep = top_rows(src_pred, k)
+                rescored = np.ones(len(scored), dtype=bool)
+            else:
+                scored, src_pred, keep = run.two_stage(features, target_model, source_model, k)
+                rescored = keep
+            stages.update({"stage1_kept": int(keep.sum()), "stage2_rescored": int(rescored.sum()),
+                           "spearman_source_target": spearman(src_pred[rescored],
+                                                              objective_values(scored, obj)[rescored])})
     scored["stage1_kept"] = keep
     t = time.perf_counter()
     if not keep.all():
@@ -346,6 +380,21 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
                         require=required)
 
 
+def _first_pass_models(target_model: Any, source_model: Any, rescore: str) -> tuple[Any, Any]:
+    """``(target, source)`` as the first scoring pass of :func:`screen` takes them (None: not used)."""
+    if source_model is None:
+        return target_model, None
+    return (None, source_model) if rescore == "top_k" else (target_model, source_model)
+
+
+def _early_pool(models: tuple[Any, Any], n: int, chunk_rows: int | None, workers: int | None) -> ChunkPool | None:
+    """The worker processes of the first pass, started now (their start-up runs beside the domain check and
+    the chunk plan) when that pass will have several chunks and ``workers`` > 1; else None."""
+    if not chunk_rows or n <= int(chunk_rows) or int(workers or 1) <= 1:
+        return None
+    return ChunkPool(models, min(int(workers), -(-n // int(chunk_rows))))
+
+
 def top_rows(values: np.ndarray, k: int) -> np.ndarray:
     """(n,) mask of the ``k`` lowest ``values`` (n,) (ties and NaN: by position, NaN last)."""
     keep = np.zeros(len(values), dtype=bool)
@@ -364,6 +413,43 @@ class _Run:
     progress: Callable[[str, float], None] | None
     timings: dict[str, float]
     workers: int | None
+    pool: ChunkPool | None = None   # the first pass's workers, started early (:func:`_early_pool`); closed after use
+    scale: float = 1.0              # the scoring passes' part of the progress (less the featurizing's)
+
+    def __enter__(self) -> "_Run":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        """End the early workers if no pass took them (e.g. on an error, or when one chunk was left)."""
+        pool, self.pool = self.pool, None
+        if pool is not None:
+            pool.close()
+
+    def featurize(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """``frame`` (n rows: knob columns, maybe others) with the static features (n rows, in order): its
+        knob columns through :func:`carb.design.features.grid_features` (``config_id`` built there), the other
+        columns after them. With the early workers, in chunks of whole architectures there (``progress``: a
+        :data:`FEATURIZE_WEIGHT` part); a knob fault raised there is raised again here, by featurizing the
+        whole frame in this process, so that it names the frame's own row."""
+        t = time.perf_counter()
+        knobs = split_knobs(frame)[0]
+        feats = None
+        if self.pool is not None:
+            chunks = chunk_plan(knobs, self.chunk_rows)
+            if len(chunks) > 1:
+                weight = FEATURIZE_WEIGHT / (1.0 + FEATURIZE_WEIGHT)
+                report = None if self.progress is None else (
+                    lambda what, share: self.progress(f"featurizing: {what}", share * weight))
+                try:
+                    parts = self.pool.map(_featurize_part, [knobs.iloc[r] for r in chunks], (), report)
+                except (ConfigError, DatasetError):
+                    parts = None          # raised again below, naming the frame's row
+                if parts is not None:
+                    feats = pd.concat(parts, ignore_index=True).iloc[_inverse(chunks)].reset_index(drop=True)
+                    self.scale = 1.0 - weight
+        feats = with_features(frame, feats)
+        self.timings["featurize_s"] = self.timings.get("featurize_s", 0.0) + time.perf_counter() - t
+        return feats
 
     def _chunks(self, fn: Callable, models: tuple[Any, Any], features: pd.DataFrame, args: tuple,
                 share: float = 1.0, label: str = "", always: bool = False) -> tuple[list[Any], list[np.ndarray]]:
@@ -378,16 +464,24 @@ class _Run:
         n = max(1, len(features))
         if n_workers > 1:
             def scaled(what: str, s: float) -> None:
-                report(label + what, s * share)
-            results = parallel_chunks(fn, models, [features.iloc[r] for r in chunks], args, n_workers,
-                                      scaled if report is not None else None)
+                report(label + what, s * share * self.scale)
+            parts = [features.iloc[r] for r in chunks]
+            pool, self.pool = self.pool, None
+            if pool is not None and all(a is b for a, b in zip(pool.models, models)):
+                with pool:
+                    results = pool.map(fn, parts, args, scaled if report is not None else None)
+            else:
+                if pool is not None:
+                    pool.close()
+                results = parallel_chunks(fn, models, parts, args, n_workers, scaled if report is not None else None)
         else:
             results = []
             with limited(), member_threads(parallel_threads()):   # as carb-screen: BLAS/OpenMP by carb.compute;
                 # each model on one thread, several at once (the free cores)
                 for i, rows in enumerate(chunks):
                     if report is not None:
-                        report(f"{label}chunk {i + 1}/{len(chunks)} ({len(rows)} candidates)", len(rows) / n * share)
+                        report(f"{label}chunk {i + 1}/{len(chunks)} ({len(rows)} candidates)",
+                               len(rows) / n * share * self.scale)
                     results.append(fn(models, features if len(chunks) == 1 else features.iloc[rows], *args))
         for r in results:
             for k, v in r[-1].items():
@@ -498,6 +592,11 @@ def _spread(features: pd.DataFrame, part: pd.DataFrame, rows: np.ndarray) -> pd.
         full[rows] = v.to_numpy()
         cols[c] = full if full.dtype != object else pd.array(full, dtype=v.dtype)
     return pd.DataFrame(cols)
+
+
+def _featurize_part(models: tuple[Any, Any], part: pd.DataFrame) -> pd.DataFrame:
+    """One chunk of a knob frame featurized (:func:`carb.design.features.grid_features`; ``models`` unused)."""
+    return grid_features(part)
 
 
 def _source_part(models: tuple[Any, Any], part: pd.DataFrame, obj: str) -> tuple[np.ndarray, dict[str, float]]:

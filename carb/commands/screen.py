@@ -43,10 +43,11 @@ def default_target(tracking_uri: str, artifact_root: str | None = None) -> str:
                      f"choose one with screen.target=models:/<name>@champion")
 
 
-def load_grid(cfg: Any) -> pd.DataFrame:
-    """Featurized candidates from ``screen.grid_file`` (its extra numeric columns, e.g. ``top1``, passed
-    through) or the ``space`` config (knob frames, no object per candidate: :mod:`carb.design.candidates`);
-    with ``screen.accuracy`` the shipped ImageNet top-1 joined on."""
+def load_candidates(cfg: Any) -> pd.DataFrame:
+    """The candidates as a knob frame (no object per candidate: :mod:`carb.design.candidates`) from
+    ``screen.grid_file`` (validated; its extra numeric columns, e.g. ``top1``, passed through) or the
+    ``space`` config; with ``screen.accuracy`` the shipped ImageNet top-1 joined on. :func:`screening.screen`
+    featurizes it (in its chunk workers for a large grid)."""
     from carb.design.gridfile import read_grid_frame
     from carb.design.space import space_frame
 
@@ -56,15 +57,19 @@ def load_grid(cfg: Any) -> pd.DataFrame:
         configs, extras = read_grid_frame(grid_file, to_dict(cfg.screen.get("grid_defaults") or {}))
     else:
         configs = space_frame(to_dict(cfg.space))
-    features = screening.featurize(configs)
     if len(extras.columns):
-        features = pd.concat([features.reset_index(drop=True), extras.drop(
-            columns=[c for c in extras.columns if c in features])], axis=1)
+        configs = pd.concat([configs.reset_index(drop=True), extras.drop(
+            columns=[c for c in extras.columns if c in configs])], axis=1)
     if cfg.screen.get("accuracy"):
         from carb.data.accuracy import join_top1
 
-        features = join_top1(features, str(cfg.screen.accuracy))
-    return features
+        configs = join_top1(configs, str(cfg.screen.accuracy))
+    return configs
+
+
+def load_grid(cfg: Any) -> pd.DataFrame:
+    """:func:`load_candidates` featurized (:func:`screening.with_features`), the other columns after the features."""
+    return screening.with_features(load_candidates(cfg))
 
 
 def user_columns(features: pd.DataFrame) -> list[str]:
@@ -168,8 +173,8 @@ def run_screen(cfg: Any) -> dict[str, Any]:
     budget_cfg = _budget(cfg, screening.model_targets(target), notes)
     load_s = time.perf_counter() - t0
     t = time.perf_counter()
-    prog.begin("building and featurizing the grid")
-    features = load_grid(cfg)
+    prog.begin("building the grid")
+    features = load_candidates(cfg)   # featurized by screen(), beside its scoring
     feat_s = time.perf_counter() - t
     prog.add(len(features) / SCORE_ROWS_PER_UNIT)
     chunk = int(cfg.screen.get("chunk_rows") or 100_000)
@@ -189,7 +194,8 @@ def run_screen(cfg: Any) -> dict[str, Any]:
                               workers=estimator_threads(len(features)),   # processes for the chunks
                               progress=(lambda what, share: prog.begin(f"{label}: {what}", share * len(features)
                                                                        / SCORE_ROWS_PER_UNIT)) if big else None)
-    result.timings_s.update({"features_s": feat_s, "load_models_s": load_s})
+    result.timings_s.update({"features_s": feat_s + result.timings_s.get("featurize_s", 0.0),   # build + featurize
+                             "load_models_s": load_s})
     other = other_device(target)   # a CPU model screened on another CPU: one line, every candidate flagged
     for frame in (result.scored, result.shortlist):
         frame["other_device"] = other is not None

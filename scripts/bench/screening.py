@@ -112,7 +112,9 @@ def run_once(space: dict, target, source) -> dict[str, float]:
         from carb.design.space import configs_from_cfg
         cands = configs_from_cfg(space)
     t1 = time.perf_counter()
-    feats = screening.featurize(cands)
+    # a tree whose screen() featurizes knob frames itself (in its chunk workers) gets the knob frame, as
+    # carb-screen gives it; its featurizing is then in screen_s
+    feats = cands if hasattr(screening, "needs_features") and not isinstance(cands, list) else screening.featurize(cands)
     t2 = time.perf_counter()
     params = inspect.signature(screening.screen).parameters
     kw = {"chunk_rows": _chunk_rows()} if "chunk_rows" in params else {}
