@@ -136,3 +136,24 @@ def test_tune_prints_trials_with_best_value(data, capsys):
     trials = [ln for ln in err if "p.latency_ms.xgb trial" in ln]
     assert len(trials) == 2 and all("best mae" in ln and " ms" in ln for ln in trials)
     assert any(ln.startswith("carb-tune: 4 trials in") for ln in err)
+
+
+def test_screen_eta_counts_the_steps_that_grow_with_the_grid():
+    """A million candidates (carb-screen's plan, on a virtual clock): the first featurized chunk arrives 6 s
+    in, after building the grid and starting the workers; its ETA must be about the real minute left, not the
+    23 minutes that weighting only the scoring by the grid gave."""
+    from carb.commands.screen import GRID_STEP_SHARES, SCORE_ROWS_PER_UNIT, plan_grid_steps
+
+    now = [0.0]
+    prog = Progress("carb-screen", 4.0, enabled=False, clock=lambda: now[0])
+    prog.begin("loading")
+    now[0] = 0.5
+    prog.begin("building the grid")
+    now[0] = 2.0
+    n = 1_000_000
+    units = plan_grid_steps(prog, n)
+    assert units == n / SCORE_ROWS_PER_UNIT
+    assert prog.total == pytest.approx(4.0 + units * (1 + sum(GRID_STEP_SHARES.values())))
+    now[0] = 6.0
+    prog.begin("featurizing: chunk 1/11 done", units * 0.13 / 11)
+    assert 30.0 < prog.eta_s() < 120.0
