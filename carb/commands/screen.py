@@ -157,9 +157,9 @@ FILES_ONLY = ("top5",)
 SCORE_ROWS_PER_UNIT = 2000.0
 #: Steps that grow with the grid, as parts of its scoring time, for the ETA (a million candidates, two-stage,
 #: 2 cores: 36 s from the first featurized chunk to the last scored one; before it 4 s of building the grid
-#: and starting the workers, after it 5 s of writing the files and 8 s of logging them). Without them the
-#: first chunk's line said "ETA 23 min" and the last 13 s said "ETA <1 s".
-GRID_STEP_SHARES = {"build": 0.1, "write": 0.14, "log": 0.22}
+#: and starting the workers, after it 4 s of writing the files and 2 s of logging them). Without them the
+#: first chunk's line said "ETA 23 min" and the last seconds said "ETA <1 s".
+GRID_STEP_SHARES = {"build": 0.1, "write": 0.12, "log": 0.06}
 
 
 def plan_grid_steps(prog: Progress, n: int) -> float:

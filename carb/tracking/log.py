@@ -172,8 +172,36 @@ def log_dataset(df, name: str, source: str, context: str = "training", targets: 
         return ""
     mlflow = mlflow_module()
     ds = mlflow.data.from_pandas(df, source=str(source), name=name, targets=targets)
+    if len(df) > SCHEMA_ROWS:
+        ds.__dict__["schema"] = column_schema(df)   # the cached property, set: the same schema, seconds sooner
     mlflow.log_input(ds, context=context)
     return ds.digest
+
+
+#: Rows above which :func:`log_dataset` infers the schema column by column from distinct values.
+SCHEMA_ROWS = 50_000
+
+
+def column_schema(df) -> Any:
+    """MLflow's inferred schema of ``df`` (``mlflow.types.Schema``: a type and a required flag per column),
+    computed from each column's distinct values: the same result as inferring over every row (a type and a
+    "has no missing value" flag depend only on the set of values), without MLflow's Python loop over every
+    cell (a million screened candidates: 8 s of carb-screen's logging). None where MLflow infers none;
+    a column whose values cannot be hashed is inferred whole."""
+    from mlflow.types import Schema
+    from mlflow.types.utils import _infer_schema
+
+    specs = []
+    try:
+        for c in df.columns:
+            try:
+                part = df[[c]].drop_duplicates()
+            except TypeError:        # unhashable values (lists): every row
+                part = df[[c]]
+            specs.extend(_infer_schema(part).inputs)
+        return Schema(specs)
+    except Exception:                # as MLflow's own property: no schema rather than no run input
+        return None
 
 
 def dataset_digest(df, source: str = "") -> str:
