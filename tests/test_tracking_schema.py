@@ -6,9 +6,13 @@ import json
 
 import numpy as np
 import pandas as pd
+import pytest
 from mlflow.types.utils import _infer_schema
 
 from carb.tracking import log
+
+# MLflow's hint about integer columns, once per inferred column here: not what these tests check
+pytestmark = pytest.mark.filterwarnings("ignore:Hint. Inferred schema contains integer")
 
 
 def _frame(n: int = 3000) -> pd.DataFrame:
