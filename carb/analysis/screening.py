@@ -33,7 +33,7 @@ from carb.analysis.scale import ChunkPool, chunk_plan, parallel_chunks, pareto_m
 from carb.compute import limited, parallel_threads
 from carb.data.schema import TARGETS
 from carb.design.candidates import arch_codes, arch_knobs
-from carb.design.arch import KNOBS
+from carb.design.arch import RECORD_COLUMNS
 from carb.design.features import STATIC_FEATURES, grid_features
 from carb.errors import ConfigError, DatasetError
 from carb.model.domain import check_domain, unseen_mask
@@ -71,8 +71,8 @@ def needs_features(frame: pd.DataFrame) -> bool:
 
 
 def split_knobs(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``(the knob columns (and num_classes, config_id), the other columns)`` of a candidate frame."""
-    knobs = [c for c in frame.columns if c in KNOBS or c in ("num_classes", "config_id")]
+    """``(the record columns (knobs, num_classes, config_id), the other columns)`` of a candidate frame."""
+    knobs = [c for c in frame.columns if c in RECORD_COLUMNS]
     return frame[knobs], frame.drop(columns=knobs)
 
 

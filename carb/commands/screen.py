@@ -75,10 +75,10 @@ def load_grid(cfg: Any) -> pd.DataFrame:
 def user_columns(features: pd.DataFrame) -> list[str]:
     """The columns a grid file or ``screen.accuracy`` added to the featurized grid (the user's axes,
     passed through to every output), in order."""
-    from carb.design.arch import KNOBS
+    from carb.design.arch import RECORD_COLUMNS
     from carb.design.features import STATIC_FEATURES
 
-    skip = {*KNOBS, *STATIC_FEATURES, "config_id", "num_classes", "top1_model"}
+    skip = {*RECORD_COLUMNS, *STATIC_FEATURES, "top1_model"}
     return [c for c in features.columns if c not in skip]
 
 

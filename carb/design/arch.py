@@ -40,6 +40,9 @@ EXPANSION = {"basic": 1, "bottleneck": 4}
 #: The knobs of a configuration (dataset columns of the same names).
 KNOBS: tuple[str, ...] = ("block", "depth", "width_mult", "input_size", "batch_size", "precision",
                           "early_downsample", "stages", "inner_mult")
+#: The columns a configuration record (a grid file's row, a knob frame's row) may carry: the knobs, the
+#: classifier's ``num_classes`` and the ``config_id`` that names it.
+RECORD_COLUMNS: tuple[str, ...] = (*KNOBS, "num_classes", "config_id")
 #: Default of each knob that a configuration need not name (older datasets lack the column; a
 #: configuration with the default value keeps the ``config_id`` it had before the knob existed).
 KNOB_DEFAULTS: dict[str, Any] = {"inner_mult": 1.0}
@@ -240,7 +243,7 @@ def configs_from_records(records: Iterable[Mapping[str, Any]], source: str = "gr
 
     Unknown columns raise :class:`ConfigError` naming them and the allowed knobs; NaN ``stages`` means
     the named layout."""
-    allowed = set(KNOBS) | {"num_classes", "config_id"}
+    allowed = set(RECORD_COLUMNS)
     out = []
     for i, rec in enumerate(records):
         unknown = sorted(set(rec) - allowed)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from carb.design.arch import KNOB_DEFAULTS, KNOBS, ArchConfig
+from carb.design.arch import KNOB_DEFAULTS, KNOBS, RECORD_COLUMNS, ArchConfig
 from carb.errors import ConfigError
 
 #: Columns of a knob frame, in order.
@@ -87,7 +87,7 @@ def records_frame(frame: pd.DataFrame, source: str = "grid") -> pd.DataFrame:
     knob frame (:data:`FRAME_COLUMNS`), as :func:`carb.design.arch.configs_from_records` would build
     each row: each distinct architecture, batch size and precision validated once; a fault is one
     :class:`ConfigError` naming the first row (0-based, as the object path) that has it."""
-    allowed = set(KNOBS) | {"num_classes", "config_id"}
+    allowed = set(RECORD_COLUMNS)
     unknown = sorted(set(map(str, frame.columns)) - allowed)
     if unknown:
         raise ConfigError(f"{source}: unknown knob column(s) {unknown}; allowed: {list(KNOBS)}")

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from carb.design.arch import KNOBS, ArchConfig, configs_from_records
+from carb.design.arch import KNOBS, RECORD_COLUMNS, ArchConfig, configs_from_records
 from carb.errors import ConfigError
 
 #: Knob columns a grid file may leave out without a default: their absence has a stated meaning.
@@ -65,7 +65,7 @@ def apply_defaults(df: pd.DataFrame, defaults: Mapping[str, Any] | None, field: 
     bad = sorted(set(defaults) - set(KNOBS) - {"num_classes"})
     if bad:
         raise ConfigError(f"screen.grid_defaults: unknown knob(s) {bad}; allowed: {list(KNOBS)}")
-    unknown = sorted(set(map(str, df.columns)) - set(KNOBS) - {"num_classes", "config_id"})
+    unknown = sorted(set(map(str, df.columns)) - set(RECORD_COLUMNS))
     if unknown:
         raise ConfigError(f"{field}: unknown knob column(s) {unknown}; allowed: {list(KNOBS)}")
     missing = [k for k in REQUIRED_KNOBS if k not in df.columns and k not in defaults]
@@ -77,7 +77,7 @@ def apply_defaults(df: pd.DataFrame, defaults: Mapping[str, Any] | None, field: 
 
 def extra_columns(df: pd.DataFrame) -> pd.DataFrame:
     """The numeric columns of ``df`` that are no knob (the user's own axes, e.g. ``top1``), as floats."""
-    cols = [c for c in df.columns if str(c) not in (*KNOBS, "num_classes", "config_id")
+    cols = [c for c in df.columns if str(c) not in RECORD_COLUMNS
             and pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])]
     return df[cols].astype(float).reset_index(drop=True)
 
