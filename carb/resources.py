@@ -30,6 +30,16 @@ def carb_home() -> Path:
     return Path(data) / "carb"
 
 
+def cache_dir() -> Path:
+    """Where CARB keeps what it can rebuild (the empty MLflow store new stores start from,
+    :func:`carb.tracking.store.seed_from_template`): ``$CARB_CACHE`` when set, else
+    ``$XDG_CACHE_HOME/carb`` (``~/.cache/carb``). Deleting it loses nothing."""
+    env = os.environ.get("CARB_CACHE")
+    if env:
+        return Path(env).expanduser().resolve()
+    return Path(os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")) / "carb"
+
+
 def default_tracking_uri() -> str:
     """The embedded MLflow store: ``sqlite:///<carb_home()>/mlruns/mlflow.db``."""
     return f"sqlite:///{carb_home() / 'mlruns' / 'mlflow.db'}"

@@ -58,18 +58,20 @@ def pytest_configure(config):
     environment a module copies at import (``ENV = {**os.environ, ...}``) has it too; tests that need
     another home set ``CARB_HOME`` themselves."""
     home = os.path.realpath(tempfile.mkdtemp(prefix="carb-home-"))
-    config._carb_home = (home, os.environ.get("CARB_HOME"))
+    config._carb_home = (home, os.environ.get("CARB_HOME"), os.environ.get("CARB_CACHE"))
     os.environ["CARB_HOME"] = home
+    os.environ["CARB_CACHE"] = os.path.join(home, "cache")   # the session's store template, not the user's
 
 
 def pytest_unconfigure(config):
-    home, before = getattr(config, "_carb_home", (None, None))
+    home, before, cache = getattr(config, "_carb_home", (None, None, None))
     if home is None:
         return
-    if before is None:
-        os.environ.pop("CARB_HOME", None)
-    else:
-        os.environ["CARB_HOME"] = before
+    for name, value in (("CARB_HOME", before), ("CARB_CACHE", cache)):
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     shutil.rmtree(home, ignore_errors=True)
 
 
@@ -79,8 +81,9 @@ def _stores_from_a_template(tmp_path_factory):
     seconds of syncs. Inside the test process every new store therefore starts as a copy of one store
     migrated once per session (made by the real :func:`carb.tracking.store._init_sqlite`, lazily, so
     tests that never track pay nothing); the real set-up then runs on the copy as on any existing store.
-    Processes that tests start (the commands as users run them) still create their stores for real, and
-    a folder where the copy cannot be written (read-only) falls through to the real code and its error."""
+    Processes that tests start (the commands as users run them) create their stores for real, from the
+    session's own template cache (``CARB_CACHE``, :func:`carb.tracking.store.seed_from_template`), and a folder
+    where the copy cannot be written (read-only) falls through to the real code and its error."""
     mp = pytest.MonkeyPatch()
     store = sys.modules.get("carb.tracking.store")
     if store is None:
@@ -116,6 +119,7 @@ def _stores_from_a_template(tmp_path_factory):
         real(db)
 
     mp.setattr(store, "_init_sqlite", init_from_template)
+    template.real = real   # the real set-up, for the tests of the product's own template (test_store_template.py)
     yield template
     mp.undo()
 

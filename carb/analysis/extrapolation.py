@@ -209,13 +209,26 @@ def combine_splits(results: Sequence[dict[str, Any] | None], interval_coverage: 
             held[r["name"]] = r["held"]
     table = pd.DataFrame(rows, columns=["split", "description", "target", "n_train", "n_test", "r2", "mape",
                                         "b1_r2", "b1_mape", "fit_s", "interval_coverage", "interval_width"])
-    table.attrs["outside_log_ratios"] = _by_split(held, exclude=None)
-    table.attrs["outside_precisions"] = _precisions_by_split(held, exclude=None)
     if interval_coverage is not None:
         for i, r in table.iterrows():
             cov = _split_coverage(held, r["split"], r["target"], interval_coverage)
             table.loc[i, ["interval_coverage", "interval_width"]] = cov
+    table.attrs["outside_log_ratios"] = SharedAttr(_by_split(held, exclude=None))
+    table.attrs["outside_precisions"] = SharedAttr(_precisions_by_split(held, exclude=None))
     return table
+
+
+class SharedAttr(dict):
+    """A read-only-by-convention ``DataFrame.attrs`` value that pandas passes on without copying: pandas
+    deep-copies ``attrs`` into the result of every operation (a row access, a slice, ``iterrows``), and the
+    extrapolation table's log-ratio lists (about 10,000 floats) made each copy cost 5-10 ms; ``carb-train``
+    spent about 0.4 s in them. Still a ``dict`` (JSON, parquet metadata and pickling see one)."""
+
+    def __deepcopy__(self, memo: dict) -> SharedAttr:
+        return self
+
+    def __reduce__(self) -> tuple:
+        return (SharedAttr, (dict(self),))
 
 
 def _held_out(model: Any, cal: pd.DataFrame, te: pd.DataFrame, ts: Sequence[str], coverage: float,

