@@ -25,8 +25,12 @@ $(BIN)/.scale-out: $(BIN)/.installed
 quickstart: venv  ## train (if no champion) -> promote -> screen, on the shipped dataset
 	$(BIN)/carb-quickstart
 
-test: venv  ## the fast test suite (pyproject addopts deselect `slow` and `gpu`)
-	$(BIN)/python -m pytest -q
+# the fast suite runs on TEST_WORKERS processes (pytest-xdist), a test file each at a time, so a file's shared
+# fitted fixtures are made once; TEST_WORKERS=0 runs it in this process
+TEST_WORKERS ?= 2
+
+test: venv  ## the fast test suite (pyproject addopts deselect `slow` and `gpu`), on TEST_WORKERS processes
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 postgres:  ## PostgreSQL server binaries for the scale-out test (Debian's package when initdb is absent)
 	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \

@@ -29,14 +29,17 @@ def evaluate_cascade(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.D
                  progress: Callable[[str], None] | None = None,
                  note: Callable[[str], None] | None = None,
                  refits: tuple[dict[str, Any], dict[tuple[str, int], Any]] | None = None,
-                 first: tuple[dict[str, float], dict[str, Any]] | None = None
+                 first: tuple[dict[str, float], dict[str, Any]] | None = None,
+                 combined: tuple[pd.DataFrame, dict[str, Any]] | None = None
                  ) -> tuple[dict[str, float], dict[str, Any]]:
     """Every metric of a fitted cascade (test, regimes, budget, baselines, residual correlation,
     leave-one-batch-tier-out). Returns (metrics, extras with predictions and importances).
     ``refits``: ``(plan, {(kind, index): Done})`` of :mod:`carb.analysis.refits`, when the command ran
     them beside the main fit; None runs them here, one after another (:func:`run_refits`).
     ``first``: what :func:`main_fit_metrics` returned for this cascade (the command computes it while the
-    refits run); None computes it here.
+    refits are run); None computes it here. ``combined``: ``(table, predictions)`` of
+    :func:`carb.analysis.extrapolation.combine_splits` on these refits' splits when the command made them
+    already (for the extrapolation figure); None combines them here.
     ``progress``: called with a label as each refit (leave-one-batch-tier-out, each extrapolation split
     unless ``ev.extrapolation.progress`` is false) starts. ``note``: called with one line per refit
     skipped because the data has too few rows for it (small data: nothing after the main fit fails)."""
@@ -55,7 +58,10 @@ def evaluate_cascade(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.D
         runs = [done[("split", i)] for i in range(len(plan["splits"]))]
         cover = plan["coverage"]
         preds: dict = {}
-        xval = combine_splits([r.result for r in runs], cover, predictions=preds)
+        if combined is not None:
+            xval, preds = combined
+        else:
+            xval = combine_splits([r.result for r in runs], cover, predictions=preds)
         metrics.update(split_metrics(xval))
         xval_preds = xval_predictions(preds)
         metrics.update(concentration_metrics(xval, preds))

@@ -118,6 +118,7 @@ def run_train(cfg: Any, defer: bool = False) -> dict[str, Any]:
                 sanity = runner.submit(Task("sanity", 0, None, sanity_metrics,
                                             (cascade, str(scfg.get("space", "screening"))), priority=PRIORITY["sanity"]))
         early: dict[str, Any] = {}
+        combined: list[Any] = []   # the splits' table and predictions, made once for the figure and the metrics
         if runner.parallel and ev.get("figures", True):
             figure_dir = tempfile.mkdtemp(prefix="carb-figures-")
             targets_ = list(cascade.targets_)
@@ -126,7 +127,7 @@ def run_train(cfg: Any, defer: bool = False) -> dict[str, Any]:
 
             def queue_extrapolation(runs: list[Any]) -> None:
                 """The extrapolation figure as soon as the splits are in; logged first, as before."""
-                figures[:0] = extrapolation_figure(runner, plan, runs, figure_dir, targets_)
+                figures[:0] = extrapolation_figure(runner, plan, runs, figure_dir, targets_, combined)
             early["split"] = queue_extrapolation
         if runner.parallel:   # this thread only waits from here: the store is set up meanwhile
             ready = start_thread(prepare_store, *store)
@@ -139,7 +140,7 @@ def run_train(cfg: Any, defer: bool = False) -> dict[str, Any]:
         from carb.analysis.assess import evaluate_cascade
 
         metrics, extras = evaluate_cascade(cascade, train, val, test, full, ev, note=say, refits=(plan, done),
-                                           first=first)
+                                           first=first, combined=combined[0] if combined else None)
         metrics.update({"calibrate_s": t_cal, "evaluate_s": time.perf_counter() - t_eval,
                         "refit_workers": float(workers)})
 
@@ -274,14 +275,17 @@ FIGURES = ("figures/extrapolation.png", "figures/pred_vs_measured.png", "figures
 
 
 def extrapolation_figure(runner: Any, plan: dict[str, Any], runs: list[Any], folder: str,
-                         targets: list[str]) -> list[Any]:
+                         targets: list[str], combined: list[Any] | None = None) -> list[Any]:
     """Queue the extrapolation figure as soon as the splits' refits are in (``runs``: their results, in
-    split order), ahead of the refits still waiting (:data:`carb.analysis.refits.PRIORITY`: the longest figure)."""
+    split order), ahead of the refits still waiting (:data:`carb.analysis.refits.PRIORITY`: the longest figure).
+    ``combined``: gets ``(table, predictions)`` of the splits appended (the evaluation reuses them)."""
     from carb.analysis.extrapolation import combine_splits, xval_predictions
     from carb.analysis.refits import PRIORITY
 
     preds: dict = {}
     xval = combine_splits([r.result for r in runs], plan["coverage"], predictions=preds)
+    if combined is not None:
+        combined.append((xval, preds))
     return submit_figures(runner, FIGURES[:1], folder, PRIORITY["extrapolation figure"], None, None, None, targets,
                           xval, xval_predictions(preds))
 
