@@ -569,3 +569,15 @@ def test_probe_never_replaces_a_probe_with_an_empty_or_infinite_table(tmp_path):
         with pytest.raises(MeasurementError, match="keeps device d1's earlier probe"):
             refuse_empty(bad, "d1", tmp_path / "d1.csv")
     refuse_empty(pd.DataFrame({"time_ms": [0.5, 2.0]}), "d1", tmp_path / "d1.csv")
+
+
+def test_unique_rows_matches_numpy_unique_as_a_set_and_rebuilds_the_array():
+    from carb.model.layer_cost import unique_rows
+
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 4, size=(500, 3)).astype(float)
+    uniq, inverse = unique_rows(a)
+    assert np.array_equal(uniq[inverse], a)
+    assert len(uniq) == len(np.unique(a, axis=0))
+    assert np.array_equal(uniq[0], a[0])                     # order of first appearance
+    assert uniq.shape[1] == 3 and inverse.shape == (500,)
