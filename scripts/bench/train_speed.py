@@ -4,7 +4,9 @@ competing busy process pinned to one core, and the time ``carb-quickstart`` take
 The old commit (default ``1ade655``, before the parallel, lighter evaluation refits) is checked out into a
 temporary ``git worktree`` and run with ``PYTHONPATH`` pointing at it; this tree runs the same way. Each run
 is ``python -m carb.train`` on the shipped CPU reference with its defaults (full evaluation, figures,
-registration) in a fresh ``CARB_HOME`` and working folder, so both pay for creating the store. Runs
+registration) in a fresh ``CARB_HOME`` and working folder, so both pay for creating the store (this tree starts
+a new store as a copy of the empty one in its cache, ``CARB_CACHE``, as it does on any machine after its first
+store; ``--fresh-cache`` gives every run an empty cache, so that it pays MLflow's migrations as the old one does). Runs
 alternate old, new, old, new... so a change in the machine's load hits both alike. ``CARB_N_JOBS``,
 ``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS`` and ``MKL_NUM_THREADS`` are removed from the runs'
 environment (the defaults are measured; ``--keep-env`` keeps them).
@@ -40,11 +42,18 @@ THREAD_VARS = ("CARB_N_JOBS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NU
 SHORTLIST_MARKERS = ("carb-quickstart: first shortlist after", "carb-quickstart: done in")
 
 
+#: ``--fresh-cache``: each run gets an empty ``CARB_CACHE`` (no store template).
+FRESH_CACHE = [False]
+
+
 def run_env(tree: Path, home: Path, keep_env: bool) -> dict[str, str]:
-    """The environment of one run: ``tree`` first on the path, a fresh ``CARB_HOME``, no telemetry."""
+    """The environment of one run: ``tree`` first on the path, a fresh ``CARB_HOME`` (and with ``--fresh-cache``
+    an empty ``CARB_CACHE`` beside it), no telemetry."""
     env = {k: v for k, v in os.environ.items() if keep_env or k not in THREAD_VARS}
     env.update({"PYTHONPATH": str(tree), "CARB_HOME": str(home), "MLFLOW_DISABLE_TELEMETRY": "true",
                 "DO_NOT_TRACK": "1", "PYTHONWARNINGS": "ignore"})
+    if FRESH_CACHE[0]:
+        env["CARB_CACHE"] = str(home.parent / "cache")
     return env
 
 
@@ -126,7 +135,9 @@ def main() -> None:
     ap.add_argument("--no-loaded", action="store_true", help="skip the runs beside a busy process")
     ap.add_argument("--no-quickstart", action="store_true", help="skip the quickstart timings")
     ap.add_argument("--keep-env", action="store_true", help="keep CARB_N_JOBS / *_NUM_THREADS in the runs' env")
+    ap.add_argument("--fresh-cache", action="store_true", help="an empty CARB_CACHE per run (no store template)")
     a = ap.parse_args()
+    FRESH_CACHE[0] = a.fresh_cache
     with tempfile.TemporaryDirectory(prefix="train_speed-") as tmp:
         work = Path(tmp)
         old = work / "old-tree"
