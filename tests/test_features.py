@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from carb.design.features import STATIC_FEATURES, flop_counter_mode_flops, grid_features, static_features
@@ -92,3 +93,18 @@ def test_fast_path_does_not_import_torch():
             "grid_features(load_space('screening')); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("values", [
+    pd.Series(["fp32", "bf16", "fp16", "fp32", "int8"]),                       # pandas' default strings
+    pd.Series(["fp16", None, "fp32"], dtype=object),                          # a missing value
+    np.array(["bf16", "fp32", "bf16"]),                                       # a plain array
+    pd.Series(["fp32", "fp16"]).astype("category"),
+])
+def test_lookup_gives_what_series_map_gives(values):
+    from carb.design.arch import BYTES_PER_ELEMENT, lookup
+
+    want = pd.Series(values).map(BYTES_PER_ELEMENT).to_numpy(float)
+    got = lookup(values, BYTES_PER_ELEMENT)
+    assert got.dtype == float and got.shape == want.shape
+    assert np.array_equal(got, want, equal_nan=True)

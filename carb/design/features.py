@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from carb.design.arch import BYTES_PER_ELEMENT, KNOBS, ArchConfig
+from carb.design.arch import BYTES_PER_ELEMENT, KNOBS, ArchConfig, lookup
 from carb.design.candidates import arch_codes, config_ids, configs_frame, records_frame
 from carb.design.layers import part_layers, part_runs
 
@@ -126,7 +126,7 @@ def grid_features(configs: Sequence[ArchConfig] | pd.DataFrame) -> pd.DataFrame:
     per_arch = np.array([per_image_counts(*arch_args(r)) for r in archs.itertuples(index=False)], dtype=float)
     counts = per_arch.reshape(-1, 5)[codes]
     bs = frame["batch_size"].to_numpy(float)
-    nbytes = frame["precision"].map(BYTES_PER_ELEMENT).to_numpy(float)
+    nbytes = lookup(frame["precision"], BYTES_PER_ELEMENT)
     flops = counts[:, 0] * bs
     params = counts[:, 1]
     param_mb = params * nbytes / MB

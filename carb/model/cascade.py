@@ -41,6 +41,7 @@ from sklearn.utils.validation import check_is_fitted
 from carb.data.schema import RUNTIME_FEATURES
 from carb.data.tiers import telemetry_medians
 from carb.compute import limited
+from carb.design.shapes import shared_architectures
 from carb.errors import ConfigError, DatasetError
 from carb.model.correctors import (
     Stage,
@@ -251,19 +252,20 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         self.priors_: dict[str, dict[str, Any]] = {}
         oof = pd.DataFrame(index=D.index)
         upstream: list[str] = []
-        for i, t in enumerate(targets):
-            if progress is not None:
-                progress(f"{i + 1}/{len(targets)}: {t}")
-            t0 = time.perf_counter()
-            cols = self.encoded_names_ + [pred_name(u) for u in upstream]
-            stage, oof_t, val_t = self._fit_stage(t, cols, D, Dv, X, X_val, y[t].to_numpy(float),
-                                                  y_val[t].to_numpy(float), ccfg, has_util, latency=latency)
-            self.stages_[t] = stage
-            D[pred_name(t)] = oof_t
-            Dv[pred_name(t)] = val_t
-            oof[pred_name(t)] = oof_t
-            upstream.append(t)
-            self.fit_seconds_[t] = time.perf_counter() - t0
+        with shared_architectures(X, X_val):   # the priors read these rows' architectures again and again
+            for i, t in enumerate(targets):
+                if progress is not None:
+                    progress(f"{i + 1}/{len(targets)}: {t}")
+                t0 = time.perf_counter()
+                cols = self.encoded_names_ + [pred_name(u) for u in upstream]
+                stage, oof_t, val_t = self._fit_stage(t, cols, D, Dv, X, X_val, y[t].to_numpy(float),
+                                                      y_val[t].to_numpy(float), ccfg, has_util, latency=latency)
+                self.stages_[t] = stage
+                D[pred_name(t)] = oof_t
+                Dv[pred_name(t)] = val_t
+                oof[pred_name(t)] = oof_t
+                upstream.append(t)
+                self.fit_seconds_[t] = time.perf_counter() - t0
         self.oof_predictions_ = oof
 
     def _fit_stage(self, t: str, cols: list[str], D: pd.DataFrame, Dv: pd.DataFrame, X: pd.DataFrame,
@@ -325,14 +327,15 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         D = encode(Xr, self.feature_names_)
         out = {}
         last = max((self.targets_.index(t) for t in targets or () if t in self.targets_), default=len(self.targets_) - 1)
-        for t in self.targets_[: last + 1]:
-            stage = self.stages_[t]
-            prior = stage.prior.predict(Xr) if stage.prior is not None else None
-            if prior is not None and priors is not None:
-                priors[t] = prior
-            p = stage.predict(D, Xr, prior=prior)
-            D[pred_name(t)] = p
-            out[pred_name(t)] = p
+        with shared_architectures(Xr):   # the stages' priors read the same rows' architectures
+            for t in self.targets_[: last + 1]:
+                stage = self.stages_[t]
+                prior = stage.prior.predict(Xr) if stage.prior is not None else None
+                if prior is not None and priors is not None:
+                    priors[t] = prior
+                p = stage.predict(D, Xr, prior=prior)
+                D[pred_name(t)] = p
+                out[pred_name(t)] = p
         cap = getattr(self, "power_cap_W_", None)   # absent on models pickled before it existed
         if cap and "pred_energy_J" in out and "pred_latency_ms" in out:
             out["pred_latency_ms"] = np.maximum(out["pred_latency_ms"], 1000.0 * np.asarray(out["pred_energy_J"]) / cap)

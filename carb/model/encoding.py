@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from carb.data.schema import INTERACTION_FEATURES, RUNTIME_FEATURES
-from carb.design.arch import BLOCKS, KNOBS, PRECISION_BITS, PRECISIONS, to_bool
+from carb.design.arch import BLOCKS, KNOBS, PRECISION_BITS, PRECISIONS, lookup, to_bool
 from carb.design.features import STATIC_FEATURES
 from carb.errors import ConfigError
 
@@ -88,7 +88,7 @@ def encode(X: pd.DataFrame, features: Sequence[str]) -> pd.DataFrame:
             if f == "block":
                 cols["block_bottleneck"] = (s == "bottleneck").to_numpy(float)
             elif f == "precision":
-                cols["precision_bits"] = s.map(PRECISION_BITS).to_numpy(float)
+                cols["precision_bits"] = lookup(s, PRECISION_BITS)
                 cols["precision_bf16"] = (s == "bf16").to_numpy(float)
             else:
                 cols["early_downsample"] = s.astype(bool).to_numpy(float)

@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from carb.design.arch import BYTES_PER_ELEMENT, PRECISION_BITS
+from carb.design.arch import BYTES_PER_ELEMENT, PRECISION_BITS, lookup
 from carb.design.shapes import (
     SHAPE_INPUTS,
     architectures,
@@ -83,7 +83,7 @@ def _num(X: pd.DataFrame, col: str) -> np.ndarray:
 
 def input_MB(X: pd.DataFrame) -> np.ndarray:
     """Bytes of the input batch ``(B, 3, H, H)`` at the row's precision, MB; shape (n,)."""
-    bits = X["precision"].astype(str).map(PRECISION_BITS).to_numpy(float)
+    bits = lookup(X["precision"].astype(str), PRECISION_BITS)
     size = _num(X, "input_size")
     return _num(X, "batch_size") * 3.0 * size * size * bits / 8.0 / 2.0**20
 
@@ -527,7 +527,7 @@ class LayerRooflinePrior(RooflinePrior):
         arch = architectures(X)
         g = gemm_terms(X, arch=arch)
         prec = X["precision"].astype(str).to_numpy() if slot is None else np.asarray(slot)   # whose coefficients
-        mb = X["precision"].astype(str).map(BYTES_PER_ELEMENT).to_numpy(float) / 2.0**20       # the row's own bytes
+        mb = lookup(X["precision"].astype(str), BYTES_PER_ELEMENT) / 2.0**20       # the row's own bytes
         legacy = per is self.LEGACY_PER_PRECISION
 
         def column(term: str) -> np.ndarray:
