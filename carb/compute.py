@@ -182,10 +182,27 @@ def limited(n_rows: int | None = None) -> Iterator[None]:
     ``n_jobs`` and would take every core); XGBoost and LightGBM get their count as ``n_jobs``. A no-op
     where threadpoolctl is missing."""
     try:
-        from threadpoolctl import threadpool_limits
+        ctl = _controller()
     except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
         yield
         return
-    with threadpool_limits(limits=_SETTINGS["blas_threads"], user_api="blas"), \
-            threadpool_limits(limits=estimator_threads(n_rows), user_api="openmp"):
+    with ctl.limit(limits=_SETTINGS["blas_threads"], user_api="blas"), \
+            ctl.limit(limits=estimator_threads(n_rows), user_api="openmp"):
         yield
+
+
+_CONTROLLER: list[Any] = []   # [modules imported when it was made, threadpoolctl.ThreadpoolController]
+
+
+def _controller() -> Any:
+    """A ``threadpoolctl.ThreadpoolController`` of the libraries loaded now, made again only after modules were
+    imported (a new shared library comes with an import): making one scans every loaded library, about 2 ms with
+    the boosters loaded, and a screening sets limits four times."""
+    import sys
+
+    from threadpoolctl import ThreadpoolController
+
+    n = len(sys.modules)
+    if not _CONTROLLER or _CONTROLLER[0] != n:
+        _CONTROLLER[:] = [n, ThreadpoolController()]
+    return _CONTROLLER[1]
