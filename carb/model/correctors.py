@@ -89,13 +89,17 @@ class Stage:
 
     def apply_correctors(self, D: pd.DataFrame, X: pd.DataFrame, base: np.ndarray,
                          upto: int | None = None) -> np.ndarray:
-        """Apply the kept correctors in order (each sees the prediction corrected so far)."""
+        """Apply the kept correctors in order (each sees the prediction corrected so far). Each predicts only
+        its regime's rows: their :meth:`corrector_input` rows (the design columns read once for all)."""
         pred = np.asarray(base, dtype=float)
+        design = None
         for name, corr in self.correctors[:upto]:
             mask = REGIMES[name](X)
             if mask.any():
+                if design is None:
+                    design = D[self.columns].to_numpy(float)
                 z = forward_space(self.log_target)(pred).copy()
-                z[mask] += corr.predict(self.corrector_input(D, pred)[mask])
+                z[mask] += corr.predict(np.column_stack([design[mask], z[mask]]))
                 pred = inverse_space(self.log_target)(z)
         return pred
 
