@@ -22,19 +22,6 @@ BYTES_PER_ELEMENT: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2}
 PRECISIONS: tuple[str, ...] = tuple(BYTES_PER_ELEMENT)
 #: Bits per element (fp16 and bf16 are both 16 bits; bf16 keeps fp32's 8-bit exponent).
 PRECISION_BITS: dict[str, int] = {p: 8 * b for p, b in BYTES_PER_ELEMENT.items()}
-
-
-def lookup(values: Any, table: Mapping[Any, float]) -> Any:
-    """``table[v]`` for each element of ``values`` (a pandas Series or a 1-D array), NaN where the table has no
-    entry or the value is missing: a float array, shape (n,). What ``Series.map(table).to_numpy(float)`` gives,
-    with each distinct value looked up once (``map`` on pandas' Arrow strings walks every row: 3.6 ms for the
-    6,912 knot rows of a 3,072-candidate screening, 0.16 ms here, and screening asks a dozen times)."""
-    import numpy as np
-    import pandas as pd
-
-    codes, uniq = pd.factorize(values)
-    found = np.array([*(table.get(u, np.nan) for u in uniq), np.nan], dtype=float)   # -1 (missing) takes the last
-    return found[codes]
 #: torch dtype attribute name of each precision (``getattr(torch, TORCH_DTYPES[p])``).
 TORCH_DTYPES: dict[str, str] = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 #: Named stage layouts (blocks per stage). Basic: CIFAR pattern depth = 6n+2 (three stages of n
@@ -80,6 +67,19 @@ def parse_bool(value: Any, field: str = "value") -> bool:
     if b is None:
         raise ConfigError(f"{field}: must be true or false, got {value!r}")
     return b
+
+
+def lookup(values: Any, table: Mapping[Any, float]) -> Any:
+    """``table[v]`` for each element of ``values`` (a pandas Series or a 1-D array), NaN where the table has no
+    entry or the value is missing: a float array, shape (n,). What ``Series.map(table).to_numpy(float)`` gives,
+    with each distinct value looked up once (``map`` on pandas' Arrow strings walks every row: 3.6 ms for the
+    6,912 knot rows of a 3,072-candidate screening, 0.16 ms here, and screening asks a dozen times)."""
+    import numpy as np
+    import pandas as pd
+
+    codes, uniq = pd.factorize(values)
+    found = np.array([*(table.get(u, np.nan) for u in uniq), np.nan], dtype=float)   # -1 (missing) takes the last
+    return found[codes]
 
 
 def depth_of(block: str, stages: Sequence[int]) -> int:

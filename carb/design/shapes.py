@@ -375,7 +375,7 @@ def native_terms(frame: pd.DataFrame, threads: int, onednn: tuple[str, ...] | li
     keys, cfgs = arch if arch is not None else architectures(frame)
     batch = pd.to_numeric(frame["batch_size"], errors="coerce").to_numpy(float)
     prec = frame["precision"].astype(str).to_numpy()
-    nbytes = lookup(frame["precision"].astype(str), BYTES_PER_ELEMENT)
+    nbytes = lookup(prec, BYTES_PER_ELEMENT)
     sums = _row_values(keys, cfgs, lambda *a: _native_sums(a, int(threads))).reshape(len(keys), 3, 3)
     on = np.isin(prec, list(onednn))
     regime = np.where(~on, 2, np.where(prec != "fp32", -1, np.where(batch <= 1, 0, np.where(batch < 16, 1, -1))))

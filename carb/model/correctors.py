@@ -76,10 +76,13 @@ class Stage:
             return np.maximum(self.prior.floor_MB(X), self.floor)
         return self.floor
 
-    def corrector_input(self, D: pd.DataFrame, base: np.ndarray) -> np.ndarray:
+    def corrector_input(self, D: pd.DataFrame, base: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
         """Corrector features: the stage's design columns plus its current prediction in the fitting
-        space, shape (n_rows, n_columns + 1)."""
-        return np.column_stack([D[self.columns].to_numpy(float), forward_space(self.log_target)(base)])
+        space, shape (n_rows, n_columns + 1); ``rows`` (a mask): only those rows, shape (n_selected, ...)."""
+        design, z = D[self.columns].to_numpy(float), forward_space(self.log_target)(base)
+        if rows is not None:
+            design, z = design[rows], z[rows]
+        return np.column_stack([design, z])
 
     def predict(self, D: pd.DataFrame, X: pd.DataFrame, prior: np.ndarray | None = None) -> np.ndarray:
         """Prediction (target units) for design rows ``D`` (which hold the upstream predictions) of
@@ -89,17 +92,14 @@ class Stage:
 
     def apply_correctors(self, D: pd.DataFrame, X: pd.DataFrame, base: np.ndarray,
                          upto: int | None = None) -> np.ndarray:
-        """Apply the kept correctors in order (each sees the prediction corrected so far). Each predicts only
-        its regime's rows: their :meth:`corrector_input` rows (the design columns read once for all)."""
+        """Apply the kept correctors in order (each sees the prediction corrected so far); each builds its
+        input for its regime's rows only."""
         pred = np.asarray(base, dtype=float)
-        design = None
         for name, corr in self.correctors[:upto]:
             mask = REGIMES[name](X)
             if mask.any():
-                if design is None:
-                    design = D[self.columns].to_numpy(float)
                 z = forward_space(self.log_target)(pred).copy()
-                z[mask] += corr.predict(np.column_stack([design[mask], z[mask]]))
+                z[mask] += corr.predict(self.corrector_input(D, pred, mask))
                 pred = inverse_space(self.log_target)(z)
         return pred
 

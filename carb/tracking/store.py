@@ -152,11 +152,9 @@ def _init_sqlite(db: Path) -> None:
             try:
                 mlflow_module().MlflowClient().search_experiments(max_results=1)
             except Exception:
-                if not seeded:
-                    raise
-                _drop_template(db)   # a template MLflow refuses: start this store the slow way
-                mlflow_module().MlflowClient().search_experiments(max_results=1)
-                seeded = False
+                if seeded:   # a template MLflow refuses after all: neither it nor this copy is kept
+                    _drop_template(db)
+                raise
             if fresh and not seeded and db.exists():   # a store MLflow just made: its empty schema
                 save_template(db)
             _hide_empty_default()
@@ -181,8 +179,9 @@ def seed_from_template(db: Path) -> bool:
     whether it did. A new SQLite store otherwise runs MLflow's whole schema migration, about 1.2 s of CPU (a
     tenth of ``carb-train``'s CPU on two cores) and thousands of disk syncs; the copy takes milliseconds. The
     template holds only the migrated schema (no experiment: MLflow makes its Default experiment on opening,
-    with this store's own paths), so the copy is what a migration makes; MLflow checks its schema revision
-    when it opens it, and :func:`_init_sqlite` falls back to the migration if it refuses it."""
+    with this store's own paths), so the copy is what a migration makes. A template of another schema revision,
+    or no SQLite file, is dropped here; one MLflow still refuses on opening is dropped by :func:`_init_sqlite`
+    with the copy (the command fails once with MLflow's error, and the next run migrates)."""
     import shutil
 
     src = template_path()
@@ -207,6 +206,7 @@ def save_template(db: Path) -> None:
     a consistent copy (SQLite's backup), its experiments removed. Silently nothing where the cache cannot be
     written."""
     import sqlite3
+    from contextlib import closing
 
     dst = template_path()
     if dst.exists():
@@ -214,10 +214,11 @@ def save_template(db: Path) -> None:
     tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
     try:
         dst.parent.mkdir(parents=True, exist_ok=True)
-        with sqlite3.connect(db) as src, sqlite3.connect(tmp) as out:
+        with closing(sqlite3.connect(db)) as src, closing(sqlite3.connect(tmp)) as out:
             src.backup(out)
-            out.execute("DELETE FROM experiment_tags")
-            out.execute("DELETE FROM experiments")
+            with out:   # one transaction, committed
+                out.execute("DELETE FROM experiment_tags")
+                out.execute("DELETE FROM experiments")
         os.replace(tmp, dst)
     except (OSError, sqlite3.Error):
         tmp.unlink(missing_ok=True)
@@ -226,9 +227,10 @@ def save_template(db: Path) -> None:
 def _template_ok(src: Path) -> bool:
     """Whether ``src`` is an SQLite store of MLflow's current schema revision (the one it migrates to)."""
     import sqlite3
+    from contextlib import closing
 
     try:
-        with sqlite3.connect(f"{src.as_uri()}?mode=ro", uri=True) as c:
+        with closing(sqlite3.connect(f"{src.as_uri()}?mode=ro", uri=True)) as c:
             rows = c.execute("SELECT version_num FROM alembic_version").fetchall()
     except sqlite3.Error:
         return False
