@@ -57,8 +57,8 @@ def numeric_columns(frame: pd.DataFrame, exclude: Sequence[str] = ()) -> list[st
     telemetry: the user's own columns first, then the knobs and static features."""
     skip = ("pred_", "lo_", "hi_", "p_within_", "margin_", "source_pred_")
     filled = {*RUNTIME_FEATURES, *INTERACTION_FEATURES, *exclude}
-    cols = [c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c])
-            and not pd.api.types.is_bool_dtype(frame[c]) and not str(c).startswith(skip) and c not in filled]
+    cols = [c for c, dtype in frame.dtypes.items() if pd.api.types.is_numeric_dtype(dtype)
+            and not pd.api.types.is_bool_dtype(dtype) and not str(c).startswith(skip) and c not in filled]
     known = {*KNOBS, *STATIC_FEATURES, "num_classes"}
     return [c for c in cols if c not in known] + [c for c in cols if c in known]
 

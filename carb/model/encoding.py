@@ -4,7 +4,7 @@ target's prediction column.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -37,14 +37,38 @@ def interaction_features(df: pd.DataFrame) -> pd.DataFrame:
     ``batch_x_sm = batch_size * avg_sm_util``, ``flops_x_sm = log1p(flops) * avg_sm_util``,
     ``act_x_mem = log1p(total_activation_MB) * avg_mem_util``, ``util_product = avg_sm_util * avg_mem_util``.
     Utilizations are in %. Returns a new frame."""
+    return with_columns(df, interaction_values(df))
+
+
+def interaction_values(df: pd.DataFrame, telemetry: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """:func:`interaction_features`' four columns for the n rows of ``df``, each shape (n,), float: from
+    ``df``'s utilization columns, or from ``telemetry`` (``{"avg_sm_util": (n,), ...}``) where it has them."""
+    def util(c: str) -> np.ndarray:
+        if telemetry is not None and c in telemetry:
+            return np.asarray(telemetry[c], dtype=float)
+        if c not in df.columns:
+            return np.full(len(df), np.nan)
+        return pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=float)
+
+    sm, mem = util("avg_sm_util"), util("avg_mem_util")
+    return {"batch_x_sm": np.asarray(df["batch_size"], dtype=float) * sm,
+            "flops_x_sm": np.log1p(np.asarray(df["flops"], dtype=float)) * sm,
+            "act_x_mem": np.log1p(np.asarray(df["total_activation_MB"], dtype=float)) * mem,
+            "util_product": sm * mem}
+
+
+def with_columns(df: pd.DataFrame, columns: Mapping[str, np.ndarray]) -> pd.DataFrame:
+    """A copy of ``df`` with ``columns`` (name: values, shape (n,)) set: a column ``df`` has is replaced where it
+    stands, the others are added at the end in the mapping's order (as setting them one by one would, without
+    rebuilding the column labels once per column)."""
     out = df.copy()
-    sm = pd.to_numeric(out.get("avg_sm_util", np.nan), errors="coerce")
-    mem = pd.to_numeric(out.get("avg_mem_util", np.nan), errors="coerce")
-    out["batch_x_sm"] = out["batch_size"] * sm
-    out["flops_x_sm"] = np.log1p(out["flops"].astype(float)) * sm
-    out["act_x_mem"] = np.log1p(out["total_activation_MB"].astype(float)) * mem
-    out["util_product"] = sm * mem
-    return out
+    new = {c: v for c, v in columns.items() if c not in df.columns}
+    for c, v in columns.items():
+        if c not in new:
+            out[c] = v
+    if not new:
+        return out
+    return pd.concat([out, pd.DataFrame(new, index=df.index)], axis=1)
 
 
 def add_interactions(X: pd.DataFrame) -> pd.DataFrame:

@@ -46,20 +46,22 @@ import pandas as pd
 from carb.data.schema import RUNTIME_FEATURES, TARGETS
 from carb.data.tiers import batch_tier
 from carb.errors import ConfigError
-from carb.model.encoding import interaction_features, pred_name
+from carb.model.encoding import interaction_values, pred_name, with_columns
 
 
 def with_telemetry(features: pd.DataFrame, medians: Mapping[str, Mapping[str, float]]) -> pd.DataFrame:
     """Fix runtime features to the training medians of each row's batch tier (``medians`` as stored by
     the cascade: ``{tier: {column: value}, "all": {...}}``) and add the interaction features.
     The screening path: n rows in, the same n rows out with the runtime columns replaced."""
-    return interaction_features(_median_telemetry(features, medians))
+    tele = _median_values(features, medians)
+    return with_columns(features, {**tele, **interaction_values(features, tele)})
 
 
-def _median_telemetry(features: pd.DataFrame, medians: Mapping[str, Mapping[str, float]]) -> pd.DataFrame:
-    """A copy of ``features`` with the runtime columns set to the batch tier's medians (no interactions)."""
-    out = features.copy()
-    names, inv = np.unique(np.asarray(batch_tier(out["batch_size"].to_numpy()), dtype=str), return_inverse=True)
+def _median_values(features: pd.DataFrame, medians: Mapping[str, Mapping[str, float]]) -> dict[str, np.ndarray]:
+    """Each runtime column's batch-tier median per row of ``features`` ({column: (n,)}; the ``"all"`` median
+    where the tier has none)."""
+    names, inv = np.unique(np.asarray(batch_tier(features["batch_size"].to_numpy()), dtype=str), return_inverse=True)
+    out = {}
     for col in RUNTIME_FEATURES:
         fallback = float(medians.get("all", {}).get(col, float("nan")))
         lut = {t: float(v.get(col, fallback)) for t, v in medians.items()}
@@ -72,13 +74,14 @@ def screening_features(cascade: Any, features: pd.DataFrame) -> pd.DataFrame:
     """The runtime features screening gives a configuration nobody ran (n rows in, n out, interaction
     features added): predicted from its architecture by the cascade's ``telemetry_imputer_``
     (:class:`carb.model.telemetry.TelemetryImputer`) where it has one, else the batch-tier medians
-    (:func:`with_telemetry`; also for columns the imputer did not learn). One copy of the rows and the
-    interactions computed once (from the final telemetry)."""
+    (:func:`with_telemetry`; also for columns the imputer did not learn). One copy of the rows, the
+    columns set at once and the interactions computed from the final telemetry."""
     medians = getattr(cascade, "telemetry_medians_", {}) or {}
     imputer = getattr(cascade, "telemetry_imputer_", None)
-    if imputer is None:
-        return with_telemetry(features, medians)
-    return interaction_features(imputer.transform(_median_telemetry(features, medians), copy=False))
+    tele = _median_values(features, medians)
+    if imputer is not None:   # it reads the knobs and static features only
+        tele.update(imputer.predict_columns(features))
+    return with_columns(features, {**tele, **interaction_values(features, tele)})
 
 
 def screening_predict(cascade: Any, X: pd.DataFrame, monotone: bool = True) -> pd.DataFrame:

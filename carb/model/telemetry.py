@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from carb.data.schema import RUNTIME_FEATURES
-from carb.model.ensemble import side_by_side
+from carb.model.ensemble import member_predict, side_by_side
 
 #: inputs of every imputation model: knobs and static features (``precision`` and ``block`` one-hot)
 _NUMERIC = ("depth", "width_mult", "input_size", "batch_size", "flops", "params", "total_activation_MB",
@@ -107,10 +107,19 @@ class TelemetryImputer:
         """``F`` (m rows of knobs + static features) with each learned runtime column predicted; columns
         not learned are left as they are. ``copy=False``: in ``F`` itself (the caller's own copy)."""
         out = F.copy() if copy else F
+        for c, v in self.predict_columns(F).items():
+            out[c] = v
+        return out
+
+    def predict_columns(self, F: pd.DataFrame) -> dict[str, np.ndarray]:
+        """Each learned runtime column for the m rows of ``F`` (knobs + static features), ``{column: (m,)}``:
+        kernel launches per convolution times ``n_conv``, at least the fewest seen; the others clipped to the
+        range seen. Empty when nothing was learned or ``F`` has no rows."""
         if not self.models_ or not len(F):
-            return out
+            return {}
         D = np.nan_to_num(_design(F), nan=-1.0)
-        preds = side_by_side(lambda m: m.predict(D), list(self.models_.values()))   # threads: member_threads
+        preds = side_by_side(lambda m: member_predict(m, D), list(self.models_.values()))   # threads: member_threads
+        out = {}
         for c, p in zip(self.models_, preds):
             if c == "kernel_launches":
                 p = np.exp(p) * np.maximum(pd.to_numeric(F["n_conv"], errors="coerce").to_numpy(dtype=float), 1.0)
