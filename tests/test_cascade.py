@@ -152,6 +152,7 @@ def test_predictions_are_floored_at_a_positive_value(data, monkeypatch):
     smallest training target), and the downstream stages receive the floored value."""
     tr, va = data
     monkeypatch.setattr(BlendedRegressor, "predict", lambda self, X: np.full(len(X), -14.0))
+    monkeypatch.setattr(BlendedRegressor, "predict_matrix", lambda self, X: np.full(len(X), -14.0))   # serving
     off = {**CORR, "low_batch": {"enabled": False}, "high_load": {"enabled": False}}
     c = tiny(log_target=False, correctors=off, physics=False).fit(tr, tr[list(TARGETS)], va, va[list(TARGETS)])
     for t in TARGETS:

@@ -44,6 +44,7 @@ from carb.compute import limited
 from carb.design.shapes import shared_architectures
 from carb.errors import ConfigError, DatasetError
 from carb.model.correctors import (
+    Design,
     Stage,
     corrector_config,
     fit_correctors,
@@ -324,9 +325,9 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         X = prepare(X, self.feature_names_, self.feature_set, "prediction")
         idx = X.index
         Xr = X.reset_index(drop=True)
-        D = encode(Xr, self.feature_names_)
-        out = {}
         last = max((self.targets_.index(t) for t in targets or () if t in self.targets_), default=len(self.targets_) - 1)
+        D = Design(encode(Xr, self.feature_names_), extra=last + 1)   # grown by each stage's prediction
+        out = {}
         with shared_architectures(Xr):   # the stages' priors read the same rows' architectures
             for t in self.targets_[: last + 1]:
                 stage = self.stages_[t]
@@ -334,7 +335,7 @@ class CarbCascade(RegressorMixin, BaseEstimator):
                 if prior is not None and priors is not None:
                     priors[t] = prior
                 p = stage.predict(D, Xr, prior=prior)
-                D[pred_name(t)] = p
+                D.add(pred_name(t), p)
                 out[pred_name(t)] = p
         cap = getattr(self, "power_cap_W_", None)   # absent on models pickled before it existed
         if cap and "pred_energy_J" in out and "pred_latency_ms" in out:

@@ -44,6 +44,40 @@ def mae(y: np.ndarray, p: np.ndarray) -> float:
     return float(np.mean(np.abs(y - p))) if len(y) else float("nan")
 
 
+class Design:
+    """A prediction's encoded design rows as one float matrix, shape (n, k), with named columns, built once
+    (:func:`carb.model.encoding.encode`'s frame) and grown by each stage's prediction column: a stage takes
+    its columns by position instead of a pandas column selection per stage and corrector (the same
+    numbers). ``names``: the column names in order."""
+
+    def __init__(self, frame: pd.DataFrame, extra: int = 0) -> None:
+        self.names = [str(c) for c in frame.columns]
+        self._pos = {c: i for i, c in enumerate(self.names)}
+        self._values = np.empty((len(frame), len(self.names) + int(extra)))
+        self._values[:, : len(self.names)] = frame.to_numpy(dtype=float)
+
+    def __len__(self) -> int:
+        return self._values.shape[0]
+
+    def add(self, name: str, values: np.ndarray) -> None:
+        """Append (or replace) column ``name`` (n,)."""
+        if name not in self._pos:
+            if len(self.names) == self._values.shape[1]:
+                self._values = np.column_stack([self._values, np.empty(len(self))])
+            self._pos[name] = len(self.names)
+            self.names.append(name)
+        self._values[:, self._pos[name]] = values
+
+    def select(self, columns: list[str]) -> np.ndarray:
+        """Columns ``columns`` as a C-ordered float matrix (n, len(columns)); KeyError naming a missing one."""
+        return self._values[:, [self._pos[c] for c in columns]]
+
+
+def _design(D: pd.DataFrame | Design, columns: list[str]) -> np.ndarray:
+    """``columns`` of design rows ``D`` (a frame or a :class:`Design`) as a float matrix (n, len(columns))."""
+    return D.select(columns) if isinstance(D, Design) else D[columns].to_numpy(float)
+
+
 @dataclass
 class Stage:
     """One fitted cascade stage: the blended specialists, its design columns (base features plus
@@ -64,7 +98,7 @@ class Stage:
     def base_predict(self, D: pd.DataFrame, X: pd.DataFrame, prior: np.ndarray | None = None) -> np.ndarray:
         """The specialists' prediction in target units, before correctors; shape (n_rows,). ``prior``: the
         physics prior of ``X`` where the caller has it already (``self.prior.predict(X)``)."""
-        raw = self.model.predict(D[self.columns])
+        raw = self.model.predict_matrix(D.select(self.columns)) if isinstance(D, Design) else self.model.predict(D[self.columns])
         if self.prior is None:
             return raw
         return (self.prior.predict(X) if prior is None else prior) * np.exp(raw)
@@ -79,7 +113,7 @@ class Stage:
     def corrector_input(self, D: pd.DataFrame, base: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
         """Corrector features: the stage's design columns plus its current prediction in the fitting
         space, shape (n_rows, n_columns + 1); ``rows`` (a mask): only those rows, shape (n_selected, ...)."""
-        design, z = D[self.columns].to_numpy(float), forward_space(self.log_target)(base)
+        design, z = _design(D, self.columns), forward_space(self.log_target)(base)
         if rows is not None:
             design, z = design[rows], z[rows]
         return np.column_stack([design, z])

@@ -340,6 +340,21 @@ class BlendedRegressor(RegressorMixin, BaseEstimator):
         z = self._blend(X)
         return np.exp(z) if self.log_target_ else z
 
+    def predict_matrix(self, X: np.ndarray) -> np.ndarray:
+        """:meth:`predict` of a float matrix (n, ``n_features_in_``) in the fitted columns' order, built by the
+        caller from checked rows (:class:`carb.model.correctors.Design`): the same numbers without scikit-learn's
+        input check (0.07 ms a call, and a column selection of a frame before it); infinity is refused as
+        that check refuses it."""
+        check_is_fitted(self, "members_")
+        X = np.asarray(X, dtype=float)
+        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {X.shape[-1]} features, but {type(self).__name__} is expecting "
+                             f"{self.n_features_in_} features as input.")
+        if np.isinf(X).any():
+            raise ValueError("Input X contains infinity or a value too large for dtype('float64').")
+        z = self._blend(X)
+        return np.exp(z) if self.log_target_ else z
+
     def weights_by_member(self) -> dict[str, float]:
         """Fitted blend weights as ``{member: weight}``."""
         check_is_fitted(self, "weights_")

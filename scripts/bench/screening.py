@@ -7,7 +7,9 @@ decisions, Pareto front, shortlist), the model load not counted. A tree with ``s
 its default (``top_k``: the target re-scores only the source's top 100, the paper's two-stage) unless
 ``--rescore all`` (every candidate scored by both models, what older trees always did):
 
-* ``3072``: the 3,072-point ``screening`` space;
+* ``3072``: the 3,072-point ``screening`` space, in ``--repeats`` (3) fresh processes per tree, the median
+  reported (each process: load, a warm-up screening, the caches emptied, one timed screening, as a
+  ``carb-screen`` process screens once; a single run moves by about a tenth from run to run);
 * ``100k``: a seeded random 100,000 of a widened screening space (both families, 11 batch sizes; the
   grid of the numbers quoted in issue 32: 9,900 architectures);
 * ``1m``: a seeded random 1,000,000 of a NAS-sized space (57 width multipliers, 15 input sizes, three
@@ -41,6 +43,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = {3072: "3072", 100_000: "100k", 1_000_000: "1m"}
+SMALL = 10_000   # grids under this many candidates are screened in --repeats fresh processes per tree
 
 
 def space_for(n: int, seed: int = 0) -> dict:
@@ -189,6 +192,9 @@ def main() -> None:
     ap.add_argument("--target", default=None, help="a registered model instead (models:/<name>@<alias>)")
     ap.add_argument("--rescore", default=None, choices=["top_k", "all"],
                     help="screen.rescore for trees that have it (default: the tree's own, top_k)")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help=f"fresh processes per tree for grids under {SMALL:,} candidates (the median is reported: one "
+                         "screening of a third of a second moves by a tenth from run to run)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--model", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
@@ -224,15 +230,28 @@ def _compare(a: argparse.Namespace, sizes: list[int], trees: dict[str, Path], tm
                 res[(kind, n)] = (f"skipped: 100k took {prev['total_s']:.1f} s, x{n // 100_000} > "
                                   f"--old-cap-s {a.old_cap_s:.0f}")
             else:
-                res[(kind, n)] = _sub(tree, ["--worker", "screen", "--model", str(model), "--n", str(n)],
-                                      a.old_cap_s if kind == "old" else None)
+                runs = [_sub(tree, ["--worker", "screen", "--model", str(model), "--n", str(n)],
+                             a.old_cap_s if kind == "old" else None) for _ in range(a.repeats if n < SMALL else 1)]
+                res[(kind, n)] = _median_run(runs)
             r = res[(kind, n)]
-            print(f"  {kind} {NAMES.get(n, n)}: " + (f"{r['total_s']:.2f} s (candidates {r['candidates_s']:.2f}, "
+            print(f"  {kind} {NAMES.get(n, n)}: " + (f"{r['total_s']:.2f} s" + (
+                  f" (median of {len(r['runs_s'])} processes: " + ", ".join(f"{v:.3f}" for v in r["runs_s"]) + ")"
+                  if len(r.get("runs_s", ())) > 1 else "") + f" (candidates {r['candidates_s']:.2f}, "
                   f"features {r['features_s']:.2f}, screen {r['screen_s']:.2f} of which prediction "
                   f"{r['predict_s']:.2f}), CPU {r.get('cpu_s', float('nan')):.1f} s, peak {r['peak_MB']:.0f} MB"
                   + (f" (+ workers up to {r['workers_peak_MB']:.0f} MB each)" if r.get("workers_peak_MB") else "")
                   if isinstance(r, dict) else r), flush=True)
     return res
+
+
+def _median_run(runs: list[dict | str]) -> dict | str:
+    """The run of median total time among ``runs`` (each a worker's JSON, or why there is none), with every
+    run's total in ``runs_s``; the first failure where one failed."""
+    failed = [r for r in runs if not isinstance(r, dict)]
+    if failed:
+        return failed[0]
+    ordered = sorted(runs, key=lambda r: r["total_s"])
+    return {**ordered[(len(ordered) - 1) // 2], "runs_s": [r["total_s"] for r in runs]}
 
 
 def _report(a: argparse.Namespace, sizes: list[int], res: dict) -> None:
