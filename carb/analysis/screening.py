@@ -630,9 +630,11 @@ def _shortlist(scored: pd.DataFrame, feas: np.ndarray, col: str, size: int) -> p
     """The front (by ``col``, ascending), then the best other feasible rows: the first ``size`` rows;
     sorts only the rows that can make it, not the whole grid."""
     front_mask = scored["pareto"].to_numpy(dtype=bool)
-    front = scored[front_mask].sort_values(col)
-    if len(front) >= size:
-        return front.head(size)
+    front_pos = np.flatnonzero(front_mask)   # sorted as DataFrame.sort_values(col) sorts them, on the one column
+    front_pos = front_pos[pd.Series(scored[col].to_numpy()[front_pos]).sort_values().index.to_numpy()]
+    if len(front_pos) >= size:
+        return scored.iloc[front_pos[:size]]   # one take of the rows shown, not of the whole front twice
+    front = scored.iloc[front_pos]
     rest_idx = np.flatnonzero(feas & ~front_mask)
     need = size - len(front)
     if need > 0 and len(rest_idx) > need:

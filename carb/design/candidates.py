@@ -58,14 +58,24 @@ def arch_codes(frame: pd.DataFrame, columns: Sequence[str] = ARCH_COLUMNS) -> tu
     return rank[inverse.ravel()], frame[cols].iloc[first[order]].reset_index(drop=True)
 
 
-def config_ids(frame: pd.DataFrame) -> np.ndarray:
+def frame_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """``frame.to_dict("records")``, the same Python values (numbers, booleans, text, None, NaN), built from
+    one list per column: pandas boxes each value on its own (0.8 ms for the 768 architectures of a
+    3,072-candidate screening, 0.1 ms this way)."""
+    names = [str(c) for c in frame.columns]
+    return [dict(zip(names, vals)) for vals in zip(*(frame[c].tolist() for c in frame.columns))] if len(names) \
+        else [{} for _ in range(len(frame))]
+
+
+def config_ids(frame: pd.DataFrame, architectures: tuple[np.ndarray, pd.DataFrame] | None = None) -> np.ndarray:
     """:attr:`ArchConfig.config_id` of every row of a knob frame (normalized values, as
     :func:`space_frame` gives them): the same 16-hex-digit SHA-1 of the same JSON, built per row as text
-    (about 1 us a row instead of 14)."""
+    (about 1 us a row instead of 14). ``architectures``: :func:`arch_codes` of the frame where the caller
+    has it."""
     n = len(frame)
     if not n:
         return np.array([], dtype=object)
-    codes, archs = arch_codes(frame)
+    codes, archs = architectures if architectures is not None else arch_codes(frame)
     mid, tail = [], []
     default_inner = KNOB_DEFAULTS["inner_mult"]
     for r in archs.itertuples(index=False):
@@ -100,21 +110,21 @@ def records_frame(frame: pd.DataFrame, source: str = "grid") -> pd.DataFrame:
     df = df.assign(**{k: v for k, v in defaults.items() if k not in df.columns})
     if df["stages"].dtype == object:     # a list of blocks per stage -> '2-2-2-2' (hashable)
         df["stages"] = [("-".join(map(str, v)) if isinstance(v, (list, tuple, np.ndarray)) else v) for v in df["stages"]]
-    for c in ("stages", "inner_mult"):
-        if df[c].dtype == object or pd.api.types.is_float_dtype(df[c]):
-            df[c] = df[c].astype(object).where(df[c].notna(), None)
     arch_cols = [c for c in ARCH_COLUMNS]
-    codes, archs = arch_codes(df, arch_cols)
-    first_row = pd.Series(np.arange(len(df))).groupby(codes).first().to_numpy()
+    codes, archs = arch_codes(df, arch_cols)     # a missing value is one value of its own here
+    for c in ("stages", "inner_mult"):             # missing -> None, per distinct architecture
+        if archs[c].dtype == object or pd.api.types.is_float_dtype(archs[c]):
+            archs[c] = archs[c].astype(object).where(archs[c].notna(), None)
+    first_row = np.unique(codes, return_index=True)[1]     # codes are 0.. in first-seen order
     b0, p0 = df["batch_size"].iloc[:1].tolist()[0], df["precision"].iloc[:1].tolist()[0]   # Python scalars
     recs = []
-    for j, r in enumerate(archs.to_dict("records")):
+    for j, r in enumerate(frame_records(archs)):
         recs.append(arch_record(_checked(source, int(first_row[j]), {**r, "batch_size": b0, "precision": p0})))
-    base = archs.head(1).to_dict("records")[0]
+    base = frame_records(archs.head(1))[0]
     values: dict[str, list] = {}
     for col, attr in (("batch_size", "batch_size"), ("precision", "precision")):
         vcodes, uniq = pd.factorize(df[col].astype(object), use_na_sentinel=False)
-        first = pd.Series(np.arange(len(df))).groupby(vcodes).first().to_numpy()
+        first = np.unique(vcodes, return_index=True)[1]    # factorize codes are 0.. in first-seen order
         norm = [getattr(_checked(source, int(first[k]), {**base, "batch_size": b0, "precision": p0, col: u}), attr)
                 for k, u in enumerate(uniq)]
         values[col] = np.asarray(norm, dtype=object)[vcodes]

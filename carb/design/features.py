@@ -28,7 +28,7 @@ import pandas as pd
 
 from carb.design.arch import BYTES_PER_ELEMENT, KNOBS, ArchConfig, lookup
 from carb.design.candidates import arch_codes, config_ids, configs_frame, records_frame
-from carb.design.layers import part_layers, part_runs
+from carb.design.layers import part_layers, part_runs, stage_parts
 
 MB = 2.0**20
 STATIC_FEATURES = ("flops", "params", "param_size_MB", "total_activation_MB", "max_activation_MB",
@@ -78,6 +78,7 @@ def clear_caches() -> None:
     per_image_counts.cache_clear()
     _part_counts.cache_clear()
     part_layers.cache_clear()
+    stage_parts.cache_clear()
 
 
 def _derived(flops: np.ndarray, params: np.ndarray, param_mb: np.ndarray, act_mb: np.ndarray) -> dict[str, np.ndarray]:
@@ -132,7 +133,7 @@ def grid_features(configs: Sequence[ArchConfig] | pd.DataFrame) -> pd.DataFrame:
     param_mb = params * nbytes / MB
     act_mb = counts[:, 2] * bs * nbytes / MB
     df = frame[list(KNOBS)].copy()
-    df.insert(0, "config_id", config_ids(frame))
+    df.insert(0, "config_id", config_ids(frame, (codes, archs)))
     df["flops"] = flops
     df["params"] = params.astype("int64")
     df["param_size_MB"] = param_mb

@@ -174,6 +174,18 @@ def part_runs(block: str, layout: tuple[int, ...], width_mult: float, input_size
     """:func:`parts` as runs ``(part, count)``: consecutive parts of the same kind and shape collapsed (the
     blocks of a stage after its first are alike), so a closed-form sum over a 200-layer network visits
     a dozen parts, not seventy. Same arguments as :func:`parts`; ``sum(count)`` is the number of parts."""
+    if layout and min(layout) >= 1:   # the parts' shapes do not depend on the blocks per stage: shared
+        stem, stages, head = stage_parts(block, len(layout), width_mult, input_size, early_downsample,
+                                         num_classes, inner_mult)
+        runs = [(stem, 1)]
+        for (first, second), n_blocks in zip(stages, layout):
+            for part, count in ((first, 1), (second, n_blocks - 1))[: min(n_blocks, 2)]:
+                if runs[-1][0].kind == "block" and runs[-1][0].shape == part.shape:
+                    runs[-1] = (runs[-1][0], runs[-1][1] + count)
+                else:
+                    runs.append((part, count))
+        runs.append((head, 1))
+        return runs
     widths = stage_widths(len(layout), width_mult)
     part = Part("stem", STEM_STAGE, -1, (widths[0], input_size, bool(early_downsample)))
     runs: list[tuple[Part, int]] = [(part, 1)]
@@ -190,6 +202,29 @@ def part_runs(block: str, layout: tuple[int, ...], width_mult: float, input_size
     last = part_layers(part.kind, part.shape)[-1]
     runs.append((Part("head", len(layout), -1, (last.out_channels, last.out_size, num_classes, len(layout))), 1))
     return runs
+
+
+@lru_cache(maxsize=65536)
+def stage_parts(block: str, n_stages: int, width_mult: float, input_size: int, early_downsample: bool,
+                num_classes: int = 1000, inner_mult: float = 1.0) -> tuple[Part, tuple[tuple[Part, Part], ...], Part]:
+    """``(stem, ((first block, second block) per stage), head)`` of a network of ``n_stages`` stages, as
+    :func:`part_runs` walks them: a stage's later blocks are shaped like its second, and a block's output
+    shape does not depend on its stride's place (the first and second block of a stage give the same), so
+    these are the same for every number of blocks per stage (at least one each). Cached: the depths of a
+    family at one width, input size and stem share them."""
+    widths = stage_widths(n_stages, width_mult)
+    part = stem = Part("stem", STEM_STAGE, -1, (widths[0], input_size, bool(early_downsample)))
+    stages = []
+    for i, planes in enumerate(widths):
+        pair = []
+        for j in range(2):
+            last = part_layers(part.kind, part.shape)[-1]
+            part = Part("block", i, j, (block, last.out_channels, planes, 2 if (i > 0 and j == 0) else 1,
+                                        last.out_size, inner_mult))
+            pair.append(part)
+        stages.append((pair[0], pair[1]))
+    last = part_layers(part.kind, part.shape)[-1]
+    return stem, tuple(stages), Part("head", n_stages, -1, (last.out_channels, last.out_size, num_classes, n_stages))
 
 
 @lru_cache(maxsize=65536)

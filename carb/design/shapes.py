@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from carb.design.arch import BYTES_PER_ELEMENT, KNOB_DEFAULTS, KNOBS, ArchConfig, configs_from_records, lookup
-from carb.design.candidates import arch_codes
+from carb.design.candidates import arch_codes, frame_records
 from carb.design.layers import arch_key, out_side, part_layers, part_runs
 from carb.errors import ConfigError, DatasetError
 
@@ -134,14 +134,13 @@ def find_architectures(frame: pd.DataFrame) -> tuple[np.ndarray, dict[int, objec
     if missing:
         raise DatasetError(f"layer shapes need knob column(s) {missing}; the data lacks them")
     arch_cols = [c for c in _ARCH_KNOBS if c in frame.columns]
-    arch = frame[arch_cols].copy()
-    for k, v in KNOB_DEFAULTS.items():
-        if k in arch.columns:
-            arch[k] = arch[k].fillna(v)
-    if "stages" in arch.columns:
-        arch["stages"] = arch["stages"].astype(object).where(arch["stages"].notna(), None)
-    keys, uniq = arch_codes(arch, arch_cols)
-    recs = [dict(r, batch_size=1, precision="fp32") for r in uniq.to_dict("records")]
+    keys, uniq = arch_codes(frame, arch_cols)   # a missing knob is a value of its own here: its default is put
+    for k, v in KNOB_DEFAULTS.items():          # in below, per distinct architecture (two codes may then name
+        if k in uniq.columns:                   # the same network; each row still gets its own one)
+            uniq[k] = uniq[k].fillna(v)
+    if "stages" in uniq.columns:
+        uniq["stages"] = uniq["stages"].astype(object).where(uniq["stages"].notna(), None)
+    recs = [dict(r, batch_size=1, precision="fp32") for r in frame_records(uniq)]
     try:     # each architecture validated once per process (a cascade's priors ask a dozen times per predict)
         return keys, {u: _arch_config(tuple(r.items())) for u, r in enumerate(recs)}
     except (ConfigError, TypeError):

@@ -186,6 +186,7 @@ def _precision_ranges(domain: dict[str, Any], X: pd.DataFrame, ranges: dict[str,
     if not by or "precision" not in X:
         return
     prec = X["precision"].astype(str).to_numpy()
+    values: dict[str, np.ndarray] = {}   # each column converted once, not once per precision
     for p, pr in by.items():
         rows = prec == p
         if not rows.any():
@@ -194,7 +195,9 @@ def _precision_ranges(domain: dict[str, Any], X: pd.DataFrame, ranges: dict[str,
             if c not in X or c not in ranges:
                 continue
             glo, ghi = ranges[c]
-            v = pd.to_numeric(X[c], errors="coerce").to_numpy(dtype=float)
+            if c not in values:
+                values[c] = pd.to_numeric(X[c], errors="coerce").to_numpy(dtype=float)
+            v = values[c]
             why.add(np.flatnonzero(rows & (v > hi) & (v <= ghi)), v,
                     lambda x, c=c, hi=hi, p=p: f"{c} {_fmt(c, x)} > {_fmt(c, hi)} for {p}")
             why.add(np.flatnonzero(rows & (v < lo) & (v >= glo)), v,
