@@ -139,3 +139,18 @@ def test_with_columns_replaces_in_place_and_appends_in_order():
     assert list(f.columns) == ["a", "b"] and f["a"].tolist() == [1, 2]      # the caller's frame is untouched
     v = interaction_values(pd.DataFrame({"batch_size": [2], "flops": [np.e - 1], "total_activation_MB": [0.0]}))
     assert np.isnan(v["batch_x_sm"][0]) and np.isnan(v["util_product"][0])   # no telemetry: NaN, as before
+
+
+def test_a_corrector_on_two_threads_gives_its_one_thread_numbers():
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    from carb.model.ensemble import HIST_THREAD_ROWS, _takes_threads, hist_predict
+
+    X, y = _xy(n=400, seed=5)
+    h = HistGradientBoostingRegressor(max_iter=40, max_depth=3, random_state=0).fit(X.to_numpy(), y)
+    big = np.random.default_rng(6).uniform(0, 3, (HIST_THREAD_ROWS + 37, 4))
+    with member_threads(2):
+        assert _takes_threads(HistGradientBoostingRegressor)   # the two-thread path is the one under test
+        assert np.array_equal(hist_predict(h, big), h.predict(big))
+        assert np.array_equal(hist_predict(h, big[:50]), h.predict(big[:50]))
+    assert np.array_equal(hist_predict(h, big), h.predict(big))

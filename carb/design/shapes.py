@@ -57,7 +57,7 @@ def _walk(block: str, layout: tuple[int, ...], width_mult: float, input_size: in
     rows, elem, n_elem = [], 0, 0
     for part, k in part_runs(block, layout, width_mult, input_size, early_downsample, num_classes, inner_mult):
         convs, e, n = _part_shapes(part.kind, part.shape)
-        rows.append(np.tile(convs, (k, 1)) if k > 1 else convs)
+        rows.extend([convs] * k)      # the part's rows k times, in order: one concatenation (np.tile: 10 us a call)
         elem, n_elem = elem + k * e, n_elem + k * n
     a = np.concatenate(rows)
     a.setflags(write=False)

@@ -16,7 +16,7 @@ import pandas as pd
 
 from carb.data.tiers import hardware_stress, low_batch
 from carb.errors import ConfigError
-from carb.model.ensemble import BlendedRegressor
+from carb.model.ensemble import BlendedRegressor, hist_predict
 
 DEFAULT_CORRECTORS: dict[str, Any] = {
     "low_batch": {"enabled": True, "targets": None},
@@ -133,7 +133,7 @@ class Stage:
             mask = REGIMES[name](X)
             if mask.any():
                 z = forward_space(self.log_target)(pred).copy()
-                z[mask] += corr.predict(self.corrector_input(D, pred, mask))
+                z[mask] += hist_predict(corr, self.corrector_input(D, pred, mask))
                 pred = inverse_space(self.log_target)(z)
         return pred
 

@@ -530,14 +530,19 @@ class LayerRooflinePrior(RooflinePrior):
         mb = lookup(X["precision"].astype(str), BYTES_PER_ELEMENT) / 2.0**20       # the row's own bytes
         legacy = per is self.LEGACY_PER_PRECISION
 
-        def column(term: str) -> np.ndarray:
-            v = g[term].to_numpy(float)
-            return v * mb if (term in self.BYTE_TERMS or legacy and term in dict(shared)) else v
+        values: dict[str, np.ndarray] = {}   # each term read once, each precision's rows found once
 
+        def column(term: str) -> np.ndarray:
+            if term not in values:
+                v = g[term].to_numpy(float)
+                values[term] = v * mb if (term in self.BYTE_TERMS or legacy and term in dict(shared)) else v
+            return values[term]
+
+        mine = {p: prec == p for p in self.precisions_}
         cols = [np.ones(len(X))]
         for p in self.precisions_:
             for term, _ in per:
-                cols.append(np.where(prec == p, column(term), 0.0))
+                cols.append(np.where(mine[p], column(term), 0.0))
         for term, _ in shared:
             cols.append(column(term))
         if getattr(self, "large_alloc_", None):   # absent on priors pickled before the term existed
@@ -547,7 +552,7 @@ class LayerRooflinePrior(RooflinePrior):
             nt = native_terms(X, native["threads"], native["onednn"], arch=arch)
             for p in self.precisions_:
                 for term in ("native_weight_MB", "native_aliased_MAC"):
-                    cols.append(np.where(prec == p, nt[term].to_numpy(float), 0.0))
+                    cols.append(np.where(mine[p], nt[term].to_numpy(float), 0.0))
         return np.column_stack(cols)
 
     def stand_in(self, precision: str) -> str:
