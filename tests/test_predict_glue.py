@@ -154,3 +154,20 @@ def test_a_corrector_on_two_threads_gives_its_one_thread_numbers():
         assert np.array_equal(hist_predict(h, big), h.predict(big))
         assert np.array_equal(hist_predict(h, big[:50]), h.predict(big[:50]))
     assert np.array_equal(hist_predict(h, big), h.predict(big))
+
+
+def test_encode_spreads_each_distinct_category_and_names_the_bad_rows():
+    from carb.errors import ConfigError
+    from carb.model.encoding import encode
+
+    X = pd.DataFrame({"block": ["basic", "bottleneck", "basic"], "precision": ["fp32", "bf16", "fp16"],
+                      "early_downsample": ["true", "0", "FALSE"], "depth": [14, 50, 20]})
+    D = encode(X, ["block", "precision", "early_downsample", "depth"])
+    assert list(D.columns) == ["block_bottleneck", "precision_bits", "precision_bf16", "early_downsample", "depth"]
+    assert D["block_bottleneck"].tolist() == [0, 1, 0] and D["precision_bits"].tolist() == [32, 16, 16]
+    assert D["precision_bf16"].tolist() == [0, 1, 0] and D["early_downsample"].tolist() == [1, 0, 0]
+    assert encode(X.assign(early_downsample=[True, False, True]), ["early_downsample"])["early_downsample"].tolist() == [1, 0, 1]
+    with pytest.raises(ConfigError, match=r"column 'precision' allows .*rows 1 \(e.g. 'int8'\)"):
+        encode(X.assign(precision=["fp32", "int8", "fp16"]), ["precision"])
+    with pytest.raises(ConfigError, match=r"column 'early_downsample' allows .*rows 0, 2 "):
+        encode(X.assign(early_downsample=["maybe", "1", None]), ["early_downsample"])

@@ -580,7 +580,7 @@ def _spread(features: pd.DataFrame, part: pd.DataFrame, rows: np.ndarray) -> pd.
     cols: dict[str, Any] = {}
     for c in part.columns:
         v = part[c]
-        if c in features.columns and features[c].iloc[rows].reset_index(drop=True).equals(v.reset_index(drop=True)):
+        if c in features.columns and _unchanged(features[c], v, rows):
             cols[c] = features[c].array      # as it is (text stays text: no million Python strings)
             continue
         if pd.api.types.is_bool_dtype(v.dtype):
@@ -592,6 +592,16 @@ def _spread(features: pd.DataFrame, part: pd.DataFrame, rows: np.ndarray) -> pd.
         full[rows] = v.to_numpy()
         cols[c] = full if full.dtype != object else pd.array(full, dtype=v.dtype)
     return pd.DataFrame(cols)
+
+
+def _unchanged(column: pd.Series, part: pd.Series, rows: np.ndarray) -> bool:
+    """Whether ``part`` (the scored rows' values of a column) is ``column`` at positions ``rows``, as
+    ``Series.equals`` says it (same dtype, same values, NaN equal to NaN); numbers compared as arrays."""
+    if column.dtype != part.dtype:
+        return False
+    if isinstance(column.dtype, np.dtype) and column.dtype.kind in "biuf":
+        return np.array_equal(column.to_numpy()[rows], part.to_numpy(), equal_nan=column.dtype.kind == "f")
+    return column.iloc[rows].reset_index(drop=True).equals(part.reset_index(drop=True))
 
 
 def _featurize_part(models: tuple[Any, Any], part: pd.DataFrame) -> pd.DataFrame:

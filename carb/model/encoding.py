@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from carb.data.schema import INTERACTION_FEATURES, RUNTIME_FEATURES
-from carb.design.arch import BLOCKS, KNOBS, PRECISION_BITS, PRECISIONS, lookup, to_bool
+from carb.design.arch import BLOCKS, KNOBS, PRECISION_BITS, PRECISIONS, to_bool
 from carb.design.features import STATIC_FEATURES
 from carb.errors import ConfigError
 
@@ -100,22 +100,20 @@ def encode(X: pd.DataFrame, features: Sequence[str]) -> pd.DataFrame:
     cols: dict[str, np.ndarray] = {}
     for f in features:
         v = X[f]
-        if f in CATEGORIES:
-            if f == "early_downsample":   # to_bool of each row; a bool column is its own answer
-                s = v if v.dtype == bool else v.map(to_bool)
-            else:
-                s = v.astype("object")
-            bad = (~s.isin(CATEGORIES[f])).to_numpy()
+        if f in CATEGORIES:   # each distinct value checked and encoded once, then spread over the rows
+            codes, uniq = pd.factorize(v, use_na_sentinel=False)
+            vals = list(uniq) if f != "early_downsample" or v.dtype == bool else [to_bool(u) for u in uniq]
+            bad = np.array([u not in CATEGORIES[f] for u in vals], dtype=bool)[codes]
             if bad.any():
                 raise ConfigError(f"column {f!r} allows {list(CATEGORIES[f])}; other values in rows "
                                   f"{_bad_rows(bad)} (e.g. {v.iloc[int(np.flatnonzero(bad)[0])]!r})")
             if f == "block":
-                cols["block_bottleneck"] = (s == "bottleneck").to_numpy(float)
+                cols["block_bottleneck"] = np.array([u == "bottleneck" for u in vals], dtype=float)[codes]
             elif f == "precision":
-                cols["precision_bits"] = lookup(s, PRECISION_BITS)
-                cols["precision_bf16"] = (s == "bf16").to_numpy(float)
+                cols["precision_bits"] = np.array([PRECISION_BITS.get(u, np.nan) for u in vals], dtype=float)[codes]
+                cols["precision_bf16"] = np.array([u == "bf16" for u in vals], dtype=float)[codes]
             else:
-                cols["early_downsample"] = s.astype(bool).to_numpy(float)
+                cols["early_downsample"] = np.array([bool(u) for u in vals], dtype=float)[codes]
         elif isinstance(v.dtype, np.dtype) and v.dtype.kind in "fiu":   # already numbers: nothing to check
             cols[f] = v.to_numpy(float)
         else:
