@@ -7,7 +7,7 @@ decisions, Pareto front, shortlist), the model load not counted. A tree with ``s
 its default (``top_k``: the target re-scores only the source's top 100, the paper's two-stage) unless
 ``--rescore all`` (every candidate scored by both models, what older trees always did):
 
-* ``3072``: the 3,072-point ``screening`` space, in ``--repeats`` (3) fresh processes per tree, the median
+* ``3072``: the 3,072-point ``screening`` space, in ``--repeats`` (5) fresh processes per tree, the median
   reported (each process: load, a warm-up screening, the caches emptied, one timed screening, as a
   ``carb-screen`` process screens once; a single run moves by about a tenth from run to run);
 * ``100k``: a seeded random 100,000 of a widened screening space (both families, 11 batch sizes; the
@@ -192,7 +192,7 @@ def main() -> None:
     ap.add_argument("--target", default=None, help="a registered model instead (models:/<name>@<alias>)")
     ap.add_argument("--rescore", default=None, choices=["top_k", "all"],
                     help="screen.rescore for trees that have it (default: the tree's own, top_k)")
-    ap.add_argument("--repeats", type=int, default=3,
+    ap.add_argument("--repeats", type=int, default=5,
                     help=f"fresh processes per tree for grids under {SMALL:,} candidates (the median is reported: one "
                          "screening of a third of a second moves by a tenth from run to run)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
