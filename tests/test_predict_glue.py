@@ -171,3 +171,55 @@ def test_encode_spreads_each_distinct_category_and_names_the_bad_rows():
         encode(X.assign(precision=["fp32", "int8", "fp16"]), ["precision"])
     with pytest.raises(ConfigError, match=r"column 'early_downsample' allows .*rows 0, 2 "):
         encode(X.assign(early_downsample=["maybe", "1", None]), ["early_downsample"])
+
+
+def test_gemm_terms_and_im2col_by_parts_equal_the_whole_walk():
+    import random
+
+    from carb.design import shapes as SH
+
+    rng = random.Random(1)
+    for _ in range(300):
+        block = rng.choice(["basic", "bottleneck"])
+        layout = tuple(rng.choice([1, 2, 3, 8, 36]) for _ in range(rng.choice([1, 3, 4, 5])))
+        args = (block, layout, rng.choice([0.25, 0.61, 1.0, 2.7]), rng.choice([16, 33, 97, 224]),
+                rng.choice([True, False]), rng.choice([10, 1000]), rng.choice([1.0, 1.5]))
+        a, elem, n_elem = SH._walk(*args)       # every row of the network, as the walk makes them
+        m, n, k = a[:, 0], a[:, 1], a[:, 2]
+        whole = (float((m * n * k).sum()), float((m * k).sum()), float((m * n).sum()), float((n * k).sum()),
+                 float(m.sum()), float(elem), float(len(a) + n_elem), float(m[0] * n[0] * k[0]))
+        assert SH.per_image_terms(*args) == whole
+        big = a[:, 3] > 1
+        assert SH._max_im2col(args) == (float((a[big, 0] * a[big, 2]).max()) if big.any() else 0.0)
+
+
+def test_network_counts_by_distinct_parts_equal_a_sum_over_every_layer():
+    import random
+
+    from carb.design.features import clear_caches, per_image_counts
+    from carb.design.layers import walk
+
+    rng = random.Random(2)
+    clear_caches()
+    for _ in range(200):
+        block = rng.choice(["basic", "bottleneck"])
+        layout = tuple(rng.choice([1, 2, 3, 8, 36]) for _ in range(rng.choice([1, 3, 4, 5])))
+        args = (block, layout, rng.choice([0.25, 0.61, 1.0, 2.7]), rng.choice([16, 33, 97, 224]),
+                rng.choice([True, False]), rng.choice([10, 1000]), rng.choice([1.0, 1.5]))
+        flops = params = total = most = n_conv = 0
+        for spec in walk(*args):                 # every layer of the forward, one by one
+            out = spec.out_elements
+            params += spec.params
+            if spec.kind in ("conv", "linear"):
+                flops += spec.macs
+                n_conv += spec.kind == "conv"
+            elif spec.kind == "bn":
+                flops += 2 * out
+            elif spec.kind == "avgpool":
+                flops += spec.in_elements
+            if spec.kind != "add":
+                total += out
+                most = max(most, out)
+        got = per_image_counts(*args)
+        assert got == (float(flops), params, float(total), float(most), n_conv)
+        assert [type(v) for v in got] == [float, int, float, float, int]

@@ -28,7 +28,7 @@ import pandas as pd
 
 from carb.design.arch import BYTES_PER_ELEMENT, KNOBS, ArchConfig, lookup
 from carb.design.candidates import arch_codes, config_ids, configs_frame, records_frame
-from carb.design.layers import part_layers, part_runs, stage_parts
+from carb.design.layers import network_summary, part_layers, part_summary, stage_parts
 
 MB = 2.0**20
 STATIC_FEATURES = ("flops", "params", "param_size_MB", "total_activation_MB", "max_activation_MB",
@@ -39,44 +39,22 @@ STATIC_FEATURES = ("flops", "params", "param_size_MB", "total_activation_MB", "m
 def per_image_counts(block: str, layout: tuple[int, ...], width_mult: float, input_size: int,
                      early_downsample: bool, num_classes: int, inner_mult: float = 1.0) -> tuple[float, int, float, float, int]:
     """Closed-form counts for ONE image at fp32 granularity (elements, not bytes), summed over the
-    layers of :func:`carb.design.layers.walk` (same arguments), one distinct part at a time.
+    layers of :func:`carb.design.layers.walk` (same arguments), one distinct part at a time
+    (:func:`carb.design.layers.network_summary`).
 
     Returns ``(flops, params, activation_elements_total, activation_elements_max, n_conv)`` where the
     activation counts are over every leaf-module output of one forward (what forward hooks see: every
     layer but the residual add, which is no module). FLOPs follow fvcore (see the module docstring)."""
-    flops = params = act_total = act_max = n_conv = 0
-    for part, k in part_runs(block, layout, width_mult, input_size, early_downsample, num_classes, inner_mult):
-        f, p, total, most, n = _part_counts(part.kind, part.shape)
-        flops, params, act_total, n_conv = flops + k * f, params + k * p, act_total + k * total, n_conv + k * n
-        act_max = max(act_max, most)
+    flops, params, act_total, act_max, n_conv = network_summary(block, layout, width_mult, input_size,
+                                                                early_downsample, num_classes, inner_mult)[:5]
     return float(flops), int(params), float(act_total), float(act_max), int(n_conv)
-
-
-@lru_cache(maxsize=65536)
-def _part_counts(kind: str, shape: tuple) -> tuple[int, int, int, int, int]:
-    """:func:`per_image_counts` of the layers of one part of the walk (:func:`carb.design.layers.part_layers`)."""
-    flops = params = act_total = act_max = n_conv = 0
-    for spec in part_layers(kind, shape):
-        out = spec.out_elements
-        params += spec.params
-        if spec.kind in ("conv", "linear"):
-            flops += spec.macs
-            n_conv += spec.kind == "conv"
-        elif spec.kind == "bn":
-            flops += 2 * out
-        elif spec.kind == "avgpool":
-            flops += spec.in_elements
-        elif spec.kind == "add":
-            continue
-        act_total += out
-        act_max = max(act_max, out)
-    return flops, params, act_total, act_max, n_conv
 
 
 def clear_caches() -> None:
     """Empty the closed-form caches (per architecture and per part of the walk), e.g. to time a cold run."""
     per_image_counts.cache_clear()
-    _part_counts.cache_clear()
+    network_summary.cache_clear()
+    part_summary.cache_clear()
     part_layers.cache_clear()
     stage_parts.cache_clear()
 

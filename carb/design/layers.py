@@ -227,6 +227,74 @@ def stage_parts(block: str, n_stages: int, width_mult: float, input_size: int, e
     return stem, tuple(stages), Part("head", n_stages, -1, (last.out_channels, last.out_size, num_classes, n_stages))
 
 
+#: Fields of :func:`part_summary` and :func:`network_summary`, in order: FLOPs (fvcore's), parameters,
+#: activation elements in all and of the largest layer output, convolutions (the counts of
+#: :func:`carb.design.features.per_image_counts`); over the GEMM rows (a convolution's ``M`` output pixels,
+#: ``N`` output channels, ``K`` input channels x kernel area; the classifier's 1, classes, features) the sums
+#: of ``M N K``, ``M K``, ``M N``, ``N K`` and ``M``; elements the other layers pass (a pool its input, the
+#: rest their output), GEMM rows plus those layers, the largest ``M K`` of a kernel over 1 x 1 (0: none)
+#: and ``M N K`` of the first row (what :func:`carb.design.shapes.per_image_terms` and the im2col term read).
+SUMMARY_FIELDS = ("flops", "params", "act_total", "act_max", "n_conv", "mnk", "mk", "mn", "nk", "m",
+                  "elem", "passes", "im2col_max", "first_mnk")
+
+
+@lru_cache(maxsize=65536)
+def part_summary(kind: str, shape: tuple) -> tuple[int, ...]:
+    """:data:`SUMMARY_FIELDS` of one image over the layers of one part (:func:`part_layers`), whole numbers,
+    in one pass over them."""
+    flops = params = act_total = act_max = n_conv = mnk = mk = mn = nk = msum = elem = passes = im2col = 0
+    first = None
+    for spec in part_layers(kind, shape):
+        k, cout, side = spec.kind, spec.out_channels, spec.out_size
+        out = cout * side * side
+        if k == "conv" or k == "linear":
+            if k == "conv":
+                K = spec.in_channels // spec.groups * spec.kernel * spec.kernel
+                m, n = side * side, cout
+                params += cout * K
+                flops += cout * K * side * side
+                n_conv += 1
+                if spec.kernel > 1:
+                    im2col = max(im2col, m * K)
+            else:
+                m, n, K = 1, cout, spec.in_channels
+                params += spec.in_channels * cout + cout
+                flops += spec.in_channels * cout * side * side
+            mnk, mk, mn, nk, msum, passes = mnk + m * n * K, mk + m * K, mn + m * n, nk + n * K, msum + m, passes + 1
+            first = m * n * K if first is None else first
+        else:
+            pooled = k == "maxpool" or k == "avgpool"
+            elem += spec.in_elements if pooled else out
+            passes += 1
+            if k == "bn":
+                params += 2 * cout
+                flops += 2 * out
+            elif k == "avgpool":
+                flops += spec.in_elements
+        if k != "add":
+            act_total += out
+            act_max = max(act_max, out)
+    return (flops, params, act_total, act_max, n_conv, mnk, mk, mn, nk, msum, elem, passes, im2col, first or 0)
+
+
+@lru_cache(maxsize=65536)
+def network_summary(block: str, layout: tuple[int, ...], width_mult: float, input_size: int, early_downsample: bool,
+                    num_classes: int = 1000, inner_mult: float = 1.0) -> tuple[int, ...]:
+    """:data:`SUMMARY_FIELDS` of one image of a network (arguments of :func:`parts`): each part's
+    (:func:`part_summary`) times its count in :func:`part_runs`, the largest ones the largest over its parts,
+    the first row the stem's; whole numbers, so any order of summing gives the same."""
+    tot = [0] * len(SUMMARY_FIELDS)
+    first = None
+    for part, count in part_runs(block, layout, width_mult, input_size, early_downsample, num_classes, inner_mult):
+        p = part_summary(part.kind, part.shape)
+        for i in (0, 1, 2, 4, 5, 6, 7, 8, 9, 10, 11):
+            tot[i] += count * p[i]
+        tot[3], tot[12] = max(tot[3], p[3]), max(tot[12], p[12])
+        first = p[13] if first is None else first
+    tot[13] = first or 0
+    return tuple(tot)
+
+
 @lru_cache(maxsize=65536)
 def part_layers(kind: str, shape: tuple) -> tuple[LayerSpec, ...]:
     """The layers of a :class:`Part` of this kind and shape, in order; a block's are unplaced (stage and

@@ -26,7 +26,7 @@ import pandas as pd
 
 from carb.design.arch import BYTES_PER_ELEMENT, KNOB_DEFAULTS, KNOBS, ArchConfig, configs_from_records, lookup
 from carb.design.candidates import arch_codes, frame_records
-from carb.design.layers import arch_key, out_side, part_layers, part_runs
+from carb.design.layers import arch_key, network_summary, out_side, part_layers, part_runs
 from carb.errors import ConfigError, DatasetError
 
 #: Columns of :func:`gemm_terms`, in elements (not bytes) at the row's batch size:
@@ -89,11 +89,11 @@ def _part_shapes(kind: str, shape: tuple) -> tuple[np.ndarray, int, int]:
 @lru_cache(maxsize=65536)
 def per_image_terms(block: str, layout: tuple[int, ...], width_mult: float, input_size: int,
                     early_downsample: bool, num_classes: int = 1000, inner_mult: float = 1.0) -> tuple[float, ...]:
-    """:data:`GEMM_TERMS` of one image (batch 1), as a tuple in that order."""
-    a, elem, n_elem = _walk(block, layout, width_mult, input_size, early_downsample, num_classes, inner_mult)
-    m, n, k = a[:, 0], a[:, 1], a[:, 2]
-    return (float((m * n * k).sum()), float((m * k).sum()), float((m * n).sum()), float((n * k).sum()),
-            float(m.sum()), float(elem), float(len(a) + n_elem), float(m[0] * n[0] * k[0]))
+    """:data:`GEMM_TERMS` of one image (batch 1), as a tuple in that order: the sums over :func:`_walk`'s
+    rows, from each distinct part once (:func:`carb.design.layers.network_summary`; whole numbers below
+    2**53, so the same floats in any order of summing)."""
+    t = network_summary(block, layout, width_mult, input_size, early_downsample, num_classes, inner_mult)
+    return tuple(float(v) for v in (t[5], t[6], t[7], t[8], t[9], t[10], t[11], t[13]))
 
 
 _SHARED = threading.local()   # .entries: [[frame, its architectures or None], ...] inside shared_architectures
@@ -226,10 +226,8 @@ def large_output_MB(frame: pd.DataFrame, threshold_MB: float, channel_block: int
 @lru_cache(maxsize=65536)
 def _max_im2col(args: tuple) -> float:
     """The largest im2col input ``M x K`` (elements per image) over the convolutions of one network
-    whose kernel is larger than 1 x 1 (0 when there is none)."""
-    a = _walk(*args)[0]
-    k = a[:, 3] > 1
-    return float((a[k, 0] * a[k, 2]).max()) if k.any() else 0.0
+    whose kernel is larger than 1 x 1 (0 when there is none), from :func:`carb.design.layers.network_summary`."""
+    return float(network_summary(*args)[12])
 
 
 def max_im2col_MB(frame: pd.DataFrame, arch: tuple | None = None) -> pd.Series:
