@@ -223,3 +223,22 @@ def test_network_counts_by_distinct_parts_equal_a_sum_over_every_layer():
         got = per_image_counts(*args)
         assert got == (float(flops), params, float(total), float(most), n_conv)
         assert [type(v) for v in got] == [float, int, float, float, int]
+
+
+def test_a_parts_plain_plan_is_its_layers():
+    import random
+
+    from carb.design.layers import part_layers, part_output, part_plan
+
+    rng = random.Random(3)
+    shapes = [("stem", (rng.choice([8, 16, 64, 77]), rng.choice([16, 33, 224]), rng.choice([True, False])))
+              for _ in range(50)]
+    shapes += [("head", (rng.choice([64, 512, 2048]), rng.choice([1, 4, 7]), rng.choice([10, 1000]), 4)) for _ in range(20)]
+    shapes += [("block", (rng.choice(["basic", "bottleneck"]), rng.choice([16, 64, 256]), rng.choice([16, 48, 64, 128]),
+                          rng.choice([1, 2]), rng.choice([7, 14, 33, 56]), rng.choice([1.0, 1.5, 2.0]))) for _ in range(300)]
+    for kind, shape in shapes:
+        specs = part_layers(kind, shape)
+        assert part_plan(kind, shape) == [(s.kind, s.in_channels // s.groups, s.out_channels, s.kernel, s.in_size, s.out_size)
+                                          for s in specs]
+        assert all(s.groups == 1 for s in specs)
+        assert part_output(kind, shape) == (specs[-1].out_channels, specs[-1].out_size)

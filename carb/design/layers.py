@@ -218,13 +218,12 @@ def stage_parts(block: str, n_stages: int, width_mult: float, input_size: int, e
     for i, planes in enumerate(widths):
         pair = []
         for j in range(2):
-            last = part_layers(part.kind, part.shape)[-1]
-            part = Part("block", i, j, (block, last.out_channels, planes, 2 if (i > 0 and j == 0) else 1,
-                                        last.out_size, inner_mult))
+            channels, side = part_output(part.kind, part.shape)
+            part = Part("block", i, j, (block, channels, planes, 2 if (i > 0 and j == 0) else 1, side, inner_mult))
             pair.append(part)
         stages.append((pair[0], pair[1]))
-    last = part_layers(part.kind, part.shape)[-1]
-    return stem, tuple(stages), Part("head", n_stages, -1, (last.out_channels, last.out_size, num_classes, n_stages))
+    channels, side = part_output(part.kind, part.shape)
+    return stem, tuple(stages), Part("head", n_stages, -1, (channels, side, num_classes, n_stages))
 
 
 #: Fields of :func:`part_summary` and :func:`network_summary`, in order: FLOPs (fvcore's), parameters,
@@ -240,41 +239,86 @@ SUMMARY_FIELDS = ("flops", "params", "act_total", "act_max", "n_conv", "mnk", "m
 
 @lru_cache(maxsize=65536)
 def part_summary(kind: str, shape: tuple) -> tuple[int, ...]:
-    """:data:`SUMMARY_FIELDS` of one image over the layers of one part (:func:`part_layers`), whole numbers,
-    in one pass over them."""
+    """:data:`SUMMARY_FIELDS` of one image over the layers of one part (:func:`part_plan`: those of
+    :func:`part_layers`), whole numbers, in one pass over them."""
     flops = params = act_total = act_max = n_conv = mnk = mk = mn = nk = msum = elem = passes = im2col = 0
     first = None
-    for spec in part_layers(kind, shape):
-        k, cout, side = spec.kind, spec.out_channels, spec.out_size
+    for k, cin, cout, kernel, in_size, side in part_plan(kind, shape):
         out = cout * side * side
         if k == "conv" or k == "linear":
             if k == "conv":
-                K = spec.in_channels // spec.groups * spec.kernel * spec.kernel
+                K = cin * kernel * kernel
                 m, n = side * side, cout
                 params += cout * K
                 flops += cout * K * side * side
                 n_conv += 1
-                if spec.kernel > 1:
+                if kernel > 1:
                     im2col = max(im2col, m * K)
             else:
-                m, n, K = 1, cout, spec.in_channels
-                params += spec.in_channels * cout + cout
-                flops += spec.in_channels * cout * side * side
+                m, n, K = 1, cout, cin
+                params += cin * cout + cout
+                flops += cin * cout * side * side
             mnk, mk, mn, nk, msum, passes = mnk + m * n * K, mk + m * K, mn + m * n, nk + n * K, msum + m, passes + 1
             first = m * n * K if first is None else first
         else:
             pooled = k == "maxpool" or k == "avgpool"
-            elem += spec.in_elements if pooled else out
+            elem += cin * in_size * in_size if pooled else out
             passes += 1
             if k == "bn":
                 params += 2 * cout
                 flops += 2 * out
             elif k == "avgpool":
-                flops += spec.in_elements
+                flops += cin * in_size * in_size
         if k != "add":
             act_total += out
             act_max = max(act_max, out)
     return (flops, params, act_total, act_max, n_conv, mnk, mk, mn, nk, msum, elem, passes, im2col, first or 0)
+
+
+def part_plan(kind: str, shape: tuple) -> list[tuple[str, int, int, int, int, int]]:
+    """The layers of a part as :func:`part_layers` makes them, each as a plain tuple ``(kind, in_channels,
+    out_channels, kernel, in_size, out_size)`` (no groups: none of these layers has any): what the counts
+    read, without a named tuple per layer (a million-candidate grid has some fifty thousand distinct parts,
+    half a million layers; ``tests/test_predict_glue.py`` holds the two to each other)."""
+    if kind == "stem":
+        channels, size, early = shape
+        k, st, pad = (7, 2, 3) if early else (3, 1, 1)
+        s1 = out_side(size, k, st, pad)
+        plan = [("conv", 3, channels, k, size, s1), ("bn", channels, channels, 1, s1, s1),
+                ("relu", channels, channels, 1, s1, s1)]
+        if early:
+            plan.append(("maxpool", channels, channels, 3, s1, out_side(s1, 3, 2, 1)))
+        return plan
+    if kind == "head":
+        channels, size, num_classes, _n_stages = shape
+        return [("avgpool", channels, channels, size, size, 1), ("linear", channels, num_classes, 1, 1, 1)]
+    block, cin, planes, stride, size, inner_mult = shape
+    if block == "basic":
+        cout = planes
+        path = ((planes, 3, stride, 1), (planes, 3, 1, 1))
+    else:
+        width = max(1, int(planes * inner_mult))
+        cout = planes * EXPANSION["bottleneck"]
+        path = ((width, 1, 1, 0), (width, 3, stride, 1), (cout, 1, 1, 0))
+    plan, c, s = [], cin, size
+    for n, (channels, kernel, conv_stride, padding) in enumerate(path, start=1):
+        s2 = out_side(s, kernel, conv_stride, padding)
+        plan.append(("conv", c, channels, kernel, s, s2))
+        c, s = channels, s2
+        plan.append(("bn", c, c, 1, s, s))
+        if n < len(path):
+            plan.append(("relu", c, c, 1, s, s))
+    if stride != 1 or cin != cout:
+        s3 = out_side(size, 1, stride, 0)
+        plan += [("conv", cin, cout, 1, size, s3), ("bn", cout, cout, 1, s3, s3)]
+    plan += [("add", cout, cout, 1, s, s), ("relu", cout, cout, 1, s, s)]
+    return plan
+
+
+def part_output(kind: str, shape: tuple) -> tuple[int, int]:
+    """``(channels, side)`` of a part's output map: its last layer's (:func:`part_plan`)."""
+    last = part_plan(kind, shape)[-1]
+    return last[2], last[5]
 
 
 @lru_cache(maxsize=65536)
