@@ -293,13 +293,7 @@ def part_plan(kind: str, shape: tuple) -> list[tuple[str, int, int, int, int, in
         channels, size, num_classes, _n_stages = shape
         return [("avgpool", channels, channels, size, size, 1), ("linear", channels, num_classes, 1, 1, 1)]
     block, cin, planes, stride, size, inner_mult = shape
-    if block == "basic":
-        cout = planes
-        path = ((planes, 3, stride, 1), (planes, 3, 1, 1))
-    else:
-        width = max(1, int(planes * inner_mult))
-        cout = planes * EXPANSION["bottleneck"]
-        path = ((width, 1, 1, 0), (width, 3, stride, 1), (cout, 1, 1, 0))
+    cout, path = block_path(block, planes, stride, inner_mult)
     plan, c, s = [], cin, size
     for n, (channels, kernel, conv_stride, padding) in enumerate(path, start=1):
         s2 = out_side(s, kernel, conv_stride, padding)
@@ -372,18 +366,23 @@ def _stem(channels: int, input_size: int, early_downsample: bool) -> Iterator[La
                         out_side(conv.out_size, 3, 2, 1), s, -1)
 
 
+def block_path(block: str, planes: int, stride: int, inner_mult: float) -> tuple[int, tuple[tuple[int, int, int, int], ...]]:
+    """``(output channels, its main path's convolutions as (channels, kernel, stride, padding))`` of a
+    residual block: basic, two 3x3; bottleneck, 1x1 reduce to ``int(planes * inner_mult)``, 3x3 strided, 1x1
+    expand x4 (:func:`_residual` and :func:`part_plan` build on it)."""
+    if block == "basic":
+        return planes, ((planes, 3, stride, 1), (planes, 3, 1, 1))
+    width = max(1, int(planes * inner_mult))
+    cout = planes * EXPANSION["bottleneck"]
+    return cout, ((width, 1, 1, 0), (width, 3, stride, 1), (cout, 1, 1, 0))
+
+
 def _residual(block: str, cin: int, planes: int, stride: int, size: int, inner_mult: float) -> Iterator[LayerSpec]:
     """One residual block: its main path (basic: two 3x3 convs; bottleneck: 1x1 reduce to
     ``int(planes * inner_mult)``, 3x3 strided, 1x1 expand x4), each conv followed by batch norm and all
     but the last by ReLU; then a projection shortcut (1x1 conv + batch norm) where the shape changes,
     the residual add and a ReLU."""
-    if block == "basic":
-        cout = planes
-        path = ((planes, 3, stride, 1), (planes, 3, 1, 1))
-    else:
-        width = max(1, int(planes * inner_mult))
-        cout = planes * EXPANSION["bottleneck"]
-        path = ((width, 1, 1, 0), (width, 3, stride, 1), (cout, 1, 1, 0))
+    cout, path = block_path(block, planes, stride, inner_mult)
     c, s = cin, size
     for n, (channels, kernel, conv_stride, padding) in enumerate(path, start=1):
         conv = _conv(f"conv{n}", c, channels, kernel, conv_stride, padding, s)
