@@ -225,20 +225,35 @@ def test_network_counts_by_distinct_parts_equal_a_sum_over_every_layer():
         assert [type(v) for v in got] == [float, int, float, float, int]
 
 
-def test_a_parts_plain_plan_is_its_layers():
+def test_part_runs_from_shared_stage_shapes_equal_a_part_by_part_walk():
+    """:func:`stage_parts` assumes a stage's later blocks and the next stage's input do not depend on how many
+    blocks the stage has; this walks the parts one by one, each from the previous one's last layer."""
     import random
 
-    from carb.design.layers import part_layers, part_output, part_plan
+    from carb.design import layers as L
+
+    def walked(block, layout, width_mult, input_size, early, num_classes, inner_mult):
+        widths = L.stage_widths(len(layout), width_mult)
+        part = L.Part("stem", L.STEM_STAGE, -1, (widths[0], input_size, bool(early)))
+        runs = [(part, 1)]
+        for i, (n_blocks, planes) in enumerate(zip(layout, widths)):
+            for j in range(min(n_blocks, 2)):
+                last = L.part_layers(part.kind, part.shape)[-1]
+                part = L.Part("block", i, j, (block, last.out_channels, planes, 2 if (i > 0 and j == 0) else 1,
+                                              last.out_size, inner_mult))
+                count = 1 if j == 0 else n_blocks - 1
+                if runs[-1][0].kind == "block" and runs[-1][0].shape == part.shape:
+                    runs[-1] = (runs[-1][0], runs[-1][1] + count)
+                else:
+                    runs.append((part, count))
+        last = L.part_layers(part.kind, part.shape)[-1]
+        return runs + [(L.Part("head", len(layout), -1, (last.out_channels, last.out_size, num_classes, len(layout))), 1)]
 
     rng = random.Random(3)
-    shapes = [("stem", (rng.choice([8, 16, 64, 77]), rng.choice([16, 33, 224]), rng.choice([True, False])))
-              for _ in range(50)]
-    shapes += [("head", (rng.choice([64, 512, 2048]), rng.choice([1, 4, 7]), rng.choice([10, 1000]), 4)) for _ in range(20)]
-    shapes += [("block", (rng.choice(["basic", "bottleneck"]), rng.choice([16, 64, 256]), rng.choice([16, 48, 64, 128]),
-                          rng.choice([1, 2]), rng.choice([7, 14, 33, 56]), rng.choice([1.0, 1.5, 2.0]))) for _ in range(300)]
-    for kind, shape in shapes:
-        specs = part_layers(kind, shape)
-        assert part_plan(kind, shape) == [(s.kind, s.in_channels // s.groups, s.out_channels, s.kernel, s.in_size, s.out_size)
-                                          for s in specs]
-        assert all(s.groups == 1 for s in specs)
-        assert part_output(kind, shape) == (specs[-1].out_channels, specs[-1].out_size)
+    for _ in range(300):
+        args = (rng.choice(["basic", "bottleneck"]), tuple(rng.choice([1, 2, 3, 8]) for _ in range(rng.choice([1, 3, 4, 5]))),
+                rng.choice([0.25, 0.61, 1.0, 2.7]), rng.choice([16, 33, 97, 224]), rng.choice([True, False]),
+                rng.choice([10, 1000]), rng.choice([1.0, 1.5, 2.0]))
+        assert L.part_runs(*args) == walked(*args)
+    with pytest.raises(ValueError, match="at least one stage"):
+        L.part_runs("basic", (2, 0, 2), 1.0, 32, False, 10, 1.0)

@@ -173,34 +173,21 @@ def part_runs(block: str, layout: tuple[int, ...], width_mult: float, input_size
               num_classes: int = 1000, inner_mult: float = 1.0) -> list[tuple[Part, int]]:
     """:func:`parts` as runs ``(part, count)``: consecutive parts of the same kind and shape collapsed (the
     blocks of a stage after its first are alike), so a closed-form sum over a 200-layer network visits
-    a dozen parts, not seventy. Same arguments as :func:`parts`; ``sum(count)`` is the number of parts."""
-    if layout and min(layout) >= 1:   # the parts' shapes do not depend on the blocks per stage: shared
-        stem, stages, head = stage_parts(block, len(layout), width_mult, input_size, early_downsample,
-                                         num_classes, inner_mult)
-        runs = [(stem, 1)]
-        for (first, second), n_blocks in zip(stages, layout):
-            for part, count in ((first, 1), (second, n_blocks - 1))[: min(n_blocks, 2)]:
-                if runs[-1][0].kind == "block" and runs[-1][0].shape == part.shape:
-                    runs[-1] = (runs[-1][0], runs[-1][1] + count)
-                else:
-                    runs.append((part, count))
-        runs.append((head, 1))
-        return runs
-    widths = stage_widths(len(layout), width_mult)
-    part = Part("stem", STEM_STAGE, -1, (widths[0], input_size, bool(early_downsample)))
-    runs: list[tuple[Part, int]] = [(part, 1)]
-    for i, (n_blocks, planes) in enumerate(zip(layout, widths)):
-        for j in range(min(n_blocks, 2)):   # block 1 takes block 0's output; blocks 2.. take block 1's, alike
-            last = part_layers(part.kind, part.shape)[-1]
-            stride = 2 if (i > 0 and j == 0) else 1
-            part = Part("block", i, j, (block, last.out_channels, planes, stride, last.out_size, inner_mult))
-            count = 1 if j == 0 else n_blocks - 1
+    a dozen parts, not seventy. Same arguments as :func:`parts`, a layout of at least one block per stage
+    (as :class:`~carb.design.arch.ArchConfig` validates it; ValueError otherwise); ``sum(count)`` is the
+    number of parts. The parts' shapes come from :func:`stage_parts`, shared by the family's depths."""
+    if not layout or min(layout) < 1:
+        raise ValueError(f"layout: need at least one stage of >= 1 block, got {list(layout)}")
+    stem, stages, head = stage_parts(block, len(layout), width_mult, input_size, early_downsample,
+                                     num_classes, inner_mult)
+    runs = [(stem, 1)]
+    for (first, second), n_blocks in zip(stages, layout):
+        for part, count in ((first, 1), (second, n_blocks - 1))[: min(n_blocks, 2)]:
             if runs[-1][0].kind == "block" and runs[-1][0].shape == part.shape:
                 runs[-1] = (runs[-1][0], runs[-1][1] + count)
             else:
                 runs.append((part, count))
-    last = part_layers(part.kind, part.shape)[-1]
-    runs.append((Part("head", len(layout), -1, (last.out_channels, last.out_size, num_classes, len(layout))), 1))
+    runs.append((head, 1))
     return runs
 
 
@@ -243,7 +230,7 @@ def part_summary(kind: str, shape: tuple) -> tuple[int, ...]:
     :func:`part_layers`), whole numbers, in one pass over them."""
     flops = params = act_total = act_max = n_conv = mnk = mk = mn = nk = msum = elem = passes = im2col = 0
     first = None
-    for k, cin, cout, kernel, in_size, side in part_plan(kind, shape):
+    for k, _role, cin, cout, kernel, _stride, _pad, in_size, side, _stage in part_plan(kind, shape):
         out = cout * side * side
         if k == "conv" or k == "linear":
             if k == "conv":
@@ -275,44 +262,55 @@ def part_summary(kind: str, shape: tuple) -> tuple[int, ...]:
     return (flops, params, act_total, act_max, n_conv, mnk, mk, mn, nk, msum, elem, passes, im2col, first or 0)
 
 
-def part_plan(kind: str, shape: tuple) -> list[tuple[str, int, int, int, int, int]]:
-    """The layers of a part as :func:`part_layers` makes them, each as a plain tuple ``(kind, in_channels,
-    out_channels, kernel, in_size, out_size)`` (no groups: none of these layers has any): what the counts
-    read, without a named tuple per layer (a million-candidate grid has some fifty thousand distinct parts,
-    half a million layers; ``tests/test_predict_glue.py`` holds the two to each other)."""
+def part_plan(kind: str, shape: tuple) -> list[tuple[str, str, int, int, int, int, int, int, int, int]]:
+    """The layers of a part of this kind and shape, in order, each a plain tuple ``(kind, role, in_channels,
+    out_channels, kernel, stride, padding, in_size, out_size, stage)`` (no groups: none of these layers has
+    any): the one definition of the network's layers. :func:`part_layers` makes them
+    :class:`LayerSpec`\ s; the counts read the tuples, without a named tuple per layer (a
+    million-candidate grid has some fifty thousand distinct parts, half a million layers).
+    ``tests/test_walk.py`` holds them to PyTorch's modules, layer by layer.
+
+    Stem: 7x7 stride-2 conv + batch norm + ReLU + 3x3 stride-2 max-pool (ImageNet), or 3x3 stride-1 conv
+    + batch norm + ReLU (CIFAR). Block: its main path (:func:`block_path`), each conv followed by batch
+    norm and all but the last by ReLU; then a projection shortcut (1x1 conv + batch norm) where the shape
+    changes, the residual add and a ReLU (stage -1: unplaced). Head: adaptive average pool to one pixel,
+    then the linear classifier."""
     if kind == "stem":
         channels, size, early = shape
         k, st, pad = (7, 2, 3) if early else (3, 1, 1)
         s1 = out_side(size, k, st, pad)
-        plan = [("conv", 3, channels, k, size, s1), ("bn", channels, channels, 1, s1, s1),
-                ("relu", channels, channels, 1, s1, s1)]
+        plan = [("conv", "conv1", 3, channels, k, st, pad, size, s1, STEM_STAGE),
+                ("bn", "bn1", channels, channels, 1, 1, 0, s1, s1, STEM_STAGE),
+                ("relu", "relu", channels, channels, 1, 1, 0, s1, s1, STEM_STAGE)]
         if early:
-            plan.append(("maxpool", channels, channels, 3, s1, out_side(s1, 3, 2, 1)))
+            plan.append(("maxpool", "maxpool", channels, channels, 3, 2, 1, s1, out_side(s1, 3, 2, 1), STEM_STAGE))
         return plan
     if kind == "head":
-        channels, size, num_classes, _n_stages = shape
-        return [("avgpool", channels, channels, size, size, 1), ("linear", channels, num_classes, 1, 1, 1)]
+        channels, size, num_classes, n_stages = shape
+        return [("avgpool", "avgpool", channels, channels, size, 1, 0, size, 1, n_stages),
+                ("linear", "fc", channels, num_classes, 1, 1, 0, 1, 1, n_stages)]
     block, cin, planes, stride, size, inner_mult = shape
     cout, path = block_path(block, planes, stride, inner_mult)
     plan, c, s = [], cin, size
     for n, (channels, kernel, conv_stride, padding) in enumerate(path, start=1):
         s2 = out_side(s, kernel, conv_stride, padding)
-        plan.append(("conv", c, channels, kernel, s, s2))
+        plan.append(("conv", f"conv{n}", c, channels, kernel, conv_stride, padding, s, s2, -1))
         c, s = channels, s2
-        plan.append(("bn", c, c, 1, s, s))
+        plan.append(("bn", f"bn{n}", c, c, 1, 1, 0, s, s, -1))
         if n < len(path):
-            plan.append(("relu", c, c, 1, s, s))
+            plan.append(("relu", f"relu{n}", c, c, 1, 1, 0, s, s, -1))
     if stride != 1 or cin != cout:
         s3 = out_side(size, 1, stride, 0)
-        plan += [("conv", cin, cout, 1, size, s3), ("bn", cout, cout, 1, s3, s3)]
-    plan += [("add", cout, cout, 1, s, s), ("relu", cout, cout, 1, s, s)]
+        plan += [("conv", "downsample.0", cin, cout, 1, stride, 0, size, s3, -1),
+                 ("bn", "downsample.1", cout, cout, 1, 1, 0, s3, s3, -1)]
+    plan += [("add", "", cout, cout, 1, 1, 0, s, s, -1), ("relu", f"relu{len(path)}", cout, cout, 1, 1, 0, s, s, -1)]
     return plan
 
 
 def part_output(kind: str, shape: tuple) -> tuple[int, int]:
     """``(channels, side)`` of a part's output map: its last layer's (:func:`part_plan`)."""
     last = part_plan(kind, shape)[-1]
-    return last[2], last[5]
+    return last[3], last[8]
 
 
 @lru_cache(maxsize=65536)
@@ -335,71 +333,18 @@ def network_summary(block: str, layout: tuple[int, ...], width_mult: float, inpu
 
 @lru_cache(maxsize=65536)
 def part_layers(kind: str, shape: tuple) -> tuple[LayerSpec, ...]:
-    """The layers of a :class:`Part` of this kind and shape, in order; a block's are unplaced (stage and
-    block -1, so :attr:`LayerSpec.name` is the role inside the block)."""
-    return tuple({"stem": _stem, "block": _residual, "head": _head}[kind](*shape))
-
-
-def _conv(role: str, cin: int, cout: int, kernel: int, stride: int, padding: int, size: int,
-          stage: int = -1) -> LayerSpec:
-    """A bias-free convolution over a map of side ``size``."""
-    return LayerSpec("conv", role, cin, cout, kernel, stride, padding, 1, size,
-                     out_side(size, kernel, stride, padding), stage, -1)
-
-
-def _pointwise(kind: str, role: str, channels: int, size: int, stage: int = -1) -> LayerSpec:
-    """A layer that keeps its input's shape (batch norm, ReLU, the residual add)."""
-    return LayerSpec(kind, role, channels, channels, 1, 1, 0, 1, size, size, stage, -1)
-
-
-def _stem(channels: int, input_size: int, early_downsample: bool) -> Iterator[LayerSpec]:
-    """The stem: 7x7 stride-2 conv + batch norm + ReLU + 3x3 stride-2 max-pool (ImageNet), or
-    3x3 stride-1 conv + batch norm + ReLU (CIFAR)."""
-    s = STEM_STAGE
-    conv = (_conv("conv1", 3, channels, 7, 2, 3, input_size, s) if early_downsample
-            else _conv("conv1", 3, channels, 3, 1, 1, input_size, s))
-    yield conv
-    yield _pointwise("bn", "bn1", channels, conv.out_size, s)
-    yield _pointwise("relu", "relu", channels, conv.out_size, s)
-    if early_downsample:
-        yield LayerSpec("maxpool", "maxpool", channels, channels, 3, 2, 1, 1, conv.out_size,
-                        out_side(conv.out_size, 3, 2, 1), s, -1)
+    """The layers of a :class:`Part` of this kind and shape (:func:`part_plan`), in order; a block's are
+    unplaced (stage and block -1, so :attr:`LayerSpec.name` is the role inside the block)."""
+    return tuple(LayerSpec(k, role, cin, cout, kernel, stride, pad, 1, in_size, out_size, stage, -1)
+                 for k, role, cin, cout, kernel, stride, pad, in_size, out_size, stage in part_plan(kind, shape))
 
 
 def block_path(block: str, planes: int, stride: int, inner_mult: float) -> tuple[int, tuple[tuple[int, int, int, int], ...]]:
     """``(output channels, its main path's convolutions as (channels, kernel, stride, padding))`` of a
     residual block: basic, two 3x3; bottleneck, 1x1 reduce to ``int(planes * inner_mult)``, 3x3 strided, 1x1
-    expand x4 (:func:`_residual` and :func:`part_plan` build on it)."""
+    expand x4 (:func:`part_plan` builds on it)."""
     if block == "basic":
         return planes, ((planes, 3, stride, 1), (planes, 3, 1, 1))
     width = max(1, int(planes * inner_mult))
     cout = planes * EXPANSION["bottleneck"]
     return cout, ((width, 1, 1, 0), (width, 3, stride, 1), (cout, 1, 1, 0))
-
-
-def _residual(block: str, cin: int, planes: int, stride: int, size: int, inner_mult: float) -> Iterator[LayerSpec]:
-    """One residual block: its main path (basic: two 3x3 convs; bottleneck: 1x1 reduce to
-    ``int(planes * inner_mult)``, 3x3 strided, 1x1 expand x4), each conv followed by batch norm and all
-    but the last by ReLU; then a projection shortcut (1x1 conv + batch norm) where the shape changes,
-    the residual add and a ReLU."""
-    cout, path = block_path(block, planes, stride, inner_mult)
-    c, s = cin, size
-    for n, (channels, kernel, conv_stride, padding) in enumerate(path, start=1):
-        conv = _conv(f"conv{n}", c, channels, kernel, conv_stride, padding, s)
-        yield conv
-        c, s = channels, conv.out_size
-        yield _pointwise("bn", f"bn{n}", c, s)
-        if n < len(path):
-            yield _pointwise("relu", f"relu{n}", c, s)
-    if stride != 1 or cin != cout:
-        shortcut = _conv("downsample.0", cin, cout, 1, stride, 0, size)
-        yield shortcut
-        yield _pointwise("bn", "downsample.1", cout, shortcut.out_size)
-    yield _pointwise("add", "", cout, s)
-    yield _pointwise("relu", f"relu{len(path)}", cout, s)
-
-
-def _head(channels: int, size: int, num_classes: int, n_stages: int) -> Iterator[LayerSpec]:
-    """Adaptive average pool to one pixel, then the linear classifier."""
-    yield LayerSpec("avgpool", "avgpool", channels, channels, size, 1, 0, 1, size, 1, n_stages, -1)
-    yield LayerSpec("linear", "fc", channels, num_classes, 1, 1, 0, 1, 1, 1, n_stages, -1)

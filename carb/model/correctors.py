@@ -95,10 +95,11 @@ class Stage:
     #: log-ratio ``log(y / prior)`` and the stage returns ``prior * exp(ratio)``.
     prior: Any = None
 
-    def base_predict(self, D: pd.DataFrame, X: pd.DataFrame, prior: np.ndarray | None = None) -> np.ndarray:
-        """The specialists' prediction in target units, before correctors; shape (n_rows,). ``prior``: the
-        physics prior of ``X`` where the caller has it already (``self.prior.predict(X)``)."""
-        raw = self.model.predict_matrix(D.select(self.columns)) if isinstance(D, Design) else self.model.predict(D[self.columns])
+    def base_predict(self, D: pd.DataFrame | Design, X: pd.DataFrame, prior: np.ndarray | None = None) -> np.ndarray:
+        """The specialists' prediction in target units, before correctors, for design rows ``D`` (a frame or
+        a :class:`Design`); shape (n_rows,). ``prior``: the physics prior of ``X`` where the caller has it
+        already (``self.prior.predict(X)``)."""
+        raw = self.model.predict_matrix(_design(D, self.columns))
         if self.prior is None:
             return raw
         return (self.prior.predict(X) if prior is None else prior) * np.exp(raw)

@@ -150,7 +150,7 @@ def hist_predict(est: Any, X: np.ndarray) -> np.ndarray:
     with its ``n_threads``: each row's trees are summed in the same order, so the same numbers; a regime
     corrector on 3,072 knot rows: 5.4 ms on one thread, 4.2 on two); else, or where scikit-learn has no such
     argument, ``est.predict``."""
-    n = min(_THREADS[0], 1 if len(X) < HIST_THREAD_ROWS else _THREADS[0])
+    n = _THREADS[0] if len(X) >= HIST_THREAD_ROWS else 1
     if n > 1 and _takes_threads(type(est)):
         return est._loss.link.inverse(est._raw_predict(X, n_threads=n).ravel())
     return est.predict(X)
@@ -371,10 +371,9 @@ class BlendedRegressor(RegressorMixin, BaseEstimator):
         return np.exp(z) if self.log_target_ else z
 
     def predict_matrix(self, X: np.ndarray) -> np.ndarray:
-        """:meth:`predict` of a float matrix (n, ``n_features_in_``) in the fitted columns' order, built by the
-        caller from checked rows (:class:`carb.model.correctors.Design`): the same numbers without scikit-learn's
-        input check (0.07 ms a call, and a column selection of a frame before it); infinity is refused as
-        that check refuses it."""
+        """:meth:`predict` of a float matrix (n, ``n_features_in_``) in the fitted columns' order, as a cascade
+        stage selects it from its design rows (:func:`carb.model.correctors._design`): the same numbers without
+        scikit-learn's input check (0.07 ms a call); infinity is refused as that check refuses it."""
         check_is_fitted(self, "members_")
         X = np.asarray(X, dtype=float)
         if X.ndim != 2 or X.shape[1] != self.n_features_in_:
