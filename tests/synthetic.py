@@ -234,3 +234,31 @@ def with_interactions(df: pd.DataFrame) -> pd.DataFrame:
     out["act_x_mem"] = np.log1p(out["total_activation_MB"]) * out["avg_mem_util"]
     out["util_product"] = out["avg_sm_util"] * out["avg_mem_util"]
     return out
+
+
+def power_law_rows(rec: Mapping, law: Mapping[str, float], n: int = 300, seed: int = 0, noise: float = 0.0,
+                   latency_scale: float = 1.0, device: str = "Synthetic power GPU") -> pd.DataFrame:
+    """``n`` rows of a synthetic GPU whose spec record is ``rec`` (``power_limit_W``, peaks, bandwidth) and
+    whose average power follows a known drive law (:mod:`carb.model.power`): ``P = S + (L - S) *
+    sigmoid(a + b * x)``, ``law`` = ``{"a", "b", "static_W"}``, ``L`` the record's power limit,
+    ``x = log(roofline_ms / latency_ms)`` with the latency a launch floor plus the roofline time over an
+    efficiency (times ``latency_scale``); ``energy_J = P * latency_ms / 1000`` (x lognormal ``noise``).
+    Seeded: the same seed gives the same configurations on every record (a second GPU of the same rows)."""
+    from carb.model.power import roofline_ms
+
+    rng = np.random.default_rng(seed)
+    bs = rng.choice(BATCHES, n)
+    prec = rng.choice(list(PRECISIONS), n)
+    per_img = rng.uniform(2e8, 8e9, n)
+    df = pd.DataFrame({"batch_size": bs, "precision": prec, "flops": per_img * bs,
+                       "total_activation_MB": per_img / 1e7 * bs * np.array([BYTES_PER_ELEMENT[p] for p in prec]),
+                       "param_size_MB": rng.uniform(5, 200, n), "n_conv": 20})
+    roof = roofline_ms(df, rec)
+    lat = (rng.uniform(1.0, 6.0, n) + roof / rng.uniform(0.2, 0.7, n)) * latency_scale
+    lim = float(rec["power_limit_W"])
+    x = np.log(roof / lat)
+    p = law["static_W"] + (lim - law["static_W"]) / (1 + np.exp(-(law["a"] + law["b"] * x)))
+    df["latency_ms"] = lat
+    df["energy_J"] = p * lat / 1e3 * np.exp(rng.normal(0, noise, n) if noise else 0.0)
+    df["config_id"] = _config_ids(df[["batch_size", "precision", "flops"]].to_dict("records"), with_index=True)
+    return frame(df.to_dict("records"), device=device)

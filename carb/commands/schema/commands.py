@@ -183,12 +183,24 @@ class Transfer(Section):
     prior_targets: list[Literal["latency_ms", "energy_J", "peak_memory_MB"]] = ["latency_ms", "energy_J"]
 
 
+class ZeroShotPower(Section):
+    """``zero_shot.power``: the zero-shot energy's power model (:mod:`carb.model.power`)."""
+
+    data: Text | None = None
+    static_fraction: Annotated[float, Field(gt=0, lt=1)] | None = None
+    static_fraction_range: Annotated[list[Annotated[float, Field(gt=0, lt=1)]], Field(min_length=2, max_length=2)] = \
+        [0.10, 0.30]
+    unmeasured_widen: Annotated[float, Field(ge=1)] = 2.0
+    folds: Annotated[int, Field(ge=2)] = 10
+
+
 class ZeroShot(Section):
     """``zero_shot`` (``carb-calibrate k=0 spec=<GPU>`` / ``probe=``): the spec-ratio weights and the error bands."""
 
     weights: dict[Literal["compute", "bandwidth", "power"], float]
     log_error_band: Annotated[list[float], Field(min_length=2, max_length=2)]
     probe_log_error_band: Annotated[list[float], Field(min_length=2, max_length=2)] = [-0.354, 0.222]
+    power: ZeroShotPower | None = None
 
 
 class ProbeRun(Section):
