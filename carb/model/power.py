@@ -54,6 +54,10 @@ def roofline_ms(X: pd.DataFrame, rec: Mapping[str, Any]) -> np.ndarray:
     """Per row (n,): the batch's time at the spec record ``rec``'s peaks, ms: the larger of
     ``2 * flops / peak(precision)`` and ``(total_activation_MB + param_size_MB) / memory_bandwidth_GBps``.
     ``X`` needs ``flops``, ``total_activation_MB``, ``param_size_MB`` (per batch) and ``precision``."""
+    if not {"flops", "total_activation_MB", "param_size_MB"} <= set(X.columns):   # knobs only: featurize
+        from carb.design.features import grid_features
+
+        X = grid_features(X).set_axis(X.index)
     prec = _precisions(X)
     peak = np.array([_field(rec, RATE_FIELDS.get(p, RATE_FIELDS["fp32"]), f"{p} rate") for p in prec], float)
     bw = _field(rec, ("memory_bandwidth_GBps",), "bandwidth")
