@@ -565,7 +565,7 @@ class TransferredCascade:
                  device_name: str | None = None, energy: dict[str, Any] | None = None) -> TransferredCascade:
         """Zero-shot transfer to a GPU nobody measured, from the two GPUs' spec records
         (:mod:`carb.model.spec_transfer`): latency x the spec-predicted ratio per precision (form
-        "spec", ``k`` = 0; ``spec_log_ratio_`` per precision, the base a later :meth:`fit` may start from); memory and energy keep the source's prediction. ``log_errors``: the
+        "spec", ``k`` = 0; ``spec_log_ratio_`` per precision, the base a later :meth:`fit` may start from); memory keeps the source's prediction. ``log_errors``: the
         ratio model's log errors on device pairs without this target (leave-one-device-out), which
         calibrate the latency interval; none given: latency has no interval. ``energy``: the zero-shot energy
         (form "power", :mod:`carb.model.power`; a ``transfer_["energy_J"]`` entry with ``power``,
