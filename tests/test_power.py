@@ -117,3 +117,25 @@ def test_zero_shot_transfer_predicts_energy_with_the_power_model():
     assert tr.intervals_["energy_J"]["upper"] > 0.1 and tr.intervals_["energy_J"]["method"] == power.NOTE
     import json
     json.dumps(tr.transfer_)                                              # logged as transfer.json
+
+
+def test_calibrate_k0_energy_settings_reach_the_power_model(capsys):
+    """``spec_energy`` (carb-calibrate k=0 spec=): the shipped H200 rows of the source's device, the
+    ``zero_shot.power`` settings applied; a source of another device keeps its energy and says so."""
+    from carb.commands.cli import compose
+    from carb.commands.zero_shot import spec_energy
+
+    class Src:
+        device_id_ = str(pd.read_parquet(DATA_DIR / "h200-reference.parquet", columns=["device_id"]).iloc[0, 0])
+        intervals_ = {"energy_J": {"lower": -0.1, "upper": 0.1, "coverage": 0.9}}
+
+    h200, h100 = gpu_spec("H200"), gpu_spec("H100 SXM")
+    e = spec_energy(compose("calibrate", ["zero_shot.power.static_fraction=0.25", "zero_shot.power.folds=3"]),
+                    Src(), h200, h100, (-0.078, 0.077))
+    assert e["power"]["n"] > 1000 and not e["static_sourced"] and e["static_W"] == pytest.approx(0.25 * 700)
+    wider = spec_energy(compose("calibrate", ["zero_shot.power.static_fraction=0.25", "zero_shot.power.folds=3",
+                                              "zero_shot.power.unmeasured_widen=3"]), Src(), h200, h100, (-0.078, 0.077))
+    assert wider["interval"]["upper"] > e["interval"]["upper"]
+    Src.device_id_ = "0000000000"
+    assert spec_energy(compose("calibrate", []), Src(), h200, h100, (-0.078, 0.077)) is None
+    assert "energy keeps the source's prediction" in capsys.readouterr().out
