@@ -133,8 +133,9 @@ def test_calibrate_k0_energy_settings_reach_the_power_model(capsys):
     e = spec_energy(compose("calibrate", ["zero_shot.power.static_fraction=0.25", "zero_shot.power.folds=3"]),
                     Src(), h200, h100, (-0.078, 0.077))
     assert e["power"]["n"] > 1000 and not e["static_sourced"] and e["static_W"] == pytest.approx(0.25 * 700)
-    wider = spec_energy(compose("calibrate", ["zero_shot.power.static_fraction=0.25", "zero_shot.power.folds=3",
-                                              "zero_shot.power.unmeasured_widen=3"]), Src(), h200, h100, (-0.078, 0.077))
+    cfg = compose("calibrate", ["zero_shot.power.static_fraction=0.25", "zero_shot.power.folds=3",
+                                "zero_shot.power.unmeasured_widen=3"])
+    wider = spec_energy(cfg, Src(), h200, h100, (-0.078, 0.077))
     assert wider["interval"]["upper"] > e["interval"]["upper"]
     Src.device_id_ = "0000000000"
     assert spec_energy(compose("calibrate", []), Src(), h200, h100, (-0.078, 0.077)) is None

@@ -24,9 +24,9 @@ model's prediction and multiplies it by the time ratio and the power ratio (:fun
 
 so where the source model has learned a configuration's energy, the transfer keeps what it learned and
 moves only what the spec records say changes. The interval (:func:`energy_band`) widens the source's
-energy bounds by (root-sum-square) the latency transfer's band, the power model's leave-configuration-out error on the source
-(widened: no second GPU's energy has been measured) and, where the target's static power is not a
-sourced figure, the effect of the stated static-fraction range.
+energy bounds by (root-sum-square) the latency transfer's band, the power model's leave-configuration-out
+error on the source (widened: no second GPU's energy has been measured) and, where the target's static
+power is not a sourced figure, the effect of the stated static-fraction range.
 """
 from __future__ import annotations
 
