@@ -21,6 +21,9 @@ def test_mlperf_figures_have_sources_and_consistent_units():
     assert len(have) >= 1
     assert have["source"].str.startswith("https://").all()
     np.testing.assert_allclose(have["J_per_image"], 1.0 / have["images_per_s_per_W"], rtol=1e-3)
+    # J/image is the whole system's average power over its throughput, from the result files' two figures
+    np.testing.assert_allclose(have["J_per_image"], have["system_power_W"] / have["samples_per_s"], rtol=1e-3)
+    assert (have["n_accelerators"] >= 1).all()
     assert f.loc[f["J_per_image"].isna(), "note"].str.contains("no per-image figure found").all()  # said, not invented
     for name in f["accelerator"]:
         assert find_spec(name) == name                         # every accelerator is a spec-table record

@@ -63,7 +63,7 @@ def mlperf_floors() -> pd.DataFrame:
 
 def floor_table() -> pd.DataFrame:
     """Per spec-table GPU: ``pred_J_per_image`` (zero-shot), ``scaled_J_per_image`` (throughput scaling),
-    ``ratio`` (pred / scaled), ``floor_J_per_image`` and ``floor_source`` (MLPerf; NaN / a note where none),
+    ``ratio`` (pred / scaled), ``floor_J_per_image`` and ``floor_source`` (MLPerf: round, system, result URL; NaN / a note where none),
     ``above_floor`` (None without a floor), and the H200 row's batch and precision."""
     from carb.data.gpu_specs import gpu_spec, load_gpu_specs
     from carb.model.power import energy_factor, fit_power, static_power
@@ -88,8 +88,8 @@ def floor_table() -> pd.DataFrame:
         scaled = e_img * math.exp(r[prec]) * float(dst["power_limit_W"]) / float(src["power_limit_W"])
         fl = floors.loc[name] if name in floors.index else None
         floor = float(fl["J_per_image"]) if fl is not None and pd.notna(fl["J_per_image"]) else float("nan")
-        note = (str(fl["source"]) if fl is not None and pd.notna(fl["source"]) else
-                str(fl["note"]) if fl is not None else "no MLPerf power figure looked up")
+        note = (f'{fl["mlperf_round"]}, {fl["system"]}: {fl["source"]}' if fl is not None and pd.notna(fl["source"])
+                else str(fl["note"]) if fl is not None else "no MLPerf power figure looked up")
         out.append({"gpu": name, "precision": prec, "batch_size": batch, "pred_J_per_image": e_img * f,
                     "scaled_J_per_image": scaled, "ratio": e_img * f / scaled, "static_W": s_dst,
                     "static_sourced": sourced, "floor_J_per_image": floor, "floor_source": note,
