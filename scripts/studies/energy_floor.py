@@ -63,7 +63,8 @@ def mlperf_floors() -> pd.DataFrame:
 
 def floor_table() -> pd.DataFrame:
     """Per spec-table GPU: ``pred_J_per_image`` (zero-shot), ``scaled_J_per_image`` (throughput scaling),
-    ``ratio`` (pred / scaled), ``floor_J_per_image`` and ``floor_source`` (MLPerf: round, system, result URL; NaN / a note where none),
+    ``ratio`` (pred / scaled), ``floor_J_per_image`` and ``floor_source`` (MLPerf: round, system, result URL;
+    NaN / a note where none),
     ``above_floor`` (None without a floor), and the H200 row's batch and precision."""
     from carb.data.gpu_specs import gpu_spec, load_gpu_specs
     from carb.model.power import energy_factor, fit_power, static_power
