@@ -640,6 +640,12 @@ def _std(values: list[float]) -> float:
     return math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
 
 
+def error_line(exc: BaseException, limit: int = 500) -> str:
+    """One line: ``Type: message`` (whitespace collapsed, truncated)."""
+    msg = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {msg}"[:limit] if msg else type(exc).__name__
+
+
 def is_oom(exc: BaseException) -> bool:
     """True for out-of-memory errors: ``torch.cuda.OutOfMemoryError``, a RuntimeError saying
     'out of memory', the CPU allocator's "can't allocate memory", or ``MemoryError``."""

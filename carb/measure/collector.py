@@ -24,6 +24,7 @@ import pandas as pd
 from carb.data.io import load_dataset
 from carb.data.schema import COLUMNS, SCHEMA, empty_frame
 from carb.design.arch import ArchConfig
+from carb.measure.base import error_line  # noqa: F401 - one line per failure, also gpu_run's
 from carb.errors import ConfigError, DatasetError
 
 SUFFIXES = (".parquet", ".csv")
@@ -150,12 +151,6 @@ def sibling_shards(out: Path) -> pd.DataFrame:
             except DatasetError:
                 continue
     return pd.concat(frames, ignore_index=True) if frames else empty_frame()
-
-
-def error_line(exc: BaseException, limit: int = 500) -> str:
-    """One line: ``Type: message`` (whitespace collapsed, truncated)."""
-    msg = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {msg}"[:limit] if msg else type(exc).__name__
 
 
 def make_row(cfg: ArchConfig, identity: Mapping[str, str], static: Mapping[str, Any],

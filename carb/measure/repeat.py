@@ -28,7 +28,7 @@ import pandas as pd
 
 from carb.data.repeatability import PASSES, SPREAD, relative_spread
 from carb.design.arch import ArchConfig
-from carb.measure.base import REPEAT_ORDERS, Reasons, parse_missing_reason
+from carb.measure.base import REPEAT_ORDERS, Reasons, error_line, parse_missing_reason
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,6 @@ def later_passes(kept: list[Kept], meter: Any, append: Callable[[Mapping[str, An
     (``time.perf_counter()`` seconds) the passes stop before a window expected to end after it (rows keep the
     pending reason: a restart measures them)."""
     from carb.measure import is_oom
-    from carb.measure.collector import error_line
 
     n = len(kept)
     for k in range(1, plan.passes):
