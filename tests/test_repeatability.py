@@ -227,3 +227,28 @@ def test_data_card_reports_the_spread_per_precision():
     assert m["repeatability.fp32.spread_median"] == pytest.approx(0.01)
     other = [p for p in t.index if p != "fp32"]
     assert other and all(m[f"repeatability.{p}.spread_p90"] == pytest.approx(0.1) for p in other)
+
+
+def test_the_study_scripts_sample_and_estimate_without_measuring():
+    """scripts/studies/repeatability.py draws the same number of rows per precision (seeded) and estimates the
+    run from the rows' protocol_s; scripts/studies/probe_complete.py times the probe's own pairs."""
+    from synthetic import grid_dataset
+
+    from scripts.studies.probe_complete import estimate_s as probe_estimate
+    from scripts.studies.probe_complete import pairs_of
+    from scripts.studies.repeatability import estimate_s, stratified_sample
+
+    df = grid_dataset("GPU A").copy()
+    df["protocol_s"] = 1.0
+    a, b = stratified_sample(df, 12, 0), stratified_sample(df, 12, 0)
+    assert a["config_id"].tolist() == b["config_id"].tolist()
+    counts = a["precision"].value_counts()
+    assert counts.nunique() == 1 and counts.sum() >= 12 and a["config_id"].is_unique
+    assert estimate_s(a, 2, 0.5, setup_s=0.0) == pytest.approx(2 * len(a) * 1.5)
+    probe = pd.DataFrame([{"device_id": "d", "threads": 1, "precision": p, "cin": 4, "cout": 4, "kernel": k,
+                           "stride": 1, "H_in": 8, "batch_size": 1, "time_ms": 0.1, "backend": ""}
+                          for p in ("fp32", "bf16") for k in (1, 3)])
+    plan = pairs_of(probe)
+    assert len(plan) == 2
+    # 4x4 channels, 8x8 output, kernel 1 and 3: 1,024 and 9,216 MACs at 1 GMAC/s; one warm call, 2 windows of 0.01 s
+    assert probe_estimate(plan, 1.0, 2, 0.01, 1) == pytest.approx(2 * (2 * 0.01) + 2 * (1024 + 9216) / 1e9)
