@@ -207,8 +207,8 @@ def _report(result: Mapping[str, Any], appender: DatasetAppender, out: Path, dat
           f"{result['n_error']} error, {result['n_contended']} contended); contention guard "
           f"repeated the timed window of {result['n_repeated']} row(s)", file=sys.stderr)
     if result["n_repeat_windows"]:
-        print(f"carb-collect: later passes measured {result['n_repeat_windows']} window(s) ({result['n_repeat_failed']} "
-              f"not used); median run-to-run latency spread {100 * result['latency_repeat_spread_median']:.1f} %",
+        print(f"carb-collect: later passes measured {result['n_repeat_windows']} window(s) "
+              f"({result['n_repeat_failed']} not used); median run-to-run latency spread {100 * result['latency_repeat_spread_median']:.1f} %",
               file=sys.stderr)
     tracking.log_metrics({k: result[k] for k in (
         "n_ok", "n_oom", "n_error", "n_contended", "n_repeated", "repeated_fraction", "n_repeat_windows",

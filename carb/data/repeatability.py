@@ -90,7 +90,8 @@ def repeatability_table(frame: pd.DataFrame, coverage: float = 0.9, min_rows: in
         g = m[m["precision"] == p]
         s = g[SPREAD].to_numpy(float)
         if not len(s):
-            status = "not measured (rows without latency_repeat_spread: measured before the repeat protocol or with one pass)"
+            status = ("not measured (rows without latency_repeat_spread: measured before the repeat protocol "
+                      "or with one pass)")
         elif p not in floor:
             status = f"too few rows for a floor ({len(s)} < {min_rows})"
         else:

@@ -4,8 +4,8 @@ a configuration, its static features and what the meter measured (or an oom/erro
 
 The loop itself, :func:`measure_configs`, measures configurations one by one into an appender and keeps
 timing statistics, then measures them again in the later passes of ``measure.repeat`` (run-to-run
-repeatability, :mod:`carb.measure.repeat`); the ``carb-collect`` command (:mod:`carb.commands.collect`) sets it up and logs it to
-MLflow.
+repeatability, :mod:`carb.measure.repeat`); the ``carb-collect`` command (:mod:`carb.commands.collect`)
+sets it up and logs it to MLflow.
 """
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ import pandas as pd
 from carb.data.io import load_dataset
 from carb.data.schema import COLUMNS, SCHEMA, empty_frame
 from carb.design.arch import ArchConfig
-from carb.measure.base import error_line  # noqa: F401 - one line per failure, also gpu_run's
 from carb.errors import ConfigError, DatasetError
+from carb.measure.base import error_line  # noqa: F401 - one line per failure, also gpu_run's
 
 SUFFIXES = (".parquet", ".csv")
 
