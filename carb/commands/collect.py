@@ -14,6 +14,10 @@
    with the device's meter, and appends the row to the file at once (atomic rewrite: temp file +
    rename), so a killed run loses at most the configuration in flight. Out of memory gives a
    ``status=oom`` row, any other failure a ``status=error`` row with the message; the run goes on;
+   with ``measure.repeat.passes`` >= 2 the ok rows are then measured again, one pass over them per extra
+   pass, each in another order (:mod:`carb.measure.repeat`): a row's latency is the mean of its passes and
+   ``latency_repeat_spread`` their run-to-run spread; rows a stopped run left with one pass get their later
+   passes on a restart;
 4. shows a tqdm progress bar with ETA and logs one MLflow run: the config, the device facts,
    ok/oom/error/contended counts, the rows whose timed window the contention guard repeated,
    duration, seconds per config, the collector's overhead fraction, and the dataset as a run input
@@ -52,6 +56,7 @@ from carb.measure.collector import (
     resolve_out,
     shard_configs,
 )
+from carb.measure.repeat import RepeatPlan, pending_repeats
 
 
 def _settings(c: Mapping[str, Any]) -> tuple[int, int, float | None, int | None]:
@@ -150,6 +155,8 @@ def run_collect(cfg: Any, configs: Sequence[ArchConfig] | None = None) -> dict[s
         facts = meter.device_facts()
         identity = checked_identity(meter, existing, out, mix_protocols)
         todo = remaining_configs(shard, existing, out, identity["device_name"], retry_statuses, limit)
+        plan = RepeatPlan.from_settings(meter.settings)
+        pending = pending_repeats(existing, shard, identity["protocol_id"], plan.passes)
         slug = device_slug(identity["device_name"])
         run_name = c.get("run_name") or sweep_suffix(f"collect/{slug}/{space_name}/shard{index}of{count}")
         stats = LoopStats()
@@ -159,14 +166,15 @@ def run_collect(cfg: Any, configs: Sequence[ArchConfig] | None = None) -> dict[s
                                  "seed": c.get("seed", 0), "shard": {"index": index, "count": count},
                                  "out": str(out), "max_minutes": max_minutes, "limit": limit,
                                  "n_space": len(configs), "n_shard": len(shard), "n_existing": len(existing),
-                                 "n_todo": len(todo)})
+                                 "n_todo": len(todo), "n_pending_repeats": len(pending)})
             tracking.log_params({"device_facts": {k: v for k, v in facts.items() if not isinstance(v, dict)}})
             tracking.log_dict(facts, "device_facts.json")
             t_loop = time.perf_counter()
-            bar = _progress(len(todo), f"{space_name} {index + 1}/{count}", bool((c.get("progress") or {}).get("enabled", True)))
+            windows = len(todo) + (plan.passes - 1) * (len(todo) + len(pending))
+            bar = _progress(windows, f"{space_name} {index + 1}/{count}", bool((c.get("progress") or {}).get("enabled", True)))
             try:
                 measure_configs(todo, meter, identity, appender.append, lambda arch: _build_model(arch),
-                                _static_table, stats, deadline=deadline, progress=bar)
+                                _static_table, stats, deadline=deadline, progress=bar, repeat=plan, pending=pending)
             finally:
                 bar.close()
                 summary = loop_summary(stats, time.perf_counter() - t_loop, appender.write_s)
@@ -198,8 +206,13 @@ def _report(result: Mapping[str, Any], appender: DatasetAppender, out: Path, dat
     print(f"carb-collect: {n_meas} rows measured ({result['n_ok']} ok, {result['n_oom']} oom, "
           f"{result['n_error']} error, {result['n_contended']} contended); contention guard "
           f"repeated the timed window of {result['n_repeated']} row(s)", file=sys.stderr)
+    if result["n_repeat_windows"]:
+        print(f"carb-collect: later passes measured {result['n_repeat_windows']} window(s) ({result['n_repeat_failed']} "
+              f"not used); median run-to-run latency spread {100 * result['latency_repeat_spread_median']:.1f} %",
+              file=sys.stderr)
     tracking.log_metrics({k: result[k] for k in (
-        "n_ok", "n_oom", "n_error", "n_contended", "n_repeated", "repeated_fraction", "n_existing", "n_measured", "n_rows", "duration_s", "loop_s",
+        "n_ok", "n_oom", "n_error", "n_contended", "n_repeated", "repeated_fraction", "n_repeat_windows",
+        "n_repeat_failed", "latency_repeat_spread_median", "n_existing", "n_measured", "n_rows", "duration_s", "loop_s",
         "setup_s", "s_per_config", "overhead_fraction", "strict_overhead_fraction", "write_s")})
     tracking.log_metrics({f"phase_{k}": v for k, v in result["phases_s"].items()})
     tracking.set_tags({"stopped": stopped or ("interrupted" if n_meas < result["n_todo"] else "complete")})

@@ -127,6 +127,13 @@ class Guard(Section):
     max_tries: Count
 
 
+class Repeat(Section):
+    """``measure.repeat``: the collector's passes over the rows (run-to-run repeatability)."""
+
+    passes: Annotated[int, Field(ge=1, le=10)]
+    order: Literal["rotated", "reversed", "shuffled"]
+
+
 class Measure(Section):
     """``measure``: the measurement protocol (:class:`carb.measure.base.MeasureSettings`)."""
 
@@ -144,6 +151,7 @@ class Measure(Section):
     rapl_root: Text
     clocks: Clocks
     guard: Guard
+    repeat: Repeat | None = None
 
 
 class Depths(Section):
