@@ -77,11 +77,12 @@ def is_zoo_space(space: Mapping[str, Any]) -> bool:
     return str(space.get("kind", "")) == "zoo" or "models" in space
 
 
-def _int_list(space: Mapping[str, Any], key: str) -> list[int]:
+def _int_list(space: Mapping[str, Any], key: str, label: str | None = None) -> list[int]:
+    """``space[key]`` as a non-empty list of positive integers (:class:`ConfigError` naming ``label``)."""
     v = space.get(key)
-    vals = list(v) if isinstance(v, (list, tuple)) else [v]
+    vals = list(v) if isinstance(v, (list, tuple)) or (isinstance(v, Sequence) and not isinstance(v, str)) else [v]
     if not vals or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in vals):
-        raise ConfigError(f"space.{key}: a non-empty list of positive integers, got {v!r}")
+        raise ConfigError(f"space.{label or key}: a non-empty list of positive integers, got {v!r}")
     return vals
 
 
@@ -102,13 +103,11 @@ def zoo_product(space: Mapping[str, Any]) -> list[ZooConfig]:
     only = space.get("input_sizes_of") or {}
     if not isinstance(only, Mapping):
         raise ConfigError("space.input_sizes_of: a mapping model name -> its input sizes")
-    stray = sorted(set(only) - set(models))
-    if stray:
-        raise ConfigError(f"space.input_sizes_of: {stray} not in space.models")
+    # entries for models not listed are ignored: `space.models=[...]` narrows a space from the command line
     n_classes = int(space.get("num_classes", 1000) or 1000)
     out = []
     for m in models:
-        m_sizes = _int_list(only, m) if m in only else sizes
+        m_sizes = _int_list(only, m, f"input_sizes_of.{m}") if m in only else sizes
         out += [ZooConfig(m, s, b, p, n_classes) for s in m_sizes for b in batches for p in precs]
     return out
 
