@@ -115,3 +115,18 @@ def test_collect_zoo_end_to_end(tmp_path):
     with pytest.raises(DatasetError, match="ResNet dataset"):
         run_collect(compose("collect", ["space=zoo", *[o for o in over if not o.startswith("out=")],
                                         f"out={resnet}"]))
+
+
+def test_trace_a_name_in_a_fresh_interpreter(tmp_path):
+    """The first trace of a process goes through carb.design.zoo's torchvision fix (the tracer's cache key
+    must not import timm, which imports torchvision, before it)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from carb.design.zoo_features import zoo_summary; "
+            "print(int(zoo_summary('tv:squeezenet1_1', 32)['params']))")
+    env = {**os.environ, "CARB_CACHE": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-500:]
+    assert r.stdout.strip().splitlines()[-1] == "1235496"

@@ -345,11 +345,11 @@ def _versions() -> str:
     import torch
 
     out = [f"torch={torch.__version__}", f"pandas={pd.__version__}", f"tracer={TRACER_VERSION}"]
-    try:
-        import timm
+    from importlib.metadata import PackageNotFoundError, version
 
-        out.append(f"timm={timm.__version__}")
-    except ImportError:
+    try:   # the installed version, without importing timm (which imports torchvision: carb.design.zoo's job)
+        out.append(f"timm={version('timm')}")
+    except PackageNotFoundError:
         pass
     return ",".join(out)
 
