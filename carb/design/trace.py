@@ -142,9 +142,9 @@ def _recorder_class() -> type:
     class Recorder(TorchDispatchMode):
         """Records one row per ATen operation (see the module docstring), tracking live storages."""
 
-        def __init__(self, param_storages: dict[int, int], inputs: Iterable[Any]) -> None:
+        def __init__(self, param_storages: dict[int, tuple[int, tuple[int, ...]]], inputs: Iterable[Any]) -> None:
             super().__init__()
-            self.params = param_storages           # storage key -> parameter elements (0 for buffers)
+            self.params = param_storages           # storage key -> (parameter elements (0 for buffers), shape)
             self.rows: list[dict[str, Any]] = []
             self.live: dict[int, tuple[Any, int]] = {}
             self.stack: list[str] = [""]
@@ -195,7 +195,7 @@ def _recorder_class() -> type:
                 if key in self.params:
                     params.append(t)
                     param_read += _elements(t)
-                    n_params += self.params[key]
+                    n_params += self.params[key][0]
                     self.touched.add(key)
                 else:
                     acts.append(t)
@@ -231,8 +231,8 @@ def _recorder_class() -> type:
                 macs = (flops or 0.0) / 2
             elif name in _MATMUL:
                 kind = "linear" if params else "matmul"
-                if params:
-                    weight_shape = tuple(max(params, key=lambda t: t.dim()).shape)
+                if params:   # the parameter's own shape (``addmm`` reads the transposed view)
+                    weight_shape = max((self.params[self._key(t)][1] for t in params), key=len)
                 macs = (flops or 0.0) / 2
             elif name in _NORM:
                 kind = "norm"
@@ -321,7 +321,7 @@ def _reason(e: BaseException) -> str:
     if "meta" in low and ("item()" in low or "data-dependent" in low or "cannot be called on meta" in low
                           or "data dependent" in low):
         return f"cannot be traced on the meta device (data-dependent control flow): {msg}"
-    if "could not run" in low and "meta" in low or "no meta" in low or "not implemented for 'meta'" in low:
+    if ("could not run" in low and "meta" in low) or "meta kernel" in low or "not implemented for 'meta'" in low:
         return f"cannot be traced on the meta device (an operator without a meta kernel, e.g. a custom CUDA op): {msg}"
     if isinstance(e, NotImplementedError):
         return f"cannot be traced on the meta device: {msg}"
@@ -341,16 +341,17 @@ def model_key(model: Any, settings: dict[str, Any] | None = None) -> str:
     return "module:" + h.hexdigest()
 
 
+@functools.lru_cache(maxsize=1)
 def _versions() -> str:
-    import torch
+    """Versions the cached tables depend on (installed distributions; nothing is imported)."""
+    from importlib.metadata import PackageNotFoundError, version
 
-    out = [f"torch={torch.__version__}", f"pandas={pd.__version__}", f"tracer={TRACER_VERSION}"]
-    try:
-        import timm
-
-        out.append(f"timm={timm.__version__}")
-    except ImportError:
-        pass
+    out = [f"tracer={TRACER_VERSION}"]
+    for dist in ("torch", "torchvision", "timm", "pandas"):
+        try:
+            out.append(f"{dist}={version(dist)}")
+        except PackageNotFoundError:
+            out.append(f"{dist}=none")
     return ",".join(out)
 
 
@@ -362,25 +363,25 @@ def cache_path(key: str, chw: tuple[int, int, int]) -> Path:
     return cache_dir() / "trace" / f"{digest}.pkl"
 
 
-def _meta_state(model: nn.Module) -> tuple[dict[str, Any], dict[int, int]]:
+def _meta_state(model: nn.Module) -> tuple[dict[str, Any], dict[int, tuple[int, tuple[int, ...]]]]:
     """Meta copies of the module's parameters and buffers (for ``functional_call``) and their storage
-    keys -> parameter elements (0 for buffers; shared parameters once)."""
+    keys -> (parameter elements (0 for buffers), shape)."""
     import torch
 
     state: dict[str, Any] = {}
-    keys: dict[int, int] = {}
+    keys: dict[int, tuple[int, tuple[int, ...]]] = {}
     by_id: dict[int, Any] = {}
     for name, p in model.named_parameters(remove_duplicate=False):
         t = by_id.get(id(p))
         if t is None:
             t = by_id[id(p)] = p if p.device.type == "meta" else torch.empty_like(p, device="meta")
-            keys[t.untyped_storage()._cdata] = p.numel()
+            keys[t.untyped_storage()._cdata] = (p.numel(), tuple(p.shape))
         state[name] = t
     for name, b in model.named_buffers(remove_duplicate=False):
         t = by_id.get(id(b))
         if t is None:
             t = by_id[id(b)] = b if b.device.type == "meta" else torch.empty_like(b, device="meta")
-            keys.setdefault(t.untyped_storage()._cdata, 0)
+            keys.setdefault(t.untyped_storage()._cdata, (0, tuple(b.shape)))
         state[name] = t
     return state, keys
 
@@ -426,7 +427,7 @@ def _trace_batch1(model: nn.Module, chw: tuple[int, int, int], label: str) -> tu
                                             "stride", "groups", "flops", "macs", "act_read", "param_read",
                                             "written", "params", "live"])
     params_total = sum(p.numel() for p in model.parameters())
-    info = {"params_total": int(params_total), "params_traced": int(sum(keys[k] for k in rec.touched)),
+    info = {"params_total": int(params_total), "params_traced": int(sum(keys[k][0] for k in rec.touched)),
             "output_shape": tuple(leaves[0].shape)}
     return frame, info
 
@@ -495,6 +496,20 @@ def _store(path: Path, obj: Any) -> None:
         write_atomic(path, lambda tmp: tmp.write_bytes(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)))
     except OSError:
         pass
+
+
+def trace_many(models: Iterable[str], input_shape: Sequence[int] = (1, 3, 224, 224), *, precision: str = "fp32",
+               cache: bool = True) -> tuple[dict[str, pd.DataFrame], dict[str, str]]:
+    """:func:`trace` of each zoo name: ``(tables by name, reasons by refused name)``. A model that cannot
+    be built or traced (:class:`ZooError`) is listed with its one-line reason; the others are traced."""
+    tables: dict[str, pd.DataFrame] = {}
+    refused: dict[str, str] = {}
+    for name in models:
+        try:
+            tables[name] = trace(name, input_shape, precision=precision, cache=cache)
+        except ZooError as e:
+            refused[name] = str(e)
+    return tables, refused
 
 
 #: Kinds whose output elements are fvcore's (and timm's / Hidden Joules') "activations".
