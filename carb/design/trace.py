@@ -138,6 +138,17 @@ def _recorder_class() -> type:
     from torch.utils.flop_counter import flop_registry
 
     sdpa = torch.nn.functional.scaled_dot_product_attention
+    Tensor = torch.Tensor
+
+    def _tensors(items: Iterable[Any]) -> list[Any]:
+        """The tensors among ``items`` and inside their lists/tuples (one level: ATen arguments)."""
+        out = []
+        for a in items:
+            if isinstance(a, Tensor):
+                out.append(a)
+            elif isinstance(a, (list, tuple)):
+                out.extend(t for t in a if isinstance(t, Tensor))
+        return out
 
     class Recorder(TorchDispatchMode):
         """Records one row per ATen operation (see the module docstring), tracking live storages."""
@@ -178,8 +189,8 @@ def _recorder_class() -> type:
             return out
 
         def record(self, func, args, kwargs, out, kind: str | None = None, flops: float | None = None) -> None:
-            tensors = [a for a in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
-            outs = [o for o in torch.utils._pytree.tree_leaves(out) if isinstance(o, torch.Tensor)]
+            tensors = _tensors(args) + _tensors(kwargs.values())
+            outs = _tensors(out if isinstance(out, (list, tuple)) else (out,))
             for o in outs:
                 self._track(o)
             if not tensors:   # factory ops (empty, zeros): no row, their outputs are tracked
@@ -386,8 +397,29 @@ def _meta_state(model: nn.Module) -> tuple[dict[str, Any], dict[int, tuple[int, 
     return state, keys
 
 
-def _trace_batch1(model: nn.Module, chw: tuple[int, int, int], label: str) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """The batch-1 trace: per-element counts (columns ``act_read``, ``param_read``, ``written``, ``live``)."""
+_TEXT = ("op", "module", "kind")
+_SHAPES = ("in_shape", "out_shape", "weight_shape")
+_INTS = ("kernel", "stride", "groups", "act_read", "param_read", "written", "params", "live")
+
+
+def _columns(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The batch-1 rows as columns, ready to become a frame fast (text as pandas string arrays, shapes as
+    object arrays of tuples, counts as int64 / float64 arrays): what the cache stores."""
+    cols: dict[str, Any] = {c: pd.array([r[c] for r in rows], dtype="str") for c in _TEXT}
+    for c in _SHAPES:
+        arr = np.empty(len(rows), dtype=object)
+        arr[:] = [r[c] for r in rows]
+        cols[c] = arr
+    for c in _INTS:
+        cols[c] = np.array([r[c] for r in rows], dtype=np.int64)
+    for c in ("flops", "macs"):
+        cols[c] = np.array([r[c] for r in rows], dtype=np.float64)
+    return cols
+
+
+def _trace_batch1(model: nn.Module, chw: tuple[int, int, int], label: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The batch-1 trace as columns (:func:`_columns`; per-element counts ``act_read``, ``param_read``,
+    ``written``, ``live``) and the model's facts (``params_total``, ``params_traced``, ``output_shape``)."""
     import torch
     from torch.func import functional_call
 
@@ -423,28 +455,24 @@ def _trace_batch1(model: nn.Module, chw: tuple[int, int, int], label: str) -> tu
     leaves = [o for o in torch.utils._pytree.tree_leaves(out) if isinstance(o, torch.Tensor)]
     if not leaves:
         raise ZooError(f"model {label!r}: not a vision backbone: its forward returns {type(out).__name__}, no tensor")
-    frame = pd.DataFrame(rec.rows, columns=["op", "module", "kind", "in_shape", "out_shape", "weight_shape", "kernel",
-                                            "stride", "groups", "flops", "macs", "act_read", "param_read",
-                                            "written", "params", "live"])
+    frame = _columns(rec.rows)
     params_total = sum(p.numel() for p in model.parameters())
     info = {"params_total": int(params_total), "params_traced": int(sum(keys[k][0] for k in rec.touched)),
             "output_shape": tuple(leaves[0].shape)}
     return frame, info
 
 
-def _scaled(frame: pd.DataFrame, info: dict[str, Any], batch: int, precision: str, label: str,
+def _scaled(frame: dict[str, Any], info: dict[str, Any], batch: int, precision: str, label: str,
             input_shape: tuple[int, ...]) -> pd.DataFrame:
-    """The batch-1 trace at ``batch`` and ``precision`` (the :data:`COLUMNS` table)."""
+    """The batch-1 columns at ``batch`` and ``precision``: the :data:`COLUMNS` table."""
     bpe = BYTES_PER_ELEMENT[precision]
-    out = frame[["op", "module", "kind", "in_shape", "out_shape", "weight_shape", "kernel", "stride", "groups"]].copy()
-    out["flops"] = frame["flops"] * batch
-    out["macs"] = frame["macs"] * batch
-    out["param_bytes"] = frame["param_read"].astype(np.int64) * bpe
-    out["bytes_read"] = frame["act_read"].astype(np.int64) * batch * bpe + out["param_bytes"]
-    out["bytes_written"] = frame["written"].astype(np.int64) * batch * bpe
-    out["params"] = frame["params"].astype(np.int64)
-    out["live_bytes"] = frame["live"].astype(np.int64) * batch * bpe
-    out = out[list(COLUMNS)]
+    param_bytes = frame["param_read"] * bpe
+    cols = {**{c: frame[c] for c in (*_TEXT, *_SHAPES, "kernel", "stride", "groups")},
+            "flops": frame["flops"] * batch, "macs": frame["macs"] * batch,
+            "bytes_read": frame["act_read"] * (batch * bpe) + param_bytes,
+            "bytes_written": frame["written"] * (batch * bpe), "param_bytes": param_bytes,
+            "params": frame["params"], "live_bytes": frame["live"] * (batch * bpe)}
+    out = pd.DataFrame({c: cols[c] for c in COLUMNS}, copy=False)
     out.attrs = {"model": label, "input_shape": tuple(input_shape), "precision": precision, **info}
     return out
 
