@@ -4,7 +4,6 @@ every torchvision ResNet and wide ResNet, liveness (peak = max of live bytes, ch
 chain), batch and precision scaling, the on-disk cache, and one-line refusals."""
 from __future__ import annotations
 
-import dataclasses
 import warnings
 
 import numpy as np
@@ -87,12 +86,19 @@ def test_the_resnet_walk_is_the_trace_of_the_torchvision_resnet(name):
     assert norm(walk).equals(norm(traced))
 
 
-def test_a_walk_wrong_in_one_layer_differs_from_the_trace():
-    cfg = CFGS["resnet18"]
-    walk = T.walk_table(dataclasses.replace(cfg, width_mult=0.5))
+def test_a_walk_wrong_in_one_layer_differs_from_the_trace(monkeypatch):
+    """The comparison above can fail: a walk whose one downsampling convolution has stride 1 differs."""
+    import carb.design.layers as layers
+
+    real = layers.layer_specs
+    wrong = lambda cfg: [s._replace(stride=1) if s.name == "layers.1.0.downsample.0" else s  # noqa: E731
+                         for s in real(cfg)]
+    monkeypatch.setattr(layers, "layer_specs", wrong)
+    walk = T.walk_table(CFGS["resnet18"])
     traced = T.trace("tv:resnet18", (3, 3, 64, 64), precision="bf16")
-    assert not walk[walk["kind"].isin(GEMM)]["flops"].reset_index(drop=True).equals(
-        traced[traced["kind"].isin(GEMM)]["flops"].reset_index(drop=True))
+    pick = lambda t: t[t["kind"].isin(GEMM)][COMPARED].reset_index(drop=True)  # noqa: E731
+    assert len(pick(walk)) == len(pick(traced))
+    assert not pick(walk).equals(pick(traced))
 
 
 def test_live_bytes_follow_tensor_lifetimes_on_a_chain():
