@@ -45,7 +45,7 @@ PREFIXES: dict[str, str] = {"tv:": "tv", "torchvision:": "tv", "torchvision/": "
 #: efficientnet).
 FAMILY_PREFIXES: tuple[str, ...] = ("tf_", "tv_", "tv2_", "gluon_", "legacy_", "ssl_", "swsl_", "ig_")
 #: Families whose name's leading letters are not the family (``wide_resnet50_2`` -> ``wide_resnet``).
-FAMILY_ALIASES: dict[str, str] = {"wide": "wide_resnet"}
+FAMILY_ALIASES: dict[str, str] = {"wide": "wide_resnet", "regnetx": "regnet", "regnety": "regnet", "regnetz": "regnet"}
 DEVICES: tuple[str, ...] = ("meta", "cpu")
 
 
@@ -238,8 +238,10 @@ def _one_line(e: BaseException) -> str:
 def family_of(name: str) -> str:
     """The family of a model name: the leading letters of its base name (the rule Hidden Joules and timm
     comparisons use), after dropping a weight-source prefix (:data:`FAMILY_PREFIXES`) and mapping
-    :data:`FAMILY_ALIASES`: ``tv:mobilenet_v3_large`` -> ``mobilenet``, ``timm:tf_efficientnet_b0.in1k``
-    -> ``efficientnet``, ``wide_resnet50_2`` -> ``wide_resnet``, ``seresnext50_32x4d`` -> ``seresnext``.
+    :data:`FAMILY_ALIASES`, and a version suffix ``v<digit>`` (``mobilenetv3`` -> ``mobilenet``):
+    ``tv:mobilenet_v3_large`` and ``timm:mobilenetv3_large_100`` -> ``mobilenet``,
+    ``timm:tf_efficientnetv2_s.in1k`` -> ``efficientnet``, ``wide_resnet50_2`` -> ``wide_resnet``,
+    ``regnety_040`` -> ``regnet``, ``seresnext50_32x4d`` -> ``seresnext``.
     Pure string work (no import)."""
     _, base = split_name(name)
     base = base.lower()
@@ -250,7 +252,10 @@ def family_of(name: str) -> str:
     m = re.match(r"[a-z]+", base)
     if m is None:
         raise ZooError(f"model {name!r}: no family (the name does not start with letters)")
-    return FAMILY_ALIASES.get(m.group(0), m.group(0))
+    family = m.group(0)
+    if family.endswith("v") and base[len(family):][:1].isdigit() and len(family) > 2:
+        family = family[:-1]   # a version suffix: timm's mobilenetv3 is torchvision's mobilenet_v3
+    return FAMILY_ALIASES.get(family, family)
 
 
 _import_timm = import_timm   # the name of the first commit
