@@ -44,12 +44,14 @@ def test_macs_and_activations_agree_with_fvcore_and_parameters_with_the_module(n
     assert s["flops"] == pytest.approx(sum(s[f"flops_{k}"] for k in T.KINDS))
 
 
-@pytest.mark.parametrize("name", ["tv:mobilenet_v3_large", "timm:ghostnet_100", "timm:efficientvit_b0",
-                                  "tv:convnext_tiny", "timm:repvgg_a0"])
-def test_zoo_names_trace_with_the_libraries_parameter_count(name):
-    table = T.trace(name, (1, 3, 96, 96))
+@pytest.mark.parametrize("name,side", [("tv:mobilenet_v3_large", 96), ("timm:ghostnet_100", 96),
+                                       ("timm:efficientvit_b0", 96), ("tv:convnext_tiny", 96), ("timm:repvgg_a0", 96),
+                                       ("timm:deit_tiny_patch16_224", 224)])
+def test_zoo_names_trace_with_the_libraries_parameter_count(name, side):
+    table = T.trace(name, (1, 3, side, side))
     model = build_model(name)
     assert table.attrs["params_total"] == table.attrs["params_traced"] == sum(p.numel() for p in model.parameters())
+    assert table["params"].sum() == table.attrs["params_traced"]   # each parameter on the one row that reads it
     assert set(table["kind"]) <= set(T.KINDS) and "other" not in set(table["kind"])
     conv = table[table["kind"].isin(T.CONV_KINDS)]
     dw = conv["kind"] == "conv_depthwise"

@@ -212,13 +212,10 @@ def _recorder_class() -> type:
                     acts.append(t)
                     act_read += _elements(t)
             row = self._describe(name, func, args, kwargs, out, acts, params, outs, kind, flops)
-            if row["kind"] == "reshape":
-                act_read = param_read = 0
-                written = 0
+            if row["kind"] == "reshape":   # a view moves no data; the op that reads it counts the parameter
+                act_read = param_read = written = n_params = 0
             else:
                 written = sum(o.numel() for o in outs)
-                if row["kind"] not in (*CONV_KINDS, "linear", "norm") and not param_read:
-                    n_params = 0
             row.update(module=self.stack[-1], act_read=act_read, param_read=param_read, written=written,
                        params=n_params, live=self._live())
             self.rows.append(row)
@@ -334,6 +331,9 @@ def _reason(e: BaseException) -> str:
         return f"cannot be traced on the meta device (data-dependent control flow): {msg}"
     if ("could not run" in low and "meta" in low) or "meta kernel" in low or "not implemented for 'meta'" in low:
         return f"cannot be traced on the meta device (an operator without a meta kernel, e.g. a custom CUDA op): {msg}"
+    if "same device" in low or "expected all tensors" in low:
+        return ("cannot be traced on the meta device: its forward uses a tensor that is neither a parameter nor a "
+                f"buffer (build the module on the meta device: carb.design.zoo.build_model): {msg}")
     if isinstance(e, NotImplementedError):
         return f"cannot be traced on the meta device: {msg}"
     return f"refuses the input: {msg}"
