@@ -156,6 +156,16 @@ class _DataDependent(nn.Module):
         return y if y.sum() > 0 else -y
 
 
+class _PlainTensor(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 1)
+        self.scale = torch.ones(4, 1, 1)   # neither parameter nor buffer: stays on the CPU
+
+    def forward(self, x):
+        return self.conv(x) * self.scale
+
+
 class _ReturnsShape(nn.Module):
     def forward(self, x):
         return x.shape
@@ -176,6 +186,7 @@ def _custom_op_model() -> nn.Module:
     (_DataDependent, (1, 3, 16, 16), r"^model '_DataDependent': cannot be traced on the meta device \(data-dependent"),
     (_custom_op_model, (1, 3, 16, 16), r"^model 'Custom': cannot be traced on the meta device .*meta kernel"),
     (_ReturnsShape, (1, 3, 16, 16), r"^model '_ReturnsShape': not a vision backbone"),
+    (_PlainTensor, (1, 3, 16, 16), r"^model '_PlainTensor': cannot be traced .* neither a parameter nor a buffer"),
     (lambda: nn.LSTM(4, 4), (1, 3, 16, 16), r"^model 'LSTM': refuses the input"),
     (lambda: "timm:vit_tiny_patch16_224", (1, 3, 64, 64), r"^model 'timm:vit_tiny_patch16_224': refuses the input"),
     (lambda: "no_such_net", (1, 3, 64, 64), r"^model 'no_such_net': unknown model"),

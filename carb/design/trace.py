@@ -331,7 +331,7 @@ def _reason(e: BaseException) -> str:
         return f"cannot be traced on the meta device (data-dependent control flow): {msg}"
     if ("could not run" in low and "meta" in low) or "meta kernel" in low or "not implemented for 'meta'" in low:
         return f"cannot be traced on the meta device (an operator without a meta kernel, e.g. a custom CUDA op): {msg}"
-    if "same device" in low or "expected all tensors" in low:
+    if "same device" in low or "expected all tensors" in low or "expected device meta" in low:
         return ("cannot be traced on the meta device: its forward uses a tensor that is neither a parameter nor a "
                 f"buffer (build the module on the meta device: carb.design.zoo.build_model): {msg}")
     if isinstance(e, NotImplementedError):
