@@ -173,7 +173,8 @@ def _recorder_class() -> type:
                 return
             old = self.live.get(key)
             if old is None or old[0].expired():
-                self.live[key] = (StorageWeakRef(t.untyped_storage()), t.untyped_storage().nbytes() // max(t.element_size(), 1))
+                storage = t.untyped_storage()
+                self.live[key] = (StorageWeakRef(storage), storage.nbytes() // max(t.element_size(), 1))
 
         def _live(self) -> int:
             dead = [k for k, (ref, _) in self.live.items() if ref.expired()]
@@ -275,7 +276,8 @@ def _recorder_class() -> type:
             elif outs and not name.endswith("_") and \
                     any(o.untyped_storage()._cdata == self._key(a) for o in outs for a in (*acts, *params)):
                 kind = "reshape"   # a view: shares its input's storage
-            elif outs and len(outs) == 1 and (func._schema.is_mutable or torch.Tag.pointwise in getattr(func, "tags", ())):
+            elif outs and len(outs) == 1 and (func._schema.is_mutable
+                                              or torch.Tag.pointwise in getattr(func, "tags", ())):
                 kind = "elementwise"
             else:
                 kind = "other"
