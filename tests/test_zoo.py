@@ -72,6 +72,8 @@ def test_bare_names_resolve_torchvision_first():
     ("tv:mobilenet_v3_large", "mobilenet"), ("timm:tf_efficientnet_b0.in1k", "efficientnet"),
     ("wide_resnet50_2", "wide_resnet"), ("timm:seresnext50_32x4d", "seresnext"), ("resnext50_32x4d", "resnext"),
     ("regnet_y_400mf", "regnet"), ("timm/vit_small_patch16_224.augreg_in21k", "vit"),
+    ("timm:mobilenetv3_large_100", "mobilenet"), ("timm:tf_efficientnetv2_s.in1k", "efficientnet"),
+    ("timm:regnety_040", "regnet"), ("timm:levit_128s", "levit"), ("timm:convnextv2_atto", "convnext"),
 ])
 def test_family_of(name, family):
     assert zoo.family_of(name) == family

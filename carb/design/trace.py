@@ -138,13 +138,24 @@ def _recorder_class() -> type:
     from torch.utils.flop_counter import flop_registry
 
     sdpa = torch.nn.functional.scaled_dot_product_attention
+    Tensor = torch.Tensor
+
+    def _tensors(items: Iterable[Any]) -> list[Any]:
+        """The tensors among ``items`` and inside their lists/tuples (one level: ATen arguments)."""
+        out = []
+        for a in items:
+            if isinstance(a, Tensor):
+                out.append(a)
+            elif isinstance(a, (list, tuple)):
+                out.extend(t for t in a if isinstance(t, Tensor))
+        return out
 
     class Recorder(TorchDispatchMode):
         """Records one row per ATen operation (see the module docstring), tracking live storages."""
 
-        def __init__(self, param_storages: dict[int, int], inputs: Iterable[Any]) -> None:
+        def __init__(self, param_storages: dict[int, tuple[int, tuple[int, ...]]], inputs: Iterable[Any]) -> None:
             super().__init__()
-            self.params = param_storages           # storage key -> parameter elements (0 for buffers)
+            self.params = param_storages           # storage key -> (parameter elements (0 for buffers), shape)
             self.rows: list[dict[str, Any]] = []
             self.live: dict[int, tuple[Any, int]] = {}
             self.stack: list[str] = [""]
@@ -162,7 +173,8 @@ def _recorder_class() -> type:
                 return
             old = self.live.get(key)
             if old is None or old[0].expired():
-                self.live[key] = (StorageWeakRef(t.untyped_storage()), t.untyped_storage().nbytes() // max(t.element_size(), 1))
+                storage = t.untyped_storage()
+                self.live[key] = (StorageWeakRef(storage), storage.nbytes() // max(t.element_size(), 1))
 
         def _live(self) -> int:
             dead = [k for k, (ref, _) in self.live.items() if ref.expired()]
@@ -178,8 +190,8 @@ def _recorder_class() -> type:
             return out
 
         def record(self, func, args, kwargs, out, kind: str | None = None, flops: float | None = None) -> None:
-            tensors = [a for a in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
-            outs = [o for o in torch.utils._pytree.tree_leaves(out) if isinstance(o, torch.Tensor)]
+            tensors = _tensors(args) + _tensors(kwargs.values())
+            outs = _tensors(out if isinstance(out, (list, tuple)) else (out,))
             for o in outs:
                 self._track(o)
             if not tensors:   # factory ops (empty, zeros): no row, their outputs are tracked
@@ -195,19 +207,16 @@ def _recorder_class() -> type:
                 if key in self.params:
                     params.append(t)
                     param_read += _elements(t)
-                    n_params += self.params[key]
+                    n_params += self.params[key][0]
                     self.touched.add(key)
                 else:
                     acts.append(t)
                     act_read += _elements(t)
             row = self._describe(name, func, args, kwargs, out, acts, params, outs, kind, flops)
-            if row["kind"] == "reshape":
-                act_read = param_read = 0
-                written = 0
+            if row["kind"] == "reshape":   # a view moves no data; the op that reads it counts the parameter
+                act_read = param_read = written = n_params = 0
             else:
                 written = sum(o.numel() for o in outs)
-                if row["kind"] not in (*CONV_KINDS, "linear", "norm") and not param_read:
-                    n_params = 0
             row.update(module=self.stack[-1], act_read=act_read, param_read=param_read, written=written,
                        params=n_params, live=self._live())
             self.rows.append(row)
@@ -231,8 +240,8 @@ def _recorder_class() -> type:
                 macs = (flops or 0.0) / 2
             elif name in _MATMUL:
                 kind = "linear" if params else "matmul"
-                if params:
-                    weight_shape = tuple(max(params, key=lambda t: t.dim()).shape)
+                if params:   # the parameter's own shape (``addmm`` reads the transposed view)
+                    weight_shape = max((self.params[self._key(t)][1] for t in params), key=len)
                 macs = (flops or 0.0) / 2
             elif name in _NORM:
                 kind = "norm"
@@ -267,7 +276,8 @@ def _recorder_class() -> type:
             elif outs and not name.endswith("_") and \
                     any(o.untyped_storage()._cdata == self._key(a) for o in outs for a in (*acts, *params)):
                 kind = "reshape"   # a view: shares its input's storage
-            elif outs and len(outs) == 1 and (func._schema.is_mutable or torch.Tag.pointwise in getattr(func, "tags", ())):
+            elif outs and len(outs) == 1 and (func._schema.is_mutable
+                                              or torch.Tag.pointwise in getattr(func, "tags", ())):
                 kind = "elementwise"
             else:
                 kind = "other"
@@ -321,8 +331,11 @@ def _reason(e: BaseException) -> str:
     if "meta" in low and ("item()" in low or "data-dependent" in low or "cannot be called on meta" in low
                           or "data dependent" in low):
         return f"cannot be traced on the meta device (data-dependent control flow): {msg}"
-    if "could not run" in low and "meta" in low or "no meta" in low or "not implemented for 'meta'" in low:
+    if ("could not run" in low and "meta" in low) or "meta kernel" in low or "not implemented for 'meta'" in low:
         return f"cannot be traced on the meta device (an operator without a meta kernel, e.g. a custom CUDA op): {msg}"
+    if "same device" in low or "expected all tensors" in low or "expected device meta" in low:
+        return ("cannot be traced on the meta device: its forward uses a tensor that is neither a parameter nor a "
+                f"buffer (build the module on the meta device: carb.design.zoo.build_model): {msg}")
     if isinstance(e, NotImplementedError):
         return f"cannot be traced on the meta device: {msg}"
     return f"refuses the input: {msg}"
@@ -341,16 +354,17 @@ def model_key(model: Any, settings: dict[str, Any] | None = None) -> str:
     return "module:" + h.hexdigest()
 
 
+@functools.lru_cache(maxsize=1)
 def _versions() -> str:
-    import torch
-
-    out = [f"torch={torch.__version__}", f"pandas={pd.__version__}", f"tracer={TRACER_VERSION}"]
+    """Versions the cached tables depend on (installed distributions; nothing is imported)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    try:   # the installed version, without importing timm (which imports torchvision: carb.design.zoo's job)
-        out.append(f"timm={version('timm')}")
-    except PackageNotFoundError:
-        pass
+    out = [f"tracer={TRACER_VERSION}"]
+    for dist in ("torch", "torchvision", "timm", "pandas"):
+        try:
+            out.append(f"{dist}={version(dist)}")
+        except PackageNotFoundError:
+            out.append(f"{dist}=none")
     return ",".join(out)
 
 
@@ -362,31 +376,52 @@ def cache_path(key: str, chw: tuple[int, int, int]) -> Path:
     return cache_dir() / "trace" / f"{digest}.pkl"
 
 
-def _meta_state(model: nn.Module) -> tuple[dict[str, Any], dict[int, int]]:
+def _meta_state(model: nn.Module) -> tuple[dict[str, Any], dict[int, tuple[int, tuple[int, ...]]]]:
     """Meta copies of the module's parameters and buffers (for ``functional_call``) and their storage
-    keys -> parameter elements (0 for buffers; shared parameters once)."""
+    keys -> (parameter elements (0 for buffers), shape)."""
     import torch
 
     state: dict[str, Any] = {}
-    keys: dict[int, int] = {}
+    keys: dict[int, tuple[int, tuple[int, ...]]] = {}
     by_id: dict[int, Any] = {}
     for name, p in model.named_parameters(remove_duplicate=False):
         t = by_id.get(id(p))
         if t is None:
             t = by_id[id(p)] = p if p.device.type == "meta" else torch.empty_like(p, device="meta")
-            keys[t.untyped_storage()._cdata] = p.numel()
+            keys[t.untyped_storage()._cdata] = (p.numel(), tuple(p.shape))
         state[name] = t
     for name, b in model.named_buffers(remove_duplicate=False):
         t = by_id.get(id(b))
         if t is None:
             t = by_id[id(b)] = b if b.device.type == "meta" else torch.empty_like(b, device="meta")
-            keys.setdefault(t.untyped_storage()._cdata, 0)
+            keys.setdefault(t.untyped_storage()._cdata, (0, tuple(b.shape)))
         state[name] = t
     return state, keys
 
 
-def _trace_batch1(model: nn.Module, chw: tuple[int, int, int], label: str) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """The batch-1 trace: per-element counts (columns ``act_read``, ``param_read``, ``written``, ``live``)."""
+_TEXT = ("op", "module", "kind")
+_SHAPES = ("in_shape", "out_shape", "weight_shape")
+_INTS = ("kernel", "stride", "groups", "act_read", "param_read", "written", "params", "live")
+
+
+def _columns(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The batch-1 rows as columns, ready to become a frame fast (text as pandas string arrays, shapes as
+    object arrays of tuples, counts as int64 / float64 arrays): what the cache stores."""
+    cols: dict[str, Any] = {c: pd.array([r[c] for r in rows], dtype="str") for c in _TEXT}
+    for c in _SHAPES:
+        arr = np.empty(len(rows), dtype=object)
+        arr[:] = [r[c] for r in rows]
+        cols[c] = arr
+    for c in _INTS:
+        cols[c] = np.array([r[c] for r in rows], dtype=np.int64)
+    for c in ("flops", "macs"):
+        cols[c] = np.array([r[c] for r in rows], dtype=np.float64)
+    return cols
+
+
+def _trace_batch1(model: nn.Module, chw: tuple[int, int, int], label: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The batch-1 trace as columns (:func:`_columns`; per-element counts ``act_read``, ``param_read``,
+    ``written``, ``live``) and the model's facts (``params_total``, ``params_traced``, ``output_shape``)."""
     import torch
     from torch.func import functional_call
 
@@ -422,28 +457,24 @@ def _trace_batch1(model: nn.Module, chw: tuple[int, int, int], label: str) -> tu
     leaves = [o for o in torch.utils._pytree.tree_leaves(out) if isinstance(o, torch.Tensor)]
     if not leaves:
         raise ZooError(f"model {label!r}: not a vision backbone: its forward returns {type(out).__name__}, no tensor")
-    frame = pd.DataFrame(rec.rows, columns=["op", "module", "kind", "in_shape", "out_shape", "weight_shape", "kernel",
-                                            "stride", "groups", "flops", "macs", "act_read", "param_read",
-                                            "written", "params", "live"])
+    frame = _columns(rec.rows)
     params_total = sum(p.numel() for p in model.parameters())
-    info = {"params_total": int(params_total), "params_traced": int(sum(keys[k] for k in rec.touched)),
+    info = {"params_total": int(params_total), "params_traced": int(sum(keys[k][0] for k in rec.touched)),
             "output_shape": tuple(leaves[0].shape)}
     return frame, info
 
 
-def _scaled(frame: pd.DataFrame, info: dict[str, Any], batch: int, precision: str, label: str,
+def _scaled(frame: dict[str, Any], info: dict[str, Any], batch: int, precision: str, label: str,
             input_shape: tuple[int, ...]) -> pd.DataFrame:
-    """The batch-1 trace at ``batch`` and ``precision`` (the :data:`COLUMNS` table)."""
+    """The batch-1 columns at ``batch`` and ``precision``: the :data:`COLUMNS` table."""
     bpe = BYTES_PER_ELEMENT[precision]
-    out = frame[["op", "module", "kind", "in_shape", "out_shape", "weight_shape", "kernel", "stride", "groups"]].copy()
-    out["flops"] = frame["flops"] * batch
-    out["macs"] = frame["macs"] * batch
-    out["param_bytes"] = frame["param_read"].astype(np.int64) * bpe
-    out["bytes_read"] = frame["act_read"].astype(np.int64) * batch * bpe + out["param_bytes"]
-    out["bytes_written"] = frame["written"].astype(np.int64) * batch * bpe
-    out["params"] = frame["params"].astype(np.int64)
-    out["live_bytes"] = frame["live"].astype(np.int64) * batch * bpe
-    out = out[list(COLUMNS)]
+    param_bytes = frame["param_read"] * bpe
+    cols = {**{c: frame[c] for c in (*_TEXT, *_SHAPES, "kernel", "stride", "groups")},
+            "flops": frame["flops"] * batch, "macs": frame["macs"] * batch,
+            "bytes_read": frame["act_read"] * (batch * bpe) + param_bytes,
+            "bytes_written": frame["written"] * (batch * bpe), "param_bytes": param_bytes,
+            "params": frame["params"], "live_bytes": frame["live"] * (batch * bpe)}
+    out = pd.DataFrame({c: cols[c] for c in COLUMNS}, copy=False)
     out.attrs = {"model": label, "input_shape": tuple(input_shape), "precision": precision, **info}
     return out
 
@@ -495,6 +526,20 @@ def _store(path: Path, obj: Any) -> None:
         write_atomic(path, lambda tmp: tmp.write_bytes(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)))
     except OSError:
         pass
+
+
+def trace_many(models: Iterable[str], input_shape: Sequence[int] = (1, 3, 224, 224), *, precision: str = "fp32",
+               cache: bool = True) -> tuple[dict[str, pd.DataFrame], dict[str, str]]:
+    """:func:`trace` of each zoo name: ``(tables by name, reasons by refused name)``. A model that cannot
+    be built or traced (:class:`ZooError`) is listed with its one-line reason; the others are traced."""
+    tables: dict[str, pd.DataFrame] = {}
+    refused: dict[str, str] = {}
+    for name in models:
+        try:
+            tables[name] = trace(name, input_shape, precision=precision, cache=cache)
+        except ZooError as e:
+            refused[name] = str(e)
+    return tables, refused
 
 
 #: Kinds whose output elements are fvcore's (and timm's / Hidden Joules') "activations".

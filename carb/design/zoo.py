@@ -45,7 +45,7 @@ PREFIXES: dict[str, str] = {"tv:": "tv", "torchvision:": "tv", "torchvision/": "
 #: efficientnet).
 FAMILY_PREFIXES: tuple[str, ...] = ("tf_", "tv_", "tv2_", "gluon_", "legacy_", "ssl_", "swsl_", "ig_")
 #: Families whose name's leading letters are not the family (``wide_resnet50_2`` -> ``wide_resnet``).
-FAMILY_ALIASES: dict[str, str] = {"wide": "wide_resnet"}
+FAMILY_ALIASES: dict[str, str] = {"wide": "wide_resnet", "regnetx": "regnet", "regnety": "regnet", "regnetz": "regnet"}
 DEVICES: tuple[str, ...] = ("meta", "cpu")
 
 
@@ -103,7 +103,7 @@ def import_torchvision() -> Any:
     return torchvision
 
 
-def _import_timm() -> Any:
+def import_timm() -> Any:
     """``import timm`` (which imports torchvision when present: after :func:`import_torchvision`)."""
     if importlib.util.find_spec("torchvision") is not None:
         import_torchvision()
@@ -163,7 +163,7 @@ def resolve(name: str) -> tuple[str, str]:
         if lib == "tv":
             raise ZooError(f"model {name!r}: unknown torchvision classifier; allowed: "
                            "torchvision.models.list_models(module=torchvision.models)")
-    timm = _import_timm()
+    timm = import_timm()
     if timm.is_model(base):
         return "timm", base
     raise ZooError(f"model {name!r}: unknown model; allowed: torchvision classifiers ('tv:<name>') or timm "
@@ -184,12 +184,12 @@ def build_model(name: str, *, device: str = "meta", **kwargs: Any) -> nn.Module:
     if lib == "tv":
         make = lambda: import_torchvision().models.get_model(base, weights=None, **kwargs)  # noqa: E731
     else:
-        timm = _import_timm()
+        timm = import_timm()
         make = lambda: timm.create_model(base, pretrained=False, **kwargs)  # noqa: E731
     try:
         if device == "meta":
             try:
-                with torch.device("meta"):
+                with torch.device("meta"), _skip_init()():
                     model = make()
             except (TypeError, ValueError):
                 raise
@@ -204,6 +204,31 @@ def build_model(name: str, *, device: str = "meta", **kwargs: Any) -> nn.Module:
     return model.eval()
 
 
+#: In-place value updates that weight initialisation runs; on meta tensors they change nothing, so a
+#: meta build skips them (torch would still run their Python meta kernels: half the build time).
+_INIT_OPS = frozenset({"normal_", "uniform_", "fill_", "zero_", "erfinv_", "mul_", "add_", "sub_", "div_", "clamp_",
+                       "clamp_min_", "clamp_max_", "copy_", "exponential_", "bernoulli_", "random_", "log_normal_",
+                       "addcmul_", "addcdiv_", "sqrt_", "neg_", "abs_", "exp_", "fmod_", "remainder_", "lerp_",
+                       "trunc_normal_", "masked_fill_"})
+
+
+@functools.lru_cache(maxsize=1)
+def _skip_init() -> type:
+    """A dispatch mode (class, made on first use) that returns the tensor of an :data:`_INIT_OPS` call on
+    meta tensors without running it."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class SkipInit(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if (func.overloadpacket.__name__ in _INIT_OPS and args and isinstance(args[0], torch.Tensor)
+                    and args[0].device.type == "meta"):
+                return args[0]
+            return func(*args, **(kwargs or {}))
+
+    return SkipInit
+
+
 def _one_line(e: BaseException) -> str:
     """The first line of an exception's message (its type name when empty), at most 200 characters."""
     s = str(e).strip()
@@ -213,8 +238,10 @@ def _one_line(e: BaseException) -> str:
 def family_of(name: str) -> str:
     """The family of a model name: the leading letters of its base name (the rule Hidden Joules and timm
     comparisons use), after dropping a weight-source prefix (:data:`FAMILY_PREFIXES`) and mapping
-    :data:`FAMILY_ALIASES`: ``tv:mobilenet_v3_large`` -> ``mobilenet``, ``timm:tf_efficientnet_b0.in1k``
-    -> ``efficientnet``, ``wide_resnet50_2`` -> ``wide_resnet``, ``seresnext50_32x4d`` -> ``seresnext``.
+    :data:`FAMILY_ALIASES`, and a version suffix ``v<digit>`` (``mobilenetv3`` -> ``mobilenet``):
+    ``tv:mobilenet_v3_large`` and ``timm:mobilenetv3_large_100`` -> ``mobilenet``,
+    ``timm:tf_efficientnetv2_s.in1k`` -> ``efficientnet``, ``wide_resnet50_2`` -> ``wide_resnet``,
+    ``regnety_040`` -> ``regnet``, ``seresnext50_32x4d`` -> ``seresnext``.
     Pure string work (no import)."""
     _, base = split_name(name)
     base = base.lower()
@@ -225,4 +252,10 @@ def family_of(name: str) -> str:
     m = re.match(r"[a-z]+", base)
     if m is None:
         raise ZooError(f"model {name!r}: no family (the name does not start with letters)")
-    return FAMILY_ALIASES.get(m.group(0), m.group(0))
+    family = m.group(0)
+    if family.endswith("v") and base[len(family):][:1].isdigit() and len(family) > 2:
+        family = family[:-1]   # a version suffix: timm's mobilenetv3 is torchvision's mobilenet_v3
+    return FAMILY_ALIASES.get(family, family)
+
+
+_import_timm = import_timm   # the name of the first commit
