@@ -42,6 +42,7 @@ from carb.data.io import DatasetAppender
 from carb.data.schema import device_slug
 from carb.design.arch import ArchConfig
 from carb.design.space import configs_from_cfg
+from carb.design.zoo_space import is_zoo_space
 from carb.errors import ConfigError
 from carb.files import write_atomic
 from carb.measure.collector import (
@@ -114,6 +115,30 @@ def _build_model(cfg: ArchConfig):
     return build_model(cfg)
 
 
+def _zoo_configs(space: Mapping[str, Any]) -> list:
+    """A zoo space's configurations; the models the library cannot build or trace are listed (stderr) with
+    their reasons and left out."""
+    from carb.design.zoo_space import zoo_configs
+
+    configs, refused = zoo_configs(space)
+    for name, reason in refused.items():
+        print(f"carb-collect: skipped {name}: {reason}", file=sys.stderr)
+    return configs
+
+
+def _build_zoo(cfg: Any):
+    """A zoo configuration's network with random fp32 weights on the CPU (the meter moves and casts it)."""
+    from carb.design.zoo import build_model
+
+    return build_model(cfg.model_name, device="cpu")
+
+
+def _zoo_static(configs: Sequence[Any]) -> Mapping[str, Mapping[str, Any]]:
+    from carb.design.zoo_features import zoo_static_table
+
+    return zoo_static_table(configs)
+
+
 def _progress(total: int, desc: str, enabled: bool):
     from tqdm import tqdm
 
@@ -142,12 +167,18 @@ def run_collect(cfg: Any, configs: Sequence[ArchConfig] | None = None) -> dict[s
     deadline = t_start + 60.0 * max_minutes if max_minutes else None
     space = c.get("space") or {}
     space_name = str(space.get("name", "space"))
-    configs = list(configs) if configs is not None else configs_from_cfg(space)
+    zoo = is_zoo_space(space)
+    if configs is not None:
+        configs = list(configs)
+    elif zoo:
+        configs = _zoo_configs(space)
+    else:
+        configs = configs_from_cfg(space)
     if not configs:  # configs_from_cfg raises first; kept for custom spaces
         raise ConfigError(f"space: {space_name!r} yields no configurations")
     out = resolve_out(c.get("out"), index, count)
     check_writable(out)
-    existing = read_schema(out)  # schema check before the device is opened
+    existing = read_schema(out, zoo=zoo)  # schema check before the device is opened
     finished_work(out, "the same carb-collect command: it measures only what is missing")
     shard = shard_configs(configs, int(c.get("seed", 0) or 0), index, count)
 
@@ -173,8 +204,8 @@ def run_collect(cfg: Any, configs: Sequence[ArchConfig] | None = None) -> dict[s
             windows = len(todo) + (plan.passes - 1) * (len(todo) + len(pending))
             bar = _progress(windows, f"{space_name} {index + 1}/{count}", bool((c.get("progress") or {}).get("enabled", True)))
             try:
-                measure_configs(todo, meter, identity, appender.append, lambda arch: _build_model(arch),
-                                _static_table, stats, deadline=deadline, progress=bar, repeat=plan, pending=pending)
+                measure_configs(todo, meter, identity, appender.append, _build_zoo if zoo else _build_model,
+                                _zoo_static if zoo else _static_table, stats, deadline=deadline, progress=bar, repeat=plan, pending=pending)
             finally:
                 bar.close()
                 summary = loop_summary(stats, time.perf_counter() - t_loop, appender.write_s)

@@ -233,12 +233,30 @@ def validate_dataset(df: pd.DataFrame, source: str = "dataset") -> pd.DataFrame:
     non-positive target where a value is given, or a duplicate ``config_id`` on one device.
     """
     df = fill_added_columns(upgrade_legacy(df, source))
-    missing = [c for c in COLUMNS if c not in df.columns]
+    out = coerce_columns(df, SCHEMA, source, "carb.data.schema.COLUMNS")
+    for c, allowed in (("status", STATUSES), ("block", BLOCKS), ("precision", PRECISIONS)):
+        bad = (~out[c].isin(allowed)).to_numpy()
+        if bad.any():
+            raise DatasetError(f"{source}: column {c!r} allows {list(allowed)}; other values in rows "
+                               f"{_first_rows(bad)}")
+    bad = ~(out["inner_mult"] > 0).to_numpy()
+    if bad.any():
+        raise DatasetError(f"{source}: knob 'inner_mult' must be a positive number; bad values in rows "
+                           f"{_first_rows(bad)}")
+    check_targets(out, source)
+    extra = [c for c in out.columns if c not in SCHEMA]
+    return out[list(COLUMNS) + extra].reset_index(drop=True)
+
+
+def coerce_columns(df: pd.DataFrame, schema: dict[str, str], source: str, name: str) -> pd.DataFrame:
+    """A copy of ``df`` with every column of ``schema`` (``{column: dtype}``) in its dtype; raises
+    :class:`DatasetError` naming the column and the first offending rows (``name``: the schema's name in
+    the message)."""
+    missing = [c for c in schema if c not in df.columns]
     if missing:
-        raise DatasetError(f"{source}: missing column(s) {missing}; a dataset needs all of "
-                           f"carb.data.schema.COLUMNS")
+        raise DatasetError(f"{source}: missing column(s) {missing}; a dataset needs all of {name}")
     out = df.copy()
-    for c, dt in SCHEMA.items():
+    for c, dt in schema.items():
         col = out[c]
         if dt == _STR:
             out[c] = col.astype("string")
@@ -267,18 +285,15 @@ def validate_dataset(df: pd.DataFrame, source: str = "dataset") -> pd.DataFrame:
                 out[c] = num.astype("int64")
             else:
                 out[c] = num.astype("float64")
-    for c, allowed in (("status", STATUSES), ("block", BLOCKS), ("precision", PRECISIONS)):
-        bad = (~out[c].isin(allowed)).to_numpy()
-        if bad.any():
-            raise DatasetError(f"{source}: column {c!r} allows {list(allowed)}; other values in rows "
-                               f"{_first_rows(bad)}")
+    return out
+
+
+def check_targets(out: pd.DataFrame, source: str) -> None:
+    """The checks every dataset shares: ``memory_kind`` values, finite positive targets where given, one
+    row per device and ``config_id`` (:class:`DatasetError` naming the rows)."""
     bad = (out["memory_kind"].notna() & ~out["memory_kind"].isin(MEMORY_KINDS)).to_numpy()
     if bad.any():
         raise DatasetError(f"{source}: column 'memory_kind' allows {list(MEMORY_KINDS)}; other values in rows "
-                           f"{_first_rows(bad)}")
-    bad = ~(out["inner_mult"] > 0).to_numpy()
-    if bad.any():
-        raise DatasetError(f"{source}: knob 'inner_mult' must be a positive number; bad values in rows "
                            f"{_first_rows(bad)}")
     for c in TARGETS:
         bad = np.isinf(out[c].to_numpy(float))
@@ -292,8 +307,6 @@ def validate_dataset(df: pd.DataFrame, source: str = "dataset") -> pd.DataFrame:
     dup = out.duplicated(["device_name", "config_id"], keep="first").to_numpy()
     if dup.any():
         raise DatasetError(f"{source}: duplicate config_id on one device in rows {_first_rows(dup)}")
-    extra = [c for c in out.columns if c not in SCHEMA]
-    return out[list(COLUMNS) + extra].reset_index(drop=True)
 
 
 def ok_rows(df: pd.DataFrame) -> pd.DataFrame:

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from carb.data.io import load_dataset
-from carb.data.schema import COLUMNS, SCHEMA, empty_frame
+from carb.data.schema import SCHEMA, empty_frame
 from carb.design.arch import ArchConfig
 from carb.errors import ConfigError, DatasetError
 from carb.measure.base import error_line  # noqa: F401 - one line per failure, also gpu_run's
@@ -87,17 +87,24 @@ def check_writable(path: Path) -> None:
         raise ConfigError(f"out: {str(path)!r} is not writable ({e.strerror or e})") from None
 
 
-def read_schema(path: Path) -> pd.DataFrame:
+def read_schema(path: Path, zoo: bool = False) -> pd.DataFrame:
     """The dataset in ``path`` (empty frame if absent); :class:`DatasetError` when it exists but is not
-    a dataset of this schema."""
+    a dataset of this schema (``zoo``: the zoo's, :mod:`carb.data.zoo_schema`)."""
+    from carb.data.zoo_schema import ZOO_SCHEMA, empty_zoo_frame, is_zoo_frame
+
+    schema = ZOO_SCHEMA if zoo else SCHEMA
     if not path.exists():
-        return empty_frame()
+        return empty_zoo_frame() if zoo else empty_frame()
     try:
         df = load_dataset(path)
     except DatasetError as e:
         raise DatasetError(f"out: {str(path)!r} exists but is not a CARB dataset of this schema ({e}); "
                            f"choose another out") from None
-    extra = [c for c in df.columns if c not in SCHEMA]
+    if is_zoo_frame(df) != zoo:
+        kind = "a zoo" if is_zoo_frame(df) else "a ResNet"
+        raise DatasetError(f"out: {str(path)!r} holds {kind} dataset; this space needs the other schema, "
+                           f"choose another out")
+    extra = [c for c in df.columns if c not in schema]
     if extra:
         raise DatasetError(f"out: {str(path)!r} has columns outside the schema {extra[:5]}; it belongs to "
                            f"another schema, choose another out")
@@ -153,19 +160,30 @@ def sibling_shards(out: Path) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else empty_frame()
 
 
+def row_schema(cfg: Any) -> Mapping[str, str]:
+    """The dataset schema a configuration's row follows: the zoo's for a named network
+    (:class:`carb.design.zoo_space.ZooConfig`), else the ResNet one."""
+    if hasattr(cfg, "model_name"):
+        from carb.data.zoo_schema import ZOO_SCHEMA
+
+        return ZOO_SCHEMA
+    return SCHEMA
+
+
 def make_row(cfg: ArchConfig, identity: Mapping[str, str], static: Mapping[str, Any],
              measured: Mapping[str, Any] | None, status: str, error: str | None) -> dict[str, Any]:
-    """One dataset row (all :data:`carb.data.schema.COLUMNS`)."""
-    row: dict[str, Any] = {c: (pd.NA if SCHEMA[c] == "string" else np.nan) for c in COLUMNS}
+    """One dataset row (all columns of its schema, :func:`row_schema`)."""
+    schema = row_schema(cfg)
+    row: dict[str, Any] = {c: (pd.NA if schema[c] == "string" else np.nan) for c in schema}
     row.update(identity)
     row.update(cfg.to_dict())
-    row.update({k: static[k] for k in static if k in SCHEMA})
+    row.update({k: static[k] for k in static if k in schema})
     row["config_id"] = cfg.config_id
     row["measured_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     row["status"] = status
     row["error"] = error if error else pd.NA
     if measured is not None:
-        row.update({k: measured[k] for k in measured if k in SCHEMA})
+        row.update({k: measured[k] for k in measured if k in schema})
         row["error"] = row["error"] if isinstance(row["error"], str) and row["error"] else pd.NA
     else:
         row["missing_reason"] = f"not measured: status={status}"

@@ -25,6 +25,7 @@ from carb.commands.schema.groups import (
     Progress,
     Screen,
     Section,
+    AnySpace,
     Space,
     Split,
     Target,
@@ -151,7 +152,7 @@ class Resume(Section):
 class Collect(Command):
     """``conf/collect.yaml``."""
 
-    space: Space
+    space: AnySpace
     device: Device
     measure: Measure
     progress: Progress
