@@ -1,4 +1,4 @@
-"""ImageNet top-1 / top-5 of timm's models (the zoo's accuracy axis), one row per architecture.
+"""ImageNet top-1 / top-5 of timm's models (the zoo's accuracy axis), per architecture and image size.
 
 Source: timm's ``results/results-imagenet.csv`` (one row per ``arch.pretrained_tag``, percent) and
 ``results/model_metadata-in1k.csv`` (pretraining data per architecture), Apache-2.0; the shipped table
@@ -12,7 +12,8 @@ the best of up to 15 tags per architecture is a selection on the test set, often
 larger input or on extra data, which the benchmarked configuration need not be. Where the default tag has
 no row in the results (an in21k-only default, a tag evaluated only at another size) the best-top-1 tag is
 used and ``tag_rule`` says ``best``; the best tag and its top-1 are kept beside (``best_tag``, ``best_top1``)
-in every row. ``top1`` / ``top5`` are fractions (0.8041 for 80.41 %), as :mod:`carb.data.accuracy`.
+in every row. A tag evaluated at several image sizes (``resnet50.a1_in1k`` at 224 and 288) keeps one row
+per size, and :func:`join_top1` matches the benchmark row's ``input_size`` exactly by default. ``top1`` / ``top5`` are fractions (0.8041 for 80.41 %), as :mod:`carb.data.accuracy`.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def split_name(name: str) -> tuple[str, str]:
 
 def resolve_tags(results: pd.DataFrame, default_tags: pd.DataFrame,
                  metadata: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per architecture of ``results`` (timm's results-imagenet.csv: ``model`` with tag, ``top1``,
+    """One row per architecture and evaluated image size of the resolved tag, from ``results`` (timm's results-imagenet.csv: ``model`` with tag, ``top1``,
     ``top5`` in percent, ``img_size``, ``crop_pct``) with :data:`TOP1_COLUMNS`.
 
     ``default_tags``: ``arch``, ``default_tag`` (timm's registry); ``metadata``: ``model``, ``pretrain``
@@ -61,36 +62,54 @@ def resolve_tags(results: pd.DataFrame, default_tags: pd.DataFrame,
     for arch, g in r.groupby("arch", sort=True):
         best = g.loc[g["top1"].idxmax()]
         hit = g[g["tag"] == default.get(arch, "\0")]
-        pick, rule = (hit.iloc[0], "default") if len(hit) else (best, "best")
-        rows.append({"model": arch, "tag": pick["tag"], "tag_rule": rule, "top1": pick["top1"] / 100,
-                     "top5": pick["top5"] / 100, "eval_img_size": int(pick["img_size"]),
-                     "crop_pct": pd.to_numeric(pick.get("crop_pct"), errors="coerce"),
-                     "best_tag": best["tag"], "best_top1": best["top1"] / 100, "n_tags": len(g),
-                     "pretrain": pretrain.get(arch, pd.NA)})
+        pick, rule = (hit, "default") if len(hit) else (g[g["tag"] == best["tag"]], "best")
+        for _, row in pick.sort_values("img_size").iterrows():
+            rows.append({"model": arch, "tag": row["tag"], "tag_rule": rule, "top1": row["top1"] / 100,
+                         "top5": row["top5"] / 100, "eval_img_size": int(row["img_size"]),
+                         "crop_pct": pd.to_numeric(row.get("crop_pct"), errors="coerce"),
+                         "best_tag": best["tag"], "best_top1": best["top1"] / 100, "n_tags": g["tag"].nunique(),
+                         "pretrain": pretrain.get(arch, pd.NA)})
     return pd.DataFrame(rows, columns=list(TOP1_COLUMNS))
 
 
 @lru_cache(maxsize=1)
 def top1_table() -> pd.DataFrame:
-    """The shipped table (:data:`TOP1_TABLE`), one row per architecture."""
+    """The shipped table (:data:`TOP1_TABLE`), one row per architecture and evaluated image size."""
     return pd.read_csv(TOP1_TABLE, dtype={"tag": str, "best_tag": str, "pretrain": str},
                        keep_default_na=False, na_values={"top1": [""], "top5": [""], "crop_pct": [""],
                                                         "pretrain": [""]})
 
 
-def join_top1(frame: pd.DataFrame, table: pd.DataFrame | None = None) -> pd.DataFrame:
-    """``frame`` (a ``model`` column of timm architecture names; a tag after a dot is dropped) with
-    ``top1``, ``top5`` (fractions, NaN where timm publishes none), ``top1_tag`` and ``top1_eval_img_size``
-    of the resolved tag (:func:`resolve_tags`)."""
-    if "model" not in frame.columns:
-        raise DatasetError("join_top1 needs a 'model' column (timm architecture names)")
-    t = (top1_table() if table is None else table).set_index("model")
-    arch = frame["model"].astype(str).map(lambda m: split_name(m)[0])
+def join_top1(frame: pd.DataFrame, table: pd.DataFrame | None = None, same_size: bool = True) -> pd.DataFrame:
+    """``frame`` (``model``: timm architecture names, a tag after a dot dropped; ``input_size``) with
+    ``top1``, ``top5`` (fractions), ``top1_tag`` and ``top1_eval_img_size`` of the resolved tag
+    (:func:`resolve_tags`). ``same_size`` (default): only the top-1 evaluated at the row's ``input_size``
+    (NaN where timm published none at that size: a network run at another resolution is not that
+    accuracy); ``same_size=False``: the evaluation at the nearest size (ties: the smaller)."""
+    if "model" not in frame.columns or "input_size" not in frame.columns:
+        raise DatasetError("join_top1 needs 'model' (timm architecture names) and 'input_size' columns")
+    t = top1_table() if table is None else table
+    arch = frame["model"].astype(str).map(lambda m: split_name(m)[0]).to_numpy()
+    size = pd.to_numeric(frame["input_size"], errors="coerce").to_numpy(float)
+    by_arch = {a: g for a, g in t.groupby("model")}
+    picked = np.full(len(frame), -1)
+    for i, (a, s) in enumerate(zip(arch, size)):
+        g = by_arch.get(a)
+        if g is None:
+            continue
+        d = np.abs(g["eval_img_size"].to_numpy(float) - s)
+        j = int(np.lexsort((g["eval_img_size"].to_numpy(float), d))[0])
+        if d[j] == 0 or not same_size:
+            picked[i] = g.index[j]
+    hit = picked >= 0
     out = frame.copy()
-    out["top1"] = arch.map(t["top1"]).astype(float).to_numpy()
-    out["top5"] = arch.map(t["top5"]).astype(float).to_numpy()
-    out["top1_tag"] = arch.map(t["tag"]).astype("string").to_numpy()
-    out["top1_eval_img_size"] = arch.map(t["eval_img_size"]).astype(float).to_numpy()
+    for col, dst in (("top1", "top1"), ("top5", "top5"), ("eval_img_size", "top1_eval_img_size")):
+        vals = np.full(len(frame), np.nan)
+        vals[hit] = t.loc[picked[hit], col].to_numpy(float)
+        out[dst] = vals
+    tags = np.full(len(frame), None, dtype=object)
+    tags[hit] = t.loc[picked[hit], "tag"].to_numpy()
+    out["top1_tag"] = pd.array(tags, dtype="string")
     return out
 
 

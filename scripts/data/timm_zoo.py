@@ -6,7 +6,8 @@ Writes (atomically) ``carb/data/timm-zoo-bench.parquet`` (the main set of every 
 :func:`carb.data.importers.timm_zoo.main_set`), ``carb/data/timm-zoo-bench.provenance.json`` (each source
 file's sha256 and row counts, the snapshot commit, what was chosen) and ``carb/data/timm-top1.csv`` (the
 accuracy table, :func:`carb.data.timm_accuracy.resolve_tags`, with timm's default pretrained tags read from
-the installed timm's registry). The cards (``timm-zoo-bench.md``, ``timm-top1.md``) are written by hand.
+the installed timm's registry); with ``--census`` also ``carb/data/timm-zoo-census.csv`` (module counts and
+parameters by kind per architecture, built on the meta device: :func:`census`; minutes on 2 cores). The cards (``timm-zoo-bench.md``, ``timm-top1.md``) are written by hand.
 """
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from carb.data.importers.timm_zoo import (ZOO_BENCH, ZOO_BENCH_PROVENANCE, benchmark_files,  # noqa: E402
-                                          import_benchmark_files)
+from carb.data.importers.timm_zoo import (ZOO_BENCH, ZOO_BENCH_PROVENANCE, ZOO_CENSUS,  # noqa: E402
+                                          benchmark_files, import_benchmark_files)
 from carb.data.timm_accuracy import TOP1_TABLE, resolve_tags  # noqa: E402
 from carb.files import write_atomic  # noqa: E402
 
@@ -48,6 +49,67 @@ def default_tags() -> tuple[pd.DataFrame, str]:
     return pd.DataFrame(rows, columns=["arch", "default_tag"]), timm.__version__
 
 
+#: Module census columns (:func:`census`): counts of leaf modules by kind and parameters by kind.
+CENSUS_KINDS = ("conv", "conv_dw", "conv_grouped", "conv_pw", "linear", "norm", "act", "attn", "pool", "leaf")
+
+
+def _kind(mod) -> str | None:
+    """The census kind of one module (None: not counted), from its class and settings."""
+    import torch.nn as nn
+
+    name = type(mod).__name__.lower()
+    if isinstance(mod, nn.modules.conv._ConvNd):
+        if mod.groups > 1 and mod.groups == mod.in_channels:
+            return "conv_dw"
+        if mod.groups > 1:
+            return "conv_grouped"
+        return "conv_pw" if all(k == 1 for k in mod.kernel_size) else "conv"
+    if isinstance(mod, nn.Linear):
+        return "linear"
+    if "norm" in name:
+        return "norm"
+    if "attention" in name or name.endswith("attn"):
+        return "attn"
+    if "pool" in name:
+        return "pool"
+    if isinstance(mod, (nn.ReLU, nn.GELU, nn.SiLU, nn.Hardswish, nn.Hardsigmoid, nn.Sigmoid, nn.ReLU6,
+                        nn.LeakyReLU, nn.Tanh, nn.Mish, nn.PReLU, nn.ELU)) or "act" in name:
+        return "act"
+    return None
+
+
+def census(models: list[str]) -> pd.DataFrame:
+    """Per timm architecture, built on the meta device (no weights, no compute): ``n_<kind>`` module
+    counts and ``params_<kind>`` parameter counts for :data:`CENSUS_KINDS` (``leaf``: every module without
+    children), ``census_error`` where timm cannot build it. A static structure count, not a trace."""
+    import torch
+    import timm
+
+    rows = []
+    for name in models:
+        row: dict = {"model": name, "census_error": ""}
+        try:
+            with torch.device("meta"):
+                m = timm.create_model(name)
+        except Exception as e:  # noqa: BLE001 - any build failure is recorded with its reason
+            row["census_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
+            rows.append(row)
+            continue
+        for k in CENSUS_KINDS:
+            row[f"n_{k}"], row[f"params_{k}"] = 0, 0
+        for mod in m.modules():
+            own = sum(p.numel() for p in mod.parameters(recurse=False))
+            if not any(True for _ in mod.children()):
+                row["n_leaf"] += 1
+                row["params_leaf"] += own
+            k = _kind(mod)
+            if k is not None:
+                row[f"n_{k}"] += 1
+                row[f"params_{k}"] += sum(p.numel() for p in mod.parameters())
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def sha256(p: Path) -> str:
     return hashlib.sha256(p.read_bytes()).hexdigest()
 
@@ -55,7 +117,9 @@ def sha256(p: Path) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--source", default=str(ROOT.parent / "shared" / "data" / "timm-results"))
-    src = Path(ap.parse_args().source)
+    ap.add_argument("--census", action="store_true", help="also rebuild timm-zoo-census.csv (minutes)")
+    args = ap.parse_args()
+    src = Path(args.source)
     files = benchmark_files(src)
     table = import_benchmark_files(files)
     main_rows = table[table["main"]].reset_index(drop=True)
@@ -82,10 +146,25 @@ def main() -> None:
         "rows": len(main_rows), "models": int(main_rows["model"].nunique()),
         "devices": sorted(main_rows["device_name"].unique()),
     }
+    if args.census:
+        cen = census(sorted(main_rows["model"].unique()))
+        write_atomic(ZOO_CENSUS, lambda t: cen.to_csv(t, index=False))
+        prov["census"] = {"built_with": f"timm {timm_version} on the meta device (scripts/data/timm_zoo.py)",
+                          "models": len(cen), "failed": int((cen["census_error"] != "").sum())}
+    elif ZOO_CENSUS.is_file():
+        old = json.loads(ZOO_BENCH_PROVENANCE.read_text()) if ZOO_BENCH_PROVENANCE.is_file() else {}
+        if "census" in old:
+            prov["census"] = old["census"]
     write_atomic(ZOO_BENCH_PROVENANCE, lambda t: t.write_text(json.dumps(prov, indent=2) + "\n"))
     print(f"{ZOO_BENCH.name}: {len(main_rows)} rows, {prov['models']} models, {len(prov['devices'])} devices; "
           f"{TOP1_TABLE.name}: {len(top1)} architectures {prov['accuracy']['tag_rule_counts']}")
 
 
 if __name__ == "__main__":
-    main()
+    from carb.errors import CarbError
+
+    try:
+        main()
+    except CarbError as e:
+        print(f"timm_zoo: error: {e}", file=sys.stderr)
+        sys.exit(2)

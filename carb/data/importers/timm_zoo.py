@@ -45,6 +45,8 @@ from carb.resources import DATA_DIR
 #: The shipped imported table (every file of the snapshot) and its provenance.
 ZOO_BENCH = DATA_DIR / "timm-zoo-bench.parquet"
 ZOO_BENCH_PROVENANCE = DATA_DIR / "timm-zoo-bench.provenance.json"
+#: Module census per architecture (``scripts/data/timm_zoo.py --census``): counts and parameters by kind.
+ZOO_CENSUS = DATA_DIR / "timm-zoo-census.csv"
 
 #: timm's file-name precision -> (timm precision, CARB precision).
 FILE_PRECISIONS: dict[str, tuple[str, str]] = {"amp": ("amp_fp16", "fp16"), "amp_bf16": ("amp_bf16", "bf16"),
@@ -246,3 +248,15 @@ def load_zoo_bench(path: str | Path | None = None, main_only: bool = True) -> pd
     if missing:
         raise DatasetError(f"timm zoo table {str(p)!r}: missing column(s) {missing}")
     return table[table["main"]].reset_index(drop=True) if main_only else table
+
+
+def with_census(frame: pd.DataFrame, path: str | Path | None = None) -> pd.DataFrame:
+    """``frame`` with the module census of its ``model`` (:data:`ZOO_CENSUS`, or ``path``) joined on:
+    ``n_<kind>`` / ``params_<kind>`` columns, NaN for a model without a census (not built by timm).
+    ``frame`` unchanged when the census file does not exist."""
+    p = Path(path) if path else ZOO_CENSUS
+    if not p.is_file():
+        return frame
+    cen = pd.read_csv(p, keep_default_na=False, na_values={c: [""] for c in ("n_leaf",)})
+    cen = cen[cen["census_error"].astype(str) == ""].drop(columns="census_error")
+    return frame.merge(cen, on="model", how="left")
