@@ -67,16 +67,18 @@ class _LogLinear:
 
     columns: tuple[str, ...] = ()
 
-    def fit(self, frame: pd.DataFrame) -> _LogLinear:
-        """Fit on ``frame``'s finite rows (features and ``latency_ms``); returns self."""
+    def fit(self, frame: pd.DataFrame, weight: np.ndarray | None = None) -> _LogLinear:
+        """Fit on ``frame``'s finite rows (features and ``latency_ms``), optionally weighted per row
+        (``weight`` (n,)); returns self."""
         X = log_features(frame, census=False)[list(self.columns)].to_numpy(float)
         y = per_image_log_ms(frame)
         ok = np.isfinite(X).all(axis=1) & np.isfinite(y)
         if ok.sum() <= len(self.columns):
             raise DatasetError(f"{type(self).__name__}: {int(ok.sum())} usable rows, need more than "
                                f"{len(self.columns)}")
+        w = np.sqrt(np.ones(len(y)) if weight is None else np.asarray(weight, float))[ok]
         A = np.c_[np.ones(ok.sum()), X[ok]]
-        self.coef_, *_ = np.linalg.lstsq(A, y[ok], rcond=None)
+        self.coef_, *_ = np.linalg.lstsq(A * w[:, None], y[ok] * w, rcond=None)
         return self
 
     def predict_log(self, frame: pd.DataFrame) -> np.ndarray:
@@ -109,19 +111,25 @@ class ZooLatencyModel:
     """CARB's zoo latency model: :class:`_Base` (log-linear, five features) times a LightGBM correction of
     its log residual on :func:`log_features`. ``n_estimators``, ``learning_rate``, ``num_leaves``,
     ``min_child_samples``: LightGBM's; ``census``: use the module census when the frame has it;
-    ``n_jobs``: LightGBM threads; ``seed``: its bagging seed."""
+    ``n_jobs``: LightGBM threads; ``seed``: its bagging seed; ``balance``: weight each row by
+    1 / sqrt(rows of its ``family``) so that a large family (193 ViTs) does not set the law alone."""
 
     def __init__(self, n_estimators: int = 300, learning_rate: float = 0.03, num_leaves: int = 15,
-                 min_child_samples: int = 20, census: bool = True, n_jobs: int = 1, seed: int = 0):
+                 min_child_samples: int = 20, census: bool = True, n_jobs: int = 1, seed: int = 0,
+                 balance: bool = False):
         self.n_estimators, self.learning_rate = n_estimators, learning_rate
         self.num_leaves, self.min_child_samples = num_leaves, min_child_samples
-        self.census, self.n_jobs, self.seed = census, n_jobs, seed
+        self.census, self.n_jobs, self.seed, self.balance = census, n_jobs, seed, balance
 
     def fit(self, frame: pd.DataFrame) -> ZooLatencyModel:
         """Fit on ``frame``'s rows with a finite base prediction and target; returns self."""
         from lightgbm import LGBMRegressor
 
-        self.base_ = _Base().fit(frame)
+        w = None
+        if self.balance and "family" in frame.columns:
+            fam = frame["family"].astype(str)
+            w = 1 / np.sqrt(fam.map(fam.value_counts()).to_numpy(float))
+        self.base_ = _Base().fit(frame, w)
         y = per_image_log_ms(frame)
         resid = y - self.base_.predict_log(frame)
         ok = np.isfinite(resid)
@@ -131,7 +139,7 @@ class ZooLatencyModel:
                                       random_state=self.seed, n_jobs=self.n_jobs, verbose=-1)
         X = log_features(frame, self.census)
         self.features_ = list(X.columns)
-        self.booster_.fit(X[ok], resid[ok])
+        self.booster_.fit(X[ok], resid[ok], sample_weight=None if w is None else w[ok])
         return self
 
     def predict_log(self, frame: pd.DataFrame) -> np.ndarray:

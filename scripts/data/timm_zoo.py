@@ -141,8 +141,8 @@ def main() -> None:
         "accuracy": {"results-imagenet.csv": sha256(src / "results-imagenet.csv"),
                      "model_metadata-in1k.csv": sha256(src / "model_metadata-in1k.csv"),
                      "default_tags_from": f"timm {timm_version} registry (first tag per architecture)",
-                     "architectures": len(top1),
-                     "tag_rule_counts": top1["tag_rule"].value_counts().to_dict()},
+                     "architectures": int(top1["model"].nunique()), "rows": len(top1),
+                     "tag_rule_counts": top1.drop_duplicates("model")["tag_rule"].value_counts().to_dict()},
         "rows": len(main_rows), "models": int(main_rows["model"].nunique()),
         "devices": sorted(main_rows["device_name"].unique()),
     }
@@ -157,7 +157,8 @@ def main() -> None:
             prov["census"] = old["census"]
     write_atomic(ZOO_BENCH_PROVENANCE, lambda t: t.write_text(json.dumps(prov, indent=2) + "\n"))
     print(f"{ZOO_BENCH.name}: {len(main_rows)} rows, {prov['models']} models, {len(prov['devices'])} devices; "
-          f"{TOP1_TABLE.name}: {len(top1)} architectures {prov['accuracy']['tag_rule_counts']}")
+          f"{TOP1_TABLE.name}: {prov['accuracy']['architectures']} architectures ({len(top1)} rows) "
+          f"{prov['accuracy']['tag_rule_counts']}")
 
 
 if __name__ == "__main__":
