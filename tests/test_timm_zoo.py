@@ -181,3 +181,22 @@ def test_evaluation_on_a_known_law_scores_hj_and_carb_near_exact():
     assert (table["hj_mape_pct"] < 3).all() and (table["carb_mape_pct"] < 10).all()
     assert s["b1_pooled_pct"] > s["hj_pooled_pct"]
     assert 0 <= s["coverage"] <= 1 and s["hi_lo"] >= 1
+
+
+def test_census_join_feeds_the_zoo_model(tmp_path):
+    from carb.data.importers.timm_zoo import with_census
+    from carb.model.zoo_latency import CENSUS_KINDS
+
+    df = zoo_frame({f: 6 for f in "abc"}, seed=4)
+    assert with_census(df, tmp_path / "absent.csv") is df
+    rng = np.random.default_rng(0)
+    cen = pd.DataFrame({"model": df["model"], "census_error": "",
+                        **{f"n_{k}": rng.integers(1, 50, len(df)) for k in CENSUS_KINDS},
+                        **{f"params_{k}": rng.integers(1, 1000, len(df)) for k in CENSUS_KINDS}})
+    cen.loc[0, "census_error"] = "RuntimeError: cannot build"
+    cen.to_csv(tmp_path / "census.csv", index=False)
+    joined = with_census(df, tmp_path / "census.csv")
+    assert len(joined) == len(df) and np.isnan(joined["n_leaf"].iloc[0]) and joined["n_leaf"].iloc[1:].notna().all()
+    m = ZooLatencyModel(n_estimators=10).fit(joined)
+    assert "log1p_n_conv_dw" in m.features_ and "share_params_attn" in m.features_
+    assert ZooLatencyModel(n_estimators=10, census=False).fit(joined).features_[-1] == "log_params_per_gmac"
