@@ -13,7 +13,8 @@ larger input or on extra data, which the benchmarked configuration need not be. 
 no row in the results (an in21k-only default, a tag evaluated only at another size) the best-top-1 tag is
 used and ``tag_rule`` says ``best``; the best tag and its top-1 are kept beside (``best_tag``, ``best_top1``)
 in every row. A tag evaluated at several image sizes (``resnet50.a1_in1k`` at 224 and 288) keeps one row
-per size, and :func:`join_top1` matches the benchmark row's ``input_size`` exactly by default. ``top1`` / ``top5`` are fractions (0.8041 for 80.41 %), as :mod:`carb.data.accuracy`.
+per size, and :func:`join_top1` matches the benchmark row's ``input_size`` exactly by default.
+``top1`` / ``top5`` are fractions (0.8041 for 80.41 %), as :mod:`carb.data.accuracy`.
 """
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ def split_name(name: str) -> tuple[str, str]:
 
 def resolve_tags(results: pd.DataFrame, default_tags: pd.DataFrame,
                  metadata: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per architecture and evaluated image size of the resolved tag, from ``results`` (timm's results-imagenet.csv: ``model`` with tag, ``top1``,
+    """One row per architecture and evaluated image size of the resolved tag, from ``results`` (timm's
+    results-imagenet.csv: ``model`` with tag, ``top1``,
     ``top5`` in percent, ``img_size``, ``crop_pct``) with :data:`TOP1_COLUMNS`.
 
     ``default_tags``: ``arch``, ``default_tag`` (timm's registry); ``metadata``: ``model``, ``pretrain``

@@ -7,7 +7,8 @@ Writes (atomically) ``carb/data/timm-zoo-bench.parquet`` (the main set of every 
 file's sha256 and row counts, the snapshot commit, what was chosen) and ``carb/data/timm-top1.csv`` (the
 accuracy table, :func:`carb.data.timm_accuracy.resolve_tags`, with timm's default pretrained tags read from
 the installed timm's registry); with ``--census`` also ``carb/data/timm-zoo-census.csv`` (module counts and
-parameters by kind per architecture, built on the meta device: :func:`census`; minutes on 2 cores). The cards (``timm-zoo-bench.md``, ``timm-top1.md``) are written by hand.
+parameters by kind per architecture, built on the meta device: :func:`census`; minutes on 2 cores).
+The cards (``timm-zoo-bench.md``, ``timm-top1.md``) are written by hand.
 """
 from __future__ import annotations
 
