@@ -359,7 +359,8 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
     axes = pareto_axes(targets)   # default: the objective (per image where it is) against the other axis
     if obj.endswith(PER_IMAGE):
         axes = [obj if a == obj[: -len(PER_IMAGE)] else a for a in axes]
-    scored, axis_list, required, req_counts = apply_axes(scored, targets, pareto or axes, require, maximize)
+    scored, axis_list, required, req_counts = apply_axes(scored, targets, pareto or axes, require, maximize,
+                                                          notes)
     stages.update(req_counts)
     scored = add_per_image(scored, [obj], targets)   # a per-image objective that is no Pareto axis still ranks
     feas = scored["feasible"].to_numpy()
