@@ -139,8 +139,8 @@ def test_a_read_only_user_screens_unlogged_said_in_one_line(server, as_user, cap
         tracking.log_metrics({"n": 1.0})                # not sent: the run is not logged
     assert run_id == ""
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
-    assert err == [f"carb-screen: user 'reader' may only read experiment carb-screen (HTTP 403 on a write) on "
-                   f"{server}: this run is not logged (its files are written as usual)"]
+    assert err == [f"carb-screen: user 'reader' may only read experiment carb-screen (HTTP 403) on {server}: "
+                   f"this run is not logged; its files are written"]
 
 
 def test_an_editor_passes_the_check(server, as_user):

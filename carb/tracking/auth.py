@@ -61,14 +61,11 @@ def auth_failure_line(exc: BaseException, uri: str, what: str = "") -> str | Non
     if status == 401:
         if who is None or not os.environ.get(PASSWORD_ENV):
             missing = PASSWORD_ENV if who else f"{USER_ENV} and {PASSWORD_ENV}"
-            return (f"tracking.uri={uri}: the MLflow server asks for credentials (HTTP 401): set {missing} in "
-                    f"the environment (never in a config file); nothing was logged")
-        return (f"tracking.uri={uri}: the MLflow server refuses the credentials of user {who!r} (HTTP 401): "
-                f"check {PASSWORD_ENV} (and {USER_ENV}); nothing was logged")
+            return f"tracking.uri={uri}: the MLflow server asks for credentials (HTTP 401): set {missing} in the environment"
+        return f"tracking.uri={uri}: the MLflow server refuses the credentials of user {who!r} (HTTP 401): check {PASSWORD_ENV}"
     need = what or (f"the permission for {endpoint_of(exc)}" if endpoint_of(exc) else "a permission")
-    return (f"tracking.uri={uri}: user {who or '(none)'!r} lacks {need} on the MLflow server (HTTP 403, permission "
-            f"denied): ask its admin to grant it (mlflow.server.get_app_client('basic-auth', ...)), or use "
-            f"another store")
+    return (f"tracking.uri={uri}: user {who or '(none)'!r} lacks {need} (HTTP 403): ask the server's admin to grant it, "
+            f"or use another store")
 
 
 def read_only_for_user(uri: str) -> str | None:

@@ -119,8 +119,7 @@ def _unlogged_run(kind: str, tracking_uri: str) -> Iterator[str]:
                             f"(use a writable store, or a copy of this one)")
     why = read_only_for_user(tracking_uri)
     if why:
-        print(f"carb-{kind}: {why} on {tracking_uri}: this run is not logged (its files are written as usual)",
-              file=sys.stderr)
+        print(f"carb-{kind}: {why} on {tracking_uri}: this run is not logged; its files are written", file=sys.stderr)
     else:
         print(f"carb-{kind}: the store {tracking_uri} is read-only: this run is not logged "
               f"(its files are written as usual)", file=sys.stderr)

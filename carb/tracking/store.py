@@ -370,10 +370,9 @@ def check_access(uri: str, command: str, record_only: bool) -> None:
             if status is None:
                 raise
             if status == 403 and record_only:
-                mark_read_only(uri, f"user {user() or '(none)'!r} may only read experiment {name} (HTTP 403 on a write)")
+                mark_read_only(uri, f"user {user() or '(none)'!r} may only read experiment {name} (HTTP 403)")
                 continue
-            raise TrackingError(auth_failure_line(e, uri, f"EDIT on experiment {name} (carb-{command} logs a run "
-                                                           "there)")) from None
+            raise TrackingError(auth_failure_line(e, uri, f"EDIT on experiment {name}")) from None
 
 
 def refuse_password_in_uri(field: str, uri: str) -> None:
