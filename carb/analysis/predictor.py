@@ -76,6 +76,8 @@ class Predictor:
         if frame is None:
             records = [k.to_dict() if isinstance(k, ArchConfig) else dict(k) for k in knobs]
             frame = pd.DataFrame.from_records(records)
+        if not len(frame):   # no configuration: 0 rows back, with the columns of a prediction
+            return self._empty(frame, budget, coverage, features, accuracy)
         config_cols = [c for c in frame.columns if c in CONFIG_COLUMNS]
         F = grid_features(frame[config_cols].reset_index(drop=True))
         model = self.cascade
@@ -105,5 +107,17 @@ class Predictor:
             out = out[list(dict.fromkeys(keep))]
         extra = frame.drop(columns=[c for c in frame.columns if c in config_cols or c in out])
         out = pd.concat([out.reset_index(drop=True), extra.reset_index(drop=True)], axis=1)
+        out.index = frame.index
+        return out
+
+    def _empty(self, frame: pd.DataFrame, budget: Mapping[str, float] | None, coverage: float | None,
+               features: bool, accuracy: str | None) -> pd.DataFrame:
+        """The answer to 0 configurations (``frame`` has no row): 0 rows with the columns :meth:`predict`
+        gives for one (those of ``ArchConfig("basic", 18)``, with the same arguments),
+        then ``frame``'s other columns; the index is ``frame``'s (empty)."""
+        one = self.predict([ArchConfig("basic", 18)], budget=budget, coverage=coverage, features=features, accuracy=accuracy)
+        out = one.iloc[:0]
+        extra = [c for c in frame.columns if c not in CONFIG_COLUMNS and c not in out]
+        out = pd.concat([out, frame[extra].iloc[:0]], axis=1) if extra else out
         out.index = frame.index
         return out

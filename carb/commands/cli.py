@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -177,6 +178,22 @@ def one_line_errors(command: str) -> Iterator[None]:
         if e.errno not in DISK_ERRNOS:
             raise
         fail(command, disk_error(e))
+    except Exception as e:  # noqa: BLE001 - a 401 / 403 of a protected tracking server is one line; else raised
+        line = _auth_line(e)
+        if line is None:
+            raise
+        from carb.errors import TrackingError
+
+        fail(command, TrackingError(line))
+
+
+def _auth_line(exc: BaseException) -> str | None:
+    """One line for a tracking server's 401 / 403 (:func:`carb.tracking.auth.auth_failure_line`), else None."""
+    if type(exc).__name__ not in ("MlflowException", "RestException"):
+        return None
+    from carb import tracking
+
+    return tracking.auth_failure_line(exc, tracking.configured_uri() or os.environ.get("MLFLOW_TRACKING_URI", "?"))
 
 
 def hydra_command(command: str, config_name: str | None = None) -> Callable:
@@ -231,6 +248,8 @@ def check_stores(command: str, cfg: Any) -> None:
     tuned = ((cfg.get("model") or {}).get("tuned_from") or {}) if command in ("train", "tune") else {}
     for key, storage, writes in (("tune.storage", (cfg.get("tune") or {}).get("storage"), command == "tune"),
                                  ("model.tuned_from.storage", tuned.get("storage"), False)):
+        if storage:   # a database password comes from the environment (PGPASSWORD), never the logged config
+            tracking.refuse_password_in_uri(key, str(storage))
         if storage and str(storage).startswith("sqlite:///"):
             why = sqlite_problem(str(storage)[len("sqlite:///"):], writes=writes)
             if why:

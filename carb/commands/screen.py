@@ -24,6 +24,7 @@ from carb.commands.runinfo import grid_frame, grid_source, screen_record
 from carb.compute import estimator_threads
 from carb.commands.screen_table import TABLE_WIDTH, budget_text, file_frame, format_table, next_steps
 from carb.errors import ConfigError, ModelError
+from carb.files import write_atomic
 from carb.model.device_check import other_device
 from carb.model.encoding import pred_name
 
@@ -340,7 +341,9 @@ def _print_shortlist(result: Any, targets: list[str], users: list[str]) -> None:
     shown = shown_users(result, users)
     if result.objective not in targets:   # a per-image objective: show the column it ranks by
         preds.append(pred_name(result.objective))
-    if result.shortlist.empty:
+    if result.scored.empty:   # screen.outside left none: the note above says why
+        print("shortlist: empty (no candidate left to screen; see the note above)")
+    elif result.shortlist.empty:
         closest = screening.closest_candidates(result.scored, result.budget)
         print("no candidate meets the budget; closest candidates (worst relative overshoot):")
         print(format_table(closest, preds, ["worst_overshoot"], users=shown))
@@ -383,19 +386,21 @@ def _write_files(cfg: Any, result: Any, prog: Progress, users: list[str]) -> Pat
                1.0 + len(result.scored) / SCORE_ROWS_PER_UNIT * GRID_STEP_SHARES["write"])
     targets = [t for t in ("latency_ms", "energy_J", "peak_memory_MB") if pred_name(t) in result.scored]
     scored = file_frame(result.scored, targets, users)
-    scored.to_parquet(out_dir / "scored.parquet", index=False)
+    # each file atomically (carb.files.write_atomic): a full disk leaves the old file or none, never a part
+    write_atomic(out_dir / "scored.parquet", lambda tmp: scored.to_parquet(tmp, index=False))
     csv_max = int(cfg.screen.get("scored_csv_max_rows", 100_000))
     if len(scored) <= csv_max:
-        scored.to_csv(out_dir / "scored.csv", index=False)
+        write_atomic(out_dir / "scored.csv", lambda tmp: scored.to_csv(tmp, index=False))
     else:
         print(f"note: scored.csv not written ({len(scored)} rows > screen.scored_csv_max_rows={csv_max}); "
               f"every candidate is in scored.parquet")
-    file_frame(result.shortlist, targets, users).to_csv(out_dir / "shortlist.csv", index=False)
-    file_frame(result.profile, targets, users).to_csv(out_dir / "profile_next.csv", index=False)
+    for name, frame in (("shortlist.csv", result.shortlist), ("profile_next.csv", result.profile)):
+        table = file_frame(frame, targets, users)
+        write_atomic(out_dir / name, lambda tmp, table=table: table.to_csv(tmp, index=False))
     from carb.plots.screen import pareto_figure
 
     fig = pareto_figure(result)
-    fig.savefig(out_dir / "pareto.png", dpi=130, bbox_inches="tight")
+    write_atomic(out_dir / "pareto.png", lambda tmp: fig.savefig(tmp, format="png", dpi=130, bbox_inches="tight"))
     return out_dir
 
 

@@ -71,7 +71,8 @@ def _with_interval(df: pd.DataFrame, target: str) -> list[str]:
 
 def format_table(df: pd.DataFrame, preds: Sequence[str], extra: Sequence[str] = (),
                  width: int = TABLE_WIDTH, users: Sequence[str] = ()) -> str:
-    """Terminal table of candidates: the knobs, ``decision``, ``P`` (``p_feasible`` in %), each prediction in
+    """Terminal table of candidates: the knobs, ``decision``, ``P`` (``p_feasible`` in %; ``?`` for an
+    ``unverified`` row, whose probability is unknown), each prediction in
     ``preds`` (``pred_<target>`` columns) with its interval ``[lo, hi]`` where the frame has
     ``lo_<target>``/``hi_<target>`` (headed ``latency ms``, ``energy J``, ``memory MB``), ``rank``, then the
     ``extra`` columns present (``pareto`` shown as ``front``, ``pareto_ties`` as ``ties``, ``decision_reason``
@@ -85,7 +86,9 @@ def format_table(df: pd.DataFrame, preds: Sequence[str], extra: Sequence[str] = 
     if "decision" in df:
         show["decision"] = df["decision"]
     if "p_feasible" in df:
-        show["P"] = [f"{v:.0%}" if np.isfinite(v) else "-" for v in df["p_feasible"].to_numpy(dtype=float)]
+        unknown = df["decision"].to_numpy(dtype=object) == "unverified" if "decision" in df else np.zeros(len(df), bool)
+        show["P"] = ["?" if u else f"{v:.0%}" if np.isfinite(v) else "-"   # ?: unknown (decisions docstring)
+                     for v, u in zip(df["p_feasible"].to_numpy(dtype=float), unknown)]
     for c in preds:
         t = c[len("pred_"):]
         if t in PER_IMAGE_HEADERS:
