@@ -153,6 +153,9 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
               + (f" as @{cfg.alias}" if alias_set else f" (alias {cfg.alias} left on version {tracking.get_alias(reg_name, str(cfg.alias))}; "
                                 f"carb-promote promote.name={reg_name} promote.version={version} moves it)")
               + f"; MLflow run {run_id}")
+    from carb.commands.cli import say_run_page
+
+    say_run_page(run_id, cfg.tracking.uri)
     out_dir = hydra_run_dir()
     if out_dir is not None and len(table):
         table.to_csv(out_dir / "heldout.csv", index=False)

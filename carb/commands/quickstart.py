@@ -177,9 +177,23 @@ def run_quickstart(argv: list[str] | None = None) -> dict[str, Any]:
     uri = cfg.tracking.uri
     after = [f"then {', '.join(later['parts'])}"] if later else []
     print(f"carb-quickstart: done in {time.perf_counter() - t0:.0f} s ({' -> '.join(steps + after)}).")
-    print(f"Open the MLflow UI:  MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=1 MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false .venv/bin/mlflow ui --workers 1 "
-          f"--backend-store-uri {uri}   (then http://127.0.0.1:5000)")
+    print("\n".join(ui_lines(uri, out.get("run_id", ""))))
     return {**out, "steps": steps, "after_shortlist": list(later["parts"]) if later else []}
+
+
+def ui_lines(uri: str, run_id: str) -> list[str]:
+    """The closing lines: how to start the MLflow UI on ``uri`` (wrapped at 120 columns, the command as this
+    process can run it), and last the screening run's page in the "Model training" view (MLflow 3 otherwise
+    opens its GenAI home), or the screening experiment's runs table when the run has no page."""
+    from carb import tracking
+    from carb.commands.cli import command_text, wrap_command
+
+    env = "MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=1 MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false"
+    note = "   (or make ui)" if uri == "sqlite:///mlruns/mlflow.db" else ""
+    lines = wrap_command("Open the MLflow UI:  ", f"{env} {command_text('mlflow')} ui --workers 1 --backend-store-uri {uri}",
+                         note)
+    url = tracking.run_url(run_id, uri) or tracking.experiment_url(tracking.EXPERIMENTS["screen"], tracking.ui_base(uri))
+    return lines + [f"then open {url}"]
 
 
 def help_text() -> str:

@@ -18,7 +18,7 @@ import pandas as pd
 
 from carb import tracking
 from carb.analysis import screening
-from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_tags, to_dict
+from carb.commands.cli import hydra_command, hydra_run_dir, say_run_page, sweep_suffix, sweep_tags, to_dict
 from carb.commands.progress import Progress
 from carb.commands.runinfo import grid_frame, grid_source, screen_record
 from carb.compute import estimator_threads
@@ -242,6 +242,7 @@ def run_screen(cfg: Any) -> dict[str, Any]:
     csv = "scored.csv, " if (out_dir / "scored.csv").exists() else ""
     print(f"wrote {out_dir}/: shortlist.csv, profile_next.csv, {csv}scored.parquet, pareto.png")
     print(f"MLflow run {run_id}")
+    say_run_page(run_id, uri)
     print("\n".join(next_steps(target_uri, uri, tracking.experiment_url(tracking.EXPERIMENTS["screen"]))))
     return {**counts, **result.stages, "timings_s": result.timings_s, "output_dir": str(out_dir),
             "run_id": run_id, "target": target_uri, "mode": mode, "validation": validation,

@@ -144,12 +144,20 @@ def file_frame(df: pd.DataFrame, targets: Sequence[str], users: Sequence[str] = 
 
 def next_steps(target_uri: str, tracking_uri: str, runs_url: str | None = None) -> list[str]:
     """The closing "next" block: set your own budget, calibrate to your machine, use the model from Python,
-    open the MLflow UI (``runs_url``: the experiment's runs table in the UI's "Model training" view)."""
-    return ["next:",
-            "  your budget   carb-screen screen.budget.latency_ms=<ms> screen.budget.energy_J=<J> "
-            "screen.budget.peak_memory_MB=<MB>",
-            "  your grid     carb-screen screen.grid_file=<csv of knobs>   (or space.batch_sizes=[1,8] ...)",
-            f"  your machine  carb-calibrate source={target_uri} measure=cpu k=12",
-            f"  Python        carb.load_model('{target_uri}').predict(knobs_frame, budget=...)",
-            f"  MLflow UI     mlflow ui --backend-store-uri {tracking_uri}   (or make ui)"] + (
-        [f"                then {runs_url}"] if runs_url else [])
+    open the MLflow UI (``runs_url``: the experiment's runs table in the UI's "Model training" view). The
+    commands are typed as this process can run them (:func:`carb.commands.cli.command_text`:
+    ``.venv/bin/carb-screen`` when the venv is not on ``PATH``) and wrapped at 120 columns with shell
+    continuations (:func:`carb.commands.cli.wrap_command`), so each copy-pastes as printed."""
+    from carb.commands.cli import command_text, wrap_command
+
+    screen = command_text("carb-screen")
+    lines = ["next:"]
+    lines += wrap_command("  your budget   ", f"{screen} screen.budget.latency_ms=<ms> screen.budget.energy_J=<J> "
+                          "screen.budget.peak_memory_MB=<MB>")
+    lines += wrap_command("  your grid     ", f"{screen} screen.grid_file=<csv of knobs>",
+                          "   (or space.batch_sizes=[1,8] ...)")
+    lines += wrap_command("  your machine  ", f"{command_text('carb-calibrate')} source={target_uri} measure=cpu k=12")
+    lines += wrap_command("  Python        ", f"carb.load_model('{target_uri}').predict(knobs_frame, budget=...)")
+    lines += wrap_command("  MLflow UI     ", f"{command_text('mlflow')} ui --backend-store-uri {tracking_uri}",
+                          "   (or make ui)")
+    return lines + ([f"  then {runs_url}"] if runs_url else [])

@@ -693,6 +693,9 @@ def print_fit(fit: dict[str, Any], table: str, info: dict[str, Any], run_id: str
             print(f"carb-train: {summary_line(xval)}")
     if info.get("version"):
         print(f"carb-train: registered {fit['reg_name']} version {info['version']} (run {run_id})")
+    from carb.commands.cli import say_run_page
+
+    say_run_page(run_id, fit["config"].get("tracking", {}).get("uri"))
 
 
 _hydra_main = hydra_command("train")(run_train)
