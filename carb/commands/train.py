@@ -9,7 +9,7 @@ log the run to MLflow (experiment ``carb-train``) with the fitted model register
 
 What a run records (:mod:`carb.commands.runinfo`): the params a person compares (at most 60) and the whole
 config as ``config.yaml``; tags ``device``, ``device_slug``, ``device_id``, ``feature_set``, ``preset``,
-``dataset_digest``, ``git_commit``; headline metrics grouped by prefix (``test/``, ``val/``, ``b1/``, ``lobo/``,
+``dataset_digest``, ``git_commit``; headline metrics grouped by prefix (``test/``, ``val/``, ``vs_b1/``, ``lobo/``,
 ``extrap/``, ``interval/``, ``budget/``, ``time/``) and every metric of :mod:`carb.analysis.evaluate` in the
 table ``metrics.json``; figures under ``figures/`` (``extrapolation.png``: each extrapolation split's
 predictions beside B1's); ``cascade_summary.json`` (log-space choice,
