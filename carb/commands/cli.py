@@ -506,6 +506,17 @@ def command_text(name: str) -> str:
         return str(here)
 
 
+def wrap_line(text: str, width: int = WIDTH) -> str:
+    """A report line (``carb-<cmd>: ...``) in lines of at most ``width`` columns, broken between words, the
+    continuation lines indented by two spaces; a word longer than a line (a path) stays whole."""
+    import textwrap
+
+    if len(text) <= width:
+        return text
+    return "\n".join(textwrap.wrap(text, width, subsequent_indent="  ", break_long_words=False,
+                                    break_on_hyphens=False))
+
+
 def run_page(run_id: str, tracking_uri: Any = None) -> str:
     """``  run <address>``: the UI page of a run the command just logged, in the "Model training" view
     (:func:`carb.tracking.run_url`), on a line of its own (an address is about 107 columns); "" without

@@ -34,6 +34,8 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
+#: Widest progress line: a longer label is shortened (``...``) so the line keeps its timing within it.
+LINE_WIDTH = 120
 #: Progress objects whose heartbeat thread runs (:func:`stop_heartbeats` stops them at a command's end).
 _RUNNING: weakref.WeakSet = weakref.WeakSet()
 #: Set while a command runs (:func:`heartbeats`): only then do heartbeat threads start.
@@ -185,7 +187,11 @@ class Progress:
         pct = 100.0 * min(1.0, self.done / total)
         eta = self.eta_s()
         timing = f"{format_duration(self.elapsed_s())} elapsed" + ("" if eta != eta else f", ETA {format_duration(eta)}")
-        return f"{self.prefix}: [{pct:3.0f}%] {label}; {timing}"
+        head = f"{self.prefix}: [{pct:3.0f}%] "
+        room = LINE_WIDTH - len(head) - len(timing) - 2
+        if len(label) > room:   # the label gives way, never the timing: one line within LINE_WIDTH
+            label = label[:max(room - 3, 8)].rstrip() + "..."
+        return f"{head}{label}; {timing}"
 
     def _say(self, label: str) -> None:
         now = self.clock()

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_tags, to_dict
+from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_tags, to_dict, wrap_line
 from carb.commands.runinfo import headline_metrics, metric_rows, split_metrics, train_params
 from carb.commands.progress import Progress
 from carb.data.io import load_training_frame, resolve_path
@@ -64,7 +64,7 @@ def run_train(cfg: Any, defer: bool = False) -> dict[str, Any]:
     if cfg.get("log_only"):
         folder = Path(str(cfg.log_only))
         fit = load_fit(folder)
-        print(f"carb-train: logging the fit saved in {folder} (no fitting)")
+        print(wrap_line(f"carb-train: logging the fit saved in {folder} (no fitting)"))
         return log_fit(fit, cfg, folder)
 
     data_path = str(cfg.data.get("path") or "reference")
@@ -333,14 +333,14 @@ def apply_tuned(model_cfg: dict[str, Any]) -> dict[str, str]:
 
     per_target, prov = tuned_per_target(str(tuned["study"]), str(tuned["storage"]))
     model_cfg["per_target"] = {**dict(model_cfg.get("per_target") or {}), **per_target}
-    print(f"carb-train: using the best parameters of study {tuned['study']!r} (trials {prov})")
+    print(wrap_line(f"carb-train: using the best parameters of study {tuned['study']!r} (trials {prov})"))
     return {"tuned_study": str(tuned["study"]), "tuned_storage": str(tuned["storage"]),
             "tuned_trials": json.dumps(prov)}
 
 
 def say(line: str) -> None:
     """One line of the run's report (an evaluation step skipped, how intervals were calibrated)."""
-    print(f"carb-train: {line}")
+    print(wrap_line(f"carb-train: {line}"))
 
 
 def calibrate_intervals(cascade: Any, parts: tuple[Any, Any, Any], targets: list[str], ev: dict[str, Any],
@@ -419,7 +419,7 @@ def feature_identity(cascade: Any, train: Any) -> dict[str, str]:
     used = list(cascade.feature_names_)
     same = identical_feature_sets(train, cascade.feature_set_, used)
     if same:
-        print(f"carb-train: {identity_line(cascade.feature_set_, same, used, list(cascade.dropped_features_))}")
+        print(wrap_line(f"carb-train: {identity_line(cascade.feature_set_, same, used, list(cascade.dropped_features_))}"))
     return {"feature_columns": ",".join(used), "feature_set_same_as": ",".join(same) or "none"}
 
 
@@ -671,28 +671,28 @@ def print_fit(fit: dict[str, Any], table: str, info: dict[str, Any], run_id: str
     """The terminal report: results table, sanity, extrapolation table, registration."""
     metrics, extras = fit["metrics"], fit["extras"]
     n_tr, n_va, n_ca, n_te = fit["sizes"]
-    print(f"carb-train: {fit['run_name']}  ({n_tr}/{n_va}/{n_ca}/{n_te} train/val/cal/test rows, device {fit['device']!r})")
+    print(wrap_line(f"carb-train: {fit['run_name']}  ({n_tr}/{n_va}/{n_ca}/{n_te} train/val/cal/test rows, device {fit['device']!r})"))
     cov = {k: v for k, v in metrics.items() if k.startswith("interval_test_") and k.endswith("_coverage")}
     if cov:
-        print("carb-train: interval coverage on the test split (nominal "
+        print(wrap_line("carb-train: interval coverage on the test split (nominal "
               f"{metrics.get('interval_nominal', float('nan')):.2f}): "
               + ", ".join(f"{k[14:-9]} {v:.3f} (width {metrics.get(k[:-9] + '_width', float('nan')):.2f})"
-                          for k, v in cov.items()))
+                          for k, v in cov.items())))
     print(table)
     san = {k: v for k, v in metrics.items() if k.startswith("sanity_") and k != "sanity_n"}
     if san:
-        print(f"carb-train: physical sanity on {int(metrics.get('sanity_n', 0))} screening candidates: "
-              + ", ".join(f"{k[7:]} {100 * v:.2f}%" for k, v in san.items()))
+        print(wrap_line(f"carb-train: physical sanity on {int(metrics.get('sanity_n', 0))} screening candidates: "
+              + ", ".join(f"{k[7:]} {100 * v:.2f}%" for k, v in san.items())))
     xval = extras.get("extrapolation")
     if xval is not None:
         from carb.analysis.extrapolation import format_table, summary_line
 
-        print("carb-train: extrapolation (train on the lower range, test on the upper; B1 = FLOPs-only):")
+        print(wrap_line("carb-train: extrapolation (train on the lower range, test on the upper; B1 = FLOPs-only):"))
         print(format_table(xval))
         if len(xval):
-            print(f"carb-train: {summary_line(xval)}")
+            print(wrap_line(f"carb-train: {summary_line(xval)}"))
     if info.get("version"):
-        print(f"carb-train: registered {fit['reg_name']} version {info['version']} (run {run_id})")
+        print(wrap_line(f"carb-train: registered {fit['reg_name']} version {info['version']} (run {run_id})"))
     from carb.commands.cli import say_run_page
 
     say_run_page(run_id, fit["config"].get("tracking", {}).get("uri"))
