@@ -53,6 +53,7 @@ def main_job(tmp_path_factory):
     return {"dir": d, "common": common, **out}
 
 
+@pytest.mark.slow   # the main job on H200 data: about a minute on 2 busy cores
 def test_main_job_and_worked_task_stay_within_120_columns(main_job):
     for name in ("quickstart", "screen"):
         text, _ = main_job[name]
@@ -60,6 +61,7 @@ def test_main_job_and_worked_task_stay_within_120_columns(main_job):
         assert not _too_wide(text), (name, _too_wide(text))
 
 
+@pytest.mark.slow
 def test_main_job_ends_on_the_screen_runs_page_in_the_model_training_view(main_job):
     text, result = main_job["quickstart"]
     last = text.rstrip().splitlines()[-1]
@@ -69,6 +71,7 @@ def test_main_job_ends_on_the_screen_runs_page_in_the_model_training_view(main_j
     assert f"/runs/{screen['run_id']}?workflowType=machine_learning" in screen_text
 
 
+@pytest.mark.slow   # carb-train with its extrapolation refits: 30-50 s on 2 busy cores
 def test_carb_train_output_stays_within_120_columns(tmp_path, capsys):
     """carb-train on the CPU reference with its evaluation (the extrapolation table, sanity, coverage lines),
     small: fewer extrapolation splits' refits are not needed to print every table."""
@@ -248,3 +251,19 @@ def test_results_generator_keeps_log_lines_out(monkeypatch, capsys, tmp_path):
     results.main([])
     block = doc.read_text().split("<!-- results:start -->\n")[1].split("\n<!-- results:end -->")[0]
     assert block.splitlines() == section
+
+
+def test_quickstart_last_line_opens_the_run_in_the_model_training_view(tmp_path):
+    """Fast check of the main job's closing lines: the UI command wrapped within 120 columns, then the screen
+    run's page (never the UI's GenAI home); without a run, the screening experiment's runs table."""
+    from carb import tracking
+    from carb.commands.quickstart import ui_lines
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    with tracking.start_run("screen", "x", uri) as run_id:
+        pass
+    lines = ui_lines(uri, run_id)
+    assert not _too_wide("\n".join(lines)) and lines[0].startswith("Open the MLflow UI:")
+    assert lines[-1].startswith("then open http://127.0.0.1:5000/#/experiments/")
+    assert lines[-1].endswith(f"/runs/{run_id}?workflowType=machine_learning")
+    assert ui_lines(uri, "")[-1].endswith("/runs?workflowType=machine_learning")
