@@ -599,11 +599,40 @@ def section() -> str:
     return "\n".join(parts)
 
 
+#: Lines a command or a benchmark prints while the section is computed, never part of it: a command's
+#: ``carb-<cmd>: ...`` lines, warnings, progress lines (``[ 42%] ...``), a benchmark's ``== <part>`` headings
+#: and its ``  fitted <device> (<n> rows) [i/n, <s> s]`` lines.
+LOG_LINE = re.compile(r"^(carb(-[a-z]+)?: |(warning|error): |\w*Warning: |== |\s*\[\s*\d+%\] |"
+                      r"\s+fitted .+ \[\d+/\d+, \d+ s\]$)")
+
+
+def clean_section(text: str) -> str:
+    """``text`` (the section, Markdown) without what is not the section: anything before its first ``## ``
+    heading (the section starts there), log lines (:data:`LOG_LINE`) and a line repeated right after itself
+    (a table row or a blank line excepted), so a log line printed once per refit never reaches the document."""
+    lines = text.splitlines()
+    first = next((i for i, line in enumerate(lines) if line.startswith("## ")), 0)
+    out: list[str] = []
+    for line in lines[first:]:
+        if LOG_LINE.match(line):
+            continue
+        if out and line.strip() and line == out[-1] and not line.lstrip().startswith("|"):
+            continue
+        out.append(line)
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> None:
+    """Write the section into docs/RESULTS.md (or print it with ``--print``). What the work prints (the
+    commands' and benchmarks' lines) goes to stderr, never into the section: stdout carries the section
+    alone, and :func:`clean_section` drops log lines that reach the text itself."""
+    import contextlib
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--print", action="store_true")
     a = ap.parse_args(argv)
-    text = section()
+    with contextlib.redirect_stdout(sys.stderr):
+        text = clean_section(section())
     if a.print:
         print(text)
         return

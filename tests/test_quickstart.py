@@ -152,11 +152,11 @@ def test_impossible_budget_shows_closest(qs, capsys):
     r = run_screen(compose("screen", [*qs["common"], "screen.budget.latency_ms=1e-6"]))
     assert r["n_shortlist"] == 0
     assert "no candidate meets the budget" in capsys.readouterr().out
-    # the run name: <budget>/<objective>/<grid>-<candidates>/<device slug>-v<version>
+    # the run name: <device slug>-screen-v<version>/<budget>/<objective>/<grid>-<candidates>
     import mlflow
 
     name = mlflow.MlflowClient(qs["uri"]).get_run(r["run_id"]).info.run_name
-    assert name.startswith("latency_ms<=1e-06/") and "/amd-epyc" in name, name
+    assert name.startswith("amd-epyc") and "-screen-v" in name and "/latency_ms<=1e-06/" in name, name
 
 
 def test_validation_on_held_out_reference(qs):

@@ -36,6 +36,23 @@ def default_source() -> str:
     return f"models:/{model_name(ok_rows(reference_dataset()))}@champion"
 
 
+def require_source_for_spec(cfg: Any) -> None:
+    """One-line :class:`ConfigError` for ``spec=`` without ``source=``: a spec-sheet transfer starts from a
+    GPU model (its GPU needs a spec record too), never the default CPU reference model; the line lists the
+    registered models of the store to pick from (read after :func:`carb.tracking.configure`)."""
+    if not cfg.get("spec") or cfg.get("source"):
+        return
+    from carb import tracking
+
+    try:
+        names = tracking.registered_models()
+    except Exception:  # noqa: BLE001 - the list is a courtesy; the refusal stands without it
+        names = []
+    listed = ", ".join(names) if names else f"none in {cfg.tracking.uri}: train one first (carb-train)"
+    raise ConfigError(f"source: spec={cfg.spec!r} transfers a GPU model by spec sheets; pass "
+                      f"source=models:/<name>@champion (registered models: {listed})")
+
+
 def target_rows(cfg: Any) -> tuple[pd.DataFrame, str]:
     """The target device's measured rows from ``data.path`` (``ok`` rows of one device) and a label."""
     from carb.data.io import load_dataset
@@ -112,6 +129,7 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     refuse_spec_and_probe(cfg)   # before loading anything
     uri, art = cfg.tracking.uri, cfg.tracking.get("artifact_root")
     tracking.configure(uri, art)
+    require_source_for_spec(cfg)
     source_uri = str(cfg.source or default_source())
     prog = Progress.from_cfg("carb-calibrate", 4.0, cfg, throttle=False)
     prog.begin(f"loading {source_uri}")
@@ -153,6 +171,9 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
               + (f" as @{cfg.alias}" if alias_set else f" (alias {cfg.alias} left on version {tracking.get_alias(reg_name, str(cfg.alias))}; "
                                 f"carb-promote promote.name={reg_name} promote.version={version} moves it)")
               + f"; MLflow run {run_id}")
+    from carb.commands.cli import say_run_page
+
+    say_run_page(run_id, cfg.tracking.uri)
     out_dir = hydra_run_dir()
     if out_dir is not None and len(table):
         table.to_csv(out_dir / "heldout.csv", index=False)

@@ -500,6 +500,79 @@ def sweep_suffix(name: str) -> str:
     return f"{name}/{','.join(parts)}" if parts else name
 
 
+#: The widest terminal line CARB prints (README: output fits 120 columns).
+WIDTH = 120
+
+
+def command_text(name: str) -> str:
+    """How to type the console script ``name`` (``carb-screen``, ``mlflow``) the way this process can run
+    it: the bare name when ``PATH`` finds this interpreter's copy (an activated venv, an installed
+    package); else its path beside the interpreter, relative to the current folder when under it
+    (``.venv/bin/carb-screen``, as the README runs them without activating the venv), else absolute.
+    The interpreter's folder rather than ``sys.argv[0]``, so ``python -m carb <cmd>`` and a test runner
+    get the same answer as the console script."""
+    import shutil
+
+    here = Path(sys.executable).parent / name
+    if not here.exists():
+        return name
+    found = shutil.which(name)
+    if found and Path(found).absolute() == here.absolute():
+        return name
+    try:
+        return str(here.absolute().relative_to(Path.cwd().absolute()))
+    except ValueError:
+        return str(here)
+
+
+def wrap_line(text: str, width: int = WIDTH) -> str:
+    """A report line (``carb-<cmd>: ...``) in lines of at most ``width`` columns, broken between words, the
+    continuation lines indented by two spaces; a word longer than a line (a path) stays whole."""
+    import textwrap
+
+    if len(text) <= width:
+        return text
+    return "\n".join(textwrap.wrap(text, width, subsequent_indent="  ", break_long_words=False,
+                                    break_on_hyphens=False))
+
+
+def run_page(run_id: str, tracking_uri: Any = None) -> str:
+    """``  run <address>``: the UI page of a run the command just logged, in the "Model training" view
+    (:func:`carb.tracking.run_url`), on a line of its own (an address is about 107 columns); "" without
+    a run (a read-only store) or an address."""
+    from carb.tracking import run_url
+
+    url = run_url(run_id, None if tracking_uri is None else str(tracking_uri))
+    return f"  run {url}" if url else ""
+
+
+def say_run_page(run_id: str, tracking_uri: Any = None) -> None:
+    """Print :func:`run_page` when there is one."""
+    line = run_page(run_id, tracking_uri)
+    if line:
+        print(line)
+
+
+def wrap_command(lead: str, command: str, note: str = "", width: int = WIDTH) -> list[str]:
+    """``lead + command`` (+ ``note``, e.g. ``   (or make ui)``) in lines of at most ``width`` columns: the
+    command broken between its words with a shell continuation (`` \\``), so the lines still copy-paste as
+    one command; continuation lines indented under the command. A single word longer than a line stays
+    whole."""
+    pad = " " * (len(lead) + 2)
+    lines, line = [], lead
+    for word in command.split(" "):
+        if line not in (lead, pad) and len(line) + 1 + len(word) + 2 > width:
+            lines.append(line + " \\")
+            line = pad
+        line = line + ("" if line in (lead, pad) else " ") + word
+    if note and len(line) + len(note) > width:
+        lines.append(line)
+        line = pad.rstrip() + note.rstrip() if not note.startswith(" ") else pad + note.strip()
+    elif note:
+        line += note
+    return lines + [line]
+
+
 def to_dict(cfg: Any) -> dict[str, Any]:
     """Resolve a DictConfig to a plain dict (leaves dicts untouched)."""
     try:

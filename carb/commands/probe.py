@@ -109,6 +109,9 @@ def run_probe_command(cfg: Any) -> dict[str, Any]:
         run_id = log_probe(cfg, probe, prov, out)
     prog.finish(f"{len(probe)} timings written")
     print(f"carb-probe: {len(probe)} timings of device {dev} -> {out} (MLflow run {run_id})")
+    from carb.commands.cli import say_run_page
+
+    say_run_page(run_id, (cfg.get("tracking") or {}).get("uri"))
     return {"out": str(out), "device_id": dev, "rows": len(probe), "precisions": precisions, "run_id": run_id}
 
 

@@ -18,7 +18,8 @@ import pandas as pd
 
 from carb import tracking
 from carb.analysis import screening
-from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_tags, to_dict
+from carb.commands.cli import (hydra_command, hydra_run_dir, say_run_page, sweep_suffix, sweep_tags, to_dict,
+                              wrap_line)
 from carb.commands.progress import Progress
 from carb.commands.runinfo import grid_frame, grid_source, screen_record
 from carb.compute import estimator_threads
@@ -241,9 +242,11 @@ def run_screen(cfg: Any) -> dict[str, Any]:
         tracking.log_artifact(out_dir, "screen")
     prog.finish(f"screened {counts['n_candidates']} candidates")
     csv = "scored.csv, " if (out_dir / "scored.csv").exists() else ""
-    print(f"wrote {out_dir}/: shortlist.csv, profile_next.csv, {csv}scored.parquet, pareto.png")
+    print(wrap_line(f"wrote {out_dir}/: shortlist.csv, profile_next.csv, {csv}scored.parquet, pareto.png"))
     print(f"MLflow run {run_id}")
-    print("\n".join(next_steps(target_uri, uri, tracking.experiment_url(tracking.EXPERIMENTS["screen"]))))
+    say_run_page(run_id, uri)
+    print("\n".join(next_steps(target_uri, uri, tracking.experiment_url(tracking.EXPERIMENTS["screen"],
+                                                                      tracking.ui_base(uri)))))
     return {**counts, **result.stages, "timings_s": result.timings_s, "output_dir": str(out_dir),
             "run_id": run_id, "target": target_uri, "mode": mode, "validation": validation,
             "shortlist": result.shortlist, "notes": notes}
@@ -287,8 +290,8 @@ def _print_report(cfg: Any, result: Any, notes: list[str], target_uri: str, targ
           f"device_id {getattr(target, 'device_id_', None) or 'unknown'})"
           + (f"; source {cfg.screen.source} (v{source.registry_.get('version', '?')})" if source else ""))
     counts = result.counts
-    print(f"grid {counts['n_candidates']} candidates; budget {budget_text(result.budget)}; "
-          f"objective {result.objective}")
+    print(wrap_line(f"grid {counts['n_candidates']} candidates; budget {budget_text(result.budget)}; "
+          f"objective {result.objective}"))
     if source is not None:
         n_re, n_grid = result.stages.get("stage2_rescored", 0), result.counts["n_candidates"]
         where = "the whole grid" if n_re >= n_grid else f"the {n_re} re-scored candidates (screen.rescore=all: whole grid)"

@@ -214,7 +214,29 @@ def run_tune(cfg: Any) -> dict[str, Any]:
     if parent:
         _log_parent(cfg, parent, storage, wanted, members, summary)
     _print_summary(cfg, summary, wanted)
+    print("\n".join(dashboard_lines(str(tc.storage), str(tc.study), wanted, members)))
+    if parent:
+        from carb.commands.cli import say_run_page
+
+        say_run_page(parent, cfg.tracking.uri)
     return summary
+
+
+def dashboard_lines(storage: str, study: str, targets: list[str], members: list[str]) -> list[str]:
+    """Where the trials are and how to look at them: the Optuna storage, each target's sub-studies as one
+    group (``<study>.<target>``: :func:`carb.model.tuning.group_name`) and the ``optuna-dashboard`` command
+    (a separate package: ``pip install optuna-dashboard``), each line within 120 columns."""
+    from carb.commands.cli import wrap_command
+    from carb.model.tuning import group_name
+
+    import textwrap
+
+    subs = "|".join([*members, "blend"])
+    text = (f"{group_name(study, '<target>')}.{{{subs}}}, one group per target ({', '.join(targets)}): the "
+            f"dashboard's filter and each study's user attribute group")
+    return [*wrap_command("  Optuna storage  ", storage),
+            *textwrap.wrap(text, 120, initial_indent="  sub-studies     ", subsequent_indent=" " * 18),
+            *wrap_command("  dashboard       ", f"optuna-dashboard {storage}", "   (pip install optuna-dashboard)")]
 
 
 def _members(tc: Any) -> list[str]:

@@ -208,6 +208,23 @@ def member_predict(model, sd: StageData) -> np.ndarray:
     return sd.inv(model.predict(sd.Dva))
 
 
+def group_name(study: str, target: str) -> str:
+    """The name one target's sub-studies share: ``<study>.<target>`` (the prefix of their names, and their
+    ``group`` user attribute, which optuna-dashboard shows on each study's page; its study list filters on
+    the name)."""
+    return f"{study}.{target}"
+
+
+def group_study(st: Any, study: str, target: str) -> None:
+    """Mark a sub-study as one of ``<study>.<target>``'s (user attributes ``group``, ``study``, ``target``),
+    once: a worker that loads it finds them set."""
+    attrs = {"group": group_name(study, target), "study": study, "target": target}
+    have = st.user_attrs
+    for k, v in attrs.items():
+        if have.get(k) != v:
+            st.set_user_attr(k, v)
+
+
 def sub_name(study: str, target: str, member: str) -> str:
     """Name of a sub-study: ``<study>.<target>.<member>`` (member ``blend`` for the weights)."""
     return f"{study}.{target}.{member}"
@@ -305,6 +322,7 @@ def tune_target(sd: StageData, study: str, members: Sequence[str], specialists: 
     for m in members:
         name = sub_name(study, t, m)
         st = make_study(name, storage, s.seed, s.n_startup_trials, s.pruner)
+        group_study(st, study, t)
         base_params = dict(specialists.get(m) or {})
 
         def objective(trial, m=m, base_params=base_params):
@@ -319,6 +337,7 @@ def tune_target(sd: StageData, study: str, members: Sequence[str], specialists: 
     P = np.column_stack([member_predict(best_models[m], sd) for m in members])
     bname = sub_name(study, t, "blend")
     bstudy = make_study(bname, storage, s.seed, s.n_startup_trials, s.pruner)
+    group_study(bstudy, study, t)
 
     def blend_objective(trial):
         w = np.array([trial.suggest_float(f"w_{m}", 0.0, 1.0) for m in members])

@@ -59,6 +59,8 @@ from carb.tracking.store import (
     configure,
     configured_uri,
     experiment_url,
+    run_url,
+    ui_base,
     git_commit,
     refuse_password_in_uri,
     store_read_only,
@@ -72,6 +74,7 @@ __all__ = [
     "dataset_digest", "experiment_url", "find_runs", "flatten", "get_alias", "git_commit", "load_cascade",
     "log_artifact", "log_cascade", "log_config", "log_dataset", "log_dict", "log_figure", "log_metrics",
     "log_params", "log_table", "log_text", "model_versions", "register_version", "registered_model_info",
+    "run_url", "ui_base",
     "registered_models", "resolve_version", "select_params", "set_alias", "set_tags", "start_run",
     "store_read_only", "sweep_parent", "warm_model_logging", "_INITIALIZED", "_MAX_PARAM_LEN", "_SWEEP_PARENTS",
 ]

@@ -314,6 +314,31 @@ def experiment_url(experiment: str, ui: str = "http://127.0.0.1:5000") -> str:
     return f"{ui.rstrip('/')}/#/experiments/{eid}/runs?workflowType=machine_learning"
 
 
+def ui_base(tracking_uri: str | None = None) -> str:
+    """The MLflow UI's address for a tracking URI: the server itself for ``http(s)://`` (its UI is served
+    there), else ``http://127.0.0.1:5000`` (what ``mlflow ui`` / ``make ui`` serves a local store on)."""
+    uri = str(tracking_uri or "")
+    if uri.startswith(("http://", "https://")):
+        return uri.rstrip("/")
+    return "http://127.0.0.1:5000"
+
+
+def run_url(run_id: str, tracking_uri: str | None = None, experiment: str | None = None) -> str:
+    """The MLflow UI address of one run's page in the "Model training" view:
+    ``<ui>/#/experiments/<id>/runs/<run_id>?workflowType=machine_learning`` (without the query MLflow 3
+    shows the GenAI sidebar). ``experiment``: the run's experiment id, else asked of the store; "" for no
+    run (an unlogged run on a read-only store) or a store that cannot say."""
+    if not run_id:
+        return ""
+    eid = str(experiment) if experiment and str(experiment).isdigit() else None
+    if eid is None:
+        try:
+            eid = mlflow_module().get_run(run_id).info.experiment_id
+        except Exception:  # noqa: BLE001 - an address is a courtesy: no address rather than a fault
+            return ""
+    return f"{ui_base(tracking_uri)}/#/experiments/{eid}/runs/{run_id}?workflowType=machine_learning"
+
+
 #: Commands whose run only records what they did: on a read-only store they work without logging it.
 RECORD_ONLY_KINDS: frozenset[str] = frozenset({"screen"})
 
