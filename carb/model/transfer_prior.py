@@ -213,3 +213,121 @@ def prior_entry(table: pd.DataFrame | None, kind: str | None, target: str, loo: 
                        f"leave-one-out scale shrunk by {float(prior_rows):g} pseudo-rows"
                        + (f"; {', '.join(sorted(by_prec))} each at least its own band" if by_prec else "")),
             "prior": {"kind": kind, "k": kk, "n_pairs": n_pairs, "factor": factor}}
+
+
+# ---------------------------------------------------------------------- device-level band (issue 44)
+#: How the device-level band widens for few devices: the device bias term is a Student-t prediction
+#: interval of a new device's bias, ``t(df = devices - 1) * rms(bias) * sqrt(1 + 1/devices)``.
+DEVICE_WIDEN: str = "student-t"
+
+
+def pair_bias_residuals(err: np.ndarray) -> tuple[float, np.ndarray]:
+    """One device pair's ``log(measured / predicted)`` errors (n,) split into the pair's bias (their
+    median: the share every row of the new device shares) and the row-level residuals (n,) around it."""
+    e = np.asarray(err, float)
+    e = e[np.isfinite(e)]
+    if not len(e):
+        return float("nan"), e
+    b = float(np.median(e))
+    return b, e - b
+
+
+def device_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 0.9, floor_log_sd: float = 0.0,
+                      scale: float | None = None) -> dict[str, Any] | None:
+    """A prediction interval for a device none of ``records`` involves: a device-level bias term plus the
+    row-level residual, in log space (an :func:`carb.model.intervals.interval` entry, symmetric).
+
+    ``records``: per ordered device pair, ``pair`` ((source, target) names), ``err`` (log(measured /
+    predicted) of that pair's rows the model was not fitted on, (n,)), optionally ``precision`` ((n,): each
+    precision of a pair is then its own bias draw, :func:`_cells`) and, where ``scale`` is given,
+    ``scale`` (that pair's own row-level scale, e.g. the mean |leave-one-out residual| of its K rows). The
+    caller leaves out every pair involving the new pair's two devices (leave-one-device-out).
+
+    * bias: each pair's (and precision's) median error ``b_j`` (:func:`pair_bias_residuals`); a new device is one more draw,
+      centred on no bias: ``h_b = t_{(1+c)/2}(df = D - 1) * rms(b) * sqrt(1 + 1/D)`` with ``D`` the
+      distinct devices the pairs involve (:data:`DEVICE_WIDEN`: Student-t; D = 2 gives t = 6.3 at 90 %,
+      D = 5 gives 2.1; pairs sharing a device are not independent draws, so devices, not pairs, count);
+    * rows: ``h_r``, the ``coverage`` quantile of the pooled ``|residual|``, each pair weighted equally;
+    * combined as independent terms: ``half = sqrt(h_b^2 + h_r^2)``, never below
+      ``z_{(1+c)/2} * floor_log_sd`` (the device's measured run-to-run spread as a log standard deviation,
+      or a configured floor: no interval is narrower than the device's repeatability).
+
+    ``scale``: the bias and residuals of each pair are first divided by its record's ``scale`` and the
+    half-width multiplied by ``scale`` (scale-free: pairs of another device kind, whose errors are of
+    another size, may then inform the band). Returns ``{"lower", "upper", "n", "coverage", "log_ratios",
+    "method", "n_devices", "n_pairs", "bias_rms", "half_bias", "half_rows"}``; None without any pair of
+    finite errors."""
+    from scipy.stats import norm
+    from scipy.stats import t as student_t
+
+    biases, points, devices = [], [], set()
+    for r in _cells(records):
+        b, res = pair_bias_residuals(r["err"])
+        if not len(res):
+            continue
+        div = 1.0
+        if scale is not None:
+            div = float(r.get("scale") or float("nan"))
+            if not (math.isfinite(div) and div > 0):
+                continue
+        biases.append(b / div)
+        points.append(_pair_points(np.abs(res) / div))
+        devices.update(str(d) for d in r["pair"])
+    if not biases:
+        return None
+    n_dev, b = max(len(devices), 2), np.asarray(biases)
+    rms_b = float(np.sqrt(np.mean(b ** 2)))
+    q = 0.5 + coverage / 2.0
+    h_b = float(student_t.ppf(q, df=n_dev - 1)) * rms_b * math.sqrt(1.0 + 1.0 / n_dev)
+    h_r = float(np.quantile(np.concatenate(points), coverage))
+    mult = float(scale) if scale is not None else 1.0
+    half = max(mult * math.sqrt(h_b ** 2 + h_r ** 2), float(norm.ppf(q)) * max(float(floor_log_sd), 0.0))
+    floored = half > mult * math.sqrt(h_b ** 2 + h_r ** 2) + 1e-12
+    pts = np.linspace(-half, half, 2 * _POINTS)
+    return {"lower": -half, "upper": half, "n": int(sum(len(p) for p in points)), "coverage": float(coverage),
+            "log_ratios": [round(float(v), 6) for v in pts],
+            "method": (f"device-level band: measured on {len(devices)} device(s) ({len(biases)} pair(s)); "
+                       f"device bias rms {rms_b:.3f}{' (scale-free)' if scale is not None else ''} widened "
+                       f"{DEVICE_WIDEN} (df {n_dev - 1}) plus row residual"
+                       + (f"; at the repeatability floor (log sd {floor_log_sd:.3f})" if floored else "")),
+            "n_devices": len(devices), "n_pairs": len(biases), "bias_rms": rms_b,
+            "half_bias": mult * h_b, "half_rows": mult * h_r}
+
+
+def _cells(records: Sequence[Mapping[str, Any]], min_rows: int = 3) -> list[Mapping[str, Any]]:
+    """Records split per precision where they carry ``precision`` ((n,) beside ``err``): each (pair,
+    precision) with at least ``min_rows`` rows is one bias draw (a device errs per precision: fp16 under,
+    bf16 over on the Zen 4); records without ``precision`` stay whole."""
+    out: list[Mapping[str, Any]] = []
+    for r in records:
+        if r.get("precision") is None:
+            out.append(r)
+            continue
+        err, prec = np.asarray(r["err"], float), np.asarray(r["precision"]).astype(str)
+        for p in np.unique(prec):
+            m = (prec == p) & np.isfinite(err)
+            if m.sum() >= min_rows:
+                out.append({**r, "err": err[m], "precision": None})
+    return out
+
+
+def lodo_records(records: Sequence[Mapping[str, Any]], pair: tuple[str, str]) -> list[Mapping[str, Any]]:
+    """The records whose ``pair`` involves neither device of ``pair`` (leave-one-device-out: a device's
+    own errors never calibrate the interval into or out of it)."""
+    out = set(map(str, pair))
+    return [r for r in records if not (set(map(str, r["pair"])) & out)]
+
+
+def repeatability_log_sd(rows: pd.DataFrame, target: str = "latency_ms", default: float = 0.0) -> float:
+    """The rows' run-to-run spread of ``target`` as a log standard deviation: the median of a per-row
+    relative spread column (``<stem>_repeat_rel`` / ``<target>_repeat_rel`` / ``<stem>_run_spread_rel``,
+    the collector's repeatability, issue 44 item 5) where the rows have one, else ``default`` (the
+    configured floor)."""
+    stem = target.rsplit("_", 1)[0]
+    for c in (f"{target}_repeat_rel", f"{stem}_repeat_rel", f"{stem}_run_spread_rel", f"{target}_run_spread_rel"):
+        if c in rows.columns:
+            v = pd.to_numeric(rows[c], errors="coerce").to_numpy(float)
+            v = v[np.isfinite(v) & (v >= 0)]
+            if len(v):
+                return float(np.log1p(np.median(v)))
+    return float(default)
