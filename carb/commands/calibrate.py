@@ -44,9 +44,10 @@ def target_rows(cfg: Any) -> tuple[pd.DataFrame, str]:
     path = str(cfg.data.path)
     rows = ok_rows(load_dataset(path))
     dev = cfg.data.get("device")
+    ids = rows["device_id"].astype(str) if "device_id" in rows else pd.Series("", index=rows.index)
     if dev:
-        names = sorted(rows["device_name"].dropna().astype(str).unique())
-        rows = rows[rows["device_name"].astype(str) == str(dev)]
+        names = sorted(set(rows["device_name"].dropna().astype(str)) | set(ids[ids != ""]))
+        rows = rows[(rows["device_name"].astype(str) == str(dev)) | (ids == str(dev))]
         if not len(rows):
             raise ConfigError(f"data.device: {dev!r} has no ok rows in {path}; allowed: {names}")
     if not len(rows):
@@ -54,6 +55,10 @@ def target_rows(cfg: Any) -> tuple[pd.DataFrame, str]:
     names = sorted(rows["device_name"].dropna().astype(str).unique())
     if len(names) > 1:
         raise ConfigError(f"data.device: {path} holds {len(names)} devices; calibrate one at a time; allowed: {names}")
+    found = sorted(set(rows["device_id"].dropna().astype(str))) if "device_id" in rows else []
+    if len(found) > 1:   # one name, several CPUs (two "AMD EPYC" VMs): the K rows would mix two devices' biases
+        raise ConfigError(f"data.device: {path} holds rows of {len(found)} devices named {names[0]!r} "
+                          f"(device_id {', '.join(found)}); calibrate one at a time; allowed: {found}")
     return rows.reset_index(drop=True), path
 
 
@@ -283,7 +288,9 @@ def transfer_settings(cfg: Any) -> dict[str, Any]:
             "precision_shrink": float(t.precision_shrink), "dispatch": bool(t.get("dispatch", True)),
             "coverage": float(cfg.coverage), "error_prior": t.get("error_prior", "auto"),
             "prior_rows": float(t.get("prior_rows", 10.0)),
-            "prior_targets": tuple(t.get("prior_targets") or ("latency_ms", "energy_J"))}
+            "prior_targets": tuple(t.get("prior_targets") or ("latency_ms", "energy_J")),
+            "unseen_widen": max(abs(float(v)) for v in (cfg.get("zero_shot") or {}).get("probe_log_error_band",
+                                                                                      [-0.354, 0.222]))}
 
 
 def _print_transfer(tr: Any, table: pd.DataFrame, n_heldout: int) -> None:
@@ -293,8 +300,13 @@ def _print_transfer(tr: Any, table: pd.DataFrame, n_heldout: int) -> None:
     for p, q in (getattr(tr, "stand_ins_", None) or {}).items():
         print(f"carb-calibrate: {p} runs on another kernel path on {tr.device_name_} than on the source's CPU "
               f"(instruction set): the source's {q} cost stands in for it")
+    print_unseen(tr)
     for target, info in tr.transfer_.items():
         print(f"carb-calibrate: {target}: {info['form']} ({describe_form(info)}) from {info['k']} rows")
+        for p, r in (info.get("precision_loo") or {}).items():
+            print(f"carb-calibrate: {target} {p}: leave-one-out error on its {r['n']} rows: zero-shot "
+                  f"{100 * math.expm1(r['zero_shot']):.1f} %, calibrated {100 * math.expm1(r['calibrated']):.1f} % "
+                  f"(mean |log error| as %) -> keeps the {r['kept'].replace('_', '-')}")
         entry = (tr.intervals_ or {}).get(target)
         if info["form"] != "source" and isinstance(entry, dict) and "lower" in entry:
             print(f"carb-calibrate: {target}: {100 * float(entry['coverage']):g} % interval x [{math.exp(entry['lower']):.2f}, "
@@ -304,6 +316,23 @@ def _print_transfer(tr: Any, table: pd.DataFrame, n_heldout: int) -> None:
         print(table.pivot_table(index=["target", "model"], values=["spearman", "mape_pct", "r2"]).round(3).to_string())
     else:
         print("carb-calibrate: no held-out rows (all measured rows were used for fitting)")
+
+
+def print_unseen(tr: Any) -> None:
+    """One warning line per kind of gap in what the calibration measured (issue 44): precisions the source
+    predicts that none of the K rows has, and that the target's device probe lacks; both keep a fallback
+    (the common factor, the source's convolution cost) and their intervals are widened
+    (:meth:`carb.model.transfer.TransferredCascade._widen_unseen`)."""
+    unseen = getattr(tr, "unseen_precisions_", None) or {}
+    if unseen.get("rows"):
+        print(f"carb-calibrate: warning: none of the {len(tr.calibration_rows_)} calibration rows is "
+              f"{', '.join(unseen['rows'])}, which the model predicts: those keep the common factor and their "
+              f"intervals are widened; fix: calibrate with rows of every precision (measure=cpu picks at least "
+              f"transfer.min_rows_per_precision of each, or data.path with rows of {', '.join(unseen['rows'])})")
+    if unseen.get("probe"):
+        print(f"carb-calibrate: warning: the device probe of {tr.device_id_} has no {', '.join(unseen['probe'])} "
+              f"rows, which the model predicts: those keep the source's convolution cost and their latency "
+              f"intervals are widened; fix: carb-probe 'precisions=[fp32,bf16,fp16]' on that CPU")
 
 
 def _log_run(cfg: Any, tr: Any, table: pd.DataFrame, rows: pd.DataFrame, k: int, where: str,

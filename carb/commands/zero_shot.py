@@ -147,6 +147,9 @@ def probe_zero_shot(cfg: Any, source: Any, src: dict[str, Any], target_id: str, 
     for p, q in (tr.stand_ins_ or {}).items():
         print(f"carb-calibrate: {p} runs on another kernel path on {name} than on the source's CPU: the "
               f"source's {q} cost stands in for it")
+    from carb.commands.calibrate import print_unseen
+
+    print_unseen(tr)   # a probe without a precision the model predicts: one warning, that interval widened
     for target, info in tr.transfer_.items():
         print(f"carb-calibrate: {target}: {info['form']} ({describe_form(info)}) from 0 rows (device probes)")
     print(f"carb-calibrate: latency interval x [{np.exp(band[0]):.2f}, {np.exp(band[1]):.2f}] of the prediction "

@@ -245,8 +245,8 @@ def device_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 0.
 
     * bias: each pair's (and precision's) median error ``b_j`` (:func:`pair_bias_residuals`); a new device is one more draw,
       centred on no bias: ``h_b = t_{(1+c)/2}(df = D - 1) * rms(b) * sqrt(1 + 1/D)`` with ``D`` the
-      distinct devices the pairs involve (:data:`DEVICE_WIDEN`: Student-t; D = 2 gives t = 6.3 at 90 %,
-      D = 5 gives 2.1; pairs sharing a device are not independent draws, so devices, not pairs, count);
+      independent draws: the fewer of the distinct devices and the distinct pairs (:data:`DEVICE_WIDEN`:
+      Student-t; D = 2 gives t = 6.3 at 90 %, D = 5 gives 2.1; the 12 ordered pairs of 4 GPUs are 4 draws);
     * rows: ``h_r``, the ``coverage`` quantile of the pooled ``|residual|``, each pair weighted equally;
     * combined as independent terms: ``half = sqrt(h_b^2 + h_r^2)``, never below
       ``z_{(1+c)/2} * floor_log_sd`` (the device's measured run-to-run spread as a log standard deviation,
@@ -256,11 +256,11 @@ def device_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 0.
     half-width multiplied by ``scale`` (scale-free: pairs of another device kind, whose errors are of
     another size, may then inform the band). Returns ``{"lower", "upper", "n", "coverage", "log_ratios",
     "method", "n_devices", "n_pairs", "bias_rms", "half_bias", "half_rows"}``; None without any pair of
-    finite errors."""
+    finite errors. Its ``log_ratios`` are empty: the band answers its own ``coverage`` only."""
     from scipy.stats import norm
     from scipy.stats import t as student_t
 
-    biases, points, devices = [], [], set()
+    biases, points, devices, pairs = [], [], set(), set()
     for r in _cells(records):
         b, res = pair_bias_residuals(r["err"])
         if not len(res):
@@ -273,9 +273,10 @@ def device_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 0.
         biases.append(b / div)
         points.append(_pair_points(np.abs(res) / div))
         devices.update(str(d) for d in r["pair"])
+        pairs.add(tuple(map(str, r["pair"])))
     if not biases:
         return None
-    n_dev, b = max(len(devices), 2), np.asarray(biases)
+    n_dev, b = max(min(len(devices), len(pairs)), 2), np.asarray(biases)
     rms_b = float(np.sqrt(np.mean(b ** 2)))
     q = 0.5 + coverage / 2.0
     h_b = float(student_t.ppf(q, df=n_dev - 1)) * rms_b * math.sqrt(1.0 + 1.0 / n_dev)
@@ -283,9 +284,8 @@ def device_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 0.
     mult = float(scale) if scale is not None else 1.0
     half = max(mult * math.sqrt(h_b ** 2 + h_r ** 2), float(norm.ppf(q)) * max(float(floor_log_sd), 0.0))
     floored = half > mult * math.sqrt(h_b ** 2 + h_r ** 2) + 1e-12
-    pts = np.linspace(-half, half, 2 * _POINTS)
     return {"lower": -half, "upper": half, "n": int(sum(len(p) for p in points)), "coverage": float(coverage),
-            "log_ratios": [round(float(v), 6) for v in pts],
+            "log_ratios": [],
             "method": (f"device-level band: measured on {len(devices)} device(s) ({len(biases)} pair(s)); "
                        f"device bias rms {rms_b:.3f}{' (scale-free)' if scale is not None else ''} widened "
                        f"{DEVICE_WIDEN} (df {n_dev - 1}) plus row residual"
