@@ -109,3 +109,123 @@ def test_calibrate_refuses_two_devices_of_one_name(tmp_path):
     cfg.data.device = ZEN4
     rows, _ = target_rows(cfg)
     assert set(rows["device_id"].astype(str)) == {ZEN4} and len(rows) == 20
+
+
+@pytest.fixture(scope="module")
+def cpu_model():
+    """A tiny cascade on synthetic rows of a CPU without AVX-512 FP16, the shipped reference probe as the
+    source's, and knob-consistent rows of the reference file of all three precisions."""
+    from test_transfer import CPU_NO_FP16, TINY, rows_a
+
+    from carb.commands.cli import compose, to_dict
+    from carb.data.io import reference_dataset
+    from carb.model.presets import build_cascade
+    from carb.resources import DATA_DIR
+
+    a = rows_a()
+    a["device_fingerprint"], a["device_id"] = CPU_NO_FP16, "aaaaaaaaaa"
+    cfg = compose("train", TINY)
+    ts = ["peak_memory_MB", "latency_ms"]
+    cascade = build_cascade(to_dict(cfg.model), to_dict(cfg.features)).fit(a.iloc[:200], a.iloc[:200][ts],
+                                                                         a.iloc[200:], a.iloc[200:][ts])
+    probe = pd.read_csv(DATA_DIR / "device-probes.csv")
+    probe = probe[probe["device_id"] == "b69ebb7443"].groupby("precision").head(120)
+    rows = reference_dataset().groupby("precision").head(12).reset_index(drop=True)
+    rows["device_fingerprint"], rows["device_id"], rows["device_name"] = CPU_NO_FP16, "cccccccccc", "C"
+    return cascade, probe, rows, CPU_NO_FP16
+
+
+def test_a_precision_keeps_the_zero_shot_where_its_k_rows_do_worse(cpu_model):
+    """Target = the probes' zero-shot exactly for fp32 and bf16 (x 0.25), but fp16 runs 2x slower than the
+    zero-shot says: fp32 and bf16 keep the zero-shot (its error on their K rows, 0, is below any LOO error)
+    and are predicted exactly; fp16 is calibrated (its zero-shot errs by log 2). The per-precision errors are
+    recorded for carb-calibrate to print."""
+    from carb.model.transfer import TransferredCascade
+
+    cascade, probe, rows, fp = cpu_model
+    tgt = probe.assign(time_ms=probe["time_ms"] * 0.25, device_id="cccccccccc")
+    zs = TransferredCascade(cascade).fit_probe(probe, tgt, fp, "C", "cccccccccc")
+    base = zs.predict(rows)["pred_latency_ms"].to_numpy()
+    rows = rows.assign(latency_ms=base * np.where(rows["precision"] == "fp16", 2.0, 1.0)
+                       * np.exp(np.random.default_rng(0).normal(0, 0.01, len(rows))))
+    cal = rows.groupby("precision").head(6)
+    tr = TransferredCascade(cascade).fit_probe(probe, tgt, fp, "C", "cccccccccc").fit(cal)
+    info = tr.transfer_["latency_ms"]
+    per = info["precision_loo"]
+    assert set(per) == {"fp32", "bf16", "fp16"} and per["fp16"]["kept"] == "calibrated"
+    assert per["fp16"]["zero_shot"] > 0.5 and per["fp16"]["calibrated"] < 0.2
+    rest = rows.drop(index=cal.index)
+    p = tr.predict(rest)["pred_latency_ms"].to_numpy()
+    for q in info.get("zero_shot_precisions", []):
+        m = (rest["precision"] == q).to_numpy()
+        assert np.allclose(p[m], zs.predict(rest[m])["pred_latency_ms"].to_numpy())
+    m16 = (rest["precision"] == "fp16").to_numpy()
+    assert np.mean(np.abs(p[m16] / rest["latency_ms"].to_numpy()[m16] - 1)) < 0.15
+
+
+def test_k_rows_of_one_precision_and_a_probe_without_fp16_warn_and_widen(cpu_model, capsys):
+    """K rows all fp32 while the model predicts three precisions: one warning naming the fix, bf16 and fp16
+    intervals wider than fp32's. A target probe without fp16 at K = 0: one warning, fp16's latency interval
+    wider."""
+    from carb.commands.calibrate import print_unseen
+    from carb.model.intervals import interval, screening_predict
+    from carb.model.transfer import TransferredCascade, source_precisions
+
+    cascade, probe, rows, fp = cpu_model
+    assert source_precisions(cascade) == ["bf16", "fp16", "fp32"]
+    rows = rows.assign(latency_ms=cascade.predict(rows)["pred_latency_ms"].to_numpy() * 3
+                       * np.exp(np.random.default_rng(1).normal(0, 0.05, len(rows))))
+    tr = TransferredCascade(cascade).fit(rows[rows["precision"] == "fp32"].head(8))
+    assert tr.unseen_precisions_["rows"] == ["bf16", "fp16"]
+    prec = rows["precision"].astype(str).to_numpy()
+    iv = interval(tr.intervals_, screening_predict(tr, rows), precision=prec)
+    w = (iv["hi_latency_ms"] / iv["lo_latency_ms"]).to_numpy()
+    assert w[prec == "bf16"].min() > 1.3 * w[prec == "fp32"].max()
+    print_unseen(tr)
+    out = capsys.readouterr().out
+    assert "warning: none of the 8 calibration rows is bf16, fp16" in out and "fix:" in out
+    tgt = probe[probe["precision"] != "fp16"].assign(device_id="cccccccccc")
+    zs = TransferredCascade(cascade).fit_probe(probe, tgt, fp, "C", "cccccccccc").calibrate_zero_shot(band=(-0.2, 0.2))
+    assert zs.unseen_precisions_["probe"] == ["fp16"]
+    iv = interval(zs.intervals_, screening_predict(zs, rows), precision=prec)
+    w = (iv["hi_latency_ms"] / iv["lo_latency_ms"]).to_numpy()
+    assert w[prec == "fp16"].min() > 1.3 * w[prec == "fp32"].max()
+    print_unseen(zs)
+    assert "device probe of cccccccccc has no fp16 rows" in capsys.readouterr().out
+
+
+def test_covering_picks_give_every_precision_its_rows_where_the_probes_disagree():
+    """k = 6 over three precisions with at least 3 each: 9 rows, 3 of each (fp16 has only 5 rows: all
+    candidates); with a disagreement score the picks come from the rows that score highest."""
+    from carb.analysis.transfer import covering_picks
+    from carb.data.io import reference_dataset
+
+    f = pd.concat([reference_dataset().query("precision == @p").head(n) for p, n in
+                   (("fp32", 40), ("bf16", 40), ("fp16", 5))], ignore_index=True)
+    picks = covering_picks(f, 6, ["fp32", "bf16", "fp16"], 3)
+    assert sorted(f["precision"].iloc[picks].value_counts().to_dict().items()) == [("bf16", 3), ("fp16", 3), ("fp32", 3)]
+    assert len(covering_picks(f, 15, ["fp32", "bf16", "fp16"], 3)) == 15
+    dis = np.zeros(len(f))
+    dis[:6] = 1.0   # the first six fp32 rows: where the probes depart from the common factor
+    picks = covering_picks(f, 6, ["fp32", "bf16", "fp16"], 3, dis, pool=2)
+    fp32 = [i for i in picks if f["precision"].iloc[i] == "fp32"]
+    assert len(fp32) == 3 and all(i < 6 for i in fp32)
+
+
+def test_measuring_now_covers_the_precisions_the_model_predicts(cpu_model, capsys):
+    """space=reference has fp32 and bf16 only, the model predicts fp16 too: k=6 measures 3 of each of the
+    three, fp16 on small networks (at most transfer.added_precision_max_flops per batch)."""
+    from carb.commands.calibrate import covering_rows
+    from carb.commands.cli import compose
+    from carb.design.features import grid_features
+    from carb.design.space import configs_from_cfg
+    from carb.commands.cli import to_dict
+
+    cascade = cpu_model[0]
+    cfg = compose("calibrate", ["k=6", "measure=cpu", "space.n=200"])
+    chosen = covering_rows(cfg, cascade, configs_from_cfg(to_dict(cfg.space)))
+    per = pd.Series([c.precision for c in chosen]).value_counts().to_dict()
+    assert per == {"fp32": 3, "bf16": 3, "fp16": 3}
+    fp16 = grid_features([c for c in chosen if c.precision == "fp16"])
+    assert (fp16["flops"] <= float(cfg.transfer.added_precision_max_flops)).all()
+    assert "9 configurations to measure, at least 3 of each precision" in capsys.readouterr().out

@@ -432,12 +432,22 @@ class TransferredCascade:
         than ``z * floor_log_sd`` (repeatability). Returns the entry (None: the interval is left as it was)."""
         from scipy.stats import norm
 
-        from carb.model.transfer_prior import device_level_band, loo_stat
+        from carb.model.transfer_prior import device_level_band, loo_stat, row_scale
 
         info = (getattr(self, "transfer_", None) or {}).get(target) or {}
         loo = np.asarray(info.get("loo") or [], float)
-        scale = max(loo_stat(np.abs(loo)), 1e-6) if scaled and len(loo) >= 2 else None
+        lp = np.asarray(info.get("loo_precision") or [], dtype=object).astype(str)
+        scale = max(row_scale(loo, lp if len(lp) == len(loo) else None), 1e-6) if scaled and len(loo) >= 2 else None
         entry = device_level_band(records, self.coverage, floor_log_sd, scale=scale) if (scale or not scaled) else None
+        if entry is not None and scale is not None and len(lp) == len(loo):
+            byp = {}   # a precision whose own K rows err more than the common scale: its own, wider band
+            for p in np.unique(lp):
+                m = lp == p
+                if m.sum() >= 2 and loo_stat(np.abs(loo[m])) > scale:
+                    h = entry["upper"] * loo_stat(np.abs(loo[m])) / scale
+                    byp[str(p)] = [round(v, 6) for v in [-h] * 50 + [h] * 50]
+            if byp:
+                entry["precision_log_ratios"] = byp
         if entry is None:
             entry = interval_entry(loo, self.coverage)
             if entry is None:
@@ -718,7 +728,9 @@ class TransferredCascade:
         two probe models, ``s = min(C_s / p, 1)`` the convolutions' share of ``p`` and ``r`` the
         non-convolution ratio (``probe_other_ratio_``): ``(1 - s) r + s C_t / C_s``, i.e. the convolutions
         replaced and the rest scaled by ``r``. Models fitted before ``probe_other_ratio_`` existed keep
-        ``C_t / C_s`` (the whole network scaled as its convolutions). 1 where either model lacks the precision."""
+        ``C_t / C_s`` (the whole network scaled as its convolutions). Where either probe lacks the precision
+        (the Zen 4's probe has no fp16): ``r``, the whole network scaled as the fp32 path (1 for older fits;
+        carb-calibrate warns and widens that precision's interval)."""
         models = self.__dict__.get("probe_models_") or {}
         out = np.ones(len(X))
         if not models or "precision" not in X.columns:
@@ -733,6 +745,8 @@ class TransferredCascade:
         for q in np.unique(prec):
             qs = swap.get(q, q)
             if q not in models["target"].coef_ or qs not in models["source"].coef_:
+                if r is not None:   # a probe without this precision: the whole network x the fp32 ratio
+                    out[prec == q] = float(r)
                 continue
             m = prec == q
             num, den = models["target"].network_ms(X[m], q), models["source"].network_ms(X[m], qs)

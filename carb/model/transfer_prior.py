@@ -311,6 +311,22 @@ def _cells(records: Sequence[Mapping[str, Any]], min_rows: int = 3) -> list[Mapp
     return out
 
 
+def row_scale(loo: np.ndarray, precision: np.ndarray | None = None) -> float:
+    """A calibration's row-level scale from its K rows' leave-one-out log residuals ``loo`` (K,): the median
+    over precisions (with at least 2 rows each, ``precision`` (K,)) of :func:`loo_stat` of that precision's
+    |residuals| (one badly served precision does not set every precision's scale), else :func:`loo_stat`
+    of all; NaN for fewer than 2 rows."""
+    a = np.abs(np.asarray(loo, float))
+    if len(a) < 2:
+        return float("nan")
+    if precision is not None and len(precision) == len(a):
+        prec = np.asarray(precision).astype(str)
+        per = [loo_stat(a[prec == p]) for p in np.unique(prec) if (prec == p).sum() >= 2]
+        if per:
+            return float(np.median(per))
+    return loo_stat(a)
+
+
 def lodo_records(records: Sequence[Mapping[str, Any]], pair: tuple[str, str]) -> list[Mapping[str, Any]]:
     """The records whose ``pair`` involves neither device of ``pair`` (leave-one-device-out: a device's
     own errors never calibrate the interval into or out of it)."""

@@ -245,7 +245,8 @@ def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool
             p_cal = preds["calibrated"][f"pred_{t}"].to_numpy(float)
             pending.append({"target": t, "k": k, "err": np.log(y / p_cal), "precision": prec, "y": y,
                             "pred": preds["calibrated"], "model": fitted["calibrated"],
-                            "loo": fitted["calibrated"].transfer_[t].get("loo", []), "name": "calibrated"})
+                            "loo": fitted["calibrated"].transfer_[t].get("loo", []), "name": "calibrated",
+                            "loo_precision": fitted["calibrated"].transfer_[t].get("loo_precision")})
         for p_name in sorted(set(prec)):
             m = (prec == p_name) & np.isfinite(y)
             if m.sum() < 3:
@@ -296,12 +297,11 @@ def set_intervals(table: pd.DataFrame, pending: list[dict], kind: str | None = N
     (``coverage_loo``, ``width_loo``). ``n_devices``: the devices the band was measured on. ``kind``: only
     that kind's pairs are scored (None: all)."""
     from carb.model.intervals import interval
-    from carb.model.transfer_prior import lodo_records, loo_stat
+    from carb.model.transfer_prior import lodo_records, row_scale
 
     table = table.copy()
     recs = [{"pair": (r["source"], r["target_device"]), "err": r["err"], "precision": r["precision"], "k": r["k"],
-             "target": r["target"], "kind": r.get("kind"),
-             "scale": loo_stat(np.abs(np.asarray(r["loo"], float))) if len(r["loo"]) >= 2 else float("nan")}
+             "target": r["target"], "kind": r.get("kind"), "scale": row_scale(r["loo"], r.get("loo_precision"))}
             for r in pending]
     for q, own in zip(pending, recs):
         if kind is not None and q.get("kind") != kind:
