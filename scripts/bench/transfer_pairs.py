@@ -287,6 +287,37 @@ def repeat_floor(target: str, rows: pd.DataFrame | None = None) -> float:
     return repeatability_log_sd(rows, target, default) if rows is not None else default
 
 
+def set_prior_intervals(table: pd.DataFrame, pending: list[dict], kind: str) -> pd.DataFrame:
+    """The shipped carb-calibrate prior's intervals (issue 29; what ``--interval-sweep`` and ``--precision-sweep``
+    tune, :mod:`carb.model.transfer_prior`'s table): coverage and width of each pair's calibrated model (``table``'s rows of model ``calibrated``), its
+    interval from the transfer errors of the other pairs of this ``kind`` (leave-one-pair-out: pairs into
+    the same target device left out too) combined with its own K rows' leave-one-out residuals
+    (:mod:`carb.model.transfer_prior`), beside the K rows' residuals alone (``coverage_loo``, ``width_loo``)."""
+    from carb.model.intervals import interval
+    from carb.model.transfer_prior import error_table
+
+    table = table.copy()
+    for q in pending:
+        others = [r for r in pending if not {r["source"], r["target_device"]} & {q["source"], q["target_device"]}
+                  and r["k"] == q["k"] and r["target"] == q["target"]]   # leave-one-device-out
+        prior = error_table([{**r, "kind": kind, "pair": (r["source"], r["target_device"])} for r in others])
+        tr = q["model"]
+        tr.device_kind_ = kind
+        if PRIOR_ROWS[0] is not None:
+            tr.prior_rows = PRIOR_ROWS[0]
+        ivs = {suffix: interval(tr.recalibrate(tab).intervals_, q["pred"], precision=q["precision"])
+               for suffix, tab in (("_loo", None), ("", prior))}
+        at = ((table.source == q["source"]) & (table.target_device == q["target_device"]) & (table.k == q["k"])
+              & (table.target == q["target"]) & (table.model == "calibrated"))
+        for i in table.index[at]:
+            m = (q["precision"] == table.at[i, "precision"]) & np.isfinite(q["y"])
+            for suffix, iv in ivs.items():
+                if f"lo_{q['target']}" in iv:
+                    for c, v in _coverage(iv, q["target"], q["y"], m, suffix).items():
+                        table.at[i, c] = v
+    return table
+
+
 def set_intervals(table: pd.DataFrame, pending: list[dict], kind: str | None = None) -> pd.DataFrame:
     """Coverage and width of each pair's interval (``table``'s rows of model ``calibrated`` at K > 0,
     ``zero_shot`` at K = 0): the device-level band (:func:`carb.model.transfer_prior.device_level_band`) of
@@ -304,7 +335,7 @@ def set_intervals(table: pd.DataFrame, pending: list[dict], kind: str | None = N
              "target": r["target"], "kind": r.get("kind"), "scale": row_scale(r["loo"], r.get("loo_precision"))}
             for r in pending]
     for q, own in zip(pending, recs):
-        if kind is not None and q.get("kind") != kind:
+        if kind is not None and q.get("kind", kind) != kind:
             continue
         others = lodo_records([r for r in recs if r["k"] == q["k"] and r["target"] == q["target"]],
                               own["pair"])
@@ -400,7 +431,7 @@ def interval_sweep(parts: list, k: int = 10, stats: tuple[str, ...] = ("median",
                             continue
                         with warnings.catch_warnings():
                             warnings.simplefilter("ignore")
-                            t = set_intervals(table[table.k == k], keep, kind)
+                            t = set_prior_intervals(table[table.k == k], keep, kind)
                         c = t[(t.model == "calibrated") & (t.target == "latency_ms") & t["coverage"].notna()]
                         per = c.assign(i=c["coverage"] * c["n"]).groupby(["source", "target_device"])[["i", "n"]].sum()
                         records += [{"option": f"{stat}/{rows_:g}", "held": held, "cv": r.i / r.n}
@@ -441,11 +472,11 @@ def precision_sweep(parts: list, k: int = 10) -> dict[str, pd.Series]:
             transfer_prior.PRECISION_BAND = band
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                full = pd.concat([set_intervals(table[table.k == k], [q for q in pend if q["k"] == k], kind)
+                full = pd.concat([set_prior_intervals(table[table.k == k], [q for q in pend if q["k"] == k], kind)
                                   for (table, pend), kind in zip(parts, ("cpu", "gpu"))], ignore_index=True)
                 for held in every:
                     scores["pair_out"].setdefault(held, {})[band] = _cell_score(full, held)
-                    nested = pd.concat([set_intervals(table[table.k == k], [q for q in pend if q["k"] == k
+                    nested = pd.concat([set_prior_intervals(table[table.k == k], [q for q in pend if q["k"] == k
                                                                           and q["pair"] != held], kind)
                                         for (table, pend), kind in zip(parts, ("cpu", "gpu"))], ignore_index=True)
                     scores["nested"].setdefault(held, {})[band] = _cell_score(nested, held)
@@ -502,6 +533,7 @@ def device_table(t: pd.DataFrame, kq: int | None = None) -> pd.DataFrame:
 
     def pooled(frame: pd.DataFrame) -> pd.Series:
         f = frame[frame["coverage"].notna()] if "coverage" in frame else frame.iloc[:0]
+        f = f.assign(inside=f["coverage"] * f["n"]) if "inside" not in f else f
         g = f.groupby("target_device")[["inside", "n"]].sum()
         return g["inside"] / g["n"]
 
@@ -516,7 +548,8 @@ def device_table(t: pd.DataFrame, kq: int | None = None) -> pd.DataFrame:
         "k10_coverage": pooled(k10),
         "k10_memory_coverage": pooled(mem[(mem.k == 10) & (mem.model == "calibrated")]),
         "k10_width_max": t[(t.k == 10) & (t.model == "calibrated")].groupby("target_device")["width"].max(),
-        "band_devices_min": t[(t.k == 10) & (t.model == "calibrated")].groupby("target_device")["n_devices"].min(),
+        "band_devices_min": (t[(t.k == 10) & (t.model == "calibrated")].groupby("target_device")["n_devices"].min()
+                             if "n_devices" in t else np.nan),
     })
     return out.reset_index().rename(columns={"index": "target_device"})
 
