@@ -527,7 +527,7 @@ def device_table(t: pd.DataFrame, kq: int | None = None) -> pd.DataFrame:
     prior): latency MAPE % (worst source and precision) at K = 0 (CARB's answer, :func:`product`), at the
     quickstart's K and at K = 10 (``calibrated``); coverage of the 90 % intervals pooled over the device's
     held-out rows (latency and memory, K = 10; latency K = 0), the widest median hi/lo, and the fewest
-    devices a band was measured on."""
+    devices a band was measured on (latency, memory)."""
     kq = quickstart_k() if kq is None else kq
     lat, mem = t[t["target"] == "latency_ms"], t[t["target"] == "peak_memory_MB"]
 
@@ -547,9 +547,12 @@ def device_table(t: pd.DataFrame, kq: int | None = None) -> pd.DataFrame:
         "k0_coverage": pooled(lat[(lat.k == 0) & (lat.model == "zero_shot")]),
         "k10_coverage": pooled(k10),
         "k10_memory_coverage": pooled(mem[(mem.k == 10) & (mem.model == "calibrated")]),
-        "k10_width_max": t[(t.k == 10) & (t.model == "calibrated")].groupby("target_device")["width"].max(),
-        "band_devices_min": (t[(t.k == 10) & (t.model == "calibrated")].groupby("target_device")["n_devices"].min()
-                             if "n_devices" in t else np.nan),
+        "k10_width_max": k10.groupby("target_device")["width"].max() if "width" in k10 else np.nan,
+        "k10_memory_width_max": (mem[(mem.k == 10) & (mem.model == "calibrated")].groupby("target_device")["width"].max()
+                                 if "width" in mem else np.nan),
+        "band_devices_min": k10.groupby("target_device")["n_devices"].min() if "n_devices" in k10 else np.nan,
+        "memory_band_devices_min": (mem[(mem.k == 10) & (mem.model == "calibrated")].groupby("target_device")[
+            "n_devices"].min() if "n_devices" in mem else np.nan),
     })
     return out.reset_index().rename(columns={"index": "target_device"})
 
@@ -566,10 +569,11 @@ def headline(t: pd.DataFrame, kq: int | None = None) -> str:
     pairs = lat[["source", "target_device"]].drop_duplicates()
     d = device_table(t, kq)
     cov = pd.concat([d["k10_coverage"], d["k10_memory_coverage"]]).dropna()
+    widths = pd.concat([d["k10_width_max"], d["k10_memory_width_max"]]).dropna()
     return (f"transfer: devices={len(d)} pairs={len(pairs)} k0_max_mape={k0['mape_pct'].max():.1f} "
             f"kq_max_mape={kqm['mape_pct'].max():.1f} k10_max_mape={k10['mape_pct'].max():.1f} "
             f"k10_min_spearman={k10['spearman'].min():.3f} lodo_coverage_min={cov.min():.2f} "
-            f"lodo_coverage_max={cov.max():.2f} width_median_max={d['k10_width_max'].max():.2f}")
+            f"lodo_coverage_max={cov.max():.2f} width_median_max={widths.max():.2f}")
 
 
 def baselines_line(t: pd.DataFrame) -> str:
