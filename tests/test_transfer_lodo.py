@@ -229,3 +229,29 @@ def test_measuring_now_covers_the_precisions_the_model_predicts(cpu_model, capsy
     fp16 = grid_features([c for c in chosen if c.precision == "fp16"])
     assert (fp16["flops"] <= float(cfg.transfer.added_precision_max_flops)).all()
     assert "9 configurations to measure, at least 3 of each precision" in capsys.readouterr().out
+
+
+def test_calibrate_intervals_from_the_per_pair_table_leave_this_device_out(cpu_model):
+    """The shipped-table path of carb-calibrate (transfer.pair_prior): the per-pair summary of two pairs, one
+    of them into this very device (cccccccccc) with errors far larger: the band comes from the other pair
+    only, names its devices, and is never narrower than the repeatability floor."""
+    from carb.model.transfer import TransferredCascade
+    from carb.model.transfer_prior import pair_records, pair_summary
+
+    cascade, probe, rows, fp = cpu_model
+    rng = np.random.default_rng(3)
+    rows = rows.assign(latency_ms=cascade.predict(rows)["pred_latency_ms"].to_numpy() * 2
+                       * np.exp(rng.normal(0, 0.05, len(rows))))
+    recs = [{"kind": "cpu", "target": "latency_ms", "k": 10, "source": "X", "target_device": "Y",
+             "err": rng.normal(0.05, 0.05, 80), "precision": np.full(80, "fp32"), "loo": rng.normal(0, 0.05, 10)},
+            {"kind": "cpu", "target": "latency_ms", "k": 10, "source": "X", "target_device": "C",
+             "target_id": "cccccccccc", "err": rng.normal(2.0, 0.5, 80), "precision": np.full(80, "fp32"),
+             "loo": rng.normal(0, 0.05, 10)}]
+    table = pair_summary(recs)
+    assert len(table) == 2 and table["bias"].iloc[1] > 1.5
+    assert [r["pair"] for r in pair_records(table, "latency_ms", 12, ["cccccccccc"])] == [("X", "Y")]
+    tr = TransferredCascade(cascade, pair_prior=table, repeat_floor={"latency_ms": 0.0}).fit(rows.head(10))
+    entry = tr.intervals_["latency_ms"]
+    assert "measured on 2 device(s)" in entry["method"] and entry["upper"] < 1.0
+    tr2 = TransferredCascade(cascade, pair_prior=table, repeat_floor={"latency_ms": 0.5}).fit(rows.head(10))
+    assert tr2.intervals_["latency_ms"]["upper"] >= 1.6448 * 0.5 - 1e-9

@@ -49,7 +49,8 @@ _OWN = frozenset({"source_", "stand_ins_", "transfer_", "intervals_", "device_na
                   "ridge_alpha", "slope_bounds", "calibration_rows_", "residual_scale_",
                   "precision_shrink", "dispatch", "probe_models_", "spec_log_ratio_", "error_prior",
                   "probe_other_ratio_",
-                  "prior_rows", "prior_targets", "device_kind_", "unseen_widen", "unseen_precisions_"})
+                  "prior_rows", "prior_targets", "device_kind_", "unseen_widen", "unseen_precisions_",
+                  "pair_prior", "repeat_floor"})
 
 
 def _loo_affine(x: np.ndarray, y: np.ndarray, lo: float, hi: float) -> tuple[float, float, np.ndarray]:
@@ -218,7 +219,11 @@ class TransferredCascade:
     (:mod:`carb.model.transfer_prior`; ``"auto"``: the shipped table, a path, a table, or None: the K rows'
     LOO residuals alone), applied to ``prior_targets`` with ``prior_rows`` pseudo-rows; ``unseen_widen``: the log
     half-width added (in quadrature) to the interval of a precision the source predicts but neither the K rows
-    nor the target's device probe measured (``unseen_precisions_``, :meth:`_widen_unseen`). Fitted: ``transfer_`` (per target: form, a, b, residual
+    nor the target's device probe measured (``unseen_precisions_``, :meth:`_widen_unseen`); ``pair_prior``: the
+    per-pair transfer errors (``"auto"``: ``carb/data/transfer-pairs.csv`` where it exists, a path, a table, or
+    None) whose device-level band (:func:`carb.model.transfer_prior.device_level_band`, pairs of this
+    transfer's two devices left out) sets each calibrated target's interval where it has records, never
+    narrower than ``repeat_floor`` (``{target or "default": log sd}``). Fitted: ``transfer_`` (per target: form, a, b, residual
     coefficients, K, LOO log MAE of each form), ``intervals_``, ``device_name_``, ``device_id_``,
     ``device_fingerprint_``, ``calibration_rows_`` (the config_ids used)."""
 
@@ -226,9 +231,11 @@ class TransferredCascade:
                  ridge_alpha: float = 3.0, slope_bounds: tuple[float, float] = (0.5, 2.0),
                  precision_shrink: float = 1.0, dispatch: bool = True, error_prior: Any = None,
                  prior_rows: float = 10.0, prior_targets: tuple[str, ...] = ("latency_ms", "energy_J"),
-                 unseen_widen: float = 0.354) -> None:
+                 unseen_widen: float = 0.354, pair_prior: Any = None, repeat_floor: dict[str, float] | None = None
+                 ) -> None:
         self.source_ = source
         self.unseen_widen = float(unseen_widen)
+        self.pair_prior, self.repeat_floor = pair_prior, dict(repeat_floor or {})
         self.error_prior, self.prior_rows, self.prior_targets = error_prior, float(prior_rows), tuple(prior_targets)
         self.dispatch = bool(dispatch)
         self.precision_shrink = float(precision_shrink)
@@ -349,7 +356,6 @@ class TransferredCascade:
 
         self.device_kind_ = device_kind(X)
         self._note_unseen({str(p): int(n) for p, n in zip(*np.unique(prec.astype(str), return_counts=True))})
-        self.recalibrate(self.error_prior)
         ids = X["device_id"].dropna().astype(str) if "device_id" in X else pd.Series([], dtype=str)
         names = X["device_name"].dropna().astype(str) if "device_name" in X else pd.Series([], dtype=str)
         self.device_name_ = str(names.mode().iloc[0]) if len(names) else "unknown"
@@ -359,6 +365,7 @@ class TransferredCascade:
         self.device_fingerprint_ = str(fps.iloc[0]) if len(fps) else None
         self.calibration_rows_ = [str(c) for c in X.get("config_id", pd.Series([], dtype=str)).tolist()]
         self.test_mae_: dict[str, float] = {}
+        self.recalibrate(self.error_prior)
         return self
 
     def recalibrate(self, error_prior: Any = None) -> TransferredCascade:
@@ -388,8 +395,32 @@ class TransferredCascade:
                     entry = {**entry, "outside": src_int[t]["outside"]}
             if entry is not None:
                 self.intervals_[t] = entry
+        self._pair_bands()
         self._widen_unseen()
         return self
+
+    def _pair_bands(self) -> None:
+        """Where ``pair_prior`` has records: each calibrated target's interval becomes the device-level band
+        of the pairs that involve neither this device nor the source's (:meth:`set_device_band`, scale-free
+        on the K rows' leave-one-out scale)."""
+        from carb.model.transfer_prior import load_pair_table, pair_records
+
+        table = load_pair_table(self.__dict__.get("pair_prior"))
+        if table is None:
+            return
+        exclude = [str(v) for v in (self.__dict__.get("device_id_"), getattr(self.source_, "device_id_", None),
+                                    self.__dict__.get("device_name_"), getattr(self.source_, "device_name_", None))
+                   if v]
+        for t, info in self.transfer_.items():
+            if info.get("form") == "source" or len(info.get("loo") or []) < 2:
+                continue
+            recs = pair_records(table, t, int(info.get("k", 0)), exclude)
+            if recs:
+                fl = self.__dict__.get("repeat_floor") or {}
+                floor = fl.get(t, fl.get("default", 0.0))
+                entry = self.set_device_band(t, recs, float(floor), scaled=True)
+                if entry is not None and isinstance(self.intervals_.get(t), dict):
+                    self.intervals_[t]["method"] = "carb-calibrate: " + self.intervals_[t]["method"]
 
     def _note_unseen(self, measured: dict[str, int] | None) -> None:
         """``unseen_precisions_``: the precisions the source predicts that the K rows lack (``rows``;

@@ -347,3 +347,84 @@ def repeatability_log_sd(rows: pd.DataFrame, target: str = "latency_ms", default
             if len(v):
                 return float(np.log1p(np.median(v)))
     return float(default)
+
+
+#: Columns of the per-pair table (``carb/data/transfer-pairs.csv``) the device-level band of carb-calibrate reads.
+PAIR_COLUMNS: tuple[str, ...] = ("kind", "target", "k", "source", "target_device", "source_id", "target_id",
+                                 "precision", "n_rows", "bias", "scale", *(f"res_q{lev:g}" for lev in LEVELS))
+
+
+def pair_table_path() -> Path:
+    """The shipped per-pair table (``carb/data/transfer-pairs.csv``)."""
+    from carb.resources import DATA_DIR
+
+    return Path(DATA_DIR) / "transfer-pairs.csv"
+
+
+def pair_summary(records: Sequence[Mapping[str, Any]], min_rows: int = 3) -> pd.DataFrame:
+    """Per pair, target, K and precision (:data:`PAIR_COLUMNS`): the bias and the |residual| quantiles at
+    :data:`LEVELS` (:func:`pair_bias_residuals`) of the held-out errors, and the pair's row scale
+    (:func:`row_scale`). ``records``: the benchmark's (``kind``, ``target``, ``k``, ``source``,
+    ``target_device``, optional ``source_id`` / ``target_id``, ``err``, ``precision``, ``loo``,
+    ``loo_precision``)."""
+    rows = []
+    for r in records:
+        err, prec = np.asarray(r["err"], float), np.asarray(r["precision"]).astype(str)
+        scale = row_scale(r.get("loo", []), r.get("loo_precision"))
+        for p in np.unique(prec):
+            m = (prec == p) & np.isfinite(err)
+            if m.sum() < min_rows:
+                continue
+            b, res = pair_bias_residuals(err[m])
+            q = np.quantile(np.abs(res), LEVELS)
+            rows.append({"kind": r["kind"], "target": r["target"], "k": int(r["k"]), "source": r["source"],
+                         "target_device": r["target_device"], "source_id": r.get("source_id") or r["source"],
+                         "target_id": r.get("target_id") or r["target_device"], "precision": str(p),
+                         "n_rows": int(m.sum()), "bias": round(b, 6), "scale": round(scale, 6),
+                         **{f"res_q{lev:g}": round(float(v), 6) for lev, v in zip(LEVELS, q)}})
+    return pd.DataFrame(rows, columns=list(PAIR_COLUMNS))
+
+
+def pair_records(table: pd.DataFrame | None, target: str, k: int, exclude: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Records for :func:`device_level_band` from the per-pair table: the rows of ``target`` at the stored K
+    nearest ``k``, without any pair involving a device (name or id) in ``exclude`` (leave-one-device-out);
+    each (pair, precision) a pseudo-sample of its bias plus its symmetric |residual| quantile points."""
+    if table is None or not len(table):
+        return []
+    sel = table[table["target"] == target]
+    if not len(sel):
+        return []
+    sel = sel[sel["k"] == _nearest_k(sel["k"].to_numpy(), max(int(k), 1))]
+    out = set(map(str, exclude))
+    recs = []
+    for r in sel.rename(columns=lambda c: c.replace(".", "_")).itertuples(index=False):
+        devs = {str(r.source), str(r.target_device), str(r.source_id), str(r.target_id)}
+        if devs & out:
+            continue
+        lev = np.concatenate([[0.0], np.asarray(LEVELS)])
+        d = r._asdict()
+        val = np.concatenate([[0.0], [float(d[f"res_q{lev_:g}".replace(".", "_")]) for lev_ in LEVELS]])
+        half = np.interp((np.arange(50) + 0.5) / 50, lev, val)
+        recs.append({"pair": (str(r.source_id), str(r.target_id)), "err": float(r.bias) + np.concatenate([-half, half]),
+                     "scale": float(r.scale)})
+    return recs
+
+
+def load_pair_table(pairs: Any = "auto") -> pd.DataFrame | None:
+    """The per-pair table: ``"auto"`` the shipped one where it exists (else None), a path (one-line
+    :class:`DatasetError` when unreadable or lacking :data:`PAIR_COLUMNS`), a DataFrame as it is, None: none."""
+    if pairs is None or isinstance(pairs, pd.DataFrame):
+        return pairs
+    p = pair_table_path() if str(pairs) == "auto" else Path(str(pairs))
+    if not p.exists():
+        if str(pairs) == "auto":
+            return None
+        raise DatasetError(f"transfer.pair_prior: {str(p)!r} does not exist")
+    try:
+        t = pd.read_csv(p)
+    except Exception as e:   # any parse error is one line
+        raise DatasetError(f"transfer.pair_prior: cannot read {str(p)!r}: {' '.join(str(e).split())}") from None
+    missing = [c for c in PAIR_COLUMNS if c not in t.columns]
+    if missing:
+        raise DatasetError(f"transfer.pair_prior: {str(p)!r} lacks columns {missing}")
+    return t

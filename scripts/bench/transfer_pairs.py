@@ -403,7 +403,9 @@ def pair_table(devices: dict[str, pd.DataFrame], ks: list[int], targets: list[st
                 out += [{"source": src, "target_device": dst, **r} for r in recs]
                 pending += [{"source": src, "target_device": dst, **q} for q in pend]
     kind = "cpu" if cpu else "gpu"
-    return pd.DataFrame(out), [{**q, "kind": kind, "pair": (q["source"], q["target_device"])} for q in pending]
+    ids = {n: (_identity(d)[1] or n) for n, d in devices.items()}
+    return pd.DataFrame(out), [{**q, "kind": kind, "pair": (q["source"], q["target_device"]),
+                                "source_id": ids[q["source"]], "target_id": ids[q["target_device"]]} for q in pending]
 
 
 def interval_sweep(parts: list, k: int = 10, stats: tuple[str, ...] = ("median", "mean", "rms"),
@@ -630,6 +632,13 @@ def write_errors(path: str, pending: list[dict]) -> None:
 
     table = error_table(pending)
     table.to_csv(path, index=False)
+    from carb.model.transfer_prior import pair_summary
+
+    pairs_path = Path(path).with_name(Path(path).name.replace("transfer-errors", "transfer-pairs")
+                                      if "transfer-errors" in Path(path).name else Path(path).stem + "-pairs.csv")
+    pair_summary(pending).to_csv(pairs_path, index=False)
+    print(f"  wrote {pairs_path} (per pair and precision: bias, row scale, |residual| quantiles; the device-level "
+          "band of carb-calibrate, transfer.pair_prior)", flush=True)
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     pairs = {}

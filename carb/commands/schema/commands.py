@@ -184,6 +184,7 @@ class Transfer(Section):
     repeatability_floor: dict[Literal["default", "latency_ms", "energy_J", "peak_memory_MB"], NonNegative] = {}
     min_rows_per_precision: Index = 3
     added_precision_max_flops: Positive = 2.5e8
+    pair_prior: Text | None = "auto"
 
 
 class ZeroShot(Section):
