@@ -87,6 +87,11 @@ def test_repeatability_column_or_the_configured_floor():
     rows = pd.DataFrame({"latency_repeat_rel": [0.02, 0.04, 0.10]})
     assert repeatability_log_sd(rows, "latency_ms", 0.5) == pytest.approx(np.log1p(0.04))
     assert repeatability_log_sd(pd.DataFrame({"x": [1]}), "latency_ms", 0.05) == 0.05
+    rng = np.random.default_rng(0)   # two windows of log sd 0.04 each: the collector's two-pass range recovers it
+    a, b = np.exp(rng.normal(0, 0.04, 4000)), np.exp(rng.normal(0, 0.04, 4000))
+    spread = np.abs(a - b) / ((a + b) / 2)
+    assert repeatability_log_sd(pd.DataFrame({"latency_repeat_spread": spread}), "latency_ms") == \
+        pytest.approx(0.04, rel=0.08)
 
 
 def test_calibrate_refuses_two_devices_of_one_name(tmp_path):

@@ -365,6 +365,14 @@ class TransferredCascade:
         self.device_fingerprint_ = str(fps.iloc[0]) if len(fps) else None
         self.calibration_rows_ = [str(c) for c in X.get("config_id", pd.Series([], dtype=str)).tolist()]
         self.test_mae_: dict[str, float] = {}
+        from carb.model.transfer_prior import repeatability_log_sd
+
+        floor = dict(self.__dict__.get("repeat_floor") or {})   # the K rows' measured run-to-run spread wins
+        for t in self.transfer_:
+            v = repeatability_log_sd(X, t, float("nan"))
+            if math.isfinite(v):
+                floor[t] = v
+        self.repeat_floor = floor
         self.recalibrate(self.error_prior)
         return self
 

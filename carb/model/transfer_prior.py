@@ -335,11 +335,17 @@ def lodo_records(records: Sequence[Mapping[str, Any]], pair: tuple[str, str]) ->
 
 
 def repeatability_log_sd(rows: pd.DataFrame, target: str = "latency_ms", default: float = 0.0) -> float:
-    """The rows' run-to-run spread of ``target`` as a log standard deviation: the median of a per-row
-    relative spread column (``<stem>_repeat_rel`` / ``<target>_repeat_rel`` / ``<stem>_run_spread_rel``,
-    the collector's repeatability, issue 44 item 5) where the rows have one, else ``default`` (the
-    configured floor)."""
+    """The rows' run-to-run spread of ``target`` as one window's log standard deviation: from the collector's
+    per-row two-pass relative range ``<stem>_repeat_spread`` (``latency_repeat_spread``, issue 44 item 5: the
+    median two-pass |log(a / b)| over 0.6745 sqrt(2)), else the median of a relative spread column
+    (``<target>_repeat_rel`` / ``<stem>_repeat_rel`` / ``<stem>_run_spread_rel``), else ``default`` (the
+    configured floor, ``transfer.repeatability_floor``)."""
     stem = target.rsplit("_", 1)[0]
+    if f"{stem}_repeat_spread" in rows.columns:   # the collector's two-pass relative range (max - min) / mean
+        s = pd.to_numeric(rows[f"{stem}_repeat_spread"], errors="coerce").to_numpy(float)
+        s = np.clip(s[np.isfinite(s) & (s >= 0)], 0.0, 1.999)
+        if len(s):   # |log(a / b)| of two windows; its median is 0.6745 sqrt(2) x one window's log sd
+            return float(np.median(np.log((2.0 + s) / (2.0 - s))) / (0.6745 * math.sqrt(2.0)))
     for c in (f"{target}_repeat_rel", f"{stem}_repeat_rel", f"{stem}_run_spread_rel", f"{target}_run_spread_rel"):
         if c in rows.columns:
             v = pd.to_numeric(rows[c], errors="coerce").to_numpy(float)
