@@ -25,6 +25,7 @@ import pandas as pd
 from carb import tracking
 from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_tags, to_dict
 from carb.commands.progress import Progress
+from carb.commands.zero_shot import print_unseen   # noqa: F401 - carb-calibrate's warnings for unseen precisions
 from carb.errors import ConfigError, DatasetError
 
 
@@ -392,23 +393,6 @@ def _print_transfer(tr: Any, table: pd.DataFrame, n_heldout: int) -> None:
         print(table.pivot_table(index=["target", "model"], values=["spearman", "mape_pct", "r2"]).round(3).to_string())
     else:
         print("carb-calibrate: no held-out rows (all measured rows were used for fitting)")
-
-
-def print_unseen(tr: Any) -> None:
-    """One warning line per kind of gap in what the calibration measured (issue 44): precisions the source
-    predicts that none of the K rows has, and that the target's device probe lacks; both keep a fallback
-    (the common factor, the source's convolution cost) and their intervals are widened
-    (:meth:`carb.model.transfer.TransferredCascade._widen_unseen`)."""
-    unseen = getattr(tr, "unseen_precisions_", None) or {}
-    if unseen.get("rows"):
-        print(f"carb-calibrate: warning: none of the {len(tr.calibration_rows_)} calibration rows is "
-              f"{', '.join(unseen['rows'])}, which the model predicts: those keep the common factor and their "
-              f"intervals are widened; fix: calibrate with rows of every precision (measure=cpu picks at least "
-              f"transfer.min_rows_per_precision of each, or data.path with rows of {', '.join(unseen['rows'])})")
-    if unseen.get("probe"):
-        print(f"carb-calibrate: warning: the device probe of {tr.device_id_} has no {', '.join(unseen['probe'])} "
-              f"rows, which the model predicts: those keep the source's convolution cost and their latency "
-              f"intervals are widened; fix: carb-probe 'precisions=[fp32,bf16,fp16]' on that CPU")
 
 
 def _log_run(cfg: Any, tr: Any, table: pd.DataFrame, rows: pd.DataFrame, k: int, where: str,
