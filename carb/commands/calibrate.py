@@ -207,7 +207,7 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     if target_probe and str(target_probe) not in set(rows["device_id"].dropna().astype(str)):
         raise ConfigError(f"probe: {target_probe} is not the device of the rows of {where} "
                           f"({sorted(set(rows['device_id'].dropna().astype(str)))}); a probe describes the target CPU")
-    k = int(cfg.k) if cfg.data.get("path") else min(int(cfg.k), len(rows))
+    k = int(cfg.k) if cfg.data.get("path") else len(rows)   # measured now: every ok row (k or more: covering_rows)
     if k > len(rows):
         raise ConfigError(f"k: must be between 1 and the {len(rows)} ok rows of {where}, got {k}")
     name = model_name(rows)
