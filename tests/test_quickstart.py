@@ -245,8 +245,9 @@ def test_quickstart_typo_is_one_line_before_any_training(tmp_path, typo, needle)
 
 @pytest.mark.slow
 def test_quickstart_calibrate_measures_here_registers_and_screens_with_it(qs, capsys):
-    """carb-quickstart calibrate=true: K configurations (at least 3 of each precision) measured on this CPU, the reference champion
-    calibrated to them and registered as this machine's model, the screen run with that version.
+    """carb-quickstart calibrate=true: K configurations (at least 3 of each precision) measured on this CPU,
+    the reference champion calibrated to them and registered as this machine's model, the screen run with that
+    version.
     (Tiny measuring settings and no contention guard: a test run shares the machine.)"""
     from carb import tracking
     from carb.commands.quickstart import run_quickstart
