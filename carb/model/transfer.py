@@ -479,13 +479,11 @@ class TransferredCascade:
         scale = max(row_scale(loo, lp if len(lp) == len(loo) else None), 1e-6) if scaled and len(loo) >= 2 else None
         entry = device_level_band(records, self.coverage, floor_log_sd, scale=scale) if (scale or not scaled) else None
         if entry is not None and scale is not None and len(lp) == len(loo):
-            byp = {}   # a precision whose own K rows err more than the common scale: its own, wider band,
-            for p in np.unique(lp):   # the ratio shrunk toward 1 by prior_rows pseudo-rows (3 rows are noisy)
+            byp = {}   # a precision whose own K rows err more than the common scale: its own, wider band
+            for p in np.unique(lp):
                 m = lp == p
-                ratio = loo_stat(np.abs(loo[m])) / scale if m.sum() >= 2 else 1.0
-                if ratio > 1.0:
-                    n_p = float(m.sum())
-                    h = entry["upper"] * math.exp(n_p * math.log(ratio) / (n_p + float(self.prior_rows)))
+                if m.sum() >= 2 and loo_stat(np.abs(loo[m])) > scale:
+                    h = entry["upper"] * loo_stat(np.abs(loo[m])) / scale
                     byp[str(p)] = [round(v, 6) for v in [-h] * 50 + [h] * 50]
             if byp:
                 entry["precision_log_ratios"] = byp
