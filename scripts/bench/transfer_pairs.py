@@ -1,7 +1,8 @@
 """Benchmark: transfer between every ordered pair of real devices the project has data for.
 
-Devices: the shipped CPU reference (AMD EPYC, ``carb/data/cpu-reference.parquet``), the second CPU
-(Intel Xeon with AMX and AVX-512 FP16, ``../shared/data/cpu-intel-xeon``, measured by CARB's collector),
+Devices: the shipped CPU reference (AMD EPYC Zen 5, ``carb/data/cpu-reference.parquet``), the AMD EPYC Zen 4
+VM (``scripts/data/cpu-amd-zen4.parquet``), the Intel Xeon with AMX and AVX-512 FP16
+(``../shared/data/cpu-intel-xeon``; all three measured by CARB's collector),
 and the four GPUs of timm's public benchmark (eager amp_fp16 torchvision/timm ResNets, latency only;
 ``scripts/bench/extrapolation.py:timm_latency``). The H200 data has no configuration in common with the
 timm rows (CARB's knob grid at batch <= 256 against timm's named models at batch 1024), so it is not paired.
@@ -25,22 +26,31 @@ K in {0, 3, 10, 20}, per precision and target (latency, peak memory where both d
 * ``flops_k``: a FLOPs-only line fitted on the same K rows.
 
 Coverage and width (median hi/lo) are those of the nominal 90 % intervals of ``calibrated`` (K > 0) and
-``zero_shot`` (K = 0). At K > 0 they combine the K rows' leave-one-out residuals with the transfer errors
-of the other pairs of the same kind (:mod:`carb.model.transfer_prior`), never the pair's own and never a
-pair into the same target device (leave-one-pair-out); ``coverage_loo`` / ``width_loo``: from the K rows'
-residuals alone. ``--errors-out carb/data/transfer-errors.csv`` writes the table of every pair's errors that
-``carb-calibrate`` ships (and its provenance beside it).
+``zero_shot`` (K = 0), leave-one-device-out (issue 44): each pair's interval is the device-level band
+(:func:`carb.model.transfer_prior.device_level_band`) of the held-out errors of the pairs that involve neither
+of its two devices, of either kind (scale-free at K > 0, each pair's errors over its K rows' leave-one-out
+scale; at K = 0 in log units, the pairs of the same kind where any remain), never narrower than
+``transfer.repeatability_floor``; ``n_devices``: how many devices it rests on. With three CPUs no CPU pair
+avoids both devices of a CPU pair, so CPU bands rest on the GPU pairs. ``coverage_loo`` / ``width_loo``:
+from the K rows' residuals alone. ``--errors-out carb/data/transfer-errors.csv`` writes the table of every
+pair's errors that ``carb-calibrate`` ships and the per-pair table beside it (``transfer-pairs.csv``, the
+device-level band of ``transfer.pair_prior``), with provenance. ``--interval-sweep`` / ``--precision-sweep``
+study the shipped table prior (:func:`set_prior_intervals`, leave-one-device-out too).
 
-    python -m scripts.bench.transfer_pairs [--ks 0,3,10,20] [--no-gpu] [--csv out.csv] [--errors-out FILE]
+    python -m scripts.bench.transfer_pairs [--ks 0,10,12] [--no-gpu] [--csv out.csv] [--errors-out FILE]
         [--loo-stat median|mean|rms] [--prior-rows N] [--interval-sweep] [--precision-band pooled|widest]
         [--precision-sweep]
 
-The last line is machine-readable (MAPE in percent, over pairs and precisions, latency; per pair CARB's answer:
-the zero-shot model at K = 0 where one exists, ``calibrated`` at K = 10):
-``transfer: pairs=N k0_max_mape=X k10_max_mape=X k10_min_spearman=X coverage_min=X width_median_max=X``; the
-line before it gives the baselines (uncalibrated source, the transfer from the source alone, intervals from
-the K rows alone), the one before that the K = 10 pair-and-precision cells whose coverage an exact binomial
-test at 5 % finds inconsistent with the nominal 0.90 (``coverage_cells``).
+Default K: 0, 10 and the quickstart's (``k`` of ``conf/calibrate.yaml``). Devices: the three CPUs (Zen 5
+reference, Zen 4 of ``scripts/data/cpu-amd-zen4.parquet``, the Xeon) and timm's four GPUs. The last line is
+machine-readable (latency MAPE in percent, worst over pairs and precisions; per pair CARB's answer: the
+zero-shot model at K = 0 where one exists, ``calibrated`` at the quickstart's K and at K = 10; coverage pooled
+over each left-out target device's rows, latency and memory, K = 10):
+``transfer: devices=N pairs=P k0_max_mape=X kq_max_mape=X k10_max_mape=X k10_min_spearman=X
+lodo_coverage_min=X lodo_coverage_max=X width_median_max=X``; before it the per-device table
+(:func:`device_table`), the baselines (uncalibrated source, the transfer from the source alone, intervals
+from the K rows alone) and the K = 10 pair-and-precision cells whose coverage an exact binomial test at 5 %
+finds inconsistent with the nominal 0.90 (``coverage_cells``).
 """
 from __future__ import annotations
 
