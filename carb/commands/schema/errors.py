@@ -104,7 +104,12 @@ def _union(tp: Any) -> list[Any]:
 
 
 def _tag(tp: Any) -> Any:
-    """The ``name`` literal of a union member (``csv`` of :class:`CsvImporter`), else None."""
+    """The tag of a union member: its pydantic ``Tag`` (``resnet`` of ``Annotated[Space, Tag("resnet")]``), or
+    its ``name`` literal (``csv`` of :class:`CsvImporter`), else None."""
+    if get_origin(tp) is Annotated:
+        tag = next((a.tag for a in get_args(tp)[1:] if type(a).__name__ == "Tag"), None)
+        if tag is not None:
+            return tag
     m = _strip(tp)
     if isinstance(m, type) and issubclass(m, BaseModel) and "name" in m.model_fields:
         return (get_args(m.model_fields["name"].annotation) or (None,))[0]
