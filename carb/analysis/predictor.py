@@ -106,4 +106,7 @@ class Predictor:
         extra = frame.drop(columns=[c for c in frame.columns if c in config_cols or c in out])
         out = pd.concat([out.reset_index(drop=True), extra.reset_index(drop=True)], axis=1)
         out.index = frame.index
+        from carb.model.transfer import describe_origin
+
+        out.attrs["origin"] = describe_origin(model) or f"trained on measured rows of {getattr(model, 'device_name_', '?')}"
         return out

@@ -142,14 +142,25 @@ def file_frame(df: pd.DataFrame, targets: Sequence[str], users: Sequence[str] = 
     return out.rename(columns=predicted_telemetry(out.columns))
 
 
-def next_steps(target_uri: str, tracking_uri: str, runs_url: str | None = None) -> list[str]:
-    """The closing "next" block: set your own budget, calibrate to your machine, use the model from Python,
-    open the MLflow UI (``runs_url``: the experiment's runs table in the UI's "Model training" view)."""
+def machine_steps(target_uri: str, kind: str | None) -> list[str]:
+    """The "next" lines that move a model to another device, per the model's device ``kind`` (``gpu`` /
+    ``cpu`` / None): a GPU model cannot be calibrated with this CPU's rows (refused), so it points to the CPU
+    reference's calibration and to a zero-shot to another GPU; a CPU model to measuring this CPU."""
+    if kind == "gpu":
+        return ["  this CPU      carb-quickstart calibrate=true   (calibrates the CPU reference model here)",
+                f"  another GPU   carb-calibrate source={target_uri} k=0 spec=<GPU>"]
+    return [f"  your machine  carb-calibrate source={target_uri} measure=cpu k=12"]
+
+
+def next_steps(target_uri: str, tracking_uri: str, runs_url: str | None = None, kind: str | None = None) -> list[str]:
+    """The closing "next" block: set your own budget, calibrate to your machine (:func:`machine_steps`, per
+    the model's device ``kind``), use the model from Python, open the MLflow UI (``runs_url``: the
+    experiment's runs table in the UI's "Model training" view)."""
     return ["next:",
             "  your budget   carb-screen screen.budget.latency_ms=<ms> screen.budget.energy_J=<J> "
             "screen.budget.peak_memory_MB=<MB>",
             "  your grid     carb-screen screen.grid_file=<csv of knobs>   (or space.batch_sizes=[1,8] ...)",
-            f"  your machine  carb-calibrate source={target_uri} measure=cpu k=12",
+            *machine_steps(target_uri, kind),
             f"  Python        carb.load_model('{target_uri}').predict(knobs_frame, budget=...)",
             f"  MLflow UI     mlflow ui --backend-store-uri {tracking_uri}   (or make ui)"] + (
         [f"                then {runs_url}"] if runs_url else [])
