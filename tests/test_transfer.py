@@ -382,9 +382,9 @@ def test_zero_shot_from_spec_records_scales_latency_by_the_weighted_spec_ratios(
 
     cascade, b = source_and_b
     src = {"name": "S", "fp32_TFLOPS": 20.0, "tf32_tensor_TFLOPS": 80.0, "fp16_tensor_TFLOPS": 160.0,
-           "memory_bandwidth_GBps": 1000.0, "power_limit_W": 300.0}
+           "bf16_tensor_TFLOPS": 160.0, "memory_bandwidth_GBps": 1000.0, "power_limit_W": 300.0}
     dst = {"name": "D", "fp32_TFLOPS": 40.0, "tf32_tensor_TFLOPS": 160.0, "fp16_tensor_TFLOPS": 640.0,
-           "memory_bandwidth_GBps": 2000.0, "power_limit_W": 600.0}
+           "bf16_tensor_TFLOPS": 640.0, "memory_bandwidth_GBps": 2000.0, "power_limit_W": 600.0}
     w = {"compute": 0.3, "bandwidth": 0.4, "power": 0.3}
     assert np.isclose(log_ratio(src, dst, "fp16", w), 0.3 * np.log(0.25) + 0.4 * np.log(0.5) + 0.3 * np.log(0.5))
     zs = TransferredCascade(cascade).fit_spec(src, dst, w)

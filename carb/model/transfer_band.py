@@ -58,7 +58,17 @@ def combine_set(log_ratios: Sequence[float], band: Sequence[float]) -> list[floa
     lev = band_levels(len(r))
     if not len(lev):
         return []
-    return [round(float(v), 6) for v in np.sort(np.quantile(r, lev) + band_quantiles(band, lev))]
+    return [round(float(v), 6) for v in np.sort(order_quantiles(r, lev) + band_quantiles(band, lev))]
+
+
+def order_quantiles(r: np.ndarray, levels: np.ndarray) -> np.ndarray:
+    """Quantiles (m,) of the sorted sample ``r`` (n,) at ``levels`` as split-conformal bounds pick them (the
+    ``floor((n + 1) l)``-th smallest below the median, the ``ceil((n + 1) l)``-th above, clipped to the sample), so
+    a combined set is never narrower than :func:`carb.model.intervals.conformal_bounds` of the source's."""
+    n = len(r)
+    lev = np.asarray(levels, float)
+    k = np.where(lev < 0.5, np.floor((n + 1) * lev + 1e-9), np.ceil((n + 1) * lev - 1e-9)).astype(int)
+    return r[np.clip(k, 1, n) - 1]
 
 
 def with_transfer_band(entry: Mapping[str, Any], band: Sequence[float], note: str = "") -> dict[str, Any]:
