@@ -447,6 +447,16 @@ def test_calibrate_k0_registers_a_zero_shot_model_from_spec_sheets(store):
     tracking.configure(store["uri"])
     v = [x for x in tracking.model_versions(res["registered_name"]) if str(x["version"]) == str(res["version"])]
     assert v, res
+    # issue 42: one name per spec GPU, and the model says where it comes from (registry, predict's frame)
+    from carb.analysis.predictor import Predictor
+    from carb.data.schema import spec_model_name
+
+    assert res["registered_name"] == spec_model_name(fingerprint_json(spec_fingerprint(gpu_spec("H100 SXM"))))
+    origin = f"zero-shot from {src} by spec records"
+    assert origin in tracking.registered_model_info(res["registered_name"])["description"]
+    assert "band measured on 4 devices" in tracking.registered_model_info(res["registered_name"])["description"]
+    frame = Predictor(zs, src).predict(rows[["block", "depth", "width_mult", "input_size", "batch_size", "precision"]])
+    assert frame.attrs["origin"].startswith(origin)
 
 
 def run_calibrate_k0(store, source, *extra):

@@ -233,3 +233,30 @@ def test_the_band_has_one_source_the_config():
     typed = re.findall(r"\[(-0\.\d+), (0\.\d+)\]", model_md)
     bands = {(f"{lo:.3f}", f"{hi:.3f}"), tuple(f"{float(v):.3f}" for v in zs.probe_log_error_band)}
     assert all(b in bands for b in typed), typed
+
+
+def test_the_screen_header_says_zero_shot_within_the_table_width(capsys):
+    from carb.commands.screen import _print_origin
+    from carb.commands.screen_table import TABLE_WIDTH
+    from carb.commands.zero_shot import zero_shot_origin
+
+    tr = TransferredCascade(Source()).fit_spec(gpu_spec("H200"), gpu_spec("H100 SXM"), W)
+    _print_origin(tr)
+    assert capsys.readouterr().out == ""                              # not a transfer: nothing to say
+    tr.origin_ = zero_shot_origin({"uri": "models:/carb-nvidia-h200-c3acf657f4@champion", "version": "12"},
+                                  "spec records (H200 SXM 141GB -> H100 SXM5 80GB)", 4)
+    _print_origin(tr)
+    out = capsys.readouterr().out
+    assert out.startswith("model: zero-shot from models:/carb-nvidia-h200-c3acf657f4@champion")
+    assert "band measured on 4 devices" in " ".join(out.split())
+    assert max(map(len, out.splitlines())) <= TABLE_WIDTH
+
+
+def test_k0_spec_without_source_says_pass_source_and_lists_the_models(tmp_path):
+    from carb.commands.calibrate import run_calibrate
+
+    with pytest.raises(ConfigError, match=r"source: k=0 spec=H100 SXM .*pass source=models:/<GPU model>@champion"
+                                          r".*registered: none") as e:
+        run_calibrate(compose("calibrate", [f"tracking.uri=sqlite:///{tmp_path}/m.db", "k=0", "spec=H100 SXM",
+                                            "progress.enabled=false"]))
+    assert "\n" not in str(e.value)

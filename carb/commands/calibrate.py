@@ -112,6 +112,11 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     refuse_spec_and_probe(cfg)   # before loading anything
     uri, art = cfg.tracking.uri, cfg.tracking.get("artifact_root")
     tracking.configure(uri, art)
+    if int(cfg.k) == 0 and cfg.get("spec") and not cfg.get("source"):   # the default source is the CPU reference's
+        from carb.commands.zero_shot import _registered_names
+
+        raise ConfigError(f"source: k=0 spec={cfg.spec} transfers a GPU model; pass source=models:/<GPU model>@champion"
+                          f" (the default is the CPU reference model's); registered: {_registered_names()}")
     source_uri = str(cfg.source or default_source())
     prog = Progress.from_cfg("carb-calibrate", 4.0, cfg, throttle=False)
     prog.begin(f"loading {source_uri}")
@@ -373,6 +378,8 @@ def _log_run(cfg: Any, tr: Any, table: pd.DataFrame, rows: pd.DataFrame, k: int,
     transferred model of device model ``name``, registered under it with ``register``; ``source``: the source
     model's ``uri`` and its :func:`carb.tracking.resolve_version`. Returns the run id and
     :func:`carb.tracking.log_cascade`'s answer."""
+    from carb.model.transfer import describe_origin
+
     device, source_uri = tr.device_name_, source["uri"]
     metrics = {f"heldout_{r.target}_{r.model}_{m}": getattr(r, m) for r in table.itertuples()
                for m in ("spearman", "mape_pct", "r2")}
@@ -404,7 +411,8 @@ def _log_run(cfg: Any, tr: Any, table: pd.DataFrame, rows: pd.DataFrame, k: int,
         info = tracking.log_cascade(tr, cal_rows[list(tr.input_columns_)].head(5).reset_index(drop=True),
                                     registered_name=name if register else None, metadata=meta, description=descr,
                                     model_description=f"CARB cost model of {device} (device_id {tr.device_id_}): "
-                                                      f"peak memory, energy and latency per batch.")
+                                                      f"peak memory, energy and latency per batch, "
+                                                      f"{describe_origin(tr)}.")
     return run_id, info
 
 
