@@ -455,7 +455,7 @@ def test_calibrate_k0_registers_a_zero_shot_model_from_spec_sheets(store):
     origin = f"zero-shot from {src} by spec records"
     assert origin in tracking.registered_model_info(res["registered_name"])["description"]
     assert "band measured on 4 devices" in tracking.registered_model_info(res["registered_name"])["description"]
-    frame = Predictor(zs, src).predict(rows[["block", "depth", "width_mult", "input_size", "batch_size", "precision"]])
+    frame = Predictor(zs, src).predict([{"block": "basic", "depth": 18, "precision": "fp16"}])
     assert frame.attrs["origin"].startswith(origin)
 
 
