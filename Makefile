@@ -4,14 +4,17 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
+# torchvision's release for that torch (the zoo's models; on a GPU host pass both, e.g. TORCH=torch==2.11.0
+# TORCHVISION=torchvision==0.26.0)
+TORCHVISION ?= torchvision==0.28.0
 
 .PHONY: venv quickstart test test-slow test-all bench clean ui scale-out postgres
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q "$(TORCH)"
-	$(BIN)/pip install -q -e ".[test]"
+	$(BIN)/pip install -q "$(TORCH)" "$(TORCHVISION)"
+	$(BIN)/pip install -q -e ".[test,zoo]"
 	touch $@
 
 venv: $(BIN)/.installed
@@ -19,7 +22,7 @@ venv: $(BIN)/.installed
 # the scale-out extras (slurm: the submitit launcher; postgres: the PostgreSQL driver): only the slow
 # tests (tests/test_scale_out.py) and scale-out need them, the fast suite runs without
 $(BIN)/.scale-out: $(BIN)/.installed
-	$(BIN)/pip install -q -e ".[test,slurm,postgres]"
+	$(BIN)/pip install -q -e ".[test,zoo,slurm,postgres]"
 	touch $@
 
 quickstart: venv  ## train (if no champion) -> promote -> screen, on the shipped dataset

@@ -29,3 +29,9 @@ class ModelError(CarbError):
 
 class TrackingError(CarbError):
     """The tracking store (MLflow) failed; the message says what was kept locally and how to log it."""
+
+
+class ZooError(CarbError, ValueError):
+    """A zoo model that cannot be built or traced: an unknown or non-vision name, settings or an input
+    size the model refuses, or a forward that cannot run on the meta device. The message is one line
+    that starts with ``model '<name>'`` and gives the reason, so a grid can list refused models."""

@@ -605,6 +605,9 @@ def section() -> str:
               "", timm_summary(), ""]
     parts += transfer_lines()
     parts += ["### Any device: every pair, zero-shot and K = 10", ""] + zero_shot_band_lines() + transfer_pairs_lines()
+    from scripts.studies.energy_floor import floor_lines
+
+    parts += floor_lines()   # zero-shot energy per image against MLPerf floors (issue 45)
     return "\n".join(parts)
 
 

@@ -234,3 +234,53 @@ def with_interactions(df: pd.DataFrame) -> pd.DataFrame:
     out["act_x_mem"] = np.log1p(out["total_activation_MB"]) * out["avg_mem_util"]
     out["util_product"] = out["avg_sm_util"] * out["avg_mem_util"]
     return out
+
+
+def power_law_rows(rec: Mapping, law: Mapping[str, float], n: int = 300, seed: int = 0, noise: float = 0.0,
+                   latency_scale: float = 1.0, device: str = "Synthetic power GPU") -> pd.DataFrame:
+    """``n`` rows of a synthetic GPU whose spec record is ``rec`` (``power_limit_W``, peaks, bandwidth) and
+    whose average power follows a known drive law (:mod:`carb.model.power`): ``P = S + (L - S) *
+    sigmoid(a + b * x)``, ``law`` = ``{"a", "b", "static_W"}``, ``L`` the record's power limit,
+    ``x = log(roofline_ms / latency_ms)`` with the latency a launch floor plus the roofline time over an
+    efficiency (times ``latency_scale``); ``energy_J = P * latency_ms / 1000`` (x lognormal ``noise``).
+    Seeded: the same seed gives the same configurations on every record (a second GPU of the same rows)."""
+    from carb.model.power import roofline_ms
+
+    rng = np.random.default_rng(seed)
+    bs = rng.choice(BATCHES, n)
+    prec = rng.choice(list(PRECISIONS), n)
+    per_img = rng.uniform(2e8, 8e9, n)
+    df = pd.DataFrame({"batch_size": bs, "precision": prec, "flops": per_img * bs,
+                       "total_activation_MB": per_img / 1e7 * bs * np.array([BYTES_PER_ELEMENT[p] for p in prec]),
+                       "param_size_MB": rng.uniform(5, 200, n), "n_conv": 20})
+    roof = roofline_ms(df, rec)
+    lat = (rng.uniform(1.0, 6.0, n) + roof / rng.uniform(0.2, 0.7, n)) * latency_scale
+    lim = float(rec["power_limit_W"])
+    x = np.log(roof / lat)
+    p = law["static_W"] + (lim - law["static_W"]) / (1 + np.exp(-(law["a"] + law["b"] * x)))
+    df["latency_ms"] = lat
+    df["energy_J"] = p * lat / 1e3 * np.exp(rng.normal(0, noise, n) if noise else 0.0)
+    df["config_id"] = _config_ids(df[["batch_size", "precision", "flops"]].to_dict("records"), with_index=True)
+    return frame(df.to_dict("records"), device=device)
+
+
+def zoo_frame(families: Mapping[str, int], seed: int = 0, law: str = "hj", noise: float = 0.0) -> pd.DataFrame:
+    """Zoo rows (not schema rows: the zoo's identity and published features, as
+    :mod:`carb.data.importers.timm_zoo` gives them) for ``families`` (name -> number of models, one row
+    each), with a known latency law per image: ``law='flops'``: ``t = 0.02 * GMACs**0.9`` ms;
+    ``law='hj'``: ``t = 0.01 * params_M**0.2 * GMACs**0.5 * macts_M**0.4`` ms; times ``batch_size`` per
+    batch, times log-normal ``noise`` (sigma). Features drawn per family around a family centre."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for f, n in families.items():
+        cg, cp, ca = rng.uniform(-1, 2), rng.uniform(0, 2), rng.uniform(0, 1.5)
+        for i in range(n):
+            g = 10 ** (cg + rng.normal(0, 0.3))
+            p = 10 ** (cp + rng.normal(0, 0.3))
+            a = 10 ** (ca + rng.normal(0, 0.3))
+            b = int(rng.choice([64, 256, 1024]))
+            t = 0.02 * g ** 0.9 if law == "flops" else 0.01 * p ** 0.2 * g ** 0.5 * a ** 0.4
+            rows.append({"model": f"{f}_{i}", "family": f, "input_size": int(rng.choice([160, 224, 288])),
+                         "batch_size": b, "gmacs_per_image": g, "params": p * 1e6, "macts_M_per_image": a,
+                         "latency_ms": t * b * float(np.exp(rng.normal(0, noise))) if noise else t * b})
+    return pd.DataFrame(rows)

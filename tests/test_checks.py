@@ -48,6 +48,9 @@ def test_shipped_configs_pass(command, overrides):
     ("screen", "screen.shortlist_size=-3", "screen.shortlist_size: must be an integer >= 1, got -3"),
     ("screen", "screen.budget.latency_ms=abc", "screen.budget.latency_ms: must be null or a positive number"),
     ("screen", "screen.budget.energy_J=inf", "screen.budget.energy_J"),
+    ("calibrate", "zero_shot.power.static_fraction=1.5", "zero_shot.power.static_fraction"),
+    ("calibrate", "zero_shot.power.unmeasured_widen=0.5", "zero_shot.power.unmeasured_widen"),
+    ("calibrate", "+zero_shot.power.idle_W=3", "zero_shot.power.idle_W: unknown key"),
     # unknown keys
     ("train", "+prior.overlap=3", "prior.overlap: unknown key; allowed: ['enabled', 'large_alloc_MB'"),
     ("collect", "+measure.n_run=3", "measure.n_run: unknown key; allowed: ['n_runs'"),

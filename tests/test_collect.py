@@ -50,6 +50,9 @@ def test_smoke_end_to_end(tmp_path, db):
     assert len(df) == n == r["n_ok"] and (df["status"] == "ok").all() and df["config_id"].is_unique
     assert (df["latency_ms"] > 0).all() and (df["peak_memory_MB"] > 0).all() and (df["threads"] == 1).all()
     assert (df["n_runs"] == 2).all() and (df["device_kind"] == "cpu").all()
+    # measure.repeat (2 passes by default): every row's latency from two windows, their spread kept (issue 44)
+    assert (df["latency_passes"] == 2).all() and (df["latency_repeat_spread"] >= 0).all()
+    assert r["n_repeat_windows"] == n and r["n_repeat_failed"] == 0
     assert df["energy_J"].isna().all() and df["missing_reason"].str.contains("energy_J").all()
     # bigger batch, more peak memory (same architecture)
     piv = df.pivot_table(index=["block", "depth", "early_downsample"], columns="batch_size",

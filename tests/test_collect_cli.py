@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from carb.data.io import load_dataset
@@ -102,8 +103,12 @@ def test_resume_after_kill(tmp_path, where):
     after = load_dataset(out)
     assert after["config_id"].is_unique and set(after["config_id"]) == want
     kept = after.set_index("config_id").loc[before["config_id"]]
-    assert (kept["measured_at"].to_numpy() == before["measured_at"].to_numpy()).all()  # finished rows untouched
-    assert (kept["latency_ms"].to_numpy() == before["latency_ms"].to_numpy()).all()
+    assert (kept["measured_at"].to_numpy() == before["measured_at"].to_numpy()).all()  # finished rows kept
+    # the killed run's row had its first pass only (measure.repeat.passes=2): the resume measured its second
+    # pass, so its latency is the mean of the kept window and the new one: half the spread from the kept one
+    assert (before["latency_passes"] == 1).all() and (kept["latency_passes"] == 2).all()
+    np.testing.assert_allclose(np.abs(kept["latency_ms"].to_numpy() - before["latency_ms"].to_numpy()),
+                               kept["latency_ms"].to_numpy() * kept["latency_repeat_spread"].to_numpy() / 2, rtol=1e-9)
     # the resume measured only the rest: one finished run (the killed one never logged its metrics)
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/m.db")
     runs = mlflow.search_runs(search_all_experiments=True, filter_string="attributes.status = 'FINISHED'")

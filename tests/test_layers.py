@@ -40,7 +40,9 @@ RESTRICTED = {
     "hydra": ("carb.commands",),
     "omegaconf": ("carb.commands",),
     "mlflow": ("carb.tracking",),
-    "torch": ("carb.measure", "carb.design.resnet", "carb.design.features"),
+    "torch": ("carb.measure", "carb.design.resnet", "carb.design.features", "carb.design.zoo", "carb.design.trace"),
+    "torchvision": ("carb.design.zoo",),   # through zoo.import_torchvision only (the CPU-wheel fix)
+    "timm": ("carb.design.zoo",),
     "fvcore": ("carb.design.features",),
     "pynvml": ("carb.measure",),
     "optuna": ("carb.model.tuning", "carb.commands.tune"),

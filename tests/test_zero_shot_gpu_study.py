@@ -22,6 +22,13 @@ def test_saved_prediction_covers_what_the_gpu_collector_draws():
         assert np.isfinite(p).all() and (p > 0).all()
         assert (pred[f"lo_{t}"] <= pred[f"pred_{t}"]).all() and (pred[f"pred_{t}"] <= pred[f"hi_{t}"]).all()
     assert "H100" in prov["spec"] and prov["source_model"].startswith("models:/carb-nvidia-h200")
+    # energy from the spec-record power model (issue 45), its interval widened and said so
+    assert pred["energy_note"].str.contains("no second GPU's energy has been measured").all()
+    assert any("energy_J: power" in ln for ln in prov["calibrate_output"])
+    assert any(ln.startswith("carb-calibrate: energy interval") for ln in prov["calibrate_output"])
+    width = {t: float(np.median(pred[f"hi_{t}"] / pred[f"lo_{t}"])) for t in ("latency_ms", "energy_J")}
+    assert width["energy_J"] > width["latency_ms"]
+    assert prov["command"].startswith("python -m scripts.studies.zero_shot_gpu predict") and not prov["code_dirty"]
 
 
 def test_score_table_mape_spearman_coverage():

@@ -187,18 +187,24 @@ def target_probe_id(cfg: Any, source: Any, source_uri: str, prog: Any) -> str | 
             raise ConfigError("probe: true probes this machine's CPU (carb-probe), but device.kind=cuda targets a "
                               "GPU; allowed: probe=false with device.kind=cuda, or device.kind=cpu|auto")
         prog.begin("probing this CPU (a short device probe first)")
-        return probe_this_machine(cfg)
+        return probe_this_machine(cfg, source)
     return str(probe)
 
 
-def probe_this_machine(cfg: Any) -> str:
+def probe_this_machine(cfg: Any, source: Any = None) -> str:
     """A short ``carb-probe`` of this CPU (``probe_run``: pairs, repeats, window; the ``space``'s layers and
-    ``measure``'s threads), written to the store's probes like ``carb-probe``'s; returns its device id."""
+    ``measure``'s threads), written to the store's probes like ``carb-probe``'s; returns its device id. Its
+    precisions: ``probe_run.precisions``, or (null) every precision the ``source`` model predicts
+    (:func:`carb.model.domain.predicted_precisions`: fp16 too where the source has it), else carb-probe's
+    default (every precision)."""
     from omegaconf import OmegaConf
 
     from carb.commands.probe import run_probe_command
+    from carb.model.domain import predicted_precisions
 
     pr = to_dict(cfg.probe_run)
+    if not pr.get("precisions"):
+        pr["precisions"] = predicted_precisions(getattr(source, "domain_", None)) or None
     pcfg = OmegaConf.create({
         "space": to_dict(cfg.space), "measure": to_dict(cfg.measure), "tracking": to_dict(cfg.tracking),
         "paths": to_dict(cfg.paths), "progress": to_dict(cfg.get("progress") or {}), **pr, "out": None,

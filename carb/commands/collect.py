@@ -14,6 +14,10 @@
    with the device's meter, and appends the row to the file at once (atomic rewrite: temp file +
    rename), so a killed run loses at most the configuration in flight. Out of memory gives a
    ``status=oom`` row, any other failure a ``status=error`` row with the message; the run goes on;
+   with ``measure.repeat.passes`` >= 2 the ok rows are then measured again, one pass over them per extra
+   pass, each in another order (:mod:`carb.measure.repeat`): a row's latency is the mean of its passes and
+   ``latency_repeat_spread`` their run-to-run spread; rows a stopped run left with one pass get their later
+   passes on a restart;
 4. shows a tqdm progress bar with ETA and logs one MLflow run: the config, the device facts,
    ok/oom/error/contended counts, the rows whose timed window the contention guard repeated,
    duration, seconds per config, the collector's overhead fraction, and the dataset as a run input
@@ -38,6 +42,7 @@ from carb.data.io import DatasetAppender
 from carb.data.schema import device_slug
 from carb.design.arch import ArchConfig
 from carb.design.space import configs_from_cfg
+from carb.design.zoo_space import is_zoo_space
 from carb.errors import ConfigError
 from carb.files import write_atomic
 from carb.measure.collector import (
@@ -52,6 +57,7 @@ from carb.measure.collector import (
     resolve_out,
     shard_configs,
 )
+from carb.measure.repeat import RepeatPlan, pending_repeats
 
 
 def _settings(c: Mapping[str, Any]) -> tuple[int, int, float | None, int | None]:
@@ -109,6 +115,30 @@ def _build_model(cfg: ArchConfig):
     return build_model(cfg)
 
 
+def _zoo_configs(space: Mapping[str, Any]) -> list:
+    """A zoo space's configurations; the models the library cannot build or trace are listed (stderr) with
+    their reasons and left out."""
+    from carb.design.zoo_space import zoo_configs
+
+    configs, refused = zoo_configs(space)
+    for name, reason in refused.items():
+        print(f"carb-collect: skipped {name}: {reason}", file=sys.stderr)
+    return configs
+
+
+def _build_zoo(cfg: Any):
+    """A zoo configuration's network with random fp32 weights on the CPU (the meter moves and casts it)."""
+    from carb.design.zoo import build_model
+
+    return build_model(cfg.model_name, device="cpu")
+
+
+def _zoo_static(configs: Sequence[Any]) -> Mapping[str, Mapping[str, Any]]:
+    from carb.design.zoo_features import zoo_static_table
+
+    return zoo_static_table(configs)
+
+
 def _progress(total: int, desc: str, enabled: bool):
     from tqdm import tqdm
 
@@ -137,12 +167,18 @@ def run_collect(cfg: Any, configs: Sequence[ArchConfig] | None = None) -> dict[s
     deadline = t_start + 60.0 * max_minutes if max_minutes else None
     space = c.get("space") or {}
     space_name = str(space.get("name", "space"))
-    configs = list(configs) if configs is not None else configs_from_cfg(space)
+    zoo = is_zoo_space(space)
+    if configs is not None:
+        configs = list(configs)
+    elif zoo:
+        configs = _zoo_configs(space)
+    else:
+        configs = configs_from_cfg(space)
     if not configs:  # configs_from_cfg raises first; kept for custom spaces
         raise ConfigError(f"space: {space_name!r} yields no configurations")
     out = resolve_out(c.get("out"), index, count)
     check_writable(out)
-    existing = read_schema(out)  # schema check before the device is opened
+    existing = read_schema(out, zoo=zoo)  # schema check before the device is opened
     finished_work(out, "the same carb-collect command: it measures only what is missing")
     shard = shard_configs(configs, int(c.get("seed", 0) or 0), index, count)
 
@@ -150,6 +186,8 @@ def run_collect(cfg: Any, configs: Sequence[ArchConfig] | None = None) -> dict[s
         facts = meter.device_facts()
         identity = checked_identity(meter, existing, out, mix_protocols)
         todo = remaining_configs(shard, existing, out, identity["device_name"], retry_statuses, limit)
+        plan = RepeatPlan.from_settings(meter.settings)
+        pending = pending_repeats(existing, shard, identity["protocol_id"], plan.passes)
         slug = device_slug(identity["device_name"])
         run_name = c.get("run_name") or sweep_suffix(f"collect/{slug}/{space_name}/shard{index}of{count}")
         stats = LoopStats()
@@ -159,14 +197,15 @@ def run_collect(cfg: Any, configs: Sequence[ArchConfig] | None = None) -> dict[s
                                  "seed": c.get("seed", 0), "shard": {"index": index, "count": count},
                                  "out": str(out), "max_minutes": max_minutes, "limit": limit,
                                  "n_space": len(configs), "n_shard": len(shard), "n_existing": len(existing),
-                                 "n_todo": len(todo)})
+                                 "n_todo": len(todo), "n_pending_repeats": len(pending)})
             tracking.log_params({"device_facts": {k: v for k, v in facts.items() if not isinstance(v, dict)}})
             tracking.log_dict(facts, "device_facts.json")
             t_loop = time.perf_counter()
-            bar = _progress(len(todo), f"{space_name} {index + 1}/{count}", bool((c.get("progress") or {}).get("enabled", True)))
+            windows = len(todo) + (plan.passes - 1) * (len(todo) + len(pending))
+            bar = _progress(windows, f"{space_name} {index + 1}/{count}", bool((c.get("progress") or {}).get("enabled", True)))
             try:
-                measure_configs(todo, meter, identity, appender.append, lambda arch: _build_model(arch),
-                                _static_table, stats, deadline=deadline, progress=bar)
+                measure_configs(todo, meter, identity, appender.append, _build_zoo if zoo else _build_model,
+                                _zoo_static if zoo else _static_table, stats, deadline=deadline, progress=bar, repeat=plan, pending=pending)
             finally:
                 bar.close()
                 summary = loop_summary(stats, time.perf_counter() - t_loop, appender.write_s)
@@ -198,8 +237,13 @@ def _report(result: Mapping[str, Any], appender: DatasetAppender, out: Path, dat
     print(f"carb-collect: {n_meas} rows measured ({result['n_ok']} ok, {result['n_oom']} oom, "
           f"{result['n_error']} error, {result['n_contended']} contended); contention guard "
           f"repeated the timed window of {result['n_repeated']} row(s)", file=sys.stderr)
+    if result["n_repeat_windows"]:
+        print(f"carb-collect: later passes measured {result['n_repeat_windows']} window(s) "
+              f"({result['n_repeat_failed']} not used); median run-to-run latency spread {100 * result['latency_repeat_spread_median']:.1f} %",
+              file=sys.stderr)
     tracking.log_metrics({k: result[k] for k in (
-        "n_ok", "n_oom", "n_error", "n_contended", "n_repeated", "repeated_fraction", "n_existing", "n_measured", "n_rows", "duration_s", "loop_s",
+        "n_ok", "n_oom", "n_error", "n_contended", "n_repeated", "repeated_fraction", "n_repeat_windows",
+        "n_repeat_failed", "latency_repeat_spread_median", "n_existing", "n_measured", "n_rows", "duration_s", "loop_s",
         "setup_s", "s_per_config", "overhead_fraction", "strict_overhead_fraction", "write_s")})
     tracking.log_metrics({f"phase_{k}": v for k, v in result["phases_s"].items()})
     tracking.set_tags({"stopped": stopped or ("interrupted" if n_meas < result["n_todo"] else "complete")})

@@ -1,7 +1,12 @@
 """``carb-probe``: measure this CPU's device probe (single convolutions per precision).
 
-    carb-probe                                   # the reference space's layers and precisions, 400 pairs each
+    carb-probe                                   # the reference space's layers, every precision, 400 pairs each
     carb-probe space=screening n=200 precisions=[fp32,fp16]
+
+Precisions: ``precisions`` as given, or (null) every precision of the precision table
+(:data:`carb.design.arch.PRECISIONS`: fp32, fp16 and bf16), so that the probe covers whatever a source
+model predicts (``carb-calibrate probe=true`` asks for the source model's own precisions);
+:func:`carb.data.probes.missing_precisions` says which a probe lacks.
 
 The pairs (layer, batch) are drawn from the distinct convolutions of the space's networks
 (:func:`carb.measure.probe.probe_plan`) and timed at each precision with the ``measure`` preset's torch
@@ -35,6 +40,19 @@ from carb.commands.progress import Progress
 from carb.errors import ConfigError
 
 
+def probe_precisions(given: Any) -> list[str]:
+    """The precisions to time: ``given`` (a list) as it is, or every precision of
+    :data:`carb.design.arch.PRECISIONS` for None or an empty list; one-line :class:`ConfigError` for one
+    outside them."""
+    from carb.design.arch import PRECISIONS, TORCH_DTYPES
+
+    precisions = [str(p) for p in given] if given else list(PRECISIONS)
+    bad = [p for p in precisions if p not in TORCH_DTYPES]
+    if bad:
+        raise ConfigError(f"precisions: {bad} not allowed; allowed: {list(TORCH_DTYPES)}")
+    return precisions
+
+
 def space_frame(space: dict[str, Any]) -> tuple[pd.DataFrame, list[str]]:
     """The knob rows of the space's configurations and its precisions (sorted)."""
     from carb.design.arch import KNOBS
@@ -48,17 +66,13 @@ def space_frame(space: dict[str, Any]) -> tuple[pd.DataFrame, list[str]]:
 def run_probe_command(cfg: Any) -> dict[str, Any]:
     """Plan, time and write the probe; returns ``{"out", "device_id", "rows", "precisions"}``."""
     from carb.data.probes import user_probe_path
-    from carb.design.arch import TORCH_DTYPES
     from carb.measure.cpu import pin_malloc
     from carb.measure.fingerprint import device_id, read_cpu_fingerprint
     from carb.measure.probe import probe_plan, run_probe, space_layers, torch_threads_and_version
     from carb.files import write_atomic
 
-    frame, space_precisions = space_frame(to_dict(cfg.space))
-    precisions = list(cfg.precisions) if cfg.get("precisions") else space_precisions
-    bad = [p for p in precisions if p not in TORCH_DTYPES]
-    if bad:
-        raise ConfigError(f"precisions: {bad} not allowed; allowed: {list(TORCH_DTYPES)}")
+    frame, _ = space_frame(to_dict(cfg.space))
+    precisions = probe_precisions(cfg.get("precisions"))
     threads, torch_version = torch_threads_and_version(cfg.measure.get("threads"))
     mmap = cfg.measure.get("malloc_mmap_threshold_MB")
     allocator = pin_malloc(int(mmap)) if mmap else None

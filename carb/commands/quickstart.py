@@ -10,7 +10,8 @@ away. ``data=h200`` (default: the NVIDIA H200 measurements, with energy; screeni
 ``paths.*`` apply to every step, anything else to the screening step (e.g. ``space.batch_sizes=[1,8]``).
 
 ``calibrate=true`` (CPU only, so it implies ``data=reference``) first probes this CPU when it has no
-device probe yet (``carb-calibrate probe=true``: single convolutions, about a minute), then measures K configurations on this
+device probe yet, or one that lacks a precision the reference model predicts (fp16: issue 44)
+(``carb-calibrate probe=true``: single convolutions of every such precision, about a minute), then measures K configurations on this
 machine's CPU (``carb-calibrate measure=cpu``, K = 12 by default, about a minute on 2 cores), calibrates
 the reference model to it, registers the result as this machine's model and screens with that version;
 ``calibrate.<key>=<value>`` sets any ``carb-calibrate`` setting (e.g. ``calibrate.k=8``).
@@ -71,27 +72,35 @@ def _data_arg(argv: list[str], calibrate: bool) -> tuple[str, list[str]]:
     return data or ("reference" if calibrate else DEFAULT_DATA), rest
 
 
-def probe_first(cal_cfg: Any, calibrate: list[str]) -> None:
+def probe_first(cal_cfg: Any, calibrate: list[str], precisions: list[str] | None = None) -> None:
     """Set ``probe=true`` in the composed calibrate config when this CPU (fingerprinted at the threads its
-    measurements use) has no device probe on disk (shipped or ``carb-probe``'s) and the user did not set
-    ``calibrate.probe``: the calibration then probes it first (about a minute on 2 cores) and calibrates
-    from both CPUs' probes (issue 29). An existing probe is used as it is."""
+    measurements use) has no device probe on disk (shipped or ``carb-probe``'s), or one lacking a precision
+    of ``precisions`` (what the source model predicts; :func:`carb.data.probes.missing_precisions`), and the
+    user did not set ``calibrate.probe``: the calibration then probes it first (about a minute on 2 cores,
+    every precision the source predicts) and calibrates from both CPUs' probes (issues 29, 44). A probe that
+    covers them is used as it is."""
     from omegaconf import open_dict
 
     from carb.measure.probe import torch_threads_and_version
-    from carb.data.probes import load_probe
+    from carb.data.probes import load_probe, missing_precisions
     from carb.measure.fingerprint import device_id, read_cpu_fingerprint
 
     if any(a.split("=", 1)[0].lstrip("+~") == "probe" for a in calibrate):
         return
     threads, _ = torch_threads_and_version(cal_cfg.measure.get("threads"))
-    if load_probe(device_id(read_cpu_fingerprint(threads))) is None:
+    probe = load_probe(device_id(read_cpu_fingerprint(threads)))
+    lacking = missing_precisions(probe, precisions) if probe is not None and precisions else []
+    if probe is None or lacking:
+        if lacking:
+            print(f"carb-quickstart: this CPU's device probe has no {', '.join(lacking)} timings; probing it again "
+                  f"with every precision the model predicts")
         with open_dict(cal_cfg):
             cal_cfg.probe = True
 
 
 def composed_first(name: str, common: list[str], screen_overrides: list[str],
-                   calibrate: list[str] | None = None, data: str = DEFAULT_DATA) -> dict[str, Any]:
+                   calibrate: list[str] | None = None, data: str = DEFAULT_DATA,
+                   precisions: list[str] | None = None) -> dict[str, Any]:
     """Compose and check the train, promote and screen configs before anything runs: a typo is one
     line (:class:`ConfigError`), not a traceback after training."""
     from carb.commands.checks import check_config
@@ -114,7 +123,7 @@ def composed_first(name: str, common: list[str], screen_overrides: list[str],
     check_stores("train", cfgs["train"])   # a damaged or read-only store: one line before any work
     if "calibrate" in cfgs:
         check_config("calibrate", cfgs["calibrate"])
-        probe_first(cfgs["calibrate"], calibrate or [])
+        probe_first(cfgs["calibrate"], calibrate or [], precisions)
     return cfgs
 
 
@@ -136,7 +145,9 @@ def run_quickstart(argv: list[str] | None = None) -> dict[str, Any]:
     ref = reference_dataset(data)
     device = str(ref["device_name"].iloc[0])
     name = model_name(ok_rows(ref))
-    cfgs = composed_first(name, common, screen_overrides, cal_overrides if calibrate else None, data)  # mistakes first
+    precisions = sorted(ok_rows(ref)["precision"].astype(str).unique())   # what the model trained on it predicts
+    cfgs = composed_first(name, common, screen_overrides, cal_overrides if calibrate else None, data,
+                          precisions)  # mistakes first
     cfg = cfgs["screen"]
     configure_from(cfgs["train"].get("compute"))   # threads that fit the free cores (carb/compute.py)
     print(f"carb-quickstart: tracking store {cfg.tracking.uri}")

@@ -3,8 +3,11 @@ measured, from two spec sheets (GPU) or two device probes (CPU).
 
 The source model's GPU and the target GPU are looked up in ``carb/data/gpu_specs.csv``; latency is the
 source's prediction times the spec-predicted ratio per precision (:mod:`carb.model.spec_transfer`, weights
-``zero_shot.weights``), memory and energy keep the source's prediction; the latency interval is the
-leave-one-device-out error band ``zero_shot.log_error_band``. The model is logged and registered like a
+``zero_shot.weights``), memory keeps the source's prediction; the latency interval is the
+leave-one-device-out error band ``zero_shot.log_error_band``. Energy is the source's prediction times the
+time ratio and the ratio of predicted average power (:mod:`carb.model.power`, settings ``zero_shot.power``:
+the source GPU's measured power behaviour and both spec records' power limit and static power), with an
+interval widened for what nobody measured (:func:`spec_energy`). The model is logged and registered like a
 calibrated one, as ``carb-<spec slug>-<spec id>`` with ``k=0`` in its tags, so ``carb-screen`` can target it.
 
 A CPU (``probe=``): latency is the source's prediction (of the dispatch stand-in precision) times the ratio
@@ -112,8 +115,9 @@ def spec_zero_shot(cfg: Any, source: Any, src: dict[str, Any], prog: Any) -> tup
     fp = spec_fingerprint(dst_rec)
     lo, hi = (float(v) for v in zs.log_error_band)
     prog.begin(f"zero-shot transfer {src_rec['name']} -> {dst_rec['name']} from spec records")
+    energy = spec_energy(cfg, source, src_rec, dst_rec, (lo, hi))
     tr = TransferredCascade(source, coverage=float(cfg.coverage)).fit_spec(
-        src_rec, dst_rec, {k: float(v) for k, v in zs.weights.items()}, device_name=dst_rec["name"])
+        src_rec, dst_rec, {k: float(v) for k, v in zs.weights.items()}, device_name=dst_rec["name"], energy=energy)
     tr.calibrate_zero_shot(band=(lo, hi))   # zero_shot.log_error_band, added to the source's own interval
     tr.device_id_, tr.device_fingerprint_ = fingerprint_id(fp), fingerprint_json(fp)
     tr.origin_ = zero_shot_origin(src, f"spec records ({src_rec['name']} -> {dst_rec['name']})", int(zs.band_devices))
@@ -123,9 +127,47 @@ def spec_zero_shot(cfg: Any, source: Any, src: dict[str, Any], prog: Any) -> tup
         print(f"carb-calibrate: {p}: no {p} peak in the spec record of {src_rec['name']} or {dst_rec['name']}: "
               f"its candidates are never_measured (unverified)")
     _print_band(tr, (lo, hi), "GPUs", int(zs.band_devices))
+    if energy is not None:
+        e = tr.intervals_.get("energy_J", {})
+        pm = energy["power"]
+        print(f"carb-calibrate: energy interval x [{np.exp(e.get('lower', 0)):.2f}, {np.exp(e.get('upper', 0)):.2f}] "
+              f"of the prediction: {energy['note']} (power model on {pm['n']} source rows: leave-configuration-out "
+              f"MAPE {pm['loo_mape_pct']:.1f} %; {dst_rec['name']} static power {energy['static_W']:.0f} W "
+              + ("from its spec record)" if energy["static_sourced"] else
+                 f"= {energy['static_fraction']:.2f} x its power limit: no sourced figure)"))
     spec = tr.transfer_.get("latency_ms", {}).get("spec", {})
     return tr, {"zero_shot": "spec", "params": {"spec": str(cfg.spec), "zero_shot": to_dict(cfg.zero_shot)},
                 "json": {"spec": spec, "target_spec": dst_rec}, "from": "two spec sheets"}
+
+
+def spec_energy(cfg: Any, source: Any, src_rec: dict[str, Any], dst_rec: dict[str, Any],
+                band: tuple[float, float]) -> dict[str, Any] | None:
+    """The zero-shot energy of ``k=0 spec=`` (:func:`carb.model.power.zero_shot_energy`, settings
+    ``zero_shot.power``) from the source GPU's measured rows (``zero_shot.power.data``, else the shipped
+    reference dataset's rows of the source's device); None (energy keeps the source's prediction, said in
+    one line) when no such rows have energy."""
+    from carb.data.io import load_dataset
+    from carb.model.power import zero_shot_energy
+    from carb.resources import DATA_DIR
+
+    ps = cfg.zero_shot.get("power") or {}
+    path = ps.get("data") or DATA_DIR / "h200-reference.parquet"
+    rows = load_dataset(path, validate=False)
+    if "status" in rows.columns:
+        rows = rows[rows["status"].astype(str) == "ok"]
+    dev = getattr(source, "device_id_", None)
+    if dev is not None and "device_id" in rows.columns:
+        rows = rows[rows["device_id"].astype(str) == str(dev)]
+    if "energy_J" not in rows.columns or rows["energy_J"].notna().sum() < 5:
+        print(f"carb-calibrate: energy keeps the source's prediction: no measured energy of the source's GPU in "
+              f"{path} (zero_shot.power.data)")
+        return None
+    src_entry = (getattr(source, "intervals_", None) or {}).get("energy_J")
+    frac = ps.get("static_fraction")
+    return zero_shot_energy(rows, src_rec, dst_rec, src_entry, band,
+                            static_fraction=None if frac is None else float(frac),
+                            fraction_range=[float(v) for v in ps.get("static_fraction_range", (0.1, 0.3))],
+                            widen=float(ps.get("unmeasured_widen", 2.0)), folds=int(ps.get("folds", 10)))
 
 
 def probe_zero_shot(cfg: Any, source: Any, src: dict[str, Any], target_id: str, prog: Any

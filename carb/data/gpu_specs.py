@@ -47,6 +47,11 @@ SPEC_FIELDS: dict[str, str] = {
     "fp16_tensor_TFLOPS": "TFLOP/s", "fp16_tensor_fp16acc_TFLOPS": "TFLOP/s", "bf16_tensor_TFLOPS": "TFLOP/s",
     "memory_bandwidth_GBps": "GB/s", "l2_MB": "MB", "memory_GB": "GB", "power_limit_W": "W",
 }
+#: Optional numeric fields -> unit (read when the table has the column; empty: unknown). ``static_W``: the
+#: board's static power while active (W), the floor of its average power (:mod:`carb.model.power`), with
+#: ``static_source`` saying where it comes from; empty where no public or measured figure exists (the
+#: zero-shot energy then derives it as a stated fraction of the power limit, ``zero_shot.power``).
+OPTIONAL_FIELDS: dict[str, str] = {"static_W": "W"}
 #: Fields the CUDA physics prior needs from a record (tensor cores from the compute capability, the power
 #: cap, the rates a transfer re-evaluates): a record lacking one is refused (one line).
 PRIOR_FIELDS: tuple[str, ...] = ("compute_capability", "sms", "fp32_TFLOPS", "memory_bandwidth_GBps",
@@ -58,6 +63,8 @@ PRECISION_PEAKS: dict[str, tuple[str, ...]] = {
     "bf16": ("fp32_TFLOPS", "bf16_tensor_TFLOPS"),
 }
 _TEXT = ("name", "aliases", "architecture", "compute_capability", "source", "checked", "unverified")
+#: Optional text columns (read as text when present).
+_OPTIONAL_TEXT = ("static_source",)
 _NOISE = re.compile(r"\b(nvidia|geforce|tesla)\b")
 
 
@@ -78,12 +85,17 @@ def _load(path: str) -> pd.DataFrame:
     p = Path(path)
     if not p.is_file():
         raise DatasetError(f"GPU spec table {path!r} does not exist")
-    df = pd.read_csv(p, dtype={c: str for c in _TEXT}, keep_default_na=False, na_values={
-        c: [""] for c in SPEC_FIELDS})
+    df = pd.read_csv(p, dtype={c: str for c in (*_TEXT, *_OPTIONAL_TEXT)}, keep_default_na=False, na_values={
+        c: [""] for c in (*SPEC_FIELDS, *OPTIONAL_FIELDS)})
     missing = [c for c in (*_TEXT, *SPEC_FIELDS) if c not in df.columns]
     if missing:
         raise DatasetError(f"GPU spec table {path!r}: missing column(s) {missing}")
-    for c in SPEC_FIELDS:
+    for c in OPTIONAL_FIELDS:
+        if c not in df.columns:
+            df[c] = float("nan")
+    if "static_source" not in df.columns:
+        df["static_source"] = ""
+    for c in (*SPEC_FIELDS, *OPTIONAL_FIELDS):
         num = pd.to_numeric(df[c], errors="coerce")
         bad = (num.isna() & df[c].notna()) | (num <= 0)
         if bad.any():

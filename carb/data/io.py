@@ -11,7 +11,8 @@ from typing import Any
 import pandas as pd
 
 from carb.data.plausibility import check_plausible
-from carb.data.schema import TARGETS, available_targets, ok_rows, validate_dataset
+from carb.data.schema import TARGETS, available_targets, ok_rows
+from carb.data.schema import validate_dataset as _validate_resnet
 from carb.errors import ConfigError, DatasetError
 from carb.files import locked, write_atomic
 from carb.resources import DATA_DIR
@@ -20,6 +21,16 @@ _REFERENCE = DATA_DIR / "cpu-reference.parquet"
 #: the shipped datasets by name: ``reference`` (CPU) and ``h200`` (a lent NVIDIA H200, with energy)
 SHIPPED = {"reference": _REFERENCE, "cpu-reference": _REFERENCE,
            "h200": DATA_DIR / "h200-reference.parquet", "h200-reference": DATA_DIR / "h200-reference.parquet"}
+
+
+def validate_dataset(df: pd.DataFrame, source: str = "dataset") -> pd.DataFrame:
+    """Validate a frame against its schema: a zoo frame (a ``model_name`` column, no ``block``) against
+    :data:`carb.data.zoo_schema.ZOO_SCHEMA`, any other against :data:`carb.data.schema.SCHEMA`."""
+    from carb.data.zoo_schema import is_zoo_frame, validate_zoo_dataset
+
+    if is_zoo_frame(df):
+        return validate_zoo_dataset(df, source)
+    return _validate_resnet(df, source)
 
 
 def _read_one(path: Path) -> pd.DataFrame:

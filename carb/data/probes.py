@@ -3,6 +3,7 @@ table, a ``device_id`` column) and any a user measured with ``carb-probe`` (``<c
 ``$CARB_HOME`` when set), looked up by the fingerprinted device they ran on. See :mod:`carb.measure.probe` for what a probe is."""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
@@ -46,6 +47,22 @@ def load_probe(device_id: str, paths: list[Path] | None = None) -> pd.DataFrame 
         if len(rows):
             found = rows.reset_index(drop=True)
     return found
+
+
+def missing_precisions(probe: pd.DataFrame | None, precisions: Iterable[str]) -> list[str]:
+    """The precisions of ``precisions`` (e.g. what a source model predicts) that ``probe`` (a device's probe
+    table, :func:`load_probe`; None: no probe) has no timing of, in the order given; [] when it covers them
+    all. A precision a probe lacks is predicted by a stand-in, not from this device's kernels."""
+    have: set[str] = set()
+    if probe is not None and len(probe) and "precision" in probe.columns:
+        t = pd.to_numeric(probe["time_ms"], errors="coerce") if "time_ms" in probe.columns else None
+        rows = probe if t is None else probe[(t > 0).fillna(False).to_numpy()]
+        have = set(rows["precision"].astype(str))
+    seen: list[str] = []
+    for p in precisions:
+        if str(p) not in have and str(p) not in seen:
+            seen.append(str(p))
+    return seen
 
 
 def probe_ids(paths: list[Path] | None = None) -> list[str]:

@@ -55,6 +55,12 @@ measurement record
     cores over that window; ``n_windows`` [int] timed windows tried (a contended one is repeated);
     ``threads`` [int] CPU threads (NaN on GPU rows is allowed); ``protocol_s`` [float] wall time of
     the whole measurement protocol of the row (warm-up, timed loop, utilization window, cool-down).
+repeatability (the collector's later passes, ``measure.repeat``; see :mod:`carb.data.repeatability`)
+    ``latency_passes`` [float, count] passes over the rows whose timed windows ``latency_ms`` is the mean of
+    (each pass in another order, so a row's windows are separated by other configurations' work);
+    ``latency_repeat_spread`` [float, fraction] ``(max - min) / mean`` of those passes' latencies (0.05 = 5 %),
+    NaN with the reason in ``missing_reason`` where fewer than two passes were measured. Files written
+    before them (and rows of other collectors) read as NaN: not measured.
 
 Files written before per-batch energy (``duration_s``, energy per timed window) are converted on
 loading by :func:`upgrade_legacy` (and it says so once per file).
@@ -82,6 +88,8 @@ RECORD: tuple[str, ...] = ("n_runs", "n_warmup", "latency_std_ms", "energy_windo
                            "locked_sm_clock_MHz", "locked_mem_clock_MHz", "sm_clock_MHz", "mem_clock_MHz",
                            "throttle_reasons", "cpu_share", "steal_share", "n_windows", "threads",
                            "protocol_s")
+#: Run-to-run repeatability of the latency (the collector's later passes; :mod:`carb.data.repeatability`).
+REPEATABILITY: tuple[str, ...] = ("latency_passes", "latency_repeat_spread")
 #: Interaction features of the paper's Section 5.1 (functions of runtime features; see carb.model.encoding).
 INTERACTION_FEATURES: tuple[str, ...] = ("batch_x_sm", "flops_x_sm", "act_x_mem", "util_product")
 _STR, _INT, _FLOAT, _BOOL = "string", "int64", "float64", "bool"
@@ -96,6 +104,7 @@ SCHEMA: dict[str, str] = {
     **{c: _FLOAT for c in RUNTIME_FEATURES},
     **{c: _FLOAT for c in TARGETS},
     **{c: (_STR if c == "throttle_reasons" else _FLOAT) for c in RECORD},
+    **{c: _FLOAT for c in REPEATABILITY},
 }
 COLUMNS: tuple[str, ...] = tuple(SCHEMA)
 STATUSES = ("ok", "oom", "error", "contended")
@@ -210,10 +219,12 @@ def upgrade_legacy(df: pd.DataFrame, source: str = "dataset") -> pd.DataFrame:
 def fill_added_columns(df: pd.DataFrame) -> pd.DataFrame:
     """Fill the columns added to the schema after files were written: ``inner_mult`` (missing or NaN:
     1.0, the default knob), ``memory_kind`` (missing or NA where ``peak_memory_MB`` is given:
-    ``allocator_peak``, what CARB's meters measure), ``source`` (missing: NA). Returns a new frame
-    (or ``df`` itself when nothing is missing)."""
+    ``allocator_peak``, what CARB's meters measure), ``source`` (missing: NA), the repeatability columns
+    (:data:`REPEATABILITY`, missing: NaN, not measured). Returns a new frame (or ``df`` itself when nothing
+    is missing)."""
     todo = ("inner_mult" not in df.columns or df["inner_mult"].isna().any()
             or "memory_kind" not in df.columns or "source" not in df.columns
+            or any(c not in df.columns for c in REPEATABILITY)
             or ("peak_memory_MB" in df.columns and (df["memory_kind"].isna() & df["peak_memory_MB"].notna()).any()))
     if not todo:
         return df
@@ -230,6 +241,9 @@ def fill_added_columns(df: pd.DataFrame) -> pd.DataFrame:
     out["memory_kind"] = kind
     if "source" not in out.columns:
         out["source"] = pd.Series(pd.NA, index=out.index, dtype="string")
+    for c in REPEATABILITY:
+        if c not in out.columns:
+            out[c] = np.nan
     return out
 
 
@@ -241,12 +255,30 @@ def validate_dataset(df: pd.DataFrame, source: str = "dataset") -> pd.DataFrame:
     non-positive target where a value is given, or a duplicate ``config_id`` on one device.
     """
     df = fill_added_columns(upgrade_legacy(df, source))
-    missing = [c for c in COLUMNS if c not in df.columns]
+    out = coerce_columns(df, SCHEMA, source, "carb.data.schema.COLUMNS")
+    for c, allowed in (("status", STATUSES), ("block", BLOCKS), ("precision", PRECISIONS)):
+        bad = (~out[c].isin(allowed)).to_numpy()
+        if bad.any():
+            raise DatasetError(f"{source}: column {c!r} allows {list(allowed)}; other values in rows "
+                               f"{_first_rows(bad)}")
+    bad = ~(out["inner_mult"] > 0).to_numpy()
+    if bad.any():
+        raise DatasetError(f"{source}: knob 'inner_mult' must be a positive number; bad values in rows "
+                           f"{_first_rows(bad)}")
+    check_targets(out, source)
+    extra = [c for c in out.columns if c not in SCHEMA]
+    return out[list(COLUMNS) + extra].reset_index(drop=True)
+
+
+def coerce_columns(df: pd.DataFrame, schema: dict[str, str], source: str, name: str) -> pd.DataFrame:
+    """A copy of ``df`` with every column of ``schema`` (``{column: dtype}``) in its dtype; raises
+    :class:`DatasetError` naming the column and the first offending rows (``name``: the schema's name in
+    the message)."""
+    missing = [c for c in schema if c not in df.columns]
     if missing:
-        raise DatasetError(f"{source}: missing column(s) {missing}; a dataset needs all of "
-                           f"carb.data.schema.COLUMNS")
+        raise DatasetError(f"{source}: missing column(s) {missing}; a dataset needs all of {name}")
     out = df.copy()
-    for c, dt in SCHEMA.items():
+    for c, dt in schema.items():
         col = out[c]
         if dt == _STR:
             out[c] = col.astype("string")
@@ -275,18 +307,15 @@ def validate_dataset(df: pd.DataFrame, source: str = "dataset") -> pd.DataFrame:
                 out[c] = num.astype("int64")
             else:
                 out[c] = num.astype("float64")
-    for c, allowed in (("status", STATUSES), ("block", BLOCKS), ("precision", PRECISIONS)):
-        bad = (~out[c].isin(allowed)).to_numpy()
-        if bad.any():
-            raise DatasetError(f"{source}: column {c!r} allows {list(allowed)}; other values in rows "
-                               f"{_first_rows(bad)}")
+    return out
+
+
+def check_targets(out: pd.DataFrame, source: str) -> None:
+    """The checks every dataset shares: ``memory_kind`` values, finite positive targets where given, one
+    row per device and ``config_id`` (:class:`DatasetError` naming the rows)."""
     bad = (out["memory_kind"].notna() & ~out["memory_kind"].isin(MEMORY_KINDS)).to_numpy()
     if bad.any():
         raise DatasetError(f"{source}: column 'memory_kind' allows {list(MEMORY_KINDS)}; other values in rows "
-                           f"{_first_rows(bad)}")
-    bad = ~(out["inner_mult"] > 0).to_numpy()
-    if bad.any():
-        raise DatasetError(f"{source}: knob 'inner_mult' must be a positive number; bad values in rows "
                            f"{_first_rows(bad)}")
     for c in TARGETS:
         bad = np.isinf(out[c].to_numpy(float))
@@ -300,8 +329,6 @@ def validate_dataset(df: pd.DataFrame, source: str = "dataset") -> pd.DataFrame:
     dup = out.duplicated(["device_name", "config_id"], keep="first").to_numpy()
     if dup.any():
         raise DatasetError(f"{source}: duplicate config_id on one device in rows {_first_rows(dup)}")
-    extra = [c for c in out.columns if c not in SCHEMA]
-    return out[list(COLUMNS) + extra].reset_index(drop=True)
 
 
 def ok_rows(df: pd.DataFrame) -> pd.DataFrame:

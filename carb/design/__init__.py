@@ -3,4 +3,7 @@ design space holds (:mod:`~carb.design.space`; as a frame of knob columns for gr
 :mod:`~carb.design.candidates`), what each costs before it runs
 (:mod:`~carb.design.features`, :mod:`~carb.design.shapes`), and the torch module it builds to
 (:mod:`~carb.design.resnet`); all three read the network's layers from its one walk
-(:mod:`~carb.design.layers`). Torch is imported only by ``resnet`` and by the fvcore reference path of ``features`` (inside the functions that build a model)."""
+(:mod:`~carb.design.layers`). Any other network (a torchvision / timm name, :mod:`~carb.design.zoo`, or an
+``nn.Module``) gets its layer table from a meta-device trace (:mod:`~carb.design.trace`). Torch is imported
+only by ``resnet``, and inside functions by the fvcore reference path of ``features``, by ``zoo`` and by
+``trace``; torchvision and timm only through ``zoo``."""

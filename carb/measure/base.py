@@ -46,6 +46,8 @@ from carb.errors import ConfigError
 MEASURED_COLUMNS: tuple[str, ...] = (*RUNTIME_FEATURES, *TARGETS, *RECORD, "missing_reason")
 MB = 2.0**20
 NAN = float("nan")
+#: Orders of the collector's later passes (``measure.repeat.order``; :func:`carb.measure.collector.pass_order`).
+REPEAT_ORDERS: tuple[str, ...] = ("rotated", "reversed", "shuffled")
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,12 @@ class MeasureSettings:
         threads got less than ``guard_min_cpu_share`` of wall time x threads, or the hypervisor stole
         more than ``guard_max_steal_share`` of all cores' time; after ``guard_max_tries`` windows the
         row gets ``status=contended``. Shares are fractions in (0, 1].
+    repeat_passes: passes of the collector over the rows (``repeat.passes``): each configuration's latency is
+        the mean of one timed window per pass, and the passes' relative range is the row's
+        ``latency_repeat_spread`` (:func:`carb.measure.collector.measure_configs`); 1 measures once.
+    repeat_order: the order of each later pass (``repeat.order``): ``rotated`` (the first pass's order
+        started at pass x N / passes: every row's windows at least N / passes rows apart), ``reversed`` or
+        ``shuffled`` (seeded by the pass).
     """
 
     n_runs: int = 100
@@ -96,6 +104,8 @@ class MeasureSettings:
     guard_max_steal_share: float = 0.05
     guard_max_tries: int = 3
     malloc_mmap_threshold_MB: int | None = None
+    repeat_passes: int = 1
+    repeat_order: str = "rotated"
 
     def __post_init__(self) -> None:
         for name in ("n_runs", "max_runs"):
@@ -119,6 +129,10 @@ class MeasureSettings:
                 raise ConfigError(f"measure.guard.{name[6:]}: must be a fraction in (0, 1], got {v!r}")
         if isinstance(self.guard_max_tries, bool) or int(self.guard_max_tries) < 1:
             raise ConfigError(f"measure.guard.max_tries: must be an integer >= 1, got {self.guard_max_tries!r}")
+        if isinstance(self.repeat_passes, bool) or not isinstance(self.repeat_passes, int) or not 1 <= self.repeat_passes <= 10:
+            raise ConfigError(f"measure.repeat.passes: must be an integer in 1..10, got {self.repeat_passes!r}")
+        if self.repeat_order not in REPEAT_ORDERS:
+            raise ConfigError(f"measure.repeat.order: {self.repeat_order!r} is not allowed; allowed: {list(REPEAT_ORDERS)}")
         for name in ("guard", "lock_clocks", "require_energy", "kernel_launches"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"measure.{name}: must be true or false, got {getattr(self, name)!r}")
@@ -132,6 +146,10 @@ class MeasureSettings:
         flat = dict(settings)
         clocks = flat.pop("clocks", None) or {}
         guard = flat.pop("guard", None)
+        repeat = flat.pop("repeat", None) or {}
+        for src, dst in (("passes", "repeat_passes"), ("order", "repeat_order")):
+            if src in repeat:
+                flat[dst] = repeat[src]
         if isinstance(guard, bool) or guard is None:
             guard = {} if guard is None else {"enabled": guard}
         for src, dst in (("lock", "lock_clocks"), ("sm_MHz", "sm_clock_MHz"), ("mem_MHz", "mem_clock_MHz")):
@@ -144,12 +162,13 @@ class MeasureSettings:
         bad = sorted(f"clocks.{k}" for k in set(clocks) - {"lock", "sm_MHz", "mem_MHz"})
         bad += sorted(f"guard.{k}" for k in set(guard) - {"enabled", "min_cpu_share", "max_steal_share",
                                                            "max_tries"})
-        allowed = [f.name for f in fields(cls) if not f.name.startswith("guard")]
+        bad += sorted(f"repeat.{k}" for k in set(repeat) - {"passes", "order"})
+        allowed = [f.name for f in fields(cls) if not f.name.startswith(("guard", "repeat"))]
         bad += sorted(k for k in flat if k not in {f.name for f in fields(cls)})
         if bad:
             raise ConfigError(f"measure: unknown setting(s) {bad}; allowed: {allowed} "
                               f"(clocks: lock, sm_MHz, mem_MHz; guard: enabled, min_cpu_share, "
-                              f"max_steal_share, max_tries)")
+                              f"max_steal_share, max_tries; repeat: passes, order)")
         return cls(**flat)
 
     def to_dict(self) -> dict[str, Any]:
@@ -619,6 +638,12 @@ def _std(values: list[float]) -> float:
         return NAN
     m = sum(values) / n
     return math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
+
+
+def error_line(exc: BaseException, limit: int = 500) -> str:
+    """One line: ``Type: message`` (whitespace collapsed, truncated)."""
+    msg = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {msg}"[:limit] if msg else type(exc).__name__
 
 
 def is_oom(exc: BaseException) -> bool:

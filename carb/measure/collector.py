@@ -3,8 +3,9 @@ schema, this device), resume (the ``config_id`` values a file already holds), an
 a configuration, its static features and what the meter measured (or an oom/error status).
 
 The loop itself, :func:`measure_configs`, measures configurations one by one into an appender and keeps
-timing statistics; the ``carb-collect`` command (:mod:`carb.commands.collect`) sets it up and logs it to
-MLflow.
+timing statistics, then measures them again in the later passes of ``measure.repeat`` (run-to-run
+repeatability, :mod:`carb.measure.repeat`); the ``carb-collect`` command (:mod:`carb.commands.collect`)
+sets it up and logs it to MLflow.
 """
 from __future__ import annotations
 
@@ -21,9 +22,10 @@ import numpy as np
 import pandas as pd
 
 from carb.data.io import load_dataset
-from carb.data.schema import COLUMNS, SCHEMA, empty_frame
+from carb.data.schema import SCHEMA, empty_frame
 from carb.design.arch import ArchConfig
 from carb.errors import ConfigError, DatasetError
+from carb.measure.base import error_line  # noqa: F401 - one line per failure, also gpu_run's
 
 SUFFIXES = (".parquet", ".csv")
 
@@ -85,17 +87,24 @@ def check_writable(path: Path) -> None:
         raise ConfigError(f"out: {str(path)!r} is not writable ({e.strerror or e})") from None
 
 
-def read_schema(path: Path) -> pd.DataFrame:
+def read_schema(path: Path, zoo: bool = False) -> pd.DataFrame:
     """The dataset in ``path`` (empty frame if absent); :class:`DatasetError` when it exists but is not
-    a dataset of this schema."""
+    a dataset of this schema (``zoo``: the zoo's, :mod:`carb.data.zoo_schema`)."""
+    from carb.data.zoo_schema import ZOO_SCHEMA, empty_zoo_frame, is_zoo_frame
+
+    schema = ZOO_SCHEMA if zoo else SCHEMA
     if not path.exists():
-        return empty_frame()
+        return empty_zoo_frame() if zoo else empty_frame()
     try:
         df = load_dataset(path)
     except DatasetError as e:
         raise DatasetError(f"out: {str(path)!r} exists but is not a CARB dataset of this schema ({e}); "
                            f"choose another out") from None
-    extra = [c for c in df.columns if c not in SCHEMA]
+    if is_zoo_frame(df) != zoo:
+        kind = "a zoo" if is_zoo_frame(df) else "a ResNet"
+        raise DatasetError(f"out: {str(path)!r} holds {kind} dataset; this space needs the other schema, "
+                           f"choose another out")
+    extra = [c for c in df.columns if c not in schema]
     if extra:
         raise DatasetError(f"out: {str(path)!r} has columns outside the schema {extra[:5]}; it belongs to "
                            f"another schema, choose another out")
@@ -151,25 +160,30 @@ def sibling_shards(out: Path) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else empty_frame()
 
 
-def error_line(exc: BaseException, limit: int = 500) -> str:
-    """One line: ``Type: message`` (whitespace collapsed, truncated)."""
-    msg = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {msg}"[:limit] if msg else type(exc).__name__
+def row_schema(cfg: Any) -> Mapping[str, str]:
+    """The dataset schema a configuration's row follows: the zoo's for a named network
+    (:class:`carb.design.zoo_space.ZooConfig`), else the ResNet one."""
+    if hasattr(cfg, "model_name"):
+        from carb.data.zoo_schema import ZOO_SCHEMA
+
+        return ZOO_SCHEMA
+    return SCHEMA
 
 
 def make_row(cfg: ArchConfig, identity: Mapping[str, str], static: Mapping[str, Any],
              measured: Mapping[str, Any] | None, status: str, error: str | None) -> dict[str, Any]:
-    """One dataset row (all :data:`carb.data.schema.COLUMNS`)."""
-    row: dict[str, Any] = {c: (pd.NA if SCHEMA[c] == "string" else np.nan) for c in COLUMNS}
+    """One dataset row (all columns of its schema, :func:`row_schema`)."""
+    schema = row_schema(cfg)
+    row: dict[str, Any] = {c: (pd.NA if schema[c] == "string" else np.nan) for c in schema}
     row.update(identity)
     row.update(cfg.to_dict())
-    row.update({k: static[k] for k in static if k in SCHEMA})
+    row.update({k: static[k] for k in static if k in schema})
     row["config_id"] = cfg.config_id
     row["measured_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     row["status"] = status
     row["error"] = error if error else pd.NA
     if measured is not None:
-        row.update({k: measured[k] for k in measured if k in SCHEMA})
+        row.update({k: measured[k] for k in measured if k in schema})
         row["error"] = row["error"] if isinstance(row["error"], str) and row["error"] else pd.NA
     else:
         row["missing_reason"] = f"not measured: status={status}"
@@ -186,7 +200,9 @@ class LoopStats:
     ``repeated``: rows whose first timed window the contention guard rejected (measured again);
     ``protocol_s``: sum of the rows' measurement protocol (s); ``strict_s``: cool-down + timed loop +
     utilization window (s); ``phases_s``: seconds by phase (model building, static features and the
-    meter's phases); ``row_s``: wall seconds per row."""
+    meter's phases); ``row_s``: wall seconds per measured window (first pass and later passes);
+    ``repeat_windows``: windows of the later passes (:mod:`carb.measure.repeat`), ``repeat_failed``: those
+    not used (contended, failed); ``spreads``: the finished rows' ``latency_repeat_spread``."""
 
     counts: dict[str, int] = field(default_factory=lambda: {"ok": 0, "oom": 0, "error": 0, "contended": 0})
     repeated: int = 0
@@ -195,6 +211,9 @@ class LoopStats:
     strict_s: float = 0.0
     phases_s: dict[str, float] = field(default_factory=lambda: {"build_model_s": 0.0, "static_features_s": 0.0})
     row_s: list[float] = field(default_factory=list)
+    repeat_windows: int = 0
+    repeat_failed: int = 0
+    spreads: list[float] = field(default_factory=list)
 
     @property
     def n_measured(self) -> int:
@@ -205,15 +224,26 @@ class LoopStats:
 def measure_configs(todo: Sequence[ArchConfig], meter: Any, identity: Mapping[str, str],
                     append: Callable[[Mapping[str, Any]], None], build_model: Callable[[ArchConfig], Any],
                     static_features: Callable[[Sequence[ArchConfig]], Mapping[str, Mapping[str, Any]]],
-                    stats: LoopStats, deadline: float | None = None, progress: Any = None) -> LoopStats:
-    """Measure ``todo`` one configuration at a time and ``append`` each row at once.
+                    stats: LoopStats, deadline: float | None = None, progress: Any = None,
+                    repeat: Any = None, pending: Sequence[tuple[ArchConfig, Mapping[str, Any]]] = ()) -> LoopStats:
+    """Measure ``todo`` one configuration at a time and ``append`` each row at once, then measure the ok
+    ones again in the later passes of ``repeat`` (:class:`carb.measure.repeat.RepeatPlan`; None: the meter's
+    ``measure.repeat`` settings), each pass in another order, rewriting each row with the mean latency and
+    the run-to-run spread (:func:`carb.measure.repeat.later_passes`). ``pending``: ``(config, row)`` of rows
+    an earlier run measured once and whose later passes are still to come
+    (:func:`carb.measure.repeat.pending_repeats`); they join the later passes.
 
     A configuration whose build or measurement fails becomes an ``oom`` or ``error`` row with the
     message (the meter releases its memory) and the loop goes on. With ``deadline``
     (``time.perf_counter()`` seconds), the loop stops before a configuration expected to end after it
-    (expected length: the mean row time so far). ``progress``: a tqdm-like bar (``update``,
-    ``set_postfix``) or None. Returns ``stats``, updated in place."""
+    (expected length: the mean window time so far, with the later passes of every row measured so far
+    reserved). ``progress``: a tqdm-like bar (``update``, ``set_postfix``) or None. Returns ``stats``,
+    updated in place."""
     from carb.measure import is_oom
+    from carb.measure.repeat import Kept, RepeatPlan, later_passes, pending_reason, repeat_row, single_reason
+
+    plan = repeat if repeat is not None else RepeatPlan.from_settings(getattr(meter, "settings", None))
+    kept = [Kept(a, dict(r), [float(r["latency_ms"])], []) for a, r in pending] if plan.passes > 1 else []
 
     t0 = time.perf_counter()
     static = static_features(todo)
@@ -222,7 +252,7 @@ def measure_configs(todo: Sequence[ArchConfig], meter: Any, identity: Mapping[st
         now = time.perf_counter()
         if deadline is not None:
             expected = (sum(stats.row_s) / len(stats.row_s)) if stats.row_s else 0.0
-            if now + expected > deadline:
+            if now + expected * (1 + (plan.passes - 1) * (len(kept) + 1)) > deadline:
                 stats.stopped = "deadline"
                 break
         status, err, measured = "ok", None, None
@@ -249,8 +279,13 @@ def measure_configs(todo: Sequence[ArchConfig], meter: Any, identity: Mapping[st
             status = str(measured.get("status") or status)
             if float(measured.get("n_windows") or 1) > 1:
                 stats.repeated += 1
+        row = make_row(arch, identity, static[arch.config_id], measured, status, err)
+        if status == "ok":
+            row = repeat_row(row, [float(row["latency_ms"])], single_reason(plan.passes) or pending_reason(plan.passes))
+            if plan.passes > 1:
+                kept.append(Kept(arch, row, [float(row["latency_ms"])], []))
         try:
-            append(make_row(arch, identity, static[arch.config_id], measured, status, err))
+            append(row)
         except OSError as e:  # full disk, lost mount: the file keeps every row written before
             raise DatasetError(f"out: writing the row of {arch.config_id} failed ({e.strerror or e}); the "
                                f"{stats.n_measured} row(s) measured before it are intact; free space and run "
@@ -262,6 +297,12 @@ def measure_configs(todo: Sequence[ArchConfig], meter: Any, identity: Mapping[st
             progress.set_postfix(ok=stats.counts["ok"], oom=stats.counts["oom"], err=stats.counts["error"],
                                  contended=stats.counts.get("contended", 0), repeated=stats.repeated,
                                  refresh=False)
+    if kept:   # the first pass reserved their time when a deadline is set
+        try:
+            later_passes(kept, meter, append, build_model, plan, stats, deadline=deadline, progress=progress)
+        except OSError as e:
+            raise DatasetError(f"out: rewriting a row in a later pass failed ({e.strerror or e}); the rows written "
+                               f"before are intact; free space and run again to resume") from None
     return stats
 
 
@@ -273,7 +314,10 @@ def checked_identity(meter: Any, existing: pd.DataFrame, out: Path, mix_protocol
 
     identity = meter.identity()
     check_device(existing, out, identity)
-    identity["protocol_id"] = protocol_id(meter.settings.to_dict(), identity.get("device_id") or identity["device_name"])
+    settings = meter.settings.to_dict()
+    if int(settings.get("repeat_passes", 1)) == 1:   # one pass: the protocol of the files written before repeats
+        settings = {k: v for k, v in settings.items() if not k.startswith("repeat_")}
+    identity["protocol_id"] = protocol_id(settings, identity.get("device_id") or identity["device_name"])
     check_protocol(existing, out, identity["protocol_id"], mix_protocols)
     return identity
 
@@ -300,6 +344,8 @@ def loop_summary(stats: LoopStats, loop_s: float, write_s: float) -> dict[str, A
     return {
         "n_ok": counts["ok"], "n_oom": counts["oom"], "n_error": counts["error"],
         "n_contended": counts.get("contended", 0), "n_repeated": stats.repeated,
+        "n_repeat_windows": stats.repeat_windows, "n_repeat_failed": stats.repeat_failed,
+        "latency_repeat_spread_median": float(np.median(stats.spreads)) if stats.spreads else math.nan,
         "repeated_fraction": stats.repeated / n_meas if n_meas else math.nan,
         "n_measured": n_meas, "stopped": stats.stopped, "loop_s": loop_s,
         "s_per_config": loop_s / n_meas if n_meas else math.nan,

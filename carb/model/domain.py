@@ -60,6 +60,19 @@ def fit_domain(X: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
+def predicted_precisions(domain: dict[str, Any] | None) -> list[str]:
+    """The precisions a model with this ``domain`` (:func:`fit_domain`, with the cascade's ``probed``) predicts:
+    those its rows were measured at and those a target's prior predicts from a device probe, in the
+    precision table's order (:data:`carb.design.arch.PRECISIONS`); [] for a model without a domain."""
+    from carb.design.arch import PRECISIONS
+
+    if not domain:
+        return []
+    found = {str(p) for p in (domain.get("categorical") or {}).get("precision", [])}
+    found |= {str(p) for ps in (domain.get("probed") or {}).values() for p in ps}
+    return sorted(found, key=lambda p: (PRECISIONS.index(p) if p in PRECISIONS else 99, p))
+
+
 def architecture_keys(X: pd.DataFrame) -> list[str]:
     """One key per row naming its network's structure (:data:`ARCH_KNOBS` present in ``X``, absent or
     missing ones as the knob's default): ``basic|20|0.5|1.0|None|True``."""

@@ -511,6 +511,9 @@ class TransferredCascade:
             if info["form"] in ("probe", "spec"):
                 out[c] = v
                 continue
+            if info["form"] == "power":   # zero-shot energy: time ratio x power ratio (carb.model.power)
+                out[c] = v * self._power_factor(X, frame, name, info)
+                continue
             logv = _offsets(info, _precisions(X)) + info["b"] * np.log(np.maximum(v, 1e-300))
             if info.get("residual") and t is not None:
                 if Z is None:
@@ -519,6 +522,19 @@ class TransferredCascade:
                 logv = logv + coef[0] + Z @ coef[1:]
             out[c] = np.exp(logv)
         return out
+
+    def _power_factor(self, X: pd.DataFrame, frame: pd.DataFrame, name: Any, info: dict[str, Any]) -> np.ndarray:
+        """Per row (n,): the zero-shot energy factor of ``info`` (:func:`carb.model.power.energy_factor`)
+        from the source's latency in ``frame``; 1 where ``frame`` has no latency."""
+        from carb.model.power import PowerModel, energy_factor
+
+        lat = [c for c in frame.columns if name(c) == "latency_ms"]
+        if not lat:
+            return np.ones(len(frame))
+        pm = info["power"]
+        model = PowerModel(**{**pm, "loo_band": tuple(pm.get("loo_band", (0.0, 0.0)))})
+        return energy_factor(model, X, frame[lat[0]].to_numpy(float), self.__dict__.get("spec_log_ratio_") or {},
+                             info["source_spec"], info["target_spec"], float(info["static_W"]))
 
     # ------------------------------------------------------------------ zero-shot (K = 0)
     def fit_probe(self, source_probe: pd.DataFrame, target_probe: pd.DataFrame, target_fingerprint: str | None,
@@ -559,12 +575,15 @@ class TransferredCascade:
 
     def fit_spec(self, source_spec: dict[str, Any], target_spec: dict[str, Any], weights: dict[str, float],
                  precisions: tuple[str, ...] = ("fp32", "fp16", "bf16"), log_errors: np.ndarray | None = None,
-                 device_name: str | None = None) -> TransferredCascade:
+                 device_name: str | None = None, energy: dict[str, Any] | None = None) -> TransferredCascade:
         """Zero-shot transfer to a GPU nobody measured, from the two GPUs' spec records
         (:mod:`carb.model.spec_transfer`): latency x the spec-predicted ratio per precision (form
-        "spec", ``k`` = 0; ``spec_log_ratio_`` per precision, the base a later :meth:`fit` may start from); memory and energy keep the source's prediction. ``log_errors``: the
+        "spec", ``k`` = 0; ``spec_log_ratio_`` per precision, the base a later :meth:`fit` may start from); memory keeps the source's prediction. ``log_errors``: the
         ratio model's log errors on device pairs without this target (leave-one-device-out), which
-        calibrate the latency interval; none given: latency has no interval. Returns self."""
+        calibrate the latency interval; none given: latency has no interval. ``energy``: the zero-shot energy
+        (form "power", :mod:`carb.model.power`; a ``transfer_["energy_J"]`` entry with ``power``,
+        ``source_spec``, ``target_spec``, ``static_W``, ``interval``), else energy keeps the source's
+        prediction. Returns self."""
         from carb.model.spec_transfer import lacking_precisions, log_ratio
 
         self.stand_ins_ = {}
@@ -581,7 +600,12 @@ class TransferredCascade:
                                             "b": 1.0, "k": 0, "residual": None,
                                             "spec": {"source": source_spec.get("name"),
                                                      "target": target_spec.get("name"), "weights": dict(weights)}}
+        if energy is not None and "energy_J" in self.transfer_:
+            self.transfer_["energy_J"] = {"form": "power", "k": 0, **{k: v for k, v in energy.items()
+                                                                       if k != "interval"}}
         self._zero_shot_intervals("zero-shot (spec records)", log_errors)
+        if energy is not None and "energy_J" in self.transfer_ and energy.get("interval"):
+            self.intervals_["energy_J"] = dict(energy["interval"])
         self.device_name_ = str(device_name or target_spec.get("name", "unknown"))
         self.device_id_, self.device_fingerprint_ = None, None
         self.calibration_rows_, self.test_mae_ = [], {}
@@ -750,6 +774,9 @@ def describe_form(info: dict[str, Any]) -> str:
     if form == "probe":
         return ("p with its convolution time replaced by the target's and the rest x the fp32 convolution ratio "
                 "(both CPUs' device probes)")
+    if form == "power":
+        return ("p x (spec time ratio) x (target / source average power: static power + (limit - static) x "
+                "the source's measured drive at the busy share), carb.model.power")
     if form == "spec":
         return "p x per precision (spec-record ratio) " + ", ".join(
             f"{p}: {pow(e, v):.3g}" for p, v in (info.get("a_precision") or {}).items())

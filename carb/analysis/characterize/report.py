@@ -20,6 +20,7 @@ from carb.analysis.characterize.divergence import divergence, divergence_ratios
 from carb.analysis.characterize.efficiency import efficiency
 from carb.analysis.characterize.knobs import knob_medians, knob_ranges
 from carb.analysis.characterize.transfer import cross_device, cross_device_pairs
+from carb.data.repeatability import repeatability_table
 from carb.data.schema import TARGETS
 
 
@@ -45,12 +46,14 @@ def characterize_tables(df_a: pd.DataFrame, df_b: pd.DataFrame | None = None,
     """All tables for one dataset (A) and, when ``df_b`` is given, the cross-device ones (A vs B).
 
     Keys: knob_medians, knob_ranges, feature_correlations, divergence, divergence_ratios, efficiency,
+    repeatability (A's run-to-run latency spread per precision, :func:`carb.data.repeatability.repeatability_table`),
     and with B: cross_device_pairs, cross_device."""
     med = knob_medians(df_a)
     cells = divergence(df_a, sm_edges)
     tables = {"knob_medians": med, "knob_ranges": knob_ranges(df_a, medians=med),
               "feature_correlations": feature_correlations(df_a), "divergence": cells,
-              "divergence_ratios": divergence_ratios(cells), "efficiency": efficiency(df_a)}
+              "divergence_ratios": divergence_ratios(cells), "efficiency": efficiency(df_a),
+              "repeatability": repeatability_table(df_a)}
     if df_b is not None:
         pairs = cross_device_pairs(df_a, df_b)
         tables["cross_device_pairs"] = pairs
@@ -59,8 +62,13 @@ def characterize_tables(df_a: pd.DataFrame, df_b: pd.DataFrame | None = None,
 
 
 def headline_metrics(tables: Mapping[str, pd.DataFrame]) -> dict[str, float]:
-    """Headline numbers for MLflow: cross-device fits and the per-knob max/min ratios."""
+    """Headline numbers for MLflow: cross-device fits, the per-knob max/min ratios and the run-to-run latency
+    spread per precision (``repeatability.<precision>.spread_median`` / ``spread_p90``, fractions)."""
     out: dict[str, float] = {}
+    for r in tables.get("repeatability", pd.DataFrame()).itertuples():
+        if r.n_rows:
+            out[f"repeatability.{r.precision}.spread_median"] = r.spread_median
+            out[f"repeatability.{r.precision}.spread_p90"] = r.spread_p90
     for r in tables.get("cross_device", pd.DataFrame()).itertuples():
         if r.status == "ok":
             for k in ("n", "slope", "intercept", "r2", "spearman", "median_ratio"):
@@ -89,7 +97,8 @@ def summary_markdown(label: str, prov: Mapping[str, Any], a: pd.DataFrame, b: pd
     for name, why in skipped.items():
         lines.append(f"- figure {name}: not drawn ({why})")
     lines.append("")
-    for name in ("cross_device", "knob_ranges", "feature_correlations", "divergence_ratios", "efficiency"):
+    for name in ("cross_device", "knob_ranges", "feature_correlations", "divergence_ratios", "efficiency",
+                 "repeatability"):
         if name in tables:
             lines += [f"## {name}", "", to_markdown(tables[name]), ""]
     return "\n".join(lines)

@@ -25,6 +25,7 @@ from carb.commands.schema.groups import (
     Progress,
     Screen,
     Section,
+    AnySpace,
     Space,
     Split,
     Target,
@@ -151,7 +152,7 @@ class Resume(Section):
 class Collect(Command):
     """``conf/collect.yaml``."""
 
-    space: Space
+    space: AnySpace
     device: Device
     measure: Measure
     progress: Progress
@@ -183,6 +184,17 @@ class Transfer(Section):
     prior_targets: list[Literal["latency_ms", "energy_J", "peak_memory_MB"]] = ["latency_ms", "energy_J"]
 
 
+class ZeroShotPower(Section):
+    """``zero_shot.power``: the zero-shot energy's power model (:mod:`carb.model.power`)."""
+
+    data: Text | None = None
+    static_fraction: Annotated[float, Field(gt=0, lt=1)] | None = None
+    static_fraction_range: Annotated[list[Annotated[float, Field(gt=0, lt=1)]], Field(min_length=2, max_length=2)] = \
+        [0.10, 0.30]
+    unmeasured_widen: Annotated[float, Field(ge=1)] = 2.0
+    folds: Annotated[int, Field(ge=2)] = 10
+
+
 class ZeroShot(Section):
     """``zero_shot`` (``carb-calibrate k=0 spec=<GPU>`` / ``probe=``): the spec-ratio weights and the error bands."""
 
@@ -191,6 +203,7 @@ class ZeroShot(Section):
     probe_log_error_band: Annotated[list[float], Field(min_length=2, max_length=2)] = [-0.354, 0.222]
     band_devices: Count = 4
     probe_band_devices: Count = 2
+    power: ZeroShotPower | None = None
 
 
 class ProbeRun(Section):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, model_validator
 from pydantic_core import PydanticCustomError
 
 STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
@@ -127,6 +127,13 @@ class Guard(Section):
     max_tries: Count
 
 
+class Repeat(Section):
+    """``measure.repeat``: the collector's passes over the rows (run-to-run repeatability)."""
+
+    passes: Annotated[int, Field(ge=1, le=10)]
+    order: Literal["rotated", "reversed", "shuffled"]
+
+
 class Measure(Section):
     """``measure``: the measurement protocol (:class:`carb.measure.base.MeasureSettings`)."""
 
@@ -144,6 +151,7 @@ class Measure(Section):
     rapl_root: Text
     clocks: Clocks
     guard: Guard
+    repeat: Repeat | None = None
 
 
 class Depths(Section):
@@ -171,6 +179,36 @@ class Space(Section):
     precisions: Annotated[list[Precision], Field(min_length=1)]
     early_downsample: Annotated[list[bool], Field(min_length=1)]
     inner_mults: Annotated[list[Positive], Field(min_length=1)]
+
+
+class ZooSpace(Section):
+    """``space`` of kind ``zoo``: named networks with input size, batch size and precision as knobs
+    (:mod:`carb.design.zoo_space`)."""
+
+    name: Text
+    kind: Literal["zoo"]
+    description: Text
+    mode: Literal["grid", "random"]
+    n: Count | None
+    seed: Index
+    num_classes: Count
+    max_flops: Positive | None = None
+    models: Annotated[list[Text], Field(min_length=1)]
+    input_sizes: Annotated[list[Count], Field(min_length=1)]
+    batch_sizes: Annotated[list[Count], Field(min_length=1)]
+    precisions: Annotated[list[Precision], Field(min_length=1)]
+    input_sizes_of: dict[str, Annotated[list[Count], Field(min_length=1)]] = {}
+
+
+def _space_kind(v: Any) -> str:
+    """``zoo`` for a zoo space (``kind: zoo``), else ``resnet``."""
+    kind = v.get("kind") if isinstance(v, dict) else getattr(v, "kind", None)
+    return "zoo" if kind == "zoo" else "resnet"
+
+
+#: A design space: the ResNet knobs' (:class:`Space`) or a model zoo's (:class:`ZooSpace`).
+AnySpace = Annotated[Union[Annotated[Space, Tag("resnet")], Annotated[ZooSpace, Tag("zoo")]],
+                     Discriminator(_space_kind)]
 
 
 class XGB(Open):

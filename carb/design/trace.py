@@ -1,0 +1,639 @@
+"""A layer table from any PyTorch vision model: one row per executed operation of one forward, traced on
+the meta device (no weights allocated, no arithmetic), cached on disk.
+
+:func:`trace` takes an ``nn.Module`` or a zoo name (:func:`carb.design.zoo.build_model`, with its
+constructor settings) and an input shape ``(batch, channels, H, W)``. It runs one forward at batch 1
+under a ``TorchDispatchMode`` (as ``torch.utils.flop_counter`` does, and with its per-operator FLOP
+formulas, ``flop_registry``) and records each ATen operation; counts then scale linearly to the batch.
+Columns of the table (:data:`COLUMNS`):
+
+* ``op``: the ATen operator (``convolution``, ``addmm``, ``native_batch_norm``, ...); ``module``: the
+  qualified name of the innermost module running it ("" at the top level);
+* ``kind``: one of :data:`KINDS`. Convolutions split by their weight: ``conv_depthwise`` (one input
+  channel per group, groups > 1), ``conv_pointwise`` (1x1, groups 1), ``conv_grouped`` (other groups > 1),
+  ``conv_regular``; ``linear`` is a matrix product with a parameter operand, ``matmul`` one between two
+  activations; ``sdpa`` one call of ``F.scaled_dot_product_attention`` (a fused op: its decomposition on
+  the meta device is not recorded); ``norm``, ``activation``, ``pool`` (window pooling and a mean over
+  the two spatial dims), ``reduce`` (other reductions), ``elementwise``, ``copy``, ``reshape`` (views: no
+  data moves), ``concat``, ``other``;
+* ``in_shape``, ``out_shape``: of the first activation input and the first output, at batch 1 (tuples);
+  ``weight_shape``: of the parameter operand of a convolution or linear row (else ());
+  ``kernel``, ``stride``, ``groups``: of a convolution or pooling window (1 when none);
+* ``flops``: ``torch.utils.flop_counter``'s formula where it has one (2 per multiply-add: convolutions,
+  matrix products, attention), else 1 per output element (activation, element-wise), 1 per input
+  element (pool, reduce), 2 per output element (norm), 0 (copy, reshape, concat);
+* ``macs``: fvcore's count (the "GMACs" of timm's tables and of Hidden Joules): multiply-adds of
+  convolutions, matrix products and attention, eval batch norm 2 per element (1 without affine),
+  layer/group norm 5 per element (4), adaptive/mean pooling 1 per input element, nearest / bilinear
+  upsampling 1 / 4 per output element; 0 otherwise;
+* ``bytes_read`` / ``bytes_written``: activations and parameters read, outputs written, at the
+  precision's bytes per element (:data:`carb.design.arch.BYTES_PER_ELEMENT`; every tensor, integer
+  ones included, counts at it); ``param_bytes``: the parameter (and buffer) part of ``bytes_read``;
+* ``params``: parameter elements the row reads (each parameter once per row that reads it);
+* ``live_bytes``: activation bytes alive after the operation (the input included, parameters excluded):
+  storages are tracked through weak references, so a storage counts from the operation that makes it
+  until the model's code drops its last reference (eager execution's lifetimes). The peak-memory
+  estimate is the maximum over rows, not a sum.
+
+Counts are for the whole batch. ``table.attrs`` holds ``model``, ``input_shape``, ``precision``,
+``params_total`` (the module's parameter count, shared ones once) and ``params_traced`` (distinct
+parameter elements the forward read). :func:`summarize` reduces a table to the network's totals.
+
+Faults are one line (:class:`carb.errors.ZooError`) naming the model and the reason: a forward that
+needs tensor values (data-dependent control flow) or runs an operator without a meta kernel (custom
+CUDA ops), an input shape the model refuses, an output that is no tensor (not a vision backbone).
+
+The ResNet walk stays the fast path for ResNet knobs: :func:`walk_table` gives the same rows from
+:func:`carb.design.layers.layer_specs` without torch (tests hold it to tracing torchvision's ResNets).
+
+Cache: ``<cache_dir>/trace/<key>.pkl`` (:func:`carb.resources.cache_dir`: ``$CARB_CACHE`` or
+``~/.cache/carb``), keyed by model identity (a name with its settings, or a structural hash of a
+module: its modules' types, reprs and parameter shapes), input ``(channels, H, W)`` and the versions of
+torch, timm, pandas and this tracer; the batch-1 trace is stored and every batch size and precision
+scale from it. Written atomically. Torch is imported inside the functions only.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import pickle
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from carb.design.arch import BYTES_PER_ELEMENT, ArchConfig
+from carb.errors import ZooError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import nn
+
+#: Bump when the table's columns or counting conventions change (invalidates the cache).
+TRACER_VERSION = 1
+KINDS: tuple[str, ...] = ("conv_regular", "conv_grouped", "conv_depthwise", "conv_pointwise", "linear", "matmul",
+                          "sdpa", "norm", "activation", "pool", "reduce", "elementwise", "copy", "reshape",
+                          "concat", "other")
+CONV_KINDS: tuple[str, ...] = KINDS[:4]
+COLUMNS: tuple[str, ...] = ("op", "module", "kind", "in_shape", "out_shape", "weight_shape", "kernel", "stride",
+                            "groups", "flops", "macs", "bytes_read", "bytes_written", "param_bytes", "params",
+                            "live_bytes")
+#: Per-element columns of the cached batch-1 trace that scale with the batch (the rest do not).
+_BATCH_COLS = ("flops", "macs", "act_read", "written", "live")
+
+_MATMUL = {"mm", "addmm", "bmm", "baddbmm"}
+_NORM = {"native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training", "batch_norm",
+         "native_layer_norm", "layer_norm", "native_group_norm", "group_norm", "rms_norm", "_fused_rms_norm",
+         "instance_norm"}
+_BATCH_NORM = {"native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training", "batch_norm"}
+_ACTIVATION = {"relu", "relu_", "gelu", "gelu_", "silu", "silu_", "sigmoid", "sigmoid_", "hardswish", "hardswish_",
+               "hardsigmoid", "hardsigmoid_", "tanh", "tanh_", "leaky_relu", "leaky_relu_", "elu", "elu_", "hardtanh",
+               "hardtanh_", "clamp", "clamp_", "clamp_min", "clamp_min_", "clamp_max", "mish", "mish_", "softplus",
+               "_softmax", "softmax", "_safe_softmax", "_log_softmax", "log_softmax", "prelu", "_prelu_kernel",
+               "relu6", "glu", "threshold", "exp", "erf", "log", "sqrt", "rsqrt", "reciprocal", "neg", "abs",
+               "pow", "square"}
+_POOL = {"max_pool2d", "max_pool2d_with_indices", "avg_pool2d", "_adaptive_avg_pool2d", "adaptive_avg_pool2d",
+         "adaptive_max_pool2d", "max_pool3d_with_indices", "avg_pool3d", "_adaptive_avg_pool3d"}
+_REDUCE = {"mean", "sum", "amax", "amin", "var", "var_mean", "std", "std_mean", "max", "min", "argmax", "norm",
+           "linalg_vector_norm", "logsumexp", "prod"}
+_UPSAMPLE = {"upsample_nearest2d": 1, "upsample_bilinear2d": 4, "_upsample_nearest_exact2d": 1,
+             "_upsample_bilinear2d_aa": 4, "upsample_bicubic2d": 16}
+_CONCAT = {"cat", "stack", "concat"}
+_COPY = {"clone", "copy_", "_to_copy", "contiguous", "constant_pad_nd", "roll", "index", "index_select", "gather",
+         "flip", "repeat", "_unsafe_index", "pixel_shuffle", "channel_shuffle", "native_channel_shuffle",
+         "masked_fill", "where", "fill_", "zero_", "index_put", "scatter", "tril", "triu", "new_zeros", "zeros_like",
+         "ones_like", "empty_like", "full_like", *_UPSAMPLE}
+
+
+def _kind_of_conv(weight_shape: Sequence[int], groups: int, in_channels: int) -> str:
+    """Convolution kind from its weight ``(out, in/groups, kh, kw)``, its groups and input channels."""
+    if groups > 1 and weight_shape[1] == 1 and groups == in_channels:
+        return "conv_depthwise"
+    if groups > 1:
+        return "conv_grouped"
+    if all(k == 1 for k in weight_shape[2:]):
+        return "conv_pointwise"
+    return "conv_regular"
+
+
+def _elements(t: Any) -> int:
+    """Elements a tensor really holds (a broadcast view reads its storage once)."""
+    n = t.numel()
+    try:
+        return min(n, t.untyped_storage().nbytes() // max(t.element_size(), 1))
+    except (RuntimeError, NotImplementedError):
+        return n
+
+
+@functools.lru_cache(maxsize=1)
+def _recorder_class() -> type:
+    """The dispatch mode class (defined on first use, so importing this module loads no torch)."""
+    import torch
+    from torch.multiprocessing.reductions import StorageWeakRef
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import flop_registry
+
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    Tensor = torch.Tensor
+
+    def _tensors(items: Iterable[Any]) -> list[Any]:
+        """The tensors among ``items`` and inside their lists/tuples (one level: ATen arguments)."""
+        out = []
+        for a in items:
+            if isinstance(a, Tensor):
+                out.append(a)
+            elif isinstance(a, (list, tuple)):
+                out.extend(t for t in a if isinstance(t, Tensor))
+        return out
+
+    class Recorder(TorchDispatchMode):
+        """Records one row per ATen operation (see the module docstring), tracking live storages."""
+
+        def __init__(self, param_storages: dict[int, tuple[int, tuple[int, ...]]], inputs: Iterable[Any]) -> None:
+            super().__init__()
+            self.params = param_storages           # storage key -> (parameter elements (0 for buffers), shape)
+            self.rows: list[dict[str, Any]] = []
+            self.live: dict[int, tuple[Any, int]] = {}
+            self.stack: list[str] = [""]
+            self.fused = 0                          # inside an sdpa call: do not record its decomposition
+            self.touched: set[int] = set()
+            for t in inputs:
+                self._track(t)
+
+        def _key(self, t: Any) -> int:
+            return t.untyped_storage()._cdata
+
+        def _track(self, t: Any) -> None:
+            key = self._key(t)
+            if key in self.params:
+                return
+            old = self.live.get(key)
+            if old is None or old[0].expired():
+                storage = t.untyped_storage()
+                self.live[key] = (StorageWeakRef(storage), storage.nbytes() // max(t.element_size(), 1))
+
+        def _live(self) -> int:
+            dead = [k for k, (ref, _) in self.live.items() if ref.expired()]
+            for k in dead:
+                del self.live[k]
+            return sum(n for _, n in self.live.values())
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            if not self.fused:
+                self.record(func, args, kwargs, out)
+            return out
+
+        def record(self, func, args, kwargs, out, kind: str | None = None, flops: float | None = None) -> None:
+            tensors = _tensors(args) + _tensors(kwargs.values())
+            outs = _tensors(out if isinstance(out, (list, tuple)) else (out,))
+            for o in outs:
+                self._track(o)
+            if not tensors:   # factory ops (empty, zeros): no row, their outputs are tracked
+                return
+            name = getattr(getattr(func, "overloadpacket", func), "__name__", str(func))
+            acts, params, seen = [], [], set()
+            act_read = param_read = n_params = 0
+            for t in tensors:
+                if id(t) in seen:
+                    continue
+                seen.add(id(t))
+                key = self._key(t)
+                if key in self.params:
+                    params.append(t)
+                    param_read += _elements(t)
+                    n_params += self.params[key][0]
+                    self.touched.add(key)
+                else:
+                    acts.append(t)
+                    act_read += _elements(t)
+            row = self._describe(name, func, args, kwargs, out, acts, params, outs, kind, flops)
+            if row["kind"] == "reshape":   # a view moves no data; the op that reads it counts the parameter
+                act_read = param_read = written = n_params = 0
+            else:
+                written = sum(o.numel() for o in outs)
+            row.update(module=self.stack[-1], act_read=act_read, param_read=param_read, written=written,
+                       params=n_params, live=self._live())
+            self.rows.append(row)
+
+        def _describe(self, name, func, args, kwargs, out, acts, params, outs, kind, flops) -> dict[str, Any]:
+            in_shape = tuple(acts[0].shape) if acts else ()
+            out_shape = tuple(outs[0].shape) if outs else ()
+            out_n = outs[0].numel() if outs else 0
+            in_n = acts[0].numel() if acts else 0
+            weight_shape, kernel, stride, groups, macs = (), 1, 1, 1, 0.0
+            packet = getattr(func, "overloadpacket", None)
+            if flops is None and packet in flop_registry:
+                flops = float(flop_registry[packet](*args, **kwargs, out_val=out))
+            if kind is not None:
+                macs = (flops or 0.0) / 2
+            elif name in ("convolution", "_convolution"):
+                weight_shape = tuple(args[1].shape)
+                stride, groups = int(args[3][0]), int(args[8])
+                kernel = int(weight_shape[2]) if len(weight_shape) > 2 else 1
+                kind = _kind_of_conv(weight_shape, groups, int(args[0].shape[1]))
+                macs = (flops or 0.0) / 2
+            elif name in _MATMUL:
+                kind = "linear" if params else "matmul"
+                if params:   # the parameter's own shape (``addmm`` reads the transposed view)
+                    weight_shape = max((self.params[self._key(t)][1] for t in params), key=len)
+                macs = (flops or 0.0) / 2
+            elif name in _NORM:
+                kind = "norm"
+                affine = any(t.dim() >= 1 for t in params) or (len(args) > 1 and isinstance(args[1], torch.Tensor))
+                if name in _BATCH_NORM:
+                    macs = out_n * (2 if affine else 1)
+                else:
+                    macs = out_n * (5 if affine else 4)
+                flops = 2.0 * out_n
+            elif name in _ACTIVATION:
+                kind = "activation"
+            elif name in _POOL:
+                kind = "pool"
+                if "adaptive" in name:
+                    macs = in_n
+                elif len(args) > 2 and args[1]:
+                    kernel = int(args[1][0])
+                    stride = int(args[2][0]) if args[2] else kernel
+                flops = float(in_n)
+            elif name in _REDUCE:
+                dims = args[1] if len(args) > 1 else kwargs.get("dim")
+                spatial = acts and acts[0].dim() == 4 and dims is not None and \
+                    sorted(int(d) % 4 for d in (dims if isinstance(dims, (list, tuple)) else [dims])) == [2, 3]
+                kind = "pool" if spatial and name == "mean" else "reduce"
+                macs = in_n if kind == "pool" else 0
+                flops = float(in_n)
+            elif name in _CONCAT:
+                kind = "concat"
+            elif name in _COPY:
+                kind = "copy"
+                macs = out_n * _UPSAMPLE.get(name, 0)
+            elif outs and not name.endswith("_") and \
+                    any(o.untyped_storage()._cdata == self._key(a) for o in outs for a in (*acts, *params)):
+                kind = "reshape"   # a view: shares its input's storage
+            elif outs and len(outs) == 1 and (func._schema.is_mutable
+                                              or torch.Tag.pointwise in getattr(func, "tags", ())):
+                kind = "elementwise"
+            else:
+                kind = "other"
+            if flops is None:
+                flops = float(out_n) if kind in ("activation", "elementwise") else 0.0
+            return dict(op=name, kind=kind, in_shape=in_shape, out_shape=out_shape, weight_shape=weight_shape,
+                        kernel=kernel, stride=stride, groups=groups, flops=float(flops), macs=float(macs))
+
+    class FusedAttention(TorchFunctionMode):
+        """Records ``F.scaled_dot_product_attention`` as one ``sdpa`` row (its math decomposition on the
+        meta device is not what a device runs)."""
+
+        def __init__(self, recorder: Recorder) -> None:
+            super().__init__()
+            self.recorder = recorder
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func is not sdpa:
+                return func(*args, **kwargs)
+            self.recorder.fused += 1
+            try:
+                out = func(*args, **kwargs)
+            finally:
+                self.recorder.fused -= 1
+            q, k, v = args[:3]
+            flops = 2.0 * q.shape[:-1].numel() * k.shape[-2] * (q.shape[-1] + v.shape[-1])  # QK^T and AV
+            self.recorder.record(func, args, kwargs, out, kind="sdpa", flops=flops)
+            self.recorder.rows[-1]["op"] = "scaled_dot_product_attention"
+            return out
+
+    return Recorder, FusedAttention
+
+
+def _check_shape(input_shape: Any, model: str) -> tuple[int, int, int, int]:
+    """``(batch, channels, H, W)`` as positive ints, or a one-line ZooError."""
+    try:
+        shape = tuple(int(s) for s in input_shape)
+    except (TypeError, ValueError):
+        shape = ()
+    if len(shape) != 4 or min(shape) < 1 or any(float(a) != b for a, b in zip(input_shape, shape)):
+        raise ZooError(f"model {model!r}: input_shape {input_shape!r} is not allowed; allowed: "
+                       "(batch, channels, H, W), positive integers")
+    return shape  # type: ignore[return-value]
+
+
+def _reason(e: BaseException) -> str:
+    """Why a forward failed on the meta device, in words, from the exception."""
+    msg = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+    low = msg.lower()
+    if "meta" in low and ("item()" in low or "data-dependent" in low or "cannot be called on meta" in low
+                          or "data dependent" in low):
+        return f"cannot be traced on the meta device (data-dependent control flow): {msg}"
+    if ("could not run" in low and "meta" in low) or "meta kernel" in low or "not implemented for 'meta'" in low:
+        return f"cannot be traced on the meta device (an operator without a meta kernel, e.g. a custom CUDA op): {msg}"
+    if "same device" in low or "expected all tensors" in low or "expected device meta" in low:
+        return ("cannot be traced on the meta device: its forward uses a tensor that is neither a parameter nor a "
+                f"buffer (build the module on the meta device: carb.design.zoo.build_model): {msg}")
+    if isinstance(e, NotImplementedError):
+        return f"cannot be traced on the meta device: {msg}"
+    return f"refuses the input: {msg}"
+
+
+def model_key(model: Any, settings: dict[str, Any] | None = None) -> str:
+    """Identity of a model for the cache: a zoo name with its sorted settings, or the structural hash of
+    a module (types, reprs and parameter/buffer shapes of its modules)."""
+    if isinstance(model, str):
+        return "name:" + model + json.dumps(settings or {}, sort_keys=True, default=repr)
+    h = hashlib.sha256()
+    for name, m in model.named_modules():
+        h.update(f"{name}|{type(m).__module__}.{type(m).__qualname__}|{m.extra_repr()}\n".encode())
+    for name, p in [*model.named_parameters(), *model.named_buffers()]:
+        h.update(f"{name}:{tuple(p.shape)}:{p.dtype}\n".encode())
+    return "module:" + h.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def _versions() -> str:
+    """Versions the cached tables depend on (installed distributions; nothing is imported)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = [f"tracer={TRACER_VERSION}"]
+    for dist in ("torch", "torchvision", "timm", "pandas"):
+        try:
+            out.append(f"{dist}={version(dist)}")
+        except PackageNotFoundError:
+            out.append(f"{dist}=none")
+    return ",".join(out)
+
+
+def cache_path(key: str, chw: tuple[int, int, int]) -> Path:
+    """Where the batch-1 trace of ``key`` at ``chw`` is cached."""
+    from carb.resources import cache_dir
+
+    digest = hashlib.sha256(f"{key}|{chw}|{_versions()}".encode()).hexdigest()[:24]
+    return cache_dir() / "trace" / f"{digest}.pkl"
+
+
+def _meta_state(model: nn.Module) -> tuple[dict[str, Any], dict[int, tuple[int, tuple[int, ...]]]]:
+    """Meta copies of the module's parameters and buffers (for ``functional_call``) and their storage
+    keys -> (parameter elements (0 for buffers), shape)."""
+    import torch
+
+    state: dict[str, Any] = {}
+    keys: dict[int, tuple[int, tuple[int, ...]]] = {}
+    by_id: dict[int, Any] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        t = by_id.get(id(p))
+        if t is None:
+            t = by_id[id(p)] = p if p.device.type == "meta" else torch.empty_like(p, device="meta")
+            keys[t.untyped_storage()._cdata] = (p.numel(), tuple(p.shape))
+        state[name] = t
+    for name, b in model.named_buffers(remove_duplicate=False):
+        t = by_id.get(id(b))
+        if t is None:
+            t = by_id[id(b)] = b if b.device.type == "meta" else torch.empty_like(b, device="meta")
+            keys.setdefault(t.untyped_storage()._cdata, (0, tuple(b.shape)))
+        state[name] = t
+    return state, keys
+
+
+_TEXT = ("op", "module", "kind")
+_SHAPES = ("in_shape", "out_shape", "weight_shape")
+_INTS = ("kernel", "stride", "groups", "act_read", "param_read", "written", "params", "live")
+
+
+def _columns(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The batch-1 rows as columns, ready to become a frame fast (text as pandas string arrays, shapes as
+    object arrays of tuples, counts as int64 / float64 arrays): what the cache stores."""
+    cols: dict[str, Any] = {c: pd.array([r[c] for r in rows], dtype="str") for c in _TEXT}
+    for c in _SHAPES:
+        arr = np.empty(len(rows), dtype=object)
+        arr[:] = [r[c] for r in rows]
+        cols[c] = arr
+    for c in _INTS:
+        cols[c] = np.array([r[c] for r in rows], dtype=np.int64)
+    for c in ("flops", "macs"):
+        cols[c] = np.array([r[c] for r in rows], dtype=np.float64)
+    return cols
+
+
+def _trace_batch1(model: nn.Module, chw: tuple[int, int, int], label: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The batch-1 trace as columns (:func:`_columns`; per-element counts ``act_read``, ``param_read``,
+    ``written``, ``live``) and the model's facts (``params_total``, ``params_traced``, ``output_shape``)."""
+    import torch
+    from torch.func import functional_call
+
+    Recorder, FusedAttention = _recorder_class()
+    state, keys = _meta_state(model)
+    x = torch.empty((1, *chw), device="meta")
+    rec = Recorder(keys, [x])
+    names = {m: n for n, m in model.named_modules()}
+
+    def enter(mod: Any, _args: Any) -> None:
+        rec.stack.append(names[mod])
+
+    def leave(_mod: Any, _args: Any, _out: Any) -> None:
+        rec.stack.pop()
+
+    hooks = []
+    for m in names:
+        hooks.append(m.register_forward_pre_hook(enter))
+        hooks.append(m.register_forward_hook(leave))
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), FusedAttention(rec), rec:
+            out = functional_call(model, state, (x,))
+    except ZooError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure of the user's forward is a refusal with its reason
+        raise ZooError(f"model {label!r}: {_reason(e)}") from None
+    finally:
+        for h in hooks:
+            h.remove()
+        model.train(was_training)
+    leaves = [o for o in torch.utils._pytree.tree_leaves(out) if isinstance(o, torch.Tensor)]
+    if not leaves:
+        raise ZooError(f"model {label!r}: not a vision backbone: its forward returns {type(out).__name__}, no tensor")
+    frame = _columns(rec.rows)
+    params_total = sum(p.numel() for p in model.parameters())
+    info = {"params_total": int(params_total), "params_traced": int(sum(keys[k][0] for k in rec.touched)),
+            "output_shape": tuple(leaves[0].shape)}
+    return frame, info
+
+
+def _scaled(frame: dict[str, Any], info: dict[str, Any], batch: int, precision: str, label: str,
+            input_shape: tuple[int, ...]) -> pd.DataFrame:
+    """The batch-1 columns at ``batch`` and ``precision``: the :data:`COLUMNS` table."""
+    bpe = BYTES_PER_ELEMENT[precision]
+    param_bytes = frame["param_read"] * bpe
+    cols = {**{c: frame[c] for c in (*_TEXT, *_SHAPES, "kernel", "stride", "groups")},
+            "flops": frame["flops"] * batch, "macs": frame["macs"] * batch,
+            "bytes_read": frame["act_read"] * (batch * bpe) + param_bytes,
+            "bytes_written": frame["written"] * (batch * bpe), "param_bytes": param_bytes,
+            "params": frame["params"], "live_bytes": frame["live"] * (batch * bpe)}
+    out = pd.DataFrame({c: cols[c] for c in COLUMNS}, copy=False)
+    out.attrs = {"model": label, "input_shape": tuple(input_shape), "precision": precision, **info}
+    return out
+
+
+def trace(model: nn.Module | str, input_shape: Sequence[int] = (1, 3, 224, 224), *, precision: str = "fp32",
+          settings: dict[str, Any] | None = None, cache: bool = True) -> pd.DataFrame:
+    """The layer table (:data:`COLUMNS`, one row per executed operation; see the module docstring) of
+    ``model`` on an input of ``input_shape`` = ``(batch, channels, H, W)`` at ``precision``.
+
+    ``model``: an ``nn.Module`` (any device; its weights are not read) or a zoo name built with
+    ``settings`` as constructor keywords (:func:`carb.design.zoo.build_model`). One meta trace at batch 1
+    per model and ``(channels, H, W)``, cached on disk (``cache=False``: neither read nor written).
+    Raises :class:`ZooError` (one line naming the model and the reason) when the model cannot be built or
+    traced or refuses the input."""
+    label = model if isinstance(model, str) else type(model).__name__
+    if precision not in BYTES_PER_ELEMENT:
+        raise ZooError(f"precision: {precision!r} is not allowed; allowed: {list(BYTES_PER_ELEMENT)}")
+    batch, *chw_list = _check_shape(input_shape, label)
+    chw = tuple(chw_list)
+    if settings and not isinstance(model, str):
+        raise ZooError(f"model {label!r}: settings apply to a zoo name only; build the module with them")
+    key = model_key(model, settings)
+    path = cache_path(key, chw) if cache else None
+    if path is not None and path.exists():
+        try:
+            with open(path, "rb") as f:
+                frame, info = pickle.load(f)
+            return _scaled(frame, info, batch, precision, label, tuple(input_shape))
+        except (OSError, pickle.UnpicklingError, EOFError, ValueError, KeyError, TypeError, AttributeError):
+            pass   # a damaged entry: trace again and overwrite it
+    if isinstance(model, str):
+        from carb.design.zoo import build_model
+
+        module = build_model(model, device="meta", **(settings or {}))
+    else:
+        module = model
+    frame, info = _trace_batch1(module, chw, label)
+    if path is not None:
+        _store(path, (frame, info))
+    return _scaled(frame, info, batch, precision, label, tuple(input_shape))
+
+
+def _store(path: Path, obj: Any) -> None:
+    """Write a cache entry atomically; a cache that cannot be written is skipped (it only saves time)."""
+    from carb.files import write_atomic
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, lambda tmp: tmp.write_bytes(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)))
+    except OSError:
+        pass
+
+
+def trace_many(models: Iterable[str], input_shape: Sequence[int] = (1, 3, 224, 224), *, precision: str = "fp32",
+               cache: bool = True) -> tuple[dict[str, pd.DataFrame], dict[str, str]]:
+    """:func:`trace` of each zoo name: ``(tables by name, reasons by refused name)``. A model that cannot
+    be built or traced (:class:`ZooError`) is listed with its one-line reason; the others are traced."""
+    tables: dict[str, pd.DataFrame] = {}
+    refused: dict[str, str] = {}
+    for name in models:
+        try:
+            tables[name] = trace(name, input_shape, precision=precision, cache=cache)
+        except ZooError as e:
+            refused[name] = str(e)
+    return tables, refused
+
+
+#: Kinds whose output elements are fvcore's (and timm's / Hidden Joules') "activations".
+ACTIVATION_KINDS: tuple[str, ...] = (*CONV_KINDS, "linear", "matmul")
+
+
+def summarize(table: pd.DataFrame) -> dict[str, Any]:
+    """The network's totals from its table: ``params`` (the module's parameter count), ``params_traced``,
+    ``flops``, ``macs`` (fvcore's), ``activations`` (output elements of convolution, linear and matmul rows:
+    fvcore's activation count, as in timm's tables and Hidden Joules), ``peak_live_bytes`` (max of
+    ``live_bytes``), ``param_bytes`` (parameters at the table's precision), ``bytes_read``, ``bytes_written``,
+    ``n_ops`` (rows but views), and per kind ``flops_<kind>`` and ``bytes_<kind>`` (read + written). Whole
+    batch; bytes at the table's precision."""
+    attrs = table.attrs
+    bpe = BYTES_PER_ELEMENT[attrs.get("precision", "fp32")]
+    batch = int(attrs.get("input_shape", (1,))[0])
+    acts = table["kind"].isin(ACTIVATION_KINDS)
+    out_elems = table.loc[acts, "out_shape"].map(lambda s: int(np.prod(s)) if len(s) else 0)
+    out: dict[str, Any] = {
+        "params": int(attrs.get("params_total", 0)), "params_traced": int(attrs.get("params_traced", 0)),
+        "flops": float(table["flops"].sum()), "macs": float(table["macs"].sum()),
+        "activations": float(out_elems.sum() * batch),
+        "peak_live_bytes": int(table["live_bytes"].max()) if len(table) else 0,
+        "param_bytes": int(attrs.get("params_total", 0)) * bpe,
+        "bytes_read": int(table["bytes_read"].sum()), "bytes_written": int(table["bytes_written"].sum()),
+        "n_ops": int((table["kind"] != "reshape").sum()),
+    }
+    by_kind = table.groupby("kind")[["flops", "bytes_read", "bytes_written"]].sum()
+    for kind in KINDS:
+        row = by_kind.loc[kind] if kind in by_kind.index else None
+        out[f"flops_{kind}"] = float(row["flops"]) if row is not None else 0.0
+        out[f"bytes_{kind}"] = int(row["bytes_read"] + row["bytes_written"]) if row is not None else 0
+    return out
+
+
+_WALK_KIND = {"bn": "norm", "relu": "activation", "maxpool": "pool", "avgpool": "pool", "add": "elementwise"}
+
+
+def walk_table(cfg: ArchConfig, precision: str | None = None) -> pd.DataFrame:
+    """The fast path for ResNet knobs: the trace's table (:data:`COLUMNS`) from the walk
+    (:func:`carb.design.layers.layer_specs`), torch-free, for the layers the walk knows (convolutions,
+    batch norms, ReLUs, pools, residual adds, the classifier; no views). Conv and linear rows equal the
+    trace of the torchvision ResNet ``cfg`` describes (shapes at batch 1, FLOPs, MACs, parameters); counts
+    for ``cfg.batch_size`` at ``precision`` (default ``cfg.precision``). ``live_bytes`` is not known
+    without a trace (NaN)."""
+    from carb.design.layers import layer_specs
+
+    precision = precision or cfg.precision
+    bpe, batch = BYTES_PER_ELEMENT[precision], cfg.batch_size
+    rows = []
+    for s in layer_specs(cfg):
+        if s.kind == "linear":
+            in_shape, out_shape = (1, s.in_channels), (1, s.out_channels)
+        else:
+            in_shape = (1, s.in_channels, s.in_size, s.in_size)
+            out_shape = (1, s.out_channels, s.out_size, s.out_size)
+        weight_shape: tuple[int, ...] = ()
+        kernel, stride, groups, macs = s.kernel, s.stride, s.groups, float(s.macs)
+        if s.kind == "conv":
+            weight_shape = (s.out_channels, s.in_channels // s.groups, s.kernel, s.kernel)
+            kind = _kind_of_conv(weight_shape, s.groups, s.in_channels)
+            flops = 2.0 * macs
+        elif s.kind == "linear":
+            weight_shape, kind, flops = (s.out_channels, s.in_channels), "linear", 2.0 * macs
+        else:
+            kind = _WALK_KIND[s.kind]
+            n_in, n_out = s.in_elements, s.out_elements
+            flops = {"bn": 2.0 * n_out, "relu": float(n_out), "add": float(n_out)}.get(s.kind, float(n_in))
+            macs = {"bn": 2.0 * n_out, "avgpool": float(n_in)}.get(s.kind, 0.0)
+            if s.kind == "avgpool":
+                kernel = stride = 1
+        act_in = s.in_elements * (2 if s.kind == "add" else 1)
+        param_read = s.params + (2 * s.out_channels if s.kind == "bn" else 0)   # bn also reads its running stats
+        rows.append(dict(op=s.kind, module=s.name, kind=kind, in_shape=in_shape, out_shape=out_shape,
+                         weight_shape=weight_shape, kernel=kernel, stride=stride, groups=groups,
+                         flops=flops * batch, macs=macs * batch, bytes_read=(act_in * batch + param_read) * bpe,
+                         bytes_written=s.out_elements * batch * bpe, param_bytes=param_read * bpe,
+                         params=s.params, live_bytes=np.nan))
+    out = pd.DataFrame(rows, columns=list(COLUMNS))
+    out.attrs = {"model": "resnet-walk", "input_shape": (batch, 3, cfg.input_size, cfg.input_size),
+                 "precision": precision, "params_total": int(sum(r["params"] for r in rows)),
+                 "params_traced": int(sum(r["params"] for r in rows))}
+    return out
+
+
+def clear_cache() -> int:
+    """Delete the on-disk trace cache; returns the number of entries removed."""
+    from carb.resources import cache_dir
+
+    n = 0
+    for p in (cache_dir() / "trace").glob("*.pkl"):
+        try:
+            os.remove(p)
+            n += 1
+        except OSError:
+            pass
+    return n

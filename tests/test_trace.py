@@ -1,0 +1,205 @@
+"""carb.design.trace: the meta-device layer table of any model against fvcore (FLOPs/MACs within 1 %,
+activation counts) and the libraries' parameter counts, the ResNet walk's table against the trace of
+every torchvision ResNet and wide ResNet, liveness (peak = max of live bytes, checked by hand on a
+chain), batch and precision scaling, the on-disk cache, and one-line refusals."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from carb.design import trace as T
+from carb.design.arch import ArchConfig
+from carb.design.resnet import TORCHVISION
+from carb.design.zoo import build_model
+from carb.errors import ZooError
+
+GEMM = (*T.CONV_KINDS, "linear")
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("CARB_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2", *(pytest.param(n, marks=pytest.mark.slow) for n in (
+    "resnet50", "densenet121", "vgg11", "efficientnet_b0", "resnext50_32x4d", "shufflenet_v2_x0_5"))])
+def test_macs_and_activations_agree_with_fvcore_and_parameters_with_the_module(name):
+    from fvcore.nn import ActivationCountAnalysis, FlopCountAnalysis
+
+    model = build_model(name, device="cpu")
+    x = torch.zeros(1, 3, 64, 64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        flops = FlopCountAnalysis(model, (x,)).unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+        acts = ActivationCountAnalysis(model, (x,)).unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+        ref_flops, ref_acts = flops.total(), acts.total()
+    s = T.summarize(T.trace(model, (2, 3, 64, 64), cache=False))
+    assert s["macs"] == pytest.approx(2 * ref_flops, rel=0.01)
+    assert s["activations"] == 2 * ref_acts
+    assert s["params"] == s["params_traced"] == sum(p.numel() for p in model.parameters())
+    assert s["flops"] == pytest.approx(sum(s[f"flops_{k}"] for k in T.KINDS))
+
+
+@pytest.mark.parametrize("name,side", [("tv:mobilenet_v3_large", 96), ("timm:ghostnet_100", 96),
+                                       ("timm:efficientvit_b0", 96), ("tv:convnext_tiny", 96), ("timm:repvgg_a0", 96),
+                                       ("timm:deit_tiny_patch16_224", 224)])
+def test_zoo_names_trace_with_the_libraries_parameter_count(name, side):
+    table = T.trace(name, (1, 3, side, side))
+    model = build_model(name)
+    assert table.attrs["params_total"] == table.attrs["params_traced"] == sum(p.numel() for p in model.parameters())
+    assert table["params"].sum() == table.attrs["params_traced"]   # each parameter on the one row that reads it
+    assert set(table["kind"]) <= set(T.KINDS) and "other" not in set(table["kind"])
+    conv = table[table["kind"].isin(T.CONV_KINDS)]
+    dw = conv["kind"] == "conv_depthwise"
+    assert (conv.loc[dw, "weight_shape"].map(lambda w: w[1]) == 1).all()
+    pw = conv["kind"] == "conv_pointwise"
+    assert (conv.loc[pw, "kernel"] == 1).all() and (conv.loc[pw, "groups"] == 1).all()
+
+
+def test_attention_is_one_sdpa_row_per_block_with_the_attention_flops():
+    table = T.trace("timm:vit_tiny_patch16_224", (2, 3, 224, 224))
+    sdpa = table[table["kind"] == "sdpa"]
+    assert len(sdpa) == 12   # one per transformer block
+    heads, tokens, dim = 3, 197, 64
+    assert (sdpa["macs"] == 2 * 2 * heads * tokens * tokens * dim).all()   # batch 2; QK^T and AV
+    assert (table["kind"] == "linear").sum() == 12 * 4 + 1
+
+
+CFGS = {n: ArchConfig(block=b, depth=d, width_mult=1.0, input_size=64, batch_size=3, precision="bf16",
+                      early_downsample=True, inner_mult=inner) for n, (b, d, inner) in TORCHVISION.items()}
+COMPARED = ["kind", "in_shape", "out_shape", "weight_shape", "kernel", "stride", "groups", "flops", "macs",
+            "params", "bytes_read", "bytes_written", "param_bytes"]
+
+
+@pytest.mark.parametrize("name", sorted(TORCHVISION))
+def test_the_resnet_walk_is_the_trace_of_the_torchvision_resnet(name):
+    cfg = CFGS[name]
+    walk = T.walk_table(cfg)
+    traced = T.trace(f"tv:{name}", (3, 3, 64, 64), precision="bf16")
+    pick = lambda t: t[t["kind"].isin(GEMM)][COMPARED].reset_index(drop=True)  # noqa: E731
+    assert len(pick(walk)) > 20
+    assert pick(walk).equals(pick(traced))
+    assert walk.attrs["params_total"] == traced.attrs["params_total"]
+    norm = lambda t: t[t["kind"] == "norm"][["in_shape", "macs", "params"]].reset_index(drop=True)  # noqa: E731
+    assert norm(walk).equals(norm(traced))
+
+
+def test_a_walk_wrong_in_one_layer_differs_from_the_trace(monkeypatch):
+    """The comparison above can fail: a walk whose one downsampling convolution has stride 1 differs."""
+    import carb.design.layers as layers
+
+    real = layers.layer_specs
+    wrong = lambda cfg: [s._replace(stride=1) if s.name == "layers.1.0.downsample.0" else s  # noqa: E731
+                         for s in real(cfg)]
+    monkeypatch.setattr(layers, "layer_specs", wrong)
+    walk = T.walk_table(CFGS["resnet18"])
+    traced = T.trace("tv:resnet18", (3, 3, 64, 64), precision="bf16")
+    pick = lambda t: t[t["kind"].isin(GEMM)][COMPARED].reset_index(drop=True)  # noqa: E731
+    assert len(pick(walk)) == len(pick(traced))
+    assert not pick(walk).equals(pick(traced))
+
+
+def test_live_bytes_follow_tensor_lifetimes_on_a_chain():
+    """x -> a -> b -> c in an nn.Sequential: while b is computed, a is alive (the loop still holds it);
+    after c, a is freed. Peak = input + max(a + b, b + c), not the sum of every output."""
+    chain = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 16, 3, padding=1), nn.Conv2d(16, 4, 1))
+    table = T.trace(chain, (2, 3, 8, 8), precision="fp16", cache=False)
+    x, a, b, c = (2 * ch * 64 * 2 for ch in (3, 8, 16, 4))
+    assert list(table["live_bytes"]) == [x + a, x + a + b, x + b + c]
+    assert T.summarize(table)["peak_live_bytes"] == x + a + b < x + a + b + c
+
+
+def test_batch_and_precision_scale_one_cached_trace(monkeypatch):
+    one = T.trace("tv:mobilenet_v3_small", (1, 3, 64, 64))
+    calls = []
+    real = T._trace_batch1
+    monkeypatch.setattr(T, "_trace_batch1", lambda *a: calls.append(a) or real(*a))
+    four = T.trace("tv:mobilenet_v3_small", (4, 3, 64, 64), precision="bf16")
+    assert calls == []   # from the cache
+    for col in ("flops", "macs"):
+        assert np.array_equal(four[col], 4 * one[col])
+    assert np.array_equal(four["param_bytes"], one["param_bytes"] // 2)
+    assert np.array_equal(four["live_bytes"], 2 * one["live_bytes"])
+    assert np.array_equal(four["bytes_read"] - four["param_bytes"], 2 * (one["bytes_read"] - one["param_bytes"]))
+    assert four.attrs["input_shape"] == (4, 3, 64, 64)
+    T.trace("tv:mobilenet_v3_small", (1, 3, 96, 96))   # another input size is another trace
+    T.trace("tv:mobilenet_v3_small", (1, 3, 64, 64), settings={"num_classes": 10})   # other settings too
+    assert len(calls) == 2
+
+
+def test_a_damaged_cache_entry_is_traced_again():
+    first = T.trace("tv:squeezenet1_0", (1, 3, 64, 64))
+    path = T.cache_path(T.model_key("tv:squeezenet1_0"), (3, 64, 64))
+    path.write_bytes(b"not a pickle")
+    again = T.trace("tv:squeezenet1_0", (1, 3, 64, 64))
+    assert again.equals(first)
+
+
+def test_module_identity_is_structural():
+    a, b = build_model("tv:resnet18"), build_model("tv:resnet18")
+    assert T.model_key(a) == T.model_key(b)
+    assert T.model_key(a) != T.model_key(build_model("tv:resnet18", num_classes=10))
+    assert T.model_key(a) != T.model_key(build_model("tv:resnet34"))
+
+
+class _DataDependent(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return y if y.sum() > 0 else -y
+
+
+class _PlainTensor(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 1)
+        self.scale = torch.ones(4, 1, 1)   # neither parameter nor buffer: stays on the CPU
+
+    def forward(self, x):
+        return self.conv(x) * self.scale
+
+
+class _ReturnsShape(nn.Module):
+    def forward(self, x):
+        return x.shape
+
+
+def _custom_op_model() -> nn.Module:
+    if not hasattr(torch.ops.carbtest, "cpu_only"):
+        torch.library.define("carbtest::cpu_only", "(Tensor x) -> Tensor")
+        torch.library.impl("carbtest::cpu_only", "CPU")(lambda x: x.clone())
+
+    class Custom(nn.Module):
+        def forward(self, x):
+            return torch.ops.carbtest.cpu_only(x)
+    return Custom()
+
+
+@pytest.mark.parametrize("make,shape,reason", [
+    (_DataDependent, (1, 3, 16, 16), r"^model '_DataDependent': cannot be traced on the meta device \(data-dependent"),
+    (_custom_op_model, (1, 3, 16, 16), r"^model 'Custom': cannot be traced on the meta device .*meta kernel"),
+    (_ReturnsShape, (1, 3, 16, 16), r"^model '_ReturnsShape': not a vision backbone"),
+    (_PlainTensor, (1, 3, 16, 16), r"^model '_PlainTensor': cannot be traced .* neither a parameter nor a buffer"),
+    (lambda: nn.LSTM(4, 4), (1, 3, 16, 16), r"^model 'LSTM': refuses the input"),
+    (lambda: "timm:vit_tiny_patch16_224", (1, 3, 64, 64), r"^model 'timm:vit_tiny_patch16_224': refuses the input"),
+    (lambda: "no_such_net", (1, 3, 64, 64), r"^model 'no_such_net': unknown model"),
+    (lambda: "resnet18", (1, 3, 64), r"^model 'resnet18': input_shape \(1, 3, 64\) is not allowed"),
+])
+def test_refusals_are_one_line_naming_the_model_and_the_reason(make, shape, reason):
+    with pytest.raises(ZooError, match=reason) as e:
+        T.trace(make(), shape)
+    assert "\n" not in str(e.value)
+
+
+def test_a_grid_traces_the_others_and_lists_the_refused():
+    tables, refused = T.trace_many(["tv:squeezenet1_1", "no_such_net", "timm:vit_tiny_patch16_224"], (1, 3, 64, 64))
+    assert list(tables) == ["tv:squeezenet1_1"] and len(tables["tv:squeezenet1_1"]) > 10
+    assert set(refused) == {"no_such_net", "timm:vit_tiny_patch16_224"}
+    assert "refuses the input" in refused["timm:vit_tiny_patch16_224"]
