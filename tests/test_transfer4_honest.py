@@ -260,3 +260,17 @@ def test_k0_spec_without_source_says_pass_source_and_lists_the_models(tmp_path):
         run_calibrate(compose("calibrate", [f"tracking.uri=sqlite:///{tmp_path}/m.db", "k=0", "spec=H100 SXM",
                                             "progress.enabled=false"]))
     assert "\n" not in str(e.value)
+
+
+def test_zero_shot_energy_given_as_bounds_resolves_only_90_percent():
+    """The zero-shot energy interval (issue 45's, bounds only) gets a 19-point sample: P within 5-95 % too."""
+    iv = {"lower": -1.0, "upper": 0.9, "n": 0, "coverage": 0.9, "log_ratios": [], "method": "energy"}
+
+    class WithEnergy(Source):
+        targets_ = ["peak_memory_MB", "energy_J", "latency_ms"]
+
+    tr = TransferredCascade(WithEnergy()).fit_spec(gpu_spec("H200"), gpu_spec("H100 SXM"), W,
+                                                   energy={"interval": iv, "power": {}})
+    e = tr.intervals_["energy_J"]
+    assert np.allclose(_bounds(e), (-1.0, 0.9), atol=1e-6)
+    assert not np.isfinite(conformal_bounds(e["log_ratios"], 0.95)[1])

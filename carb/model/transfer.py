@@ -605,7 +605,9 @@ class TransferredCascade:
                                                                        if k != "interval"}}
         self._zero_shot_intervals("zero-shot (spec records)", log_errors)
         if energy is not None and "energy_J" in self.transfer_ and energy.get("interval"):
-            self.intervals_["energy_J"] = dict(energy["interval"])
+            from carb.model.transfer_band import resolved
+
+            self.intervals_["energy_J"] = resolved(energy["interval"])   # P within 5-95 % here too
         self.device_name_ = str(device_name or target_spec.get("name", "unknown"))
         self.device_id_, self.device_fingerprint_ = None, None
         self.calibration_rows_, self.test_mae_ = [], {}

@@ -111,6 +111,18 @@ def band_entry(band: Sequence[float], method: str) -> dict[str, Any]:
             "log_ratios": r, "method": method}
 
 
+def resolved(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """An entry given only as 90 % bounds (``log_ratios`` empty: every coverage would read the same bounds, so the
+    probability of meeting a budget would reach 99.5 %) with the 19-point sample of those bounds
+    (:func:`band_entry`), which resolves coverages up to 90 % only; any other entry unchanged (a copy)."""
+    out = dict(entry)
+    lo, hi = float(out.get("lower", math.nan)), float(out.get("upper", math.nan))
+    if not out.get("log_ratios") and math.isfinite(lo) and math.isfinite(hi) and \
+            abs(float(out.get("coverage", BAND_COVERAGE)) - BAND_COVERAGE) < 1e-9:
+        out["log_ratios"] = band_entry((lo, hi), "")["log_ratios"]
+    return out
+
+
 def widest_ratio(entry: Mapping[str, Any], coverage: float = BAND_COVERAGE) -> tuple[float, float]:
     """``(exp(lower), exp(upper))`` of an entry at ``coverage`` from its pooled set (for printing)."""
     from carb.model.intervals import conformal_bounds
