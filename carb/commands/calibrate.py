@@ -260,15 +260,16 @@ def refuse_unlike_devices(cfg: Any, source: Any, source_uri: str, rows: pd.DataF
 
     src = source_kind(source)
     target = device_kind(rows) if rows is not None else ("gpu" if str(cfg.device.get("kind")) == "cuda" else "cpu")
-    what = f"the rows of {cfg.data.path}" if rows is not None else "this machine's CPU (measure=cpu)"
+    what = f"the rows of {cfg.data.path}" if rows is not None else "the rows measured now"
+    cpu_target = f"the rows of {cfg.data.path} are a CPU's" if rows is not None else "measure=cpu measures this CPU"
     name = getattr(source, "device_name_", "?")
     if src == "gpu" and target == "cpu":
-        raise ConfigError(f"source: {source_uri} is a GPU model ({name}) and {what} are a CPU's: a GPU's costs do "
-                          "not carry over to a CPU; for this CPU run carb-quickstart calibrate=true (the CPU reference "
-                          "model calibrated here), for another GPU carb-calibrate source=<GPU model> k=0 spec=<GPU>")
+        raise ConfigError(f"source: {source_uri} is a GPU model ({name}) and {cpu_target}: a GPU's costs do not carry "
+                          "over to a CPU; for this CPU run carb-quickstart calibrate=true (the CPU reference model "
+                          "calibrated here), for another GPU carb-calibrate source=<GPU model> k=0 spec=<GPU>")
     given = gpu_spec(str(cfg.spec), field="spec") if cfg.get("spec") else None
     if given is not None and target == "cpu":
-        raise ConfigError(f"spec: {cfg.spec!r} is a GPU's spec record but {what} are a CPU's; allowed: spec=null "
+        raise ConfigError(f"spec: {cfg.spec!r} is a GPU's spec record but {cpu_target}; allowed: spec=null "
                           "for a CPU target")
     have = _rows_spec(rows)
     if given is not None and have is not None and have.get("name") != given["name"]:

@@ -124,8 +124,8 @@ def spec_zero_shot(cfg: Any, source: Any, src: dict[str, Any], prog: Any) -> tup
     for target, info in tr.transfer_.items():
         print(f"carb-calibrate: {target}: {info['form']} ({describe_form(info)}) from 0 rows (spec sheets)")
     for p in tr.unsupported_precisions_:
-        print(f"carb-calibrate: {p}: no {p} peak in the spec record of {src_rec['name']} or {dst_rec['name']}: "
-              f"its candidates are never_measured (unverified)")
+        print(f"carb-calibrate: {p}: no {p} peak in the spec record of {src_rec['name']} or {dst_rec['name']}:"
+              f"\n  {p} candidates are never_measured (unverified)")
     _print_band(tr, (lo, hi), "GPUs", int(zs.band_devices))
     if energy is not None:
         e = tr.intervals_.get("energy_J", {})
@@ -226,8 +226,8 @@ def _print_band(tr: Any, band: Any, kind: str, n: int) -> None:
     entry = tr.intervals_.get("latency_ms") or {}
     lo, hi = widest_ratio(entry) if entry else (float("nan"), float("nan"))
     print(f"carb-calibrate: latency 90 % interval x [{lo:.2f}, {hi:.2f}] of the prediction: the source model's own "
-          f"interval plus the zero-shot band x [{np.exp(band[0]):.2f}, {np.exp(band[1]):.2f}] (measured between "
-          f"{n} other {kind}); P stays within 5-95 %: nothing of this device was measured (calibrate with k >= 3 rows)")
+          f"plus\n  the zero-shot band x [{np.exp(band[0]):.2f}, {np.exp(band[1]):.2f}] (measured on {n} {kind}); "
+          "P within 5-95 %: nothing here was measured (k >= 3 rows)")
 
 
 def probe_given(cfg: Any) -> bool:
