@@ -52,7 +52,7 @@ bench: venv
 	$(BIN)/python scripts/bench/features.py
 
 ui: venv  ## MLflow UI on the local store
-	@echo "MLflow 3 opens its GenAI view: switch the sidebar to 'Model training', or open http://127.0.0.1:5000/#/experiments/<id>/runs?workflowType=machine_learning"
+	@echo "open http://127.0.0.1:5000/#/?workflowType=machine_learning (Model training; each command prints its run's page)"
 	MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=1 MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow ui --workers 1 --backend-store-uri sqlite:///mlruns/mlflow.db
 
 clean:

@@ -16,8 +16,13 @@ def load_model(uri: str, tracking_uri: str | None = None):
     :class:`carb.analysis.predictor.Predictor`: ``.predict(knobs, budget=...)`` takes configurations (a
     DataFrame of knob columns) and returns predictions, intervals, domain flags and decision inputs in one
     frame; ``.cascade`` is the fitted cascade (:func:`carb.tracking.load_cascade`), whose attributes read
-    through."""
+    through. Its prediction frames carry the URI and the resolved registry version in ``attrs``."""
     from carb.analysis.predictor import Predictor
-    from carb.tracking import load_cascade
+    from carb.tracking import load_cascade, resolve_version
 
-    return Predictor(load_cascade(uri, tracking_uri=tracking_uri), uri)
+    cascade = load_cascade(uri, tracking_uri=tracking_uri)
+    try:
+        version = resolve_version(uri).get("version", "")
+    except Exception:  # noqa: BLE001 - the model loaded; a version it cannot name is left empty
+        version = ""
+    return Predictor(cascade, uri, version)

@@ -71,7 +71,10 @@ def shortlist_excerpt(stdout: str, top_rows: int = TOP_ROWS) -> list[str]:
 
 
 def worked_task(work: Path) -> str:
-    """Run the quickstart and the worked task's carb-screen under ``work``; return the block's Markdown."""
+    """Run the quickstart and the worked task's carb-screen under ``work``; return the block's Markdown (the
+    command wrapped at 120 columns with shell continuations, as the output is)."""
+    from carb.commands.cli import wrap_command
+
     env = user_env(work)
     t0 = time.perf_counter()
     trained = "no champion for" in run_command([sys.executable, "-m", "carb.quickstart"], work, env)
@@ -87,7 +90,7 @@ def worked_task(work: Path) -> str:
         f"screening {screen_s:.0f} s; load average {os.getloadavg()[0]:.2f} at the end).",
         "",
         "```console",
-        f"$ .venv/bin/carb-screen {' '.join(shlex.quote(a) for a in TASK)}",
+        *wrap_command("$ ", f".venv/bin/carb-screen {' '.join(shlex.quote(a) for a in TASK)}"),
         *shortlist_excerpt(stdout),
         "...",
         "```",

@@ -324,10 +324,11 @@ def zero_shot_band_lines() -> list[str]:
 def transfer_pairs_lines() -> list[str]:
     """Issue 29's any-device benchmark (``python -m scripts.bench.transfer_pairs``): every ordered pair of the
     real devices the project has, one row per pair (latency MAPE %, worst precision), and its two summary lines."""
-    from scripts.bench.transfer_pairs import (all_pairs, baselines_line, coverage_cells_line, headline, pair_overview,
-                                              pooled_coverage_line)
+    from scripts.bench.transfer import markdown
+    from scripts.bench.transfer_pairs import (all_pairs, baselines_line, coverage_cells_line, device_table, headline,
+                                              pair_overview, pooled_coverage_line, quickstart_k)
 
-    t, _ = all_pairs([0, 10])
+    t, _ = all_pairs(sorted({0, 10, quickstart_k()}))
     o = pair_overview(t)
     lines = ["| source -> target | K=0 source | K=0 CARB | K=10 CARB | K=10 from the source alone | "
              "K=10 FLOPs-only | K=10 Spearman min | K=10 coverage min | K=10 median hi/lo max |",
@@ -341,12 +342,15 @@ def transfer_pairs_lines() -> list[str]:
                      f"{f(r.k10_source_base)} | {f(r.k10_flops_only)} | {f(r.k10_spearman_min, 3)} | "
                      f"{f(r.k10_coverage_min, 2)} | {f(r.k10_width_max, 2)} |")
     return ["Any device (`python -m scripts.bench.transfer_pairs`): every ordered pair of the real devices the "
-            "project has data for (the EPYC reference, the Xeon of `../shared/data/cpu-intel-xeon`, timm's 4 GPUs), "
-            "latency MAPE in %, worst precision per pair. K=0 CARB is the zero-shot model (two device probes for "
-            "CPUs, spec sheets for GPUs); K=10 CARB is `carb-calibrate` with 10 rows of the target, scored on its "
-            "other rows, with 90 % intervals from the K rows and the transfer errors of the other pairs "
-            "(leave-one-pair-out). The H200 shares no configuration with timm's rows and is not paired.", "",
-            *lines, "", f"`{pooled_coverage_line(t)}` (each pair's held-out rows pooled over precisions, pairs "
+            "project has data for (the EPYC Zen 5 reference, the EPYC Zen 4 of `scripts/data/cpu-amd-zen4.parquet`, "
+            "the Xeon of `../shared/data/cpu-intel-xeon`, timm's 4 GPUs), latency MAPE in %, worst precision per "
+            "pair. K=0 CARB is the zero-shot model (two device probes for CPUs, spec sheets for GPUs); K=10 CARB is "
+            "`carb-calibrate` with 10 rows of the target, scored on its other rows, with 90 % intervals from the "
+            "device-level band of the pairs that involve neither of its devices (leave-one-device-out; issue 44). "
+            "The H200 shares no configuration with timm's rows and is not paired.", "",
+            *lines, "", "Per left-out target device (latency MAPE % worst source and precision at K=0, the "
+            f"quickstart's K={quickstart_k()} and K=10; 90 % coverage pooled over the device's held-out rows; "
+            "the devices its band was measured on):", "", markdown(device_table(t).round(3)), "", f"`{pooled_coverage_line(t)}` (each pair's held-out rows pooled over precisions, pairs "
             "weighted equally; beside the per-pair-and-precision minimum of the last line)", "",
             f"`{coverage_cells_line(t)}` (the K=10 pair-and-precision cells whose coverage an exact two-sided "
             "binomial test at 5 % finds inconsistent with the nominal 0.90, inside/held-out rows; a GPU cell has "
@@ -611,11 +615,40 @@ def section() -> str:
     return "\n".join(parts)
 
 
+#: Lines a command or a benchmark prints while the section is computed, never part of it: a command's
+#: ``carb-<cmd>: ...`` lines, warnings, progress lines (``[ 42%] ...``), a benchmark's ``== <part>`` headings
+#: and its ``  fitted <device> (<n> rows) [i/n, <s> s]`` lines.
+LOG_LINE = re.compile(r"^(carb(-[a-z]+)?: |(warning|error): |\w*Warning: |== |\s*\[\s*\d+%\] |"
+                      r"\s+fitted .+ \[\d+/\d+, \d+ s\]$)")
+
+
+def clean_section(text: str) -> str:
+    """``text`` (the section, Markdown) without what is not the section: anything before its first ``## ``
+    heading (the section starts there), log lines (:data:`LOG_LINE`) and a line repeated right after itself
+    (a table row or a blank line excepted), so a log line printed once per refit never reaches the document."""
+    lines = text.splitlines()
+    first = next((i for i, line in enumerate(lines) if line.startswith("## ")), 0)
+    out: list[str] = []
+    for line in lines[first:]:
+        if LOG_LINE.match(line):
+            continue
+        if out and line.strip() and line == out[-1] and not line.lstrip().startswith("|"):
+            continue
+        out.append(line)
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> None:
+    """Write the section into docs/RESULTS.md (or print it with ``--print``). What the work prints (the
+    commands' and benchmarks' lines) goes to stderr, never into the section: stdout carries the section
+    alone, and :func:`clean_section` drops log lines that reach the text itself."""
+    import contextlib
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--print", action="store_true")
     a = ap.parse_args(argv)
-    text = section()
+    with contextlib.redirect_stdout(sys.stderr):
+        text = clean_section(section())
     if a.print:
         print(text)
         return

@@ -144,7 +144,7 @@ def test_train_run_times_params_config_and_metrics(env, train):
     m = run.data.metrics
     assert len(m) <= 60 and all("/" in k for k in m), sorted(m)
     for t in ("peak_memory_MB", "energy_J", "latency_ms"):
-        assert {f"test/{t}_r2", f"test/{t}_mae", f"val/{t}_mae", f"b1/{t}_r2", f"interval/test_{t}_coverage",
+        assert {f"test/{t}_r2", f"test/{t}_mae", f"val/{t}_mae", f"vs_b1/{t}_r2", f"interval/test_{t}_coverage",
                 f"extrap/min_{t}_r2"} <= set(m)
     table = mlflow.MlflowClient().load_table(run.info.experiment_id, "metrics.json", run_ids=[r["run_id"]])
     assert list(table.columns[:6]) == ["metric", "section", "split", "target", "measure", "value"]
@@ -174,8 +174,8 @@ def test_screen_runs_say_what_differs(env, train):
     a = _screen(env, "screen.budget.latency_ms=50")
     b = _screen(env, "screen.budget.energy_J=5", "screen.objective=latency_ms_per_image")
     ra, rb = _run(env, a["run_id"]), _run(env, b["run_id"])
-    assert ra.info.run_name == "latency_ms<=50/energy_J/smoke-8/synthetic-gpu-v1"
-    assert rb.info.run_name == "energy_J<=5/latency_ms_per_image/smoke-8/synthetic-gpu-v1"
+    assert ra.info.run_name == "synthetic-gpu-screen-v1/latency_ms<=50/energy_J/smoke-8"
+    assert rb.info.run_name == "synthetic-gpu-screen-v1/energy_J<=5/latency_ms_per_image/smoke-8"
     for run, objective, budget in ((ra, "energy_J", "latency_ms<=50"), (rb, "latency_ms_per_image", "energy_J<=5")):
         tags, p = run.data.tags, run.data.params
         assert (tags["grid"], tags["grid_rows"], tags["objective"], tags["budget"]) == ("smoke", "8", objective, budget)

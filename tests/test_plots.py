@@ -123,8 +123,13 @@ CASES: dict[str, tuple[Callable[[dict], Figure], dict[str, bool]]] = {
 AGGREGATES = {"carb.plots.characterize.characterize_figures", "carb.plots.train.train_figures"}
 
 
+#: Modules of carb/plots that draw nothing themselves: ``tasks`` runs the figure functions as worker tasks.
+NOT_FIGURES = {"carb.plots.tasks"}
+
+
 def _plot_modules() -> list[str]:
-    return sorted(m.name for m in pkgutil.iter_modules(carb.plots.__path__, "carb.plots."))
+    return sorted(m.name for m in pkgutil.iter_modules(carb.plots.__path__, "carb.plots.")
+                  if m.name not in NOT_FIGURES)
 
 
 def _figure_functions() -> set[str]:

@@ -157,3 +157,22 @@ def test_screen_eta_counts_the_steps_that_grow_with_the_grid():
     now[0] = 6.0
     prog.begin("featurizing: chunk 1/11 done", units * 0.13 / 11)
     assert 30.0 < prog.eta_s() < 120.0
+
+
+def test_eta_does_not_climb_while_a_long_unit_runs():
+    """Heartbeats inside one long unit: the ETA counts down, then holds at the units after it; it never
+    grows with the clock (elapsed / done x remaining climbed 15 -> 35 min on a job of 2 min)."""
+    clock, out = Clock(), io.StringIO()
+    p = Progress("carb-train", total=10, stream=out, clock=clock, heartbeat_s=5.0)
+    p.begin("stage 1", 1)
+    clock.t = 10.0
+    p.begin("refit", 5)                          # 1 of 10 done in 10 s: 90 s left at that rate
+    assert p.eta_s() == pytest.approx(90.0)
+    etas = []
+    for t in (20.0, 40.0, 80.0, 200.0, 600.0):   # the refit runs long
+        clock.t = t
+        assert p.beat()
+        etas.append(p.eta_s())
+    assert etas == sorted(etas, reverse=True) and etas[0] == pytest.approx(80.0)
+    assert etas[-1] == pytest.approx(40.0)      # never below the 4 units after the refit, at 10 s each
+    assert all("(still running)" in ln and "ETA" in ln for ln in out.getvalue().splitlines()[2:])

@@ -152,11 +152,11 @@ def test_impossible_budget_shows_closest(qs, capsys):
     r = run_screen(compose("screen", [*qs["common"], "screen.budget.latency_ms=1e-6"]))
     assert r["n_shortlist"] == 0
     assert "no candidate meets the budget" in capsys.readouterr().out
-    # the run name: <budget>/<objective>/<grid>-<candidates>/<device slug>-v<version>
+    # the run name: <device slug>-screen-v<version>/<budget>/<objective>/<grid>-<candidates>
     import mlflow
 
     name = mlflow.MlflowClient(qs["uri"]).get_run(r["run_id"]).info.run_name
-    assert name.startswith("latency_ms<=1e-06/") and "/amd-epyc" in name, name
+    assert name.startswith("amd-epyc") and "-screen-v" in name and "/latency_ms<=1e-06/" in name, name
 
 
 def test_validation_on_held_out_reference(qs):
@@ -245,8 +245,9 @@ def test_quickstart_typo_is_one_line_before_any_training(tmp_path, typo, needle)
 
 @pytest.mark.slow
 def test_quickstart_calibrate_measures_here_registers_and_screens_with_it(qs, capsys):
-    """carb-quickstart calibrate=true: K configurations measured on this CPU, the reference champion
-    calibrated to them and registered as this machine's model, the screen run with that version.
+    """carb-quickstart calibrate=true: K configurations (at least 3 of each precision) measured on this CPU,
+    the reference champion calibrated to them and registered as this machine's model, the screen run with that
+    version.
     (Tiny measuring settings and no contention guard: a test run shares the machine.)"""
     from carb import tracking
     from carb.commands.quickstart import run_quickstart
@@ -258,13 +259,16 @@ def test_quickstart_calibrate_measures_here_registers_and_screens_with_it(qs, ca
     out = run_quickstart([*qs["common"], *cal])
     assert out["steps"] == ["calibrate", "screen"]
     rows = load_dataset(str(d / "calibrate.parquet"))
-    assert len(rows) == 4 and (rows["status"] == "ok").all()
+    # issue 44: the K rows cover every precision the reference model predicts, at least 3 each (k=4 -> 9;
+    # bf16 and fp16 on the smoke space's fp32 networks)
+    assert len(rows) == 9 and (rows["status"] == "ok").all()
+    assert rows["precision"].value_counts().to_dict() == {"fp32": 3, "bf16": 3, "fp16": 3}
     name = model_name(ok_rows(rows))
     tracking.configure(qs["uri"])
     versions = tracking.model_versions(name)
     assert out["target"] == f"models:/{name}/{versions[-1]['version']}"
     info = tracking.registered_model_info(name, versions[-1]["version"])
-    assert info["version_tags"]["calibrated_from"] == f"models:/{MODEL}@champion" and info["version_tags"]["k"] == "4"
+    assert info["version_tags"]["calibrated_from"] == f"models:/{MODEL}@champion" and info["version_tags"]["k"] == "9"
     assert "carb-calibrate: latency_ms:" in capsys.readouterr().out
 
 

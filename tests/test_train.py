@@ -279,7 +279,7 @@ def test_thirty_rows_train_with_cross_conformal_intervals_and_skip_lines(env, ca
                                     f"paths.output_dir={env['dir']}/out", *TINY, "evaluate.sanity.enabled=false",
                                     "evaluate.figures=false", "evaluate.cross_conformal.folds=3",
                                     "evaluate.architecture_intervals.folds=2", "register=false"]))
-    out = capsys.readouterr().out
+    out = capsys.readouterr().out.replace("\n  ", " ")   # report lines wrapped at 120 columns, joined back
     for line in ("intervals are cross-conformal, 3-fold", "leave-one-batch-tier-out skipped:",
                  "extrapolation splits skipped:"):
         assert sum(line in s for s in out.splitlines()) == 1, (line, out)

@@ -242,10 +242,11 @@ def test_calibrate_starts_gpu_rows_from_the_spec_records_when_both_have_one(caps
     assert "no bandwidth" in capsys.readouterr().out
 
 
-def test_benchmark_last_line_keeps_issue_29s_format_and_intervals_are_leave_one_pair_out():
-    """scripts/bench/transfer_pairs.py: the last line exactly as issue 29 names it (CARB's answer: zero-shot
-    at K=0 where a pair has one, calibrated at K=10); set_intervals never calibrates a pair on its own errors
-    (a pair whose errors are far larger than every other pair's is under-covered, not fitted to itself)."""
+def test_benchmark_last_line_keeps_issue_44s_format_and_intervals_are_leave_one_device_out():
+    """scripts/bench/transfer_pairs.py: the last line exactly as issue 44 names it (CARB's answer: zero-shot
+    at K=0 where a pair has one, calibrated at the quickstart's K and at K=10, coverage per left-out device);
+    set_intervals never calibrates a pair on errors of a pair sharing a device (a pair whose errors are far
+    larger than every other pair's is under-covered, not fitted to itself)."""
     import re
 
     from scripts.bench.transfer_pairs import baselines_line, headline, set_intervals
@@ -262,9 +263,11 @@ def test_benchmark_last_line_keeps_issue_29s_format_and_intervals_are_leave_one_
                  {"source": s, "target_device": d, "target": "latency_ms", "precision": "fp32", "model": "source_base",
                   "k": 10, "n": 9, "mape_pct": zs, "spearman": 0.95}]
     t = pd.DataFrame(recs)
-    line = headline(t)
-    assert re.fullmatch(r"transfer: pairs=2 k0_max_mape=30\.0 k10_max_mape=15\.0 k10_min_spearman=0\.950 "
-                        r"coverage_min=0\.90 width_median_max=1\.40", line), line
+    t = pd.concat([t, t[t.k == 10].assign(k=12, mape_pct=lambda f: f["mape_pct"] - 1)], ignore_index=True)
+    line = headline(t, kq=12)
+    assert re.fullmatch(r"transfer: devices=2 pairs=2 k0_max_mape=30\.0 kq_max_mape=14\.0 k10_max_mape=15\.0 "
+                        r"k10_min_spearman=0\.950 lodo_coverage_min=0\.90 lodo_coverage_max=0\.90 "
+                        r"width_median_max=1\.40", line), line
     assert baselines_line(t).startswith("baselines: k0_source_max_mape=50.0 k10_source_base_max_mape=30.0")
     # two pairs: A -> B with errors +-0.05, C -> D with errors +-0.5; each pair's interval comes from the other
     base = rows().head(60)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from carb.analysis.decisions import unknown_probability
 from carb.data.schema import RUNTIME_FEATURES
 from carb.design.arch import KNOBS
 from carb.design.features import STATIC_FEATURES
@@ -144,9 +145,11 @@ def directions(axes: Sequence[Axis], maximize: Sequence[str]) -> dict[str, bool]
 
 
 def check_requirements(require: Mapping[str, object], frame: pd.DataFrame, targets: Sequence[str],
-                       field: str = "screen.require") -> dict[str, float]:
+                       field: str = "screen.require", notes: list[str] | None = None) -> dict[str, float]:
     """The set requirements (None dropped) as ``{column: limit}``; a predicted target or an unknown
-    column is a one-line :class:`ConfigError`."""
+    column is a one-line :class:`ConfigError`. A limit on a fraction column (every known value in [0, 1],
+    e.g. ``top1``) written as a percentage (1 < limit <= 100) is read as ``limit / 100``, said in one line
+    appended to ``notes``; a limit above 100 there is refused with the unit (:func:`fraction_limit`)."""
     allowed = numeric_columns(frame, exclude=(*targets, "rank", "profile_rank", "profile_score", "p_feasible"))
     clean: dict[str, float] = {}
     for k, v in (require or {}).items():
@@ -161,7 +164,24 @@ def check_requirements(require: Mapping[str, object], frame: pd.DataFrame, targe
             clean[k] = float(v)
         except (TypeError, ValueError):
             raise ConfigError(f"{field}.{k}: must be a number, got {v!r}") from None
+        clean[k] = fraction_limit(frame[k], clean[k], f"{field}.{k}", notes)
     return clean
+
+
+def fraction_limit(values: pd.Series, limit: float, field: str, notes: list[str] | None = None) -> float:
+    """``limit`` for a column of n ``values``: unchanged, unless every known value lies in [0, 1] (a
+    fraction, as ``top1`` is: 0.7613) and the limit does not: ``1 < limit <= 100`` is a percentage, read as
+    ``limit / 100`` (a line in ``notes`` says so); above 100 a one-line :class:`ConfigError` names the unit."""
+    v = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
+    v = v[np.isfinite(v)]
+    if not len(v) or v.min() < 0 or v.max() > 1 or limit <= 1:
+        return limit
+    if limit > 100:
+        raise ConfigError(f"{field}: {limit:g} is out of range: the column is a fraction in [0, 1] "
+                          f"(0.76 = 76 %); give a fraction or a percentage up to 100")
+    if notes is not None:
+        notes.append(f"{field}={limit:g} read as {limit / 100:g}: the column is a fraction in [0, 1] (a percentage given)")
+    return limit / 100
 
 
 def apply_requirements(frame: pd.DataFrame, require: Mapping[str, float], maximized: Mapping[str, bool]
@@ -206,6 +226,7 @@ def apply_requirements(frame: pd.DataFrame, require: Mapping[str, float], maximi
     out["decision_reason"] = reason
     out["feasible"] = out["feasible"].to_numpy(dtype=bool) & ~below & ~missing
     out["meets_require"] = pd.array([None if np.isnan(m) else bool(m) for m in meets], dtype="boolean")
+    unknown_probability(out, unverified)
     return out, {"n_require_below": int(below.sum()), "n_require_missing": int(unverified.sum())}
 
 
@@ -222,27 +243,29 @@ def add_per_image(frame: pd.DataFrame, names: Sequence[str], targets: Sequence[s
 
 
 def apply_axes(scored: pd.DataFrame, targets: Sequence[str], pareto: Sequence[str],
-               require: Mapping[str, object] | None, maximize: Sequence[str]
+               require: Mapping[str, object] | None, maximize: Sequence[str], notes: list[str] | None = None
                ) -> tuple[pd.DataFrame, list[Axis], dict[str, tuple[float, bool]], dict[str, int]]:
     """Parse the axes ``pareto`` (names with signs), check and apply ``require`` (after the budget
-    decisions). Returns ``(scored, axes, requirements, counts)``: ``requirements`` maps a column to its
+    decisions; a percentage on a fraction column is read as a fraction, a line in ``notes`` says so). Returns ``(scored, axes, requirements, counts)``: ``requirements`` maps a column to its
     ``(limit, maximized)``; ``scored`` gains the per-image columns the axes name and ``meets_require``
     when there are requirements."""
     scored = add_per_image(scored, pareto, targets)
     axes = parse_axes(list(pareto), scored, targets)
-    required = check_requirements(require or {}, scored, targets)
+    required = check_requirements(require or {}, scored, targets, notes=notes)
     maximized = directions(axes, maximize)
     scored, counts = apply_requirements(scored, required, maximized)
     return scored, axes, {c: (v, bool(maximized.get(c, False))) for c, v in required.items()}, counts
 
 
 def mark_front(scored: pd.DataFrame, axes: Sequence[Axis], feasible: np.ndarray, mask_fn) -> pd.DataFrame:
-    """``scored`` with ``pareto`` (non-dominated among the ``feasible`` rows on the point values of
-    ``axes``; ``mask_fn``: (m, d) minimized values -> (m,) mask), ``pareto_ties`` and ``pareto_tied_with``
+    """``scored`` with ``pareto`` (non-dominated among the ``feasible`` rows that are not ``unverified``
+    (the model cannot vouch for those: never on the front) on the point values of ``axes``; ``mask_fn``: (m, d) minimized values -> (m,) mask), ``pareto_ties`` and ``pareto_tied_with``
     (:func:`pareto_ties`, naming the tied candidates by ``rank``). A feasible row without a value on some
     axis (NaN) cannot be placed: it is left off the front (``pareto_missing`` True). The columns are added
     to ``scored`` itself (no copy of a million-row frame), which is returned."""
     out = scored
+    if "decision" in out:
+        feasible = feasible & (out["decision"].to_numpy(dtype=object) != "unverified")
     values = np.column_stack([axis_values(out, a) for a in axes]) if axes else np.zeros((len(out), 0))
     placed = feasible & np.isfinite(values).all(axis=1)
     front = np.zeros(len(out), dtype=bool)

@@ -20,6 +20,12 @@ coverages up to about ``1 - 2 / (n + 1)``).
 - ``accept``: every budgeted target is certainly within: its interval's upper end is at or below the limit;
 - ``borderline``: the rest (some interval crosses a limit), with ``p_feasible``, the joint probability.
 
+An ``unverified`` candidate's probability is unknown, not capped: ``p_feasible`` and ``p_within_<target>`` are
+``NaN`` there (:func:`unknown_probability`; the table shows ``?``). The calibration that gives the probability
+was measured on candidates like the training rows; outside the domain, at a precision never measured or
+beyond the coverages it resolves, any number (97 %, or a cap such as 50 %) would claim what was never
+measured. Such a candidate is never on the Pareto front either (:func:`carb.analysis.axes.mark_front`).
+
 ``p_feasible`` multiplies the per-target probabilities: it treats the targets' errors as independent.
 Errors of latency and energy are positively correlated in practice, and then the product is a lower
 bound of the joint probability (the upper bound is the smallest per-target probability).
@@ -168,7 +174,18 @@ def decide(scored: pd.DataFrame, budget: Mapping[str, float], mae: Mapping[str, 
     out["feasible"] = feasible
     out["decision"] = decision
     out["decision_reason"] = reasons
-    return out
+    return unknown_probability(out, unverified)
+
+
+def unknown_probability(frame: pd.DataFrame, unverified: np.ndarray) -> pd.DataFrame:
+    """``frame`` with ``p_feasible`` and every ``p_within_<target>`` set to ``NaN`` on the rows of the (n,)
+    mask ``unverified`` (in place; returned): the calibration cannot give their probability (module docstring)."""
+    if unverified.any():
+        for c in [c for c in frame.columns if c == "p_feasible" or str(c).startswith("p_within_")]:
+            v = frame[c].to_numpy(dtype=float, copy=True)
+            v[unverified] = np.nan
+            frame[c] = v
+    return frame
 
 
 def profile_next(scored: pd.DataFrame, objective_values: np.ndarray, n: int) -> pd.DataFrame:

@@ -470,8 +470,9 @@ def concentration_metrics(table: pd.DataFrame, predictions: Mapping[str, pd.Data
     return out
 
 
-def format_table(table: pd.DataFrame) -> str:
-    """A fixed-width text table of :func:`evaluate_splits` (R^2 and MAPE beside B1)."""
+def format_table(table: pd.DataFrame, width: int = 120) -> str:
+    """A fixed-width text table of :func:`evaluate_splits` (R^2 and MAPE beside B1), lines of at most
+    ``width`` columns: the split's description last, left-aligned, cut to the width."""
     if not len(table):
         return "(no extrapolation split applies to this data)"
     show = table.copy()
@@ -484,7 +485,10 @@ def format_table(table: pd.DataFrame) -> str:
     if show["interval_coverage"].notna().any():
         show["coverage"] = show["interval_coverage"].map(lambda v: "-" if pd.isna(v) else f"{v:.2f}")
         cols.append("coverage")
-    return show[cols + ["description"]].to_string(index=False)
+    heads = {"n_train": "train", "n_test": "test", "coverage": "cover"}   # short headers leave the description room
+    lines = show[cols].rename(columns=heads).to_string(index=False).splitlines()
+    desc = ["description", *map(str, show["description"])]
+    return "\n".join(f"{line} {d}"[:width] for line, d in zip(lines, desc))
 
 
 def sanity_report(model: Any, grid: pd.DataFrame, tol: float = 1e-9) -> dict[str, float]:

@@ -157,6 +157,18 @@ def domain_filter(model: Any, features: pd.DataFrame, outside: str = "flag"
     return out.reset_index(drop=True), counts, notes
 
 
+def none_left_note(features: pd.DataFrame, outside: str, counts: Mapping[str, int]) -> str:
+    """One line saying why ``screen.outside`` (``drop`` or ``only``) left none of the n rows of ``features``
+    (knobs or features): how many were on the other side of the training domain, and what keeps them."""
+    n = len(features)
+    if not n:
+        return "the grid has no candidate: the shortlist is empty"
+    side = "outside" if outside == "drop" else "inside"
+    return (f"screen.outside={outside} left no candidate: all {n} are {side} the model's training domain "
+            f"({counts.get('n_outside', 0)} outside); the shortlist is empty (screen.outside=flag keeps "
+            f"them all, those outside marked unverified)")
+
+
 def check_budget(budget: Mapping[str, Any], targets: Sequence[str]) -> dict[str, float]:
     """Keep the budget entries that are set (not None); raise :class:`ConfigError` for a target the
     model does not predict or a non-positive limit."""
@@ -329,8 +341,13 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
     with run:   # the early workers end with the scoring passes, also on an error
         if needs_features(features):
             features = run.featurize(features)
+        every = features
         features, dom_counts, notes = domain_filter(target_model, features, outside)
         stages.update(dom_counts)
+        none_left = not len(features)
+        if none_left:   # the scoring runs on one row for the columns, then no row is kept
+            notes.append(none_left_note(every, outside, dom_counts))
+            features = domain_filter(target_model, every.iloc[:1], "flag")[0]
         features["never_measured"] = unseen_mask(getattr(target_model, "domain_", None), features, "precision")
         if clean_budget and not getattr(target_model, "intervals_", None):
             notes.append("the model has no calibrated intervals (fitted before intervals): borderline = within "
@@ -350,6 +367,10 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
             stages.update({"stage1_kept": int(keep.sum()), "stage2_rescored": int(rescored.sum()),
                            "spearman_source_target": spearman(src_pred[rescored],
                                                               objective_values(scored, obj)[rescored])})
+    if none_left:
+        scored, keep = scored.iloc[:0].copy(), keep[:0]
+        if "stage1_kept" in stages:
+            stages.update({"stage1_kept": 0, "stage2_rescored": 0, "spearman_source_target": float("nan")})
     scored["stage1_kept"] = keep
     t = time.perf_counter()
     if not keep.all():
@@ -359,7 +380,8 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
     axes = pareto_axes(targets)   # default: the objective (per image where it is) against the other axis
     if obj.endswith(PER_IMAGE):
         axes = [obj if a == obj[: -len(PER_IMAGE)] else a for a in axes]
-    scored, axis_list, required, req_counts = apply_axes(scored, targets, pareto or axes, require, maximize)
+    scored, axis_list, required, req_counts = apply_axes(scored, targets, pareto or axes, require, maximize,
+                                                          notes)
     stages.update(req_counts)
     scored = add_per_image(scored, [obj], targets)   # a per-image objective that is no Pareto axis still ranks
     feas = scored["feasible"].to_numpy()

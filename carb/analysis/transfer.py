@@ -73,6 +73,37 @@ def space_filling_per_precision(frame: pd.DataFrame, k: int) -> list[int]:
     return picks
 
 
+def covering_picks(frame: pd.DataFrame, k: int, precisions: Sequence[str], min_each: int = 3,
+                   disagreement: np.ndarray | None = None, pool: int = 3) -> list[int]:
+    """Positions (0-based) of calibration rows of ``frame`` that cover every precision of ``precisions``
+    the frame has: each gets its round-robin share of ``k`` (:func:`space_filling_per_precision`'s rule) but
+    at least ``min_each`` rows (so the result may hold more than ``k``); within a precision the rows are the
+    space-filling pick (:func:`carb.design.select.space_filling`) among the ``pool`` x share rows where
+    ``disagreement`` ((n,), e.g. ``|log|`` of how far the device probes' prediction departs from the
+    source's common factor) is largest; without it among all that precision's rows. Issue 44: the K rows of
+    the quickstart covered fp32 and bf16 only and made bf16 worse than the zero-shot."""
+    prec = frame["precision"].astype(str).to_numpy()
+    have = [p for p in dict.fromkeys(map(str, precisions)) if (prec == p).any()]
+    if not have:
+        return space_filling(frame, min(int(k), len(frame)))
+    counts = {p: int((prec == p).sum()) for p in have}
+    share = {p: min(int(min_each), counts[p]) for p in have}
+    left = max(int(k) - sum(share.values()), 0)
+    while left and any(share[p] < counts[p] for p in have):
+        for p in sorted(have, key=lambda q: -counts[q]):
+            if left and share[p] < counts[p]:
+                share[p] += 1
+                left -= 1
+    picks: list[int] = []
+    for p, n in share.items():
+        pos = np.flatnonzero(prec == p)
+        if disagreement is not None and len(pos) > pool * n:
+            d = np.abs(np.asarray(disagreement, float)[pos])
+            pos = pos[np.argsort(-np.where(np.isfinite(d), d, -1.0), kind="stable")[:pool * n]]
+        picks += [int(pos[i]) for i in space_filling(frame.iloc[pos], n)]
+    return picks
+
+
 def split_k(rows: pd.DataFrame, k: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(calibration rows, held-out rows)``: ``k`` rows picked space-filling per precision
     (:func:`space_filling_per_precision`), and the rest."""

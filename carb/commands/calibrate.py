@@ -25,6 +25,7 @@ import pandas as pd
 from carb import tracking
 from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_tags, to_dict
 from carb.commands.progress import Progress
+from carb.commands.zero_shot import print_unseen   # noqa: F401 - carb-calibrate's warnings for unseen precisions
 from carb.errors import ConfigError, DatasetError
 
 
@@ -36,6 +37,23 @@ def default_source() -> str:
     return f"models:/{model_name(ok_rows(reference_dataset()))}@champion"
 
 
+def require_source_for_spec(cfg: Any) -> None:
+    """One-line :class:`ConfigError` for ``spec=`` without ``source=``: a spec-sheet transfer starts from a
+    GPU model (its GPU needs a spec record too), never the default CPU reference model; the line lists the
+    registered models of the store to pick from (read after :func:`carb.tracking.configure`)."""
+    if not cfg.get("spec") or cfg.get("source"):
+        return
+    from carb import tracking
+
+    try:
+        names = tracking.registered_models()
+    except Exception:  # noqa: BLE001 - the list is a courtesy; the refusal stands without it
+        names = []
+    listed = ", ".join(names) if names else f"none in {cfg.tracking.uri}: train one first (carb-train)"
+    raise ConfigError(f"source: spec={cfg.spec!r} transfers a GPU model by spec sheets; pass "
+                      f"source=models:/<name>@champion (registered models: {listed})")
+
+
 def target_rows(cfg: Any) -> tuple[pd.DataFrame, str]:
     """The target device's measured rows from ``data.path`` (``ok`` rows of one device) and a label."""
     from carb.data.io import load_dataset
@@ -44,9 +62,10 @@ def target_rows(cfg: Any) -> tuple[pd.DataFrame, str]:
     path = str(cfg.data.path)
     rows = ok_rows(load_dataset(path))
     dev = cfg.data.get("device")
+    ids = rows["device_id"].astype(str) if "device_id" in rows else pd.Series("", index=rows.index)
     if dev:
-        names = sorted(rows["device_name"].dropna().astype(str).unique())
-        rows = rows[rows["device_name"].astype(str) == str(dev)]
+        names = sorted(set(rows["device_name"].dropna().astype(str)) | set(ids[ids != ""]))
+        rows = rows[(rows["device_name"].astype(str) == str(dev)) | (ids == str(dev))]
         if not len(rows):
             raise ConfigError(f"data.device: {dev!r} has no ok rows in {path}; allowed: {names}")
     if not len(rows):
@@ -54,12 +73,17 @@ def target_rows(cfg: Any) -> tuple[pd.DataFrame, str]:
     names = sorted(rows["device_name"].dropna().astype(str).unique())
     if len(names) > 1:
         raise ConfigError(f"data.device: {path} holds {len(names)} devices; calibrate one at a time; allowed: {names}")
+    found = sorted(set(rows["device_id"].dropna().astype(str))) if "device_id" in rows else []
+    if len(found) > 1:   # one name, several CPUs (two "AMD EPYC" VMs): the K rows would mix two devices' biases
+        raise ConfigError(f"data.device: {path} holds rows of {len(found)} devices named {names[0]!r} "
+                          f"(device_id {', '.join(found)}); calibrate one at a time; allowed: {found}")
     return rows.reset_index(drop=True), path
 
 
-def measure_rows(cfg: Any) -> tuple[pd.DataFrame, str]:
-    """Measure ``k`` space-filling configurations of ``space`` on this machine (through carb-collect's
-    collector, rows appended to ``out``) and return their ``ok`` rows."""
+def measure_rows(cfg: Any, source: Any = None, target_probe: str | None = None) -> tuple[pd.DataFrame, str]:
+    """Measure ``k`` configurations of ``space`` on this machine (through carb-collect's collector, rows
+    appended to ``out``) and return their ``ok`` rows. With the ``source`` model the rows cover every
+    precision it predicts (:func:`covering_rows`), else they are space-filling per precision."""
     from omegaconf import OmegaConf
 
     from carb.commands.collect import run_collect
@@ -74,8 +98,11 @@ def measure_rows(cfg: Any) -> tuple[pd.DataFrame, str]:
     if k > len(configs):
         raise ConfigError(f"k: must be between 1 and the {len(configs)} configurations of space "
                           f"{cfg.space.name!r}, got {k}")
-    picks = space_filling_per_precision(grid_features(configs), k)
-    chosen = [configs[i] for i in picks]
+    if source is not None:
+        chosen = covering_rows(cfg, source, configs, target_probe)
+        k = len(chosen)
+    else:
+        chosen = [configs[i] for i in space_filling_per_precision(grid_features(configs), k)]
     collect_cfg = OmegaConf.create({
         "space": to_dict(cfg.space), "device": to_dict(cfg.device), "measure": to_dict(cfg.measure),
         "tracking": to_dict(cfg.tracking), "paths": to_dict(cfg.paths), "out": str(cfg.out), "seed": 0,
@@ -99,6 +126,76 @@ def measure_rows(cfg: Any) -> tuple[pd.DataFrame, str]:
     return rows, str(cfg.out)
 
 
+def covering_rows(cfg: Any, source: Any, configs: list, target_probe: str | None = None) -> list:
+    """The configurations to measure for a K-row calibration that covers what ``source`` predicts (issue 44):
+    every precision the source predicts gets at least ``transfer.min_rows_per_precision`` rows
+    (:func:`carb.analysis.transfer.covering_picks`; a precision the space lacks, fp16 of ``space=reference``,
+    from the space's networks of at most ``transfer.added_precision_max_flops`` FLOPs per batch, as the
+    fallback path can be 20-50x slower), picked where the two CPUs' device probes depart most from the
+    source's common factor (both probes on disk: this CPU's by ``target_probe`` or its fingerprint). Prints
+    what it chose."""
+    import numpy as np
+
+    from carb.analysis.transfer import covering_picks
+    from carb.design.features import grid_features
+    from carb.model.transfer import source_precisions
+
+    want = source_precisions(source) or sorted({c.precision for c in configs})
+    have = {c.precision for c in configs}
+    pool = list(configs)
+    cap = float(cfg.transfer.get("added_precision_max_flops") or 2.5e8)
+    small = None
+    for p in [q for q in want if q not in have]:
+        if small is None:
+            feats = grid_features(configs)
+            small = [c for c, f in zip(configs, feats["flops"].to_numpy(float)) if f <= cap]
+        pool += list({c.replace(precision=p).config_id: c.replace(precision=p) for c in small}.values())
+    frame = grid_features(pool)
+    dis = _probe_disagreement(source, frame, target_probe, cfg.measure.get("threads"))
+    n_min = int(cfg.transfer.get("min_rows_per_precision", 3))
+    picks = covering_picks(frame, int(cfg.k), want, n_min, dis)
+    chosen = [pool[i] for i in picks]
+    per = pd.Series([c.precision for c in chosen]).value_counts().to_dict()
+    print(f"carb-calibrate: {len(chosen)} configurations to measure, at least {n_min} of each precision the model "
+          f"predicts ({', '.join(f'{p} {n}' for p, n in sorted(per.items()))})"
+          + (f", raised from k={int(cfg.k)}" if len(chosen) > int(cfg.k) else "")
+          + ("; picked where the device probes depart most from the source" if dis is not None and
+             np.isfinite(dis).any() else ""))
+    return chosen
+
+
+def _probe_disagreement(source: Any, frame: pd.DataFrame, target_probe: str | None, threads: Any = None) -> Any:
+    """Per row of ``frame`` (n,): ``|log r - median log r of its precision|``, ``r`` the two CPUs' probe ratio
+    (:meth:`carb.model.transfer.TransferredCascade.probe_ratio`): where the probes say a network moves
+    unlike the source's common factor. None without both probes on disk (this CPU's: ``target_probe``, else
+    its fingerprint at the measuring ``threads``)."""
+    import numpy as np
+
+    from carb.data.probes import load_probe, probe_fingerprint
+    from carb.model.transfer import TransferredCascade
+
+    src_id = getattr(source, "device_id_", None)
+    if target_probe is None:
+        try:
+            from carb.measure.fingerprint import device_id, read_cpu_fingerprint
+            from carb.measure.probe import torch_threads_and_version
+
+            target_probe = device_id(read_cpu_fingerprint(torch_threads_and_version(threads)[0]))
+        except Exception:   # noqa: BLE001 - no fingerprint: no disagreement, plain space-filling picks
+            return None
+    sp, tp = (load_probe(str(src_id)) if src_id else None), load_probe(str(target_probe))
+    if sp is None or tp is None or str(src_id) == str(target_probe):
+        return None
+    tr = TransferredCascade(source).fit_probe(sp, tp, probe_fingerprint(str(target_probe)), "target", str(target_probe))
+    r = np.log(np.maximum(tr.probe_ratio(frame), 1e-12))
+    prec = frame["precision"].astype(str).to_numpy()
+    out = np.zeros(len(frame))
+    for p in np.unique(prec):
+        m = prec == p
+        out[m] = np.abs(r[m] - np.median(r[m]))
+    return out
+
+
 def run_calibrate(cfg: Any) -> dict[str, Any]:
     """Calibrate, evaluate on held-out rows, log and register. Returns ``{"transfer", "table",
     "registered_name", "version", "run_id", "source", "k", "config_ids"}``."""
@@ -112,11 +209,7 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     refuse_spec_and_probe(cfg)   # before loading anything
     uri, art = cfg.tracking.uri, cfg.tracking.get("artifact_root")
     tracking.configure(uri, art)
-    if int(cfg.k) == 0 and cfg.get("spec") and not cfg.get("source"):   # the default source is the CPU reference's
-        from carb.commands.zero_shot import _registered_names
-
-        raise ConfigError(f"source: k=0 spec={cfg.spec} transfers a GPU model; pass source=models:/<GPU model>@champion"
-                          f" (the default is the CPU reference model's); registered: {_registered_names()}")
+    require_source_for_spec(cfg)
     source_uri = str(cfg.source or default_source())
     prog = Progress.from_cfg("carb-calibrate", 4.0, cfg, throttle=False)
     prog.begin(f"loading {source_uri}")
@@ -130,12 +223,12 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     if not cfg.data.get("path"):   # measuring now: refuse before a minute of measuring, not after
         refuse_unlike_devices(cfg, source, source_uri, None)
     prog.begin("reading the target rows" if cfg.data.get("path") else "measuring the target rows")
-    rows, where = target_rows(cfg) if cfg.data.get("path") else measure_rows(cfg)
+    rows, where = target_rows(cfg) if cfg.data.get("path") else measure_rows(cfg, source, target_probe)
     refuse_unlike_devices(cfg, source, source_uri, rows)
     if target_probe and str(target_probe) not in set(rows["device_id"].dropna().astype(str)):
         raise ConfigError(f"probe: {target_probe} is not the device of the rows of {where} "
                           f"({sorted(set(rows['device_id'].dropna().astype(str)))}); a probe describes the target CPU")
-    k = int(cfg.k) if cfg.data.get("path") else min(int(cfg.k), len(rows))
+    k = int(cfg.k) if cfg.data.get("path") else len(rows)   # measured now: every ok row (k or more: covering_rows)
     if k > len(rows):
         raise ConfigError(f"k: must be between 1 and the {len(rows)} ok rows of {where}, got {k}")
     name = model_name(rows)
@@ -163,6 +256,9 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
               + (f" as @{cfg.alias}" if alias_set else f" (alias {cfg.alias} left on version {tracking.get_alias(reg_name, str(cfg.alias))}; "
                                 f"carb-promote promote.name={reg_name} promote.version={version} moves it)")
               + f"; MLflow run {run_id}")
+    from carb.commands.cli import say_run_page
+
+    say_run_page(run_id, cfg.tracking.uri)
     out_dir = hydra_run_dir()
     if out_dir is not None and len(table):
         table.to_csv(out_dir / "heldout.csv", index=False)
@@ -356,7 +452,11 @@ def transfer_settings(cfg: Any) -> dict[str, Any]:
             "precision_shrink": float(t.precision_shrink), "dispatch": bool(t.get("dispatch", True)),
             "coverage": float(cfg.coverage), "error_prior": t.get("error_prior", "auto"),
             "prior_rows": float(t.get("prior_rows", 10.0)),
-            "prior_targets": tuple(t.get("prior_targets") or ("latency_ms", "energy_J"))}
+            "prior_targets": tuple(t.get("prior_targets") or ("latency_ms", "energy_J")),
+            "unseen_widen": max(abs(float(v)) for v in (cfg.get("zero_shot") or {}).get("probe_log_error_band",
+                                                                                      [-0.354, 0.222])),
+            "pair_prior": t.get("pair_prior", "auto"),
+            "repeat_floor": {str(k): float(v) for k, v in (t.get("repeatability_floor") or {}).items()}}
 
 
 def _print_transfer(tr: Any, table: pd.DataFrame, n_heldout: int) -> None:
@@ -366,8 +466,13 @@ def _print_transfer(tr: Any, table: pd.DataFrame, n_heldout: int) -> None:
     for p, q in (getattr(tr, "stand_ins_", None) or {}).items():
         print(f"carb-calibrate: {p} runs on another kernel path on {tr.device_name_} than on the source's CPU "
               f"(instruction set): the source's {q} cost stands in for it")
+    print_unseen(tr)
     for target, info in tr.transfer_.items():
         print(f"carb-calibrate: {target}: {info['form']} ({describe_form(info)}) from {info['k']} rows")
+        for p, r in (info.get("precision_loo") or {}).items():
+            print(f"carb-calibrate: {target} {p}: leave-one-out error on its {r['n']} rows: zero-shot "
+                  f"{100 * math.expm1(r['zero_shot']):.1f} %, calibrated {100 * math.expm1(r['calibrated']):.1f} % "
+                  f"(mean |log error| as %) -> keeps the {r['kept'].replace('_', '-')}")
         entry = (tr.intervals_ or {}).get(target)
         if info["form"] != "source" and isinstance(entry, dict) and "lower" in entry:
             print(f"carb-calibrate: {target}: {100 * float(entry['coverage']):g} % interval x [{math.exp(entry['lower']):.2f}, "

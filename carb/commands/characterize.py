@@ -150,6 +150,9 @@ def run_characterize(cfg: Any) -> dict[str, Any]:
     xd = tables.get("cross_device")
     print(f"carb-characterize: {label}: {len(tables)} tables, {len(fig_paths)} figures in {out_dir} "
           f"(MLflow run {run_id})")
+    from carb.commands.cli import say_run_page
+
+    say_run_page(run_id, cfg.tracking.uri)
     if xd is not None:
         print(to_markdown(xd.drop(columns=["device_a", "device_b"])), end="")
     return {"run_id": run_id, "output_dir": str(out_dir), "label": label, "tables": table_paths,

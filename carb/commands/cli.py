@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -177,6 +178,22 @@ def one_line_errors(command: str) -> Iterator[None]:
         if e.errno not in DISK_ERRNOS:
             raise
         fail(command, disk_error(e))
+    except Exception as e:  # noqa: BLE001 - a 401 / 403 of a protected tracking server is one line; else raised
+        line = _auth_line(e)
+        if line is None:
+            raise
+        from carb.errors import TrackingError
+
+        fail(command, TrackingError(line))
+
+
+def _auth_line(exc: BaseException) -> str | None:
+    """One line for a tracking server's 401 / 403 (:func:`carb.tracking.auth.auth_failure_line`), else None."""
+    if type(exc).__name__ not in ("MlflowException", "RestException"):
+        return None
+    from carb import tracking
+
+    return tracking.auth_failure_line(exc, tracking.configured_uri() or os.environ.get("MLFLOW_TRACKING_URI", "?"))
 
 
 def hydra_command(command: str, config_name: str | None = None) -> Callable:
@@ -231,6 +248,8 @@ def check_stores(command: str, cfg: Any) -> None:
     tuned = ((cfg.get("model") or {}).get("tuned_from") or {}) if command in ("train", "tune") else {}
     for key, storage, writes in (("tune.storage", (cfg.get("tune") or {}).get("storage"), command == "tune"),
                                  ("model.tuned_from.storage", tuned.get("storage"), False)):
+        if storage:   # a database password comes from the environment (PGPASSWORD), never the logged config
+            tracking.refuse_password_in_uri(key, str(storage))
         if storage and str(storage).startswith("sqlite:///"):
             why = sqlite_problem(str(storage)[len("sqlite:///"):], writes=writes)
             if why:
@@ -479,6 +498,79 @@ def sweep_suffix(name: str) -> str:
         if val and not key.lstrip("+~").startswith(skip) and val not in name.split("/"):
             parts.append(f"{key.split('.')[-1]}={val}")
     return f"{name}/{','.join(parts)}" if parts else name
+
+
+#: The widest terminal line CARB prints (README: output fits 120 columns).
+WIDTH = 120
+
+
+def command_text(name: str) -> str:
+    """How to type the console script ``name`` (``carb-screen``, ``mlflow``) the way this process can run
+    it: the bare name when ``PATH`` finds this interpreter's copy (an activated venv, an installed
+    package); else its path beside the interpreter, relative to the current folder when under it
+    (``.venv/bin/carb-screen``, as the README runs them without activating the venv), else absolute.
+    The interpreter's folder rather than ``sys.argv[0]``, so ``python -m carb <cmd>`` and a test runner
+    get the same answer as the console script."""
+    import shutil
+
+    here = Path(sys.executable).parent / name
+    if not here.exists():
+        return name
+    found = shutil.which(name)
+    if found and Path(found).absolute() == here.absolute():
+        return name
+    try:
+        return str(here.absolute().relative_to(Path.cwd().absolute()))
+    except ValueError:
+        return str(here)
+
+
+def wrap_line(text: str, width: int = WIDTH) -> str:
+    """A report line (``carb-<cmd>: ...``) in lines of at most ``width`` columns, broken between words, the
+    continuation lines indented by two spaces; a word longer than a line (a path) stays whole."""
+    import textwrap
+
+    if len(text) <= width:
+        return text
+    return "\n".join(textwrap.wrap(text, width, subsequent_indent="  ", break_long_words=False,
+                                    break_on_hyphens=False))
+
+
+def run_page(run_id: str, tracking_uri: Any = None) -> str:
+    """``  run <address>``: the UI page of a run the command just logged, in the "Model training" view
+    (:func:`carb.tracking.run_url`), on a line of its own (an address is about 107 columns); "" without
+    a run (a read-only store) or an address."""
+    from carb.tracking import run_url
+
+    url = run_url(run_id, None if tracking_uri is None else str(tracking_uri))
+    return f"  run {url}" if url else ""
+
+
+def say_run_page(run_id: str, tracking_uri: Any = None) -> None:
+    """Print :func:`run_page` when there is one."""
+    line = run_page(run_id, tracking_uri)
+    if line:
+        print(line)
+
+
+def wrap_command(lead: str, command: str, note: str = "", width: int = WIDTH) -> list[str]:
+    """``lead + command`` (+ ``note``, e.g. ``   (or make ui)``) in lines of at most ``width`` columns: the
+    command broken between its words with a shell continuation (`` \\``), so the lines still copy-paste as
+    one command; continuation lines indented under the command. A single word longer than a line stays
+    whole."""
+    pad = " " * (len(lead) + 2)
+    lines, line = [], lead
+    for word in command.split(" "):
+        if line not in (lead, pad) and len(line) + 1 + len(word) + 2 > width:
+            lines.append(line + " \\")
+            line = pad
+        line = line + ("" if line in (lead, pad) else " ") + word
+    if note and len(line) + len(note) > width:
+        lines.append(line)
+        line = pad.rstrip() + note.rstrip() if not note.startswith(" ") else pad + note.strip()
+    elif note:
+        line += note
+    return lines + [line]
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

@@ -214,6 +214,9 @@ def run_collect(cfg: Any, configs: Sequence[ArchConfig] | None = None) -> dict[s
                           "n_existing": len(existing), "n_todo": len(todo), "n_rows": len(appender.frame),
                           "duration_s": time.perf_counter() - t_start, "setup_s": t_loop - t_start, "device": facts}
                 _report(result, appender, out, f"{space_name}-{slug}")
+    from carb.commands.cli import say_run_page
+
+    say_run_page(result["run_id"], (c.get("tracking") or {}).get("uri"))
     return result
 
 
@@ -293,6 +296,9 @@ def import_run(c: Mapping[str, Any]) -> dict[str, Any]:
         tracking.log_dataset(df, name=f"{name}-gpu-run", source=str(out), context="collection")
     print(f"carb-collect: imported {n_run} rows of {df['device_name'].iloc[0]} ({prov.get('device_id')}) into {out} "
           f"({len(df)} rows in all)")
+    from carb.commands.cli import say_run_page
+
+    say_run_page(run_id, tr.get("uri"))
     return {"out": str(out), "run_id": run_id, "n_rows": len(df), "n_ok": int((df["status"] == "ok").sum()),
             "device_id": prov.get("device_id")}
 

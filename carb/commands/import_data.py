@@ -142,6 +142,10 @@ def run_import(cfg: Any) -> dict[str, Any]:
         tracking.log_dataset(df, name=f"import-{name}", source=str(out), context="import")
         tracking.log_artifact(out, "dataset")
         tracking.log_artifact(un_path, "dataset")
+    from carb.commands.cli import say_run_page
+
+    print(f"carb-import: MLflow run {run_id}")
+    say_run_page(run_id, tr.get("uri"))
     return {"out": str(out), "unmapped_path": str(un_path), "provenance_path": str(prov_path), "run_id": run_id,
             "n_rows": len(df), "n_unmapped": len(unmapped), "unmapped": unmapped, "provenance": prov}
 

@@ -80,6 +80,7 @@ def run_probe_command(cfg: Any) -> dict[str, Any]:
     dev = device_id(fp)
     plan = probe_plan(space_layers(frame), int(cfg.n), int(cfg.seed), float(cfg.max_MMAC))
     out = Path(cfg.out) if cfg.get("out") else user_probe_path(dev)
+    refuse_unwritable(out, dev)   # before measuring: a minute of timings that cannot be kept is lost work
     total = len(plan) * len(precisions)
     prog = Progress.from_cfg("carb-probe", float(total), cfg)
     print(f"carb-probe: device {dev} ({fp.get('model_name')}), {threads} thread(s): {len(plan)} layers x "
@@ -108,7 +109,24 @@ def run_probe_command(cfg: Any) -> dict[str, Any]:
         run_id = log_probe(cfg, probe, prov, out)
     prog.finish(f"{len(probe)} timings written")
     print(f"carb-probe: {len(probe)} timings of device {dev} -> {out} (MLflow run {run_id})")
+    from carb.commands.cli import say_run_page
+
+    say_run_page(run_id, (cfg.get("tracking") or {}).get("uri"))
     return {"out": str(out), "device_id": dev, "rows": len(probe), "precisions": precisions, "run_id": run_id}
+
+
+def refuse_unwritable(out: Path, dev: str) -> None:
+    """One-line :class:`ConfigError` (exit 2) when the probe table ``out`` (and its provenance beside it)
+    cannot be written, said before any timing is taken (:func:`carb.files.unwritable` on its folder)."""
+    from carb.files import unwritable
+
+    why = unwritable(out.parent)
+    if why is None and out.exists() and not out.is_file():
+        why = f"{out} is a folder"
+    if why:
+        raise ConfigError(f"out: the probe of device {dev} would go to {out}, but {why}; nothing was measured "
+                          f"(make that folder writable, set CARB_HOME=<a writable folder>, or give "
+                          f"carb-probe out=<a writable .csv>)")
 
 
 def refuse_empty(probe: pd.DataFrame, dev: str, out: Path) -> None:

@@ -5,8 +5,14 @@ and in a log file alike (no carriage returns, no bar redrawing).
 
 Library code never prints: it takes a plain ``progress(label)`` callable that it calls as each unit of
 work *starts* (:meth:`Progress.hook`), or the command calls :meth:`Progress.begin` / :meth:`Progress.advance`
-itself. A unit carries a weight (a cascade refit weighs as much as all the stages of the main fit), and
-the ETA is ``elapsed / done * remaining`` in weight. The ``progress`` config group
+itself. A unit carries a weight (a cascade refit weighs as much as all the stages of the main fit).
+
+ETA: the rate is measured on finished units only (seconds up to the last unit boundary / the finished
+weight); the time left is that rate times the weight not yet finished, less the seconds already spent in
+the unit now running, and never less than the rate times the units after it. So while one long unit runs
+(heartbeat lines) the ETA counts down and then holds; it changes upwards only when a unit finishes slower
+than the ones before it, never because the clock runs on (``elapsed / done * remaining`` grew with the
+elapsed time inside a long unit: 15 -> 35 min on a job that took 2). The ``progress`` config group
 (``conf/progress/default.yaml``) turns it off (``progress.enabled=false``) and throttles loops of many
 short units (``progress.min_interval_s``).
 
@@ -28,6 +34,8 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
+#: Widest progress line: a longer label is shortened (``...``) so the line keeps its timing within it.
+LINE_WIDTH = 120
 #: Progress objects whose heartbeat thread runs (:func:`stop_heartbeats` stops them at a command's end).
 _RUNNING: weakref.WeakSet = weakref.WeakSet()
 #: Set while a command runs (:func:`heartbeats`): only then do heartbeat threads start.
@@ -64,6 +72,7 @@ class Progress:
         self.heartbeat_s = float(heartbeat_s or 0.0)
         self.done, self.current, self.count = 0.0, 0.0, 0
         self.t0 = clock()
+        self.t_done = 0.0   # seconds from t0 to the last unit boundary (begin / advance)
         self.last_print = float("-inf")
         self.label = ""
         self.lines: list[str] = []
@@ -90,14 +99,25 @@ class Progress:
         return self.clock() - self.t0
 
     def eta_s(self) -> float:
-        """Seconds left at the rate so far (NaN before any unit is done)."""
-        if self.done <= 0:
+        """Seconds left (NaN before any unit is done): the finished units' rate (s per weight) times the
+        weight left, less the seconds spent in the running unit, at least that rate times the weight after
+        the running unit (see the module docstring). Does not grow while a unit runs."""
+        if self.done <= 0 or self.t_done <= 0:
             return float("nan")
-        return max(0.0, self.elapsed_s() / self.done * (self.total - self.done))
+        rate = self.t_done / self.done
+        left = max(0.0, self.total - self.done)
+        spent = max(0.0, self.elapsed_s() - self.t_done)
+        return max(0.0, rate * (left - self.current), rate * left - spent)
+
+    def _finished(self, weight: float) -> None:
+        """``weight`` more is done, now: a unit boundary (time between a finished unit and the next one
+        counts with the finished work)."""
+        self.done += max(0.0, weight)
+        self.t_done = self.elapsed_s()
 
     def begin(self, label: str, weight: float = 1.0) -> None:
         """Unit ``label`` (of ``weight``) starts: the unit before it is done."""
-        self.done += self.current
+        self._finished(self.current)
         self.current = float(weight)
         self.count += 1
         self.label = label
@@ -106,7 +126,7 @@ class Progress:
 
     def advance(self, label: str, weight: float = 1.0) -> None:
         """Unit ``label`` (of ``weight``) is done."""
-        self.done += self.current + float(weight)
+        self._finished(self.current + float(weight))
         self.current = 0.0
         self.count += 1
         self.label = label
@@ -167,7 +187,11 @@ class Progress:
         pct = 100.0 * min(1.0, self.done / total)
         eta = self.eta_s()
         timing = f"{format_duration(self.elapsed_s())} elapsed" + ("" if eta != eta else f", ETA {format_duration(eta)}")
-        return f"{self.prefix}: [{pct:3.0f}%] {label}; {timing}"
+        head = f"{self.prefix}: [{pct:3.0f}%] "
+        room = LINE_WIDTH - len(head) - len(timing) - 2
+        if len(label) > room:   # the label gives way, never the timing: one line within LINE_WIDTH
+            label = label[:max(room - 3, 8)].rstrip() + "..."
+        return f"{head}{label}; {timing}"
 
     def _say(self, label: str) -> None:
         now = self.clock()

@@ -15,7 +15,7 @@ import math
 from typing import Any
 
 from carb import tracking
-from carb.commands.cli import hydra_command
+from carb.commands.cli import hydra_command, wrap_line
 from carb.commands.progress import Progress
 from carb.errors import ConfigError, ModelError
 
@@ -120,9 +120,9 @@ def _promote(p: Any, name: str, versions: list[dict[str, Any]], tracking_uri: st
         return move_alias(name, versions, str(p.version), p.alias, p.previous_alias)
     calibrated = [v for v in versions if v["tags"].get("carb.kind") == "calibrate"]
     if calibrated:   # few-shot transfers have no validation split: their held-out numbers do not compare
-        print(f"carb-promote: left out {len(calibrated)} calibrated version(s) of {name} "
+        print(wrap_line(f"carb-promote: left out {len(calibrated)} calibrated version(s) of {name} "
               f"({[v['version'] for v in calibrated]}: their held-out rows differ; promote.version=<N> "
-              f"chooses one)")
+              f"chooses one)"))
         versions = [v for v in versions if v not in calibrated]
         if not versions:
             raise ModelError(f"promote.name: {name!r} has only calibrated versions "
@@ -136,10 +136,10 @@ def _promote(p: Any, name: str, versions: list[dict[str, Any]], tracking_uri: st
     if champion is not None and newest in skipped:
         refuse_other_data(name, newest, champion)
     digest, split = evaluation_key(champion or pool[-1])
-    print(f"carb-promote: comparing {len(pool)} version(s) of {name} evaluated on dataset {digest[:12]} split "
+    print(wrap_line(f"carb-promote: comparing {len(pool)} version(s) of {name} evaluated on dataset {digest[:12]} split "
           f"{split}" + (f"; skipped {len(skipped)} evaluated on other data (versions "
                         f"{[v['version'] for v in skipped]}; promote.across_datasets=true compares them anyway)"
-                        if skipped else ""))
+                        if skipped else "")))
     best, metric = choose(pool, p.metric, p.get("fallback_metric"), p.direction)
     value = best["metrics"][metric]
     tol = float(p.get("tie_tolerance", 0.0) or 0.0)
@@ -148,13 +148,13 @@ def _promote(p: Any, name: str, versions: list[dict[str, Any]], tracking_uri: st
         old_v = cur["metrics"][metric]
         gain = (old_v - value) if p.direction == "minimize" else (value - old_v)
         if gain <= tol * abs(old_v):
-            print(f"carb-promote: version {best['version']} ({metric}={value:.6g}) is within the tie tolerance "
-                  f"({tol:g} relative) of the champion version {current} ({old_v:.6g}); nothing changed")
+            print(wrap_line(f"carb-promote: version {best['version']} ({metric}={value:.6g}) is within the tie tolerance "
+                  f"({tol:g} relative) of the champion version {current} ({old_v:.6g}); nothing changed"))
             return {"name": name, "champion": current, "previous": tracking.get_alias(name, p.previous_alias),
                     "metric": metric, "value": old_v, "changed": False}
     if current == best["version"]:
-        print(f"carb-promote: {name}@{p.alias} is already version {current} ({metric}={value:.4g}); "
-              f"nothing changed")
+        print(wrap_line(f"carb-promote: {name}@{p.alias} is already version {current} ({metric}={value:.4g}); "
+              f"nothing changed"))
         return {"name": name, "champion": current, "previous": tracking.get_alias(name, p.previous_alias),
                 "metric": metric, "value": value, "changed": False}
     if current is not None:
@@ -163,8 +163,8 @@ def _promote(p: Any, name: str, versions: list[dict[str, Any]], tracking_uri: st
     old = next((v for v in versions if v["version"] == current), None)
     old_txt = (f"version {current} ({metric}={old['metrics'].get(metric, math.nan):.4g}) -> now "
                f"{name}@{p.previous_alias}" if old else "none")
-    print(f"carb-promote: {name}@{p.alias}: {old_txt}; new champion version {best['version']} "
-          f"({metric}={value:.4g}, chosen among {len(pool)} compared versions, {p.direction})")
+    print(wrap_line(f"carb-promote: {name}@{p.alias}: {old_txt}; new champion version {best['version']} "
+          f"({metric}={value:.4g}, chosen among {len(pool)} compared versions, {p.direction})"))
     return {"name": name, "champion": best["version"], "previous": current, "metric": metric,
             "value": value, "changed": True}
 
@@ -178,14 +178,14 @@ def move_alias(name: str, versions: list[dict[str, Any]], version: str, alias: s
         raise ModelError(f"promote.version: {name!r} has no version {version}; allowed: {known}")
     current = tracking.get_alias(name, alias)
     if current == version:
-        print(f"carb-promote: {name}@{alias} is already version {version}; nothing changed")
+        print(wrap_line(f"carb-promote: {name}@{alias} is already version {version}; nothing changed"))
         return {"name": name, "champion": version, "previous": tracking.get_alias(name, previous_alias),
                 "metric": None, "value": None, "changed": False}
     if current is not None:
         tracking.set_alias(name, previous_alias, current)
     tracking.set_alias(name, alias, version)
-    print(f"carb-promote: {name}@{alias}: version {version} as asked (promote.version, not compared)"
-          + (f"; version {current} -> now {name}@{previous_alias}" if current is not None else ""))
+    print(wrap_line(f"carb-promote: {name}@{alias}: version {version} as asked (promote.version, not compared)"
+          + (f"; version {current} -> now {name}@{previous_alias}" if current is not None else "")))
     return {"name": name, "champion": version, "previous": current, "metric": None, "value": None, "changed": True}
 
 

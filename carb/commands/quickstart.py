@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any
 
-from carb.commands.cli import compose
+from carb.commands.cli import compose, wrap_line
 from carb.compute import limited, configure_from
 from carb.errors import ConfigError
 
@@ -150,24 +150,24 @@ def run_quickstart(argv: list[str] | None = None) -> dict[str, Any]:
                           precisions)  # mistakes first
     cfg = cfgs["screen"]
     configure_from(cfgs["train"].get("compute"))   # threads that fit the free cores (carb/compute.py)
-    print(f"carb-quickstart: tracking store {cfg.tracking.uri}")
+    print(wrap_line(f"carb-quickstart: tracking store {cfg.tracking.uri}"))
     tracking.configure(cfg.tracking.uri, cfg.tracking.get("artifact_root"))
     steps, trained = [], {}
     if tracking.get_alias(name, "champion") is None:
-        print(f"carb-quickstart: no champion for {name} in {cfg.tracking.uri}; training the fast preset "
-              f"on the shipped dataset data={data} ({len(ref)} rows measured on {device})")
+        print(wrap_line(f"carb-quickstart: no champion for {name} in {cfg.tracking.uri}; training the fast preset "
+              f"on the shipped dataset data={data} ({len(ref)} rows measured on {device})"))
         trained = run_train(cfgs["train"], defer=True)   # the shortlist first; what screening does not read, after it
         steps.append("train")
         run_promote(cfgs["promote"])
         steps.append("promote")
     else:
-        print(f"carb-quickstart: {name}@champion exists (version {tracking.get_alias(name, 'champion')}); "
-              f"screening straight away")
+        print(wrap_line(f"carb-quickstart: {name}@champion exists (version {tracking.get_alias(name, 'champion')}); "
+              f"screening straight away"))
     if calibrate:
         from carb.commands.calibrate import run_calibrate
 
-        print(f"carb-quickstart: calibrating {name}@champion to this machine "
-              f"({int(cfgs['calibrate'].k)} measured configurations)")
+        print(wrap_line(f"carb-quickstart: calibrating {name}@champion to this machine "
+              f"({int(cfgs['calibrate'].k)} measured configurations)"))
         cal = run_calibrate(cfgs["calibrate"])
         steps.append("calibrate")
         if cal.get("version"):
@@ -175,22 +175,36 @@ def run_quickstart(argv: list[str] | None = None) -> dict[str, Any]:
 
             with open_dict(cfg):
                 cfg.screen.target = f"models:/{cal['registered_name']}/{cal['version']}"
-            print(f"carb-quickstart: screening with this machine's model {cfg.screen.target}")
+            print(wrap_line(f"carb-quickstart: screening with this machine's model {cfg.screen.target}"))
     out = run_screen(cfg)
     steps.append("screen")
-    print(f"carb-quickstart: first shortlist after {time.perf_counter() - t0:.1f} s")
+    print(wrap_line(f"carb-quickstart: first shortlist after {time.perf_counter() - t0:.1f} s"))
     later = trained.get("deferred")
     if later:
         added = finish_deferred(later)
         lobo = ", ".join(f"{k[5:-3]} {v:.3f}" for k, v in added.items() if k.startswith("lobo_") and k.endswith("_r2"))
-        print(f"carb-quickstart: then {' and '.join(later['parts'])} logged to the training run {later['run_id']}"
-              + (f" (leave-one-batch-tier-out R2: {lobo})" if lobo else ""))
+        print(wrap_line(f"carb-quickstart: then {' and '.join(later['parts'])} logged to the training run {later['run_id']}"
+              + (f" (leave-one-batch-tier-out R2: {lobo})" if lobo else "")))
     uri = cfg.tracking.uri
     after = [f"then {', '.join(later['parts'])}"] if later else []
-    print(f"carb-quickstart: done in {time.perf_counter() - t0:.0f} s ({' -> '.join(steps + after)}).")
-    print(f"Open the MLflow UI:  MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=1 MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false .venv/bin/mlflow ui --workers 1 "
-          f"--backend-store-uri {uri}   (then http://127.0.0.1:5000)")
+    print(wrap_line(f"carb-quickstart: done in {time.perf_counter() - t0:.0f} s ({' -> '.join(steps + after)})."))
+    print("\n".join(ui_lines(uri, out.get("run_id", ""))))
     return {**out, "steps": steps, "after_shortlist": list(later["parts"]) if later else []}
+
+
+def ui_lines(uri: str, run_id: str) -> list[str]:
+    """The closing lines: how to start the MLflow UI on ``uri`` (wrapped at 120 columns, the command as this
+    process can run it), and last the screening run's page in the "Model training" view (MLflow 3 otherwise
+    opens its GenAI home), or the screening experiment's runs table when the run has no page."""
+    from carb import tracking
+    from carb.commands.cli import command_text, wrap_command
+
+    env = "MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=1 MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false"
+    note = "   (or make ui)" if uri == "sqlite:///mlruns/mlflow.db" else ""
+    lines = wrap_command("Open the MLflow UI:  ", f"{env} {command_text('mlflow')} ui --workers 1 --backend-store-uri {uri}",
+                         note)
+    url = tracking.run_url(run_id, uri) or tracking.experiment_url(tracking.EXPERIMENTS["screen"], tracking.ui_base(uri))
+    return lines + [f"then open {url}"]
 
 
 def help_text() -> str:

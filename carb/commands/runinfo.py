@@ -53,12 +53,15 @@ def train_params(config: Mapping[str, Any], counts: Mapping[str, str],
 
 
 #: Headline scalars of a train run per target ``{t}``: logged name -> name in the evaluation's metrics.
-#: The ``/`` groups them into sections of MLflow's charts (``test``, ``val``, ``b1``, ...).
+#: The ``/`` groups them into sections of MLflow's charts (``test``, ``val``, ``vs_b1``, ...). MLflow's UI
+#: orders metric columns and chart sections by name (compare view, runs table), so the baselines are
+#: ``vs_b1/`` and ``vs_b2/`` ("against baseline 1"): after the headline ``test/`` and ``val/``, not before.
 HEADLINE_PER_TARGET = {
     **{f"test/{{t}}_{k}": f"test_{{t}}_{k}" for k in ("r2", "mae", "mape", "rmse")},
     "val/{t}_mae": "val_{t}_mae",
-    **{f"{g}/{{t}}_{k}": f"{g}_{{t}}_{k}" for g in ("b1", "lobo") for k in ("r2", "mape")},
-    "b2/{t}_r2": "b2_{t}_r2",
+    **{f"vs_b1/{{t}}_{k}": f"b1_{{t}}_{k}" for k in ("r2", "mape")},
+    **{f"lobo/{{t}}_{k}": f"lobo_{{t}}_{k}" for k in ("r2", "mape")},
+    "vs_b2/{t}_r2": "b2_{t}_r2",
     "interval/test_{t}_coverage": "interval_test_{t}_coverage",
     "interval/test_{t}_width": "interval_test_{t}_width",
 }
@@ -279,8 +282,9 @@ def grid_source(config: Mapping[str, Any]) -> tuple[str, str]:
 def screen_record(config: Mapping[str, Any], result: Any, target_uri: str, target_version: str, device: str,
                   mode: str, n_candidates: int, sweep: Mapping[str, str] | None = None) -> dict[str, Any]:
     """What a screen run records besides its counts: ``run_name``
-    (``<budget>/<objective>/<grid>-<candidates>/<device>-v<target version>[/two-stage]``: what differs between
-    screenings, most often changed first, as the runs table cuts long names), ``tags`` (``grid``, ``grid_rows``, ``objective``, ``budget``, ``target_model``,
+    (``<device>-screen-v<target version>/<budget>/<objective>/<grid>-<candidates>[/two-stage]``: the device
+    first, as the runs table cuts long names and two devices' screenings must not read the same, then what
+    differs between screenings, most often changed first), ``tags`` (``grid``, ``grid_rows``, ``objective``, ``budget``, ``target_model``,
     ``target_version``, ``device``, ``mode``, ``pareto_axes``), ``config`` (the config with the target,
     objective and budget it used) and ``params`` (:data:`SCREEN_PARAMS` and swept keys from it, no nulls).
     ``result``: a :class:`carb.analysis.screening.ScreenResult`."""
@@ -298,8 +302,8 @@ def screen_record(config: Mapping[str, Any], result: Any, target_uri: str, targe
     tags = {"grid": grid, "grid_rows": str(n_candidates), "objective": result.objective, "budget": budget,
             "target_model": target_uri, "target_version": str(target_version or ""), "device": device,
             "mode": mode, "pareto_axes": " x ".join(getattr(result, "axes", []) or [])}
-    name = "/".join([budget, result.objective, f"{grid}-{n_candidates}", f"{device_slug(device or 'model')}-{version}"]
-                    + ([mode] if mode != "single-stage" else []))
+    name = "/".join([f"{device_slug(device or 'model')}-screen-{version}", budget, result.objective,
+                     f"{grid}-{n_candidates}"] + ([mode] if mode != "single-stage" else []))
     return {"run_name": name, "tags": tags, "config": resolved, "params": params}
 
 

@@ -18,12 +18,14 @@ import pandas as pd
 
 from carb import tracking
 from carb.analysis import screening
-from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_tags, to_dict
+from carb.commands.cli import (hydra_command, hydra_run_dir, say_run_page, sweep_suffix, sweep_tags, to_dict,
+                              wrap_line)
 from carb.commands.progress import Progress
 from carb.commands.runinfo import grid_frame, grid_source, screen_record
 from carb.compute import estimator_threads
 from carb.commands.screen_table import TABLE_WIDTH, budget_text, file_frame, format_table, next_steps
 from carb.errors import ConfigError, ModelError
+from carb.files import write_atomic
 from carb.model.device_check import other_device
 from carb.model.encoding import pred_name
 
@@ -240,12 +242,13 @@ def run_screen(cfg: Any) -> dict[str, Any]:
         tracking.log_artifact(out_dir, "screen")
     prog.finish(f"screened {counts['n_candidates']} candidates")
     csv = "scored.csv, " if (out_dir / "scored.csv").exists() else ""
-    print(f"wrote {out_dir}/: shortlist.csv, profile_next.csv, {csv}scored.parquet, pareto.png")
+    print(wrap_line(f"wrote {out_dir}/: shortlist.csv, profile_next.csv, {csv}scored.parquet, pareto.png"))
     print(f"MLflow run {run_id}")
+    say_run_page(run_id, uri)
     from carb.commands.calibrate import source_kind
 
-    print("\n".join(next_steps(target_uri, uri, tracking.experiment_url(tracking.EXPERIMENTS["screen"]),
-                               kind=source_kind(target))))
+    print("\n".join(next_steps(target_uri, uri, tracking.experiment_url(tracking.EXPERIMENTS["screen"],
+                                                                      tracking.ui_base(uri)), kind=source_kind(target))))
     return {**counts, **result.stages, "timings_s": result.timings_s, "output_dir": str(out_dir),
             "run_id": run_id, "target": target_uri, "mode": mode, "validation": validation,
             "shortlist": result.shortlist, "notes": notes}
@@ -290,8 +293,8 @@ def _print_report(cfg: Any, result: Any, notes: list[str], target_uri: str, targ
           + (f"; source {cfg.screen.source} (v{source.registry_.get('version', '?')})" if source else ""))
     _print_origin(target)
     counts = result.counts
-    print(f"grid {counts['n_candidates']} candidates; budget {budget_text(result.budget)}; "
-          f"objective {result.objective}")
+    print(wrap_line(f"grid {counts['n_candidates']} candidates; budget {budget_text(result.budget)}; "
+          f"objective {result.objective}"))
     if source is not None:
         n_re, n_grid = result.stages.get("stage2_rescored", 0), result.counts["n_candidates"]
         where = "the whole grid" if n_re >= n_grid else f"the {n_re} re-scored candidates (screen.rescore=all: whole grid)"
@@ -356,7 +359,9 @@ def _print_shortlist(result: Any, targets: list[str], users: list[str]) -> None:
     shown = shown_users(result, users)
     if result.objective not in targets:   # a per-image objective: show the column it ranks by
         preds.append(pred_name(result.objective))
-    if result.shortlist.empty:
+    if result.scored.empty:   # screen.outside left none: the note above says why
+        print("shortlist: empty (no candidate left to screen; see the note above)")
+    elif result.shortlist.empty:
         closest = screening.closest_candidates(result.scored, result.budget)
         print("no candidate meets the budget; closest candidates (worst relative overshoot):")
         print(format_table(closest, preds, ["worst_overshoot"], users=shown))
@@ -399,19 +404,21 @@ def _write_files(cfg: Any, result: Any, prog: Progress, users: list[str]) -> Pat
                1.0 + len(result.scored) / SCORE_ROWS_PER_UNIT * GRID_STEP_SHARES["write"])
     targets = [t for t in ("latency_ms", "energy_J", "peak_memory_MB") if pred_name(t) in result.scored]
     scored = file_frame(result.scored, targets, users)
-    scored.to_parquet(out_dir / "scored.parquet", index=False)
+    # each file atomically (carb.files.write_atomic): a full disk leaves the old file or none, never a part
+    write_atomic(out_dir / "scored.parquet", lambda tmp: scored.to_parquet(tmp, index=False))
     csv_max = int(cfg.screen.get("scored_csv_max_rows", 100_000))
     if len(scored) <= csv_max:
-        scored.to_csv(out_dir / "scored.csv", index=False)
+        write_atomic(out_dir / "scored.csv", lambda tmp: scored.to_csv(tmp, index=False))
     else:
         print(f"note: scored.csv not written ({len(scored)} rows > screen.scored_csv_max_rows={csv_max}); "
               f"every candidate is in scored.parquet")
-    file_frame(result.shortlist, targets, users).to_csv(out_dir / "shortlist.csv", index=False)
-    file_frame(result.profile, targets, users).to_csv(out_dir / "profile_next.csv", index=False)
+    for name, frame in (("shortlist.csv", result.shortlist), ("profile_next.csv", result.profile)):
+        table = file_frame(frame, targets, users)
+        write_atomic(out_dir / name, lambda tmp, table=table: table.to_csv(tmp, index=False))
     from carb.plots.screen import pareto_figure
 
     fig = pareto_figure(result)
-    fig.savefig(out_dir / "pareto.png", dpi=130, bbox_inches="tight")
+    write_atomic(out_dir / "pareto.png", lambda tmp: fig.savefig(tmp, format="png", dpi=130, bbox_inches="tight"))
     return out_dir
 
 

@@ -23,6 +23,8 @@ TABLE_WIDTH = 120
 #: Knob columns and their short terminal headers, in order.
 KNOB_HEADERS = {"block": "block", "depth": "depth", "width_mult": "width", "input_size": "input",
                 "batch_size": "batch", "precision": "prec", "early_downsample": "early_ds"}
+#: Knob columns the terminal shows only where they tell the shown rows apart (custom grids), and their headers.
+VARYING_KNOB_HEADERS = {"stages": "stages", "inner_mult": "inner"}
 #: Knob columns of the files, in order (the terminal shows the first seven).
 FILE_KNOBS = (*KNOB_HEADERS, "stages", "inner_mult", "config_id")
 #: Per target: the words and unit of a budget line.
@@ -33,8 +35,11 @@ TARGET_HEADERS = {"latency_ms": "latency ms", "energy_J": "energy J", "peak_memo
 PER_IMAGE_HEADERS = {"energy_J_per_image": "J/image", "latency_ms_per_image": "ms/image"}
 #: Characters of the last `reason` column the table keeps room for before dropping :data:`DROP_FIRST` columns.
 REASON_ROOM = 36
-#: Columns the terminal table leaves out when it is too wide (the files keep them); a last `reason` column is cut.
-DROP_FIRST = ("early_ds", "ties", "front", "in_domain")
+#: Columns the terminal table leaves out when it is too wide (the files keep them), in this order; a knob column
+#: (``early_ds``) only where all shown rows share its value, so no two rows read the same with different numbers.
+#: Then the intervals of targets without a budget go (their point prediction stays), then every interval;
+#: a line still too wide (a last `reason` column) is cut.
+DROP_FIRST = ("ties", "front", "in_domain", "early_ds")
 
 
 def budget_text(budget: Mapping[str, float]) -> str:
@@ -71,7 +76,8 @@ def _with_interval(df: pd.DataFrame, target: str) -> list[str]:
 
 def format_table(df: pd.DataFrame, preds: Sequence[str], extra: Sequence[str] = (),
                  width: int = TABLE_WIDTH, users: Sequence[str] = ()) -> str:
-    """Terminal table of candidates: the knobs, ``decision``, ``P`` (``p_feasible`` in %), each prediction in
+    """Terminal table of candidates: the knobs, ``decision``, ``P`` (``p_feasible`` in %; ``?`` for an
+    ``unverified`` row, whose probability is unknown), each prediction in
     ``preds`` (``pred_<target>`` columns) with its interval ``[lo, hi]`` where the frame has
     ``lo_<target>``/``hi_<target>`` (headed ``latency ms``, ``energy J``, ``memory MB``), ``rank``, then the
     ``extra`` columns present (``pareto`` shown as ``front``, ``pareto_ties`` as ``ties``, ``decision_reason``
@@ -79,19 +85,28 @@ def format_table(df: pd.DataFrame, preds: Sequence[str], extra: Sequence[str] = 
     the predictions. Columns of :data:`DROP_FIRST` go when the table is wider than ``width``; the files keep
     everything."""
     show = pd.DataFrame(index=df.index)
+    varying = {h for c, h in {**KNOB_HEADERS, **VARYING_KNOB_HEADERS}.items()
+               if c in df and df[c].astype(str).nunique() > 1}
     for c, h in KNOB_HEADERS.items():
         if c in df:
+            show[h] = df[c]
+    for c, h in VARYING_KNOB_HEADERS.items():
+        if h in varying:
             show[h] = df[c]
     if "decision" in df:
         show["decision"] = df["decision"]
     if "p_feasible" in df:
-        show["P"] = [f"{v:.0%}" if np.isfinite(v) else "-" for v in df["p_feasible"].to_numpy(dtype=float)]
+        unknown = df["decision"].to_numpy(dtype=object) == "unverified" if "decision" in df else np.zeros(len(df), bool)
+        show["P"] = ["?" if u else f"{v:.0%}" if np.isfinite(v) else "-"   # ?: unknown (decisions docstring)
+                     for v, u in zip(df["p_feasible"].to_numpy(dtype=float), unknown)]
+    points: dict[str, tuple[list[str], bool]] = {}   # header -> (point predictions, budgeted)
     for c in preds:
         t = c[len("pred_"):]
         if t in PER_IMAGE_HEADERS:
             show[PER_IMAGE_HEADERS[t]] = [num(v) for v in df[c]]
         else:
             show[TARGET_HEADERS.get(t, t)] = _with_interval(df, t)
+            points[TARGET_HEADERS.get(t, t)] = ([num(v) for v in df[c]], f"p_within_{t}" in df)
     for c in users:
         if c in df:
             show[c] = [num(v, 4) for v in df[c]]
@@ -105,17 +120,31 @@ def format_table(df: pd.DataFrame, preds: Sequence[str], extra: Sequence[str] = 
     reason = show.pop("reason") if "reason" in show else None
     # leave the reason room for up to REASON_ROOM characters before dropping columns
     room = width - (1 + min(REASON_ROOM, max(map(len, map(str, reason)), default=0)) if reason is not None else 0)
-    text = show.to_string(index=False)
-    for col in DROP_FIRST:
-        if max(map(len, text.splitlines()), default=0) <= room:
-            break
-        if col in show:
-            show = show.drop(columns=col)
-            text = show.to_string(index=False)
+    text = _narrowed(show, room, varying, points)
     if reason is not None:   # last, left-aligned, cut to the width
         lines = text.splitlines()
         text = "\n".join(f"{line} {r}"[:width] for line, r in zip(lines, ["reason", *map(str, reason)]))
-    return text
+    return "\n".join(line[:width] for line in text.splitlines())
+
+
+def _narrowed(show: pd.DataFrame, room: int, varying: set[str],
+              points: Mapping[str, tuple[list[str], bool]]) -> str:
+    """``show`` as text no wider than ``room`` where the steps of :data:`DROP_FIRST` get it there: drop its
+    columns (a knob in ``varying``, which tells rows apart, stays), then show only the point prediction of
+    targets without a budget (``points``: header -> (points, budgeted)), then of every target."""
+    def wide(frame: pd.DataFrame) -> bool:
+        return max(map(len, frame.to_string(index=False).splitlines()), default=0) > room
+
+    for col in DROP_FIRST:
+        if not wide(show):
+            break
+        if col in show and col not in varying:
+            show = show.drop(columns=col)
+    for budgeted in (False, True):
+        for head, (vals, is_budgeted) in points.items():
+            if wide(show) and head in show and is_budgeted == budgeted:
+                show[head] = vals
+    return show.to_string(index=False)
 
 
 def predicted_telemetry(columns: Sequence[str]) -> dict[str, str]:
@@ -146,21 +175,32 @@ def machine_steps(target_uri: str, kind: str | None) -> list[str]:
     """The "next" lines that move a model to another device, per the model's device ``kind`` (``gpu`` /
     ``cpu`` / None): a GPU model cannot be calibrated with this CPU's rows (refused), so it points to the CPU
     reference's calibration and to a zero-shot to another GPU; a CPU model to measuring this CPU."""
+    from carb.commands.cli import command_text, wrap_command
+
+    cal = command_text("carb-calibrate")
     if kind == "gpu":
-        return ["  this CPU      carb-quickstart calibrate=true   (calibrates the CPU reference model here)",
-                f"  another GPU   carb-calibrate source={target_uri} k=0 spec=<GPU>"]
-    return [f"  your machine  carb-calibrate source={target_uri} measure=cpu k=12"]
+        return [*wrap_command("  this CPU      ", f"{command_text('carb-quickstart')} calibrate=true",
+                              "   (calibrates the CPU reference model here)"),
+                *wrap_command("  another GPU   ", f"{cal} source={target_uri} k=0 spec=<GPU>")]
+    return wrap_command("  your machine  ", f"{cal} source={target_uri} measure=cpu k=12")
 
 
 def next_steps(target_uri: str, tracking_uri: str, runs_url: str | None = None, kind: str | None = None) -> list[str]:
-    """The closing "next" block: set your own budget, calibrate to your machine (:func:`machine_steps`, per
-    the model's device ``kind``), use the model from Python, open the MLflow UI (``runs_url``: the
-    experiment's runs table in the UI's "Model training" view)."""
-    return ["next:",
-            "  your budget   carb-screen screen.budget.latency_ms=<ms> screen.budget.energy_J=<J> "
-            "screen.budget.peak_memory_MB=<MB>",
-            "  your grid     carb-screen screen.grid_file=<csv of knobs>   (or space.batch_sizes=[1,8] ...)",
-            *machine_steps(target_uri, kind),
-            f"  Python        carb.load_model('{target_uri}').predict(knobs_frame, budget=...)",
-            f"  MLflow UI     mlflow ui --backend-store-uri {tracking_uri}   (or make ui)"] + (
-        [f"                then {runs_url}"] if runs_url else [])
+    """The closing "next" block: set your own budget, calibrate to your machine (:func:`machine_steps`, per the
+    model's device ``kind``), use the model from Python, open the MLflow UI (``runs_url``: the experiment's runs table in the UI's "Model training" view). The
+    commands are typed as this process can run them (:func:`carb.commands.cli.command_text`:
+    ``.venv/bin/carb-screen`` when the venv is not on ``PATH``) and wrapped at 120 columns with shell
+    continuations (:func:`carb.commands.cli.wrap_command`), so each copy-pastes as printed."""
+    from carb.commands.cli import command_text, wrap_command
+
+    screen = command_text("carb-screen")
+    lines = ["next:"]
+    lines += wrap_command("  your budget   ", f"{screen} screen.budget.latency_ms=<ms> screen.budget.energy_J=<J> "
+                          "screen.budget.peak_memory_MB=<MB>")
+    lines += wrap_command("  your grid     ", f"{screen} screen.grid_file=<csv of knobs>",
+                          "   (or space.batch_sizes=[1,8] ...)")
+    lines += machine_steps(target_uri, kind)   # per the model's device kind (gpu / cpu)
+    lines += wrap_command("  Python        ", f"carb.load_model('{target_uri}').predict(knobs_frame, budget=...)")
+    lines += wrap_command("  MLflow UI     ", f"{command_text('mlflow')} ui --backend-store-uri {tracking_uri}",
+                          "   (or make ui)")
+    return lines + ([f"  then {runs_url}"] if runs_url else [])

@@ -9,7 +9,7 @@ log the run to MLflow (experiment ``carb-train``) with the fitted model register
 
 What a run records (:mod:`carb.commands.runinfo`): the params a person compares (at most 60) and the whole
 config as ``config.yaml``; tags ``device``, ``device_slug``, ``device_id``, ``feature_set``, ``preset``,
-``dataset_digest``, ``git_commit``; headline metrics grouped by prefix (``test/``, ``val/``, ``b1/``, ``lobo/``,
+``dataset_digest``, ``git_commit``; headline metrics grouped by prefix (``test/``, ``val/``, ``vs_b1/``, ``lobo/``,
 ``extrap/``, ``interval/``, ``budget/``, ``time/``) and every metric of :mod:`carb.analysis.evaluate` in the
 table ``metrics.json``; figures under ``figures/`` (``extrapolation.png``: each extrapolation split's
 predictions beside B1's); ``cascade_summary.json`` (log-space choice,
@@ -22,9 +22,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_tags, to_dict
-from carb.commands.runinfo import headline_metrics, metric_rows, split_metrics, train_params
+from carb.analysis.training import (  # noqa: F401 - save_fit, interval_summary: re-exported for their callers
+    LOG_WEIGHT,
+    Hooks,
+    deferred_parts,
+    fit_and_evaluate,
+    interval_summary,
+    load_fit,
+    save_fit,
+    split_frames,
+    start_thread,
+    train_plan,
+)
+from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_tags, to_dict, wrap_line
 from carb.commands.progress import Progress
+from carb.commands.runinfo import headline_metrics, metric_rows, split_metrics, train_params
 from carb.data.io import load_training_frame, resolve_path
 from carb.data.schema import TARGETS, device_slug, model_name
 from carb.data.split import split_dataset
@@ -51,7 +63,8 @@ def should_register(register: Any) -> bool:
 def run_train(cfg: Any, defer: bool = False) -> dict[str, Any]:
     """Train, evaluate, save the fit locally, log and register. Returns ``{"metrics": {...},
     "registered_name", "version", "run_id", "model_uri", "run_name", "targets", "dropped_targets",
-    "table", "preset", "fit_folder"}``. With ``log_only=<folder>`` it logs a saved fit instead.
+    "table", "preset", "fit_folder"}``. With ``log_only=<folder>`` it logs a saved fit instead. The steps
+    are the library's (:mod:`carb.analysis.training`); this function reads the config and logs.
 
     ``defer``: leave out what neither screening nor ``carb-promote`` reads (the leave-one-batch-tier-out
     refit and the figures) and return it as ``"deferred"``; :func:`finish_deferred` runs it later and logs
@@ -66,101 +79,30 @@ def run_train(cfg: Any, defer: bool = False) -> dict[str, Any]:
         fit = load_fit(folder)
         print(f"carb-train: logging the fit saved in {folder} (no fitting)")
         return log_fit(fit, cfg, folder)
-
     data_path = str(cfg.data.get("path") or "reference")
     full, device = load_training_frame(data_path, cfg.data.get("device"))
     seed, fractions = int(cfg.split.seed), tuple(float(f) for f in cfg.split.get("fractions", (0.7, 0.15, 0.15)))
-    split = split_dataset(full, seed=seed, fractions=fractions)
-    train, val, cal, test = split.frames4(full)
-    model_cfg, preset = resolve_auto(to_dict(cfg.model), len(train))
+    parts = split_frames(full, seed, fractions)
+    model_cfg, preset = resolve_auto(to_dict(cfg.model), len(parts[0]))
     tune_tags = apply_tuned(model_cfg)
-    features = to_dict(cfg.features)
-    cascade = build_cascade(model_cfg, features, to_dict(cfg.prior))
+    cascade = build_cascade(model_cfg, to_dict(cfg.features), to_dict(cfg.prior))
     targets = [t for t in TARGETS if t in full.columns]
-    ev = to_dict(cfg.evaluate)
-    later = deferred_parts(ev) if defer else {}
-    if later:
-        ev = {**ev, "lobo": {**dict(ev.get("lobo") or {}), "enabled": False}, "figures": False}
-    measured = [t for t in targets if train[t].notna().any()]
-    prog = Progress.from_cfg("carb-train", train_plan(ev, full, len(measured), len(cal)), cfg, throttle=False)
-    import tempfile
-
-    from carb.compute import estimator_threads
-
-    # the evaluation's refits need nothing of the main fit: they start first, in worker processes beside it,
-    # unless the main fit wants more than one thread itself (then they start after it)
-    beside = estimator_threads(len(train)) == 1
-    store = (str(cfg.tracking.uri), cfg.tracking.get("artifact_root"))
-    runner, plan = start_refits(cascade, train, full, ev, measured, len(cal) > 0) if beside else (None, None)
-    if runner is not None and runner.parallel:
-        import_mlflow()
-    figure_dir, ready = None, None
-    try:
-        cascade.fit(train, train[targets], val, val[targets], progress=prog.hook(1.0, "fit stage "))
-        # the cascade's own warnings say which targets and feature columns it dropped (once: cli.warnings_once)
-        same_tags = feature_identity(cascade, train)
-        cascade.record_test_mae(test, test[targets])
-        cascade.split_seed_, cascade.split_fractions_ = seed, list(fractions)
-        t_cal = calibrate_intervals(cascade, (train, val, cal), targets, ev, progress=prog.hook(float(len(measured))),
-                                    seed=seed)
-        t_eval = time.perf_counter()
-        if runner is None:
-            runner, plan = start_refits(cascade, train, full, ev, measured, len(cal) > 0)
-        figures: list[Any] = []
-        sanity, first = None, None
-        if runner.parallel:   # while the workers refit: the main fit's metrics here, the sanity check and the
-            from carb.analysis.assess import main_fit_metrics, sanity_metrics   # figures queued to the workers
-            from carb.analysis.refits import PRIORITY, Task
-
-            first = main_fit_metrics(cascade, train, test, ev)
-            scfg = ev.get("sanity") or {}
-            if scfg.get("enabled", True):   # queued after the predictions above: the worker gets the cascade pickled
-                sanity = runner.submit(Task("sanity", 0, None, sanity_metrics,
-                                            (cascade, str(scfg.get("space", "screening"))), priority=PRIORITY["sanity"]))
-        early: dict[str, Any] = {}
-        combined: list[Any] = []   # the splits' table and predictions, made once for the figure and the metrics
-        if runner.parallel and ev.get("figures", True):
-            figure_dir = tempfile.mkdtemp(prefix="carb-figures-")
-            targets_ = list(cascade.targets_)
-            figures.extend(submit_figures(runner, FIGURES[1:], figure_dir, PRIORITY["figures"], test, first[1]["pred"],
-                                          first[1]["importances"], targets_))
-
-            def queue_extrapolation(runs: list[Any]) -> None:
-                """The extrapolation figure as soon as the splits are in; logged first, as before."""
-                figures[:0] = extrapolation_figure(runner, plan, runs, figure_dir, targets_, combined)
-            early["split"] = queue_extrapolation
-        if runner.parallel:   # this thread only waits from here: the store is set up meanwhile
-            ready = start_thread(prepare_store, *store)
-        done = runner.collect(prog.hook(float(len(measured))), say, early)
-        if ready is not None:
-            ready.join()
-        if sanity is not None:
-            done[("sanity", 0)] = sanity.result()
-        workers = runner.workers if runner.parallel else 1
-        from carb.analysis.assess import evaluate_cascade
-
-        metrics, extras = evaluate_cascade(cascade, train, val, test, full, ev, note=say, refits=(plan, done),
-                                           first=first, combined=combined[0] if combined else None)
-        metrics.update({"calibrate_s": t_cal, "evaluate_s": time.perf_counter() - t_eval,
-                        "refit_workers": float(workers)})
-
-        fit = {"cascade": cascade, "metrics": metrics, "extras": extras, "full": full, "test": test,
-               "sizes": [len(train), len(val), len(cal), len(test)], "device": device, "data_path": data_path,
+    ev, later = evaluate_settings(cfg, defer)
+    n_measured = sum(bool(parts[0][t].notna().any()) for t in targets)
+    prog = Progress.from_cfg("carb-train", train_plan(ev, full, n_measured, len(parts[2])), cfg, throttle=False)
+    tags: dict[str, str] = {}
+    with fit_and_evaluate(cascade, parts, full, targets, ev, seed, fractions, prog, say,
+                          command_hooks(cfg, parts[0], tags)) as trained:
+        fit = {"cascade": cascade, "metrics": trained.metrics, "extras": trained.extras, "full": full,
+               "test": parts[3], "sizes": [len(p) for p in parts], "device": device, "data_path": data_path,
                "preset": preset, "split": f"seed={seed},fractions={','.join(f'{f:g}' for f in fractions)}",
                "config": to_dict(cfg), "sweep": sweep_tags()}
-        fit.update(fit_labels(cfg, fit, {**same_tags, **tune_tags}))
-        if figures:   # workers draw them while this process logs the rest
-            fit["figure_files"] = figures
+        fit.update(fit_labels(cfg, fit, {**tags, **tune_tags}))
+        if trained.figure_files:   # workers draw them while this process logs the rest
+            fit["figure_files"] = trained.figure_files
         folder = save_fit_or_warn(fit, fit_folder(cfg))
         prog.begin("logging to MLflow" + (" and registering" if fit["reg_name"] else ""), LOG_WEIGHT)
         out = log_fit(fit, cfg, folder, ev)
-    finally:
-        if runner is not None:
-            runner.close()
-        if figure_dir is not None:
-            import shutil
-
-            shutil.rmtree(figure_dir, ignore_errors=True)
     prog.finish("fitted, evaluated and logged" + (f" ({', '.join(later)} to follow)" if later else ""))
     if later:
         fit.pop("figure_files", None)
@@ -169,12 +111,25 @@ def run_train(cfg: Any, defer: bool = False) -> dict[str, Any]:
     return out
 
 
-def deferred_parts(ev: dict[str, Any]) -> dict[str, bool]:
-    """What ``run_train(defer=True)`` leaves for later: ``{"leave-one-batch-tier-out": True, "figures": True}``
-    where ``evaluate`` enables them."""
-    parts = {"leave-one-batch-tier-out": bool((ev.get("lobo") or {}).get("enabled", True)),
-             "figures": bool(ev.get("figures", True))}
-    return {k: v for k, v in parts.items() if v}
+def evaluate_settings(cfg: Any, defer: bool) -> tuple[dict[str, Any], dict[str, bool]]:
+    """``(evaluate settings, deferred parts)``: with ``defer``, the parts :func:`deferred_parts` names are
+    switched off here (leave-one-batch-tier-out, figures) and returned to run later."""
+    ev = to_dict(cfg.evaluate)
+    later = deferred_parts(ev) if defer else {}
+    if later:
+        ev = {**ev, "lobo": {**dict(ev.get("lobo") or {}), "enabled": False}, "figures": False}
+    return ev, later
+
+
+def command_hooks(cfg: Any, train: Any, tags: dict[str, str]) -> Hooks:
+    """What ``carb-train`` adds around the library's steps (:class:`carb.analysis.training.Hooks`): after the
+    fit, the feature-set identity line and tags (into ``tags``); MLflow imported before the workers start;
+    the store set up in a thread while they refit; the figures drawn by the workers (:mod:`carb.plots.tasks`)."""
+    from carb.plots.tasks import first_figures, split_figures
+
+    store = (str(cfg.tracking.uri), cfg.tracking.get("artifact_root"))
+    return Hooks(fitted=lambda cascade: tags.update(feature_identity(cascade, train)), parallel=import_mlflow,
+                 waiting=lambda: start_thread(prepare_store, *store), figures=(first_figures, split_figures))
 
 
 def finish_deferred(deferred: dict[str, Any]) -> dict[str, float]:
@@ -214,27 +169,6 @@ def finish_deferred(deferred: dict[str, Any]) -> dict[str, float]:
     return added
 
 
-def start_refits(cascade: Any, train: Any, full: Any, ev: dict[str, Any], targets: list[str], calibrated: bool
-                 ) -> tuple[Any, dict[str, Any]]:
-    """Plan the evaluation's refits of ``cascade`` (:func:`carb.analysis.refits.plan_refits`) and start
-    them in ``evaluate.refits.workers`` processes (one: in this process, when collected). Returns
-    ``(runner, plan)``; the caller closes the runner."""
-    from carb.analysis.refits import RefitRunner, plan_refits, refit_workers
-
-    tasks, plan = plan_refits(cascade, train, full, ev, targets, calibrated, note=say)
-    workers = refit_workers((ev.get("refits") or {}).get("workers", "auto"), len(tasks))
-    return RefitRunner(workers).start(tasks), plan
-
-
-def start_thread(target: Any, *args: Any) -> Any:
-    """``target(*args)`` in a daemon thread, started; returns the thread."""
-    import threading
-
-    thread = threading.Thread(target=target, args=args, daemon=True)
-    thread.start()
-    return thread
-
-
 def import_mlflow() -> None:
     """Import MLflow here, before the main fit: :func:`prepare_store` later runs in a thread beside this
     one, and the two must never import the same modules at once (the fit imports its boosters lazily)."""
@@ -269,57 +203,6 @@ def prepare_store(uri: str, artifact_root: str | None = None) -> str:
     return ""
 
 
-#: The artifact paths of carb-train's figures (:func:`carb.plots.train.train_figures`), one task each.
-FIGURES = ("figures/extrapolation.png", "figures/pred_vs_measured.png", "figures/residuals_by_batch_tier.png",
-           "figures/importances.png")
-
-
-def extrapolation_figure(runner: Any, plan: dict[str, Any], runs: list[Any], folder: str,
-                         targets: list[str], combined: list[Any] | None = None) -> list[Any]:
-    """Queue the extrapolation figure as soon as the splits' refits are in (``runs``: their results, in
-    split order), ahead of the refits still waiting (:data:`carb.analysis.refits.PRIORITY`: the longest figure).
-    ``combined``: gets ``(table, predictions)`` of the splits appended (the evaluation reuses them)."""
-    from carb.analysis.extrapolation import combine_splits, xval_predictions
-    from carb.analysis.refits import PRIORITY
-
-    preds: dict = {}
-    xval = combine_splits([r.result for r in runs], plan["coverage"], predictions=preds)
-    if combined is not None:
-        combined.append((xval, preds))
-    return submit_figures(runner, FIGURES[:1], folder, PRIORITY["extrapolation figure"], None, None, None, targets,
-                          xval, xval_predictions(preds))
-
-
-def submit_figures(runner: Any, names: tuple[str, ...] | list[str], folder: str, priority: float,
-                   *args: Any) -> list[Any]:
-    """One :func:`render_figures` task per figure in ``names`` (``args``: its data, in its order)."""
-    from carb.analysis.refits import Task
-
-    return [runner.submit(Task("figures", i, None, render_figures, (*args, *([None] * (6 - len(args))), folder,
-                                                                    [name]), priority=priority))
-            for i, name in enumerate(names)]
-
-
-def render_figures(test: Any, pred: Any, importances: Any, targets: list[str], xval: Any, xval_preds: Any,
-                   folder: str, only: list[str] | None = None, note: Any = None) -> list[str]:
-    """Draw the fit's figures (:func:`carb.plots.train.train_figures`; ``only`` these) into PNG files under
-    ``folder`` (workers draw them while the command logs the rest); returns their paths,
-    ``folder``/``figures/<name>``."""
-    from carb.plots.train import train_figures
-
-    out = []
-    for name, fig in train_figures(test, pred, importances, targets, xval, xval_preds, only=only).items():
-        path = Path(folder) / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path)
-        out.append(str(path))
-    return out
-
-
-#: Weight of logging a run (figures, model, registration) against one cascade stage, for the ETA.
-LOG_WEIGHT = 2.0
-
-
 def apply_tuned(model_cfg: dict[str, Any]) -> dict[str, str]:
     """With ``model.tuned_from`` (``{"study", "storage"}``: an Optuna study of ``carb-tune``), merge the
     study's best per-target parameters into ``model_cfg["per_target"]`` (in place; ``tuned_from`` is
@@ -333,47 +216,14 @@ def apply_tuned(model_cfg: dict[str, Any]) -> dict[str, str]:
 
     per_target, prov = tuned_per_target(str(tuned["study"]), str(tuned["storage"]))
     model_cfg["per_target"] = {**dict(model_cfg.get("per_target") or {}), **per_target}
-    print(f"carb-train: using the best parameters of study {tuned['study']!r} (trials {prov})")
+    print(wrap_line(f"carb-train: using the best parameters of study {tuned['study']!r} (trials {prov})"))
     return {"tuned_study": str(tuned["study"]), "tuned_storage": str(tuned["storage"]),
             "tuned_trials": json.dumps(prov)}
 
 
 def say(line: str) -> None:
     """One line of the run's report (an evaluation step skipped, how intervals were calibrated)."""
-    print(f"carb-train: {line}")
-
-
-def calibrate_intervals(cascade: Any, parts: tuple[Any, Any, Any], targets: list[str], ev: dict[str, Any],
-                        progress: Any = None, seed: int = 0) -> float:
-    """Calibrate the cascade's prediction intervals (``intervals_``) at ``evaluate.interval_coverage``
-    on the calibration rows of ``parts`` (``(train, val, cal)`` frames). When the calibration part has
-    fewer than ``evaluate.cross_conformal.min_cal_rows`` rows, the intervals are cross-conformal instead
-    (:func:`carb.model.intervals.cross_calibrate` on every train, validation and calibration row), and a
-    line says so; without a calibration part the model gets none. Returns the seconds it took."""
-    t0 = time.perf_counter()
-    train, val, cal = parts
-    coverage = float(ev.get("interval_coverage", 0.9))
-    cc = ev.get("cross_conformal") or {}
-    if not len(cal):
-        say("split.fractions has no calibration part; the model gets no prediction intervals")
-    elif len(cal) >= int(cc.get("min_cal_rows", 40)):
-        from carb.model.intervals import calibrate
-
-        cascade.intervals_ = calibrate(cascade, cal, cal[targets], coverage=coverage)
-    else:
-        import pandas as pd
-        from sklearn.base import clone
-
-        from carb.model.intervals import cross_calibrate
-
-        rows = pd.concat([train, val, cal], ignore_index=True)
-        folds = int(cc.get("folds", 5))
-        say(f"the calibration part has {len(cal)} rows (< evaluate.cross_conformal.min_cal_rows="
-            f"{int(cc.get('min_cal_rows', 40))}): intervals are cross-conformal, {folds}-fold out-of-fold "
-            f"log-ratios of the {len(rows)} train, validation and calibration rows")
-        cascade.intervals_ = cross_calibrate(lambda: clone(cascade), rows, rows[targets], coverage, folds, seed,
-                                             progress=progress, note=say)
-    return time.perf_counter() - t0
+    print(wrap_line(f"carb-train: {line}"))
 
 
 def fit_labels(cfg: Any, fit: dict[str, Any], extra_tags: dict[str, str]) -> dict[str, Any]:
@@ -390,25 +240,6 @@ def fit_labels(cfg: Any, fit: dict[str, Any], extra_tags: dict[str, str]) -> dic
     return {"run_name": run_name, "reg_name": reg_name, "tags": tags}
 
 
-def train_plan(ev: dict[str, Any], full: Any, n_targets: int, n_cal: int = 0) -> float:
-    """Planned weight of a ``carb-train`` run for :class:`~carb.commands.progress.Progress`: one unit per
-    cascade stage, ``n_targets`` per refit (leave-one-batch-tier-out, each extrapolation split, the
-    cross-conformal folds when the ``n_cal`` calibration rows are too few), and :data:`LOG_WEIGHT` for logging."""
-    refits = int(bool((ev.get("lobo") or {}).get("enabled", True)))
-    xcfg = ev.get("extrapolation") or {}
-    if xcfg.get("enabled", True):
-        from carb.analysis.extrapolation import default_splits
-
-        refits += len(default_splits(full, float(xcfg.get("train_share", 0.7)), int(xcfg.get("min_rows", 20))))
-    acfg = ev.get("architecture_intervals") or {}
-    if acfg.get("enabled", True) and float(ev.get("interval_coverage", 0.9) or 0) > 0:
-        refits += int(acfg.get("folds", 5))
-    cc = ev.get("cross_conformal") or {}
-    if 0 < n_cal < int(cc.get("min_cal_rows", 40)):
-        refits += int(cc.get("folds", 5))
-    return n_targets * (1 + refits) + LOG_WEIGHT
-
-
 def feature_identity(cascade: Any, train: Any) -> dict[str, str]:
     """Tags of the columns the fit used (``feature_columns``) and of the other shipped feature sets that
     collapse to the same columns on this data (``feature_set_same_as``); prints
@@ -419,7 +250,7 @@ def feature_identity(cascade: Any, train: Any) -> dict[str, str]:
     used = list(cascade.feature_names_)
     same = identical_feature_sets(train, cascade.feature_set_, used)
     if same:
-        print(f"carb-train: {identity_line(cascade.feature_set_, same, used, list(cascade.dropped_features_))}")
+        print(wrap_line(f"carb-train: {identity_line(cascade.feature_set_, same, used, list(cascade.dropped_features_))}"))
     return {"feature_columns": ",".join(used), "feature_set_same_as": ",".join(same) or "none"}
 
 
@@ -450,98 +281,6 @@ def save_fit_or_warn(fit: dict[str, Any], folder: Path) -> Path | None:
         return None
     finished_work(folder, f"carb-train log_only={folder}")
     return folder
-
-
-def save_fit(fit: dict[str, Any], folder: Path) -> Path:
-    """Save a finished fit locally (``cascade.pkl``, the frames as parquet, the rest as JSON) so a
-    tracking-store fault cannot throw it away; ``carb-train log_only=<folder>`` logs it later. The files
-    are written to a temporary sibling folder renamed to ``folder`` at the end: a full disk leaves no
-    half-written fit (the partial folder is removed and the ``OSError`` raised)."""
-    import json
-    import os
-    import pickle
-    import shutil
-
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = folder.with_name(f".{folder.name}.{os.getpid()}.partial")
-    try:
-        tmp.mkdir()
-        with open(tmp / "cascade.pkl", "wb") as f:
-            pickle.dump(fit["cascade"], f)
-        fit["full"].to_parquet(tmp / "dataset.parquet", index=False)
-        ex = fit["extras"]
-        fit["test"].assign(**{c: ex["pred"][c].to_numpy() for c in ex["pred"].columns}).to_parquet(
-            tmp / "test_predictions.parquet", index=False)
-        if ex.get("extrapolation") is not None:
-            ex["extrapolation"].to_parquet(tmp / "extrapolation.parquet", index=False)
-        if ex.get("extrapolation_predictions"):
-            from carb.analysis.extrapolation import xval_frame
-
-            xval_frame(ex["extrapolation_predictions"]).to_parquet(tmp / "extrapolation_predictions.parquet", index=False)
-        info = {k: fit[k] for k in ("metrics", "sizes", "device", "data_path", "preset", "run_name", "reg_name",
-                                    "tags", "split", "config", "sweep")}
-        info["importances"] = {t: [[n, v] for n, v in items] for t, items in ex["importances"].items()}
-        (tmp / "fit.json").write_text(json.dumps(info, indent=1, default=str))
-        os.replace(tmp, folder)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return folder
-
-
-def load_fit(folder: Path) -> dict[str, Any]:
-    """A fit saved by :func:`save_fit` (for ``log_only``); :class:`ConfigError` when ``folder`` is not one."""
-    import json
-    import pickle
-
-    import pandas as pd
-
-    if not (folder / "fit.json").exists() or not (folder / "cascade.pkl").exists():
-        raise ConfigError(f"log_only: {str(folder)!r} is not a saved fit (needs fit.json and cascade.pkl, as "
-                          f"carb-train writes under <run folder>/fit)")
-    info = json.loads((folder / "fit.json").read_text())
-    with open(folder / "cascade.pkl", "rb") as f:
-        cascade = pickle.load(f)
-    tp = pd.read_parquet(folder / "test_predictions.parquet")
-    pred_cols = [c for c in tp.columns if c.startswith("pred_")]
-    xp = folder / "extrapolation.parquet"
-    xpp = folder / "extrapolation_predictions.parquet"
-    from carb.analysis.extrapolation import xval_from_frame
-
-    extras = {"pred": tp[pred_cols], "importances": {t: [tuple(x) for x in v] for t, v in info["importances"].items()},
-              "extrapolation": pd.read_parquet(xp) if xp.exists() else None,
-              "extrapolation_predictions": xval_from_frame(pd.read_parquet(xpp)) if xpp.exists() else None}
-    return {**info, "cascade": cascade, "extras": extras, "full": pd.read_parquet(folder / "dataset.parquet"),
-            "test": tp.drop(columns=pred_cols)}
-
-
-def interval_summary(entry: dict[str, Any]) -> dict[str, Any]:
-    """One target's calibration as logged (``intervals.json``): the stored log-ratios left out, each
-    regime's (``groups``) and the outside calibration's (and its per-precision bounds) replaced by their row
-    count and bounds."""
-    from carb.model.intervals import conformal_bounds
-
-    out = {k: v for k, v in entry.items() if k not in ("log_ratios", "groups", "outside", "new_arch")}
-    cov = float(entry.get("coverage", 0.9))
-    for g, r in (entry.get("groups") or {}).items():
-        lo, hi = conformal_bounds(r, cov)
-        out.setdefault("groups", {})[g] = {"n": len(r), "lower": lo, "upper": hi}
-    if isinstance(entry.get("new_arch"), dict):
-        a = entry["new_arch"]
-        out["new_arch"] = {"n": a.get("n"), "lower": a.get("lower"), "upper": a.get("upper"),
-                           "architectures": a.get("architectures"), "folds": a.get("folds")}
-        for g, r in (a.get("groups") or {}).items():
-            lo, hi = conformal_bounds(r, cov)
-            out["new_arch"].setdefault("groups", {})[g] = {"n": len(r), "lower": lo, "upper": hi}
-    if isinstance(entry.get("outside"), dict):
-        o = entry["outside"]
-        out["outside"] = {"n": o.get("n"), "lower": o.get("lower"), "upper": o.get("upper")}
-        if isinstance(o.get("by_precision"), dict):
-            from carb.model.intervals import _widest
-
-            out["outside"]["by_precision"] = {
-                p: dict(zip(("lower", "upper"), _widest(d, float(o.get("coverage", cov)))),
-                        n=sum(len(v) for v in d.values())) for p, d in o["by_precision"].items()}
-    return out
 
 
 def log_figures(fit: dict[str, Any]) -> None:
@@ -671,28 +410,31 @@ def print_fit(fit: dict[str, Any], table: str, info: dict[str, Any], run_id: str
     """The terminal report: results table, sanity, extrapolation table, registration."""
     metrics, extras = fit["metrics"], fit["extras"]
     n_tr, n_va, n_ca, n_te = fit["sizes"]
-    print(f"carb-train: {fit['run_name']}  ({n_tr}/{n_va}/{n_ca}/{n_te} train/val/cal/test rows, device {fit['device']!r})")
+    print(wrap_line(f"carb-train: {fit['run_name']}  ({n_tr}/{n_va}/{n_ca}/{n_te} train/val/cal/test rows, device {fit['device']!r})"))
     cov = {k: v for k, v in metrics.items() if k.startswith("interval_test_") and k.endswith("_coverage")}
     if cov:
-        print("carb-train: interval coverage on the test split (nominal "
+        print(wrap_line("carb-train: interval coverage on the test split (nominal "
               f"{metrics.get('interval_nominal', float('nan')):.2f}): "
               + ", ".join(f"{k[14:-9]} {v:.3f} (width {metrics.get(k[:-9] + '_width', float('nan')):.2f})"
-                          for k, v in cov.items()))
+                          for k, v in cov.items())))
     print(table)
     san = {k: v for k, v in metrics.items() if k.startswith("sanity_") and k != "sanity_n"}
     if san:
-        print(f"carb-train: physical sanity on {int(metrics.get('sanity_n', 0))} screening candidates: "
-              + ", ".join(f"{k[7:]} {100 * v:.2f}%" for k, v in san.items()))
+        print(wrap_line(f"carb-train: physical sanity on {int(metrics.get('sanity_n', 0))} screening candidates: "
+              + ", ".join(f"{k[7:]} {100 * v:.2f}%" for k, v in san.items())))
     xval = extras.get("extrapolation")
     if xval is not None:
         from carb.analysis.extrapolation import format_table, summary_line
 
-        print("carb-train: extrapolation (train on the lower range, test on the upper; B1 = FLOPs-only):")
+        print(wrap_line("carb-train: extrapolation (train on the lower range, test on the upper; B1 = FLOPs-only):"))
         print(format_table(xval))
         if len(xval):
-            print(f"carb-train: {summary_line(xval)}")
+            print(wrap_line(f"carb-train: {summary_line(xval)}"))
     if info.get("version"):
-        print(f"carb-train: registered {fit['reg_name']} version {info['version']} (run {run_id})")
+        print(wrap_line(f"carb-train: registered {fit['reg_name']} version {info['version']} (run {run_id})"))
+    from carb.commands.cli import say_run_page
+
+    say_run_page(run_id, fit["config"].get("tracking", {}).get("uri"))
 
 
 _hydra_main = hydra_command("train")(run_train)

@@ -116,7 +116,7 @@ def worse_lines(worse: dict[str, tuple[float, float]], metric: str, preset: str)
     """One warning line per target of :func:`worse_targets`, both values in the metric's unit."""
     out = []
     for t, (base, tuned) in worse.items():
-        unit = "%" if metric == "mape" else t.rsplit("_", 1)[-1]
+        unit = metric_unit(metric, t)
         out.append(f"carb-tune: warning: {t}: tuning made the model worse: the tuned blend's validation {metric} "
                    f"{tuned:.4g} {unit} is {tuned / base:.2g}x the base preset's {base:.4g} {unit}; carb-train "
                    f"model=tuned would predict {t} worse than model={preset} (run more trials, or keep {preset})")
@@ -162,6 +162,14 @@ def worse_targets(results: dict[str, Any], study: str, targets: list[str]) -> di
     return out
 
 
+def base_value(base: Any, val: Any, sd: Any, metric: Any) -> float:
+    """The base preset's validation metric on target ``sd.target``, in the target's unit: its cascade's
+    predictions of the validation rows the trials score (``sd.val_rows``), against their measurements,
+    as the trials are scored (:meth:`carb.model.tuning.StageData.score`) and as ``carb-train`` reports it."""
+    pred = base.predict(val)[f"pred_{sd.target}"].to_numpy(dtype=float)[sd.val_rows]
+    return metric(sd.yva_units, pred)
+
+
 def run_tune(cfg: Any) -> dict[str, Any]:
     """Run this worker's share of the study. Returns best values/params per sub-study and timing."""
     from carb.commands.checks import check_config
@@ -196,7 +204,7 @@ def run_tune(cfg: Any) -> dict[str, Any]:
         res = tune_target(sd, tc.study, members, specialists, space, storage, settings, callbacks=callbacks)
         results.update(res)
         n_done += len(members) * int(tc.n_trials) + int(tc.blend_trials)
-        results[f"base.{t}"] = {"value": metric(sd.yva, base.predict(val)[f"pred_{t}"].to_numpy()[np.isfinite(val[t].to_numpy(float))])}
+        results[f"base.{t}"] = {"value": base_value(base, val, sd, metric)}
     elapsed = time.perf_counter() - t0
     prog.finish(f"{n_done} trials")
     per_min = n_done / elapsed * 60 if elapsed > 0 else float("nan")
@@ -206,7 +214,29 @@ def run_tune(cfg: Any) -> dict[str, Any]:
     if parent:
         _log_parent(cfg, parent, storage, wanted, members, summary)
     _print_summary(cfg, summary, wanted)
+    print("\n".join(dashboard_lines(str(tc.storage), str(tc.study), wanted, members)))
+    if parent:
+        from carb.commands.cli import say_run_page
+
+        say_run_page(parent, cfg.tracking.uri)
     return summary
+
+
+def dashboard_lines(storage: str, study: str, targets: list[str], members: list[str]) -> list[str]:
+    """Where the trials are and how to look at them: the Optuna storage, each target's sub-studies as one
+    group (``<study>.<target>``: :func:`carb.model.tuning.group_name`) and the ``optuna-dashboard`` command
+    (a separate package: ``pip install optuna-dashboard``), each line within 120 columns."""
+    from carb.commands.cli import wrap_command
+    from carb.model.tuning import group_name
+
+    import textwrap
+
+    subs = "|".join([*members, "blend"])
+    text = (f"{group_name(study, '<target>')}.{{{subs}}}, one group per target ({', '.join(targets)}): the "
+            f"dashboard's filter and each study's user attribute group")
+    return [*wrap_command("  Optuna storage  ", storage),
+            *textwrap.wrap(text, 120, initial_indent="  sub-studies     ", subsequent_indent=" " * 18),
+            *wrap_command("  dashboard       ", f"optuna-dashboard {storage}", "   (pip install optuna-dashboard)")]
 
 
 def _members(tc: Any) -> list[str]:
@@ -261,9 +291,9 @@ def _print_summary(cfg: Any, summary: dict[str, Any], wanted: list[str]) -> None
     print(f"carb-tune: study {tc.study!r} worker {summary['worker']}: {n_done} trials in {elapsed:.0f} s "
           f"({summary['trials_per_minute']:.1f} trials/min) on {summary['device']}")
     for t in wanted:
-        b = results[sub_name(tc.study, t, "blend")]
-        print(f"  {t}: base preset val {tc.metric} {results[f'base.{t}']['value']:.4g} -> tuned blend "
-              f"{b['value']:.4g} (weights {np.round(b['weights'], 3).tolist()})")
+        b, unit = results[sub_name(tc.study, t, "blend")], metric_unit(str(tc.metric), t)
+        print(f"  {t}: base preset val {tc.metric} {results[f'base.{t}']['value']:.4g} {unit} -> tuned blend "
+              f"{b['value']:.4g} {unit} (weights {np.round(b['weights'], 3).tolist()})")
     for line in worse_lines(summary["worse"], str(tc.metric), str(cfg.model.get("name", "the base preset"))):
         print(line, file=sys.stderr)
     print(f"  use it: carb-train model=tuned tune.study={tc.study}")

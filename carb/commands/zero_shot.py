@@ -205,6 +205,7 @@ def probe_zero_shot(cfg: Any, source: Any, src: dict[str, Any], target_id: str, 
     for p, q in (tr.stand_ins_ or {}).items():
         print(f"carb-calibrate: {p} runs on another kernel path on {name} than on the source's CPU: the "
               f"source's {q} cost stands in for it")
+    print_unseen(tr)   # a probe without a precision the model predicts: one warning, that interval widened
     for target, info in tr.transfer_.items():
         print(f"carb-calibrate: {target}: {info['form']} ({describe_form(info)}) from 0 rows (device probes)")
     _print_band(tr, band, "CPUs", int(cfg.zero_shot.get("probe_band_devices", 2)))
@@ -228,6 +229,23 @@ def _print_band(tr: Any, band: Any, kind: str, n: int) -> None:
     print(f"carb-calibrate: latency 90 % interval x [{lo:.2f}, {hi:.2f}] of the prediction: the source model's own "
           f"plus\n  the zero-shot band x [{np.exp(band[0]):.2f}, {np.exp(band[1]):.2f}] (measured on {n} {kind}); "
           "P within 5-95 %: nothing here was measured (k >= 3 rows)")
+
+
+def print_unseen(tr: Any) -> None:
+    """One warning line per kind of gap in what the calibration measured (issue 44): precisions the source
+    predicts that none of the K rows has, and that the target's device probe lacks; both keep a fallback
+    (the common factor, the source's convolution cost) and their intervals are widened
+    (:meth:`carb.model.transfer.TransferredCascade._widen_unseen`)."""
+    unseen = getattr(tr, "unseen_precisions_", None) or {}
+    if unseen.get("rows"):
+        print(f"carb-calibrate: warning: none of the {len(tr.calibration_rows_)} calibration rows is "
+              f"{', '.join(unseen['rows'])}, which the model predicts: those keep the common factor and their "
+              f"intervals are widened; fix: calibrate with rows of every precision (measure=cpu picks at least "
+              f"transfer.min_rows_per_precision of each, or data.path with rows of {', '.join(unseen['rows'])})")
+    if unseen.get("probe"):
+        print(f"carb-calibrate: warning: the device probe of {tr.device_id_} has no {', '.join(unseen['probe'])} "
+              f"rows, which the model predicts: those keep the source's convolution cost and their latency "
+              f"intervals are widened; fix: carb-probe 'precisions=[fp32,bf16,fp16]' on that CPU")
 
 
 def probe_given(cfg: Any) -> bool:

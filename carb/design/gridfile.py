@@ -82,6 +82,30 @@ def extra_columns(df: pd.DataFrame) -> pd.DataFrame:
     return df[cols].astype(float).reset_index(drop=True)
 
 
+#: Extra columns known to hold numbers (accuracies, fractions in [0, 1]): text there is a fault, not a knob.
+NUMERIC_EXTRAS: tuple[str, ...] = ("top1", "top5")
+
+
+def check_text_values(df: pd.DataFrame, field: str) -> None:
+    """Refuse, in one :class:`ConfigError` naming the column, row (1 = first data row) and value, a column
+    that is no knob and is not numeric although it should be: an accuracy column (:data:`NUMERIC_EXTRAS`)
+    or one whose other values are numbers (``0.76, 0.78, n/a``). A wholly text column stays an unknown
+    knob column (:func:`apply_defaults`)."""
+    for col in df.columns:
+        if str(col) in RECORD_COLUMNS or pd.api.types.is_numeric_dtype(df[col]) or pd.api.types.is_bool_dtype(df[col]):
+            continue
+        values = pd.to_numeric(df[col], errors="coerce")
+        if str(col) not in NUMERIC_EXTRAS and values.isna().all():
+            continue
+        bad = np.flatnonzero(values.isna().to_numpy() & df[col].notna().to_numpy())
+        if len(bad):
+            i = int(bad[0])
+            kind = ("a numeric accuracy column: give a fraction (0.76)" if str(col) in NUMERIC_EXTRAS else
+                    "a numeric column (its other values are numbers): give a number")
+            raise ConfigError(f"{field}: column {str(col)!r} row {i + 1}: {df[col].iloc[i]!r} is not a number "
+                              f"({len(bad)} row(s) of text); {col} is {kind}, or leave it empty where unknown")
+
+
 def read_grid_frame(path: str | Path, defaults: Mapping[str, Any] | None = None,
                     field: str = "screen.grid_file") -> tuple[pd.DataFrame, pd.DataFrame]:
     """:func:`read_grid` as ``(validated knob frame, extra columns)``: the frame is
@@ -115,6 +139,7 @@ def _grid_parts(path: str | Path, defaults: Mapping[str, Any] | None, field: str
     if not p.exists():
         raise ConfigError(f"{field}: {str(p)!r} does not exist")
     df = read_frame(p, field)
+    check_text_values(df, f"{field} {p.name}")
     extras = extra_columns(df)   # NaN allowed (a candidate without a value is flagged downstream)
     for col in extras.columns:
         bad = np.flatnonzero(np.isinf(extras[col].to_numpy()))

@@ -49,8 +49,8 @@ _OWN = frozenset({"source_", "stand_ins_", "transfer_", "intervals_", "device_na
                   "ridge_alpha", "slope_bounds", "calibration_rows_", "residual_scale_",
                   "precision_shrink", "dispatch", "probe_models_", "spec_log_ratio_", "error_prior",
                   "probe_other_ratio_",
-                  "prior_rows", "prior_targets", "device_kind_", "origin_",
-                  "unsupported_precisions_"})
+                  "prior_rows", "prior_targets", "device_kind_", "unseen_widen", "unseen_precisions_",
+                  "pair_prior", "repeat_floor", "origin_", "unsupported_precisions_"})
 
 
 def _loo_affine(x: np.ndarray, y: np.ndarray, lo: float, hi: float) -> tuple[float, float, np.ndarray]:
@@ -199,6 +199,13 @@ def _fingerprint_kind(fingerprint: str | None) -> str | None:
     return fp.get("kind") if isinstance(fp, dict) else None
 
 
+def source_precisions(source: Any) -> list[str]:
+    """The precisions a fitted source model predicts (its domain's ``precision`` values), sorted; empty when
+    it does not say."""
+    dom = getattr(source, "domain_", None) or {}
+    return sorted(str(p) for p in (dom.get("categorical") or {}).get("precision", []))
+
+
 def _precisions(X: pd.DataFrame) -> np.ndarray:
     """The rows' precision names (n,) ('' where unknown)."""
     if "precision" not in X.columns:
@@ -221,15 +228,25 @@ class TransferredCascade:
     ``slope_bounds``: the allowed slope range; ``precision_shrink``: pseudo-rows pulling a precision's
     offset toward the common one; ``error_prior``: the transfer errors measured across device pairs
     (:mod:`carb.model.transfer_prior`; ``"auto"``: the shipped table, a path, a table, or None: the K rows'
-    LOO residuals alone), applied to ``prior_targets`` with ``prior_rows`` pseudo-rows. Fitted: ``transfer_`` (per target: form, a, b, residual
+    LOO residuals alone), applied to ``prior_targets`` with ``prior_rows`` pseudo-rows; ``unseen_widen``: the log
+    half-width added (in quadrature) to the interval of a precision the source predicts but neither the K rows
+    nor the target's device probe measured (``unseen_precisions_``, :meth:`_widen_unseen`); ``pair_prior``: the
+    per-pair transfer errors (``"auto"``: ``carb/data/transfer-pairs.csv`` where it exists, a path, a table, or
+    None) whose device-level band (:func:`carb.model.transfer_prior.device_level_band`, pairs of this
+    transfer's two devices left out) sets each calibrated target's interval where it has records, never
+    narrower than ``repeat_floor`` (``{target or "default": log sd}``). Fitted: ``transfer_`` (per target: form, a, b, residual
     coefficients, K, LOO log MAE of each form), ``intervals_``, ``device_name_``, ``device_id_``,
     ``device_fingerprint_``, ``calibration_rows_`` (the config_ids used)."""
 
     def __init__(self, source: Any, affine_min_k: int = 5, residual_min_k: int = 20, coverage: float = 0.9,
                  ridge_alpha: float = 3.0, slope_bounds: tuple[float, float] = (0.5, 2.0),
                  precision_shrink: float = 1.0, dispatch: bool = True, error_prior: Any = None,
-                 prior_rows: float = 10.0, prior_targets: tuple[str, ...] = ("latency_ms", "energy_J")) -> None:
+                 prior_rows: float = 10.0, prior_targets: tuple[str, ...] = ("latency_ms", "energy_J"),
+                 unseen_widen: float = 0.354, pair_prior: Any = None, repeat_floor: dict[str, float] | None = None
+                 ) -> None:
         self.source_ = source
+        self.unseen_widen = float(unseen_widen)
+        self.pair_prior, self.repeat_floor = pair_prior, dict(repeat_floor or {})
         self.error_prior, self.prior_rows, self.prior_targets = error_prior, float(prior_rows), tuple(prior_targets)
         self.dispatch = bool(dispatch)
         self.precision_shrink = float(precision_shrink)
@@ -349,7 +366,7 @@ class TransferredCascade:
         from carb.model.transfer_prior import device_kind
 
         self.device_kind_ = device_kind(X)
-        self.recalibrate(self.error_prior)
+        self._note_unseen({str(p): int(n) for p, n in zip(*np.unique(prec.astype(str), return_counts=True))})
         ids = X["device_id"].dropna().astype(str) if "device_id" in X else pd.Series([], dtype=str)
         names = X["device_name"].dropna().astype(str) if "device_name" in X else pd.Series([], dtype=str)
         self.device_name_ = str(names.mode().iloc[0]) if len(names) else "unknown"
@@ -359,6 +376,15 @@ class TransferredCascade:
         self.device_fingerprint_ = str(fps.iloc[0]) if len(fps) else None
         self.calibration_rows_ = [str(c) for c in X.get("config_id", pd.Series([], dtype=str)).tolist()]
         self.test_mae_: dict[str, float] = {}
+        from carb.model.transfer_prior import repeatability_log_sd
+
+        floor = dict(self.__dict__.get("repeat_floor") or {})   # the K rows' measured run-to-run spread wins
+        for t in self.transfer_:
+            v = repeatability_log_sd(X, t, float("nan"))
+            if math.isfinite(v):
+                floor[t] = v
+        self.repeat_floor = floor
+        self.recalibrate(self.error_prior)
         return self
 
     def recalibrate(self, error_prior: Any = None) -> TransferredCascade:
@@ -389,7 +415,105 @@ class TransferredCascade:
                 entry = self._unlike_source(entry, src_int.get(t), loo)
             if entry is not None:
                 self.intervals_[t] = entry
+        self._pair_bands()
+        self._widen_unseen()
         return self
+
+    def _pair_bands(self) -> None:
+        """Where ``pair_prior`` has records: each calibrated target's interval becomes the device-level band
+        of the pairs that involve neither this device nor the source's (:meth:`set_device_band`, scale-free
+        on the K rows' leave-one-out scale)."""
+        from carb.model.transfer_prior import load_pair_table, pair_records
+
+        table = load_pair_table(self.__dict__.get("pair_prior"))
+        if table is None:
+            return
+        exclude = [str(v) for v in (self.__dict__.get("device_id_"), getattr(self.source_, "device_id_", None),
+                                    self.__dict__.get("device_name_"), getattr(self.source_, "device_name_", None))
+                   if v]
+        for t, info in self.transfer_.items():
+            if info.get("form") == "source" or len(info.get("loo") or []) < 2:
+                continue
+            recs = pair_records(table, t, int(info.get("k", 0)), exclude)
+            if recs:
+                fl = self.__dict__.get("repeat_floor") or {}
+                floor = fl.get(t, fl.get("default", 0.0))
+                entry = self.set_device_band(t, recs, float(floor), scaled=True)
+                if entry is not None and isinstance(self.intervals_.get(t), dict):
+                    self.intervals_[t]["method"] = "carb-calibrate: " + self.intervals_[t]["method"]
+
+    def _note_unseen(self, measured: dict[str, int] | None) -> None:
+        """``unseen_precisions_``: the precisions the source predicts that the K rows lack (``rows``;
+        ``measured``: the K rows per precision, None at K = 0) and that the target's device probe lacks
+        (``probe``, where the transfer has probe models; at K > 0 only those with fewer than 3 K rows, which
+        cannot calibrate them)."""
+        every = source_precisions(self.source_)
+        models = self.__dict__.get("probe_models_") or {}
+        got = measured or {}
+        self.unseen_precisions_ = {
+            "rows": [p for p in every if measured is not None and p not in got],
+            "probe": [p for p in every if models and p not in models["target"].coef_ and got.get(p, 0) < 3]}
+
+    def _widen_unseen(self) -> None:
+        """Widen, per precision (``precision_log_ratios``), the interval of each precision in
+        ``unseen_precisions_``: the entry's half-width and ``unseen_widen`` added in quadrature (a precision
+        no K row measured keeps the common factor; one the target's probe lacks keeps the source's
+        convolution cost: its error is the zero-shot's, not the K rows'). Probe gaps widen latency only."""
+        unseen = self.__dict__.get("unseen_precisions_") or {}
+        for t, entry in list((self.__dict__.get("intervals_") or {}).items()):
+            if not isinstance(entry, dict) or "lower" not in entry or (self.transfer_.get(t) or {}).get("form") == "source":
+                continue
+            miss = set(unseen.get("rows", [])) | (set(unseen.get("probe", [])) if t == "latency_ms" else set())
+            if not miss:
+                continue
+            half = math.hypot(max(abs(float(entry["lower"])), abs(float(entry["upper"]))), self.unseen_widen)
+            pts = [round(v, 6) for v in [-half] * 50 + [half] * 50]
+            byp = dict(entry.get("precision_log_ratios") or {})
+            byp.update({p: pts for p in sorted(miss)})
+            self.intervals_[t] = {**entry, "precision_log_ratios": byp, "widened_precisions": sorted(miss)}
+
+    def set_device_band(self, target: str, records: list[dict[str, Any]], floor_log_sd: float = 0.0,
+                        scaled: bool = True) -> dict[str, Any] | None:
+        """Set ``intervals_[target]`` to the device-level band (:func:`carb.model.transfer_prior.device_level_band`)
+        of ``records`` (other device pairs' held-out errors; the caller leaves out every pair involving this
+        pair's devices: :func:`~carb.model.transfer_prior.lodo_records`). ``scaled`` (K >= 2 rows): scale-free,
+        each record by its ``scale`` and this transfer by its K rows' leave-one-out scale
+        (:func:`~carb.model.transfer_prior.loo_stat`); else (zero-shot) in log units as measured. No usable
+        record: the K rows' leave-one-out entry (:func:`interval_entry`), widened to the floor. Never narrower
+        than ``z * floor_log_sd`` (repeatability). Returns the entry (None: the interval is left as it was)."""
+        from scipy.stats import norm
+
+        from carb.model.transfer_prior import device_level_band, loo_stat, row_scale
+
+        info = (getattr(self, "transfer_", None) or {}).get(target) or {}
+        loo = np.asarray(info.get("loo") or [], float)
+        lp = np.asarray(info.get("loo_precision") or [], dtype=object).astype(str)
+        scale = max(row_scale(loo, lp if len(lp) == len(loo) else None), 1e-6) if scaled and len(loo) >= 2 else None
+        entry = device_level_band(records, self.coverage, floor_log_sd, scale=scale) if (scale or not scaled) else None
+        if entry is not None and scale is not None and len(lp) == len(loo):
+            byp = {}   # a precision whose own K rows err more than the common scale: its own, wider band
+            for p in np.unique(lp):
+                m = lp == p
+                if m.sum() >= 2 and loo_stat(np.abs(loo[m])) > scale:
+                    h = entry["upper"] * loo_stat(np.abs(loo[m])) / scale
+                    byp[str(p)] = [round(v, 6) for v in [-h] * 50 + [h] * 50]
+            if byp:
+                entry["precision_log_ratios"] = byp
+        if entry is None:
+            entry = interval_entry(loo, self.coverage)
+            if entry is None:
+                return None
+            h = float(norm.ppf(0.5 + self.coverage / 2.0)) * max(float(floor_log_sd), 0.0)
+            entry.update(lower=min(entry["lower"], -h), upper=max(entry["upper"], h), log_ratios=[],
+                         method=entry["method"] + " (no device pair without this pair's devices: measured on 0 "
+                                                  "other devices)", n_devices=0)
+        src = (getattr(self.source_, "intervals_", None) or {}).get(target)
+        if isinstance(src, dict) and "outside" in src:
+            entry = {**entry, "outside": src["outside"]}
+        self.intervals_ = dict(getattr(self, "intervals_", None) or {"coverage": self.coverage})
+        self.intervals_[target] = entry
+        self._widen_unseen()
+        return self.intervals_[target]
 
     def _fit_with_bases(self, X: pd.DataFrame, x_src: np.ndarray, yl: np.ndarray, Z: np.ndarray, prec: np.ndarray
                         ) -> tuple[dict[str, Any], np.ndarray]:
@@ -421,7 +545,35 @@ class TransferredCascade:
         info["default_base"] = default if name == "mixed" else name
         info["bases"] = bases
         info["base_loo_log_mae"] = scores
+        if cands[0] in ("probe", "spec"):   # a zero-shot exists: per precision, keep it where the K rows do worse
+            loo = self._keep_zero_shot(info, loo, yl - logs[cands[0]], prec, cands[0])
         return info, loo
+
+    def _keep_zero_shot(self, info: dict[str, Any], loo: np.ndarray, zs_err: np.ndarray, prec: np.ndarray,
+                        base: str) -> np.ndarray:
+        """Per precision of the K rows: the calibrated form's mean |LOO log residual| against the zero-shot's
+        mean |log error| on the same rows (``zs_err`` (K,): log measured over the zero-shot prediction,
+        ``base``: "probe" / "spec"; the zero-shot never saw those rows, so both are out-of-sample). A
+        precision where the zero-shot errs no more keeps the zero-shot prediction
+        (``info["zero_shot_precisions"]``, ``info["zero_shot_base"]``); its residuals (returned, (K,)) are
+        then the zero-shot's. ``info["precision_loo"]``: ``{precision: {"n", "zero_shot", "calibrated",
+        "kept"}}`` (mean |log error|), what carb-calibrate prints."""
+        loo = np.asarray(loo, float).copy()
+        if len(loo) != len(prec):
+            return loo
+        per, keep = {}, []
+        for p in np.unique(prec):
+            m = prec == p
+            zs, cal = float(np.mean(np.abs(zs_err[m]))), float(np.mean(np.abs(loo[m])))
+            kept = "zero_shot" if zs <= cal else "calibrated"
+            per[str(p)] = {"n": int(m.sum()), "zero_shot": zs, "calibrated": cal, "kept": kept}
+            if kept == "zero_shot":
+                keep.append(str(p))
+                loo[m] = zs_err[m]
+        info["precision_loo"] = per
+        if keep:
+            info["zero_shot_precisions"], info["zero_shot_base"] = keep, base
+        return loo
 
     def _nested_loo_mixed(self, logs: dict[str, np.ndarray], default: str, yl: np.ndarray, Z: np.ndarray,
                           prec: np.ndarray) -> np.ndarray:
@@ -506,6 +658,9 @@ class TransferredCascade:
             if info is None or info["form"] == "source":
                 out[c] = v
                 continue
+            keep = np.isin(_precisions(X), info.get("zero_shot_precisions") or []) if t == "latency_ms" else None
+            if keep is not None and keep.any():   # precisions whose K rows did worse than the zero-shot
+                zs = v[keep] * np.exp(self._log_base(X[keep], info["zero_shot_base"], v[keep]))
             if t == "latency_ms":   # the base the forms start from (probes' or spec records' ratio, per precision)
                 v = v * np.exp(self._base_log_factor(X, info, v))
             if info["form"] in ("probe", "spec"):
@@ -521,6 +676,8 @@ class TransferredCascade:
                 coef = np.asarray(info["residual"])
                 logv = logv + coef[0] + Z @ coef[1:]
             out[c] = np.exp(logv)
+            if keep is not None and keep.any():
+                out.loc[keep, c] = zs
         return out
 
     def _power_factor(self, X: pd.DataFrame, frame: pd.DataFrame, name: Any, info: dict[str, Any]) -> np.ndarray:
@@ -567,6 +724,7 @@ class TransferredCascade:
         self.residual_scale_ = None
         self.transfer_ = {t: {"form": "probe" if t == "latency_ms" else "source", "k": 0, "a": 0.0, "b": 1.0,
                               "residual": None} for t in getattr(self.source_, "targets_", TARGETS)}
+        self._note_unseen(None)
         self._zero_shot_intervals("zero-shot (device probes)", log_errors)
         self.device_name_, self.device_id_, self.device_fingerprint_ = device_name, device_id, target_fingerprint
         self.calibration_rows_ = []
@@ -688,6 +846,7 @@ class TransferredCascade:
             entry = None
         if entry is not None:
             self.intervals_["latency_ms"] = entry
+            self._widen_unseen()
         return self
 
     def probe_ratio(self, X: pd.DataFrame, p: np.ndarray | None = None) -> np.ndarray:
@@ -697,7 +856,9 @@ class TransferredCascade:
         two probe models, ``s = min(C_s / p, 1)`` the convolutions' share of ``p`` and ``r`` the
         non-convolution ratio (``probe_other_ratio_``): ``(1 - s) r + s C_t / C_s``, i.e. the convolutions
         replaced and the rest scaled by ``r``. Models fitted before ``probe_other_ratio_`` existed keep
-        ``C_t / C_s`` (the whole network scaled as its convolutions). 1 where either model lacks the precision."""
+        ``C_t / C_s`` (the whole network scaled as its convolutions). Where either probe lacks the precision
+        (the Zen 4's probe has no fp16): ``r``, the whole network scaled as the fp32 path (1 for older fits;
+        carb-calibrate warns and widens that precision's interval)."""
         models = self.__dict__.get("probe_models_") or {}
         out = np.ones(len(X))
         if not models or "precision" not in X.columns:
@@ -712,6 +873,8 @@ class TransferredCascade:
         for q in np.unique(prec):
             qs = swap.get(q, q)
             if q not in models["target"].coef_ or qs not in models["source"].coef_:
+                if r is not None:   # a probe without this precision: the whole network x the fp32 ratio
+                    out[prec == q] = float(r)
                 continue
             m = prec == q
             num, den = models["target"].network_ms(X[m], q), models["source"].network_ms(X[m], qs)

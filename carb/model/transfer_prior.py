@@ -213,3 +213,224 @@ def prior_entry(table: pd.DataFrame | None, kind: str | None, target: str, loo: 
                        f"leave-one-out scale shrunk by {float(prior_rows):g} pseudo-rows"
                        + (f"; {', '.join(sorted(by_prec))} each at least its own band" if by_prec else "")),
             "prior": {"kind": kind, "k": kk, "n_pairs": n_pairs, "factor": factor}}
+
+
+# ---------------------------------------------------------------------- device-level band (issue 44)
+#: How the device-level band widens for few devices: the device bias term is a Student-t prediction
+#: interval of a new device's bias, ``t(df = devices - 1) * rms(bias) * sqrt(1 + 1/devices)``.
+DEVICE_WIDEN: str = "student-t"
+
+
+def pair_bias_residuals(err: np.ndarray) -> tuple[float, np.ndarray]:
+    """One device pair's ``log(measured / predicted)`` errors (n,) split into the pair's bias (their
+    median: the share every row of the new device shares) and the row-level residuals (n,) around it."""
+    e = np.asarray(err, float)
+    e = e[np.isfinite(e)]
+    if not len(e):
+        return float("nan"), e
+    b = float(np.median(e))
+    return b, e - b
+
+
+def device_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 0.9, floor_log_sd: float = 0.0,
+                      scale: float | None = None) -> dict[str, Any] | None:
+    """A prediction interval for a device none of ``records`` involves: a device-level bias term plus the
+    row-level residual, in log space (an :func:`carb.model.intervals.interval` entry, symmetric).
+
+    ``records``: per ordered device pair, ``pair`` ((source, target) names), ``err`` (log(measured /
+    predicted) of that pair's rows the model was not fitted on, (n,)), optionally ``precision`` ((n,): each
+    precision of a pair is then its own bias draw, :func:`_cells`) and, where ``scale`` is given,
+    ``scale`` (that pair's own row-level scale, e.g. the mean |leave-one-out residual| of its K rows). The
+    caller leaves out every pair involving the new pair's two devices (leave-one-device-out).
+
+    * bias: each pair's (and precision's) median error ``b_j`` (:func:`pair_bias_residuals`); a new device is one more draw,
+      centred on no bias: ``h_b = t_{(1+c)/2}(df = D - 1) * rms(b) * sqrt(1 + 1/D)`` with ``D`` the
+      independent draws: the fewer of the distinct devices and the distinct pairs (:data:`DEVICE_WIDEN`:
+      Student-t; D = 2 gives t = 6.3 at 90 %, D = 5 gives 2.1; the 12 ordered pairs of 4 GPUs are 4 draws);
+    * rows: ``h_r``, the ``coverage`` quantile of the pooled ``|residual|``, each pair weighted equally;
+    * combined as independent terms: ``half = sqrt(h_b^2 + h_r^2)``, never below
+      ``z_{(1+c)/2} * floor_log_sd`` (the device's measured run-to-run spread as a log standard deviation,
+      or a configured floor: no interval is narrower than the device's repeatability).
+
+    ``scale``: the bias and residuals of each pair are first divided by its record's ``scale`` and the
+    half-width multiplied by ``scale`` (scale-free: pairs of another device kind, whose errors are of
+    another size, may then inform the band). Returns ``{"lower", "upper", "n", "coverage", "log_ratios",
+    "method", "n_devices", "n_pairs", "bias_rms", "half_bias", "half_rows"}``; None without any pair of
+    finite errors. Its ``log_ratios`` are empty: the band answers its own ``coverage`` only."""
+    from scipy.stats import norm
+    from scipy.stats import t as student_t
+
+    biases, points, devices, pairs = [], [], set(), set()
+    for r in _cells(records):
+        b, res = pair_bias_residuals(r["err"])
+        if not len(res):
+            continue
+        div = 1.0
+        if scale is not None:
+            div = float(r.get("scale") or float("nan"))
+            if not (math.isfinite(div) and div > 0):
+                continue
+        biases.append(b / div)
+        points.append(_pair_points(np.abs(res) / div))
+        devices.update(str(d) for d in r["pair"])
+        pairs.add(tuple(map(str, r["pair"])))
+    if not biases:
+        return None
+    n_dev, b = max(min(len(devices), len(pairs)), 2), np.asarray(biases)
+    rms_b = float(np.sqrt(np.mean(b ** 2)))
+    q = 0.5 + coverage / 2.0
+    h_b = float(student_t.ppf(q, df=n_dev - 1)) * rms_b * math.sqrt(1.0 + 1.0 / n_dev)
+    h_r = float(np.quantile(np.concatenate(points), coverage))
+    mult = float(scale) if scale is not None else 1.0
+    half = max(mult * math.sqrt(h_b ** 2 + h_r ** 2), float(norm.ppf(q)) * max(float(floor_log_sd), 0.0))
+    floored = half > mult * math.sqrt(h_b ** 2 + h_r ** 2) + 1e-12
+    return {"lower": -half, "upper": half, "n": int(sum(len(p) for p in points)), "coverage": float(coverage),
+            "log_ratios": [],
+            "method": (f"device-level band: measured on {len(devices)} device(s) ({len(biases)} pair(s)); "
+                       f"device bias rms {rms_b:.3f}{' (scale-free)' if scale is not None else ''} widened "
+                       f"{DEVICE_WIDEN} (df {n_dev - 1}) plus row residual"
+                       + (f"; at the repeatability floor (log sd {floor_log_sd:.3f})" if floored else "")),
+            "n_devices": len(devices), "n_pairs": len(biases), "bias_rms": rms_b,
+            "half_bias": mult * h_b, "half_rows": mult * h_r}
+
+
+def _cells(records: Sequence[Mapping[str, Any]], min_rows: int = 3) -> list[Mapping[str, Any]]:
+    """Records split per precision where they carry ``precision`` ((n,) beside ``err``): each (pair,
+    precision) with at least ``min_rows`` rows is one bias draw (a device errs per precision: fp16 under,
+    bf16 over on the Zen 4); records without ``precision`` stay whole."""
+    out: list[Mapping[str, Any]] = []
+    for r in records:
+        if r.get("precision") is None:
+            out.append(r)
+            continue
+        err, prec = np.asarray(r["err"], float), np.asarray(r["precision"]).astype(str)
+        for p in np.unique(prec):
+            m = (prec == p) & np.isfinite(err)
+            if m.sum() >= min_rows:
+                out.append({**r, "err": err[m], "precision": None})
+    return out
+
+
+def row_scale(loo: np.ndarray, precision: np.ndarray | None = None) -> float:
+    """A calibration's row-level scale from its K rows' leave-one-out log residuals ``loo`` (K,): the median
+    over precisions (with at least 2 rows each, ``precision`` (K,)) of :func:`loo_stat` of that precision's
+    |residuals| (one badly served precision does not set every precision's scale), else :func:`loo_stat`
+    of all; NaN for fewer than 2 rows."""
+    a = np.abs(np.asarray(loo, float))
+    if len(a) < 2:
+        return float("nan")
+    if precision is not None and len(precision) == len(a):
+        prec = np.asarray(precision).astype(str)
+        per = [loo_stat(a[prec == p]) for p in np.unique(prec) if (prec == p).sum() >= 2]
+        if per:
+            return float(np.median(per))
+    return loo_stat(a)
+
+
+def lodo_records(records: Sequence[Mapping[str, Any]], pair: tuple[str, str]) -> list[Mapping[str, Any]]:
+    """The records whose ``pair`` involves neither device of ``pair`` (leave-one-device-out: a device's
+    own errors never calibrate the interval into or out of it)."""
+    out = set(map(str, pair))
+    return [r for r in records if not (set(map(str, r["pair"])) & out)]
+
+
+def repeatability_log_sd(rows: pd.DataFrame, target: str = "latency_ms", default: float = 0.0) -> float:
+    """The rows' run-to-run spread of ``target`` as one window's log standard deviation: from the collector's
+    per-row two-pass relative range ``<stem>_repeat_spread`` (``latency_repeat_spread``, issue 44 item 5: the
+    median two-pass |log(a / b)| over 0.6745 sqrt(2)), else the median of a relative spread column
+    (``<target>_repeat_rel`` / ``<stem>_repeat_rel`` / ``<stem>_run_spread_rel``), else ``default`` (the
+    configured floor, ``transfer.repeatability_floor``)."""
+    stem = target.rsplit("_", 1)[0]
+    if f"{stem}_repeat_spread" in rows.columns:   # the collector's two-pass relative range (max - min) / mean
+        s = pd.to_numeric(rows[f"{stem}_repeat_spread"], errors="coerce").to_numpy(float)
+        s = np.clip(s[np.isfinite(s) & (s >= 0)], 0.0, 1.999)
+        if len(s):   # |log(a / b)| of two windows; its median is 0.6745 sqrt(2) x one window's log sd
+            return float(np.median(np.log((2.0 + s) / (2.0 - s))) / (0.6745 * math.sqrt(2.0)))
+    for c in (f"{target}_repeat_rel", f"{stem}_repeat_rel", f"{stem}_run_spread_rel", f"{target}_run_spread_rel"):
+        if c in rows.columns:
+            v = pd.to_numeric(rows[c], errors="coerce").to_numpy(float)
+            v = v[np.isfinite(v) & (v >= 0)]
+            if len(v):
+                return float(np.log1p(np.median(v)))
+    return float(default)
+
+
+#: Columns of the per-pair table (``carb/data/transfer-pairs.csv``) the device-level band of carb-calibrate reads.
+PAIR_COLUMNS: tuple[str, ...] = ("kind", "target", "k", "source", "target_device", "source_id", "target_id",
+                                 "precision", "n_rows", "bias", "scale", *(f"res_q{lev:g}" for lev in LEVELS))
+
+
+def pair_table_path() -> Path:
+    """The shipped per-pair table (``carb/data/transfer-pairs.csv``)."""
+    from carb.resources import DATA_DIR
+
+    return Path(DATA_DIR) / "transfer-pairs.csv"
+
+
+def pair_summary(records: Sequence[Mapping[str, Any]], min_rows: int = 3) -> pd.DataFrame:
+    """Per pair, target, K and precision (:data:`PAIR_COLUMNS`): the bias and the |residual| quantiles at
+    :data:`LEVELS` (:func:`pair_bias_residuals`) of the held-out errors, and the pair's row scale
+    (:func:`row_scale`). ``records``: the benchmark's (``kind``, ``target``, ``k``, ``source``,
+    ``target_device``, optional ``source_id`` / ``target_id``, ``err``, ``precision``, ``loo``,
+    ``loo_precision``)."""
+    rows = []
+    for r in records:
+        err, prec = np.asarray(r["err"], float), np.asarray(r["precision"]).astype(str)
+        scale = row_scale(r.get("loo", []), r.get("loo_precision"))
+        for p in np.unique(prec):
+            m = (prec == p) & np.isfinite(err)
+            if m.sum() < min_rows:
+                continue
+            b, res = pair_bias_residuals(err[m])
+            q = np.quantile(np.abs(res), LEVELS)
+            rows.append({"kind": r["kind"], "target": r["target"], "k": int(r["k"]), "source": r["source"],
+                         "target_device": r["target_device"], "source_id": r.get("source_id") or r["source"],
+                         "target_id": r.get("target_id") or r["target_device"], "precision": str(p),
+                         "n_rows": int(m.sum()), "bias": round(b, 6), "scale": round(scale, 6),
+                         **{f"res_q{lev:g}": round(float(v), 6) for lev, v in zip(LEVELS, q)}})
+    return pd.DataFrame(rows, columns=list(PAIR_COLUMNS))
+
+
+def pair_records(table: pd.DataFrame | None, target: str, k: int, exclude: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Records for :func:`device_level_band` from the per-pair table: the rows of ``target`` at the stored K
+    nearest ``k``, without any pair involving a device (name or id) in ``exclude`` (leave-one-device-out);
+    each (pair, precision) a pseudo-sample of its bias plus its symmetric |residual| quantile points."""
+    if table is None or not len(table):
+        return []
+    sel = table[table["target"] == target]
+    if not len(sel):
+        return []
+    sel = sel[sel["k"] == _nearest_k(sel["k"].to_numpy(), max(int(k), 1))]
+    out = set(map(str, exclude))
+    recs = []
+    for r in sel.rename(columns=lambda c: c.replace(".", "_")).itertuples(index=False):
+        devs = {str(r.source), str(r.target_device), str(r.source_id), str(r.target_id)}
+        if devs & out:
+            continue
+        lev = np.concatenate([[0.0], np.asarray(LEVELS)])
+        d = r._asdict()
+        val = np.concatenate([[0.0], [float(d[f"res_q{lev_:g}".replace(".", "_")]) for lev_ in LEVELS]])
+        half = np.interp((np.arange(50) + 0.5) / 50, lev, val)
+        recs.append({"pair": (str(r.source_id), str(r.target_id)), "err": float(r.bias) + np.concatenate([-half, half]),
+                     "scale": float(r.scale)})
+    return recs
+
+
+def load_pair_table(pairs: Any = "auto") -> pd.DataFrame | None:
+    """The per-pair table: ``"auto"`` the shipped one where it exists (else None), a path (one-line
+    :class:`DatasetError` when unreadable or lacking :data:`PAIR_COLUMNS`), a DataFrame as it is, None: none."""
+    if pairs is None or isinstance(pairs, pd.DataFrame):
+        return pairs
+    p = pair_table_path() if str(pairs) == "auto" else Path(str(pairs))
+    if not p.exists():
+        if str(pairs) == "auto":
+            return None
+        raise DatasetError(f"transfer.pair_prior: {str(p)!r} does not exist")
+    try:
+        t = pd.read_csv(p)
+    except Exception as e:   # any parse error is one line
+        raise DatasetError(f"transfer.pair_prior: cannot read {str(p)!r}: {' '.join(str(e).split())}") from None
+    missing = [c for c in PAIR_COLUMNS if c not in t.columns]
+    if missing:
+        raise DatasetError(f"transfer.pair_prior: {str(p)!r} lacks columns {missing}")
+    return t

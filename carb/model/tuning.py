@@ -99,20 +99,43 @@ def make_study(name: str, storage, seed: int, n_startup: int, pruner_cfg: Mappin
 
 
 class StageData:
-    """Design matrices of one cascade stage: train/validation rows in the stage's fitting space."""
+    """Design matrices of one cascade stage: train/validation rows in the stage's fitting space.
+
+    ``ytr`` / ``yva``: what the specialists fit (the target, or ``log(y / prior)`` on a physics stage:
+    unitless). ``prior_va``: the physics prior on the validation rows (target's unit), None without one.
+    Trials are scored in the target's unit (:meth:`units`, :attr:`yva_units`): the metric ``carb-train``
+    reports, so the base preset and the tuned blend are compared on one scale."""
 
     def __init__(self, target: str, Dtr: pd.DataFrame, ytr: np.ndarray, Dva: pd.DataFrame, yva: np.ndarray,
-                 log_target: bool) -> None:
+                 log_target: bool, prior_va: np.ndarray | None = None) -> None:
         self.target, self.Dtr, self.Dva, self.log_target = target, Dtr, Dva, log_target
         mtr, mva = np.isfinite(ytr), np.isfinite(yva)
         self.Dtr, self.ytr = Dtr[mtr], ytr[mtr]
         self.Dva, self.yva = Dva[mva], yva[mva]
+        #: (n_val,) mask of the validation rows kept (finite ``yva``), to pick the same rows elsewhere
+        self.val_rows = mva
+        self.prior_va = None if prior_va is None else np.asarray(prior_va, dtype=float)[mva]
 
     def fwd(self, y: np.ndarray) -> np.ndarray:
         return np.log(y) if self.log_target else y
 
     def inv(self, z: np.ndarray) -> np.ndarray:
         return np.exp(z) if self.log_target else z
+
+    def units(self, p: np.ndarray) -> np.ndarray:
+        """(n_val,) validation predictions ``p`` of what the specialists fit, in the target's unit:
+        ``prior * exp(p)`` on a physics stage (as the stage predicts), else ``p``."""
+        return p if self.prior_va is None else self.prior_va * np.exp(p)
+
+    @property
+    def yva_units(self) -> np.ndarray:
+        """(n_val,) the validation rows' measured target, in its unit."""
+        return self.units(self.yva)
+
+    def score(self, metric: Callable[[np.ndarray, np.ndarray], float], p: np.ndarray) -> float:
+        """``metric`` of the validation predictions ``p`` (fitting space, as :meth:`units` takes them), in
+        the target's unit."""
+        return metric(self.yva_units, self.units(p))
 
 
 def stage_data(base, train: pd.DataFrame, val: pd.DataFrame) -> dict[str, StageData]:
@@ -129,10 +152,13 @@ def stage_data(base, train: pd.DataFrame, val: pd.DataFrame) -> dict[str, StageD
         stage = base.stages_[t]
         cols = list(stage.columns)
         ytr, yva, log_space = Xtr[t].to_numpy(float), Xva[t].to_numpy(float), bool(base.log_target_[t])
+        prior_va = None
         if getattr(stage, "prior", None) is not None:  # physics stage: specialists fit log(y / prior)
-            ytr, yva = np.log(ytr / stage.prior.predict(Xtr)), np.log(yva / stage.prior.predict(Xva))
+            prior_va = stage.prior.predict(Xva)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ytr, yva = np.log(ytr / stage.prior.predict(Xtr)), np.log(yva / prior_va)
             log_space = False
-        out[t] = StageData(t, Dtr[cols].copy(), ytr, Dva[cols].copy(), yva, log_space)
+        out[t] = StageData(t, Dtr[cols].copy(), ytr, Dva[cols].copy(), yva, log_space, prior_va)
         Dtr[pred_name(t)] = base.oof_predictions_[pred_name(t)].to_numpy()
         Dva[pred_name(t)] = val_pred[pred_name(t)].to_numpy()
     return out
@@ -155,7 +181,7 @@ def fit_member(member: str, params: dict[str, Any], sd: StageData, n_jobs: int, 
             it = env.iteration + 1
             if it % report_every == 0:
                 p = sd.inv(env.model.predict(sd.Dva.to_numpy(float), num_iteration=it))
-                trial.report(metric(sd.yva, p), it)
+                trial.report(sd.score(metric, p), it)
                 if trial.should_prune():
                     raise optuna.TrialPruned(f"pruned at boosting round {it}")
         return model.fit(sd.Dtr, y, callbacks=[cb])
@@ -166,7 +192,7 @@ def fit_member(member: str, params: dict[str, Any], sd: StageData, n_jobs: int, 
             it = epoch + 1
             if it % report_every == 0:
                 p = sd.inv(booster.inplace_predict(sd.Dva.to_numpy(float), iteration_range=(0, it)))
-                trial.report(metric(sd.yva, p), it)
+                trial.report(sd.score(metric, p), it)
                 if trial.should_prune():
                     raise optuna.TrialPruned(f"pruned at boosting round {it}")
             return False
@@ -180,6 +206,23 @@ def fit_member(member: str, params: dict[str, Any], sd: StageData, n_jobs: int, 
 def member_predict(model, sd: StageData) -> np.ndarray:
     """A fitted specialist's validation predictions of the stage, in target units."""
     return sd.inv(model.predict(sd.Dva))
+
+
+def group_name(study: str, target: str) -> str:
+    """The name one target's sub-studies share: ``<study>.<target>`` (the prefix of their names, and their
+    ``group`` user attribute, which optuna-dashboard shows on each study's page; its study list filters on
+    the name)."""
+    return f"{study}.{target}"
+
+
+def group_study(st: Any, study: str, target: str) -> None:
+    """Mark a sub-study as one of ``<study>.<target>``'s (user attributes ``group``, ``study``, ``target``),
+    once: a worker that loads it finds them set."""
+    attrs = {"group": group_name(study, target), "study": study, "target": target}
+    have = st.user_attrs
+    for k, v in attrs.items():
+        if have.get(k) != v:
+            st.set_user_attr(k, v)
 
 
 def sub_name(study: str, target: str, member: str) -> str:
@@ -279,12 +322,13 @@ def tune_target(sd: StageData, study: str, members: Sequence[str], specialists: 
     for m in members:
         name = sub_name(study, t, m)
         st = make_study(name, storage, s.seed, s.n_startup_trials, s.pruner)
+        group_study(st, study, t)
         base_params = dict(specialists.get(m) or {})
 
         def objective(trial, m=m, base_params=base_params):
             params = {**base_params, **suggest(trial, space.get(m) or {})}
             model = fit_member(m, params, sd, s.n_jobs, s.fit_seed, trial, s.report_every, s.metric)
-            return s.metric(sd.yva, member_predict(model, sd))
+            return sd.score(s.metric, member_predict(model, sd))
 
         st.optimize(objective, n_trials=s.n_trials, timeout=s.timeout_s, callbacks=list(callbacks), catch=())
         best = st.best_trial
@@ -293,6 +337,7 @@ def tune_target(sd: StageData, study: str, members: Sequence[str], specialists: 
     P = np.column_stack([member_predict(best_models[m], sd) for m in members])
     bname = sub_name(study, t, "blend")
     bstudy = make_study(bname, storage, s.seed, s.n_startup_trials, s.pruner)
+    group_study(bstudy, study, t)
 
     def blend_objective(trial):
         w = np.array([trial.suggest_float(f"w_{m}", 0.0, 1.0) for m in members])
@@ -301,7 +346,7 @@ def tune_target(sd: StageData, study: str, members: Sequence[str], specialists: 
         w = w / w.sum()
         trial.set_user_attr("weights", w.tolist())
         z = np.column_stack([sd.fwd(P[:, i]) for i in range(len(members))]) @ w
-        return s.metric(sd.yva, sd.inv(z))
+        return sd.score(s.metric, sd.inv(z))
 
     bstudy.enqueue_trial({f"w_{m}": 1.0 for m in members}, skip_if_exists=True)
     bstudy.optimize(blend_objective, n_trials=s.blend_trials, timeout=s.timeout_s, callbacks=list(callbacks))

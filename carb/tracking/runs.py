@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from carb.errors import TrackingError
+from carb.tracking.auth import read_only_for_user
 from carb.tracking.log import unlogged
 from carb.tracking.store import (
     EXPERIMENTS,
@@ -116,8 +117,12 @@ def _unlogged_run(kind: str, tracking_uri: str) -> Iterator[str]:
     if kind not in RECORD_ONLY_KINDS:
         raise TrackingError(f"tracking.uri={tracking_uri}: the store is read-only; carb-{kind} writes to it "
                             f"(use a writable store, or a copy of this one)")
-    print(f"carb-{kind}: the store {tracking_uri} is read-only: this run is not logged "
-          f"(its files are written as usual)", file=sys.stderr)
+    why = read_only_for_user(tracking_uri)
+    if why:
+        print(f"carb-{kind}: {why} on {tracking_uri}: this run is not logged; its files are written", file=sys.stderr)
+    else:
+        print(f"carb-{kind}: the store {tracking_uri} is read-only: this run is not logged "
+              f"(its files are written as usual)", file=sys.stderr)
     with unlogged():
         yield ""
 

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from carb.errors import TrackingError
 from carb.files import locked, sqlite_problem
+from carb.tracking.auth import (COMMAND_EXPERIMENTS, auth_failure_line, auth_status, mark_read_only,
+                                read_only_for_user, user)
 
 #: Experiment names, one per kind of command, so runs of one kind sit side by side in the UI.
 EXPERIMENTS = {
@@ -312,6 +314,31 @@ def experiment_url(experiment: str, ui: str = "http://127.0.0.1:5000") -> str:
     return f"{ui.rstrip('/')}/#/experiments/{eid}/runs?workflowType=machine_learning"
 
 
+def ui_base(tracking_uri: str | None = None) -> str:
+    """The MLflow UI's address for a tracking URI: the server itself for ``http(s)://`` (its UI is served
+    there), else ``http://127.0.0.1:5000`` (what ``mlflow ui`` / ``make ui`` serves a local store on)."""
+    uri = str(tracking_uri or "")
+    if uri.startswith(("http://", "https://")):
+        return uri.rstrip("/")
+    return "http://127.0.0.1:5000"
+
+
+def run_url(run_id: str, tracking_uri: str | None = None, experiment: str | None = None) -> str:
+    """The MLflow UI address of one run's page in the "Model training" view:
+    ``<ui>/#/experiments/<id>/runs/<run_id>?workflowType=machine_learning`` (without the query MLflow 3
+    shows the GenAI sidebar). ``experiment``: the run's experiment id, else asked of the store; "" for no
+    run (an unlogged run on a read-only store) or a store that cannot say."""
+    if not run_id:
+        return ""
+    eid = str(experiment) if experiment and str(experiment).isdigit() else None
+    if eid is None:
+        try:
+            eid = mlflow_module().get_run(run_id).info.experiment_id
+        except Exception:  # noqa: BLE001 - an address is a courtesy: no address rather than a fault
+            return ""
+    return f"{ui_base(tracking_uri)}/#/experiments/{eid}/runs/{run_id}?workflowType=machine_learning"
+
+
 #: Commands whose run only records what they did: on a read-only store they work without logging it.
 RECORD_ONLY_KINDS: frozenset[str] = frozenset({"screen"})
 
@@ -321,7 +348,9 @@ def check_store(tracking_uri: str, command: str) -> None:
     server answers (:func:`check_server`), or a SQLite store is damaged, cannot be created, or is read-only
     while ``carb-<command>`` writes to it (all but :data:`RECORD_ONLY_KINDS`). Reads only; seconds."""
     if tracking_uri.startswith(("http://", "https://")):
-        check_server(tracking_uri)
+        refuse_password_in_uri("tracking.uri", tracking_uri)
+        configure(tracking_uri)   # check_server first: no answer is one line in seconds
+        check_access(tracking_uri, command, record_only=command in RECORD_ONLY_KINDS)
         return
     if not tracking_uri.startswith("sqlite:///"):
         return
@@ -340,9 +369,63 @@ def check_store(tracking_uri: str, command: str) -> None:
     raise TrackingError(f"tracking.uri={tracking_uri}: the store cannot be used: {why}; nothing was done: {fix}")
 
 
+def check_access(uri: str, command: str, record_only: bool) -> None:
+    """Before any work, on a tracking server at ``uri`` (configured): the credentials are accepted and the
+    user may write the runs ``carb-<command>`` logs. Raises a one-line :class:`carb.errors.TrackingError` on
+    a 401, and on a 403 unless ``record_only`` (then the run goes unlogged: :func:`carb.tracking.auth.read_only_for_user`)."""
+    kinds = [k for k in (command, *COMMAND_EXPERIMENTS.get(command, ())) if k in EXPERIMENTS]
+    mlflow = mlflow_module()
+    for kind in kinds:
+        name = EXPERIMENTS[kind]
+        try:
+            exp = mlflow.get_experiment_by_name(name)
+        except Exception as e:  # noqa: BLE001 - only a 401 / 403 is translated here
+            line = auth_failure_line(e, uri, f"READ on experiment {name}")
+            if line is None:
+                raise
+            raise TrackingError(line) from None
+        try:
+            if exp is None:
+                experiment_id(name)   # created now, as the command's run would create it
+            else:                     # the kind tag, set to the value it has: a write needing what runs/create needs
+                mlflow.MlflowClient().set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND[0],
+                                                         (exp.tags or {}).get(EXPERIMENT_KIND[0], EXPERIMENT_KIND[1]))
+        except Exception as e:  # noqa: BLE001
+            status = auth_status(e)
+            if status is None:
+                raise
+            if status == 403 and record_only:
+                mark_read_only(uri, f"user {user() or '(none)'!r} may only read experiment {name} (HTTP 403)")
+                continue
+            raise TrackingError(auth_failure_line(e, uri, f"EDIT on experiment {name}")) from None
+
+
+def refuse_password_in_uri(field: str, uri: str) -> None:
+    """One-line :class:`TrackingError` when ``uri`` (the value of ``field``) carries a password
+    (``scheme://user:password@host``): it would reach the run's logged config. Credentials come from the
+    environment: ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD`` for MLflow, ``PGPASSWORD`` or
+    ``~/.pgpass`` for PostgreSQL."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(str(uri))
+        password = parts.password
+    except ValueError:
+        return
+    if password:
+        where = ("MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD" if parts.scheme.startswith("http")
+                 else "PGPASSWORD or ~/.pgpass (the database's own client settings)")
+        safe = f"{parts.scheme}://{parts.username}@{parts.hostname}" + (f":{parts.port}" if parts.port else "") + parts.path
+        raise TrackingError(f"{field}: the URL carries a password ({safe} with ':***'); it would be logged with the "
+                            f"run's config: drop it from the URL and give it through {where} in the environment")
+
+
 def store_read_only(tracking_uri: str) -> bool:
     """True when ``tracking_uri`` is an existing SQLite store this process may not write (the file or
-    its folder, where SQLite puts its journal, is read-only)."""
+    its folder, where SQLite puts its journal, is read-only), or a tracking server on which this process's
+    user may only read (:func:`carb.tracking.auth.read_only_for_user`)."""
+    if tracking_uri.startswith(("http://", "https://")):
+        return read_only_for_user(tracking_uri) is not None
     if not tracking_uri.startswith("sqlite:///"):
         return False
     db = Path(tracking_uri[len("sqlite:///"):]).resolve()

@@ -1,7 +1,8 @@
 """Benchmark: transfer between every ordered pair of real devices the project has data for.
 
-Devices: the shipped CPU reference (AMD EPYC, ``carb/data/cpu-reference.parquet``), the second CPU
-(Intel Xeon with AMX and AVX-512 FP16, ``../shared/data/cpu-intel-xeon``, measured by CARB's collector),
+Devices: the shipped CPU reference (AMD EPYC Zen 5, ``carb/data/cpu-reference.parquet``), the AMD EPYC Zen 4
+VM (``scripts/data/cpu-amd-zen4.parquet``), the Intel Xeon with AMX and AVX-512 FP16
+(``../shared/data/cpu-intel-xeon``; all three measured by CARB's collector),
 and the four GPUs of timm's public benchmark (eager amp_fp16 torchvision/timm ResNets, latency only;
 ``scripts/bench/extrapolation.py:timm_latency``). The H200 data has no configuration in common with the
 timm rows (CARB's knob grid at batch <= 256 against timm's named models at batch 1024), so it is not paired.
@@ -25,22 +26,31 @@ K in {0, 3, 10, 20}, per precision and target (latency, peak memory where both d
 * ``flops_k``: a FLOPs-only line fitted on the same K rows.
 
 Coverage and width (median hi/lo) are those of the nominal 90 % intervals of ``calibrated`` (K > 0) and
-``zero_shot`` (K = 0). At K > 0 they combine the K rows' leave-one-out residuals with the transfer errors
-of the other pairs of the same kind (:mod:`carb.model.transfer_prior`), never the pair's own and never a
-pair into the same target device (leave-one-pair-out); ``coverage_loo`` / ``width_loo``: from the K rows'
-residuals alone. ``--errors-out carb/data/transfer-errors.csv`` writes the table of every pair's errors that
-``carb-calibrate`` ships (and its provenance beside it).
+``zero_shot`` (K = 0), leave-one-device-out (issue 44): each pair's interval is the device-level band
+(:func:`carb.model.transfer_prior.device_level_band`) of the held-out errors of the pairs that involve neither
+of its two devices, of either kind (scale-free at K > 0, each pair's errors over its K rows' leave-one-out
+scale; at K = 0 in log units, the pairs of the same kind where any remain), never narrower than
+``transfer.repeatability_floor``; ``n_devices``: how many devices it rests on. With three CPUs no CPU pair
+avoids both devices of a CPU pair, so CPU bands rest on the GPU pairs. ``coverage_loo`` / ``width_loo``:
+from the K rows' residuals alone. ``--errors-out carb/data/transfer-errors.csv`` writes the table of every
+pair's errors that ``carb-calibrate`` ships and the per-pair table beside it (``transfer-pairs.csv``, the
+device-level band of ``transfer.pair_prior``), with provenance. ``--interval-sweep`` / ``--precision-sweep``
+study the shipped table prior (:func:`set_prior_intervals`, leave-one-device-out too).
 
-    python -m scripts.bench.transfer_pairs [--ks 0,3,10,20] [--no-gpu] [--csv out.csv] [--errors-out FILE]
+    python -m scripts.bench.transfer_pairs [--ks 0,10,12] [--no-gpu] [--csv out.csv] [--errors-out FILE]
         [--loo-stat median|mean|rms] [--prior-rows N] [--interval-sweep] [--precision-band pooled|widest]
         [--precision-sweep]
 
-The last line is machine-readable (MAPE in percent, over pairs and precisions, latency; per pair CARB's answer:
-the zero-shot model at K = 0 where one exists, ``calibrated`` at K = 10):
-``transfer: pairs=N k0_max_mape=X k10_max_mape=X k10_min_spearman=X coverage_min=X width_median_max=X``; the
-line before it gives the baselines (uncalibrated source, the transfer from the source alone, intervals from
-the K rows alone), the one before that the K = 10 pair-and-precision cells whose coverage an exact binomial
-test at 5 % finds inconsistent with the nominal 0.90 (``coverage_cells``).
+Default K: 0, 10 and the quickstart's (``k`` of ``conf/calibrate.yaml``). Devices: the three CPUs (Zen 5
+reference, Zen 4 of ``scripts/data/cpu-amd-zen4.parquet``, the Xeon) and timm's four GPUs. The last line is
+machine-readable (latency MAPE in percent, worst over pairs and precisions; per pair CARB's answer: the
+zero-shot model at K = 0 where one exists, ``calibrated`` at the quickstart's K and at K = 10; coverage pooled
+over each left-out target device's rows, latency and memory, K = 10):
+``transfer: devices=N pairs=P k0_max_mape=X kq_max_mape=X k10_max_mape=X k10_min_spearman=X
+lodo_coverage_min=X lodo_coverage_max=X width_median_max=X``; before it the per-device table
+(:func:`device_table`), the baselines (uncalibrated source, the transfer from the source alone, intervals
+from the K rows alone) and the K = 10 pair-and-precision cells whose coverage an exact binomial test at 5 %
+finds inconsistent with the nominal 0.90 (``coverage_cells``).
 """
 from __future__ import annotations
 
@@ -60,12 +70,19 @@ INTEL = next((p / "shared" / "data" / "cpu-intel-xeon" / "cpu-intel-xeon.parquet
              ROOT.parent / "shared" / "data" / "cpu-intel-xeon" / "cpu-intel-xeon.parquet")
 
 
+#: The third CPU, an AMD EPYC Zen 4 VM (device_id 34cc4b132c), shipped in scripts/data (issue 44).
+ZEN4 = ROOT / "scripts" / "data" / "cpu-amd-zen4.parquet"
+
+
 def cpu_devices() -> dict[str, pd.DataFrame]:
-    """The two CPU datasets (ok rows), by short name; the Xeon only where its file exists."""
+    """The CPU datasets (ok rows), by short name: the Zen 5 reference, the Zen 4 of ``scripts/data`` and the
+    Xeon (only where its file exists)."""
     from carb.data.io import load_dataset, reference_dataset
     from carb.data.schema import ok_rows
 
-    out = {"EPYC (reference)": ok_rows(reference_dataset()).reset_index(drop=True)}
+    out = {"EPYC Zen 5 (reference)": ok_rows(reference_dataset()).reset_index(drop=True)}
+    if ZEN4.exists():
+        out["EPYC Zen 4"] = ok_rows(load_dataset(str(ZEN4))).reset_index(drop=True)
     if INTEL.exists():
         out["Xeon (AVX-512 FP16)"] = ok_rows(load_dataset(str(INTEL))).reset_index(drop=True)
     return out
@@ -128,8 +145,8 @@ def zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> dict[tup
     for s, d in pairs:
         if s not in [q[0] for q in pairs[:pairs.index((s, d))]]:
             print(f"  {probe_form_check(models[s], devices[s], out[(s, d)].probe_models_['source'], s)}", flush=True)
-    for s, d in pairs:
-        others = [errors[q] for q in pairs if q[1] != d]
+    for s, d in pairs:   # leave-one-device-out: no pair involving either device (the benchmark resets these)
+        others = [errors[q] for q in pairs if not set(q) & {s, d}]
         out[(s, d)].calibrate_zero_shot(np.concatenate(others) if others else None)
     if pairs:
         lo, hi = np.quantile(np.concatenate([errors[q] for q in pairs]), [0.05, 0.95])
@@ -150,6 +167,8 @@ def probe_form_check(model, rows: pd.DataFrame, probe_model, name: str) -> str:
     y = rows["latency_ms"].to_numpy(float)
     got: dict[str, list[float]] = {"ratio": [], "additive": []}
     for p in np.unique(prec):
+        if p not in probe_model.coef_:   # a probe without this precision (the Zen 4's has no fp16)
+            continue
         m = prec == p
         c_p = probe_model.network_ms(rows[m], p)
         for q in np.unique(prec):
@@ -206,8 +225,9 @@ def spec_zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> tup
           + ", ".join(f"{k}: {v:.3f}" for k, v in every.items())
           + f"; leave-one-device-out log error 5-95 %: [{lo:.3f}, {hi:.3f}] ({_band_check('spec', lo, hi)})",
           flush=True)
-    for s, d in pairs:
-        fitted[(s, d)].calibrate_zero_shot(np.concatenate([errors[q] for q in pairs if q[1] != d]))
+    for s, d in pairs:   # leave-one-device-out (the benchmark resets these with the device-level band)
+        others = [errors[q] for q in pairs if not set(q) & {s, d}]
+        fitted[(s, d)].calibrate_zero_shot(np.concatenate(others) if others else None)
     return fitted, pd.DataFrame(weights).T
 
 
@@ -232,7 +252,6 @@ def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool
         ivs = {}
         if zero_shot is not None:
             preds["zero_shot"] = screening_predict(zero_shot, rest)
-            ivs["zero_shot"] = interval(zero_shot.intervals_, preds["zero_shot"])
     else:
         cal, rest = split_k(rows, k)
         preds, ivs = {"source": screening_predict(source, rest)}, {}
@@ -247,11 +266,16 @@ def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool
     for t in targets:
         y = rest[t].to_numpy(float)
         fk = flops_fit(cal, t)(rest) if k >= 2 else None
+        if k == 0 and zero_shot is not None and t in zero_shot.transfer_:
+            p_zs = preds["zero_shot"][f"pred_{t}"].to_numpy(float)
+            pending.append({"target": t, "k": 0, "err": np.log(y / p_zs), "precision": prec, "y": y,
+                            "pred": preds["zero_shot"], "model": zero_shot, "loo": [], "name": "zero_shot"})
         if "calibrated" in fitted and t in fitted["calibrated"].transfer_:
             p_cal = preds["calibrated"][f"pred_{t}"].to_numpy(float)
             pending.append({"target": t, "k": k, "err": np.log(y / p_cal), "precision": prec, "y": y,
                             "pred": preds["calibrated"], "model": fitted["calibrated"],
-                            "loo": fitted["calibrated"].transfer_[t].get("loo", [])})
+                            "loo": fitted["calibrated"].transfer_[t].get("loo", []), "name": "calibrated",
+                            "loo_precision": fitted["calibrated"].transfer_[t].get("loo_precision")})
         for p_name in sorted(set(prec)):
             m = (prec == p_name) & np.isfinite(y)
             if m.sum() < 3:
@@ -279,8 +303,22 @@ def _coverage(iv: pd.DataFrame, t: str, y: np.ndarray, m: np.ndarray, suffix: st
 PRIOR_ROWS: list[float | None] = [None]
 
 
-def set_intervals(table: pd.DataFrame, pending: list[dict], kind: str) -> pd.DataFrame:
-    """Coverage and width of each pair's calibrated model (``table``'s rows of model ``calibrated``), its
+def repeat_floor(target: str, rows: pd.DataFrame | None = None) -> float:
+    """The repeatability floor of ``target``'s intervals as a log standard deviation: the rows' measured
+    run-to-run spread (:func:`carb.model.transfer_prior.repeatability_log_sd`) where they carry it, else
+    ``transfer.repeatability_floor`` of ``conf/calibrate.yaml``."""
+    from omegaconf import OmegaConf
+
+    from carb.model.transfer_prior import repeatability_log_sd
+
+    floor = OmegaConf.load(ROOT / "conf" / "calibrate.yaml").transfer.get("repeatability_floor") or {}
+    default = float(floor.get(target, floor.get("default", 0.0))) if hasattr(floor, "get") else float(floor)
+    return repeatability_log_sd(rows, target, default) if rows is not None else default
+
+
+def set_prior_intervals(table: pd.DataFrame, pending: list[dict], kind: str) -> pd.DataFrame:
+    """The shipped carb-calibrate prior's intervals (issue 29; what ``--interval-sweep`` and ``--precision-sweep``
+    tune, :mod:`carb.model.transfer_prior`'s table): coverage and width of each pair's calibrated model (``table``'s rows of model ``calibrated``), its
     interval from the transfer errors of the other pairs of this ``kind`` (leave-one-pair-out: pairs into
     the same target device left out too) combined with its own K rows' leave-one-out residuals
     (:mod:`carb.model.transfer_prior`), beside the K rows' residuals alone (``coverage_loo``, ``width_loo``)."""
@@ -289,8 +327,8 @@ def set_intervals(table: pd.DataFrame, pending: list[dict], kind: str) -> pd.Dat
 
     table = table.copy()
     for q in pending:
-        others = [r for r in pending if r["target_device"] != q["target_device"] and r["k"] == q["k"]
-                  and r["target"] == q["target"]]
+        others = [r for r in pending if not {r["source"], r["target_device"]} & {q["source"], q["target_device"]}
+                  and r["k"] == q["k"] and r["target"] == q["target"]]   # leave-one-device-out
         prior = error_table([{**r, "kind": kind, "pair": (r["source"], r["target_device"])} for r in others])
         tr = q["model"]
         tr.device_kind_ = kind
@@ -306,6 +344,54 @@ def set_intervals(table: pd.DataFrame, pending: list[dict], kind: str) -> pd.Dat
                 if f"lo_{q['target']}" in iv:
                     for c, v in _coverage(iv, q["target"], q["y"], m, suffix).items():
                         table.at[i, c] = v
+    return table
+
+
+def set_intervals(table: pd.DataFrame, pending: list[dict], kind: str | None = None) -> pd.DataFrame:
+    """Coverage and width of each pair's interval (``table``'s rows of model ``calibrated`` at K > 0,
+    ``zero_shot`` at K = 0): the device-level band (:func:`carb.model.transfer_prior.device_level_band`) of
+    the held-out errors of the pairs that involve neither of its devices (leave-one-device-out), of any
+    device kind: at K > 0 scale-free (each pair's errors over its K rows' leave-one-out scale, times this
+    pair's), at K = 0 in log units, the pairs of the same kind where any remain. Never narrower than the
+    repeatability floor (:func:`repeat_floor`). Beside it at K > 0: the K rows' residuals alone
+    (``coverage_loo``, ``width_loo``). ``n_devices``: the devices the band was measured on. ``kind``: only
+    that kind's pairs are scored (None: all)."""
+    from carb.model.intervals import interval
+    from carb.model.transfer_prior import lodo_records, row_scale
+
+    table = table.copy()
+    recs = [{"pair": (r["source"], r["target_device"]), "err": r["err"], "precision": r["precision"], "k": r["k"],
+             "target": r["target"], "kind": r.get("kind"), "scale": row_scale(r["loo"], r.get("loo_precision"))}
+            for r in pending]
+    for q, own in zip(pending, recs):
+        if kind is not None and q.get("kind", kind) != kind:
+            continue
+        others = lodo_records([r for r in recs if r["k"] == q["k"] and r["target"] == q["target"]],
+                              own["pair"])
+        tr = q["model"]
+        if q["k"] == 0:
+            others = [r for r in others if r["kind"] == q.get("kind")] or others
+            saved = copy.copy(tr.intervals_)
+        floor = repeat_floor(q["target"])
+        entry = tr.set_device_band(q["target"], others, floor, scaled=q["k"] > 0)
+        ivs = {"": interval(tr.intervals_, q["pred"], precision=q["precision"])} if entry else {}
+        if q["k"] > 0:
+            ivs["_loo"] = interval(tr.recalibrate(None).intervals_, q["pred"], precision=q["precision"])
+            if entry:
+                tr.intervals_[q["target"]] = entry
+        else:
+            tr.intervals_ = saved   # the zero-shot model is shared by every K of the pair
+        at = ((table.source == q["source"]) & (table.target_device == q["target_device"]) & (table.k == q["k"])
+              & (table.target == q["target"]) & (table.model == q.get("name", "calibrated")))
+        for i in table.index[at]:
+            m = (q["precision"] == table.at[i, "precision"]) & np.isfinite(q["y"])
+            table.at[i, "n_devices"] = entry.get("n_devices", 0) if entry else 0
+            for suffix, iv in ivs.items():
+                if f"lo_{q['target']}" in iv:
+                    for c, v in _coverage(iv, q["target"], q["y"], m, suffix).items():
+                        table.at[i, c] = v
+                    inside = _coverage(iv, q["target"], q["y"], m, suffix)[f"coverage{suffix}"] * int(m.sum())
+                    table.at[i, f"inside{suffix}"] = inside
     return table
 
 
@@ -346,10 +432,9 @@ def pair_table(devices: dict[str, pd.DataFrame], ks: list[int], targets: list[st
                 out += [{"source": src, "target_device": dst, **r} for r in recs]
                 pending += [{"source": src, "target_device": dst, **q} for q in pend]
     kind = "cpu" if cpu else "gpu"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        table = set_intervals(pd.DataFrame(out), pending, kind)
-    return table, [{**q, "kind": kind, "pair": (q["source"], q["target_device"])} for q in pending]
+    ids = {n: (_identity(d)[1] or n) for n, d in devices.items()}
+    return pd.DataFrame(out), [{**q, "kind": kind, "pair": (q["source"], q["target_device"]),
+                                "source_id": ids[q["source"]], "target_id": ids[q["target_device"]]} for q in pending]
 
 
 def interval_sweep(parts: list, k: int = 10, stats: tuple[str, ...] = ("median", "mean", "rms"),
@@ -377,7 +462,7 @@ def interval_sweep(parts: list, k: int = 10, stats: tuple[str, ...] = ("median",
                             continue
                         with warnings.catch_warnings():
                             warnings.simplefilter("ignore")
-                            t = set_intervals(table[table.k == k], keep, kind)
+                            t = set_prior_intervals(table[table.k == k], keep, kind)
                         c = t[(t.model == "calibrated") & (t.target == "latency_ms") & t["coverage"].notna()]
                         per = c.assign(i=c["coverage"] * c["n"]).groupby(["source", "target_device"])[["i", "n"]].sum()
                         records += [{"option": f"{stat}/{rows_:g}", "held": held, "cv": r.i / r.n}
@@ -418,11 +503,11 @@ def precision_sweep(parts: list, k: int = 10) -> dict[str, pd.Series]:
             transfer_prior.PRECISION_BAND = band
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                full = pd.concat([set_intervals(table[table.k == k], [q for q in pend if q["k"] == k], kind)
+                full = pd.concat([set_prior_intervals(table[table.k == k], [q for q in pend if q["k"] == k], kind)
                                   for (table, pend), kind in zip(parts, ("cpu", "gpu"))], ignore_index=True)
                 for held in every:
                     scores["pair_out"].setdefault(held, {})[band] = _cell_score(full, held)
-                    nested = pd.concat([set_intervals(table[table.k == k], [q for q in pend if q["k"] == k
+                    nested = pd.concat([set_prior_intervals(table[table.k == k], [q for q in pend if q["k"] == k
                                                                           and q["pair"] != held], kind)
                                         for (table, pend), kind in zip(parts, ("cpu", "gpu"))], ignore_index=True)
                     scores["nested"].setdefault(held, {})[band] = _cell_score(nested, held)
@@ -461,16 +546,65 @@ def product(lat: pd.DataFrame, k: int, preferred: str, fallback: str) -> pd.Data
     return at[pick]
 
 
-def headline(t: pd.DataFrame) -> str:
-    """The machine-readable last line, exactly as issue 29 names it (latency; over ordered pairs and
-    precisions; CARB's answer per pair: the zero-shot model at K = 0 where the pair has one, else the source
-    (:func:`product`), the calibrated model at K = 10)."""
+def quickstart_k() -> int:
+    """The quickstart's default K (``k`` of ``conf/calibrate.yaml``)."""
+    from omegaconf import OmegaConf
+
+    return int(OmegaConf.load(ROOT / "conf" / "calibrate.yaml").k)
+
+
+def device_table(t: pd.DataFrame, kq: int | None = None) -> pd.DataFrame:
+    """One row per left-out target device (every pair into it, each with that device left out of every
+    prior): latency MAPE % (worst source and precision) at K = 0 (CARB's answer, :func:`product`), at the
+    quickstart's K and at K = 10 (``calibrated``); coverage of the 90 % intervals pooled over the device's
+    held-out rows (latency and memory, K = 10; latency K = 0), the widest median hi/lo, and the fewest
+    devices a band was measured on (latency, memory)."""
+    kq = quickstart_k() if kq is None else kq
+    lat, mem = t[t["target"] == "latency_ms"], t[t["target"] == "peak_memory_MB"]
+
+    def pooled(frame: pd.DataFrame) -> pd.Series:
+        f = frame[frame["coverage"].notna()] if "coverage" in frame else frame.iloc[:0]
+        f = f.assign(inside=f["coverage"] * f["n"]) if "inside" not in f else f
+        g = f.groupby("target_device")[["inside", "n"]].sum()
+        return g["inside"] / g["n"]
+
+    k10 = lat[(lat.k == 10) & (lat.model == "calibrated")]
+    out = pd.DataFrame({
+        "pairs": lat.groupby("target_device")["source"].nunique(),
+        "k0_mape_max": product(lat, 0, "zero_shot", "source").groupby("target_device")["mape_pct"].max(),
+        "kq_mape_max": lat[(lat.k == kq) & (lat.model == "calibrated")].groupby("target_device")["mape_pct"].max(),
+        "k10_mape_max": k10.groupby("target_device")["mape_pct"].max(),
+        "k10_spearman_min": k10.groupby("target_device")["spearman"].min(),
+        "k0_coverage": pooled(lat[(lat.k == 0) & (lat.model == "zero_shot")]),
+        "k10_coverage": pooled(k10),
+        "k10_memory_coverage": pooled(mem[(mem.k == 10) & (mem.model == "calibrated")]),
+        "k10_width_max": k10.groupby("target_device")["width"].max() if "width" in k10 else np.nan,
+        "k10_memory_width_max": (mem[(mem.k == 10) & (mem.model == "calibrated")].groupby("target_device")["width"].max()
+                                 if "width" in mem else np.nan),
+        "band_devices_min": k10.groupby("target_device")["n_devices"].min() if "n_devices" in k10 else np.nan,
+        "memory_band_devices_min": (mem[(mem.k == 10) & (mem.model == "calibrated")].groupby("target_device")[
+            "n_devices"].min() if "n_devices" in mem else np.nan),
+    })
+    return out.reset_index().rename(columns={"index": "target_device"})
+
+
+def headline(t: pd.DataFrame, kq: int | None = None) -> str:
+    """The machine-readable last line, as issue 44 names it (latency MAPE over ordered pairs and precisions;
+    CARB's answer per pair: the zero-shot model at K = 0 where the pair has one, else the source
+    (:func:`product`), the calibrated model at the quickstart's K and at K = 10; coverage and width of the
+    K = 10 intervals per left-out target device, latency and memory, :func:`device_table`)."""
+    kq = quickstart_k() if kq is None else kq
     lat = t[t["target"] == "latency_ms"]
     k0, k10 = product(lat, 0, "zero_shot", "source"), lat[(lat.k == 10) & (lat.model == "calibrated")]
+    kqm = lat[(lat.k == kq) & (lat.model == "calibrated")]
     pairs = lat[["source", "target_device"]].drop_duplicates()
-    return (f"transfer: pairs={len(pairs)} k0_max_mape={k0['mape_pct'].max():.1f} "
-            f"k10_max_mape={k10['mape_pct'].max():.1f} k10_min_spearman={k10['spearman'].min():.3f} "
-            f"coverage_min={k10['coverage'].min():.2f} width_median_max={k10['width'].max():.2f}")
+    d = device_table(t, kq)
+    cov = pd.concat([d["k10_coverage"], d["k10_memory_coverage"]]).dropna()
+    widths = pd.concat([d["k10_width_max"], d["k10_memory_width_max"]]).dropna()
+    return (f"transfer: devices={len(d)} pairs={len(pairs)} k0_max_mape={k0['mape_pct'].max():.1f} "
+            f"kq_max_mape={kqm['mape_pct'].max():.1f} k10_max_mape={k10['mape_pct'].max():.1f} "
+            f"k10_min_spearman={k10['spearman'].min():.3f} lodo_coverage_min={cov.min():.2f} "
+            f"lodo_coverage_max={cov.max():.2f} width_median_max={widths.max():.2f}")
 
 
 def baselines_line(t: pd.DataFrame) -> str:
@@ -527,6 +661,13 @@ def write_errors(path: str, pending: list[dict]) -> None:
 
     table = error_table(pending)
     table.to_csv(path, index=False)
+    from carb.model.transfer_prior import pair_summary
+
+    pairs_path = Path(path).with_name(Path(path).name.replace("transfer-errors", "transfer-pairs")
+                                      if "transfer-errors" in Path(path).name else Path(path).stem + "-pairs.csv")
+    pair_summary(pending).to_csv(pairs_path, index=False)
+    print(f"  wrote {pairs_path} (per pair and precision: bias, row scale, |residual| quantiles; the device-level "
+          "band of carb-calibrate, transfer.pair_prior)", flush=True)
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     pairs = {}
@@ -550,7 +691,11 @@ def all_pairs(ks: list[int], gpu: bool = True) -> tuple[pd.DataFrame, list]:
     if gpu:
         print("== timm GPU pairs (latency)", flush=True)
         parts.append(pair_table(gpu_devices(), ks, ["latency_ms"], cpu=False))
-    return pd.concat([p[0] for p in parts], ignore_index=True), parts
+    every = [q for p in parts for q in p[1]]
+    with warnings.catch_warnings():   # intervals across kinds: a CPU pair's band may rest on GPU pairs
+        warnings.simplefilter("ignore")
+        table = set_intervals(pd.concat([p[0] for p in parts], ignore_index=True), every)
+    return table, parts
 
 
 def pair_overview(t: pd.DataFrame) -> pd.DataFrame:
@@ -580,7 +725,7 @@ def pair_overview(t: pd.DataFrame) -> pd.DataFrame:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ks", default="0,3,10,20")
+    ap.add_argument("--ks", default=None, help="K values (default: 0, 10 and the quickstart's K)")
     ap.add_argument("--no-gpu", action="store_true")
     ap.add_argument("--csv", default=None, help="write the per-pair table here")
     ap.add_argument("--errors-out", default=None,
@@ -604,12 +749,12 @@ def main() -> None:
         from carb.model import transfer_prior
 
         transfer_prior.PRECISION_BAND = a.precision_band
-    ks = [int(k) for k in a.ks.split(",")]
+    ks = [int(k) for k in a.ks.split(",")] if a.ks else sorted({0, 10, quickstart_k()})
     from scripts.bench.transfer import markdown
 
     t, parts = all_pairs(ks, gpu=not a.no_gpu)
     if a.errors_out:
-        write_errors(a.errors_out, [q for p in parts for q in p[1]])
+        write_errors(a.errors_out, [q for p in parts for q in p[1] if q["k"] > 0])
     if a.interval_sweep:
         counts = interval_sweep(parts)
         print("  interval settings (LOO statistic / prior pseudo-rows) chosen fully nested leave-one-pair-out, "
@@ -629,6 +774,9 @@ def main() -> None:
     print(pooled_coverage_line(t))
     print(coverage_cells_line(t))
     print(baselines_line(t))
+    d = device_table(t)
+    print("per left-out target device (latency MAPE %, worst source and precision; coverage pooled over its rows):")
+    print(markdown(d.round(3)))
     print(headline(t))
 
 

@@ -182,6 +182,10 @@ class Transfer(Section):
     error_prior: Text | None = "auto"
     prior_rows: NonNegative = 10.0
     prior_targets: list[Literal["latency_ms", "energy_J", "peak_memory_MB"]] = ["latency_ms", "energy_J"]
+    repeatability_floor: dict[Literal["default", "latency_ms", "energy_J", "peak_memory_MB"], NonNegative] = {}
+    min_rows_per_precision: Index = 3
+    added_precision_max_flops: Positive = 2.5e8
+    pair_prior: Text | None = "auto"
 
 
 class ZeroShotPower(Section):

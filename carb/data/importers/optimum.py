@@ -82,7 +82,21 @@ def read_result(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict) or not {"config", "report"} <= set(data):
         raise ConfigError(f"importer.path: {str(path)!r} is not an optimum-benchmark result (needs 'config' and "
                           f"'report')")
+    for key, sub in (("config", ("backend", "scenario", "environment")), ("report", ())):
+        _object(data[key], f"{path.name}: {key}")
+        for k in sub:
+            if data[key].get(k) is not None:
+                _object(data[key][k], f"{path.name}: {key}.{k}")
     return data
+
+
+def _object(value: Any, where: str) -> None:
+    """One-line :class:`ConfigError` unless ``value`` (a block of a result file, at ``where``) is a JSON object."""
+    if not isinstance(value, dict):
+        kind = {"list": "array", "str": "string", "int": "number", "float": "number", "bool": "boolean",
+                "NoneType": "null"}.get(type(value).__name__, type(value).__name__)
+        raise ConfigError(f"importer.path: {where} is a JSON {kind}, not an object; "
+                          f"an optimum-benchmark result holds objects there ({{\"backend\": ...}})")
 
 
 def _precision(backend: Mapping[str, Any]) -> tuple[str, bool]:
@@ -132,13 +146,17 @@ def result_row(path: Path, data: Mapping[str, Any], target: str, memory: str, en
     dtype, autocast = _precision(backend)
     device = str(backend.get("device", ""))
     component = ("gpu" if device.startswith("cuda") else "cpu") if energy == "auto" else energy
-    tgt = report.get(target) or {}
-    lat = tgt.get("latency") or {}
-    en = tgt.get("energy") or {}
     try:
         rel = str(path.relative_to(root))
     except ValueError:
         rel = str(path)
+    tgt = report.get(target) or {}
+    _object(tgt, f"{rel}: report.{target}")
+    for block in ("latency", "energy", "memory"):
+        if tgt.get(block):
+            _object(tgt[block], f"{rel}: report.{target}.{block}")
+    lat = tgt.get("latency") or {}
+    en = tgt.get("energy") or {}
     at = f"{rel}: report.{target}"
     peak, kind = _memory(tgt.get("memory"), memory, where=f"{at}.memory.unit")
     lat_f = _factor(lat, "latency_ms", "s", f"{at}.latency.unit") if lat else 1.0

@@ -92,7 +92,14 @@ def load_timm_table(path: str | Path | None = None) -> pd.DataFrame:
     if not p.exists():
         raise DatasetError(f"timm table {str(p)!r} does not exist (timm.path: give the resnet_family.csv "
                            f"file, or null for the shipped copy)")
-    raw = pd.read_csv(p, dtype={"torch": str, "cuda": str, "plain_resnet_block": str})
+    try:
+        raw = pd.read_csv(p, dtype={"torch": str, "cuda": str, "plain_resnet_block": str})
+    except pd.errors.EmptyDataError:
+        raise DatasetError(f"importer.path: timm table {str(p)!r} is empty (no header, no rows); give timm's "
+                           f"resnet_family.csv, or null for the shipped copy") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, OSError) as e:
+        msg = " ".join(str(e).split()) or type(e).__name__
+        raise DatasetError(f"importer.path: timm table {str(p)!r} cannot be read as CSV ({msg})") from None
     missing = [c for c in _REQUIRED if c not in raw.columns]
     if missing:
         raise DatasetError(f"timm table {str(p)!r}: missing column(s) {missing}")
