@@ -309,6 +309,18 @@ def transfer_lines() -> list[str]:
             f"drawn from the reference file. `flops_k` = a FLOPs-only line fitted on the same K rows:", "", *cpu, ""]
 
 
+def zero_shot_band_lines() -> list[str]:
+    """The zero-shot bands ``carb-calibrate k=0`` applies, read from their one source (``conf/calibrate.yaml``,
+    ``zero_shot``), never typed here."""
+    from scripts.bench.transfer_pairs import configured_bands
+
+    b = configured_bands()
+    return [f"Zero-shot bands that `carb-calibrate k=0` applies (`conf/calibrate.yaml`, `zero_shot`): spec sheets "
+            f"(GPU) log error 5-95 % [{b['spec'][0]:.3f}, {b['spec'][1]:.3f}] measured on {b['spec_devices']} GPUs; "
+            f"device probes (CPU) [{b['probe'][0]:.3f}, {b['probe'][1]:.3f}] on {b['probe_devices']} CPUs. Each is "
+            "added to the source model's own interval (never narrower than it; P within 5-95 %).", ""]
+
+
 def transfer_pairs_lines() -> list[str]:
     """Issue 29's any-device benchmark (``python -m scripts.bench.transfer_pairs``): every ordered pair of the
     real devices the project has, one row per pair (latency MAPE %, worst precision), and its two summary lines."""
@@ -596,7 +608,7 @@ def section() -> str:
               "Real third-party GPU latency (timm benchmark, plain ResNets mapped to `ArchConfig`, one model per GPU):",
               "", timm_summary(), ""]
     parts += transfer_lines()
-    parts += ["### Any device: every pair, zero-shot and K = 10", ""] + transfer_pairs_lines()
+    parts += ["### Any device: every pair, zero-shot and K = 10", ""] + zero_shot_band_lines() + transfer_pairs_lines()
     from scripts.studies.energy_floor import floor_lines
 
     parts += floor_lines()   # zero-shot energy per image against MLPerf floors (issue 45)

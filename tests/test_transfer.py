@@ -382,9 +382,9 @@ def test_zero_shot_from_spec_records_scales_latency_by_the_weighted_spec_ratios(
 
     cascade, b = source_and_b
     src = {"name": "S", "fp32_TFLOPS": 20.0, "tf32_tensor_TFLOPS": 80.0, "fp16_tensor_TFLOPS": 160.0,
-           "memory_bandwidth_GBps": 1000.0, "power_limit_W": 300.0}
+           "bf16_tensor_TFLOPS": 160.0, "memory_bandwidth_GBps": 1000.0, "power_limit_W": 300.0}
     dst = {"name": "D", "fp32_TFLOPS": 40.0, "tf32_tensor_TFLOPS": 160.0, "fp16_tensor_TFLOPS": 640.0,
-           "memory_bandwidth_GBps": 2000.0, "power_limit_W": 600.0}
+           "bf16_tensor_TFLOPS": 640.0, "memory_bandwidth_GBps": 2000.0, "power_limit_W": 600.0}
     w = {"compute": 0.3, "bandwidth": 0.4, "power": 0.3}
     assert np.isclose(log_ratio(src, dst, "fp16", w), 0.3 * np.log(0.25) + 0.4 * np.log(0.5) + 0.3 * np.log(0.5))
     zs = TransferredCascade(cascade).fit_spec(src, dst, w)
@@ -447,6 +447,16 @@ def test_calibrate_k0_registers_a_zero_shot_model_from_spec_sheets(store):
     tracking.configure(store["uri"])
     v = [x for x in tracking.model_versions(res["registered_name"]) if str(x["version"]) == str(res["version"])]
     assert v, res
+    # issue 42: one name per spec GPU, and the model says where it comes from (registry, predict's frame)
+    from carb.analysis.predictor import Predictor
+    from carb.data.schema import spec_model_name
+
+    assert res["registered_name"] == spec_model_name(fingerprint_json(spec_fingerprint(gpu_spec("H100 SXM"))))
+    origin = f"zero-shot from {src} by spec records"
+    assert origin in tracking.registered_model_info(res["registered_name"])["description"]
+    assert "band measured on 4 devices" in tracking.registered_model_info(res["registered_name"])["description"]
+    frame = Predictor(zs, src).predict([{"block": "basic", "depth": 18, "precision": "fp16"}])
+    assert frame.attrs["origin"].startswith(origin)
 
 
 def run_calibrate_k0(store, source, *extra):

@@ -115,6 +115,9 @@ class Predictor:
         out = pd.concat([out.reset_index(drop=True), extra.reset_index(drop=True)], axis=1)
         out.index = frame.index
         out.attrs.update(self.provenance(coverage))
+        from carb.model.transfer import describe_origin
+
+        out.attrs["origin"] = describe_origin(model) or f"trained on measured rows of {getattr(model, 'device_name_', '?')}"
         return out
 
     def _empty(self, frame: pd.DataFrame, budget: Mapping[str, float] | None, coverage: float | None,

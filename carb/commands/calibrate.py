@@ -220,8 +220,11 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
         from carb.commands.zero_shot import run_zero_shot
 
         return run_zero_shot(cfg, source, {"uri": source_uri, **src_info}, prog, target_probe)
+    if not cfg.data.get("path"):   # measuring now: refuse before a minute of measuring, not after
+        refuse_unlike_devices(cfg, source, source_uri, None)
     prog.begin("reading the target rows" if cfg.data.get("path") else "measuring the target rows")
     rows, where = target_rows(cfg) if cfg.data.get("path") else measure_rows(cfg, source, target_probe)
+    refuse_unlike_devices(cfg, source, source_uri, rows)
     if target_probe and str(target_probe) not in set(rows["device_id"].dropna().astype(str)):
         raise ConfigError(f"probe: {target_probe} is not the device of the rows of {where} "
                           f"({sorted(set(rows['device_id'].dropna().astype(str)))}); a probe describes the target CPU")
@@ -236,6 +239,8 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     spec = spec_records(cfg, source, rows) if probes is None and cfg.transfer.get("spec", True) else None
     tr, table = evaluate_transfer(source, rows, k, kw, targets=list(getattr(source, "targets_", [])), probes=probes,
                                   spec=spec)
+    tr.origin_ = {"how": "calibrated", "source": source_uri, "k": k,
+                  "method": ", ".join(f"{t} {i['form']}" for t, i in tr.transfer_.items())}
     _print_transfer(tr, table, len(rows) - k)
     prog.begin("logging to MLflow" + (" and registering" if cfg.register else ""))
     reg_name = name if cfg.register else None
@@ -319,6 +324,59 @@ def refuse_same_device(source: Any, rows: pd.DataFrame, source_uri: str, where: 
                           f"this device's rows use carb-train data.path={where}")
 
 
+def source_kind(source: Any) -> str | None:
+    """``gpu`` / ``cpu`` for a model of a CUDA GPU / a CPU (its device fingerprint's ``kind``), else None."""
+    try:
+        fp = json.loads(getattr(source, "device_fingerprint_", None) or "null")
+    except (TypeError, ValueError):
+        return None
+    return {"cuda": "gpu", "cpu": "cpu"}.get(str(fp.get("kind"))) if isinstance(fp, dict) else None
+
+
+def _rows_spec(rows: pd.DataFrame | None) -> dict[str, Any] | None:
+    """The spec record the target rows' GPU fingerprint matches (None: no rows, not a GPU, not in the table)."""
+    from carb.data.gpu_specs import record_for_fingerprint
+
+    fps = rows["device_fingerprint"].dropna().astype(str) if rows is not None and "device_fingerprint" in rows else []
+    try:
+        fp = json.loads(fps.iloc[0]) if len(fps) else None
+    except (TypeError, ValueError):
+        return None
+    return record_for_fingerprint(fp) if isinstance(fp, dict) and fp.get("kind") == "cuda" else None
+
+
+def refuse_unlike_devices(cfg: Any, source: Any, source_uri: str, rows: pd.DataFrame | None) -> None:
+    """One-line :class:`ConfigError` for a K-row calibration that cannot work, naming the command that does:
+    a GPU model calibrated with CPU rows (``rows`` of a CPU, or ``rows=None``: measuring this machine with
+    ``device.kind`` other than cuda); a CPU model calibrated to a GPU without a spec record (from its rows or
+    ``spec=``); ``spec=`` naming another GPU than the rows', or given for a CPU target. ``spec=`` with k > 0 is
+    otherwise used: it is the target GPU's record (:func:`spec_records`)."""
+    from carb.data.gpu_specs import gpu_spec
+    from carb.model.transfer_prior import device_kind
+
+    src = source_kind(source)
+    target = device_kind(rows) if rows is not None else ("gpu" if str(cfg.device.get("kind")) == "cuda" else "cpu")
+    what = f"the rows of {cfg.data.path}" if rows is not None else "the rows measured now"
+    cpu_target = f"the rows of {cfg.data.path} are a CPU's" if rows is not None else "measure=cpu measures this CPU"
+    name = getattr(source, "device_name_", "?")
+    if src == "gpu" and target == "cpu":
+        raise ConfigError(f"source: {source_uri} is a GPU model ({name}) and {cpu_target}: a GPU's costs do not carry "
+                          "over to a CPU; for this CPU run carb-quickstart calibrate=true (the CPU reference model "
+                          "calibrated here), for another GPU carb-calibrate source=<GPU model> k=0 spec=<GPU>")
+    given = gpu_spec(str(cfg.spec), field="spec") if cfg.get("spec") else None
+    if given is not None and target == "cpu":
+        raise ConfigError(f"spec: {cfg.spec!r} is a GPU's spec record but {cpu_target}; allowed: spec=null "
+                          "for a CPU target")
+    have = _rows_spec(rows)
+    if given is not None and have is not None and have.get("name") != given["name"]:
+        raise ConfigError(f"spec: {cfg.spec!r} is {given['name']} but {what} are of {have['name']} (their "
+                          f"fingerprint); allowed: spec={have['name']!r} or spec=null")
+    if src == "cpu" and target == "gpu" and given is None and have is None:
+        raise ConfigError(f"spec: {what} are of a GPU without a spec record and the source {source_uri} is a CPU "
+                          f"model ({name}); allowed: spec=<the GPU's name in carb/data/gpu_specs.csv>, or a GPU "
+                          "source model (source=models:/<GPU model>@champion)")
+
+
 def device_probes(source: Any, rows: pd.DataFrame) -> tuple | None:
     """``(source probe, target probe, target fingerprint)`` when both CPUs have a device probe on disk
     (shipped or ``carb-probe``'s), else None; one line says which is used."""
@@ -361,6 +419,10 @@ def spec_records(cfg: Any, source: Any, rows: pd.DataFrame) -> tuple | None:
         return record_for_fingerprint(fp) if isinstance(fp, dict) and fp.get("kind") == "cuda" else None
 
     src, dst = record(getattr(source, "device_fingerprint_", None)), record(device_identity(rows)[2])
+    if cfg.get("spec") and src is not None:   # spec= with k > 0: the target GPU's record (checked against the rows')
+        from carb.data.gpu_specs import gpu_spec
+
+        dst = gpu_spec(str(cfg.spec), field="spec")
     if src is None or dst is None or src.get("name") == dst.get("name"):
         return None
     weights = {k: float(v) for k, v in cfg.zero_shot.weights.items()}
@@ -428,6 +490,8 @@ def _log_run(cfg: Any, tr: Any, table: pd.DataFrame, rows: pd.DataFrame, k: int,
     transferred model of device model ``name``, registered under it with ``register``; ``source``: the source
     model's ``uri`` and its :func:`carb.tracking.resolve_version`. Returns the run id and
     :func:`carb.tracking.log_cascade`'s answer."""
+    from carb.model.transfer import describe_origin
+
     device, source_uri = tr.device_name_, source["uri"]
     metrics = {f"heldout_{r.target}_{r.model}_{m}": getattr(r, m) for r in table.itertuples()
                for m in ("spearman", "mape_pct", "r2")}
@@ -459,7 +523,8 @@ def _log_run(cfg: Any, tr: Any, table: pd.DataFrame, rows: pd.DataFrame, k: int,
         info = tracking.log_cascade(tr, cal_rows[list(tr.input_columns_)].head(5).reset_index(drop=True),
                                     registered_name=name if register else None, metadata=meta, description=descr,
                                     model_description=f"CARB cost model of {device} (device_id {tr.device_id_}): "
-                                                      f"peak memory, energy and latency per batch.")
+                                                      f"peak memory, energy and latency per batch, "
+                                                      f"{describe_origin(tr)}.")
     return run_id, info
 
 

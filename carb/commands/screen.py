@@ -245,8 +245,10 @@ def run_screen(cfg: Any) -> dict[str, Any]:
     print(wrap_line(f"wrote {out_dir}/: shortlist.csv, profile_next.csv, {csv}scored.parquet, pareto.png"))
     print(f"MLflow run {run_id}")
     say_run_page(run_id, uri)
+    from carb.commands.calibrate import source_kind
+
     print("\n".join(next_steps(target_uri, uri, tracking.experiment_url(tracking.EXPERIMENTS["screen"],
-                                                                      tracking.ui_base(uri)))))
+                                                                      tracking.ui_base(uri)), kind=source_kind(target))))
     return {**counts, **result.stages, "timings_s": result.timings_s, "output_dir": str(out_dir),
             "run_id": run_id, "target": target_uri, "mode": mode, "validation": validation,
             "shortlist": result.shortlist, "notes": notes}
@@ -289,6 +291,7 @@ def _print_report(cfg: Any, result: Any, notes: list[str], target_uri: str, targ
           f"(v{target.registry_.get('version', '?')}, {getattr(target, 'device_name_', '?')}, "
           f"device_id {getattr(target, 'device_id_', None) or 'unknown'})"
           + (f"; source {cfg.screen.source} (v{source.registry_.get('version', '?')})" if source else ""))
+    _print_origin(target)
     counts = result.counts
     print(wrap_line(f"grid {counts['n_candidates']} candidates; budget {budget_text(result.budget)}; "
           f"objective {result.objective}"))
@@ -317,6 +320,18 @@ def _print_report(cfg: Any, result: Any, notes: list[str], target_uri: str, targ
     _print_axes(result, users)
     _print_shortlist(result, screening.model_targets(target), users)
     _print_profile_next(result, shown_users(result, users))
+
+
+def _print_origin(target: Any) -> None:
+    """One line (wrapped at the table width) saying where a transferred target model's numbers come from
+    (:func:`carb.model.transfer.describe_origin`: zero-shot from which source, by what, its band's devices)."""
+    import textwrap
+
+    from carb.model.transfer import describe_origin
+
+    origin = describe_origin(target)
+    if origin:
+        print(textwrap.fill(f"model: {origin}", width=TABLE_WIDTH, subsequent_indent="  ", break_on_hyphens=False))
 
 
 def _print_axes(result: Any, users: list[str]) -> None:

@@ -171,9 +171,23 @@ def file_frame(df: pd.DataFrame, targets: Sequence[str], users: Sequence[str] = 
     return out.rename(columns=predicted_telemetry(out.columns))
 
 
-def next_steps(target_uri: str, tracking_uri: str, runs_url: str | None = None) -> list[str]:
-    """The closing "next" block: set your own budget, calibrate to your machine, use the model from Python,
-    open the MLflow UI (``runs_url``: the experiment's runs table in the UI's "Model training" view). The
+def machine_steps(target_uri: str, kind: str | None) -> list[str]:
+    """The "next" lines that move a model to another device, per the model's device ``kind`` (``gpu`` /
+    ``cpu`` / None): a GPU model cannot be calibrated with this CPU's rows (refused), so it points to the CPU
+    reference's calibration and to a zero-shot to another GPU; a CPU model to measuring this CPU."""
+    from carb.commands.cli import command_text, wrap_command
+
+    cal = command_text("carb-calibrate")
+    if kind == "gpu":
+        return [*wrap_command("  this CPU      ", f"{command_text('carb-quickstart')} calibrate=true",
+                              "   (calibrates the CPU reference model here)"),
+                *wrap_command("  another GPU   ", f"{cal} source={target_uri} k=0 spec=<GPU>")]
+    return wrap_command("  your machine  ", f"{cal} source={target_uri} measure=cpu k=12")
+
+
+def next_steps(target_uri: str, tracking_uri: str, runs_url: str | None = None, kind: str | None = None) -> list[str]:
+    """The closing "next" block: set your own budget, calibrate to your machine (:func:`machine_steps`, per the
+    model's device ``kind``), use the model from Python, open the MLflow UI (``runs_url``: the experiment's runs table in the UI's "Model training" view). The
     commands are typed as this process can run them (:func:`carb.commands.cli.command_text`:
     ``.venv/bin/carb-screen`` when the venv is not on ``PATH``) and wrapped at 120 columns with shell
     continuations (:func:`carb.commands.cli.wrap_command`), so each copy-pastes as printed."""
@@ -185,7 +199,7 @@ def next_steps(target_uri: str, tracking_uri: str, runs_url: str | None = None) 
                           "screen.budget.peak_memory_MB=<MB>")
     lines += wrap_command("  your grid     ", f"{screen} screen.grid_file=<csv of knobs>",
                           "   (or space.batch_sizes=[1,8] ...)")
-    lines += wrap_command("  your machine  ", f"{command_text('carb-calibrate')} source={target_uri} measure=cpu k=12")
+    lines += machine_steps(target_uri, kind)   # per the model's device kind (gpu / cpu)
     lines += wrap_command("  Python        ", f"carb.load_model('{target_uri}').predict(knobs_frame, budget=...)")
     lines += wrap_command("  MLflow UI     ", f"{command_text('mlflow')} ui --backend-store-uri {tracking_uri}",
                           "   (or make ui)")

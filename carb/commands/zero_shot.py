@@ -39,10 +39,21 @@ def source_spec(source: Any, source_uri: str) -> dict[str, Any]:
         fp = {}
     rec = record_for_fingerprint(fp) if isinstance(fp, dict) and fp.get("kind") == "cuda" else None
     if rec is None:
-        raise ConfigError(f"k=0: the source model {source_uri} is of {getattr(source, 'device_name_', '?')!r}, "
-                          "which has no GPU spec record (carb/data/gpu_specs.csv); zero-shot needs a GPU model "
-                          "as source")
+        raise ConfigError(f"source: {source_uri} is of {getattr(source, 'device_name_', '?')!r}, which has no GPU "
+                          "spec record (carb/data/gpu_specs.csv); zero-shot from spec sheets needs a GPU model as "
+                          f"source: carb-calibrate source=models:/<GPU model>@champion k=0 spec=<GPU>; registered: "
+                          f"{_registered_names()}")
     return rec
+
+
+def _registered_names(n: int = 6) -> str:
+    """Up to ``n`` registered model names of the store (for an error line), or a hint to make one."""
+    try:
+        names = tracking.registered_models()
+    except Exception:   # the store is not the point of this line
+        names = []
+    return (", ".join(names[:n]) + (", ..." if len(names) > n else "")) if names else \
+        "none (carb-quickstart registers the H200's)"
 
 
 def example_rows(model: Any, space: dict[str, Any], n: int = 5) -> pd.DataFrame:
@@ -72,9 +83,9 @@ def run_zero_shot(cfg: Any, source: Any, src: dict[str, Any], prog: Any, target_
         raise ConfigError("k=0 needs spec=<GPU name of carb/data/gpu_specs.csv> (zero-shot from spec sheets) or "
                           "probe=<CPU device_id>|true (from device probes); or k >= 1 with measured rows "
                           "(data.path=... or measure=...)")
-    from carb.data.schema import device_slug
+    from carb.data.schema import device_slug, spec_model_name
 
-    name = f"carb-{device_slug(tr.device_name_)}-{tr.device_id_}"
+    name = spec_model_name(tr.device_fingerprint_) or f"carb-{device_slug(tr.device_name_)}-{tr.device_id_}"
     prog.begin("logging to MLflow" + (" and registering" if cfg.register else ""))
     run_id, info = _log(cfg, tr, src, name, bool(cfg.register), how)
     version = info.get("version")
@@ -107,12 +118,15 @@ def spec_zero_shot(cfg: Any, source: Any, src: dict[str, Any], prog: Any) -> tup
     energy = spec_energy(cfg, source, src_rec, dst_rec, (lo, hi))
     tr = TransferredCascade(source, coverage=float(cfg.coverage)).fit_spec(
         src_rec, dst_rec, {k: float(v) for k, v in zs.weights.items()}, device_name=dst_rec["name"], energy=energy)
-    tr.calibrate_zero_shot(band=(lo, hi))   # zero_shot.log_error_band
+    tr.calibrate_zero_shot(band=(lo, hi))   # zero_shot.log_error_band, added to the source's own interval
     tr.device_id_, tr.device_fingerprint_ = fingerprint_id(fp), fingerprint_json(fp)
+    tr.origin_ = zero_shot_origin(src, f"spec records ({src_rec['name']} -> {dst_rec['name']})", int(zs.band_devices))
     for target, info in tr.transfer_.items():
         print(f"carb-calibrate: {target}: {info['form']} ({describe_form(info)}) from 0 rows (spec sheets)")
-    print(f"carb-calibrate: latency interval x [{np.exp(lo):.2f}, {np.exp(hi):.2f}] of the prediction (measured "
-          "zero-shot errors between other GPUs); nothing of this GPU was measured: calibrate with k >= 3 rows")
+    for p in tr.unsupported_precisions_:
+        print(f"carb-calibrate: {p}: no {p} peak in the spec record of {src_rec['name']} or {dst_rec['name']}:"
+              f"\n  {p} candidates are never_measured (unverified)")
+    _print_band(tr, (lo, hi), "GPUs", int(zs.band_devices))
     if energy is not None:
         e = tr.intervals_.get("energy_J", {})
         pm = energy["power"]
@@ -185,18 +199,36 @@ def probe_zero_shot(cfg: Any, source: Any, src: dict[str, Any], target_id: str, 
     prog.begin(f"zero-shot transfer {getattr(source, 'device_name_', src_id)} -> {name} from device probes")
     tr = TransferredCascade(source, coverage=float(cfg.coverage), dispatch=bool(cfg.transfer.get("dispatch", True)))
     tr.fit_probe(src_probe, dst_probe, fp, name, str(target_id))
-    tr.calibrate_zero_shot(band=(band[0], band[1]))   # zero_shot.probe_log_error_band
+    tr.calibrate_zero_shot(band=(band[0], band[1]))   # zero_shot.probe_log_error_band, added to the source's
+    tr.origin_ = zero_shot_origin(src, f"device probes ({src_id} -> {target_id})",
+                                  int(cfg.zero_shot.get("probe_band_devices", 2)))
     for p, q in (tr.stand_ins_ or {}).items():
         print(f"carb-calibrate: {p} runs on another kernel path on {name} than on the source's CPU: the "
               f"source's {q} cost stands in for it")
     print_unseen(tr)   # a probe without a precision the model predicts: one warning, that interval widened
     for target, info in tr.transfer_.items():
         print(f"carb-calibrate: {target}: {info['form']} ({describe_form(info)}) from 0 rows (device probes)")
-    print(f"carb-calibrate: latency interval x [{np.exp(band[0]):.2f}, {np.exp(band[1]):.2f}] of the prediction "
-          "(measured zero-shot errors between other CPUs); no network of this CPU was measured: calibrate with "
-          "k >= 3 rows")
+    _print_band(tr, band, "CPUs", int(cfg.zero_shot.get("probe_band_devices", 2)))
     return tr, {"zero_shot": "probe", "params": {"probe": str(target_id), "zero_shot": to_dict(cfg.zero_shot)},
                 "json": {"probe": {"source": src_id, "target": str(target_id)}}, "from": "two device probes"}
+
+
+def zero_shot_origin(src: dict[str, Any], method: str, band_devices: int) -> dict[str, Any]:
+    """``origin_`` of a zero-shot model (:func:`carb.model.transfer.describe_origin` reads it): the source
+    model's URI (and version), the method and the number of devices the band was measured on."""
+    uri = str(src["uri"]) + (f" (version {src['version']})" if src.get("version") and "@" in str(src["uri"]) else "")
+    return {"how": "zero-shot", "source": uri, "method": method, "band_devices": int(band_devices)}
+
+
+def _print_band(tr: Any, band: Any, kind: str, n: int) -> None:
+    """The zero-shot latency interval as printed: the source's interval plus the band (both as factors)."""
+    from carb.model.transfer_band import widest_ratio
+
+    entry = tr.intervals_.get("latency_ms") or {}
+    lo, hi = widest_ratio(entry) if entry else (float("nan"), float("nan"))
+    print(f"carb-calibrate: latency 90 % interval x [{lo:.2f}, {hi:.2f}] of the prediction: the source model's own "
+          f"plus\n  the zero-shot band x [{np.exp(band[0]):.2f}, {np.exp(band[1]):.2f}] (measured on {n} {kind}); "
+          "P within 5-95 %: nothing here was measured (k >= 3 rows)")
 
 
 def print_unseen(tr: Any) -> None:
@@ -245,6 +277,8 @@ def _log(cfg: Any, tr: Any, src: dict[str, Any], name: str, register: bool, how:
          ) -> tuple[str, dict[str, Any]]:
     """Log the zero-shot run and model (registered under ``name`` with ``register``); ``how``: what it was
     made from (``zero_shot`` tag, params, the ``transfer.json`` extras, a phrase)."""
+    from carb.model.transfer import describe_origin
+
     tags = {"device": tr.device_name_, "device_id": tr.device_id_, "source_model": src["uri"],
             "source_version": src.get("version", ""), "k": 0, "zero_shot": how["zero_shot"]}
     with tracking.start_run("calibrate", cfg.get("run_name") or sweep_suffix(f"calibrate/{name}/k0"),
@@ -257,6 +291,6 @@ def _log(cfg: Any, tr: Any, src: dict[str, Any], name: str, register: bool, how:
                 "zero_shot": how["zero_shot"], "targets": ",".join(tr.targets_)}
         info = tracking.log_cascade(
             tr, example_rows(tr, to_dict(cfg.space)), registered_name=name if register else None, metadata=meta,
-            description=f"{tr.device_name_}: zero-shot from {src['uri']} and {how['from']} (k=0).",
-            model_description=f"CARB cost model of {tr.device_name_} (zero-shot from {how['from']}).")
+            description=f"{tr.device_name_}: {describe_origin(tr)} (k=0).",
+            model_description=f"CARB cost model of {tr.device_name_}: {describe_origin(tr)}.")
     return run_id, info

@@ -136,7 +136,29 @@ def model_name(df: pd.DataFrame) -> str:
     ids = device_ids(df)
     if len(names) != 1 or len(ids) > 1:
         raise DatasetError(f"dataset holds several devices (names {names}, device_id {ids}); one model per device")
-    return f"carb-{device_slug(names[0])}" + (f"-{ids[0]}" if ids else "")
+    fps = df["device_fingerprint"].dropna().astype(str) if "device_fingerprint" in df.columns else []
+    spec = spec_model_name(fps.iloc[0]) if len(fps) else None
+    return spec or f"carb-{device_slug(names[0])}" + (f"-{ids[0]}" if ids else "")
+
+
+def spec_model_name(fingerprint: str | None) -> str | None:
+    """The registered model name of a GPU described by a spec record (rows imported under one, or a zero-shot
+    model): ``carb-<record slug>-<id of the record's own fingerprint>``, the same whatever name the rows or the
+    ``spec=`` gave the GPU (``RTX 4090`` or ``GeForce RTX 4090``: one device, one model). None for any other
+    fingerprint (a measured device keeps ``carb-<device slug>-<device_id>``) or a record no longer in the table."""
+    import json
+
+    from carb.data.gpu_specs import find_spec, fingerprint_id, gpu_spec, spec_fingerprint
+
+    try:
+        fp = json.loads(fingerprint) if fingerprint else None
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(fp, dict) or fp.get("kind") != "cuda" or not fp.get("spec") or \
+            fp.get("clock_policy") != "spec sheet" or find_spec(fp["spec"]) is None:
+        return None
+    rec = gpu_spec(str(fp["spec"]), field="spec")
+    return f"carb-{device_slug(rec['name'])}-{fingerprint_id(spec_fingerprint(rec))}"
 
 
 def _first_rows(mask: np.ndarray, k: int = 5) -> str:

@@ -31,6 +31,25 @@ RATE_FIELDS: dict[str, tuple[str, ...]] = {
     "bf16": ("bf16_tensor_TFLOPS", "fp16_tensor_TFLOPS", "fp32_TFLOPS"),
     "fp32": ("tf32_tensor_TFLOPS", "fp32_TFLOPS"),
 }
+#: The peak fields that say a GPU runs a precision natively (its own units: bf16 needs bf16 tensor cores, fp16
+#: tensor cores or fp16 CUDA cores): a record without one has no figure for that precision, and the fallbacks of
+#: :data:`RATE_FIELDS` (fp16's or fp32's rate) would predict a path the GPU does not have.
+NATIVE_FIELDS: dict[str, tuple[str, ...]] = {
+    "fp16": ("fp16_tensor_TFLOPS", "fp16_TFLOPS"),
+    "bf16": ("bf16_tensor_TFLOPS",),
+    "fp32": ("tf32_tensor_TFLOPS", "fp32_TFLOPS"),
+}
+
+
+def lacking_precisions(rec: Mapping[str, Any], precisions: Sequence[str] = ("fp32", "fp16", "bf16")) -> list[str]:
+    """The ``precisions`` the spec record ``rec`` has no native peak for (:data:`NATIVE_FIELDS`), e.g. bf16 on
+    a V100 (no bf16 tensor cores) or a Pascal GPU."""
+    def has(p: str) -> bool:
+        return any(rec.get(f) is not None and not (isinstance(rec.get(f), float) and math.isnan(rec[f]))
+                   and float(rec[f]) > 0 for f in NATIVE_FIELDS.get(p, ()))
+    return [p for p in precisions if p in NATIVE_FIELDS and not has(p)]
+
+
 #: The three axes, in the order of :func:`spec_axes`.
 AXES: tuple[str, ...] = ("compute", "bandwidth", "power")
 

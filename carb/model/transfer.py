@@ -50,7 +50,7 @@ _OWN = frozenset({"source_", "stand_ins_", "transfer_", "intervals_", "device_na
                   "precision_shrink", "dispatch", "probe_models_", "spec_log_ratio_", "error_prior",
                   "probe_other_ratio_",
                   "prior_rows", "prior_targets", "device_kind_", "unseen_widen", "unseen_precisions_",
-                  "pair_prior", "repeat_floor"})
+                  "pair_prior", "repeat_floor", "origin_", "unsupported_precisions_"})
 
 
 def _loo_affine(x: np.ndarray, y: np.ndarray, lo: float, hi: float) -> tuple[float, float, np.ndarray]:
@@ -186,6 +186,17 @@ def other_ratio(models: dict[str, Any], source_probe: pd.DataFrame, precision: s
     num, den = tgt.layer_ms(a, b, precision), src.layer_ms(a, b, precision)
     ok = (num > 0) & (den > 0)
     return float(np.exp(np.median(np.log(num[ok] / den[ok])))) if ok.any() else 1.0
+
+
+def _fingerprint_kind(fingerprint: str | None) -> str | None:
+    """The ``kind`` of a device fingerprint (JSON text), None when unreadable."""
+    import json
+
+    try:
+        fp = json.loads(fingerprint) if fingerprint else None
+    except (TypeError, ValueError):
+        return None
+    return fp.get("kind") if isinstance(fp, dict) else None
 
 
 def source_precisions(source: Any) -> list[str]:
@@ -401,6 +412,7 @@ class TransferredCascade:
                     or interval_entry(loo, self.coverage) or (dict(src_int.get(t) or {}) or None)
                 if entry is not None and isinstance(src_int.get(t), dict) and "outside" in src_int[t]:
                     entry = {**entry, "outside": src_int[t]["outside"]}
+                entry = self._unlike_source(entry, src_int.get(t), loo)
             if entry is not None:
                 self.intervals_[t] = entry
         self._pair_bands()
@@ -730,12 +742,16 @@ class TransferredCascade:
         (form "power", :mod:`carb.model.power`; a ``transfer_["energy_J"]`` entry with ``power``,
         ``source_spec``, ``target_spec``, ``static_W``, ``interval``), else energy keeps the source's
         prediction. Returns self."""
-        from carb.model.spec_transfer import log_ratio
+        from carb.model.spec_transfer import lacking_precisions, log_ratio
 
         self.stand_ins_ = {}
         self.residual_scale_ = None
-        per = {p: log_ratio(source_spec, target_spec, p, weights) for p in precisions}
+        lacking = sorted(set(lacking_precisions(source_spec, precisions)) | set(lacking_precisions(target_spec,
+                                                                                                   precisions)))
+        per = {p: log_ratio(source_spec, target_spec, p, weights) for p in precisions if p not in lacking}
         self.spec_log_ratio_ = per
+        self.unsupported_precisions_ = lacking
+        self._drop_precisions(lacking)
         self.transfer_ = {t: {"form": "source", "k": 0} for t in getattr(self.source_, "targets_", TARGETS)}
         if "latency_ms" in self.transfer_:
             self.transfer_["latency_ms"] = {"form": "spec", "default_base": "spec", "a": 0.0, "a_precision": per,
@@ -747,11 +763,55 @@ class TransferredCascade:
                                                                        if k != "interval"}}
         self._zero_shot_intervals("zero-shot (spec records)", log_errors)
         if energy is not None and "energy_J" in self.transfer_ and energy.get("interval"):
-            self.intervals_["energy_J"] = dict(energy["interval"])
+            from carb.model.transfer_band import resolved
+
+            self.intervals_["energy_J"] = resolved(energy["interval"])   # P within 5-95 % here too
         self.device_name_ = str(device_name or target_spec.get("name", "unknown"))
         self.device_id_, self.device_fingerprint_ = None, None
         self.calibration_rows_, self.test_mae_ = [], {}
         return self
+
+    def _unlike_source(self, entry: dict[str, Any] | None, src_entry: Any, loo: np.ndarray | None = None
+                       ) -> dict[str, Any] | None:
+        """A K-row entry of a transfer between device kinds (a CPU model to a GPU: no transfer band was ever
+        measured between them; the table's are GPU to GPU) combined with the source's own interval
+        (:func:`carb.model.transfer_band.with_transfer_band`); the band is the wider, end by end, of the entry's
+        90 % bounds and the K rows' own leave-one-out interval (``loo``, :func:`interval_entry`: the prior measured
+        on other kinds of pairs must not narrow what these rows show). Never narrower than the source's; any
+        other entry unchanged. CPU reference -> timm's RTX 4090, K = 3 / 5 / 10: held-out coverage 0.47 / 0.47 /
+        0.50 before, with the source's interval and the prior 0.84 / 0.71 / 0.75, with the K rows' too 1.0."""
+        from carb.model.intervals import conformal_bounds
+        from carb.model.transfer_band import BAND_COVERAGE, with_transfer_band
+
+        src_kind = {"cuda": "gpu", "cpu": "cpu"}.get(str(_fingerprint_kind(getattr(self.source_, "device_fingerprint_",
+                                                                                   None))))
+        mine = self.__dict__.get("device_kind_")
+        if entry is None or not isinstance(src_entry, dict) or not src_entry.get("log_ratios") or \
+                src_kind is None or mine is None or src_kind == mine:
+            return entry
+        band = (conformal_bounds(entry["log_ratios"], BAND_COVERAGE) if entry.get("log_ratios")
+                else (float(entry["lower"]), float(entry["upper"])))
+        own = interval_entry(np.asarray(loo, float), BAND_COVERAGE) if loo is not None and len(loo) >= 2 else None
+        if own is not None and math.isfinite(own["lower"]) and math.isfinite(own["upper"]):
+            band = (min(band[0], own["lower"]), max(band[1], own["upper"]))
+        if not all(map(math.isfinite, band)):
+            return entry
+        return with_transfer_band(src_entry, band, f"{src_kind} -> {mine}: {entry.get('method', '')} "
+                                                   "widened to the K rows' own leave-one-out interval")
+
+    def _drop_precisions(self, precisions: list[str]) -> None:
+        """Take ``precisions`` out of the domain's measured precisions (a copy of the source's ``domain_``), so
+        that screening flags their candidates ``never_measured`` (unverified): the spec record has no figure
+        for them (:func:`carb.model.spec_transfer.lacking_precisions`)."""
+        import copy
+
+        dom = getattr(self.source_, "domain_", None)
+        seen = (dom or {}).get("categorical", {}).get("precision")
+        if not precisions or seen is None:
+            return
+        dom = copy.deepcopy(dom)
+        dom["categorical"]["precision"] = [p for p in seen if str(p) not in set(precisions)]
+        self.domain_ = dom
 
     def _zero_shot_intervals(self, method: str, log_errors: np.ndarray | None) -> None:
         """``intervals_`` of a zero-shot transfer: the source's for the targets it keeps; latency's from
@@ -766,13 +826,18 @@ class TransferredCascade:
     def calibrate_zero_shot(self, log_errors: np.ndarray | None = None,
                             band: tuple[float, float] | None = None) -> TransferredCascade:
         """Set the zero-shot latency interval: the split-conformal (or Student-t) entry of other device
-        pairs' zero-shot ``log_errors`` (log measured / predicted), or a stored 5-95 % ``band`` of them (a 90 %
-        interval); neither: none. Returns self."""
+        pairs' zero-shot ``log_errors`` (log measured / predicted), or a stored 5-95 % ``band`` of them combined
+        with the source model's own latency interval (:func:`carb.model.transfer_band.with_transfer_band`: it
+        resolves coverages up to 90 %, the band's); neither: none. Returns self."""
         if "latency_ms" not in self.transfer_:
             return self
-        if band is not None:
-            entry = {"lower": float(band[0]), "upper": float(band[1]), "n": 0, "coverage": 0.9, "log_ratios": [],
-                     "method": "zero-shot: 5-95 % of leave-one-device-out log errors"}
+        if band is not None:   # the source's own interval plus the band, never narrower than the source's
+            from carb.model.transfer_band import band_entry, with_transfer_band
+
+            note = "zero-shot: 5-95 % of leave-one-device-out log errors"
+            src = (getattr(self.source_, "intervals_", None) or {}).get("latency_ms")
+            entry = (with_transfer_band(src, band, note) if isinstance(src, dict) and src.get("log_ratios")
+                     else band_entry(band, note))
         elif log_errors is not None:
             entry = interval_entry(np.asarray(log_errors, float), self.coverage)
             if entry is not None:
@@ -847,6 +912,22 @@ class TransferredCascade:
         src = self.source_.summary() if hasattr(self.source_, "summary") else {}
         return {"transfer": self.transfer_, "dispatch_stand_ins": self.__dict__.get("stand_ins_") or {},
                 "calibration_rows": self.calibration_rows_, "source": src}
+
+
+def describe_origin(model: Any) -> str | None:
+    """Where a transferred model's numbers come from, one phrase (what the registry description, the screen
+    header and :meth:`carb.analysis.predictor.Predictor.predict`'s frame say): ``zero-shot from <source> by
+    <method>, band measured on N devices`` (``origin_``, set by ``carb-calibrate``); None for a model that
+    is not a transfer or has no ``origin_``."""
+    inner = getattr(model, "cascade", model)   # a Predictor wraps the cascade
+    o = getattr(inner, "__dict__", {}).get("origin_")
+    if not isinstance(o, dict):
+        return None
+    if o.get("how") == "zero-shot":
+        n = o.get("band_devices")
+        return (f"zero-shot from {o.get('source', '?')} by {o.get('method', '?')}"
+                + (f", band measured on {n} devices" if n else ", no measured band"))
+    return f"calibrated from {o.get('source', '?')} on {o.get('k', '?')} measured rows ({o.get('method', '')})".replace(" ()", "")
 
 
 def describe_form(info: dict[str, Any]) -> str:

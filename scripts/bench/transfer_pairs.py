@@ -108,6 +108,24 @@ def _identity(rows: pd.DataFrame) -> tuple[str, str | None, str | None]:
     return device_identity(rows)
 
 
+def configured_bands() -> dict[str, object]:
+    """The zero-shot bands as ``conf/calibrate.yaml`` (``zero_shot``, their one source) states them: ``spec`` /
+    ``probe`` (lo, hi) log errors and the devices each was measured on."""
+    from carb.commands.cli import compose
+
+    zs = compose("calibrate", []).zero_shot
+    return {"spec": tuple(float(v) for v in zs.log_error_band), "spec_devices": int(zs.band_devices),
+            "probe": tuple(float(v) for v in zs.probe_log_error_band), "probe_devices": int(zs.probe_band_devices)}
+
+
+def _band_check(kind: str, lo: float, hi: float) -> str:
+    """``conf/calibrate.yaml``'s band beside the one recomputed here: the same, or how to update it."""
+    c = configured_bands()[kind]
+    same = abs(c[0] - lo) < 5e-4 and abs(c[1] - hi) < 5e-4
+    return (f"the band conf/calibrate.yaml states" if same else
+            f"conf/calibrate.yaml states [{c[0]:.3f}, {c[1]:.3f}]: update it to this")
+
+
 def zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> dict[tuple[str, str], object]:
     """Zero-shot transfers from device probes (``TransferredCascade.fit_probe``) for every ordered CPU
     pair whose two devices have a probe; each latency interval is calibrated on the zero-shot log errors
@@ -132,8 +150,8 @@ def zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> dict[tup
         out[(s, d)].calibrate_zero_shot(np.concatenate(others) if others else None)
     if pairs:
         lo, hi = np.quantile(np.concatenate([errors[q] for q in pairs]), [0.05, 0.95])
-        print(f"  zero-shot from device probes, log error 5-95 % over {len(pairs)} pairs (conf/calibrate.yaml "
-              f"zero_shot.probe_log_error_band): [{lo:.3f}, {hi:.3f}]", flush=True)
+        print(f"  zero-shot from device probes, log error 5-95 % over {len(pairs)} pairs: [{lo:.3f}, {hi:.3f}] "
+              f"({_band_check('probe', lo, hi)})", flush=True)
     return out
 
 
@@ -205,7 +223,8 @@ def spec_zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> tup
     print(f"  zero-shot spec weights on all {len(pairs)} pairs (conf/calibrate.yaml zero_shot), form {form} "
           f"(leave-one-device-out mean |log error|: " + ", ".join(f"{k} {v:.3f}" for k, v in scores.items()) + "): "
           + ", ".join(f"{k}: {v:.3f}" for k, v in every.items())
-          + f"; leave-one-device-out log error 5-95 %: [{lo:.3f}, {hi:.3f}]", flush=True)
+          + f"; leave-one-device-out log error 5-95 %: [{lo:.3f}, {hi:.3f}] ({_band_check('spec', lo, hi)})",
+          flush=True)
     for s, d in pairs:   # leave-one-device-out (the benchmark resets these with the device-level band)
         others = [errors[q] for q in pairs if not set(q) & {s, d}]
         fitted[(s, d)].calibrate_zero_shot(np.concatenate(others) if others else None)

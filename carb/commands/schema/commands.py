@@ -205,6 +205,8 @@ class ZeroShot(Section):
     weights: dict[Literal["compute", "bandwidth", "power"], float]
     log_error_band: Annotated[list[float], Field(min_length=2, max_length=2)]
     probe_log_error_band: Annotated[list[float], Field(min_length=2, max_length=2)] = [-0.354, 0.222]
+    band_devices: Count = 4
+    probe_band_devices: Count = 2
     power: ZeroShotPower | None = None
 
 
