@@ -234,3 +234,25 @@ def with_interactions(df: pd.DataFrame) -> pd.DataFrame:
     out["act_x_mem"] = np.log1p(out["total_activation_MB"]) * out["avg_mem_util"]
     out["util_product"] = out["avg_sm_util"] * out["avg_mem_util"]
     return out
+
+
+def zoo_frame(families: Mapping[str, int], seed: int = 0, law: str = "hj", noise: float = 0.0) -> pd.DataFrame:
+    """Zoo rows (not schema rows: the zoo's identity and published features, as
+    :mod:`carb.data.importers.timm_zoo` gives them) for ``families`` (name -> number of models, one row
+    each), with a known latency law per image: ``law='flops'``: ``t = 0.02 * GMACs**0.9`` ms;
+    ``law='hj'``: ``t = 0.01 * params_M**0.2 * GMACs**0.5 * macts_M**0.4`` ms; times ``batch_size`` per
+    batch, times log-normal ``noise`` (sigma). Features drawn per family around a family centre."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for f, n in families.items():
+        cg, cp, ca = rng.uniform(-1, 2), rng.uniform(0, 2), rng.uniform(0, 1.5)
+        for i in range(n):
+            g = 10 ** (cg + rng.normal(0, 0.3))
+            p = 10 ** (cp + rng.normal(0, 0.3))
+            a = 10 ** (ca + rng.normal(0, 0.3))
+            b = int(rng.choice([64, 256, 1024]))
+            t = 0.02 * g ** 0.9 if law == "flops" else 0.01 * p ** 0.2 * g ** 0.5 * a ** 0.4
+            rows.append({"model": f"{f}_{i}", "family": f, "input_size": int(rng.choice([160, 224, 288])),
+                         "batch_size": b, "gmacs_per_image": g, "params": p * 1e6, "macts_M_per_image": a,
+                         "latency_ms": t * b * float(np.exp(rng.normal(0, noise))) if noise else t * b})
+    return pd.DataFrame(rows)

@@ -25,6 +25,8 @@ Formats (one module each; the shared end in :mod:`carb.data.importers.common`, m
 - ``timm``: timm's GPU inference benchmark table (:mod:`carb.data.importers.timm`; the shipped copy by
   default). Its older frame API (:func:`import_timm`, :func:`timm_pair`: timm's own ids, every model)
   feeds :mod:`carb.commands.characterize`.
+- timm's published result files, every model (:mod:`carb.data.importers.timm_zoo`: zoo rows with an
+  identity key and published features, not knobs; the shipped main set ``timm-zoo-bench.parquet``).
 - ``csv``: any CSV with a column map (:mod:`carb.data.importers.generic_csv`).
 - ``optimum``: optimum-benchmark result files (:mod:`carb.data.importers.optimum`).
 

@@ -1,0 +1,175 @@
+"""Leave-one-family-out (LOFO) evaluation of zoo latency: what holds for a family never measured.
+
+On one device's zoo rows (a timm benchmark file's main set, :func:`carb.data.importers.timm_zoo.load_zoo_bench`),
+each family with at least ``min_models`` distinct models is held out in turn: every model (B1
+:class:`~carb.model.zoo_latency.FlopsLogLog`, :class:`~carb.model.zoo_latency.HiddenJoulesRegression`,
+CARB's :class:`~carb.model.zoo_latency.ZooLatencyModel`) is fitted on the rows of every *other* family
+(the families under ``min_models`` included) and predicts the held-out one. Only the kept families are
+scored.
+
+Intervals for a held-out family (:func:`family_intervals`): cross-conformal over families. The
+calibration set of family f is the LOFO log ratios ``log(measured / predicted)`` of the *other* scored
+families (each predicted by a model that never saw it), weighted so that each family counts once;
+its 5 % and 95 % weighted quantiles widen f's predictions into a 90 % interval. f's own rows are never in
+its calibration (jackknife+-style: the models that produced the other families' ratios did see f).
+
+Per family (:func:`family_table`): MAPE (mean |pred / measured - 1|), Spearman of predicted vs measured
+``latency_ms`` within the family, share of rows within 20 %, for CARB and both baselines; the interval's
+coverage and hi/lo ratio. :func:`device_summary` gives the device's line.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+
+import numpy as np
+import pandas as pd
+
+from carb.errors import DatasetError
+from carb.model.zoo_latency import FlopsLogLog, HiddenJoulesRegression, ZooLatencyModel
+
+#: The models compared, by column prefix: B1, Hidden Joules' regression, CARB.
+MODELS: dict[str, Callable[[], object]] = {"b1": FlopsLogLog, "hj": HiddenJoulesRegression,
+                                           "carb": ZooLatencyModel}
+#: The features every row must have to be evaluated.
+NEEDED: tuple[str, ...] = ("latency_ms", "batch_size", "input_size", "gmacs_per_image", "params",
+                           "macts_M_per_image")
+
+
+def usable_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame``'s rows with every :data:`NEEDED` value finite and positive (others cannot be scored)."""
+    missing = [c for c in NEEDED + ("family", "model") if c not in frame.columns]
+    if missing:
+        raise DatasetError(f"zoo evaluation: missing column(s) {missing}")
+    vals = frame[list(NEEDED)].apply(pd.to_numeric, errors="coerce").to_numpy(float)
+    ok = np.isfinite(vals).all(axis=1) & (vals > 0).all(axis=1)
+    return frame[ok].reset_index(drop=True)
+
+
+def scored_families(frame: pd.DataFrame, min_models: int = 5) -> list[str]:
+    """Families with at least ``min_models`` distinct models, largest first (ties by name)."""
+    n = frame.groupby("family")["model"].nunique()
+    n = n[n >= min_models]
+    return sorted(n.index, key=lambda f: (-n[f], f))
+
+
+def lofo_splits(frame: pd.DataFrame, families: list[str]) -> Iterator[tuple[str, np.ndarray, np.ndarray]]:
+    """``(family, train_mask, test_mask)`` per held-out family: test = the family's rows, train = every
+    row of another family (boolean masks over ``frame``'s rows)."""
+    fam = frame["family"].astype(str).to_numpy()
+    for f in families:
+        test = fam == f
+        yield f, ~test, test
+
+
+def lofo_predictions(frame: pd.DataFrame, families: list[str],
+                     models: Mapping[str, Callable[[], object]] = MODELS) -> pd.DataFrame:
+    """``frame`` (rows of the scored families only) with ``pred_<name>`` (latency_ms per batch) from the
+    LOFO fit of each model in ``models`` (name -> factory of an object with ``fit(frame)``, ``predict``)."""
+    keep = frame["family"].isin(families).to_numpy()
+    out = frame[keep].reset_index(drop=True)
+    preds = {k: np.full(len(out), np.nan) for k in models}
+    for f, train, _ in lofo_splits(frame, families):
+        test_rows = frame[(frame["family"] == f).to_numpy()]
+        at = (out["family"] == f).to_numpy()
+        for k, make in models.items():
+            preds[k][at] = make().fit(frame[train]).predict(test_rows)
+    for k, v in preds.items():
+        out[f"pred_{k}"] = v
+    return out
+
+
+def _weighted_quantile(x: np.ndarray, w: np.ndarray, q: float) -> float:
+    """The ``q`` quantile (0-1) of ``x`` (n,) with weights ``w`` (n,), by the weighted empirical CDF."""
+    order = np.argsort(x)
+    cdf = np.cumsum(w[order]) / w.sum()
+    return float(x[order][min(np.searchsorted(cdf, q), len(x) - 1)])
+
+
+def family_intervals(pred: pd.DataFrame, column: str = "pred_carb", coverage: float = 0.9) -> pd.DataFrame:
+    """``pred`` (LOFO predictions) with ``lo_ms`` / ``hi_ms``: the cross-conformal interval of each
+    held-out family (module docstring), calibrated on the other families' log ratios only."""
+    if not 0 < coverage < 1:
+        raise DatasetError(f"zoo intervals: coverage={coverage} must be in (0, 1)")
+    ratio = np.log(pred["latency_ms"].to_numpy(float) / pred[column].to_numpy(float))
+    fam = pred["family"].astype(str).to_numpy()
+    size = pd.Series(fam).map(pd.Series(fam).value_counts()).to_numpy(float)
+    lo, hi = np.full(len(pred), np.nan), np.full(len(pred), np.nan)
+    tail = (1 - coverage) / 2
+    for f in np.unique(fam):
+        cal = fam != f
+        qlo = _weighted_quantile(ratio[cal], 1 / size[cal], tail)
+        qhi = _weighted_quantile(ratio[cal], 1 / size[cal], 1 - tail)
+        at = fam == f
+        lo[at] = pred[column].to_numpy(float)[at] * np.exp(qlo)
+        hi[at] = pred[column].to_numpy(float)[at] * np.exp(qhi)
+    out = pred.copy()
+    out["lo_ms"], out["hi_ms"] = lo, hi
+    return out
+
+
+def _spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman's rho of two (n,) arrays (NaN for fewer than 3 rows or a constant one)."""
+    if len(a) < 3:
+        return float("nan")
+    ra, rb = pd.Series(a).rank().to_numpy(), pd.Series(b).rank().to_numpy()
+    if ra.std() == 0 or rb.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def family_table(pred: pd.DataFrame, models: tuple[str, ...] = tuple(MODELS)) -> pd.DataFrame:
+    """One row per held-out family: ``models``, ``rows``; per model ``<m>_mape_pct``, ``<m>_rho``,
+    ``<m>_within20_pct`` (rows within 20 %); with ``lo_ms`` / ``hi_ms``: ``coverage`` (share of rows inside)
+    and ``hi_lo`` (the interval's hi / lo ratio, median over rows)."""
+    rows = []
+    for f, g in pred.groupby("family", sort=False):
+        y = g["latency_ms"].to_numpy(float)
+        row = {"family": f, "models": g["model"].nunique(), "rows": len(g)}
+        for m in models:
+            p = g[f"pred_{m}"].to_numpy(float)
+            ape = np.abs(p / y - 1)
+            row |= {f"{m}_mape_pct": 100 * ape.mean(), f"{m}_rho": _spearman(p, y),
+                    f"{m}_within20_pct": 100 * (ape <= 0.2).mean()}
+        if "lo_ms" in g:
+            row["coverage"] = float(((y >= g["lo_ms"]) & (y <= g["hi_ms"])).mean())
+            row["hi_lo"] = float(np.median(g["hi_ms"] / g["lo_ms"]))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def device_summary(table: pd.DataFrame, pred: pd.DataFrame) -> dict[str, float]:
+    """One device's figures from its :func:`family_table` and LOFO predictions: ``families``, ``models``,
+    ``within20`` (families whose CARB MAPE <= 20 %), ``mape_max`` / ``worst`` (family), ``rho_min``,
+    pooled MAPE per model (``<m>_pooled_pct``), ``b1_wins`` / ``hj_wins`` (families where CARB's MAPE is
+    below the baseline's), ``coverage`` (mean over families: each family once), ``coverage_rows``
+    (pooled over rows), ``hi_lo`` (median over rows)."""
+    y = pred["latency_ms"].to_numpy(float)
+    out: dict = {"families": len(table), "models": int(pred["model"].nunique()),
+                 "within20": int((table["carb_mape_pct"] <= 20).sum()),
+                 "mape_max": float(table["carb_mape_pct"].max()),
+                 "worst": str(table.loc[table["carb_mape_pct"].idxmax(), "family"]),
+                 "rho_min": float(table["carb_rho"].min()),
+                 "b1_wins": int((table["carb_mape_pct"] < table["b1_mape_pct"]).sum()),
+                 "hj_wins": int((table["carb_mape_pct"] < table["hj_mape_pct"]).sum())}
+    for m in ("b1", "hj", "carb"):
+        out[f"{m}_pooled_pct"] = float(100 * np.mean(np.abs(pred[f"pred_{m}"].to_numpy(float) / y - 1)))
+        out[f"{m}_within20_fams"] = int((table[f"{m}_mape_pct"] <= 20).sum())
+        out[f"{m}_mape_max"] = float(table[f"{m}_mape_pct"].max())
+    if "coverage" in table:
+        inside = (y >= pred["lo_ms"].to_numpy(float)) & (y <= pred["hi_ms"].to_numpy(float))
+        out |= {"coverage": float(table["coverage"].mean()), "coverage_rows": float(inside.mean()),
+                "hi_lo": float(np.median(pred["hi_ms"] / pred["lo_ms"]))}
+    return out
+
+
+def evaluate_device(frame: pd.DataFrame, min_models: int = 5, coverage: float = 0.9,
+                    models: Mapping[str, Callable[[], object]] = MODELS) -> tuple[pd.DataFrame, dict]:
+    """LOFO of one device's zoo rows: (per-family table, summary). Raises :class:`DatasetError` when
+    fewer than 2 families have ``min_models`` models."""
+    rows = usable_rows(frame)
+    fams = scored_families(rows, min_models)
+    if len(fams) < 2:
+        raise DatasetError(f"zoo evaluation: {len(fams)} families with >= {min_models} models; need 2")
+    pred = family_intervals(lofo_predictions(rows, fams, models), coverage=coverage)
+    table = family_table(pred, tuple(models))
+    return table, device_summary(table, pred)

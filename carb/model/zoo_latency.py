@@ -1,0 +1,152 @@
+"""Latency of any backbone from published model features: two baselines and CARB's zoo model.
+
+Input: a zoo frame (n rows), as :mod:`carb.data.importers.timm_zoo` gives it: ``gmacs_per_image``,
+``params``, ``macts_M_per_image`` (millions of activations per image), ``input_size``, ``batch_size``,
+optionally the module census (``n_<kind>``, ``params_<kind>``, :data:`CENSUS_FEATURES` follow from them);
+target ``latency_ms`` (per batch). Every model learns the per-image time, ``log(latency_ms / batch_size)``,
+and predicts ``latency_ms`` per batch (n,), so batches of different size are one law.
+
+- :class:`FlopsLogLog` (B1): ``log t = a + b log GMACs`` ("compute volume is all you need").
+- :class:`HiddenJoulesRegression`: ``log t = a + b log params + c log GMACs + d log activations``, the
+  regression of the Hidden Joules study (there on energy per image; here on time per image).
+- :class:`ZooLatencyModel`: a log-linear base on params, GMACs, activations, input size and batch, and a
+  gradient-boosted correction (LightGBM) of its log residual on the log features, their ratios (GMACs per
+  activation: arithmetic intensity; params per GMAC: weight reuse) and, where present, the module census
+  (counts of depthwise / grouped / pointwise / regular convolutions, linear layers, norms, activations,
+  attention modules and their parameter shares).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from carb.errors import DatasetError
+
+#: Published features every model needs.
+BASE_COLUMNS: tuple[str, ...] = ("gmacs_per_image", "params", "macts_M_per_image")
+#: Module-census kinds (``scripts/data/timm_zoo.py``): ``n_<kind>`` and ``params_<kind>`` columns.
+CENSUS_KINDS: tuple[str, ...] = ("conv", "conv_dw", "conv_grouped", "conv_pw", "linear", "norm", "act", "attn",
+                                 "pool", "leaf")
+
+
+def _col(frame: pd.DataFrame, c: str, who: str) -> np.ndarray:
+    """``frame[c]`` as floats; a one-line :class:`DatasetError` when the column is absent."""
+    if c not in frame.columns:
+        raise DatasetError(f"{who} needs column {c!r}, which the data lacks")
+    return pd.to_numeric(frame[c], errors="coerce").to_numpy(float)
+
+
+def per_image_log_ms(frame: pd.DataFrame) -> np.ndarray:
+    """``log(latency_ms / batch_size)`` (n,): the log time per image every model here learns."""
+    return np.log(_col(frame, "latency_ms", "zoo latency") / _col(frame, "batch_size", "zoo latency"))
+
+
+def log_features(frame: pd.DataFrame, census: bool = True) -> pd.DataFrame:
+    """Model features (n rows): logs of GMACs, params (M), activations (M), input size and batch; the
+    ratios ``log_ai`` (GMACs per M activations) and ``log_params_per_gmac``; with ``census`` and the
+    census columns present, ``log1p`` module counts per kind and parameter shares per kind."""
+    who = "the zoo latency model"
+    g = np.log(np.clip(_col(frame, "gmacs_per_image", who), 1e-4, None))
+    p = np.log(_col(frame, "params", who) / 1e6)
+    a = np.log(np.clip(_col(frame, "macts_M_per_image", who), 1e-4, None))
+    out = {"log_gmacs": g, "log_params_M": p, "log_macts_M": a,
+           "log_input": np.log(_col(frame, "input_size", who)), "log_batch": np.log(_col(frame, "batch_size", who)),
+           "log_ai": g - a, "log_params_per_gmac": p - g}
+    if census and "n_leaf" in frame.columns:
+        total = np.clip(_col(frame, "params", who), 1, None)
+        for k in CENSUS_KINDS:
+            out[f"log1p_n_{k}"] = np.log1p(_col(frame, f"n_{k}", who))
+            if k != "leaf":
+                out[f"share_params_{k}"] = _col(frame, f"params_{k}", who) / total
+        out["log_macts_per_leaf"] = a - np.log1p(_col(frame, "n_leaf", who))
+    return pd.DataFrame(out, index=frame.index)
+
+
+class _LogLinear:
+    """Least squares of the log time per image on some columns of :func:`log_features`."""
+
+    columns: tuple[str, ...] = ()
+
+    def fit(self, frame: pd.DataFrame, weight: np.ndarray | None = None) -> _LogLinear:
+        """Fit on ``frame``'s finite rows (features and ``latency_ms``), optionally weighted per row
+        (``weight`` (n,)); returns self."""
+        X = log_features(frame, census=False)[list(self.columns)].to_numpy(float)
+        y = per_image_log_ms(frame)
+        ok = np.isfinite(X).all(axis=1) & np.isfinite(y)
+        if ok.sum() <= len(self.columns):
+            raise DatasetError(f"{type(self).__name__}: {int(ok.sum())} usable rows, need more than "
+                               f"{len(self.columns)}")
+        w = np.sqrt(np.ones(len(y)) if weight is None else np.asarray(weight, float))[ok]
+        A = np.c_[np.ones(ok.sum()), X[ok]]
+        self.coef_, *_ = np.linalg.lstsq(A * w[:, None], y[ok] * w, rcond=None)
+        return self
+
+    def predict_log(self, frame: pd.DataFrame) -> np.ndarray:
+        """Log time per image (n,), NaN where a feature is missing."""
+        X = log_features(frame, census=False)[list(self.columns)].to_numpy(float)
+        return self.coef_[0] + X @ self.coef_[1:]
+
+    def predict(self, frame: pd.DataFrame) -> np.ndarray:
+        """``latency_ms`` per batch (n,)."""
+        return np.exp(self.predict_log(frame)) * _col(frame, "batch_size", type(self).__name__)
+
+
+class FlopsLogLog(_LogLinear):
+    """B1: log time per image linear in log GMACs."""
+
+    columns = ("log_gmacs",)
+
+
+class HiddenJoulesRegression(_LogLinear):
+    """Hidden Joules' regression: log time per image linear in log params, log GMACs, log activations."""
+
+    columns = ("log_params_M", "log_gmacs", "log_macts_M")
+
+
+class _Base(_LogLinear):
+    columns = ("log_params_M", "log_gmacs", "log_macts_M", "log_input", "log_batch")
+
+
+class ZooLatencyModel:
+    """CARB's zoo latency model: :class:`_Base` (log-linear, five features) times a LightGBM correction of
+    its log residual on :func:`log_features`. ``n_estimators``, ``learning_rate``, ``num_leaves``,
+    ``min_child_samples``: LightGBM's; ``census``: use the module census when the frame has it;
+    ``n_jobs``: LightGBM threads; ``seed``: its bagging seed; ``balance``: weight each row by
+    1 / sqrt(rows of its ``family``) so that a large family (193 ViTs) does not set the law alone."""
+
+    def __init__(self, n_estimators: int = 300, learning_rate: float = 0.03, num_leaves: int = 15,
+                 min_child_samples: int = 20, census: bool = True, n_jobs: int = 1, seed: int = 0,
+                 balance: bool = False):
+        self.n_estimators, self.learning_rate = n_estimators, learning_rate
+        self.num_leaves, self.min_child_samples = num_leaves, min_child_samples
+        self.census, self.n_jobs, self.seed, self.balance = census, n_jobs, seed, balance
+
+    def fit(self, frame: pd.DataFrame) -> ZooLatencyModel:
+        """Fit on ``frame``'s rows with a finite base prediction and target; returns self."""
+        from lightgbm import LGBMRegressor
+
+        w = None
+        if self.balance and "family" in frame.columns:
+            fam = frame["family"].astype(str)
+            w = 1 / np.sqrt(fam.map(fam.value_counts()).to_numpy(float))
+        self.base_ = _Base().fit(frame, w)
+        y = per_image_log_ms(frame)
+        resid = y - self.base_.predict_log(frame)
+        ok = np.isfinite(resid)
+        self.booster_ = LGBMRegressor(n_estimators=self.n_estimators, learning_rate=self.learning_rate,
+                                      num_leaves=self.num_leaves, min_child_samples=self.min_child_samples,
+                                      subsample=0.8, subsample_freq=1, colsample_bytree=0.8,
+                                      random_state=self.seed, n_jobs=self.n_jobs, verbose=-1)
+        X = log_features(frame, self.census)
+        self.features_ = list(X.columns)
+        self.booster_.fit(X[ok], resid[ok], sample_weight=None if w is None else w[ok])
+        return self
+
+    def predict_log(self, frame: pd.DataFrame) -> np.ndarray:
+        """Log time per image (n,)."""
+        X = log_features(frame, self.census)[self.features_]
+        return self.base_.predict_log(frame) + self.booster_.predict(X)
+
+    def predict(self, frame: pd.DataFrame) -> np.ndarray:
+        """``latency_ms`` per batch (n,)."""
+        return np.exp(self.predict_log(frame)) * _col(frame, "batch_size", "ZooLatencyModel")

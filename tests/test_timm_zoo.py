@@ -1,0 +1,202 @@
+"""timm's published zoo benchmark: the importer (real slices and bad files), the accuracy join's tag
+resolution, the leave-one-family-out splitter and intervals (no leak), the baselines on known laws."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from carb.analysis.zoo_eval import (evaluate_device, family_intervals, lofo_predictions, lofo_splits,
+                                    scored_families)
+from carb.data.importers.timm_zoo import (ZOO_COLUMNS, import_benchmark_files, load_zoo_bench, model_family,
+                                          parse_file_name, read_benchmark_file)
+from carb.data.timm_accuracy import join_top1, resolve_tags, top1_table
+from carb.errors import DatasetError
+from carb.model.zoo_latency import FlopsLogLog, HiddenJoulesRegression, ZooLatencyModel
+from tests.synthetic import zoo_frame
+
+DATA = Path(__file__).parent / "data" / "timm-zoo"
+ROOT = Path(__file__).resolve().parents[1]
+GPU_FILE = DATA / "benchmark-infer-amp-nchw-pt291-cu128-4090.csv"
+
+
+def test_file_names_parse():
+    m = parse_file_name("benchmark-infer-amp-nchw-pt291-cu130-pro6000maxq-dynamo.csv")
+    assert m == {"timm_precision": "amp_fp16", "precision": "fp16", "memory_layout": "nchw",
+                 "torch_version": "2.9.1", "cuda_version": "13.0", "device_name": "RTX PRO 6000 Blackwell Max-Q",
+                 "device_kind": "gpu", "compile": "dynamo"}
+    cpu = parse_file_name("benchmark-infer-fp32-nchw-pt240-cpu-i9_10940x-dynamo.csv")
+    assert (cpu["device_kind"], cpu["cuda_version"], cpu["precision"]) == ("cpu", None, "fp32")
+    assert parse_file_name("benchmark-infer-amp_bf16-nhwc-pt113-cu117-rtx3090.csv")["torch_version"] == "1.13"
+    with pytest.raises(DatasetError, match="not a timm benchmark name"):
+        parse_file_name("benchmark-infer-amp-nchw-pt291-cu128-a100.csv")
+
+
+def test_real_slice_imports_every_model():
+    df = read_benchmark_file(GPU_FILE)
+    raw = pd.read_csv(GPU_FILE)
+    assert list(df.columns) == list(ZOO_COLUMNS) and len(df) == len(raw) == 15
+    assert set(df["device_name"]) == {"RTX 4090"} and set(df["precision"]) == {"fp16"}
+    # latency per batch is the file's step time, which equals 1000 * batch / samples_per_sec
+    assert np.allclose(df["latency_ms"], raw["infer_step_time"])
+    assert np.allclose(df["latency_ms"], 1000 * df["batch_size"] / df["samples_per_sec"], rtol=0.01)
+    row = df[df["model"] == "efficientvit_m0"].iloc[0]
+    assert (row["family"], row["params"], row["gmacs_per_image"], row["macts_M_per_image"]) == \
+        ("efficientvit", 2.33e6, 0.08, 0.91)
+    assert df["source_row"].iloc[0] == f"{GPU_FILE.name}:2"
+
+
+def test_unmeasured_rows_and_missing_features_are_nan_with_reason():
+    t = import_benchmark_files(sorted(DATA.glob("benchmark-*.csv")))
+    eva = t[t["model"] == "eva02_enormous_patch14_clip_224"].iloc[0]
+    assert np.isnan(eva["latency_ms"]) and "not measured" in eva["missing_reason"]
+    cpu = t[t["device_kind"] == "cpu"]
+    assert cpu["gmacs_per_image"].isna().all() and cpu["missing_reason"].str.contains("gmacs").all()
+    # the main set: newest eager nchw amp per GPU; the CPU's only (dynamo) file
+    assert set(t.loc[t["main"], "source_file"]) == {p.name for p in DATA.glob("benchmark-*.csv")}
+
+
+@pytest.mark.parametrize("content,match", [
+    (b"", "is empty"),
+    (b"model,infer_img_size\n", "missing column"),
+    (b"model,infer_img_size,infer_batch_size,infer_samples_per_sec,infer_step_time,param_count\n", "no rows"),
+    (b"model,infer_img_size,infer_batch_size,infer_samples_per_sec,infer_step_time,param_count\n"
+     b"resnet50,224,abc,10,5,25.56\n", r"4090.csv:2: infer_batch_size='abc' is not a number"),
+    (b"model,infer_img_size,infer_batch_size,infer_samples_per_sec,infer_step_time,param_count\n"
+     b"resnet50,224,8,10,0,25.56\n", "must be > 0"),
+])
+def test_bad_files_are_one_line(tmp_path, content, match):
+    p = tmp_path / GPU_FILE.name
+    p.write_bytes(content)
+    with pytest.raises(DatasetError, match=match) as e:
+        read_benchmark_file(p)
+    assert "\n" not in str(e.value)
+
+
+def test_build_script_zero_byte_csv_exits_2(tmp_path):
+    (tmp_path / GPU_FILE.name).write_bytes(b"")
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "data" / "timm_zoo.py"), "--source", str(tmp_path)],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "is empty" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_family_is_leading_letters():
+    assert [model_family(m) for m in ("resnet50d", "tf_efficientnet_b0", "vit_base_patch16_224.augreg_in1k",
+                                      "convnextv2_nano")] == ["resnet", "tf", "vit", "convnextv"]
+
+
+def test_shipped_table_has_five_devices_and_all_families():
+    z = load_zoo_bench()
+    assert z["device_name"].nunique() == 5 and (z.groupby("device_name")["model"].nunique() > 1000).all()
+    assert z["family"].nunique() > 100 and z["main"].all()
+
+
+def test_tag_resolution_default_then_best():
+    results = pd.read_csv(DATA / "results-imagenet.csv")
+    tags = pd.DataFrame({"arch": ["resnet50", "vit_base_patch16_224"],
+                         "default_tag": ["a1_in1k", "nosuch_in1k"]})   # the vit default has no result row
+    t = resolve_tags(results, tags)
+    r50 = t[t["model"] == "resnet50"]
+    assert set(r50["tag"]) == {"a1_in1k"} and set(r50["tag_rule"]) == {"default"}
+    assert sorted(r50["eval_img_size"]) == [224, 288]
+    assert r50.set_index("eval_img_size").loc[224, "top1"] == pytest.approx(0.80382)   # a fraction
+    vit = t[t["model"] == "vit_base_patch16_224"]
+    assert set(vit["tag"]) == {"augreg2_in21k_ft_in1k"} and set(vit["tag_rule"]) == {"best"}
+    frame = pd.DataFrame({"model": ["resnet50", "resnet50", "resnet50.tv_in1k", "nosuchnet"],
+                          "input_size": [224, 160, 288, 224]})
+    j = join_top1(frame, t)
+    assert j["top1"].iloc[0] == pytest.approx(0.80382) and np.isnan(j["top1"].iloc[1])
+    assert j["top1"].iloc[2] == pytest.approx(0.8124) and np.isnan(j["top1"].iloc[3])
+    near = join_top1(frame, t, same_size=False)
+    assert near["top1"].iloc[1] == pytest.approx(0.80382) and near["top1_eval_img_size"].iloc[1] == 224
+    with pytest.raises(DatasetError, match="percentage"):
+        resolve_tags(results.assign(top1=results["top1"] * 10), tags)
+
+
+def test_shipped_accuracy_table_is_fractions():
+    t = top1_table()
+    assert t["top1"].between(0.3, 0.95).all() and t["model"].nunique() > 800
+    assert set(t["tag_rule"]) <= {"default", "best"}
+
+
+def test_lofo_splits_hold_the_family_out():
+    df = zoo_frame({"a": 6, "b": 5, "c": 7, "d": 3})
+    fams = scored_families(df, 5)
+    assert fams == ["c", "a", "b"]
+    seen = []
+    for f, train, test in lofo_splits(df, fams):
+        assert set(df.loc[test, "family"]) == {f} and f not in set(df.loc[train, "family"])
+        assert "d" in set(df.loc[train, "family"])       # small families still train
+        seen.append(f)
+    assert seen == fams
+
+
+def test_intervals_never_calibrate_on_the_held_out_family():
+    df = zoo_frame({"a": 6, "b": 6, "c": 6, "d": 6}, noise=0.2, seed=3)
+    pred = lofo_predictions(df, scored_families(df), {"b1": FlopsLogLog})
+    a = family_intervals(pred, "pred_b1")
+    wild = pred.copy()
+    wild.loc[wild["family"] == "a", "latency_ms"] *= 50     # family a's own errors change ...
+    b = family_intervals(wild, "pred_b1")
+    at = (pred["family"] == "a").to_numpy()
+    assert np.allclose(a.loc[at, "hi_ms"], b.loc[at, "hi_ms"])   # ... a's interval does not
+    assert not np.allclose(a.loc[~at, "hi_ms"], b.loc[~at, "hi_ms"])  # the others' do (a calibrates them)
+
+
+def test_lofo_fits_never_see_the_held_out_family():
+    df = zoo_frame({"a": 6, "b": 6, "c": 6})
+    seen = []
+
+    class Spy(FlopsLogLog):
+        def fit(self, frame):
+            seen.append(set(frame["family"]))
+            return super().fit(frame)
+
+    pred = lofo_predictions(df, ["a", "b", "c"], {"spy": Spy})
+    assert seen == [{"b", "c"}, {"a", "c"}, {"a", "b"}] and pred["pred_spy"].notna().all()
+
+
+def test_baselines_recover_known_laws():
+    flops = zoo_frame({f: 6 for f in "abcd"}, law="flops")
+    b1 = FlopsLogLog().fit(flops)
+    assert b1.coef_[1] == pytest.approx(0.9) and np.exp(b1.coef_[0]) == pytest.approx(0.02)
+    assert np.allclose(b1.predict(flops), flops["latency_ms"])
+    hj_rows = zoo_frame({f: 8 for f in "abcde"}, law="hj", seed=1)
+    hj = HiddenJoulesRegression().fit(hj_rows)
+    assert hj.coef_[1:] == pytest.approx([0.2, 0.5, 0.4])
+    # B1 cannot follow a law that also depends on params and activations
+    assert np.abs(FlopsLogLog().fit(hj_rows).predict(hj_rows) / hj_rows["latency_ms"] - 1).max() > 0.05
+
+
+def test_evaluation_on_a_known_law_scores_hj_and_carb_near_exact():
+    df = zoo_frame({f: 8 for f in "abcdef"}, law="hj", seed=2, noise=0.01)
+    table, s = evaluate_device(df, models={"b1": FlopsLogLog, "hj": HiddenJoulesRegression,
+                                           "carb": lambda: ZooLatencyModel(n_estimators=20)})
+    assert s["families"] == 6 and len(table) == 6
+    assert (table["hj_mape_pct"] < 3).all() and (table["carb_mape_pct"] < 10).all()
+    assert s["b1_pooled_pct"] > s["hj_pooled_pct"]
+    assert 0 <= s["coverage"] <= 1 and s["hi_lo"] >= 1
+
+
+def test_census_join_feeds_the_zoo_model(tmp_path):
+    from carb.data.importers.timm_zoo import with_census
+    from carb.model.zoo_latency import CENSUS_KINDS
+
+    df = zoo_frame({f: 6 for f in "abc"}, seed=4)
+    assert with_census(df, tmp_path / "absent.csv") is df
+    rng = np.random.default_rng(0)
+    cen = pd.DataFrame({"model": df["model"], "census_error": "",
+                        **{f"n_{k}": rng.integers(1, 50, len(df)) for k in CENSUS_KINDS},
+                        **{f"params_{k}": rng.integers(1, 1000, len(df)) for k in CENSUS_KINDS}})
+    cen.loc[0, "census_error"] = "RuntimeError: cannot build"
+    cen.to_csv(tmp_path / "census.csv", index=False)
+    joined = with_census(df, tmp_path / "census.csv")
+    assert len(joined) == len(df) and np.isnan(joined["n_leaf"].iloc[0]) and joined["n_leaf"].iloc[1:].notna().all()
+    m = ZooLatencyModel(n_estimators=10).fit(joined)
+    assert "log1p_n_conv_dw" in m.features_ and "share_params_attn" in m.features_
+    assert ZooLatencyModel(n_estimators=10, census=False).fit(joined).features_[-1] == "log_params_per_gmac"
