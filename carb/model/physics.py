@@ -11,7 +11,8 @@ a 1 s configuration weigh alike; units of the inputs in MB = 2**20 bytes and fvc
 
 - :class:`MemoryPrior` (``peak_memory_MB``): ``c0 + c_p * param_size_MB + c_a * max_activation_MB +
   c_i * input_MB``: parameters, the peak live activations (a multiple of the largest layer output,
-  which is for the whole batch) and the input batch. The final memory prediction is never below
+  which is for the whole batch) and the input batch. On zoo rows (named networks, no ResNet knobs) the
+  activation term is the tracer's liveness peak ``peak_live_MB`` (:mod:`carb.design.trace`). The final memory prediction is never below
   the parameter bytes (:meth:`MemoryPrior.floor_MB`).
 - :class:`LayerRooflinePrior` (``latency_ms`` and ``energy_J``, the default when the rows carry their
   knobs): a roofline over the layers' GEMM shapes (:mod:`carb.design.shapes`): per precision, a
@@ -175,8 +176,13 @@ class MemoryPrior(_Prior):
     #: error without it.
     RICHER_GAIN = 0.95
 
+    #: Name of the activation coefficient on zoo rows: the tracer's liveness peak (``peak_live_MB``).
+    LIVE = "per_peak_live_MB"
+
     def _learn_columns(self, X: pd.DataFrame) -> None:
         self.im2col_ = False
+        # zoo rows (a layer table, no ResNet knobs): the liveness peak instead of a multiple of the largest output
+        self.live_ = "peak_live_MB" in X.columns and "block" not in X.columns
 
     def fit(self, X: pd.DataFrame, y: Any) -> MemoryPrior:
         yv = np.asarray(y, dtype=float)
@@ -206,11 +212,15 @@ class MemoryPrior(_Prior):
                        f"{err['im2col']:.3f} vs {err['without']:.3f} without)"), err
 
     def column_names(self) -> list[str]:
-        return [*self.names, self.IM2COL] if getattr(self, "im2col_", False) else list(self.names)
+        names = list(self.names)
+        if getattr(self, "live_", False):
+            names[2] = self.LIVE
+        return [*names, self.IM2COL] if getattr(self, "im2col_", False) else names
 
     def design(self, X: pd.DataFrame) -> np.ndarray:
         n = len(X)
-        cols = [np.ones(n), _num(X, "param_size_MB"), _num(X, "max_activation_MB"), input_MB(X)]
+        act = "peak_live_MB" if getattr(self, "live_", False) else "max_activation_MB"   # absent on old pickles
+        cols = [np.ones(n), _num(X, "param_size_MB"), _num(X, act), input_MB(X)]
         if getattr(self, "im2col_", False):   # absent on priors pickled before the term existed
             cols.append(max_im2col_MB(X).to_numpy(float))
         return np.column_stack(cols)
