@@ -198,12 +198,17 @@ def zoo_features_frame(knobs: Any, modules: Mapping[str, Any] | None = None) -> 
     for i, (m, s, b, p) in enumerate(zip(out["model_name"].astype(str), out["input_size"], out["batch_size"],
                                          out["precision"].astype(str))):
         try:
-            ids.append(ZooConfig(model_name=m, input_size=int(s), batch_size=int(b), precision=p).config_id)
+            cid = ZooConfig(model_name=m, input_size=int(s), batch_size=int(b), precision=p).config_id
+        except (ConfigError, ValueError) as e:
+            cid, refused[i] = "", refused[i] or str(e)
+        ids.append(cid)
+        if refused[i]:
+            continue
+        try:
             summ = (module_summary(modules[m], int(s), p) if modules and m in modules
                     else zoo_summary(m, int(s), p))
-        except (ZooError, ConfigError, ValueError) as e:
-            ids.append("")
-            refused[i] = refused[i] or str(e)
+        except ZooError as e:
+            refused[i] = str(e)
             continue
         for c, v in {**static_of(summ, int(b)), **kinds_of(summ, float(b))}.items():
             cols[c][i] = float(v)

@@ -1,0 +1,163 @@
+"""A zoo network as a first-class input of the model (issue 43, items 3 and 6): the cascade fitted on zoo rows
+reads the layer table's features (never ResNet knobs), its domain and new-architecture folds work by family, and
+``carb.load_model(uri).predict`` takes an ``nn.Module``, a list of names or a frame with ``model_name``.
+Synthetic targets on real traced networks (tests/synthetic.py), never a measurement."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from carb.analysis.predictor import Predictor
+from carb.design.zoo_features import ZOO_KIND_FEATURES
+from carb.errors import ConfigError
+from carb.model.cascade import CarbCascade
+from carb.model.encoding import FULL_FEATURES, MODEL_KNOBS, features_for
+from tests.synthetic import synthetic_dataset, zoo_schema_frame
+
+SMALL = {"xgb": {"n_estimators": 20, "max_depth": 3}, "lgbm": {"n_estimators": 20, "num_leaves": 7},
+         "et": {"n_estimators": 10}}
+HELD_OUT = "tv:googlenet"   # its family (googlenet) is never in the training rows
+
+
+@pytest.fixture(scope="module")
+def zoo():
+    return zoo_schema_frame()
+
+
+TARGETS = ["peak_memory_MB", "latency_ms"]
+
+
+def _make():
+    return CarbCascade(specialists=SMALL, oof_folds=2, probe_estimators=15, n_jobs=1)
+
+
+@pytest.fixture(scope="module")
+def cascade(zoo):
+    """Fitted on every family but googlenet's, split-conformal intervals on a fifth of the rows, and the
+    new-architecture entry from folds that hold out whole families."""
+    from carb.model.intervals import architecture_calibration, calibrate
+
+    rows = zoo[zoo["model_name"] != HELD_OUT].reset_index(drop=True)
+    cal = rows.sample(frac=0.2, random_state=0)
+    train = rows.drop(index=cal.index).reset_index(drop=True)
+    model = _make().fit(train, train[TARGETS])
+    model.intervals_ = calibrate(model, cal, cal[TARGETS])
+    for t, entry in architecture_calibration(_make, train, train[TARGETS], folds=3).items():
+        model.intervals_[t]["new_arch"] = entry
+    return model
+
+
+def test_zoo_fit_reads_layer_table_features_never_resnet_knobs(cascade):
+    assert cascade.input_kind_ == "zoo"
+    names = set(cascade.feature_names_)
+    assert not names & {"block", "depth", "width_mult", "early_downsample", "inner_mult"}
+    assert {"peak_live_MB", "flops_conv_depthwise", "bytes_norm_MB", "input_size", "precision"} <= names
+    assert cascade.input_columns_[0] == "model_name" and not set(ZOO_KIND_FEATURES) & set(cascade.input_columns_)
+    assert "per_peak_live_MB" in cascade.priors_["peak_memory_MB"]["coef"]   # memory prior from the liveness peak
+
+
+def test_resnet_feature_list_unchanged():
+    df = synthetic_dataset(30, seed=1)
+    assert features_for(df, FULL_FEATURES) == list(FULL_FEATURES)
+    assert set(MODEL_KNOBS) <= set(features_for(df, FULL_FEATURES))
+
+
+def test_zoo_predictions_follow_the_law_on_a_held_out_family(cascade, zoo):
+    """The frame as a collected file has no per-kind columns: predict traces them; the held-out family's
+    memory (30 MB + params + liveness peak + input) is predicted within 15 %."""
+    test = zoo[zoo["model_name"] == HELD_OUT].reset_index(drop=True)
+    assert not set(ZOO_KIND_FEATURES) & set(test.columns)
+    pred = cascade.predict(test)
+    err = np.abs(pred["pred_peak_memory_MB"] / test["peak_memory_MB"] - 1)
+    assert err.median() < 0.15
+    assert np.isfinite(pred["pred_latency_ms"]).all() and (pred["pred_latency_ms"] > 0).all()
+
+
+def test_domain_and_architecture_folds_by_family(cascade, zoo):
+    from carb.model.domain import architecture_keys, check_domain
+    from carb.model.intervals import architecture_folds
+
+    assert "googlenet" not in cascade.domain_["categorical"]["family"]
+    inside, why = check_domain(cascade.domain_, zoo[zoo["model_name"] == HELD_OUT])
+    assert not inside.any() and all("family googlenet never measured" in w for w in why)
+    keys = np.asarray(architecture_keys(zoo))
+    k, n_groups, folds = architecture_folds(zoo, 4)
+    assert n_groups == zoo["family"].nunique()
+    for tr, te in folds:   # a family is never on both sides of a fold
+        assert not set(keys[tr]) & set(keys[te])
+
+
+def test_family_intervals_widen_an_outside_new_family():
+    """A zoo new-architecture entry (unit family) widens a never-measured family's rows though they are
+    outside; a ResNet entry (no unit) leaves outside rows to the outside bounds, as before."""
+    from carb.model.intervals import interval
+
+    r = list(np.linspace(-0.05, 0.05, 199))
+    wide = list(np.linspace(-0.5, 0.5, 199))
+    cal = {"coverage": 0.9, "latency_ms": {"lower": -0.05, "upper": 0.05, "n": 199, "coverage": 0.9,
+                                           "log_ratios": r, "new_arch": {"log_ratios": wide, "coverage": 0.9}}}
+    pred = pd.DataFrame({"pred_latency_ms": [10.0, 10.0]})
+    kw = {"outside": np.array([True, False]), "new_arch": np.array([True, True])}
+    old = interval(cal, pred, **kw)
+    assert old["hi_latency_ms"].iloc[0] == pytest.approx(10 * np.exp(0.05), rel=0.01)   # outside: not widened
+    cal["latency_ms"]["new_arch"]["unit"] = "family"
+    fam = interval(cal, pred, **kw)
+    assert (fam["hi_latency_ms"] > 14.0).all() and (fam["lo_latency_ms"] < 7.0).all()
+
+
+def test_predict_takes_a_module_names_and_frames(cascade):
+    from carb.design.zoo import import_torchvision
+
+    tv = import_torchvision()
+    model = Predictor(cascade, "models:/zoo-test@champion")
+    one = model.predict(tv.models.mobilenet_v3_large(), batch_size=8, precision="fp32", input_size=64)
+    assert len(one) == 1 and one["model_name"].iloc[0] == "tv:mobilenet_v3_large"
+    assert one["pred_latency_ms"].iloc[0] > 0 and one["lo_latency_ms"].iloc[0] <= one["pred_latency_ms"].iloc[0]
+    assert bool(one["in_domain"].iloc[0]) and not bool(one["new_architecture"].iloc[0])
+    names = model.predict(["tv:resnet18", "tv:vgg11", "no_such_net"], batch_size=[1, 4], input_size=32)
+    assert list(names["batch_size"]) == [1, 4] * 3
+    r18 = names[names["model_name"] == "tv:resnet18"]["pred_latency_ms"].to_numpy()
+    assert r18[1] > r18[0]                                      # batch 4 costs more than batch 1
+    vgg = names[names["model_name"] == "tv:vgg11"]
+    assert (~vgg["in_domain"]).all() and vgg["outside"].str.contains("family vgg never measured").all()
+    assert vgg["new_architecture"].all()
+    assert cascade.intervals_["latency_ms"]["new_arch"]["unit"] == "family"
+    rel = (names["hi_latency_ms"] - names["lo_latency_ms"]) / names["pred_latency_ms"]
+    assert (rel[vgg.index] >= rel[names.index[:2]].max() - 1e-12).all()   # never narrower than a seen family's
+    bad = names[names["model_name"] == "no_such_net"]
+    assert bad["pred_latency_ms"].isna().all() and bad["outside"].str.contains("unknown model").all()
+    frame = model.predict(pd.DataFrame({"model_name": ["tv:resnet18"], "batch_size": [4], "note": ["x"]}),
+                          input_size=32, precision="fp32")
+    assert frame["pred_latency_ms"].iloc[0] == pytest.approx(r18[1]) and frame["note"].iloc[0] == "x"
+    with pytest.raises(ConfigError, match="model_name"):
+        model.predict(pd.DataFrame({"block": ["basic"], "depth": [18]}))
+
+
+def test_a_resnet_model_refuses_named_networks():
+    from tests.test_screening import AnalyticModel
+
+    with pytest.raises(ConfigError, match="ResNet knobs"):
+        Predictor(AnalyticModel(), "m").predict(["tv:resnet18"])
+
+
+def test_load_model_predicts_a_torchvision_module(cascade, tmp_path):
+    """The registered zoo model through carb.load_model: an nn.Module in, the prediction frame out."""
+    import carb
+    from carb import tracking
+    from carb.design.zoo import import_torchvision
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    example = pd.DataFrame({"model_name": ["tv:resnet18"], "input_size": [32], "batch_size": [1],
+                            "precision": ["fp32"]})
+    with tracking.start_run("train", "zoo", uri):
+        from carb.design.zoo_features import zoo_features_frame
+
+        X = zoo_features_frame(example).drop(columns="refused")[cascade.input_columns_]
+        info = tracking.log_cascade(cascade, X, registered_name="carb-zoo-test")
+    tv = import_torchvision()
+    model = carb.load_model(f"models:/carb-zoo-test/{info['version']}", tracking_uri=uri)
+    out = model.predict(tv.models.mobilenet_v3_large(), batch_size=8, precision="fp32")
+    assert len(out) == 1 and out["model_name"].iloc[0] == "tv:mobilenet_v3_large"
+    assert out["input_size"].iloc[0] == 224 and np.isfinite(out["pred_peak_memory_MB"].iloc[0])
+    assert "input_size 224 > 64" in out["outside"].iloc[0]      # trained on 32-64 px: said, not hidden
