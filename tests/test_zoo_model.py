@@ -141,23 +141,91 @@ def test_a_resnet_model_refuses_named_networks():
         Predictor(AnalyticModel(), "m").predict(["tv:resnet18"])
 
 
-def test_load_model_predicts_a_torchvision_module(cascade, tmp_path):
+@pytest.fixture(scope="module")
+def registered(cascade, zoo, tmp_path_factory):
+    """The zoo cascade logged as carb-train logs it (ServedModel, a knob example) in a fresh store."""
+    from carb import tracking
+    from carb.analysis.predictor import ServedModel, knob_example
+
+    uri = f"sqlite:///{tmp_path_factory.mktemp('zoo-store')}/mlflow.db"
+    with tracking.start_run("train", "zoo", uri):
+        info = tracking.log_cascade(ServedModel(cascade), knob_example(cascade, zoo), registered_name="carb-zoo-test")
+    return {"uri": uri, "model": f"models:/carb-zoo-test/{info['version']}"}
+
+
+def test_load_model_predicts_a_torchvision_module(registered):
     """The registered zoo model through carb.load_model: an nn.Module in, the prediction frame out."""
     import carb
-    from carb import tracking
     from carb.design.zoo import import_torchvision
 
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    example = pd.DataFrame({"model_name": ["tv:resnet18"], "input_size": [32], "batch_size": [1],
-                            "precision": ["fp32"]})
-    with tracking.start_run("train", "zoo", uri):
-        from carb.design.zoo_features import zoo_features_frame
-
-        X = zoo_features_frame(example).drop(columns="refused")[cascade.input_columns_]
-        info = tracking.log_cascade(cascade, X, registered_name="carb-zoo-test")
     tv = import_torchvision()
-    model = carb.load_model(f"models:/carb-zoo-test/{info['version']}", tracking_uri=uri)
+    model = carb.load_model(registered["model"], tracking_uri=registered["uri"])
+    assert type(model.cascade).__name__ == "CarbCascade"   # the served wrapper is unwrapped
     out = model.predict(tv.models.mobilenet_v3_large(), batch_size=8, precision="fp32")
     assert len(out) == 1 and out["model_name"].iloc[0] == "tv:mobilenet_v3_large"
     assert out["input_size"].iloc[0] == 224 and np.isfinite(out["pred_peak_memory_MB"].iloc[0])
     assert "input_size 224 > 64" in out["outside"].iloc[0]      # trained on 32-64 px: said, not hidden
+
+
+KNOB_ROWS = pd.DataFrame({"model_name": ["tv:resnet18", "tv:mobilenet_v2"], "input_size": [32, 64],
+                          "batch_size": [4, 1], "precision": ["fp32", "bf16"]})
+
+
+def test_mlflow_pyfunc_takes_model_names(registered):
+    """MLflow's own client: the logged signature asks for the knobs, not the internal features, and the
+    pyfunc returns carb.load_model's frame."""
+    import carb
+    import mlflow
+
+    from carb import tracking
+
+    tracking.configure(registered["uri"])
+    pyfunc = mlflow.pyfunc.load_model(registered["model"])
+    names = pyfunc.metadata.get_input_schema().input_names()
+    assert names == ["model_name", "input_size", "batch_size", "precision"]
+    out = pyfunc.predict(KNOB_ROWS)
+    ref = carb.load_model(registered["model"], tracking_uri=registered["uri"]).predict(KNOB_ROWS)
+    assert np.allclose(out["pred_latency_ms"], ref["pred_latency_ms"]) and "hi_latency_ms" in out
+    assert list(out["in_domain"]) == list(ref["in_domain"])
+
+
+@pytest.mark.slow
+def test_mlflow_models_serve_answers_a_rest_query(registered, tmp_path):
+    """``mlflow models serve`` (local env) on the registered model answers a REST query of model names."""
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+    from pathlib import Path
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mlflow_bin = str(Path(sys.executable).with_name("mlflow"))
+    env = {**os.environ, "MLFLOW_TRACKING_URI": registered["uri"],
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([mlflow_bin, "models", "serve", "-m", registered["model"], "--env-manager", "local",
+                             "-h", "127.0.0.1", "-p", str(port), "-w", "1"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "serve.log", "w"))
+    try:
+        body = json.dumps({"dataframe_split": KNOB_ROWS.to_dict(orient="split")}).encode()
+        answer = None
+        for _ in range(120):
+            time.sleep(1)
+            try:
+                req = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", data=body,
+                                             headers={"Content-Type": "application/json"})
+                answer = json.loads(urllib.request.urlopen(req, timeout=60).read())
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    break
+        assert answer is not None, (tmp_path / "serve.log").read_text()[-2000:]
+        rows = answer["predictions"]
+        assert len(rows) == 2 and rows[0]["model_name"] == "tv:resnet18" and rows[0]["pred_latency_ms"] > 0
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -228,3 +228,39 @@ class Predictor:
         out = pd.concat([out.reset_index(drop=True), extra.reset_index(drop=True)], axis=1)
         out.index = frame.index
         return out
+
+
+class ServedModel:
+    """What the registry logs (:func:`carb.tracking.log_cascade`): a fitted cascade whose ``predict`` takes what
+    :meth:`Predictor.predict` takes and returns its frame, so MLflow's own client
+    (``mlflow.pyfunc.load_model(uri).predict(knobs)``) and ``mlflow models serve`` answer a knob frame (ResNet
+    knobs, or ``model_name`` with ``input_size``/``batch_size``/``precision`` for a zoo model) with
+    ``pred_``/``lo_``/``hi_`` columns and the domain flags. :func:`carb.tracking.load_cascade` unwraps it
+    (``WRAPS_CASCADE``): CARB's own code gets the cascade."""
+
+    WRAPS_CASCADE = True
+
+    def __init__(self, cascade: Any) -> None:
+        self.cascade = cascade
+
+    def predict(self, X: pd.DataFrame, params: Mapping[str, Any] | None = None) -> pd.DataFrame:
+        """:meth:`Predictor.predict` of the rows ``X`` (a frame; budget and coverage from ``params``:
+        ``{"budget": {target: limit}, "coverage": 0.9}``)."""
+        p = dict(params or {})
+        return Predictor(self.cascade).predict(pd.DataFrame(X), budget=p.get("budget"), coverage=p.get("coverage"))
+
+
+def knob_example(cascade: Any, rows: pd.DataFrame, n: int = 5) -> pd.DataFrame:
+    """The first ``n`` of ``rows`` (dataset rows) as the served model's input: the columns
+    :meth:`Predictor.predict` reads (a zoo model's ``model_name`` and its knobs; a ResNet model's knobs)."""
+    cols = (["model_name", "input_size", "batch_size", "precision"] if getattr(cascade, "input_kind_", "resnet") == "zoo"
+            else [c for c in CONFIG_COLUMNS if c in rows.columns and c != "num_classes"])
+    out = rows[cols].head(n).reset_index(drop=True)
+    for c in out.columns:   # plain dtypes for the logged signature (no pandas extension types)
+        if isinstance(out[c].dtype, pd.StringDtype) or out[c].dtype == object:
+            out[c] = out[c].astype(str)
+        elif pd.api.types.is_integer_dtype(out[c].dtype):
+            out[c] = out[c].astype("int64")
+        elif pd.api.types.is_bool_dtype(out[c].dtype):
+            out[c] = out[c].astype(bool)
+    return out

@@ -594,13 +594,16 @@ def log_fit(fit: dict[str, Any], cfg: Any, folder: Path | None, ev: dict[str, An
                               "importances.json")
             if ev.get("figures", True):
                 log_figures(fit)
-            example = test[cascade.input_columns_].head(5).reset_index(drop=True)
+            from carb.analysis.predictor import ServedModel, knob_example
+
+            example = knob_example(cascade, test)   # the served model takes knobs (or model names), not features
             meta = {"device": fit["device"], "device_id": cascade.device_id_ or "unknown",
                     "device_fingerprint": cascade.device_fingerprint_ or "unknown",
                     "feature_set": cascade.feature_set_, "preset": fit["preset"],
                     "targets": ",".join(cascade.targets_), "dataset_digest": digest}
             descr = descriptions(fit, metrics, digest, run_id) if fit["reg_name"] else {}
-            info = tracking.log_cascade(cascade, example, registered_name=fit["reg_name"], metadata=meta, **descr)
+            info = tracking.log_cascade(ServedModel(cascade), example, registered_name=fit["reg_name"], metadata=meta,
+                                        **descr)
     except CarbError:
         raise
     except Exception as e:  # noqa: BLE001 - a store fault must not lose the fit
