@@ -270,12 +270,12 @@ def zoo_schema_frame(models: Sequence[str] = ZOO_TEST_MODELS, sizes: Sequence[in
                      seed: int = 0, noise: float = 0.03, device_name: str = "Synthetic CPU",
                      energy: bool = False) -> pd.DataFrame:
     """Zoo dataset rows (:mod:`carb.data.zoo_schema`) of real traced networks (their static features from
-    :func:`carb.design.zoo_features.zoo_features_frame`) with targets from a known cost law, never a
+    :func:`carb.design.zoo_inputs.zoo_features_frame`) with targets from a known cost law, never a
     measurement: ``peak_memory_MB = 30 + param_size_MB + peak_live_MB + input MB`` and ``latency_ms = 0.05 +
     flops / rate(precision) + 0.02 ms per MB written + 3 us per op`` (rate 20 GFLOP/s fp32, 12 bf16), each
     times log-normal ``noise``; ``energy_J = latency_s * 40 W`` when ``energy``, else NaN (CPU rows)."""
     from carb.data.zoo_schema import validate_zoo_dataset
-    from carb.design.zoo_features import zoo_features_frame
+    from carb.design.zoo_inputs import zoo_features_frame
 
     knobs = pd.DataFrame(list(itertools.product(models, sizes, batches, precisions)),
                          columns=["model_name", "input_size", "batch_size", "precision"])

@@ -205,7 +205,8 @@ def test_mlflow_models_serve_answers_a_rest_query(registered, tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     mlflow_bin = str(Path(sys.executable).with_name("mlflow"))
-    env = {**os.environ, "MLFLOW_TRACKING_URI": registered["uri"],
+    env = {**os.environ, "MLFLOW_TRACKING_URI": registered["uri"],   # the venv's bin first: mlflow runs uvicorn
+           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([mlflow_bin, "models", "serve", "-m", registered["model"], "--env-manager", "local",
                              "-h", "127.0.0.1", "-p", str(port), "-w", "1"], env=env,

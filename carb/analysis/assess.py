@@ -160,7 +160,7 @@ def zoo_sanity_grid(cascade) -> pd.DataFrame:
     (``domain_["models"]``) at each input size measured for it, each training batch size and precision."""
     import itertools
 
-    from carb.design.zoo_features import zoo_features_frame
+    from carb.design.zoo_inputs import zoo_features_frame
 
     dom = getattr(cascade, "domain_", None) or {}
     batches = [int(b) for b in dom.get("batch_sizes", [1])]

@@ -60,11 +60,11 @@ def zoo_knobs(x: Any, batch_size: Any = None, precision: Any = None, input_size:
     """``(knob frame, {model_name: nn.Module})`` of a zoo model's input ``x`` (see :meth:`Predictor.predict`):
     a frame keeps its columns and gets the knobs it lacks (each combination of the given values); names and
     modules give one row per name x batch size x precision x input size. A module gets its torchvision name
-    where it is one (:func:`carb.design.zoo_features.module_name`), else ``module:<Class>``. Raises
+    where it is one (:func:`carb.design.zoo_inputs.module_name`), else ``module:<Class>``. Raises
     :class:`ConfigError` (one line) for anything else."""
     import itertools
 
-    from carb.design.zoo_features import module_name
+    from carb.design.zoo_inputs import module_name
 
     knob_values = {"batch_size": batch_size, "precision": precision, "input_size": input_size}
     modules: dict[str, Any] = {}
@@ -174,7 +174,7 @@ class Predictor:
         combination; a frame's own columns win; defaults 1, ``fp32``, 224). A network the tracer refuses
         keeps NaN predictions, ``in_domain`` False and the reason in ``outside``; a family never measured is
         outside (``family ... never measured``) and ``new_architecture``. (:func:`zoo_knobs`)"""
-        from carb.design.zoo_features import zoo_features_frame
+        from carb.design.zoo_inputs import zoo_features_frame
 
         model = self.cascade
         zoo = getattr(model, "input_kind_", "resnet") == "zoo"

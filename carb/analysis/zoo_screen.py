@@ -1,5 +1,5 @@
 """Screening a model zoo (``carb-screen space=zoo``): the candidates of a zoo space featurized from their layer
-tables (:func:`carb.design.zoo_features.zoo_features_frame`), the networks the tracer refuses listed with their
+tables (:func:`carb.design.zoo_inputs.zoo_features_frame`), the networks the tracer refuses listed with their
 reasons, and each candidate's published ImageNet top-1 joined from timm's results
 (:mod:`carb.data.timm_accuracy`).
 
@@ -77,7 +77,7 @@ def zoo_candidates(space: Mapping[str, Any]) -> tuple[pd.DataFrame, dict[str, st
     :func:`carb.design.zoo_space.zoo_configs` with the layer table's features and the top-1 of
     :func:`zoo_top1`; ``refused`` maps each network left out (unknown, untraceable, refusing an input size)
     to its one-line reason. Raises :class:`carb.errors.ConfigError` when nothing is left."""
-    from carb.design.zoo_features import zoo_features_frame
+    from carb.design.zoo_inputs import zoo_features_frame
     from carb.design.zoo_space import zoo_configs
     from carb.errors import ConfigError
 
