@@ -230,3 +230,45 @@ def test_mlflow_models_serve_answers_a_rest_query(registered, tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_top1_of_zoo_names_resolved_or_unknown():
+    """timm names take their own top-1; a torchvision name the timm architecture of the same network (same
+    parameter count) or none; only at the evaluated input size."""
+    from carb.analysis.zoo_screen import timm_equivalent, zoo_top1
+    from carb.data.timm_accuracy import top1_table
+
+    assert timm_equivalent("tv:resnet18") == "resnet18"
+    assert timm_equivalent("tv:mobilenet_v3_large") == "mobilenetv3_large_100"
+    assert timm_equivalent("tv:squeezenet1_1") is None            # timm has no squeezenet: top-1 unknown
+    assert timm_equivalent("timm:ghostnet_100") == "ghostnet_100"
+    rows = pd.DataFrame({"model_name": ["tv:resnet18", "tv:squeezenet1_1", "tv:resnet18"], "input_size": [224, 224, 64]})
+    out = zoo_top1(rows)
+    t = top1_table()
+    ref = t[(t["model"] == "resnet18") & (t["eval_img_size"] == 224)]["top1"].iloc[0]
+    assert out["top1"].iloc[0] == pytest.approx(ref) and out["top1_source"].iloc[0].startswith("resnet18.")
+    assert np.isnan(out["top1"].iloc[1]) and out["top1_source"].iloc[1] == ""
+    assert np.isnan(out["top1"].iloc[2])                          # no published top-1 at 64 px
+
+
+def test_carb_screen_ranks_a_zoo_space(registered, tmp_path, capsys):
+    """carb-screen space=zoo against a zoo model: networks scored with top-1 where known, the refused ones
+    named with their reasons, never a traceback."""
+    from carb.commands.cli import compose
+    from carb.commands.screen import run_screen
+
+    over = [f"tracking.uri={registered['uri']}", f"screen.target={registered['model']}",
+            f"paths.output_dir={tmp_path}", "space=zoo", "space.mode=grid", "space.max_flops=null",
+            "space.models=[tv:resnet18,tv:mobilenet_v2,tv:squeezenet1_1,timm:vit_tiny_patch16_224,no_such_net]",
+            "space.input_sizes=[64]", "space.batch_sizes=[1,4]", "space.precisions=[fp32]",
+            "screen.budget.latency_ms=1000", "screen.pareto=[latency_ms,-top1]", "progress.enabled=false"]
+    r = run_screen(compose("screen", over))
+    err = capsys.readouterr().err
+    assert "refused no_such_net: model 'no_such_net': unknown model" in err
+    scored = pd.read_parquet(f"{r['output_dir']}/scored.parquet")
+    assert sorted(scored["model_name"].unique()) == ["timm:vit_tiny_patch16_224", "tv:mobilenet_v2", "tv:resnet18",
+                                                     "tv:squeezenet1_1"]
+    assert len(scored) == 8 and scored["pred_latency_ms"].gt(0).all()
+    vit = scored[scored["model_name"] == "timm:vit_tiny_patch16_224"]
+    assert (vit["input_size"] == 224).all() and vit["top1"].notna().all()    # the space's own size for it
+    assert (~vit["in_domain"]).all() and vit["outside"].str.contains("family vit never measured").all()

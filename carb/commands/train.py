@@ -32,6 +32,24 @@ from carb.errors import CarbError, ConfigError, TrackingError
 from carb.model.presets import build_cascade, resolve_auto
 
 
+def served_model(cascade: Any, rows: Any) -> tuple[Any, Any]:
+    """``(what to log, its input example)``: the cascade wrapped to take knobs or model names
+    (:class:`carb.analysis.predictor.ServedModel`, five of ``rows``' knob rows as the example; a ``stages``
+    column that names no valid network, as synthetic rows may carry, left out), or, where the knobs of the
+    rows cannot be predicted from (imported rows without valid knobs), the cascade itself on its feature columns."""
+    from carb.analysis.predictor import ServedModel, knob_example
+
+    served = ServedModel(cascade)
+    example = knob_example(cascade, rows)
+    for attempt in (example, example.drop(columns=["stages"], errors="ignore")):
+        try:
+            served.predict(attempt)
+            return served, attempt
+        except CarbError:
+            continue
+    return cascade, rows[cascade.input_columns_].head(5).reset_index(drop=True)
+
+
 def should_register(register: Any) -> bool:
     """``register``: true/false as given; ``auto`` registers a single run, not a job of a multirun
     sweep (where the versions would take turns as champion on noise)."""
@@ -594,16 +612,13 @@ def log_fit(fit: dict[str, Any], cfg: Any, folder: Path | None, ev: dict[str, An
                               "importances.json")
             if ev.get("figures", True):
                 log_figures(fit)
-            from carb.analysis.predictor import ServedModel, knob_example
-
-            example = knob_example(cascade, test)   # the served model takes knobs (or model names), not features
+            served, example = served_model(cascade, test)
             meta = {"device": fit["device"], "device_id": cascade.device_id_ or "unknown",
                     "device_fingerprint": cascade.device_fingerprint_ or "unknown",
                     "feature_set": cascade.feature_set_, "preset": fit["preset"],
                     "targets": ",".join(cascade.targets_), "dataset_digest": digest}
             descr = descriptions(fit, metrics, digest, run_id) if fit["reg_name"] else {}
-            info = tracking.log_cascade(ServedModel(cascade), example, registered_name=fit["reg_name"], metadata=meta,
-                                        **descr)
+            info = tracking.log_cascade(served, example, registered_name=fit["reg_name"], metadata=meta, **descr)
     except CarbError:
         raise
     except Exception as e:  # noqa: BLE001 - a store fault must not lose the fit
