@@ -104,7 +104,14 @@ def _union(tp: Any) -> list[Any]:
 
 
 def _tag(tp: Any) -> Any:
-    """The ``name`` literal of a union member (``csv`` of :class:`CsvImporter`), else None."""
+    """The ``name`` literal of a union member (``csv`` of :class:`CsvImporter`) or its discriminator ``Tag``
+    (``resnet`` / ``zoo`` of a space), else None."""
+    from pydantic import Tag
+
+    if get_origin(tp) is Annotated:
+        for meta in get_args(tp)[1:]:
+            if isinstance(meta, Tag):
+                return meta.tag
     m = _strip(tp)
     if isinstance(m, type) and issubclass(m, BaseModel) and "name" in m.model_fields:
         return (get_args(m.model_fields["name"].annotation) or (None,))[0]
