@@ -127,6 +127,9 @@ def test_predict_takes_a_module_names_and_frames(cascade):
     assert (rel[vgg.index] >= rel[names.index[:2]].max() - 1e-12).all()   # never narrower than a seen family's
     bad = names[names["model_name"] == "no_such_net"]
     assert bad["pred_latency_ms"].isna().all() and bad["outside"].str.contains("unknown model").all()
+    top = model.predict(["tv:resnet18", "tv:squeezenet1_1"], input_size=224, accuracy="timm")
+    assert top["top1"].iloc[0] > 0.6 and top["top1_source"].iloc[0].startswith("resnet18.")
+    assert np.isnan(top["top1"].iloc[1])
     frame = model.predict(pd.DataFrame({"model_name": ["tv:resnet18"], "batch_size": [4], "note": ["x"]}),
                           input_size=32, precision="fp32")
     assert frame["pred_latency_ms"].iloc[0] == pytest.approx(r18[1]) and frame["note"].iloc[0] == "x"

@@ -173,7 +173,9 @@ class Predictor:
         column, each at ``batch_size``, ``precision`` and ``input_size`` (a value or a list of values: every
         combination; a frame's own columns win; defaults 1, ``fp32``, 224). A network the tracer refuses
         keeps NaN predictions, ``in_domain`` False and the reason in ``outside``; a family never measured is
-        outside (``family ... never measured``) and ``new_architecture``. (:func:`zoo_knobs`)"""
+        outside (``family ... never measured``) and ``new_architecture``. (:func:`zoo_knobs`) Any ``accuracy``
+        (e.g. ``"timm"``) adds timm's published top-1 of the same architecture (``top1``, ``top5``,
+        ``top1_source``; :func:`carb.analysis.zoo_screen.zoo_top1`)."""
         from carb.design.zoo_inputs import zoo_features_frame
 
         model = self.cascade
@@ -215,14 +217,18 @@ class Predictor:
             out = decide(add_probabilities(model, out, clean), clean, getattr(model, "test_mae_", {}) or {})
         if not ok.all():   # refused networks: their rows back in place, NaN predictions, the reason as outside
             out = refused_rows(out, all_rows, ok, refused)
-        if accuracy and not zoo:
+        if accuracy and zoo:   # timm's published top-1 of the same architecture (carb.analysis.zoo_screen)
+            from carb.analysis.zoo_screen import zoo_top1
+
+            out = zoo_top1(out)
+        elif accuracy:
             out = join_top1(out, accuracy, field="accuracy")
         if not features:
             keep = ["config_id", *(c for c in (ZOO_CONFIG_COLUMNS if zoo else CONFIG_COLUMNS) if c in out)]
             keep += [c for c in out.columns if c.startswith(("pred_", "lo_", "hi_", "p_within_", "margin_"))]
             keep += [c for c in ("p_feasible", "feasible", "decision", "decision_reason", "in_domain", "outside",
                                  "never_measured", "new_architecture", "unbounded", "other_device", "top1", "top5",
-                                 "top1_model") if c in out]
+                                 "top1_model", "top1_source") if c in out]
             out = out[list(dict.fromkeys(keep))]
         extra = frame.drop(columns=[c for c in frame.columns if c in config_cols or c in out])
         out = pd.concat([out.reset_index(drop=True), extra.reset_index(drop=True)], axis=1)
@@ -240,14 +246,23 @@ class ServedModel:
 
     WRAPS_CASCADE = True
 
-    def __init__(self, cascade: Any) -> None:
+    def __init__(self, cascade: Any, quiet: bool = False) -> None:
         self.cascade = cascade
+        self.quiet = quiet
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without ``quiet``: that is for the process that logs it (a served copy warns as usual)."""
+        return {"cascade": self.cascade}
 
     def predict(self, X: pd.DataFrame, params: Mapping[str, Any] | None = None) -> pd.DataFrame:
         """:meth:`Predictor.predict` of the rows ``X`` (a frame; budget and coverage from ``params``:
-        ``{"budget": {target: limit}, "coverage": 0.9}``)."""
+        ``{"budget": {target: limit}, "coverage": 0.9}``). ``quiet``: without the other-CPU warning line
+        (``carb-train`` predicting its input example while it logs the model)."""
         p = dict(params or {})
-        return Predictor(self.cascade).predict(pd.DataFrame(X), budget=p.get("budget"), coverage=p.get("coverage"))
+        pr = Predictor(self.cascade)
+        if getattr(self, "quiet", False):
+            pr._warned = True
+        return pr.predict(pd.DataFrame(X), budget=p.get("budget"), coverage=p.get("coverage"))
 
 
 def knob_example(cascade: Any, rows: pd.DataFrame, n: int = 5) -> pd.DataFrame:

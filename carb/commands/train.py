@@ -39,7 +39,7 @@ def served_model(cascade: Any, rows: Any) -> tuple[Any, Any]:
     rows cannot be predicted from (imported rows without valid knobs), the cascade itself on its feature columns."""
     from carb.analysis.predictor import ServedModel, knob_example
 
-    served = ServedModel(cascade)
+    served = ServedModel(cascade, quiet=True)   # its other-CPU note is the trained model's, said where it is used
     example = knob_example(cascade, rows)
     for attempt in (example, example.drop(columns=["stages"], errors="ignore")):
         try:
