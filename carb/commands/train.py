@@ -32,21 +32,29 @@ from carb.errors import CarbError, ConfigError, TrackingError
 from carb.model.presets import build_cascade, resolve_auto
 
 
-def served_model(cascade: Any, rows: Any) -> tuple[Any, Any]:
+def served_model(cascade: Any, rows: Any, fallback: Any = None) -> tuple[Any, Any]:
     """``(what to log, its input example)``: the cascade wrapped to take knobs or model names
     (:class:`carb.analysis.predictor.ServedModel`, five of ``rows``' knob rows as the example; a ``stages``
     column that names no valid network, as synthetic rows may carry, left out), or, where the knobs of the
-    rows cannot be predicted from (imported rows without valid knobs), the cascade itself on its feature columns."""
+    rows cannot be predicted from (imported rows without valid knobs, a transferred model the knobs do not
+    serve), the cascade itself on ``fallback`` (default: ``rows``' feature columns), as before."""
     from carb.analysis.predictor import ServedModel, knob_example
 
     served = ServedModel(cascade, quiet=True)   # its other-CPU note is the trained model's, said where it is used
-    example = knob_example(cascade, rows)
-    for attempt in (example, example.drop(columns=["stages"], errors="ignore")):
+    try:
+        example = knob_example(cascade, rows)
+        attempts = [example, example.drop(columns=["stages"], errors="ignore")]
+    except Exception:  # noqa: BLE001 - rows without knob columns: logged as before
+        attempts = []
+    for attempt in attempts:
         try:
-            served.predict(attempt)
-            return served, attempt
-        except CarbError:
+            out = served.predict(attempt)
+            if len(out) and out.filter(like="pred_").notna().any().any():
+                return served, attempt
+        except Exception:  # noqa: BLE001 - whatever fails here, the model is logged as it was before
             continue
+    if fallback is not None:
+        return cascade, fallback
     return cascade, rows[cascade.input_columns_].head(5).reset_index(drop=True)
 
 
