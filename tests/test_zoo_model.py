@@ -245,7 +245,8 @@ def test_top1_of_zoo_names_resolved_or_unknown():
     assert timm_equivalent("tv:mobilenet_v3_large") == "mobilenetv3_large_100"
     assert timm_equivalent("tv:squeezenet1_1") is None            # timm has no squeezenet: top-1 unknown
     assert timm_equivalent("timm:ghostnet_100") == "ghostnet_100"
-    rows = pd.DataFrame({"model_name": ["tv:resnet18", "tv:squeezenet1_1", "tv:resnet18"], "input_size": [224, 224, 64]})
+    rows = pd.DataFrame({"model_name": ["tv:resnet18", "tv:squeezenet1_1", "tv:resnet18"],
+                         "input_size": [224, 224, 64]})
     out = zoo_top1(rows)
     t = top1_table()
     ref = t[(t["model"] == "resnet18") & (t["eval_img_size"] == 224)]["top1"].iloc[0]

@@ -84,7 +84,8 @@ def evaluate_cascade(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.D
             for t, part in r.result.items():
                 parts.setdefault(t, []).append(part)
         arch = architecture_entries(parts, float(cascade.intervals_["coverage"]), k, n_groups,
-                                    unit="family" if getattr(cascade, "input_kind_", "resnet") == "zoo" else "architecture")
+                                    unit="family" if getattr(cascade, "input_kind_", "resnet") == "zoo"
+                                    else "architecture")
         for t, entry in arch.items():
             if isinstance(cascade.intervals_.get(t), dict):
                 cascade.intervals_[t]["new_arch"] = entry

@@ -268,7 +268,8 @@ class ServedModel:
 def knob_example(cascade: Any, rows: pd.DataFrame, n: int = 5) -> pd.DataFrame:
     """The first ``n`` of ``rows`` (dataset rows) as the served model's input: the columns
     :meth:`Predictor.predict` reads (a zoo model's ``model_name`` and its knobs; a ResNet model's knobs)."""
-    cols = (["model_name", "input_size", "batch_size", "precision"] if getattr(cascade, "input_kind_", "resnet") == "zoo"
+    zoo = getattr(cascade, "input_kind_", "resnet") == "zoo"
+    cols = (["model_name", "input_size", "batch_size", "precision"] if zoo
             else [c for c in CONFIG_COLUMNS if c in rows.columns and c != "num_classes"])
     out = rows[cols].head(n).reset_index(drop=True)
     for c in out.columns:   # plain dtypes for the logged signature (no pandas extension types)

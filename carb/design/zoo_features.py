@@ -124,7 +124,8 @@ def zoo_kind_columns(frame: Any) -> dict[str, Any]:
     out = {c: np.full(n, np.nan) for c in ZOO_KIND_FEATURES}
     if not n:
         return out
-    prec = frame["precision"].astype(str) if "precision" in frame.columns else pd.Series(["fp32"] * n, index=frame.index)
+    prec = (frame["precision"].astype(str) if "precision" in frame.columns
+            else pd.Series(["fp32"] * n, index=frame.index))
     keys = pd.Series(list(zip(frame["model_name"].astype(str), pd.to_numeric(frame["input_size"]).astype(int),
                               prec)), index=frame.index)
     codes, uniq = pd.factorize(keys)

@@ -12,8 +12,8 @@ a 1 s configuration weigh alike; units of the inputs in MB = 2**20 bytes and fvc
 - :class:`MemoryPrior` (``peak_memory_MB``): ``c0 + c_p * param_size_MB + c_a * max_activation_MB +
   c_i * input_MB``: parameters, the peak live activations (a multiple of the largest layer output,
   which is for the whole batch) and the input batch. On zoo rows (named networks, no ResNet knobs) the
-  activation term is the tracer's liveness peak ``peak_live_MB`` (:mod:`carb.design.trace`). The final memory prediction is never below
-  the parameter bytes (:meth:`MemoryPrior.floor_MB`).
+  activation term is the tracer's liveness peak ``peak_live_MB`` (:mod:`carb.design.trace`). The final memory
+  prediction is never below the parameter bytes (:meth:`MemoryPrior.floor_MB`).
 - :class:`LayerRooflinePrior` (``latency_ms`` and ``energy_J``, the default when the rows carry their
   knobs): a roofline over the layers' GEMM shapes (:mod:`carb.design.shapes`): per precision, a
   cost per multiply-add, per output pixel, per operator, per multiply-add of the 3-channel stem
