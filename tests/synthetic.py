@@ -284,3 +284,46 @@ def zoo_frame(families: Mapping[str, int], seed: int = 0, law: str = "hj", noise
                          "batch_size": b, "gmacs_per_image": g, "params": p * 1e6, "macts_M_per_image": a,
                          "latency_ms": t * b * float(np.exp(rng.normal(0, noise))) if noise else t * b})
     return pd.DataFrame(rows)
+
+
+#: Small torchvision networks of distinct families that trace in well under a second each (tests' zoo).
+ZOO_TEST_MODELS = ("tv:squeezenet1_0", "tv:squeezenet1_1", "tv:mobilenet_v3_small", "tv:mobilenet_v2",
+                   "tv:resnet18", "tv:resnet34", "tv:shufflenet_v2_x0_5", "tv:shufflenet_v2_x1_0",
+                   "tv:mnasnet0_5", "tv:mnasnet1_0", "tv:regnet_x_400mf", "tv:regnet_y_400mf",
+                   "tv:efficientnet_b0", "tv:googlenet")
+
+
+def zoo_schema_frame(models: Sequence[str] = ZOO_TEST_MODELS, sizes: Sequence[int] = (32, 64),
+                     batches: Sequence[int] = (1, 4, 16), precisions: Sequence[str] = ("fp32", "bf16"),
+                     seed: int = 0, noise: float = 0.03, device_name: str = "Synthetic CPU",
+                     energy: bool = False) -> pd.DataFrame:
+    """Zoo dataset rows (:mod:`carb.data.zoo_schema`) of real traced networks (their static features from
+    :func:`carb.design.zoo_inputs.zoo_features_frame`) with targets from a known cost law, never a
+    measurement: ``peak_memory_MB = 30 + param_size_MB + peak_live_MB + input MB`` and ``latency_ms = 0.05 +
+    flops / rate(precision) + 0.02 ms per MB written + 3 us per op`` (rate 20 GFLOP/s fp32, 12 bf16), each
+    times log-normal ``noise``; ``energy_J = latency_s * 40 W`` when ``energy``, else NaN (CPU rows)."""
+    from carb.data.zoo_schema import validate_zoo_dataset
+    from carb.design.zoo_inputs import zoo_features_frame
+
+    knobs = pd.DataFrame(list(itertools.product(models, sizes, batches, precisions)),
+                         columns=["model_name", "input_size", "batch_size", "precision"])
+    F = zoo_features_frame(knobs)
+    F = F[F["refused"] == ""].drop(columns="refused").reset_index(drop=True)
+    rng = np.random.default_rng(seed)
+    bytes_ = np.array([BYTES_PER_ELEMENT[p] for p in F["precision"]])
+    input_mb = F["batch_size"] * 3 * F["input_size"] ** 2 * bytes_ / 2 ** 20
+    mem = 30.0 + F["param_size_MB"] + F["peak_live_MB"] + input_mb
+    rate = np.where(F["precision"] == "fp32", 20e9, 12e9)
+    lat = 0.05 + 1e3 * F["flops"] / rate + 0.02 * F["bytes_written_MB"] + 0.003 * F["n_ops"]
+    F["peak_memory_MB"] = mem.to_numpy() * np.exp(rng.normal(0, noise, len(F)))
+    F["latency_ms"] = lat.to_numpy() * np.exp(rng.normal(0, noise, len(F)))
+    F["energy_J"] = F["latency_ms"] / 1e3 * 40.0 if energy else np.nan
+    F["device_name"], F["device_kind"], F["status"] = device_name, ("cuda" if energy else "cpu"), "ok"
+    F["device_id"] = "synthetic-" + hashlib.sha1(device_name.encode()).hexdigest()[:8]
+    from carb.data.zoo_schema import ZOO_SCHEMA
+
+    F = F[[c for c in F.columns if c in ZOO_SCHEMA]]   # as a collected file: no per-kind columns
+    for c, dtype in ZOO_SCHEMA.items():
+        if c not in F.columns:
+            F[c] = pd.Series([pd.NA] * len(F), dtype=dtype) if dtype == "string" else np.nan
+    return validate_zoo_dataset(F, source="synthetic zoo")

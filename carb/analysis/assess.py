@@ -83,7 +83,9 @@ def evaluate_cascade(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.D
         for r in runs:
             for t, part in r.result.items():
                 parts.setdefault(t, []).append(part)
-        arch = architecture_entries(parts, float(cascade.intervals_["coverage"]), k, n_groups)
+        arch = architecture_entries(parts, float(cascade.intervals_["coverage"]), k, n_groups,
+                                    unit="family" if getattr(cascade, "input_kind_", "resnet") == "zoo"
+                                    else "architecture")
         for t, entry in arch.items():
             if isinstance(cascade.intervals_.get(t), dict):
                 cascade.intervals_[t]["new_arch"] = entry
@@ -149,7 +151,26 @@ def sanity_metrics(cascade, space: str = "screening", note: Callable[[str], None
     from carb.analysis.screening import featurize
     from carb.design.space import load_space
 
+    if getattr(cascade, "input_kind_", "resnet") == "zoo":   # a zoo model: its own networks at every batch knot
+        return sanity_report(cascade, zoo_sanity_grid(cascade))
     return sanity_report(cascade, featurize(load_space(space)))
+
+
+def zoo_sanity_grid(cascade) -> pd.DataFrame:
+    """The featurized grid a zoo model's sanity check predicts: every network it was trained on
+    (``domain_["models"]``) at each input size measured for it, each training batch size and precision."""
+    import itertools
+
+    from carb.design.zoo_inputs import zoo_features_frame
+
+    dom = getattr(cascade, "domain_", None) or {}
+    batches = [int(b) for b in dom.get("batch_sizes", [1])]
+    precisions = dom.get("categorical", {}).get("precision", ["fp32"])
+    rows = [(m, s, b, p) for m, sizes in dom.get("models", {}).items()
+            for s, b, p in itertools.product(sizes, batches, precisions)]
+    knobs = pd.DataFrame(rows, columns=["model_name", "input_size", "batch_size", "precision"])
+    F = zoo_features_frame(knobs)
+    return F[F["refused"] == ""].drop(columns="refused").reset_index(drop=True)
 
 
 def run_refits(cascade, train: pd.DataFrame, full: pd.DataFrame, ev: dict[str, Any],

@@ -21,12 +21,107 @@ from carb.analysis.screening import PER_IMAGE, check_budget, domain_filter, mode
 from carb.data.accuracy import join_top1
 from carb.design.arch import KNOBS, ArchConfig
 from carb.design.features import grid_features
+from carb.errors import ConfigError
 from carb.model.domain import unseen_mask
 from carb.model.device_check import other_device
 from carb.model.intervals import new_architecture_mask
 
 #: Columns of a knob frame that describe the configuration (the rest pass through to the output).
 CONFIG_COLUMNS = (*KNOBS, "num_classes")
+#: The same for a zoo model's input (:mod:`carb.design.zoo_space`).
+ZOO_CONFIG_COLUMNS = ("model_name", "family", "input_size", "batch_size", "precision")
+#: Knob values a zoo network takes when neither the call nor its frame gives one.
+ZOO_DEFAULTS = {"batch_size": 1, "precision": "fp32", "input_size": 224}
+
+
+def is_zoo_input(x: Any) -> bool:
+    """Whether ``x`` names networks: an ``nn.Module``, a string or list of strings, or a frame with a
+    ``model_name`` column."""
+    if isinstance(x, pd.DataFrame):
+        return "model_name" in x.columns
+    if isinstance(x, str) or _is_module(x):
+        return True
+    return isinstance(x, (list, tuple)) and len(x) > 0 and all(isinstance(v, str) or _is_module(v) for v in x)
+
+
+def _is_module(x: Any) -> bool:
+    """An ``nn.Module`` (checked by its class names: no torch import for other inputs)."""
+    return any(c.__name__ == "Module" and c.__module__.startswith("torch.nn") for c in type(x).__mro__)
+
+
+def _values(v: Any, default: Any) -> list[Any]:
+    """A knob given as one value or a list of values, as a list (``default`` when None)."""
+    if v is None:
+        return [default]
+    return list(v) if isinstance(v, (list, tuple, np.ndarray, pd.Series)) else [v]
+
+
+def zoo_knobs(x: Any, batch_size: Any = None, precision: Any = None, input_size: Any = None
+              ) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """``(knob frame, {model_name: nn.Module})`` of a zoo model's input ``x`` (see :meth:`Predictor.predict`):
+    a frame keeps its columns and gets the knobs it lacks (each combination of the given values); names and
+    modules give one row per name x batch size x precision x input size. A module gets its torchvision name
+    where it is one (:func:`carb.design.zoo_inputs.module_name`), else ``module:<Class>``. Raises
+    :class:`ConfigError` (one line) for anything else."""
+    import itertools
+
+    from carb.design.zoo_inputs import module_name
+
+    knob_values = {"batch_size": batch_size, "precision": precision, "input_size": input_size}
+    modules: dict[str, Any] = {}
+    if isinstance(x, pd.DataFrame):
+        if "model_name" not in x.columns:
+            raise ConfigError("a zoo model predicts named networks: the frame needs a model_name column "
+                              "(e.g. tv:mobilenet_v3_large), or pass an nn.Module or a list of names")
+        frame = x.copy()
+        for k, v in knob_values.items():
+            if k not in frame.columns:
+                vals = _values(v, ZOO_DEFAULTS[k])
+                frame = frame.loc[frame.index.repeat(len(vals))].copy()
+                frame[k] = vals * (len(frame) // len(vals))
+        return frame, modules
+    items = [x] if isinstance(x, str) or _is_module(x) else list(x) if isinstance(x, (list, tuple)) else None
+    if not items or not all(isinstance(v, str) or _is_module(v) for v in items):
+        raise ConfigError(f"a zoo model predicts an nn.Module, a list of model names or a frame with a model_name "
+                          f"column; got {type(x).__name__}")
+    names = []
+    for v in items:
+        if isinstance(v, str):
+            names.append(v)
+        else:
+            name = module_name(v)
+            if name.startswith("module:"):
+                modules[name] = v
+            names.append(name)
+    grid = itertools.product(names, *(_values(knob_values[k], ZOO_DEFAULTS[k])
+                                      for k in ("input_size", "batch_size", "precision")))
+    frame = pd.DataFrame(list(grid), columns=["model_name", "input_size", "batch_size", "precision"])
+    for k in ("input_size", "batch_size"):
+        bad = [v for v in frame[k] if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1]
+        if bad:
+            raise ConfigError(f"{k}: must be a positive integer, got {bad[0]!r}")
+    return frame, modules
+
+
+def refused_rows(out: pd.DataFrame, all_rows: pd.DataFrame, ok: np.ndarray, refused: np.ndarray) -> pd.DataFrame:
+    """The scored rows ``out`` (those of ``all_rows`` where ``ok``) with the refused rows put back in
+    ``all_rows``' order: their knobs and ``config_id``, NaN predictions, ``in_domain`` False and the
+    tracer's reason in ``outside``."""
+    full = pd.DataFrame(index=range(len(all_rows)), columns=out.columns)
+    pos = np.flatnonzero(ok)
+    for c in out.columns:
+        col = pd.Series([np.nan] * len(all_rows), dtype=object)
+        col.iloc[pos] = out[c].to_numpy(dtype=object)
+        full[c] = col
+    for c in all_rows.columns:
+        if c in full.columns:
+            full.loc[~ok, c] = all_rows.loc[~ok, c].to_numpy(dtype=object)
+    full.loc[~ok, "in_domain"] = False
+    full.loc[~ok, "outside"] = refused[~ok]
+    for c in ("never_measured", "new_architecture", "unbounded", "other_device"):
+        if c in full.columns:
+            full.loc[~ok, c] = c == "new_architecture"
+    return full.infer_objects()
 
 
 class Predictor:
@@ -53,9 +148,9 @@ class Predictor:
         return (f"Predictor({self.uri or 'cascade'}: device {getattr(self.cascade, 'device_name_', '?')}, "
                 f"targets {model_targets(self.cascade)})")
 
-    def predict(self, knobs: pd.DataFrame | Sequence[ArchConfig | Mapping[str, Any]],
-                budget: Mapping[str, float] | None = None, coverage: float | None = None,
-                features: bool = False, accuracy: str | None = None) -> pd.DataFrame:
+    def predict(self, knobs: Any, budget: Mapping[str, float] | None = None, coverage: float | None = None,
+                features: bool = False, accuracy: str | None = None, *, batch_size: Any = None,
+                precision: Any = None, input_size: Any = None) -> pd.DataFrame:
         """Predict n configurations in one call.
 
         ``knobs``: a DataFrame with knob columns (``block``, ``depth``, ``width_mult``, ``input_size``,
@@ -76,16 +171,42 @@ class Predictor:
         :func:`carb.model.intervals.interval`, the flag screening reads); with a budget also ``p_within_<target>``,
         ``p_feasible``, ``margin_<target>``, ``feasible``, ``decision`` and ``decision_reason``
         (:mod:`carb.analysis.decisions`). ``attrs``: :meth:`provenance` (model URI, version, device,
-        interval coverage). Bad knobs raise :class:`carb.errors.ConfigError`."""
-        frame = knobs if isinstance(knobs, pd.DataFrame) else None
-        if frame is None:
-            records = [k.to_dict() if isinstance(k, ArchConfig) else dict(k) for k in knobs]
-            frame = pd.DataFrame.from_records(records)
-        if not len(frame):   # no configuration: 0 rows back, with the columns of a prediction
-            return self._empty(frame, budget, coverage, features, accuracy)
-        config_cols = [c for c in frame.columns if c in CONFIG_COLUMNS]
-        F = grid_features(frame[config_cols].reset_index(drop=True))
+        interval coverage) and ``origin``. Bad knobs raise :class:`carb.errors.ConfigError`.
+
+        A model trained on zoo rows (``input_kind_ == "zoo"``) takes networks instead: an ``nn.Module``, a
+        list of zoo names (``tv:mobilenet_v3_large``, ``timm:ghostnet_100``) or a frame with a ``model_name``
+        column, each at ``batch_size``, ``precision`` and ``input_size`` (a value or a list of values: every
+        combination; a frame's own columns win; defaults 1, ``fp32``, 224). A network the tracer refuses
+        keeps NaN predictions, ``in_domain`` False and the reason in ``outside``; a family never measured is
+        outside (``family ... never measured``) and ``new_architecture``. (:func:`zoo_knobs`) Any ``accuracy``
+        (e.g. ``"timm"``) adds timm's published top-1 of the same architecture (``top1``, ``top5``,
+        ``top1_source``; :func:`carb.analysis.zoo_screen.zoo_top1`)."""
+        from carb.design.zoo_inputs import zoo_features_frame
+
         model = self.cascade
+        zoo = getattr(model, "input_kind_", "resnet") == "zoo"
+        if zoo:
+            frame, modules = zoo_knobs(knobs, batch_size, precision, input_size)
+            config_cols = [c for c in frame.columns if c in ZOO_CONFIG_COLUMNS]
+            F = zoo_features_frame(frame[config_cols].reset_index(drop=True), modules)
+            refused = F.pop("refused").to_numpy(dtype=object)
+        else:
+            if is_zoo_input(knobs) or any(v is not None for v in (batch_size, precision, input_size)):
+                raise ConfigError(f"model {self.uri or 'cascade'} was trained on ResNet knobs: predict takes a "
+                                  "knob frame (block, depth, width_mult, ...), not named networks; train one on a "
+                                  "zoo dataset (carb-collect space=zoo) for those")
+            frame = knobs if isinstance(knobs, pd.DataFrame) else None
+            if frame is None:
+                records = [k.to_dict() if isinstance(k, ArchConfig) else dict(k) for k in knobs]
+                frame = pd.DataFrame.from_records(records)
+            if not len(frame):   # no configuration: 0 rows back, with the columns of a prediction
+                return self._empty(frame, budget, coverage, features, accuracy)
+            config_cols = [c for c in frame.columns if c in CONFIG_COLUMNS]
+            F = grid_features(frame[config_cols].reset_index(drop=True))
+            refused = np.full(len(F), "", dtype=object)
+        ok = refused == ""
+        all_rows = F
+        F = F[ok].reset_index(drop=True)
         F, _, _ = domain_filter(model, F, "flag")
         F["never_measured"] = unseen_mask(getattr(model, "domain_", None), F, "precision")
         F["new_architecture"] = new_architecture_mask(model, F)
@@ -102,14 +223,20 @@ class Predictor:
         clean = check_budget(budget or {}, targets)
         if clean:
             out = decide(add_probabilities(model, out, clean), clean, getattr(model, "test_mae_", {}) or {})
-        if accuracy:
+        if not ok.all():   # refused networks: their rows back in place, NaN predictions, the reason as outside
+            out = refused_rows(out, all_rows, ok, refused)
+        if accuracy and zoo:   # timm's published top-1 of the same architecture (carb.analysis.zoo_screen)
+            from carb.analysis.zoo_screen import zoo_top1
+
+            out = zoo_top1(out)
+        elif accuracy:
             out = join_top1(out, accuracy, field="accuracy")
         if not features:
-            keep = ["config_id", *(c for c in CONFIG_COLUMNS if c in out)]
+            keep = ["config_id", *(c for c in (ZOO_CONFIG_COLUMNS if zoo else CONFIG_COLUMNS) if c in out)]
             keep += [c for c in out.columns if c.startswith(("pred_", "lo_", "hi_", "p_within_", "margin_"))]
             keep += [c for c in ("p_feasible", "feasible", "decision", "decision_reason", "in_domain", "outside",
                                  "never_measured", "new_architecture", "unbounded", "other_device", "top1", "top5",
-                                 "top1_model") if c in out]
+                                 "top1_model", "top1_source") if c in out]
             out = out[list(dict.fromkeys(keep))]
         extra = frame.drop(columns=[c for c in frame.columns if c in config_cols or c in out])
         out = pd.concat([out.reset_index(drop=True), extra.reset_index(drop=True)], axis=1)
@@ -155,4 +282,50 @@ def with_rates(out: pd.DataFrame, targets: Sequence[str]) -> pd.DataFrame:
         t_s = out["pred_latency_ms"].to_numpy(dtype=float) / 1e3
         with np.errstate(divide="ignore", invalid="ignore"):
             out = out.assign(pred_avg_power_W=np.where(t_s > 0, e / t_s, np.nan))
+    return out
+
+
+class ServedModel:
+    """What the registry logs (:func:`carb.tracking.log_cascade`): a fitted cascade whose ``predict`` takes what
+    :meth:`Predictor.predict` takes and returns its frame, so MLflow's own client
+    (``mlflow.pyfunc.load_model(uri).predict(knobs)``) and ``mlflow models serve`` answer a knob frame (ResNet
+    knobs, or ``model_name`` with ``input_size``/``batch_size``/``precision`` for a zoo model) with
+    ``pred_``/``lo_``/``hi_`` columns and the domain flags. :func:`carb.tracking.load_cascade` unwraps it
+    (``WRAPS_CASCADE``): CARB's own code gets the cascade."""
+
+    WRAPS_CASCADE = True
+
+    def __init__(self, cascade: Any, quiet: bool = False) -> None:
+        self.cascade = cascade
+        self.quiet = quiet
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without ``quiet``: that is for the process that logs it (a served copy warns as usual)."""
+        return {"cascade": self.cascade}
+
+    def predict(self, X: pd.DataFrame, params: Mapping[str, Any] | None = None) -> pd.DataFrame:
+        """:meth:`Predictor.predict` of the rows ``X`` (a frame; budget and coverage from ``params``:
+        ``{"budget": {target: limit}, "coverage": 0.9}``). ``quiet``: without the other-CPU warning line
+        (``carb-train`` predicting its input example while it logs the model)."""
+        p = dict(params or {})
+        pr = Predictor(self.cascade)
+        if getattr(self, "quiet", False):
+            pr._warned = True
+        return pr.predict(pd.DataFrame(X), budget=p.get("budget"), coverage=p.get("coverage"))
+
+
+def knob_example(cascade: Any, rows: pd.DataFrame, n: int = 5) -> pd.DataFrame:
+    """The first ``n`` of ``rows`` (dataset rows) as the served model's input: the columns
+    :meth:`Predictor.predict` reads (a zoo model's ``model_name`` and its knobs; a ResNet model's knobs)."""
+    zoo = getattr(cascade, "input_kind_", "resnet") == "zoo"
+    cols = (["model_name", "input_size", "batch_size", "precision"] if zoo
+            else [c for c in CONFIG_COLUMNS if c in rows.columns and c != "num_classes"])
+    out = rows[cols].head(n).reset_index(drop=True)
+    for c in out.columns:   # plain dtypes for the logged signature (no pandas extension types)
+        if isinstance(out[c].dtype, pd.StringDtype) or out[c].dtype == object:
+            out[c] = out[c].astype(str)
+        elif pd.api.types.is_integer_dtype(out[c].dtype):
+            out[c] = out[c].astype("int64")
+        elif pd.api.types.is_bool_dtype(out[c].dtype):
+            out[c] = out[c].astype(bool)
     return out

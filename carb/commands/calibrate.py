@@ -520,7 +520,11 @@ def _log_run(cfg: Any, tr: Any, table: pd.DataFrame, rows: pd.DataFrame, k: int,
         descr = (f"{device} (device_id {tr.device_id_}): {source_uri} (version {source.get('version', '?')}) "
                  f"calibrated on {k} measured rows of {where} ({tags['forms']})."
                  + (f" Held-out {len(rows) - k} rows: {held}." if held else " No held-out rows."))
-        info = tracking.log_cascade(tr, cal_rows[list(tr.input_columns_)].head(5).reset_index(drop=True),
+        from carb.commands.train import served_model
+
+        served, example = served_model(tr, cal_rows,   # knobs in through MLflow's client, where they predict
+                                       cal_rows[list(tr.input_columns_)].head(5).reset_index(drop=True))
+        info = tracking.log_cascade(served, example,
                                     registered_name=name if register else None, metadata=meta, description=descr,
                                     model_description=f"CARB cost model of {device} (device_id {tr.device_id_}): "
                                                       f"peak memory, energy and latency per batch, "

@@ -52,13 +52,22 @@ def load_candidates(cfg: Any) -> pd.DataFrame:
     featurizes it (in its chunk workers for a large grid)."""
     from carb.design.gridfile import read_grid_frame
     from carb.design.space import space_frame
+    from carb.design.zoo_space import is_zoo_space
 
     grid_file = cfg.screen.get("grid_file")
     extras = pd.DataFrame()
+    space = to_dict(cfg.space)
+    if not grid_file and is_zoo_space(space):   # named networks: featurized from their layer tables, top-1 joined
+        from carb.analysis.zoo_screen import refused_lines, zoo_candidates
+
+        configs, refused = zoo_candidates(space)
+        for line in refused_lines(refused):
+            print(f"carb-screen: {line}", file=sys.stderr)
+        return configs
     if grid_file:
         configs, extras = read_grid_frame(grid_file, to_dict(cfg.screen.get("grid_defaults") or {}))
     else:
-        configs = space_frame(to_dict(cfg.space))
+        configs = space_frame(space)
     if len(extras.columns):
         configs = pd.concat([configs.reset_index(drop=True), extras.drop(
             columns=[c for c in extras.columns if c in configs])], axis=1)
@@ -80,7 +89,9 @@ def user_columns(features: pd.DataFrame) -> list[str]:
     from carb.design.arch import RECORD_COLUMNS
     from carb.design.features import STATIC_FEATURES
 
-    skip = {*RECORD_COLUMNS, *STATIC_FEATURES, "top1_model"}
+    from carb.design.zoo_features import ZOO_KIND_FEATURES, ZOO_STATIC
+
+    skip = {*RECORD_COLUMNS, *STATIC_FEATURES, "top1_model", *ZOO_STATIC, *ZOO_KIND_FEATURES, "top5"}
     return [c for c in features.columns if c not in skip]
 
 
@@ -341,7 +352,10 @@ def _print_axes(result: Any, users: list[str]) -> None:
     if users:
         parts = []
         for c in users:
-            missing = int(pd.to_numeric(scored[c], errors="coerce").isna().sum())
+            col = scored[c]
+            text = col.dtype == object or isinstance(col.dtype, pd.StringDtype)
+            missing = int((col.isna() | (col.astype(str) == "")).sum() if text
+                          else pd.to_numeric(col, errors="coerce").isna().sum())
             parts.append(f"{c} ({missing} of {len(scored)} without a value)" if missing else c)
         print(f"passed through to every output: {', '.join(parts)}")
     if result.require:

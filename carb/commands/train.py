@@ -44,6 +44,32 @@ from carb.errors import CarbError, ConfigError, TrackingError
 from carb.model.presets import build_cascade, resolve_auto
 
 
+def served_model(cascade: Any, rows: Any, fallback: Any = None) -> tuple[Any, Any]:
+    """``(what to log, its input example)``: the cascade wrapped to take knobs or model names
+    (:class:`carb.analysis.predictor.ServedModel`, five of ``rows``' knob rows as the example; a ``stages``
+    column that names no valid network, as synthetic rows may carry, left out), or, where the knobs of the
+    rows cannot be predicted from (imported rows without valid knobs, a transferred model the knobs do not
+    serve), the cascade itself on ``fallback`` (default: ``rows``' feature columns), as before."""
+    from carb.analysis.predictor import ServedModel, knob_example
+
+    served = ServedModel(cascade, quiet=True)   # its other-CPU note is the trained model's, said where it is used
+    try:
+        example = knob_example(cascade, rows)
+        attempts = [example, example.drop(columns=["stages"], errors="ignore")]
+    except Exception:  # noqa: BLE001 - rows without knob columns: logged as before
+        attempts = []
+    for attempt in attempts:
+        try:
+            out = served.predict(attempt)
+            if len(out) and out.filter(like="pred_").notna().any().any():
+                return served, attempt
+        except Exception:  # noqa: BLE001 - whatever fails here, the model is logged as it was before
+            continue
+    if fallback is not None:
+        return cascade, fallback
+    return cascade, rows[cascade.input_columns_].head(5).reset_index(drop=True)
+
+
 def should_register(register: Any) -> bool:
     """``register``: true/false as given; ``auto`` registers a single run, not a job of a multirun
     sweep (where the versions would take turns as champion on noise)."""
@@ -333,13 +359,13 @@ def log_fit(fit: dict[str, Any], cfg: Any, folder: Path | None, ev: dict[str, An
                               "importances.json")
             if ev.get("figures", True):
                 log_figures(fit)
-            example = test[cascade.input_columns_].head(5).reset_index(drop=True)
+            served, example = served_model(cascade, test)
             meta = {"device": fit["device"], "device_id": cascade.device_id_ or "unknown",
                     "device_fingerprint": cascade.device_fingerprint_ or "unknown",
                     "feature_set": cascade.feature_set_, "preset": fit["preset"],
                     "targets": ",".join(cascade.targets_), "dataset_digest": digest}
             descr = descriptions(fit, metrics, digest, run_id) if fit["reg_name"] else {}
-            info = tracking.log_cascade(cascade, example, registered_name=fit["reg_name"], metadata=meta, **descr)
+            info = tracking.log_cascade(served, example, registered_name=fit["reg_name"], metadata=meta, **descr)
     except CarbError:
         raise
     except Exception as e:  # noqa: BLE001 - a store fault must not lose the fit

@@ -289,8 +289,12 @@ def _log(cfg: Any, tr: Any, src: dict[str, Any], name: str, register: bool, how:
         meta = {"device": tr.device_name_, "device_id": tr.device_id_, "device_fingerprint": tr.device_fingerprint_,
                 "calibrated_from": src["uri"], "source_version": src.get("version", ""), "k": "0",
                 "zero_shot": how["zero_shot"], "targets": ",".join(tr.targets_)}
+        from carb.commands.train import served_model
+
+        rows = example_rows(tr, to_dict(cfg.space))
+        served, example = served_model(tr, rows, rows)
         info = tracking.log_cascade(
-            tr, example_rows(tr, to_dict(cfg.space)), registered_name=name if register else None, metadata=meta,
+            served, example, registered_name=name if register else None, metadata=meta,
             description=f"{tr.device_name_}: {describe_origin(tr)} (k=0).",
             model_description=f"CARB cost model of {tr.device_name_}: {describe_origin(tr)}.")
     return run_id, info

@@ -57,10 +57,12 @@ def low_batch(df: pd.DataFrame) -> np.ndarray:
 
 
 def strata_key(df: pd.DataFrame) -> np.ndarray:
-    """Joint stratification key: batch tier x hardware-stress flag x depth tier."""
+    """Joint stratification key: batch tier x hardware-stress flag x depth tier (zoo rows, without a
+    ``depth``: x ``family``)."""
     stress = np.where(hardware_stress(df), "stress", "calm")
+    third = depth_tier(df["depth"]) if "depth" in df.columns else df["family"].astype(str).to_numpy()
     return np.array([f"{b}|{s}|{d}" for b, s, d in
-                     zip(batch_tier(df["batch_size"]), stress, depth_tier(df["depth"]))], dtype=object)
+                     zip(batch_tier(df["batch_size"]), stress, third)], dtype=object)
 
 
 def telemetry_medians(df: pd.DataFrame, columns: Sequence[str] = RUNTIME_FEATURES) -> dict[str, dict[str, float]]:

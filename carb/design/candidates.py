@@ -37,8 +37,10 @@ def arch_record(cfg: ArchConfig) -> tuple:
 
 def arch_knobs(frame: pd.DataFrame) -> list[str]:
     """The knob columns of ``frame`` that name an architecture at a precision: :data:`KNOBS` present in it,
-    ``batch_size`` left out (rows that differ only in batch size are one network run at several batches)."""
-    return [k for k in KNOBS if k in frame.columns and k != "batch_size"]
+    ``batch_size`` left out (rows that differ only in batch size are one network run at several batches);
+    a zoo frame's ``model_name`` first (:mod:`carb.design.zoo_space`: the network is named, not knobbed)."""
+    named = ["model_name"] if "model_name" in frame.columns else []
+    return named + [k for k in KNOBS if k in frame.columns and k != "batch_size"]
 
 
 def arch_codes(frame: pd.DataFrame, columns: Sequence[str] = ARCH_COLUMNS) -> tuple[np.ndarray, pd.DataFrame]:

@@ -66,6 +66,8 @@ def _derived(flops: np.ndarray, params: np.ndarray, param_mb: np.ndarray, act_mb
 
 #: Static features proportional to the batch size (the others do not depend on it, or follow from these).
 BATCH_LINEAR_FEATURES = ("flops", "total_activation_MB", "max_activation_MB")
+#: A zoo row's batch-linear columns besides those (:mod:`carb.design.zoo_features`: whole-batch totals).
+ZOO_BATCH_LINEAR = ("activations", "peak_live_MB", "bytes_read_MB", "bytes_written_MB")
 
 
 def at_batch(rows: pd.DataFrame, batch_size: np.ndarray | Sequence[float]) -> pd.DataFrame:
@@ -77,7 +79,9 @@ def at_batch(rows: pd.DataFrame, batch_size: np.ndarray | Sequence[float]) -> pd
     out = rows.drop(columns=["config_id"], errors="ignore").copy()
     new = np.asarray(batch_size, dtype=float)
     ratio = new / pd.to_numeric(out["batch_size"]).to_numpy(float)
-    for c in BATCH_LINEAR_FEATURES:
+    from carb.design.zoo_features import ZOO_KIND_FEATURES
+
+    for c in (*BATCH_LINEAR_FEATURES, *ZOO_BATCH_LINEAR, *ZOO_KIND_FEATURES):
         if c in out.columns:
             out[c] = pd.to_numeric(out[c]).to_numpy(float) * ratio
     out["batch_size"] = new.astype(int) if np.all(new == np.round(new)) else new

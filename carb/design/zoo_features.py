@@ -26,14 +26,33 @@ MB = float(2 ** 20)
 def _batch1(model_name: str, input_size: int, precision: str) -> tuple[tuple[str, Any], ...]:
     """The batch-1 summary (:func:`carb.design.trace.summarize`) plus the largest single output and the
     convolution count, as a hashable tuple (cached in memory; the tracer caches the table on disk)."""
-    from carb.design.trace import CONV_KINDS, summarize, trace
+    from carb.design.trace import trace
 
     table = trace(model_name, (1, 3, int(input_size), int(input_size)), precision=precision)
+    return tuple(sorted(_table_summary(table).items()))
+
+
+def _table_summary(table: Any) -> dict[str, Any]:
+    """:func:`carb.design.trace.summarize` of a layer table plus ``max_written`` (the largest single
+    output, bytes) and ``n_conv`` (convolutions)."""
+    from carb.design.trace import CONV_KINDS, summarize
+
     s = dict(summarize(table))
     views = table["kind"] == "reshape"
     s["max_written"] = float(table.loc[~views, "bytes_written"].max()) if (~views).any() else 0.0
     s["n_conv"] = int(table["kind"].isin(CONV_KINDS).sum())
-    return tuple(sorted(s.items()))
+    return s
+
+
+def module_summary(module: Any, input_size: int, precision: str = "fp32") -> dict[str, Any]:
+    """:func:`zoo_summary` of an ``nn.Module`` (traced on the meta device, cached by its structure;
+    :func:`carb.design.trace.trace`). Raises :class:`carb.errors.ZooError` when it cannot be traced."""
+    from carb.design.trace import trace
+
+    s = _table_summary(trace(module, (1, 3, int(input_size), int(input_size)), precision=precision))
+    s["flops_2x"] = s["flops"]
+    s["flops"] = s["macs"]
+    return s
 
 
 def zoo_summary(model_name: str, input_size: int, precision: str = "fp32") -> dict[str, Any]:
@@ -48,7 +67,12 @@ def zoo_summary(model_name: str, input_size: int, precision: str = "fp32") -> di
 
 def zoo_static(model_name: str, input_size: int, batch_size: int, precision: str) -> dict[str, Any]:
     """The :data:`ZOO_STATIC` columns of one configuration (whole batch)."""
-    s = zoo_summary(model_name, input_size, precision)
+    return static_of(zoo_summary(model_name, input_size, precision), batch_size)
+
+
+def static_of(s: Mapping[str, Any], batch_size: int) -> dict[str, Any]:
+    """The :data:`ZOO_STATIC` columns (whole batch of ``batch_size``) of a batch-1 summary ``s``
+    (:func:`zoo_summary` / :func:`module_summary`)."""
     b = int(batch_size)
     flops = s["flops"] * b
     params = int(s["params"])
@@ -74,4 +98,51 @@ def zoo_static_table(configs: Sequence[Any]) -> Mapping[str, Mapping[str, Any]]:
             out[c.config_id] = zoo_static(c.model_name, c.input_size, c.batch_size, c.precision)
         except ZooError:
             out[c.config_id] = {k: float("nan") for k in ZOO_STATIC}
+    return out
+
+
+#: Operation kinds whose sums the model reads (:data:`carb.design.trace.KINDS` less the ones that are
+#: almost always zero or views): FLOPs of the compute kinds, bytes of the memory-bound ones.
+FLOP_KINDS: tuple[str, ...] = ("conv_regular", "conv_grouped", "conv_depthwise", "conv_pointwise", "linear",
+                               "matmul", "sdpa")
+BYTE_KINDS: tuple[str, ...] = ("conv_depthwise", "norm", "activation", "elementwise", "pool", "copy", "concat")
+#: The per-kind columns of a zoo row (whole batch): ``flops_<kind>`` (the tracer's FLOPs, 2 per
+#: multiply-add) and ``bytes_<kind>_MB`` (bytes read + written at the row's precision, MB).
+ZOO_KIND_FEATURES: tuple[str, ...] = (*(f"flops_{k}" for k in FLOP_KINDS), *(f"bytes_{k}_MB" for k in BYTE_KINDS))
+
+
+def zoo_kind_columns(frame: Any) -> dict[str, Any]:
+    """:data:`ZOO_KIND_FEATURES` for the n rows of ``frame`` (columns ``model_name``, ``input_size``,
+    ``batch_size``, ``precision``), ``{column: (n,) float array}``: each distinct (model, size, precision)
+    traced once (cached), times the row's batch size. A model the tracer refuses gets NaN."""
+    import numpy as np
+    import pandas as pd
+
+    from carb.errors import ZooError
+
+    n = len(frame)
+    out = {c: np.full(n, np.nan) for c in ZOO_KIND_FEATURES}
+    if not n:
+        return out
+    prec = (frame["precision"].astype(str) if "precision" in frame.columns
+            else pd.Series(["fp32"] * n, index=frame.index))
+    keys = pd.Series(list(zip(frame["model_name"].astype(str), pd.to_numeric(frame["input_size"]).astype(int),
+                              prec)), index=frame.index)
+    codes, uniq = pd.factorize(keys)
+    batch = pd.to_numeric(frame["batch_size"], errors="coerce").to_numpy(float)
+    for j, (name, size, p) in enumerate(uniq):
+        try:
+            s = zoo_summary(name, int(size), p)
+        except ZooError:
+            continue
+        rows = codes == j
+        for c, v in kinds_of(s, batch[rows]).items():
+            out[c][rows] = v
+    return out
+
+
+def kinds_of(s: Mapping[str, Any], batch: Any) -> dict[str, Any]:
+    """:data:`ZOO_KIND_FEATURES` of a batch-1 summary ``s`` at batch sizes ``batch`` (scalar or (n,))."""
+    out = {f"flops_{k}": float(s.get(f"flops_{k}", 0.0)) * batch for k in FLOP_KINDS}
+    out.update({f"bytes_{k}_MB": float(s.get(f"bytes_{k}", 0.0)) * batch / MB for k in BYTE_KINDS})
     return out

@@ -133,7 +133,9 @@ class CarbCascade(RegressorMixin, BaseEstimator):
     (None with ``telemetry="medians"`` or no runtime feature), ``device_name_``,
     ``device_id_`` and ``device_fingerprint_`` (JSON; None for data without a fingerprint),
     ``domain_`` (knob values and feature ranges of the training rows, :mod:`carb.model.domain`),
-    ``oof_predictions_`` (train rows), ``fit_seconds_`` (per stage, incl. out-of-fold fits).
+    ``oof_predictions_`` (train rows), ``fit_seconds_`` (per stage, incl. out-of-fold fits), ``input_kind_``
+    (``"resnet"``: rows of ResNet knobs; ``"zoo"``: rows of named networks, :mod:`carb.data.zoo_schema`, whose
+    features are the layer table's, :func:`carb.model.encoding.zoo_features`).
     """
 
     def __init__(self, features: Sequence[str] | None = None, feature_set: str = "full",
@@ -184,6 +186,12 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         features = list(self.features if self.features is not None else FULL_FEATURES)
         if not features:
             raise ConfigError("features: the feature list is empty")
+        from carb.model.encoding import features_for
+
+        from carb.data.zoo_schema import is_zoo_frame
+
+        self.input_kind_ = "zoo" if is_zoo_frame(X) else "resnet"   # what predict takes: zoo model names or knobs
+        features = features_for(X, features)   # a zoo frame: the layer table's features, never ResNet knobs
         X, yf, X_val, yv = training_frames(X, y, X_val, y_val, features, self.feature_set, self.val_fraction,
                                            self.random_state)
         targets, self.dropped_targets_ = measured_targets(yf, yv)
@@ -207,6 +215,10 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         self.feature_names_, self.dropped_features_ = usable_features(X, features, self.feature_set)
         self.feature_set_ = str(self.feature_set)
         self.input_columns_ = raw_inputs(self.feature_names_)
+        if self.input_kind_ == "zoo":   # the per-kind columns come from the named network's layer table
+            from carb.design.zoo_features import ZOO_KIND_FEATURES
+
+            self.input_columns_ = ["model_name", *(c for c in self.input_columns_ if c not in ZOO_KIND_FEATURES)]
         if self.physics:
             from carb.model.physics import LAYER_INPUTS, PRIOR_INPUTS
 

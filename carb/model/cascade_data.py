@@ -52,11 +52,27 @@ def prepare(X: pd.DataFrame, features: Sequence[str], feature_set: str, what: st
         raise DatasetError(f"{what}: X must be a pandas DataFrame with the feature columns "
                            f"(got {type(X).__name__})")
     X = add_interactions(X) if any(f in INTERACTION_FEATURES for f in features) else X
+    X = with_zoo_kinds(X, features)
     missing = [f for f in features if f not in X.columns]
     if missing:
         raise DatasetError(f"feature set {feature_set!r} needs column(s) {missing} that the "
                            f"{what} data lacks")
     return X
+
+
+def with_zoo_kinds(X: pd.DataFrame, features: Sequence[str]) -> pd.DataFrame:
+    """``X`` with the layer table's per-kind columns (:func:`carb.design.zoo_features.zoo_kind_columns`)
+    added where ``features`` names them and a zoo frame lacks them (each network traced once, cached)."""
+    from carb.design.zoo_features import ZOO_KIND_FEATURES
+
+    need = [f for f in features if f in ZOO_KIND_FEATURES and f not in X.columns]
+    if not need or "model_name" not in X.columns:
+        return X
+    from carb.design.zoo_features import zoo_kind_columns
+    from carb.model.encoding import with_columns
+
+    cols = zoo_kind_columns(X)
+    return with_columns(X, {c: cols[c] for c in need})
 
 
 def internal_split(X: pd.DataFrame, y: pd.DataFrame, val_fraction: float, random_state: int) -> Frames:
@@ -66,7 +82,7 @@ def internal_split(X: pd.DataFrame, y: pd.DataFrame, val_fraction: float, random
     if n < MIN_FIT_ROWS:
         raise DatasetError(f"too few rows to fit the cascade: {n} rows, need at least {MIN_FIT_ROWS}")
     strat = None
-    if "batch_size" in X.columns and "depth" in X.columns:
+    if "batch_size" in X.columns and ("depth" in X.columns or "family" in X.columns):
         key = pd.Series(strata_key(X))
         counts = key.map(key.value_counts())
         key = key.where(counts >= 4, "pooled")

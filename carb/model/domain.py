@@ -22,8 +22,9 @@ import pandas as pd
 
 from carb.design.arch import to_bool
 
-#: Knobs whose seen values are listed (a value never seen is outside).
-CATEGORICAL_KNOBS = ("block", "precision", "early_downsample")
+#: Knobs whose seen values are listed (a value never seen is outside); ``family`` is a zoo row's
+#: (:mod:`carb.data.zoo_schema`): a family the model never saw is outside.
+CATEGORICAL_KNOBS = ("block", "precision", "early_downsample", "family")
 #: Knobs whose [min, max] is kept (a value beyond it is outside).
 NUMERIC_KNOBS = ("depth", "width_mult", "input_size", "batch_size", "inner_mult")
 #: Static features whose [min, max] is kept.
@@ -47,7 +48,8 @@ def fit_domain(X: pd.DataFrame) -> dict[str, Any]:
     Returns ``{"categorical": {knob: [values seen]}, "ranges": {column: [min, max]}, "n_rows": n,
     "batch_sizes": [distinct batch sizes, see batch_sizes]}``, and ``"by_precision": {precision: {column:
     [min, max]}}`` when the rows hold more than one precision; the cascade adds ``"probed": {target:
-    [precisions]}`` when a target's prior can predict unmeasured precisions from a device probe:
+    [precisions]}`` when a target's prior can predict unmeasured precisions from a device probe; zoo rows
+    (:func:`zoo_rows`) add ``"models": {model_name: [input sizes measured]}``:
     plain lists and floats, JSON-able. Units are the columns' (MB, FLOPs per batch, ...)."""
     cats = {c: sorted(set(_category(c, X[c].dropna())), key=str) for c in CATEGORICAL_KNOBS if c in X}
     out = {"categorical": cats, "ranges": _ranges(X), "n_rows": int(len(X))}
@@ -55,8 +57,11 @@ def fit_domain(X: pd.DataFrame) -> dict[str, Any]:
         out["batch_sizes"] = batch_sizes(X["batch_size"])
     if "precision" in X and X["precision"].dropna().astype(str).nunique() > 1:
         out["by_precision"] = {str(p): _ranges(g) for p, g in X.groupby(X["precision"].astype(str))}
-    if "block" in X and "depth" in X:
+    if ("block" in X and "depth" in X) or zoo_rows(X):
         out["architectures"] = sorted(set(architecture_keys(X)))
+    if zoo_rows(X):   # the networks measured, each with its input sizes (what a zoo sanity grid re-predicts)
+        sizes = X.groupby(X["model_name"].astype(str))["input_size"].agg(lambda v: sorted({int(x) for x in v}))
+        out["models"] = {str(m): list(v) for m, v in sizes.items()}
     return out
 
 
@@ -73,10 +78,19 @@ def predicted_precisions(domain: dict[str, Any] | None) -> list[str]:
     return sorted(found, key=lambda p: (PRECISIONS.index(p) if p in PRECISIONS else 99, p))
 
 
+def zoo_rows(X: pd.DataFrame) -> bool:
+    """Whether ``X`` holds zoo rows (named networks with their ``family``, no ResNet ``block``)."""
+    return "model_name" in X and "family" in X and "block" not in X
+
+
 def architecture_keys(X: pd.DataFrame) -> list[str]:
     """One key per row naming its network's structure (:data:`ARCH_KNOBS` present in ``X``, absent or
-    missing ones as the knob's default): ``basic|20|0.5|1.0|None|True``."""
+    missing ones as the knob's default): ``basic|20|0.5|1.0|None|True``; for zoo rows (:func:`zoo_rows`)
+    the family, ``family:mobilenet`` (architecture folds then hold out whole families)."""
     from carb.design.arch import KNOB_DEFAULTS
+
+    if zoo_rows(X):   # a zoo row's architecture unit is its family: intervals for a new one hold out families
+        return ["family:" + str(f) for f in X["family"].astype(str)]
 
     def norm(c: str, v: Any) -> str:
         if v is None or (isinstance(v, float) and np.isnan(v)) or v is pd.NA:
@@ -99,7 +113,7 @@ def unseen_architecture(domain: dict[str, Any] | None, X: pd.DataFrame) -> np.nd
     """Bool (n,): the row's architecture (:func:`architecture_keys`) is not one the model was trained on;
     all False for a domain that does not list its architectures (fitted before they were kept)."""
     seen = (domain or {}).get("architectures")
-    if not seen or "block" not in X or "depth" not in X:
+    if not seen or not (("block" in X and "depth" in X) or zoo_rows(X)):
         return np.zeros(len(X), dtype=bool)
     known = set(seen)
     return np.array([k not in known for k in architecture_keys(X)], dtype=bool)

@@ -25,6 +25,27 @@ CATEGORIES: dict[str, tuple] = {"block": BLOCKS, "precision": PRECISIONS,
 INTERACTION_INPUTS: tuple[str, ...] = ("batch_size", "avg_sm_util", "flops", "total_activation_MB",
                                        "avg_mem_util")
 UTIL_COLUMNS = ("avg_sm_util", "avg_mem_util")
+#: The knobs of a zoo row the cascade reads (its network enters through the layer table's features).
+ZOO_MODEL_KNOBS: tuple[str, ...] = ("input_size", "batch_size", "precision")
+
+
+def zoo_features(features: Sequence[str]) -> list[str]:
+    """The feature list of a zoo fit for a configured list ``features`` (written for ResNet rows): the zoo
+    knobs, the layer table's static and per-kind features (:data:`carb.design.zoo_features.ZOO_STATIC`,
+    :data:`~carb.design.zoo_features.ZOO_KIND_FEATURES`), then the runtime and interaction features
+    ``features`` names (never a ResNet knob or a ResNet-only column)."""
+    from carb.design.zoo_features import ZOO_KIND_FEATURES, ZOO_STATIC
+
+    base = [*ZOO_MODEL_KNOBS, *ZOO_STATIC, *ZOO_KIND_FEATURES]
+    return base + [f for f in features if f in RUNTIME_FEATURES or f in INTERACTION_FEATURES]
+
+
+def features_for(X: pd.DataFrame, features: Sequence[str]) -> list[str]:
+    """The feature list a fit on ``X`` uses: ``features`` for ResNet rows, :func:`zoo_features` for zoo
+    rows (:func:`carb.data.zoo_schema.is_zoo_frame`: a ``model_name`` column and no ``block``)."""
+    from carb.data.zoo_schema import is_zoo_frame
+
+    return zoo_features(features) if is_zoo_frame(X) else list(features)
 
 
 def pred_name(target: str) -> str:

@@ -202,7 +202,9 @@ def architecture_calibration(make_model: Any, X: pd.DataFrame, y: pd.DataFrame, 
         return {}
     k, n_groups, splits = plan
     parts = _fold_log_ratios(make_model, X, y, splits, "new-architecture intervals", progress, note)
-    return architecture_entries(parts, coverage, k, n_groups)
+    from carb.model.domain import zoo_rows
+
+    return architecture_entries(parts, coverage, k, n_groups, unit="family" if zoo_rows(X) else "architecture")
 
 
 def architecture_folds(X: pd.DataFrame, folds: int = 5, note: Any = None
@@ -224,10 +226,15 @@ def architecture_folds(X: pd.DataFrame, folds: int = 5, note: Any = None
 
 
 def architecture_entries(parts: Mapping[str, list[tuple[np.ndarray, np.ndarray, Any]]], coverage: float,
-                         k: int, n_groups: int) -> dict[str, Any]:
+                         k: int, n_groups: int, unit: str = "architecture") -> dict[str, Any]:
     """:func:`architecture_calibration`'s result from the folds' ``{target: [(measured, predicted,
-    regimes)]}`` (:func:`fold_log_ratios` of each fold, gathered per target)."""
-    return {t: {**_pooled_entry(t, ps, coverage), "folds": k, "architectures": n_groups} for t, ps in parts.items()}
+    regimes)]}`` (:func:`fold_log_ratios` of each fold, gathered per target). ``unit``: what a fold held out,
+    ``architecture`` (ResNet knobs) or ``family`` (zoo rows, :func:`carb.model.domain.architecture_keys`);
+    recorded only for families, whose rows :func:`interval` widens even where they are outside the domain
+    (a family never measured is outside by its ``family`` alone)."""
+    extra = {"unit": "family"} if unit == "family" else {}
+    return {t: {**_pooled_entry(t, ps, coverage), "folds": k, "architectures": n_groups, **extra}
+            for t, ps in parts.items()}
 
 
 def cross_calibrate(make_model: Any, X: pd.DataFrame, y: pd.DataFrame | None = None, coverage: float = 0.9,
@@ -460,20 +467,9 @@ def interval(calibration: Mapping[str, Any], pred: pd.DataFrame, coverage: float
             _widen_by_precision(lo_v, hi_v, byp, np.asarray(precision).astype(str),
                                 float(cal["coverage"]) if coverage is None else coverage)
         arch = cal.get("new_arch")
-        if new_arch is not None and isinstance(arch, Mapping) and np.any(new_arch):
-            c = float(arch.get("coverage", cal["coverage"])) if coverage is None else coverage
-            sel = np.asarray(new_arch, dtype=bool) & ~(np.asarray(outside, dtype=bool) if outside is not None
-                                                       else np.zeros(len(pred), dtype=bool))
-            a_lo, a_hi = conformal_bounds(arch.get("log_ratios") or [], c)
-            a_lo_v, a_hi_v = np.full(len(pred), a_lo), np.full(len(pred), a_hi)
-            if groups is not None and isinstance(arch.get("groups"), Mapping):
-                g_arr = np.asarray(groups, dtype=object)
-                for g, r in arch["groups"].items():
-                    g_lo, g_hi = conformal_bounds(r, c)
-                    if math.isfinite(g_lo) and math.isfinite(g_hi):
-                        a_lo_v[g_arr == g], a_hi_v[g_arr == g] = g_lo, g_hi
-            ok = sel & np.isfinite(a_lo_v) & np.isfinite(a_hi_v)
-            lo_v[ok], hi_v[ok] = np.minimum(lo_v[ok], a_lo_v[ok]), np.maximum(hi_v[ok], a_hi_v[ok])
+        families = isinstance(arch, Mapping) and arch.get("unit") == "family"
+        if new_arch is not None and isinstance(arch, Mapping) and np.any(new_arch) and not families:
+            _union_new_arch(lo_v, hi_v, arch, new_arch, outside, groups, cal, coverage)
         extra = cal.get("outside")
         if outside is not None and isinstance(extra, Mapping) and np.any(outside):
             lo_o, hi_o = _bounds(extra, coverage)
@@ -488,6 +484,8 @@ def interval(calibration: Mapping[str, Any], pred: pd.DataFrame, coverage: float
                     sel = mask & (prec == str(p_name))
                     if sel.any() and math.isfinite(lo_p) and math.isfinite(hi_p):
                         lo_v[sel], hi_v[sel] = min(lo, lo_p), max(hi, hi_p)
+        if new_arch is not None and families and np.any(new_arch):   # zoo: held-out families, outside or not
+            _union_new_arch(lo_v, hi_v, arch, new_arch, None, groups, cal, coverage)
         p = pred[pred_name(t)].to_numpy(dtype=float)
         with np.errstate(over="ignore"):
             out[f"lo_{t}"] = np.where(np.isfinite(lo_v), p * np.exp(np.where(np.isfinite(lo_v), lo_v, 0.0)), 0.0)
@@ -496,6 +494,27 @@ def interval(calibration: Mapping[str, Any], pred: pd.DataFrame, coverage: float
         out[f"interval_unbounded_{t}"] = unbounded
         out[f"interval_reason_{t}"] = _unbounded_reasons(cal, coverage, unbounded, lo, hi, outside)
     return out
+
+
+def _union_new_arch(lo_v: np.ndarray, hi_v: np.ndarray, arch: Mapping[str, Any], new_arch: np.ndarray,
+                    outside: np.ndarray | None, groups: np.ndarray | None, cal: Mapping[str, Any],
+                    coverage: float | None) -> None:
+    """Widen, in place, the log-ratio bounds ``lo_v``/``hi_v`` (n,) of the ``new_arch`` rows (not ``outside``
+    ones, where given) to their union with the new-architecture entry ``arch`` (per regime where it has
+    one and ``groups`` says the row's)."""
+    c = float(arch.get("coverage", cal["coverage"])) if coverage is None else coverage
+    sel = np.asarray(new_arch, dtype=bool) & ~(np.asarray(outside, dtype=bool) if outside is not None
+                                               else np.zeros(len(lo_v), dtype=bool))
+    a_lo, a_hi = conformal_bounds(arch.get("log_ratios") or [], c)
+    a_lo_v, a_hi_v = np.full(len(lo_v), a_lo), np.full(len(lo_v), a_hi)
+    if groups is not None and isinstance(arch.get("groups"), Mapping):
+        g_arr = np.asarray(groups, dtype=object)
+        for g, r in arch["groups"].items():
+            g_lo, g_hi = conformal_bounds(r, c)
+            if math.isfinite(g_lo) and math.isfinite(g_hi):
+                a_lo_v[g_arr == g], a_hi_v[g_arr == g] = g_lo, g_hi
+    ok = sel & np.isfinite(a_lo_v) & np.isfinite(a_hi_v)
+    lo_v[ok], hi_v[ok] = np.minimum(lo_v[ok], a_lo_v[ok]), np.maximum(hi_v[ok], a_hi_v[ok])
 
 
 def _unbounded_reasons(cal: Mapping[str, Any], coverage: float | None, unbounded: np.ndarray, lo: float, hi: float,

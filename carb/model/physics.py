@@ -11,8 +11,9 @@ a 1 s configuration weigh alike; units of the inputs in MB = 2**20 bytes and fvc
 
 - :class:`MemoryPrior` (``peak_memory_MB``): ``c0 + c_p * param_size_MB + c_a * max_activation_MB +
   c_i * input_MB``: parameters, the peak live activations (a multiple of the largest layer output,
-  which is for the whole batch) and the input batch. The final memory prediction is never below
-  the parameter bytes (:meth:`MemoryPrior.floor_MB`).
+  which is for the whole batch) and the input batch. On zoo rows (named networks, no ResNet knobs) the
+  activation term is the tracer's liveness peak ``peak_live_MB`` (:mod:`carb.design.trace`). The final memory
+  prediction is never below the parameter bytes (:meth:`MemoryPrior.floor_MB`).
 - :class:`LayerRooflinePrior` (``latency_ms`` and ``energy_J``, the default when the rows carry their
   knobs): a roofline over the layers' GEMM shapes (:mod:`carb.design.shapes`): per precision, a
   cost per multiply-add, per output pixel, per operator, per multiply-add of the 3-channel stem
@@ -33,6 +34,11 @@ a 1 s configuration weigh alike; units of the inputs in MB = 2**20 bytes and fvc
   With a device probe of the rows' device (``device_probe``, :mod:`carb.model.layer_cost`) the layer form
   swaps the stand-in's convolution time for the unmeasured precision's own, timed on single layers:
   bf16 R2 0.96 and fp16 0.98 on the same split (fp16 -0.65 without it).
+
+On zoo rows (named networks with the layer table's per-kind columns, :mod:`carb.design.zoo_features`) the layer
+roofline has a third form, ``kinds``: ``c0 + sum_p sum_k f_kp * flops_<kind>_p + sum_k b_k * bytes_<kind>_MB + c_o *
+n_ops`` (compute kinds per precision, memory-bound kinds shared), kept only when its leave-families-out error is
+below :attr:`LayerRooflinePrior.RICHER_GAIN` x the aggregate form's.
 
 On a GPU (every row ``device_kind == "cuda"``, setting ``overlap_k``) the latency prior is not the sum of
 its terms but a smooth maximum of the host-side ones (constant, launches) and the device work: PyTorch
@@ -175,8 +181,13 @@ class MemoryPrior(_Prior):
     #: error without it.
     RICHER_GAIN = 0.95
 
+    #: Name of the activation coefficient on zoo rows: the tracer's liveness peak (``peak_live_MB``).
+    LIVE = "per_peak_live_MB"
+
     def _learn_columns(self, X: pd.DataFrame) -> None:
         self.im2col_ = False
+        # zoo rows (a layer table, no ResNet knobs): the liveness peak instead of a multiple of the largest output
+        self.live_ = "peak_live_MB" in X.columns and "block" not in X.columns
 
     def fit(self, X: pd.DataFrame, y: Any) -> MemoryPrior:
         yv = np.asarray(y, dtype=float)
@@ -206,11 +217,15 @@ class MemoryPrior(_Prior):
                        f"{err['im2col']:.3f} vs {err['without']:.3f} without)"), err
 
     def column_names(self) -> list[str]:
-        return [*self.names, self.IM2COL] if getattr(self, "im2col_", False) else list(self.names)
+        names = list(self.names)
+        if getattr(self, "live_", False):
+            names[2] = self.LIVE
+        return [*names, self.IM2COL] if getattr(self, "im2col_", False) else names
 
     def design(self, X: pd.DataFrame) -> np.ndarray:
         n = len(X)
-        cols = [np.ones(n), _num(X, "param_size_MB"), _num(X, "max_activation_MB"), input_MB(X)]
+        act = "peak_live_MB" if getattr(self, "live_", False) else "max_activation_MB"   # absent on old pickles
+        cols = [np.ones(n), _num(X, "param_size_MB"), _num(X, act), input_MB(X)]
         if getattr(self, "im2col_", False):   # absent on priors pickled before the term existed
             cols.append(max_im2col_MB(X).to_numpy(float))
         return np.column_stack(cols)
@@ -444,6 +459,8 @@ class LayerRooflinePrior(RooflinePrior):
         try:
             gemm_terms(X)
         except (DatasetError, ConfigError) as e:   # no knobs, or knobs that name no valid network
+            if zoo_kind_rows(X) and not getattr(self, "overlap_k_", None):
+                return self._choose_kinds(X, yv)
             return "aggregate", str(e), {}
         if getattr(self, "overlap_k_", None):
             return "aggregate", OVERLAP_AGGREGATE, {}
@@ -461,6 +478,43 @@ class LayerRooflinePrior(RooflinePrior):
         return "aggregate", (f"layer form not better on unseen architectures (grouped CV mean |log error| "
                              f"{err['layers']:.3f} vs aggregate {err['aggregate']:.3f})"), err
 
+    def _choose_kinds(self, X: pd.DataFrame, yv: np.ndarray) -> tuple[str, str, dict[str, float]]:
+        """For zoo rows: ``"kinds"`` (:data:`KIND_TERMS`) when its leave-families-out error (mean |log error|
+        over grouped folds, a family never in both) is below :data:`RICHER_GAIN` x the aggregate form's,
+        else ``"aggregate"`` and why."""
+        groups = pd.factorize(X["family"].astype(str))[0]
+        if len(np.unique(groups)) < 3:
+            return "aggregate", "per-kind form: fewer than 3 families, not cross-validated", {}
+        err = {}
+        for form in ("kinds", "aggregate"):
+            self.form_ = form
+            err[form] = grouped_cv_error(self._fit_design(X), yv, groups)
+        if err["kinds"] < self.RICHER_GAIN * err["aggregate"]:
+            return "kinds", "", err
+        return "aggregate", (f"per-kind form not better on unseen families (grouped CV mean |log error| "
+                             f"{err['kinds']:.3f} vs aggregate {err['aggregate']:.3f})"), err
+
+    def _kind_names(self) -> list[str]:
+        """Coefficient names of the per-kind form: const, per precision a cost per FLOP of each compute kind,
+        then a cost per MB of each memory-bound kind and per operator."""
+        from carb.design.zoo_features import BYTE_KINDS, FLOP_KINDS
+
+        return ["const", *[f"per_flop_{k}_{p}" for p in self.precisions_ for k in FLOP_KINDS],
+                *[f"per_MB_{k}" for k in BYTE_KINDS], "per_op"]
+
+    def _kind_design(self, X: pd.DataFrame, prec: np.ndarray) -> np.ndarray:
+        """(n, len(:meth:`_kind_names`)) design of zoo rows: FLOPs of each compute kind in the columns of the
+        row's precision ``prec`` (n,), MB of each memory-bound kind and ``n_ops`` shared."""
+        from carb.design.zoo_features import BYTE_KINDS, FLOP_KINDS
+
+        cols = [np.ones(len(X))]
+        for p in self.precisions_:
+            mine = prec == p
+            cols += [np.where(mine, _num(X, f"flops_{k}"), 0.0) for k in FLOP_KINDS]
+        cols += [_num(X, f"bytes_{k}_MB") for k in BYTE_KINDS]
+        cols.append(_num(X, "n_ops"))
+        return np.column_stack(cols)
+
     def _terms(self) -> tuple[tuple, tuple]:
         """(per-precision terms, shared terms) of this fit; priors pickled before both existed use the legacy layout."""
         return (getattr(self, "per_precision_terms_", self.LEGACY_PER_PRECISION),
@@ -469,6 +523,8 @@ class LayerRooflinePrior(RooflinePrior):
     def column_names(self) -> list[str]:
         if self.form_ == "aggregate":
             return super().column_names()
+        if self.form_ == "kinds":
+            return self._kind_names()
         per, shared = self._terms()
         return ["const", *[f"{name}_{p}" for p in self.precisions_ for _, name in per],
                 *[name for _, name in shared], *([self.LARGE] if getattr(self, "large_alloc_", None) else []),
@@ -492,6 +548,9 @@ class LayerRooflinePrior(RooflinePrior):
             return super().predict(X)
         prec = X["precision"].astype(str).to_numpy()
         unseen = ~np.isin(prec, self.precisions_)
+        if self.form_ == "kinds":   # an unmeasured precision in its stand-in's columns (flagged outside by screening)
+            slot = np.array([self.stand_in(p) if u else p for p, u in zip(prec, unseen)], dtype=object)
+            return np.maximum(self._combine(self._kind_design(X, slot)), TINY)
         slot = np.array([self.stand_in(p) if u else p for p, u in zip(prec, unseen)], dtype=object) if unseen.any() else None
         D = self.design(X, slot=slot)
         speedup = getattr(self, "tensor_speedup_", None)   # absent on priors pickled before it existed
@@ -523,6 +582,8 @@ class LayerRooflinePrior(RooflinePrior):
         :func:`carb.design.shapes.native_terms`)."""
         if self.form_ == "aggregate":
             return super().design(X)
+        if self.form_ == "kinds":
+            return self._kind_design(X, X["precision"].astype(str).to_numpy() if slot is None else np.asarray(slot))
         per, shared = self._terms()
         arch = architectures(X)
         g = gemm_terms(X, arch=arch)
@@ -559,6 +620,9 @@ class LayerRooflinePrior(RooflinePrior):
         """As :meth:`RooflinePrior.stand_in`, ties broken by the costlier per-MAC coefficient."""
         if self.form_ == "aggregate":
             return super().stand_in(precision)
+        if self.form_ == "kinds":
+            bits = PRECISION_BITS.get(precision, 32)
+            return min(self.precisions_, key=lambda p: abs(PRECISION_BITS.get(p, 32) - bits))
         bits = PRECISION_BITS.get(precision, 32)
         k = {p: self.coef_.get(f"per_MAC_{p}", 0.0) for p in self.precisions_}
         return min(self.precisions_, key=lambda p: (abs(PRECISION_BITS.get(p, 32) - bits), -k[p]))
@@ -572,6 +636,14 @@ class LayerRooflinePrior(RooflinePrior):
                 "static_W": (float(self.static_W_) if getattr(self, "time_prior_", None) is not None else None),
                 "device_probe": (self.probe_.to_dict() if getattr(self, "probe_", None) is not None
                                  else getattr(self, "probe_reason_", "off"))}
+
+
+def zoo_kind_rows(X: pd.DataFrame) -> bool:
+    """Whether ``X`` holds zoo rows with the layer table's per-kind columns (the per-kind prior form's input)."""
+    from carb.design.zoo_features import ZOO_KIND_FEATURES
+
+    return ("family" in X.columns and "block" not in X.columns and "n_ops" in X.columns
+            and all(c in X.columns for c in ZOO_KIND_FEATURES))
 
 
 def power_cap_W(X: pd.DataFrame) -> float | None:

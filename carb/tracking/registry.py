@@ -50,7 +50,9 @@ def log_cascade(model, input_example, registered_name: str | None = None,
                 model_description: str | None = None, version_tags: Mapping[str, Any] | None = None
                 ) -> dict[str, Any]:
     """Log a fitted cascade as an MLflow (sklearn-flavour) model in the active run, with signature
-    and input example, and register it as a new version of ``registered_name`` (no alias).
+    and input example, and register it as a new version of ``registered_name`` (no alias). The commands
+    log it wrapped (:class:`carb.analysis.predictor.ServedModel`, with a knob ``input_example``), so the
+    signature and MLflow's pyfunc take knobs or model names; :func:`load_cascade` unwraps it.
 
     The version gets ``metadata`` and ``version_tags`` as tags, ``description`` as its description and
     the active run as its source run; ``model_description`` becomes the registered model's description
@@ -62,7 +64,7 @@ def log_cascade(model, input_example, registered_name: str | None = None,
     mlflow = mlflow_module()
     from mlflow.models import infer_signature
 
-    signature = infer_signature(input_example, model.predict(input_example))
+    signature = infer_signature(input_example, _plain_frame(model.predict(input_example)))
     info = mlflow.sklearn.log_model(
         sk_model=model, name="model", signature=signature, input_example=input_example,
         pip_requirements=_pip_requirements(), metadata=dict(metadata or {}), serialization_format="cloudpickle",
@@ -75,6 +77,20 @@ def log_cascade(model, input_example, registered_name: str | None = None,
                                    active_run_id(), tags, description, model_description)
     return {"model_uri": info.model_uri, "registered_name": registered_name,
             "version": None if version is None else str(version)}
+
+
+def _plain_frame(frame: Any) -> Any:
+    """A prediction frame with object columns of text as ``str`` (MLflow's schema inference takes no mixed
+    object columns; a served model's ``outside`` reasons are text)."""
+    import pandas as pd
+
+    if not isinstance(frame, pd.DataFrame):
+        return frame
+    out = frame.copy()
+    for c in out.columns:
+        if out[c].dtype == object:
+            out[c] = out[c].map(lambda v: "" if v is None or (isinstance(v, float) and v != v) else v)
+    return out
 
 
 def register_version(name: str, model_uri: str, model_id: str | None, run_id: str | None,
@@ -147,6 +163,8 @@ def load_cascade(uri: str, tracking_uri: str | None = None):
     except Exception as e:  # MLflow raises several types (MlflowException, OSError, ...)
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ModelError(f"cannot load model {uri!r} from {mlflow.get_tracking_uri()!r}: {msg}") from None
+    if getattr(type(model), "WRAPS_CASCADE", False) and getattr(model, "cascade", None) is not None:
+        model = model.cascade   # logged as carb.analysis.predictor.ServedModel: CARB works on the cascade
     model.model_uri_ = uri
     return model
 

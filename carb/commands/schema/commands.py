@@ -336,7 +336,7 @@ class ScreenCommand(Command):
 
     progress: Progress
     compute: Compute
-    space: Space
+    space: AnySpace   # a zoo space screens named networks (carb.analysis.zoo_screen)
     screen: Screen
 
 

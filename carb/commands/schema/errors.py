@@ -104,12 +104,14 @@ def _union(tp: Any) -> list[Any]:
 
 
 def _tag(tp: Any) -> Any:
-    """The tag of a union member: its pydantic ``Tag`` (``resnet`` of ``Annotated[Space, Tag("resnet")]``), or
-    its ``name`` literal (``csv`` of :class:`CsvImporter`), else None."""
+    """The ``name`` literal of a union member (``csv`` of :class:`CsvImporter`) or its discriminator ``Tag``
+    (``resnet`` / ``zoo`` of a space), else None."""
+    from pydantic import Tag
+
     if get_origin(tp) is Annotated:
-        tag = next((a.tag for a in get_args(tp)[1:] if type(a).__name__ == "Tag"), None)
-        if tag is not None:
-            return tag
+        for meta in get_args(tp)[1:]:
+            if isinstance(meta, Tag):
+                return meta.tag
     m = _strip(tp)
     if isinstance(m, type) and issubclass(m, BaseModel) and "name" in m.model_fields:
         return (get_args(m.model_fields["name"].annotation) or (None,))[0]

@@ -1,0 +1,98 @@
+"""Screening a model zoo (``carb-screen space=zoo``): the candidates of a zoo space featurized from their layer
+tables (:func:`carb.design.zoo_inputs.zoo_features_frame`), the networks the tracer refuses listed with their
+reasons, and each candidate's published ImageNet top-1 joined from timm's results
+(:mod:`carb.data.timm_accuracy`).
+
+Top-1 of a name: ``timm:<arch>`` takes timm's own (default pretrained tag, evaluated at the row's input size;
+NaN at another size). ``tv:<name>`` takes timm's top-1 of the timm architecture that is the same network
+(:func:`timm_equivalent`: the same name or a known alias, kept only when both build with the same parameter
+count), so it is timm's weights' accuracy on the same architecture, not torchvision's checkpoint; a torchvision
+network without such an equivalent (e.g. ``shufflenet_v2``, ``squeezenet``, ``googlenet``) has top-1 unknown
+(NaN, ``top1_source`` empty). ``top1_source`` says which architecture and tag each value is.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+#: torchvision names whose timm architecture is spelled otherwise (checked by parameter count before use).
+TV_TO_TIMM: dict[str, str] = {
+    "mobilenet_v2": "mobilenetv2_100", "mobilenet_v3_large": "mobilenetv3_large_100",
+    "mobilenet_v3_small": "mobilenetv3_small_100", "mnasnet0_5": "mnasnet_050", "mnasnet1_0": "mnasnet_100",
+    "regnet_x_400mf": "regnetx_004", "regnet_x_800mf": "regnetx_008", "regnet_x_1_6gf": "regnetx_016",
+    "regnet_y_400mf": "regnety_004", "regnet_y_800mf": "regnety_008", "regnet_y_1_6gf": "regnety_016",
+    "inception_v3": "inception_v3", "vit_b_16": "vit_base_patch16_224", "swin_t": "swin_tiny_patch4_window7_224",
+}
+
+
+def _params(name: str) -> int | None:
+    """Parameter count of a zoo name built on the meta device, or None when it cannot be built."""
+    from carb.design.zoo import build_model
+
+    try:
+        return sum(int(p.numel()) for p in build_model(name, device="meta").parameters())
+    except Exception:   # noqa: BLE001 - no such network: no equivalent
+        return None
+
+
+@functools.lru_cache(maxsize=512)
+def timm_equivalent(model_name: str) -> str | None:
+    """The timm architecture whose top-1 a zoo name takes: a ``timm:`` name's own base name; for a
+    ``tv:`` name the timm architecture of the same name or :data:`TV_TO_TIMM`'s alias when it builds with the
+    same parameter count (the same network); None otherwise (top-1 unknown)."""
+    from carb.design.zoo import split_name
+
+    source, base = split_name(model_name)
+    base = base.split(".", 1)[0]
+    if source == "timm":
+        return base
+    cand = TV_TO_TIMM.get(base, base)
+    n = _params(model_name)
+    return cand if n is not None and _params(f"timm:{cand}") == n else None
+
+
+def zoo_top1(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` (``model_name``, ``input_size``) with ``top1``, ``top5`` (fractions; NaN where unknown) and
+    ``top1_source`` (``<timm architecture>.<tag>``, ``""`` where unknown) per the module docstring."""
+    from carb.data.timm_accuracy import join_top1
+
+    eq = {m: timm_equivalent(m) for m in frame["model_name"].astype(str).unique()}
+    arch = frame["model_name"].astype(str).map(lambda m: eq[m] or "")
+    joined = join_top1(pd.DataFrame({"model": arch.to_numpy(), "input_size": frame["input_size"].to_numpy()}))
+    out = frame.copy()
+    out["top1"] = joined["top1"].to_numpy(float)
+    out["top5"] = joined["top5"].to_numpy(float)
+    tag = joined["top1_tag"].fillna("").astype(str).to_numpy()
+    known = np.isfinite(out["top1"].to_numpy(float))
+    out["top1_source"] = np.where(known, arch.to_numpy() + "." + tag, "")
+    return out
+
+
+def zoo_candidates(space: Mapping[str, Any]) -> tuple[pd.DataFrame, dict[str, str]]:
+    """``(featurized candidates, refused)`` of a zoo space: every configuration of
+    :func:`carb.design.zoo_space.zoo_configs` with the layer table's features and the top-1 of
+    :func:`zoo_top1`; ``refused`` maps each network left out (unknown, untraceable, refusing an input size)
+    to its one-line reason. Raises :class:`carb.errors.ConfigError` when nothing is left."""
+    from carb.design.zoo_inputs import zoo_features_frame
+    from carb.design.zoo_space import zoo_configs
+    from carb.errors import ConfigError
+
+    configs, refused = zoo_configs(space)
+    knobs = pd.DataFrame([c.to_dict() for c in configs]).drop(columns=["family"], errors="ignore")
+    F = zoo_features_frame(knobs)
+    bad = F["refused"] != ""
+    for m, why in zip(F.loc[bad, "model_name"], F.loc[bad, "refused"]):
+        refused.setdefault(str(m), str(why))
+    F = F[~bad].drop(columns="refused").reset_index(drop=True)
+    if not len(F):
+        raise ConfigError(f"space: every network of the zoo space was refused ({refused})")
+    return zoo_top1(F), refused
+
+
+def refused_lines(refused: Mapping[str, str]) -> list[str]:
+    """One line per refused network: ``refused <name>: <reason>``."""
+    return [f"refused {m}: {why}" for m, why in sorted(refused.items())]
