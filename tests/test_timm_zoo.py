@@ -231,6 +231,10 @@ def test_trace_features_join_feed_the_model_and_missing_rows_fall_back(tmp_path)
         assert np.isfinite(pred).all()                     # the untraced rows a_0, a_1 predict too
         err[use] = float(np.mean(np.abs(pred[test] / joined["latency_ms"].to_numpy()[test] - 1)))
     assert err[True] < 0.7 * err[False]
+    tb = ZooLatencyModel(n_estimators=150, min_child_samples=5, trace_base=True).fit(train)
+    assert tb.tbase_ is not None and np.isfinite(tb.predict(joined)).all()
+    err_tb = float(np.mean(np.abs(tb.predict(joined)[test] / joined["latency_ms"].to_numpy()[test] - 1)))
+    assert err_tb < 0.7 * err[False]
     # the baselines never read the trace
     hj = HiddenJoulesRegression().fit(train)
     assert np.allclose(hj.predict(joined), HiddenJoulesRegression().fit(df[~test]).predict(df))

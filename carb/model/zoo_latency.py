@@ -103,11 +103,13 @@ class _LogLinear:
     """Least squares of the log time per image on some columns of :func:`log_features`."""
 
     columns: tuple[str, ...] = ()
+    #: Whether :attr:`columns` name trace features (:data:`TRACE_FEATURES`).
+    trace: bool = False
 
     def fit(self, frame: pd.DataFrame, weight: np.ndarray | None = None) -> _LogLinear:
         """Fit on ``frame``'s finite rows (features and ``latency_ms``), optionally weighted per row
         (``weight`` (n,)); returns self."""
-        X = log_features(frame, census=False, trace=False)[list(self.columns)].to_numpy(float)
+        X = log_features(frame, census=False, trace=self.trace)[list(self.columns)].to_numpy(float)
         y = per_image_log_ms(frame)
         ok = np.isfinite(X).all(axis=1) & np.isfinite(y)
         if ok.sum() <= len(self.columns):
@@ -120,7 +122,7 @@ class _LogLinear:
 
     def predict_log(self, frame: pd.DataFrame) -> np.ndarray:
         """Log time per image (n,), NaN where a feature is missing."""
-        X = log_features(frame, census=False, trace=False)[list(self.columns)].to_numpy(float)
+        X = log_features(frame, census=False, trace=self.trace)[list(self.columns)].to_numpy(float)
         return self.coef_[0] + X @ self.coef_[1:]
 
     def predict(self, frame: pd.DataFrame) -> np.ndarray:
@@ -144,21 +146,31 @@ class _Base(_LogLinear):
     columns = ("log_params_M", "log_gmacs", "log_macts_M", "log_input", "log_batch")
 
 
+class _TraceBase(_LogLinear):
+    """:class:`_Base` plus the layer table's memory-bound bytes and launch count (a roofline-like law:
+    compute, memory traffic and per-kernel overhead), for rows with a trace."""
+
+    columns = (*_Base.columns, "tr_log_membound_MB", "tr_log_n_ops")
+    trace = True
+
+
 class ZooLatencyModel:
     """CARB's zoo latency model: :class:`_Base` (log-linear, five features) times a LightGBM correction of
     its log residual on :func:`log_features`. ``n_estimators``, ``learning_rate``, ``num_leaves``,
     ``min_child_samples``: LightGBM's; ``census``: use the module census when the frame has it;
     ``trace``: use the layer table's features (``tr_*`` columns) when the frame has them;
+    ``trace_base``: with ``trace``, the base of a traced row is :class:`_TraceBase` (fitted on the traced
+    rows; untraced rows keep :class:`_Base`);
     ``n_jobs``: LightGBM threads; ``seed``: its bagging seed; ``balance``: weight each row by
     1 / sqrt(rows of its ``family``) so that a large family (193 ViTs) does not set the law alone."""
 
     def __init__(self, n_estimators: int = 300, learning_rate: float = 0.03, num_leaves: int = 15,
                  min_child_samples: int = 20, census: bool = True, n_jobs: int = 1, seed: int = 0,
-                 balance: bool = False, trace: bool = True):
+                 balance: bool = False, trace: bool = True, trace_base: bool = False):
         self.n_estimators, self.learning_rate = n_estimators, learning_rate
         self.num_leaves, self.min_child_samples = num_leaves, min_child_samples
         self.census, self.n_jobs, self.seed, self.balance = census, n_jobs, seed, balance
-        self.trace = trace
+        self.trace, self.trace_base = trace, trace_base
 
     def fit(self, frame: pd.DataFrame) -> ZooLatencyModel:
         """Fit on ``frame``'s rows with a finite base prediction and target; returns self."""
@@ -169,8 +181,14 @@ class ZooLatencyModel:
             fam = frame["family"].astype(str)
             w = 1 / np.sqrt(fam.map(fam.value_counts()).to_numpy(float))
         self.base_ = _Base().fit(frame, w)
+        self.tbase_ = None
+        if self.trace and self.trace_base and "tr_flops" in frame.columns:
+            try:
+                self.tbase_ = _TraceBase().fit(frame, w)
+            except DatasetError:   # too few traced rows: the plain base only
+                self.tbase_ = None
         y = per_image_log_ms(frame)
-        resid = y - self.base_.predict_log(frame)
+        resid = y - self._base_log(frame)
         ok = np.isfinite(resid)
         self.booster_ = LGBMRegressor(n_estimators=self.n_estimators, learning_rate=self.learning_rate,
                                       num_leaves=self.num_leaves, min_child_samples=self.min_child_samples,
@@ -184,7 +202,16 @@ class ZooLatencyModel:
     def predict_log(self, frame: pd.DataFrame) -> np.ndarray:
         """Log time per image (n,)."""
         X = log_features(frame, self.census, self.trace)[self.features_]
-        return self.base_.predict_log(frame) + self.booster_.predict(X)
+        return self._base_log(frame) + self.booster_.predict(X)
+
+    def _base_log(self, frame: pd.DataFrame) -> np.ndarray:
+        """The base's log time per image (n,): :class:`_TraceBase` where fitted and the row is traced,
+        else :class:`_Base`."""
+        out = self.base_.predict_log(frame)
+        if self.tbase_ is not None and "tr_flops" in frame.columns:
+            t = self.tbase_.predict_log(frame)
+            out = np.where(np.isfinite(t), t, out)
+        return out
 
     def predict(self, frame: pd.DataFrame) -> np.ndarray:
         """``latency_ms`` per batch (n,)."""
