@@ -86,10 +86,12 @@ def _write(frame: pd.DataFrame) -> None:
 
 def _provenance(frame: pd.DataFrame) -> None:
     """Write the provenance JSON: commit, date, tracer / torch / timm versions, counts."""
-    import timm
     import torch
 
     from carb.design.trace import TRACER_VERSION
+    from carb.design.zoo import import_timm
+
+    timm = import_timm()   # torchvision's operators defined first on the CPU torch wheel
 
     try:
         commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
