@@ -327,3 +327,29 @@ def zoo_schema_frame(models: Sequence[str] = ZOO_TEST_MODELS, sizes: Sequence[in
         if c not in F.columns:
             F[c] = pd.Series([pd.NA] * len(F), dtype=dtype) if dtype == "string" else np.nan
     return validate_zoo_dataset(F, source="synthetic zoo")
+
+
+def zoo_trace_frame(zoo: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+    """A layer-table feature table (as ``scripts/data/zoo_trace_features.py`` writes it: one row per
+    ``(model, input_size)`` of ``zoo``, :func:`carb.design.trace.summarize`'s columns per image at fp32,
+    ``refused`` None) with made-up counts: ``n_ops`` log-uniform in [20, 2000] per model, independent of the
+    published features, so a latency law on it can only be learned from the trace; FLOPs split over the
+    compute kinds at random, bytes from FLOPs."""
+    from carb.design.trace import KINDS
+
+    rng = np.random.default_rng(seed)
+    pairs = zoo[["model", "input_size"]].drop_duplicates()
+    rows = []
+    for m, s in pairs.itertuples(index=False):
+        g = float(zoo.loc[zoo["model"] == m, "gmacs_per_image"].iloc[0])
+        share = rng.dirichlet(np.ones(len(KINDS)))
+        row = {"model": m, "input_size": int(s), "settings": "", "refused": None, "trace_s": 0.1,
+               "params": 1e6, "params_traced": 1e6, "flops": 2e9 * g, "macs": 1e9 * g, "activations": 1e6,
+               "peak_live_bytes": int(4e6 * rng.uniform(1, 10)), "param_bytes": 4_000_000,
+               "bytes_read": int(8e6 * g), "bytes_written": int(4e6 * g),
+               "n_ops": int(np.exp(rng.uniform(np.log(20), np.log(2000))))}
+        for k, sh in zip(KINDS, share):
+            row[f"flops_{k}"] = 2e9 * g * sh
+            row[f"bytes_{k}"] = int(1.2e7 * g * sh)
+        rows.append(row)
+    return pd.DataFrame(rows)

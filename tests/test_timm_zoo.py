@@ -200,3 +200,41 @@ def test_census_join_feeds_the_zoo_model(tmp_path):
     m = ZooLatencyModel(n_estimators=10).fit(joined)
     assert "log1p_n_conv_dw" in m.features_ and "share_params_attn" in m.features_
     assert ZooLatencyModel(n_estimators=10, census=False).fit(joined).features_[-1] == "log_params_per_gmac"
+
+
+def test_trace_features_join_feed_the_model_and_missing_rows_fall_back(tmp_path):
+    from carb.data.importers.timm_zoo import with_trace
+    from carb.model.zoo_latency import TRACE_FEATURES, log_features
+    from tests.synthetic import zoo_trace_frame
+
+    df = zoo_frame({f: 30 for f in "abcdefgh"}, seed=5)
+    assert with_trace(df, tmp_path / "absent.parquet") is df
+    tr = zoo_trace_frame(df, seed=1)
+    # a law on the launch count, which no published feature carries
+    n_ops = df["model"].map(dict(zip(tr["model"], tr["n_ops"]))).to_numpy(float)
+    df["latency_ms"] *= (n_ops / 100) ** 0.6
+    tr.loc[0, "refused"] = "model 'a_0': needs tensor values"
+    tr = tr.drop(index=1)                                  # a_1 not traced yet
+    tr.to_parquet(tmp_path / "trace.parquet", index=False)
+    joined = with_trace(df, tmp_path / "trace.parquet")
+    assert len(joined) == len(df) and joined["tr_flops"].iloc[:2].isna().all()
+    assert joined["tr_flops"].iloc[2:].notna().all()
+    feats = log_features(joined)
+    assert set(TRACE_FEATURES) <= set(feats.columns) and feats[list(TRACE_FEATURES)].iloc[2:].notna().all().all()
+    test = joined["family"].isin(["g", "h"]).to_numpy()
+    train = joined[~test]
+    err = {}
+    for use in (True, False):
+        m = ZooLatencyModel(n_estimators=150, min_child_samples=5, trace=use).fit(train)
+        assert ("tr_log_n_ops" in m.features_) == use
+        pred = m.predict(joined)
+        assert np.isfinite(pred).all()                     # the untraced rows a_0, a_1 predict too
+        err[use] = float(np.mean(np.abs(pred[test] / joined["latency_ms"].to_numpy()[test] - 1)))
+    assert err[True] < 0.7 * err[False]
+    tb = ZooLatencyModel(n_estimators=150, min_child_samples=5, trace_base=True).fit(train)
+    assert tb.tbase_ is not None and np.isfinite(tb.predict(joined)).all()
+    err_tb = float(np.mean(np.abs(tb.predict(joined)[test] / joined["latency_ms"].to_numpy()[test] - 1)))
+    assert err_tb < 0.7 * err[False]
+    # the baselines never read the trace
+    hj = HiddenJoulesRegression().fit(train)
+    assert np.allclose(hj.predict(joined), HiddenJoulesRegression().fit(df[~test]).predict(df))

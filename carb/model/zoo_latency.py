@@ -13,7 +13,13 @@ and predicts ``latency_ms`` per batch (n,), so batches of different size are one
   gradient-boosted correction (LightGBM) of its log residual on the log features, their ratios (GMACs per
   activation: arithmetic intensity; params per GMAC: weight reuse) and, where present, the module census
   (counts of depthwise / grouped / pointwise / regular convolutions, linear layers, norms, activations,
-  attention modules and their parameter shares).
+  attention modules and their parameter shares) and, where present, the layer table's features
+  (``tr_<summarize column>``, per image at fp32, joined by
+  :func:`carb.data.importers.timm_zoo.with_trace`; :data:`TRACE_FEATURES` follow from them): FLOP shares of
+  depthwise / pointwise / grouped / regular convolutions, linear, matmul and attention; memory-bound bytes
+  (norm, activation, element-wise, copy, concat, pool, reduce) per image and per FLOP; total bytes per
+  MAC; the executed-operation count (a kernel-launch proxy) and its ratio to GMACs; the liveness peak.
+  A row without a trace has NaN there, which LightGBM routes down its missing-value branch.
 """
 from __future__ import annotations
 
@@ -28,6 +34,16 @@ BASE_COLUMNS: tuple[str, ...] = ("gmacs_per_image", "params", "macts_M_per_image
 CENSUS_KINDS: tuple[str, ...] = ("conv", "conv_dw", "conv_grouped", "conv_pw", "linear", "norm", "act", "attn",
                                  "pool", "leaf")
 
+#: Layer-table kinds whose FLOP share is a feature (``tr_flops_<kind>`` / ``tr_flops``).
+TRACE_COMPUTE_KINDS: tuple[str, ...] = ("conv_depthwise", "conv_pointwise", "conv_grouped", "conv_regular", "linear",
+                                        "matmul", "sdpa")
+#: Memory-bound layer-table kinds whose bytes (``tr_bytes_<kind>``) are summed into one feature.
+TRACE_MEMORY_KINDS: tuple[str, ...] = ("norm", "activation", "elementwise", "copy", "concat", "pool", "reduce")
+#: The features :func:`log_features` derives from the trace columns.
+TRACE_FEATURES: tuple[str, ...] = (*(f"tr_share_{k}" for k in TRACE_COMPUTE_KINDS), "tr_log_membound_MB",
+                                   "tr_log_membound_per_gflop", "tr_log_bytes_per_mac", "tr_log_n_ops",
+                                   "tr_log_ops_per_gmac", "tr_log_peak_live_MB")
+
 
 def _col(frame: pd.DataFrame, c: str, who: str) -> np.ndarray:
     """``frame[c]`` as floats; a one-line :class:`DatasetError` when the column is absent."""
@@ -41,10 +57,29 @@ def per_image_log_ms(frame: pd.DataFrame) -> np.ndarray:
     return np.log(_col(frame, "latency_ms", "zoo latency") / _col(frame, "batch_size", "zoo latency"))
 
 
-def log_features(frame: pd.DataFrame, census: bool = True) -> pd.DataFrame:
+def trace_features(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """:data:`TRACE_FEATURES` (each (n,)) from the ``tr_*`` columns (per image, fp32 bytes); NaN in a row
+    without a trace. FLOP shares in [0, 1]; bytes in MB (1e6); logs natural."""
+    who = "the zoo latency model's trace features"
+    flops = np.clip(_col(frame, "tr_flops", who), 1.0, None)
+    out = {f"tr_share_{k}": _col(frame, f"tr_flops_{k}", who) / flops for k in TRACE_COMPUTE_KINDS}
+    mem = sum(_col(frame, f"tr_bytes_{k}", who) for k in TRACE_MEMORY_KINDS)
+    total = _col(frame, "tr_bytes_read", who) + _col(frame, "tr_bytes_written", who)
+    n_ops = _col(frame, "tr_n_ops", who)
+    macs = np.clip(_col(frame, "tr_macs", who), 1.0, None)
+    out |= {"tr_log_membound_MB": np.log1p(mem / 1e6),
+            "tr_log_membound_per_gflop": np.log1p(mem / 1e6) - np.log(flops / 1e9),
+            "tr_log_bytes_per_mac": np.log(np.clip(total, 1.0, None) / macs), "tr_log_n_ops": np.log1p(n_ops),
+            "tr_log_ops_per_gmac": np.log1p(n_ops) - np.log(macs / 1e9),
+            "tr_log_peak_live_MB": np.log1p(_col(frame, "tr_peak_live_bytes", who) / 1e6)}
+    return out
+
+
+def log_features(frame: pd.DataFrame, census: bool = True, trace: bool = True) -> pd.DataFrame:
     """Model features (n rows): logs of GMACs, params (M), activations (M), input size and batch; the
     ratios ``log_ai`` (GMACs per M activations) and ``log_params_per_gmac``; with ``census`` and the
-    census columns present, ``log1p`` module counts per kind and parameter shares per kind."""
+    census columns present, ``log1p`` module counts per kind and parameter shares per kind; with ``trace``
+    and the ``tr_*`` columns present, :data:`TRACE_FEATURES` (:func:`trace_features`)."""
     who = "the zoo latency model"
     g = np.log(np.clip(_col(frame, "gmacs_per_image", who), 1e-4, None))
     p = np.log(_col(frame, "params", who) / 1e6)
@@ -59,6 +94,8 @@ def log_features(frame: pd.DataFrame, census: bool = True) -> pd.DataFrame:
             if k != "leaf":
                 out[f"share_params_{k}"] = _col(frame, f"params_{k}", who) / total
         out["log_macts_per_leaf"] = a - np.log1p(_col(frame, "n_leaf", who))
+    if trace and "tr_flops" in frame.columns:
+        out |= trace_features(frame)
     return pd.DataFrame(out, index=frame.index)
 
 
@@ -66,11 +103,13 @@ class _LogLinear:
     """Least squares of the log time per image on some columns of :func:`log_features`."""
 
     columns: tuple[str, ...] = ()
+    #: Whether :attr:`columns` name trace features (:data:`TRACE_FEATURES`).
+    trace: bool = False
 
     def fit(self, frame: pd.DataFrame, weight: np.ndarray | None = None) -> _LogLinear:
         """Fit on ``frame``'s finite rows (features and ``latency_ms``), optionally weighted per row
         (``weight`` (n,)); returns self."""
-        X = log_features(frame, census=False)[list(self.columns)].to_numpy(float)
+        X = log_features(frame, census=False, trace=self.trace)[list(self.columns)].to_numpy(float)
         y = per_image_log_ms(frame)
         ok = np.isfinite(X).all(axis=1) & np.isfinite(y)
         if ok.sum() <= len(self.columns):
@@ -83,7 +122,7 @@ class _LogLinear:
 
     def predict_log(self, frame: pd.DataFrame) -> np.ndarray:
         """Log time per image (n,), NaN where a feature is missing."""
-        X = log_features(frame, census=False)[list(self.columns)].to_numpy(float)
+        X = log_features(frame, census=False, trace=self.trace)[list(self.columns)].to_numpy(float)
         return self.coef_[0] + X @ self.coef_[1:]
 
     def predict(self, frame: pd.DataFrame) -> np.ndarray:
@@ -107,19 +146,31 @@ class _Base(_LogLinear):
     columns = ("log_params_M", "log_gmacs", "log_macts_M", "log_input", "log_batch")
 
 
+class _TraceBase(_LogLinear):
+    """:class:`_Base` plus the layer table's memory-bound bytes and launch count (a roofline-like law:
+    compute, memory traffic and per-kernel overhead), for rows with a trace."""
+
+    columns = (*_Base.columns, "tr_log_membound_MB", "tr_log_n_ops")
+    trace = True
+
+
 class ZooLatencyModel:
     """CARB's zoo latency model: :class:`_Base` (log-linear, five features) times a LightGBM correction of
     its log residual on :func:`log_features`. ``n_estimators``, ``learning_rate``, ``num_leaves``,
     ``min_child_samples``: LightGBM's; ``census``: use the module census when the frame has it;
+    ``trace``: use the layer table's features (``tr_*`` columns) when the frame has them;
+    ``trace_base``: with ``trace``, the base of a traced row is :class:`_TraceBase` (fitted on the traced
+    rows; untraced rows keep :class:`_Base`);
     ``n_jobs``: LightGBM threads; ``seed``: its bagging seed; ``balance``: weight each row by
     1 / sqrt(rows of its ``family``) so that a large family (193 ViTs) does not set the law alone."""
 
     def __init__(self, n_estimators: int = 300, learning_rate: float = 0.03, num_leaves: int = 15,
                  min_child_samples: int = 20, census: bool = True, n_jobs: int = 1, seed: int = 0,
-                 balance: bool = False):
+                 balance: bool = False, trace: bool = True, trace_base: bool = False):
         self.n_estimators, self.learning_rate = n_estimators, learning_rate
         self.num_leaves, self.min_child_samples = num_leaves, min_child_samples
         self.census, self.n_jobs, self.seed, self.balance = census, n_jobs, seed, balance
+        self.trace, self.trace_base = trace, trace_base
 
     def fit(self, frame: pd.DataFrame) -> ZooLatencyModel:
         """Fit on ``frame``'s rows with a finite base prediction and target; returns self."""
@@ -130,22 +181,37 @@ class ZooLatencyModel:
             fam = frame["family"].astype(str)
             w = 1 / np.sqrt(fam.map(fam.value_counts()).to_numpy(float))
         self.base_ = _Base().fit(frame, w)
+        self.tbase_ = None
+        if self.trace and self.trace_base and "tr_flops" in frame.columns:
+            try:
+                self.tbase_ = _TraceBase().fit(frame, w)
+            except DatasetError:   # too few traced rows: the plain base only
+                self.tbase_ = None
         y = per_image_log_ms(frame)
-        resid = y - self.base_.predict_log(frame)
+        resid = y - self._base_log(frame)
         ok = np.isfinite(resid)
         self.booster_ = LGBMRegressor(n_estimators=self.n_estimators, learning_rate=self.learning_rate,
                                       num_leaves=self.num_leaves, min_child_samples=self.min_child_samples,
                                       subsample=0.8, subsample_freq=1, colsample_bytree=0.8,
                                       random_state=self.seed, n_jobs=self.n_jobs, verbose=-1)
-        X = log_features(frame, self.census)
+        X = log_features(frame, self.census, self.trace)
         self.features_ = list(X.columns)
         self.booster_.fit(X[ok], resid[ok], sample_weight=None if w is None else w[ok])
         return self
 
     def predict_log(self, frame: pd.DataFrame) -> np.ndarray:
         """Log time per image (n,)."""
-        X = log_features(frame, self.census)[self.features_]
-        return self.base_.predict_log(frame) + self.booster_.predict(X)
+        X = log_features(frame, self.census, self.trace)[self.features_]
+        return self._base_log(frame) + self.booster_.predict(X)
+
+    def _base_log(self, frame: pd.DataFrame) -> np.ndarray:
+        """The base's log time per image (n,): :class:`_TraceBase` where fitted and the row is traced,
+        else :class:`_Base`."""
+        out = self.base_.predict_log(frame)
+        if self.tbase_ is not None and "tr_flops" in frame.columns:
+            t = self.tbase_.predict_log(frame)
+            out = np.where(np.isfinite(t), t, out)
+        return out
 
     def predict(self, frame: pd.DataFrame) -> np.ndarray:
         """``latency_ms`` per batch (n,)."""

@@ -7,7 +7,11 @@ with >= 5 models; :mod:`carb.analysis.zoo_eval`): CARB's zoo model beside B1 (lo
 Joules' regression (log-linear on params, GMACs, activations), on the same splits; 90 % cross-conformal
 intervals calibrated on the other held-out families.
 
-    python scripts/bench/zoo.py [--devices gpu|all] [--no-census] [--table]
+    python scripts/bench/zoo.py [--devices gpu|all|<device name>] [--no-census] [--no-trace] [--trace-base] [--table]
+
+CARB's features include the layer table's (``carb/data/timm-zoo-trace.parquet``, joined by
+:func:`carb.data.importers.timm_zoo.with_trace`) when it exists; ``--no-trace`` leaves them out;
+``--trace-base``: the log-linear base of a traced row also takes its memory-bound bytes and operation count.
 
 Prints each device's per-family table (``--table``: every family; else the 10 worst by CARB's MAPE), a
 summary line per device, then the machine-readable last line:
@@ -28,8 +32,9 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from carb.analysis.zoo_eval import evaluate_device  # noqa: E402
-from carb.data.importers.timm_zoo import load_zoo_bench, with_census  # noqa: E402
+from carb.analysis.zoo_eval import MODELS, evaluate_device  # noqa: E402
+from carb.data.importers.timm_zoo import load_zoo_bench, with_census, with_trace  # noqa: E402
+from carb.model.zoo_latency import ZooLatencyModel  # noqa: E402
 
 
 def device_block(name: str, table: pd.DataFrame, s: dict, every: bool) -> str:
@@ -49,21 +54,34 @@ def device_block(name: str, table: pd.DataFrame, s: dict, every: bool) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--devices", choices=("gpu", "all"), default="all")
+    ap.add_argument("--devices", default="all", help="gpu, all, or one device name (e.g. 'RTX 4090')")
     ap.add_argument("--no-census", action="store_true", help="leave the module census out of CARB's features")
+    ap.add_argument("--no-trace", action="store_true", help="leave the layer-table features out of CARB's")
+    ap.add_argument("--trace-base", action="store_true", help="memory-bound bytes and n_ops in CARB's base too")
     ap.add_argument("--table", action="store_true", help="print every family, not the 10 worst")
     args = ap.parse_args()
     t0 = time.perf_counter()
     zoo = load_zoo_bench()
     if not args.no_census:
         zoo = with_census(zoo)
+    if not args.no_trace:
+        zoo = with_trace(zoo)
+    names = sorted(zoo["device_name"].astype(str).unique())
     if args.devices == "gpu":
         zoo = zoo[zoo["device_kind"] == "gpu"]
+    elif args.devices != "all":
+        if args.devices not in names:
+            print(f"--devices: {args.devices!r} is not allowed; allowed: gpu, all, {', '.join(names)}", file=sys.stderr)
+            raise SystemExit(2)
+        zoo = zoo[zoo["device_name"] == args.devices]
+    if "tr_flops" in zoo.columns:
+        print(f"trace features: {int(zoo['tr_flops'].notna().sum())}/{len(zoo)} rows", flush=True)
     sums = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for dev, rows in zoo.groupby("device_name", sort=True):
-            table, s = evaluate_device(rows)
+            models = {**MODELS, "carb": lambda: ZooLatencyModel(trace_base=True)} if args.trace_base else MODELS
+            table, s = evaluate_device(rows, models=models)
             print(device_block(str(dev), table, s, args.table), flush=True)
             sums.append(s)
     f = sum(s["families"] for s in sums)

@@ -47,6 +47,8 @@ ZOO_BENCH = DATA_DIR / "timm-zoo-bench.parquet"
 ZOO_BENCH_PROVENANCE = DATA_DIR / "timm-zoo-bench.provenance.json"
 #: Module census per architecture (``scripts/data/timm_zoo.py --census``): counts and parameters by kind.
 ZOO_CENSUS = DATA_DIR / "timm-zoo-census.csv"
+#: Layer-table features per (architecture, input size) (``scripts/data/zoo_trace_features.py``).
+ZOO_TRACE = DATA_DIR / "timm-zoo-trace.parquet"
 
 #: timm's file-name precision -> (timm precision, CARB precision).
 FILE_PRECISIONS: dict[str, tuple[str, str]] = {"amp": ("amp_fp16", "fp16"), "amp_bf16": ("amp_bf16", "bf16"),
@@ -260,3 +262,22 @@ def with_census(frame: pd.DataFrame, path: str | Path | None = None) -> pd.DataF
     cen = pd.read_csv(p, keep_default_na=False, na_values={c: [""] for c in ("n_leaf",)})
     cen = cen[cen["census_error"].astype(str) == ""].drop(columns="census_error")
     return frame.merge(cen, on="model", how="left")
+
+
+def with_trace(frame: pd.DataFrame, path: str | Path | None = None) -> pd.DataFrame:
+    """``frame`` with the layer-table features of its ``(model, input_size)`` (:data:`ZOO_TRACE`, or
+    ``path``) joined on as ``tr_<column>`` (:func:`carb.design.trace.summarize`'s columns, per image at
+    fp32); NaN for a pair without a trace (refused by the tracer or not traced yet). ``frame`` unchanged
+    when the table does not exist."""
+    p = Path(path) if path else ZOO_TRACE
+    if not p.is_file():
+        return frame
+    tr = pd.read_parquet(p)
+    if "refused" in tr.columns:
+        tr = tr[tr["refused"].isna()]
+    keys = ["model", "input_size"]
+    drop = [c for c in ("refused", "settings", "trace_s") if c in tr.columns]
+    tr = tr.drop(columns=drop).drop_duplicates(keys, keep="last")
+    tr = tr.rename(columns={c: f"tr_{c}" for c in tr.columns if c not in keys})
+    tr["input_size"] = tr["input_size"].astype(frame["input_size"].dtype) if "input_size" in frame else tr["input_size"]
+    return frame.merge(tr, on=keys, how="left")

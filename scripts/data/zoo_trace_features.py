@@ -1,0 +1,159 @@
+"""Trace every architecture of timm's published benchmark at its benchmark input size into the layer-table
+cache and write a compact feature table: one row per (architecture, input size).
+
+    python scripts/data/zoo_trace_features.py [--workers 2] [--stop-at HH:MM] [--limit N]
+
+Reads ``carb/data/timm-zoo-bench.parquet``; for each distinct ``(model, input_size)`` runs
+:func:`carb.design.trace.trace` at batch 1, fp32, 3 channels (the tracer scales to any batch and precision)
+and keeps :func:`carb.design.trace.summarize`'s columns. A model the tracer refuses at its default settings
+is tried once more with ``img_size=<input_size>`` (timm's fixed-position-embedding models); one refused
+both ways gets a row with ``refused`` set to the one-line reason and NaN features.
+
+Writes ``carb/data/timm-zoo-trace.parquet`` atomically after every chunk (resumable: rows already there
+are skipped, so the same command continues an interrupted run) and
+``carb/data/timm-zoo-trace.provenance.json`` (commit, date, tracer version, torch / timm versions, counts).
+``--stop-at HH:MM`` (UTC) stops starting new chunks at that time; what is done stays written.
+Bad input: one line naming the option, exit 2.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import subprocess
+import sys
+import time
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from carb.files import write_atomic  # noqa: E402
+
+BENCH = ROOT / "carb" / "data" / "timm-zoo-bench.parquet"
+OUT = ROOT / "carb" / "data" / "timm-zoo-trace.parquet"
+PROVENANCE = ROOT / "carb" / "data" / "timm-zoo-trace.provenance.json"
+CHUNK = 16
+
+
+def todo_pairs(done: pd.DataFrame) -> list[tuple[str, int]]:
+    """Distinct ``(model, input_size)`` of the benchmark not yet in ``done``, in a fixed shuffled order
+    (so a partial run covers every family a little rather than some fully)."""
+    bench = pd.read_parquet(BENCH, columns=["model", "input_size"]).dropna().drop_duplicates()
+    pairs = sorted((str(m), int(s)) for m, s in bench.itertuples(index=False))
+    have = set(zip(done["model"].astype(str), done["input_size"].astype(int))) if len(done) else set()
+    rng = np.random.default_rng(43)
+    order = rng.permutation(len(pairs))
+    return [pairs[i] for i in order if pairs[i] not in have]
+
+
+def trace_one(pair: tuple[str, int]) -> dict[str, Any]:
+    """One feature row: summarize()'s columns of ``model`` at ``input_size`` (batch 1, fp32), with the
+    settings used, the trace's wall seconds and ``refused`` (None or the one-line reason)."""
+    from carb.design.trace import summarize, trace
+    from carb.errors import ZooError
+
+    model, size = pair
+    t0 = time.perf_counter()
+    row: dict[str, Any] = {"model": model, "input_size": size, "settings": "", "refused": None}
+    reasons = []
+    for settings in (None, {"img_size": size}):
+        try:
+            table = trace(model, (1, 3, size, size), precision="fp32", settings=settings)
+            row.update(summarize(table))
+            row["settings"] = json.dumps(settings) if settings else ""
+            row["refused"] = None
+            break
+        except ZooError as e:
+            reasons.append(str(e))
+        except Exception as e:  # noqa: BLE001 - a tracer fault on one model must not lose the run
+            reasons.append(f"model {model!r}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
+    else:
+        row["refused"] = reasons[0]
+    row["trace_s"] = round(time.perf_counter() - t0, 3)
+    return row
+
+
+def _write(frame: pd.DataFrame) -> None:
+    """Write the feature table atomically."""
+    write_atomic(OUT, lambda tmp: frame.to_parquet(tmp, index=False))
+
+
+def _provenance(frame: pd.DataFrame) -> None:
+    """Write the provenance JSON: commit, date, tracer / torch / timm versions, counts."""
+    import torch
+
+    from carb.design.trace import TRACER_VERSION
+    from carb.design.zoo import import_timm
+
+    timm = import_timm()   # torchvision's operators defined first on the CPU torch wheel
+
+    try:
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+                                text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    info = {"source": "carb/data/timm-zoo-bench.parquet", "script": "scripts/data/zoo_trace_features.py",
+            "commit": commit, "date_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "tracer_version": TRACER_VERSION, "torch": torch.__version__, "timm": timm.__version__,
+            "batch": 1, "channels": 3, "precision": "fp32",
+            "rows": int(len(frame)), "traced": int(frame["refused"].isna().sum()),
+            "refused": int(frame["refused"].notna().sum()),
+            "pending": len(todo_pairs(frame))}
+    write_atomic(PROVENANCE, lambda tmp: tmp.write_text(json.dumps(info, indent=2) + "\n"))
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    """Parse options; bad values are one line naming the option, exit 2."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--stop-at", default=None, help="UTC HH:MM: start no new chunk after it")
+    p.add_argument("--limit", type=int, default=None, help="trace at most N pending pairs")
+    a = p.parse_args(argv)
+    if a.workers < 1:
+        print(f"--workers: {a.workers} is not allowed; allowed: an integer >= 1", file=sys.stderr)
+        raise SystemExit(2)
+    if a.stop_at is not None:
+        try:
+            h, m = (int(x) for x in a.stop_at.split(":"))
+            a.stop = dt.datetime.now(dt.timezone.utc).replace(hour=h, minute=m, second=0, microsecond=0)
+        except ValueError:
+            print(f"--stop-at: {a.stop_at!r} is not allowed; allowed: a UTC time HH:MM", file=sys.stderr)
+            raise SystemExit(2) from None
+    else:
+        a.stop = None
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Trace what is pending, chunk by chunk, writing the table after each chunk."""
+    a = _args(argv)
+    done = pd.read_parquet(OUT) if OUT.exists() else pd.DataFrame()
+    pending = todo_pairs(done)
+    if a.limit is not None:
+        pending = pending[:a.limit]
+    print(f"zoo-trace: {len(done)} done, {len(pending)} pending", flush=True)
+    ctx = get_context("spawn")
+    with ctx.Pool(a.workers, maxtasksperchild=50) as pool:
+        for i in range(0, len(pending), CHUNK):
+            if a.stop is not None and dt.datetime.now(dt.timezone.utc) >= a.stop:
+                print(f"zoo-trace: stop time {a.stop_at} reached", flush=True)
+                break
+            rows = pool.map(trace_one, pending[i:i + CHUNK], chunksize=1)
+            done = pd.concat([done, pd.DataFrame(rows)], ignore_index=True) if len(done) else pd.DataFrame(rows)
+            _write(done)
+            print(f"zoo-trace: {len(done)} rows ({int(done['refused'].notna().sum())} refused) "
+                  f"{dt.datetime.now(dt.timezone.utc):%H:%M:%S}", flush=True)
+    if len(done):
+        _provenance(done)
+    print(f"zoo-trace: done rows={len(done)} pending={len(todo_pairs(done)) if len(done) else 'all'}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
