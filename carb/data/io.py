@@ -20,7 +20,8 @@ from carb.resources import DATA_DIR
 _REFERENCE = DATA_DIR / "cpu-reference.parquet"
 #: the shipped datasets by name: ``reference`` (CPU) and ``h200`` (a lent NVIDIA H200, with energy)
 SHIPPED = {"reference": _REFERENCE, "cpu-reference": _REFERENCE,
-           "h200": DATA_DIR / "h200-reference.parquet", "h200-reference": DATA_DIR / "h200-reference.parquet"}
+           "h200": DATA_DIR / "h200-reference.parquet", "h200-reference": DATA_DIR / "h200-reference.parquet",
+           "zoo-cpu": DATA_DIR / "zoo-cpu.parquet"}
 
 
 def validate_dataset(df: pd.DataFrame, source: str = "dataset") -> pd.DataFrame:
