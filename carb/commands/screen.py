@@ -91,7 +91,7 @@ def user_columns(features: pd.DataFrame) -> list[str]:
 
     from carb.design.zoo_features import ZOO_KIND_FEATURES, ZOO_STATIC
 
-    skip = {*RECORD_COLUMNS, *STATIC_FEATURES, "top1_model", *ZOO_STATIC, *ZOO_KIND_FEATURES, "top5"}
+    skip = {*RECORD_COLUMNS, *STATIC_FEATURES, "top1_model", *ZOO_STATIC, *ZOO_KIND_FEATURES}
     return [c for c in features.columns if c not in skip]
 
 
