@@ -16,7 +16,8 @@ ZEN4 = "34cc4b132c"
 
 def test_the_zen4_cpu_is_shipped_with_its_probe_and_provenance():
     """227 ok rows of one device (34cc4b132c, family 25, no avx512_fp16), a provenance naming its commands,
-    and its probe (fp32 and bf16, no fp16) found by the probe lookup with its fingerprint."""
+    and its probe (fp32 and bf16 of 04:54 UTC, fp16 completed in the quiet window of 17:11) found by the probe
+    lookup with its fingerprint."""
     from carb.data.io import load_dataset
     from carb.data.probes import load_probe, probe_fingerprint
 
@@ -27,7 +28,8 @@ def test_the_zen4_cpu_is_shipped_with_its_probe_and_provenance():
     assert prov["device_id"] == ZEN4 and prov["fingerprint"]["family"] == "25" and prov["rows"] == 227
     assert any("carb-collect" in c for c in prov["commands"])
     probe = load_probe(ZEN4)
-    assert probe is not None and sorted(set(probe["precision"])) == ["bf16", "fp32"] and len(probe) == 240
+    assert probe is not None and sorted(set(probe["precision"])) == ["bf16", "fp16", "fp32"] and len(probe) == 360
+    assert probe.groupby("precision").size().to_dict() == {"bf16": 120, "fp16": 120, "fp32": 120}
     fp = json.loads(probe_fingerprint(ZEN4))
     assert "avx512_fp16" not in fp["isa"] and fp["family"] == "25"
 

@@ -57,17 +57,23 @@ def load_error_table(path: str | Path | None = None) -> pd.DataFrame | None:
     """The table at ``path`` (default :func:`table_path`); None when the default file is absent. Raises
     :class:`DatasetError` (one line) for an unreadable table or one without the :data:`COLUMNS`."""
     p = Path(path) if path is not None else table_path()
+    if not p.exists() and path is None:
+        return None
+    return read_table(p, "transfer.error_prior", COLUMNS)
+
+
+def read_table(p: Path, key: str, columns: Sequence[str]) -> pd.DataFrame:
+    """The CSV table at ``p`` with ``columns``; one-line :class:`DatasetError` naming the config ``key``
+    when it is absent, unreadable or lacks a column."""
     if not p.exists():
-        if path is None:
-            return None
-        raise DatasetError(f"transfer.error_prior: {str(p)!r} does not exist")
+        raise DatasetError(f"{key}: {str(p)!r} does not exist")
     try:
         t = pd.read_csv(p)
     except Exception as e:   # any parse error is one line
-        raise DatasetError(f"transfer.error_prior: cannot read {str(p)!r}: {' '.join(str(e).split())}") from None
-    missing = [c for c in COLUMNS if c not in t.columns]
+        raise DatasetError(f"{key}: cannot read {str(p)!r}: {' '.join(str(e).split())}") from None
+    missing = [c for c in columns if c not in t.columns]
     if missing:
-        raise DatasetError(f"transfer.error_prior: {str(p)!r} lacks columns {missing}")
+        raise DatasetError(f"{key}: {str(p)!r} lacks columns {missing}")
     return t
 
 
@@ -422,15 +428,6 @@ def load_pair_table(pairs: Any = "auto") -> pd.DataFrame | None:
     if pairs is None or isinstance(pairs, pd.DataFrame):
         return pairs
     p = pair_table_path() if str(pairs) == "auto" else Path(str(pairs))
-    if not p.exists():
-        if str(pairs) == "auto":
-            return None
-        raise DatasetError(f"transfer.pair_prior: {str(p)!r} does not exist")
-    try:
-        t = pd.read_csv(p)
-    except Exception as e:   # any parse error is one line
-        raise DatasetError(f"transfer.pair_prior: cannot read {str(p)!r}: {' '.join(str(e).split())}") from None
-    missing = [c for c in PAIR_COLUMNS if c not in t.columns]
-    if missing:
-        raise DatasetError(f"transfer.pair_prior: {str(p)!r} lacks columns {missing}")
-    return t
+    if not p.exists() and str(pairs) == "auto":
+        return None
+    return read_table(p, "transfer.pair_prior", PAIR_COLUMNS)

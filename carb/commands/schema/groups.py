@@ -161,8 +161,8 @@ class Depths(Section):
     bottleneck: list[Count]
 
 
-class Space(Section):
-    """``space``: a design space (depths are checked against the ResNet layouts when it is expanded)."""
+class _SpaceKnobs(Section):
+    """The keys every design space has (:class:`Space`, :class:`ZooSpace`)."""
 
     name: Text
     description: Text
@@ -171,32 +171,27 @@ class Space(Section):
     seed: Index
     num_classes: Count
     max_flops: Positive | None = None
-    blocks: Annotated[list[Literal["basic", "bottleneck"]], Field(min_length=1)]
-    depths: Depths
-    width_mults: Annotated[list[Positive], Field(min_length=1)]
     input_sizes: Annotated[list[Count], Field(min_length=1)]
     batch_sizes: Annotated[list[Count], Field(min_length=1)]
     precisions: Annotated[list[Precision], Field(min_length=1)]
+
+
+class Space(_SpaceKnobs):
+    """``space``: a design space (depths are checked against the ResNet layouts when it is expanded)."""
+
+    blocks: Annotated[list[Literal["basic", "bottleneck"]], Field(min_length=1)]
+    depths: Depths
+    width_mults: Annotated[list[Positive], Field(min_length=1)]
     early_downsample: Annotated[list[bool], Field(min_length=1)]
     inner_mults: Annotated[list[Positive], Field(min_length=1)]
 
 
-class ZooSpace(Section):
+class ZooSpace(_SpaceKnobs):
     """``space`` of kind ``zoo``: named networks with input size, batch size and precision as knobs
     (:mod:`carb.design.zoo_space`)."""
 
-    name: Text
     kind: Literal["zoo"]
-    description: Text
-    mode: Literal["grid", "random"]
-    n: Count | None
-    seed: Index
-    num_classes: Count
-    max_flops: Positive | None = None
     models: Annotated[list[Text], Field(min_length=1)]
-    input_sizes: Annotated[list[Count], Field(min_length=1)]
-    batch_sizes: Annotated[list[Count], Field(min_length=1)]
-    precisions: Annotated[list[Precision], Field(min_length=1)]
     input_sizes_of: dict[str, Annotated[list[Count], Field(min_length=1)]] = {}
 
 
