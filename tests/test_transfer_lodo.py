@@ -16,8 +16,8 @@ ZEN4 = "34cc4b132c"
 
 def test_the_zen4_cpu_is_shipped_with_its_probe_and_provenance():
     """227 ok rows of one device (34cc4b132c, family 25, no avx512_fp16), a provenance naming its commands,
-    and its probe (fp32 and bf16 of 04:54 UTC, fp16 completed in the quiet window of 17:11) found by the probe
-    lookup with its fingerprint."""
+    and its probe (fp32, bf16 and, completed later, fp16: what its provenance's backends count) found by the
+    probe lookup with its fingerprint."""
     from carb.data.io import load_dataset
     from carb.data.probes import load_probe, probe_fingerprint
 
@@ -28,8 +28,9 @@ def test_the_zen4_cpu_is_shipped_with_its_probe_and_provenance():
     assert prov["device_id"] == ZEN4 and prov["fingerprint"]["family"] == "25" and prov["rows"] == 227
     assert any("carb-collect" in c for c in prov["commands"])
     probe = load_probe(ZEN4)
-    assert probe is not None and sorted(set(probe["precision"])) == ["bf16", "fp16", "fp32"] and len(probe) == 360
-    assert probe.groupby("precision").size().to_dict() == {"bf16": 120, "fp16": 120, "fp32": 120}
+    backends = json.loads((ROOT / "carb" / "data" / "device-probes.provenance.json").read_text())[ZEN4]["backends"]
+    assert probe is not None and set(probe["precision"]) == set(backends) == {"fp32", "bf16", "fp16"}
+    assert len(probe) == sum(sum(b.values()) for b in backends.values())
     fp = json.loads(probe_fingerprint(ZEN4))
     assert "avx512_fp16" not in fp["isa"] and fp["family"] == "25"
 
@@ -94,6 +95,46 @@ def test_repeatability_column_or_the_configured_floor():
     spread = np.abs(a - b) / ((a + b) / 2)
     assert repeatability_log_sd(pd.DataFrame({"latency_repeat_spread": spread}), "latency_ms") == \
         pytest.approx(0.04, rel=0.08)
+
+
+def test_the_zen4_repeatability_is_shipped_and_matches_its_study():
+    """The 42 re-measured Zen 4 configurations (two passes each) carry a spread per row; the floor per precision
+    recomputed from them is the one the study printed (its last line, kept in the provenance)."""
+    from carb.data.io import load_dataset
+    from carb.data.repeatability import repeatability_floor, repeatability_table
+
+    d = load_dataset(str(ROOT / "scripts" / "data" / "cpu-amd-zen4-repeat.parquet"))
+    prov = json.loads((ROOT / "scripts" / "data" / "cpu-amd-zen4-repeat.provenance.json").read_text())
+    assert set(d["device_id"].astype(str)) == {ZEN4} == {prov["device_id"]} and len(d) == prov["rows"]
+    assert (pd.to_numeric(d["latency_passes"]) >= 2).all() and d["latency_repeat_spread"].notna().all()
+    printed = dict(kv.split("=") for kv in prov["study_last_line"].split()[1:])
+    for p, floor in repeatability_floor(d).items():
+        assert floor == pytest.approx(float(printed[f"{p}_floor"]), abs=1e-4)
+    for r in repeatability_table(d).itertuples():
+        assert r.spread_median == pytest.approx(float(printed[f"{r.precision}_median"]), abs=1e-4)
+
+
+def test_benchmark_floor_is_the_device_measured_repeatability():
+    """The transfer benchmark's latency floor for the Zen 4 comes from its measured rows (the repeat study and
+    the CPU zoo of its device_id: the median over precisions of repeatability_floor over z), wider than the
+    configured default; a device without measured rows, and peak memory, keep conf/calibrate.yaml's floor."""
+    from omegaconf import OmegaConf
+    from scipy.stats import norm
+
+    from carb.data.io import load_dataset
+    from carb.data.repeatability import repeatability_floor
+    from scripts.bench import transfer_pairs as tp
+
+    conf = OmegaConf.load(ROOT / "conf" / "calibrate.yaml").transfer.repeatability_floor
+    zen4 = load_dataset(str(ROOT / "scripts" / "data" / "cpu-amd-zen4.parquet"))
+    rows = tp.measured_repeat_rows(zen4)
+    assert rows is not None and len(rows) > 0 and rows["latency_repeat_spread"].notna().all()
+    expect = float(np.median(list(repeatability_floor(rows).values()))) / norm.ppf(0.95)
+    assert tp.repeat_floor("latency_ms", rows) == pytest.approx(expect)
+    assert tp.repeat_floor("latency_ms", rows) > conf.latency_ms
+    assert tp.repeat_floor("peak_memory_MB", rows) == conf.peak_memory_MB
+    other = pd.DataFrame({"device_id": ["not-measured"] * 3, "precision": ["fp32"] * 3, "status": ["ok"] * 3})
+    assert tp.measured_repeat_rows(other) is None and tp.repeat_floor("latency_ms", None) == conf.latency_ms
 
 
 def test_calibrate_refuses_two_devices_of_one_name(tmp_path):

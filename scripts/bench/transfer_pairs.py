@@ -74,6 +74,39 @@ INTEL = next((p / "shared" / "data" / "cpu-intel-xeon" / "cpu-intel-xeon.parquet
 ZEN4 = ROOT / "scripts" / "data" / "cpu-amd-zen4.parquet"
 
 
+#: Shipped rows with a measured run-to-run spread (``latency_repeat_spread``): the Zen 4 configurations
+#: re-measured in two passes and the CPU zoo (both on 34cc4b132c); a device's floor uses those of its device_id.
+REPEAT_ROWS = (ROOT / "scripts" / "data" / "cpu-amd-zen4-repeat.parquet", ROOT / "carb" / "data" / "zoo-cpu.parquet")
+
+
+def measured_repeat_rows(rows: pd.DataFrame) -> pd.DataFrame | None:
+    """The rows with a measured ``latency_repeat_spread`` on the device of ``rows`` (its modal ``device_id``):
+    ``rows``' own and those of :data:`REPEAT_ROWS`; None where there are none (the configured floor holds)."""
+    from carb.data.repeatability import measured_spreads
+
+    if "device_id" not in rows.columns or rows["device_id"].dropna().empty:
+        return None
+    dev = str(rows["device_id"].dropna().astype(str).mode().iloc[0])
+    frames = [rows] + [pd.read_parquet(f) for f in REPEAT_ROWS if f.exists()]
+    parts = [measured_spreads(f[f["device_id"].astype(str) == dev]) for f in frames if "device_id" in f.columns]
+    parts = [m for m in parts if len(m)]
+    return pd.concat(parts, ignore_index=True) if parts else None
+
+
+def measured_floor_log_sd(rows: pd.DataFrame | None, coverage: float = 0.9) -> float:
+    """The latency repeatability floor of a device as a log standard deviation from its measured rows: the
+    median over precisions of :func:`carb.data.repeatability.repeatability_floor` (a ``coverage`` half-width,
+    log ratio) over ``z_{(1+c)/2}``; NaN without measured rows (the configured floor holds)."""
+    from scipy.stats import norm
+
+    from carb.data.repeatability import repeatability_floor
+
+    if rows is None or not len(rows):
+        return float("nan")
+    floor = repeatability_floor(rows, coverage)
+    return float(np.median(list(floor.values())) / norm.ppf(0.5 + coverage / 2.0)) if floor else float("nan")
+
+
 def cpu_devices() -> dict[str, pd.DataFrame]:
     """The CPU datasets (ok rows), by short name: the Zen 5 reference, the Zen 4 of ``scripts/data`` and the
     Xeon (only where its file exists)."""
@@ -304,16 +337,15 @@ PRIOR_ROWS: list[float | None] = [None]
 
 
 def repeat_floor(target: str, rows: pd.DataFrame | None = None) -> float:
-    """The repeatability floor of ``target``'s intervals as a log standard deviation: the rows' measured
-    run-to-run spread (:func:`carb.model.transfer_prior.repeatability_log_sd`) where they carry it, else
-    ``transfer.repeatability_floor`` of ``conf/calibrate.yaml``."""
+    """The repeatability floor of ``target``'s intervals as a log standard deviation: for latency, the target
+    device's measured run-to-run spread (``rows``: :func:`measured_repeat_rows`; :func:`measured_floor_log_sd`)
+    where it was measured, else ``transfer.repeatability_floor`` of ``conf/calibrate.yaml``."""
     from omegaconf import OmegaConf
-
-    from carb.model.transfer_prior import repeatability_log_sd
 
     floor = OmegaConf.load(ROOT / "conf" / "calibrate.yaml").transfer.get("repeatability_floor") or {}
     default = float(floor.get(target, floor.get("default", 0.0))) if hasattr(floor, "get") else float(floor)
-    return repeatability_log_sd(rows, target, default) if rows is not None else default
+    measured = measured_floor_log_sd(rows) if target == "latency_ms" else float("nan")
+    return measured if np.isfinite(measured) else default
 
 
 def set_prior_intervals(table: pd.DataFrame, pending: list[dict], kind: str) -> pd.DataFrame:
@@ -372,7 +404,7 @@ def set_intervals(table: pd.DataFrame, pending: list[dict], kind: str | None = N
         if q["k"] == 0:
             others = [r for r in others if r["kind"] == q.get("kind")] or others
             saved = copy.copy(tr.intervals_)
-        floor = repeat_floor(q["target"])
+        floor = repeat_floor(q["target"], q.get("repeat_rows"))
         entry = tr.set_device_band(q["target"], others, floor, scaled=q["k"] > 0)
         ivs = {"": interval(tr.intervals_, q["pred"], precision=q["precision"])} if entry else {}
         if q["k"] > 0:
@@ -433,8 +465,14 @@ def pair_table(devices: dict[str, pd.DataFrame], ks: list[int], targets: list[st
                 pending += [{"source": src, "target_device": dst, **q} for q in pend]
     kind = "cpu" if cpu else "gpu"
     ids = {n: (_identity(d)[1] or n) for n, d in devices.items()}
+    reps = {n: measured_repeat_rows(d) for n, d in devices.items()}
+    for n, r in reps.items():
+        if r is not None:
+            print(f"  {n}: latency repeatability floor from {len(r)} measured rows, log sd "
+                  f"{measured_floor_log_sd(r):.4f}", flush=True)
     return pd.DataFrame(out), [{**q, "kind": kind, "pair": (q["source"], q["target_device"]),
-                                "source_id": ids[q["source"]], "target_id": ids[q["target_device"]]} for q in pending]
+                                "source_id": ids[q["source"]], "target_id": ids[q["target_device"]],
+                                "repeat_rows": reps[q["target_device"]]} for q in pending]
 
 
 def interval_sweep(parts: list, k: int = 10, stats: tuple[str, ...] = ("median", "mean", "rms"),
