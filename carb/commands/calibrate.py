@@ -453,8 +453,7 @@ def transfer_settings(cfg: Any) -> dict[str, Any]:
             "coverage": float(cfg.coverage), "error_prior": t.get("error_prior", "auto"),
             "prior_rows": float(t.get("prior_rows", 10.0)),
             "prior_targets": tuple(t.get("prior_targets") or ("latency_ms", "energy_J")),
-            "unseen_widen": max(abs(float(v)) for v in (cfg.get("zero_shot") or {}).get("probe_log_error_band",
-                                                                                      [-0.354, 0.222])),
+            "unseen_widen": max(abs(float(v)) for v in cfg.zero_shot.probe_log_error_band),   # conf/calibrate.yaml
             "pair_prior": t.get("pair_prior", "auto"),
             "repeat_floor": {str(k): float(v) for k, v in (t.get("repeatability_floor") or {}).items()}}
 
