@@ -87,6 +87,16 @@ def test_bench_cpu_part_last_line_and_saved_figures(tmp_path):
     saved = json.loads(out.read_text())
     assert saved["last_line"] == last
     assert {r["family"] for r in saved["cpu"]["latency"]["table"]} == set(FAMS)
+    from scripts.zoo_results import zoo_lines
+
+    md = "\n".join(zoo_lines(out))
+    assert last in md and all(f"| {f} | {n} |" in md for f, n in FAMS.items())
+
+
+def test_results_section_without_saved_figures_says_how_to_make_them(tmp_path):
+    from scripts.zoo_results import zoo_lines
+
+    assert "scripts/bench/zoo.py" in "\n".join(zoo_lines(tmp_path / "none.json"))
 
 
 def test_bench_missing_data_exits_2(tmp_path):
