@@ -38,7 +38,8 @@ def cpu_family_table(cpu: dict) -> list[str]:
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for fam, r in lat.sort_values("carb_mape_pct", ascending=False).iterrows():
         m = mem.loc[fam]
-        lines.append(f"| {fam} | {int(r['models'])} | {int(r['rows'])} | {_f(r['carb_mape_pct'])} | {_f(r['hj_mape_pct'])} | "
+        lines.append(f"| {fam} | {int(r['models'])} | {int(r['rows'])} | {_f(r['carb_mape_pct'])} | "
+                     f"{_f(r['hj_mape_pct'])} | "
                      f"{_f(r['b1_mape_pct'])} | {_f(r['carb_rho'], '.2f')} | {_f(r['carb_within20_pct'], '.0f')} % | "
                      f"{_f(r['coverage'], '.2f')} ({_f(r['hi_lo'], '.2f')}) | {_f(m['carb_mape_pct'])} | "
                      f"{_f(m['physics_mape_pct'])} | {_f(m['hj_mape_pct'])} | {_f(m['b1_mape_pct'])} |")
@@ -67,7 +68,8 @@ def gpu_table(gpu: list[dict], no_trace: list[dict] | None) -> list[str]:
     """One Markdown row per timm device: LOFO latency of CARB with the layer-table features (and without,
     when measured), HJ, B1; families within 20 %, worst family, lowest Spearman, wins, interval coverage."""
     plain = {s["device"]: s for s in (no_trace or [])}
-    lines = ["| device (timm's files) | families | networks | pooled MAPE %: CARB with trace | without trace | HJ | B1 | "
+    lines = ["| device (timm's files) | families | networks | pooled MAPE %: CARB with trace | without trace | HJ | "
+             "B1 | "
              "families within 20 %: CARB / HJ / B1 | worst family (CARB %) | lowest Spearman | CARB beats B1 / HJ | "
              "90 % coverage (hi/lo) |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in gpu:

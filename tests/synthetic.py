@@ -297,9 +297,11 @@ def cpu_zoo_frame(families: Mapping[str, int], seed: int = 0, rows_per_model: in
     for f, n in families.items():
         cf, cp = rng.uniform(7.5, 9.5), rng.uniform(6, 7.5)
         for i in range(n):
-            flops1, params, n_ops = 10 ** (cf + rng.normal(0, 0.2)), 10 ** (cp + rng.normal(0, 0.2)), rng.integers(50, 400)
+            flops1, params = 10 ** (cf + rng.normal(0, 0.2)), 10 ** (cp + rng.normal(0, 0.2))
+            n_ops = rng.integers(50, 400)
             for _ in range(rows_per_model):
-                b, s, prec = int(rng.choice([1, 2, 4, 8, 16])), int(rng.choice([96, 160, 224])), str(rng.choice(["fp32", "bf16"]))
+                b, s = int(rng.choice([1, 2, 4, 8, 16])), int(rng.choice([96, 160, 224]))
+                prec = str(rng.choice(["fp32", "bf16"]))
                 scale = (s / 224) ** 2
                 byt = 4 if prec == "fp32" else 2
                 fl, mb = flops1 * scale, flops1 * scale / 2e6

@@ -63,7 +63,8 @@ def test_intervals_cover_and_are_finite():
 def test_memory_model_falls_back_to_all_rows_for_an_unseen_precision():
     f = usable(cpu_zoo_frame(FAMS))
     m = CpuZooMemory().fit(f[f["precision"] == "fp32"])
-    assert np.allclose(m.predict(f[f["precision"] == "bf16"]) / PhysicsMemory().predict(f[f["precision"] == "bf16"]), 1.1)
+    bf = f[f["precision"] == "bf16"]
+    assert np.allclose(m.predict(bf) / PhysicsMemory().predict(bf), 1.1)
 
 
 def test_missing_column_and_too_few_families_are_one_line():
@@ -101,5 +102,6 @@ def test_results_section_without_saved_figures_says_how_to_make_them(tmp_path):
 
 def test_bench_missing_data_exits_2(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "scripts/bench/zoo.py"), "--part", "cpu", "--cpu-data",
-                        str(tmp_path / "none.parquet"), "--out", str(tmp_path / "o.json")], capture_output=True, text=True)
+                        str(tmp_path / "none.parquet"), "--out", str(tmp_path / "o.json")],
+                       capture_output=True, text=True)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--cpu-data" in r.stderr

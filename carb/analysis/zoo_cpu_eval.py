@@ -70,7 +70,8 @@ def features(frame: pd.DataFrame) -> pd.DataFrame:
            "bf16": bf16, "bf16_log_flops": bf16 * np.log(flops)}
     out |= {"log_ai": out["log_flops"] - np.log(byt * 1e6),
             "log_live_per_flop": out["log_live"] - out["log_flops"],
-            "log_physics_MB": np.log(f("peak_live_MB") + f("param_size_MB")), "log_param_MB": np.log(f("param_size_MB")),
+            "log_physics_MB": np.log(f("peak_live_MB") + f("param_size_MB")),
+            "log_param_MB": np.log(f("param_size_MB")),
             "log_flops_batch": np.log(f("flops")), "log_act_batch": np.log(f("activations"))}
     return pd.DataFrame(out, index=frame.index)
 
@@ -196,7 +197,8 @@ def evaluate(frame: pd.DataFrame, target: str, models: Mapping[str, Callable[[],
         raise DatasetError(f"zoo LOFO: {rows['family'].nunique()} families; need at least 3")
     pred = family_intervals(lofo(rows, models), coverage=coverage, target=target)
     table = family_table(pred, tuple(models), target=target)
-    as_lat = pred.drop(columns=["latency_ms"]).rename(columns={target: "latency_ms"}) if target != "latency_ms" else pred
+    as_lat = pred if target == "latency_ms" else (
+        pred.drop(columns=["latency_ms"]).rename(columns={target: "latency_ms"}))
     summ = device_summary(table, as_lat)
     for m in models:
         if m not in ("b1", "hj", "carb"):
