@@ -147,6 +147,7 @@ def gpu_part(args: argparse.Namespace, trace: bool) -> list[dict]:
             print(f"--devices: {args.devices!r} is not allowed; allowed: gpu, all, {', '.join(names)}", file=sys.stderr)
             raise SystemExit(2)
         zoo = zoo[zoo["device_name"] == args.devices]
+    print(f"timm's files: CARB {'with' if trace else 'without'} the layer-table features", flush=True)
     if "tr_flops" in zoo.columns:
         print(f"trace features: {int(zoo['tr_flops'].notna().sum())}/{len(zoo)} rows", flush=True)
     sums = []
