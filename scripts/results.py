@@ -612,6 +612,9 @@ def section() -> str:
     from scripts.studies.energy_floor import floor_lines
 
     parts += floor_lines()   # zero-shot energy per image against MLPerf floors (issue 45)
+    from scripts.zoo_results import zoo_lines
+
+    parts += zoo_lines()     # the zoo benchmark's saved figures (issue 43; scripts/bench/zoo.py writes them)
     return "\n".join(parts)
 
 

@@ -286,6 +286,35 @@ def zoo_frame(families: Mapping[str, int], seed: int = 0, law: str = "hj", noise
     return pd.DataFrame(rows)
 
 
+def cpu_zoo_frame(families: Mapping[str, int], seed: int = 0, rows_per_model: int = 6,
+                  mem_overhead: float = 1.1) -> pd.DataFrame:
+    """Measured-zoo rows (``carb-collect space=zoo`` columns that :mod:`carb.analysis.zoo_cpu_eval` reads)
+    for ``families`` (name -> number of models), ``rows_per_model`` (batch, input size, precision) each,
+    with known laws: latency per image ``t = 2e-6 * MFLOPs**0.9 * MB**0.1 * n_ops**0.3`` ms (bf16: x 1.5),
+    times the batch; ``peak_memory_MB = mem_overhead * (peak_live_MB + param_size_MB)``."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for f, n in families.items():
+        cf, cp = rng.uniform(7.5, 9.5), rng.uniform(6, 7.5)
+        for i in range(n):
+            flops1, params = 10 ** (cf + rng.normal(0, 0.2)), 10 ** (cp + rng.normal(0, 0.2))
+            n_ops = rng.integers(50, 400)
+            for _ in range(rows_per_model):
+                b, s = int(rng.choice([1, 2, 4, 8, 16])), int(rng.choice([96, 160, 224]))
+                prec = str(rng.choice(["fp32", "bf16"]))
+                scale = (s / 224) ** 2
+                byt = 4 if prec == "fp32" else 2
+                fl, mb = flops1 * scale, flops1 * scale / 2e6
+                t = 2e-6 * (fl / 1e6) ** 0.9 * mb ** 0.1 * n_ops ** 0.3 * (1.5 if prec == "bf16" else 1.0)
+                live, psize = b * mb / 8, params * byt / 2 ** 20
+                rows.append({"model_name": f"tv:{f}_{i}", "family": f, "input_size": s, "batch_size": b,
+                             "precision": prec, "flops": fl * b, "params": params, "param_size_MB": psize,
+                             "activations": fl * b / 50, "peak_live_MB": live, "bytes_read_MB": mb * b * 0.6,
+                             "bytes_written_MB": mb * b * 0.4, "n_ops": float(n_ops), "latency_ms": t * b,
+                             "peak_memory_MB": mem_overhead * (live + psize)})
+    return pd.DataFrame(rows)
+
+
 #: Small torchvision networks of distinct families that trace in well under a second each (tests' zoo).
 ZOO_TEST_MODELS = ("tv:squeezenet1_0", "tv:squeezenet1_1", "tv:mobilenet_v3_small", "tv:mobilenet_v2",
                    "tv:resnet18", "tv:resnet34", "tv:shufflenet_v2_x0_5", "tv:shufflenet_v2_x1_0",

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DOCS = [README, ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
 #: Generated blocks README.md must keep (their scripts splice into them: scripts/example.py).
-README_BLOCKS = ("setup", "speed", "example")
+README_BLOCKS = ("setup", "speed", "example", "zoo-example")
 #: A link target that another branch delivers (docs/RESULTS.md: the generated results); absent is allowed.
 ARRIVING = {"docs/RESULTS.md"}
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")

@@ -85,12 +85,14 @@ def _weighted_quantile(x: np.ndarray, w: np.ndarray, q: float) -> float:
     return float(x[order][min(np.searchsorted(cdf, q), len(x) - 1)])
 
 
-def family_intervals(pred: pd.DataFrame, column: str = "pred_carb", coverage: float = 0.9) -> pd.DataFrame:
-    """``pred`` (LOFO predictions) with ``lo_ms`` / ``hi_ms``: the cross-conformal interval of each
-    held-out family (module docstring), calibrated on the other families' log ratios only."""
+def family_intervals(pred: pd.DataFrame, column: str = "pred_carb", coverage: float = 0.9,
+                     target: str = "latency_ms") -> pd.DataFrame:
+    """``pred`` (LOFO predictions) with ``lo_ms`` / ``hi_ms`` (in ``target``'s unit: ms, or MB for
+    ``peak_memory_MB``): the cross-conformal interval of each held-out family (module docstring),
+    calibrated on the other families' log ratios only."""
     if not 0 < coverage < 1:
         raise DatasetError(f"zoo intervals: coverage={coverage} must be in (0, 1)")
-    ratio = np.log(pred["latency_ms"].to_numpy(float) / pred[column].to_numpy(float))
+    ratio = np.log(pred[target].to_numpy(float) / pred[column].to_numpy(float))
     fam = pred["family"].astype(str).to_numpy()
     size = pd.Series(fam).map(pd.Series(fam).value_counts()).to_numpy(float)
     lo, hi = np.full(len(pred), np.nan), np.full(len(pred), np.nan)
@@ -117,13 +119,14 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def family_table(pred: pd.DataFrame, models: tuple[str, ...] = tuple(MODELS)) -> pd.DataFrame:
-    """One row per held-out family: ``models``, ``rows``; per model ``<m>_mape_pct``, ``<m>_rho``,
+def family_table(pred: pd.DataFrame, models: tuple[str, ...] = tuple(MODELS),
+                 target: str = "latency_ms") -> pd.DataFrame:
+    """One row per held-out family of ``target``: ``models``, ``rows``; per model ``<m>_mape_pct``, ``<m>_rho``,
     ``<m>_within20_pct`` (rows within 20 %); with ``lo_ms`` / ``hi_ms``: ``coverage`` (share of rows inside)
     and ``hi_lo`` (the interval's hi / lo ratio, median over rows)."""
     rows = []
     for f, g in pred.groupby("family", sort=False):
-        y = g["latency_ms"].to_numpy(float)
+        y = g[target].to_numpy(float)
         row = {"family": f, "models": g["model"].nunique(), "rows": len(g)}
         for m in models:
             p = g[f"pred_{m}"].to_numpy(float)

@@ -1,5 +1,17 @@
-"""Benchmark: latency of a backbone family never measured, on timm's published benchmark files.
+"""Benchmark: latency and memory of a backbone family never measured: the CPU zoo measured here and
+timm's published benchmark files.
 
+CPU part (``--part cpu|all``; :mod:`carb.analysis.zoo_cpu_eval`): leave-one-family-out over every family of
+the measured CPU zoo (``carb/data/zoo-cpu.parquet``, or ``--cpu-data``), latency and peak memory: CARB's
+CPU-zoo models beside B1 and Hidden Joules' regression on the same splits (memory also beside the
+liveness estimate ``peak_live_MB + param_size_MB``, no fitting); 90 % cross-conformal family intervals.
+``screen_s``: a zoo screening after load (the shipped zoo list x 8 batch sizes x 3 precisions x 3 input
+sizes: featurized from the cached layer tables, latency and memory predicted, Pareto front of latency
+vs -top1), timed once the tables are cached (the first pass warms the cache and is not timed).
+``trace_cold_s`` is read from ``scripts/data/zoo_trace_bench.json`` (``scripts/bench/trace.py``'s
+measurement, with its provenance) or given with ``--trace-cold-s``.
+
+GPU part (``--part gpu|all``):
 For each device of the shipped timm zoo table (``carb/data/timm-zoo-bench.parquet``: the main set, eager
 nchw autocast-fp16 on RTX 3090 / 4090 / 5090 / PRO 6000 Max-Q, newest torch each; fp32 torch.compile
 batch 1 on the Intel i9-10940X), leave-one-family-out (families = leading letters of the model name, those
@@ -7,32 +19,39 @@ with >= 5 models; :mod:`carb.analysis.zoo_eval`): CARB's zoo model beside B1 (lo
 Joules' regression (log-linear on params, GMACs, activations), on the same splits; 90 % cross-conformal
 intervals calibrated on the other held-out families.
 
-    python scripts/bench/zoo.py [--devices gpu|all|<device name>] [--no-census] [--no-trace] [--trace-base] [--table]
+    python scripts/bench/zoo.py [--part all|cpu|gpu] [--devices gpu|all|<device name>] [--no-census]
+        [--no-trace] [--gpu-no-trace-too] [--trace-base] [--table] [--out scripts/data/zoo_bench.json]
 
 CARB's features include the layer table's (``carb/data/timm-zoo-trace.parquet``, joined by
 :func:`carb.data.importers.timm_zoo.with_trace`) when it exists; ``--no-trace`` leaves them out;
 ``--trace-base``: the log-linear base of a traced row also takes its memory-bound bytes and operation count.
 
-Prints each device's per-family table (``--table``: every family; else the 10 worst by CARB's MAPE), a
-summary line per device, then the machine-readable last line:
-``zoo: devices=N families=F models=M lofo_within20=W/F lofo_lat_mape_max=X lofo_lat_rho_min=X coverage_min=X
-b1_family_wins=W/F hj_family_wins=W/F`` (F and W summed over devices' held-out families; the max / min over
-devices and families).
+Prints the CPU zoo's per-family tables (every family), each GPU device's (``--table``: every family; else
+the 10 worst by CARB's MAPE), a summary line per device, writes the figures to ``--out`` (JSON, read by
+``scripts/results.py``; ``--gpu-no-trace-too`` adds the GPU part without the layer-table features), then
+the machine-readable last line:
+``zoo: devices=N families=F models=M lofo_within20=W/F lofo_lat_mape_max=X lofo_lat_rho_min=X
+lofo_mem_mape_max=X coverage_min=X b1_family_wins=W/F hj_family_wins=W/F trace_cold_s=X screen_s=X``
+(F and W summed over devices' held-out families, latency; the max / min over devices and families;
+coverage over latency and memory; models: distinct networks over all parts).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from carb.analysis.zoo_eval import MODELS, evaluate_device  # noqa: E402
+from carb.files import write_atomic  # noqa: E402
 from carb.data.importers.timm_zoo import load_zoo_bench, with_census, with_trace  # noqa: E402
 from carb.model.zoo_latency import ZooLatencyModel  # noqa: E402
 
@@ -52,19 +71,73 @@ def device_block(name: str, table: pd.DataFrame, s: dict, every: bool) -> str:
     return head + "\n" + t.to_string(index=False, float_format=lambda v: f"{v:.2f}")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--devices", default="all", help="gpu, all, or one device name (e.g. 'RTX 4090')")
-    ap.add_argument("--no-census", action="store_true", help="leave the module census out of CARB's features")
-    ap.add_argument("--no-trace", action="store_true", help="leave the layer-table features out of CARB's")
-    ap.add_argument("--trace-base", action="store_true", help="memory-bound bytes and n_ops in CARB's base too")
-    ap.add_argument("--table", action="store_true", help="print every family, not the 10 worst")
-    args = ap.parse_args()
+CPU_COLS = ["family", "models", "rows", "carb_mape_pct", "carb_rho", "carb_within20_pct", "b1_mape_pct",
+            "b1_rho", "hj_mape_pct", "hj_rho", "coverage", "hi_lo"]
+
+
+def cpu_block(target: str, table: pd.DataFrame, s: dict) -> str:
+    """The CPU zoo's per-family table of ``target`` (every family, worst CARB MAPE first) and its summary."""
+    cols = CPU_COLS[:4] + (["physics_mape_pct"] if "physics_mape_pct" in table else []) + CPU_COLS[4:]
+    phys = (f" | physics (peak_live + params, no fit) {s['physics_pooled_pct']:.1f} %, worst "
+            f"{s['physics_mape_max']:.1f} %" if "physics_pooled_pct" in s else "")
+    head = (f"== CPU zoo {target}: {s['families']} families, {s['models']} models; pooled MAPE carb "
+            f"{s['carb_pooled_pct']:.1f} % | hj {s['hj_pooled_pct']:.1f} % | b1 {s['b1_pooled_pct']:.1f} %{phys}; "
+            f"families within 20 %: carb {s['within20']}/{s['families']}, hj {s['hj_within20_fams']}, b1 "
+            f"{s['b1_within20_fams']}; worst {s['worst']} {s['mape_max']:.1f} %; rho_min {s['rho_min']:.2f} "
+            f"(families with >= 3 rows); beats b1 on {s['b1_wins']}, hj on {s['hj_wins']}; 90 % intervals cover "
+            f"{s['coverage']:.3f} (families) / {s['coverage_rows']:.3f} (rows), median hi/lo {s['hi_lo']:.2f}")
+    t = table.sort_values("carb_mape_pct", ascending=False)[cols]
+    return head + "\n" + t.to_string(index=False, float_format=lambda v: f"{v:.2f}")
+
+
+def screen_seconds(cpu: pd.DataFrame) -> tuple[float, int]:
+    """(seconds, candidates) of a zoo screening after load: the shipped zoo list (``conf/space/zoo.yaml``)
+    x 8 batch sizes x 3 precisions x 3 input sizes featurized from the cached layer tables, latency and
+    memory predicted by CARB's CPU-zoo models (fitted on ``cpu``, not timed), Pareto front of latency vs
+    -top1. A first pass warms the layer-table cache (not timed)."""
+    import yaml
+
+    from carb.analysis.zoo_cpu_eval import CpuZooLatency, CpuZooMemory, usable
+    from carb.analysis.zoo_screen import zoo_candidates
+    from carb.design.arch import PRECISIONS
+    from carb.analysis.scale import pareto_mask
+
+    space = yaml.safe_load((ROOT / "conf/space/zoo.yaml").read_text())
+    space |= {"mode": "grid", "max_flops": None, "batch_sizes": [1, 2, 4, 8, 16, 32, 64, 128],
+              "precisions": list(PRECISIONS)[:3], "input_sizes": [128, 160, 224]}
+    rows = usable(cpu)
+    lat, mem = CpuZooLatency().fit(rows), CpuZooMemory().fit(rows)
+    zoo_candidates(space)                      # warm the layer-table cache
     t0 = time.perf_counter()
+    cand, _ = zoo_candidates(space)
+    cand["latency_ms"] = lat.predict(cand)
+    cand["peak_memory_MB"] = mem.predict(cand)
+    top1 = pd.to_numeric(cand["top1"], errors="coerce").fillna(0.0).to_numpy(float)
+    pareto_mask(np.c_[cand["latency_ms"].to_numpy(float), -top1])
+    return time.perf_counter() - t0, len(cand)
+
+
+def cpu_part(path: Path) -> tuple[dict, pd.DataFrame]:
+    """LOFO of the CPU zoo at ``path`` (latency and memory): prints the tables; returns the JSON part
+    and the frame."""
+    from carb.analysis.zoo_cpu_eval import LATENCY_MODELS, MEMORY_MODELS, evaluate
+
+    cpu = pd.read_parquet(path)
+    out = {"data": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)}
+    for key, target, models in (("latency", "latency_ms", LATENCY_MODELS), ("memory", "peak_memory_MB", MEMORY_MODELS)):
+        table, s, _ = evaluate(cpu, target, models)
+        print(cpu_block(target, table, s), flush=True)
+        out[key] = {"summary": s, "table": table.round(4).to_dict(orient="records")}
+    return out, cpu
+
+
+def gpu_part(args: argparse.Namespace, trace: bool) -> list[dict]:
+    """LOFO on timm's files per device (with or without the layer-table features): prints the tables;
+    returns each device's summary with its ``device``."""
     zoo = load_zoo_bench()
     if not args.no_census:
         zoo = with_census(zoo)
-    if not args.no_trace:
+    if trace:
         zoo = with_trace(zoo)
     names = sorted(zoo["device_name"].astype(str).unique())
     if args.devices == "gpu":
@@ -74,24 +147,82 @@ def main() -> None:
             print(f"--devices: {args.devices!r} is not allowed; allowed: gpu, all, {', '.join(names)}", file=sys.stderr)
             raise SystemExit(2)
         zoo = zoo[zoo["device_name"] == args.devices]
+    print(f"timm's files: CARB {'with' if trace else 'without'} the layer-table features", flush=True)
     if "tr_flops" in zoo.columns:
         print(f"trace features: {int(zoo['tr_flops'].notna().sum())}/{len(zoo)} rows", flush=True)
     sums = []
+    for dev, rows in zoo.groupby("device_name", sort=True):
+        models = {**MODELS, "carb": lambda: ZooLatencyModel(trace_base=True)} if args.trace_base else MODELS
+        table, s = evaluate_device(rows, models=models)
+        print(device_block(str(dev), table, s, args.table), flush=True)
+        sums.append({"device": str(dev), "trace": trace, **s})
+    return sums
+
+
+def trace_cold(value: float | None) -> float:
+    """``--trace-cold-s`` or the recorded measurement (``scripts/data/zoo_trace_bench.json``), seconds."""
+    if value is not None:
+        return value
+    return float(json.loads((ROOT / "scripts/data/zoo_trace_bench.json").read_text())["trace_cold_s"])
+
+
+def last_line(cpu: dict | None, gpu: list[dict], n_models: int, trace_s: float, screen_s: float) -> str:
+    """The machine-readable last line over the CPU zoo (latency; memory's worst MAPE) and the GPU devices."""
+    lat = ([cpu["latency"]["summary"]] if cpu else []) + gpu
+    f = sum(s["families"] for s in lat)
+    cov = [s["coverage"] for s in lat] + ([cpu["memory"]["summary"]["coverage"]] if cpu else [])
+    mem = f"{cpu['memory']['summary']['mape_max']:.1f}" if cpu else "nan"
+    return (f"zoo: devices={len(lat)} families={f} models={n_models} "
+            f"lofo_within20={sum(s['within20'] for s in lat)}/{f} "
+            f"lofo_lat_mape_max={max(s['mape_max'] for s in lat):.1f} "
+            f"lofo_lat_rho_min={min(s['rho_min'] for s in lat):.2f} lofo_mem_mape_max={mem} "
+            f"coverage_min={min(cov):.3f} "
+            f"b1_family_wins={sum(s['b1_wins'] for s in lat)}/{f} hj_family_wins={sum(s['hj_wins'] for s in lat)}/{f} "
+            f"trace_cold_s={trace_s:.1f} screen_s={screen_s:.2f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--part", default="all", choices=["all", "cpu", "gpu"], help="CPU zoo, timm's files, or both")
+    ap.add_argument("--cpu-data", default=str(ROOT / "carb/data/zoo-cpu.parquet"), help="measured zoo parquet")
+    ap.add_argument("--devices", default="all", help="gpu, all, or one device name (e.g. 'RTX 4090')")
+    ap.add_argument("--no-census", action="store_true", help="leave the module census out of CARB's features")
+    ap.add_argument("--no-trace", action="store_true", help="leave the layer-table features out of CARB's")
+    ap.add_argument("--gpu-no-trace-too", action="store_true", help="also the GPU part without trace features")
+    ap.add_argument("--trace-base", action="store_true", help="memory-bound bytes and n_ops in CARB's base too")
+    ap.add_argument("--table", action="store_true", help="print every family, not the 10 worst")
+    ap.add_argument("--no-screen", action="store_true", help="skip the screening timing (screen_s=nan)")
+    ap.add_argument("--trace-cold-s", type=float, default=None, help="trace_cold_s (default: the recorded file)")
+    ap.add_argument("--out", default=str(ROOT / "scripts/data/zoo_bench.json"), help="JSON of the figures")
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    out: dict = {"command": " ".join(["python scripts/bench/zoo.py", *sys.argv[1:]])}
+    cpu, cpu_frame, gpu, models = None, None, [], set()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for dev, rows in zoo.groupby("device_name", sort=True):
-            models = {**MODELS, "carb": lambda: ZooLatencyModel(trace_base=True)} if args.trace_base else MODELS
-            table, s = evaluate_device(rows, models=models)
-            print(device_block(str(dev), table, s, args.table), flush=True)
-            sums.append(s)
-    f = sum(s["families"] for s in sums)
-    print(f"({time.perf_counter() - t0:.0f} s)")
-    print(f"zoo: devices={len(sums)} families={f} models={max(s['models'] for s in sums)} "
-          f"lofo_within20={sum(s['within20'] for s in sums)}/{f} "
-          f"lofo_lat_mape_max={max(s['mape_max'] for s in sums):.1f} "
-          f"lofo_lat_rho_min={min(s['rho_min'] for s in sums):.2f} "
-          f"coverage_min={min(s['coverage'] for s in sums):.3f} "
-          f"b1_family_wins={sum(s['b1_wins'] for s in sums)}/{f} hj_family_wins={sum(s['hj_wins'] for s in sums)}/{f}")
+        if args.part in ("all", "cpu"):
+            path = Path(args.cpu_data)
+            if not path.is_file():
+                print(f"--cpu-data: {path} is not a file; allowed: a measured zoo parquet", file=sys.stderr)
+                raise SystemExit(2)
+            cpu, cpu_frame = cpu_part(path)
+            out["cpu"] = cpu
+            models |= set(cpu_frame["model_name"].astype(str))
+        if args.part in ("all", "gpu"):
+            gpu = gpu_part(args, trace=not args.no_trace)
+            out["gpu"] = gpu
+            models |= set(load_zoo_bench()["model"].astype(str)) if gpu else set()
+            if args.gpu_no_trace_too and not args.no_trace:
+                out["gpu_no_trace"] = gpu_part(args, trace=False)
+        screen_s, n_cand = (float("nan"), 0) if args.no_screen or cpu_frame is None else screen_seconds(cpu_frame)
+    print(f"screening: {n_cand} candidates in {screen_s:.2f} s after load")
+    trace_s = trace_cold(args.trace_cold_s)
+    line = last_line(cpu, gpu, len(models), trace_s, screen_s)
+    out |= {"screen_s": screen_s, "screen_candidates": n_cand, "trace_cold_s": trace_s, "last_line": line,
+            "wall_s": round(time.perf_counter() - t0, 1)}
+    write_atomic(Path(args.out), lambda p: p.write_text(json.dumps(out, indent=1, default=float) + "\n"))
+    print(f"({time.perf_counter() - t0:.0f} s; figures in {args.out})")
+    print(line)
 
 
 if __name__ == "__main__":

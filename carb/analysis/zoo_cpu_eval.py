@@ -1,0 +1,209 @@
+"""Leave-one-family-out (LOFO) on a measured zoo (``carb-collect space=zoo`` rows, e.g. ``zoo-cpu``):
+latency and peak memory of a family never measured.
+
+Input: zoo rows with the layer-table features the collector stores (per batch: ``flops`` (fvcore count, one
+multiply-add = one FLOP), ``activations``, ``peak_live_MB``, ``bytes_read_MB``, ``bytes_written_MB``;
+per network: ``params``, ``param_size_MB`` (at the row's precision), ``n_ops``), the knobs ``model_name``,
+``family``, ``input_size``, ``batch_size``, ``precision`` and the targets ``latency_ms`` (per batch) and
+``peak_memory_MB``. Every family is held out in turn (``min_models=1``: most CPU-zoo families have one
+network); the models are fitted on every other family's rows and predict the held-out one.
+
+Latency (log time per image, as :mod:`carb.model.zoo_latency`):
+- ``b1``: FLOPs only, ``log t = a + b log FLOPs``;
+- ``hj``: Hidden Joules' regression on log params, log GMACs, log activations;
+- ``carb``: :class:`CpuZooLatency`, a roofline-like log-linear base on the layer table (compute FLOPs,
+  bytes moved, executed-operation count: the kernel-launch / dispatch term, batch, and a bf16 term with its
+  own FLOP slope) times a small LightGBM correction of its log residual on the same features and their
+  ratios (arithmetic intensity, liveness peak per FLOP). A lighter model than the full ``carb-train``
+  cascade (31 refits on 2 cores), from the same layer-table features and priors.
+
+Memory (log peak MB per batch):
+- ``physics``: the liveness estimate ``peak_live_MB + param_size_MB``, no fitting;
+- ``b1`` / ``hj``: the same two regressions on log peak memory (per batch);
+- ``carb``: :class:`CpuZooMemory`, the liveness estimate times the training families' median ratio
+  measured / estimate per precision (the allocator's overhead).
+
+Intervals: 90 % cross-conformal over families (:func:`carb.analysis.zoo_eval.family_intervals`).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from carb.analysis.zoo_eval import device_summary, family_intervals, family_table
+from carb.errors import DatasetError
+
+#: Columns a measured zoo row needs here.
+CPU_NEEDED: tuple[str, ...] = ("latency_ms", "peak_memory_MB", "batch_size", "input_size", "flops", "params",
+                               "activations", "peak_live_MB", "param_size_MB", "bytes_read_MB",
+                               "bytes_written_MB", "n_ops")
+
+
+def usable(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame``'s rows with every :data:`CPU_NEEDED` value finite and positive, ``model`` = ``model_name``."""
+    missing = [c for c in CPU_NEEDED + ("family", "model_name", "precision") if c not in frame.columns]
+    if missing:
+        raise DatasetError(f"zoo LOFO: missing column(s) {missing}")
+    vals = frame[list(CPU_NEEDED)].apply(pd.to_numeric, errors="coerce").to_numpy(float)
+    ok = np.isfinite(vals).all(axis=1) & (vals > 0).all(axis=1)
+    out = frame[ok].reset_index(drop=True).copy()
+    out["model"] = out["model_name"].astype(str)
+    out["family"] = out["family"].astype(str)
+    return out
+
+
+def features(frame: pd.DataFrame) -> pd.DataFrame:
+    """Log features (n rows): per image ``log_flops``, ``log_bytes`` (MB read + written), ``log_act``,
+    ``log_live`` (MB); per network ``log_params_M``, ``log_n_ops``; ``log_batch``, ``log_input``, ``bf16``
+    (0/1), ``bf16_log_flops``; ratios ``log_ai`` (FLOPs per byte), ``log_live_per_flop``; per batch
+    ``log_physics_MB`` (log of peak_live_MB + param_size_MB), ``log_param_MB``, ``log_flops_batch``,
+    ``log_act_batch``."""
+    f = lambda c: pd.to_numeric(frame[c], errors="coerce").to_numpy(float)  # noqa: E731
+    b = f("batch_size")
+    flops, byt = f("flops") / b, (f("bytes_read_MB") + f("bytes_written_MB")) / b
+    bf16 = (frame["precision"].astype(str) == "bf16").to_numpy(float)
+    out = {"log_flops": np.log(flops), "log_bytes": np.log(byt), "log_act": np.log(f("activations") / b),
+           "log_live": np.log(f("peak_live_MB") / b), "log_params_M": np.log(f("params") / 1e6),
+           "log_n_ops": np.log(f("n_ops")), "log_batch": np.log(b), "log_input": np.log(f("input_size")),
+           "bf16": bf16, "bf16_log_flops": bf16 * np.log(flops)}
+    out |= {"log_ai": out["log_flops"] - np.log(byt * 1e6),
+            "log_live_per_flop": out["log_live"] - out["log_flops"],
+            "log_physics_MB": np.log(f("peak_live_MB") + f("param_size_MB")),
+            "log_param_MB": np.log(f("param_size_MB")),
+            "log_flops_batch": np.log(f("flops")), "log_act_batch": np.log(f("activations"))}
+    return pd.DataFrame(out, index=frame.index)
+
+
+class LogLinear:
+    """Least squares of ``log(target)`` (per image when ``per_image``) on some :func:`features` columns."""
+
+    def __init__(self, target: str, columns: tuple[str, ...], per_image: bool):
+        self.target, self.columns, self.per_image = target, columns, per_image
+
+    def _y(self, frame: pd.DataFrame) -> np.ndarray:
+        y = np.log(frame[self.target].to_numpy(float))
+        return y - np.log(frame["batch_size"].to_numpy(float)) if self.per_image else y
+
+    def fit(self, frame: pd.DataFrame) -> LogLinear:
+        """Fit on ``frame`` (rows of :func:`usable`); returns self."""
+        X = features(frame)[list(self.columns)].to_numpy(float)
+        A = np.c_[np.ones(len(X)), X]
+        self.coef_, *_ = np.linalg.lstsq(A, self._y(frame), rcond=None)
+        return self
+
+    def predict_log(self, frame: pd.DataFrame) -> np.ndarray:
+        """The fitted log target (n,), per image when ``per_image``."""
+        return self.coef_[0] + features(frame)[list(self.columns)].to_numpy(float) @ self.coef_[1:]
+
+    def predict(self, frame: pd.DataFrame) -> np.ndarray:
+        """The target (n,): ``latency_ms`` per batch or ``peak_memory_MB``."""
+        out = np.exp(self.predict_log(frame))
+        return out * frame["batch_size"].to_numpy(float) if self.per_image else out
+
+
+#: The latency base: compute, bytes, dispatch count, batch and bf16's own compute slope.
+LAT_BASE: tuple[str, ...] = ("log_flops", "log_bytes", "log_n_ops", "log_batch", "bf16", "bf16_log_flops")
+
+
+class CpuZooLatency:
+    """CARB's CPU-zoo latency model: :data:`LAT_BASE` log-linear times a LightGBM correction of its log
+    residual on every :func:`features` column (shallow trees, ``n_estimators`` rounds, 1 thread)."""
+
+    def __init__(self, n_estimators: int = 200, learning_rate: float = 0.03, num_leaves: int = 7,
+                 min_child_samples: int = 15, seed: int = 0):
+        self.kw = dict(n_estimators=n_estimators, learning_rate=learning_rate, num_leaves=num_leaves,
+                       min_child_samples=min_child_samples, subsample=0.8, subsample_freq=1,
+                       colsample_bytree=0.8, random_state=seed, n_jobs=1, verbose=-1)
+
+    def fit(self, frame: pd.DataFrame) -> CpuZooLatency:
+        """Fit on ``frame`` (rows of :func:`usable`); returns self."""
+        from lightgbm import LGBMRegressor
+
+        self.base_ = LogLinear("latency_ms", LAT_BASE, per_image=True).fit(frame)
+        resid = self.base_._y(frame) - self.base_.predict_log(frame)
+        self.booster_ = LGBMRegressor(**self.kw).fit(features(frame), resid)
+        return self
+
+    def predict(self, frame: pd.DataFrame) -> np.ndarray:
+        """``latency_ms`` per batch (n,)."""
+        log = self.base_.predict_log(frame) + self.booster_.predict(features(frame))
+        return np.exp(log) * frame["batch_size"].to_numpy(float)
+
+
+class PhysicsMemory:
+    """The liveness estimate, no fitting: ``peak_live_MB + param_size_MB`` (n,)."""
+
+    def fit(self, frame: pd.DataFrame) -> PhysicsMemory:
+        """Nothing to fit; returns self."""
+        return self
+
+    def predict(self, frame: pd.DataFrame) -> np.ndarray:
+        """Peak memory in MB (n,)."""
+        return frame["peak_live_MB"].to_numpy(float) + frame["param_size_MB"].to_numpy(float)
+
+
+class CpuZooMemory(PhysicsMemory):
+    """CARB's CPU-zoo memory model: the liveness prior (:class:`PhysicsMemory`) times the median ratio
+    measured / prior of the training rows (the allocator's overhead), per precision (fp32 / bf16)."""
+
+    def fit(self, frame: pd.DataFrame) -> CpuZooMemory:
+        """The median log ratio per precision (all rows' where a precision is absent); returns self."""
+        r = pd.Series(np.log(frame["peak_memory_MB"].to_numpy(float) / super().predict(frame)), index=frame.index)
+        self.all_ = float(r.median())
+        self.by_ = r.groupby(frame["precision"].astype(str)).median().to_dict()
+        return self
+
+    def predict(self, frame: pd.DataFrame) -> np.ndarray:
+        """Peak memory in MB (n,)."""
+        off = frame["precision"].astype(str).map(self.by_).fillna(self.all_).to_numpy(float)
+        return super().predict(frame) * np.exp(off)
+
+
+#: Latency models compared, by column prefix.
+LATENCY_MODELS: dict[str, Callable[[], object]] = {
+    "b1": lambda: LogLinear("latency_ms", ("log_flops",), per_image=True),
+    "hj": lambda: LogLinear("latency_ms", ("log_params_M", "log_flops", "log_act"), per_image=True),
+    "carb": CpuZooLatency}
+#: Memory models compared, by column prefix.
+MEMORY_MODELS: dict[str, Callable[[], object]] = {
+    "b1": lambda: LogLinear("peak_memory_MB", ("log_flops_batch",), per_image=False),
+    "hj": lambda: LogLinear("peak_memory_MB", ("log_params_M", "log_flops_batch", "log_act_batch"), per_image=False),
+    "physics": PhysicsMemory,
+    "carb": CpuZooMemory}
+
+
+def lofo(frame: pd.DataFrame, models: Mapping[str, Callable[[], object]]) -> pd.DataFrame:
+    """``frame`` with ``pred_<name>`` per model: each family predicted by a fit on every other family."""
+    out = frame.copy()
+    fam = frame["family"].to_numpy()
+    for k in models:
+        out[f"pred_{k}"] = np.nan
+    for f in np.unique(fam):
+        test = fam == f
+        for k, make in models.items():
+            out.loc[test, f"pred_{k}"] = make().fit(frame[~test]).predict(frame[test])
+    return out
+
+
+def evaluate(frame: pd.DataFrame, target: str, models: Mapping[str, Callable[[], object]],
+             coverage: float = 0.9) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
+    """LOFO of ``target`` (``latency_ms`` or ``peak_memory_MB``) over every family of a measured zoo:
+    (per-family table, summary as :func:`carb.analysis.zoo_eval.device_summary` gives it with the target's
+    column, predictions with intervals). Needs >= 3 families."""
+    rows = usable(frame)
+    if rows["family"].nunique() < 3:
+        raise DatasetError(f"zoo LOFO: {rows['family'].nunique()} families; need at least 3")
+    pred = family_intervals(lofo(rows, models), coverage=coverage, target=target)
+    table = family_table(pred, tuple(models), target=target)
+    as_lat = pred if target == "latency_ms" else (
+        pred.drop(columns=["latency_ms"]).rename(columns={target: "latency_ms"}))
+    summ = device_summary(table, as_lat)
+    for m in models:
+        if m not in ("b1", "hj", "carb"):
+            y = pred[target].to_numpy(float)
+            summ[f"{m}_pooled_pct"] = float(100 * np.mean(np.abs(pred[f"pred_{m}"].to_numpy(float) / y - 1)))
+            summ[f"{m}_mape_max"] = float(table[f"{m}_mape_pct"].max())
+            summ[f"{m}_within20_fams"] = int((table[f"{m}_mape_pct"] <= 20).sum())
+    return table, summ, pred
