@@ -130,3 +130,14 @@ def test_trace_a_name_in_a_fresh_interpreter(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-500:]
     assert r.stdout.strip().splitlines()[-1] == "1235496"
+
+
+def test_a_zoo_model_and_a_resnet_model_of_one_device_are_two_registered_models():
+    """A zoo model takes networks, a ResNet model knobs: the same device's two kinds get two names."""
+    from carb.data.schema import model_name
+
+    ident = {"device_name": ["AMD EPYC"], "device_id": ["34cc4b132c"], "device_fingerprint": ["{}"]}
+    resnet = pd.DataFrame({**ident, "block": ["basic"]})
+    zoo = pd.DataFrame({**ident, "model_name": ["tv:resnet18"]})
+    assert model_name(resnet) == "carb-amd-epyc-34cc4b132c"
+    assert model_name(zoo) == "carb-amd-epyc-34cc4b132c-zoo"

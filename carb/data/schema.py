@@ -130,15 +130,18 @@ def device_ids(df: pd.DataFrame) -> list[str]:
 
 def model_name(df: pd.DataFrame) -> str:
     """The registered model name for a single-device frame: ``carb-<device-slug>-<device_id>``
-    (``carb-<device-slug>`` for data without a fingerprint). Two machines with the same name but a
-    different fingerprint get different models. Raises :class:`DatasetError` for several devices."""
+    (``carb-<device-slug>`` for data without a fingerprint), with ``-zoo`` for zoo rows (a ``model_name``
+    column, no ResNet ``block``): a zoo model takes networks, a ResNet model knobs, so the two kinds of one
+    device are two registered models. Two machines with the same name but a different fingerprint get
+    different models. Raises :class:`DatasetError` for several devices."""
     names = sorted(df["device_name"].dropna().astype(str).unique())
     ids = device_ids(df)
     if len(names) != 1 or len(ids) > 1:
         raise DatasetError(f"dataset holds several devices (names {names}, device_id {ids}); one model per device")
     fps = df["device_fingerprint"].dropna().astype(str) if "device_fingerprint" in df.columns else []
     spec = spec_model_name(fps.iloc[0]) if len(fps) else None
-    return spec or f"carb-{device_slug(names[0])}" + (f"-{ids[0]}" if ids else "")
+    zoo = "-zoo" if "model_name" in df.columns and "block" not in df.columns else ""
+    return (spec or f"carb-{device_slug(names[0])}" + (f"-{ids[0]}" if ids else "")) + zoo
 
 
 def spec_model_name(fingerprint: str | None) -> str | None:
