@@ -214,7 +214,10 @@ class Predictor:
         note = other_device(model)   # a CPU model used on another CPU: one line per Predictor, every row flagged
         out["other_device"] = note is not None
         if note and not self.__dict__.setdefault("_warned", False):
-            print(f"carb: {note}", file=sys.stderr)
+            import textwrap   # within 120 columns, like every line CARB prints
+
+            print(textwrap.fill(f"carb: {note}", width=120, subsequent_indent="  ", break_long_words=False,
+                                break_on_hyphens=False), file=sys.stderr)
             self._warned = True
         targets = model_targets(model)
         out = with_rates(out, targets)
