@@ -49,7 +49,12 @@ def module_summary(module: Any, input_size: int, precision: str = "fp32") -> dic
     :func:`carb.design.trace.trace`). Raises :class:`carb.errors.ZooError` when it cannot be traced."""
     from carb.design.trace import trace
 
-    s = _table_summary(trace(module, (1, 3, int(input_size), int(input_size)), precision=precision))
+    return _fvcore_flops(_table_summary(trace(module, (1, 3, int(input_size), int(input_size)), precision=precision)))
+
+
+def _fvcore_flops(s: dict[str, Any]) -> dict[str, Any]:
+    """``s`` with ``flops`` in the dataset's convention (fvcore: one per multiply-add, the tracer's ``macs``)
+    and the tracer's own count (2 per multiply-add) kept as ``flops_2x``."""
     s["flops_2x"] = s["flops"]
     s["flops"] = s["macs"]
     return s
@@ -59,10 +64,7 @@ def zoo_summary(model_name: str, input_size: int, precision: str = "fp32") -> di
     """The tracer's totals of one image (batch 1) of ``model_name`` at ``input_size`` px (see
     :func:`carb.design.trace.summarize`); ``flops`` here is fvcore's count (the tracer's ``macs``).
     Raises :class:`carb.errors.ZooError` when the model cannot be built or traced."""
-    s = dict(_batch1(model_name, int(input_size), precision))
-    s["flops_2x"] = s["flops"]
-    s["flops"] = s["macs"]
-    return s
+    return _fvcore_flops(dict(_batch1(model_name, int(input_size), precision)))
 
 
 def zoo_static(model_name: str, input_size: int, batch_size: int, precision: str) -> dict[str, Any]:
