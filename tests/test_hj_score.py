@@ -13,6 +13,7 @@ from carb.design.features import grid_features
 from carb.design.gridfile import read_grid
 from carb.errors import ConfigError
 from tests.test_screening import AnalyticModel
+from tests.test_zoo_model import cascade, registered, zoo  # noqa: F401 - the registered zoo model (slow test)
 
 
 def test_score_is_the_documented_weighted_sum():
@@ -131,3 +132,22 @@ def test_config_key_and_schema():
     assert cfg.screen.hj.accuracy_weight == 0.7 and "hj_score" in cfg.screen.maximize
     with pytest.raises(ConfigError, match="screen.hj.accuracy_weight"):
         check_config("screen", compose("screen", ["screen.hj.accuracy_weight=2"]))
+
+
+@pytest.mark.slow   # fits the small zoo cascade of tests/test_zoo_model.py (a minute on 2 busy cores)
+def test_carb_screen_space_zoo_refuses_hj_score_for_a_model_without_energy(registered, tmp_path):
+    """carb-screen space=zoo against a zoo model that predicts latency and memory only (as the CPU zoo's):
+    screen.objective=hj_score stops with one line naming the setting, before anything is written."""
+    from carb.commands.cli import compose
+    from carb.commands.screen import run_screen
+
+    over = [f"tracking.uri={registered['uri']}", f"screen.target={registered['model']}",
+            f"paths.output_dir={tmp_path}", "space=zoo", "space.mode=grid", "space.max_flops=null",
+            "space.models=[tv:resnet18,tv:mobilenet_v2]", "space.input_sizes=[64]", "space.batch_sizes=[1]",
+            "space.precisions=[fp32]", "screen.objective=hj_score", "progress.enabled=false"]
+    with pytest.raises(ConfigError) as e:
+        run_screen(compose("screen", over))
+    msg = str(e.value)
+    assert msg.startswith("screen.objective: hj_score needs predicted energy (energy_J)") and "\n" not in msg
+    assert "allowed: ['peak_memory_MB', 'latency_ms', 'latency_ms_per_image']" in msg
+    assert not list(tmp_path.rglob("scored.parquet"))
