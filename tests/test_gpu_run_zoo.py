@@ -163,3 +163,26 @@ def test_a_kept_zoo_run_never_takes_the_resnet_runs_folder():
     prov = {"slug": "nvidia-h100-80gb-hbm3"}
     assert kept_name(prov, "2026-12-07", 0) == "h100-80gb-hbm3-run-2026-12-07-seed0"
     assert kept_name({**prov, "space": "zoo"}, "2026-12-07", 0) == "h100-80gb-hbm3-zoo-run-2026-12-07-seed0"
+
+
+def test_a_layer_table_the_tracer_cannot_give_is_nan_and_logged_not_a_crash(monkeypatch):
+    import math
+
+    from carb.design import zoo_features
+    from carb.measure.gpu_zoo import deadline_flops, static_for
+
+    groups, _ = zoo_plan({"zoo": {"models": ["tv:resnet18"], "input_sizes": [64], "batch_sizes": [1, 4],
+                                  "precisions": ["fp32"]}}, 0)
+    ok = static_for(groups[0])
+    assert all(v["flops"] > 0 for v in ok.values())
+
+    def broken(*a, **k):   # e.g. an API the tracer uses that another torch lacks
+        raise AttributeError("module 'torch' has no attribute 'something_new'")
+
+    monkeypatch.setattr(zoo_features, "zoo_static", broken)
+    lines: list[str] = []
+    bad = static_for(groups[0], lines.append)
+    assert all(math.isnan(v["flops"]) for v in bad.values()) and len(lines) == 1   # one line per (net, size, prec)
+    assert "no layer table for tv:resnet18 at 64 px fp32: AttributeError" in lines[0]
+    c = groups[0][1]
+    assert deadline_flops(bad[c.config_id], c.batch_size) == 2.0e10 * c.batch_size   # the deadline still plans

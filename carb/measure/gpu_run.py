@@ -327,7 +327,7 @@ def sweep(r: Run, groups: list[list[Any]], static: dict[str, dict], lat_model: A
         if r.zoo:   # the layer table's features, traced as the group starts (cached on disk)
             from carb.measure.gpu_zoo import static_for
 
-            static.update(static_for(group))
+            static.update(static_for(group, r.log))
         todo = [c for c in group if time.perf_counter() + build_s + expected_seconds(
             lat_model.predict_ms(c.precision, _flops(r, c, static[c.config_id])), r.period_s, r.settings) < stop_at]
         r.counts["skipped"] += len(group) - len(todo)

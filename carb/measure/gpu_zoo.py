@@ -94,12 +94,26 @@ def zoo_plan(cfg: Mapping[str, Any], seed: int) -> tuple[list[list[Any]], dict[s
     return [sorted(groups[m], key=lambda c: (c.precision, c.input_size, c.batch_size)) for m in order], refused
 
 
-def static_for(group: Sequence[Any]) -> dict[str, dict[str, Any]]:
-    """``{config_id: ZOO_STATIC columns}`` of one group (:func:`carb.design.zoo_features.zoo_static_table`:
-    traced on the meta device, cached; NaN where the tracer refuses the network)."""
-    from carb.design.zoo_features import zoo_static_table
+def static_for(group: Sequence[Any], log: Any = None) -> dict[str, dict[str, Any]]:
+    """``{config_id: ZOO_STATIC columns}`` of one group (:func:`carb.design.zoo_features.zoo_static`: traced
+    on the meta device, cached). NaN where the tracer refuses the network or fails on this machine's torch
+    (another version than the one the tracer was written on): the row is still measured, and ``log`` (a
+    callable, optional) gets one line per failing (network, size, precision)."""
+    from carb.design.zoo_features import ZOO_STATIC, zoo_static
 
-    return {k: dict(v) for k, v in zoo_static_table(list(group)).items()}
+    out: dict[str, dict[str, Any]] = {}
+    failed: set[tuple] = set()
+    for c in group:
+        key = (c.model_name, c.input_size, c.precision)
+        try:
+            out[c.config_id] = dict(zoo_static(c.model_name, c.input_size, c.batch_size, c.precision))
+        except Exception as e:   # noqa: BLE001 - a feature the tracer cannot give is NaN, never a crash
+            out[c.config_id] = {k: math.nan for k in ZOO_STATIC}
+            if log is not None and key not in failed:
+                log(f"no layer table for {c.model_name} at {c.input_size} px {c.precision}: "
+                    f"{type(e).__name__}: {str(e).strip().splitlines()[0][:160] if str(e).strip() else ''}")
+            failed.add(key)
+    return out
 
 
 def deadline_flops(static: Mapping[str, Any], batch_size: int) -> float:
