@@ -94,10 +94,10 @@ class OpCostModel:
     def fit(self, probe: pd.DataFrame) -> OpCostModel:
         """Fit every (kind, precision) of ``probe`` with at least ``min_rows`` finite positive times. Raises
         :class:`DatasetError` naming the missing columns, or when nothing could be fitted."""
-        from carb.data.probes import PROBE_COLUMNS, op_work, with_op_columns
+        from carb.data.probes import OP_COLUMNS, PROBE_COLUMNS, op_work, with_op_columns
         from carb.model.nnls import nnls_relative
 
-        missing = [c for c in PROBE_COLUMNS[:10] if c not in probe.columns]
+        missing = [c for c in PROBE_COLUMNS if c not in OP_COLUMNS and c != "backend" and c not in probe.columns]
         if missing:
             raise DatasetError(f"device probe: column(s) {missing} missing; a probe has {list(PROBE_COLUMNS)}")
         t = with_op_columns(probe)
