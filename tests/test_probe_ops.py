@@ -359,3 +359,19 @@ def test_carb_probe_writes_the_operations_beside_the_convolutions(monkeypatch, t
 
     prov = json.loads((tmp_path / "probes" / f"{out['device_id']}.provenance.json").read_text())
     assert prov["plan"]["ops"] == {"per_kind": 1, "max_MMAC": 0.5, "max_MB": 0.25}
+
+
+# ------------------------------------------------------------------ the memory prior reads the liveness peak
+
+def test_the_memory_prior_of_zoo_rows_uses_the_liveness_peak():
+    """On zoo rows the memory prior's activation term is the layer table's liveness peak (peak_live_MB), not
+    a multiple of the largest output: on rows whose memory is 30 MB + parameters + the live peak + the input
+    (known law, 3 % noise) it finds a coefficient of about 1 on each."""
+    from carb.model.physics import MemoryPrior
+    from tests.synthetic import zoo_schema_frame
+
+    df = zoo_schema_frame()
+    m = MemoryPrior().fit(df, df["peak_memory_MB"].to_numpy(float))
+    assert m.column_names()[2] == "per_peak_live_MB"
+    assert m.coef_["per_peak_live_MB"] == pytest.approx(1.0, abs=0.1)
+    assert m.coef_["per_param_MB"] == pytest.approx(1.0, abs=0.1)
