@@ -301,9 +301,12 @@ def test_table_and_batch_terms_sum_the_per_operation_costs(fitted):
     for b in (1, 4, 16):
         tb = trace(net, (b, 3, 32, 32), cache=False)
         assert fitted.table_ms(tb) == pytest.approx(fixed + b * per, rel=1e-9)
-    macs = np.where(one["kind"].isin(PROBE_KINDS[:7]), one["macs"], 0.0)
-    assert fitted.table_ms(one) == pytest.approx(
-        fitted.op_ms(one["kind"], macs, one["bytes_read"] + one["bytes_written"], "fp32").sum())
+    costs = fitted.row_costs(one["kind"], "fp32")
+    assert (costs[(one["kind"] == "reshape").to_numpy()] == 0).all()
+    assert (costs[one["kind"].isin(["norm", "activation", "pool"]).to_numpy(), 1] == 0).all()   # no MAC term
+    by_row = [fitted.op_ms([k], [m], [r + w], "fp32")[0] for k, m, r, w in
+              zip(one["kind"], one["macs"], one["bytes_read"], one["bytes_written"])]
+    assert fitted.table_ms(one) == pytest.approx(sum(by_row))
     assert fitted.table_ms(one, "bf16") > fitted.table_ms(one)
 
 

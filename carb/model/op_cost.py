@@ -135,51 +135,41 @@ class OpCostModel:
             return None, f"precision {precision} was not probed (probed: {self.precisions_})"
         return None, f"no {kind} operation (nor {', '.join(FALLBACK.get(kind, ())) or 'a stand-in'}) was probed at {precision}"
 
-    def op_ms(self, kinds: Iterable[str], macs: Any, moved_bytes: Any, precision: str) -> np.ndarray:
-        """ms per call of operations of layer-table ``kinds`` (:data:`PROBE_KIND_OF`; views cost 0) with
-        ``macs`` multiply-adds and ``moved_bytes`` bytes read and written, at ``precision``; shape (n,). NaN
-        where the kind has no costs at the precision (:meth:`costs`)."""
+    def row_costs(self, kinds: Iterable[str], precision: str) -> np.ndarray:
+        """(n, 3) :data:`TERMS` coefficients of operations of layer-table ``kinds`` (:data:`PROBE_KIND_OF`) at
+        ``precision``: zeros for views, the multiply-add one zero for memory-bound kinds, NaN where the kind has
+        no costs (:meth:`costs`)."""
         kinds = np.asarray(list(kinds), dtype=object)
-        macs, moved = np.asarray(macs, float), np.asarray(moved_bytes, float)
-        out = np.zeros(len(kinds))
+        out = np.zeros((len(kinds), len(TERMS)))
         for k in pd.unique(kinds):
-            rows = kinds == k
             pk = PROBE_KIND_OF.get(str(k), "elementwise")
-            if pk is None:
-                continue
-            c, _ = self.costs(pk, precision)
-            out[rows] = np.nan if c is None else op_design(np.full(rows.sum(), pk), macs[rows], moved[rows]) @ c
+            if pk is not None:
+                c, _ = self.costs(pk, precision)
+                out[kinds == k] = np.nan if c is None else (c if pk in COMPUTE_KINDS else c * [1.0, 0.0, 1.0])
         return out
+
+    def op_ms(self, kinds: Iterable[str], macs: Any, moved_bytes: Any, precision: str) -> np.ndarray:
+        """ms per call of operations of layer-table ``kinds`` (views cost 0) with ``macs`` multiply-adds and
+        ``moved_bytes`` bytes read and written, at ``precision``; shape (n,); NaN where a kind has no costs."""
+        C = self.row_costs(kinds, precision)
+        return C[:, 0] + C[:, 1] * np.asarray(macs, float) / 1e6 + C[:, 2] * np.asarray(moved_bytes, float) / MB
 
     def table_ms(self, table: pd.DataFrame, precision: str | None = None) -> float:
         """The sum over a layer table's rows (:func:`carb.design.trace.trace`, whole batch) of their time per call,
         ms; at the table's precision (``table.attrs``) unless given. NaN when a row's kind has no costs."""
         p = precision or table.attrs.get("precision", "fp32")
-        macs = np.where(table["kind"].isin(COMPUTE_KINDS), table["macs"].to_numpy(float), 0.0)
         moved = (table["bytes_read"] + table["bytes_written"]).to_numpy(float)
-        return float(self.op_ms(table["kind"].to_numpy(str), macs, moved, p).sum())
+        return float(self.op_ms(table["kind"].to_numpy(str), table["macs"].to_numpy(float), moved, p).sum())
 
     def batch_terms(self, table: pd.DataFrame, precision: str) -> tuple[float, float]:
         """``(fixed_ms, per_image_ms)`` of a batch-1 layer table: its time at batch ``B`` is ``fixed + B x
         per_image`` (calls and parameter bytes once per batch; multiply-adds and activation bytes per image).
         NaN when a row's kind has no costs at ``precision``."""
-        kinds = table["kind"].to_numpy(str)
-        macs = np.where(np.isin(kinds, COMPUTE_KINDS), table["macs"].to_numpy(float), 0.0)
-        per_image = (table["bytes_read"] - table["param_bytes"] + table["bytes_written"]).to_numpy(float)
-        params = table["param_bytes"].to_numpy(float)
-        fixed, per = 0.0, 0.0
-        for k in pd.unique(kinds):
-            rows = kinds == k
-            pk = PROBE_KIND_OF.get(str(k), "elementwise")
-            if pk is None:
-                continue
-            c, _ = self.costs(pk, precision)
-            if c is None:
-                return float("nan"), float("nan")
-            mac_term = c[1] * macs[rows].sum() / 1e6 if pk in COMPUTE_KINDS else 0.0
-            fixed += c[0] * rows.sum() + c[2] * params[rows].sum() / MB
-            per += mac_term + c[2] * per_image[rows].sum() / MB
-        return fixed, per
+        C = self.row_costs(table["kind"].to_numpy(str), precision)
+        params = table["param_bytes"].to_numpy(float) / MB
+        per_image = (table["bytes_read"] + table["bytes_written"]).to_numpy(float) / MB - params
+        fixed = float(np.sum(C[:, 0] + C[:, 2] * params))
+        return fixed, float(np.sum(C[:, 1] * table["macs"].to_numpy(float) / 1e6 + C[:, 2] * per_image))
 
     def to_dict(self) -> dict[str, Any]:
         """What a model card shows: device, threads, and per ``kind/precision`` the rows, the costs and the
