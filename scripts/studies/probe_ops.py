@@ -13,7 +13,11 @@ writes the table back with that device's earlier operation rows replaced (its co
 device's rows unchanged), and the device's provenance record gains an ``ops`` entry. It refuses to time on
 another machine than the device's (``device_id`` at the probe's threads). Run it with nothing else running.
 
-``--dry-run`` times nothing: it prints the plan and an upper estimate of the run's length.
+``--dry-run`` times nothing: it prints the plan and an upper estimate of the run's length. ``--report`` times
+nothing either: it fits :class:`carb.model.op_cost.OpCostModel` on the device's probe (every kind) and prints
+its cross-validated error per kind and precision, and, on a zoo dataset of the device (``--rows``, default the
+shipped ``zoo-cpu``), the Spearman correlation and median ratio of ``probe_op_ms`` to the measured latency per
+precision beside FLOPs' correlation.
 """
 from __future__ import annotations
 
@@ -52,7 +56,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--precisions", nargs="*", default=None, help="default: the device's probed precisions")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("--report", action="store_true")
+    ap.add_argument("--rows", default="zoo-cpu", help="--report: a zoo dataset of the device (name or path)")
     a = ap.parse_args(argv)
+    if a.report:
+        return report(a.device, a.probe, a.rows)
 
     from carb.commands.cli import compose, to_dict
     from carb.measure.probe import op_plan
@@ -105,6 +113,32 @@ def main(argv: list[str] | None = None) -> None:
     write_atomic(prov_path, lambda tmp: tmp.write_text(text))
     med = new.groupby(["kind", "precision"])["time_ms"].median().unstack().round(4)
     print(f"wrote {out} ({len(merged)} rows; {len(new)} new operation rows) and its provenance\nmedian ms per call:\n{med}")
+
+
+def report(device: str, probe: str, rows: str) -> None:
+    """Print the op cost model's per-kind error on ``device``'s probe in ``probe`` and how its ``probe_op_ms``
+    ranks the measured zoo rows ``rows`` of that device (Spearman, median predicted / measured) per precision."""
+    from scipy.stats import spearmanr
+
+    from carb.data.io import load_dataset
+    from carb.data.schema import ok_rows
+    from carb.model.op_cost import OpCostModel, probe_op_ms
+
+    t = with_op_columns(pd.read_csv(probe))
+    m = OpCostModel().fit(t[t["device_id"].astype(str) == device])
+    card = pd.DataFrame(m.to_dict()["kinds"]).T
+    print(f"OpCostModel of {device}: rows and 5-fold relative error per call\n{card[['rows', 'cv_mape']].to_string()}")
+    df = ok_rows(load_dataset(rows))
+    df = df[df["device_id"].astype(str) == device]
+    f, y = probe_op_ms(df, m), df["latency_ms"].to_numpy(float)
+    for p in sorted(df["precision"].astype(str).unique()):
+        s = (df["precision"].astype(str) == p).to_numpy() & np.isfinite(f)
+        if s.sum() < 3:
+            print(f"{p}: {int(s.sum())} rows with probe_op_ms")
+            continue
+        print(f"{p}: {int(s.sum())} rows, probe_op_ms Spearman {spearmanr(f[s], y[s]).correlation:.3f} (FLOPs "
+              f"{spearmanr(df['flops'].to_numpy(float)[s], y[s]).correlation:.3f}), median predicted/measured "
+              f"{np.median(f[s] / y[s]):.2f}")
 
 
 if __name__ == "__main__":
