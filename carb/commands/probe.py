@@ -67,7 +67,7 @@ def space_frame(space: dict[str, Any]) -> tuple[pd.DataFrame, list[str]]:
 
 def run_probe_command(cfg: Any) -> dict[str, Any]:
     """Plan, time and write the probe; returns ``{"out", "device_id", "rows", "precisions"}``."""
-    from carb.data.probes import conv_rows, user_probe_path, with_op_columns
+    from carb.data.probes import conv_rows, for_csv, user_probe_path, with_op_columns
     from carb.measure.cpu import pin_malloc
     from carb.measure.fingerprint import device_id, read_cpu_fingerprint
     from carb.measure.probe import probe_plan, run_probe, space_layers, torch_threads_and_version
@@ -100,7 +100,7 @@ def run_probe_command(cfg: Any) -> dict[str, Any]:
     refuse_empty(probe, dev, out)
     out.parent.mkdir(parents=True, exist_ok=True)
     old = pd.read_csv(out) if out.exists() else probe.iloc[:0]
-    merged = with_op_columns(pd.concat([old[old["device_id"].astype(str) != dev], probe], ignore_index=True))
+    merged = for_csv(pd.concat([old[old["device_id"].astype(str) != dev], probe], ignore_index=True))
     write_atomic(out, lambda tmp: merged.to_csv(tmp, index=False, float_format="%.6g"))
     prov = {"what": "single-convolution timings per precision by carb-probe (carb.measure.probe)",
             "device_id": dev, "fingerprint": fp, "torch_version": torch_version,

@@ -92,6 +92,20 @@ def with_op_columns(probe: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+#: The integer columns of a probe table (empty where an operation has no such dimension).
+INT_COLUMNS: tuple[str, ...] = ("threads", "cin", "cout", "kernel", "stride", "H_in", "batch_size", "groups", "tokens",
+                                "heads")
+
+
+def for_csv(probe: pd.DataFrame) -> pd.DataFrame:
+    """``probe`` as a table is written: :data:`PROBE_COLUMNS` (with :func:`with_op_columns`), the integer columns
+    as integers with empty cells where a kind has no such dimension (not ``3.0`` once a column has a gap)."""
+    out = with_op_columns(probe)[list(PROBE_COLUMNS)]
+    for c in INT_COLUMNS:
+        out[c] = pd.to_numeric(out[c], errors="coerce").round().astype("Int64")
+    return out
+
+
 def conv_rows(probe: pd.DataFrame) -> pd.DataFrame:
     """The regular-convolution rows of a probe table (all of a table without a ``kind`` column)."""
     if "kind" not in probe.columns:

@@ -33,7 +33,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from carb.data.probes import PROBE_COLUMNS, SHIPPED_PROBES, load_op_catalog, op_work, with_op_columns  # noqa: E402
+from carb.data.probes import SHIPPED_PROBES, for_csv, load_op_catalog, op_work, with_op_columns  # noqa: E402
 
 #: GMAC/s assumed for the estimate (fp16 on a CPU without AVX-512 FP16 runs PyTorch's fallback: ~1 GMAC/s).
 SLOW_GMAC = 0.5
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     if not len(new) or not (np.isfinite(t) & (t > 0)).all():
         raise SystemExit("a timing is not a finite positive number: nothing written (run again on an idle machine)")
     keep = (table["device_id"].astype(str) != a.device) | (table["kind"] == "conv_regular")
-    merged = pd.concat([table[keep], new], ignore_index=True)[list(PROBE_COLUMNS)]
+    merged = for_csv(pd.concat([table[keep], new], ignore_index=True))
     out = Path(a.out or a.probe)
     write_atomic(out, lambda tmp: merged.to_csv(tmp, index=False, float_format="%.6g"))
     prov_path = out.with_suffix(".provenance.json")
