@@ -11,9 +11,10 @@ model predicts (``carb-calibrate probe=true`` asks for the source model's own pr
 The pairs (layer, batch) are drawn from the distinct convolutions of the space's networks
 (:func:`carb.measure.probe.probe_plan`), and ``ops.per_kind`` operations of each other kind (depthwise,
 grouped and pointwise convolutions, linear, matmul, attention, element-wise, activation, norm) from the
-zoo's operation catalog (:func:`carb.measure.probe.op_plan`, :data:`carb.data.probes.OP_CATALOG`); all are timed at each precision with the ``measure`` preset's torch
-threads and allocator (:func:`carb.measure.probe.run_probe`). The table goes to
-``<carb home>/probes/<device_id>.csv`` (``out``), replacing that device's earlier probe, with a
+zoo's operation catalog (:func:`carb.measure.probe.op_plan`, :data:`carb.data.probes.OP_CATALOG`); all are
+timed at each precision with the ``measure`` preset's torch threads and allocator
+(:func:`carb.measure.probe.run_probe`). The table goes to ``<carb home>/probes/<device_id>.csv`` (``out``),
+replacing that device's earlier probe, with a
 provenance JSON beside it, and logged as an MLflow run (experiment ``carb-probe``: the plan, median GMAC/s
 per precision, the table and a figure of the rates); ``carb-train`` then predicts a precision the device's dataset lacks from it
 (``prior.device_probe``, :mod:`carb.model.layer_cost`). Run it alone on an idle machine.
@@ -102,7 +103,7 @@ def run_probe_command(cfg: Any) -> dict[str, Any]:
     old = pd.read_csv(out) if out.exists() else probe.iloc[:0]
     merged = for_csv(pd.concat([old[old["device_id"].astype(str) != dev], probe], ignore_index=True))
     write_atomic(out, lambda tmp: merged.to_csv(tmp, index=False, float_format="%.6g"))
-    prov = {"what": "single-convolution timings per precision by carb-probe (carb.measure.probe)",
+    prov = {"what": "single-convolution and operation timings per precision by carb-probe (carb.measure.probe)",
             "device_id": dev, "fingerprint": fp, "torch_version": torch_version,
             "python": platform.python_version(), "allocator": allocator, "threads": threads,
             "measured_from": started, "measured_to": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -133,7 +133,8 @@ class OpCostModel:
                 return c, ""
         if precision not in getattr(self, "precisions_", []):
             return None, f"precision {precision} was not probed (probed: {self.precisions_})"
-        return None, f"no {kind} operation (nor {', '.join(FALLBACK.get(kind, ())) or 'a stand-in'}) was probed at {precision}"
+        stand_ins = ", ".join(FALLBACK.get(kind, ())) or "a stand-in"
+        return None, f"no {kind} operation (nor {stand_ins}) was probed at {precision}"
 
     def row_costs(self, kinds: Iterable[str], precision: str) -> np.ndarray:
         """(n, 3) :data:`TERMS` coefficients of operations of layer-table ``kinds`` (:data:`PROBE_KIND_OF`) at
@@ -193,7 +194,8 @@ def probe_op_ms(frame: pd.DataFrame, model: OpCostModel) -> np.ndarray:
     out = np.full(n, np.nan)
     if not n:
         return out
-    prec = frame["precision"].astype(str) if "precision" in frame.columns else pd.Series(["fp32"] * n, index=frame.index)
+    prec = (frame["precision"].astype(str) if "precision" in frame.columns
+            else pd.Series(["fp32"] * n, index=frame.index))
     keys = pd.Series(list(zip(frame["model_name"].astype(str), pd.to_numeric(frame["input_size"]).astype(int), prec)),
                      index=frame.index)
     codes, uniq = pd.factorize(keys)
@@ -229,7 +231,8 @@ def device_op_model(device_id: str, threads: int | None = None) -> tuple[OpCostM
         if table is not None and threads is not None:
             table = table[pd.to_numeric(table["threads"], errors="coerce") == threads]
         if table is None or table.empty:
-            _FITTED[key] = (None, f"no device probe of device {device_id}" + (f" at {threads} thread(s)" if threads else ""))
+            at = f" at {threads} thread(s)" if threads else ""
+            _FITTED[key] = (None, f"no device probe of device {device_id}{at}")
         else:
             try:
                 _FITTED[key] = (OpCostModel().fit(table), "")
@@ -249,7 +252,8 @@ def with_probe_op_ms(X: pd.DataFrame) -> pd.DataFrame:
         raise DatasetError(f"feature {PROBE_OP_FEATURE!r} needs the rows' device_id (the device whose probe times "
                            "the operations); the rows have none")
     out = np.full(len(X), np.nan)
-    threads = pd.to_numeric(X["threads"], errors="coerce") if "threads" in X.columns else pd.Series(np.nan, index=X.index)
+    threads = (pd.to_numeric(X["threads"], errors="coerce") if "threads" in X.columns
+               else pd.Series(np.nan, index=X.index))
     dev = X["device_id"].astype(str)
     for (d, t), idx in X.groupby([dev, threads.fillna(-1)]).groups.items():
         model, _ = device_op_model(d, None if t == -1 else int(t))
