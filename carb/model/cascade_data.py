@@ -62,8 +62,16 @@ def prepare(X: pd.DataFrame, features: Sequence[str], feature_set: str, what: st
 
 def with_zoo_kinds(X: pd.DataFrame, features: Sequence[str]) -> pd.DataFrame:
     """``X`` with the layer table's per-kind columns (:func:`carb.design.zoo_features.zoo_kind_columns`)
-    added where ``features`` names them and a zoo frame lacks them (each network traced once, cached)."""
+    added where ``features`` names them and a zoo frame lacks them (each network traced once, cached), and
+    the device probe's per-operation time (:func:`carb.model.op_cost.with_probe_op_ms`) where ``features``
+    names ``probe_op_ms`` (opt-in: no default feature list does)."""
     from carb.design.zoo_features import ZOO_KIND_FEATURES
+    from carb.model.op_cost import PROBE_OP_FEATURE
+
+    if PROBE_OP_FEATURE in features and PROBE_OP_FEATURE not in X.columns and "model_name" in X.columns:
+        from carb.model.op_cost import with_probe_op_ms
+
+        X = with_probe_op_ms(X)
 
     need = [f for f in features if f in ZOO_KIND_FEATURES and f not in X.columns]
     if not need or "model_name" not in X.columns:
