@@ -336,16 +336,19 @@ def _coverage(iv: pd.DataFrame, t: str, y: np.ndarray, m: np.ndarray, suffix: st
 PRIOR_ROWS: list[float | None] = [None]
 
 
-def repeat_floor(target: str, rows: pd.DataFrame | None = None) -> float:
-    """The repeatability floor of ``target``'s intervals as a log standard deviation: for latency, the target
-    device's measured run-to-run spread (``rows``: :func:`measured_repeat_rows`; :func:`measured_floor_log_sd`)
-    where it was measured, else ``transfer.repeatability_floor`` of ``conf/calibrate.yaml``."""
+def repeat_floor(target: str, rows: pd.DataFrame | None = None) -> float | dict[str, float]:
+    """The repeatability floor of ``target``'s intervals as a log standard deviation: for latency, per precision
+    the target device's measured run-to-run spread (``rows``: :func:`measured_repeat_rows`;
+    :func:`carb.data.repeatability.floor_log_sd`) with ``default`` the configured floor for a precision not
+    measured; else ``transfer.repeatability_floor`` of ``conf/calibrate.yaml`` (one number)."""
     from omegaconf import OmegaConf
+
+    from carb.data.repeatability import floor_log_sd
 
     floor = OmegaConf.load(ROOT / "conf" / "calibrate.yaml").transfer.get("repeatability_floor") or {}
     default = float(floor.get(target, floor.get("default", 0.0))) if hasattr(floor, "get") else float(floor)
-    measured = measured_floor_log_sd(rows) if target == "latency_ms" else float("nan")
-    return measured if np.isfinite(measured) else default
+    measured = floor_log_sd(rows) if target == "latency_ms" and rows is not None and len(rows) else {}
+    return {**measured, "default": default} if measured else default
 
 
 def set_prior_intervals(table: pd.DataFrame, pending: list[dict], kind: str) -> pd.DataFrame:
@@ -382,12 +385,15 @@ def set_prior_intervals(table: pd.DataFrame, pending: list[dict], kind: str) -> 
 def set_intervals(table: pd.DataFrame, pending: list[dict], kind: str | None = None) -> pd.DataFrame:
     """Coverage and width of each pair's interval (``table``'s rows of model ``calibrated`` at K > 0,
     ``zero_shot`` at K = 0): the device-level band (:func:`carb.model.transfer_prior.device_level_band`) of
-    the held-out errors of the pairs that involve neither of its devices (leave-one-device-out), of any
-    device kind: at K > 0 scale-free (each pair's errors over its K rows' leave-one-out scale, times this
-    pair's), at K = 0 in log units, the pairs of the same kind where any remain. Never narrower than the
-    repeatability floor (:func:`repeat_floor`). Beside it at K > 0: the K rows' residuals alone
-    (``coverage_loo``, ``width_loo``). ``n_devices``: the devices the band was measured on. ``kind``: only
-    that kind's pairs are scored (None: all)."""
+    the held-out errors of the pairs of the same device class (cpu / gpu) that involve neither of its devices
+    (leave-one-device-out): at K > 0 scale-free (each pair's errors over its K rows' leave-one-out scale,
+    times this pair's), at K = 0 in log units. Where no such pair exists (a CPU pair among three CPUs), no
+    other class's errors are borrowed: at K > 0 the K rows' leave-one-out residuals alone (this device's own
+    out-of-sample errors), at K = 0 no interval (``coverage`` NaN; ``coverage_borrowed``: what the other
+    class's band would have covered, for comparison only). Never narrower than the repeatability floor
+    (:func:`repeat_floor`, per precision where measured). Beside it at K > 0: the K rows' residuals alone
+    (``coverage_loo``, ``width_loo``). ``n_devices``: the devices of its class the band was measured on.
+    ``kind``: only that kind's pairs are scored (None: all)."""
     from carb.model.intervals import interval
     from carb.model.transfer_prior import lodo_records, row_scale
 
@@ -402,16 +408,19 @@ def set_intervals(table: pd.DataFrame, pending: list[dict], kind: str | None = N
                               own["pair"])
         tr = q["model"]
         if q["k"] == 0:
-            others = [r for r in others if r["kind"] == q.get("kind")] or others
             saved = copy.copy(tr.intervals_)
         floor = repeat_floor(q["target"], q.get("repeat_rows"))
-        entry = tr.set_device_band(q["target"], others, floor, scaled=q["k"] > 0)
+        entry = tr.set_device_band(q["target"], others, floor, scaled=q["k"] > 0, kind=q.get("kind"))
         ivs = {"": interval(tr.intervals_, q["pred"], precision=q["precision"])} if entry else {}
         if q["k"] > 0:
             ivs["_loo"] = interval(tr.recalibrate(None).intervals_, q["pred"], precision=q["precision"])
             if entry:
                 tr.intervals_[q["target"]] = entry
         else:
+            if entry is None and q.get("kind"):   # 0 devices of its class: no band; the borrowed one for comparison
+                other = next((r["kind"] for r in others if r["kind"] != q["kind"]), None)
+                if other and tr.set_device_band(q["target"], others, floor, scaled=False, kind=other):
+                    ivs["_borrowed"] = interval(tr.intervals_, q["pred"], precision=q["precision"])
             tr.intervals_ = saved   # the zero-shot model is shared by every K of the pair
         at = ((table.source == q["source"]) & (table.target_device == q["target_device"]) & (table.k == q["k"])
               & (table.target == q["target"]) & (table.model == q.get("name", "calibrated")))
@@ -606,6 +615,13 @@ def device_table(t: pd.DataFrame, kq: int | None = None) -> pd.DataFrame:
         g = f.groupby("target_device")[["inside", "n"]].sum()
         return g["inside"] / g["n"]
 
+    def pooled_borrowed(frame: pd.DataFrame) -> pd.Series:
+        if "coverage_borrowed" not in frame:
+            return pd.Series(dtype=float)
+        f = frame[frame["coverage_borrowed"].notna()]
+        g = f.assign(i=f["coverage_borrowed"] * f["n"]).groupby("target_device")[["i", "n"]].sum()
+        return g["i"] / g["n"]
+
     k10 = lat[(lat.k == 10) & (lat.model == "calibrated")]
     out = pd.DataFrame({
         "pairs": lat.groupby("target_device")["source"].nunique(),
@@ -614,6 +630,7 @@ def device_table(t: pd.DataFrame, kq: int | None = None) -> pd.DataFrame:
         "k10_mape_max": k10.groupby("target_device")["mape_pct"].max(),
         "k10_spearman_min": k10.groupby("target_device")["spearman"].min(),
         "k0_coverage": pooled(lat[(lat.k == 0) & (lat.model == "zero_shot")]),
+        "k0_borrowed_coverage": pooled_borrowed(lat[(lat.k == 0) & (lat.model == "zero_shot")]),
         "k10_coverage": pooled(k10),
         "k10_memory_coverage": pooled(mem[(mem.k == 10) & (mem.model == "calibrated")]),
         "k10_width_max": k10.groupby("target_device")["width"].max() if "width" in k10 else np.nan,
