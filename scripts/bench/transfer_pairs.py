@@ -27,11 +27,13 @@ K in {0, 3, 10, 20}, per precision and target (latency, peak memory where both d
 
 Coverage and width (median hi/lo) are those of the nominal 90 % intervals of ``calibrated`` (K > 0) and
 ``zero_shot`` (K = 0), leave-one-device-out (issue 44): each pair's interval is the device-level band
-(:func:`carb.model.transfer_prior.device_level_band`) of the held-out errors of the pairs that involve neither
-of its two devices, of either kind (scale-free at K > 0, each pair's errors over its K rows' leave-one-out
-scale; at K = 0 in log units, the pairs of the same kind where any remain), never narrower than
-``transfer.repeatability_floor``; ``n_devices``: how many devices it rests on. With three CPUs no CPU pair
-avoids both devices of a CPU pair, so CPU bands rest on the GPU pairs. ``coverage_loo`` / ``width_loo``:
+(:func:`carb.model.transfer_prior.device_level_band`) of the held-out errors of the pairs of its device class
+that involve neither of its two devices (scale-free at K > 0, each pair's errors over its K rows'
+leave-one-out scale; at K = 0 in log units), never narrower than the target device's repeatability floor per
+precision (:func:`repeat_floor`); ``n_devices``: how many devices of its class it rests on. With three CPUs
+no CPU pair avoids both devices of a CPU pair: a CPU pair's K > 0 interval is then its own K rows'
+leave-one-out interval and at K = 0 it has none (the GPU pairs' band it would borrow is scored beside it,
+``coverage_borrowed``, for comparison only). ``coverage_loo`` / ``width_loo``:
 from the K rows' residuals alone. ``--errors-out carb/data/transfer-errors.csv`` writes the table of every
 pair's errors that ``carb-calibrate`` ships and the per-pair table beside it (``transfer-pairs.csv``, the
 device-level band of ``transfer.pair_prior``), with provenance. ``--interval-sweep`` / ``--precision-sweep``
@@ -393,13 +395,13 @@ def set_intervals(table: pd.DataFrame, pending: list[dict], kind: str | None = N
     class's band would have covered, for comparison only). Never narrower than the repeatability floor
     (:func:`repeat_floor`, per precision where measured). Beside it at K > 0: the K rows' residuals alone
     (``coverage_loo``, ``width_loo``). ``n_devices``: the devices of its class the band was measured on.
-    ``kind``: only that kind's pairs are scored (None: all)."""
+    ``kind``: only that kind's pairs are scored (None: all), and the kind of a record that names none."""
     from carb.model.intervals import interval
     from carb.model.transfer_prior import lodo_records, row_scale
 
     table = table.copy()
     recs = [{"pair": (r["source"], r["target_device"]), "err": r["err"], "precision": r["precision"], "k": r["k"],
-             "target": r["target"], "kind": r.get("kind"), "scale": row_scale(r["loo"], r.get("loo_precision"))}
+             "target": r["target"], "kind": r.get("kind") or kind, "scale": row_scale(r["loo"], r.get("loo_precision"))}
             for r in pending]
     for q, own in zip(pending, recs):
         if kind is not None and q.get("kind", kind) != kind:
@@ -410,15 +412,15 @@ def set_intervals(table: pd.DataFrame, pending: list[dict], kind: str | None = N
         if q["k"] == 0:
             saved = copy.copy(tr.intervals_)
         floor = repeat_floor(q["target"], q.get("repeat_rows"))
-        entry = tr.set_device_band(q["target"], others, floor, scaled=q["k"] > 0, kind=q.get("kind"))
+        entry = tr.set_device_band(q["target"], others, floor, scaled=q["k"] > 0, kind=own["kind"])
         ivs = {"": interval(tr.intervals_, q["pred"], precision=q["precision"])} if entry else {}
         if q["k"] > 0:
             ivs["_loo"] = interval(tr.recalibrate(None).intervals_, q["pred"], precision=q["precision"])
             if entry:
                 tr.intervals_[q["target"]] = entry
         else:
-            if entry is None and q.get("kind"):   # 0 devices of its class: no band; the borrowed one for comparison
-                other = next((r["kind"] for r in others if r["kind"] != q["kind"]), None)
+            if entry is None and own["kind"]:   # 0 devices of its class: no band; the borrowed one for comparison
+                other = next((r["kind"] for r in others if r["kind"] != own["kind"]), None)
                 if other and tr.set_device_band(q["target"], others, floor, scaled=False, kind=other):
                     ivs["_borrowed"] = interval(tr.intervals_, q["pred"], precision=q["precision"])
             tr.intervals_ = saved   # the zero-shot model is shared by every K of the pair
