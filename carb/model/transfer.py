@@ -235,7 +235,8 @@ class TransferredCascade:
     None) whose device-level band (:func:`carb.model.transfer_prior.device_level_band`, pairs of this
     transfer's two devices left out) sets each calibrated target's interval where it has records, never
     narrower than ``repeat_floor`` (``{target or "default": log sd}``; after :meth:`fit` per target the device's
-    measured floor, per precision where measured: :func:`carb.model.transfer_prior.device_floor`). Fitted: ``transfer_`` (per target: form, a, b, residual
+    measured floor, per precision where measured: :func:`carb.model.transfer_prior.device_floor`).
+    Fitted: ``transfer_`` (per target: form, a, b, residual
     coefficients, K, LOO log MAE of each form), ``intervals_``, ``device_name_``, ``device_id_``,
     ``device_fingerprint_``, ``calibration_rows_`` (the config_ids used)."""
 
@@ -480,7 +481,8 @@ class TransferredCascade:
         of ``records`` of this device's class (``kind``, default ``device_kind_``; other device pairs' held-out
         errors; the caller leaves out every pair involving this pair's devices:
         :func:`~carb.model.transfer_prior.lodo_records`). ``scaled`` (K >= 2 rows): scale-free, each record by
-        its ``scale`` and this transfer by its K rows' leave-one-out scale (:func:`~carb.model.transfer_prior.row_scale`),
+        its ``scale`` and this transfer by its K rows' leave-one-out scale
+        (:func:`~carb.model.transfer_prior.row_scale`),
         a precision whose own K rows err more widened by :func:`~carb.model.transfer_prior.precision_widening`
         (shrunk by ``prior_rows``); else (zero-shot) in log units as measured. No record of this class: the K
         rows' leave-one-out entry (:func:`interval_entry`: this device's own out-of-sample errors, no other
@@ -516,7 +518,8 @@ class TransferredCascade:
                          n_devices=0, kind=kind)
             wider = {p: h for p, h in by_prec.items() if h > max(-entry["lower"], entry["upper"])}
             if wider:
-                entry["precision_log_ratios"] = {p: [round(v, 6) for v in [-h] * 50 + [h] * 50] for p, h in wider.items()}
+                entry["precision_log_ratios"] = {p: [round(v, 6) for v in [-h] * 50 + [h] * 50]
+                                                 for p, h in wider.items()}
         src = (getattr(self.source_, "intervals_", None) or {}).get(target)
         if isinstance(src, dict) and "outside" in src:
             entry = {**entry, "outside": src["outside"]}

@@ -95,20 +95,6 @@ def measured_repeat_rows(rows: pd.DataFrame) -> pd.DataFrame | None:
     return pd.concat(parts, ignore_index=True) if parts else None
 
 
-def measured_floor_log_sd(rows: pd.DataFrame | None, coverage: float = 0.9) -> float:
-    """The latency repeatability floor of a device as a log standard deviation from its measured rows: the
-    median over precisions of :func:`carb.data.repeatability.repeatability_floor` (a ``coverage`` half-width,
-    log ratio) over ``z_{(1+c)/2}``; NaN without measured rows (the configured floor holds)."""
-    from scipy.stats import norm
-
-    from carb.data.repeatability import repeatability_floor
-
-    if rows is None or not len(rows):
-        return float("nan")
-    floor = repeatability_floor(rows, coverage)
-    return float(np.median(list(floor.values())) / norm.ppf(0.5 + coverage / 2.0)) if floor else float("nan")
-
-
 def cpu_devices() -> dict[str, pd.DataFrame]:
     """The CPU datasets (ok rows), by short name: the Zen 5 reference, the Zen 4 of ``scripts/data`` and the
     Xeon (only where its file exists)."""
@@ -479,8 +465,10 @@ def pair_table(devices: dict[str, pd.DataFrame], ks: list[int], targets: list[st
     reps = {n: measured_repeat_rows(d) for n, d in devices.items()}
     for n, r in reps.items():
         if r is not None:
-            print(f"  {n}: latency repeatability floor from {len(r)} measured rows, log sd "
-                  f"{measured_floor_log_sd(r):.4f}", flush=True)
+            fl = repeat_floor("latency_ms", r)
+            per = ", ".join(f"{p} {v:.3f}" for p, v in fl.items()) if isinstance(fl, dict) else f"{fl:.3f}"
+            print(f"  {n}: latency repeatability floor from {len(r)} measured rows, log sd per precision: {per}",
+                  flush=True)
     return pd.DataFrame(out), [{**q, "kind": kind, "pair": (q["source"], q["target_device"]),
                                 "source_id": ids[q["source"]], "target_id": ids[q["target_device"]],
                                 "repeat_rows": reps[q["target_device"]]} for q in pending]

@@ -47,7 +47,8 @@ def main() -> int:
         print(f"repeatability: {'up to date' if same else 'differs: run python scripts/data/repeatability.py'}")
         return 0 if same else 1
     write_atomic(SHIPPED_TABLE, lambda tmp: tmp.write_text(text))
-    prov = {"builder": "scripts/data/repeatability.py", "sources": [str(f.relative_to(ROOT)) for f in SOURCES if f.exists()],
+    prov = {"builder": "scripts/data/repeatability.py",
+            "sources": [str(f.relative_to(ROOT)) for f in SOURCES if f.exists()],
             "what": "per device_id and precision: rows with a measured two-pass latency_repeat_spread, its median, the "
                     "90 % floor (quantile of |log(a / b)| over sqrt 2, carb.data.repeatability.repeatability_floor) "
                     "and the same as one window's log sd (over z_0.95)",
