@@ -13,8 +13,8 @@ import pytest
 from carb.design import identity
 
 CARB = Path(__file__).resolve().parents[1] / "carb"
-#: The ResNet columns the issue names (issue 43, item 3).
-RESNET_COLUMNS = {"block", "depth", "width_mult", "early_downsample", "inner_mult"}
+#: The ResNet columns the issue names (issue 43, item 3), and the stage layout.
+RESNET_COLUMNS = {"block", "depth", "width_mult", "early_downsample", "inner_mult", "stages"}
 #: Modules outside carb.design that may still name a ResNet column, each with its reason.
 ALLOWED: dict[str, str] = {
     "measure/gpu_run.py": "the lent-GPU collector's re-measure of records (another helper edits this file now; "
@@ -95,3 +95,29 @@ def test_resnet_knobs_and_types():
     assert identity.knob_type("flops") is None
     assert set(identity.RESNET.numeric) == {"depth", "width_mult", "inner_mult"}
     assert np.all([c in identity.ALL_KNOBS for c in ("model_name", "block", "precision")])
+
+
+def test_every_kind_is_in_the_domain_lists():
+    """A new kind is an entry in carb.design.identity: its categorical, numeric and unit columns must be in the
+    lists the domain, the encoding and telemetry read, or this fails."""
+    for kind in identity.KINDS:
+        assert set(kind.categories) <= set(identity.CATEGORICAL_KNOBS), kind.name
+        assert set(kind.numeric) <= set(identity.NUMERIC_KNOBS), kind.name
+        assert kind.unit is None or kind.unit in identity.CATEGORICAL_KNOBS, kind.name
+        assert all(identity.knob_type(c) for c in kind.knobs), kind.name
+        assert set(kind.display) <= set(kind.knobs) and set(kind.display_varying) <= set(kind.knobs), kind.name
+    assert set(identity.RUN_KNOBS) <= set(identity.NUMERIC_KNOBS) | set(identity.CATEGORICAL_KNOBS)
+
+
+def test_model_layers_read_the_identity_lists():
+    """The domain, the encoding and the screen table take their column lists from carb.design.identity."""
+    from carb.commands.screen_table import FILE_KNOBS, KNOB_HEADERS
+    from carb.model import domain, encoding
+
+    assert domain.ARCH_KNOBS == identity.ARCH_COLUMNS and domain.CATEGORICAL_KNOBS == identity.CATEGORICAL_KNOBS
+    assert {c for c in encoding.CATEGORIES if c != "precision"} == set(identity.categorical_identity())
+    assert KNOB_HEADERS == identity.DISPLAY_HEADERS and FILE_KNOBS[-1] == "config_id"
+    X = pd.DataFrame({"block": ["bottleneck", "basic"], "early_downsample": [False, True]})
+    enc = encoding.encode(X, ["block", "early_downsample"])
+    assert enc.columns.tolist() == ["block_bottleneck", "early_downsample"]
+    assert enc.to_numpy().tolist() == [[1.0, 0.0], [0.0, 1.0]]

@@ -12,7 +12,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from carb.design.identity import ARCH_COLUMNS, DEPTH, knob_type
+from carb.design.identity import ARCH_COLUMNS, DEPTH, STAGES, knob_type
 from carb.errors import ConfigError
 from carb.resources import DATA_DIR
 
@@ -27,7 +27,7 @@ _KEY_TEXT = {"str": lambda s: s.astype(str), "int": lambda s: s.astype(int).asty
 @lru_cache(maxsize=1)
 def top1_table() -> pd.DataFrame:
     """The shipped table: one row per (``model``, ``weights``); ``top1``, ``top5`` as fractions (0.7613)."""
-    return pd.read_csv(DATA_DIR / "imagenet-top1.csv", dtype={"stages": str})
+    return pd.read_csv(DATA_DIR / "imagenet-top1.csv", dtype={STAGES: str})
 
 
 def weights_names() -> list[str]:

@@ -111,6 +111,8 @@ STEM: str = "early_downsample"
 WIDTH: str = "width_mult"
 #: The bottleneck's inner width multiplier column.
 INNER: str = "inner_mult"
+#: The blocks-per-stage layout column (implied by the block type and the depth for the named layouts).
+STAGES: str = "stages"
 
 
 def columns_of(frame: Any) -> set[str]:

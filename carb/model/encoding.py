@@ -12,11 +12,11 @@ import pandas as pd
 from carb.data.schema import INTERACTION_FEATURES, RUNTIME_FEATURES
 from carb.design.arch import KNOBS, PRECISION_BITS, PRECISIONS, to_bool
 from carb.design.features import STATIC_FEATURES
-from carb.design.identity import categorical_identity, encode_category, is_bool_column, is_zoo
+from carb.design.identity import STAGES, categorical_identity, encode_category, is_bool_column, is_zoo
 from carb.errors import ConfigError
 
 #: Knobs the cascade uses as features (``stages`` is implied by the block type and the depth).
-MODEL_KNOBS: tuple[str, ...] = tuple(k for k in KNOBS if k != "stages")
+MODEL_KNOBS: tuple[str, ...] = tuple(k for k in KNOBS if k != STAGES)
 #: Default feature list (the ``full`` set, the paper's M1).
 FULL_FEATURES: tuple[str, ...] = MODEL_KNOBS + STATIC_FEATURES + RUNTIME_FEATURES + INTERACTION_FEATURES
 #: Allowed values of the categorical knobs: the network kinds' categorical identity columns
