@@ -45,9 +45,9 @@ def _key(frame: pd.DataFrame) -> pd.Series:
 
 
 def join_top1(frame: pd.DataFrame, weights: str, field: str = "screen.accuracy") -> pd.DataFrame:
-    """``frame`` (n featurized candidates: the :data:`MATCH_COLUMNS`, optional ``num_classes``) with ``top1``, ``top5`` (fractions;
-    NaN where the table has no such network) and ``top1_model`` (e.g. ``resnet50``, else empty) of
-    ``weights``. A ``top1`` the frame already carries (a grid file's column) is kept where it is set."""
+    """``frame`` (n featurized candidates: the :data:`MATCH_COLUMNS`, optional ``num_classes``) with ``top1``,
+    ``top5`` (fractions; NaN where the table has no such network) and ``top1_model`` (e.g. ``resnet50``, else
+    empty) of ``weights``. A ``top1`` the frame already carries (a grid file's column) is kept where it is set."""
     table = top1_table()
     if weights not in set(table["weights"]):
         raise ConfigError(f"{field}: {weights!r} is not allowed; allowed: {weights_names()} (or null)")

@@ -87,8 +87,6 @@ KINDS: tuple[NetworkKind, ...] = (RESNET, ZOO)
 ARCH_COLUMNS: tuple[str, ...] = RESNET.identity
 #: ResNet identity columns of a configuration record, in the record's (and :class:`ArchConfig`'s) order.
 ARCH_RECORD: tuple[str, ...] = tuple(k for k in KNOBS if k in RESNET.identity)
-#: ResNet knob columns a source row or a measured record carries, in :data:`carb.design.arch.KNOBS` order.
-RESNET_KNOBS: tuple[str, ...] = KNOBS
 #: Knobs whose seen values a domain lists (a value never seen is outside): ResNet's categorical columns, the
 #: precision, the zoo's family; in the order a domain has always listed them.
 CATEGORICAL_KNOBS: tuple[str, ...] = ("block", "precision", "early_downsample", "family")

@@ -115,8 +115,8 @@ def encode(X: pd.DataFrame, features: Sequence[str]) -> pd.DataFrame:
     """Numeric design matrix (float64) of ``features`` from a raw frame.
 
     Categorical knobs are expanded (identity columns by :func:`carb.design.identity.encode_category`:
-    ``block_bottleneck``, the stem as 0/1; ``precision_bits`` + ``precision_bf16``); everything else is cast to float. Raises :class:`ConfigError` for a
-    category outside :data:`CATEGORIES`."""
+    ``block_bottleneck``, the stem as 0/1; ``precision_bits`` + ``precision_bf16``); everything else is cast
+    to float. Raises :class:`ConfigError` for a category outside :data:`CATEGORIES`."""
     cols: dict[str, np.ndarray] = {}
     for f in features:
         v = X[f]

@@ -31,7 +31,6 @@ import numpy as np
 import pandas as pd
 
 from carb.data.io import load_dataset
-from carb.design.identity import ARCH_COLUMNS
 from carb.errors import DatasetError
 
 #: The files a run writes (run.py: at most 8, flat).
@@ -196,5 +195,5 @@ def large_tensor_ratios(path: str | Path) -> dict[str, float]:
 def dataset_counts(df: pd.DataFrame) -> tuple[int, int]:
     """``(ok rows, architectures)`` of a dataset: the counts the documents that describe it quote."""
     ok = df[df["status"] == "ok"]
-    arch = ok[list(ARCH_COLUMNS)].astype(str)
+    arch = ok[["block", "depth", "width_mult", "stages", "inner_mult", "early_downsample"]].astype(str)
     return len(ok), len(arch.drop_duplicates())
