@@ -16,12 +16,7 @@ CARB = Path(__file__).resolve().parents[1] / "carb"
 #: The ResNet columns the issue names (issue 43, item 3), and the stage layout.
 RESNET_COLUMNS = {"block", "depth", "width_mult", "early_downsample", "inner_mult", "stages"}
 #: Modules outside carb.design that may still name a ResNet column, each with its reason.
-ALLOWED: dict[str, str] = {
-    "measure/gpu_run.py": "the lent-GPU collector's re-measure of records (another helper edits this file now; "
-                          "its knob tuples move to carb.design.identity after that merge)",
-    "data/importers/gpu_run.py": "dataset_counts (another helper edits this function now; ARCH_COLUMNS and "
-                                 "identity.is_zoo after that merge)",
-}
+ALLOWED: dict[str, str] = {}
 
 
 def _literals(path: Path) -> list[tuple[int, str]]:
