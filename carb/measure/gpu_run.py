@@ -120,11 +120,11 @@ def _config_and_model(r: dict, zoo: bool) -> tuple[Any, Any]:
 
         c = config_of(r)
         return c, build(c)
-    from carb.design.arch import configs_from_records
+    from carb.design.arch import KNOB_DEFAULTS, KNOBS, configs_from_records
     from carb.design.resnet import build_model
 
-    (c,) = configs_from_records([{k: r[k] for k in ("block", "depth", "width_mult", "input_size", "batch_size",
-                                                     "precision", "early_downsample", "stages")}])
+    # the record's knobs but those with a default (the inner width: 1.0), as the re-measure always read them
+    (c,) = configs_from_records([{k: r[k] for k in KNOBS if k not in KNOB_DEFAULTS}])
     return c, build_model(c)
 
 

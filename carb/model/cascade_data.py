@@ -13,6 +13,7 @@ from sklearn.model_selection import train_test_split
 
 from carb.data.schema import INTERACTION_FEATURES, TARGETS
 from carb.data.tiers import strata_key
+from carb.design.identity import DEPTH
 from carb.errors import DatasetError
 from carb.model.encoding import INTERACTION_INPUTS, add_interactions
 
@@ -90,7 +91,7 @@ def internal_split(X: pd.DataFrame, y: pd.DataFrame, val_fraction: float, random
     if n < MIN_FIT_ROWS:
         raise DatasetError(f"too few rows to fit the cascade: {n} rows, need at least {MIN_FIT_ROWS}")
     strat = None
-    if "batch_size" in X.columns and ("depth" in X.columns or "family" in X.columns):
+    if "batch_size" in X.columns and (DEPTH in X.columns or "family" in X.columns):
         key = pd.Series(strata_key(X))
         counts = key.map(key.value_counts())
         key = key.where(counts >= 4, "pooled")

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from carb.data.io import load_dataset
+from carb.design.identity import ARCH_COLUMNS, is_zoo
 from carb.errors import DatasetError
 
 #: The files a run writes (run.py: at most 8, flat).
@@ -198,7 +199,7 @@ def dataset_counts(df: pd.DataFrame) -> tuple[int, int]:
     """``(ok rows, architectures)`` of a dataset: the counts the documents that describe it quote (a zoo
     dataset's architectures: its distinct ``model_name`` values)."""
     ok = df[df["status"] == "ok"]
-    if "model_name" in ok.columns and "block" not in ok.columns:   # zoo rows (carb.data.zoo_schema)
+    if is_zoo(ok):   # zoo rows (carb.design.identity.is_zoo)
         return len(ok), int(ok["model_name"].nunique())
-    arch = ok[["block", "depth", "width_mult", "stages", "inner_mult", "early_downsample"]].astype(str)
+    arch = ok[list(ARCH_COLUMNS)].astype(str)
     return len(ok), len(arch.drop_duplicates())
