@@ -238,3 +238,37 @@ def test_trace_features_join_feed_the_model_and_missing_rows_fall_back(tmp_path)
     # the baselines never read the trace
     hj = HiddenJoulesRegression().fit(train)
     assert np.allclose(hj.predict(joined), HiddenJoulesRegression().fit(df[~test]).predict(df))
+
+
+def test_trace_join_takes_the_graph_each_file_was_run_on(tmp_path):
+    """A file whose published parameter counts are the folded graph's gets the reparameterised trace, a
+    file with the plain counts the plain one (timm's benchmark with and without ``--reparam``); a model
+    that does not fold keeps its one trace; 'never' / 'always' force the graph; a bad value is one line."""
+    from carb.data.importers.timm_zoo import with_trace
+    from tests.synthetic import zoo_trace_frame
+
+    df = zoo_frame({"rep": 6, "plain": 6}, seed=3)
+    tr = zoo_trace_frame(df, seed=2)
+    tr["params"] = np.where(tr["model"].str.startswith("rep"), 5_290_000, 1_000_000)
+    tr["reparam"], tr["folded"] = False, False
+    fused = tr[tr["model"].str.startswith("rep")].assign(reparam=True, folded=True, params=2_080_000,
+                                                          n_ops=tr["n_ops"] // 7)
+    not_folded = tr[~tr["model"].str.startswith("rep")].assign(reparam=True, folded=False)
+    pd.concat([tr, fused, not_folded]).to_parquet(tmp_path / "trace.parquet", index=False)
+    a = df.assign(source_file="a-reparam.csv", params=np.where(df["family"] == "rep", 2.08e6, 1e6))
+    b = df.assign(source_file="b-plain.csv", params=np.where(df["family"] == "rep", 5.29e6, 1e6))
+    joined = with_trace(pd.concat([a, b], ignore_index=True), tmp_path / "trace.parquet")
+    rep = joined["family"] == "rep"
+    in_a = joined["source_file"] == "a-reparam.csv"
+    assert joined.loc[rep & in_a, "tr_reparam"].all() and not joined.loc[~(rep & in_a), "tr_reparam"].any()
+    assert (joined.loc[rep & in_a, "tr_params"] == 2_080_000).all()
+    assert (joined.loc[rep & ~in_a, "tr_params"] == 5_290_000).all()
+    n_plain = joined.loc[rep & ~in_a, "tr_n_ops"].to_numpy()
+    assert (joined.loc[rep & in_a, "tr_n_ops"].to_numpy() == n_plain // 7).all()
+    assert (joined.loc[~rep, "tr_params"] == 1_000_000).all()
+    never = with_trace(a, tmp_path / "trace.parquet", reparam="never")
+    always = with_trace(b, tmp_path / "trace.parquet", reparam="always")
+    assert (never.loc[never["family"] == "rep", "tr_params"] == 5_290_000).all()
+    assert (always.loc[always["family"] == "rep", "tr_params"] == 2_080_000).all()
+    with pytest.raises(DatasetError, match=r"^with_trace: reparam='sometimes' is not allowed; allowed: "):
+        with_trace(a, tmp_path / "trace.parquet", reparam="sometimes")

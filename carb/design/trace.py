@@ -566,6 +566,8 @@ def trace(model: nn.Module | str, input_shape: Sequence[int] = (1, 3, 224, 224),
     else:
         module = model
     folded = bool(reparam) and can_reparameterize(module)
+    if reparam and not folded and cache:   # nothing to fold: the plain trace is this one
+        return trace(model, input_shape, precision=precision, settings=settings)
     if folded:
         module = reparameterize(module, label)
     frame, info = _trace_batch1(module, chw, label)
