@@ -253,3 +253,27 @@ def test_reparam_is_its_own_cache_entry(monkeypatch):
     assert len(calls) == 1 and fused.attrs["reparam"]
     again = T.trace("timm:repvgg_a0", (2, 3, 64, 64), reparam=True)
     assert len(calls) == 1 and again.attrs["reparam"] and again.equals(fused)
+
+
+class _Attention(nn.Module):
+    """q = k = v = the input reshaped to ``shape``: one scaled-dot-product attention call."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        super().__init__()
+        self.shape = shape
+        self.proj = nn.Conv2d(3, 3, 1)
+
+    def forward(self, x):
+        y = self.proj(x).reshape(self.shape)
+        return torch.nn.functional.scaled_dot_product_attention(y, y, y)
+
+
+def test_attention_off_the_fused_kernels_is_counted_apart():
+    """Fused SDPA kernels take 4-D inputs only; a 5-D call (NesT, Hiera) runs the math path, which
+    materialises tokens x tokens scores: flops_sdpa_math and 4 passes over the scores in bytes_sdpa_math."""
+    four = T.summarize(T.trace(_Attention((1, 3, 64, 16)), (1, 3, 32, 32), precision="fp16", cache=False))
+    five = T.summarize(T.trace(_Attention((1, 3, 4, 16, 16)), (1, 3, 32, 32), precision="fp16", cache=False))
+    assert four["flops_sdpa"] == five["flops_sdpa"] * 4 > 0      # 64 tokens vs 4 blocks of 16
+    assert four["flops_sdpa_math"] == four["bytes_sdpa_math"] == 0
+    assert five["flops_sdpa_math"] == five["flops_sdpa"]
+    assert five["bytes_sdpa_math"] == 4 * (3 * 4 * 16 * 16) * 2   # heads x blocks x 16 x 16 scores, fp16

@@ -611,7 +611,8 @@ def summarize(table: pd.DataFrame) -> dict[str, Any]:
     ``flops``, ``macs`` (fvcore's), ``activations`` (output elements of convolution, linear and matmul rows:
     fvcore's activation count, as in timm's tables and Hidden Joules), ``peak_live_bytes`` (max of
     ``live_bytes``), ``param_bytes`` (parameters at the table's precision), ``bytes_read``, ``bytes_written``,
-    ``n_ops`` (rows but views), and per kind ``flops_<kind>`` and ``bytes_<kind>`` (read + written). Whole
+    ``n_ops`` (rows but views), per kind ``flops_<kind>`` and ``bytes_<kind>`` (read + written), and
+    ``flops_sdpa_math`` / ``bytes_sdpa_math`` (attention on the unfused math path: :func:`_sdpa_math`). Whole
     batch; bytes at the table's precision."""
     attrs = table.attrs
     bpe = BYTES_PER_ELEMENT[attrs.get("precision", "fp32")]
@@ -632,7 +633,23 @@ def summarize(table: pd.DataFrame) -> dict[str, Any]:
         row = by_kind.loc[kind] if kind in by_kind.index else None
         out[f"flops_{kind}"] = float(row["flops"]) if row is not None else 0.0
         out[f"bytes_{kind}"] = int(row["bytes_read"] + row["bytes_written"]) if row is not None else 0
+    out |= _sdpa_math(table, bpe)
     return out
+
+
+def _sdpa_math(table: pd.DataFrame, bpe: int) -> dict[str, float]:
+    """``flops_sdpa_math`` and ``bytes_sdpa_math`` of a table: the attention calls no fused kernel takes.
+    PyTorch's flash and memory-efficient SDPA kernels need 4-D ``(batch, heads, tokens, dim)`` inputs; a
+    call on other shapes (NesT's and Hiera's 5-D blocked attention, Twins' local windows) runs the math
+    path, which materialises the ``tokens x tokens`` scores: written by ``Q K^T``, read and written by the
+    softmax, read by ``@ V`` (4 passes of ``flops / (4 dim)`` elements at the table's precision)."""
+    sd = table[table["kind"] == "sdpa"]
+    math = sd[sd["in_shape"].map(len) != 4]
+    if math.empty:
+        return {"flops_sdpa_math": 0.0, "bytes_sdpa_math": 0.0}
+    dim = math["in_shape"].map(lambda s: s[-1] if len(s) else 1).to_numpy(float)
+    scores = math["flops"].to_numpy(float) / (4 * np.clip(dim, 1, None))
+    return {"flops_sdpa_math": float(math["flops"].sum()), "bytes_sdpa_math": float(4 * scores.sum() * bpe)}
 
 
 _WALK_KIND = {"bn": "norm", "relu": "activation", "maxpool": "pool", "avgpool": "pool", "add": "elementwise"}

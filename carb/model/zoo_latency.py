@@ -9,8 +9,12 @@ and predicts ``latency_ms`` per batch (n,), so batches of different size are one
 - :class:`FlopsLogLog` (B1): ``log t = a + b log GMACs`` ("compute volume is all you need").
 - :class:`HiddenJoulesRegression`: ``log t = a + b log params + c log GMACs + d log activations``, the
   regression of the Hidden Joules study (there on energy per image; here on time per image).
-- :class:`ZooLatencyModel`: a log-linear base on params, GMACs, activations, input size and batch, and a
-  gradient-boosted correction (LightGBM) of its log residual on the log features, their ratios (GMACs per
+- :class:`ZooLatencyModel`: a base law, and a gradient-boosted correction (LightGBM) of its log residual.
+  The base of a row with a layer table is :class:`AdditiveBase`: the time per image as a non-negative sum
+  of per-kind costs (GFLOPs of each compute kind, MB moved by each kind, operations launched and weights
+  read per batch, a fixed cost per batch; attention off the fused kernels apart), so a family never seen
+  is priced by its mix of kinds; a row without one takes a log-linear base on params, GMACs, activations,
+  input size and batch. The correction reads the log features, their ratios (GMACs per
   activation: arithmetic intensity; params per GMAC: weight reuse) and, where present, the module census
   (counts of depthwise / grouped / pointwise / regular convolutions, linear layers, norms, activations,
   attention modules and their parameter shares) and, where present, the layer table's features
@@ -164,7 +168,9 @@ def additive_terms(frame: pd.DataFrame) -> pd.DataFrame:
     """The terms of :class:`AdditiveBase` (n rows, each a time source per image in its own unit), from the
     ``tr_*`` columns (per image, fp32) and ``batch_size``: ``gflop_<kind>`` (GFLOPs of each compute kind,
     :data:`TRACE_COMPUTE_KINDS`), ``mb_<kind>`` (MB read + written by each memory-bound kind,
-    :data:`TRACE_MEMORY_KINDS`, and by each compute kind, :data:`ADDITIVE_BYTE_KINDS`),
+    :data:`TRACE_MEMORY_KINDS`, and by each compute kind, :data:`ADDITIVE_BYTE_KINDS`); where the trace has
+    them, attention on the math path apart (``gflop_sdpa_math``, ``mb_sdpa_math``: the scores it
+    materialises; ``gflop_sdpa`` is then the fused kernels' part; :func:`carb.design.trace.summarize`),
     ``ops_per_image`` (executed operations / batch: kernel launches are paid once per batch),
     ``weight_mb_per_image`` (parameter MB / batch: weights are read once per batch) and ``per_image``
     (1 / batch: a fixed cost per batch). NaN in a row without a trace."""
@@ -172,6 +178,10 @@ def additive_terms(frame: pd.DataFrame) -> pd.DataFrame:
     b = _col(frame, "batch_size", who)
     out = {f"gflop_{k}": _col(frame, f"tr_flops_{k}", who) / 1e9 for k in TRACE_COMPUTE_KINDS}
     out |= {f"mb_{k}": _col(frame, f"tr_bytes_{k}", who) / 1e6 for k in (*TRACE_MEMORY_KINDS, *ADDITIVE_BYTE_KINDS)}
+    if "tr_flops_sdpa_math" in frame.columns:   # attention no fused kernel takes: its own cost and scores
+        math = _col(frame, "tr_flops_sdpa_math", who) / 1e9
+        out["gflop_sdpa"] = out["gflop_sdpa"] - math
+        out |= {"gflop_sdpa_math": math, "mb_sdpa_math": _col(frame, "tr_bytes_sdpa_math", who) / 1e6}
     out |= {"ops_per_image": _col(frame, "tr_n_ops", who) / b,
             "weight_mb_per_image": _col(frame, "tr_param_bytes", who) / 1e6 / b, "per_image": 1.0 / b}
     return pd.DataFrame(out, index=frame.index)
@@ -223,18 +233,22 @@ class AdditiveBase:
 
 
 class ZooLatencyModel:
-    """CARB's zoo latency model: :class:`_Base` (log-linear, five features) times a LightGBM correction of
-    its log residual on :func:`log_features`. ``n_estimators``, ``learning_rate``, ``num_leaves``,
+    """CARB's zoo latency model: a base law times a LightGBM correction of its log residual on
+    :func:`log_features`. The base of a traced row is :class:`AdditiveBase` (``base="additive"``, the
+    default: per-kind costs, non-negative) or, with ``base="loglinear"``, :class:`_Base` (log-linear on five
+    published features; :class:`_TraceBase` with ``trace_base``); an untraced row always takes
+    :class:`_Base`. ``residual``: the factor on the correction (1: all of it, 0: the base alone).
+    ``n_estimators``, ``learning_rate``, ``num_leaves``,
     ``min_child_samples``: LightGBM's; ``census``: use the module census when the frame has it;
     ``trace``: use the layer table's features (``tr_*`` columns) when the frame has them;
-    ``trace_base``: with ``trace``, the base of a traced row is :class:`_TraceBase` (fitted on the traced
-    rows; untraced rows keep :class:`_Base`);
+    ``trace_base``: with ``trace`` and ``base="loglinear"``, the base of a traced row is :class:`_TraceBase`
+    (fitted on the traced rows; untraced rows keep :class:`_Base`);
     ``n_jobs``: LightGBM threads; ``seed``: its bagging seed; ``balance``: weight each row by
     1 / sqrt(rows of its ``family``) so that a large family (193 ViTs) does not set the law alone."""
 
     def __init__(self, n_estimators: int = 300, learning_rate: float = 0.03, num_leaves: int = 15,
                  min_child_samples: int = 20, census: bool = True, n_jobs: int = 1, seed: int = 0,
-                 balance: bool = False, trace: bool = True, trace_base: bool = False, base: str = "loglinear",
+                 balance: bool = False, trace: bool = True, trace_base: bool = False, base: str = "additive",
                  residual: float = 1.0):
         if base not in ("loglinear", "additive"):
             raise DatasetError(f"ZooLatencyModel: base={base!r} is not allowed; allowed: loglinear, additive")

@@ -1,14 +1,15 @@
 """Trace every architecture of timm's published benchmark at its benchmark input size into the layer-table
 cache and write a compact feature table: one row per (architecture, input size).
 
-    python scripts/data/zoo_trace_features.py [--workers 2] [--stop-at HH:MM] [--limit N] [--reparam]
+    python scripts/data/zoo_trace_features.py [--workers 2] [--stop-at HH:MM] [--limit N] [--reparam] [--refresh]
 
 Reads ``carb/data/timm-zoo-bench.parquet``; for each distinct ``(model, input_size)`` runs
 :func:`carb.design.trace.trace` at batch 1, fp32, 3 channels (the tracer scales to any batch and precision)
 and keeps :func:`carb.design.trace.summarize`'s columns. ``--reparam``: the same for the reparameterised
 inference graph (``trace(..., reparam=True)``: what timm's benchmark times with ``--reparam``), rows with
 ``reparam`` True and ``folded`` (whether the model had anything to fold; when not, the features equal the
-plain trace's). Rows of the plain trace have ``reparam`` False. A model the tracer refuses at its default settings
+plain trace's). Rows of the plain trace have ``reparam`` False. ``--refresh``: recompute summarize()'s
+columns of every row already there from the cached traces (after summarize() gains a column). A model the tracer refuses at its default settings
 is tried once more with ``img_size=<input_size>`` (timm's fixed-position-embedding models); one refused
 both ways gets a row with ``refused`` set to the one-line reason and NaN features.
 
@@ -95,6 +96,34 @@ def trace_one(job: tuple[str, int, bool]) -> dict[str, Any]:
     return row
 
 
+def refresh_one(job: tuple[str, int, str, bool]) -> dict[str, Any]:
+    """summarize()'s columns of a row already in the table, recomputed from its cached trace (the same
+    settings, plain or folded graph): after summarize() gains a column, no model is traced again."""
+    from carb.design.trace import summarize, trace
+
+    model, size, settings, folded = job
+    table = trace(model, (1, 3, size, size), precision="fp32", settings=json.loads(settings) if settings else None,
+                  reparam=folded)
+    return summarize(table)
+
+
+def refresh(done: pd.DataFrame, workers: int) -> pd.DataFrame:
+    """Every traced row of ``done`` with summarize()'s columns recomputed (:func:`refresh_one`)."""
+    ok = done["refused"].isna().to_numpy()
+    folded = done["folded"].fillna(False).astype(bool) if "folded" in done else pd.Series(False, index=done.index)
+    jobs = [(str(m), int(s), str(st or ""), bool(f)) for m, s, st, f in
+            zip(done.loc[ok, "model"], done.loc[ok, "input_size"], done.loc[ok, "settings"], folded[ok])]
+    with get_context("spawn").Pool(workers, maxtasksperchild=200) as pool:
+        rows = pool.map(refresh_one, jobs, chunksize=16)
+    new = pd.DataFrame(rows, index=done.index[ok])
+    out = done.copy()
+    for c in new.columns:
+        if c not in out.columns:
+            out[c] = np.nan
+        out.loc[ok, c] = new[c]
+    return out
+
+
 def _write(frame: pd.DataFrame) -> None:
     """Write the feature table atomically."""
     write_atomic(OUT, lambda tmp: frame.to_parquet(tmp, index=False))
@@ -133,6 +162,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--stop-at", default=None, help="UTC HH:MM: start no new chunk after it")
     p.add_argument("--limit", type=int, default=None, help="trace at most N pending pairs")
     p.add_argument("--reparam", action="store_true", help="trace the reparameterised graphs (rows reparam=True)")
+    p.add_argument("--refresh", action="store_true",
+                   help="recompute summarize()'s columns of every row from the cached traces (no new rows)")
     a = p.parse_args(argv)
     if a.workers < 1:
         print(f"--workers: {a.workers} is not allowed; allowed: an integer >= 1", file=sys.stderr)
@@ -155,6 +186,12 @@ def main(argv: list[str] | None = None) -> int:
     done = pd.read_parquet(OUT) if OUT.exists() else pd.DataFrame()
     if len(done) and "reparam" not in done.columns:
         done["reparam"], done["folded"] = False, False
+    if a.refresh:
+        done = refresh(done, a.workers)
+        _write(done)
+        _provenance(done)
+        print(f"zoo-trace: refreshed {int(done['refused'].isna().sum())} rows", flush=True)
+        return 0
     pending = [(m, s, a.reparam) for m, s in todo_pairs(done, a.reparam)]
     if a.limit is not None:
         pending = pending[:a.limit]
