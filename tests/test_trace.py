@@ -228,7 +228,8 @@ def test_reparam_traces_the_folded_graph_timm_benchmarks_with_reparam():
     assert not same.attrs["reparam"] and same.equals(T.trace("tv:resnet18", (1, 3, 64, 64)))
 
 
-@pytest.mark.parametrize("name,side", [("repvgg_a0", 64), ("repvit_m0_9", 64), ("levit_conv_128s", 224)])
+@pytest.mark.parametrize("name,side", [("repvgg_a0", 64), *(pytest.param(n, s, marks=pytest.mark.slow) for n, s in (
+    ("mobileone_s0", 64), ("repvit_m0_9", 64), ("levit_conv_128s", 224), ("fastvit_t8", 64)))])
 def test_meta_reparam_is_timms_reparameterize_model_on_real_weights(name, side):
     """Folding on the meta device gives the table of timm's own ``reparameterize_model`` run on a CPU
     model with real weights (same operations, shapes, FLOPs and parameters); the input module is untouched."""
