@@ -82,6 +82,21 @@ def gpu_table(gpu: list[dict], no_trace: list[dict] | None) -> list[str]:
     return lines
 
 
+def gpu_worst_families(gpu: list[dict], n: int = 5) -> list[str]:
+    """One Markdown row per timm device with its ``n`` worst held-out families by CARB's MAPE (each with
+    HJ's and B1's MAPE on the same family); devices saved without a per-family ``table`` are skipped."""
+    rows = [s for s in gpu if s.get("table")]
+    if not rows:
+        return []
+    lines = [f"| device | worst {n} families: CARB % (HJ %, B1 %; Spearman) |", "|---|---|"]
+    for s in rows:
+        worst = sorted(s["table"], key=lambda r: -r["carb_mape_pct"])[:n]
+        cells = "; ".join(f"{r['family']} {_f(r['carb_mape_pct'], '.0f')} ({_f(r['hj_mape_pct'], '.0f')}, "
+                          f"{_f(r['b1_mape_pct'], '.0f')}; {_f(r['carb_rho'], '.2f')})" for r in worst)
+        lines.append(f"| {s['device']} | {cells} |")
+    return lines
+
+
 def zoo_lines(path: Path = ZOO_BENCH) -> list[str]:
     """The zoo section (Markdown lines) from the benchmark's saved figures at ``path``; a one-line note
     when the file is missing (the benchmark has not been run)."""
@@ -104,7 +119,12 @@ def zoo_lines(path: Path = ZOO_BENCH) -> list[str]:
     if z.get("gpu"):
         out += ["Leave-one-family-out latency on timm's published benchmark files (families: leading letters "
                 "of the model name with >= 5 models), CARB's zoo model with and without the layer-table "
-                "features:", ""] + gpu_table(z["gpu"], z.get("gpu_no_trace")) + [""]
+                "features (with them: a non-negative sum of per-kind costs from the layer table of the graph "
+                "each file was timed on, reparameterised or not as its published parameter counts show, times "
+                "a LightGBM residual):", ""] + gpu_table(z["gpu"], z.get("gpu_no_trace")) + [""]
+        worst = gpu_worst_families(z["gpu"])
+        out += (["Worst held-out families per device (all families: `scripts/data/zoo_bench.json`):", ""] + worst + [""]
+                if worst else [])
     out += [f"Screening the zoo list at 8 batch sizes x 3 precisions x 3 input sizes ({z['screen_candidates']} "
             f"candidates) after load: {_f(z['screen_s'], '.2f')} s; tracing 300 models cold on 2 processes: "
             f"{_f(z['trace_cold_s'])} s (`scripts/data/zoo_trace_bench.json`).", ""]

@@ -238,3 +238,112 @@ def test_trace_features_join_feed_the_model_and_missing_rows_fall_back(tmp_path)
     # the baselines never read the trace
     hj = HiddenJoulesRegression().fit(train)
     assert np.allclose(hj.predict(joined), HiddenJoulesRegression().fit(df[~test]).predict(df))
+
+
+def test_trace_join_takes_the_graph_each_file_was_run_on(tmp_path):
+    """A file whose published parameter counts are the folded graph's gets the reparameterised trace, a
+    file with the plain counts the plain one (timm's benchmark with and without ``--reparam``); a model
+    that does not fold keeps its one trace; 'never' / 'always' force the graph; a bad value is one line."""
+    from carb.data.importers.timm_zoo import with_trace
+    from tests.synthetic import zoo_trace_frame
+
+    df = zoo_frame({"rep": 6, "plain": 6}, seed=3)
+    tr = zoo_trace_frame(df, seed=2)
+    tr["params"] = np.where(tr["model"].str.startswith("rep"), 5_290_000, 1_000_000)
+    tr["reparam"], tr["folded"] = False, False
+    fused = tr[tr["model"].str.startswith("rep")].assign(reparam=True, folded=True, params=2_080_000,
+                                                          n_ops=tr["n_ops"] // 7)
+    not_folded = tr[~tr["model"].str.startswith("rep")].assign(reparam=True, folded=False)
+    pd.concat([tr, fused, not_folded]).to_parquet(tmp_path / "trace.parquet", index=False)
+    a = df.assign(source_file="a-reparam.csv", params=np.where(df["family"] == "rep", 2.08e6, 1e6))
+    b = df.assign(source_file="b-plain.csv", params=np.where(df["family"] == "rep", 5.29e6, 1e6))
+    joined = with_trace(pd.concat([a, b], ignore_index=True), tmp_path / "trace.parquet")
+    rep = joined["family"] == "rep"
+    in_a = joined["source_file"] == "a-reparam.csv"
+    assert joined.loc[rep & in_a, "tr_reparam"].all() and not joined.loc[~(rep & in_a), "tr_reparam"].any()
+    assert (joined.loc[rep & in_a, "tr_params"] == 2_080_000).all()
+    assert (joined.loc[rep & ~in_a, "tr_params"] == 5_290_000).all()
+    n_plain = joined.loc[rep & ~in_a, "tr_n_ops"].to_numpy()
+    assert (joined.loc[rep & in_a, "tr_n_ops"].to_numpy() == n_plain // 7).all()
+    assert (joined.loc[~rep, "tr_params"] == 1_000_000).all()
+    never = with_trace(a, tmp_path / "trace.parquet", reparam="never")
+    always = with_trace(b, tmp_path / "trace.parquet", reparam="always")
+    assert (never.loc[never["family"] == "rep", "tr_params"] == 5_290_000).all()
+    assert (always.loc[always["family"] == "rep", "tr_params"] == 2_080_000).all()
+    with pytest.raises(DatasetError, match=r"^with_trace: reparam='sometimes' is not allowed; allowed: "):
+        with_trace(a, tmp_path / "trace.parquet", reparam="sometimes")
+
+
+def _additive_frame(seed: int = 0) -> pd.DataFrame:
+    """Zoo rows with trace columns and a known additive law per image: 0.01 ms per regular-conv GFLOP,
+    0.2 per depthwise GFLOP, 0.002 per MB of activation traffic, 0.05 per launched operation per batch."""
+    from tests.synthetic import zoo_trace_frame
+
+    rng = np.random.default_rng(seed)
+    df = zoo_frame({f: 12 for f in "abcdefg"}, seed=seed)
+    tr = zoo_trace_frame(df, seed=seed + 1)
+    for k in ("conv_regular", "conv_depthwise"):
+        tr[f"flops_{k}"] *= rng.uniform(0.2, 5, len(tr))
+    tr = tr.rename(columns={c: f"tr_{c}" for c in tr.columns if c not in ("model", "input_size")})
+    out = df.merge(tr, on=["model", "input_size"])
+    b = out["batch_size"].to_numpy(float)
+    t = (0.01 * out["tr_flops_conv_regular"] / 1e9 + 0.2 * out["tr_flops_conv_depthwise"] / 1e9
+         + 0.002 * out["tr_bytes_activation"] / 1e6 + 0.05 * out["tr_n_ops"] / b)
+    return out.assign(latency_ms=t * b)
+
+
+def test_additive_base_recovers_per_kind_costs_non_negative():
+    from carb.model.zoo_latency import AdditiveBase
+
+    frame = _additive_frame()
+    m = AdditiveBase().fit(frame)
+    cost = m.costs()
+    assert all(v >= 0 for v in cost.values())
+    assert cost["gflop_conv_regular"] == pytest.approx(0.01, rel=0.02)
+    assert cost["gflop_conv_depthwise"] == pytest.approx(0.2, rel=0.02)
+    assert cost["mb_activation"] == pytest.approx(0.002, rel=0.02)
+    assert cost["ops_per_image"] == pytest.approx(0.05, rel=0.02)
+    pred = np.exp(m.predict_log(frame))
+    assert np.allclose(pred, frame["latency_ms"] / frame["batch_size"], rtol=0.01)
+    more = frame.assign(tr_flops_conv_depthwise=frame["tr_flops_conv_depthwise"] * 2)   # more work, never less time
+    assert (np.exp(m.predict_log(more)) >= pred - 1e-12).all()
+
+
+def test_additive_zoo_model_predicts_a_held_out_family_by_its_kind_mix():
+    """A family whose mix of kinds (its depthwise share) differs from the rest: the per-kind additive base
+    carries the law to it; the log-linear base on published totals cannot."""
+    frame = _additive_frame(seed=4)
+    frame.loc[frame["family"] == "g", "tr_flops_conv_depthwise"] *= 20
+    b = frame["batch_size"].to_numpy(float)
+    frame["latency_ms"] = b * (0.01 * frame["tr_flops_conv_regular"] / 1e9 + 0.2 * frame["tr_flops_conv_depthwise"] / 1e9
+                               + 0.002 * frame["tr_bytes_activation"] / 1e6 + 0.05 * frame["tr_n_ops"] / b)
+    test = (frame["family"] == "g").to_numpy()
+    err = {}
+    for base in ("additive", "loglinear"):
+        m = ZooLatencyModel(n_estimators=50, min_child_samples=5, base=base).fit(frame[~test])
+        err[base] = float(np.mean(np.abs(m.predict(frame[test]) / frame.loc[test, "latency_ms"] - 1)))
+    assert err["additive"] < 0.1 < err["loglinear"]
+    with pytest.raises(DatasetError, match=r"^ZooLatencyModel: base='roofline' is not allowed; allowed: "):
+        ZooLatencyModel(base="roofline")
+
+
+def test_bench_saves_each_gpu_family_table_worst_first_and_results_show_it(tmp_path):
+    import json
+    import sys as _sys
+
+    _sys.path.insert(0, str(ROOT / "scripts" / "bench"))
+    from zoo import device_entry
+
+    from scripts.zoo_results import gpu_worst_families
+
+    df = zoo_frame({f: 6 for f in "abcdefgh"}, seed=2, law="hj", noise=0.1)
+    table, s = evaluate_device(df, models={"b1": FlopsLogLog, "hj": HiddenJoulesRegression,
+                                           "carb": lambda: ZooLatencyModel(n_estimators=20, min_child_samples=5)})
+    entry = json.loads(json.dumps(device_entry("RTX 4090", df, table, s, True), default=float))
+    fams = [r["family"] for r in entry["table"]]
+    assert sorted(fams) == list("abcdefgh") and entry["worst"] == fams[0]
+    mape = [r["carb_mape_pct"] for r in entry["table"]]
+    assert mape == sorted(mape, reverse=True) and {"hj_mape_pct", "b1_mape_pct", "carb_rho"} <= set(entry["table"][0])
+    lines = gpu_worst_families([entry], n=3)
+    assert len(lines) == 3 and lines[2].startswith(f"| RTX 4090 | {fams[0]} ") and f"; {fams[2]} " in lines[2]
+    assert gpu_worst_families([{k: v for k, v in entry.items() if k != "table"}]) == []

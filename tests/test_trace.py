@@ -203,3 +203,78 @@ def test_a_grid_traces_the_others_and_lists_the_refused():
     assert list(tables) == ["tv:squeezenet1_1"] and len(tables["tv:squeezenet1_1"]) > 10
     assert set(refused) == {"no_such_net", "timm:vit_tiny_patch16_224"}
     assert "refuses the input" in refused["timm:vit_tiny_patch16_224"]
+
+
+def test_reparam_traces_the_folded_graph_timm_benchmarks_with_reparam():
+    """timm's benchmark with ``--reparam`` times (and counts the parameters of) the folded graph: the
+    published 4090/5090/PRO 6000 files give mobileone_s0 2.08 M parameters, the 3090 (torch 2.4) file
+    5.29 M. The reparameterised trace gives the first, the default trace the second; the folded graph
+    runs about a seventh of the operations, and ResNet (nothing to fold) is unchanged."""
+    import pandas as pd
+
+    from carb.data.importers.timm_zoo import ZOO_BENCH
+
+    pub = pd.read_parquet(ZOO_BENCH, columns=["model", "device_name", "params"])
+    pub = pub[pub["model"] == "mobileone_s0"].groupby("device_name")["params"].first()
+    plain = T.trace("timm:mobileone_s0", (1, 3, 96, 96))
+    fused = T.trace("timm:mobileone_s0", (1, 3, 96, 96), reparam=True)
+    assert not plain.attrs["reparam"] and fused.attrs["reparam"]
+    assert round(fused.attrs["params_total"] / 1e6, 2) * 1e6 == pub["RTX 4090"] == pub["RTX 5090"] == 2.08e6
+    assert round(plain.attrs["params_total"] / 1e6, 2) * 1e6 == pub["RTX 3090"] == 5.29e6
+    assert fused.attrs["params_traced"] == fused.attrs["params_total"]
+    assert len(fused) < len(plain) / 5 and T.summarize(fused)["macs"] < T.summarize(plain)["macs"] / 3
+    assert not (fused["kind"] == "norm").any()   # every batch norm folded into its convolution
+    same = T.trace("tv:resnet18", (1, 3, 64, 64), reparam=True)
+    assert not same.attrs["reparam"] and same.equals(T.trace("tv:resnet18", (1, 3, 64, 64)))
+
+
+@pytest.mark.parametrize("name,side", [("repvgg_a0", 64), *(pytest.param(n, s, marks=pytest.mark.slow) for n, s in (
+    ("mobileone_s0", 64), ("repvit_m0_9", 64), ("levit_conv_128s", 224), ("fastvit_t8", 64)))])
+def test_meta_reparam_is_timms_reparameterize_model_on_real_weights(name, side):
+    """Folding on the meta device gives the table of timm's own ``reparameterize_model`` run on a CPU
+    model with real weights (same operations, shapes, FLOPs and parameters); the input module is untouched."""
+    from timm.utils.model import reparameterize_model
+
+    model = build_model(f"timm:{name}", device="cpu")
+    before = sum(p.numel() for p in model.parameters())
+    ours = T.trace(model, (1, 3, side, side), reparam=True, cache=False)
+    timms = T.trace(reparameterize_model(model), (1, 3, side, side), cache=False)
+    assert sum(p.numel() for p in model.parameters()) == before   # not folded in place
+    cols = ["op", "kind", "in_shape", "out_shape", "weight_shape", "flops", "macs", "params"]
+    assert ours[cols].reset_index(drop=True).equals(timms[cols].reset_index(drop=True))
+    assert ours.attrs["params_total"] == timms.attrs["params_total"] < before
+
+
+def test_reparam_is_its_own_cache_entry(monkeypatch):
+    T.trace("timm:repvgg_a0", (1, 3, 64, 64))
+    calls = []
+    real = T._trace_batch1
+    monkeypatch.setattr(T, "_trace_batch1", lambda *a: calls.append(a) or real(*a))
+    fused = T.trace("timm:repvgg_a0", (2, 3, 64, 64), reparam=True)
+    assert len(calls) == 1 and fused.attrs["reparam"]
+    again = T.trace("timm:repvgg_a0", (2, 3, 64, 64), reparam=True)
+    assert len(calls) == 1 and again.attrs["reparam"] and again.equals(fused)
+
+
+class _Attention(nn.Module):
+    """q = k = v = the input reshaped to ``shape``: one scaled-dot-product attention call."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        super().__init__()
+        self.shape = shape
+        self.proj = nn.Conv2d(3, 3, 1)
+
+    def forward(self, x):
+        y = self.proj(x).reshape(self.shape)
+        return torch.nn.functional.scaled_dot_product_attention(y, y, y)
+
+
+def test_attention_off_the_fused_kernels_is_counted_apart():
+    """Fused SDPA kernels take 4-D inputs only; a 5-D call (NesT, Hiera) runs the math path, which
+    materialises tokens x tokens scores: flops_sdpa_math and 4 passes over the scores in bytes_sdpa_math."""
+    four = T.summarize(T.trace(_Attention((1, 3, 64, 16)), (1, 3, 32, 32), precision="fp16", cache=False))
+    five = T.summarize(T.trace(_Attention((1, 3, 4, 16, 16)), (1, 3, 32, 32), precision="fp16", cache=False))
+    assert four["flops_sdpa"] == five["flops_sdpa"] * 4 > 0      # 64 tokens vs 4 blocks of 16
+    assert four["flops_sdpa_math"] == four["bytes_sdpa_math"] == 0
+    assert five["flops_sdpa_math"] == five["flops_sdpa"]
+    assert five["bytes_sdpa_math"] == 4 * (3 * 4 * 16 * 16) * 2   # heads x blocks x 16 x 16 scores, fp16

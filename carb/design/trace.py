@@ -36,8 +36,18 @@ Columns of the table (:data:`COLUMNS`):
   estimate is the maximum over rows, not a sum.
 
 Counts are for the whole batch. ``table.attrs`` holds ``model``, ``input_shape``, ``precision``,
-``params_total`` (the module's parameter count, shared ones once) and ``params_traced`` (distinct
-parameter elements the forward read). :func:`summarize` reduces a table to the network's totals.
+``params_total`` (the module's parameter count, shared ones once), ``params_traced`` (distinct
+parameter elements the forward read) and ``reparam`` (whether the traced graph is the reparameterised
+one, below). :func:`summarize` reduces a table to the network's totals.
+
+Reparameterisation (``reparam=True``): structurally reparameterisable networks (RepVGG, MobileOne,
+RepViT, FastViT, LeViT's conv/linear + batch-norm pairs, EfficientViT-MSRA, RepGhost, ...) run a
+multi-branch training graph that folds into a plain inference graph. timm's benchmark times the folded
+graph when run with ``--reparam`` (``timm.utils.reparameterize_model``). :func:`reparameterize` applies
+the same rule (every child with ``fuse()`` is replaced by what it returns; ``reparameterize()`` and
+``switch_to_deploy()`` fold in place) to a copy of the module on the meta device; the table is then the
+folded graph's, cached under its own key. A module with nothing to fold traces as with ``reparam=False``
+(``attrs["reparam"]`` False).
 
 Faults are one line (:class:`carb.errors.ZooError`) naming the model and the reason: a forward that
 needs tensor values (data-dependent control flow) or runs an operator without a meta kernel (custom
@@ -74,6 +84,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: Bump when the table's columns or counting conventions change (invalidates the cache).
 TRACER_VERSION = 1
+#: Methods of a module that fold its training-time branches (``timm.utils.reparameterize_model``'s rule):
+#: ``fuse()`` returns the replacement module, the other two fold in place.
+REPARAM_METHODS: tuple[str, ...] = ("fuse", "reparameterize", "switch_to_deploy")
 KINDS: tuple[str, ...] = ("conv_regular", "conv_grouped", "conv_depthwise", "conv_pointwise", "linear", "matmul",
                           "sdpa", "norm", "activation", "pool", "reduce", "elementwise", "copy", "reshape",
                           "concat", "other")
@@ -354,6 +367,45 @@ def model_key(model: Any, settings: dict[str, Any] | None = None) -> str:
     return "module:" + h.hexdigest()
 
 
+def can_reparameterize(model: nn.Module) -> bool:
+    """Whether some submodule of ``model`` has one of :data:`REPARAM_METHODS` (something to fold)."""
+    return any(hasattr(m, a) for m in model.modules() if m is not model for a in REPARAM_METHODS)
+
+
+def reparameterize(model: nn.Module, label: str = "") -> nn.Module:
+    """A copy of ``model`` on the meta device with every reparameterisable block folded into its inference
+    form (the rule of ``timm.utils.reparameterize_model``, :data:`REPARAM_METHODS`, children first-come
+    depth-first), in eval mode. New layers are made on the meta device (no weights allocated); ``model``
+    is not changed. Raises :class:`ZooError` (one line naming ``label`` and the reason) when a block's
+    folding needs tensor values."""
+    import copy
+
+    import torch
+
+    from carb.design.zoo import _skip_init
+
+    def fold(m: Any) -> None:
+        for name, child in m.named_children():
+            if hasattr(child, "fuse"):
+                setattr(m, name, child.fuse())
+            elif hasattr(child, "reparameterize"):
+                child.reparameterize()
+            elif hasattr(child, "switch_to_deploy"):
+                child.switch_to_deploy()
+            fold(child)
+
+    try:
+        out = copy.deepcopy(model).to("meta")
+        with torch.no_grad(), torch.device("meta"), _skip_init()():
+            fold(out)
+    except ZooError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure of a block's folding is a refusal with its reason
+        raise ZooError(f"model {label or type(model).__name__!r}: cannot be reparameterised on the meta device: "
+                       f"{(str(e).strip().splitlines() or [type(e).__name__])[0][:200]}") from None
+    return out.eval()
+
+
 @functools.lru_cache(maxsize=1)
 def _versions() -> str:
     """Versions the cached tables depend on (installed distributions; nothing is imported)."""
@@ -475,18 +527,20 @@ def _scaled(frame: dict[str, Any], info: dict[str, Any], batch: int, precision: 
             "bytes_written": frame["written"] * (batch * bpe), "param_bytes": param_bytes,
             "params": frame["params"], "live_bytes": frame["live"] * (batch * bpe)}
     out = pd.DataFrame({c: cols[c] for c in COLUMNS}, copy=False)
-    out.attrs = {"model": label, "input_shape": tuple(input_shape), "precision": precision, **info}
+    out.attrs = {"model": label, "input_shape": tuple(input_shape), "precision": precision, "reparam": False, **info}
     return out
 
 
 def trace(model: nn.Module | str, input_shape: Sequence[int] = (1, 3, 224, 224), *, precision: str = "fp32",
-          settings: dict[str, Any] | None = None, cache: bool = True) -> pd.DataFrame:
+          settings: dict[str, Any] | None = None, cache: bool = True, reparam: bool = False) -> pd.DataFrame:
     """The layer table (:data:`COLUMNS`, one row per executed operation; see the module docstring) of
     ``model`` on an input of ``input_shape`` = ``(batch, channels, H, W)`` at ``precision``.
 
     ``model``: an ``nn.Module`` (any device; its weights are not read) or a zoo name built with
     ``settings`` as constructor keywords (:func:`carb.design.zoo.build_model`). One meta trace at batch 1
     per model and ``(channels, H, W)``, cached on disk (``cache=False``: neither read nor written).
+    ``reparam``: trace the reparameterised inference graph (:func:`reparameterize`; module docstring),
+    cached under its own key; ``attrs["reparam"]`` says whether anything was folded.
     Raises :class:`ZooError` (one line naming the model and the reason) when the model cannot be built or
     traced or refuses the input."""
     label = model if isinstance(model, str) else type(model).__name__
@@ -496,7 +550,7 @@ def trace(model: nn.Module | str, input_shape: Sequence[int] = (1, 3, 224, 224),
     chw = tuple(chw_list)
     if settings and not isinstance(model, str):
         raise ZooError(f"model {label!r}: settings apply to a zoo name only; build the module with them")
-    key = model_key(model, settings)
+    key = model_key(model, settings) + ("|reparam" if reparam else "")
     path = cache_path(key, chw) if cache else None
     if path is not None and path.exists():
         try:
@@ -511,7 +565,13 @@ def trace(model: nn.Module | str, input_shape: Sequence[int] = (1, 3, 224, 224),
         module = build_model(model, device="meta", **(settings or {}))
     else:
         module = model
+    folded = bool(reparam) and can_reparameterize(module)
+    if reparam and not folded and cache:   # nothing to fold: the plain trace is this one
+        return trace(model, input_shape, precision=precision, settings=settings)
+    if folded:
+        module = reparameterize(module, label)
     frame, info = _trace_batch1(module, chw, label)
+    info["reparam"] = folded
     if path is not None:
         _store(path, (frame, info))
     return _scaled(frame, info, batch, precision, label, tuple(input_shape))
@@ -551,7 +611,8 @@ def summarize(table: pd.DataFrame) -> dict[str, Any]:
     ``flops``, ``macs`` (fvcore's), ``activations`` (output elements of convolution, linear and matmul rows:
     fvcore's activation count, as in timm's tables and Hidden Joules), ``peak_live_bytes`` (max of
     ``live_bytes``), ``param_bytes`` (parameters at the table's precision), ``bytes_read``, ``bytes_written``,
-    ``n_ops`` (rows but views), and per kind ``flops_<kind>`` and ``bytes_<kind>`` (read + written). Whole
+    ``n_ops`` (rows but views), per kind ``flops_<kind>`` and ``bytes_<kind>`` (read + written), and
+    ``flops_sdpa_math`` / ``bytes_sdpa_math`` (attention on the unfused math path: :func:`_sdpa_math`). Whole
     batch; bytes at the table's precision."""
     attrs = table.attrs
     bpe = BYTES_PER_ELEMENT[attrs.get("precision", "fp32")]
@@ -572,7 +633,23 @@ def summarize(table: pd.DataFrame) -> dict[str, Any]:
         row = by_kind.loc[kind] if kind in by_kind.index else None
         out[f"flops_{kind}"] = float(row["flops"]) if row is not None else 0.0
         out[f"bytes_{kind}"] = int(row["bytes_read"] + row["bytes_written"]) if row is not None else 0
+    out |= _sdpa_math(table, bpe)
     return out
+
+
+def _sdpa_math(table: pd.DataFrame, bpe: int) -> dict[str, float]:
+    """``flops_sdpa_math`` and ``bytes_sdpa_math`` of a table: the attention calls no fused kernel takes.
+    PyTorch's flash and memory-efficient SDPA kernels need 4-D ``(batch, heads, tokens, dim)`` inputs; a
+    call on other shapes (NesT's and Hiera's 5-D blocked attention, Twins' local windows) runs the math
+    path, which materialises the ``tokens x tokens`` scores: written by ``Q K^T``, read and written by the
+    softmax, read by ``@ V`` (4 passes of ``flops / (4 dim)`` elements at the table's precision)."""
+    sd = table[table["kind"] == "sdpa"]
+    math = sd[sd["in_shape"].map(len) != 4]
+    if math.empty:
+        return {"flops_sdpa_math": 0.0, "bytes_sdpa_math": 0.0}
+    dim = math["in_shape"].map(lambda s: s[-1] if len(s) else 1).to_numpy(float)
+    scores = math["flops"].to_numpy(float) / (4 * np.clip(dim, 1, None))
+    return {"flops_sdpa_math": float(math["flops"].sum()), "bytes_sdpa_math": float(4 * scores.sum() * bpe)}
 
 
 _WALK_KIND = {"bn": "norm", "relu": "activation", "maxpool": "pool", "avgpool": "pool", "add": "elementwise"}

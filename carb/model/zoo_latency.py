@@ -9,8 +9,12 @@ and predicts ``latency_ms`` per batch (n,), so batches of different size are one
 - :class:`FlopsLogLog` (B1): ``log t = a + b log GMACs`` ("compute volume is all you need").
 - :class:`HiddenJoulesRegression`: ``log t = a + b log params + c log GMACs + d log activations``, the
   regression of the Hidden Joules study (there on energy per image; here on time per image).
-- :class:`ZooLatencyModel`: a log-linear base on params, GMACs, activations, input size and batch, and a
-  gradient-boosted correction (LightGBM) of its log residual on the log features, their ratios (GMACs per
+- :class:`ZooLatencyModel`: a base law, and a gradient-boosted correction (LightGBM) of its log residual.
+  The base of a row with a layer table is :class:`AdditiveBase`: the time per image as a non-negative sum
+  of per-kind costs (GFLOPs of each compute kind, MB moved by each kind, operations launched and weights
+  read per batch, a fixed cost per batch; attention off the fused kernels apart), so a family never seen
+  is priced by its mix of kinds; a row without one takes a log-linear base on params, GMACs, activations,
+  input size and batch. The correction reads the log features, their ratios (GMACs per
   activation: arithmetic intensity; params per GMAC: weight reuse) and, where present, the module census
   (counts of depthwise / grouped / pointwise / regular convolutions, linear layers, norms, activations,
   attention modules and their parameter shares) and, where present, the layer table's features
@@ -154,23 +158,104 @@ class _TraceBase(_LogLinear):
     trace = True
 
 
+#: Compute kinds whose operand bytes are a term of :class:`AdditiveBase` besides their FLOPs (weights and
+#: activations a GEMM-like kernel moves); depthwise convolutions are memory-bound and count there too.
+ADDITIVE_BYTE_KINDS: tuple[str, ...] = ("conv_regular", "conv_pointwise", "conv_grouped", "conv_depthwise",
+                                        "linear", "matmul")
+
+
+def additive_terms(frame: pd.DataFrame) -> pd.DataFrame:
+    """The terms of :class:`AdditiveBase` (n rows, each a time source per image in its own unit), from the
+    ``tr_*`` columns (per image, fp32) and ``batch_size``: ``gflop_<kind>`` (GFLOPs of each compute kind,
+    :data:`TRACE_COMPUTE_KINDS`), ``mb_<kind>`` (MB read + written by each memory-bound kind,
+    :data:`TRACE_MEMORY_KINDS`, and by each compute kind, :data:`ADDITIVE_BYTE_KINDS`); where the trace has
+    them, attention on the math path apart (``gflop_sdpa_math``, ``mb_sdpa_math``: the scores it
+    materialises; ``gflop_sdpa`` is then the fused kernels' part; :func:`carb.design.trace.summarize`),
+    ``ops_per_image`` (executed operations / batch: kernel launches are paid once per batch),
+    ``weight_mb_per_image`` (parameter MB / batch: weights are read once per batch) and ``per_image``
+    (1 / batch: a fixed cost per batch). NaN in a row without a trace."""
+    who = "the zoo latency model's additive base"
+    b = _col(frame, "batch_size", who)
+    out = {f"gflop_{k}": _col(frame, f"tr_flops_{k}", who) / 1e9 for k in TRACE_COMPUTE_KINDS}
+    out |= {f"mb_{k}": _col(frame, f"tr_bytes_{k}", who) / 1e6 for k in (*TRACE_MEMORY_KINDS, *ADDITIVE_BYTE_KINDS)}
+    if "tr_flops_sdpa_math" in frame.columns:   # attention no fused kernel takes: its own cost and scores
+        math = _col(frame, "tr_flops_sdpa_math", who) / 1e9
+        out["gflop_sdpa"] = out["gflop_sdpa"] - math
+        out |= {"gflop_sdpa_math": math, "mb_sdpa_math": _col(frame, "tr_bytes_sdpa_math", who) / 1e6}
+    out |= {"ops_per_image": _col(frame, "tr_n_ops", who) / b,
+            "weight_mb_per_image": _col(frame, "tr_param_bytes", who) / 1e6 / b, "per_image": 1.0 / b}
+    return pd.DataFrame(out, index=frame.index)
+
+
+class AdditiveBase:
+    """A roofline-sum law of the time per image: ``t = sum_j c_j x_j`` over :func:`additive_terms` with every
+    ``c_j >= 0`` (ms per GFLOP of a kind, per MB moved by a kind, per launched operation, per MB of weights,
+    per batch): each operation kind costs its own throughput, and more work never predicts less time.
+    Fitted on the relative error: non-negative least squares of ``x_j / t`` on 1, then Gauss-Newton steps
+    on ``log t`` (each a non-negative least-squares problem), ``iterations`` of them. A family never seen
+    is predicted by the same per-kind costs, so its mix of kinds, not its name, sets its time."""
+
+    def __init__(self, iterations: int = 10):
+        self.iterations = iterations
+
+    def fit(self, frame: pd.DataFrame, weight: np.ndarray | None = None) -> AdditiveBase:
+        """Fit on ``frame``'s traced rows (``weight`` (n,) optional per-row weights); returns self."""
+        from scipy.optimize import nnls
+
+        X = additive_terms(frame).to_numpy(float)
+        y = np.exp(per_image_log_ms(frame))
+        ok = np.isfinite(X).all(axis=1) & np.isfinite(y) & (y > 0)
+        if ok.sum() <= X.shape[1]:
+            raise DatasetError(f"AdditiveBase: {int(ok.sum())} traced rows, need more than {X.shape[1]}")
+        pos = np.where(X[ok] > 0, X[ok], np.nan)
+        scale = np.nanmedian(pos, axis=0) if np.isfinite(pos).any() else np.ones(X.shape[1])
+        self.scale_ = np.where(np.isfinite(scale) & (scale > 0), scale, 1.0)
+        Xs, yo = X[ok] / self.scale_, y[ok]
+        w = np.sqrt(np.ones(len(yo)) if weight is None else np.asarray(weight, float)[ok])
+        c, _ = nnls(Xs / yo[:, None] * w[:, None], w)
+        for _ in range(self.iterations):
+            pred = np.clip(Xs @ c, 1e-12, None)
+            J = Xs / pred[:, None]
+            c, _ = nnls(J * w[:, None], (np.log(yo) - np.log(pred) + J @ c) * w)
+        self.coef_ = c
+        self.terms_ = list(additive_terms(frame.iloc[:0]).columns)
+        return self
+
+    def predict_log(self, frame: pd.DataFrame) -> np.ndarray:
+        """Log time per image (n,), NaN in a row without a trace."""
+        X = additive_terms(frame).to_numpy(float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.log((X / self.scale_) @ self.coef_)
+
+    def costs(self) -> dict[str, float]:
+        """The fitted cost of one unit of each term (ms per GFLOP, per MB, per operation, per batch)."""
+        return dict(zip(self.terms_, self.coef_ / self.scale_))
+
+
 class ZooLatencyModel:
-    """CARB's zoo latency model: :class:`_Base` (log-linear, five features) times a LightGBM correction of
-    its log residual on :func:`log_features`. ``n_estimators``, ``learning_rate``, ``num_leaves``,
+    """CARB's zoo latency model: a base law times a LightGBM correction of its log residual on
+    :func:`log_features`. The base of a traced row is :class:`AdditiveBase` (``base="additive"``, the
+    default: per-kind costs, non-negative) or, with ``base="loglinear"``, :class:`_Base` (log-linear on five
+    published features; :class:`_TraceBase` with ``trace_base``); an untraced row always takes
+    :class:`_Base`. ``residual``: the factor on the correction (1: all of it, 0: the base alone).
+    ``n_estimators``, ``learning_rate``, ``num_leaves``,
     ``min_child_samples``: LightGBM's; ``census``: use the module census when the frame has it;
     ``trace``: use the layer table's features (``tr_*`` columns) when the frame has them;
-    ``trace_base``: with ``trace``, the base of a traced row is :class:`_TraceBase` (fitted on the traced
-    rows; untraced rows keep :class:`_Base`);
+    ``trace_base``: with ``trace`` and ``base="loglinear"``, the base of a traced row is :class:`_TraceBase`
+    (fitted on the traced rows; untraced rows keep :class:`_Base`);
     ``n_jobs``: LightGBM threads; ``seed``: its bagging seed; ``balance``: weight each row by
     1 / sqrt(rows of its ``family``) so that a large family (193 ViTs) does not set the law alone."""
 
     def __init__(self, n_estimators: int = 300, learning_rate: float = 0.03, num_leaves: int = 15,
                  min_child_samples: int = 20, census: bool = True, n_jobs: int = 1, seed: int = 0,
-                 balance: bool = False, trace: bool = True, trace_base: bool = False):
+                 balance: bool = False, trace: bool = True, trace_base: bool = False, base: str = "additive",
+                 residual: float = 1.0):
+        if base not in ("loglinear", "additive"):
+            raise DatasetError(f"ZooLatencyModel: base={base!r} is not allowed; allowed: loglinear, additive")
         self.n_estimators, self.learning_rate = n_estimators, learning_rate
         self.num_leaves, self.min_child_samples = num_leaves, min_child_samples
         self.census, self.n_jobs, self.seed, self.balance = census, n_jobs, seed, balance
-        self.trace, self.trace_base = trace, trace_base
+        self.trace, self.trace_base, self.base, self.residual = trace, trace_base, base, residual
 
     def fit(self, frame: pd.DataFrame) -> ZooLatencyModel:
         """Fit on ``frame``'s rows with a finite base prediction and target; returns self."""
@@ -182,9 +267,9 @@ class ZooLatencyModel:
             w = 1 / np.sqrt(fam.map(fam.value_counts()).to_numpy(float))
         self.base_ = _Base().fit(frame, w)
         self.tbase_ = None
-        if self.trace and self.trace_base and "tr_flops" in frame.columns:
+        if self.trace and (self.trace_base or self.base == "additive") and "tr_flops" in frame.columns:
             try:
-                self.tbase_ = _TraceBase().fit(frame, w)
+                self.tbase_ = (AdditiveBase() if self.base == "additive" else _TraceBase()).fit(frame, w)
             except DatasetError:   # too few traced rows: the plain base only
                 self.tbase_ = None
         y = per_image_log_ms(frame)
@@ -202,7 +287,7 @@ class ZooLatencyModel:
     def predict_log(self, frame: pd.DataFrame) -> np.ndarray:
         """Log time per image (n,)."""
         X = log_features(frame, self.census, self.trace)[self.features_]
-        return self._base_log(frame) + self.booster_.predict(X)
+        return self._base_log(frame) + self.residual * self.booster_.predict(X)
 
     def _base_log(self, frame: pd.DataFrame) -> np.ndarray:
         """The base's log time per image (n,): :class:`_TraceBase` where fitted and the row is traced,

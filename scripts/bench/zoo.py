@@ -20,15 +20,23 @@ Joules' regression (log-linear on params, GMACs, activations), on the same split
 intervals calibrated on the other held-out families.
 
     python scripts/bench/zoo.py [--part all|cpu|gpu] [--devices gpu|all|<device name>] [--no-census]
-        [--no-trace] [--gpu-no-trace-too] [--trace-base] [--table] [--out scripts/data/zoo_bench.json]
+        [--no-trace] [--gpu-no-trace-too] [--base additive|loglinear] [--trace-base]
+        [--reparam published|never|always] [--table]
+        [--out scripts/data/zoo_bench.json]
 
 CARB's features include the layer table's (``carb/data/timm-zoo-trace.parquet``, joined by
 :func:`carb.data.importers.timm_zoo.with_trace`) when it exists; ``--no-trace`` leaves them out;
-``--trace-base``: the log-linear base of a traced row also takes its memory-bound bytes and operation count.
+``--base``: CARB's base law of a traced row, :class:`carb.model.zoo_latency.AdditiveBase` (default: per-kind
+costs, non-negative) or ``loglinear`` (the log-linear base on published totals, as before);
+``--trace-base`` (with ``--base loglinear``): that base also takes memory-bound bytes and operation count;
+``--reparam``: which graph of a reparameterisable model (RepVGG, MobileOne, RepViT, FastViT, LeViT, ...)
+the features describe: by default the one each file was run on (timm's benchmark ``--reparam``; the
+published parameter counts show the 4090 / 5090 / PRO 6000 files folded, the 3090 and i9 files not).
 
 Prints the CPU zoo's per-family tables (every family), each GPU device's (``--table``: every family; else
 the 10 worst by CARB's MAPE), a summary line per device, writes the figures to ``--out`` (JSON, read by
-``scripts/results.py``; ``--gpu-no-trace-too`` adds the GPU part without the layer-table features), then
+``scripts/results.py``; each GPU device's entry holds its per-family ``table``, worst CARB MAPE first;
+``--gpu-no-trace-too`` adds the GPU part without the layer-table features), then
 the machine-readable last line:
 ``zoo: devices=N families=F models=M lofo_within20=W/F lofo_lat_mape_max=X lofo_lat_rho_min=X
 lofo_mem_mape_max=X coverage_min=X b1_family_wins=W/F hj_family_wins=W/F trace_cold_s=X screen_s=X``
@@ -138,7 +146,7 @@ def gpu_part(args: argparse.Namespace, trace: bool) -> list[dict]:
     if not args.no_census:
         zoo = with_census(zoo)
     if trace:
-        zoo = with_trace(zoo)
+        zoo = with_trace(zoo, reparam=args.reparam)
     names = sorted(zoo["device_name"].astype(str).unique())
     if args.devices == "gpu":
         zoo = zoo[zoo["device_kind"] == "gpu"]
@@ -150,13 +158,26 @@ def gpu_part(args: argparse.Namespace, trace: bool) -> list[dict]:
     print(f"timm's files: CARB {'with' if trace else 'without'} the layer-table features", flush=True)
     if "tr_flops" in zoo.columns:
         print(f"trace features: {int(zoo['tr_flops'].notna().sum())}/{len(zoo)} rows", flush=True)
+    if "tr_reparam" in zoo.columns:
+        for dev, g in zoo.groupby("device_name", sort=True):
+            print(f"  {dev}: reparameterised graph ({args.reparam}) on {int(g['tr_reparam'].sum())} rows "
+                  f"({g.loc[g['tr_reparam'], 'model'].nunique()} models)", flush=True)
     sums = []
     for dev, rows in zoo.groupby("device_name", sort=True):
-        models = {**MODELS, "carb": lambda: ZooLatencyModel(trace_base=True)} if args.trace_base else MODELS
+        models = {**MODELS, "carb": lambda: ZooLatencyModel(base=args.base, trace_base=args.trace_base)}
         table, s = evaluate_device(rows, models=models)
         print(device_block(str(dev), table, s, args.table), flush=True)
-        sums.append({"device": str(dev), "trace": trace, **s})
+        sums.append(device_entry(str(dev), rows, table, s, trace))
     return sums
+
+
+def device_entry(device: str, rows: pd.DataFrame, table: pd.DataFrame, s: dict, trace: bool) -> dict:
+    """One GPU-part device's JSON entry: its summary (:func:`carb.analysis.zoo_eval.device_summary`), whether
+    trace features were used, ``reparam_rows`` (rows on the reparameterised graph, when joined) and the
+    per-family ``table`` (:func:`carb.analysis.zoo_eval.family_table`, worst CARB MAPE first, 4 decimals)."""
+    graph = {"reparam_rows": int(rows["tr_reparam"].sum())} if "tr_reparam" in rows.columns else {}
+    worst_first = table.sort_values("carb_mape_pct", ascending=False).round(4)
+    return {"device": device, "trace": trace, **s, **graph, "table": worst_first.to_dict(orient="records")}
 
 
 def trace_cold(value: float | None) -> float:
@@ -189,7 +210,13 @@ def main() -> None:
     ap.add_argument("--no-census", action="store_true", help="leave the module census out of CARB's features")
     ap.add_argument("--no-trace", action="store_true", help="leave the layer-table features out of CARB's")
     ap.add_argument("--gpu-no-trace-too", action="store_true", help="also the GPU part without trace features")
-    ap.add_argument("--trace-base", action="store_true", help="memory-bound bytes and n_ops in CARB's base too")
+    ap.add_argument("--trace-base", action="store_true",
+                    help="with --base loglinear: memory-bound bytes and n_ops in CARB's base too")
+    ap.add_argument("--base", default="additive", choices=["additive", "loglinear"],
+                    help="CARB's base law of a traced row: per-kind non-negative costs, or log-linear on totals")
+    ap.add_argument("--reparam", default="published", choices=["published", "never", "always"],
+                    help="which traced graph of a reparameterisable model: the one each timm file was run on "
+                         "(its published parameter counts say), the plain training graph, or the folded one")
     ap.add_argument("--table", action="store_true", help="print every family, not the 10 worst")
     ap.add_argument("--no-screen", action="store_true", help="skip the screening timing (screen_s=nan)")
     ap.add_argument("--trace-cold-s", type=float, default=None, help="trace_cold_s (default: the recorded file)")

@@ -1,11 +1,15 @@
 """Trace every architecture of timm's published benchmark at its benchmark input size into the layer-table
 cache and write a compact feature table: one row per (architecture, input size).
 
-    python scripts/data/zoo_trace_features.py [--workers 2] [--stop-at HH:MM] [--limit N]
+    python scripts/data/zoo_trace_features.py [--workers 2] [--stop-at HH:MM] [--limit N] [--reparam] [--refresh]
 
 Reads ``carb/data/timm-zoo-bench.parquet``; for each distinct ``(model, input_size)`` runs
 :func:`carb.design.trace.trace` at batch 1, fp32, 3 channels (the tracer scales to any batch and precision)
-and keeps :func:`carb.design.trace.summarize`'s columns. A model the tracer refuses at its default settings
+and keeps :func:`carb.design.trace.summarize`'s columns. ``--reparam``: the same for the reparameterised
+inference graph (``trace(..., reparam=True)``: what timm's benchmark times with ``--reparam``), rows with
+``reparam`` True and ``folded`` (whether the model had anything to fold; when not, the features equal the
+plain trace's). Rows of the plain trace have ``reparam`` False. ``--refresh``: recompute summarize()'s
+columns of every row already there from the cached traces (after summarize() gains a column). A model the tracer refuses at its default settings
 is tried once more with ``img_size=<input_size>`` (timm's fixed-position-embedding models); one refused
 both ways gets a row with ``refused`` set to the one-line reason and NaN features.
 
@@ -41,31 +45,44 @@ PROVENANCE = ROOT / "carb" / "data" / "timm-zoo-trace.provenance.json"
 CHUNK = 16
 
 
-def todo_pairs(done: pd.DataFrame) -> list[tuple[str, int]]:
-    """Distinct ``(model, input_size)`` of the benchmark not yet in ``done``, in a fixed shuffled order
-    (so a partial run covers every family a little rather than some fully)."""
+def _graph(done: pd.DataFrame) -> np.ndarray:
+    """Per row of ``done``: whether it is a reparameterised trace (rows written before the column: no)."""
+    if "reparam" not in done.columns:
+        return np.zeros(len(done), bool)
+    return done["reparam"].fillna(False).astype(bool).to_numpy()
+
+
+def todo_pairs(done: pd.DataFrame, reparam: bool = False) -> list[tuple[str, int]]:
+    """Distinct ``(model, input_size)`` of the benchmark not yet in ``done`` (for the plain or, with
+    ``reparam``, the reparameterised graph), in a fixed shuffled order (so a partial run covers every
+    family a little rather than some fully)."""
     bench = pd.read_parquet(BENCH, columns=["model", "input_size"]).dropna().drop_duplicates()
     pairs = sorted((str(m), int(s)) for m, s in bench.itertuples(index=False))
+    if len(done):
+        done = done[_graph(done) == reparam]
     have = set(zip(done["model"].astype(str), done["input_size"].astype(int))) if len(done) else set()
     rng = np.random.default_rng(43)
     order = rng.permutation(len(pairs))
     return [pairs[i] for i in order if pairs[i] not in have]
 
 
-def trace_one(pair: tuple[str, int]) -> dict[str, Any]:
-    """One feature row: summarize()'s columns of ``model`` at ``input_size`` (batch 1, fp32), with the
-    settings used, the trace's wall seconds and ``refused`` (None or the one-line reason)."""
+def trace_one(job: tuple[str, int, bool]) -> dict[str, Any]:
+    """One feature row: summarize()'s columns of ``model`` at ``input_size`` (batch 1, fp32; the
+    reparameterised graph when ``reparam``), with the settings used, ``reparam``, ``folded``, the trace's
+    wall seconds and ``refused`` (None or the one-line reason)."""
     from carb.design.trace import summarize, trace
     from carb.errors import ZooError
 
-    model, size = pair
+    model, size, reparam = job
     t0 = time.perf_counter()
-    row: dict[str, Any] = {"model": model, "input_size": size, "settings": "", "refused": None}
+    row: dict[str, Any] = {"model": model, "input_size": size, "settings": "", "refused": None,
+                           "reparam": bool(reparam), "folded": False}
     reasons = []
     for settings in (None, {"img_size": size}):
         try:
-            table = trace(model, (1, 3, size, size), precision="fp32", settings=settings)
+            table = trace(model, (1, 3, size, size), precision="fp32", settings=settings, reparam=reparam)
             row.update(summarize(table))
+            row["folded"] = bool(table.attrs.get("reparam", False))
             row["settings"] = json.dumps(settings) if settings else ""
             row["refused"] = None
             break
@@ -77,6 +94,34 @@ def trace_one(pair: tuple[str, int]) -> dict[str, Any]:
         row["refused"] = reasons[0]
     row["trace_s"] = round(time.perf_counter() - t0, 3)
     return row
+
+
+def refresh_one(job: tuple[str, int, str, bool]) -> dict[str, Any]:
+    """summarize()'s columns of a row already in the table, recomputed from its cached trace (the same
+    settings, plain or folded graph): after summarize() gains a column, no model is traced again."""
+    from carb.design.trace import summarize, trace
+
+    model, size, settings, folded = job
+    table = trace(model, (1, 3, size, size), precision="fp32", settings=json.loads(settings) if settings else None,
+                  reparam=folded)
+    return summarize(table)
+
+
+def refresh(done: pd.DataFrame, workers: int) -> pd.DataFrame:
+    """Every traced row of ``done`` with summarize()'s columns recomputed (:func:`refresh_one`)."""
+    ok = done["refused"].isna().to_numpy()
+    folded = done["folded"].fillna(False).astype(bool) if "folded" in done else pd.Series(False, index=done.index)
+    jobs = [(str(m), int(s), str(st or ""), bool(f)) for m, s, st, f in
+            zip(done.loc[ok, "model"], done.loc[ok, "input_size"], done.loc[ok, "settings"], folded[ok])]
+    with get_context("spawn").Pool(workers, maxtasksperchild=200) as pool:
+        rows = pool.map(refresh_one, jobs, chunksize=16)
+    new = pd.DataFrame(rows, index=done.index[ok])
+    out = done.copy()
+    for c in new.columns:
+        if c not in out.columns:
+            out[c] = np.nan
+        out.loc[ok, c] = new[c]
+    return out
 
 
 def _write(frame: pd.DataFrame) -> None:
@@ -104,7 +149,9 @@ def _provenance(frame: pd.DataFrame) -> None:
             "batch": 1, "channels": 3, "precision": "fp32",
             "rows": int(len(frame)), "traced": int(frame["refused"].isna().sum()),
             "refused": int(frame["refused"].notna().sum()),
-            "pending": len(todo_pairs(frame))}
+            "reparam_rows": int(_graph(frame).sum()),
+            "reparam_folded": int(frame.get("folded", pd.Series(False, index=frame.index)).fillna(False).sum()),
+            "pending": len(todo_pairs(frame)), "pending_reparam": len(todo_pairs(frame, reparam=True))}
     write_atomic(PROVENANCE, lambda tmp: tmp.write_text(json.dumps(info, indent=2) + "\n"))
 
 
@@ -114,6 +161,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--stop-at", default=None, help="UTC HH:MM: start no new chunk after it")
     p.add_argument("--limit", type=int, default=None, help="trace at most N pending pairs")
+    p.add_argument("--reparam", action="store_true", help="trace the reparameterised graphs (rows reparam=True)")
+    p.add_argument("--refresh", action="store_true",
+                   help="recompute summarize()'s columns of every row from the cached traces (no new rows)")
     a = p.parse_args(argv)
     if a.workers < 1:
         print(f"--workers: {a.workers} is not allowed; allowed: an integer >= 1", file=sys.stderr)
@@ -134,7 +184,15 @@ def main(argv: list[str] | None = None) -> int:
     """Trace what is pending, chunk by chunk, writing the table after each chunk."""
     a = _args(argv)
     done = pd.read_parquet(OUT) if OUT.exists() else pd.DataFrame()
-    pending = todo_pairs(done)
+    if len(done) and "reparam" not in done.columns:
+        done["reparam"], done["folded"] = False, False
+    if a.refresh:
+        done = refresh(done, a.workers)
+        _write(done)
+        _provenance(done)
+        print(f"zoo-trace: refreshed {int(done['refused'].isna().sum())} rows", flush=True)
+        return 0
+    pending = [(m, s, a.reparam) for m, s in todo_pairs(done, a.reparam)]
     if a.limit is not None:
         pending = pending[:a.limit]
     print(f"zoo-trace: {len(done)} done, {len(pending)} pending", flush=True)
@@ -151,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{dt.datetime.now(dt.timezone.utc):%H:%M:%S}", flush=True)
     if len(done):
         _provenance(done)
-    print(f"zoo-trace: done rows={len(done)} pending={len(todo_pairs(done)) if len(done) else 'all'}", flush=True)
+    print(f"zoo-trace: done rows={len(done)} pending={len(todo_pairs(done, a.reparam)) if len(done) else 'all'}",
+          flush=True)
     return 0
 
 

@@ -264,20 +264,69 @@ def with_census(frame: pd.DataFrame, path: str | Path | None = None) -> pd.DataF
     return frame.merge(cen, on="model", how="left")
 
 
-def with_trace(frame: pd.DataFrame, path: str | Path | None = None) -> pd.DataFrame:
+def _published_graph(frame: pd.DataFrame, plain: pd.DataFrame, fused: pd.DataFrame) -> pd.Series:
+    """Per ``source_file`` of ``frame``: whether the file was run on the reparameterised graph (timm's
+    ``benchmark.py --reparam``), read from its numbers: over the rows whose model folds and whose plain
+    and folded parameter counts differ at the file's rounding (10k), the file is reparameterised when its
+    published ``params`` match the folded count more often than the plain one. A file without such a row:
+    False."""
+    keys = ["model", "input_size"]
+    both = plain[keys + ["params"]].merge(fused[keys + ["params", "folded"]], on=keys, suffixes=("_plain", "_fused"))
+    both = both[both["folded"].astype(bool)]
+    both = both[(both["params_plain"] / 1e4).round() != (both["params_fused"] / 1e4).round()]
+    m = frame[["source_file", *keys, "params"]].merge(both, on=keys)
+    pub = (pd.to_numeric(m["params"], errors="coerce") / 1e4).round()
+    vote = ((pub == (m["params_fused"] / 1e4).round()).astype(int)
+            - (pub == (m["params_plain"] / 1e4).round()).astype(int))
+    per_file = vote.groupby(m["source_file"]).sum() > 0
+    return frame["source_file"].map(per_file).fillna(False).astype(bool)
+
+
+def with_trace(frame: pd.DataFrame, path: str | Path | None = None, reparam: str = "published") -> pd.DataFrame:
     """``frame`` with the layer-table features of its ``(model, input_size)`` (:data:`ZOO_TRACE`, or
     ``path``) joined on as ``tr_<column>`` (:func:`carb.design.trace.summarize`'s columns, per image at
     fp32); NaN for a pair without a trace (refused by the tracer or not traced yet). ``frame`` unchanged
-    when the table does not exist."""
+    when the table does not exist.
+
+    Which graph: the table holds the plain trace (``reparam`` False) and, for models that fold, the
+    reparameterised one (``reparam`` True, ``folded`` True; ``scripts/data/zoo_trace_features.py
+    --reparam``). ``reparam="published"``: per ``source_file``, the graph the file's published parameter
+    counts show it was run on (:func:`_published_graph`: timm's 4090/5090/PRO 6000 files (torch 2.9.1)
+    are reparameterised, the 3090 and i9 files (torch 2.4) are not); ``"never"``: the plain graph;
+    ``"always"``: the folded graph wherever there is one. ``tr_reparam`` says, per row, whether the folded
+    graph's features were joined."""
+    if reparam not in ("published", "never", "always"):
+        raise DatasetError(f"with_trace: reparam={reparam!r} is not allowed; allowed: published, never, always")
     p = Path(path) if path else ZOO_TRACE
     if not p.is_file():
         return frame
     tr = pd.read_parquet(p)
     if "refused" in tr.columns:
         tr = tr[tr["refused"].isna()]
+    graph = tr["reparam"].fillna(False).astype(bool) if "reparam" in tr.columns else pd.Series(False, index=tr.index)
+    folded = tr["folded"].fillna(False).astype(bool) if "folded" in tr.columns else graph
     keys = ["model", "input_size"]
-    drop = [c for c in ("refused", "settings", "trace_s") if c in tr.columns]
-    tr = tr.drop(columns=drop).drop_duplicates(keys, keep="last")
-    tr = tr.rename(columns={c: f"tr_{c}" for c in tr.columns if c not in keys})
-    tr["input_size"] = tr["input_size"].astype(frame["input_size"].dtype) if "input_size" in frame else tr["input_size"]
-    return frame.merge(tr, on=keys, how="left")
+    drop = [c for c in ("refused", "settings", "trace_s", "reparam", "folded") if c in tr.columns]
+    plain = tr[~graph].drop(columns=drop).drop_duplicates(keys, keep="last")
+    fused = tr[graph & folded].assign(folded=True).drop(columns=[c for c in drop if c != "folded"])
+    fused = fused.drop_duplicates(keys, keep="last")
+    out = frame.copy()
+    if reparam == "never" or fused.empty:
+        use = pd.Series(False, index=out.index)
+    elif reparam == "always" or "source_file" not in out.columns:
+        use = pd.Series(reparam == "always", index=out.index)
+    else:
+        use = _published_graph(out, plain, fused)
+    has_fused = out[keys].merge(fused[keys].assign(_f=True), on=keys, how="left")["_f"].fillna(False).to_numpy(bool)
+    out["tr_reparam"] = use.to_numpy(bool) & has_fused
+    cols = [c for c in plain.columns if c not in keys]
+    ren = {c: f"tr_{c}" for c in cols}
+    if "input_size" in frame:
+        for t in (plain, fused):
+            t["input_size"] = t["input_size"].astype(frame["input_size"].dtype)
+    a = out[keys].merge(plain[keys + cols], on=keys, how="left")
+    b = out[keys].merge(fused[keys + cols], on=keys, how="left")
+    pick = out["tr_reparam"].to_numpy(bool)
+    for c in cols:
+        out[ren[c]] = np.where(pick, b[c].to_numpy(), a[c].to_numpy())
+    return out
