@@ -449,7 +449,9 @@ def transfer_settings(cfg: Any) -> dict[str, Any]:
                               "table written by python -m scripts.bench.transfer_pairs --errors-out")
     return {"affine_min_k": int(t.affine_min_k), "residual_min_k": int(t.residual_min_k),
             "ridge_alpha": float(t.ridge_alpha), "slope_bounds": (float(t.slope_min), float(t.slope_max)),
-            "precision_shrink": float(t.precision_shrink), "dispatch": bool(t.get("dispatch", True)),
+            "precision_shrink": ("auto" if str(t.precision_shrink) == "auto" else float(t.precision_shrink)),
+            "base_offsets_only": bool(t.get("base_offsets_only", True)),
+            "keep_zero_shot": bool(t.get("keep_zero_shot", False)), "dispatch": bool(t.get("dispatch", True)),
             "coverage": float(cfg.coverage), "error_prior": t.get("error_prior", "auto"),
             "prior_rows": float(t.get("prior_rows", 10.0)),
             "prior_targets": tuple(t.get("prior_targets") or ("latency_ms", "energy_J")),

@@ -175,7 +175,9 @@ class Transfer(Section):
     ridge_alpha: Positive
     slope_min: Positive
     slope_max: Positive
-    precision_shrink: NonNegative
+    precision_shrink: NonNegative | Literal["auto"] = "auto"
+    base_offsets_only: bool = True
+    keep_zero_shot: bool = False
     dispatch: bool = True
     probe: bool = True
     spec: bool = True
