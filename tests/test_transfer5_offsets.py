@@ -81,3 +81,20 @@ def test_calibrate_settings_pass_the_offset_rules_through():
     assert kw["precision_shrink"] == 2.0 and kw["keep_zero_shot"] is True
     with pytest.raises(ConfigError, match="precision_shrink"):
         check_config("calibrate", compose("calibrate", ["transfer.precision_shrink=often"]))
+
+
+def test_measuring_now_picks_space_filling_rows_unless_told_to_pick_where_probes_disagree(cpu_model, monkeypatch):  # noqa: F811
+    """The K rows measured now are space-filling within each precision (they estimate offsets; rows from the
+    tails of the probes' disagreement bias them): the disagreement is not even computed by default, and with
+    transfer.pick_where_probes_disagree=true it is."""
+    from carb.commands import calibrate
+    from carb.commands.cli import compose, to_dict
+    from carb.design.space import configs_from_cfg
+
+    asked = []
+    monkeypatch.setattr(calibrate, "_probe_disagreement", lambda *a, **k: asked.append(1))
+    for flag, want in (("false", []), ("true", [1])):
+        asked.clear()
+        cfg = compose("calibrate", ["k=6", "measure=cpu", "space.n=200", f"transfer.pick_where_probes_disagree={flag}"])
+        chosen = calibrate.covering_rows(cfg, cpu_model[0], configs_from_cfg(to_dict(cfg.space)))
+        assert len(chosen) == 9 and asked == want

@@ -7,9 +7,16 @@ recalibrates each target in log space on the K target rows:
 * ``scale`` (any K >= 1):  ``log y = a + log p``               (one factor per target)
 * ``affine`` (K >= ``affine_min_k``): ``log y = a + b log p``   (b > 0: order of candidates kept)
 * ``precision`` (two precisions or more among the K rows): the offset ``a`` per precision (shrunk toward
-  the common one by ``precision_shrink`` rows); an instruction set changes one precision's kernels and
+  the common one by ``precision_shrink`` rows; ``"auto"``: by empirical Bayes from the K rows,
+  :func:`empirical_bayes_shrink`); an instruction set changes one precision's kernels and
   not another's (bf16 without native bf16 instructions is ~30x slower than with them). A precision
   not among the K rows gets the common offset.
+
+On a zero-shot base (the device probes' or the spec records' prediction) with fewer than ``residual_min_k``
+rows, latency fits offsets only (``base_offsets_only``: ``scale`` or ``precision`` on that base; issue 44:
+a slope or a base chosen by leave-one-out on 3-4 rows per precision made CPU transfers worse than the
+zero-shot), and a precision switches back to the zero-shot only with ``keep_zero_shot`` (off by default;
+both per-precision errors are recorded in ``precision_loo`` either way).
 * ``residual`` (K >= ``residual_min_k``): affine plus a ridge fit of the remaining log-residual on
   standardized log cost axes (FLOPs, activations, parameters, batch size, input size).
 
