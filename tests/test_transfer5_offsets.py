@@ -83,7 +83,7 @@ def test_calibrate_settings_pass_the_offset_rules_through():
         check_config("calibrate", compose("calibrate", ["transfer.precision_shrink=often"]))
 
 
-def test_measuring_now_picks_space_filling_rows_unless_told_to_pick_where_probes_disagree(cpu_model, monkeypatch):  # noqa: F811
+def test_measuring_now_picks_space_filling_rows_unless_told_otherwise(cpu_model, monkeypatch):  # noqa: F811
     """The K rows measured now are space-filling within each precision (they estimate offsets; rows from the
     tails of the probes' disagreement bias them): the disagreement is not even computed by default, and with
     transfer.pick_where_probes_disagree=true it is."""
