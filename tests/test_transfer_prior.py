@@ -177,7 +177,7 @@ def test_the_k_rows_choose_the_latency_base_per_precision():
     d["device_name"], d["device_id"] = "Synthetic C", "cccccccccc"
     picks = space_filling(d, 12)
     assert (d.iloc[picks]["precision"] == "fp16").sum() >= 3
-    tr = TwoBases(PhysicsSource()).fit(d.iloc[picks])
+    tr = TwoBases(PhysicsSource(), base_offsets_only=False).fit(d.iloc[picks])   # the default fits offsets only
     info = tr.transfer_["latency_ms"]
     assert info["default_base"] == "probe" and set(info["bases"]) == {"fp16"}
     assert info["bases"]["fp16"]["base"] == "source"
@@ -187,6 +187,9 @@ def test_the_k_rows_choose_the_latency_base_per_precision():
     assert np.median(err[prec == "fp16"]) < 0.05 and np.median(err[prec != "fp16"]) < 0.05
     # a base no precision prefers is never switched to: the plain transfer keeps the source's
     assert TransferredCascade(PhysicsSource()).fit(d.iloc[picks]).transfer_["latency_ms"]["bases"] == {}
+    # by default (transfer.base_offsets_only) 12 rows on a zero-shot base fit offsets on it, no other base
+    off = TwoBases(PhysicsSource()).fit(d.iloc[picks]).transfer_["latency_ms"]
+    assert off["default_base"] == "probe" and off["bases"] == {} and off["b"] == 1.0
 
 
 def test_k_rows_after_a_spec_zero_shot_start_from_the_spec_ratios():

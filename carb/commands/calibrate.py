@@ -131,9 +131,10 @@ def covering_rows(cfg: Any, source: Any, configs: list, target_probe: str | None
     every precision the source predicts gets at least ``transfer.min_rows_per_precision`` rows
     (:func:`carb.analysis.transfer.covering_picks`; a precision the space lacks, fp16 of ``space=reference``,
     from the space's networks of at most ``transfer.added_precision_max_flops`` FLOPs per batch, as the
-    fallback path can be 20-50x slower), picked where the two CPUs' device probes depart most from the
-    source's common factor (both probes on disk: this CPU's by ``target_probe`` or its fingerprint). Prints
-    what it chose."""
+    fallback path can be 20-50x slower), space-filling within each precision; with
+    ``transfer.pick_where_probes_disagree`` among the rows where the two CPUs' device probes depart most from
+    the source's common factor (both probes on disk: this CPU's by ``target_probe`` or its fingerprint; off by
+    default: the K rows estimate offsets, which rows from the tails bias). Prints what it chose."""
     import numpy as np
 
     from carb.analysis.transfer import covering_picks
@@ -151,7 +152,8 @@ def covering_rows(cfg: Any, source: Any, configs: list, target_probe: str | None
             small = [c for c, f in zip(configs, feats["flops"].to_numpy(float)) if f <= cap]
         pool += list({c.replace(precision=p).config_id: c.replace(precision=p) for c in small}.values())
     frame = grid_features(pool)
-    dis = _probe_disagreement(source, frame, target_probe, cfg.measure.get("threads"))
+    dis = (_probe_disagreement(source, frame, target_probe, cfg.measure.get("threads"))
+           if cfg.transfer.get("pick_where_probes_disagree", False) else None)
     n_min = int(cfg.transfer.get("min_rows_per_precision", 3))
     picks = covering_picks(frame, int(cfg.k), want, n_min, dis)
     chosen = [pool[i] for i in picks]
@@ -449,7 +451,9 @@ def transfer_settings(cfg: Any) -> dict[str, Any]:
                               "table written by python -m scripts.bench.transfer_pairs --errors-out")
     return {"affine_min_k": int(t.affine_min_k), "residual_min_k": int(t.residual_min_k),
             "ridge_alpha": float(t.ridge_alpha), "slope_bounds": (float(t.slope_min), float(t.slope_max)),
-            "precision_shrink": float(t.precision_shrink), "dispatch": bool(t.get("dispatch", True)),
+            "precision_shrink": ("auto" if str(t.precision_shrink) == "auto" else float(t.precision_shrink)),
+            "base_offsets_only": bool(t.get("base_offsets_only", True)),
+            "keep_zero_shot": bool(t.get("keep_zero_shot", False)), "dispatch": bool(t.get("dispatch", True)),
             "coverage": float(cfg.coverage), "error_prior": t.get("error_prior", "auto"),
             "prior_rows": float(t.get("prior_rows", 10.0)),
             "prior_targets": tuple(t.get("prior_targets") or ("latency_ms", "energy_J")),

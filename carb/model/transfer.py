@@ -7,9 +7,16 @@ recalibrates each target in log space on the K target rows:
 * ``scale`` (any K >= 1):  ``log y = a + log p``               (one factor per target)
 * ``affine`` (K >= ``affine_min_k``): ``log y = a + b log p``   (b > 0: order of candidates kept)
 * ``precision`` (two precisions or more among the K rows): the offset ``a`` per precision (shrunk toward
-  the common one by ``precision_shrink`` rows); an instruction set changes one precision's kernels and
+  the common one by ``precision_shrink`` rows; ``"auto"``: by empirical Bayes from the K rows,
+  :func:`empirical_bayes_shrink`); an instruction set changes one precision's kernels and
   not another's (bf16 without native bf16 instructions is ~30x slower than with them). A precision
   not among the K rows gets the common offset.
+
+On a zero-shot base (the device probes' or the spec records' prediction) with fewer than ``residual_min_k``
+rows, latency fits offsets only (``base_offsets_only``: ``scale`` or ``precision`` on that base; issue 44:
+a slope or a base chosen by leave-one-out on 3-4 rows per precision made CPU transfers worse than the
+zero-shot), and a precision switches back to the zero-shot only with ``keep_zero_shot`` (off by default;
+both per-precision errors are recorded in ``precision_loo`` either way).
 * ``residual`` (K >= ``residual_min_k``): affine plus a ridge fit of the remaining log-residual on
   standardized log cost axes (FLOPs, activations, parameters, batch size, input size).
 
@@ -50,7 +57,8 @@ _OWN = frozenset({"source_", "stand_ins_", "transfer_", "intervals_", "device_na
                   "precision_shrink", "dispatch", "probe_models_", "spec_log_ratio_", "error_prior",
                   "probe_other_ratio_",
                   "prior_rows", "prior_targets", "device_kind_", "unseen_widen", "unseen_precisions_",
-                  "pair_prior", "repeat_floor", "origin_", "unsupported_precisions_"})
+                  "pair_prior", "repeat_floor", "origin_", "unsupported_precisions_", "base_offsets_only",
+                  "keep_zero_shot"})
 
 
 def _loo_affine(x: np.ndarray, y: np.ndarray, lo: float, hi: float) -> tuple[float, float, np.ndarray]:
@@ -87,13 +95,34 @@ def _loo_ridge(Z: np.ndarray, r: np.ndarray, alpha: float) -> tuple[np.ndarray, 
     return coef, e / np.maximum(1.0 - h, 1e-6)
 
 
-def _precision_offsets(d: np.ndarray, prec: np.ndarray, shrink: float) -> tuple[float, dict[str, float]]:
-    """Common offset (mean of ``d``) and per-precision offsets shrunk toward it by ``shrink`` rows."""
+def empirical_bayes_shrink(d: np.ndarray, prec: np.ndarray) -> float:
+    """Pseudo-rows pulling each precision's mean of ``d`` (K,) toward the common mean, from the rows themselves
+    (random-effects / James-Stein): ``s2 / tau2``, ``s2`` the rows' variance about their precision's mean and
+    ``tau2`` the variance of the precision means beyond what ``s2`` explains (``var(m_p) - s2 * mean(1 / n_p)``).
+    Precisions that differ more than their rows' scatter keep their own offsets (a few pseudo-rows); precisions
+    whose differences are within the noise share the common one (``inf``). ``inf`` with one precision or no
+    degrees of freedom."""
+    ps = np.unique(prec)
+    if len(ps) < 2 or len(d) - len(ps) < 1:
+        return math.inf
+    means = np.array([d[prec == p].mean() for p in ps])
+    counts = np.array([(prec == p).sum() for p in ps], float)
+    s2 = float(sum(((d[prec == p] - m) ** 2).sum() for p, m in zip(ps, means)) / (len(d) - len(ps)))
+    tau2 = float(np.var(means, ddof=1) - s2 * np.mean(1.0 / counts))
+    return s2 / tau2 if tau2 > 1e-12 else math.inf
+
+
+def _precision_offsets(d: np.ndarray, prec: np.ndarray, shrink: float | str) -> tuple[float, dict[str, float]]:
+    """Common offset (mean of ``d``) and per-precision offsets shrunk toward it by ``shrink`` rows (``"auto"``:
+    :func:`empirical_bayes_shrink` of these rows)."""
     a = float(d.mean())
-    return a, {str(p): float((d[prec == p].sum() + shrink * a) / ((prec == p).sum() + shrink)) for p in np.unique(prec)}
+    lam = empirical_bayes_shrink(d, prec) if shrink == "auto" else float(shrink)
+    if not math.isfinite(lam):
+        return a, {str(p): a for p in np.unique(prec)}
+    return a, {str(p): float((d[prec == p].sum() + lam * a) / ((prec == p).sum() + lam)) for p in np.unique(prec)}
 
 
-def _loo_precision(x: np.ndarray, y: np.ndarray, b: float, prec: np.ndarray, shrink: float
+def _loo_precision(x: np.ndarray, y: np.ndarray, b: float, prec: np.ndarray, shrink: float | str
                    ) -> tuple[float, dict[str, float], np.ndarray]:
     """``y = a_prec + b x`` (b fixed); returns (common a, per-precision a, LOO residuals)."""
     d = y - b * x
@@ -242,16 +271,17 @@ class TransferredCascade:
 
     def __init__(self, source: Any, affine_min_k: int = 5, residual_min_k: int = 20, coverage: float = 0.9,
                  ridge_alpha: float = 3.0, slope_bounds: tuple[float, float] = (0.5, 2.0),
-                 precision_shrink: float = 1.0, dispatch: bool = True, error_prior: Any = None,
+                 precision_shrink: float | str = "auto", dispatch: bool = True, error_prior: Any = None,
                  prior_rows: float = 10.0, prior_targets: tuple[str, ...] = ("latency_ms", "energy_J"),
-                 unseen_widen: float = 0.354, pair_prior: Any = None, repeat_floor: dict[str, float] | None = None
-                 ) -> None:
+                 unseen_widen: float = 0.354, pair_prior: Any = None, repeat_floor: dict[str, float] | None = None,
+                 base_offsets_only: bool = True, keep_zero_shot: bool = False) -> None:
         self.source_ = source
+        self.base_offsets_only, self.keep_zero_shot = bool(base_offsets_only), bool(keep_zero_shot)
         self.unseen_widen = float(unseen_widen)
         self.pair_prior, self.repeat_floor = pair_prior, dict(repeat_floor or {})
         self.error_prior, self.prior_rows, self.prior_targets = error_prior, float(prior_rows), tuple(prior_targets)
         self.dispatch = bool(dispatch)
-        self.precision_shrink = float(precision_shrink)
+        self.precision_shrink = "auto" if precision_shrink == "auto" else float(precision_shrink)
         self.affine_min_k, self.residual_min_k = int(affine_min_k), int(residual_min_k)
         self.coverage, self.ridge_alpha, self.slope_bounds = float(coverage), float(ridge_alpha), tuple(slope_bounds)
 
@@ -542,6 +572,9 @@ class TransferredCascade:
         cands = self._base_candidates()
         logs = {b: x_src + self._log_base(X, b, np.exp(x_src)) for b in cands}
         default = cands[0]
+        if default in ("probe", "spec") and self.__dict__.get("base_offsets_only", False) \
+                and len(yl) < self.residual_min_k:
+            return self._fit_offsets(logs[default], yl, Z, prec, default)
         per, x_mixed = self._switch_bases(logs, default, yl, prec)
         options = [(default, {}, logs[default])] + ([("mixed", per, x_mixed)] if per else []) + \
             [(b, {}, logs[b]) for b in cands[1:]]
@@ -562,6 +595,26 @@ class TransferredCascade:
             loo = self._keep_zero_shot(info, loo, yl - logs[cands[0]], prec, cands[0])
         return info, loo
 
+    def _fit_offsets(self, x: np.ndarray, yl: np.ndarray, Z: np.ndarray, prec: np.ndarray, base: str
+                     ) -> tuple[dict[str, Any], np.ndarray]:
+        """Latency on a zero-shot base (``base``: "probe" / "spec"; ``x`` (K,) its log prediction) from fewer than
+        ``residual_min_k`` rows: offsets only, one common and one per precision shrunk toward it
+        (``precision_shrink``; ``"auto"``: :func:`empirical_bayes_shrink`), never a slope or another base. The
+        base already carries how each network moves between the devices; 3-4 K rows per precision on a noisy
+        CPU cannot choose a slope or a base by leave-one-out without buying variance (issue 44, CPU pairs at
+        K = 10: worst precision 23.2 % with those choices, 17.5 % with offsets only). Returns (info, LOO
+        residuals); the per-precision zero-shot comparison as :meth:`_keep_zero_shot`."""
+        if len(np.unique(prec)) > 1 and len(yl) >= 3:
+            a, per, loo = _loo_precision(x, yl, 1.0, prec, self.precision_shrink)
+            info: dict[str, Any] = {"form": "precision", "a": a, "a_precision": per, "b": 1.0, "k": len(yl),
+                                    "residual": None, "loo_log_mae": {"precision": float(np.mean(np.abs(loo)))}}
+        else:
+            a, loo = _loo_scale(x, yl)
+            info = {"form": "scale", "a": a, "b": 1.0, "k": len(yl), "residual": None,
+                    "loo_log_mae": {"scale": float(np.mean(np.abs(loo))) if len(loo) else None}}
+        info.update(default_base=base, bases={}, base_loo_log_mae={base: info["loo_log_mae"][info["form"]]})
+        return info, self._keep_zero_shot(info, loo, yl - x, prec, base)
+
     def _keep_zero_shot(self, info: dict[str, Any], loo: np.ndarray, zs_err: np.ndarray, prec: np.ndarray,
                         base: str) -> np.ndarray:
         """Per precision of the K rows: the calibrated form's mean |LOO log residual| against the zero-shot's
@@ -578,7 +631,7 @@ class TransferredCascade:
         for p in np.unique(prec):
             m = prec == p
             zs, cal = float(np.mean(np.abs(zs_err[m]))), float(np.mean(np.abs(loo[m])))
-            kept = "zero_shot" if zs <= cal else "calibrated"
+            kept = "zero_shot" if zs <= cal and self.__dict__.get("keep_zero_shot", True) else "calibrated"
             per[str(p)] = {"n": int(m.sum()), "zero_shot": zs, "calibrated": cal, "kept": kept}
             if kept == "zero_shot":
                 keep.append(str(p))

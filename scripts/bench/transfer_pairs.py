@@ -13,8 +13,9 @@ K in {0, 3, 10, 20}, per precision and target (latency, peak memory where both d
 
 * ``calibrated`` (what ``carb-calibrate`` fits): the K rows calibrate the pair's zero-shot model where it
   has one (the device probes' prediction on CPU pairs whose two devices have a probe, the spec records' on
-  GPU pairs), else the source's; the latency base per precision and the form chosen by leave-one-out on the
-  K rows; dispatch stand-ins on for CPU pairs;
+  GPU pairs), else the source's; on a zero-shot base the K rows fit offsets only (common and per precision,
+  empirical-Bayes shrunk: ``transfer.base_offsets_only``), else the base per precision and the form chosen by
+  leave-one-out on the K rows; dispatch stand-ins on for CPU pairs;
 * ``source_base``: the same transfer from the source's own prediction alone;
 * ``no_dispatch``: ``source_base`` without dispatch stand-ins (CPU pairs only);
 * ``source``: the source model uncalibrated (K = 0);

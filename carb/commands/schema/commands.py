@@ -175,7 +175,9 @@ class Transfer(Section):
     ridge_alpha: Positive
     slope_min: Positive
     slope_max: Positive
-    precision_shrink: NonNegative
+    precision_shrink: NonNegative | Literal["auto"] = "auto"
+    base_offsets_only: bool = True
+    keep_zero_shot: bool = False
     dispatch: bool = True
     probe: bool = True
     spec: bool = True
@@ -184,6 +186,7 @@ class Transfer(Section):
     prior_targets: list[Literal["latency_ms", "energy_J", "peak_memory_MB"]] = ["latency_ms", "energy_J"]
     repeatability_floor: dict[Literal["default", "latency_ms", "energy_J", "peak_memory_MB"], NonNegative] = {}
     min_rows_per_precision: Index = 3
+    pick_where_probes_disagree: bool = False
     added_precision_max_flops: Positive = 2.5e8
     pair_prior: Text | None = "auto"
 
