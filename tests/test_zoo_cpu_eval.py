@@ -115,7 +115,8 @@ def test_bench_cpu_part_last_line_and_saved_figures(tmp_path):
     frame = zoo_schema_frame(SCHEMA_MODELS, sizes=(32,), batches=(1, 4))
     frame.to_parquet(data)
     FAMS = frame.groupby("family")["model_name"].nunique().to_dict()
-    out.write_text(json.dumps({"gpu": [], "gpu_no_trace": [{"device": "kept"}], "cpu": {"old": 1}}))
+    out.write_text(json.dumps({"command": "gpu run", "gpu": [], "gpu_no_trace": [{"device": "kept"}],
+                               "cpu": {"old": 1}}))
     r = subprocess.run([sys.executable, str(ROOT / "scripts/bench/zoo.py"), "--part", "cpu", "--cpu-data", str(data),
                         "--no-screen", "--trace-cold-s", "45.1", "--out", str(out)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
@@ -127,6 +128,7 @@ def test_bench_cpu_part_last_line_and_saved_figures(tmp_path):
     saved = json.loads(out.read_text())
     assert saved["last_line"] == last
     assert saved["gpu_no_trace"] == [{"device": "kept"}] and "old" not in saved["cpu"]   # CPU keys replaced only
+    assert saved["gpu_command"] == "gpu run" and "--part cpu" in saved["command"]
     assert {r["family"] for r in saved["cpu"]["latency"]["table"]} == set(FAMS)
     from scripts.zoo_results import zoo_lines
 

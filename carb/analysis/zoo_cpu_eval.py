@@ -213,8 +213,12 @@ def evaluate(frame: pd.DataFrame, target: str, models: Mapping[str, Callable[[],
 def evaluate_zoo(frame: pd.DataFrame, make: Callable[[], Any], coverage: float = 0.9,
                  progress: Callable[[str], None] | None = None) -> dict[str, tuple[pd.DataFrame, dict, pd.DataFrame]]:
     """LOFO of latency and memory with CARB = ``make()`` (:class:`RegisteredCascade`), fitted once per held-out
-    family for both targets: ``{"latency_ms": evaluate(...), "peak_memory_MB": evaluate(...)}``."""
-    rows = usable(frame)
+    family for both targets: ``{"latency_ms": evaluate(...), "peak_memory_MB": evaluate(...)}``. Every model
+    reads the layer-table columns of the current tracer (:func:`carb.model.cascade_data.with_zoo_kinds`; the
+    stored ones where it refuses a network), the cascade as it does itself and the baselines alike."""
+    from carb.model.cascade_data import with_zoo_kinds
+
+    rows = usable(with_zoo_kinds(frame, ()))
     if rows["family"].nunique() < 3:
         raise DatasetError(f"zoo LOFO: {rows['family'].nunique()} families; need at least 3")
     carb = cascade_lofo(rows, make, progress)

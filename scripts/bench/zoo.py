@@ -198,8 +198,8 @@ def last_line(cpu: dict | None, gpu: list[dict], n_models: int, trace_s: float, 
 
 
 def kept_gpu(path: Path, out: dict, models: set[str]) -> tuple[dict, list[dict], set[str]]:
-    """For ``--part cpu``: ``out`` with the GPU keys (``gpu``, ``gpu_no_trace``) of the figures already saved
-    at ``path`` (a file without them, or none: nothing kept), the saved GPU summaries and ``models`` with
+    """For ``--part cpu``: ``out`` with the GPU keys (``gpu``, ``gpu_no_trace``, and ``gpu_command``: the command
+    that made them) of the figures already saved at ``path`` (a file without them, or none: nothing kept), the saved GPU summaries and ``models`` with
     timm's networks when a GPU part was kept."""
     try:
         old = json.loads(path.read_text())
@@ -207,6 +207,8 @@ def kept_gpu(path: Path, out: dict, models: set[str]) -> tuple[dict, list[dict],
         return out, [], models
     kept = {k: old[k] for k in ("gpu", "gpu_no_trace") if k in old}
     gpu = list(kept.get("gpu") or [])
+    if kept and old.get("command"):   # the run that made the GPU part
+        kept["gpu_command"] = old.get("gpu_command", old["command"])
     if gpu:
         models = models | set(load_zoo_bench()["model"].astype(str))
     return {**out, **kept}, gpu, models
