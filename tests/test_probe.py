@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from carb.data.probes import SHIPPED_PROBES, load_probe, probe_paths
+from carb.data.probes import SHIPPED_PROBES, load_probe, probe_paths, with_op_columns
 from carb.design.arch import BYTES_PER_ELEMENT, ArchConfig
 from carb.design.features import grid_features
 from carb.design.shapes import _args, _walk, architectures, gemm_terms, layer_terms, native_terms
@@ -220,7 +220,7 @@ def synthetic_probe(precisions=("fp32", "fp16"), n: int = 150, seed: int = 0, no
     for p in precisions:
         parts.append(plan.assign(device_id="synthdev", threads=1, precision=p, backend="",
                                  time_ms=physics_ms(a, b, p) * rng.lognormal(0, noise, len(plan))))
-    return pd.concat(parts, ignore_index=True)[list(PROBE_COLUMNS)]
+    return with_op_columns(pd.concat(parts, ignore_index=True))[list(PROBE_COLUMNS)]   # regular convolutions
 
 
 @pytest.fixture(scope="module")
@@ -453,7 +453,7 @@ def test_carb_probe_command_writes_the_device_probe_where_training_finds_it(monk
 
     monkeypatch.setenv("CARB_HOME", str(tmp_path))
     cfg = compose("probe", ["n=6", "precisions=[fp32]", "repeats=1", "min_window_s=0.001", "max_MMAC=2",
-                            "progress.enabled=false"])
+                            "ops.per_kind=0", "progress.enabled=false"])   # convolutions only (tests/test_probe_ops.py: the rest)
     out = run_probe_command(cfg)
     path = tmp_path / "probes" / f"{out['device_id']}.csv"
     assert out["out"] == str(path) and path.exists()

@@ -114,24 +114,30 @@ def test_the_zen4_repeatability_is_shipped_and_matches_its_study():
         assert r.spread_median == pytest.approx(float(printed[f"{r.precision}_median"]), abs=1e-4)
 
 
-def test_benchmark_floor_is_the_device_measured_repeatability():
+def test_benchmark_floor_is_the_device_measured_repeatability_per_precision():
     """The transfer benchmark's latency floor for the Zen 4 comes from its measured rows (the repeat study and
-    the CPU zoo of its device_id: the median over precisions of repeatability_floor over z), wider than the
-    configured default; a device without measured rows, and peak memory, keep conf/calibrate.yaml's floor."""
+    the CPU zoo of its device_id), one per precision (repeatability_floor over z; bf16 wider than fp16), the
+    same as the shipped table carb-calibrate looks the device up in; a precision not measured, a device
+    without measured rows, and peak memory keep conf/calibrate.yaml's floor. (Before: one number per device,
+    the median over precisions.)"""
     from omegaconf import OmegaConf
     from scipy.stats import norm
 
     from carb.data.io import load_dataset
-    from carb.data.repeatability import repeatability_floor
+    from carb.data.repeatability import repeatability_floor, shipped_floor_log_sd
     from scripts.bench import transfer_pairs as tp
 
     conf = OmegaConf.load(ROOT / "conf" / "calibrate.yaml").transfer.repeatability_floor
     zen4 = load_dataset(str(ROOT / "scripts" / "data" / "cpu-amd-zen4.parquet"))
     rows = tp.measured_repeat_rows(zen4)
     assert rows is not None and len(rows) > 0 and rows["latency_repeat_spread"].notna().all()
-    expect = float(np.median(list(repeatability_floor(rows).values()))) / norm.ppf(0.95)
-    assert tp.repeat_floor("latency_ms", rows) == pytest.approx(expect)
-    assert tp.repeat_floor("latency_ms", rows) > conf.latency_ms
+    got = tp.repeat_floor("latency_ms", rows)
+    assert isinstance(got, dict) and set(got) == {"fp32", "fp16", "bf16", "default"}
+    for p, h in repeatability_floor(rows).items():
+        assert got[p] == pytest.approx(h / norm.ppf(0.95))
+    assert got["bf16"] > got["fp32"] > got["fp16"] > conf.latency_ms == got["default"]
+    assert {p: round(v, 6) for p, v in got.items() if p != "default"} == \
+        pytest.approx(shipped_floor_log_sd(ZEN4), abs=1e-6)
     assert tp.repeat_floor("peak_memory_MB", rows) == conf.peak_memory_MB
     other = pd.DataFrame({"device_id": ["not-measured"] * 3, "precision": ["fp32"] * 3, "status": ["ok"] * 3})
     assert tp.measured_repeat_rows(other) is None and tp.repeat_floor("latency_ms", None) == conf.latency_ms
@@ -300,6 +306,6 @@ def test_calibrate_intervals_from_the_per_pair_table_leave_this_device_out(cpu_m
     assert [r["pair"] for r in pair_records(table, "latency_ms", 12, ["cccccccccc"])] == [("X", "Y")]
     tr = TransferredCascade(cascade, pair_prior=table, repeat_floor={"latency_ms": 0.0}).fit(rows.head(10))
     entry = tr.intervals_["latency_ms"]
-    assert "measured on 2 device(s)" in entry["method"] and entry["upper"] < 1.0
+    assert "measured on 2 cpu device(s)" in entry["method"] and entry["upper"] < 1.0
     tr2 = TransferredCascade(cascade, pair_prior=table, repeat_floor={"latency_ms": 0.5}).fit(rows.head(10))
     assert tr2.intervals_["latency_ms"]["upper"] >= 1.6448 * 0.5 - 1e-9

@@ -28,9 +28,10 @@ import pandas as pd
 
 from carb.analysis.evaluate import regression_metrics
 from carb.data.schema import TARGETS
+from carb.design.identity import BLOCK, DEPTH, STEM, WIDTH
 
 #: Knobs whose upper range is held out, and the split's name.
-RANGE_KNOBS: dict[str, str] = {"batch_size": "batch", "depth": "depth", "width_mult": "width",
+RANGE_KNOBS: dict[str, str] = {"batch_size": "batch", DEPTH: DEPTH, WIDTH: "width",
                                "input_size": "input"}
 
 
@@ -302,8 +303,8 @@ def _split_coverage(held: Mapping[str, Mapping[str, Any]], split: str, target: s
 
 
 #: Columns :func:`xval_predictions` keeps of each split's test rows (besides the target and prediction columns).
-XVAL_KEEP: tuple[str, ...] = ("config_id", "block", "depth", "width_mult", "input_size", "batch_size", "precision",
-                              "early_downsample")
+XVAL_KEEP: tuple[str, ...] = ("config_id", BLOCK, DEPTH, WIDTH, "input_size", "batch_size", "precision",
+                              STEM)
 
 
 def xval_predictions(predictions: Mapping[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:

@@ -27,6 +27,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from carb.design.identity import BLOCK
+
 #: Columns that identify one benchmark setting of one model (all sizes of it are compared in it).
 SETTING: tuple[str, ...] = ("device_name", "timm_precision", "compile", "memory_layout", "torch_version",
                             "model", "batch_size")
@@ -57,7 +59,7 @@ def input_excess(table: pd.DataFrame | None = None, reference_px: int = 224) -> 
     other = t[t["input_size"] != reference_px].join(ref, on=key, rsuffix="_ref")
     other = other[other["latency_ms_ref"].notna()]
     excess = (other["latency_ms"] / other["latency_ms_ref"]) / (other["flops"] / other["flops_ref"])
-    out = other[key + ["block", "input_size", "largest_output"]].assign(excess=excess.to_numpy(float))
+    out = other[key + [BLOCK, "input_size", "largest_output"]].assign(excess=excess.to_numpy(float))
     out["past_int32"] = out["largest_output"].to_numpy(float) >= INT32_LIMIT
     return out.reset_index(drop=True)
 
@@ -69,7 +71,7 @@ def largest_output(frame: pd.DataFrame) -> pd.Series:
     from carb.errors import ConfigError, DatasetError
 
     out = pd.Series(np.nan, index=frame.index, name="largest_output")
-    ok = frame["block"].notna() if "block" in frame.columns else pd.Series(False, index=frame.index)
+    ok = frame[BLOCK].notna() if BLOCK in frame.columns else pd.Series(False, index=frame.index)
     if ok.any():
         try:
             out[ok] = largest_output_elements(frame[ok]).to_numpy(float)
@@ -82,5 +84,5 @@ def summary(excess: pd.DataFrame) -> pd.DataFrame:
     """Median, min and max excess and row count per GPU x compile mode x block x input size x side of
     the index limit, for the eager and compiled nchw rows of autocast fp16 (the settings every GPU has)."""
     e = excess[(excess["timm_precision"] == "amp_fp16") & (excess["memory_layout"] == "nchw")]
-    g = e.groupby(["device_name", "compile", "block", "input_size", "past_int32"], observed=True)["excess"]
+    g = e.groupby(["device_name", "compile", BLOCK, "input_size", "past_int32"], observed=True)["excess"]
     return g.agg(["median", "min", "max", "count"]).reset_index()

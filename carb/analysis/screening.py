@@ -29,6 +29,8 @@ import pandas as pd
 from carb.analysis.axes import add_per_image, apply_axes, mark_front
 from carb.analysis.decisions import add_probabilities, decide, interval_context, profile_next
 from carb.analysis.evaluate import budget_classification
+from carb.analysis.hj_score import HJ_SCORE, add_hj_score, check_direction, hj_missing
+from carb.analysis.hj_score import named as hj_named
 from carb.analysis.scale import ChunkPool, chunk_plan, parallel_chunks, pareto_mask
 from carb.compute import limited, parallel_threads
 from carb.data.schema import TARGETS
@@ -223,12 +225,44 @@ def allowed_objectives(targets: Sequence[str]) -> list[str]:
 
 def objective_values(scored: pd.DataFrame, objective: str) -> np.ndarray:
     """(n,) values to rank ``scored`` (n rows with ``pred_<target>`` and ``batch_size``) by, lower is
-    better: the prediction itself, or divided by the batch size for a ``..._per_image`` objective."""
+    better: the prediction itself, or divided by the batch size for a ``..._per_image`` objective;
+    ``hj_score`` (:mod:`carb.analysis.hj_score`, better when larger) negated."""
+    if objective == HJ_SCORE:
+        return -scored[HJ_SCORE].to_numpy(dtype=float)
     if objective.endswith(PER_IMAGE):
         base = objective[: -len(PER_IMAGE)]
         return (scored[pred_name(base)].to_numpy(dtype=float)
                 / pd.to_numeric(scored["batch_size"], errors="coerce").to_numpy(dtype=float))
     return scored[pred_name(objective)].to_numpy(dtype=float)
+
+
+def profile_values(scored: pd.DataFrame, objective: str) -> np.ndarray:
+    """(n,) positive values, lower is better, for the "profile next" ratio best / own
+    (:func:`carb.analysis.decisions.profile_next`): :func:`objective_values`, or 1 / ``hj_score`` (so the
+    ratio is own / best score)."""
+    if objective == HJ_SCORE:
+        with np.errstate(divide="ignore"):
+            return 1.0 / scored[HJ_SCORE].to_numpy(dtype=float)
+    return objective_values(scored, objective)
+
+
+def check_hj(targets: Sequence[str], features: pd.DataFrame, objective: str | None, source_model: Any,
+             pareto: Sequence[str] | None, require: Mapping[str, Any] | None) -> str:
+    """Refuse (one-line :class:`ConfigError` naming the field) a setting that names ``hj_score`` where it
+    cannot be computed (:func:`carb.analysis.hj_score.hj_missing`: no predicted energy, no ``top1``), a
+    minimized ``hj_score`` axis, and ``hj_score`` as a two-stage objective. Returns why the score cannot be
+    computed (``""`` when it can: it is then added to every screening's columns)."""
+    missing = hj_missing(targets, features)
+    check_direction(pareto)
+    for field in hj_named(pareto, objective, dict(require or {})):
+        if missing:
+            extra = (f"; allowed: {allowed_objectives(targets)}" if field == "screen.objective" else "")
+            raise ConfigError(f"{field}: {HJ_SCORE} {missing}{extra}")
+    if objective == HJ_SCORE and source_model is not None:
+        raise ConfigError(f"screen.objective: {HJ_SCORE} is relative to the screened set (its top-1 and "
+                          f"energy), not a two-stage objective; allowed with screen.source: "
+                          f"{allowed_objectives(targets)}")
+    return missing
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
@@ -275,9 +309,9 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
            objective: str | None = None, source_model: Any = None, top_k: int = 100,
            shortlist_size: int = 20, outside: str = "flag", coverage: float | None = None,
            profile_size: int = 10, pareto: Sequence[str] | None = None,
-           require: Mapping[str, Any] | None = None, maximize: Sequence[str] = ("top1", "top5"),
+           require: Mapping[str, Any] | None = None, maximize: Sequence[str] = ("top1", "top5", "hj_score"),
            chunk_rows: int | None = None, progress: Callable[[str, float], None] | None = None,
-           workers: int | None = None, rescore: str = "top_k") -> ScreenResult:
+           workers: int | None = None, rescore: str = "top_k", hj_weight: float = 0.5) -> ScreenResult:
     """Screen a grid: a knob frame (:func:`carb.design.space.space_frame`, a grid file's
     :func:`carb.design.gridfile.read_grid_frame`; other columns, e.g. ``top1``, are kept) or one featurized
     already (:func:`carb.design.features.grid_features`). A knob frame is featurized here, in the chunk
@@ -303,7 +337,10 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
     ``pareto``: the front's axes with directions (``["energy_J_per_image", "-top1"]``; default: the
     objective against memory), ``require``: limits on known columns, ``maximize``: columns better when
     larger (:mod:`carb.analysis.axes`); the front uses point values and ``pareto_ties`` reports ties
-    within the intervals.
+    within the intervals. Where energy is predicted and the candidates have ``top1``, ``scored`` has
+    ``hj_score`` (CARB's energy-efficiency score, :mod:`carb.analysis.hj_score`; ``hj_weight``: its
+    accuracy weight), usable as a Pareto axis (``-hj_score``), a requirement and ``objective="hj_score"``
+    (ranked largest first; single-stage only).
 
     ``chunk_rows`` (``screen.chunk_rows``; None = one chunk): score, intervals and decisions run on
     chunks of about that many rows, each holding whole architectures (:func:`carb.analysis.scale.chunk_plan`),
@@ -326,7 +363,8 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
     source_model = None if source_model is None else as_cascade(source_model)
     targets = model_targets(target_model)
     obj = objective or default_objective(targets)
-    if obj not in allowed_objectives(targets):
+    hj_off = check_hj(targets, features, obj, source_model, pareto, require)
+    if obj != HJ_SCORE and obj not in allowed_objectives(targets):
         raise ConfigError(f"screen.objective: {obj!r} is not predicted by the target model; allowed: "
                           f"{allowed_objectives(targets)}")
     if source_model is not None and obj not in allowed_objectives(model_targets(source_model)):
@@ -377,23 +415,28 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
         scored.loc[~keep, "decision"] = "reject"
         scored.loc[~keep, "decision_reason"] = f"not in the source model's top {int(keep.sum())}"
         scored.loc[~keep, "feasible"] = False
+    if not hj_off:   # the score over the whole screened set, whatever the budget decided
+        add_hj_score(scored, hj_weight)
     axes = pareto_axes(targets)   # default: the objective (per image where it is) against the other axis
     if obj.endswith(PER_IMAGE):
         axes = [obj if a == obj[: -len(PER_IMAGE)] else a for a in axes]
+    if obj == HJ_SCORE:   # energy is inside the score: against the other predicted axis
+        axes = [f"-{HJ_SCORE}", *[a for a in axes if a != "energy_J"][:1]]
     scored, axis_list, required, req_counts = apply_axes(scored, targets, pareto or axes, require, maximize,
                                                           notes)
     stages.update(req_counts)
     scored = add_per_image(scored, [obj], targets)   # a per-image objective that is no Pareto axis still ranks
     feas = scored["feasible"].to_numpy()
+    key = objective_values(scored, obj)   # lower is better
     scored["rank"] = np.nan
     if feas.any():
-        scored.loc[feas, "rank"] = scored.loc[feas, pred_name(obj)].rank(method="first")
+        scored.loc[feas, "rank"] = pd.Series(key[feas]).rank(method="first").to_numpy()
     scored = mark_front(scored, axis_list, feas, pareto_mask)
     axes = [a.label for a in axis_list]
     timings["screen_pareto_s"] += time.perf_counter() - t
     stages["stage2_feasible"] = int(feas.sum())
-    shortlist = _shortlist(scored, feas, pred_name(obj), shortlist_size)
-    nxt = profile_next(scored, objective_values(scored, obj), profile_size)
+    shortlist = _shortlist(scored, feas, key, shortlist_size)
+    nxt = profile_next(scored, profile_values(scored, obj), profile_size)
     scored["profile_rank"] = np.nan
     scored.loc[nxt.index, "profile_rank"] = nxt["profile_rank"].to_numpy(dtype=float)
     return ScreenResult(scored=scored, shortlist=shortlist, objective=obj, axes=axes,
@@ -658,22 +701,22 @@ def _score_part(models: tuple[Any, Any], part: pd.DataFrame, obj: str, budget: d
     return sc, src, lead, tm
 
 
-def _shortlist(scored: pd.DataFrame, feas: np.ndarray, col: str, size: int) -> pd.DataFrame:
-    """The front (by ``col``, ascending), then the best other feasible rows: the first ``size`` rows;
-    sorts only the rows that can make it, not the whole grid."""
+def _shortlist(scored: pd.DataFrame, feas: np.ndarray, key: np.ndarray, size: int) -> pd.DataFrame:
+    """The front (by ``key``, (n,) objective values, ascending; NaN last), then the best other feasible rows:
+    the first ``size`` rows; sorts only the rows that can make it, not the whole grid."""
     front_mask = scored["pareto"].to_numpy(dtype=bool)
     front_pos = np.flatnonzero(front_mask)   # sorted as DataFrame.sort_values(col) sorts them, on the one column
-    front_pos = front_pos[pd.Series(scored[col].to_numpy()[front_pos]).sort_values().index.to_numpy()]
+    front_pos = front_pos[pd.Series(key[front_pos]).sort_values().index.to_numpy()]
     if len(front_pos) >= size:
         return scored.iloc[front_pos[:size]]   # one take of the rows shown, not of the whole front twice
     front = scored.iloc[front_pos]
     rest_idx = np.flatnonzero(feas & ~front_mask)
     need = size - len(front)
     if need > 0 and len(rest_idx) > need:
-        v = scored[col].to_numpy(dtype=float)[rest_idx]
+        v = key[rest_idx]
         cut = np.partition(np.nan_to_num(v, nan=np.inf), need - 1)[need - 1]
         rest_idx = rest_idx[(v <= cut) | np.isnan(v) & (cut == np.inf)]
-    rest = scored.iloc[rest_idx].sort_values(col, kind="stable")
+    rest = scored.iloc[rest_idx[np.argsort(key[rest_idx], kind="stable")]]   # NaN last, as sort_values
     return pd.concat([front, rest]).head(size)
 
 

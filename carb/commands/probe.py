@@ -1,4 +1,4 @@
-"""``carb-probe``: measure this CPU's device probe (single convolutions per precision).
+"""``carb-probe``: measure this CPU's device probe (single convolutions and operations per precision).
 
     carb-probe                                   # the reference space's layers, every precision, 400 pairs each
     carb-probe space=screening n=200 precisions=[fp32,fp16]
@@ -9,9 +9,12 @@ model predicts (``carb-calibrate probe=true`` asks for the source model's own pr
 :func:`carb.data.probes.missing_precisions` says which a probe lacks.
 
 The pairs (layer, batch) are drawn from the distinct convolutions of the space's networks
-(:func:`carb.measure.probe.probe_plan`) and timed at each precision with the ``measure`` preset's torch
-threads and allocator (:func:`carb.measure.probe.run_probe`). The table goes to
-``<carb home>/probes/<device_id>.csv`` (``out``), replacing that device's earlier probe, with a
+(:func:`carb.measure.probe.probe_plan`), and ``ops.per_kind`` operations of each other kind (depthwise,
+grouped and pointwise convolutions, linear, matmul, attention, element-wise, activation, norm) from the
+zoo's operation catalog (:func:`carb.measure.probe.op_plan`, :data:`carb.data.probes.OP_CATALOG`); all are
+timed at each precision with the ``measure`` preset's torch threads and allocator
+(:func:`carb.measure.probe.run_probe`). The table goes to ``<carb home>/probes/<device_id>.csv`` (``out``),
+replacing that device's earlier probe, with a
 provenance JSON beside it, and logged as an MLflow run (experiment ``carb-probe``: the plan, median GMAC/s
 per precision, the table and a figure of the rates); ``carb-train`` then predicts a precision the device's dataset lacks from it
 (``prior.device_probe``, :mod:`carb.model.layer_cost`). Run it alone on an idle machine.
@@ -65,7 +68,7 @@ def space_frame(space: dict[str, Any]) -> tuple[pd.DataFrame, list[str]]:
 
 def run_probe_command(cfg: Any) -> dict[str, Any]:
     """Plan, time and write the probe; returns ``{"out", "device_id", "rows", "precisions"}``."""
-    from carb.data.probes import user_probe_path
+    from carb.data.probes import conv_rows, for_csv, user_probe_path, with_op_columns
     from carb.measure.cpu import pin_malloc
     from carb.measure.fingerprint import device_id, read_cpu_fingerprint
     from carb.measure.probe import probe_plan, run_probe, space_layers, torch_threads_and_version
@@ -79,28 +82,36 @@ def run_probe_command(cfg: Any) -> dict[str, Any]:
     fp = read_cpu_fingerprint(threads)
     dev = device_id(fp)
     plan = probe_plan(space_layers(frame), int(cfg.n), int(cfg.seed), float(cfg.max_MMAC))
+    ops = probe_ops(cfg)
+    oplan = ops_plan(ops, int(cfg.seed))
     out = Path(cfg.out) if cfg.get("out") else user_probe_path(dev)
     refuse_unwritable(out, dev)   # before measuring: a minute of timings that cannot be kept is lost work
-    total = len(plan) * len(precisions)
+    total = (len(plan) + len(oplan)) * len(precisions)
     prog = Progress.from_cfg("carb-probe", float(total), cfg)
-    print(f"carb-probe: device {dev} ({fp.get('model_name')}), {threads} thread(s): {len(plan)} layers x "
-          f"{len(precisions)} precisions ({', '.join(precisions)}) of space {cfg.space.name!r} -> {out}", flush=True)
+    print(f"carb-probe: device {dev} ({fp.get('model_name')}), {threads} thread(s): {len(plan)} layers + "
+          f"{len(oplan)} other operations x {len(precisions)} precisions ({', '.join(precisions)}) of space "
+          f"{cfg.space.name!r} -> {out}", flush=True)
+    plan = pd.concat([plan.assign(kind="conv_regular", op="convolution", groups=1), oplan], ignore_index=True) \
+        if len(oplan) else plan
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     probe = run_probe(plan, precisions, dev, threads=threads, repeats=int(cfg.repeats),
                       min_window_s=float(cfg.min_window_s),
                       progress=lambda done, _total: prog.advance(f"{done}/{total} timings"))
+    probe = with_op_columns(probe)
     refuse_empty(probe, dev, out)
     out.parent.mkdir(parents=True, exist_ok=True)
     old = pd.read_csv(out) if out.exists() else probe.iloc[:0]
-    merged = pd.concat([old[old["device_id"].astype(str) != dev], probe], ignore_index=True)
+    merged = for_csv(pd.concat([old[old["device_id"].astype(str) != dev], probe], ignore_index=True))
     write_atomic(out, lambda tmp: merged.to_csv(tmp, index=False, float_format="%.6g"))
-    prov = {"what": "single-convolution timings per precision by carb-probe (carb.measure.probe)",
+    prov = {"what": "single-convolution and operation timings per precision by carb-probe (carb.measure.probe)",
             "device_id": dev, "fingerprint": fp, "torch_version": torch_version,
             "python": platform.python_version(), "allocator": allocator, "threads": threads,
             "measured_from": started, "measured_to": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "rows": len(probe), "space": str(cfg.space.name),
-            "plan": {"n": int(cfg.n), "seed": int(cfg.seed), "max_MMAC": float(cfg.max_MMAC)},
-            "backends": {p: probe[probe["precision"] == p]["backend"].value_counts().to_dict() for p in precisions}}
+            "plan": {"n": int(cfg.n), "seed": int(cfg.seed), "max_MMAC": float(cfg.max_MMAC), "ops": ops},
+            "rows_per_kind": probe["kind"].value_counts().to_dict(),
+            "backends": {p: conv_rows(probe)[conv_rows(probe)["precision"] == p]["backend"].value_counts().to_dict()
+                         for p in precisions}}
     text = json.dumps(prov, indent=2, sort_keys=True) + "\n"
     write_atomic(out.with_suffix(".provenance.json"), lambda tmp: tmp.write_text(text))
     finished_work(out)
@@ -113,6 +124,26 @@ def run_probe_command(cfg: Any) -> dict[str, Any]:
 
     say_run_page(run_id, (cfg.get("tracking") or {}).get("uri"))
     return {"out": str(out), "device_id": dev, "rows": len(probe), "precisions": precisions, "run_id": run_id}
+
+
+def probe_ops(cfg: Any) -> dict[str, Any]:
+    """The ``ops`` plan settings of a probe config (:class:`carb.commands.schema.commands.ProbeOps`; its
+    defaults where the config has none, as ``carb-calibrate``'s ``probe_run`` of older configs)."""
+    from carb.commands.schema.commands import ProbeOps
+
+    ops = cfg.get("ops")
+    return ProbeOps(**(to_dict(ops) if ops else {})).model_dump()
+
+
+def ops_plan(ops: dict[str, Any], seed: int) -> pd.DataFrame:
+    """:func:`carb.measure.probe.op_plan` of the shipped operation catalog (:data:`carb.data.probes.OP_CATALOG`)
+    with the ``ops`` settings; empty for ``per_kind`` 0."""
+    from carb.data.probes import load_op_catalog
+    from carb.measure.probe import op_plan
+
+    if int(ops["per_kind"]) <= 0:
+        return op_plan(None, 0)
+    return op_plan(load_op_catalog(), int(ops["per_kind"]), seed, float(ops["max_MMAC"]), float(ops["max_MB"]))
 
 
 def refuse_unwritable(out: Path, dev: str) -> None:
@@ -145,9 +176,11 @@ def log_probe(cfg: Any, probe: pd.DataFrame, prov: dict[str, Any], out: Path) ->
     """One MLflow run in experiment ``carb-probe``: the plan as params, the median GMAC/s per precision as
     metrics (``probe_<precision>_gmac_per_s``), the provenance, the table and the figure
     (:func:`carb.plots.probe.probe_figure`). Returns the run id."""
+    from carb.data.probes import conv_rows
     from carb.design.shapes import layer_array
     from carb.plots.probe import probe_figure
 
+    every, probe = probe, conv_rows(probe)   # the rates are of the regular convolutions
     a = layer_array(probe)
     gmac = a[:, 0] * a[:, 1] * a[:, 2] * probe["batch_size"].to_numpy(float) / 1e6 / probe["time_ms"].to_numpy(float)
     dev = prov["device_id"]
@@ -159,10 +192,10 @@ def log_probe(cfg: Any, probe: pd.DataFrame, prov: dict[str, Any], out: Path) ->
         tracking.log_params({"space": str(cfg.space.name), "plan": prov["plan"], "threads": prov["threads"],
                              "precisions": ",".join(sorted(probe["precision"].unique())), "out": str(out)})
         tracking.log_metrics({f"probe_{p}_gmac_per_s": float(np.median(gmac[(probe["precision"] == p).to_numpy()]))
-                              for p in probe["precision"].unique()} | {"probe_rows": len(probe)})
+                              for p in probe["precision"].unique()} | {"probe_rows": len(every)})
         tracking.log_dict(prov, "provenance.json")
         tracking.log_artifact(out, "probe")
-        tracking.log_figure(probe_figure(probe, f"device probe of {dev}: {len(probe)} timings"),
+        tracking.log_figure(probe_figure(probe, f"device probe of {dev}: {len(probe)} convolution timings"),
                             "figures/probe_rates.png")
     return run_id
 

@@ -260,6 +260,7 @@ SCREEN_PARAMS = (
     "screen.target", "screen.source", "screen.objective", "screen.budget.*", "screen.grid_file",
     "screen.grid_defaults.*", "screen.top_k", "screen.rescore", "screen.shortlist_size", "screen.profile_next", "screen.outside",
     "screen.interval_coverage", "screen.validate", "screen.validate_split", "screen.pareto", "screen.require.*",
+    "screen.hj.*",
     "space.name", "space.mode", "space.n", "space.seed", "space.blocks", "space.depths.*", "space.width_mults",
     "space.input_sizes", "space.batch_sizes", "space.precisions", "space.early_downsample", "space.inner_mults",
 )

@@ -18,6 +18,7 @@ import pandas as pd
 
 from carb import tracking
 from carb.analysis import screening
+from carb.analysis.hj_score import HJ_SCORE
 from carb.commands.cli import (hydra_command, hydra_run_dir, say_run_page, sweep_suffix, sweep_tags, to_dict,
                               wrap_line)
 from carb.commands.progress import Progress
@@ -163,8 +164,9 @@ def _coverage(value: Any) -> float | None:
     return c
 
 
-#: User columns the terminal table leaves to the files unless screen.pareto or screen.require names them.
-FILES_ONLY = ("top5",)
+#: User columns the terminal table leaves to the files unless screen.pareto, screen.require or
+#: screen.objective names them.
+FILES_ONLY = ("top5", HJ_SCORE)
 
 #: Candidates scored in the time of one other step (loading the models), for the ETA.
 SCORE_ROWS_PER_UNIT = 2000.0
@@ -218,6 +220,7 @@ def run_screen(cfg: Any) -> dict[str, Any]:
                               require=to_dict(cfg.screen.get("require") or {}),
                               maximize=list(cfg.screen.get("maximize") or []), chunk_rows=chunk,
                               rescore=str(cfg.screen.get("rescore", "top_k")),
+                              hj_weight=float((cfg.screen.get("hj") or {}).get("accuracy_weight", 0.5)),
                               workers=estimator_threads(len(features)),   # processes for the chunks
                               progress=(lambda what, share: prog.begin(f"{label}: {what}", share * len(features)
                                                                        / SCORE_ROWS_PER_UNIT)) if big else None)
@@ -229,7 +232,7 @@ def run_screen(cfg: Any) -> dict[str, Any]:
     if other:
         print(f"carb-screen: {other}", file=sys.stderr)
     mode = "two-stage" if source is not None else "single-stage"
-    users = user_columns(features)
+    users = user_columns(features) + ([HJ_SCORE] if HJ_SCORE in result.scored else [])
     _print_report(cfg, result, notes, target_uri, target, source, mode, users)
     out_dir = _write_files(cfg, result, prog, users)
     validation = _validation(cfg, target, result.budget) if cfg.screen.get("validate") else {}
@@ -371,7 +374,7 @@ def _print_shortlist(result: Any, targets: list[str], users: list[str]) -> None:
     """The shortlist, or the closest candidates when none meets the budget."""
     preds = [pred_name(t) for t in targets]
     shown = shown_users(result, users)
-    if result.objective not in targets:   # a per-image objective: show the column it ranks by
+    if result.objective not in targets and result.objective != HJ_SCORE:   # per image: the column it ranks by
         preds.append(pred_name(result.objective))
     if result.scored.empty:   # screen.outside left none: the note above says why
         print("shortlist: empty (no candidate left to screen; see the note above)")
@@ -389,7 +392,7 @@ def _print_shortlist(result: Any, targets: list[str], users: list[str]) -> None:
 
 def shown_users(result: Any, users: list[str]) -> list[str]:
     """The user columns the terminal shows: all but :data:`FILES_ONLY`, unless an axis or requirement names them."""
-    named = {a.lstrip("-") for a in result.axes} | set(result.require)
+    named = {a.lstrip("-") for a in result.axes} | set(result.require) | {result.objective}
     return [c for c in users if c not in FILES_ONLY or c in named]
 
 
@@ -404,8 +407,8 @@ def _print_profile_next(result: Any, users: list[str]) -> None:
     nxt = result.profile
     if nxt.empty:
         return
-    print(f"profile next ({len(nxt)} borderline; score = P x best {result.objective} / own; "
-          f"profile_next.csv):")
+    ratio = (f"own / best {HJ_SCORE}" if result.objective == HJ_SCORE else f"best {result.objective} / own")
+    print(f"profile next ({len(nxt)} borderline; score = P x {ratio}; profile_next.csv):")
     print(format_table(nxt, [], ["profile_score", "decision_reason"], users=users))
 
 

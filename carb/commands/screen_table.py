@@ -16,17 +16,17 @@ import numpy as np
 import pandas as pd
 
 from carb.data.schema import RUNTIME_FEATURES
+from carb.design.identity import DISPLAY_HEADERS, VARYING_HEADERS
 from carb.model.encoding import INTERACTION_FEATURES
 
 #: Widest terminal table, in characters.
 TABLE_WIDTH = 120
-#: Knob columns and their short terminal headers, in order.
-KNOB_HEADERS = {"block": "block", "depth": "depth", "width_mult": "width", "input_size": "input",
-                "batch_size": "batch", "precision": "prec", "early_downsample": "early_ds"}
+#: Knob columns and their short terminal headers, in order (:data:`carb.design.identity.DISPLAY_HEADERS`).
+KNOB_HEADERS = DISPLAY_HEADERS
 #: Knob columns the terminal shows only where they tell the shown rows apart (custom grids), and their headers.
-VARYING_KNOB_HEADERS = {"stages": "stages", "inner_mult": "inner"}
+VARYING_KNOB_HEADERS = VARYING_HEADERS
 #: Knob columns of the files, in order (the terminal shows the first seven).
-FILE_KNOBS = (*KNOB_HEADERS, "stages", "inner_mult", "config_id")
+FILE_KNOBS = (*KNOB_HEADERS, *VARYING_KNOB_HEADERS, "config_id")
 #: Per target: the words and unit of a budget line.
 TARGET_WORDS = {"latency_ms": ("latency", "ms"), "energy_J": ("energy", "J"), "peak_memory_MB": ("peak memory", "MB")}
 #: Terminal header of each target's prediction column (the report line above says they carry [lo, hi]).

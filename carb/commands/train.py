@@ -51,11 +51,12 @@ def served_model(cascade: Any, rows: Any, fallback: Any = None) -> tuple[Any, An
     rows cannot be predicted from (imported rows without valid knobs, a transferred model the knobs do not
     serve), the cascade itself on ``fallback`` (default: ``rows``' feature columns), as before."""
     from carb.analysis.predictor import ServedModel, knob_example
+    from carb.design.identity import STAGES
 
     served = ServedModel(cascade, quiet=True)   # its other-CPU note is the trained model's, said where it is used
     try:
         example = knob_example(cascade, rows)
-        attempts = [example, example.drop(columns=["stages"], errors="ignore")]
+        attempts = [example, example.drop(columns=[STAGES], errors="ignore")]
     except Exception:  # noqa: BLE001 - rows without knob columns: logged as before
         attempts = []
     for attempt in attempts:

@@ -12,17 +12,22 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
+from carb.design.identity import ARCH_COLUMNS, DEPTH, STAGES, knob_type
 from carb.errors import ConfigError
 from carb.resources import DATA_DIR
 
-#: The columns that identify an architecture in the table and in a featurized grid.
-MATCH_COLUMNS = ("block", "stages", "width_mult", "inner_mult", "early_downsample", "input_size")
+#: The columns that identify an architecture in the table and in a featurized grid: a ResNet's identity columns
+#: (:data:`carb.design.identity.ARCH_COLUMNS`) but the depth (implied by the block and the stages), and the input size.
+MATCH_COLUMNS = (*(c for c in ARCH_COLUMNS if c != DEPTH), "input_size")
+#: How each column's value is written into the key (by its :func:`carb.design.identity.knob_type`).
+_KEY_TEXT = {"str": lambda s: s.astype(str), "int": lambda s: s.astype(int).astype(str),
+             "float": lambda s: s.astype(float).round(6).astype(str), "bool": lambda s: s.astype(bool).astype(str)}
 
 
 @lru_cache(maxsize=1)
 def top1_table() -> pd.DataFrame:
     """The shipped table: one row per (``model``, ``weights``); ``top1``, ``top5`` as fractions (0.7613)."""
-    return pd.read_csv(DATA_DIR / "imagenet-top1.csv", dtype={"stages": str})
+    return pd.read_csv(DATA_DIR / "imagenet-top1.csv", dtype={STAGES: str})
 
 
 def weights_names() -> list[str]:
@@ -31,11 +36,8 @@ def weights_names() -> list[str]:
 
 
 def _key(frame: pd.DataFrame) -> pd.Series:
-    parts = [frame["block"].astype(str), frame["stages"].astype(str),
-             frame["width_mult"].astype(float).round(6).astype(str),
-             frame["inner_mult"].astype(float).round(6).astype(str),
-             frame["early_downsample"].astype(bool).astype(str),
-             frame["input_size"].astype(int).astype(str)]
+    """One text per row of ``frame``: its :data:`MATCH_COLUMNS` joined by ``|``."""
+    parts = [_KEY_TEXT[knob_type(c)](frame[c]) for c in MATCH_COLUMNS]
     out = parts[0]
     for p in parts[1:]:
         out = out + "|" + p
@@ -43,10 +45,9 @@ def _key(frame: pd.DataFrame) -> pd.Series:
 
 
 def join_top1(frame: pd.DataFrame, weights: str, field: str = "screen.accuracy") -> pd.DataFrame:
-    """``frame`` (n featurized candidates: ``block``, ``stages``, ``width_mult``, ``inner_mult``,
-    ``early_downsample``, ``input_size``, optional ``num_classes``) with ``top1``, ``top5`` (fractions;
-    NaN where the table has no such network) and ``top1_model`` (e.g. ``resnet50``, else empty) of
-    ``weights``. A ``top1`` the frame already carries (a grid file's column) is kept where it is set."""
+    """``frame`` (n featurized candidates: the :data:`MATCH_COLUMNS`, optional ``num_classes``) with ``top1``,
+    ``top5`` (fractions; NaN where the table has no such network) and ``top1_model`` (e.g. ``resnet50``, else
+    empty) of ``weights``. A ``top1`` the frame already carries (a grid file's column) is kept where it is set."""
     table = top1_table()
     if weights not in set(table["weights"]):
         raise ConfigError(f"{field}: {weights!r} is not allowed; allowed: {weights_names()} (or null)")

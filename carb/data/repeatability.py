@@ -9,6 +9,10 @@ passes as ``latency_passes`` and their relative range as ``latency_repeat_spread
 
 :func:`repeatability_floor` turns the spreads into the narrowest honest half-width of a prediction interval per
 precision (a log ratio); :func:`repeatability_table` is the data card's summary per precision.
+:func:`floor_log_sd` gives the same floor as one window's log standard deviation per precision (what the transfer
+intervals take), and :func:`shipped_floor_log_sd` looks a device up by ``device_id`` in the shipped table
+``carb/data/repeatability.csv`` (:func:`device_repeatability`, written by ``python scripts/data/repeatability.py``
+from the shipped rows with a measured spread), for K rows that carry no spread of their own.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from carb.design.arch import PRECISIONS
+from carb.resources import DATA_DIR
 
 #: The repeatability columns of a dataset row (see :mod:`carb.data.schema`).
 SPREAD, PASSES = "latency_repeat_spread", "latency_passes"
@@ -104,3 +109,52 @@ def repeatability_table(frame: pd.DataFrame, coverage: float = 0.9, min_rows: in
                      "floor_log": floor.get(p, np.nan), "status": status})
     return pd.DataFrame(rows, columns=["precision", "n_rows", "passes", "spread_median", "spread_p90", "spread_max",
                                        "floor_log", "status"])
+
+
+#: The shipped per-device, per-precision repeatability (:func:`device_repeatability` of the shipped rows).
+SHIPPED_TABLE = DATA_DIR / "repeatability.csv"
+#: Its columns.
+DEVICE_COLUMNS = ("device_id", "precision", "n_rows", "spread_median", "floor_log", "floor_log_sd")
+
+
+def floor_log_sd(frame: pd.DataFrame, coverage: float = 0.9, min_rows: int = MIN_ROWS) -> dict[str, float]:
+    """Per precision, :func:`repeatability_floor` as one window's log standard deviation: the ``coverage``
+    half-width over ``z_{(1+c)/2}`` (so that ``z * sd`` at ``coverage`` gives the floor back); ``{}`` without
+    measured spreads."""
+    from scipy.stats import norm
+
+    z = float(norm.ppf(0.5 + float(coverage) / 2.0))
+    return {p: h / z for p, h in repeatability_floor(frame, coverage, min_rows).items()}
+
+
+def device_repeatability(frames: Sequence[pd.DataFrame], coverage: float = 0.9, min_rows: int = MIN_ROWS
+                         ) -> pd.DataFrame:
+    """One row per (``device_id``, precision) of the rows of ``frames`` with a measured spread (pooled over the
+    frames): :data:`DEVICE_COLUMNS` (``floor_log``: :func:`repeatability_floor`, a ``coverage`` half-width;
+    ``floor_log_sd``: :func:`floor_log_sd`); precisions with fewer than ``min_rows`` rows are left out."""
+    parts = [f for f in frames if "device_id" in f.columns and SPREAD in f.columns]
+    rows = []
+    if parts:
+        every = pd.concat(parts, ignore_index=True)
+        for dev, g in every.groupby(every["device_id"].astype(str)):
+            floor, sd = repeatability_floor(g, coverage, min_rows), floor_log_sd(g, coverage, min_rows)
+            m = measured_spreads(g)
+            for p in floor:
+                s = m.loc[m["precision"] == p, SPREAD].to_numpy(float)
+                rows.append({"device_id": dev, "precision": p, "n_rows": int(len(s)),
+                             "spread_median": round(float(np.median(s)), 6), "floor_log": round(floor[p], 6),
+                             "floor_log_sd": round(sd[p], 6)})
+    return pd.DataFrame(rows, columns=list(DEVICE_COLUMNS))
+
+
+def shipped_floor_log_sd(device_id: str | None, path: str | None = None) -> dict[str, float]:
+    """``{precision: log sd}`` of ``device_id`` in the shipped table (``path``: another such table); ``{}``
+    for an unknown device, no id, or no table (the configured ``transfer.repeatability_floor`` then holds)."""
+    from pathlib import Path
+
+    p = Path(path) if path is not None else SHIPPED_TABLE
+    if not device_id or not p.exists():
+        return {}
+    t = pd.read_csv(p, dtype={"device_id": str})
+    g = t[t["device_id"].astype(str) == str(device_id)]
+    return {str(r.precision): float(r.floor_log_sd) for r in g.itertuples() if math.isfinite(float(r.floor_log_sd))}

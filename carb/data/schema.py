@@ -74,7 +74,8 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from carb.design.arch import BLOCKS, KNOBS, PRECISIONS, to_bool
+from carb.design.arch import KNOB_DEFAULTS, KNOBS, PRECISIONS, to_bool
+from carb.design.identity import INNER, is_zoo, knob_type, text_categories
 from carb.design.features import STATIC_FEATURES
 from carb.errors import DatasetError
 
@@ -93,10 +94,10 @@ REPEATABILITY: tuple[str, ...] = ("latency_passes", "latency_repeat_spread")
 #: Interaction features of the paper's Section 5.1 (functions of runtime features; see carb.model.encoding).
 INTERACTION_FEATURES: tuple[str, ...] = ("batch_x_sm", "flops_x_sm", "act_x_mem", "util_product")
 _STR, _INT, _FLOAT, _BOOL = "string", "int64", "float64", "bool"
-#: Column dtype of each knob (names and order from :data:`carb.design.arch.KNOBS`).
-_KNOB_DTYPES: dict[str, str] = {"block": _STR, "depth": _INT, "width_mult": _FLOAT, "input_size": _INT,
-                                "batch_size": _INT, "precision": _STR, "early_downsample": _BOOL,
-                                "stages": _STR, "inner_mult": _FLOAT}
+#: Column dtype of each knob (names and order from :data:`carb.design.arch.KNOBS`, types from
+#: :func:`carb.design.identity.knob_type`).
+_KNOB_DTYPES: dict[str, str] = {k: {"str": _STR, "int": _INT, "float": _FLOAT, "bool": _BOOL}[knob_type(k)]
+                                for k in KNOBS}
 SCHEMA: dict[str, str] = {
     **{c: _STR for c in IDENTITY},
     **{k: _KNOB_DTYPES[k] for k in KNOBS},
@@ -140,7 +141,7 @@ def model_name(df: pd.DataFrame) -> str:
         raise DatasetError(f"dataset holds several devices (names {names}, device_id {ids}); one model per device")
     fps = df["device_fingerprint"].dropna().astype(str) if "device_fingerprint" in df.columns else []
     spec = spec_model_name(fps.iloc[0]) if len(fps) else None
-    zoo = "-zoo" if "model_name" in df.columns and "block" not in df.columns else ""
+    zoo = "-zoo" if is_zoo(df) else ""
     return (spec or f"carb-{device_slug(names[0])}" + (f"-{ids[0]}" if ids else "")) + zoo
 
 
@@ -225,17 +226,15 @@ def fill_added_columns(df: pd.DataFrame) -> pd.DataFrame:
     ``allocator_peak``, what CARB's meters measure), ``source`` (missing: NA), the repeatability columns
     (:data:`REPEATABILITY`, missing: NaN, not measured). Returns a new frame (or ``df`` itself when nothing
     is missing)."""
-    todo = ("inner_mult" not in df.columns or df["inner_mult"].isna().any()
+    todo = (any(c not in df.columns or df[c].isna().any() for c in KNOB_DEFAULTS)
             or "memory_kind" not in df.columns or "source" not in df.columns
             or any(c not in df.columns for c in REPEATABILITY)
             or ("peak_memory_MB" in df.columns and (df["memory_kind"].isna() & df["peak_memory_MB"].notna()).any()))
     if not todo:
         return df
     out = df.copy()
-    if "inner_mult" not in out.columns:
-        out["inner_mult"] = 1.0
-    else:
-        out["inner_mult"] = out["inner_mult"].fillna(1.0)
+    for c, default in KNOB_DEFAULTS.items():   # knobs added after files were written (the inner width: 1.0)
+        out[c] = default if c not in out.columns else out[c].fillna(default)
     kind = out["memory_kind"].astype("string") if "memory_kind" in out.columns else \
         pd.Series(pd.NA, index=out.index, dtype="string")
     if "peak_memory_MB" in out.columns:
@@ -259,14 +258,14 @@ def validate_dataset(df: pd.DataFrame, source: str = "dataset") -> pd.DataFrame:
     """
     df = fill_added_columns(upgrade_legacy(df, source))
     out = coerce_columns(df, SCHEMA, source, "carb.data.schema.COLUMNS")
-    for c, allowed in (("status", STATUSES), ("block", BLOCKS), ("precision", PRECISIONS)):
+    for c, allowed in (("status", STATUSES), *text_categories().items(), ("precision", PRECISIONS)):
         bad = (~out[c].isin(allowed)).to_numpy()
         if bad.any():
             raise DatasetError(f"{source}: column {c!r} allows {list(allowed)}; other values in rows "
                                f"{_first_rows(bad)}")
-    bad = ~(out["inner_mult"] > 0).to_numpy()
+    bad = ~(out[INNER] > 0).to_numpy()
     if bad.any():
-        raise DatasetError(f"{source}: knob 'inner_mult' must be a positive number; bad values in rows "
+        raise DatasetError(f"{source}: knob {INNER!r} must be a positive number; bad values in rows "
                            f"{_first_rows(bad)}")
     check_targets(out, source)
     extra = [c for c in out.columns if c not in SCHEMA]

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from carb.data.schema import RUNTIME_FEATURES
+from carb.design.identity import DEPTH
 
 #: Batch tiers (paper Section 5.2: small <= 4, medium <= 16, large <= 128; beyond that: xlarge).
 BATCH_TIERS: tuple[tuple[str, int], ...] = (("small", 4), ("medium", 16), ("large", 128),
@@ -60,7 +61,7 @@ def strata_key(df: pd.DataFrame) -> np.ndarray:
     """Joint stratification key: batch tier x hardware-stress flag x depth tier (zoo rows, without a
     ``depth``: x ``family``)."""
     stress = np.where(hardware_stress(df), "stress", "calm")
-    third = depth_tier(df["depth"]) if "depth" in df.columns else df["family"].astype(str).to_numpy()
+    third = depth_tier(df[DEPTH]) if DEPTH in df.columns else df["family"].astype(str).to_numpy()
     return np.array([f"{b}|{s}|{d}" for b, s, d in
                      zip(batch_tier(df["batch_size"]), stress, third)], dtype=object)
 

@@ -26,6 +26,7 @@ from carb.data.schema import (
     coerce_columns,
 )
 from carb.design.zoo_features import ZOO_STATIC
+from carb.design.identity import is_zoo
 from carb.design.zoo_space import ZOO_KNOBS
 from carb.errors import DatasetError
 
@@ -49,8 +50,9 @@ def empty_zoo_frame() -> pd.DataFrame:
 
 
 def is_zoo_frame(df: pd.DataFrame) -> bool:
-    """Whether a frame holds zoo rows (a ``model_name`` column and no ResNet ``block`` column)."""
-    return "model_name" in df.columns and "block" not in df.columns
+    """Whether a frame holds zoo rows (a ``model_name`` column and no ResNet marker column:
+    :func:`carb.design.identity.is_zoo`)."""
+    return is_zoo(df)
 
 
 def validate_zoo_dataset(df: pd.DataFrame, source: str = "zoo dataset") -> pd.DataFrame:

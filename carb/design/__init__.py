@@ -6,4 +6,5 @@ design space holds (:mod:`~carb.design.space`; as a frame of knob columns for gr
 (:mod:`~carb.design.layers`). Any other network (a torchvision / timm name, :mod:`~carb.design.zoo`, or an
 ``nn.Module``) gets its layer table from a meta-device trace (:mod:`~carb.design.trace`). Torch is imported
 only by ``resnet``, and inside functions by the fvcore reference path of ``features``, by ``zoo`` and by
-``trace``; torchvision and timm only through ``zoo``."""
+``trace``; torchvision and timm only through ``zoo``. Which network a row names (a ResNet knob set or a zoo model,
+its identity columns and keys) is :mod:`~carb.design.identity`'s: no layer above names a ResNet column."""

@@ -1,7 +1,9 @@
-"""The GPU collector for a lent machine: measure as many configurations of the `paper` space as fit, with
-energy, within a hard deadline, and bring back at most 8 flat files.
+"""The GPU collector for a lent machine: measure as many configurations of the `paper` space (or, with
+``--space zoo``, of the model zoo) as fit, with energy, within a hard deadline, and bring back at most 8 flat
+files.
 
     python -m carb.measure.gpu_run --minutes 7 --out DIR
+    python -m carb.measure.gpu_run --minutes 6.5 --space zoo --out DIR          # zoo networks (carb.measure.gpu_zoo)
     python -m carb.measure.gpu_run --minutes 0.5 --out /tmp/dry --fake-device     # dry run on a CPU
 
 Self-contained: it imports only the standard library, torch, pynvml (package nvidia-ml-py), numpy,
@@ -25,6 +27,12 @@ sticky CUDA error ends the run with what it has. ``--fake-device`` runs the same
 a fake counter (:mod:`carb.measure.fake_gpu`; dry runs, tests). Back home: ``carb-import importer=gpu_run
 importer.path=DIR out=<dataset>`` (keeps the files with ``importer.keep``, appends a later run of the same
 device) or ``carb-collect import_run=DIR out=<dataset>``; then ``carb-train data.path=<dataset>``.
+
+``--space zoo`` (:mod:`carb.measure.gpu_zoo`): the zoo space's model names with the knobs of the settings'
+``zoo`` block, each name checked against this machine's torchvision and timm first (a name they lack is
+refused with its reason, in ``provenance.json``'s ``refused`` and ``run.log``, never a crash); rows in the zoo
+schema (:mod:`carb.data.zoo_schema`), static features from the layer table; the same protocol, files and
+import. It also needs timm and torchvision there.
 """
 from __future__ import annotations
 
@@ -105,13 +113,28 @@ def static_of(configs):
     return {cid: {k: r[k] for k in STATIC_FEATURES} for cid, r in zip(g["config_id"], g.to_dict("records"))}
 
 
-def remeasure_drift(rows: list[dict], n: int, until: float, ops, gpu, sampler, s, period: float, log) -> dict:
+def _config_and_model(r: dict, zoo: bool) -> tuple[Any, Any]:
+    """The configuration of a measured row and its network on the CPU in fp32 (ResNet or zoo)."""
+    if zoo:
+        from carb.measure.gpu_zoo import build, config_of
+
+        c = config_of(r)
+        return c, build(c)
+    from carb.design.arch import KNOB_DEFAULTS, KNOBS, configs_from_records
+    from carb.design.resnet import build_model
+
+    # the record's knobs but those with a default (the inner width: 1.0), as the re-measure always read them
+    (c,) = configs_from_records([{k: r[k] for k in KNOBS if k not in KNOB_DEFAULTS}])
+    return c, build_model(c)
+
+
+def remeasure_drift(rows: list[dict], n: int, until: float, ops, gpu, sampler, s, period: float, log,
+                    zoo: bool = False) -> dict:
     """Measure the first ``n`` ok configurations again if time allows (until ``until``): the ratio new /
     first of latency and energy per batch tells whether the device drifted (heat, clocks) over the run."""
     import torch
 
-    from carb.design.arch import TORCH_DTYPES, configs_from_records
-    from carb.design.resnet import build_model
+    from carb.design.arch import TORCH_DTYPES
     from carb.measure.sweep import measure_config
 
     done = [r for r in rows if r["status"] == "ok"][:n]
@@ -119,9 +142,8 @@ def remeasure_drift(rows: list[dict], n: int, until: float, ops, gpu, sampler, s
     for r in done:
         if time.perf_counter() + 3 * s.warmup_s + 10 * r["latency_ms"] / 1e3 + 1.0 > until:
             break
-        (c,) = configs_from_records([{k: r[k] for k in ("block", "depth", "width_mult", "input_size", "batch_size",
-                                                         "precision", "early_downsample", "stages")}])
-        model = build_model(c).to(device=ops.device, dtype=getattr(torch, TORCH_DTYPES[c.precision])).eval()
+        c, model = _config_and_model(r, zoo)
+        model = model.to(device=ops.device, dtype=getattr(torch, TORCH_DTYPES[c.precision])).eval()
         x = torch.randn(c.batch_size, 3, c.input_size, c.input_size, dtype=next(model.parameters()).dtype,
                         device=ops.device)
         m = measure_config(model, x, ops, gpu, sampler, s, period)
@@ -142,9 +164,8 @@ def remeasure_drift(rows: list[dict], n: int, until: float, ops, gpu, sampler, s
 
 
 def write_dataset(rows: list[dict], out: Path) -> None:
-    """Validate and write the rows atomically."""
-    from carb.data.io import write_frame
-    from carb.data.schema import validate_dataset
+    """Validate (against the ResNet or the zoo schema, by the rows' columns) and write the rows atomically."""
+    from carb.data.io import validate_dataset, write_frame
 
     if rows:
         write_frame(validate_dataset(pd.DataFrame(rows), source="gpu run"), out / "dataset.parquet")
@@ -170,6 +191,8 @@ class Run:
     counts: dict[str, int] = field(default_factory=lambda: {"ok": 0, "oom": 0, "error": 0, "skipped": 0})
     stopped: str = "complete"
     kernels: dict[tuple, float] = field(default_factory=dict)
+    zoo: bool = False                 # named networks (carb.measure.gpu_zoo), not ResNet knobs
+    refused: dict[str, str] = field(default_factory=dict)   # zoo names this machine cannot build: reason
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -180,6 +203,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--config", default=str(CONF_DIR / "gpu_run.yaml"),
                     help="settings (pyyaml; default conf/gpu_run.yaml)")
     ap.add_argument("--fake-device", action="store_true", help="CPU + fake energy counter (dry runs, tests)")
+    ap.add_argument("--space", default=None,
+                    help="the space to measure: a conf/space name (default: the settings file's `space`); "
+                         "'zoo' measures the named networks of the settings' `zoo` block")
     ap.add_argument("--seed", type=int, default=None,
                     help="shuffle seed of the architecture order (default: the settings file's); another seed "
                          "measures other architectures first (seed 0 was measured on 2026-12-04)")
@@ -213,7 +239,7 @@ def start(a: argparse.Namespace, t_start: float, cfg: dict[str, Any], settings: 
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     log = Log(out / "run.log", t_start)
-    r = Run(out=out, log=log, cfg=cfg, settings=settings, fake=a.fake_device)
+    r = Run(out=out, log=log, cfg=cfg, settings=settings, fake=a.fake_device, zoo=is_zoo(cfg))
     r.ops, r.gpu, r.facts = open_device(a.fake_device)
     fp = r.fingerprint = gpu_fingerprint(r.facts)
     did = device_id(fp)
@@ -243,21 +269,49 @@ def record_period(r: Run) -> float:
     return period if math.isfinite(period) else 0.1
 
 
-def plan(r: Run, seed: int | None) -> tuple[list[list[Any]], dict[str, dict], Any]:
+def is_zoo(cfg: dict[str, Any]) -> bool:
+    """Whether the settings' ``space`` is the zoo (``--space zoo``): named networks, :mod:`carb.measure.gpu_zoo`."""
+    return str(cfg.get("space", "paper")) == "zoo"
+
+
+def plan(r: Run, seed: int | None, zoo_plan: tuple[list[list[Any]], dict[str, str]] | None = None
+         ) -> tuple[list[list[Any]], dict[str, dict], Any]:
     """``(groups, static, latency model)``: the space's configurations shuffled with the seed and grouped
-    by architecture, their closed-form static features, and the deadline's latency model."""
-    from carb.design.space import configs_from_cfg, space_config
-    from carb.measure.collector import shard_configs
+    by architecture, their closed-form static features, and the deadline's latency model. The zoo's
+    (``zoo_plan``, made by :func:`carb.measure.gpu_zoo.zoo_plan` when not given): the refused names in
+    ``r.refused``, static features filled per group as it starts (:func:`sweep`)."""
     from carb.measure.sweep import LatencyModel, group_by_architecture
 
-    space = space_config(str(r.cfg.get("space", "paper")))
     if seed is not None:
         r.cfg["seed"] = int(seed)
-    configs = shard_configs(configs_from_cfg(space), int(r.cfg.get("seed", 0)))
     prior = r.cfg.get("latency_prior") or {}
     lat_model = LatencyModel(prior_rate=float(prior.get("rate_flops_per_ms", 2e10)),
                              prior_a_ms=float(prior.get("a_ms", 1.0)), safety=float(prior.get("safety", 1.5)))
+    if r.zoo:
+        from carb.measure.gpu_zoo import zoo_plan as make_zoo_plan
+
+        groups, refused = zoo_plan or make_zoo_plan(r.cfg, int(r.cfg.get("seed", 0)))
+        r.refused = dict(refused)
+        for m, why in r.refused.items():
+            r.log(f"refused {m}: {why}")
+        r.log(f"zoo plan: {sum(map(len, groups))} configurations of {len(groups)} networks, "
+              f"{len(r.refused)} names refused")
+        return groups, {}, lat_model
+    from carb.design.space import configs_from_cfg, space_config
+    from carb.measure.collector import shard_configs
+
+    space = space_config(str(r.cfg.get("space", "paper")))
+    configs = shard_configs(configs_from_cfg(space), int(r.cfg.get("seed", 0)))
     return group_by_architecture(configs), static_of(configs), lat_model
+
+
+def _flops(r: Run, c: Any, static: dict[str, Any]) -> float:
+    """FLOPs the deadline's latency model takes for ``c`` (a zoo network the tracer refused: a stand-in)."""
+    if r.zoo:
+        from carb.measure.gpu_zoo import deadline_flops
+
+        return deadline_flops(static, c.batch_size)
+    return float(static["flops"])
 
 
 def sweep(r: Run, groups: list[list[Any]], static: dict[str, dict], lat_model: Any, stop_at: float) -> None:
@@ -270,8 +324,12 @@ def sweep(r: Run, groups: list[list[Any]], static: dict[str, dict], lat_model: A
         if time.perf_counter() > stop_at:
             r.stopped = "deadline"
             break
+        if r.zoo:   # the layer table's features, traced as the group starts (cached on disk)
+            from carb.measure.gpu_zoo import static_for
+
+            static.update(static_for(group, r.log))
         todo = [c for c in group if time.perf_counter() + build_s + expected_seconds(
-            lat_model.predict_ms(c.precision, static[c.config_id]["flops"]), r.period_s, r.settings) < stop_at]
+            lat_model.predict_ms(c.precision, _flops(r, c, static[c.config_id])), r.period_s, r.settings) < stop_at]
         r.counts["skipped"] += len(group) - len(todo)
         if not todo:
             continue
@@ -288,14 +346,15 @@ def sweep_architecture(r: Run, todo: list[Any], static: dict[str, dict], lat_mod
     import torch
 
     from carb.design.arch import TORCH_DTYPES
-    from carb.design.resnet import build_model
     from carb.measure.sweep import expected_seconds
 
-    base = build_model(todo[0])
+    base = build_network(r, todo[0])
+    if base is None:
+        return
     for prec in sorted({c.precision for c in todo}):
         model = copy.deepcopy(base).to(device=r.ops.device, dtype=getattr(torch, TORCH_DTYPES[prec])).eval()
         for c in [c for c in todo if c.precision == prec]:
-            if time.perf_counter() + expected_seconds(lat_model.predict_ms(prec, static[c.config_id]["flops"]),
+            if time.perf_counter() + expected_seconds(lat_model.predict_ms(prec, _flops(r, c, static[c.config_id])),
                                                       r.period_s, r.settings) > stop_at:
                 r.counts["skipped"] += 1
                 continue
@@ -303,6 +362,25 @@ def sweep_architecture(r: Run, todo: list[Any], static: dict[str, dict], lat_mod
                 return
         del model
         r.ops.empty_cache()
+
+
+def build_network(r: Run, c: Any) -> Any:
+    """The network of configuration ``c`` on the CPU in fp32: the ResNet of its knobs, or the zoo network
+    (:func:`carb.measure.gpu_zoo.build`). A zoo network this machine's library cannot build is refused
+    (``r.refused``, one log line, its configurations counted ``skipped``) and None is returned."""
+    if not r.zoo:
+        from carb.design.resnet import build_model
+
+        return build_model(c)
+    from carb.errors import ZooError
+    from carb.measure.gpu_zoo import build
+
+    try:
+        return build(c)
+    except ZooError as e:
+        r.refused[c.model_name] = str(e)
+        r.log(f"refused {c.model_name}: {e}")
+        return None
 
 
 def measure_one(r: Run, model: Any, c: Any, static: dict[str, Any], lat_model: Any) -> bool:
@@ -335,7 +413,7 @@ def measure_one(r: Run, model: Any, c: Any, static: dict[str, Any], lat_model: A
     row["missing_reason"] = render_reasons(reasons) if measured else row["missing_reason"]
     r.rows.append(row)
     r.counts[status] += 1
-    if status == "ok":
+    if status == "ok" and math.isfinite(float(static["flops"])):
         lat_model.add(c.precision, static["flops"], measured["latency_ms"])
     if len(r.rows) % int(r.cfg.get("write_every", 5)) == 0:
         write_dataset(r.rows, r.out)
@@ -346,10 +424,21 @@ def measure_one(r: Run, model: Any, c: Any, static: dict[str, Any], lat_model: A
 def kernel_count(r: Run, model: Any, x: Any, c: Any) -> float:
     """Kernel launches of one forward, counted once per (architecture, precision) on a real device; NaN on
     the fake device or when counting is off."""
-    key = (c.block, c.depth, c.width_mult, c.inner_mult, c.early_downsample, c.precision)
+    key = (c.model_name, c.precision) if r.zoo else (c.block, c.depth, c.width_mult, c.inner_mult,
+                                                     c.early_downsample, c.precision)
     if r.settings.kernels and not r.fake and key not in r.kernels:
         r.kernels[key] = float(r.ops.count_kernels(lambda m=model, xx=x: m(xx)))
     return r.kernels.get(key, float("nan"))
+
+
+def libraries(r: Run) -> dict[str, str | None]:
+    """The model libraries' versions the zoo plan was checked against (:func:`carb.measure.gpu_zoo.
+    library_versions`); ``{}`` for the ResNet space (built by CARB itself)."""
+    if not r.zoo:
+        return {}
+    from carb.measure.gpu_zoo import library_versions
+
+    return library_versions()
 
 
 def finish(r: Run, a: argparse.Namespace, t_start: float, stop_at: float) -> None:
@@ -365,7 +454,7 @@ def finish(r: Run, a: argparse.Namespace, t_start: float, stop_at: float) -> Non
                      f"({r.counts['skipped']} skipped)")
     until = stop_at + float(r.cfg.get("margin_s", 20)) / 2
     drift = remeasure_drift(r.rows, int(r.cfg.get("drift_configs", 10)), until, r.ops, r.gpu, r.sampler,
-                            r.settings, r.period_s, r.log)
+                            r.settings, r.period_s, r.log, zoo=r.zoo)
     r.sampler.stop()
     seconds = time.perf_counter() - t_start
     prov = {"what": "carb python -m carb.measure.gpu_run on a lent GPU", "device": r.facts,
@@ -376,6 +465,7 @@ def finish(r: Run, a: argparse.Namespace, t_start: float, stop_at: float) -> Non
             "configs_per_minute": r.counts["ok"] / max((time.perf_counter() - t_start) / 60.0, 1e-9),
             "drift": drift, "python": platform.python_version(), "torch": torch.__version__,
             "slug": device_slug(r.identity["device_name"]), "fake_device": r.fake,
+            "space": str(r.cfg.get("space", "paper")), "refused": r.refused, "libraries": libraries(r),
             "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     (r.out / "provenance.json").write_text(json.dumps(prov, indent=1, default=str))
     r.log(f"done: {r.counts['ok']} ok rows in {prov['seconds']:.0f} s ({prov['configs_per_minute']:.0f}/min), "
@@ -383,18 +473,28 @@ def finish(r: Run, a: argparse.Namespace, t_start: float, stop_at: float) -> Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the collector: settings, start, plan, sweep until ``margin_s`` before the deadline, finish.
-    Returns 0, or 2 (one line on stderr) for a bad settings file."""
+    """Run the collector: settings (and, for the zoo, its plan checked against this machine's libraries),
+    start, plan, sweep until ``margin_s`` before the deadline, finish. Returns 0, or 2 (one line on stderr)
+    for a bad settings file or a zoo plan with nothing to measure, before anything is written."""
     a = parse_args(argv)
+    t_start = time.perf_counter()   # the zoo plan's library imports count against the budget
     try:
         cfg, settings = load_settings(a.config)
+        if a.space is not None:
+            cfg["space"] = str(a.space)
+        if a.seed is not None:
+            cfg["seed"] = int(a.seed)
+        zoo_plan = None
+        if is_zoo(cfg):
+            from carb.measure.gpu_zoo import zoo_plan as make_zoo_plan
+
+            zoo_plan = make_zoo_plan(cfg, int(cfg.get("seed", 0)))
     except ValueError as exc:   # bad input: one line, exit 2, nothing started
         print(f"carb.measure.gpu_run: error: {exc}", file=sys.stderr)
         return 2
-    t_start = time.perf_counter()
     deadline = t_start + 60.0 * a.minutes
     r = start(a, t_start, cfg, settings)
-    groups, static, lat_model = plan(r, a.seed)
+    groups, static, lat_model = plan(r, None, zoo_plan)
     stop_at = deadline - float(r.cfg.get("margin_s", 20))
     sweep(r, groups, static, lat_model, stop_at)
     finish(r, a, t_start, stop_at)

@@ -38,6 +38,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from carb.design.arch import KNOB_DEFAULTS
+from carb.design.identity import ARCH_COLUMNS
 from carb.measure.base import NAN, forward_peak_MB, tail_mean_s, warm_up
 from carb.measure.counter import CounterSampler, window_energy_J, window_runs
 
@@ -87,8 +89,7 @@ def group_by_architecture(configs: Sequence[Any]) -> list[list[Any]]:
     inside a group by precision, then input size, then batch size."""
     groups: dict[tuple, list[Any]] = {}
     for c in configs:
-        key = (c.block, c.depth, c.width_mult, getattr(c, "inner_mult", 1.0), c.early_downsample, c.stages,
-               c.num_classes)
+        key = (*(getattr(c, k, KNOB_DEFAULTS.get(k)) for k in ARCH_COLUMNS), c.num_classes)
         groups.setdefault(key, []).append(c)
     return [sorted(g, key=lambda c: (c.precision, c.input_size, c.batch_size)) for g in groups.values()]
 

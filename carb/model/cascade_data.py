@@ -13,6 +13,7 @@ from sklearn.model_selection import train_test_split
 
 from carb.data.schema import INTERACTION_FEATURES, TARGETS
 from carb.data.tiers import strata_key
+from carb.design.identity import DEPTH
 from carb.errors import DatasetError
 from carb.model.encoding import INTERACTION_INPUTS, add_interactions
 
@@ -67,11 +68,19 @@ def with_zoo_kinds(X: pd.DataFrame, features: Sequence[str]) -> pd.DataFrame:
     (:data:`carb.design.zoo_features.ZOO_STATIC`) a zoo frame has replaced where the tracer knows the model.
     So the rows a model is fitted on and the names it predicts read one tracer: a dataset's stored
     columns are the tracer's of the day it was collected (``zoo-cpu``'s ``peak_live_MB`` predates the
-    integer-storage fix of :mod:`carb.design.trace`, 21 % under SqueezeNet's measured peak at bf16)."""
-    from carb.data.zoo_schema import is_zoo_frame
+    integer-storage fix of :mod:`carb.design.trace`, 21 % under SqueezeNet's measured peak at bf16). Also
+    the device probe's per-operation time (:func:`carb.model.op_cost.with_probe_op_ms`) where ``features``
+    names ``probe_op_ms`` (opt-in: no default feature list does)."""
+    from carb.design.identity import is_zoo
     from carb.design.zoo_features import ZOO_KIND_FEATURES, ZOO_STATIC
+    from carb.model.op_cost import PROBE_OP_FEATURE
 
-    if not is_zoo_frame(X) or not {"input_size", "batch_size"} <= set(X.columns):
+    if PROBE_OP_FEATURE in features and PROBE_OP_FEATURE not in X.columns and "model_name" in X.columns:
+        from carb.model.op_cost import with_probe_op_ms
+
+        X = with_probe_op_ms(X)
+
+    if not is_zoo(X) or not {"input_size", "batch_size"} <= set(X.columns):
         return X
     need = [f for f in features if f in ZOO_KIND_FEATURES and f not in X.columns]
     stored = [c for c in ZOO_STATIC if c in X.columns]
@@ -95,7 +104,7 @@ def internal_split(X: pd.DataFrame, y: pd.DataFrame, val_fraction: float, random
     if n < MIN_FIT_ROWS:
         raise DatasetError(f"too few rows to fit the cascade: {n} rows, need at least {MIN_FIT_ROWS}")
     strat = None
-    if "batch_size" in X.columns and ("depth" in X.columns or "family" in X.columns):
+    if "batch_size" in X.columns and (DEPTH in X.columns or "family" in X.columns):
         key = pd.Series(strata_key(X))
         counts = key.map(key.value_counts())
         key = key.where(counts >= 4, "pooled")

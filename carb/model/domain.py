@@ -20,26 +20,25 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from carb.design.arch import to_bool
+from carb.design import identity
+from carb.design.identity import CATEGORICAL_KNOBS, NUMERIC_KNOBS
 
-#: Knobs whose seen values are listed (a value never seen is outside); ``family`` is a zoo row's
-#: (:mod:`carb.data.zoo_schema`): a family the model never saw is outside.
-CATEGORICAL_KNOBS = ("block", "precision", "early_downsample", "family")
-#: Knobs whose [min, max] is kept (a value beyond it is outside).
-NUMERIC_KNOBS = ("depth", "width_mult", "input_size", "batch_size", "inner_mult")
+# Knobs whose seen values are listed (a value never seen is outside; ``family`` is a zoo row's: a family the
+# model never saw is outside) and knobs whose [min, max] is kept: :data:`carb.design.identity.CATEGORICAL_KNOBS`,
+# :data:`~carb.design.identity.NUMERIC_KNOBS`.
+
 #: Static features whose [min, max] is kept.
 RANGE_FEATURES = ("flops", "params", "param_size_MB", "total_activation_MB", "max_activation_MB")
 #: The knobs that make a network's structure (an architecture is seen whatever its input size, batch or precision).
-ARCH_KNOBS = ("block", "depth", "width_mult", "inner_mult", "stages", "early_downsample")
+ARCH_KNOBS = identity.ARCH_COLUMNS
 #: At most this many training batch sizes are kept as monotonicity knots.
 MAX_BATCH_KNOTS = 16
 
 
 def _category(col: str, values: pd.Series) -> list[Any]:
-    """Plain values of a categorical column: bools for ``early_downsample``, strings otherwise."""
-    if col == "early_downsample":
-        return [to_bool(v) for v in values]
-    return [str(v) for v in values]
+    """Plain values of a categorical column: bools for a boolean identity column (the stem), strings
+    otherwise (:func:`carb.design.identity.category_values`)."""
+    return identity.category_values(col, values)
 
 
 def fit_domain(X: pd.DataFrame) -> dict[str, Any]:
@@ -57,7 +56,7 @@ def fit_domain(X: pd.DataFrame) -> dict[str, Any]:
         out["batch_sizes"] = batch_sizes(X["batch_size"])
     if "precision" in X and X["precision"].dropna().astype(str).nunique() > 1:
         out["by_precision"] = {str(p): _ranges(g) for p, g in X.groupby(X["precision"].astype(str))}
-    if ("block" in X and "depth" in X) or zoo_rows(X):
+    if identity.has_resnet_structure(X) or zoo_rows(X):
         out["architectures"] = sorted(set(architecture_keys(X)))
     if zoo_rows(X):   # the networks measured, each with its input sizes (what a zoo sanity grid re-predicts)
         sizes = X.groupby(X["model_name"].astype(str))["input_size"].agg(lambda v: sorted({int(x) for x in v}))
@@ -79,41 +78,24 @@ def predicted_precisions(domain: dict[str, Any] | None) -> list[str]:
 
 
 def zoo_rows(X: pd.DataFrame) -> bool:
-    """Whether ``X`` holds zoo rows (named networks with their ``family``, no ResNet ``block``)."""
-    return "model_name" in X and "family" in X and "block" not in X
+    """Whether ``X`` holds zoo rows (named networks with their ``family``, no ResNet marker:
+    :func:`carb.design.identity.is_zoo`)."""
+    return identity.is_zoo(X) and "family" in X
 
 
 def architecture_keys(X: pd.DataFrame) -> list[str]:
-    """One key per row naming its network's structure (:data:`ARCH_KNOBS` present in ``X``, absent or
-    missing ones as the knob's default): ``basic|20|0.5|1.0|None|True``; for zoo rows (:func:`zoo_rows`)
-    the family, ``family:mobilenet`` (architecture folds then hold out whole families)."""
-    from carb.design.arch import KNOB_DEFAULTS
-
-    if zoo_rows(X):   # a zoo row's architecture unit is its family: intervals for a new one hold out families
-        return ["family:" + str(f) for f in X["family"].astype(str)]
-
-    def norm(c: str, v: Any) -> str:
-        if v is None or (isinstance(v, float) and np.isnan(v)) or v is pd.NA:
-            v = KNOB_DEFAULTS.get(c)
-            if v is None:
-                return "None"
-        if c == "early_downsample":
-            return str(to_bool(v))
-        if c == "depth":
-            return str(int(float(v)))
-        if c in ("width_mult", "inner_mult"):
-            return str(float(v))
-        return str(v)
-
-    cols = [[norm(c, v) for v in (X[c].astype(object).tolist() if c in X else [None] * len(X))] for c in ARCH_KNOBS]
-    return ["|".join(parts) for parts in zip(*cols)]
+    """One key per row naming its network's structure (:func:`carb.design.identity.architecture_keys`: the
+    ResNet identity columns present in ``X``, absent or missing ones as the knob's default,
+    ``basic|20|0.5|1.0|None|True``; for zoo rows (:func:`zoo_rows`) the family, ``family:mobilenet``, so that
+    architecture folds hold out whole families)."""
+    return identity.architecture_keys(X)
 
 
 def unseen_architecture(domain: dict[str, Any] | None, X: pd.DataFrame) -> np.ndarray:
     """Bool (n,): the row's architecture (:func:`architecture_keys`) is not one the model was trained on;
     all False for a domain that does not list its architectures (fitted before they were kept)."""
     seen = (domain or {}).get("architectures")
-    if not seen or not (("block" in X and "depth" in X) or zoo_rows(X)):
+    if not seen or not (identity.has_resnet_structure(X) or zoo_rows(X)):
         return np.zeros(len(X), dtype=bool)
     known = set(seen)
     return np.array([k not in known for k in architecture_keys(X)], dtype=bool)

@@ -10,17 +10,18 @@ import numpy as np
 import pandas as pd
 
 from carb.data.schema import INTERACTION_FEATURES, RUNTIME_FEATURES
-from carb.design.arch import BLOCKS, KNOBS, PRECISION_BITS, PRECISIONS, to_bool
+from carb.design.arch import KNOBS, PRECISION_BITS, PRECISIONS, to_bool
 from carb.design.features import STATIC_FEATURES
+from carb.design.identity import STAGES, categorical_identity, encode_category, is_bool_column, is_zoo
 from carb.errors import ConfigError
 
-#: Knobs the cascade uses as features (``stages`` is implied by ``block`` and ``depth``).
-MODEL_KNOBS: tuple[str, ...] = tuple(k for k in KNOBS if k != "stages")
+#: Knobs the cascade uses as features (``stages`` is implied by the block type and the depth).
+MODEL_KNOBS: tuple[str, ...] = tuple(k for k in KNOBS if k != STAGES)
 #: Default feature list (the ``full`` set, the paper's M1).
 FULL_FEATURES: tuple[str, ...] = MODEL_KNOBS + STATIC_FEATURES + RUNTIME_FEATURES + INTERACTION_FEATURES
-#: Allowed values of the categorical knobs.
-CATEGORIES: dict[str, tuple] = {"block": BLOCKS, "precision": PRECISIONS,
-                                "early_downsample": (False, True)}
+#: Allowed values of the categorical knobs: the network kinds' categorical identity columns
+#: (:func:`carb.design.identity.categorical_identity`) and the precision.
+CATEGORIES: dict[str, tuple] = {**categorical_identity(), "precision": PRECISIONS}
 #: Columns the interaction features are computed from.
 INTERACTION_INPUTS: tuple[str, ...] = ("batch_size", "avg_sm_util", "flops", "total_activation_MB",
                                        "avg_mem_util")
@@ -42,10 +43,8 @@ def zoo_features(features: Sequence[str]) -> list[str]:
 
 def features_for(X: pd.DataFrame, features: Sequence[str]) -> list[str]:
     """The feature list a fit on ``X`` uses: ``features`` for ResNet rows, :func:`zoo_features` for zoo
-    rows (:func:`carb.data.zoo_schema.is_zoo_frame`: a ``model_name`` column and no ``block``)."""
-    from carb.data.zoo_schema import is_zoo_frame
-
-    return zoo_features(features) if is_zoo_frame(X) else list(features)
+    rows (:func:`carb.design.identity.is_zoo`: a ``model_name`` column and no ResNet marker)."""
+    return zoo_features(features) if is_zoo(X) else list(features)
 
 
 def pred_name(target: str) -> str:
@@ -115,26 +114,24 @@ def _bad_rows(mask: np.ndarray, k: int = 5) -> str:
 def encode(X: pd.DataFrame, features: Sequence[str]) -> pd.DataFrame:
     """Numeric design matrix (float64) of ``features`` from a raw frame.
 
-    Categorical knobs are expanded (``block_bottleneck``, ``precision_bits`` + ``precision_bf16``,
-    ``early_downsample`` as 0/1); everything else is cast to float. Raises :class:`ConfigError` for a
-    category outside :data:`CATEGORIES`."""
+    Categorical knobs are expanded (identity columns by :func:`carb.design.identity.encode_category`:
+    ``block_bottleneck``, the stem as 0/1; ``precision_bits`` + ``precision_bf16``); everything else is cast
+    to float. Raises :class:`ConfigError` for a category outside :data:`CATEGORIES`."""
     cols: dict[str, np.ndarray] = {}
     for f in features:
         v = X[f]
         if f in CATEGORIES:   # each distinct value checked and encoded once, then spread over the rows
             codes, uniq = pd.factorize(v, use_na_sentinel=False)
-            vals = list(uniq) if f != "early_downsample" or v.dtype == bool else [to_bool(u) for u in uniq]
+            vals = list(uniq) if not is_bool_column(f) or v.dtype == bool else [to_bool(u) for u in uniq]
             bad = np.array([u not in CATEGORIES[f] for u in vals], dtype=bool)[codes]
             if bad.any():
                 raise ConfigError(f"column {f!r} allows {list(CATEGORIES[f])}; other values in rows "
                                   f"{_bad_rows(bad)} (e.g. {v.iloc[int(np.flatnonzero(bad)[0])]!r})")
-            if f == "block":
-                cols["block_bottleneck"] = np.array([u == "bottleneck" for u in vals], dtype=float)[codes]
-            elif f == "precision":
+            if f == "precision":
                 cols["precision_bits"] = np.array([PRECISION_BITS.get(u, np.nan) for u in vals], dtype=float)[codes]
                 cols["precision_bf16"] = np.array([u == "bf16" for u in vals], dtype=float)[codes]
             else:
-                cols["early_downsample"] = np.array([bool(u) for u in vals], dtype=float)[codes]
+                cols.update({c: e[codes] for c, e in encode_category(f, vals).items()})
         elif isinstance(v.dtype, np.dtype) and v.dtype.kind in "fiu":   # already numbers: nothing to check
             cols[f] = v.to_numpy(float)
         else:

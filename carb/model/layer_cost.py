@@ -112,11 +112,13 @@ class LayerCostModel:
     def _fit(self, probe: pd.DataFrame) -> LayerCostModel:
         from sklearn.ensemble import HistGradientBoostingRegressor
 
-        from carb.data.probes import PROBE_COLUMNS
+        from carb.data.probes import PROBE_COLUMNS, conv_rows
         from carb.design.shapes import layer_array
         from carb.model.nnls import nnls_relative
 
-        missing = [c for c in PROBE_COLUMNS if c not in probe.columns and c != "backend"]
+        probe = conv_rows(probe)   # a probe's other kinds of operation are carb.model.op_cost's
+
+        missing = [c for c in PROBE_COLUMNS[:11] if c not in probe.columns and c != "backend"]
         if missing:
             raise DatasetError(f"device probe: column(s) {missing} missing; a probe has {list(PROBE_COLUMNS)}")
         t = pd.to_numeric(probe["threads"], errors="coerce").dropna().unique()

@@ -60,6 +60,7 @@ import numpy as np
 import pandas as pd
 
 from carb.design.arch import BYTES_PER_ELEMENT, PRECISION_BITS, lookup
+from carb.design.identity import ARCH_RECORD, is_resnet
 from carb.design.shapes import (
     SHAPE_INPUTS,
     architectures,
@@ -75,8 +76,9 @@ from carb.model.nnls import fit_overlap, nnls_relative, smooth_max  # noqa: F401
 #: Raw columns the priors read.
 PRIOR_INPUTS: tuple[str, ...] = ("flops", "param_size_MB", "max_activation_MB", "total_activation_MB", "n_conv",
                                  "batch_size", "input_size", "precision")
-#: Knob columns the layer roofline reads when present (``stages`` and ``inner_mult`` optional).
-LAYER_INPUTS: tuple[str, ...] = (*SHAPE_INPUTS, "stages", "inner_mult")
+#: Knob columns the layer roofline reads when present (the identity columns the shape walk does not require,
+#: ``stages`` and the inner width, optional).
+LAYER_INPUTS: tuple[str, ...] = (*SHAPE_INPUTS, *(c for c in ARCH_RECORD if c not in SHAPE_INPUTS))
 #: Smallest value a prior returns (target units): costs are positive.
 TINY = 1e-9
 
@@ -187,7 +189,7 @@ class MemoryPrior(_Prior):
     def _learn_columns(self, X: pd.DataFrame) -> None:
         self.im2col_ = False
         # zoo rows (a layer table, no ResNet knobs): the liveness peak instead of a multiple of the largest output
-        self.live_ = "peak_live_MB" in X.columns and "block" not in X.columns
+        self.live_ = "peak_live_MB" in X.columns and not is_resnet(X)
 
     def fit(self, X: pd.DataFrame, y: Any) -> MemoryPrior:
         yv = np.asarray(y, dtype=float)
@@ -642,7 +644,7 @@ def zoo_kind_rows(X: pd.DataFrame) -> bool:
     """Whether ``X`` holds zoo rows with the layer table's per-kind columns (the per-kind prior form's input)."""
     from carb.design.zoo_features import ZOO_KIND_FEATURES
 
-    return ("family" in X.columns and "block" not in X.columns and "n_ops" in X.columns
+    return ("family" in X.columns and not is_resnet(X) and "n_ops" in X.columns
             and all(c in X.columns for c in ZOO_KIND_FEATURES))
 
 

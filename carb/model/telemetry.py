@@ -27,11 +27,14 @@ import numpy as np
 import pandas as pd
 
 from carb.data.schema import RUNTIME_FEATURES
+from carb.design.identity import NUMERIC_KNOBS, indicator_columns
 from carb.model.ensemble import member_predict
 
-#: inputs of every imputation model: knobs and static features (``precision`` and ``block`` one-hot)
-_NUMERIC = ("depth", "width_mult", "input_size", "batch_size", "flops", "params", "total_activation_MB",
-            "max_activation_MB", "compute_intensity", "n_conv", "inner_mult")
+#: inputs of every imputation model: the numeric knobs (:data:`carb.design.identity.NUMERIC_KNOBS`) and static
+#: features, then ``precision`` one-hot and the identity indicators; the last numeric knob (the inner width)
+#: after the static features, the order the fitted trees read (it decides their tie-breaks).
+_NUMERIC = (*NUMERIC_KNOBS[:-1], "flops", "params", "total_activation_MB", "max_activation_MB",
+            "compute_intensity", "n_conv", NUMERIC_KNOBS[-1])
 _LOG = ("flops", "params", "total_activation_MB", "max_activation_MB", "batch_size")
 _PRECISIONS = ("fp32", "bf16", "fp16")
 
@@ -44,15 +47,7 @@ def _design(F: pd.DataFrame) -> np.ndarray:
         cols.append(np.log(np.maximum(v, 1e-9)) if c in _LOG else v)
     prec = F["precision"].astype(str).to_numpy() if "precision" in F.columns else np.full(len(F), "fp32")
     cols += [(prec == p).astype(float) for p in _PRECISIONS]
-    block = F["block"].astype(str).to_numpy() if "block" in F.columns else np.full(len(F), "basic")
-    cols.append((block == "bottleneck").astype(float))
-    if "early_downsample" not in F.columns:
-        stem = np.zeros(len(F), dtype=bool)
-    elif pd.api.types.is_bool_dtype(F["early_downsample"].dtype) and not F["early_downsample"].hasnans:
-        stem = F["early_downsample"].to_numpy(dtype=bool)      # what the text test below gives a bool
-    else:
-        stem = F["early_downsample"].astype(str).str.lower().isin(("true", "1")).to_numpy()
-    cols.append(stem.astype(float))
+    cols += indicator_columns(F)   # bottleneck block, early stem: 0 where absent
     return np.column_stack(cols)
 
 

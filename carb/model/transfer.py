@@ -234,7 +234,9 @@ class TransferredCascade:
     per-pair transfer errors (``"auto"``: ``carb/data/transfer-pairs.csv`` where it exists, a path, a table, or
     None) whose device-level band (:func:`carb.model.transfer_prior.device_level_band`, pairs of this
     transfer's two devices left out) sets each calibrated target's interval where it has records, never
-    narrower than ``repeat_floor`` (``{target or "default": log sd}``). Fitted: ``transfer_`` (per target: form, a, b, residual
+    narrower than ``repeat_floor`` (``{target or "default": log sd}``; after :meth:`fit` per target the device's
+    measured floor, per precision where measured: :func:`carb.model.transfer_prior.device_floor`).
+    Fitted: ``transfer_`` (per target: form, a, b, residual
     coefficients, K, LOO log MAE of each form), ``intervals_``, ``device_name_``, ``device_id_``,
     ``device_fingerprint_``, ``calibration_rows_`` (the config_ids used)."""
 
@@ -376,13 +378,11 @@ class TransferredCascade:
         self.device_fingerprint_ = str(fps.iloc[0]) if len(fps) else None
         self.calibration_rows_ = [str(c) for c in X.get("config_id", pd.Series([], dtype=str)).tolist()]
         self.test_mae_: dict[str, float] = {}
-        from carb.model.transfer_prior import repeatability_log_sd
+        from carb.model.transfer_prior import device_floor
 
-        floor = dict(self.__dict__.get("repeat_floor") or {})   # the K rows' measured run-to-run spread wins
+        floor = dict(self.__dict__.get("repeat_floor") or {})   # measured run-to-run spread wins (device_floor)
         for t in self.transfer_:
-            v = repeatability_log_sd(X, t, float("nan"))
-            if math.isfinite(v):
-                floor[t] = v
+            floor[t] = device_floor(X, t, floor.get(t, floor.get("default", 0.0)), self.device_id_)
         self.repeat_floor = floor
         self.recalibrate(self.error_prior)
         return self
@@ -431,14 +431,16 @@ class TransferredCascade:
         exclude = [str(v) for v in (self.__dict__.get("device_id_"), getattr(self.source_, "device_id_", None),
                                     self.__dict__.get("device_name_"), getattr(self.source_, "device_name_", None))
                    if v]
+        kind = self.__dict__.get("device_kind_")
         for t, info in self.transfer_.items():
             if info.get("form") == "source" or len(info.get("loo") or []) < 2:
                 continue
-            recs = pair_records(table, t, int(info.get("k", 0)), exclude)
+            recs = pair_records(table, t, int(info.get("k", 0)), exclude, kind=kind)
             if recs:
                 fl = self.__dict__.get("repeat_floor") or {}
                 floor = fl.get(t, fl.get("default", 0.0))
-                entry = self.set_device_band(t, recs, float(floor), scaled=True)
+                entry = self.set_device_band(t, recs, floor if isinstance(floor, dict) else float(floor), scaled=True,
+                                             kind=kind)
                 if entry is not None and isinstance(self.intervals_.get(t), dict):
                     self.intervals_[t]["method"] = "carb-calibrate: " + self.intervals_[t]["method"]
 
@@ -472,41 +474,52 @@ class TransferredCascade:
             byp.update({p: pts for p in sorted(miss)})
             self.intervals_[t] = {**entry, "precision_log_ratios": byp, "widened_precisions": sorted(miss)}
 
-    def set_device_band(self, target: str, records: list[dict[str, Any]], floor_log_sd: float = 0.0,
-                        scaled: bool = True) -> dict[str, Any] | None:
+    def set_device_band(self, target: str, records: list[dict[str, Any]],
+                        floor_log_sd: float | dict[str, float] = 0.0, scaled: bool = True,
+                        kind: str | None = None) -> dict[str, Any] | None:
         """Set ``intervals_[target]`` to the device-level band (:func:`carb.model.transfer_prior.device_level_band`)
-        of ``records`` (other device pairs' held-out errors; the caller leaves out every pair involving this
-        pair's devices: :func:`~carb.model.transfer_prior.lodo_records`). ``scaled`` (K >= 2 rows): scale-free,
-        each record by its ``scale`` and this transfer by its K rows' leave-one-out scale
-        (:func:`~carb.model.transfer_prior.loo_stat`); else (zero-shot) in log units as measured. No usable
-        record: the K rows' leave-one-out entry (:func:`interval_entry`), widened to the floor. Never narrower
-        than ``z * floor_log_sd`` (repeatability). Returns the entry (None: the interval is left as it was)."""
-        from scipy.stats import norm
+        of ``records`` of this device's class (``kind``, default ``device_kind_``; other device pairs' held-out
+        errors; the caller leaves out every pair involving this pair's devices:
+        :func:`~carb.model.transfer_prior.lodo_records`). ``scaled`` (K >= 2 rows): scale-free, each record by
+        its ``scale`` and this transfer by its K rows' leave-one-out scale
+        (:func:`~carb.model.transfer_prior.row_scale`),
+        a precision whose own K rows err more widened by :func:`~carb.model.transfer_prior.precision_widening`
+        (shrunk by ``prior_rows``); else (zero-shot) in log units as measured. No record of this class: the K
+        rows' leave-one-out entry (:func:`interval_entry`: this device's own out-of-sample errors, no other
+        class's borrowed), widened to the floor, naming 0 devices of its class; at K = 0 none (returns None).
+        Never narrower than the repeatability floor ``floor_log_sd`` (a log sd, or ``{precision: log sd,
+        "default": ...}``: :func:`~carb.model.transfer_prior.floor_half`). Returns the entry (None: the interval
+        is left as it was)."""
+        from carb.model.transfer_prior import device_level_band, floor_half, precision_widening, row_scale
 
-        from carb.model.transfer_prior import device_level_band, loo_stat, row_scale
-
+        kind = kind if kind is not None else self.__dict__.get("device_kind_")
         info = (getattr(self, "transfer_", None) or {}).get(target) or {}
         loo = np.asarray(info.get("loo") or [], float)
         lp = np.asarray(info.get("loo_precision") or [], dtype=object).astype(str)
         scale = max(row_scale(loo, lp if len(lp) == len(loo) else None), 1e-6) if scaled and len(loo) >= 2 else None
-        entry = device_level_band(records, self.coverage, floor_log_sd, scale=scale) if (scale or not scaled) else None
+        entry = (device_level_band(records, self.coverage, floor_log_sd, scale=scale, kind=kind)
+                 if (scale or not scaled) else None)
         if entry is not None and scale is not None and len(lp) == len(loo):
-            byp = {}   # a precision whose own K rows err more than the common scale: its own, wider band
-            for p in np.unique(lp):
-                m = lp == p
-                if m.sum() >= 2 and loo_stat(np.abs(loo[m])) > scale:
-                    h = entry["upper"] * loo_stat(np.abs(loo[m])) / scale
-                    byp[str(p)] = [round(v, 6) for v in [-h] * 50 + [h] * 50]
+            byp = dict(entry.get("precision_log_ratios") or {})   # a precision whose own K rows err more: wider
+            for p, f in precision_widening(loo, lp, scale, self.prior_rows).items():
+                h = max(entry["upper"] * f, max(byp.get(p, [0.0])))
+                byp[p] = [round(v, 6) for v in [-h] * 50 + [h] * 50]
             if byp:
                 entry["precision_log_ratios"] = byp
         if entry is None:
             entry = interval_entry(loo, self.coverage)
             if entry is None:
                 return None
-            h = float(norm.ppf(0.5 + self.coverage / 2.0)) * max(float(floor_log_sd), 0.0)
-            entry.update(lower=min(entry["lower"], -h), upper=max(entry["upper"], h), log_ratios=[],
-                         method=entry["method"] + " (no device pair without this pair's devices: measured on 0 "
-                                                  "other devices)", n_devices=0)
+            pooled, by_prec = floor_half(floor_log_sd, self.coverage)
+            cls = f"{kind} " if kind else ""
+            entry.update(lower=min(entry["lower"], -pooled), upper=max(entry["upper"], pooled), log_ratios=[],
+                         method=entry["method"] + f" (no {cls}device pair without this pair's devices: measured on 0 "
+                                                  f"other {cls}devices; no other class's errors borrowed)",
+                         n_devices=0, kind=kind)
+            wider = {p: h for p, h in by_prec.items() if h > max(-entry["lower"], entry["upper"])}
+            if wider:
+                entry["precision_log_ratios"] = {p: [round(v, 6) for v in [-h] * 50 + [h] * 50]
+                                                 for p, h in wider.items()}
         src = (getattr(self.source_, "intervals_", None) or {}).get(target)
         if isinstance(src, dict) and "outside" in src:
             entry = {**entry, "outside": src["outside"]}

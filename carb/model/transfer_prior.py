@@ -223,7 +223,9 @@ def prior_entry(table: pd.DataFrame | None, kind: str | None, target: str, loo: 
 
 # ---------------------------------------------------------------------- device-level band (issue 44)
 #: How the device-level band widens for few devices: the device bias term is a Student-t prediction
-#: interval of a new device's bias, ``t(df = devices - 1) * rms(bias) * sqrt(1 + 1/devices)``.
+#: interval of a new device's bias centred on no bias, ``t(df = D) * rms(bias)``: the rms about 0 of D draws
+#: has D degrees of freedom (the form ``t(df = D - 1) * sd * sqrt(1 + 1/D)`` is for a band centred on the draws'
+#: own mean; applied to the rms about 0, as before, it double-counted: 7.7 x rms at D = 2 against 2.9).
 DEVICE_WIDEN: str = "student-t"
 
 
@@ -238,36 +240,85 @@ def pair_bias_residuals(err: np.ndarray) -> tuple[float, np.ndarray]:
     return b, e - b
 
 
-def device_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 0.9, floor_log_sd: float = 0.0,
-                      scale: float | None = None) -> dict[str, Any] | None:
+def same_class(records: Sequence[Mapping[str, Any]], kind: str | None) -> list[Mapping[str, Any]]:
+    """The records of device class ``kind`` (``cpu`` / ``gpu``, a record's ``kind``); all of them where
+    ``kind`` is None. A band never borrows another class's errors: a GPU transfer errs by a few percent, a
+    CPU transfer by tens (the CPU pairs' zero-shot band rested on GPU pairs and covered 0.37-0.71)."""
+    if kind is None:
+        return list(records)
+    return [r for r in records if str(r.get("kind")) == str(kind)]
+
+
+def floor_half(floor_log_sd: float | Mapping[str, float], coverage: float) -> tuple[float, dict[str, float]]:
+    """The repeatability floor as ``coverage`` half-widths (log ratio): ``(pooled, {precision: half})``.
+    ``floor_log_sd``: one log standard deviation for every precision, or ``{precision: log sd, "default":
+    log sd}`` (a device measured per precision, :func:`carb.data.repeatability.floor_log_sd`); the pooled
+    floor is the smallest value (each precision then widened to its own; one without a value keeps
+    ``default``)."""
+    from scipy.stats import norm
+
+    z = float(norm.ppf(0.5 + coverage / 2.0))
+    if not isinstance(floor_log_sd, Mapping):
+        return z * max(float(floor_log_sd or 0.0), 0.0), {}
+    vals = {str(p): max(float(v), 0.0) for p, v in floor_log_sd.items() if v is not None and math.isfinite(float(v))}
+    if not vals:
+        return 0.0, {}
+    pooled = min(vals.values())
+    return z * pooled, {p: z * v for p, v in vals.items() if p != "default" and v > pooled}
+
+
+def precision_widening(loo: np.ndarray, precision: np.ndarray, scale: float, prior_rows: float = 10.0
+                       ) -> dict[str, float]:
+    """``{precision: factor >= 1}`` for the precisions whose own K rows' leave-one-out residuals ``loo`` (K,)
+    err more than the common ``scale`` (:func:`row_scale`): their ratio ``r = loo_stat(p) / scale`` shrunk
+    toward 1 by ``prior_rows`` pseudo-rows, ``exp(n_p log r / (n_p + prior_rows))`` (the empirical-Bayes
+    rule of :func:`prior_entry`): 3 rows with one outlier once made one precision's band x7.5 as wide (EPYC
+    Zen 5 fp32 at K = 10, median hi/lo 8.97); now x1.6."""
+    a, prec = np.abs(np.asarray(loo, float)), np.asarray(precision).astype(str)
+    out = {}
+    if not (len(a) == len(prec) and math.isfinite(scale) and scale > 0):
+        return out
+    for p in np.unique(prec):
+        m = prec == p
+        if m.sum() >= 2 and loo_stat(a[m]) > scale:
+            n = float(m.sum())
+            out[str(p)] = math.exp(n * math.log(loo_stat(a[m]) / scale) / (n + max(float(prior_rows), 0.0)))
+    return out
+
+
+def device_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 0.9,
+                      floor_log_sd: float | Mapping[str, float] = 0.0, scale: float | None = None,
+                      kind: str | None = None) -> dict[str, Any] | None:
     """A prediction interval for a device none of ``records`` involves: a device-level bias term plus the
     row-level residual, in log space (an :func:`carb.model.intervals.interval` entry, symmetric).
 
     ``records``: per ordered device pair, ``pair`` ((source, target) names), ``err`` (log(measured /
-    predicted) of that pair's rows the model was not fitted on, (n,)), optionally ``precision`` ((n,): each
-    precision of a pair is then its own bias draw, :func:`_cells`) and, where ``scale`` is given,
-    ``scale`` (that pair's own row-level scale, e.g. the mean |leave-one-out residual| of its K rows). The
-    caller leaves out every pair involving the new pair's two devices (leave-one-device-out).
+    predicted) of that pair's rows the model was not fitted on, (n,)), ``kind`` (``cpu`` / ``gpu``),
+    optionally ``precision`` ((n,): each precision of a pair is then its own bias draw, :func:`_cells`) and,
+    where ``scale`` is given, ``scale`` (that pair's own row-level scale, e.g. the mean |leave-one-out
+    residual| of its K rows). The caller leaves out every pair involving the new pair's two devices
+    (leave-one-device-out, :func:`lodo_records`). ``kind``: the new pair's class; only records of that class
+    count (:func:`same_class`), and without any the band is None: the caller falls back to what the target
+    itself measured and says it rests on 0 devices of its class.
 
-    * bias: each pair's (and precision's) median error ``b_j`` (:func:`pair_bias_residuals`); a new device is one more draw,
-      centred on no bias: ``h_b = t_{(1+c)/2}(df = D - 1) * rms(b) * sqrt(1 + 1/D)`` with ``D`` the
-      independent draws: the fewer of the distinct devices and the distinct pairs (:data:`DEVICE_WIDEN`:
-      Student-t; D = 2 gives t = 6.3 at 90 %, D = 5 gives 2.1; the 12 ordered pairs of 4 GPUs are 4 draws);
+    * bias: each pair's (and precision's) median error ``b_j`` (:func:`pair_bias_residuals`); a new device is
+      one more draw, centred on no bias: ``h_b = t_{(1+c)/2}(df = D) * rms(b)`` with ``D`` the independent
+      draws: the fewer of the distinct devices and the distinct pairs (:data:`DEVICE_WIDEN`; D = 2 gives
+      t = 2.9 at 90 %, D = 5 gives 2.0);
     * rows: ``h_r``, the ``coverage`` quantile of the pooled ``|residual|``, each pair weighted equally;
-    * combined as independent terms: ``half = sqrt(h_b^2 + h_r^2)``, never below
-      ``z_{(1+c)/2} * floor_log_sd`` (the device's measured run-to-run spread as a log standard deviation,
-      or a configured floor: no interval is narrower than the device's repeatability).
+    * combined as independent terms: ``half = sqrt(h_b^2 + h_r^2)``, never below the repeatability floor
+      (:func:`floor_half` of ``floor_log_sd``: a log standard deviation, or one per precision: those above
+      the pooled floor get ``precision_log_ratios`` at their own).
 
     ``scale``: the bias and residuals of each pair are first divided by its record's ``scale`` and the
-    half-width multiplied by ``scale`` (scale-free: pairs of another device kind, whose errors are of
-    another size, may then inform the band). Returns ``{"lower", "upper", "n", "coverage", "log_ratios",
-    "method", "n_devices", "n_pairs", "bias_rms", "half_bias", "half_rows"}``; None without any pair of
-    finite errors. Its ``log_ratios`` are empty: the band answers its own ``coverage`` only."""
-    from scipy.stats import norm
+    half-width multiplied by ``scale`` (scale-free). Returns ``{"lower", "upper", "n", "coverage",
+    "log_ratios", "method", "n_devices", "n_pairs", "bias_rms", "half_bias", "half_rows", "kind"}`` (and
+    ``precision_log_ratios`` where a precision's floor is wider); None without any pair of finite errors (of
+    ``kind``). Its ``log_ratios`` are empty: the band answers its own ``coverage`` only."""
     from scipy.stats import t as student_t
 
     biases, points, devices, pairs = [], [], set(), set()
-    for r in _cells(records):
+    for r in _cells(same_class(records, kind)):
         b, res = pair_bias_residuals(r["err"])
         if not len(res):
             continue
@@ -285,19 +336,27 @@ def device_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 0.
     n_dev, b = max(min(len(devices), len(pairs)), 2), np.asarray(biases)
     rms_b = float(np.sqrt(np.mean(b ** 2)))
     q = 0.5 + coverage / 2.0
-    h_b = float(student_t.ppf(q, df=n_dev - 1)) * rms_b * math.sqrt(1.0 + 1.0 / n_dev)
+    h_b = float(student_t.ppf(q, df=n_dev)) * rms_b
     h_r = float(np.quantile(np.concatenate(points), coverage))
     mult = float(scale) if scale is not None else 1.0
-    half = max(mult * math.sqrt(h_b ** 2 + h_r ** 2), float(norm.ppf(q)) * max(float(floor_log_sd), 0.0))
-    floored = half > mult * math.sqrt(h_b ** 2 + h_r ** 2) + 1e-12
+    measured = mult * math.sqrt(h_b ** 2 + h_r ** 2)
+    pooled_floor, by_prec = floor_half(floor_log_sd, coverage)
+    half = max(measured, pooled_floor)
+    wider = {p: h for p, h in by_prec.items() if h > half}
+    floored = half > measured + 1e-12
+    cls = f"{kind} " if kind else ""
     return {"lower": -half, "upper": half, "n": int(sum(len(p) for p in points)), "coverage": float(coverage),
             "log_ratios": [],
-            "method": (f"device-level band: measured on {len(devices)} device(s) ({len(biases)} pair(s)); "
+            **({"precision_log_ratios": {p: [round(v, 6) for v in [-h] * 50 + [h] * 50] for p, h in wider.items()}}
+               if wider else {}),
+            "method": (f"device-level band: measured on {len(devices)} {cls}device(s) ({len(biases)} pair(s)); "
                        f"device bias rms {rms_b:.3f}{' (scale-free)' if scale is not None else ''} widened "
-                       f"{DEVICE_WIDEN} (df {n_dev - 1}) plus row residual"
-                       + (f"; at the repeatability floor (log sd {floor_log_sd:.3f})" if floored else "")),
+                       f"{DEVICE_WIDEN} (df {n_dev}) plus row residual"
+                       + (f"; at the repeatability floor (half-width {pooled_floor:.3f})" if floored else "")
+                       + (f"; {', '.join(sorted(wider))} at {'their' if len(wider) > 1 else 'its'} own repeatability "
+                          "floor" if wider else "")),
             "n_devices": len(devices), "n_pairs": len(biases), "bias_rms": rms_b,
-            "half_bias": mult * h_b, "half_rows": mult * h_r}
+            "half_bias": mult * h_b, "half_rows": mult * h_r, "kind": kind}
 
 
 def _cells(records: Sequence[Mapping[str, Any]], min_rows: int = 3) -> list[Mapping[str, Any]]:
@@ -361,6 +420,31 @@ def repeatability_log_sd(rows: pd.DataFrame, target: str = "latency_ms", default
     return float(default)
 
 
+def device_floor(rows: pd.DataFrame, target: str, configured: float | Mapping[str, float] = 0.0,
+                 device_id: str | None = None, table: str | None = None) -> float | dict[str, float]:
+    """The repeatability floor of ``target``'s intervals on the device of ``rows`` (log sd, as
+    :func:`device_level_band` takes it), per precision where it was measured (issue 44):
+
+    * the rows' own ``latency_repeat_spread`` (K rows collected with ``measure.repeat.passes`` >= 2):
+      ``{precision: log sd}`` for precisions with enough rows (:func:`carb.data.repeatability.floor_log_sd`),
+      ``default``: the pooled :func:`repeatability_log_sd` of all of them;
+    * else, for latency, the shipped table by ``device_id`` (:func:`carb.data.repeatability.shipped_floor_log_sd`;
+      ``table``: another such file) with ``default``: ``configured``;
+    * else ``configured`` (``transfer.repeatability_floor``) as it is."""
+    from carb.data.repeatability import floor_log_sd, shipped_floor_log_sd
+
+    conf_default = configured.get("default", 0.0) if isinstance(configured, Mapping) else configured
+    pooled = repeatability_log_sd(rows, target, float("nan"))
+    if math.isfinite(pooled):
+        own = floor_log_sd(rows) if target == "latency_ms" and "precision" in rows.columns else {}
+        return {**own, "default": pooled}
+    if target == "latency_ms":
+        shipped = shipped_floor_log_sd(device_id, table)
+        if shipped:
+            return {**shipped, "default": float(conf_default)}
+    return dict(configured) if isinstance(configured, Mapping) else float(configured)
+
+
 #: Columns of the per-pair table (``carb/data/transfer-pairs.csv``) the device-level band of carb-calibrate reads.
 PAIR_COLUMNS: tuple[str, ...] = ("kind", "target", "k", "source", "target_device", "source_id", "target_id",
                                  "precision", "n_rows", "bias", "scale", *(f"res_q{lev:g}" for lev in LEVELS))
@@ -397,13 +481,17 @@ def pair_summary(records: Sequence[Mapping[str, Any]], min_rows: int = 3) -> pd.
     return pd.DataFrame(rows, columns=list(PAIR_COLUMNS))
 
 
-def pair_records(table: pd.DataFrame | None, target: str, k: int, exclude: Sequence[str] = ()) -> list[dict[str, Any]]:
-    """Records for :func:`device_level_band` from the per-pair table: the rows of ``target`` at the stored K
-    nearest ``k``, without any pair involving a device (name or id) in ``exclude`` (leave-one-device-out);
-    each (pair, precision) a pseudo-sample of its bias plus its symmetric |residual| quantile points."""
+def pair_records(table: pd.DataFrame | None, target: str, k: int, exclude: Sequence[str] = (),
+                 kind: str | None = None) -> list[dict[str, Any]]:
+    """Records for :func:`device_level_band` from the per-pair table: the rows of ``target`` (and of device
+    class ``kind``, None: every class) at the stored K nearest ``k``, without any pair involving a device
+    (name or id) in ``exclude`` (leave-one-device-out); each (pair, precision) a pseudo-sample of its bias plus
+    its symmetric |residual| quantile points, with its ``kind``."""
     if table is None or not len(table):
         return []
     sel = table[table["target"] == target]
+    if kind is not None:
+        sel = sel[sel["kind"].astype(str) == str(kind)]
     if not len(sel):
         return []
     sel = sel[sel["k"] == _nearest_k(sel["k"].to_numpy(), max(int(k), 1))]
@@ -418,7 +506,7 @@ def pair_records(table: pd.DataFrame | None, target: str, k: int, exclude: Seque
         val = np.concatenate([[0.0], [float(d[f"res_q{lev_:g}".replace(".", "_")]) for lev_ in LEVELS]])
         half = np.interp((np.arange(50) + 0.5) / 50, lev, val)
         recs.append({"pair": (str(r.source_id), str(r.target_id)), "err": float(r.bias) + np.concatenate([-half, half]),
-                     "scale": float(r.scale)})
+                     "scale": float(r.scale), "kind": str(r.kind)})
     return recs
 
 

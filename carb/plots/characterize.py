@@ -15,6 +15,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
 
+from carb.design.identity import DEPTH, STEM, WIDTH
+
 NOT_MEASURED = "not measured"
 TARGET_LABELS: dict[str, str] = {
     "energy_J": "energy (J per batch)",
@@ -22,12 +24,12 @@ TARGET_LABELS: dict[str, str] = {
     "peak_memory_MB": "peak memory (MB)",
 }
 KNOB_LABELS: dict[str, str] = {
-    "depth": "depth (layers)",
+    DEPTH: "depth (layers)",
     "batch_size": "batch size (images)",
-    "width_mult": "width multiplier (x)",
+    WIDTH: "width multiplier (x)",
     "input_size": "input size (px, H = W)",
     "precision": "precision",
-    "early_downsample": "stem",
+    STEM: "stem",
 }
 FAMILY_COLORS: dict[str, str] = {"basic": "#0072B2", "bottleneck": "#D55E00", "all": "#444444",
                                  "other": "#9a9a9a"}
@@ -170,7 +172,7 @@ def knob_figure(medians: pd.DataFrame, target: str, device: str = "") -> Figure 
     for ax, knob in zip(axes, knobs):
         sub = med[med["knob"] == knob]
         values = list(dict.fromkeys(sub["value"].tolist()))
-        numeric = knob not in ("precision", "early_downsample")
+        numeric = knob not in ("precision", STEM)
         for fam in _order(sub["family"]):
             g = sub[sub["family"] == fam].dropna(subset=["median"])
             if numeric:
@@ -178,7 +180,7 @@ def knob_figure(medians: pd.DataFrame, target: str, device: str = "") -> Figure 
             else:
                 x = np.array([values.index(v) for v in g["value"]], dtype=float)
             apart = np.zeros(len(g), dtype=bool)
-            if knob == "depth" and fam == "basic":
+            if knob == DEPTH and fam == "basic":
                 # 18/34: four ImageNet stages; drawn apart only beside three-stage CIFAR depths
                 apart = np.isin(x, BASIC_FOUR_STAGE_DEPTHS)
                 if apart.all():
@@ -197,7 +199,7 @@ def knob_figure(medians: pd.DataFrame, target: str, device: str = "") -> Figure 
                             fmt="^", color=_color(fam), markerfacecolor="white", markersize=6, capsize=3,
                             linewidth=1, label=f"basic, 4 ImageNet stages ({_depths(x[apart])[1]})")
         if not numeric:
-            labels = [_STEM.get(v, str(v)) if knob == "early_downsample" else str(v) for v in values]
+            labels = [_STEM.get(v, str(v)) if knob == STEM else str(v) for v in values]
             ax.set_xticks(range(len(values)), labels)
         elif _spans_decade(sub["value"].astype(float)):
             _log(ax, "x", base=2 if knob == "batch_size" else 10)
@@ -307,7 +309,7 @@ def efficiency_figure(eff: pd.DataFrame, device: str = "") -> Figure | None:
         _legend_below(ax)
         ax.grid(True, axis="y", alpha=0.3, which="major")
     ax = axes[2]
-    sub = ok[ok["view"] == "depth"]
+    sub = ok[ok["view"] == DEPTH]
     if sub.empty:
         _note(ax, "no depth groups")
     else:
@@ -317,7 +319,7 @@ def efficiency_figure(eff: pd.DataFrame, device: str = "") -> Figure | None:
                     color=_color(fam), label=f"{fam} family")
         if _spans_decade(sub["mean_J_per_GFLOP"]):
             _log(ax, "y", values=sub["mean_J_per_GFLOP"])
-        ax.set_xlabel(KNOB_LABELS["depth"])
+        ax.set_xlabel(KNOB_LABELS[DEPTH])
         ax.set_ylabel(ylab)
         ax.legend(fontsize=8, frameon=False)
         ax.grid(True, alpha=0.3, which="major")

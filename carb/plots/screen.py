@@ -15,7 +15,8 @@ from carb.model.encoding import pred_name
 LABELS = {"energy_J_per_image": "predicted energy (J per image)",
           "latency_ms_per_image": "predicted latency (ms per image)",
           "energy_J": "predicted energy (J per batch)", "peak_memory_MB": "predicted peak memory (MB)",
-          "latency_ms": "predicted latency (ms per batch)"}
+          "latency_ms": "predicted latency (ms per batch)",
+          "hj_score": "hj_score (CARB's accuracy-energy score, 0-1)"}
 
 
 #: Units of the targets, for budget labels.
@@ -80,7 +81,7 @@ def pareto_figure(result: Any):
     for a, col in ((ax.set_xscale, x), (ax.set_yscale, y)):
         v = df[col].to_numpy(dtype=float)
         v = v[np.isfinite(v) & (v > 0)]
-        if len(v) and v.max() / v.min() > 30:
+        if len(v) and v.max() / v.min() > 30 and col != "hj_score":   # a 0-1 score stays linear
             a("log")
     better = [" (higher is better)" if a.startswith("-") else "" for a in labels]
     ax.set_xlabel(LABELS.get(axes[0], axes[0]) + better[0])

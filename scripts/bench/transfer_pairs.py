@@ -27,11 +27,13 @@ K in {0, 3, 10, 20}, per precision and target (latency, peak memory where both d
 
 Coverage and width (median hi/lo) are those of the nominal 90 % intervals of ``calibrated`` (K > 0) and
 ``zero_shot`` (K = 0), leave-one-device-out (issue 44): each pair's interval is the device-level band
-(:func:`carb.model.transfer_prior.device_level_band`) of the held-out errors of the pairs that involve neither
-of its two devices, of either kind (scale-free at K > 0, each pair's errors over its K rows' leave-one-out
-scale; at K = 0 in log units, the pairs of the same kind where any remain), never narrower than
-``transfer.repeatability_floor``; ``n_devices``: how many devices it rests on. With three CPUs no CPU pair
-avoids both devices of a CPU pair, so CPU bands rest on the GPU pairs. ``coverage_loo`` / ``width_loo``:
+(:func:`carb.model.transfer_prior.device_level_band`) of the held-out errors of the pairs of its device class
+that involve neither of its two devices (scale-free at K > 0, each pair's errors over its K rows'
+leave-one-out scale; at K = 0 in log units), never narrower than the target device's repeatability floor per
+precision (:func:`repeat_floor`); ``n_devices``: how many devices of its class it rests on. With three CPUs
+no CPU pair avoids both devices of a CPU pair: a CPU pair's K > 0 interval is then its own K rows'
+leave-one-out interval and at K = 0 it has none (the GPU pairs' band it would borrow is scored beside it,
+``coverage_borrowed``, for comparison only). ``coverage_loo`` / ``width_loo``:
 from the K rows' residuals alone. ``--errors-out carb/data/transfer-errors.csv`` writes the table of every
 pair's errors that ``carb-calibrate`` ships and the per-pair table beside it (``transfer-pairs.csv``, the
 device-level band of ``transfer.pair_prior``), with provenance. ``--interval-sweep`` / ``--precision-sweep``
@@ -91,20 +93,6 @@ def measured_repeat_rows(rows: pd.DataFrame) -> pd.DataFrame | None:
     parts = [measured_spreads(f[f["device_id"].astype(str) == dev]) for f in frames if "device_id" in f.columns]
     parts = [m for m in parts if len(m)]
     return pd.concat(parts, ignore_index=True) if parts else None
-
-
-def measured_floor_log_sd(rows: pd.DataFrame | None, coverage: float = 0.9) -> float:
-    """The latency repeatability floor of a device as a log standard deviation from its measured rows: the
-    median over precisions of :func:`carb.data.repeatability.repeatability_floor` (a ``coverage`` half-width,
-    log ratio) over ``z_{(1+c)/2}``; NaN without measured rows (the configured floor holds)."""
-    from scipy.stats import norm
-
-    from carb.data.repeatability import repeatability_floor
-
-    if rows is None or not len(rows):
-        return float("nan")
-    floor = repeatability_floor(rows, coverage)
-    return float(np.median(list(floor.values())) / norm.ppf(0.5 + coverage / 2.0)) if floor else float("nan")
 
 
 def cpu_devices() -> dict[str, pd.DataFrame]:
@@ -336,16 +324,19 @@ def _coverage(iv: pd.DataFrame, t: str, y: np.ndarray, m: np.ndarray, suffix: st
 PRIOR_ROWS: list[float | None] = [None]
 
 
-def repeat_floor(target: str, rows: pd.DataFrame | None = None) -> float:
-    """The repeatability floor of ``target``'s intervals as a log standard deviation: for latency, the target
-    device's measured run-to-run spread (``rows``: :func:`measured_repeat_rows`; :func:`measured_floor_log_sd`)
-    where it was measured, else ``transfer.repeatability_floor`` of ``conf/calibrate.yaml``."""
+def repeat_floor(target: str, rows: pd.DataFrame | None = None) -> float | dict[str, float]:
+    """The repeatability floor of ``target``'s intervals as a log standard deviation: for latency, per precision
+    the target device's measured run-to-run spread (``rows``: :func:`measured_repeat_rows`;
+    :func:`carb.data.repeatability.floor_log_sd`) with ``default`` the configured floor for a precision not
+    measured; else ``transfer.repeatability_floor`` of ``conf/calibrate.yaml`` (one number)."""
     from omegaconf import OmegaConf
+
+    from carb.data.repeatability import floor_log_sd
 
     floor = OmegaConf.load(ROOT / "conf" / "calibrate.yaml").transfer.get("repeatability_floor") or {}
     default = float(floor.get(target, floor.get("default", 0.0))) if hasattr(floor, "get") else float(floor)
-    measured = measured_floor_log_sd(rows) if target == "latency_ms" else float("nan")
-    return measured if np.isfinite(measured) else default
+    measured = floor_log_sd(rows) if target == "latency_ms" and rows is not None and len(rows) else {}
+    return {**measured, "default": default} if measured else default
 
 
 def set_prior_intervals(table: pd.DataFrame, pending: list[dict], kind: str) -> pd.DataFrame:
@@ -382,18 +373,21 @@ def set_prior_intervals(table: pd.DataFrame, pending: list[dict], kind: str) -> 
 def set_intervals(table: pd.DataFrame, pending: list[dict], kind: str | None = None) -> pd.DataFrame:
     """Coverage and width of each pair's interval (``table``'s rows of model ``calibrated`` at K > 0,
     ``zero_shot`` at K = 0): the device-level band (:func:`carb.model.transfer_prior.device_level_band`) of
-    the held-out errors of the pairs that involve neither of its devices (leave-one-device-out), of any
-    device kind: at K > 0 scale-free (each pair's errors over its K rows' leave-one-out scale, times this
-    pair's), at K = 0 in log units, the pairs of the same kind where any remain. Never narrower than the
-    repeatability floor (:func:`repeat_floor`). Beside it at K > 0: the K rows' residuals alone
-    (``coverage_loo``, ``width_loo``). ``n_devices``: the devices the band was measured on. ``kind``: only
-    that kind's pairs are scored (None: all)."""
+    the held-out errors of the pairs of the same device class (cpu / gpu) that involve neither of its devices
+    (leave-one-device-out): at K > 0 scale-free (each pair's errors over its K rows' leave-one-out scale,
+    times this pair's), at K = 0 in log units. Where no such pair exists (a CPU pair among three CPUs), no
+    other class's errors are borrowed: at K > 0 the K rows' leave-one-out residuals alone (this device's own
+    out-of-sample errors), at K = 0 no interval (``coverage`` NaN; ``coverage_borrowed``: what the other
+    class's band would have covered, for comparison only). Never narrower than the repeatability floor
+    (:func:`repeat_floor`, per precision where measured). Beside it at K > 0: the K rows' residuals alone
+    (``coverage_loo``, ``width_loo``). ``n_devices``: the devices of its class the band was measured on.
+    ``kind``: only that kind's pairs are scored (None: all), and the kind of a record that names none."""
     from carb.model.intervals import interval
     from carb.model.transfer_prior import lodo_records, row_scale
 
     table = table.copy()
     recs = [{"pair": (r["source"], r["target_device"]), "err": r["err"], "precision": r["precision"], "k": r["k"],
-             "target": r["target"], "kind": r.get("kind"), "scale": row_scale(r["loo"], r.get("loo_precision"))}
+             "target": r["target"], "kind": r.get("kind") or kind, "scale": row_scale(r["loo"], r.get("loo_precision"))}
             for r in pending]
     for q, own in zip(pending, recs):
         if kind is not None and q.get("kind", kind) != kind:
@@ -402,16 +396,19 @@ def set_intervals(table: pd.DataFrame, pending: list[dict], kind: str | None = N
                               own["pair"])
         tr = q["model"]
         if q["k"] == 0:
-            others = [r for r in others if r["kind"] == q.get("kind")] or others
             saved = copy.copy(tr.intervals_)
         floor = repeat_floor(q["target"], q.get("repeat_rows"))
-        entry = tr.set_device_band(q["target"], others, floor, scaled=q["k"] > 0)
+        entry = tr.set_device_band(q["target"], others, floor, scaled=q["k"] > 0, kind=own["kind"])
         ivs = {"": interval(tr.intervals_, q["pred"], precision=q["precision"])} if entry else {}
         if q["k"] > 0:
             ivs["_loo"] = interval(tr.recalibrate(None).intervals_, q["pred"], precision=q["precision"])
             if entry:
                 tr.intervals_[q["target"]] = entry
         else:
+            if entry is None and own["kind"]:   # 0 devices of its class: no band; the borrowed one for comparison
+                other = next((r["kind"] for r in others if r["kind"] != own["kind"]), None)
+                if other and tr.set_device_band(q["target"], others, floor, scaled=False, kind=other):
+                    ivs["_borrowed"] = interval(tr.intervals_, q["pred"], precision=q["precision"])
             tr.intervals_ = saved   # the zero-shot model is shared by every K of the pair
         at = ((table.source == q["source"]) & (table.target_device == q["target_device"]) & (table.k == q["k"])
               & (table.target == q["target"]) & (table.model == q.get("name", "calibrated")))
@@ -468,8 +465,10 @@ def pair_table(devices: dict[str, pd.DataFrame], ks: list[int], targets: list[st
     reps = {n: measured_repeat_rows(d) for n, d in devices.items()}
     for n, r in reps.items():
         if r is not None:
-            print(f"  {n}: latency repeatability floor from {len(r)} measured rows, log sd "
-                  f"{measured_floor_log_sd(r):.4f}", flush=True)
+            fl = repeat_floor("latency_ms", r)
+            per = ", ".join(f"{p} {v:.3f}" for p, v in fl.items()) if isinstance(fl, dict) else f"{fl:.3f}"
+            print(f"  {n}: latency repeatability floor from {len(r)} measured rows, log sd per precision: {per}",
+                  flush=True)
     return pd.DataFrame(out), [{**q, "kind": kind, "pair": (q["source"], q["target_device"]),
                                 "source_id": ids[q["source"]], "target_id": ids[q["target_device"]],
                                 "repeat_rows": reps[q["target_device"]]} for q in pending]
@@ -606,6 +605,13 @@ def device_table(t: pd.DataFrame, kq: int | None = None) -> pd.DataFrame:
         g = f.groupby("target_device")[["inside", "n"]].sum()
         return g["inside"] / g["n"]
 
+    def pooled_borrowed(frame: pd.DataFrame) -> pd.Series:
+        if "coverage_borrowed" not in frame:
+            return pd.Series(dtype=float)
+        f = frame[frame["coverage_borrowed"].notna()]
+        g = f.assign(i=f["coverage_borrowed"] * f["n"]).groupby("target_device")[["i", "n"]].sum()
+        return g["i"] / g["n"]
+
     k10 = lat[(lat.k == 10) & (lat.model == "calibrated")]
     out = pd.DataFrame({
         "pairs": lat.groupby("target_device")["source"].nunique(),
@@ -614,6 +620,7 @@ def device_table(t: pd.DataFrame, kq: int | None = None) -> pd.DataFrame:
         "k10_mape_max": k10.groupby("target_device")["mape_pct"].max(),
         "k10_spearman_min": k10.groupby("target_device")["spearman"].min(),
         "k0_coverage": pooled(lat[(lat.k == 0) & (lat.model == "zero_shot")]),
+        "k0_borrowed_coverage": pooled_borrowed(lat[(lat.k == 0) & (lat.model == "zero_shot")]),
         "k10_coverage": pooled(k10),
         "k10_memory_coverage": pooled(mem[(mem.k == 10) & (mem.model == "calibrated")]),
         "k10_width_max": k10.groupby("target_device")["width"].max() if "width" in k10 else np.nan,

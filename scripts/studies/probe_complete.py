@@ -30,7 +30,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from carb.data.probes import PROBE_COLUMNS, missing_precisions  # noqa: E402
+from carb.data.probes import PROBE_COLUMNS, conv_rows, missing_precisions  # noqa: E402
 from carb.design.arch import PRECISIONS  # noqa: E402
 
 PAIR = ["cin", "cout", "kernel", "stride", "H_in", "batch_size"]
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     run = to_dict(compose("calibrate").probe_run)
     repeats = int(a.repeats if a.repeats is not None else run["repeats"])
     window = float(a.min_window_s if a.min_window_s is not None else run["min_window_s"])
-    plan = pairs_of(probe)
+    plan = pairs_of(conv_rows(probe))   # the regular convolutions (scripts/studies/probe_ops.py times the other kinds)
     print(f"probe of {dev} ({threads} thread(s)): {len(plan)} pairs, precisions {sorted(probe['precision'].unique())}; "
           f"to time: {todo or 'nothing'} (repeats {repeats}, min_window_s {window})")
     if not todo:

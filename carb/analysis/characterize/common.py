@@ -12,11 +12,12 @@ import pandas as pd
 
 from carb.data.tiers import STRESS_UTIL_PCT
 from carb.design.arch import PRECISIONS
+from carb.design.identity import BLOCK, DEPTH, STEM, WIDTH
 
 NOT_MEASURED = "not measured"
 #: Knobs analysed per family (``block`` is the family; ``stages`` follows from depth).
-KNOBS_ANALYSED: tuple[str, ...] = ("depth", "batch_size", "width_mult", "input_size", "precision",
-                                   "early_downsample")
+KNOBS_ANALYSED: tuple[str, ...] = (DEPTH, "batch_size", WIDTH, "input_size", "precision",
+                                   STEM)
 FAMILY_ORDER: tuple[str, ...] = ("basic", "bottleneck")
 PRECISION_ORDER: tuple[str, ...] = PRECISIONS
 #: SM-utilization tier edges (%): low < 40 <= mid < 65 (the hardware-stress threshold) <= high.
@@ -47,9 +48,9 @@ def is_measured(df: pd.DataFrame, col: str) -> bool:
 
 def families(df: pd.DataFrame) -> list[str]:
     """Block families present (basic, bottleneck first; rows with no block are left out)."""
-    if "block" not in df.columns:
+    if BLOCK not in df.columns:
         return []
-    present = [str(b) for b in pd.Series(df["block"]).dropna().unique()]
+    present = [str(b) for b in pd.Series(df[BLOCK]).dropna().unique()]
     return [f for f in FAMILY_ORDER if f in present] + sorted(f for f in present if f not in FAMILY_ORDER)
 
 

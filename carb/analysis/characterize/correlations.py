@@ -18,6 +18,7 @@ from carb.analysis.characterize.common import (
 from carb.data.schema import INTERACTION_FEATURES, RUNTIME_FEATURES, TARGETS
 from carb.design.arch import PRECISION_BITS
 from carb.design.features import STATIC_FEATURES
+from carb.design.identity import BLOCK, DEPTH, STEM, WIDTH
 
 
 def numeric_features(df: pd.DataFrame) -> pd.DataFrame:
@@ -26,15 +27,15 @@ def numeric_features(df: pd.DataFrame) -> pd.DataFrame:
     present. Targets and measurement-record columns are not features."""
     ok = ok_only(df)
     out = pd.DataFrame(index=ok.index)
-    for c in ("depth", "width_mult", "input_size", "batch_size"):
+    for c in (DEPTH, WIDTH, "input_size", "batch_size"):
         if c in ok.columns:
             out[c] = numeric(ok, c)
     if "precision" in ok.columns:
         out["precision_bits"] = ok["precision"].map(PRECISION_BITS).astype("float64")
-    if "block" in ok.columns:
-        out["is_bottleneck"] = (ok["block"] == "bottleneck").astype("float64").where(ok["block"].notna())
-    if "early_downsample" in ok.columns:
-        out["early_downsample"] = pd.to_numeric(ok["early_downsample"].astype(object).map(
+    if BLOCK in ok.columns:
+        out["is_bottleneck"] = (ok[BLOCK] == "bottleneck").astype("float64").where(ok[BLOCK].notna())
+    if STEM in ok.columns:
+        out[STEM] = pd.to_numeric(ok[STEM].astype(object).map(
             lambda v: float(bool(v)) if isinstance(v, (bool, np.bool_)) else np.nan), errors="coerce")
     for c in (*STATIC_FEATURES, *RUNTIME_FEATURES, *INTERACTION_FEATURES):
         if c in ok.columns:

@@ -19,6 +19,7 @@ from carb.analysis.characterize.common import (
 )
 from carb.analysis.characterize.knobs import energy_per_gflop
 from carb.data.tiers import BATCH_TIERS, batch_tier
+from carb.design.identity import BLOCK, DEPTH
 
 
 def efficiency(df: pd.DataFrame) -> pd.DataFrame:
@@ -35,7 +36,7 @@ def efficiency(df: pd.DataFrame) -> pd.DataFrame:
         status = NOT_MEASURED + (": " + ", ".join(why) if why else "")
         return pd.DataFrame([{"view": v, "family": "all", "group": None, "n": 0, "mean_J_per_GFLOP": np.nan,
                               "median_J_per_GFLOP": np.nan, "status": status}
-                             for v in ("precision", "batch_tier", "depth")], columns=cols)
+                             for v in ("precision", "batch_tier", DEPTH)], columns=cols)
     ok = ok.assign(_jpg=jpg.to_numpy(), _bt=batch_tier(numeric(ok, "batch_size").to_numpy()))
     rows: list[dict[str, Any]] = []
 
@@ -50,13 +51,13 @@ def efficiency(df: pd.DataFrame) -> pd.DataFrame:
     fams = families(ok)
     tiers = [t for t, _ in BATCH_TIERS]
     for fam in fams:
-        sub = ok[(ok["block"] == fam).fillna(False).to_numpy()]
+        sub = ok[(ok[BLOCK] == fam).fillna(False).to_numpy()]
         add("precision", fam, sub, "precision", sorted_values("precision", list(sub["precision"].dropna().unique())))
     add("batch_tier", "all", ok, "_bt", tiers)
     for fam in fams:
-        sub = ok[(ok["block"] == fam).fillna(False).to_numpy()]
+        sub = ok[(ok[BLOCK] == fam).fillna(False).to_numpy()]
         add("batch_tier", fam, sub, "_bt", tiers)
     for fam in fams:
-        sub = ok[(ok["block"] == fam).fillna(False).to_numpy()]
-        add("depth", fam, sub, "depth", sorted_values("depth", list(sub["depth"].dropna().unique())))
+        sub = ok[(ok[BLOCK] == fam).fillna(False).to_numpy()]
+        add(DEPTH, fam, sub, DEPTH, sorted_values(DEPTH, list(sub[DEPTH].dropna().unique())))
     return pd.DataFrame(rows, columns=cols)

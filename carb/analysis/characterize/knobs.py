@@ -20,6 +20,7 @@ from carb.analysis.characterize.common import (
     sorted_values,
 )
 from carb.data.schema import TARGETS
+from carb.design.identity import BLOCK
 
 
 def energy_per_gflop(df: pd.DataFrame) -> pd.Series:
@@ -43,7 +44,7 @@ def knob_medians(df: pd.DataFrame, knobs: Sequence[str] = KNOBS_ANALYSED,
     measured = {t: is_measured(ok, t) for t in targets}
     rows: list[dict[str, Any]] = []
     for fam in families(ok):
-        sub = ok[(ok["block"] == fam).fillna(False).to_numpy()]
+        sub = ok[(ok[BLOCK] == fam).fillna(False).to_numpy()]
         for knob in knobs:
             if knob not in sub.columns or sub[knob].isna().all():
                 continue

@@ -17,6 +17,7 @@ from carb.analysis.characterize.common import (
     ok_only,
 )
 from carb.data.schema import TARGETS
+from carb.design.identity import BLOCK
 from carb.errors import DatasetError
 
 
@@ -41,8 +42,8 @@ def cross_device_pairs(df_a: pd.DataFrame, df_b: pd.DataFrame, targets: Sequence
     or not unique within a device."""
     a, b = _unique_by_key(df_a, key, "A"), _unique_by_key(df_b, key, "B")
     left = pd.DataFrame({key: a[key].astype(str)})
-    left["family"] = (a["block"].astype(object).where(a["block"].notna(), "other")
-                      if "block" in a.columns else "other")
+    left["family"] = (a[BLOCK].astype(object).where(a[BLOCK].notna(), "other")
+                      if BLOCK in a.columns else "other")
     if "model" in a.columns:
         left["model"] = a["model"].astype(object)
     right = pd.DataFrame({key: b[key].astype(str)})

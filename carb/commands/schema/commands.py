@@ -210,6 +210,16 @@ class ZeroShot(Section):
     power: ZeroShotPower | None = None
 
 
+class ProbeOps(Section):
+    """``ops`` of a probe's plan: how many operations of each kind besides the regular convolutions
+    (:func:`carb.measure.probe.op_plan`; 0: none) and the largest call (million multiply-adds; MB of
+    activations at fp32). A plan without ``ops`` (``probe_run`` of older configs) takes these defaults."""
+
+    per_kind: Index = 4
+    max_MMAC: Positive = 16.0
+    max_MB: Positive = 8.0
+
+
 class ProbeRun(Section):
     """A device probe's plan: ``probe_run`` (``carb-calibrate probe=true``, the short probe of this CPU) and
     ``carb-probe``'s own keys."""
@@ -220,6 +230,7 @@ class ProbeRun(Section):
     precisions: Annotated[list[Precision], Field(min_length=1)] | None
     repeats: Count
     min_window_s: NonNegative
+    ops: ProbeOps | None = None
 
 
 class Calibrate(Command):

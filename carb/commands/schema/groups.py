@@ -388,6 +388,12 @@ class Budget(Section):
     latency_ms: Positive | None
 
 
+class HjScore(Section):
+    """``screen.hj``: CARB's accuracy-energy score (``hj_score``, :mod:`carb.analysis.hj_score`)."""
+
+    accuracy_weight: Annotated[float, Field(ge=0, le=1)]
+
+
 class Screen(Section):
     """``screen``: what ``carb-screen`` scores, keeps and ranks."""
 
@@ -399,7 +405,8 @@ class Screen(Section):
     budget: Budget
     skip_unpredicted_budget: bool
     objective: Literal["energy_J", "latency_ms", "peak_memory_MB", "energy_J_per_image",
-                       "latency_ms_per_image"] | None
+                       "latency_ms_per_image", "hj_score"] | None
+    hj: HjScore
     grid_file: Text | None
     grid_defaults: dict[str, Any] | None
     accuracy: Literal["IMAGENET1K_V1", "IMAGENET1K_V2"] | None

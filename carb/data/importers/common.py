@@ -38,6 +38,7 @@ from carb.data.importers.models import model_knobs
 from carb.data.schema import COLUMNS, MEMORY_KINDS, RUNTIME_FEATURES, TARGETS, conform, validate_dataset
 from carb.design.arch import PRECISIONS, ArchConfig
 from carb.design.features import STATIC_FEATURES, grid_features
+from carb.design.identity import ARCH_COLUMNS, has_resnet_structure
 from carb.errors import CarbError, ConfigError, DatasetError
 
 #: Spellings of the precisions in outside tables -> CARB's (autocast names map to the compute precision).
@@ -53,7 +54,7 @@ SPREADS: dict[str, str] = {"latency_ms": "latency_spread_ms", "energy_J": "energ
 UNMAPPED_COLUMNS = ("source_row", "model", "device_name", "reason")
 #: ``unmapped`` settings: list the rows that do not map and import the rest, or fail on the first.
 UNMAPPED_POLICIES = ("list", "fail")
-_ARCH_KNOBS = ("block", "depth", "width_mult", "inner_mult", "early_downsample", "stages")
+_ARCH_KNOBS = ARCH_COLUMNS   # a ResNet's identity columns (carb.design.identity)
 _KEY = ["device_name", "config_id"]
 _MEDIAN_RECORD = ("latency_std_ms", "n_runs", "n_warmup")
 #: Setting column -> the importer setting that selects one value of it (named in the error).
@@ -84,7 +85,7 @@ def row_config(r: Mapping[str, Any]) -> tuple[ArchConfig | None, str]:
             return None, reason
     else:
         knobs = {k: r[k] for k in _ARCH_KNOBS if given(r.get(k))}
-        if "block" not in knobs or "depth" not in knobs:
+        if not has_resnet_structure(knobs):
             return None, "neither a model name nor block and depth"
     for k in ("input_size", "batch_size"):
         if not given(r.get(k)):

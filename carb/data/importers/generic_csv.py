@@ -24,14 +24,15 @@ import pandas as pd
 
 from carb.data.schema import MEMORY_KINDS
 from carb.data.units import FIELD_UNITS, read_numbers, unit_factor
+from carb.design.identity import ARCH_COLUMNS, RESNET
 from carb.errors import ConfigError
 
 #: The fields a column map or a constant may set.
-FIELDS: tuple[str, ...] = ("model", "block", "depth", "width_mult", "inner_mult", "early_downsample", "stages",
+FIELDS: tuple[str, ...] = ("model", *ARCH_COLUMNS,
                            "input_size", "batch_size", "precision", "device_name", "torch_version",
                            "latency_ms", "energy_J", "peak_memory_MB", "memory_kind", "latency_std_ms",
                            "n_runs", "n_warmup")
-_NUMERIC = ("depth", "width_mult", "inner_mult", "input_size", "batch_size", "latency_ms", "energy_J",
+_NUMERIC = (*RESNET.numeric, "input_size", "batch_size", "latency_ms", "energy_J",
             "peak_memory_MB", "latency_std_ms", "n_runs", "n_warmup")
 
 

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from carb.data.io import load_dataset
+from carb.design.identity import ARCH_COLUMNS, is_zoo
 from carb.errors import DatasetError
 
 #: The files a run writes (run.py: at most 8, flat).
@@ -152,11 +153,13 @@ def run_day(prov: dict[str, Any]) -> str:
 
 def kept_name(prov: dict[str, Any], day: str, seed: int) -> str:
     """The folder name a kept run gets: ``<gpu>-run-<day>-seed<seed>`` (``<gpu>``: the device slug without
-    its vendor, e.g. ``h200`` for 'NVIDIA H200')."""
+    its vendor, e.g. ``h200`` for 'NVIDIA H200'); a zoo run (``--space zoo``) ``<gpu>-zoo-run-<day>-seed<seed>``,
+    so that it never collides with the ResNet run of the same day and seed."""
     slug = str(prov.get("slug") or "gpu")
     for vendor in ("nvidia-", "amd-", "intel-"):
         slug = slug.removeprefix(vendor)
-    return f"{slug}-run-{day}-seed{seed}"
+    zoo = "-zoo" if str(prov.get("space") or "") == "zoo" else ""
+    return f"{slug}{zoo}-run-{day}-seed{seed}"
 
 
 def keep_run(folder: str | Path, keep: str | Path, seed: int, date: str | None = None) -> Path:
@@ -193,7 +196,10 @@ def large_tensor_ratios(path: str | Path) -> dict[str, float]:
 
 
 def dataset_counts(df: pd.DataFrame) -> tuple[int, int]:
-    """``(ok rows, architectures)`` of a dataset: the counts the documents that describe it quote."""
+    """``(ok rows, architectures)`` of a dataset: the counts the documents that describe it quote (a zoo
+    dataset's architectures: its distinct ``model_name`` values)."""
     ok = df[df["status"] == "ok"]
-    arch = ok[["block", "depth", "width_mult", "stages", "inner_mult", "early_downsample"]].astype(str)
+    if is_zoo(ok):   # zoo rows (carb.design.identity.is_zoo)
+        return len(ok), int(ok["model_name"].nunique())
+    arch = ok[list(ARCH_COLUMNS)].astype(str)
     return len(ok), len(arch.drop_duplicates())

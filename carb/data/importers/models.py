@@ -13,6 +13,7 @@ from the builder's.
 from __future__ import annotations
 
 from carb.design.arch import ArchConfig
+from carb.design.identity import resnet_knobs
 
 #: Plain ResNet name -> (block, depth, inner_mult).
 PLAIN_RESNETS: dict[str, tuple[str, int, float]] = {
@@ -47,8 +48,8 @@ def model_knobs(name: object) -> tuple[dict[str, object] | None, str]:
         return None, (f"model {str(name)!r} is not a plain torchvision/timm ResNet; allowed: "
                       f"{sorted(PLAIN_RESNETS)}")
     block, depth, inner = PLAIN_RESNETS[key]
-    return {"block": block, "depth": depth, "width_mult": 1.0, "inner_mult": inner,
-            "early_downsample": True, "num_classes": 1000}, ""
+    return {**resnet_knobs(block=block, depth=depth, width_mult=1.0, inner_mult=inner, early_downsample=True),
+            "num_classes": 1000}, ""
 
 
 def model_config(name: object, input_size: int = 224, batch_size: int = 1, precision: str = "fp32") -> ArchConfig:

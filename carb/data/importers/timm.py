@@ -50,6 +50,7 @@ import pandas as pd
 from carb.data.schema import COLUMNS, conform, validate_dataset
 from carb.data.units import read_numbers
 from carb.design.arch import BYTES_PER_ELEMENT
+from carb.design.identity import RESNET_MARKER, resnet_knobs
 from carb.errors import ConfigError, DatasetError
 from carb.resources import DATA_DIR
 
@@ -201,15 +202,11 @@ def _map_rows(sel: pd.DataFrame) -> pd.DataFrame:
         "torch_version": s["torch"].astype("string"),
         "status": pd.Series(["ok"] * n, index=idx, dtype="string"),
         "missing_reason": pd.Series(reasons, index=idx, dtype="string"),
-        "block": block,
-        "depth": depth,
-        "width_mult": np.where(plain, 1.0, np.nan),
-        "inner_mult": np.where(wide, 2.0, 1.0),
+        **resnet_knobs(block=block, depth=depth, width_mult=np.where(plain, 1.0, np.nan),
+                       inner_mult=np.where(wide, 2.0, 1.0), early_downsample=np.ones(n, dtype=bool), stages=stages),
         "input_size": s["img_size"].astype("int64"),
         "batch_size": s["batch_size"].astype("int64"),
         "precision": s["precision"].map(PRECISIONS).astype("string"),
-        "early_downsample": np.ones(n, dtype=bool),
-        "stages": stages,
         "flops": flops,
         "params": params,
         "param_size_MB": params * weight_bytes / 2**20,
@@ -249,7 +246,7 @@ def import_timm(raw: pd.DataFrame | str | Path | None = None, gpu: str | None = 
     sel = _select(table, gpu, precision, compile, memory_layout, torch, field)
     out = _map_rows(sel)
     if plain_only:
-        out = out[out["block"].notna()].reset_index(drop=True)
+        out = out[out[RESNET_MARKER].notna()].reset_index(drop=True)
         if out.empty:
             raise ConfigError(f"{field}={gpu!r}: the selection holds no plain ResNet rows "
                               f"(timm.plain_only=true)")
