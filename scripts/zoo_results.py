@@ -109,10 +109,10 @@ def zoo_lines(path: Path = ZOO_BENCH) -> list[str]:
            f"From `{z['command']}` (saved in `scripts/data/zoo_bench.json`; last line: `{z['last_line']}`).", ""]
     if "cpu" in z:
         out += [f"Leave-one-family-out on the CPU zoo (`{z['cpu']['data']}`, Zen 4 VM): each family predicted by "
-                "models fitted on the other families only. CARB: a roofline-like log-linear base on the layer "
-                "table (FLOPs, bytes moved, executed operations, batch, bf16) times a LightGBM residual "
-                "correction (latency); the liveness estimate peak_live_MB + param_size_MB times the other "
-                "families' median measured/estimate ratio per precision (memory). HJ: Hidden Joules' "
+                "models fitted on the other families only. CARB: the registered model, the cascade that "
+                "`carb-train data.path=zoo-cpu` fits (the layer table's features from the current tracer, "
+                "physics priors: a roofline for latency, the tracer's liveness peak for memory, each times the "
+                "stage's tree-ensemble correction), refitted once per held-out family. HJ: Hidden Joules' "
                 "log-linear regression on params, GMACs, activations; B1: FLOPs only. Intervals: 90 % "
                 "cross-conformal over held-out families. Energy is not measurable on this VM.", ""]
         out += cpu_summary(z["cpu"]) + [""] + cpu_family_table(z["cpu"]) + [""]

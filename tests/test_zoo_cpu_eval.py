@@ -11,27 +11,66 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from carb.analysis.zoo_cpu_eval import (LATENCY_MODELS, MEMORY_MODELS, CpuZooMemory, PhysicsMemory, evaluate, lofo,
-                                        usable)
+from carb.analysis.zoo_cpu_eval import (LATENCY_MODELS, MEMORY_MODELS, PhysicsMemory, RegisteredCascade, cascade_lofo,
+                                        evaluate, evaluate_zoo, lofo, usable)
 from carb.errors import DatasetError
-from tests.synthetic import cpu_zoo_frame
+from tests.synthetic import cpu_zoo_frame, zoo_schema_frame
 
 ROOT = Path(__file__).resolve().parents[1]
 FAMS = {"a": 2, "b": 1, "c": 3, "d": 1, "e": 2, "f": 1}
 
 
-def test_known_latency_law_carb_near_exact_and_beats_flops_only():
-    table, s, _ = evaluate(cpu_zoo_frame(FAMS), "latency_ms", LATENCY_MODELS)
-    assert s["families"] == len(FAMS)
-    assert s["carb_pooled_pct"] < 3 < s["b1_pooled_pct"]      # bytes, n_ops and bf16 matter in the law
-    assert s["b1_wins"] == len(FAMS)
+#: Real traced networks of 4 families (tests/synthetic.py's known cost law), small enough for a LOFO of the cascade.
+SCHEMA_MODELS = ("tv:squeezenet1_0", "tv:squeezenet1_1", "tv:mobilenet_v3_small", "tv:mobilenet_v2", "tv:resnet18",
+                 "tv:shufflenet_v2_x0_5", "tv:shufflenet_v2_x1_0")
 
 
-def test_memory_recovers_the_allocator_overhead_physics_does_not():
-    table, s, _ = evaluate(cpu_zoo_frame(FAMS, mem_overhead=1.1), "peak_memory_MB", MEMORY_MODELS)
-    assert s["carb_pooled_pct"] < 0.01
-    assert s["physics_pooled_pct"] == pytest.approx(100 / 11, rel=1e-6)   # 1/1.1 - 1
-    assert (table["physics_mape_pct"] > table["carb_mape_pct"]).all()
+def registered():
+    """The cascade carb-train fits, from the shipped config (composed as the command composes it)."""
+    from carb.commands.cli import compose, to_dict
+
+    cfg = compose("train", ["data.path=zoo-cpu"])
+    return lambda: RegisteredCascade(to_dict(cfg.model), to_dict(cfg.features), to_dict(cfg.prior))
+
+
+@pytest.mark.slow
+def test_the_registered_cascade_is_carb_fitted_once_per_family_for_both_targets(monkeypatch):
+    """CARB in the LOFO is the cascade carb-train fits (not a lighter stand-in): one fit per held-out family,
+    never on that family, predicting latency and memory; on a known law it beats B1 and the liveness-only
+    memory estimate (which misses the law's 30 MB constant)."""
+    from carb.model.cascade import CarbCascade
+
+    frame = zoo_schema_frame(SCHEMA_MODELS, sizes=(32, 64), batches=(1, 4, 16))
+    fits = []
+    real = CarbCascade.fit
+    monkeypatch.setattr(CarbCascade, "fit", lambda self, X, y, *a, **k: fits.append(set(X["family"])) or real(self, X, y, *a, **k))
+    res = evaluate_zoo(frame, registered())
+    fams = set(frame["family"])
+    assert len(fits) == len(fams) and all(len(fams - f) == 1 for f in fits)
+    _, lat, _ = res["latency_ms"]
+    _, mem, pred = res["peak_memory_MB"]
+    assert lat["families"] == len(fams) and lat["carb_pooled_pct"] < lat["b1_pooled_pct"]
+    assert mem["carb_pooled_pct"] < 5 < mem["physics_pooled_pct"]
+    assert np.isfinite(pred[["lo_ms", "hi_ms"]].to_numpy()).all()
+
+
+def test_the_cascade_lofo_predicts_each_family_from_the_others_only():
+    frame = usable(cpu_zoo_frame(FAMS))
+
+    class Mean:
+        def fit(self, f):
+            self.fams = set(f["family"])
+            self.lat = f["latency_ms"].mean()
+            return self
+
+        def predict(self, f):
+            assert not self.fams & set(f["family"])
+            return pd.DataFrame({"pred_latency_ms": self.lat}, index=f.index)
+
+    out = cascade_lofo(frame, Mean)
+    for fam, g in frame.groupby("family"):
+        assert np.allclose(out.loc[g.index, "pred_latency_ms"], frame.loc[frame["family"] != fam, "latency_ms"].mean())
+    assert out["pred_peak_memory_MB"].isna().all()   # a target the model does not predict stays NaN
 
 
 def test_lofo_never_fits_on_the_held_out_family():
@@ -55,16 +94,10 @@ def test_lofo_never_fits_on_the_held_out_family():
 def test_intervals_cover_and_are_finite():
     frame = cpu_zoo_frame(FAMS, seed=1)
     frame["latency_ms"] *= np.exp(np.random.default_rng(0).normal(0, 0.1, len(frame)))
-    _, s, pred = evaluate(frame, "latency_ms", LATENCY_MODELS)
+    carb = lofo(usable(frame), {"c": LATENCY_MODELS["hj"]})["pred_c"]
+    _, s, pred = evaluate(frame, "latency_ms", LATENCY_MODELS, carb=carb)
     assert np.isfinite(pred[["lo_ms", "hi_ms"]].to_numpy()).all()
     assert (pred["lo_ms"] < pred["hi_ms"]).all() and 0 < s["coverage"] <= 1 and s["hi_lo"] > 1
-
-
-def test_memory_model_falls_back_to_all_rows_for_an_unseen_precision():
-    f = usable(cpu_zoo_frame(FAMS))
-    m = CpuZooMemory().fit(f[f["precision"] == "fp32"])
-    bf = f[f["precision"] == "bf16"]
-    assert np.allclose(m.predict(bf) / PhysicsMemory().predict(bf), 1.1)
 
 
 def test_missing_column_and_too_few_families_are_one_line():
@@ -72,11 +105,18 @@ def test_missing_column_and_too_few_families_are_one_line():
         usable(cpu_zoo_frame(FAMS).drop(columns="peak_live_MB"))
     with pytest.raises(DatasetError, match="2 families"):
         evaluate(cpu_zoo_frame({"a": 1, "b": 1}), "latency_ms", LATENCY_MODELS)
+    with pytest.raises(DatasetError, match="no CARB predictions"):
+        evaluate(cpu_zoo_frame(FAMS), "latency_ms", LATENCY_MODELS)
 
 
+@pytest.mark.slow
 def test_bench_cpu_part_last_line_and_saved_figures(tmp_path):
     data, out = tmp_path / "zoo.parquet", tmp_path / "zoo_bench.json"
-    cpu_zoo_frame(FAMS).to_parquet(data)
+    frame = zoo_schema_frame(SCHEMA_MODELS, sizes=(32,), batches=(1, 4))
+    frame.to_parquet(data)
+    FAMS = frame.groupby("family")["model_name"].nunique().to_dict()
+    out.write_text(json.dumps({"command": "gpu run", "gpu": [], "gpu_no_trace": [{"device": "kept"}],
+                               "cpu": {"old": 1}}))
     r = subprocess.run([sys.executable, str(ROOT / "scripts/bench/zoo.py"), "--part", "cpu", "--cpu-data", str(data),
                         "--no-screen", "--trace-cold-s", "45.1", "--out", str(out)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
@@ -87,6 +127,8 @@ def test_bench_cpu_part_last_line_and_saved_figures(tmp_path):
         assert key in last
     saved = json.loads(out.read_text())
     assert saved["last_line"] == last
+    assert saved["gpu_no_trace"] == [{"device": "kept"}] and "old" not in saved["cpu"]   # CPU keys replaced only
+    assert saved["gpu_command"] == "gpu run" and "--part cpu" in saved["command"]
     assert {r["family"] for r in saved["cpu"]["latency"]["table"]} == set(FAMS)
     from scripts.zoo_results import zoo_lines
 

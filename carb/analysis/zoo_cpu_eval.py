@@ -8,26 +8,27 @@ per network: ``params``, ``param_size_MB`` (at the row's precision), ``n_ops``),
 ``peak_memory_MB``. Every family is held out in turn (``min_models=1``: most CPU-zoo families have one
 network); the models are fitted on every other family's rows and predict the held-out one.
 
+CARB (``carb``) is the registered model: the :class:`carb.model.cascade.CarbCascade` that ``carb-train
+data.path=zoo-cpu`` fits (its zoo input path: the layer table's features from the current tracer, the
+physics priors under each stage; :class:`RegisteredCascade`, built from the same config sections), fitted
+once per held-out family on every other family's rows, predicting latency and memory from that one fit
+(:func:`cascade_lofo`). Beside it, on the same splits:
+
 Latency (log time per image, as :mod:`carb.model.zoo_latency`):
 - ``b1``: FLOPs only, ``log t = a + b log FLOPs``;
-- ``hj``: Hidden Joules' regression on log params, log GMACs, log activations;
-- ``carb``: :class:`CpuZooLatency`, a roofline-like log-linear base on the layer table (compute FLOPs,
-  bytes moved, executed-operation count: the kernel-launch / dispatch term, batch, and a bf16 term with its
-  own FLOP slope) times a small LightGBM correction of its log residual on the same features and their
-  ratios (arithmetic intensity, liveness peak per FLOP). A lighter model than the full ``carb-train``
-  cascade (31 refits on 2 cores), from the same layer-table features and priors.
+- ``hj``: Hidden Joules' regression on log params, log GMACs, log activations.
 
 Memory (log peak MB per batch):
 - ``physics``: the liveness estimate ``peak_live_MB + param_size_MB``, no fitting;
-- ``b1`` / ``hj``: the same two regressions on log peak memory (per batch);
-- ``carb``: :class:`CpuZooMemory`, the liveness estimate times the training families' median ratio
-  measured / estimate per precision (the allocator's overhead).
+- ``b1`` / ``hj``: the same two regressions on log peak memory (per batch).
 
-Intervals: 90 % cross-conformal over families (:func:`carb.analysis.zoo_eval.family_intervals`).
+Intervals: 90 % cross-conformal over families (:func:`carb.analysis.zoo_eval.family_intervals`: each held-out
+family's band from the other held-out families' log ratios, each family weighing alike).
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -103,35 +104,6 @@ class LogLinear:
         return out * frame["batch_size"].to_numpy(float) if self.per_image else out
 
 
-#: The latency base: compute, bytes, dispatch count, batch and bf16's own compute slope.
-LAT_BASE: tuple[str, ...] = ("log_flops", "log_bytes", "log_n_ops", "log_batch", "bf16", "bf16_log_flops")
-
-
-class CpuZooLatency:
-    """CARB's CPU-zoo latency model: :data:`LAT_BASE` log-linear times a LightGBM correction of its log
-    residual on every :func:`features` column (shallow trees, ``n_estimators`` rounds, 1 thread)."""
-
-    def __init__(self, n_estimators: int = 200, learning_rate: float = 0.03, num_leaves: int = 7,
-                 min_child_samples: int = 15, seed: int = 0):
-        self.kw = dict(n_estimators=n_estimators, learning_rate=learning_rate, num_leaves=num_leaves,
-                       min_child_samples=min_child_samples, subsample=0.8, subsample_freq=1,
-                       colsample_bytree=0.8, random_state=seed, n_jobs=1, verbose=-1)
-
-    def fit(self, frame: pd.DataFrame) -> CpuZooLatency:
-        """Fit on ``frame`` (rows of :func:`usable`); returns self."""
-        from lightgbm import LGBMRegressor
-
-        self.base_ = LogLinear("latency_ms", LAT_BASE, per_image=True).fit(frame)
-        resid = self.base_._y(frame) - self.base_.predict_log(frame)
-        self.booster_ = LGBMRegressor(**self.kw).fit(features(frame), resid)
-        return self
-
-    def predict(self, frame: pd.DataFrame) -> np.ndarray:
-        """``latency_ms`` per batch (n,)."""
-        log = self.base_.predict_log(frame) + self.booster_.predict(features(frame))
-        return np.exp(log) * frame["batch_size"].to_numpy(float)
-
-
 class PhysicsMemory:
     """The liveness estimate, no fitting: ``peak_live_MB + param_size_MB`` (n,)."""
 
@@ -144,34 +116,15 @@ class PhysicsMemory:
         return frame["peak_live_MB"].to_numpy(float) + frame["param_size_MB"].to_numpy(float)
 
 
-class CpuZooMemory(PhysicsMemory):
-    """CARB's CPU-zoo memory model: the liveness prior (:class:`PhysicsMemory`) times the median ratio
-    measured / prior of the training rows (the allocator's overhead), per precision (fp32 / bf16)."""
-
-    def fit(self, frame: pd.DataFrame) -> CpuZooMemory:
-        """The median log ratio per precision (all rows' where a precision is absent); returns self."""
-        r = pd.Series(np.log(frame["peak_memory_MB"].to_numpy(float) / super().predict(frame)), index=frame.index)
-        self.all_ = float(r.median())
-        self.by_ = r.groupby(frame["precision"].astype(str)).median().to_dict()
-        return self
-
-    def predict(self, frame: pd.DataFrame) -> np.ndarray:
-        """Peak memory in MB (n,)."""
-        off = frame["precision"].astype(str).map(self.by_).fillna(self.all_).to_numpy(float)
-        return super().predict(frame) * np.exp(off)
-
-
 #: Latency models compared, by column prefix.
 LATENCY_MODELS: dict[str, Callable[[], object]] = {
     "b1": lambda: LogLinear("latency_ms", ("log_flops",), per_image=True),
-    "hj": lambda: LogLinear("latency_ms", ("log_params_M", "log_flops", "log_act"), per_image=True),
-    "carb": CpuZooLatency}
+    "hj": lambda: LogLinear("latency_ms", ("log_params_M", "log_flops", "log_act"), per_image=True)}
 #: Memory models compared, by column prefix.
 MEMORY_MODELS: dict[str, Callable[[], object]] = {
     "b1": lambda: LogLinear("peak_memory_MB", ("log_flops_batch",), per_image=False),
     "hj": lambda: LogLinear("peak_memory_MB", ("log_params_M", "log_flops_batch", "log_act_batch"), per_image=False),
-    "physics": PhysicsMemory,
-    "carb": CpuZooMemory}
+    "physics": PhysicsMemory}
 
 
 def lofo(frame: pd.DataFrame, models: Mapping[str, Callable[[], object]]) -> pd.DataFrame:
@@ -187,15 +140,63 @@ def lofo(frame: pd.DataFrame, models: Mapping[str, Callable[[], object]]) -> pd.
     return out
 
 
+class RegisteredCascade:
+    """What ``carb-train`` fits on the same rows: :func:`carb.model.presets.resolve_auto` of ``model`` for the
+    training rows' count, then :func:`carb.model.presets.build_cascade` with ``features`` and ``prior``
+    (plain config sections, as the command passes them), fitted on the measured targets."""
+
+    def __init__(self, model: Mapping[str, Any], features: Mapping[str, Any], prior: Mapping[str, Any] | None):
+        self.model, self.features, self.prior = dict(model), dict(features), prior
+
+    def fit(self, frame: pd.DataFrame) -> RegisteredCascade:
+        """Fit on ``frame`` (zoo rows with their targets); returns self."""
+        from carb.data.schema import TARGETS
+        from carb.model.presets import build_cascade, resolve_auto
+
+        cfg, self.preset_ = resolve_auto(self.model, len(frame))
+        targets = [t for t in TARGETS if t in frame.columns and frame[t].notna().any()]
+        self.cascade_ = build_cascade(cfg, self.features, self.prior).fit(frame, frame[targets])
+        return self
+
+    def predict(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """``pred_<target>`` per fitted target (n rows, index of ``frame``)."""
+        return self.cascade_.predict(frame)
+
+
+def cascade_lofo(rows: pd.DataFrame, make: Callable[[], Any],
+                 progress: Callable[[str], None] | None = None) -> pd.DataFrame:
+    """``pred_latency_ms`` and ``pred_peak_memory_MB`` (index of ``rows``) of every family from one fit of
+    ``make()`` (e.g. :class:`RegisteredCascade`) on every other family's rows; ``progress`` gets each
+    family's name as it is held out."""
+    out = pd.DataFrame(np.nan, index=rows.index, columns=["pred_latency_ms", "pred_peak_memory_MB"])
+    fam = rows["family"].astype(str).to_numpy()
+    for f in np.unique(fam):
+        if progress is not None:
+            progress(f)
+        test = fam == f
+        pred = make().fit(rows[~test]).predict(rows[test])
+        for c in out.columns:
+            if c in pred:
+                out.loc[test, c] = pred[c].to_numpy(float)
+    return out
+
+
 def evaluate(frame: pd.DataFrame, target: str, models: Mapping[str, Callable[[], object]],
-             coverage: float = 0.9) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
+             coverage: float = 0.9, carb: Any = None) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
     """LOFO of ``target`` (``latency_ms`` or ``peak_memory_MB``) over every family of a measured zoo:
     (per-family table, summary as :func:`carb.analysis.zoo_eval.device_summary` gives it with the target's
-    column, predictions with intervals). Needs >= 3 families."""
+    column, predictions with intervals). ``carb``: CARB's LOFO predictions of ``usable(frame)``'s rows
+    ((n,), :func:`cascade_lofo`), else ``models`` must hold a ``carb`` entry. Needs >= 3 families."""
     rows = usable(frame)
     if rows["family"].nunique() < 3:
         raise DatasetError(f"zoo LOFO: {rows['family'].nunique()} families; need at least 3")
-    pred = family_intervals(lofo(rows, models), coverage=coverage, target=target)
+    pred = lofo(rows, models)
+    if carb is not None:
+        pred["pred_carb"] = np.asarray(carb, float)
+        models = {**models, "carb": None}
+    if "pred_carb" not in pred:
+        raise DatasetError("zoo LOFO: no CARB predictions (give carb= or a 'carb' model)")
+    pred = family_intervals(pred, coverage=coverage, target=target)
     table = family_table(pred, tuple(models), target=target)
     as_lat = pred if target == "latency_ms" else (
         pred.drop(columns=["latency_ms"]).rename(columns={target: "latency_ms"}))
@@ -207,3 +208,19 @@ def evaluate(frame: pd.DataFrame, target: str, models: Mapping[str, Callable[[],
             summ[f"{m}_mape_max"] = float(table[f"{m}_mape_pct"].max())
             summ[f"{m}_within20_fams"] = int((table[f"{m}_mape_pct"] <= 20).sum())
     return table, summ, pred
+
+
+def evaluate_zoo(frame: pd.DataFrame, make: Callable[[], Any], coverage: float = 0.9,
+                 progress: Callable[[str], None] | None = None) -> dict[str, tuple[pd.DataFrame, dict, pd.DataFrame]]:
+    """LOFO of latency and memory with CARB = ``make()`` (:class:`RegisteredCascade`), fitted once per held-out
+    family for both targets: ``{"latency_ms": evaluate(...), "peak_memory_MB": evaluate(...)}``. Every model
+    reads the layer-table columns of the current tracer (:func:`carb.model.cascade_data.with_zoo_kinds`; the
+    stored ones where it refuses a network), the cascade as it does itself and the baselines alike."""
+    from carb.model.cascade_data import with_zoo_kinds
+
+    rows = usable(with_zoo_kinds(frame, ()))
+    if rows["family"].nunique() < 3:
+        raise DatasetError(f"zoo LOFO: {rows['family'].nunique()} families; need at least 3")
+    carb = cascade_lofo(rows, make, progress)
+    return {t: evaluate(rows, t, models, coverage, carb=carb[f"pred_{t}"].to_numpy(float))
+            for t, models in (("latency_ms", LATENCY_MODELS), ("peak_memory_MB", MEMORY_MODELS))}

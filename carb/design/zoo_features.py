@@ -117,13 +117,21 @@ def zoo_kind_columns(frame: Any) -> dict[str, Any]:
     """:data:`ZOO_KIND_FEATURES` for the n rows of ``frame`` (columns ``model_name``, ``input_size``,
     ``batch_size``, ``precision``), ``{column: (n,) float array}``: each distinct (model, size, precision)
     traced once (cached), times the row's batch size. A model the tracer refuses gets NaN."""
+    cols = layer_columns(frame)
+    return {c: cols[c] for c in ZOO_KIND_FEATURES}
+
+
+def layer_columns(frame: Any) -> dict[str, Any]:
+    """:data:`ZOO_STATIC` and :data:`ZOO_KIND_FEATURES` of the n rows of ``frame`` (as
+    :func:`zoo_kind_columns`) from the current tracer, ``{column: (n,) float array}``; NaN where the tracer
+    refuses the model (e.g. a ``module:`` name: its stored columns are all there is)."""
     import numpy as np
     import pandas as pd
 
     from carb.errors import ZooError
 
     n = len(frame)
-    out = {c: np.full(n, np.nan) for c in ZOO_KIND_FEATURES}
+    out = {c: np.full(n, np.nan) for c in (*ZOO_STATIC, *ZOO_KIND_FEATURES)}
     if not n:
         return out
     prec = (frame["precision"].astype(str) if "precision" in frame.columns
@@ -137,9 +145,12 @@ def zoo_kind_columns(frame: Any) -> dict[str, Any]:
             s = zoo_summary(name, int(size), p)
         except ZooError:
             continue
-        rows = codes == j
+        rows = np.flatnonzero(codes == j)
         for c, v in kinds_of(s, batch[rows]).items():
             out[c][rows] = v
+        for i in rows:
+            for c, v in static_of(s, int(batch[i])).items():
+                out[c][i] = v
     return out
 
 

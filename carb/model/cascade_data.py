@@ -62,11 +62,17 @@ def prepare(X: pd.DataFrame, features: Sequence[str], feature_set: str, what: st
 
 
 def with_zoo_kinds(X: pd.DataFrame, features: Sequence[str]) -> pd.DataFrame:
-    """``X`` with the layer table's per-kind columns (:func:`carb.design.zoo_features.zoo_kind_columns`)
-    added where ``features`` names them and a zoo frame lacks them (each network traced once, cached), and
+    """``X`` with the layer table's columns from the current tracer
+    (:func:`carb.design.zoo_features.layer_columns`; each network traced once, cached): the per-kind columns
+    added where ``features`` names them and a zoo frame lacks them, and the static columns
+    (:data:`carb.design.zoo_features.ZOO_STATIC`) a zoo frame has replaced where the tracer knows the model.
+    So the rows a model is fitted on and the names it predicts read one tracer: a dataset's stored
+    columns are the tracer's of the day it was collected (``zoo-cpu``'s ``peak_live_MB`` predates the
+    integer-storage fix of :mod:`carb.design.trace`, 21 % under SqueezeNet's measured peak at bf16). Also
     the device probe's per-operation time (:func:`carb.model.op_cost.with_probe_op_ms`) where ``features``
     names ``probe_op_ms`` (opt-in: no default feature list does)."""
-    from carb.design.zoo_features import ZOO_KIND_FEATURES
+    from carb.design.identity import is_zoo
+    from carb.design.zoo_features import ZOO_KIND_FEATURES, ZOO_STATIC
     from carb.model.op_cost import PROBE_OP_FEATURE
 
     if PROBE_OP_FEATURE in features and PROBE_OP_FEATURE not in X.columns and "model_name" in X.columns:
@@ -74,14 +80,21 @@ def with_zoo_kinds(X: pd.DataFrame, features: Sequence[str]) -> pd.DataFrame:
 
         X = with_probe_op_ms(X)
 
-    need = [f for f in features if f in ZOO_KIND_FEATURES and f not in X.columns]
-    if not need or "model_name" not in X.columns:
+    if not is_zoo(X) or not {"input_size", "batch_size"} <= set(X.columns):
         return X
-    from carb.design.zoo_features import zoo_kind_columns
+    need = [f for f in features if f in ZOO_KIND_FEATURES and f not in X.columns]
+    stored = [c for c in ZOO_STATIC if c in X.columns]
+    if not need and not stored:
+        return X
+    from carb.design.zoo_features import layer_columns
     from carb.model.encoding import with_columns
 
-    cols = zoo_kind_columns(X)
-    return with_columns(X, {c: cols[c] for c in need})
+    cols = layer_columns(X)
+    fresh = {c: cols[c] for c in need}
+    for c in stored:   # the tracer's value where it knows the model, the stored one where it refuses it
+        old = pd.to_numeric(X[c], errors="coerce").to_numpy(float)
+        fresh[c] = np.where(np.isfinite(cols[c]), cols[c], old)
+    return with_columns(X, fresh)
 
 
 def internal_split(X: pd.DataFrame, y: pd.DataFrame, val_fraction: float, random_state: int) -> Frames:

@@ -2,12 +2,15 @@
 timm's published benchmark files.
 
 CPU part (``--part cpu|all``; :mod:`carb.analysis.zoo_cpu_eval`): leave-one-family-out over every family of
-the measured CPU zoo (``carb/data/zoo-cpu.parquet``, or ``--cpu-data``), latency and peak memory: CARB's
-CPU-zoo models beside B1 and Hidden Joules' regression on the same splits (memory also beside the
-liveness estimate ``peak_live_MB + param_size_MB``, no fitting); 90 % cross-conformal family intervals.
+the measured CPU zoo (``carb/data/zoo-cpu.parquet``, or ``--cpu-data``), latency and peak memory: CARB is the
+registered model, the cascade ``carb-train data.path=<data>`` fits (its config composed as the command
+composes it, ``--train-override`` adds overrides), fitted once per held-out family, beside B1 and Hidden
+Joules' regression on the same splits (memory also beside the liveness estimate ``peak_live_MB +
+param_size_MB``, no fitting); 90 % cross-conformal family intervals.
 ``screen_s``: a zoo screening after load (the shipped zoo list x 8 batch sizes x 3 precisions x 3 input
-sizes: featurized from the cached layer tables, latency and memory predicted, Pareto front of latency
-vs -top1), timed once the tables are cached (the first pass warms the cache and is not timed).
+sizes: featurized from the cached layer tables, latency and memory predicted by the cascade fitted on
+every row, Pareto front of latency vs -top1), timed once the tables are cached (the first pass warms the
+cache and is not timed).
 ``trace_cold_s`` is read from ``scripts/data/zoo_trace_bench.json`` (``scripts/bench/trace.py``'s
 measurement, with its provenance) or given with ``--trace-cold-s``.
 
@@ -98,14 +101,25 @@ def cpu_block(target: str, table: pd.DataFrame, s: dict) -> str:
     return head + "\n" + t.to_string(index=False, float_format=lambda v: f"{v:.2f}")
 
 
-def screen_seconds(cpu: pd.DataFrame) -> tuple[float, int]:
+def registered(path: Path, overrides: list[str]):
+    """A factory of :class:`carb.analysis.zoo_cpu_eval.RegisteredCascade` with the model, features and prior
+    sections that ``carb-train data.path=<path> <overrides>`` composes."""
+    from carb.analysis.zoo_cpu_eval import RegisteredCascade
+    from carb.commands.cli import compose, to_dict
+
+    cfg = compose("train", [f"data.path={path}", *overrides])
+    model, features, prior = to_dict(cfg.model), to_dict(cfg.features), to_dict(cfg.prior)
+    return lambda: RegisteredCascade(model, features, prior)
+
+
+def screen_seconds(cpu: pd.DataFrame, make) -> tuple[float, int]:
     """(seconds, candidates) of a zoo screening after load: the shipped zoo list (``conf/space/zoo.yaml``)
     x 8 batch sizes x 3 precisions x 3 input sizes featurized from the cached layer tables, latency and
-    memory predicted by CARB's CPU-zoo models (fitted on ``cpu``, not timed), Pareto front of latency vs
-    -top1. A first pass warms the layer-table cache (not timed)."""
+    memory predicted by the registered cascade (``make()`` fitted on ``cpu``, not timed), Pareto front of
+    latency vs -top1. A first pass warms the layer-table cache (not timed)."""
     import yaml
 
-    from carb.analysis.zoo_cpu_eval import CpuZooLatency, CpuZooMemory, usable
+    from carb.analysis.zoo_cpu_eval import usable
     from carb.analysis.zoo_screen import zoo_candidates
     from carb.design.arch import PRECISIONS
     from carb.analysis.scale import pareto_mask
@@ -113,27 +127,29 @@ def screen_seconds(cpu: pd.DataFrame) -> tuple[float, int]:
     space = yaml.safe_load((ROOT / "conf/space/zoo.yaml").read_text())
     space |= {"mode": "grid", "max_flops": None, "batch_sizes": [1, 2, 4, 8, 16, 32, 64, 128],
               "precisions": list(PRECISIONS)[:3], "input_sizes": [128, 160, 224]}
-    rows = usable(cpu)
-    lat, mem = CpuZooLatency().fit(rows), CpuZooMemory().fit(rows)
-    zoo_candidates(space)                      # warm the layer-table cache
+    model = make().fit(usable(cpu))
+    model.predict(zoo_candidates(space)[0])    # warm the layer-table caches
     t0 = time.perf_counter()
     cand, _ = zoo_candidates(space)
-    cand["latency_ms"] = lat.predict(cand)
-    cand["peak_memory_MB"] = mem.predict(cand)
+    pred = model.predict(cand)
+    cand["latency_ms"] = pred["pred_latency_ms"].to_numpy(float)
+    cand["peak_memory_MB"] = pred["pred_peak_memory_MB"].to_numpy(float)
     top1 = pd.to_numeric(cand["top1"], errors="coerce").fillna(0.0).to_numpy(float)
     pareto_mask(np.c_[cand["latency_ms"].to_numpy(float), -top1])
     return time.perf_counter() - t0, len(cand)
 
 
-def cpu_part(path: Path) -> tuple[dict, pd.DataFrame]:
-    """LOFO of the CPU zoo at ``path`` (latency and memory): prints the tables; returns the JSON part
-    and the frame."""
-    from carb.analysis.zoo_cpu_eval import LATENCY_MODELS, MEMORY_MODELS, evaluate
+def cpu_part(path: Path, make) -> tuple[dict, pd.DataFrame]:
+    """LOFO of the CPU zoo at ``path`` (latency and memory), CARB = ``make()`` (the registered cascade): prints
+    the tables; returns the JSON part and the frame."""
+    from carb.analysis.zoo_cpu_eval import evaluate_zoo
 
     cpu = pd.read_parquet(path)
-    out = {"data": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)}
-    for key, target, models in (("latency", "latency_ms", LATENCY_MODELS), ("memory", "peak_memory_MB", MEMORY_MODELS)):
-        table, s, _ = evaluate(cpu, target, models)
+    out = {"data": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path),
+           "carb": "registered cascade (carb-train data.path=<data>), refitted per held-out family"}
+    res = evaluate_zoo(cpu, make, progress=lambda f: print(f"  holding out {f}", file=sys.stderr, flush=True))
+    for key, target in (("latency", "latency_ms"), ("memory", "peak_memory_MB")):
+        table, s, _ = res[target]
         print(cpu_block(target, table, s), flush=True)
         out[key] = {"summary": s, "table": table.round(4).to_dict(orient="records")}
     return out, cpu
@@ -202,6 +218,23 @@ def last_line(cpu: dict | None, gpu: list[dict], n_models: int, trace_s: float, 
             f"trace_cold_s={trace_s:.1f} screen_s={screen_s:.2f}")
 
 
+def kept_gpu(path: Path, out: dict, models: set[str]) -> tuple[dict, list[dict], set[str]]:
+    """For ``--part cpu``: ``out`` with the GPU keys (``gpu``, ``gpu_no_trace``, and ``gpu_command``: the command
+    that made them) of the figures already saved at ``path`` (a file without them, or none: nothing kept), the saved GPU summaries and ``models`` with
+    timm's networks when a GPU part was kept."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return out, [], models
+    kept = {k: old[k] for k in ("gpu", "gpu_no_trace") if k in old}
+    gpu = list(kept.get("gpu") or [])
+    if kept and old.get("command"):   # the run that made the GPU part
+        kept["gpu_command"] = old.get("gpu_command", old["command"])
+    if gpu:
+        models = models | set(load_zoo_bench()["model"].astype(str))
+    return {**out, **kept}, gpu, models
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--part", default="all", choices=["all", "cpu", "gpu"], help="CPU zoo, timm's files, or both")
@@ -220,6 +253,8 @@ def main() -> None:
     ap.add_argument("--table", action="store_true", help="print every family, not the 10 worst")
     ap.add_argument("--no-screen", action="store_true", help="skip the screening timing (screen_s=nan)")
     ap.add_argument("--trace-cold-s", type=float, default=None, help="trace_cold_s (default: the recorded file)")
+    ap.add_argument("--train-override", action="append", default=[], metavar="KEY=VALUE",
+                    help="a carb-train override for the CPU zoo's registered cascade (repeatable)")
     ap.add_argument("--out", default=str(ROOT / "scripts/data/zoo_bench.json"), help="JSON of the figures")
     args = ap.parse_args()
     t0 = time.perf_counter()
@@ -232,7 +267,8 @@ def main() -> None:
             if not path.is_file():
                 print(f"--cpu-data: {path} is not a file; allowed: a measured zoo parquet", file=sys.stderr)
                 raise SystemExit(2)
-            cpu, cpu_frame = cpu_part(path)
+            make = registered(path, args.train_override)
+            cpu, cpu_frame = cpu_part(path, make)
             out["cpu"] = cpu
             models |= set(cpu_frame["model_name"].astype(str))
         if args.part in ("all", "gpu"):
@@ -241,7 +277,9 @@ def main() -> None:
             models |= set(load_zoo_bench()["model"].astype(str)) if gpu else set()
             if args.gpu_no_trace_too and not args.no_trace:
                 out["gpu_no_trace"] = gpu_part(args, trace=False)
-        screen_s, n_cand = (float("nan"), 0) if args.no_screen or cpu_frame is None else screen_seconds(cpu_frame)
+        screen_s, n_cand = (float("nan"), 0) if args.no_screen or cpu_frame is None else screen_seconds(cpu_frame, make)
+        if args.part == "cpu":   # keep the GPU part a previous run saved: the last line is over both
+            out, gpu, models = kept_gpu(Path(args.out), out, models)
     print(f"screening: {n_cand} candidates in {screen_s:.2f} s after load")
     trace_s = trace_cold(args.trace_cold_s)
     line = last_line(cpu, gpu, len(models), trace_s, screen_s)
