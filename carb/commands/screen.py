@@ -360,10 +360,7 @@ def _print_axes(result: Any, users: list[str]) -> None:
             missing = int((col.isna() | (col.astype(str) == "")).sum() if text
                           else pd.to_numeric(col, errors="coerce").isna().sum())
             parts.append(f"{c} ({missing} of {len(scored)} without a value)" if missing else c)
-        import textwrap
-
-        print(textwrap.fill(f"passed through to every output: {', '.join(parts)}", width=TABLE_WIDTH,
-                            subsequent_indent="  ", break_on_hyphens=False))
+        print(wrap_line(f"passed through to every output: {', '.join(parts)}", TABLE_WIDTH))
     if result.require:
         limits = ", ".join(f"{k} {'>=' if mx else '<='} {v:g}" for k, (v, mx) in result.require.items())
         print(f"require {limits}: {result.stages.get('n_require_below', 0)} rejected, "
