@@ -251,21 +251,24 @@ BLOCKER = textwrap.dedent("""
 """)
 
 
+#: The settings of a quick run on the fake device (every key but ``space``): the end-to-end tests' run.yaml.
+FAKE_RUN = textwrap.dedent("""
+    seed: 0
+    protocol: {k_periods: 4.0, m_latencies: 5.0, min_runs: 3, warmup_s: 0.02, min_warmup: 2, poll_s: 0.002,
+               kernels: true, overhead_s: 0.05}
+    period_probe_s: 0.3
+    write_every: 2
+    margin_s: 3
+    drift_configs: 2
+    latency_prior: {rate_flops_per_ms: 1.0e8, a_ms: 1.0, safety: 1.5}
+    build_s: 0.3
+""").lstrip()
+
+
 @pytest.mark.slow
 def test_run_py_end_to_end_on_a_fake_device_with_only_the_allowed_imports(tmp_path):
     cfg = tmp_path / "run.yaml"
-    cfg.write_text(textwrap.dedent("""
-        space: smoke
-        seed: 0
-        protocol: {k_periods: 4.0, m_latencies: 5.0, min_runs: 3, warmup_s: 0.02, min_warmup: 2, poll_s: 0.002,
-                   kernels: true, overhead_s: 0.05}
-        period_probe_s: 0.3
-        write_every: 2
-        margin_s: 3
-        drift_configs: 2
-        latency_prior: {rate_flops_per_ms: 1.0e8, a_ms: 1.0, safety: 1.5}
-        build_s: 0.3
-    """))
+    cfg.write_text("space: smoke\n" + FAKE_RUN)
     out = tmp_path / "out"
     r = subprocess.run([sys.executable, "-c", BLOCKER, "carb.measure.gpu_run", "--minutes", "0.5",
                         "--out", str(out), "--fake-device", "--config", str(cfg)],

@@ -17,7 +17,7 @@ import yaml
 from carb.measure import gpu_run
 from carb.measure.gpu_zoo import plan_space, zoo_plan
 from carb.resources import CONF_DIR
-from tests.test_gpu_run import BLOCKER, ROOT
+from tests.test_gpu_run import BLOCKER, FAKE_RUN, ROOT
 
 #: The blocker of tests/test_gpu_run.py less matplotlib, scipy and scikit-learn: the GPU machine's image has
 #: those three (/work/.library/device/KINDS.md), and importing torchvision there makes torch._dynamo ask
@@ -96,17 +96,7 @@ def test_a_network_whose_constructor_fails_is_refused_and_skipped(tmp_path, monk
 @pytest.mark.slow
 def test_zoo_run_end_to_end_on_a_fake_device_with_only_the_allowed_imports(tmp_path):
     cfg = tmp_path / "run.yaml"
-    cfg.write_text(textwrap.dedent("""
-        space: paper
-        seed: 0
-        protocol: {k_periods: 4.0, m_latencies: 5.0, min_runs: 3, warmup_s: 0.02, min_warmup: 2, poll_s: 0.002,
-                   kernels: true, overhead_s: 0.05}
-        period_probe_s: 0.3
-        write_every: 2
-        margin_s: 3
-        drift_configs: 2
-        latency_prior: {rate_flops_per_ms: 1.0e8, a_ms: 1.0, safety: 1.5}
-        build_s: 0.3
+    cfg.write_text("space: paper\n" + FAKE_RUN + textwrap.dedent("""
         zoo: {space: zoo, models: [tv:squeezenet1_1, timm:lcnet_050, timm:no_such_net_zz], input_sizes: [64],
               batch_sizes: [1, 2], precisions: [fp32, bf16]}
     """))
