@@ -305,6 +305,7 @@ def test_run_py_end_to_end_on_a_fake_device_with_only_the_allowed_imports(tmp_pa
     ("protocol: {k_periods: 6.0, bogus: 1}\n", "protocol: unknown setting(s) ['bogus']"),
     ("- not a mapping\n", "must be a mapping of settings"),
     ("protocol: {k_periods: [\n", "cannot read the settings"),
+    ("space: nope\n", "space: 'nope' is not a known space"),
 ])
 def test_a_bad_settings_file_is_one_line_and_exit_2_before_anything_starts(tmp_path, capsys, text, needle):
     from carb.measure import gpu_run

@@ -489,6 +489,10 @@ def main(argv: list[str] | None = None) -> int:
             from carb.measure.gpu_zoo import zoo_plan as make_zoo_plan
 
             zoo_plan = make_zoo_plan(cfg, int(cfg.get("seed", 0)))
+        else:   # the space plan() expands, checked before anything is written
+            from carb.design.space import space_config
+
+            space_config(str(cfg.get("space", "paper")))
     except ValueError as exc:   # bad input: one line, exit 2, nothing started
         print(f"carb.measure.gpu_run: error: {exc}", file=sys.stderr)
         return 2
