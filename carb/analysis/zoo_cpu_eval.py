@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from carb.analysis.zoo_eval import device_summary, family_intervals, family_table
+from carb.analysis.zoo_eval import device_summary, family_intervals, family_table, lofo_splits
 from carb.errors import DatasetError
 
 #: Columns a measured zoo row needs here.
@@ -130,13 +130,11 @@ MEMORY_MODELS: dict[str, Callable[[], object]] = {
 def lofo(frame: pd.DataFrame, models: Mapping[str, Callable[[], object]]) -> pd.DataFrame:
     """``frame`` with ``pred_<name>`` per model: each family predicted by a fit on every other family."""
     out = frame.copy()
-    fam = frame["family"].to_numpy()
     for k in models:
         out[f"pred_{k}"] = np.nan
-    for f in np.unique(fam):
-        test = fam == f
+    for _, train, test in lofo_splits(frame, sorted(frame["family"].astype(str).unique())):
         for k, make in models.items():
-            out.loc[test, f"pred_{k}"] = make().fit(frame[~test]).predict(frame[test])
+            out.loc[test, f"pred_{k}"] = make().fit(frame[train]).predict(frame[test])
     return out
 
 
@@ -169,12 +167,10 @@ def cascade_lofo(rows: pd.DataFrame, make: Callable[[], Any],
     ``make()`` (e.g. :class:`RegisteredCascade`) on every other family's rows; ``progress`` gets each
     family's name as it is held out."""
     out = pd.DataFrame(np.nan, index=rows.index, columns=["pred_latency_ms", "pred_peak_memory_MB"])
-    fam = rows["family"].astype(str).to_numpy()
-    for f in np.unique(fam):
+    for f, train, test in lofo_splits(rows, sorted(rows["family"].astype(str).unique())):
         if progress is not None:
             progress(f)
-        test = fam == f
-        pred = make().fit(rows[~test]).predict(rows[test])
+        pred = make().fit(rows[train]).predict(rows[test])
         for c in out.columns:
             if c in pred:
                 out.loc[test, c] = pred[c].to_numpy(float)
