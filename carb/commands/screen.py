@@ -339,13 +339,11 @@ def _print_report(cfg: Any, result: Any, notes: list[str], target_uri: str, targ
 def _print_origin(target: Any) -> None:
     """One line (wrapped at the table width) saying where a transferred target model's numbers come from
     (:func:`carb.model.transfer.describe_origin`: zero-shot from which source, by what, its band's devices)."""
-    import textwrap
-
     from carb.model.transfer import describe_origin
 
     origin = describe_origin(target)
     if origin:
-        print(textwrap.fill(f"model: {origin}", width=TABLE_WIDTH, subsequent_indent="  ", break_on_hyphens=False))
+        print(wrap_line(f"model: {origin}", TABLE_WIDTH))
 
 
 def _print_axes(result: Any, users: list[str]) -> None:
