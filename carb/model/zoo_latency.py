@@ -13,8 +13,12 @@ and predicts ``latency_ms`` per batch (n,), so batches of different size are one
   The base of a row with a layer table is :class:`AdditiveBase`: the time per image as a non-negative sum
   of per-kind costs (GFLOPs of each compute kind, MB moved by each kind, operations launched and weights
   read per batch, a fixed cost per batch; attention off the fused kernels apart), so a family never seen
-  is priced by its mix of kinds; a row without one takes a log-linear base on params, GMACs, activations,
-  input size and batch. The correction reads the log features, their ratios (GMACs per
+  is priced by its mix of kinds; it is fitted Huber-robust on the log error (:func:`huber_weights`), so a
+  family whose time its layer table does not explain (a graph traced other than the one timed) pulls the
+  costs of the others less. A row without one takes a log-linear base on params, GMACs, activations,
+  input size and batch. The corrected prediction is kept within ``margin`` of the span between the base and
+  :class:`HiddenJoulesRegression` (:func:`bounded`; the evaluation chooses the margin per held-out family
+  on the other families: :func:`carb.analysis.zoo_eval.nested_margin`). The correction reads the log features, their ratios (GMACs per
   activation: arithmetic intensity; params per GMAC: weight reuse) and, where present, the module census
   (counts of depthwise / grouped / pointwise / regular convolutions, linear layers, norms, activations,
   attention modules and their parameter shares) and, where present, the layer table's features
@@ -214,7 +218,8 @@ class AdditiveBase:
     ``c_j >= 0`` (ms per GFLOP of a kind, per MB moved by a kind, per launched operation, per MB of weights,
     per batch): each operation kind costs its own throughput, and more work never predicts less time.
     Fitted on the relative error: non-negative least squares of ``x_j / t`` on 1, then Gauss-Newton steps
-    on ``log t`` (each a non-negative least-squares problem), ``iterations`` of them. A family never seen
+    on ``log t`` (each a non-negative least-squares problem), ``iterations`` of them, each row weighted by
+    :func:`huber_weights` of its log residual with ``huber`` (None: plain least squares). A family never seen
     is predicted by the same per-kind costs, so its mix of kinds, not its name, sets its time."""
 
     def __init__(self, iterations: int = 10, huber: float | None = 0.1):
