@@ -120,8 +120,10 @@ def zoo_lines(path: Path = ZOO_BENCH) -> list[str]:
         out += ["Leave-one-family-out latency on timm's published benchmark files (families: leading letters "
                 "of the model name with >= 5 models), CARB's zoo model with and without the layer-table "
                 "features (with them: a non-negative sum of per-kind costs from the layer table of the graph "
-                "each file was timed on, reparameterised or not as its published parameter counts show, times "
-                "a LightGBM residual):", ""] + gpu_table(z["gpu"], z.get("gpu_no_trace")) + [""]
+                "each file was timed on, reparameterised or not as its published parameter counts show, fitted "
+                "Huber-robust on the log error, times a LightGBM residual, the result kept within a margin of "
+                "the span between that sum and Hidden Joules' regression, the margin chosen per held-out family "
+                "on the other families):", ""] + gpu_table(z["gpu"], z.get("gpu_no_trace")) + [""]
         worst = gpu_worst_families(z["gpu"])
         out += (["Worst held-out families per device (all families: `scripts/data/zoo_bench.json`):", ""] + worst + [""]
                 if worst else [])

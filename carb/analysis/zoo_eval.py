@@ -13,6 +13,13 @@ families (each predicted by a model that never saw it), weighted so that each fa
 its 5 % and 95 % weighted quantiles widen f's predictions into a 90 % interval. f's own rows are never in
 its calibration (jackknife+-style: the models that produced the other families' ratios did see f).
 
+CARB's bound (:func:`nested_margin`): :class:`~carb.model.zoo_latency.ZooLatencyModel` keeps its corrected
+prediction within a margin of the span between its base and Hidden Joules' regression
+(:func:`carb.model.zoo_latency.bounded`). The margin of held-out family f is chosen from :data:`MARGINS` on
+the *other* scored families' LOFO predictions (the margin whose mean family MAPE over them is lowest), never
+on f's rows, as the intervals are (jackknife over families: the models that predicted the other families
+did see f).
+
 Per family (:func:`family_table`): MAPE (mean |pred / measured - 1|), Spearman of predicted vs measured
 ``latency_ms`` within the family, share of rows within 20 %, for CARB and both baselines; the interval's
 coverage and hi/lo ratio. :func:`device_summary` gives the device's line.
@@ -30,6 +37,8 @@ from carb.model.zoo_latency import FlopsLogLog, HiddenJoulesRegression, ZooLaten
 #: The models compared, by column prefix: B1, Hidden Joules' regression, CARB.
 MODELS: dict[str, Callable[[], object]] = {"b1": FlopsLogLog, "hj": HiddenJoulesRegression,
                                            "carb": ZooLatencyModel}
+#: The bounds :func:`nested_margin` chooses from (log units; 0: the median of base, corrected and HJ).
+MARGINS: tuple[float, ...] = (0.0, 0.05, 0.1, 0.2, np.inf)
 #: The features every row must have to be evaluated.
 NEEDED: tuple[str, ...] = ("latency_ms", "batch_size", "input_size", "gmacs_per_image", "params",
                            "macts_M_per_image")
@@ -68,14 +77,55 @@ def lofo_predictions(frame: pd.DataFrame, families: list[str],
     keep = frame["family"].isin(families).to_numpy()
     out = frame[keep].reset_index(drop=True)
     preds = {k: np.full(len(out), np.nan) for k in models}
+    parts: dict[str, pd.DataFrame] = {}
     for f, train, _ in lofo_splits(frame, families):
         test_rows = frame[(frame["family"] == f).to_numpy()]
         at = (out["family"] == f).to_numpy()
         for k, make in models.items():
-            preds[k][at] = make().fit(frame[train]).predict(test_rows)
+            model = make().fit(frame[train])
+            preds[k][at] = model.predict(test_rows)
+            if hasattr(model, "components"):   # the bound's parts, for nested_margin
+                c = model.components(test_rows).to_numpy(float)
+                parts.setdefault(k, pd.DataFrame(np.nan, index=out.index, columns=_PARTS)).loc[at] = c
     for k, v in preds.items():
         out[f"pred_{k}"] = v
+    for k, c in parts.items():
+        for col in _PARTS:
+            out[f"{k}_log_{col}"] = c[col].to_numpy(float)
     return out
+
+
+#: The parts of a bounded prediction (:meth:`carb.model.zoo_latency.ZooLatencyModel.components`).
+_PARTS = ("base", "corrected", "hj")
+
+
+def nested_margin(pred: pd.DataFrame, model: str = "carb",
+                  margins: tuple[float, ...] = MARGINS) -> tuple[pd.DataFrame, dict[str, float]]:
+    """``pred`` (LOFO predictions with ``<model>_log_base`` / ``_corrected`` / ``_hj``: log time per image)
+    with ``pred_<model>`` (latency_ms per batch) re-bounded per held-out family f by the margin of
+    ``margins`` whose mean family MAPE over the *other* families is lowest (ties: the first), and a
+    ``<model>_margin`` column; returns it and {family: margin}. ``pred`` unchanged without the parts."""
+    cols = [f"{model}_log_{c}" for c in _PARTS]
+    if not set(cols) <= set(pred.columns):
+        return pred, {}
+    from carb.model.zoo_latency import bounded
+
+    base, corr, hj = (pred[c].to_numpy(float) for c in cols)
+    y = pred["latency_ms"].to_numpy(float)
+    b = pred["batch_size"].to_numpy(float)
+    fam = pred["family"].astype(str).to_numpy()
+    ms = {m: np.exp(bounded(base, corr, hj, m)) * b for m in margins}
+    fam_mape = pd.DataFrame({m: pd.Series(np.abs(p / y - 1)).groupby(fam).mean() for m, p in ms.items()})
+    out, chosen = pred.copy(), {}
+    margin_col = np.full(len(pred), np.nan)
+    for f in fam_mape.index:
+        score = fam_mape.drop(index=f).mean()
+        m = margins[int(np.argmin(score.to_numpy()))]
+        at = fam == f
+        out.loc[at, f"pred_{model}"] = ms[m][at]
+        margin_col[at], chosen[f] = m, float(m)
+    out[f"{model}_margin"] = margin_col
+    return out, chosen
 
 
 def _weighted_quantile(x: np.ndarray, w: np.ndarray, q: float) -> float:
@@ -173,6 +223,9 @@ def evaluate_device(frame: pd.DataFrame, min_models: int = 5, coverage: float = 
     fams = scored_families(rows, min_models)
     if len(fams) < 2:
         raise DatasetError(f"zoo evaluation: {len(fams)} families with >= {min_models} models; need 2")
-    pred = family_intervals(lofo_predictions(rows, fams, models), coverage=coverage)
+    pred, chosen = nested_margin(lofo_predictions(rows, fams, models))
+    pred = family_intervals(pred, coverage=coverage)
     table = family_table(pred, tuple(models))
+    if chosen:
+        table["carb_margin"] = table["family"].map(chosen)
     return table, device_summary(table, pred)

@@ -20,7 +20,9 @@ nchw autocast-fp16 on RTX 3090 / 4090 / 5090 / PRO 6000 Max-Q, newest torch each
 batch 1 on the Intel i9-10940X), leave-one-family-out (families = leading letters of the model name, those
 with >= 5 models; :mod:`carb.analysis.zoo_eval`): CARB's zoo model beside B1 (log-log on GMACs) and Hidden
 Joules' regression (log-linear on params, GMACs, activations), on the same splits; 90 % cross-conformal
-intervals calibrated on the other held-out families.
+intervals calibrated on the other held-out families. CARB's prediction is kept within a margin of the span
+between its base and Hidden Joules' regression, the margin of each held-out family chosen on the other
+families (:func:`carb.analysis.zoo_eval.nested_margin`; ``carb_margin`` in the per-family table).
 
     python scripts/bench/zoo.py [--part all|cpu|gpu] [--devices gpu|all|<device name>] [--no-census]
         [--no-trace] [--gpu-no-trace-too] [--base additive|loglinear] [--trace-base]
@@ -70,7 +72,7 @@ from carb.model.zoo_latency import ZooLatencyModel  # noqa: E402
 def device_block(name: str, table: pd.DataFrame, s: dict, every: bool) -> str:
     """The per-family table of one device (all families or the 10 worst) and its summary line."""
     cols = ["family", "models", "rows", "carb_mape_pct", "carb_rho", "b1_mape_pct", "hj_mape_pct",
-            "hj_rho", "coverage", "hi_lo"]
+            "hj_rho", "coverage", "hi_lo"] + (["carb_margin"] if "carb_margin" in table else [])
     t = table.sort_values("carb_mape_pct", ascending=False)[cols]
     t = t if every else t.head(10)
     head = (f"== {name}: {s['families']} families, {s['models']} models; pooled MAPE carb {s['carb_pooled_pct']:.1f} % "
