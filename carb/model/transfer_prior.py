@@ -255,9 +255,9 @@ def floor_half(floor_log_sd: float | Mapping[str, float], coverage: float) -> tu
     log sd}`` (a device measured per precision, :func:`carb.data.repeatability.floor_log_sd`); the pooled
     floor is the smallest value (each precision then widened to its own; one without a value keeps
     ``default``)."""
-    from scipy.stats import norm
+    from carb.data.repeatability import coverage_z
 
-    z = float(norm.ppf(0.5 + coverage / 2.0))
+    z = coverage_z(coverage)
     if not isinstance(floor_log_sd, Mapping):
         return z * max(float(floor_log_sd or 0.0), 0.0), {}
     vals = {str(p): max(float(v), 0.0) for p, v in floor_log_sd.items() if v is not None and math.isfinite(float(v))}
