@@ -384,22 +384,24 @@ def set_intervals(table: pd.DataFrame, pending: list[dict], kind: str | None = N
     (``coverage_loo``, ``width_loo``). ``n_devices``: the devices of its class the band was measured on.
     ``kind``: only that kind's pairs are scored (None: all), and the kind of a record that names none."""
     from carb.model.intervals import interval
-    from carb.model.transfer_prior import lodo_records, row_scale
+    from carb.model.transfer_prior import lodo_records, row_scale, target_out_records
 
     table = table.copy()
     recs = [{"pair": (r["source"], r["target_device"]), "err": r["err"], "precision": r["precision"], "k": r["k"],
-             "target": r["target"], "kind": r.get("kind") or kind, "scale": row_scale(r["loo"], r.get("loo_precision"))}
+             "target": r["target"], "kind": r.get("kind") or kind, "scale": row_scale(r["loo"], r.get("loo_precision")),
+             "loo": r["loo"]}
             for r in pending]
     for q, own in zip(pending, recs):
         if kind is not None and q.get("kind", kind) != kind:
             continue
-        others = lodo_records([r for r in recs if r["k"] == q["k"] and r["target"] == q["target"]],
-                              own["pair"])
+        same = [r for r in recs if r["k"] == q["k"] and r["target"] == q["target"]]
+        others = lodo_records(same, own["pair"])
         tr = q["model"]
         if q["k"] == 0:
             saved = copy.copy(tr.intervals_)
         floor = repeat_floor(q["target"], q.get("repeat_rows"))
-        entry = tr.set_device_band(q["target"], others, floor, scaled=q["k"] > 0, kind=own["kind"])
+        entry = tr.set_device_band(q["target"], others, floor, scaled=q["k"] > 0, kind=own["kind"],
+                                   target_out=target_out_records(same, own["pair"]))
         ivs = {"": interval(tr.intervals_, q["pred"], precision=q["precision"])} if entry else {}
         if q["k"] > 0:
             ivs["_loo"] = interval(tr.recalibrate(None).intervals_, q["pred"], precision=q["precision"])
