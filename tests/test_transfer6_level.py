@@ -76,3 +76,36 @@ def test_the_level_band_is_never_narrower_than_the_repeatability_floor_and_needs
     assert entry["upper"] == pytest.approx(z * 0.1, rel=1e-6) and entry["n_devices"] == 2
     assert max(entry["precision_log_ratios"]["bf16"]) == pytest.approx(z * 0.2, rel=1e-5)
     assert held_out_level_band([{**others[0], "own_half": 0.5}], 0.9, "cpu") is None
+
+
+def test_k0_probe_offset_takes_the_target_as_the_known_devices_mean():
+    """Devices whose networks run slower than their probe implies by u = 0, 0.15, -0.05, 0.02 (A, B, C, D), pair
+    biases u_target - u_source: the offsets are recovered up to their mean, and B -> D (B slow, like the Xeon)
+    is corrected by mean(u_A, u_B, u_C) - u_B from the pairs without D only (D's own pairs are never read: changing
+    them changes nothing); its error drops from -0.13 to -0.013. A source outside the known pairs: no correction."""
+    from carb.model.transfer_prior import device_offsets, probe_offset_correction
+
+    u = {"A": 0.0, "B": 0.15, "C": -0.05, "D": 0.02}
+    biases = {(a, b): u[b] - u[a] for a in u for b in u if a != b}
+    got = device_offsets(biases)
+    assert {d: got[d] - got["A"] for d in u} == pytest.approx(u) and sum(got.values()) == pytest.approx(0.0, abs=1e-12)
+    c = probe_offset_correction(biases, "B", "D")
+    assert c == pytest.approx((u["A"] + u["B"] + u["C"]) / 3 - u["B"])
+    assert abs((u["D"] - u["B"]) - c) < 0.02 < abs(u["D"] - u["B"])
+    moved = {p: (v + 1.0 if "D" in p else v) for p, v in biases.items()}
+    assert probe_offset_correction(moved, "B", "D") == pytest.approx(c)
+    assert probe_offset_correction({("A", "C"): 0.1}, "B", "D") == 0.0
+
+
+def test_benchmark_k0_offset_line_reports_the_corrected_worst_cell():
+    """The benchmark's study line: three devices' zero-shot errors with a slow source (B), B -> A's error shrinks."""
+    from scripts.bench.transfer_pairs import k0_offset_line
+
+    u = {"A": 0.0, "B": 0.15, "C": 0.0}
+    rng = np.random.default_rng(0)
+    pend = [{"k": 0, "name": "zero_shot", "target": "latency_ms", "pair": (a, b),
+             "err": u[b] - u[a] + rng.normal(0, 0.01, 30), "precision": np.full(30, "fp32")}
+            for a in u for b in u if a != b]
+    line = k0_offset_line(pend)
+    new, old = (float(v) for v in __import__("re").search(r"max_mape=([\d.]+) \(was ([\d.]+)\)", line).groups())
+    assert line.startswith("k0_offset: ") and new < old and "cells=6" in line

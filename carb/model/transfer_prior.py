@@ -413,6 +413,36 @@ def held_out_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 
             "pivot": {"level_sd": sd_level, "ratio_sd": sd_ratio}}
 
 
+def device_offsets(biases: Mapping[tuple[str, str], float]) -> dict[str, float]:
+    """Per device, its log latency offset ``u`` relative to what its device probe implies, from zero-shot pair
+    biases ``{(source, target): median log(measured / predicted)}`` (one precision): least squares on
+    ``bias(a -> b) = u_b - u_a``, the offsets summing to 0 (only differences are measured). ``{}`` without
+    pairs."""
+    devs = sorted({str(d) for pair in biases for d in pair})
+    if not biases:
+        return {}
+    idx = {d: i for i, d in enumerate(devs)}
+    A = np.zeros((len(biases) + 1, len(devs)))
+    y = np.zeros(len(biases) + 1)
+    for row, ((a, b), v) in enumerate(biases.items()):
+        A[row, idx[str(b)]], A[row, idx[str(a)]], y[row] = 1.0, -1.0, float(v)
+    A[-1, :] = 1.0   # sum to zero
+    u = np.linalg.lstsq(A, y, rcond=None)[0]
+    return {d: float(u[i]) for d, i in idx.items()}
+
+
+def probe_offset_correction(biases: Mapping[tuple[str, str], float], source: str, target: str) -> float:
+    """The log correction of a zero-shot probe transfer ``source -> target`` (one precision) for devices that run
+    networks slower or faster than their probe implies (the Xeon: ~15 % slower): the zero-shot takes the target's
+    offset equal to the source's; this takes it as the mean offset of the known devices (:func:`device_offsets`
+    of the pairs in ``biases`` without ``target``: leave-the-target-out), so the prediction is multiplied by
+    ``exp(mean(u) - u_source)`` (= ``exp(-u_source)``, the offsets summing to 0). 0 where the source is not
+    among those pairs."""
+    known = {p: v for p, v in biases.items() if str(target) not in map(str, p) and math.isfinite(float(v))}
+    u = device_offsets(known)
+    return -u[str(source)] if str(source) in u else 0.0
+
+
 def _cells(records: Sequence[Mapping[str, Any]], min_rows: int = 3) -> list[Mapping[str, Any]]:
     """Records split per precision where they carry ``precision`` ((n,) beside ``err``): each (pair,
     precision) with at least ``min_rows`` rows is one bias draw (a device errs per precision: fp16 under,
