@@ -32,8 +32,10 @@ Coverage and width (median hi/lo) are those of the nominal 90 % intervals of ``c
 that involve neither of its two devices (scale-free at K > 0, each pair's errors over its K rows'
 leave-one-out scale; at K = 0 in log units), never narrower than the target device's repeatability floor per
 precision (:func:`repeat_floor`); ``n_devices``: how many devices of its class it rests on. With three CPUs
-no CPU pair avoids both devices of a CPU pair: a CPU pair's K > 0 interval is then its own K rows'
-leave-one-out interval and at K = 0 it has none (the GPU pairs' band it would borrow is scored beside it,
+no CPU pair avoids both devices of a CPU pair: a CPU pair's K > 0 interval then comes from the CPU pairs
+without its target device (:func:`carb.model.transfer_prior.held_out_level_band`: their held-out error level
+where it is steadier across them than its ratio to their own K-row intervals), else its own K rows'
+leave-one-out interval, and at K = 0 it has none (the GPU pairs' band it would borrow is scored beside it,
 ``coverage_borrowed``, for comparison only). ``coverage_loo`` / ``width_loo``:
 from the K rows' residuals alone. ``--errors-out carb/data/transfer-errors.csv`` writes the table of every
 pair's errors that ``carb-calibrate`` ships and the per-pair table beside it (``transfer-pairs.csv``, the
@@ -379,7 +381,9 @@ def set_intervals(table: pd.DataFrame, pending: list[dict], kind: str | None = N
     times this pair's), at K = 0 in log units. Where no such pair exists (a CPU pair among three CPUs), no
     other class's errors are borrowed: at K > 0 the K rows' leave-one-out residuals alone (this device's own
     out-of-sample errors), at K = 0 no interval (``coverage`` NaN; ``coverage_borrowed``: what the other
-    class's band would have covered, for comparison only). Never narrower than the repeatability floor
+    class's band would have covered, for comparison only); at K > 0 the pairs without the target device are
+    tried first (``target_out``: :meth:`~carb.model.transfer.TransferredCascade.set_device_band`). Never
+    narrower than the repeatability floor
     (:func:`repeat_floor`, per precision where measured). Beside it at K > 0: the K rows' residuals alone
     (``coverage_loo``, ``width_loo``). ``n_devices``: the devices of its class the band was measured on.
     ``kind``: only that kind's pairs are scored (None: all), and the kind of a record that names none."""
