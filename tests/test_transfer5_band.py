@@ -176,7 +176,8 @@ def test_log_sd_and_half_width_convert_through_one_function(monkeypatch):
         repeatability.coverage_z(1.0)
     assert transfer_prior.floor_half(0.1, 0.9)[0] == pytest.approx(0.1 * 1.6448536, rel=1e-6)
     monkeypatch.setattr(repeatability, "coverage_z", lambda coverage: 2.0)
-    assert transfer_prior.floor_half({"fp32": 0.1, "bf16": 0.3}, 0.9) == (pytest.approx(0.2), {"bf16": pytest.approx(0.6)})
+    pooled, by_prec = transfer_prior.floor_half({"fp32": 0.1, "bf16": 0.3}, 0.9)
+    assert pooled == pytest.approx(0.2) and by_prec == {"bf16": pytest.approx(0.6)}
     q = transfer_band.band_quantiles((-0.2, 0.2), np.array([0.5, 0.95]))
     from scipy.stats import norm
 

@@ -363,8 +363,8 @@ def target_out_records(records: Sequence[Mapping[str, Any]], pair: tuple[str, st
     """The records whose ``pair`` does not involve the target device ``pair[1]`` (nor is ``pair`` itself): the
     source's own transfers to and from other devices count. Leave-one-*target*-device-out, the fallback of
     :func:`held_out_level_band` where no pair avoids both devices (three CPUs)."""
-    tgt = str(pair[1])
-    return [r for r in records if tgt not in set(map(str, r["pair"])) and tuple(map(str, r["pair"])) != tuple(map(str, pair))]
+    tgt, own = str(pair[1]), tuple(map(str, pair))
+    return [r for r in records if tgt not in set(map(str, r["pair"])) and tuple(map(str, r["pair"])) != own]
 
 
 def held_out_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 0.9, kind: str | None = None
