@@ -572,7 +572,8 @@ def k0_offset_line(pending: list[dict]) -> str:
     implies and, as a source, made Xeon -> Zen 5 fp32 err 21.5 %). ``k0_offset: max_mape=X (was Y) worst=...``."""
     from carb.model.transfer_prior import probe_offset_correction
 
-    zs = [q for q in pending if q["k"] == 0 and q.get("name") == "zero_shot" and q["target"] == "latency_ms"]
+    zs = [q for q in pending if q["k"] == 0 and q.get("name") == "zero_shot" and q["target"] == "latency_ms"
+          and q.get("kind", "cpu") == "cpu"]
     if not zs:
         return "k0_offset: no zero-shot pairs"
     biases: dict[str, dict] = {}
