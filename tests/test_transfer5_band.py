@@ -162,3 +162,27 @@ def test_transfer_fit_looks_up_the_shipped_floor(cpu_model):
     assert tr.repeat_floor["latency_ms"] == {**shipped_floor_log_sd(ZEN4), "default": 0.05}
     other = TransferredCascade(cascade, repeat_floor={"latency_ms": 0.05}).fit(rows.head(10))
     assert other.repeat_floor["latency_ms"] == 0.05
+
+
+def test_log_sd_and_half_width_convert_through_one_function(monkeypatch):
+    """The log sd <-> coverage half-width conversion is written once (``coverage_z``): the repeatability floor's
+    log sd, the transfer floor's half-width and the zero-shot band's normal shape all go through it (patched
+    to 2.0, all three follow), and at 0.9 it is the normal 1.6449; a coverage outside (0, 1) is refused."""
+    from carb.data import repeatability
+    from carb.model import transfer_band, transfer_prior
+
+    assert repeatability.coverage_z(0.9) == pytest.approx(1.6448536, rel=1e-6)
+    with pytest.raises(ValueError, match="coverage"):
+        repeatability.coverage_z(1.0)
+    assert transfer_prior.floor_half(0.1, 0.9)[0] == pytest.approx(0.1 * 1.6448536, rel=1e-6)
+    monkeypatch.setattr(repeatability, "coverage_z", lambda coverage: 2.0)
+    pooled, by_prec = transfer_prior.floor_half({"fp32": 0.1, "bf16": 0.3}, 0.9)
+    assert pooled == pytest.approx(0.2) and by_prec == {"bf16": pytest.approx(0.6)}
+    q = transfer_band.band_quantiles((-0.2, 0.2), np.array([0.5, 0.95]))
+    from scipy.stats import norm
+
+    assert q == pytest.approx([0.0, 0.2 * norm.ppf(0.95) / 2.0])
+    rows = pd.DataFrame({"precision": ["fp32"] * 8, "status": "ok", "latency_repeat_spread": [0.02] * 8,
+                         "latency_passes": 2})
+    h = repeatability.repeatability_floor(rows)["fp32"]
+    assert repeatability.floor_log_sd(rows)["fp32"] == pytest.approx(h / 2.0)

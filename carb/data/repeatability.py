@@ -117,13 +117,23 @@ SHIPPED_TABLE = DATA_DIR / "repeatability.csv"
 DEVICE_COLUMNS = ("device_id", "precision", "n_rows", "spread_median", "floor_log", "floor_log_sd")
 
 
-def floor_log_sd(frame: pd.DataFrame, coverage: float = 0.9, min_rows: int = MIN_ROWS) -> dict[str, float]:
-    """Per precision, :func:`repeatability_floor` as one window's log standard deviation: the ``coverage``
-    half-width over ``z_{(1+c)/2}`` (so that ``z * sd`` at ``coverage`` gives the floor back); ``{}`` without
-    measured spreads."""
+def coverage_z(coverage: float) -> float:
+    """``z_{(1+c)/2}``, the normal quantile that converts a log standard deviation into the half-width of a
+    symmetric ``coverage`` interval (``half = z * sd``) and back (``sd = half / z``): 1.645 at 0.9. The one
+    place this conversion is written (the repeatability floor, :func:`carb.model.transfer_prior.floor_half`,
+    :func:`carb.model.transfer_band.band_quantiles`)."""
     from scipy.stats import norm
 
-    z = float(norm.ppf(0.5 + float(coverage) / 2.0))
+    if not 0 < float(coverage) < 1:
+        raise ValueError(f"coverage: must be in (0, 1), got {coverage!r}")
+    return float(norm.ppf(0.5 + float(coverage) / 2.0))
+
+
+def floor_log_sd(frame: pd.DataFrame, coverage: float = 0.9, min_rows: int = MIN_ROWS) -> dict[str, float]:
+    """Per precision, :func:`repeatability_floor` as one window's log standard deviation: the ``coverage``
+    half-width over :func:`coverage_z` (so that ``z * sd`` at ``coverage`` gives the floor back); ``{}`` without
+    measured spreads."""
+    z = coverage_z(coverage)
     return {p: h / z for p, h in repeatability_floor(frame, coverage, min_rows).items()}
 
 

@@ -158,6 +158,16 @@ def interval_entry(loo: np.ndarray, coverage: float) -> dict[str, Any] | None:
             "log_ratios": ratios, "method": method}
 
 
+def _with_own_half(records: list[dict[str, Any]], coverage: float) -> list[dict[str, Any]]:
+    """``records`` (each with ``loo``: its K rows' leave-one-out log residuals (K,)) with ``own_half``: the
+    half-width of their own :func:`interval_entry` (NaN for fewer than 2 rows)."""
+    out = []
+    for r in records:
+        e = interval_entry(np.asarray(r.get("loo") if r.get("loo") is not None else [], float), coverage)
+        out.append({**r, "own_half": max(-float(e["lower"]), float(e["upper"])) if e else float("nan")})
+    return out
+
+
 def _isa(fingerprint: str | None) -> list[str] | None:
     """The ISA flags of a CPU fingerprint (JSON text), None for a GPU, unknown or unreadable one."""
     import json
@@ -506,7 +516,8 @@ class TransferredCascade:
 
     def set_device_band(self, target: str, records: list[dict[str, Any]],
                         floor_log_sd: float | dict[str, float] = 0.0, scaled: bool = True,
-                        kind: str | None = None) -> dict[str, Any] | None:
+                        kind: str | None = None, target_out: list[dict[str, Any]] | None = None
+                        ) -> dict[str, Any] | None:
         """Set ``intervals_[target]`` to the device-level band (:func:`carb.model.transfer_prior.device_level_band`)
         of ``records`` of this device's class (``kind``, default ``device_kind_``; other device pairs' held-out
         errors; the caller leaves out every pair involving this pair's devices:
@@ -517,10 +528,15 @@ class TransferredCascade:
         (shrunk by ``prior_rows``); else (zero-shot) in log units as measured. No record of this class: the K
         rows' leave-one-out entry (:func:`interval_entry`: this device's own out-of-sample errors, no other
         class's borrowed), widened to the floor, naming 0 devices of its class; at K = 0 none (returns None).
+        ``target_out`` (K >= 2): records of pairs without this transfer's *target* device only (``loo`` each:
+        their K rows' residuals), used only where ``records`` has no pair of this class: where their held-out
+        error level is steadier across them than its ratio to their own K-row intervals, the band is that
+        level (:func:`~carb.model.transfer_prior.held_out_level_band`) instead of the K rows' own interval.
         Never narrower than the repeatability floor ``floor_log_sd`` (a log sd, or ``{precision: log sd,
         "default": ...}``: :func:`~carb.model.transfer_prior.floor_half`). Returns the entry (None: the interval
         is left as it was)."""
-        from carb.model.transfer_prior import device_level_band, floor_half, precision_widening, row_scale
+        from carb.model.transfer_prior import (device_level_band, floor_half, held_out_level_band,
+                                               precision_widening, row_scale)
 
         kind = kind if kind is not None else self.__dict__.get("device_kind_")
         info = (getattr(self, "transfer_", None) or {}).get(target) or {}
@@ -542,10 +558,15 @@ class TransferredCascade:
                 return None
             pooled, by_prec = floor_half(floor_log_sd, self.coverage)
             cls = f"{kind} " if kind else ""
-            entry.update(lower=min(entry["lower"], -pooled), upper=max(entry["upper"], pooled), log_ratios=[],
-                         method=entry["method"] + f" (no {cls}device pair without this pair's devices: measured on 0 "
-                                                  f"other {cls}devices; no other class's errors borrowed)",
-                         n_devices=0, kind=kind)
+            level = held_out_level_band(_with_own_half(target_out or [], self.coverage), self.coverage,
+                                        kind) if scaled else None
+            if level is not None:
+                entry = {**level, "lower": min(level["lower"], -pooled), "upper": max(level["upper"], pooled)}
+            else:
+                entry.update(lower=min(entry["lower"], -pooled), upper=max(entry["upper"], pooled), log_ratios=[],
+                             method=entry["method"] + f" (no {cls}device pair without this pair's devices: measured "
+                                                      f"on 0 other {cls}devices; no other class's errors borrowed)",
+                             n_devices=0, kind=kind)
             wider = {p: h for p, h in by_prec.items() if h > max(-entry["lower"], entry["upper"])}
             if wider:
                 entry["precision_log_ratios"] = {p: [round(v, 6) for v in [-h] * 50 + [h] * 50]

@@ -44,8 +44,10 @@ def band_quantiles(band: Sequence[float], levels: np.ndarray, band_coverage: flo
     ``(1 -+ band_coverage) / 2`` (exact at those two levels)."""
     from scipy.stats import norm
 
+    from carb.data.repeatability import coverage_z
+
     lo, hi = float(band[0]), float(band[1])
-    z = float(norm.ppf(0.5 + band_coverage / 2.0))
+    z = coverage_z(band_coverage)
     return (lo + hi) / 2.0 + (hi - lo) / 2.0 * norm.ppf(np.asarray(levels, float)) / z
 
 

@@ -255,9 +255,9 @@ def floor_half(floor_log_sd: float | Mapping[str, float], coverage: float) -> tu
     log sd}`` (a device measured per precision, :func:`carb.data.repeatability.floor_log_sd`); the pooled
     floor is the smallest value (each precision then widened to its own; one without a value keeps
     ``default``)."""
-    from scipy.stats import norm
+    from carb.data.repeatability import coverage_z
 
-    z = float(norm.ppf(0.5 + coverage / 2.0))
+    z = coverage_z(coverage)
     if not isinstance(floor_log_sd, Mapping):
         return z * max(float(floor_log_sd or 0.0), 0.0), {}
     vals = {str(p): max(float(v), 0.0) for p, v in floor_log_sd.items() if v is not None and math.isfinite(float(v))}
@@ -357,6 +357,90 @@ def device_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 0.
                           "floor" if wider else "")),
             "n_devices": len(devices), "n_pairs": len(biases), "bias_rms": rms_b,
             "half_bias": mult * h_b, "half_rows": mult * h_r, "kind": kind}
+
+
+def target_out_records(records: Sequence[Mapping[str, Any]], pair: tuple[str, str]) -> list[Mapping[str, Any]]:
+    """The records whose ``pair`` does not involve the target device ``pair[1]`` (nor is ``pair`` itself): the
+    source's own transfers to and from other devices count. Leave-one-*target*-device-out, the fallback of
+    :func:`held_out_level_band` where no pair avoids both devices (three CPUs)."""
+    tgt, own = str(pair[1]), tuple(map(str, pair))
+    return [r for r in records if tgt not in set(map(str, r["pair"])) and tuple(map(str, r["pair"])) != own]
+
+
+def held_out_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 0.9, kind: str | None = None
+                        ) -> dict[str, Any] | None:
+    """The band of a K-row transfer whose class has no pair without both of its devices (three CPUs), from
+    ``records`` of pairs without its *target* device (:func:`target_out_records`; each with ``err`` (n,) the
+    held-out log errors after its own K-row calibration, ``own_half`` the half-width (log ratio) of its own
+    K rows' leave-one-out interval, :func:`carb.model.transfer.interval_entry`, ``pair``, ``kind``), or None:
+    the caller keeps the K rows' own interval.
+
+    The K rows are the space's corners (space-filling picks), so their leave-one-out residuals are not
+    exchangeable with the held-out rows' errors; which of two predictors of a new pair's held-out error is
+    steadier is measured on ``records`` alone, never on the target: the level itself (each pair's
+    ``coverage`` quantile of ``|err|``, in log units) or its ratio to the pair's own K-row interval
+    (``own_half``). Where the level's spread across the pairs (sd of its log) is the smaller, the band is
+    the ``coverage`` quantile of the pairs' pooled ``|err|`` (each pair weighted equally; it holds the
+    remaining device bias after calibration, so it is centred on the prediction); else None. Needs two pairs
+    of ``kind`` with finite errors and a positive ``own_half`` each. Returns ``{"lower", "upper", "n", "coverage",
+    "log_ratios": [], "method", "n_devices", "n_pairs", "kind", "pivot": {"level_sd", "ratio_sd"}}``."""
+    level, ratio, points, devices = [], [], [], set()
+    for r in same_class(records, kind):
+        e = np.abs(np.asarray(r["err"], float))
+        e = e[np.isfinite(e)]
+        own = float(r.get("own_half") or float("nan"))
+        if len(e) < 3 or not (math.isfinite(own) and own > 0):
+            continue
+        need = max(float(np.quantile(e, coverage)), 1e-9)
+        level.append(math.log(need))
+        ratio.append(math.log(need / own))
+        points.append(_pair_points(e))
+        devices.update(str(d) for d in r["pair"])
+    if len(level) < 2:
+        return None
+    sd_level, sd_ratio = float(np.std(level)), float(np.std(ratio))
+    if not sd_level < sd_ratio:
+        return None
+    half = float(np.quantile(np.concatenate(points), coverage))
+    cls = f"{kind} " if kind else ""
+    return {"lower": -half, "upper": half, "n": int(sum(len(p) for p in points)), "coverage": float(coverage),
+            "log_ratios": [],
+            "method": (f"held-out error level of {len(level)} {cls}pair(s) without the target device "
+                       f"({len(devices)} devices, the source's own pairs: none avoids both devices); steadier "
+                       f"across them than its ratio to each pair's own K-row interval (log sd {sd_level:.3f} "
+                       f"against {sd_ratio:.3f})"),
+            "n_devices": len(devices), "n_pairs": len(level), "kind": kind,
+            "pivot": {"level_sd": sd_level, "ratio_sd": sd_ratio}}
+
+
+def device_offsets(biases: Mapping[tuple[str, str], float]) -> dict[str, float]:
+    """Per device, its log latency offset ``u`` relative to what its device probe implies, from zero-shot pair
+    biases ``{(source, target): median log(measured / predicted)}`` (one precision): least squares on
+    ``bias(a -> b) = u_b - u_a``, the offsets summing to 0 (only differences are measured). ``{}`` without
+    pairs."""
+    devs = sorted({str(d) for pair in biases for d in pair})
+    if not biases:
+        return {}
+    idx = {d: i for i, d in enumerate(devs)}
+    A = np.zeros((len(biases) + 1, len(devs)))
+    y = np.zeros(len(biases) + 1)
+    for row, ((a, b), v) in enumerate(biases.items()):
+        A[row, idx[str(b)]], A[row, idx[str(a)]], y[row] = 1.0, -1.0, float(v)
+    A[-1, :] = 1.0   # sum to zero
+    u = np.linalg.lstsq(A, y, rcond=None)[0]
+    return {d: float(u[i]) for d, i in idx.items()}
+
+
+def probe_offset_correction(biases: Mapping[tuple[str, str], float], source: str, target: str) -> float:
+    """The log correction of a zero-shot probe transfer ``source -> target`` (one precision) for devices that run
+    networks slower or faster than their probe implies (the Xeon: ~15 % slower): the zero-shot takes the target's
+    offset equal to the source's; this takes it as the mean offset of the known devices (:func:`device_offsets`
+    of the pairs in ``biases`` without ``target``: leave-the-target-out), so the prediction is multiplied by
+    ``exp(mean(u) - u_source)`` (= ``exp(-u_source)``, the offsets summing to 0). 0 where the source is not
+    among those pairs."""
+    known = {p: v for p, v in biases.items() if str(target) not in map(str, p) and math.isfinite(float(v))}
+    u = device_offsets(known)
+    return -u[str(source)] if str(source) in u else 0.0
 
 
 def _cells(records: Sequence[Mapping[str, Any]], min_rows: int = 3) -> list[Mapping[str, Any]]:
