@@ -15,7 +15,9 @@ from typing import Any
 #: ``activations`` (output elements of convolution, linear and matmul operations: Hidden Joules' and
 #: timm's "activations"), ``peak_live_MB`` (the largest live activation bytes during the forward: the
 #: liveness estimate of peak memory, parameters excluded), ``bytes_read_MB``/``bytes_written_MB`` (all
-#: operations), ``n_ops`` (operations but views).
+#: operations), ``n_ops`` (operations but views). ``param_size_MB`` of a zoo row is the module's state:
+#: parameters and buffers (BatchNorm's running statistics, LeViT's int64 attention-bias indices), all of
+#: which a forward holds; ``peak_live_MB + param_size_MB`` is the liveness estimate of the peak.
 ZOO_STATIC: tuple[str, ...] = ("flops", "params", "param_size_MB", "total_activation_MB", "max_activation_MB",
                                "flops_per_param_log", "compute_intensity", "n_conv", "activations",
                                "peak_live_MB", "bytes_read_MB", "bytes_written_MB", "n_ops")
@@ -78,15 +80,23 @@ def static_of(s: Mapping[str, Any], batch_size: int) -> dict[str, Any]:
     b = int(batch_size)
     flops = s["flops"] * b
     params = int(s["params"])
-    param_mb = s["param_bytes"] / MB
+    param_mb = (s["param_bytes"] + s.get("buffer_bytes", 0)) / MB   # the module's state: parameters and buffers
     total_act = s["bytes_written"] * b / MB
     return {"flops": flops, "params": params, "param_size_MB": param_mb, "total_activation_MB": total_act,
             "max_activation_MB": s["max_written"] * b / MB,
             "flops_per_param_log": math.log10(flops / params) if flops > 0 and params > 0 else float("nan"),
             "compute_intensity": flops / (param_mb + total_act) if param_mb + total_act > 0 else float("nan"),
             "n_conv": int(s["n_conv"]), "activations": float(s["activations"]) * b,
-            "peak_live_MB": s["peak_live_bytes"] * b / MB, "bytes_read_MB": s["bytes_read"] * b / MB,
+            "peak_live_MB": _peak_live_bytes(s, b) / MB, "bytes_read_MB": s["bytes_read"] * b / MB,
             "bytes_written_MB": s["bytes_written"] * b / MB, "n_ops": int(s["n_ops"])}
+
+
+def _peak_live_bytes(s: Mapping[str, Any], batch_size: int) -> float:
+    """The liveness peak (bytes) at ``batch_size`` from a batch-1 summary: its per-image part times the batch
+    plus its batch-independent part (``peak_live_state_bytes``: storages derived from the module's state
+    only, e.g. attention biases gathered from a table; absent from summaries of an older tracer: 0)."""
+    state = float(s.get("peak_live_state_bytes", 0.0))
+    return (float(s["peak_live_bytes"]) - state) * batch_size + state
 
 
 def zoo_static_table(configs: Sequence[Any]) -> Mapping[str, Mapping[str, Any]]:
