@@ -212,6 +212,39 @@ def test_biases_gathered_from_parameters_count_once_and_a_kept_cache_not_at_all(
     assert (row["peak_live_MB"] + row["param_size_MB"]) * 2 ** 20 == pytest.approx(measured3, abs=0.5)
 
 
+class _StdConvNet(nn.Module):
+    """NFNet's pattern: a convolution whose weight is standardised every forward (a storage of the weight's
+    size made from parameters only), late where the feature map is small, after a stem with a large output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 32, 3, padding=1)
+        self.pool = nn.AvgPool2d(4)
+        self.weight = nn.Parameter(torch.randn(64, 32, 3, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pool(self.stem(x))
+        w = nn.functional.batch_norm(self.weight.reshape(1, 64, -1), None, None, training=True, momentum=0.0)
+        return nn.functional.conv2d(x, w.reshape_as(self.weight), padding=1)
+
+
+def test_the_peak_at_any_batch_comes_from_the_batch_1_trace_where_state_derived_storages_are_large():
+    """At batch 1 the standardised weight makes the late convolution the peak, at batch 4 the stem is: the
+    zoo row's ``peak_live_MB`` (from the batch-1 summary, :func:`carb.design.zoo_features.live_frontier`)
+    plus its state equals the collector's peak at both (batch 4: tracer 2 counted the weight per image, 1.8x
+    over; the batch-1 peak row times the batch would be 18 % under)."""
+    from carb.design.zoo_features import module_summary, static_of
+
+    torch.manual_seed(0)
+    net = _StdConvNet()
+    s = module_summary(net, 16)
+    assert len(s["peak_live_frontier"]) >= 2
+    for batch in (1, 4):
+        measured, _ = _collector_peak_bytes(net.eval(), torch.randn(batch, 3, 16, 16))
+        row = static_of(s, batch)
+        assert (row["peak_live_MB"] + row["param_size_MB"]) * 2 ** 20 == pytest.approx(measured, abs=0.5)
+
+
 @pytest.mark.slow
 def test_levits_trace_peak_plus_its_state_is_the_collectors_peak():
     """LeViT-128S (eleven cached attention-bias gathers): tracer 2 was 28 % over the collector's peak at
