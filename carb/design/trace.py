@@ -43,16 +43,16 @@ Columns of the table (:data:`COLUMNS`):
   ``attention_bias_cache``, filled by the first eval forward): model state, not counted at all, as the
   CPU collector, which measures after warm-up forwards, does not count it (a GPU allocator's peak, which
   counts all that is allocated, does: its bytes are ``attrs["cache_elems"]`` / ``["cache_fixed"]``,
-  :func:`summarize`'s ``cache_bytes``). Before (tracer 2), LeViT-128S's eleven cached bias gathers counted as activations of every image: the estimate was
-  28 % over the measured peak at batch 16, 1.6x the real activations at batch 1; now it equals the CPU
-  collector's peak less the module's buffers;
+  :func:`summarize`'s ``cache_bytes``). Before (tracer 2), LeViT-128S's eleven cached bias gathers
+  counted as activations of every image: the estimate was 28 % over the measured peak at batch 16, 1.6x
+  the real activations at batch 1; now it equals the CPU collector's peak less the module's buffers;
 * ``live_state_bytes``: the batch-independent part of ``live_bytes`` (storages derived from the state).
 
 Counts are for the whole batch. ``table.attrs`` holds ``model``, ``input_shape``, ``precision``,
 ``params_total`` (the module's parameter count, shared ones once), ``params_traced`` (distinct
 parameter elements the forward read), ``buffer_elems`` / ``buffer_fixed`` (floating buffer elements,
-integer buffer bytes), ``cache_elems`` / ``cache_fixed`` (the caches above) and ``reparam`` (whether the traced graph is the reparameterised
-one, below). :func:`summarize` reduces a table to the network's totals.
+integer buffer bytes), ``cache_elems`` / ``cache_fixed`` (the caches above) and ``reparam`` (whether
+the traced graph is the reparameterised one, below). :func:`summarize` reduces a table to the network's totals.
 
 Reparameterisation (``reparam=True``): structurally reparameterisable networks (RepVGG, MobileOne,
 RepViT, FastViT, LeViT's conv/linear + batch-norm pairs, EfficientViT-MSRA, RepGhost, ...) run a
