@@ -575,12 +575,8 @@ def _buffer_counts(model: nn.Module) -> dict[str, int]:
     """``buffer_elems`` (floating buffer elements: they take the precision, as ``model.to(dtype)`` casts
     them) and ``buffer_fixed`` (bytes of integer / boolean buffers, e.g. LeViT's int64 attention-bias
     indices) of the module's distinct buffers."""
-    seen: set[int] = set()
     elems = fixed = 0
-    for b in model.buffers():
-        if id(b) in seen:
-            continue
-        seen.add(id(b))
+    for b in model.buffers():   # each shared buffer once
         if b.is_floating_point() or b.is_complex():
             elems += b.numel()
         else:
