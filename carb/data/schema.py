@@ -31,7 +31,8 @@ knobs
     ``width_per_group / 64``; 1.0 for basic blocks; files written before it are read as 1.0).
 static features
     ``flops`` [float] fvcore count for one forward of the whole batch; ``params`` [int];
-    ``param_size_MB`` [float] parameter bytes at the precision / 2**20; ``total_activation_MB`` and
+    ``param_size_MB`` [float] parameter bytes at the precision / 2**20 (a zoo row's: parameters and
+    buffers, :data:`carb.design.zoo_features.ZOO_STATIC`); ``total_activation_MB`` and
     ``max_activation_MB`` [float] sum / max of leaf-module output bytes (whole batch) / 2**20;
     ``flops_per_param_log`` [float] log10(flops / params); ``compute_intensity`` [float]
     flops / (param_size_MB + total_activation_MB), FLOPs per MB; ``n_conv`` [int] conv layers.

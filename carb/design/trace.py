@@ -37,12 +37,22 @@ Columns of the table (:data:`COLUMNS`):
   element; integer and boolean ones (``max_pool2d_with_indices``' int64 indices, masks) at their own
   dtype's, whatever the precision, as a real forward holds them (SqueezeNet 1.1 bf16, batch 4, 128 px:
   the first max-pool's indices are 4x its output; counted at 2 bytes the estimate was 21 % under the
-  measured peak).
+  measured peak). A storage made only from parameters, buffers and other such storages (no input in its
+  history: LeViT's and Swin's attention biases gathered from their tables) has the same size at every
+  batch: it counts once, not per image. One the module still holds after the forward is a cache (LeViT's
+  ``attention_bias_cache``, filled by the first eval forward): model state, not counted at all, as the
+  CPU collector, which measures after warm-up forwards, does not count it (a GPU allocator's peak, which
+  counts all that is allocated, does: its bytes are ``attrs["cache_elems"]`` / ``["cache_fixed"]``,
+  :func:`summarize`'s ``cache_bytes``). Before (tracer 2), LeViT-128S's eleven cached bias gathers
+  counted as activations of every image: the estimate was 28 % over the measured peak at batch 16, 1.6x
+  the real activations at batch 1; now it equals the CPU collector's peak less the module's buffers;
+* ``live_state_bytes``: the batch-independent part of ``live_bytes`` (storages derived from the state).
 
 Counts are for the whole batch. ``table.attrs`` holds ``model``, ``input_shape``, ``precision``,
 ``params_total`` (the module's parameter count, shared ones once), ``params_traced`` (distinct
-parameter elements the forward read) and ``reparam`` (whether the traced graph is the reparameterised
-one, below). :func:`summarize` reduces a table to the network's totals.
+parameter elements the forward read), ``buffer_elems`` / ``buffer_fixed`` (floating buffer elements,
+integer buffer bytes), ``cache_elems`` / ``cache_fixed`` (the caches above) and ``reparam`` (whether
+the traced graph is the reparameterised one, below). :func:`summarize` reduces a table to the network's totals.
 
 Reparameterisation (``reparam=True``): structurally reparameterisable networks (RepVGG, MobileOne,
 RepViT, FastViT, LeViT's conv/linear + batch-norm pairs, EfficientViT-MSRA, RepGhost, ...) run a
@@ -87,7 +97,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from torch import nn
 
 #: Bump when the table's columns or counting conventions change (invalidates the cache).
-TRACER_VERSION = 2   # 2: integer storages live at their own bytes per element
+TRACER_VERSION = 3   # 2: integer storages live at their own bytes per element; 3: state-derived storages
+#                        count once (not per image), caches the module keeps not at all; buffers and caches in attrs
 #: Methods of a module that fold its training-time branches (``timm.utils.reparameterize_model``'s rule):
 #: ``fuse()`` returns the replacement module, the other two fold in place.
 REPARAM_METHODS: tuple[str, ...] = ("fuse", "reparameterize", "switch_to_deploy")
@@ -97,7 +108,7 @@ KINDS: tuple[str, ...] = ("conv_regular", "conv_grouped", "conv_depthwise", "con
 CONV_KINDS: tuple[str, ...] = KINDS[:4]
 COLUMNS: tuple[str, ...] = ("op", "module", "kind", "in_shape", "out_shape", "weight_shape", "kernel", "stride",
                             "groups", "flops", "macs", "bytes_read", "bytes_written", "param_bytes", "params",
-                            "live_bytes")
+                            "live_bytes", "live_state_bytes")
 #: Per-element columns of the cached batch-1 trace that scale with the batch (the rest do not).
 _BATCH_COLS = ("flops", "macs", "act_read", "written", "live", "live_fixed")
 
@@ -174,7 +185,8 @@ def _recorder_class() -> type:
             super().__init__()
             self.params = param_storages           # storage key -> (parameter elements (0 for buffers), shape)
             self.rows: list[dict[str, Any]] = []
-            self.live: dict[int, tuple[Any, int, int]] = {}   # key -> (weak ref, float elements, fixed bytes)
+            # key -> (weak ref, float elements, fixed bytes, derived from the module's state only, creation row)
+            self.live: dict[int, tuple[Any, int, int, bool, int]] = {}
             self.stack: list[str] = [""]
             self.fused = 0                          # inside an sdpa call: do not record its decomposition
             self.touched: set[int] = set()
@@ -184,7 +196,7 @@ def _recorder_class() -> type:
         def _key(self, t: Any) -> int:
             return t.untyped_storage()._cdata
 
-        def _track(self, t: Any) -> None:
+        def _track(self, t: Any, derived: bool = False) -> None:
             key = self._key(t)
             if key in self.params:
                 return
@@ -192,16 +204,41 @@ def _recorder_class() -> type:
             if old is None or old[0].expired():
                 storage = t.untyped_storage()
                 if t.is_floating_point() or t.is_complex():   # scales with the precision
-                    self.live[key] = (StorageWeakRef(storage), storage.nbytes() // max(t.element_size(), 1), 0)
+                    elems, fixed = storage.nbytes() // max(t.element_size(), 1), 0
                 else:                                         # int64 indices, bool masks: their own bytes
-                    self.live[key] = (StorageWeakRef(storage), 0, int(storage.nbytes()))
+                    elems, fixed = 0, int(storage.nbytes())
+                self.live[key] = (StorageWeakRef(storage), elems, fixed, derived, len(self.rows))
 
-        def _live(self) -> tuple[int, int]:
-            """(float elements, bytes of integer / boolean storages) alive now, batch 1."""
-            dead = [k for k, (ref, _, _) in self.live.items() if ref.expired()]
+        def _from_state(self, tensors: list[Any]) -> bool:
+            """Whether every tensor operand is a parameter, a buffer or derived from them only (not from the
+            input): the output then has the same size at every batch (LeViT's gathered attention biases)."""
+            for t in tensors:
+                key = self._key(t)
+                if key not in self.params:
+                    entry = self.live.get(key)
+                    if entry is None or not entry[3]:
+                        return False
+            return bool(tensors)
+
+        def _live(self) -> tuple[int, int, int, int]:
+            """(float elements, bytes of integer / boolean storages) alive now at batch 1 that scale with the
+            batch, then the same of the storages derived from the module's state only (batch-independent)."""
+            dead = [k for k, v in self.live.items() if v[0].expired()]
             for k in dead:
                 del self.live[k]
-            return sum(v[1] for v in self.live.values()), sum(v[2] for v in self.live.values())
+            out = [0, 0, 0, 0]
+            for _, elems, fixed, derived, _ in self.live.values():
+                out[2 * derived] += elems
+                out[2 * derived + 1] += fixed
+            return out[0], out[1], out[2], out[3]
+
+        def kept_state(self, keep: Iterable[Any] = ()) -> list[tuple[int, int, int]]:
+            """After the forward: the storages derived from the module's state that are still alive (caches the
+            module keeps, e.g. LeViT's ``attention_bias_cache``), but the tensors ``keep``, as (creation row,
+            float elements, fixed bytes)."""
+            skip = {self._key(t) for t in keep}
+            return [(row, elems, fixed) for key, (ref, elems, fixed, derived, row) in self.live.items()
+                    if derived and not ref.expired() and key not in skip]
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
@@ -213,8 +250,9 @@ def _recorder_class() -> type:
         def record(self, func, args, kwargs, out, kind: str | None = None, flops: float | None = None) -> None:
             tensors = _tensors(args) + _tensors(kwargs.values())
             outs = _tensors(out if isinstance(out, (list, tuple)) else (out,))
+            derived = self._from_state(tensors)
             for o in outs:
-                self._track(o)
+                self._track(o, derived)
             if not tensors:   # factory ops (empty, zeros): no row, their outputs are tracked
                 return
             name = getattr(getattr(func, "overloadpacket", func), "__name__", str(func))
@@ -238,9 +276,10 @@ def _recorder_class() -> type:
                 act_read = param_read = written = n_params = 0
             else:
                 written = sum(o.numel() for o in outs)
-            live, live_fixed = self._live()
+            live, live_fixed, live_state, live_state_fixed = self._live()
             row.update(module=self.stack[-1], act_read=act_read, param_read=param_read, written=written,
-                       params=n_params, live=live, live_fixed=live_fixed)
+                       params=n_params, live=live, live_fixed=live_fixed, live_state=live_state,
+                       live_state_fixed=live_state_fixed)
             self.rows.append(row)
 
         def _describe(self, name, func, args, kwargs, out, acts, params, outs, kind, flops) -> dict[str, Any]:
@@ -462,7 +501,8 @@ def _meta_state(model: nn.Module) -> tuple[dict[str, Any], dict[int, tuple[int, 
 
 _TEXT = ("op", "module", "kind")
 _SHAPES = ("in_shape", "out_shape", "weight_shape")
-_INTS = ("kernel", "stride", "groups", "act_read", "param_read", "written", "params", "live", "live_fixed")
+_INTS = ("kernel", "stride", "groups", "act_read", "param_read", "written", "params", "live", "live_fixed",
+         "live_state", "live_state_fixed")
 
 
 def _columns(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -507,6 +547,8 @@ def _trace_batch1(model: nn.Module, chw: tuple[int, int, int], label: str) -> tu
     try:
         with torch.no_grad(), FusedAttention(rec), rec:
             out = functional_call(model, state, (x,))
+        # before the module's mode is restored (LeViT's ``train()`` clears its attention-bias cache)
+        kept = rec.kept_state(o for o in torch.utils._pytree.tree_leaves(out) if isinstance(o, torch.Tensor))
     except ZooError:
         raise
     except Exception as e:  # noqa: BLE001 - any failure of the user's forward is a refusal with its reason
@@ -519,10 +561,27 @@ def _trace_batch1(model: nn.Module, chw: tuple[int, int, int], label: str) -> tu
     if not leaves:
         raise ZooError(f"model {label!r}: not a vision backbone: its forward returns {type(out).__name__}, no tensor")
     frame = _columns(rec.rows)
+    for row, elems, fixed in kept:   # a cache the module keeps is model state, not the forward's memory
+        frame["live_state"][row:] -= elems
+        frame["live_state_fixed"][row:] -= fixed
     params_total = sum(p.numel() for p in model.parameters())
     info = {"params_total": int(params_total), "params_traced": int(sum(keys[k][0] for k in rec.touched)),
-            "output_shape": tuple(leaves[0].shape)}
+            "output_shape": tuple(leaves[0].shape), **_buffer_counts(model),
+            "cache_elems": int(sum(k[1] for k in kept)), "cache_fixed": int(sum(k[2] for k in kept))}
     return frame, info
+
+
+def _buffer_counts(model: nn.Module) -> dict[str, int]:
+    """``buffer_elems`` (floating buffer elements: they take the precision, as ``model.to(dtype)`` casts
+    them) and ``buffer_fixed`` (bytes of integer / boolean buffers, e.g. LeViT's int64 attention-bias
+    indices) of the module's distinct buffers."""
+    elems = fixed = 0
+    for b in model.buffers():   # each shared buffer once
+        if b.is_floating_point() or b.is_complex():
+            elems += b.numel()
+        else:
+            fixed += b.numel() * b.element_size()
+    return {"buffer_elems": int(elems), "buffer_fixed": int(fixed)}
 
 
 def _scaled(frame: dict[str, Any], info: dict[str, Any], batch: int, precision: str, label: str,
@@ -530,11 +589,14 @@ def _scaled(frame: dict[str, Any], info: dict[str, Any], batch: int, precision: 
     """The batch-1 columns at ``batch`` and ``precision``: the :data:`COLUMNS` table."""
     bpe = BYTES_PER_ELEMENT[precision]
     param_bytes = frame["param_read"] * bpe
+    state = frame["live_state"] * bpe + frame["live_state_fixed"]
     cols = {**{c: frame[c] for c in (*_TEXT, *_SHAPES, "kernel", "stride", "groups")},
             "flops": frame["flops"] * batch, "macs": frame["macs"] * batch,
             "bytes_read": frame["act_read"] * (batch * bpe) + param_bytes,
             "bytes_written": frame["written"] * (batch * bpe), "param_bytes": param_bytes,
-            "params": frame["params"], "live_bytes": frame["live"] * (batch * bpe) + frame["live_fixed"] * batch}
+            "params": frame["params"],
+            "live_bytes": frame["live"] * (batch * bpe) + frame["live_fixed"] * batch + state,
+            "live_state_bytes": state}
     out = pd.DataFrame({c: cols[c] for c in COLUMNS}, copy=False)
     out.attrs = {"model": label, "input_shape": tuple(input_shape), "precision": precision, "reparam": False, **info}
     return out
@@ -622,7 +684,11 @@ def summarize(table: pd.DataFrame) -> dict[str, Any]:
     ``live_bytes``), ``param_bytes`` (parameters at the table's precision), ``bytes_read``, ``bytes_written``,
     ``n_ops`` (rows but views), per kind ``flops_<kind>`` and ``bytes_<kind>`` (read + written), and
     ``flops_sdpa_math`` / ``bytes_sdpa_math`` (attention on the unfused math path: :func:`_sdpa_math`). Whole
-    batch; bytes at the table's precision."""
+    batch; bytes at the table's precision. Batch-independent: ``peak_live_state_bytes`` (the part of the
+    peak row's ``live_bytes`` derived from the module's state only, which does not grow with the batch),
+    ``buffer_bytes`` (the module's buffers: floating ones at the precision, integer ones at their own
+    size) and ``cache_bytes`` (storages the forward derives from the module's state and the module keeps,
+    e.g. LeViT's attention-bias cache: not in ``live_bytes``; see the module docstring)."""
     attrs = table.attrs
     bpe = BYTES_PER_ELEMENT[attrs.get("precision", "fp32")]
     batch = int(attrs.get("input_shape", (1,))[0])
@@ -633,6 +699,9 @@ def summarize(table: pd.DataFrame) -> dict[str, Any]:
         "flops": float(table["flops"].sum()), "macs": float(table["macs"].sum()),
         "activations": float(out_elems.sum() * batch),
         "peak_live_bytes": int(table["live_bytes"].max()) if len(table) else 0,
+        "peak_live_state_bytes": _peak_state_bytes(table),
+        "buffer_bytes": int(attrs.get("buffer_elems", 0)) * bpe + int(attrs.get("buffer_fixed", 0)),
+        "cache_bytes": int(attrs.get("cache_elems", 0)) * bpe + int(attrs.get("cache_fixed", 0)),
         "param_bytes": int(attrs.get("params_total", 0)) * bpe,
         "bytes_read": int(table["bytes_read"].sum()), "bytes_written": int(table["bytes_written"].sum()),
         "n_ops": int((table["kind"] != "reshape").sum()),
@@ -644,6 +713,15 @@ def summarize(table: pd.DataFrame) -> dict[str, Any]:
         out[f"bytes_{kind}"] = int(row["bytes_read"] + row["bytes_written"]) if row is not None else 0
     out |= _sdpa_math(table, bpe)
     return out
+
+
+def _peak_state_bytes(table: pd.DataFrame) -> int:
+    """``live_state_bytes`` of the table's peak row (the batch-independent part of its ``live_bytes``); 0
+    where unknown (the ResNet walk's table)."""
+    live = table["live_bytes"].to_numpy(float)
+    if not len(table) or not np.isfinite(live).any():
+        return 0
+    return int(table["live_state_bytes"].iloc[int(np.nanargmax(live))])
 
 
 def _sdpa_math(table: pd.DataFrame, bpe: int) -> dict[str, float]:
@@ -703,7 +781,7 @@ def walk_table(cfg: ArchConfig, precision: str | None = None) -> pd.DataFrame:
                          weight_shape=weight_shape, kernel=kernel, stride=stride, groups=groups,
                          flops=flops * batch, macs=macs * batch, bytes_read=(act_in * batch + param_read) * bpe,
                          bytes_written=s.out_elements * batch * bpe, param_bytes=param_read * bpe,
-                         params=s.params, live_bytes=np.nan))
+                         params=s.params, live_bytes=np.nan, live_state_bytes=np.nan))
     out = pd.DataFrame(rows, columns=list(COLUMNS))
     out.attrs = {"model": "resnet-walk", "input_shape": (batch, 3, cfg.input_size, cfg.input_size),
                  "precision": precision, "params_total": int(sum(r["params"] for r in rows)),
