@@ -272,3 +272,44 @@ def resnet_knobs(**values: Any) -> dict[str, Any]:
 def text_categories() -> dict[str, tuple]:
     """Allowed values of every kind's text (non-boolean) categorical identity columns (``block``)."""
     return {c: v for c, v in categorical_identity().items() if not is_bool_column(c)}
+
+
+def row_kinds(frame: Any) -> Any:
+    """The kind of each of the n rows of ``frame``, an object array (n,) of :data:`NetworkKind` names: a row
+    whose ResNet marker (``block``) is set is ``resnet``, one with a ``model_name`` and no marker ``zoo``,
+    any other ``""`` (neither). A frame holding one kind gives that kind on every row; a combined dataset
+    (ResNet and zoo rows of one device) gives each row its own."""
+    import numpy as np
+
+    n = len(frame)
+    cols = columns_of(frame)
+    res = frame[RESNET.marker].notna().to_numpy() if RESNET.marker in cols else np.zeros(n, dtype=bool)
+    zoo = (frame[ZOO.marker].notna().to_numpy() if ZOO.marker in cols else np.zeros(n, dtype=bool)) & ~res
+    out = np.full(n, "", dtype=object)
+    out[res], out[zoo] = RESNET.name, ZOO.name
+    return out
+
+
+def kinds_in(frame: Any) -> tuple[str, ...]:
+    """The kinds (:data:`NetworkKind` names, in :data:`KINDS` order) the rows of ``frame`` hold: one for a
+    frame of one kind, ``("resnet", "zoo")`` for a combined dataset, () for an empty frame or rows of
+    neither kind."""
+    present = set(row_kinds(frame).tolist())
+    return tuple(k.name for k in KINDS if k.name in present)
+
+
+def input_kind(frame: Any) -> str:
+    """What a model fitted on ``frame`` takes: ``"resnet"`` (knob rows), ``"zoo"`` (named networks) or
+    ``"mixed"`` (a combined dataset: rows of either kind, each featurized from its own layer table). The
+    one place the cascade's input kind is decided."""
+    kinds = kinds_in(frame)
+    if len(kinds) > 1:
+        return "mixed"
+    return ZOO.name if kinds == (ZOO.name,) else RESNET.name
+
+
+def uses_layer_table(frame: Any) -> bool:
+    """Whether a fit on ``frame`` reads every network through its layer table (zoo rows present: their
+    features are the tracer's, so a ResNet row beside them takes its walk's layer table too) rather
+    than the ResNet knobs and :data:`carb.design.features.STATIC_FEATURES`."""
+    return ZOO.name in kinds_in(frame)
