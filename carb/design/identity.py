@@ -190,12 +190,26 @@ def architecture_keys(X: Any) -> list[str]:
     """One key per row naming its network's architecture unit, for the n rows of a frame ``X``: a ResNet's
     identity columns (:data:`ARCH_COLUMNS`, absent or missing ones as the knob's default) joined by ``|``,
     ``basic|20|0.5|1.0|None|True``; a zoo row's family, ``family:mobilenet`` (architecture folds then hold
-    out whole families). Returns a list of n strings."""
+    out whole families). In a combined frame (:func:`row_kinds`) each row takes its own kind's key.
+    Returns a list of n strings."""
     if is_zoo(X) and ZOO.unit in columns_of(X):
         return [f"{ZOO.unit}:" + str(f) for f in X[ZOO.unit].astype(str)]
     cols = [[norm_value(c, v) for v in (X[c].astype(object).tolist() if c in X else [None] * len(X))]
             for c in ARCH_COLUMNS]
-    return ["|".join(parts) for parts in zip(*cols)]
+    keys = ["|".join(parts) for parts in zip(*cols)]
+    return _zoo_rows_keyed(X, keys, ZOO.unit, f"{ZOO.unit}:")
+
+
+def _zoo_rows_keyed(X: Any, keys: list[str], column: str | None, prefix: str) -> list[str]:
+    """``keys`` (n) with the zoo rows of a combined frame (:func:`row_kinds`) keyed by ``prefix`` + their
+    ``column`` instead (unchanged where ``X`` has no such column or no ResNet marker)."""
+    if column is None or column not in columns_of(X) or not is_resnet(X):
+        return keys
+    zoo = row_kinds(X) == ZOO.name
+    if not zoo.any():
+        return keys
+    names = X[column].astype(str).tolist()
+    return [prefix + names[i] if z else k for i, (k, z) in enumerate(zip(keys, zoo))]
 
 
 def network_keys(X: Any) -> list[str]:
@@ -203,7 +217,7 @@ def network_keys(X: Any) -> list[str]:
     ResNet key of :func:`architecture_keys`, or ``model:<model_name>`` for a zoo row."""
     if is_zoo(X):
         return [f"model:{m}" for m in X[ZOO.marker].astype(str)]
-    return architecture_keys(X)
+    return _zoo_rows_keyed(X, architecture_keys(X), ZOO.marker, "model:")
 
 
 def categorical_identity() -> dict[str, tuple]:
