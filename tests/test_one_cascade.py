@@ -141,6 +141,14 @@ def test_one_cascade_fits_and_predicts_both_kinds(combined):
     assert all("|" in k for k, r in zip(keys, res) if r)
     only_resnet = combined[res].drop(columns=["model_name", "family"])
     assert np.isfinite(model.predict(only_resnet)["pred_latency_ms"]).all()   # knobs alone, no zoo columns
+    from carb.analysis.predictor import Predictor
+
+    served = Predictor(model, "models:/combined@test")   # takes names or a knob frame
+    names = served.predict(["tv:squeezenet1_1", "tv:vgg11"], batch_size=[1, 4], input_size=64)
+    assert (names["pred_latency_ms"] > 0).all() and names["pred_latency_ms"].iloc[1] > names["pred_latency_ms"].iloc[0]
+    assert names.loc[names["model_name"] == "tv:vgg11", "outside"].str.contains("family vgg never measured").all()
+    knobs = served.predict(only_resnet[["block", "depth", "width_mult", "input_size", "batch_size", "precision"]])
+    assert len(knobs) == len(only_resnet) and (knobs["pred_latency_ms"] > 0).all()
 
 
 def test_a_resnet_frame_keeps_its_own_feature_list_and_stored_features():

@@ -322,6 +322,13 @@ def input_kind(frame: Any) -> str:
     return ZOO.name if kinds == (ZOO.name,) else RESNET.name
 
 
+def naming_columns(kind: str) -> tuple[str, ...]:
+    """The columns a model of input kind ``kind`` (:func:`input_kind`) reads, beyond its features, to know
+    which networks its rows are: a zoo or mixed model the ``model_name`` (its layer table comes from it); a
+    ResNet model none (its knobs are features)."""
+    return () if kind == RESNET.name else (ZOO.marker,)
+
+
 def uses_layer_table(frame: Any) -> bool:
     """Whether a fit on ``frame`` reads every network through its layer table (zoo rows present: their
     features are the tracer's, so a ResNet row beside them takes its walk's layer table too) rather

@@ -214,11 +214,12 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         and ``input_columns_`` (raw columns, plus those the physics priors read)."""
         self.feature_names_, self.dropped_features_ = usable_features(X, features, self.feature_set)
         self.feature_set_ = str(self.feature_set)
-        self.input_columns_ = raw_inputs(self.feature_names_)
-        if self.input_kind_ != "resnet":   # the per-kind columns come from each network's layer table
-            from carb.design.zoo_features import ZOO_KIND_FEATURES
+        from carb.design.identity import naming_columns
+        from carb.design.zoo_features import ZOO_KIND_FEATURES
 
-            self.input_columns_ = ["model_name", *(c for c in self.input_columns_ if c not in ZOO_KIND_FEATURES)]
+        # a network's name where the kind needs one; the per-kind columns come from its layer table
+        self.input_columns_ = [*naming_columns(self.input_kind_),
+                               *(c for c in raw_inputs(self.feature_names_) if c not in ZOO_KIND_FEATURES)]
         if self.physics:
             from carb.model.physics import LAYER_INPUTS, PRIOR_INPUTS
 
