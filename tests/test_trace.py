@@ -86,6 +86,10 @@ def test_the_resnet_walk_is_the_trace_of_the_torchvision_resnet(name):
     assert walk.attrs["params_total"] == traced.attrs["params_total"]
     norm = lambda t: t[t["kind"] == "norm"][["in_shape", "macs", "params"]].reset_index(drop=True)  # noqa: E731
     assert norm(walk).equals(norm(traced))
+    # every row but the views, liveness included: so the walk's layer-table features are the trace's
+    ops = lambda t: t[t["kind"] != "reshape"][[*COMPARED, "live_bytes"]].reset_index(drop=True)  # noqa: E731
+    assert ops(walk).astype(str).equals(ops(traced).astype(str))
+    assert T.summarize(walk) == T.summarize(traced)
 
 
 def test_a_walk_wrong_in_one_layer_differs_from_the_trace(monkeypatch):

@@ -173,7 +173,8 @@ class Predictor:
         (:mod:`carb.analysis.decisions`). ``attrs``: :meth:`provenance` (model URI, version, device,
         interval coverage) and ``origin``. Bad knobs raise :class:`carb.errors.ConfigError`.
 
-        A model trained on zoo rows (``input_kind_ == "zoo"``) takes networks instead: an ``nn.Module``, a
+        A model trained on zoo rows (``input_kind_ == "zoo"``) takes networks instead (one trained on a combined
+        dataset, ``"mixed"``, either: networks or a knob frame): an ``nn.Module``, a
         list of zoo names (``tv:mobilenet_v3_large``, ``timm:ghostnet_100``) or a frame with a ``model_name``
         column, each at ``batch_size``, ``precision`` and ``input_size`` (a value or a list of values: every
         combination; a frame's own columns win; defaults 1, ``fp32``, 224). A network the tracer refuses
@@ -184,7 +185,8 @@ class Predictor:
         from carb.design.zoo_inputs import zoo_features_frame
 
         model = self.cascade
-        zoo = getattr(model, "input_kind_", "resnet") == "zoo"
+        kind = getattr(model, "input_kind_", "resnet")   # "mixed" (a combined dataset's): names or knobs
+        zoo = kind == "zoo" or (kind == "mixed" and is_zoo_input(knobs))
         if zoo:
             frame, modules = zoo_knobs(knobs, batch_size, precision, input_size)
             config_cols = [c for c in frame.columns if c in ZOO_CONFIG_COLUMNS]

@@ -26,12 +26,49 @@ SHIPPED = {"reference": _REFERENCE, "cpu-reference": _REFERENCE,
 
 def validate_dataset(df: pd.DataFrame, source: str = "dataset") -> pd.DataFrame:
     """Validate a frame against its schema: a zoo frame (a ``model_name`` column, no ``block``) against
-    :data:`carb.data.zoo_schema.ZOO_SCHEMA`, any other against :data:`carb.data.schema.SCHEMA`."""
+    :data:`carb.data.zoo_schema.ZOO_SCHEMA`, any other against :data:`carb.data.schema.SCHEMA`. A combined
+    dataset (ResNet and zoo rows, e.g. a folder holding both kinds' files of one device:
+    :func:`carb.design.identity.kinds_in`) is validated row by row against its kind's schema
+    (:func:`validate_combined`)."""
     from carb.data.zoo_schema import is_zoo_frame, validate_zoo_dataset
+    from carb.design.identity import kinds_in
 
     if is_zoo_frame(df):
         return validate_zoo_dataset(df, source)
+    if len(kinds_in(df)) > 1:
+        return validate_combined(df, source)
     return _validate_resnet(df, source)
+
+
+def validate_combined(df: pd.DataFrame, source: str = "dataset") -> pd.DataFrame:
+    """A combined dataset validated: its ResNet rows (``block`` set) against :data:`carb.data.schema.SCHEMA`,
+    its zoo rows (``model_name`` set, no ``block``) against :data:`carb.data.zoo_schema.ZOO_SCHEMA`, each
+    part's faults named as ``<source> (ResNet rows)`` / ``(zoo rows)`` with the part's row numbers; the
+    rows come back in their order, every column of both schemas present (NaN where a kind has none).
+    A row that names neither kind is one :class:`DatasetError` naming the first such rows."""
+    import numpy as np
+
+    from carb.data.schema import SCHEMA
+    from carb.data.zoo_schema import ZOO_SCHEMA, validate_zoo_dataset
+    from carb.design.identity import RESNET, ZOO, row_kinds
+
+    kinds = row_kinds(df)
+    neither = np.flatnonzero(kinds == "")
+    if len(neither):
+        raise DatasetError(f"{source}: rows {', '.join(map(str, neither[:5].tolist()))} name no network: a row "
+                           f"of a combined dataset needs {RESNET.marker!r} (ResNet knobs) or {ZOO.marker!r} "
+                           f"(a zoo model)")
+    base = df.reset_index(drop=True)
+    parts = []
+    for name, check, schema, label in ((RESNET.name, _validate_resnet, SCHEMA, "ResNet rows"),
+                                       (ZOO.name, validate_zoo_dataset, ZOO_SCHEMA, "zoo rows")):
+        rows = np.flatnonzero(kinds == name)
+        part = base.iloc[rows].reset_index(drop=True)
+        other = [c for c in part.columns if c not in schema and part[c].isna().all()]   # the other kind's
+        part = check(part.drop(columns=other), f"{source} ({label})")
+        parts.append(part.set_index(pd.Index(rows)))
+    out = pd.concat(parts).sort_index()
+    return out.reset_index(drop=True)
 
 
 def _read_one(path: Path) -> pd.DataFrame:

@@ -59,9 +59,14 @@ def low_batch(df: pd.DataFrame) -> np.ndarray:
 
 def strata_key(df: pd.DataFrame) -> np.ndarray:
     """Joint stratification key: batch tier x hardware-stress flag x depth tier (zoo rows, without a
-    ``depth``: x ``family``)."""
+    ``depth``: x ``family``; in a combined dataset each row by its own kind)."""
     stress = np.where(hardware_stress(df), "stress", "calm")
-    third = depth_tier(df[DEPTH]) if DEPTH in df.columns else df["family"].astype(str).to_numpy()
+    third = depth_tier(df[DEPTH]) if DEPTH in df.columns and df[DEPTH].notna().all() else None
+    if third is None:   # zoo rows (all, or beside ResNet rows): their family
+        third = df["family"].astype(str).to_numpy().astype(object)
+        if DEPTH in df.columns:
+            has = df[DEPTH].notna().to_numpy()
+            third[has] = depth_tier(df.loc[has, DEPTH])
     return np.array([f"{b}|{s}|{d}" for b, s, d in
                      zip(batch_tier(df["batch_size"]), stress, third)], dtype=object)
 

@@ -190,12 +190,26 @@ def architecture_keys(X: Any) -> list[str]:
     """One key per row naming its network's architecture unit, for the n rows of a frame ``X``: a ResNet's
     identity columns (:data:`ARCH_COLUMNS`, absent or missing ones as the knob's default) joined by ``|``,
     ``basic|20|0.5|1.0|None|True``; a zoo row's family, ``family:mobilenet`` (architecture folds then hold
-    out whole families). Returns a list of n strings."""
+    out whole families). In a combined frame (:func:`row_kinds`) each row takes its own kind's key.
+    Returns a list of n strings."""
     if is_zoo(X) and ZOO.unit in columns_of(X):
         return [f"{ZOO.unit}:" + str(f) for f in X[ZOO.unit].astype(str)]
     cols = [[norm_value(c, v) for v in (X[c].astype(object).tolist() if c in X else [None] * len(X))]
             for c in ARCH_COLUMNS]
-    return ["|".join(parts) for parts in zip(*cols)]
+    keys = ["|".join(parts) for parts in zip(*cols)]
+    return _zoo_rows_keyed(X, keys, ZOO.unit, f"{ZOO.unit}:")
+
+
+def _zoo_rows_keyed(X: Any, keys: list[str], column: str | None, prefix: str) -> list[str]:
+    """``keys`` (n) with the zoo rows of a combined frame (:func:`row_kinds`) keyed by ``prefix`` + their
+    ``column`` instead (unchanged where ``X`` has no such column or no ResNet marker)."""
+    if column is None or column not in columns_of(X) or not is_resnet(X):
+        return keys
+    zoo = row_kinds(X) == ZOO.name
+    if not zoo.any():
+        return keys
+    names = X[column].astype(str).tolist()
+    return [prefix + names[i] if z else k for i, (k, z) in enumerate(zip(keys, zoo))]
 
 
 def network_keys(X: Any) -> list[str]:
@@ -203,7 +217,7 @@ def network_keys(X: Any) -> list[str]:
     ResNet key of :func:`architecture_keys`, or ``model:<model_name>`` for a zoo row."""
     if is_zoo(X):
         return [f"model:{m}" for m in X[ZOO.marker].astype(str)]
-    return architecture_keys(X)
+    return _zoo_rows_keyed(X, architecture_keys(X), ZOO.marker, "model:")
 
 
 def categorical_identity() -> dict[str, tuple]:
@@ -272,3 +286,51 @@ def resnet_knobs(**values: Any) -> dict[str, Any]:
 def text_categories() -> dict[str, tuple]:
     """Allowed values of every kind's text (non-boolean) categorical identity columns (``block``)."""
     return {c: v for c, v in categorical_identity().items() if not is_bool_column(c)}
+
+
+def row_kinds(frame: Any) -> Any:
+    """The kind of each of the n rows of ``frame``, an object array (n,) of :data:`NetworkKind` names: a row
+    whose ResNet marker (``block``) is set is ``resnet``, one with a ``model_name`` and no marker ``zoo``,
+    any other ``""`` (neither). A frame holding one kind gives that kind on every row; a combined dataset
+    (ResNet and zoo rows of one device) gives each row its own."""
+    import numpy as np
+
+    n = len(frame)
+    cols = columns_of(frame)
+    res = frame[RESNET.marker].notna().to_numpy() if RESNET.marker in cols else np.zeros(n, dtype=bool)
+    zoo = (frame[ZOO.marker].notna().to_numpy() if ZOO.marker in cols else np.zeros(n, dtype=bool)) & ~res
+    out = np.full(n, "", dtype=object)
+    out[res], out[zoo] = RESNET.name, ZOO.name
+    return out
+
+
+def kinds_in(frame: Any) -> tuple[str, ...]:
+    """The kinds (:data:`NetworkKind` names, in :data:`KINDS` order) the rows of ``frame`` hold: one for a
+    frame of one kind, ``("resnet", "zoo")`` for a combined dataset, () for an empty frame or rows of
+    neither kind."""
+    present = set(row_kinds(frame).tolist())
+    return tuple(k.name for k in KINDS if k.name in present)
+
+
+def input_kind(frame: Any) -> str:
+    """What a model fitted on ``frame`` takes: ``"resnet"`` (knob rows), ``"zoo"`` (named networks) or
+    ``"mixed"`` (a combined dataset: rows of either kind, each featurized from its own layer table). The
+    one place the cascade's input kind is decided."""
+    kinds = kinds_in(frame)
+    if len(kinds) > 1:
+        return "mixed"
+    return ZOO.name if kinds == (ZOO.name,) else RESNET.name
+
+
+def naming_columns(kind: str) -> tuple[str, ...]:
+    """The columns a model of input kind ``kind`` (:func:`input_kind`) reads, beyond its features, to know
+    which networks its rows are: a zoo or mixed model the ``model_name`` (its layer table comes from it); a
+    ResNet model none (its knobs are features)."""
+    return () if kind == RESNET.name else (ZOO.marker,)
+
+
+def uses_layer_table(frame: Any) -> bool:
+    """Whether a fit on ``frame`` reads every network through its layer table (zoo rows present: their
+    features are the tracer's, so a ResNet row beside them takes its walk's layer table too) rather
+    than the ResNet knobs and :data:`carb.design.features.STATIC_FEATURES`."""
+    return ZOO.name in kinds_in(frame)

@@ -747,14 +747,17 @@ def walk_table(cfg: ArchConfig, precision: str | None = None) -> pd.DataFrame:
     (:func:`carb.design.layers.layer_specs`), torch-free, for the layers the walk knows (convolutions,
     batch norms, ReLUs, pools, residual adds, the classifier; no views). Conv and linear rows equal the
     trace of the torchvision ResNet ``cfg`` describes (shapes at batch 1, FLOPs, MACs, parameters); counts
-    for ``cfg.batch_size`` at ``precision`` (default ``cfg.precision``). ``live_bytes`` is not known
-    without a trace (NaN)."""
+    for ``cfg.batch_size`` at ``precision`` (default ``cfg.precision``). The other rows write what the
+    traced operators write (a batch norm also its two per-channel statistics, a max-pool its indices), and
+    ``live_bytes`` follows torchvision's eager lifetimes (:func:`walk_liveness`), so :func:`summarize` of
+    this table equals that of the trace (tests hold both at two depths)."""
     from carb.design.layers import layer_specs
 
     precision = precision or cfg.precision
     bpe, batch = BYTES_PER_ELEMENT[precision], cfg.batch_size
     rows = []
-    for s in layer_specs(cfg):
+    specs = list(layer_specs(cfg))
+    for s in specs:
         if s.kind == "linear":
             in_shape, out_shape = (1, s.in_channels), (1, s.out_channels)
         else:
@@ -780,13 +783,66 @@ def walk_table(cfg: ArchConfig, precision: str | None = None) -> pd.DataFrame:
         rows.append(dict(op=s.kind, module=s.name, kind=kind, in_shape=in_shape, out_shape=out_shape,
                          weight_shape=weight_shape, kernel=kernel, stride=stride, groups=groups,
                          flops=flops * batch, macs=macs * batch, bytes_read=(act_in * batch + param_read) * bpe,
-                         bytes_written=s.out_elements * batch * bpe, param_bytes=param_read * bpe,
-                         params=s.params, live_bytes=np.nan, live_state_bytes=np.nan))
+                         bytes_written=(s.out_elements + _extra_elements(s)) * batch * bpe,
+                         param_bytes=param_read * bpe, params=s.params, live_bytes=np.nan,
+                         live_state_bytes=0))   # a ResNet makes no storage from its parameters
     out = pd.DataFrame(rows, columns=list(COLUMNS))
+    out["live_bytes"] = walk_liveness(specs, cfg.input_size, batch, bpe)
     out.attrs = {"model": "resnet-walk", "input_shape": (batch, 3, cfg.input_size, cfg.input_size),
                  "precision": precision, "params_total": int(sum(r["params"] for r in rows)),
-                 "params_traced": int(sum(r["params"] for r in rows))}
+                 "params_traced": int(sum(r["params"] for r in rows)),
+                 # batch norms' running mean and variance (at the precision) and their int64 step counters
+                 "buffer_elems": int(sum(2 * s.out_channels for s in specs if s.kind == "bn")),
+                 "buffer_fixed": int(8 * sum(s.kind == "bn" for s in specs))}
     return out
+
+
+def _extra_elements(s: Any) -> int:
+    """Elements of one image an operator writes besides its output: a batch norm's saved mean and inverse
+    standard deviation (one per channel each), a max-pool's indices (one per output element)."""
+    if s.kind == "bn":
+        return 2 * s.out_channels
+    return s.out_elements if s.kind == "maxpool" else 0
+
+
+#: Bytes per element of a max-pool's int64 indices in ``live_bytes`` (a real forward holds them at their
+#: own dtype whatever the precision; ``bytes_written`` counts every tensor at the precision's).
+INDEX_BYTES = 8
+
+
+def walk_liveness(specs: Sequence[Any], input_size: int, batch: int, bpe: int) -> list[int]:
+    """``live_bytes`` after each layer of the walk ``specs`` (:class:`carb.design.layers.LayerSpec`, in
+    order) of a batch of ``batch`` images of ``input_size`` px at ``bpe`` bytes per element: the activation
+    storages torchvision's ResNet holds in eager execution. The input is held by the caller throughout; the
+    stem and the head reassign one tensor (``x = self.bn1(x)``: the old one dies after the call); a stage's
+    input is held by the network's forward until the stage returns; a block holds its input (the identity)
+    and its projection shortcut's output until it returns; ReLUs and the residual add work in place; an
+    operator's extra outputs (batch norm statistics, max-pool indices at :data:`INDEX_BYTES`) live only
+    at that row. Returns one int per spec."""
+    net_in = 3 * input_size * input_size * batch * bpe
+    cur, stage_in, blk_in, ident = 0, 0, 0, 0   # bytes each name holds; cur: the stem's, a block's main path's
+    block: tuple[int, int] | None = None   # (stage, block) of the block being walked
+    live: list[int] = []
+    for s in specs:
+        out = s.out_elements * batch * bpe
+        extra = (2 * s.out_channels * batch * bpe if s.kind == "bn"
+                 else s.out_elements * batch * INDEX_BYTES if s.kind == "maxpool" else 0)
+        if s.block >= 0 and (s.stage, s.block) != block:   # a block starts from the last output
+            stage_in = cur if s.block == 0 else stage_in
+            blk_in = cur if s.block > 0 else 0   # the first block's input is the stage input (counted once)
+            cur, ident, block = 0, 0, (s.stage, s.block)
+        elif s.block < 0 and block is not None:   # the head: the last stage has returned
+            stage_in, blk_in, ident, block = 0, 0, 0, None
+        held = net_in + stage_in + blk_in + ident
+        if s.kind in ("relu", "add"):   # in place
+            live.append(held + cur)
+        elif s.role.startswith("downsample"):   # the shortcut path, beside the main path's output
+            live.append(held + cur + out + extra)
+            ident = out
+        else:
+            live.append(held + cur + out + extra)
+            cur = out
+    return live
 
 
 def clear_cache() -> int:

@@ -1,5 +1,8 @@
-"""Static features of a zoo network from its layer table (:mod:`carb.design.trace`): the same names as
-a ResNet configuration's (:data:`carb.design.features.STATIC_FEATURES`) plus the tracer's totals.
+"""Static features of any network from its layer table: the same names as a ResNet configuration's
+(:data:`carb.design.features.STATIC_FEATURES`) plus the tracer's totals and per-kind sums. A zoo model's
+table is its trace (:func:`carb.design.trace.trace`); a ResNet knob set's is its walk
+(:func:`carb.design.trace.walk_table`, torch-free, equal to the trace of the torchvision ResNet it
+describes), so one feature list serves both kinds (:func:`layer_columns` reads each row's own).
 
 Counts follow the dataset schema: ``flops`` is fvcore's count (one per multiply-add: the tracer's
 ``macs``), bytes are at the configuration's precision, ``MB`` is 2**20 bytes, whole batch.
@@ -158,9 +161,30 @@ def zoo_kind_columns(frame: Any) -> dict[str, Any]:
 
 
 def layer_columns(frame: Any) -> dict[str, Any]:
-    """:data:`ZOO_STATIC` and :data:`ZOO_KIND_FEATURES` of the n rows of ``frame`` (as
-    :func:`zoo_kind_columns`) from the current tracer, ``{column: (n,) float array}``; NaN where the tracer
-    refuses the model (e.g. a ``module:`` name: its stored columns are all there is)."""
+    """:data:`ZOO_STATIC` and :data:`ZOO_KIND_FEATURES` of the n rows of ``frame``, each from its own
+    network's layer table (:func:`carb.design.identity.row_kinds`): a zoo row's from the current tracer
+    (as :func:`zoo_kind_columns`), a ResNet row's from its walk (:func:`resnet_layer_columns`);
+    ``{column: (n,) float array}``, NaN where the tracer refuses the model (e.g. a ``module:`` name: its
+    stored columns are all there is) and on rows of neither kind."""
+    import numpy as np
+
+    from carb.design.identity import RESNET, ZOO, row_kinds
+
+    n = len(frame)
+    out = {c: np.full(n, np.nan) for c in (*ZOO_STATIC, *ZOO_KIND_FEATURES)}
+    kinds = row_kinds(frame) if n else np.zeros(0, dtype=object)
+    for name, fill in ((ZOO.name, _zoo_layer_columns), (RESNET.name, resnet_layer_columns)):
+        rows = np.flatnonzero(kinds == name)
+        if len(rows):
+            part = fill(frame.iloc[rows])
+            for c in out:
+                out[c][rows] = part[c]
+    return out
+
+
+def _zoo_layer_columns(frame: Any) -> dict[str, Any]:
+    """:func:`layer_columns` of zoo rows (columns ``model_name``, ``input_size``, ``batch_size``, optional
+    ``precision``): each distinct (model, size, precision) traced once (cached), times the row's batch."""
     import numpy as np
     import pandas as pd
 
@@ -188,6 +212,70 @@ def layer_columns(frame: Any) -> dict[str, Any]:
             for c, v in static_of(s, int(batch[i])).items():
                 out[c][i] = v
     return out
+
+
+@functools.lru_cache(maxsize=65536)
+def _resnet_batch1(block: str, depth: int, layout: tuple[int, ...], width_mult: float, input_size: int,
+                   early_downsample: bool, num_classes: int, inner_mult: float,
+                   precision: str) -> tuple[tuple[str, Any], ...]:
+    """:func:`_table_summary` of the walk's layer table (:func:`carb.design.trace.walk_table`) of one
+    image of a ResNet, as a hashable tuple (cached in memory; the walk is torch-free and fast)."""
+    from carb.design.arch import ArchConfig
+    from carb.design.trace import walk_table
+
+    cfg = ArchConfig(block=block, depth=depth, width_mult=width_mult, input_size=input_size, batch_size=1,
+                     precision=precision, early_downsample=early_downsample, stages=layout,
+                     num_classes=num_classes, inner_mult=inner_mult)
+    return tuple(sorted(_table_summary(walk_table(cfg)).items()))
+
+
+def resnet_summary(rec: Any, precision: str = "fp32") -> dict[str, Any]:
+    """The batch-1 totals (as :func:`zoo_summary`: ``flops`` is fvcore's count) of the ResNet a knob record
+    ``rec`` names (a named tuple or record with the architecture columns of
+    :func:`carb.design.candidates.records_frame`, ``stages`` as ``'2-2-2-2'``), from its walk's layer table."""
+    layout = tuple(int(x) for x in str(rec.stages).split("-"))
+    return _fvcore_flops(dict(_resnet_batch1(str(rec.block), int(rec.depth), layout, float(rec.width_mult),
+                                             int(rec.input_size), bool(rec.early_downsample),
+                                             int(rec.num_classes), float(rec.inner_mult), str(precision))))
+
+
+def resnet_layer_columns(frame: Any) -> dict[str, Any]:
+    """:func:`layer_columns` of ResNet knob rows (the knob columns of :func:`carb.design.candidates.records_frame`,
+    validated and normalized there; a fault is its one-line :class:`carb.errors.ConfigError`): each distinct
+    architecture, input size and precision walked once (cached), times the row's batch size.
+    ``{column: (n,) float array}``."""
+    import numpy as np
+    import pandas as pd
+
+    from carb.design.arch import RECORD_COLUMNS
+    from carb.design.candidates import records_frame
+
+    n = len(frame)
+    out = {c: np.full(n, np.nan) for c in (*ZOO_STATIC, *ZOO_KIND_FEATURES)}
+    if not n:
+        return out
+    knobs = records_frame(frame[[c for c in RECORD_COLUMNS if c in frame.columns]], "ResNet rows")
+    key = ["block", "depth", "stages", "width_mult", "input_size", "early_downsample", "num_classes",
+           "inner_mult", "precision"]
+    codes, uniq = pd.factorize(pd.Series(list(knobs[key].itertuples(index=False, name=None))))
+    batch = knobs["batch_size"].to_numpy(float)
+    for j in range(len(uniq)):
+        rows = np.flatnonzero(codes == j)
+        rec = knobs.iloc[rows[0]]
+        s = resnet_summary(rec, str(rec["precision"]))
+        for c, v in kinds_of(s, batch[rows]).items():
+            out[c][rows] = v
+        for c, v in _static_rows(s, batch[rows]).items():
+            out[c][rows] = v
+    return out
+
+
+def _static_rows(s: Mapping[str, Any], batch: Any) -> dict[str, Any]:
+    """:func:`static_of` of a batch-1 summary ``s`` at each of the batch sizes ``batch`` (n,), ``{column: (n,)}``."""
+    import numpy as np
+
+    rows = [static_of(s, int(b)) for b in np.asarray(batch)]
+    return {c: np.array([r[c] for r in rows], dtype=float) for c in ZOO_STATIC}
 
 
 def kinds_of(s: Mapping[str, Any], batch: Any) -> dict[str, Any]:

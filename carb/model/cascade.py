@@ -135,7 +135,8 @@ class CarbCascade(RegressorMixin, BaseEstimator):
     ``domain_`` (knob values and feature ranges of the training rows, :mod:`carb.model.domain`),
     ``oof_predictions_`` (train rows), ``fit_seconds_`` (per stage, incl. out-of-fold fits), ``input_kind_``
     (``"resnet"``: rows of ResNet knobs; ``"zoo"``: rows of named networks, :mod:`carb.data.zoo_schema`, whose
-    features are the layer table's, :func:`carb.model.encoding.zoo_features`).
+    features are the layer table's, :func:`carb.model.encoding.zoo_features`; ``"mixed"``: both, each row
+    featurized from its own layer table; decided by :func:`carb.design.identity.input_kind`).
     """
 
     def __init__(self, features: Sequence[str] | None = None, feature_set: str = "full",
@@ -186,12 +187,11 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         features = list(self.features if self.features is not None else FULL_FEATURES)
         if not features:
             raise ConfigError("features: the feature list is empty")
+        from carb.design.identity import input_kind
         from carb.model.encoding import features_for
 
-        from carb.data.zoo_schema import is_zoo_frame
-
-        self.input_kind_ = "zoo" if is_zoo_frame(X) else "resnet"   # what predict takes: zoo model names or knobs
-        features = features_for(X, features)   # a zoo frame: the layer table's features, never ResNet knobs
+        self.input_kind_ = input_kind(X)   # what predict takes: knobs, zoo model names, or either ("mixed")
+        features = features_for(X, features)   # zoo rows present: the layer table's features, never ResNet knobs
         X, yf, X_val, yv = training_frames(X, y, X_val, y_val, features, self.feature_set, self.val_fraction,
                                            self.random_state)
         targets, self.dropped_targets_ = measured_targets(yf, yv)
@@ -214,11 +214,12 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         and ``input_columns_`` (raw columns, plus those the physics priors read)."""
         self.feature_names_, self.dropped_features_ = usable_features(X, features, self.feature_set)
         self.feature_set_ = str(self.feature_set)
-        self.input_columns_ = raw_inputs(self.feature_names_)
-        if self.input_kind_ == "zoo":   # the per-kind columns come from the named network's layer table
-            from carb.design.zoo_features import ZOO_KIND_FEATURES
+        from carb.design.identity import naming_columns
+        from carb.design.zoo_features import ZOO_KIND_FEATURES
 
-            self.input_columns_ = ["model_name", *(c for c in self.input_columns_ if c not in ZOO_KIND_FEATURES)]
+        # a network's name where the kind needs one; the per-kind columns come from its layer table
+        self.input_columns_ = [*naming_columns(self.input_kind_),
+                               *(c for c in raw_inputs(self.feature_names_) if c not in ZOO_KIND_FEATURES)]
         if self.physics:
             from carb.model.physics import LAYER_INPUTS, PRIOR_INPUTS
 

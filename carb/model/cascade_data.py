@@ -62,17 +62,21 @@ def prepare(X: pd.DataFrame, features: Sequence[str], feature_set: str, what: st
 
 
 def with_zoo_kinds(X: pd.DataFrame, features: Sequence[str]) -> pd.DataFrame:
-    """``X`` with the layer table's columns from the current tracer
-    (:func:`carb.design.zoo_features.layer_columns`; each network traced once, cached): the per-kind columns
-    added where ``features`` names them and a zoo frame lacks them, and the static columns
-    (:data:`carb.design.zoo_features.ZOO_STATIC`) a zoo frame has replaced where the tracer knows the model.
-    So the rows a model is fitted on and the names it predicts read one tracer: a dataset's stored
-    columns are the tracer's of the day it was collected (``zoo-cpu``'s ``peak_live_MB`` predates the
-    integer-storage fix of :mod:`carb.design.trace`, 21 % under SqueezeNet's measured peak at bf16). Also
-    the device probe's per-operation time (:func:`carb.model.op_cost.with_probe_op_ms`) where ``features``
-    names ``probe_op_ms`` (opt-in: no default feature list does)."""
-    from carb.design.identity import is_zoo
+    """``X`` with the layer table's columns, each row's from its own network
+    (:func:`carb.design.zoo_features.layer_columns`: a zoo row's from the current tracer, a ResNet row's from
+    its walk; each network once, cached): the per-kind and static columns added where ``features`` names
+    them and ``X`` lacks them, and the static columns (:data:`carb.design.zoo_features.ZOO_STATIC`) ``X`` has
+    replaced where the layer table knows the network. Zoo rows always read the layer table; ResNet rows
+    only under a layer-table feature list (:func:`carb.model.encoding.reads_layer_table`: a model fitted
+    with zoo rows), so a ResNet model's own features stay as they are. So the rows a model is fitted on
+    and the networks it predicts read one layer table: a dataset's stored columns are the tracer's of the
+    day it was collected (``zoo-cpu``'s ``peak_live_MB`` predates the integer-storage fix of
+    :mod:`carb.design.trace`, 21 % under SqueezeNet's measured peak at bf16). Also the device probe's
+    per-operation time (:func:`carb.model.op_cost.with_probe_op_ms`) where ``features`` names
+    ``probe_op_ms`` (opt-in: no default feature list does)."""
+    from carb.design.identity import RESNET, ZOO, row_kinds
     from carb.design.zoo_features import ZOO_KIND_FEATURES, ZOO_STATIC
+    from carb.model.encoding import reads_layer_table
     from carb.model.op_cost import PROBE_OP_FEATURE
 
     if PROBE_OP_FEATURE in features and PROBE_OP_FEATURE not in X.columns and "model_name" in X.columns:
@@ -80,9 +84,13 @@ def with_zoo_kinds(X: pd.DataFrame, features: Sequence[str]) -> pd.DataFrame:
 
         X = with_probe_op_ms(X)
 
-    if not is_zoo(X) or not {"input_size", "batch_size"} <= set(X.columns):
+    if not {"input_size", "batch_size"} <= set(X.columns):
         return X
-    need = [f for f in features if f in ZOO_KIND_FEATURES and f not in X.columns]
+    kinds = row_kinds(X)
+    fresh_rows = (kinds == ZOO.name) | ((kinds == RESNET.name) & reads_layer_table(features))
+    if not fresh_rows.any():
+        return X
+    need = [f for f in features if f in (*ZOO_KIND_FEATURES, *ZOO_STATIC) and f not in X.columns]
     stored = [c for c in ZOO_STATIC if c in X.columns]
     if not need and not stored:
         return X
@@ -91,9 +99,9 @@ def with_zoo_kinds(X: pd.DataFrame, features: Sequence[str]) -> pd.DataFrame:
 
     cols = layer_columns(X)
     fresh = {c: cols[c] for c in need}
-    for c in stored:   # the tracer's value where it knows the model, the stored one where it refuses it
+    for c in stored:   # the layer table's value where it knows the network, the stored one elsewhere
         old = pd.to_numeric(X[c], errors="coerce").to_numpy(float)
-        fresh[c] = np.where(np.isfinite(cols[c]), cols[c], old)
+        fresh[c] = np.where(fresh_rows & np.isfinite(cols[c]), cols[c], old)
     return with_columns(X, fresh)
 
 

@@ -12,7 +12,8 @@ import pandas as pd
 from carb.data.schema import INTERACTION_FEATURES, RUNTIME_FEATURES
 from carb.design.arch import KNOBS, PRECISION_BITS, PRECISIONS, to_bool
 from carb.design.features import STATIC_FEATURES
-from carb.design.identity import STAGES, categorical_identity, encode_category, is_bool_column, is_zoo
+from carb.design.identity import (STAGES, categorical_identity, encode_category, is_bool_column,
+                                  uses_layer_table)
 from carb.errors import ConfigError
 
 #: Knobs the cascade uses as features (``stages`` is implied by the block type and the depth).
@@ -42,9 +43,20 @@ def zoo_features(features: Sequence[str]) -> list[str]:
 
 
 def features_for(X: pd.DataFrame, features: Sequence[str]) -> list[str]:
-    """The feature list a fit on ``X`` uses: ``features`` for ResNet rows, :func:`zoo_features` for zoo
-    rows (:func:`carb.design.identity.is_zoo`: a ``model_name`` column and no ResNet marker)."""
-    return zoo_features(features) if is_zoo(X) else list(features)
+    """The feature list a fit on ``X`` uses: ``features`` for ResNet rows, :func:`zoo_features` where zoo
+    rows are present (:func:`carb.design.identity.uses_layer_table`: a zoo frame, or a combined one whose
+    ResNet rows then take their walk's layer table, :func:`carb.design.zoo_features.layer_columns`)."""
+    return zoo_features(features) if uses_layer_table(X) else list(features)
+
+
+def reads_layer_table(features: Sequence[str]) -> bool:
+    """Whether a feature list is a layer-table list (:func:`zoo_features`'s): it names a column only the
+    layer table gives (beyond :data:`STATIC_FEATURES`), so every row's static columns come from its own
+    network's layer table, ResNet rows' included."""
+    from carb.design.zoo_features import ZOO_KIND_FEATURES, ZOO_STATIC
+
+    only = {*ZOO_STATIC, *ZOO_KIND_FEATURES} - set(STATIC_FEATURES)
+    return any(f in only for f in features)
 
 
 def pred_name(target: str) -> str:

@@ -60,7 +60,7 @@ import numpy as np
 import pandas as pd
 
 from carb.design.arch import BYTES_PER_ELEMENT, PRECISION_BITS, lookup
-from carb.design.identity import ARCH_RECORD, is_resnet
+from carb.design.identity import ARCH_RECORD, architecture_keys, is_resnet
 from carb.design.shapes import (
     SHAPE_INPUTS,
     architectures,
@@ -189,7 +189,7 @@ class MemoryPrior(_Prior):
     def _learn_columns(self, X: pd.DataFrame) -> None:
         self.im2col_ = False
         # zoo rows (a layer table, no ResNet knobs): the liveness peak instead of a multiple of the largest output
-        self.live_ = "peak_live_MB" in X.columns and not is_resnet(X)
+        self.live_ = "peak_live_MB" in X.columns and (not is_resnet(X) or layer_rows(X))
 
     def fit(self, X: pd.DataFrame, y: Any) -> MemoryPrior:
         yv = np.asarray(y, dtype=float)
@@ -484,7 +484,9 @@ class LayerRooflinePrior(RooflinePrior):
         """For zoo rows: ``"kinds"`` (:data:`KIND_TERMS`) when its leave-families-out error (mean |log error|
         over grouped folds, a family never in both) is below :data:`RICHER_GAIN` x the aggregate form's,
         else ``"aggregate"`` and why."""
-        groups = pd.factorize(X["family"].astype(str))[0]
+        # zoo rows by family; in a combined dataset ResNet rows by structure (identity.architecture_keys)
+        unit = X["family"].astype(str) if not is_resnet(X) else pd.Series(architecture_keys(X))
+        groups = pd.factorize(unit)[0]
         if len(np.unique(groups)) < 3:
             return "aggregate", "per-kind form: fewer than 3 families, not cross-validated", {}
         err = {}
@@ -641,11 +643,22 @@ class LayerRooflinePrior(RooflinePrior):
 
 
 def zoo_kind_rows(X: pd.DataFrame) -> bool:
-    """Whether ``X`` holds zoo rows with the layer table's per-kind columns (the per-kind prior form's input)."""
+    """Whether ``X`` holds zoo rows with the layer table's per-kind columns (the per-kind prior form's input),
+    or a combined dataset's rows (ResNet and zoo rows, :func:`layer_rows`)."""
     from carb.design.zoo_features import ZOO_KIND_FEATURES
 
-    return ("family" in X.columns and not is_resnet(X) and "n_ops" in X.columns
+    return ((("family" in X.columns and not is_resnet(X)) or layer_rows(X)) and "n_ops" in X.columns
             and all(c in X.columns for c in ZOO_KIND_FEATURES))
+
+
+def layer_rows(X: pd.DataFrame) -> bool:
+    """Whether every row of ``X`` carries its layer table's columns (a fit under the layer-table feature list:
+    a combined dataset's ResNet rows beside zoo rows, or ResNet rows alone, each ResNet row's from its walk,
+    :func:`carb.design.zoo_features.layer_columns`; ResNet datasets do not store them): the priors then read
+    the layer table's terms of every row, as they do for zoo rows."""
+    cols = ("n_ops", "peak_live_MB")
+    return (len(X) > 0 and all(c in X.columns for c in cols)
+            and bool(np.isfinite(X[list(cols)].apply(pd.to_numeric, errors="coerce").to_numpy(float)).all()))
 
 
 def power_cap_W(X: pd.DataFrame) -> float | None:
