@@ -13,7 +13,9 @@ and predicts ``latency_ms`` per batch (n,), so batches of different size are one
   The base of a row with a layer table is :class:`AdditiveBase`: the time per image as a non-negative sum
   of per-kind costs (GFLOPs of each compute kind, MB moved by each kind, operations launched and weights
   read per batch, a fixed cost per batch; attention off the fused kernels apart), so a family never seen
-  is priced by its mix of kinds; it is fitted Huber-robust on the log error (:func:`huber_weights`), so a
+  is priced by its mix of kinds (explicit matrix products by their intensity regime, not by kind, where the
+  trace has :func:`carb.design.zoo_features.gemm_regimes`' columns);
+  it is fitted Huber-robust on the log error (:func:`huber_weights`), so a
   family whose time its layer table does not explain (a graph traced other than the one timed) pulls the
   costs of the others less. A row without one takes a log-linear base on params, GMACs, activations,
   input size and batch. The corrected prediction is kept within ``margin`` of the span between the base and
@@ -34,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from carb.design.zoo_features import GEMM_KINDS, GEMM_REGIMES
 from carb.errors import DatasetError
 
 #: Published features every model needs.
@@ -177,7 +180,11 @@ def additive_terms(frame: pd.DataFrame) -> pd.DataFrame:
     materialises; ``gflop_sdpa`` is then the fused kernels' part; :func:`carb.design.trace.summarize`),
     ``ops_per_image`` (executed operations / batch: kernel launches are paid once per batch),
     ``weight_mb_per_image`` (parameter MB / batch: weights are read once per batch) and ``per_image``
-    (1 / batch: a fixed cost per batch). NaN in a row without a trace."""
+    (1 / batch: a fixed cost per batch). Where the trace has :func:`carb.design.zoo_features.gemm_regimes`'
+    columns, the explicit matrix products (:data:`GEMM_KINDS`) are priced by intensity regime instead of by
+    kind: ``gflop_gemm_<r>`` and ``mb_gemm_<r>`` for ``r`` in :data:`GEMM_REGIMES` (a 16-dim attention
+    product and a 768-wide linear no longer share one cost per FLOP and per MB). NaN in a row without a
+    trace."""
     who = "the zoo latency model's additive base"
     b = _col(frame, "batch_size", who)
     out = {f"gflop_{k}": _col(frame, f"tr_flops_{k}", who) / 1e9 for k in TRACE_COMPUTE_KINDS}
@@ -186,6 +193,11 @@ def additive_terms(frame: pd.DataFrame) -> pd.DataFrame:
         math = _col(frame, "tr_flops_sdpa_math", who) / 1e9
         out["gflop_sdpa"] = out["gflop_sdpa"] - math
         out |= {"gflop_sdpa_math": math, "mb_sdpa_math": _col(frame, "tr_bytes_sdpa_math", who) / 1e6}
+    if all(f"tr_flops_gemm_{r}" in frame.columns for r in GEMM_REGIMES):   # explicit GEMMs by regime
+        for k in GEMM_KINDS:
+            del out[f"gflop_{k}"], out[f"mb_{k}"]
+        out |= {f"gflop_gemm_{r}": _col(frame, f"tr_flops_gemm_{r}", who) / 1e9 for r in GEMM_REGIMES}
+        out |= {f"mb_gemm_{r}": _col(frame, f"tr_bytes_gemm_{r}", who) / 1e6 for r in GEMM_REGIMES}
     out |= {"ops_per_image": _col(frame, "tr_n_ops", who) / b,
             "weight_mb_per_image": _col(frame, "tr_param_bytes", who) / 1e6 / b, "per_image": 1.0 / b}
     return pd.DataFrame(out, index=frame.index)
