@@ -459,17 +459,20 @@ def test_additive_base_prices_gemms_by_regime_for_a_held_out_family():
     from carb.model.zoo_latency import AdditiveBase, additive_terms
 
     frame = _gemm_frame(seed=5)
-    terms = additive_terms(frame).columns
+    terms = additive_terms(frame, gemm_regimes=True).columns
     assert {"gflop_gemm_lo", "mb_gemm_lo", "gflop_gemm_hi", "mb_gemm_hi"} <= set(terms)
     assert "gflop_linear" not in terms and "mb_matmul" not in terms
+    assert "gflop_gemm_lo" not in additive_terms(frame).columns   # off by default: one cost per kind
     test = (frame["family"] == "g").to_numpy()
     y = frame.loc[test, "latency_ms"] / frame.loc[test, "batch_size"]
     err = {}
-    for name, f in (("regimes", frame),
-                    ("one cost", frame.drop(columns=[c for c in frame if "gemm" in c]))):
-        m = AdditiveBase(huber=None).fit(f[~test])
+    for name, f, on in (("regimes", frame, True), ("one cost", frame, False),
+                        ("no columns", frame.drop(columns=[c for c in frame if "gemm" in c]), True)):
+        m = AdditiveBase(huber=None, gemm_regimes=on).fit(f[~test])
         err[name] = float(np.mean(np.abs(np.exp(m.predict_log(f[test])) / y - 1)))
-    assert err["regimes"] < 0.02 < 0.2 < err["one cost"]
+    assert err["regimes"] < 0.02 < 0.2 < min(err["one cost"], err["no columns"])
+    model = ZooLatencyModel(n_estimators=20, min_child_samples=5, gemm_regimes=True).fit(frame[~test])
+    assert model.tbase_.gemm_regimes and "gflop_gemm_lo" in model.tbase_.terms_
 
 
 @pytest.mark.slow
