@@ -407,3 +407,87 @@ def test_correction_is_bounded_by_base_and_hj_and_its_margin_never_sees_the_held
     out, chosen = nested_margin(pd.DataFrame(rows))
     assert chosen["g"] == np.inf and chosen["a"] < np.inf
     assert np.allclose(out.loc[out["family"] == "g", "pred_carb"], np.exp(2.0))
+
+
+def test_gemm_regimes_split_matrix_products_by_intensity():
+    """Each linear / matmul call lands in the regime of its FLOPs per activation byte (weights excluded);
+    bytes keep the weights; other kinds are not matrix products."""
+    from carb.design.zoo_features import GEMM_INTENSITY_EDGES, gemm_regimes
+
+    lo, hi = GEMM_INTENSITY_EDGES
+    table = pd.DataFrame([
+        # kind, flops, bytes_read, bytes_written, param_bytes
+        ("matmul", 2.0 * 100, 60, 40, 0),                    # 2 FLOPs / byte: lo
+        ("linear", (lo + hi) / 2 * 100, 4060, 40, 4000),     # weights excluded: mid, not lo
+        ("linear", 4.0 * hi * 100, 960, 40, 900),            # hi
+        ("conv_regular", 1e6, 5000, 100, 3000),
+        ("conv_depthwise", 1e4, 500, 100, 200),
+        ("norm", 10.0, 100, 100, 8),
+    ], columns=["kind", "flops", "bytes_read", "bytes_written", "param_bytes"])
+    g = gemm_regimes(table)
+    assert g["flops_gemm_lo"] == 200 and g["bytes_gemm_lo"] == 100 and g["n_gemm_lo"] == 1
+    assert g["flops_gemm_mid"] == pytest.approx((lo + hi) / 2 * 100) and g["bytes_gemm_mid"] == 4100
+    assert g["flops_gemm_hi"] == pytest.approx(4 * hi * 100) and g["n_gemm_hi"] == 1
+    assert sum(g[f"n_gemm_{r}"] for r in ("lo", "mid", "hi")) == 3
+
+
+def _gemm_frame(seed: int = 0) -> pd.DataFrame:
+    """:func:`_additive_frame`'s rows with the explicit matrix products split into intensity regimes and
+    a law where a low-intensity GEMM costs per byte (0.004 ms per MB) and a high-intensity one per FLOP
+    (0.004 ms per GFLOP)."""
+    rng = np.random.default_rng(seed)
+    out = _additive_frame(seed)
+    total = out["tr_flops_linear"] + out["tr_flops_matmul"]
+    share = rng.dirichlet(np.ones(3), len(out))
+    heavy = (out["family"] == "g").to_numpy()            # the held-out family: many tiny GEMMs
+    share[heavy] = [0.9, 0.05, 0.05]
+    total = np.where(heavy, 10 * total, total)
+    for i, (r, per_byte) in enumerate((("lo", 4.0), ("mid", 32.0), ("hi", 200.0))):
+        out[f"tr_flops_gemm_{r}"] = total * share[:, i]
+        out[f"tr_bytes_gemm_{r}"] = total * share[:, i] / per_byte
+        out[f"tr_n_gemm_{r}"] = 10.0
+    b = out["batch_size"].to_numpy(float)
+    t = (0.01 * out["tr_flops_conv_regular"] / 1e9 + 0.002 * out["tr_bytes_activation"] / 1e6
+         + 0.05 * out["tr_n_ops"] / b + 0.004 * out["tr_bytes_gemm_lo"] / 1e6 + 0.004 * out["tr_flops_gemm_hi"] / 1e9)
+    return out.assign(latency_ms=t * b)
+
+
+def test_additive_base_prices_gemms_by_regime_for_a_held_out_family():
+    """A held-out family of many low-intensity GEMMs (LeViT's 16-dim attention products): priced by regime,
+    the base carries the law to it; with one cost per linear / matmul FLOP and byte (the columns absent) it
+    cannot."""
+    from carb.model.zoo_latency import AdditiveBase, additive_terms
+
+    frame = _gemm_frame(seed=5)
+    terms = additive_terms(frame, gemm_regimes=True).columns
+    assert {"gflop_gemm_lo", "mb_gemm_lo", "gflop_gemm_hi", "mb_gemm_hi"} <= set(terms)
+    assert "gflop_linear" not in terms and "mb_matmul" not in terms
+    assert "gflop_gemm_lo" not in additive_terms(frame).columns   # off by default: one cost per kind
+    test = (frame["family"] == "g").to_numpy()
+    y = frame.loc[test, "latency_ms"] / frame.loc[test, "batch_size"]
+    err = {}
+    for name, f, on in (("regimes", frame, True), ("one cost", frame, False),
+                        ("no columns", frame.drop(columns=[c for c in frame if "gemm" in c]), True)):
+        m = AdditiveBase(huber=None, gemm_regimes=on).fit(f[~test])
+        err[name] = float(np.mean(np.abs(np.exp(m.predict_log(f[test])) / y - 1)))
+    assert err["regimes"] < 0.02 < 0.2 < min(err["one cost"], err["no columns"])
+    model = ZooLatencyModel(n_estimators=20, min_child_samples=5, gemm_regimes=True).fit(frame[~test])
+    assert model.tbase_.gemm_regimes and "gflop_gemm_lo" in model.tbase_.terms_
+
+
+@pytest.mark.slow
+def test_timm_files_trace_timm_own_graph_not_torchvision_namesake():
+    """timm's files timed timm's networks: a name torchvision also has (vgg11) is traced as ``timm:vgg11``
+    (its head a 7x7 convolution, not torchvision's linear layer); a timm-only name stays bare."""
+    import sys as _sys
+
+    _sys.path.insert(0, str(ROOT / "scripts" / "data"))
+    from zoo_trace_features import timm_graph
+
+    from carb.design.trace import summarize, trace
+
+    assert timm_graph("vgg11") == "timm:vgg11" and timm_graph("ghostnet_100") == "ghostnet_100"
+    ours = summarize(trace(timm_graph("vgg11"), (1, 3, 224, 224), cache=False))
+    tv = summarize(trace("vgg11", (1, 3, 224, 224), cache=False))
+    assert ours["params"] == tv["params"] and ours["macs"] == pytest.approx(tv["macs"], rel=1e-3)
+    assert ours["flops_linear"] < 0.1 * tv["flops_linear"]   # the 25088 x 4096 layer is a convolution in timm

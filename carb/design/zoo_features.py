@@ -283,3 +283,35 @@ def kinds_of(s: Mapping[str, Any], batch: Any) -> dict[str, Any]:
     out = {f"flops_{k}": float(s.get(f"flops_{k}", 0.0)) * batch for k in FLOP_KINDS}
     out.update({f"bytes_{k}_MB": float(s.get(f"bytes_{k}", 0.0)) * batch / MB for k in BYTE_KINDS})
     return out
+
+
+#: Explicit matrix-product kinds of the layer table whose calls :func:`gemm_regimes` splits by intensity.
+GEMM_KINDS: tuple[str, ...] = ("linear", "matmul")
+#: Edges (FLOPs per byte of activations read + written, weights excluded, at the table's precision) between
+#: the GEMM regimes ``lo`` / ``mid`` / ``hi``: a call below the first moves more bytes than a GPU's
+#: tensor cores can use (LeViT's 16-dim attention, CaiT's 4x4 talking-head mixes, Hiera's 96-channel
+#: linears over 3,136 tokens), one above the second is compute-bound on every device in timm's files.
+GEMM_INTENSITY_EDGES: tuple[float, float] = (16.0, 64.0)
+GEMM_REGIMES: tuple[str, ...] = ("lo", "mid", "hi")
+
+
+def gemm_regimes(table: Any) -> dict[str, float]:
+    """The explicit matrix products of a layer table (rows of :data:`GEMM_KINDS`) split into regimes by each
+    call's arithmetic intensity at a large batch, ``flops / (bytes_read + bytes_written - param_bytes)``
+    (weights are read once per batch, so only activation bytes bound a batched call): for each regime
+    ``r`` of :data:`GEMM_REGIMES` (edges :data:`GEMM_INTENSITY_EDGES`) ``flops_gemm_<r>`` (FLOPs, 2 per
+    multiply-add), ``bytes_gemm_<r>`` (bytes read + written, weights included) and ``n_gemm_<r>`` (calls).
+    Same batch and precision as ``table``."""
+    import numpy as np
+
+    g = table[table["kind"].isin(GEMM_KINDS)]
+    flops = g["flops"].to_numpy(float)
+    moved = (g["bytes_read"] + g["bytes_written"]).to_numpy(float)
+    act = np.clip(moved - g["param_bytes"].to_numpy(float), 1.0, None)
+    regime = np.digitize(flops / act, GEMM_INTENSITY_EDGES)
+    out: dict[str, float] = {}
+    for i, r in enumerate(GEMM_REGIMES):
+        m = regime == i
+        out |= {f"flops_gemm_{r}": float(flops[m].sum()), f"bytes_gemm_{r}": float(moved[m].sum()),
+                f"n_gemm_{r}": float(m.sum())}
+    return out

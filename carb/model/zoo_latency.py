@@ -13,7 +13,9 @@ and predicts ``latency_ms`` per batch (n,), so batches of different size are one
   The base of a row with a layer table is :class:`AdditiveBase`: the time per image as a non-negative sum
   of per-kind costs (GFLOPs of each compute kind, MB moved by each kind, operations launched and weights
   read per batch, a fixed cost per batch; attention off the fused kernels apart), so a family never seen
-  is priced by its mix of kinds; it is fitted Huber-robust on the log error (:func:`huber_weights`), so a
+  is priced by its mix of kinds (optionally explicit matrix products by their intensity regime, not by kind:
+  :func:`carb.design.zoo_features.gemm_regimes`);
+  it is fitted Huber-robust on the log error (:func:`huber_weights`), so a
   family whose time its layer table does not explain (a graph traced other than the one timed) pulls the
   costs of the others less. A row without one takes a log-linear base on params, GMACs, activations,
   input size and batch. The corrected prediction is kept within ``margin`` of the span between the base and
@@ -34,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from carb.design.zoo_features import GEMM_KINDS, GEMM_REGIMES
 from carb.errors import DatasetError
 
 #: Published features every model needs.
@@ -168,7 +171,7 @@ ADDITIVE_BYTE_KINDS: tuple[str, ...] = ("conv_regular", "conv_pointwise", "conv_
                                         "linear", "matmul")
 
 
-def additive_terms(frame: pd.DataFrame) -> pd.DataFrame:
+def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False) -> pd.DataFrame:
     """The terms of :class:`AdditiveBase` (n rows, each a time source per image in its own unit), from the
     ``tr_*`` columns (per image, fp32) and ``batch_size``: ``gflop_<kind>`` (GFLOPs of each compute kind,
     :data:`TRACE_COMPUTE_KINDS`), ``mb_<kind>`` (MB read + written by each memory-bound kind,
@@ -177,7 +180,11 @@ def additive_terms(frame: pd.DataFrame) -> pd.DataFrame:
     materialises; ``gflop_sdpa`` is then the fused kernels' part; :func:`carb.design.trace.summarize`),
     ``ops_per_image`` (executed operations / batch: kernel launches are paid once per batch),
     ``weight_mb_per_image`` (parameter MB / batch: weights are read once per batch) and ``per_image``
-    (1 / batch: a fixed cost per batch). NaN in a row without a trace."""
+    (1 / batch: a fixed cost per batch). With ``gemm_regimes`` and the trace's
+    :func:`carb.design.zoo_features.gemm_regimes` columns, the explicit matrix products (:data:`GEMM_KINDS`) are priced by intensity regime instead of by
+    kind: ``gflop_gemm_<r>`` and ``mb_gemm_<r>`` for ``r`` in :data:`GEMM_REGIMES` (a 16-dim attention
+    product and a 768-wide linear no longer share one cost per FLOP and per MB). NaN in a row without a
+    trace."""
     who = "the zoo latency model's additive base"
     b = _col(frame, "batch_size", who)
     out = {f"gflop_{k}": _col(frame, f"tr_flops_{k}", who) / 1e9 for k in TRACE_COMPUTE_KINDS}
@@ -186,6 +193,11 @@ def additive_terms(frame: pd.DataFrame) -> pd.DataFrame:
         math = _col(frame, "tr_flops_sdpa_math", who) / 1e9
         out["gflop_sdpa"] = out["gflop_sdpa"] - math
         out |= {"gflop_sdpa_math": math, "mb_sdpa_math": _col(frame, "tr_bytes_sdpa_math", who) / 1e6}
+    if gemm_regimes and all(f"tr_flops_gemm_{r}" in frame.columns for r in GEMM_REGIMES):   # GEMMs by regime
+        for k in GEMM_KINDS:
+            del out[f"gflop_{k}"], out[f"mb_{k}"]
+        out |= {f"gflop_gemm_{r}": _col(frame, f"tr_flops_gemm_{r}", who) / 1e9 for r in GEMM_REGIMES}
+        out |= {f"mb_gemm_{r}": _col(frame, f"tr_bytes_gemm_{r}", who) / 1e6 for r in GEMM_REGIMES}
     out |= {"ops_per_image": _col(frame, "tr_n_ops", who) / b,
             "weight_mb_per_image": _col(frame, "tr_param_bytes", who) / 1e6 / b, "per_image": 1.0 / b}
     return pd.DataFrame(out, index=frame.index)
@@ -220,16 +232,17 @@ class AdditiveBase:
     Fitted on the relative error: non-negative least squares of ``x_j / t`` on 1, then Gauss-Newton steps
     on ``log t`` (each a non-negative least-squares problem), ``iterations`` of them, each row weighted by
     :func:`huber_weights` of its log residual with ``huber`` (None: plain least squares). A family never seen
-    is predicted by the same per-kind costs, so its mix of kinds, not its name, sets its time."""
+    is predicted by the same per-kind costs, so its mix of kinds, not its name, sets its time.
+    ``gemm_regimes``: price explicit matrix products by intensity regime (:func:`additive_terms`)."""
 
-    def __init__(self, iterations: int = 10, huber: float | None = 0.1):
-        self.iterations, self.huber = iterations, huber
+    def __init__(self, iterations: int = 10, huber: float | None = 0.1, gemm_regimes: bool = False):
+        self.iterations, self.huber, self.gemm_regimes = iterations, huber, gemm_regimes
 
     def fit(self, frame: pd.DataFrame, weight: np.ndarray | None = None) -> AdditiveBase:
         """Fit on ``frame``'s traced rows (``weight`` (n,) optional per-row weights); returns self."""
         from scipy.optimize import nnls
 
-        X = additive_terms(frame).to_numpy(float)
+        X = additive_terms(frame, self.gemm_regimes).to_numpy(float)
         y = np.exp(per_image_log_ms(frame))
         ok = np.isfinite(X).all(axis=1) & np.isfinite(y) & (y > 0)
         if ok.sum() <= X.shape[1]:
@@ -248,12 +261,12 @@ class AdditiveBase:
             J = Xs / pred[:, None]
             c, _ = nnls(J * w[:, None], (r + J @ c) * w)
         self.coef_ = c
-        self.terms_ = list(additive_terms(frame.iloc[:0]).columns)
+        self.terms_ = list(additive_terms(frame.iloc[:0], self.gemm_regimes).columns)
         return self
 
     def predict_log(self, frame: pd.DataFrame) -> np.ndarray:
         """Log time per image (n,), NaN in a row without a trace."""
-        X = additive_terms(frame).to_numpy(float)
+        X = additive_terms(frame, self.gemm_regimes).to_numpy(float)
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.log((X / self.scale_) @ self.coef_)
 
@@ -280,19 +293,22 @@ class ZooLatencyModel:
     corrected and HJ; None: no bound). On timm's files the correction alone moved held-out families
     (levit, efficientvit, nest) further from the measurement than the base; the bound lets it move a
     prediction only as far as an independent regression on published totals supports.
-    :func:`carb.analysis.zoo_eval.nested_margin` chooses it per held-out family on the other families."""
+    :func:`carb.analysis.zoo_eval.nested_margin` chooses it per held-out family on the other families.
+    ``gemm_regimes``: the additive base prices explicit matrix products by intensity regime
+    (:func:`additive_terms`; off by default: on timm's files it moves LeViT from 1.5x to 1.1-1.2x and
+    SwinV2 from 1.3x to 1.4-1.5x, the count of families within 20 % unchanged)."""
 
     def __init__(self, n_estimators: int = 300, learning_rate: float = 0.03, num_leaves: int = 15,
                  min_child_samples: int = 20, census: bool = True, n_jobs: int = 1, seed: int = 0,
                  balance: bool = False, trace: bool = True, trace_base: bool = False, base: str = "additive",
-                 residual: float = 1.0, margin: float | None = 0.0):
+                 residual: float = 1.0, margin: float | None = 0.0, gemm_regimes: bool = False):
         if base not in ("loglinear", "additive"):
             raise DatasetError(f"ZooLatencyModel: base={base!r} is not allowed; allowed: loglinear, additive")
         self.n_estimators, self.learning_rate = n_estimators, learning_rate
         self.num_leaves, self.min_child_samples = num_leaves, min_child_samples
         self.census, self.n_jobs, self.seed, self.balance = census, n_jobs, seed, balance
         self.trace, self.trace_base, self.base, self.residual = trace, trace_base, base, residual
-        self.margin = margin
+        self.margin, self.gemm_regimes = margin, gemm_regimes
 
     def fit(self, frame: pd.DataFrame) -> ZooLatencyModel:
         """Fit on ``frame``'s rows with a finite base prediction and target; returns self."""
@@ -307,7 +323,8 @@ class ZooLatencyModel:
         self.tbase_ = None
         if self.trace and (self.trace_base or self.base == "additive") and "tr_flops" in frame.columns:
             try:
-                self.tbase_ = (AdditiveBase() if self.base == "additive" else _TraceBase()).fit(frame, w)
+                self.tbase_ = (AdditiveBase(gemm_regimes=self.gemm_regimes) if self.base == "additive"
+                               else _TraceBase()).fit(frame, w)
             except DatasetError:   # too few traced rows: the plain base only
                 self.tbase_ = None
         y = per_image_log_ms(frame)

@@ -25,7 +25,7 @@ between its base and Hidden Joules' regression, the margin of each held-out fami
 families (:func:`carb.analysis.zoo_eval.nested_margin`; ``carb_margin`` in the per-family table).
 
     python scripts/bench/zoo.py [--part all|cpu|gpu] [--devices gpu|all|<device name>] [--no-census]
-        [--no-trace] [--gpu-no-trace-too] [--base additive|loglinear] [--trace-base]
+        [--no-trace] [--gpu-no-trace-too] [--base additive|loglinear] [--trace-base] [--gemm-regimes]
         [--reparam published|never|always] [--table]
         [--out scripts/data/zoo_bench.json]
 
@@ -34,6 +34,8 @@ CARB's features include the layer table's (``carb/data/timm-zoo-trace.parquet``,
 ``--base``: CARB's base law of a traced row, :class:`carb.model.zoo_latency.AdditiveBase` (default: per-kind
 costs, non-negative) or ``loglinear`` (the log-linear base on published totals, as before);
 ``--trace-base`` (with ``--base loglinear``): that base also takes memory-bound bytes and operation count;
+``--gemm-regimes``: the additive base prices explicit matrix products (linear, matmul) by intensity regime
+(:func:`carb.design.zoo_features.gemm_regimes`) instead of one cost per kind;
 ``--reparam``: which graph of a reparameterisable model (RepVGG, MobileOne, RepViT, FastViT, LeViT, ...)
 the features describe: by default the one each file was run on (timm's benchmark ``--reparam``; the
 published parameter counts show the 4090 / 5090 / PRO 6000 files folded, the 3090 and i9 files not).
@@ -182,7 +184,8 @@ def gpu_part(args: argparse.Namespace, trace: bool) -> list[dict]:
                   f"({g.loc[g['tr_reparam'], 'model'].nunique()} models)", flush=True)
     sums = []
     for dev, rows in zoo.groupby("device_name", sort=True):
-        models = {**MODELS, "carb": lambda: ZooLatencyModel(base=args.base, trace_base=args.trace_base)}
+        models = {**MODELS, "carb": lambda: ZooLatencyModel(base=args.base, trace_base=args.trace_base,
+                                                            gemm_regimes=args.gemm_regimes)}
         table, s = evaluate_device(rows, models=models)
         print(device_block(str(dev), table, s, args.table), flush=True)
         sums.append(device_entry(str(dev), rows, table, s, trace))
@@ -247,6 +250,8 @@ def main() -> None:
     ap.add_argument("--gpu-no-trace-too", action="store_true", help="also the GPU part without trace features")
     ap.add_argument("--trace-base", action="store_true",
                     help="with --base loglinear: memory-bound bytes and n_ops in CARB's base too")
+    ap.add_argument("--gemm-regimes", action="store_true",
+                    help="additive base: explicit matrix products priced by intensity regime, not by kind")
     ap.add_argument("--base", default="additive", choices=["additive", "loglinear"],
                     help="CARB's base law of a traced row: per-kind non-negative costs, or log-linear on totals")
     ap.add_argument("--reparam", default="published", choices=["published", "never", "always"],

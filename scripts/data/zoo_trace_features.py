@@ -5,10 +5,12 @@ cache and write a compact feature table: one row per (architecture, input size).
 
 Reads ``carb/data/timm-zoo-bench.parquet``; for each distinct ``(model, input_size)`` runs
 :func:`carb.design.trace.trace` at batch 1, fp32, 3 channels (the tracer scales to any batch and precision)
-and keeps :func:`carb.design.trace.summarize`'s columns. ``--reparam``: the same for the reparameterised
+and keeps :func:`carb.design.trace.summarize`'s columns and
+:func:`carb.design.zoo_features.gemm_regimes`' (explicit matrix products by intensity regime, convolution
+weights). ``--reparam``: the same for the reparameterised
 inference graph (``trace(..., reparam=True)``: what timm's benchmark times with ``--reparam``), rows with
 ``reparam`` True and ``folded`` (whether the model had anything to fold; when not, the features equal the
-plain trace's). Rows of the plain trace have ``reparam`` False. ``--refresh``: recompute summarize()'s
+plain trace's). Rows of the plain trace have ``reparam`` False. ``--refresh``: recompute those
 columns of every row already there from the cached traces (after summarize() gains a column). A model the tracer refuses at its default settings
 is tried once more with ``img_size=<input_size>`` (timm's fixed-position-embedding models); one refused
 both ways gets a row with ``refused`` set to the one-line reason and NaN features.
@@ -66,11 +68,22 @@ def todo_pairs(done: pd.DataFrame, reparam: bool = False) -> list[tuple[str, int
     return [pairs[i] for i in order if pairs[i] not in have]
 
 
+def timm_graph(model: str) -> str:
+    """The zoo name that builds timm's ``model``, the network timm's files timed: ``timm:<model>`` where a
+    bare name would build torchvision's namesake (:func:`carb.design.zoo.resolve` takes torchvision's
+    classifiers first; timm's VGG ends in a 7x7 convolution where torchvision's has a linear layer, same
+    parameters and MACs), else ``model``."""
+    from carb.design.zoo import resolve
+
+    return f"timm:{model}" if resolve(model)[0] == "tv" else model
+
+
 def trace_one(job: tuple[str, int, bool]) -> dict[str, Any]:
     """One feature row: summarize()'s columns of ``model`` at ``input_size`` (batch 1, fp32; the
     reparameterised graph when ``reparam``), with the settings used, ``reparam``, ``folded``, the trace's
     wall seconds and ``refused`` (None or the one-line reason)."""
     from carb.design.trace import summarize, trace
+    from carb.design.zoo_features import gemm_regimes
     from carb.errors import ZooError
 
     model, size, reparam = job
@@ -80,8 +93,9 @@ def trace_one(job: tuple[str, int, bool]) -> dict[str, Any]:
     reasons = []
     for settings in (None, {"img_size": size}):
         try:
-            table = trace(model, (1, 3, size, size), precision="fp32", settings=settings, reparam=reparam)
-            row.update(summarize(table))
+            table = trace(timm_graph(model), (1, 3, size, size), precision="fp32", settings=settings,
+                          reparam=reparam)
+            row.update(summarize(table) | gemm_regimes(table))
             row["folded"] = bool(table.attrs.get("reparam", False))
             row["settings"] = json.dumps(settings) if settings else ""
             row["refused"] = None
@@ -100,11 +114,12 @@ def refresh_one(job: tuple[str, int, str, bool]) -> dict[str, Any]:
     """summarize()'s columns of a row already in the table, recomputed from its cached trace (the same
     settings, plain or folded graph): after summarize() gains a column, no model is traced again."""
     from carb.design.trace import summarize, trace
+    from carb.design.zoo_features import gemm_regimes
 
     model, size, settings, folded = job
-    table = trace(model, (1, 3, size, size), precision="fp32", settings=json.loads(settings) if settings else None,
-                  reparam=folded)
-    return summarize(table)
+    table = trace(timm_graph(model), (1, 3, size, size), precision="fp32",
+                  settings=json.loads(settings) if settings else None, reparam=folded)
+    return summarize(table) | gemm_regimes(table)
 
 
 def refresh(done: pd.DataFrame, workers: int) -> pd.DataFrame:
