@@ -325,16 +325,15 @@ class CarbCascade(RegressorMixin, BaseEstimator):
                     cur_oof: np.ndarray, cur_val: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Fit ``stage.shrink`` (:func:`carb.model.shrink.fit_shrink`; report in ``shrink_report_``) and return
         the training and validation predictions (n,) with it applied (unchanged without one)."""
-        from carb.model.shrink import fit_shrink
+        from carb.model.shrink import distance_columns, fit_shrink
 
-        stage.shrink, rep = fit_shrink(self.shrink, est, model, D, stage.columns, self.encoded_names_, X, z, m,
-                                       self.random_state)
+        space = distance_columns(X, self.feature_names_, self.input_kind_ == "zoo")
+        stage.shrink, rep = fit_shrink(self.shrink, est, model, D, stage.columns, space, X, z, m, self.random_state)
         self.shrink_report_ = {**getattr(self, "shrink_report_", {}), stage.target: rep}
         if stage.shrink is None:
             return cur_oof, cur_val
-        base = self.encoded_names_
-        return (stage.shrink.apply(cur_oof, stage.prior.predict(X), D[base].to_numpy(float)),
-                stage.shrink.apply(cur_val, stage.prior.predict(Xv), Dv[base].to_numpy(float)))
+        return (stage.shrink.apply(cur_oof, stage.prior.predict(X), X),
+                stage.shrink.apply(cur_val, stage.prior.predict(Xv), Xv))
 
     def _record_stage(self, t: str, stage: Stage, model: BlendedRegressor) -> None:
         """Per-target reports of a fitted stage: fitting space, blend weights, probe MAE, the prior's
@@ -450,6 +449,7 @@ class CarbCascade(RegressorMixin, BaseEstimator):
                 "log_target": dict(self.log_target_), "blend_weights": dict(self.blend_weights_),
                 "priors": dict(getattr(self, "priors_", {})),
                 "probe_val_mae": dict(self.probe_val_mae_), "correctors": self.corrector_report_,
+                "shrink": dict(getattr(self, "shrink_report_", {})),
                 "val_mae": dict(self.val_mae_), "test_mae": dict(self.test_mae_),
                 "fit_seconds": dict(self.fit_seconds_), "stage_columns": self.stage_columns()}
 

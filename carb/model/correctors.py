@@ -129,7 +129,7 @@ class Stage:
             prior = self.prior.predict(X)
         pred = self.apply_correctors(D, X, self.base_predict(D, X, prior))
         if self.shrink is not None and prior is not None:
-            pred = self.shrink.apply(pred, prior, _design(D, self.shrink.columns))
+            pred = self.shrink.apply(pred, prior, X)
         return np.maximum(pred, self.row_floor(X))
 
     def apply_correctors(self, D: pd.DataFrame, X: pd.DataFrame, base: np.ndarray,

@@ -7,7 +7,9 @@ families, and on the CPU zoo that moves some families away from a prior that was
 
 :func:`fit_shrink` chooses, per stage, how far the correction may move a row:
 ``prediction = prior * exp(s * r)`` with ``s = alpha * min(1, radius / d) ** 2``, ``d`` the row's distance
-to its nearest training row in the stage's standardised design space (signed ``log1p`` of each base column).
+to its nearest training row in a standardised description of the network (:func:`distance_columns`: on zoo
+rows each operation kind's share of the FLOPs and bytes and the per-image log work, so a network of a new
+composition is far whatever its size; otherwise signed ``log1p`` of the numeric features).
 ``alpha`` (one per target) and ``radius`` are chosen by grouped cross-validation over the training rows'
 groups (``family`` on zoo rows): each group's log-ratios ``r`` come from an ensemble refitted without that
 group, its distances from the other groups' rows, and the pair with the lowest mean (over groups) absolute
@@ -43,9 +45,40 @@ def shrink_config(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
     return cfg
 
 
-def design_space(A: np.ndarray) -> np.ndarray:
-    """Signed ``log1p`` of design values (n, k) -> (n, k); NaN -> 0."""
-    return np.nan_to_num(np.sign(A) * np.log1p(np.abs(A)))
+#: Zoo columns that grow with the batch (whole batch): described per image.
+PER_BATCH = ("flops", "total_activation_MB", "max_activation_MB", "activations", "peak_live_MB", "bytes_read_MB",
+             "bytes_written_MB")
+
+
+def distance_columns(X: pd.DataFrame, features: list[str], zoo: bool) -> list[tuple[str, str]]:
+    """The columns the distance reads, each with how: ``share_flops`` / ``share_bytes`` (a kind's share of the
+    row's FLOPs / bytes read + written), ``per_image`` (``log1p`` of the value per image), ``log`` (signed
+    ``log1p``). Zoo rows (``zoo``): the layer table's static and per-kind columns; else the numeric ``features``."""
+    if zoo:
+        from carb.design.zoo_features import ZOO_KIND_FEATURES, ZOO_STATIC
+
+        kinds = [(c, "share_flops" if c.startswith("flops_") else "share_bytes") for c in ZOO_KIND_FEATURES]
+        static = [(c, "per_image" if c in PER_BATCH else "log") for c in ZOO_STATIC]
+        return [(c, m) for c, m in static + kinds if c in X.columns]
+    return [(c, "log") for c in features if c in X.columns and pd.api.types.is_numeric_dtype(X[c])]
+
+
+def describe(X: pd.DataFrame, columns: list[tuple[str, str]]) -> np.ndarray:
+    """The rows of ``X`` (n) in the distance's space before standardising, (n, len(columns)); NaN -> 0."""
+    f = lambda c: pd.to_numeric(X[c], errors="coerce").to_numpy(float) if c in X.columns else np.full(len(X), np.nan)  # noqa: E731
+    out = np.empty((len(X), len(columns)))
+    for j, (c, how) in enumerate(columns):
+        v = f(c)
+        if how == "share_flops":
+            v = v / f("flops")
+        elif how == "share_bytes":
+            v = v / (f("bytes_read_MB") + f("bytes_written_MB"))
+        elif how == "per_image":
+            v = np.log1p(v / f("batch_size"))
+        else:
+            v = np.sign(v) * np.log1p(np.abs(v))
+        out[:, j] = v
+    return np.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
 
 
 def nearest_distance(Z: np.ndarray, ref: np.ndarray, chunk: int = 512) -> np.ndarray:
@@ -69,40 +102,37 @@ def factors(d: np.ndarray, alpha: float, radius: float | None) -> np.ndarray:
 
 @dataclass
 class Shrink:
-    """A fitted shrink of one stage: ``alpha``, ``radius`` (None: no distance term), the base design
-    ``columns`` it measures distance in, their training ``mean_`` / ``scale_`` (k,) and the standardised
-    reference rows ``ref_`` (m, k); ``report`` says how it was chosen (JSON-able)."""
+    """A fitted shrink of one stage: ``alpha``, ``radius`` (None: no distance term), the raw ``columns`` it
+    measures distance in (:func:`distance_columns`), their training ``mean_`` / ``scale_`` (k,) and the
+    standardised reference rows ``ref_`` (m, k); ``report`` says how it was chosen (JSON-able)."""
 
     alpha: float
     radius: float | None
-    columns: list[str]
+    columns: list[tuple[str, str]]
     mean_: np.ndarray
     scale_: np.ndarray
     ref_: np.ndarray
     report: dict[str, Any]
 
-    def standardise(self, A: np.ndarray) -> np.ndarray:
-        """Design values (n, k) of :attr:`columns` -> the standardised space (n, k)."""
-        return (design_space(A) - self.mean_) / self.scale_
+    def factor(self, X: pd.DataFrame) -> np.ndarray:
+        """Shrink factors (n,) of raw rows ``X`` (n): ``alpha`` near the training rows, less far away."""
+        Z = (describe(X, self.columns) - self.mean_) / self.scale_
+        return factors(nearest_distance(Z, self.ref_), self.alpha, self.radius)
 
-    def factor(self, A: np.ndarray) -> np.ndarray:
-        """Shrink factors (n,) of design rows ``A`` (n, k): ``alpha`` near the training rows, less far away."""
-        return factors(nearest_distance(self.standardise(A), self.ref_), self.alpha, self.radius)
-
-    def apply(self, pred: np.ndarray, prior: np.ndarray, A: np.ndarray) -> np.ndarray:
-        """``prior * (pred / prior) ** s`` (n,), target units; ``A``: the rows' design values (n, k)."""
-        s = self.factor(A)
+    def apply(self, pred: np.ndarray, prior: np.ndarray, X: pd.DataFrame) -> np.ndarray:
+        """``prior * (pred / prior) ** s`` (n,), target units, for raw rows ``X`` (n)."""
+        s = self.factor(X)
         return prior * np.exp(s * np.log(np.maximum(pred, 1e-300) / prior))
 
 
-def _grouped_ratios(est: Any, model: Any, A: np.ndarray, Zs: np.ndarray, D: pd.DataFrame, cols: list[str],
+def _grouped_ratios(est: Any, model: Any, Zs: np.ndarray, D: pd.DataFrame, cols: list[str],
                     z: np.ndarray, groups: np.ndarray, folds: int) -> tuple[np.ndarray, np.ndarray]:
     """Out-of-group log-ratios (n,) of the stage's blend (refitted on the other groups, with the fitted
     ``model``'s weights) and each row's distance (n,) to the other groups' rows in the standardised space."""
     r, d = np.empty(len(z)), np.empty(len(z))
     fold_est = clone(est).set_params(weights=list(model.weights_), log_target=False)
     k = int(min(folds, len(np.unique(groups))))
-    for tr, te in GroupKFold(n_splits=k).split(A, z, groups):
+    for tr, te in GroupKFold(n_splits=k).split(Zs, z, groups):
         fm = clone(fold_est).fit(D.iloc[tr][cols], z[tr])
         r[te] = fm.predict(D.iloc[te][cols])
         d[te] = nearest_distance(Zs[te], Zs[tr])
@@ -111,8 +141,10 @@ def _grouped_ratios(est: Any, model: Any, A: np.ndarray, Zs: np.ndarray, D: pd.D
 
 def choose(z: np.ndarray, r: np.ndarray, d: np.ndarray, groups: np.ndarray, alphas: list[float],
            radii: list[float | None], tolerance: float) -> tuple[float, float | None, dict[str, Any]]:
-    """The (alpha, radius) with the lowest mean-over-groups absolute log error ``|z - s r|`` (z, r, d, groups:
-    (n,)); among those within ``tolerance`` (relative) of it, the one with the smallest mean factor."""
+    """(alpha, radius, report) by the mean-over-groups absolute log error ``|z - s r|`` (z, r, d, groups: (n,)):
+    the smallest alpha whose best radius comes within ``tolerance`` (relative) of the lowest error, with
+    that best radius (a radius only where it lowers the error, a weaker correction also where it merely
+    does not raise it)."""
     g = pd.Series(groups).astype(str).to_numpy()
     cands = []
     for a in alphas:
@@ -121,8 +153,8 @@ def choose(z: np.ndarray, r: np.ndarray, d: np.ndarray, groups: np.ndarray, alph
             loss = float(pd.Series(np.abs(z - s * r)).groupby(g).mean().mean())
             cands.append((loss, float(np.mean(s)), float(a), rad))
     best = min(c[0] for c in cands)
-    ok = [c for c in cands if c[0] <= best * (1.0 + float(tolerance))]
-    loss, mean_s, a, rad = min(ok, key=lambda c: (c[1], c[0]))
+    a_min = min(c[2] for c in cands if c[0] <= best * (1.0 + float(tolerance)))
+    loss, mean_s, a, rad = min((c for c in cands if c[2] == a_min), key=lambda c: c[0])
     no_shrink = min(c[0] for c in cands if c[2] == max(alphas) and c[3] is None) if None in radii else float("nan")
     return a, (None if rad is None else float(rad)), {
         "alpha": a, "radius": None if rad is None else float(rad), "cv_log_mae": loss, "cv_log_mae_best": best,
@@ -130,11 +162,12 @@ def choose(z: np.ndarray, r: np.ndarray, d: np.ndarray, groups: np.ndarray, alph
 
 
 def fit_shrink(settings: Mapping[str, Any] | None, est: Any, model: Any, D: pd.DataFrame, cols: list[str],
-               base_cols: list[str], X: pd.DataFrame, z: np.ndarray, measured: np.ndarray,
+               columns: list[tuple[str, str]], X: pd.DataFrame, z: np.ndarray, measured: np.ndarray,
                random_state: int = 0) -> tuple[Shrink | None, dict[str, Any]]:
     """The stage's :class:`Shrink` (or None) and a report. ``est``/``model``: the stage's unfitted and fitted
-    blend; ``D`` (n rows): design frame with ``cols`` (the blend's) and ``base_cols`` (the distance space);
-    ``X``: raw rows (the ``group`` column); ``z`` (n,): ``log(y / prior)``; ``measured`` (n,) mask."""
+    blend; ``D`` (n rows): design frame with ``cols`` (the blend's); ``columns``: the distance's
+    (:func:`distance_columns`); ``X``: raw rows (n; the ``group`` column and ``columns``); ``z`` (n,):
+    ``log(y / prior)``; ``measured`` (n,) mask."""
     cfg = shrink_config(settings)
     if not cfg["enabled"]:
         return None, {"kept": False, "reason": "model.shrink.enabled is false"}
@@ -146,13 +179,12 @@ def fit_shrink(settings: Mapping[str, Any] | None, est: Any, model: Any, D: pd.D
     n_groups = len(np.unique(groups))
     if n_groups < int(cfg["min_groups"]):
         return None, {"kept": False, "reason": f"{n_groups} '{group}' groups < min_groups {cfg['min_groups']}"}
-    A = D[base_cols].to_numpy(float)
-    S = design_space(A[rows])
+    S = describe(X.iloc[rows], columns)
     mean, scale = S.mean(0), S.std(0)
     scale = np.where(scale > 0, scale, 1.0)
     Zs = (S - mean) / scale
     Dm = D.iloc[rows].reset_index(drop=True)
-    r, d = _grouped_ratios(est, model, A[rows], Zs, Dm, cols, z[rows], groups, int(cfg["folds"]))
+    r, d = _grouped_ratios(est, model, Zs, Dm, cols, z[rows], groups, int(cfg["folds"]))
     alpha, radius, report = choose(z[rows], r, d, groups, list(cfg["alphas"]), list(cfg["radii"]),
                                    float(cfg["tolerance"]))
     ref = Zs
@@ -160,4 +192,4 @@ def fit_shrink(settings: Mapping[str, Any] | None, est: Any, model: Any, D: pd.D
         pick = np.random.default_rng(random_state).choice(len(ref), int(cfg["max_reference_rows"]), replace=False)
         ref = ref[np.sort(pick)]
     report.update(kept=True, groups=n_groups, reason="grouped cross-validation over the training groups")
-    return Shrink(alpha, radius, list(base_cols), mean, scale, ref, report), report
+    return Shrink(alpha, radius, list(columns), mean, scale, ref, report), report
