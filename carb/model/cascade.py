@@ -122,6 +122,11 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         so ``latency_ms >= 1000 * energy_J / cap``. A board at its power limit lowers its clocks, and
         the heaviest configurations run slower than a roofline fitted on lighter ones predicts (on
         the H200, trained on batch <= 32: latency R2 0.875 -> 0.979 on batches 64-256).
+    shrink : dict or None
+        How far a physics stage's correction may move a row from its prior (:mod:`carb.model.shrink`;
+        keys of :data:`carb.model.shrink.DEFAULT_SHRINK`): chosen by grouped cross-validation over the
+        training rows' families, so a family never measured keeps closer to the prior. Rows without
+        families (ResNet knobs) are unchanged. ``shrink_report_`` says what was chosen per target.
 
     Fitted attributes: ``targets_`` (cascade order), ``dropped_targets_`` (target -> reason),
     ``feature_names_`` (raw feature columns used), ``feature_set_``, ``dropped_features_``,
@@ -146,7 +151,7 @@ class CarbCascade(RegressorMixin, BaseEstimator):
                  oof_folds: int = 5, correctors: Mapping[str, Any] | None = None,
                  val_fraction: float = 0.15, n_jobs: int | None = None, random_state: int = 0,
                  physics: bool = True, prior: Mapping[str, Any] | None = None, telemetry: str = "model",
-                 power_cap: bool = True):
+                 power_cap: bool = True, shrink: Mapping[str, Any] | None = None):
         self.features = features
         self.feature_set = feature_set
         self.specialists = specialists
@@ -163,6 +168,7 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         self.prior = prior
         self.telemetry = telemetry
         self.power_cap = power_cap
+        self.shrink = shrink
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -263,6 +269,7 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         self.stages_: dict[str, Stage] = {}
         self.log_target_, self.blend_weights_, self.probe_val_mae_ = {}, {}, {}
         self.corrector_report_, self.val_mae_, self.fit_seconds_ = {}, {}, {}
+        self.shrink_report_: dict[str, dict[str, Any]] = {}
         self.priors_: dict[str, dict[str, Any]] = {}
         oof = pd.DataFrame(index=D.index)
         upstream: list[str] = []
@@ -306,11 +313,28 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         report, cur_oof, cur_val = fit_correctors(stage, ccfg, (D, X, y, m, base_oof), (Dv, Xv, yv, mv, base_val),
                                                   has_util=has_util, random_state=self.random_state)
         self.corrector_report_[t] = report
+        if prior is not None:   # the correction shrunk toward the prior away from the training rows (carb.model.shrink)
+            cur_oof, cur_val = self._fit_shrink(stage, est, model, D, Dv, X, Xv, z, m, cur_oof, cur_val)
         pos = y[m][y[m] > 0]
         stage.floor = float(0.5 * pos.min()) if len(pos) else 0.0
         cur_oof, cur_val = np.maximum(cur_oof, stage.row_floor(X)), np.maximum(cur_val, stage.row_floor(Xv))
         self.val_mae_[t] = mae(yv[mv], cur_val[mv])
         return stage, cur_oof, cur_val
+
+    def _fit_shrink(self, stage: Stage, est: BlendedRegressor, model: BlendedRegressor, D: pd.DataFrame,
+                    Dv: pd.DataFrame, X: pd.DataFrame, Xv: pd.DataFrame, z: np.ndarray, m: np.ndarray,
+                    cur_oof: np.ndarray, cur_val: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Fit ``stage.shrink`` (:func:`carb.model.shrink.fit_shrink`; report in ``shrink_report_``) and return
+        the training and validation predictions (n,) with it applied (unchanged without one)."""
+        from carb.model.shrink import distance_columns, fit_shrink
+
+        space = distance_columns(X, self.feature_names_, self.input_kind_ == "zoo")
+        stage.shrink, rep = fit_shrink(self.shrink, est, model, D, stage.columns, space, X, z, m, self.random_state)
+        self.shrink_report_ = {**getattr(self, "shrink_report_", {}), stage.target: rep}
+        if stage.shrink is None:
+            return cur_oof, cur_val
+        return (stage.shrink.apply(cur_oof, stage.prior.predict(X), X),
+                stage.shrink.apply(cur_val, stage.prior.predict(Xv), Xv))
 
     def _record_stage(self, t: str, stage: Stage, model: BlendedRegressor) -> None:
         """Per-target reports of a fitted stage: fitting space, blend weights, probe MAE, the prior's
@@ -426,6 +450,7 @@ class CarbCascade(RegressorMixin, BaseEstimator):
                 "log_target": dict(self.log_target_), "blend_weights": dict(self.blend_weights_),
                 "priors": dict(getattr(self, "priors_", {})),
                 "probe_val_mae": dict(self.probe_val_mae_), "correctors": self.corrector_report_,
+                "shrink": dict(getattr(self, "shrink_report_", {})),
                 "val_mae": dict(self.val_mae_), "test_mae": dict(self.test_mae_),
                 "fit_seconds": dict(self.fit_seconds_), "stage_columns": self.stage_columns()}
 

@@ -94,6 +94,8 @@ class Stage:
     #: Physics prior (:mod:`carb.model.physics`) or None. With a prior the specialists predict the
     #: log-ratio ``log(y / prior)`` and the stage returns ``prior * exp(ratio)``.
     prior: Any = None
+    #: :class:`carb.model.shrink.Shrink` or None: how far the correction may move a row from the prior.
+    shrink: Any = None
 
     def base_predict(self, D: pd.DataFrame | Design, X: pd.DataFrame, prior: np.ndarray | None = None) -> np.ndarray:
         """The specialists' prediction in target units, before correctors, for design rows ``D`` (a frame or
@@ -121,9 +123,14 @@ class Stage:
 
     def predict(self, D: pd.DataFrame, X: pd.DataFrame, prior: np.ndarray | None = None) -> np.ndarray:
         """Prediction (target units) for design rows ``D`` (which hold the upstream predictions) of
-        raw rows ``X`` (for the regime masks); ``prior``: as :meth:`base_predict`."""
-        base = self.base_predict(D, X, prior)
-        return np.maximum(self.apply_correctors(D, X, base), self.row_floor(X))
+        raw rows ``X`` (for the regime masks); ``prior``: as :meth:`base_predict`. With a :attr:`shrink` the
+        corrected prediction is pulled toward the prior where the rows lie far from the training rows."""
+        if self.prior is not None and prior is None:
+            prior = self.prior.predict(X)
+        pred = self.apply_correctors(D, X, self.base_predict(D, X, prior))
+        if self.shrink is not None and prior is not None:
+            pred = self.shrink.apply(pred, prior, X)
+        return np.maximum(pred, self.row_floor(X))
 
     def apply_correctors(self, D: pd.DataFrame, X: pd.DataFrame, base: np.ndarray,
                          upto: int | None = None) -> np.ndarray:

@@ -264,6 +264,20 @@ class Correctors(Section):
     min_gain: float
 
 
+class Shrink(Section):
+    """``model.shrink``: how far a physics stage's correction may move a row from its prior
+    (:mod:`carb.model.shrink`; chosen by grouped cross-validation over ``group``)."""
+
+    enabled: bool
+    group: Text
+    min_groups: Annotated[int, Field(ge=2)]
+    folds: Annotated[int, Field(ge=2)]
+    alphas: Annotated[list[Annotated[float, Field(ge=0, le=1)]], Field(min_length=1)]
+    radii: Annotated[list[Positive | None], Field(min_length=1)]
+    tolerance: NonNegative
+    max_reference_rows: Count
+
+
 class TunedFrom(Section):
     """``model.tuned_from`` (``model=tuned``): the Optuna study whose best parameters are used."""
 
@@ -282,6 +296,7 @@ class ModelPreset(Section):
     probe_estimators: Count
     oof_folds: Annotated[int, Field(ge=2)]
     correctors: Correctors
+    shrink: Shrink | None = None
     telemetry: Literal["model", "medians"]
     power_cap: bool
     val_fraction: Annotated[float, Field(ge=0.01, le=0.9)]
