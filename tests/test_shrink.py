@@ -16,7 +16,7 @@ TINY = {"xgb": {"n_estimators": 15, "max_depth": 4},
         "lgbm": {"n_estimators": 15, "num_leaves": 15, "min_child_samples": 3},
         "et": {"n_estimators": 10, "min_samples_leaf": 2}}
 #: Radius 1 and full strength only: every row within distance 1 of a training row keeps its whole correction.
-FORCED = {"alphas": [1.0], "radii": [1.0], "min_groups": 3, "folds": 3}
+FORCED = {"enabled": True, "alphas": [1.0], "radii": [1.0], "min_groups": 3, "folds": 3}
 
 
 def test_choose_shrinks_where_far_groups_were_corrected_wrongly():

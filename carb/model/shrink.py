@@ -30,7 +30,7 @@ from sklearn.model_selection import GroupKFold
 from carb.errors import ConfigError
 
 #: Defaults of ``model.shrink`` (conf/model/*.yaml; schema :class:`carb.commands.schema.groups.Shrink`).
-DEFAULT_SHRINK: dict[str, Any] = {"enabled": True, "group": "family", "min_groups": 4, "folds": 5,
+DEFAULT_SHRINK: dict[str, Any] = {"enabled": False, "group": "family", "min_groups": 4, "folds": 5,
                                   "alphas": [0.0, 0.25, 0.5, 0.75, 1.0], "radii": [1.0, 1.5, 2.0, 3.0, None],
                                   "tolerance": 0.01, "max_reference_rows": 5000}
 
