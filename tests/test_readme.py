@@ -86,3 +86,14 @@ def test_example_excerpt_keeps_the_summary_and_the_top_rows():
                      "block depth", "basic 14", "basic 18", "basic 34", "wrote /tmp/x/scored.parquet"])
     assert shortlist_excerpt(out, top_rows=2) == ["grid 3 candidates; budget {}", "accept 2, borderline 1",
                                                   "shortlist (3; ...):", "block depth", "basic 14", "basic 18"]
+
+
+def test_zoo_excerpt_drops_a_skipped_line_with_its_wrapped_continuation():
+    """A summary line the README leaves out (``passed through ...``) goes with its continuation lines (two
+    spaces in, as ``cli.wrap_line`` wraps), and the lines after it stay."""
+    from scripts.example import ZOO_SKIP, drop_skipped
+
+    lines = ["grid 104 candidates", "accept 13, borderline 21", "passed through to every output: top1, top5,",
+             "  top1_source (32 of 104 without a value)", "shortlist (20; ...):", "  input batch"]
+    assert drop_skipped(lines, ZOO_SKIP) == ["grid 104 candidates", "accept 13, borderline 21",
+                                             "shortlist (20; ...):", "  input batch"]
