@@ -825,8 +825,7 @@ def walk_liveness(specs: Sequence[Any], input_size: int, batch: int, bpe: int) -
     live: list[int] = []
     for s in specs:
         out = s.out_elements * batch * bpe
-        extra = (2 * s.out_channels * batch * bpe if s.kind == "bn"
-                 else s.out_elements * batch * INDEX_BYTES if s.kind == "maxpool" else 0)
+        extra = _extra_elements(s) * batch * (INDEX_BYTES if s.kind == "maxpool" else bpe)
         if s.block >= 0 and (s.stage, s.block) != block:   # a block starts from the last output
             stage_in = cur if s.block == 0 else stage_in
             blk_in = cur if s.block > 0 else 0   # the first block's input is the stage input (counted once)
