@@ -138,8 +138,13 @@ def main() -> None:
     from carb.analysis.zoo_cpu_eval import usable
     from carb.data.io import load_training_frame
 
-    resnet, dev_r = load_training_frame(args.resnet)
-    zoo, dev_z = load_training_frame(args.zoo) if args.zoo != "none" else (pd.DataFrame(), "none")
+    from carb.errors import CarbError
+
+    try:
+        resnet, dev_r = load_training_frame(args.resnet)
+        zoo, dev_z = load_training_frame(args.zoo) if args.zoo != "none" else (pd.DataFrame(), "none")
+    except CarbError as e:   # a dataset that is not there or not valid: one line, nothing computed
+        ap.exit(2, f"one_cascade: {e}\n")
     zoo = usable(zoo).drop(columns=["model"]) if len(zoo) else zoo
     args.skip_zoo |= not len(zoo)
     ids = {str(v) for v in pd.concat([resnet["device_id"], zoo.get("device_id", pd.Series(dtype=str))]).dropna()}
