@@ -44,7 +44,12 @@ study the shipped table prior (:func:`set_prior_intervals`, leave-one-device-out
 
     python -m scripts.bench.transfer_pairs [--ks 0,10,12] [--no-gpu] [--csv out.csv] [--errors-out FILE]
         [--loo-stat median|mean|rms] [--prior-rows N] [--interval-sweep] [--precision-band pooled|widest]
-        [--precision-sweep]
+        [--precision-sweep] [--error-sources]
+
+``--error-sources`` (issue 44): per CPU pair and precision at K = 10, how much of the calibrated latency error an
+exactly known per-precision offset or one exactly known feature slope would remove, how much the source model's
+generalisation to configurations it never measured adds, and the floors: the target's run-to-run noise and a
+cascade cross-validated on the target's own rows (:func:`error_sources`).
 
 Default K: 0, 10 and the quickstart's (``k`` of ``conf/calibrate.yaml``). Devices: the three CPUs (Zen 5
 reference, Zen 4 of ``scripts/data/cpu-amd-zen4.parquet``, the Xeon) and timm's four GPUs. The last line is
@@ -598,6 +603,135 @@ def k0_offset_line(pending: list[dict]) -> str:
             f"better={sum(n < o for n, o, _ in cells)}")
 
 
+#: Row features a transfer's error could trend with (issue 44's K-row slope idea), each a log of a dataset column
+#: or of a ratio of two: ``{name: (numerator, denominator or None)}``.
+ERROR_FEATURES = {"log_flops": ("flops", None), "log_flops_per_image": ("flops", "batch_size"),
+                  "log_batch": ("batch_size", None), "log_intensity": ("compute_intensity", None),
+                  "log_activation_MB": ("total_activation_MB", None), "log_params": ("params", None)}
+
+
+def _mape_of(err: np.ndarray) -> float:
+    """Latency MAPE (%) of log errors ``err`` = log(measured / predicted): mean |predicted / measured - 1|."""
+    return 100.0 * float(np.mean(np.abs(np.exp(-np.asarray(err, float)) - 1.0)))
+
+
+def noise_mape(sd: float) -> float:
+    """The MAPE (%) a perfect predictor of a row's mean still shows against one measurement whose log has
+    run-to-run standard deviation ``sd``: E|exp(-sd Z) - 1|, Z standard normal (Gauss-Hermite, 40 nodes)."""
+    z, w = np.polynomial.hermite_e.hermegauss(40)
+    return 100.0 * float(np.sum(w * np.abs(np.exp(-float(sd) * z) - 1.0)) / np.sum(w))
+
+
+def _feature_matrix(rows: pd.DataFrame) -> dict[str, np.ndarray]:
+    """:data:`ERROR_FEATURES` of ``rows`` that the frame has and that are finite and positive, each (n,)."""
+    out = {}
+    for name, (num, den) in ERROR_FEATURES.items():
+        if num not in rows or (den is not None and den not in rows):
+            continue
+        v = pd.to_numeric(rows[num], errors="coerce").to_numpy(float)
+        if den is not None:
+            v = v / pd.to_numeric(rows[den], errors="coerce").to_numpy(float)
+        with np.errstate(all="ignore"):
+            v = np.log(v)
+        if np.isfinite(v).all():
+            out[name] = v
+    return out
+
+
+def error_sources(pending: list[dict], rows: dict[str, pd.DataFrame], k: int = 10,
+                  noise: dict[str, dict[str, float]] | None = None,
+                  own_cv: dict[str, dict[str, float]] | None = None) -> pd.DataFrame:
+    """Where a K-row transfer's latency error lives, per CPU pair and precision, on the pair's held-out rows at
+    ``k`` (issue 44). ``pending``: the benchmark's records (the pair's zero-shot errors over all of the target's
+    ``rows[target]`` at K = 0, its calibrated errors on the rows :func:`carb.analysis.transfer.split_k` holds
+    out at ``k``); ``noise``: per target device and precision the log sd of one measurement (its run-to-run
+    spread); ``own_cv``: per target device and precision the MAPE (%) of a cascade fitted on the target's own
+    rows, cross-validated (what the model class reaches with all of the target's rows).
+
+    Columns (MAPE %): ``k0`` the zero-shot, ``k`` the calibrated transfer, ``offset_oracle`` the zero-shot with
+    its precision's offset known exactly (the mean log error of these rows: what K rows estimate),
+    ``trend_oracle`` / ``trend_feature`` beside it the best single :data:`ERROR_FEATURES` slope known exactly
+    (least squares on these rows: the most a K-row slope could win), ``offset_oracle_seen`` / ``_unseen`` the
+    exact-offset error on the rows whose configuration the source device measured (``n_seen``: its model was
+    fitted on them) and on the others (where the source model's own generalisation error shows), ``noise``
+    :func:`noise_mape` of the target's spread, ``noise_share`` its variance over the calibrated log errors' mean square (capped at 1), ``own_cv``."""
+    from carb.analysis.transfer import split_k
+
+    lat = [q for q in pending if q["target"] == "latency_ms" and q.get("kind", "cpu") == "cpu"]
+    zs = {q["pair"]: q for q in lat if q["k"] == 0 and q.get("name") == "zero_shot"}
+    out = []
+    for q in lat:
+        if q["k"] != k or q.get("name") != "calibrated" or q["pair"] not in zs:
+            continue
+        src, dst = map(str, q["pair"])
+        frame = rows[dst].reset_index(drop=True)
+        rest = split_k(frame, k)[1].index.to_numpy()
+        e0 = np.asarray(zs[q["pair"]]["err"], float)[rest]
+        ek, prec = np.asarray(q["err"], float), np.asarray(q["precision"]).astype(str)
+        feats = {n: v[rest] for n, v in _feature_matrix(frame).items()}
+        have = set(rows[src]["config_id"].astype(str)) if src in rows and "config_id" in rows[src] else set()
+        seen = frame["config_id"].astype(str).isin(have).to_numpy()[rest] if "config_id" in frame else \
+            np.zeros(len(rest), bool)
+        for p in sorted(set(prec)):
+            m = (prec == p) & np.isfinite(ek) & np.isfinite(e0)
+            if m.sum() < 3:
+                continue
+            r = e0[m] - e0[m].mean()
+            best, best_name = _mape_of(r), None
+            for name, v in feats.items():
+                x = v[m] - v[m].mean()
+                if float(x @ x) > 1e-12:
+                    cand = _mape_of(r - x * float(x @ r) / float(x @ x))
+                    if cand < best:
+                        best, best_name = cand, name
+            seen_mask = seen[m]
+            sd = (noise or {}).get(dst, {}).get(p, float("nan"))
+            out.append({"source": src, "target_device": dst, "precision": p, "n": int(m.sum()),
+                        "k0": _mape_of(e0[m]), "k": _mape_of(ek[m]), "offset_oracle": _mape_of(r),
+                        "trend_oracle": best, "trend_feature": best_name,
+                        "n_seen": int(seen_mask.sum()),
+                        "offset_oracle_seen": _mape_of(r[seen_mask]) if seen_mask.sum() >= 3 else float("nan"),
+                        "offset_oracle_unseen": _mape_of(r[~seen_mask]) if (~seen_mask).sum() >= 3 else float("nan"),
+                        "noise": noise_mape(sd) if np.isfinite(sd) else float("nan"),
+                        "noise_share": min(1.0, sd ** 2 / float(np.mean(ek[m] ** 2))) if np.isfinite(sd)
+                        else float("nan"),
+                        "own_cv": (own_cv or {}).get(dst, {}).get(p, float("nan"))})
+    return pd.DataFrame(out)
+
+
+def own_cv_mape(rows: pd.DataFrame, folds: int = 5, seed: int = 0) -> dict[str, float]:
+    """Per precision, the latency MAPE (%) of the benchmark's source cascade fitted on ``folds`` - 1 folds of a
+    device's own ``rows`` and scored on the last (random folds, ``seed``): the error left with all of the
+    device's rows, i.e. the target's noise plus what the model class cannot express (a floor for a transfer)."""
+    from carb.model.intervals import screening_predict
+    from scripts.bench.transfer import fit_source
+
+    rows = rows.reset_index(drop=True)
+    fold = np.random.default_rng(seed).integers(0, folds, len(rows))
+    err = np.full(len(rows), np.nan)
+    for f in range(folds):
+        te = rows[fold == f]
+        if len(te):
+            m = fit_source(rows[fold != f], ["latency_ms"])
+            err[fold == f] = np.log(te["latency_ms"].to_numpy(float)
+                                    / screening_predict(m, te)["pred_latency_ms"].to_numpy(float))
+    prec = rows["precision"].astype(str).to_numpy()
+    return {p: _mape_of(err[(prec == p) & np.isfinite(err)]) for p in sorted(set(prec))}
+
+
+def error_sources_line(d: pd.DataFrame) -> str:
+    """One line of :func:`error_sources`: the worst calibrated cell, what an exact offset and an exact slope
+    would leave there, and how many cells the run-to-run noise or the own-rows floor already explains."""
+    if d.empty:
+        return "error_sources: no CPU pair with a zero-shot and calibrated rows"
+    w = d.loc[d["k"].idxmax()]
+    floor = np.fmax(d["noise"].fillna(0.0), d["own_cv"].fillna(0.0))
+    return (f"error_sources: cells={len(d)} k_max={w['k']:.1f} ({w['source']} -> {w['target_device']} "
+            f"{w['precision']}: offset_oracle={w['offset_oracle']:.1f} trend_oracle={w['trend_oracle']:.1f} "
+            f"own_cv={w['own_cv']:.1f}) offset_oracle_max={d['offset_oracle'].max():.1f} "
+            f"trend_oracle_max={d['trend_oracle'].max():.1f} cells_within_1.2x_floor={int((d['k'] <= 1.2 * floor).sum())}")
+
+
 def coverage_cells_line(t: pd.DataFrame, k: int = 10, nominal: float = 0.9, alpha: float = 0.05) -> str:
     """The pair-and-precision latency cells of ``calibrated`` at ``k`` whose coverage is inconsistent with the
     ``nominal`` coverage by an exact two-sided binomial test at ``alpha`` (rows inside of the cell's held-out
@@ -809,6 +943,24 @@ def pair_overview(t: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
+def print_error_sources(parts: list) -> None:
+    """Print :func:`error_sources` of the CPU pairs at K = 10 with each CPU's measured noise and own-rows floor."""
+    from scripts.bench.transfer import markdown
+
+    devices = cpu_devices()
+    noise = {}
+    for n, d in devices.items():
+        fl = repeat_floor("latency_ms", measured_repeat_rows(d))
+        noise[n] = {p: v for p, v in fl.items() if p != "default"} if isinstance(fl, dict) else {}
+    own = {n: own_cv_mape(d) for n, d in devices.items()}
+    cpu = [q for q in parts[0][1]]
+    d = error_sources(cpu, devices, 10, noise, own)
+    print("where the K=10 latency error lives (MAPE %, CPU pairs, held-out rows; scripts.bench.transfer_pairs."
+          "error_sources):")
+    print(markdown(d.round(3)))
+    print(error_sources_line(d), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ks", default=None, help="K values (default: 0, 10 and the quickstart's K)")
@@ -823,6 +975,9 @@ def main() -> None:
                     help="band of each precision in the transfer-error prior (default: the model's)")
     ap.add_argument("--precision-sweep", action="store_true",
                     help="also print the precision band chosen leave-one-pair-out (about a minute)")
+    ap.add_argument("--error-sources", action="store_true",
+                    help="also print where the CPU pairs' K=10 latency error lives (offset, slope, noise, own-rows "
+                         "floor; fits each CPU's cascade 5 more times: a few minutes)")
     ap.add_argument("--interval-sweep", action="store_true",
                     help="also print the interval settings chosen fully nested leave-one-pair-out (a few minutes)")
     a = ap.parse_args()
@@ -861,6 +1016,8 @@ def main() -> None:
     print(coverage_cells_line(t))
     print(k0_offset_line([q for p in parts for q in p[1]]))
     print(baselines_line(t))
+    if a.error_sources:
+        print_error_sources(parts)
     d = device_table(t)
     print("per left-out target device (latency MAPE %, worst source and precision; coverage pooled over its rows):")
     print(markdown(d.round(3)))
