@@ -82,3 +82,18 @@ def test_noise_mape_matches_sampling():
     z = np.random.default_rng(0).normal(0.0, 0.1, 400_000)
     assert noise_mape(0.1) == pytest.approx(100 * np.mean(np.abs(np.exp(-z) - 1)), rel=0.01)
     assert noise_mape(0.0) == 0.0
+
+
+def test_offsets_study_finds_a_known_slope_and_no_slope_where_there_is_none(rows):
+    """scripts.studies.transfer_offsets on a synthetic pair: with a strong slope on log FLOPs per image the
+    K-row slope beats offsets alone on the random draws; on pure noise it does not."""
+    from scripts.studies.transfer_offsets import study
+
+    rng = np.random.default_rng(0)
+    x = np.log(rows["flops"].to_numpy(float) / rows["batch_size"].to_numpy(float))
+    for slope, better in ((0.15, True), (0.0, False)):
+        e = 0.1 + slope * (x - x.mean()) + rng.normal(0.0, 0.03, len(rows))
+        t = study({("A", "B"): (rows, e)}, k=10, draws=20, lams=(0.0,))
+        mean = t.groupby("variant")["draws"].mean()
+        assert bool(mean["slope:log_flops_per_image:0"] < 0.7 * mean["current"]) is better
+        assert set(t["precision"]) == {"fp32", "bf16"} and "medoids" in set(t["variant"])
