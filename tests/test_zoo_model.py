@@ -195,6 +195,14 @@ def test_mlflow_pyfunc_takes_model_names(registered):
 @pytest.mark.slow
 def test_mlflow_models_serve_answers_a_rest_query(registered, tmp_path):
     """``mlflow models serve`` (local env) on the registered model answers a REST query of model names."""
+    rows = serve_and_query(registered, tmp_path, {"dataframe_split": KNOB_ROWS.to_dict(orient="split")})
+    assert len(rows) == 2 and rows[0]["model_name"] == "tv:resnet18" and rows[0]["pred_latency_ms"] > 0
+
+
+def serve_and_query(registered: dict, tmp_path, payload: dict) -> list[dict]:
+    """Serve ``registered["model"]`` (from the store ``registered["uri"]``) with ``mlflow models serve``
+    (local env, one worker, a free localhost port), POST ``payload`` to ``/invocations`` once it answers
+    (at most 120 s) and return the answer's ``predictions`` rows; the server is stopped after."""
     import json
     import os
     import socket
@@ -215,7 +223,7 @@ def test_mlflow_models_serve_answers_a_rest_query(registered, tmp_path):
                              "-h", "127.0.0.1", "-p", str(port), "-w", "1"], env=env,
                             stdout=subprocess.DEVNULL, stderr=open(tmp_path / "serve.log", "w"))
     try:
-        body = json.dumps({"dataframe_split": KNOB_ROWS.to_dict(orient="split")}).encode()
+        body = json.dumps(payload).encode()
         answer = None
         for _ in range(120):
             time.sleep(1)
@@ -224,12 +232,13 @@ def test_mlflow_models_serve_answers_a_rest_query(registered, tmp_path):
                                              headers={"Content-Type": "application/json"})
                 answer = json.loads(urllib.request.urlopen(req, timeout=60).read())
                 break
+            except urllib.error.HTTPError as e:   # the server answered: its error is the test's failure
+                raise AssertionError(e.read().decode()[-2000:]) from None
             except OSError:
                 if proc.poll() is not None:
                     break
         assert answer is not None, (tmp_path / "serve.log").read_text()[-2000:]
-        rows = answer["predictions"]
-        assert len(rows) == 2 and rows[0]["model_name"] == "tv:resnet18" and rows[0]["pred_latency_ms"] > 0
+        return answer["predictions"]
     finally:
         proc.terminate()
         proc.wait(timeout=30)
