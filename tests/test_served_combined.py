@@ -97,6 +97,18 @@ def test_a_mixed_frame_is_predicted_row_by_row_in_its_order(model):
         p.predict(bad)
 
 
+def test_missing_stages_in_a_string_column_are_the_named_layout():
+    """A knob frame whose ``stages`` is a pandas string column with ``<NA>`` (a parquet file of both kinds read
+    back, or MLflow's schema enforcement of a ``stages: null`` REST query) takes the depth's named layout; it was
+    "boolean value of NA is ambiguous"."""
+    from carb.design.candidates import records_frame
+
+    f = pd.DataFrame({"block": ["basic", "basic"], "depth": [18, 20],
+                      "stages": pd.array([pd.NA, "3-3-3"], dtype="string")})
+    out = records_frame(f, "knobs")
+    assert list(out["stages"]) == ["2-2-2-2", "3-3-3"]
+
+
 def test_the_signature_says_what_a_combined_model_reads(registered):
     """The logged signature names the zoo name, the ResNet identity columns and the run knobs, none required;
     the old one was inferred from ResNet knobs alone, every one required, so names were refused."""
@@ -186,3 +198,52 @@ def test_mlflow_models_serve_answers_a_mixed_rest_query(registered, tmp_path):
     assert [r.get("model_name") for r in rows][1::2] == list(NAMES["model_name"])
     assert [r.get("block") for r in rows][0::2] == list(KNOBS["block"])
     assert all(r["pred_latency_ms"] > 0 for r in rows)
+
+
+@pytest.mark.slow
+def test_carb_train_on_a_combined_folder_registers_a_model_mlflow_serves_by_name(combined, tmp_path):
+    """``carb-train data.path=<folder of both kinds>`` as a user runs it: the registered version's signature is the
+    combined one, MLflow's pyfunc answers knobs, names and a mixed frame as carb.load_model does, the memory
+    intervals carry the configured floor and the sanity check covered the zoo networks too."""
+    import mlflow
+
+    import carb
+    from carb import tracking
+    from carb.commands.cli import compose
+    from carb.commands.train import run_train
+    from carb.data.io import save_dataset
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    res = combined["block"].notna()
+    save_dataset(combined[res].drop(columns=["model_name", "family"], errors="ignore"), folder / "resnet.parquet")
+    from carb.design.identity import RESNET
+
+    save_dataset(combined[~res].drop(columns=list(RESNET.identity), errors="ignore"), folder / "zoo.parquet")
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    r = run_train(compose("train", [
+        f"data.path={folder}", f"tracking.uri={uri}", f"paths.output_dir={tmp_path}/out", "model=carb_fast",
+        "model.specialists.xgb.n_estimators=15", "model.specialists.lgbm.n_estimators=15",
+        "model.specialists.et.n_estimators=10", "model.oof_folds=2", "model.probe_estimators=15", "model.n_jobs=1",
+        "print_table=false", "evaluate.figures=false", "evaluate.lobo.enabled=false",
+        "evaluate.extrapolation.enabled=false", "evaluate.architecture_intervals.folds=2",
+        "evaluate.sanity.space=smoke", "evaluate.memory_floor.min_log=0.001", "evaluate.refits.workers=1",
+        "register=true"]))
+    model_uri = f"models:/{r['registered_name']}/{r['version']}"
+    loaded = carb.load_model(model_uri, tracking_uri=uri)
+    assert loaded.input_kind_ == "mixed" and loaded.intervals_["peak_memory_MB"]["floor_log"] == 0.001
+    from carb.analysis.assess import zoo_sanity_grid
+    from carb.analysis.screening import featurize
+    from carb.design.space import load_space
+
+    n_grids = len(featurize(load_space("smoke"))) + len(zoo_sanity_grid(loaded.cascade))
+    tracking.configure(uri)
+    assert int(mlflow.get_run(r["run_id"]).data.params["sanity_n"]) == n_grids   # the ResNet grid and the zoo networks
+    pyfunc = mlflow.pyfunc.load_model(model_uri)
+    assert pyfunc.metadata.get_input_schema().required_input_names() == []
+    for X in (KNOBS, NAMES, MIXED):
+        out, ref = pyfunc.predict(X), loaded.predict(X)
+        assert list(out.columns) == list(ref.columns)
+        np.testing.assert_allclose(out["pred_latency_ms"].to_numpy(float), ref["pred_latency_ms"].to_numpy(float))
+        hi, p = ref["hi_peak_memory_MB"].to_numpy(float), ref["pred_peak_memory_MB"].to_numpy(float)
+        assert (hi >= p * np.exp(0.001) * (1 - 1e-12)).all()
