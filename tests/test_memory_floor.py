@@ -134,3 +134,19 @@ def test_the_setting_is_in_the_schema():
     cfg["evaluate"]["memory_floor"]["min_log"] = -0.1
     with pytest.raises(Exception, match="min_log"):
         validate("train", cfg)
+
+
+def test_the_zoo_benchmarks_memory_intervals_take_the_floor():
+    """carb.analysis.zoo_cpu_eval.evaluate (scripts/bench/zoo.py --part cpu): CARB's exact memory predictions
+    give intervals about +-0 wide; with ``floor_log`` every row's is at least [p e^-f, p e^+f]."""
+    from carb.analysis.zoo_cpu_eval import MEMORY_MODELS, evaluate, usable
+    from tests.synthetic import cpu_zoo_frame
+
+    frame = cpu_zoo_frame({"a": 2, "b": 1, "c": 3, "d": 1, "e": 2, "f": 1}, seed=1)
+    exact = usable(frame)["peak_memory_MB"].to_numpy(float) * (1 + 1e-7)
+    _, s0, p0 = evaluate(frame, "peak_memory_MB", MEMORY_MODELS, carb=exact)
+    _, s1, p1 = evaluate(frame, "peak_memory_MB", MEMORY_MODELS, carb=exact, floor_log=0.01)
+    assert s0["hi_lo"] < 1.0001 and s1["hi_lo"] == pytest.approx(math.exp(0.02))
+    np.testing.assert_allclose(p1["lo_ms"], np.minimum(p0["lo_ms"], exact * math.exp(-0.01)))
+    np.testing.assert_allclose(p1["hi_ms"], np.maximum(p0["hi_ms"], exact * math.exp(0.01)))
+    assert s1["coverage_rows"] == 1.0

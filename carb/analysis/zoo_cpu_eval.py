@@ -200,7 +200,8 @@ def evaluate(frame: pd.DataFrame, target: str, models: Mapping[str, Callable[[],
         from carb.model.intervals import floored
 
         p = pred["pred_carb"].to_numpy(float)
-        lo, hi = floored(np.log(pred["lo_ms"].to_numpy(float) / p), np.log(pred["hi_ms"].to_numpy(float) / p), floor_log)
+        lo, hi = floored(np.log(pred["lo_ms"].to_numpy(float) / p), np.log(pred["hi_ms"].to_numpy(float) / p),
+                         floor_log)
         pred["lo_ms"], pred["hi_ms"] = p * np.exp(lo), p * np.exp(hi)
     table = family_table(pred, tuple(models), target=target)
     as_lat = pred if target == "latency_ms" else (
