@@ -148,11 +148,12 @@ def test_a_resnet_model_refuses_named_networks():
 def registered(cascade, zoo, tmp_path_factory):
     """The zoo cascade logged as carb-train logs it (ServedModel, a knob example) in a fresh store."""
     from carb import tracking
-    from carb.analysis.predictor import ServedModel, knob_example
+    from carb.analysis.predictor import ServedModel, knob_example, served_inputs
 
     uri = f"sqlite:///{tmp_path_factory.mktemp('zoo-store')}/mlflow.db"
     with tracking.start_run("train", "zoo", uri):
-        info = tracking.log_cascade(ServedModel(cascade), knob_example(cascade, zoo), registered_name="carb-zoo-test")
+        info = tracking.log_cascade(ServedModel(cascade), knob_example(cascade, zoo), registered_name="carb-zoo-test",
+                                    inputs=served_inputs(cascade))
     return {"uri": uri, "model": f"models:/carb-zoo-test/{info['version']}"}
 
 
@@ -186,6 +187,9 @@ def test_mlflow_pyfunc_takes_model_names(registered):
     pyfunc = mlflow.pyfunc.load_model(registered["model"])
     names = pyfunc.metadata.get_input_schema().input_names()
     assert names == ["model_name", "input_size", "batch_size", "precision"]
+    assert pyfunc.metadata.get_input_schema().required_input_names() == ["model_name"]
+    bare = pyfunc.predict(KNOB_ROWS[["model_name"]])   # names alone: the knobs' defaults, as carb.load_model
+    assert list(bare["batch_size"]) == [1, 1] and list(bare["input_size"]) == [224, 224]
     out = pyfunc.predict(KNOB_ROWS)
     ref = carb.load_model(registered["model"], tracking_uri=registered["uri"]).predict(KNOB_ROWS)
     assert np.allclose(out["pred_latency_ms"], ref["pred_latency_ms"]) and "hi_latency_ms" in out
