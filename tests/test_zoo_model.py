@@ -148,11 +148,12 @@ def test_a_resnet_model_refuses_named_networks():
 def registered(cascade, zoo, tmp_path_factory):
     """The zoo cascade logged as carb-train logs it (ServedModel, a knob example) in a fresh store."""
     from carb import tracking
-    from carb.analysis.predictor import ServedModel, knob_example
+    from carb.analysis.predictor import ServedModel, knob_example, served_inputs
 
     uri = f"sqlite:///{tmp_path_factory.mktemp('zoo-store')}/mlflow.db"
     with tracking.start_run("train", "zoo", uri):
-        info = tracking.log_cascade(ServedModel(cascade), knob_example(cascade, zoo), registered_name="carb-zoo-test")
+        info = tracking.log_cascade(ServedModel(cascade), knob_example(cascade, zoo), registered_name="carb-zoo-test",
+                                    inputs=served_inputs(cascade))
     return {"uri": uri, "model": f"models:/carb-zoo-test/{info['version']}"}
 
 
@@ -186,6 +187,9 @@ def test_mlflow_pyfunc_takes_model_names(registered):
     pyfunc = mlflow.pyfunc.load_model(registered["model"])
     names = pyfunc.metadata.get_input_schema().input_names()
     assert names == ["model_name", "input_size", "batch_size", "precision"]
+    assert pyfunc.metadata.get_input_schema().required_input_names() == ["model_name"]
+    bare = pyfunc.predict(KNOB_ROWS[["model_name"]])   # names alone: the knobs' defaults, as carb.load_model
+    assert list(bare["batch_size"]) == [1, 1] and list(bare["input_size"]) == [224, 224]
     out = pyfunc.predict(KNOB_ROWS)
     ref = carb.load_model(registered["model"], tracking_uri=registered["uri"]).predict(KNOB_ROWS)
     assert np.allclose(out["pred_latency_ms"], ref["pred_latency_ms"]) and "hi_latency_ms" in out
@@ -195,6 +199,14 @@ def test_mlflow_pyfunc_takes_model_names(registered):
 @pytest.mark.slow
 def test_mlflow_models_serve_answers_a_rest_query(registered, tmp_path):
     """``mlflow models serve`` (local env) on the registered model answers a REST query of model names."""
+    rows = serve_and_query(registered, tmp_path, {"dataframe_split": KNOB_ROWS.to_dict(orient="split")})
+    assert len(rows) == 2 and rows[0]["model_name"] == "tv:resnet18" and rows[0]["pred_latency_ms"] > 0
+
+
+def serve_and_query(registered: dict, tmp_path, payload: dict) -> list[dict]:
+    """Serve ``registered["model"]`` (from the store ``registered["uri"]``) with ``mlflow models serve``
+    (local env, one worker, a free localhost port), POST ``payload`` to ``/invocations`` once it answers
+    (at most 120 s) and return the answer's ``predictions`` rows; the server is stopped after."""
     import json
     import os
     import socket
@@ -215,7 +227,7 @@ def test_mlflow_models_serve_answers_a_rest_query(registered, tmp_path):
                              "-h", "127.0.0.1", "-p", str(port), "-w", "1"], env=env,
                             stdout=subprocess.DEVNULL, stderr=open(tmp_path / "serve.log", "w"))
     try:
-        body = json.dumps({"dataframe_split": KNOB_ROWS.to_dict(orient="split")}).encode()
+        body = json.dumps(payload).encode()
         answer = None
         for _ in range(120):
             time.sleep(1)
@@ -224,12 +236,13 @@ def test_mlflow_models_serve_answers_a_rest_query(registered, tmp_path):
                                              headers={"Content-Type": "application/json"})
                 answer = json.loads(urllib.request.urlopen(req, timeout=60).read())
                 break
+            except urllib.error.HTTPError as e:   # the server answered: its error is the test's failure
+                raise AssertionError(e.read().decode()[-2000:]) from None
             except OSError:
                 if proc.poll() is not None:
                     break
         assert answer is not None, (tmp_path / "serve.log").read_text()[-2000:]
-        rows = answer["predictions"]
-        assert len(rows) == 2 and rows[0]["model_name"] == "tv:resnet18" and rows[0]["pred_latency_ms"] > 0
+        return answer["predictions"]
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -21,6 +21,7 @@ from carb.analysis.evaluate import (
     residual_spearman,
     top_importances,
 )
+from carb.design.identity import RESNET, ZOO, architecture_unit, kinds_of_input
 from carb.model.baselines import FlopsLinear, LatencyEnergyProxy
 
 
@@ -84,8 +85,7 @@ def evaluate_cascade(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.D
             for t, part in r.result.items():
                 parts.setdefault(t, []).append(part)
         arch = architecture_entries(parts, float(cascade.intervals_["coverage"]), k, n_groups,
-                                    unit="family" if getattr(cascade, "input_kind_", "resnet") == "zoo"
-                                    else "architecture")
+                                    unit=architecture_unit(getattr(cascade, "input_kind_", RESNET.name)))
         for t, entry in arch.items():
             if isinstance(cascade.intervals_.get(t), dict):
                 cascade.intervals_[t]["new_arch"] = entry
@@ -145,15 +145,40 @@ def main_fit_metrics(cascade, train: pd.DataFrame, test: pd.DataFrame, ev: dict[
 
 
 def sanity_metrics(cascade, space: str = "screening", note: Callable[[str], None] | None = None) -> dict[str, float]:
-    """:func:`carb.analysis.extrapolation.sanity_report` of a fitted cascade on the grid ``space``
-    (``conf/space/<space>.yaml``); a top-level function, so a worker process can run it."""
+    """:func:`carb.analysis.extrapolation.sanity_report` of a fitted cascade on the grids of the kinds it
+    predicts (:func:`carb.design.identity.kinds_of_input` of its ``input_kind_``): the ResNet grid ``space``
+    (``conf/space/<space>.yaml``) for ResNet rows, its own networks at every batch knot
+    (:func:`zoo_sanity_grid`) for zoo rows; a combined model both, joined by :func:`worst_sanity`. A
+    top-level function, so a worker process can run it."""
     from carb.analysis.extrapolation import sanity_report
     from carb.analysis.screening import featurize
     from carb.design.space import load_space
 
-    if getattr(cascade, "input_kind_", "resnet") == "zoo":   # a zoo model: its own networks at every batch knot
-        return sanity_report(cascade, zoo_sanity_grid(cascade))
-    return sanity_report(cascade, featurize(load_space(space)))
+    kinds = kinds_of_input(getattr(cascade, "input_kind_", RESNET.name))
+    parts = []
+    if RESNET.name in kinds:
+        parts.append(sanity_report(cascade, featurize(load_space(space))))
+    if ZOO.name in kinds:
+        grid = zoo_sanity_grid(cascade)
+        if len(grid) or len(kinds) == 1:
+            parts.append(sanity_report(cascade, grid))
+    return worst_sanity(parts)
+
+
+def worst_sanity(parts: list[dict[str, float]]) -> dict[str, float]:
+    """One sanity report of several grids' (:func:`carb.analysis.extrapolation.sanity_report`, one per kind
+    of network): ``sanity_n`` summed, every share the worst (largest finite) of the grids' (a share NaN
+    where no grid has one)."""
+    import math
+
+    out: dict[str, float] = {}
+    for part in parts:
+        for k, v in part.items():
+            if k == "sanity_n":
+                out[k] = out.get(k, 0.0) + float(v)
+            elif not math.isfinite(out.get(k, math.nan)) or (math.isfinite(v) and v > out[k]):
+                out[k] = float(v)
+    return out
 
 
 def zoo_sanity_grid(cascade) -> pd.DataFrame:
@@ -169,6 +194,8 @@ def zoo_sanity_grid(cascade) -> pd.DataFrame:
     rows = [(m, s, b, p) for m, sizes in dom.get("models", {}).items()
             for s, b, p in itertools.product(sizes, batches, precisions)]
     knobs = pd.DataFrame(rows, columns=["model_name", "input_size", "batch_size", "precision"])
+    if not len(knobs):   # a domain without its networks (a combined model fitted before they were kept)
+        return knobs
     F = zoo_features_frame(knobs)
     return F[F["refused"] == ""].drop(columns="refused").reset_index(drop=True)
 

@@ -21,6 +21,7 @@ from carb.analysis.screening import PER_IMAGE, check_budget, domain_filter, mode
 from carb.data.accuracy import join_top1
 from carb.design.arch import KNOBS, ArchConfig
 from carb.design.features import grid_features
+from carb.design.identity import RESNET, ZOO, row_kinds
 from carb.errors import ConfigError
 from carb.model.domain import unseen_mask
 from carb.model.device_check import other_device
@@ -42,6 +43,13 @@ def is_zoo_input(x: Any) -> bool:
     if isinstance(x, str) or _is_module(x):
         return True
     return isinstance(x, (list, tuple)) and len(x) > 0 and all(isinstance(v, str) or _is_module(v) for v in x)
+
+
+def is_mixed_frame(x: Any) -> bool:
+    """Whether ``x`` is a frame that may hold both kinds of rows (:func:`carb.design.identity.row_kinds`): a
+    non-empty frame with a ``model_name`` column and the ResNet marker column (``block``), as a served
+    combined model receives them (the other kind's columns null on each row)."""
+    return isinstance(x, pd.DataFrame) and len(x) > 0 and ZOO.marker in x.columns and RESNET.marker in x.columns
 
 
 def _is_module(x: Any) -> bool:
@@ -186,6 +194,10 @@ class Predictor:
 
         model = self.cascade
         kind = getattr(model, "input_kind_", "resnet")   # "mixed" (a combined dataset's): names or knobs
+        if kind == "mixed" and is_mixed_frame(knobs):   # rows of both kinds: each kind predicted, order kept
+            return self._predict_mixed(knobs, budget=budget, coverage=coverage, features=features,
+                                       accuracy=accuracy, batch_size=batch_size, precision=precision,
+                                       input_size=input_size)
         zoo = kind == "zoo" or (kind == "mixed" and is_zoo_input(knobs))
         if zoo:
             frame, modules = zoo_knobs(knobs, batch_size, precision, input_size)
@@ -250,6 +262,32 @@ class Predictor:
         from carb.model.transfer import describe_origin
 
         out.attrs["origin"] = describe_origin(model) or f"trained on measured rows of {getattr(model, 'device_name_', '?')}"
+        return out
+
+    def _predict_mixed(self, frame: pd.DataFrame, **kw: Any) -> pd.DataFrame:
+        """:meth:`predict` of a frame holding rows of both kinds (:func:`is_mixed_frame`; a combined model):
+        the ResNet rows (without the zoo columns) and the zoo rows (without the ResNet identity columns)
+        predicted apart, then put back in ``frame``'s order (n rows, ``frame``'s index; the columns of both
+        answers, a column of one kind NaN on the other kind's rows). A row naming neither kind is a
+        :class:`ConfigError` naming its rows."""
+        kinds = row_kinds(frame)
+        neither = np.flatnonzero(kinds == "")
+        if len(neither):
+            raise ConfigError(f"rows {', '.join(map(str, neither[:5].tolist()))}: name no network; a combined "
+                              f"model's row needs {ZOO.marker} (a zoo network) or {RESNET.marker} (ResNet knobs)")
+        pos = np.arange(len(frame))
+        parts, order = [], []
+        for k, drop in ((RESNET.name, [ZOO.marker, ZOO.unit]), (ZOO.name, list(RESNET.identity))):
+            sel = kinds == k
+            if not sel.any():
+                continue
+            sub = frame.loc[sel].drop(columns=[c for c in drop if c in frame.columns])
+            parts.append(self.predict(sub.reset_index(drop=True), **kw))
+            order.append(pos[sel])
+        out = pd.concat(parts, ignore_index=True)
+        out = out.iloc[np.argsort(np.concatenate(order), kind="stable")]
+        out.index = frame.index
+        out.attrs = dict(parts[0].attrs)
         return out
 
     def _empty(self, frame: pd.DataFrame, budget: Mapping[str, float] | None, coverage: float | None,
@@ -319,10 +357,49 @@ class ServedModel:
         return pr.predict(pd.DataFrame(X), budget=p.get("budget"), coverage=p.get("coverage"))
 
 
+#: The served signature's column type of each knob type (:func:`carb.design.identity.knob_type`).
+SERVED_TYPES = {"str": "string", "int": "long", "float": "double", "bool": "boolean"}
+
+
+def served_inputs(cascade: Any) -> list[tuple[str, str, bool]] | None:
+    """The input columns of the served model's signature, ``[(column, type, required)]`` (type ``string``,
+    ``long``, ``double``, ``boolean`` or ``any``), for what :meth:`Predictor.predict` takes from a frame: a zoo
+    model a ``model_name`` (required) and the run knobs (each optional: :data:`ZOO_DEFAULTS`); a combined
+    model (``input_kind_ == "mixed"``) the zoo name and every ResNet identity column, all optional (a row
+    names its network by one or the other), the numeric and boolean ResNet columns typed ``any`` (null on a
+    zoo row: MLflow takes no null in a typed integer or boolean column), and the run knobs. None for a
+    ResNet model: its signature is the one MLflow infers from its knob example."""
+    from carb.design.identity import RUN_KNOBS, knob_type
+
+    kind = getattr(cascade, "input_kind_", "resnet")
+    run = [(c, SERVED_TYPES[knob_type(c)], False) for c in RUN_KNOBS]
+    if kind == ZOO.name:
+        return [(ZOO.marker, "string", True), *run]
+    if kind != "mixed":
+        return None
+    resnet = [(c, "string" if knob_type(c) == "str" else "any", False) for c in RESNET.identity]
+    return [(ZOO.marker, "string", False), *resnet, *run]
+
+
 def knob_example(cascade: Any, rows: pd.DataFrame, n: int = 5) -> pd.DataFrame:
     """The first ``n`` of ``rows`` (dataset rows) as the served model's input: the columns
-    :meth:`Predictor.predict` reads (a zoo model's ``model_name`` and its knobs; a ResNet model's knobs)."""
-    zoo = getattr(cascade, "input_kind_", "resnet") == "zoo"
+    :meth:`Predictor.predict` reads (a zoo model's ``model_name`` and its knobs; a ResNet model's knobs; a
+    combined model's first ``n`` rows of each kind, each kind's columns null on the other kind's rows)."""
+    kind = getattr(cascade, "input_kind_", "resnet")
+    if kind == "mixed":
+        kinds = row_kinds(rows)
+        both = pd.concat([rows.loc[kinds == k].head(n) for k in (RESNET.name, ZOO.name)]).reset_index(drop=True)
+        out = pd.DataFrame(index=both.index)
+        for c, typ, _ in served_inputs(cascade) or []:
+            if c not in both.columns:
+                continue
+            if typ == "long":
+                out[c] = both[c].astype("int64")
+            else:   # text, or a ResNet number / flag: the value itself, None on the other kind's rows
+                vals = both[c].astype(object)
+                out[c] = [None if pd.isna(v) else (str(v) if typ == "string" else v) for v in vals]
+        return out
+    zoo = kind == "zoo"
     cols = (["model_name", "input_size", "batch_size", "precision"] if zoo
             else [c for c in CONFIG_COLUMNS if c in rows.columns and c != "num_classes"])
     out = rows[cols].head(n).reset_index(drop=True)

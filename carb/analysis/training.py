@@ -116,6 +116,10 @@ def calibrate_intervals(cascade: Any, parts: tuple[Any, Any, Any], targets: list
              f"log-ratios of the {len(rows)} train, validation and calibration rows")
         cascade.intervals_ = cross_calibrate(lambda: clone(cascade), rows, rows[targets], coverage, folds, seed,
                                              progress=progress, note=note)
+    if getattr(cascade, "intervals_", None):   # never narrower than the device's measured memory spread
+        from carb.model.intervals import memory_floor, with_floor
+
+        with_floor(cascade.intervals_, "peak_memory_MB", memory_floor(train, ev.get("memory_floor")))
     return time.perf_counter() - t0
 
 

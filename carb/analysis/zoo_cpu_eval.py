@@ -178,11 +178,14 @@ def cascade_lofo(rows: pd.DataFrame, make: Callable[[], Any],
 
 
 def evaluate(frame: pd.DataFrame, target: str, models: Mapping[str, Callable[[], object]],
-             coverage: float = 0.9, carb: Any = None) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
+             coverage: float = 0.9, carb: Any = None, floor_log: float = 0.0
+             ) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
     """LOFO of ``target`` (``latency_ms`` or ``peak_memory_MB``) over every family of a measured zoo:
     (per-family table, summary as :func:`carb.analysis.zoo_eval.device_summary` gives it with the target's
     column, predictions with intervals). ``carb``: CARB's LOFO predictions of ``usable(frame)``'s rows
-    ((n,), :func:`cascade_lofo`), else ``models`` must hold a ``carb`` entry. Needs >= 3 families."""
+    ((n,), :func:`cascade_lofo`), else ``models`` must hold a ``carb`` entry. ``floor_log``: the narrowest
+    half-width of CARB's intervals (a log ratio; :func:`carb.model.intervals.memory_floor` for memory). Needs
+    >= 3 families."""
     rows = usable(frame)
     if rows["family"].nunique() < 3:
         raise DatasetError(f"zoo LOFO: {rows['family'].nunique()} families; need at least 3")
@@ -193,6 +196,13 @@ def evaluate(frame: pd.DataFrame, target: str, models: Mapping[str, Callable[[],
     if "pred_carb" not in pred:
         raise DatasetError("zoo LOFO: no CARB predictions (give carb= or a 'carb' model)")
     pred = family_intervals(pred, coverage=coverage, target=target)
+    if floor_log > 0:   # never narrower than the device's measured run-to-run spread (carb.model.intervals)
+        from carb.model.intervals import floored
+
+        p = pred["pred_carb"].to_numpy(float)
+        lo, hi = floored(np.log(pred["lo_ms"].to_numpy(float) / p), np.log(pred["hi_ms"].to_numpy(float) / p),
+                         floor_log)
+        pred["lo_ms"], pred["hi_ms"] = p * np.exp(lo), p * np.exp(hi)
     table = family_table(pred, tuple(models), target=target)
     as_lat = pred if target == "latency_ms" else (
         pred.drop(columns=["latency_ms"]).rename(columns={target: "latency_ms"}))
@@ -207,16 +217,21 @@ def evaluate(frame: pd.DataFrame, target: str, models: Mapping[str, Callable[[],
 
 
 def evaluate_zoo(frame: pd.DataFrame, make: Callable[[], Any], coverage: float = 0.9,
-                 progress: Callable[[str], None] | None = None) -> dict[str, tuple[pd.DataFrame, dict, pd.DataFrame]]:
+                 progress: Callable[[str], None] | None = None, memory_floor: Mapping[str, Any] | None = None
+                 ) -> dict[str, tuple[pd.DataFrame, dict, pd.DataFrame]]:
     """LOFO of latency and memory with CARB = ``make()`` (:class:`RegisteredCascade`), fitted once per held-out
     family for both targets: ``{"latency_ms": evaluate(...), "peak_memory_MB": evaluate(...)}``. Every model
     reads the layer-table columns of the current tracer (:func:`carb.model.cascade_data.with_zoo_kinds`; the
-    stored ones where it refuses a network), the cascade as it does itself and the baselines alike."""
+    stored ones where it refuses a network), the cascade as it does itself and the baselines alike.
+    ``memory_floor``: ``evaluate.memory_floor`` of ``conf/train.yaml`` (the memory intervals' narrowest
+    half-width, :func:`carb.model.intervals.memory_floor`); None: no floor."""
     from carb.model.cascade_data import with_zoo_kinds
+    from carb.model.intervals import memory_floor as floor_of
 
     rows = usable(with_zoo_kinds(frame, ()))
     if rows["family"].nunique() < 3:
         raise DatasetError(f"zoo LOFO: {rows['family'].nunique()} families; need at least 3")
     carb = cascade_lofo(rows, make, progress)
-    return {t: evaluate(rows, t, models, coverage, carb=carb[f"pred_{t}"].to_numpy(float))
+    floors = {"peak_memory_MB": floor_of(rows, memory_floor)}
+    return {t: evaluate(rows, t, models, coverage, carb=carb[f"pred_{t}"].to_numpy(float), floor_log=floors.get(t, 0.0))
             for t, models in (("latency_ms", LATENCY_MODELS), ("peak_memory_MB", MEMORY_MODELS))}

@@ -366,7 +366,11 @@ def log_fit(fit: dict[str, Any], cfg: Any, folder: Path | None, ev: dict[str, An
                     "feature_set": cascade.feature_set_, "preset": fit["preset"],
                     "targets": ",".join(cascade.targets_), "dataset_digest": digest}
             descr = descriptions(fit, metrics, digest, run_id) if fit["reg_name"] else {}
-            info = tracking.log_cascade(served, example, registered_name=fit["reg_name"], metadata=meta, **descr)
+            from carb.analysis.predictor import served_inputs   # a zoo / combined model: optional columns
+
+            inputs = served_inputs(cascade) if served is not cascade else None
+            info = tracking.log_cascade(served, example, registered_name=fit["reg_name"], metadata=meta,
+                                        inputs=inputs, **descr)
     except CarbError:
         raise
     except Exception as e:  # noqa: BLE001 - a store fault must not lose the fit

@@ -13,6 +13,11 @@ precision (a log ratio); :func:`repeatability_table` is the data card's summary 
 intervals take), and :func:`shipped_floor_log_sd` looks a device up by ``device_id`` in the shipped table
 ``carb/data/repeatability.csv`` (:func:`device_repeatability`, written by ``python scripts/data/repeatability.py``
 from the shipped rows with a measured spread), for K rows that carry no spread of their own.
+
+Peak memory: the collector keeps the first pass's memory, so its repeatability comes from configurations measured
+again in another run (:func:`memory_pairs`); :func:`memory_floor` is the same floor for memory, shipped per device
+in ``carb/data/memory-repeatability.csv`` (:func:`shipped_memory_floor`), which floors the cascade's memory
+intervals (:func:`carb.model.intervals.memory_floor`).
 """
 from __future__ import annotations
 
@@ -168,3 +173,71 @@ def shipped_floor_log_sd(device_id: str | None, path: str | None = None) -> dict
     t = pd.read_csv(p, dtype={"device_id": str})
     g = t[t["device_id"].astype(str) == str(device_id)]
     return {str(r.precision): float(r.floor_log_sd) for r in g.itertuples() if math.isfinite(float(r.floor_log_sd))}
+
+
+#: The shipped per-device run-to-run spread of peak memory (:func:`memory_repeatability`).
+MEMORY_TABLE = DATA_DIR / "memory-repeatability.csv"
+#: Its columns: pairs of measurements, the share of pairs that differ at all, the spread's 90th percentile and
+#: maximum (``|log(again / first)|``) and the 90 % floor (:func:`memory_floor`, a log ratio).
+MEMORY_COLUMNS = ("device_id", "n_pairs", "share_differ", "spread_p90", "spread_max", "floor_log")
+
+
+def memory_pairs(first: pd.DataFrame, again: pd.DataFrame) -> pd.DataFrame:
+    """Pairs of peak-memory measurements of one configuration on one device in two runs: the ok rows of
+    ``again`` matched to the ok rows of ``first`` by ``device_id`` and ``config_id``, measured at another time
+    (``measured_at``: a row shipped in both files is one measurement, not a pair). Columns ``device_id``,
+    ``config_id``, ``peak_memory_MB`` (MB, ``first``'s), ``peak_memory_MB_again`` (MB) and ``log_ratio``
+    (``|log(again / first)|``); rows without a positive memory on both sides are left out."""
+    cols = ["device_id", "config_id", "peak_memory_MB", "measured_at"]
+
+    def ok(f: pd.DataFrame) -> pd.DataFrame:
+        f = f if "status" not in f.columns else f[f["status"].astype(str) == "ok"]
+        f = f[[c for c in cols if c in f.columns]].copy()
+        f["device_id"], f["config_id"] = f["device_id"].astype(str), f["config_id"].astype(str)
+        return f
+
+    m = ok(first).merge(ok(again), on=["device_id", "config_id"], suffixes=("", "_again"))
+    if "measured_at" in m.columns and "measured_at_again" in m.columns:
+        m = m[m["measured_at"].astype(str) != m["measured_at_again"].astype(str)]
+    a, b = m["peak_memory_MB"].to_numpy(float), m["peak_memory_MB_again"].to_numpy(float)
+    keep = np.isfinite(a) & np.isfinite(b) & (a > 0) & (b > 0)
+    out = m.loc[keep, ["device_id", "config_id", "peak_memory_MB", "peak_memory_MB_again"]].reset_index(drop=True)
+    out["log_ratio"] = np.abs(np.log(b[keep] / a[keep]))
+    return out
+
+
+def memory_floor(pairs: pd.DataFrame, coverage: float = 0.9, min_pairs: int = MIN_ROWS) -> dict[str, float]:
+    """Per ``device_id`` of ``pairs`` (:func:`memory_pairs`), the narrowest honest half-width (a log ratio) of a
+    ``coverage`` interval of one new peak-memory measurement: the ``coverage`` quantile of the pairs'
+    ``|log(again / first)|`` over sqrt(2), as :func:`repeatability_floor` does for latency; devices with fewer
+    than ``min_pairs`` pairs are left out. 0 where at least a ``coverage`` share of the pairs repeat exactly."""
+    if not 0 < float(coverage) < 1:
+        raise ValueError(f"coverage: must be in (0, 1), got {coverage!r}")
+    return {str(d): float(np.quantile(g["log_ratio"].to_numpy(float), float(coverage)) / math.sqrt(2.0))
+            for d, g in pairs.groupby(pairs["device_id"].astype(str)) if len(g) >= int(min_pairs)}
+
+
+def memory_repeatability(pairs: pd.DataFrame, coverage: float = 0.9, min_pairs: int = MIN_ROWS) -> pd.DataFrame:
+    """One row per device of ``pairs`` (:func:`memory_pairs`) with at least ``min_pairs`` pairs:
+    :data:`MEMORY_COLUMNS` (``floor_log``: :func:`memory_floor` at ``coverage``)."""
+    floor = memory_floor(pairs, coverage, min_pairs)
+    rows = []
+    for dev, f in floor.items():
+        r = pairs.loc[pairs["device_id"].astype(str) == dev, "log_ratio"].to_numpy(float)
+        rows.append({"device_id": dev, "n_pairs": int(len(r)), "share_differ": round(float(np.mean(r > 0)), 6),
+                     "spread_p90": round(float(np.quantile(r, 0.9)), 6), "spread_max": round(float(r.max()), 6),
+                     "floor_log": round(f, 6)})
+    return pd.DataFrame(rows, columns=list(MEMORY_COLUMNS))
+
+
+def shipped_memory_floor(device_id: str | None, path: str | None = None) -> float | None:
+    """The measured peak-memory floor (a log ratio, :func:`memory_floor`) of ``device_id`` in the shipped table
+    :data:`MEMORY_TABLE` (``path``: another such table); None for an unknown device, no id or no table."""
+    from pathlib import Path
+
+    p = Path(path) if path is not None else MEMORY_TABLE
+    if not device_id or not p.exists():
+        return None
+    t = pd.read_csv(p, dtype={"device_id": str})
+    v = t.loc[t["device_id"].astype(str) == str(device_id), "floor_log"].to_numpy(float)
+    return float(v[0]) if len(v) and math.isfinite(v[0]) else None

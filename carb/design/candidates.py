@@ -114,8 +114,8 @@ def records_frame(frame: pd.DataFrame, source: str = "grid") -> pd.DataFrame:
         df["stages"] = [("-".join(map(str, v)) if isinstance(v, (list, tuple, np.ndarray)) else v) for v in df["stages"]]
     arch_cols = [c for c in ARCH_COLUMNS]
     codes, archs = arch_codes(df, arch_cols)     # a missing value is one value of its own here
-    for c in ("stages", "inner_mult"):             # missing -> None, per distinct architecture
-        if archs[c].dtype == object or pd.api.types.is_float_dtype(archs[c]):
+    for c in ("stages", "inner_mult"):             # missing -> None (also pandas' <NA> of a string column)
+        if archs[c].dtype == object or pd.api.types.is_float_dtype(archs[c]) or pd.api.types.is_string_dtype(archs[c]):
             archs[c] = archs[c].astype(object).where(archs[c].notna(), None)
     first_row = np.unique(codes, return_index=True)[1]     # codes are 0.. in first-seen order
     b0, p0 = df["batch_size"].iloc[:1].tolist()[0], df["precision"].iloc[:1].tolist()[0]   # Python scalars

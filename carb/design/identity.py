@@ -322,6 +322,23 @@ def input_kind(frame: Any) -> str:
     return ZOO.name if kinds == (ZOO.name,) else RESNET.name
 
 
+def kinds_of_input(kind: str) -> tuple[str, ...]:
+    """The kinds of rows (:data:`NetworkKind` names, in :data:`KINDS` order) a model of input kind ``kind``
+    (:func:`input_kind`: ``resnet``, ``zoo`` or ``mixed``) was fitted on and predicts: ``("resnet", "zoo")``
+    for a combined model."""
+    if kind == "mixed":
+        return tuple(k.name for k in KINDS)
+    return (ZOO.name,) if kind == ZOO.name else (RESNET.name,)
+
+
+def architecture_unit(kind: str) -> str:
+    """What an architecture fold of a model of input kind ``kind`` holds out, as the intervals record it
+    (:func:`carb.model.intervals.architecture_entries`): ``family`` where its rows include zoo rows (a zoo or
+    combined model: a zoo row's architecture key is its family, and a family never measured is outside the
+    domain by its family alone, so the family calibration must reach it), else ``architecture``."""
+    return ZOO.unit if ZOO.name in kinds_of_input(kind) else "architecture"
+
+
 def naming_columns(kind: str) -> tuple[str, ...]:
     """The columns a model of input kind ``kind`` (:func:`input_kind`) reads, beyond its features, to know
     which networks its rows are: a zoo or mixed model the ``model_name`` (its layer table comes from it); a

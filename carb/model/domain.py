@@ -48,7 +48,8 @@ def fit_domain(X: pd.DataFrame) -> dict[str, Any]:
     "batch_sizes": [distinct batch sizes, see batch_sizes]}``, and ``"by_precision": {precision: {column:
     [min, max]}}`` when the rows hold more than one precision; the cascade adds ``"probed": {target:
     [precisions]}`` when a target's prior can predict unmeasured precisions from a device probe; zoo rows
-    (:func:`zoo_rows`) add ``"models": {model_name: [input sizes measured]}``:
+    (those of a zoo or a combined dataset, :func:`carb.design.identity.row_kinds`) add
+    ``"models": {model_name: [input sizes measured]}``:
     plain lists and floats, JSON-able. Units are the columns' (MB, FLOPs per batch, ...)."""
     cats = {c: sorted(set(_category(c, X[c].dropna())), key=str) for c in CATEGORICAL_KNOBS if c in X}
     out = {"categorical": cats, "ranges": _ranges(X), "n_rows": int(len(X))}
@@ -58,8 +59,10 @@ def fit_domain(X: pd.DataFrame) -> dict[str, Any]:
         out["by_precision"] = {str(p): _ranges(g) for p, g in X.groupby(X["precision"].astype(str))}
     if identity.has_resnet_structure(X) or zoo_rows(X):
         out["architectures"] = sorted(set(architecture_keys(X)))
-    if zoo_rows(X):   # the networks measured, each with its input sizes (what a zoo sanity grid re-predicts)
-        sizes = X.groupby(X["model_name"].astype(str))["input_size"].agg(lambda v: sorted({int(x) for x in v}))
+    zoo = identity.row_kinds(X) == identity.ZOO.name   # a zoo or combined dataset's zoo rows
+    if zoo.any() and "input_size" in X:   # the networks measured, each with its input sizes (a zoo sanity grid)
+        Z = X[zoo]
+        sizes = Z.groupby(Z["model_name"].astype(str))["input_size"].agg(lambda v: sorted({int(x) for x in v}))
         out["models"] = {str(m): list(v) for m, v in sizes.items()}
     return out
 

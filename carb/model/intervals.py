@@ -33,6 +33,12 @@ where the model had to extrapolate (the test rows of ``carb-train``'s leave-out 
 by a model fitted on the lower range; :func:`outside_calibration`), kept per direction (batch, depth,
 width, input), whose widest conformal bounds apply. A row outside the domain
 (:func:`carb.model.domain.check_domain`) gets the union of the two intervals.
+
+No peak-memory interval is narrower than the device's measured run-to-run spread of peak memory
+(:func:`memory_floor`, set as ``"floor_log"`` on the target's entry by :func:`with_floor`): configurations measured
+again in another run (:func:`carb.data.repeatability.memory_pairs`) give a 90 % half-width per device,
+shipped in ``carb/data/memory-repeatability.csv``; a device never measured twice takes the configured
+default, and every device at least the configured minimum (``evaluate.memory_floor`` of ``conf/train.yaml``).
 """
 from __future__ import annotations
 
@@ -426,6 +432,39 @@ def _widen_by_precision(lo_v: np.ndarray, hi_v: np.ndarray, by_precision: Mappin
             lo_v[sel], hi_v[sel] = np.minimum(lo_v[sel], p_lo), np.maximum(hi_v[sel], p_hi)
 
 
+def memory_floor(X: pd.DataFrame, settings: Mapping[str, Any] | None, table: str | None = None) -> float:
+    """The half-width (a log ratio, >= 0) below which no peak-memory interval of the device(s) of the rows ``X``
+    goes. ``settings`` (``evaluate.memory_floor``): ``measured`` (bool: read the device's measured floor from the
+    shipped table by ``X``'s ``device_id``, :func:`carb.data.repeatability.shipped_memory_floor`; ``table``:
+    another such file), ``default_log`` (a device without a measured floor), ``min_log`` (never below). Rows of
+    several devices take the widest of theirs. 0.0 without settings."""
+    from carb.data.repeatability import shipped_memory_floor
+
+    if not settings:
+        return 0.0
+    default, least = float(settings.get("default_log", 0.0)), float(settings.get("min_log", 0.0))
+    devices = sorted(set(X["device_id"].dropna().astype(str))) if "device_id" in X.columns else []
+    found = [shipped_memory_floor(d, table) if settings.get("measured", True) else None for d in devices]
+    floors = [default if f is None else f for f in found] or [default]
+    return max(least, *floors)
+
+
+def with_floor(calibration: dict[str, Any], target: str, floor_log: float) -> dict[str, Any]:
+    """``calibration`` (:func:`calibrate`'s form) with ``target``'s entry floored at the half-width ``floor_log``
+    (a log ratio, >= 0; its ``"floor_log"``, which :func:`interval` applies to every row); unchanged where the
+    target has no entry. Returns the same dict."""
+    if floor_log < 0 or not math.isfinite(floor_log):
+        raise ConfigError(f"interval floor of {target}: must be a finite log ratio >= 0, got {floor_log!r}")
+    if isinstance(calibration.get(target), dict):
+        calibration[target]["floor_log"] = float(floor_log)
+    return calibration
+
+
+def floored(lo_log: np.ndarray, hi_log: np.ndarray, floor_log: float) -> tuple[np.ndarray, np.ndarray]:
+    """Log-ratio bounds (n,) widened to at least ``[-floor_log, +floor_log]`` (infinite bounds stay infinite)."""
+    return np.minimum(lo_log, -floor_log), np.maximum(hi_log, floor_log)
+
+
 def interval(calibration: Mapping[str, Any], pred: pd.DataFrame, coverage: float | None = None,
              outside: np.ndarray | None = None, groups: np.ndarray | None = None,
              precision: np.ndarray | None = None, new_arch: np.ndarray | None = None) -> pd.DataFrame:
@@ -486,6 +525,8 @@ def interval(calibration: Mapping[str, Any], pred: pd.DataFrame, coverage: float
                         lo_v[sel], hi_v[sel] = min(lo, lo_p), max(hi, hi_p)
         if new_arch is not None and families and np.any(new_arch):   # zoo: held-out families, outside or not
             _union_new_arch(lo_v, hi_v, arch, new_arch, None, groups, cal, coverage)
+        if float(cal.get("floor_log") or 0.0) > 0:   # never narrower than the device's run-to-run spread
+            lo_v, hi_v = floored(lo_v, hi_v, float(cal["floor_log"]))
         p = pred[pred_name(t)].to_numpy(dtype=float)
         with np.errstate(over="ignore"):
             out[f"lo_{t}"] = np.where(np.isfinite(lo_v), p * np.exp(np.where(np.isfinite(lo_v), lo_v, 0.0)), 0.0)

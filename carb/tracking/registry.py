@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from carb.errors import ModelError
@@ -47,8 +47,8 @@ def warm_model_logging() -> None:
 
 def log_cascade(model, input_example, registered_name: str | None = None,
                 metadata: Mapping[str, Any] | None = None, description: str | None = None,
-                model_description: str | None = None, version_tags: Mapping[str, Any] | None = None
-                ) -> dict[str, Any]:
+                model_description: str | None = None, version_tags: Mapping[str, Any] | None = None,
+                inputs: Sequence[tuple[str, str, bool]] | None = None) -> dict[str, Any]:
     """Log a fitted cascade as an MLflow (sklearn-flavour) model in the active run, with signature
     and input example, and register it as a new version of ``registered_name`` (no alias). The commands
     log it wrapped (:class:`carb.analysis.predictor.ServedModel`, with a knob ``input_example``), so the
@@ -60,11 +60,18 @@ def log_cascade(model, input_example, registered_name: str | None = None,
     nothing (MLflow's own "Registered model ... already exists" lines are not printed; the command
     says what it registered).
 
+    ``inputs``: the signature's input columns ``[(column, type, required)]`` (type an MLflow column type,
+    ``string``, ``long``, ``double``, ``boolean``, or ``any``;
+    :func:`carb.analysis.predictor.served_inputs`), where some are optional or null on some rows; None: the
+    input schema MLflow infers from ``input_example`` (every column required).
+
     Returns ``{"model_uri", "registered_name", "version"}`` (version None if not registered)."""
     mlflow = mlflow_module()
-    from mlflow.models import infer_signature
+    from mlflow.models import ModelSignature, infer_signature
 
     signature = infer_signature(input_example, _plain_frame(model.predict(input_example)))
+    if inputs is not None:
+        signature = ModelSignature(inputs=input_schema(inputs), outputs=signature.outputs)
     info = mlflow.sklearn.log_model(
         sk_model=model, name="model", signature=signature, input_example=input_example,
         pip_requirements=_pip_requirements(), metadata=dict(metadata or {}), serialization_format="cloudpickle",
@@ -79,6 +86,20 @@ def log_cascade(model, input_example, registered_name: str | None = None,
             "version": None if version is None else str(version)}
 
 
+def input_schema(inputs: Sequence[tuple[str, str, bool]]) -> Any:
+    """MLflow's input ``Schema`` of the columns ``inputs`` (``[(column, type, required)]``, type ``any`` for a
+    column of any values, MLflow's ``AnyType``). Raises :class:`ModelError` for an unknown type."""
+    from mlflow.types import ColSpec, DataType, Schema
+    from mlflow.types.schema import AnyType
+
+    specs = []
+    for name, typ, required in inputs:
+        if typ != "any" and typ not in DataType.__members__:
+            raise ModelError(f"signature column {name!r}: type {typ!r} is not an MLflow column type")
+        specs.append(ColSpec(AnyType() if typ == "any" else typ, name, required=bool(required)))
+    return Schema(specs)
+
+
 def _plain_frame(frame: Any) -> Any:
     """A prediction frame with object columns of text as ``str`` (MLflow's schema inference takes no mixed
     object columns; a served model's ``outside`` reasons are text)."""
@@ -88,7 +109,7 @@ def _plain_frame(frame: Any) -> Any:
         return frame
     out = frame.copy()
     for c in out.columns:
-        if out[c].dtype == object:
+        if out[c].dtype == object or pd.api.types.is_string_dtype(out[c].dtype):   # a combined model: NaN names
             out[c] = out[c].map(lambda v: "" if v is None or (isinstance(v, float) and v != v) else v)
     return out
 

@@ -151,7 +151,11 @@ def cpu_part(path: Path, make) -> tuple[dict, pd.DataFrame]:
     cpu = pd.read_parquet(path)
     out = {"data": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path),
            "carb": "registered cascade (carb-train data.path=<data>), refitted per held-out family"}
-    res = evaluate_zoo(cpu, make, progress=lambda f: print(f"  holding out {f}", file=sys.stderr, flush=True))
+    from carb.commands.cli import compose, to_dict
+
+    floor = to_dict(compose("train", []).evaluate.memory_floor)   # memory intervals' floor, as carb-train's
+    res = evaluate_zoo(cpu, make, progress=lambda f: print(f"  holding out {f}", file=sys.stderr, flush=True),
+                       memory_floor=floor)
     for key, target in (("latency", "latency_ms"), ("memory", "peak_memory_MB")):
         table, s, _ = res[target]
         print(cpu_block(target, table, s), flush=True)

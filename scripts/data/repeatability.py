@@ -7,9 +7,15 @@ device 34cc4b132c. ``carb-calibrate`` looks the target's ``device_id`` up in the
 no spread of their own (:func:`carb.data.repeatability.shipped_floor_log_sd`); the transfer benchmark floors each
 device's intervals with it.
 
+It also builds ``carb/data/memory-repeatability.csv``: the run-to-run spread of peak memory per device, from
+configurations measured again in another run (:data:`MEMORY_SOURCES`: the 42 re-measured Zen 4 configurations
+against the Zen 4 dataset; the H200 runs of seeds 1 and 2 against the H200 reference, rows measured at another
+time), :func:`carb.data.repeatability.memory_repeatability`; the cascade's memory intervals are floored by it
+(:func:`carb.model.intervals.memory_floor`).
+
     python scripts/data/repeatability.py [--check]
 
-``--check``: exit 1 when the shipped table differs from the one the sources give (the test suite runs it).
+``--check``: exit 1 when a shipped table differs from the one the sources give (the test suite runs it).
 """
 from __future__ import annotations
 
@@ -26,6 +32,16 @@ sys.path.insert(0, str(ROOT))
 SOURCES = (ROOT / "scripts" / "data" / "cpu-amd-zen4-repeat.parquet", ROOT / "carb" / "data" / "zoo-cpu.parquet")
 
 
+#: Pairs of shipped files whose common configurations were measured twice on one device: (first run, again).
+MEMORY_SOURCES = (
+    (ROOT / "scripts" / "data" / "cpu-amd-zen4.parquet", ROOT / "scripts" / "data" / "cpu-amd-zen4-repeat.parquet"),
+    (ROOT / "carb" / "data" / "h200-reference.parquet",
+     ROOT / "scripts" / "data" / "h200-run-2026-12-04-seed1" / "dataset.parquet"),
+    (ROOT / "carb" / "data" / "h200-reference.parquet",
+     ROOT / "scripts" / "data" / "h200-run-2026-12-04-seed2" / "dataset.parquet"),
+)
+
+
 def build() -> pd.DataFrame:
     """The table from :data:`SOURCES` (those present)."""
     from carb.data.repeatability import device_repeatability
@@ -33,8 +49,17 @@ def build() -> pd.DataFrame:
     return device_repeatability([pd.read_parquet(f) for f in SOURCES if f.exists()])
 
 
+def build_memory() -> pd.DataFrame:
+    """The peak-memory table from :data:`MEMORY_SOURCES` (pairs whose files are both present)."""
+    from carb.data.repeatability import memory_pairs, memory_repeatability
+
+    present = [(a, b) for a, b in MEMORY_SOURCES if a.exists() and b.exists()]
+    pairs = pd.concat([memory_pairs(pd.read_parquet(a), pd.read_parquet(b)) for a, b in present], ignore_index=True)
+    return memory_repeatability(pairs)
+
+
 def main() -> int:
-    from carb.data.repeatability import SHIPPED_TABLE
+    from carb.data.repeatability import MEMORY_TABLE, SHIPPED_TABLE
     from carb.files import write_atomic
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -42,11 +67,25 @@ def main() -> int:
     a = ap.parse_args()
     table = build()
     text = table.to_csv(index=False)
+    memory = build_memory()
+    mem_text = memory.to_csv(index=False)
     if a.check:
-        same = SHIPPED_TABLE.exists() and SHIPPED_TABLE.read_text() == text
+        same = (SHIPPED_TABLE.exists() and SHIPPED_TABLE.read_text() == text and MEMORY_TABLE.exists()
+                and MEMORY_TABLE.read_text() == mem_text)
         print(f"repeatability: {'up to date' if same else 'differs: run python scripts/data/repeatability.py'}")
         return 0 if same else 1
     write_atomic(SHIPPED_TABLE, lambda tmp: tmp.write_text(text))
+    write_atomic(MEMORY_TABLE, lambda tmp: tmp.write_text(mem_text))
+    mem_prov = {"builder": "scripts/data/repeatability.py",
+                "sources": [[str(f.relative_to(ROOT)) for f in pair] for pair in MEMORY_SOURCES
+                            if all(f.exists() for f in pair)],
+                "what": "per device_id: pairs of peak_memory_MB measurements of one configuration in two runs (same "
+                        "config_id, another measured_at; carb.data.repeatability.memory_pairs), the share that differ, "
+                        "the 90th percentile and maximum of |log(again / first)|, and the 90 % floor (that quantile "
+                        "over sqrt 2, carb.data.repeatability.memory_floor)",
+                "devices": sorted(set(memory["device_id"]))}
+    mem_body = json.dumps(mem_prov, indent=1) + "\n"
+    write_atomic(MEMORY_TABLE.with_suffix(".provenance.json"), lambda tmp: tmp.write_text(mem_body))
     prov = {"builder": "scripts/data/repeatability.py",
             "sources": [str(f.relative_to(ROOT)) for f in SOURCES if f.exists()],
             "what": "per device_id and precision: rows with a measured two-pass latency_repeat_spread, its median, the "
@@ -55,7 +94,7 @@ def main() -> int:
             "devices": sorted(set(table["device_id"]))}
     body = json.dumps(prov, indent=1) + "\n"
     write_atomic(SHIPPED_TABLE.with_suffix(".provenance.json"), lambda tmp: tmp.write_text(body))
-    print(f"wrote {SHIPPED_TABLE} ({len(table)} rows) and its provenance")
+    print(f"wrote {SHIPPED_TABLE} ({len(table)} rows), {MEMORY_TABLE} ({len(memory)} rows) and their provenance")
     return 0
 
 

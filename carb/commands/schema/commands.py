@@ -87,6 +87,14 @@ class ArchitectureIntervals(Section):
     folds: Annotated[int, Field(ge=2)]
 
 
+class MemoryFloor(Section):
+    """``evaluate.memory_floor``: the narrowest peak-memory interval (half-widths as log ratios)."""
+
+    measured: bool
+    default_log: NonNegative
+    min_log: NonNegative
+
+
 class CrossConformal(Section):
     """``evaluate.cross_conformal``: intervals of data whose calibration part is too small."""
 
@@ -115,6 +123,7 @@ class Evaluate(Section):
 
     interval_coverage: Coverage
     cross_conformal: CrossConformal
+    memory_floor: MemoryFloor
     budget: BudgetCheck
     lobo: Lobo
     extrapolation: Extrapolation
