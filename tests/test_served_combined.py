@@ -153,7 +153,9 @@ def test_a_zoo_models_run_knobs_are_optional_in_its_signature(tmp_path):
     spec = served_inputs(Zoo())
     assert spec[0] == ("model_name", "string", True)
     assert {c for c, _, req in spec if not req} == set(ZOO_DEFAULTS)
-    assert served_inputs(type("R", (), {"input_kind_": "resnet"})()) is None   # ResNet: inferred, as before
+    res = served_inputs(type("R", (), {"input_kind_": "resnet"})())   # ResNet: block and depth required
+    assert [c for c, _, req in res if req] == ["block", "depth"]
+    assert {c: typ for c, typ, _ in res}["inner_mult"] == "double" and len(res) == 10
 
 
 def test_sanity_of_a_combined_model_covers_its_zoo_networks(model, monkeypatch):
@@ -247,3 +249,33 @@ def test_carb_train_on_a_combined_folder_registers_a_model_mlflow_serves_by_name
         np.testing.assert_allclose(out["pred_latency_ms"].to_numpy(float), ref["pred_latency_ms"].to_numpy(float))
         hi, p = ref["hi_peak_memory_MB"].to_numpy(float), ref["pred_peak_memory_MB"].to_numpy(float)
         assert (hi >= p * np.exp(0.001) * (1 - 1e-12)).all()
+
+
+def test_a_calibrated_combined_model_is_served_as_carb_load_model_serves_it(registered, combined, tmp_path):
+    """``carb-calibrate`` of the combined model on K rows of another (synthetic) CPU registers a transferred model
+    whose MLflow pyfunc takes knobs, names and a mixed frame as carb.load_model does; it was logged with the
+    signature MLflow inferred from its example (every column required: names alone refused)."""
+    import mlflow
+
+    import carb
+    from carb import tracking
+    from carb.commands.calibrate import run_calibrate
+    from carb.commands.cli import compose
+    from carb.data.io import save_dataset
+
+    b = combined.copy()
+    b["latency_ms"] *= 1.7
+    b["device_name"], b["device_id"], b["device_fingerprint"] = "Synthetic CPU B", "synthetic-bbbbbbbb", '{"name": "B"}'
+    save_dataset(b, tmp_path / "b.parquet")
+    res = run_calibrate(compose("calibrate", [f"tracking.uri={registered['uri']}", f"source={registered['model']}",
+                                              f"data.path={tmp_path}/b.parquet", "k=12",
+                                              f"paths.output_dir={tmp_path}/out", "progress.enabled=false"]))
+    uri = f"models:/{res['registered_name']}/{res['version']}"
+    tracking.configure(registered["uri"])
+    pyfunc = mlflow.pyfunc.load_model(uri)
+    assert pyfunc.metadata.get_input_schema().required_input_names() == []
+    loaded = carb.load_model(uri, tracking_uri=registered["uri"])
+    for X in (KNOBS, NAMES, MIXED, KNOBS[["block", "depth"]]):
+        out, ref = pyfunc.predict(X), loaded.predict(X)
+        assert list(out.columns) == list(ref.columns) and len(out) == len(X)
+        np.testing.assert_allclose(out["pred_latency_ms"].to_numpy(float), ref["pred_latency_ms"].to_numpy(float))

@@ -8,6 +8,7 @@ budget, the decision inputs and the decision exactly as ``carb-screen`` makes th
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -33,6 +34,10 @@ CONFIG_COLUMNS = (*KNOBS, "num_classes")
 ZOO_CONFIG_COLUMNS = ("model_name", "family", "input_size", "batch_size", "precision")
 #: Knob values a zoo network takes when neither the call nor its frame gives one.
 ZOO_DEFAULTS = {"batch_size": 1, "precision": "fp32", "input_size": 224}
+#: The knobs a ResNet knob frame may leave out (:class:`~carb.design.arch.ArchConfig`'s defaults; ``stages``
+#: None: the named layout of ``depth``); ``block`` and ``depth`` have none.
+RESNET_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ArchConfig) if f.init and f.name in CONFIG_COLUMNS
+                   and f.default is not dataclasses.MISSING}
 
 
 def is_zoo_input(x: Any) -> bool:
@@ -367,14 +372,19 @@ def served_inputs(cascade: Any) -> list[tuple[str, str, bool]] | None:
     model a ``model_name`` (required) and the run knobs (each optional: :data:`ZOO_DEFAULTS`); a combined
     model (``input_kind_ == "mixed"``) the zoo name and every ResNet identity column, all optional (a row
     names its network by one or the other), the numeric and boolean ResNet columns typed ``any`` (null on a
-    zoo row: MLflow takes no null in a typed integer or boolean column), and the run knobs. None for a
-    ResNet model: its signature is the one MLflow infers from its knob example."""
+    zoo row: MLflow takes no null in a typed integer or boolean column), and the run knobs; a ResNet model
+    its knob columns (:data:`CONFIG_COLUMNS`), ``block`` and ``depth`` required, the others optional (a knob
+    left out takes :data:`RESNET_DEFAULTS`, as :func:`carb.load_model` does). None for an unknown kind: the
+    signature MLflow infers from the knob example."""
     from carb.design.identity import RUN_KNOBS, knob_type
 
     kind = getattr(cascade, "input_kind_", "resnet")
     run = [(c, SERVED_TYPES[knob_type(c)], False) for c in RUN_KNOBS]
     if kind == ZOO.name:
         return [(ZOO.marker, "string", True), *run]
+    if kind == RESNET.name:
+        return [(c, SERVED_TYPES[knob_type(c) or "int"], c not in RESNET_DEFAULTS)   # num_classes: an integer
+                for c in CONFIG_COLUMNS]
     if kind != "mixed":
         return None
     resnet = [(c, "string" if knob_type(c) == "str" else "any", False) for c in RESNET.identity]

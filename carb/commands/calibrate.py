@@ -525,9 +525,9 @@ def _log_run(cfg: Any, tr: Any, table: pd.DataFrame, rows: pd.DataFrame, k: int,
                  + (f" Held-out {len(rows) - k} rows: {held}." if held else " No held-out rows."))
         from carb.commands.train import served_model
 
-        served, example = served_model(tr, cal_rows,   # knobs in through MLflow's client, where they predict
-                                       cal_rows[list(tr.input_columns_)].head(5).reset_index(drop=True))
-        info = tracking.log_cascade(served, example,
+        served, example, inputs = served_model(   # knobs in through MLflow's client, where they predict
+            tr, cal_rows, cal_rows[list(tr.input_columns_)].head(5).reset_index(drop=True))
+        info = tracking.log_cascade(served, example, inputs=inputs,
                                     registered_name=name if register else None, metadata=meta, description=descr,
                                     model_description=f"CARB cost model of {device} (device_id {tr.device_id_}): "
                                                       f"peak memory, energy and latency per batch, "

@@ -44,13 +44,16 @@ from carb.errors import CarbError, ConfigError, TrackingError
 from carb.model.presets import build_cascade, resolve_auto
 
 
-def served_model(cascade: Any, rows: Any, fallback: Any = None) -> tuple[Any, Any]:
-    """``(what to log, its input example)``: the cascade wrapped to take knobs or model names
+def served_model(cascade: Any, rows: Any, fallback: Any = None) -> tuple[Any, Any, Any]:
+    """``(what to log, its input example, its signature's input columns)``, the three arguments every command
+    gives :func:`carb.tracking.log_cascade`: the cascade wrapped to take knobs or model names
     (:class:`carb.analysis.predictor.ServedModel`, five of ``rows``' knob rows as the example; a ``stages``
-    column that names no valid network, as synthetic rows may carry, left out), or, where the knobs of the
-    rows cannot be predicted from (imported rows without valid knobs, a transferred model the knobs do not
-    serve), the cascade itself on ``fallback`` (default: ``rows``' feature columns), as before."""
-    from carb.analysis.predictor import ServedModel, knob_example
+    column that names no valid network, as synthetic rows may carry, left out) with
+    :func:`carb.analysis.predictor.served_inputs` (the columns it reads, those with a default optional), or,
+    where the knobs of the rows cannot be predicted from (imported rows without valid knobs, a transferred
+    model the knobs do not serve), the cascade itself on ``fallback`` (default: ``rows``' feature columns)
+    and None (MLflow infers the signature), as before."""
+    from carb.analysis.predictor import ServedModel, knob_example, served_inputs
     from carb.design.identity import STAGES
 
     served = ServedModel(cascade, quiet=True)   # its other-CPU note is the trained model's, said where it is used
@@ -63,12 +66,12 @@ def served_model(cascade: Any, rows: Any, fallback: Any = None) -> tuple[Any, An
         try:
             out = served.predict(attempt)
             if len(out) and out.filter(like="pred_").notna().any().any():
-                return served, attempt
+                return served, attempt, served_inputs(cascade)
         except Exception:  # noqa: BLE001 - whatever fails here, the model is logged as it was before
             continue
     if fallback is not None:
-        return cascade, fallback
-    return cascade, rows[cascade.input_columns_].head(5).reset_index(drop=True)
+        return cascade, fallback, None
+    return cascade, rows[cascade.input_columns_].head(5).reset_index(drop=True), None
 
 
 def should_register(register: Any) -> bool:
@@ -360,15 +363,12 @@ def log_fit(fit: dict[str, Any], cfg: Any, folder: Path | None, ev: dict[str, An
                               "importances.json")
             if ev.get("figures", True):
                 log_figures(fit)
-            served, example = served_model(cascade, test)
+            served, example, inputs = served_model(cascade, test)
             meta = {"device": fit["device"], "device_id": cascade.device_id_ or "unknown",
                     "device_fingerprint": cascade.device_fingerprint_ or "unknown",
                     "feature_set": cascade.feature_set_, "preset": fit["preset"],
                     "targets": ",".join(cascade.targets_), "dataset_digest": digest}
             descr = descriptions(fit, metrics, digest, run_id) if fit["reg_name"] else {}
-            from carb.analysis.predictor import served_inputs   # a zoo / combined model: optional columns
-
-            inputs = served_inputs(cascade) if served is not cascade else None
             info = tracking.log_cascade(served, example, registered_name=fit["reg_name"], metadata=meta,
                                         inputs=inputs, **descr)
     except CarbError:

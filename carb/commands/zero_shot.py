@@ -292,9 +292,9 @@ def _log(cfg: Any, tr: Any, src: dict[str, Any], name: str, register: bool, how:
         from carb.commands.train import served_model
 
         rows = example_rows(tr, to_dict(cfg.space))
-        served, example = served_model(tr, rows, rows)
+        served, example, inputs = served_model(tr, rows, rows)
         info = tracking.log_cascade(
-            served, example, registered_name=name if register else None, metadata=meta,
+            served, example, inputs=inputs, registered_name=name if register else None, metadata=meta,
             description=f"{tr.device_name_}: {describe_origin(tr)} (k=0).",
             model_description=f"CARB cost model of {tr.device_name_}: {describe_origin(tr)}.")
     return run_id, info
