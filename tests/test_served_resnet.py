@@ -28,7 +28,8 @@ def registered(tmp_path_factory):
 
     rows = synthetic_dataset(120, seed=4, energy=False, telemetry=False)
     model = CarbCascade(specialists=SMALL, oof_folds=2, probe_estimators=10, n_jobs=1).fit(rows, rows[TARGETS])
-    served, example, inputs = served_model(model, rows)
+    named = rows[rows["depth"].isin([18, 34, 50, 101])].assign(stages=pd.NA)   # each depth's named layout
+    served, example, inputs = served_model(model, named)
     assert served is not model and {"inner_mult", "early_downsample"} <= set(example.columns)
     uri = f"sqlite:///{tmp_path_factory.mktemp('resnet-store')}/mlflow.db"
     with tracking.start_run("train", "resnet", uri):
