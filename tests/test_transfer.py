@@ -457,6 +457,15 @@ def test_calibrate_k0_registers_a_zero_shot_model_from_spec_sheets(store):
     assert "band measured on 4 devices" in tracking.registered_model_info(res["registered_name"])["description"]
     frame = Predictor(zs, src).predict([{"block": "basic", "depth": 18, "precision": "fp16"}])
     assert frame.attrs["origin"].startswith(origin)
+    # served as carb.load_model serves it: MLflow's pyfunc takes a knob frame without the knobs that have defaults
+    import mlflow
+
+    uri = f"models:/{res['registered_name']}/{res['version']}"
+    pyfunc = mlflow.pyfunc.load_model(uri)
+    assert pyfunc.metadata.get_input_schema().required_input_names() == ["block", "depth"]
+    bare = pd.DataFrame({"block": ["basic", "bottleneck"], "depth": [18, 50], "precision": ["fp16", "fp32"]})
+    np.testing.assert_allclose(pyfunc.predict(bare)["pred_latency_ms"].to_numpy(float),
+                               Predictor(zs, src).predict(bare)["pred_latency_ms"].to_numpy(float))
 
 
 def run_calibrate_k0(store, source, *extra):
