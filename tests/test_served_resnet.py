@@ -16,6 +16,8 @@ PARTIAL = pd.DataFrame({"block": ["basic", "bottleneck", "basic"], "depth": [18,
                         "width_mult": [1.0, 0.5, 0.75], "input_size": [64, 32, 96], "batch_size": [4, 2, 1],
                         "precision": ["fp32", "bf16", "fp32"]})
 BARE = pd.DataFrame({"block": ["basic", "bottleneck"], "depth": [18, 50]})
+#: Explicit stages on one row, the named layout (null) on the others, and a classifier size.
+STAGES = PARTIAL.assign(stages=[None, "3-4-6-3", None], num_classes=[10, 1000, 100])
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +50,7 @@ def test_a_resnet_signature_requires_block_and_depth_alone(registered):
     assert {"inner_mult", "early_downsample", "stages", "num_classes"} <= set(schema.input_names())
 
 
-@pytest.mark.parametrize("frame", ["partial", "bare"])
+@pytest.mark.parametrize("frame", ["partial", "bare", "stages"])
 def test_mlflow_pyfunc_takes_what_carb_load_model_takes(registered, frame):
     """Knobs left out take ArchConfig's defaults through MLflow's client as through carb.load_model."""
     import mlflow
@@ -56,7 +58,7 @@ def test_mlflow_pyfunc_takes_what_carb_load_model_takes(registered, frame):
     import carb
     from carb import tracking
 
-    X = {"partial": PARTIAL, "bare": BARE}[frame]
+    X = {"partial": PARTIAL, "bare": BARE, "stages": STAGES}[frame]
     tracking.configure(registered["uri"])
     out = mlflow.pyfunc.load_model(registered["model"]).predict(X)
     ref = carb.load_model(registered["model"], tracking_uri=registered["uri"]).predict(X)
