@@ -14,8 +14,10 @@ intervals take), and :func:`shipped_floor_log_sd` looks a device up by ``device_
 ``carb/data/repeatability.csv`` (:func:`device_repeatability`, written by ``python scripts/data/repeatability.py``
 from the shipped rows with a measured spread), for K rows that carry no spread of their own.
 
-Peak memory: the collector keeps the first pass's memory, so its repeatability comes from configurations measured
-again in another run (:func:`memory_pairs`); :func:`memory_floor` is the same floor for memory, shipped per device
+Peak memory: the collector keeps the first pass's memory as ``peak_memory_MB`` and the relative range of the
+passes' peak memory as ``peak_memory_repeat_spread`` (:data:`MEMORY_SPREAD`); its repeatability comes from those
+rows and from configurations measured again in another run (:func:`memory_pairs` reads both);
+:func:`memory_floor` is the same floor for memory, shipped per device
 in ``carb/data/memory-repeatability.csv`` (:func:`shipped_memory_floor`), which floors the cascade's memory
 intervals (:func:`carb.model.intervals.memory_floor`).
 """
@@ -32,6 +34,8 @@ from carb.resources import DATA_DIR
 
 #: The repeatability columns of a dataset row (see :mod:`carb.data.schema`).
 SPREAD, PASSES = "latency_repeat_spread", "latency_passes"
+#: The relative range of a row's passes' peak memory (a fraction, :func:`relative_spread` of MB values).
+MEMORY_SPREAD = "peak_memory_repeat_spread"
 #: Fewest rows with a measured spread for a precision's floor.
 MIN_ROWS = 5
 
@@ -182,28 +186,65 @@ MEMORY_TABLE = DATA_DIR / "memory-repeatability.csv"
 MEMORY_COLUMNS = ("device_id", "n_pairs", "share_differ", "spread_p90", "spread_max", "floor_log")
 
 
-def memory_pairs(first: pd.DataFrame, again: pd.DataFrame) -> pd.DataFrame:
-    """Pairs of peak-memory measurements of one configuration on one device in two runs: the ok rows of
-    ``again`` matched to the ok rows of ``first`` by ``device_id`` and ``config_id``, measured at another time
-    (``measured_at``: a row shipped in both files is one measurement, not a pair). Columns ``device_id``,
-    ``config_id``, ``peak_memory_MB`` (MB, ``first``'s), ``peak_memory_MB_again`` (MB) and ``log_ratio``
-    (``|log(again / first)|``); rows without a positive memory on both sides are left out."""
+#: :func:`memory_pairs`'s columns.
+PAIR_COLUMNS = ("device_id", "config_id", "measured_at", "pair", "peak_memory_MB", "peak_memory_MB_again",
+                "log_ratio")
+
+
+def _ok_rows(f: pd.DataFrame, cols: Sequence[str]) -> pd.DataFrame:
+    """The ok rows of ``f`` with those of ``cols`` it has, ``device_id`` / ``config_id`` / ``measured_at`` as text."""
+    f = f if "status" not in f.columns else f[f["status"].astype(str) == "ok"]
+    f = f[[c for c in cols if c in f.columns]].copy()
+    for c in ("device_id", "config_id", "measured_at"):
+        if c in f.columns:
+            f[c] = f[c].astype(str)
+    return f
+
+
+def memory_pass_pairs(frame: pd.DataFrame) -> pd.DataFrame:
+    """One pair per ok row of ``frame`` with a measured ``peak_memory_repeat_spread`` (the collector's passes
+    over the rows, one run): :data:`PAIR_COLUMNS` with ``pair`` = ``passes``, ``peak_memory_MB_again`` NaN (the
+    spread has no sign) and ``log_ratio`` = :func:`spread_log_ratio` of the spread (exact for two passes, for
+    more an upper bound of a pair's). Empty for a frame without the column (rows collected before it)."""
+    if MEMORY_SPREAD not in frame.columns or "device_id" not in frame.columns:
+        return pd.DataFrame(columns=list(PAIR_COLUMNS))
+    f = _ok_rows(frame, ["device_id", "config_id", "measured_at", "peak_memory_MB", MEMORY_SPREAD])
+    s = pd.to_numeric(f[MEMORY_SPREAD], errors="coerce").to_numpy(float)
+    keep = np.isfinite(s) & (pd.to_numeric(f["peak_memory_MB"], errors="coerce").to_numpy(float) > 0)
+    out = f.loc[keep].reset_index(drop=True)
+    out["pair"], out["peak_memory_MB_again"] = "passes", np.nan
+    out["log_ratio"] = spread_log_ratio(s[keep])
+    if "measured_at" not in out.columns:
+        out["measured_at"] = ""
+    return out[list(PAIR_COLUMNS)]
+
+
+def memory_pairs(first: pd.DataFrame, again: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Pairs of peak-memory measurements of one configuration on one device (:data:`PAIR_COLUMNS`), of two kinds
+    (``pair``): ``runs``, the ok rows of ``again`` matched to the ok rows of ``first`` by ``device_id`` and
+    ``config_id``, measured at another time (``measured_at``: a row shipped in both files is one measurement,
+    not a pair; ``peak_memory_MB`` ``first``'s, ``peak_memory_MB_again`` ``again``'s, MB; ``log_ratio``
+    ``|log(again / first)|``; rows without a positive memory on both sides left out); and ``passes``, each ok row
+    of either frame with a measured ``peak_memory_repeat_spread`` (:func:`memory_pass_pairs`; a row shipped in
+    both files counted once). ``again`` None: the pass pairs of ``first`` alone."""
+    passes = [memory_pass_pairs(f) for f in (first, again) if f is not None]
+    passes = [p for p in passes if len(p)]
+    within = (pd.concat(passes, ignore_index=True).drop_duplicates(["device_id", "config_id", "measured_at"])
+              if passes else pd.DataFrame(columns=list(PAIR_COLUMNS)))
+    if again is None:
+        return within.reset_index(drop=True)
     cols = ["device_id", "config_id", "peak_memory_MB", "measured_at"]
-
-    def ok(f: pd.DataFrame) -> pd.DataFrame:
-        f = f if "status" not in f.columns else f[f["status"].astype(str) == "ok"]
-        f = f[[c for c in cols if c in f.columns]].copy()
-        f["device_id"], f["config_id"] = f["device_id"].astype(str), f["config_id"].astype(str)
-        return f
-
-    m = ok(first).merge(ok(again), on=["device_id", "config_id"], suffixes=("", "_again"))
+    m = _ok_rows(first, cols).merge(_ok_rows(again, cols), on=["device_id", "config_id"], suffixes=("", "_again"))
     if "measured_at" in m.columns and "measured_at_again" in m.columns:
-        m = m[m["measured_at"].astype(str) != m["measured_at_again"].astype(str)]
+        m = m[m["measured_at"] != m["measured_at_again"]]
+    if "measured_at" not in m.columns:
+        m["measured_at"] = ""
     a, b = m["peak_memory_MB"].to_numpy(float), m["peak_memory_MB_again"].to_numpy(float)
     keep = np.isfinite(a) & np.isfinite(b) & (a > 0) & (b > 0)
-    out = m.loc[keep, ["device_id", "config_id", "peak_memory_MB", "peak_memory_MB_again"]].reset_index(drop=True)
-    out["log_ratio"] = np.abs(np.log(b[keep] / a[keep]))
-    return out
+    runs = m.loc[keep].reset_index(drop=True)
+    runs["pair"], runs["log_ratio"] = "runs", np.abs(np.log(b[keep] / a[keep]))
+    runs = runs[list(PAIR_COLUMNS)]
+    return pd.concat([p for p in (runs, within) if len(p)], ignore_index=True) if len(within) else runs
 
 
 def memory_floor(pairs: pd.DataFrame, coverage: float = 0.9, min_pairs: int = MIN_ROWS) -> dict[str, float]:

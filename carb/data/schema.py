@@ -60,7 +60,9 @@ repeatability (the collector's later passes, ``measure.repeat``; see :mod:`carb.
     ``latency_passes`` [float, count] passes over the rows whose timed windows ``latency_ms`` is the mean of
     (each pass in another order, so a row's windows are separated by other configurations' work);
     ``latency_repeat_spread`` [float, fraction] ``(max - min) / mean`` of those passes' latencies (0.05 = 5 %),
-    NaN with the reason in ``missing_reason`` where fewer than two passes were measured. Files written
+    NaN with the reason in ``missing_reason`` where fewer than two passes were measured;
+    ``peak_memory_repeat_spread`` [float, fraction] the same of those passes' peak memory (``peak_memory_MB``
+    stays the first pass's), NaN with the reason where fewer than two passes gave a peak memory. Files written
     before them (and rows of other collectors) read as NaN: not measured.
 
 Files written before per-batch energy (``duration_s``, energy per timed window) are converted on
@@ -90,8 +92,9 @@ RECORD: tuple[str, ...] = ("n_runs", "n_warmup", "latency_std_ms", "energy_windo
                            "locked_sm_clock_MHz", "locked_mem_clock_MHz", "sm_clock_MHz", "mem_clock_MHz",
                            "throttle_reasons", "cpu_share", "steal_share", "n_windows", "threads",
                            "protocol_s")
-#: Run-to-run repeatability of the latency (the collector's later passes; :mod:`carb.data.repeatability`).
-REPEATABILITY: tuple[str, ...] = ("latency_passes", "latency_repeat_spread")
+#: Run-to-run repeatability of the latency and the peak memory (the collector's later passes;
+#: :mod:`carb.data.repeatability`).
+REPEATABILITY: tuple[str, ...] = ("latency_passes", "latency_repeat_spread", "peak_memory_repeat_spread")
 #: Interaction features of the paper's Section 5.1 (functions of runtime features; see carb.model.encoding).
 INTERACTION_FEATURES: tuple[str, ...] = ("batch_x_sm", "flops_x_sm", "act_x_mem", "util_product")
 _STR, _INT, _FLOAT, _BOOL = "string", "int64", "float64", "bool"

@@ -7,8 +7,9 @@ separated by other configurations' work (model building, cool-down, other networ
 window is a full measurement (cool-down, fresh model, warm-up, timed window, contention guard), of which the
 latency is kept. The row is rewritten after each later pass: ``latency_ms`` the mean of its passes'
 latencies, ``latency_passes`` their number, ``latency_repeat_spread`` their relative range
-(:func:`carb.data.repeatability.relative_spread`). Every other column stays the first pass's (its window,
-``n_runs``, energy, peak memory, guard shares); ``protocol_s`` adds each later pass's protocol.
+(:func:`carb.data.repeatability.relative_spread`), ``peak_memory_repeat_spread`` the relative range of the
+passes' peak memory. Every other column stays the first pass's (its window, ``n_runs``, energy, peak memory,
+guard shares); ``protocol_s`` adds each later pass's protocol.
 
 A later window the guard found contended, or one that failed, is not used; a row left with one window gets
 its reason. A run stopped before its later passes (``max_minutes``, a kill) leaves first-pass rows with
@@ -20,13 +21,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from carb.data.repeatability import PASSES, SPREAD, relative_spread
+from carb.data.repeatability import MEMORY_SPREAD, PASSES, SPREAD, relative_spread
 from carb.design.arch import ArchConfig
 from carb.measure.base import REPEAT_ORDERS, Reasons, error_line, parse_missing_reason
 
@@ -81,9 +82,25 @@ def with_reason(text: Any, column: str, reason: str | None) -> str | None:
     return r.render() or None
 
 
-def repeat_row(row: Mapping[str, Any], latencies_ms: Sequence[float], reason: str | None) -> dict[str, Any]:
+def measured_memory(values: Sequence[Any]) -> list[float]:
+    """The positive finite peak-memory values (MB) of ``values`` (a pass without one left out)."""
+    out = []
+    for v in values:
+        try:
+            x = float(v)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(x) and x > 0:
+            out.append(x)
+    return out
+
+
+def repeat_row(row: Mapping[str, Any], latencies_ms: Sequence[float], reason: str | None,
+               memories_MB: Sequence[float] | None = None) -> dict[str, Any]:
     """``row`` with its latency the mean of ``latencies_ms`` (one per pass), ``latency_passes``,
-    ``latency_repeat_spread`` (NaN with ``reason`` for fewer than two windows)."""
+    ``latency_repeat_spread`` (NaN with ``reason`` for fewer than two windows) and ``peak_memory_repeat_spread``
+    of ``memories_MB`` (MB, one per pass that gave one; None: the row's own ``peak_memory_MB``, one pass), NaN
+    with ``reason``, or why no second peak memory came where two windows did. ``peak_memory_MB`` stays the row's."""
     out = dict(row)
     lats = [float(x) for x in latencies_ms]
     out["latency_ms"] = sum(lats) / len(lats)
@@ -91,6 +108,11 @@ def repeat_row(row: Mapping[str, Any], latencies_ms: Sequence[float], reason: st
     out[SPREAD] = relative_spread(lats)
     out["missing_reason"] = with_reason(out.get("missing_reason"), SPREAD,
                                         None if not math.isnan(out[SPREAD]) else reason)
+    mems = measured_memory([out.get("peak_memory_MB")] if memories_MB is None else memories_MB)
+    out[MEMORY_SPREAD] = relative_spread(mems)
+    why = (None if not math.isnan(out[MEMORY_SPREAD]) else "peak_memory_MB not measured" if not mems
+           else "later pass(es) gave no peak memory" if len(lats) >= 2 else reason)
+    out["missing_reason"] = with_reason(out.get("missing_reason"), MEMORY_SPREAD, why)
     return out
 
 
@@ -121,12 +143,18 @@ def pending_repeats(existing: pd.DataFrame, configs: Sequence[ArchConfig], proto
 @dataclass
 class Kept:
     """A first-pass ok row awaiting its later passes: the configuration, the row as written, the latency of
-    each window kept (ms) and why a later window was not used."""
+    each window kept (ms), why a later window was not used, and the peak memory of each kept window that gave
+    one (MB; default: the row's own, the first pass's)."""
 
     arch: ArchConfig
     row: dict[str, Any]
     latencies_ms: list[float]
     failures: list[str]
+    memories_MB: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.memories_MB:
+            self.memories_MB = measured_memory([self.row.get("peak_memory_MB")])
 
 
 def later_passes(kept: list[Kept], meter: Any, append: Callable[[Mapping[str, Any]], None],
@@ -164,6 +192,7 @@ def later_passes(kept: list[Kept], meter: Any, append: Callable[[Mapping[str, An
             stats.repeat_windows += 1
             if why is None:
                 item.latencies_ms.append(float(measured["latency_ms"]))
+                item.memories_MB += measured_memory([measured.get("peak_memory_MB")])
                 item.row["protocol_s"] = float(item.row.get("protocol_s") or 0.0) + float(measured["protocol_s"])
                 stats.protocol_s += float(measured["protocol_s"])
             else:
@@ -172,7 +201,7 @@ def later_passes(kept: list[Kept], meter: Any, append: Callable[[Mapping[str, An
             last = k == plan.passes - 1
             reason = (pending_reason(plan.passes) if not last
                       else f"later pass(es) not used: {'; '.join(item.failures)}"[:300])
-            item.row = repeat_row(item.row, item.latencies_ms, reason)
+            item.row = repeat_row(item.row, item.latencies_ms, reason, item.memories_MB)
             append(item.row)
             stats.row_s.append(time.perf_counter() - now)
             if last and not math.isnan(item.row[SPREAD]):
