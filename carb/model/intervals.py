@@ -36,7 +36,8 @@ width, input), whose widest conformal bounds apply. A row outside the domain
 
 No peak-memory interval is narrower than the device's measured run-to-run spread of peak memory
 (:func:`memory_floor`, set as ``"floor_log"`` on the target's entry by :func:`with_floor`): configurations measured
-again in another run (:func:`carb.data.repeatability.memory_pairs`) give a 90 % half-width per device,
+again in another run or in the collector's passes (:func:`carb.data.repeatability.memory_pairs`) give a 90 %
+half-width per device,
 shipped in ``carb/data/memory-repeatability.csv``; a device never measured twice takes the configured
 default, and every device at least the configured minimum (``evaluate.memory_floor`` of ``conf/train.yaml``).
 """
