@@ -79,6 +79,7 @@ def zoo_knobs(x: Any, batch_size: Any = None, precision: Any = None, input_size:
                 vals = _values(v, ZOO_DEFAULTS[k])
                 frame = frame.loc[frame.index.repeat(len(vals))].copy()
                 frame[k] = vals * (len(frame) // len(vals))
+        check_zoo_knobs(frame)
         return frame, modules
     items = [x] if isinstance(x, str) or _is_module(x) else list(x) if isinstance(x, (list, tuple)) else None
     if not items or not all(isinstance(v, str) or _is_module(v) for v in items):
@@ -96,11 +97,37 @@ def zoo_knobs(x: Any, batch_size: Any = None, precision: Any = None, input_size:
     grid = itertools.product(names, *(_values(knob_values[k], ZOO_DEFAULTS[k])
                                       for k in ("input_size", "batch_size", "precision")))
     frame = pd.DataFrame(list(grid), columns=["model_name", "input_size", "batch_size", "precision"])
+    check_zoo_knobs(frame)
+    return frame, modules
+
+
+def check_zoo_knobs(frame: pd.DataFrame) -> None:
+    """Raise a one-line :class:`ConfigError` naming the knob and the allowed values when ``frame`` (a zoo
+    knob frame) holds an ``input_size`` or ``batch_size`` that is not a positive integer (pixels, images)
+    or a ``precision`` outside :data:`carb.design.arch.PRECISIONS`: a typo of the call, not a network the
+    tracer refuses, so it stops the call rather than giving NaN rows."""
+    from carb.design.arch import PRECISIONS
+
     for k in ("input_size", "batch_size"):
-        bad = [v for v in frame[k] if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1]
+        bad = [v for v in frame[k] if isinstance(v, bool) or not isinstance(v, (int, np.integer, float, np.floating))
+               or not np.isfinite(v) or v < 1 or float(v) != int(v)]
         if bad:
             raise ConfigError(f"{k}: must be a positive integer, got {bad[0]!r}")
-    return frame, modules
+    bad = [v for v in frame["precision"] if v not in PRECISIONS]
+    if bad:
+        raise ConfigError(f"precision: {bad[0]!r} is not allowed; allowed: {list(PRECISIONS)}")
+
+
+def all_refused_line(names: Sequence[str], refused: Sequence[str]) -> str:
+    """One line for a call whose every network the tracer refused: the reason itself for one network,
+    else each network with its reason (first reason per network, in input order)."""
+    first = dict.fromkeys(names)
+    for n, why in zip(names, refused):
+        first[n] = first[n] or str(why)
+    if len(first) == 1:
+        return next(iter(first.values()))
+    return "every network was refused: " + "; ".join(
+        why if why.startswith(f"model {n!r}") else f"{n}: {why}" for n, why in first.items())
 
 
 def refused_rows(out: pd.DataFrame, all_rows: pd.DataFrame, ok: np.ndarray, refused: np.ndarray) -> pd.DataFrame:
@@ -207,6 +234,8 @@ class Predictor:
             F = grid_features(frame[config_cols].reset_index(drop=True))
             refused = np.full(len(F), "", dtype=object)
         ok = refused == ""
+        if zoo and len(ok) and not ok.any():   # nothing left to score: the reason(s), one line
+            raise ConfigError(all_refused_line(list(F["model_name"].astype(str)), list(refused)))
         all_rows = F
         F = F[ok].reset_index(drop=True)
         F, _, _ = domain_filter(model, F, "flag")

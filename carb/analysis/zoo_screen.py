@@ -78,21 +78,26 @@ def zoo_candidates(space: Mapping[str, Any]) -> tuple[pd.DataFrame, dict[str, st
     :func:`zoo_top1`; ``refused`` maps each network left out (unknown, untraceable, refusing an input size)
     to its one-line reason. Raises :class:`carb.errors.ConfigError` when nothing is left."""
     from carb.design.zoo_inputs import zoo_features_frame
-    from carb.design.zoo_space import zoo_configs
+    from carb.design.zoo_space import all_refused, refusals, zoo_configs
     from carb.errors import ConfigError
 
     configs, refused = zoo_configs(space)
     knobs = pd.DataFrame([c.to_dict() for c in configs]).drop(columns=["family"], errors="ignore")
     F = zoo_features_frame(knobs)
     bad = F["refused"] != ""
-    for m, why in zip(F.loc[bad, "model_name"], F.loc[bad, "refused"]):
-        refused.setdefault(str(m), str(why))
+    failed = {(str(m), int(s)): str(why) for m, s, why in
+              zip(F.loc[bad, "model_name"], F.loc[bad, "input_size"], F.loc[bad, "refused"])}
+    tried = set(zip(F["model_name"].astype(str), F["input_size"].astype(int)))
+    for label, why in refusals(failed, tried).items():
+        if label.split(" at input ")[0] not in refused:
+            refused[label] = why
     F = F[~bad].drop(columns="refused").reset_index(drop=True)
     if not len(F):
-        raise ConfigError(f"space: every network of the zoo space was refused ({refused})")
+        raise ConfigError(all_refused(refused))
     return zoo_top1(F), refused
 
 
 def refused_lines(refused: Mapping[str, str]) -> list[str]:
-    """One line per refused network: ``refused <name>: <reason>``."""
+    """One line per refused network: ``refused <name>: <reason>`` (``<name> at input <sizes>`` where the
+    network was refused at those input sizes only: :func:`carb.design.zoo_space.refusals`)."""
     return [f"refused {m}: {why}" for m, why in sorted(refused.items())]

@@ -64,6 +64,7 @@ def load_candidates(cfg: Any) -> pd.DataFrame:
         configs, refused = zoo_candidates(space)
         for line in refused_lines(refused):
             print(f"carb-screen: {line}", file=sys.stderr)
+        configs.attrs["refused"] = dict(refused)   # listed in the report and refused.csv (run_screen)
         return configs
     if grid_file:
         configs, extras = read_grid_frame(grid_file, to_dict(cfg.screen.get("grid_defaults") or {}))
@@ -204,6 +205,7 @@ def run_screen(cfg: Any) -> dict[str, Any]:
     t = time.perf_counter()
     prog.begin("building the grid")
     features = load_candidates(cfg)   # featurized by screen(), beside its scoring
+    refused = dict(features.attrs.get("refused") or {})   # zoo networks left out: {label: reason}
     feat_s = time.perf_counter() - t
     units = plan_grid_steps(prog, len(features))
     chunk = int(cfg.screen.get("chunk_rows") or 100_000)
@@ -233,8 +235,8 @@ def run_screen(cfg: Any) -> dict[str, Any]:
         print(f"carb-screen: {other}", file=sys.stderr)
     mode = "two-stage" if source is not None else "single-stage"
     users = user_columns(features) + ([HJ_SCORE] if HJ_SCORE in result.scored else [])
-    _print_report(cfg, result, notes, target_uri, target, source, mode, users)
-    out_dir = _write_files(cfg, result, prog, users)
+    _print_report(cfg, result, notes, target_uri, target, source, mode, users, refused)
+    out_dir = _write_files(cfg, result, prog, users, refused)
     validation = _validation(cfg, target, result.budget) if cfg.screen.get("validate") else {}
     for k, v in validation.items():
         if k.endswith(("accuracy", "rate", "mae")):
@@ -256,7 +258,8 @@ def run_screen(cfg: Any) -> dict[str, Any]:
         tracking.log_artifact(out_dir, "screen")
     prog.finish(f"screened {counts['n_candidates']} candidates")
     csv = "scored.csv, " if (out_dir / "scored.csv").exists() else ""
-    print(wrap_line(f"wrote {out_dir}/: shortlist.csv, profile_next.csv, {csv}scored.parquet, pareto.png"))
+    left = ", refused.csv" if refused else ""
+    print(wrap_line(f"wrote {out_dir}/: shortlist.csv, profile_next.csv, {csv}scored.parquet, pareto.png{left}"))
     print(f"MLflow run {run_id}")
     say_run_page(run_id, uri)
     from carb.commands.calibrate import source_kind
@@ -297,8 +300,9 @@ def _budget(cfg: Any, targets: list[str], notes: list[str]) -> dict[str, Any]:
 
 
 def _print_report(cfg: Any, result: Any, notes: list[str], target_uri: str, target: Any, source: Any,
-                  mode: str, users: list[str]) -> None:
-    """The terminal report: notes, models, grid and budget, training domain, decisions, shortlist."""
+                  mode: str, users: list[str], refused: dict[str, str] | None = None) -> None:
+    """The terminal report: notes, models, grid and budget, the networks refused (``{label: reason}``),
+    training domain, decisions, shortlist."""
     for n in notes + result.notes:
         print(f"note: {n}")
     print(f"carb-screen: {mode}; target {target_uri} "
@@ -309,6 +313,8 @@ def _print_report(cfg: Any, result: Any, notes: list[str], target_uri: str, targ
     counts = result.counts
     print(wrap_line(f"grid {counts['n_candidates']} candidates; budget {budget_text(result.budget)}; "
           f"objective {result.objective}"))
+    if refused:
+        print(refused_line(refused))
     if source is not None:
         n_re, n_grid = result.stages.get("stage2_rescored", 0), result.counts["n_candidates"]
         where = "the whole grid" if n_re >= n_grid else f"the {n_re} re-scored candidates (screen.rescore=all: whole grid)"
@@ -334,6 +340,13 @@ def _print_report(cfg: Any, result: Any, notes: list[str], target_uri: str, targ
     _print_axes(result, users)
     _print_shortlist(result, screening.model_targets(target), users)
     _print_profile_next(result, shown_users(result, users))
+
+
+def refused_line(refused: dict[str, str]) -> str:
+    """The report's line (wrapped at the table width) naming the zoo networks left out of the grid
+    (``{label: reason}``; the reasons are on stderr and in ``refused.csv``)."""
+    return wrap_line(f"refused {len(refused)} network{'s' if len(refused) != 1 else ''}, not in the grid: "
+                     f"{', '.join(sorted(refused))} (reasons above on stderr and in refused.csv)", TABLE_WIDTH)
 
 
 def _print_origin(target: Any) -> None:
@@ -410,9 +423,11 @@ def _print_profile_next(result: Any, users: list[str]) -> None:
     print(format_table(nxt, [], ["profile_score", "decision_reason"], users=users))
 
 
-def _write_files(cfg: Any, result: Any, prog: Progress, users: list[str]) -> Path:
+def _write_files(cfg: Any, result: Any, prog: Progress, users: list[str],
+                 refused: dict[str, str] | None = None) -> Path:
     """Write the scored grid (parquet, CSV), the shortlist and ``pareto.png`` into one folder per run
-    (Hydra's run folder when run as a command, else a time-stamped one under ``screen.output_dir``)."""
+    (Hydra's run folder when run as a command, else a time-stamped one under ``screen.output_dir``); with
+    ``refused`` (zoo networks left out, ``{label: reason}``) also ``refused.csv`` (columns ``model``, ``reason``)."""
     out_dir = hydra_run_dir() or Path(cfg.screen.output_dir) / time.strftime("%Y-%m-%d_%H-%M-%S")
     out_dir.mkdir(parents=True, exist_ok=True)
     prog.begin("writing the scored grid and pareto.png",
@@ -434,6 +449,9 @@ def _write_files(cfg: Any, result: Any, prog: Progress, users: list[str]) -> Pat
 
     fig = pareto_figure(result)
     write_atomic(out_dir / "pareto.png", lambda tmp: fig.savefig(tmp, format="png", dpi=130, bbox_inches="tight"))
+    if refused:
+        table = pd.DataFrame({"model": list(refused), "reason": list(refused.values())})
+        write_atomic(out_dir / "refused.csv", lambda tmp: table.to_csv(tmp, index=False))
     return out_dir
 
 

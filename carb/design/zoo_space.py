@@ -119,19 +119,21 @@ def zoo_configs(space: Mapping[str, Any], flops_of: Any = None) -> tuple[list[Zo
     :func:`flops_per_image`). ``mode: random`` draws ``n`` of them with ``seed``."""
     rows = zoo_product(space)
     flops_of = flops_of or flops_per_image
-    refused: dict[str, str] = {}
+    failed: dict[tuple[str, int], str] = {}   # (model, input size) -> why: a size one model refuses
     cap = space.get("max_flops")
     kept = []
     for cfg in rows:
-        if cfg.model_name in refused:
+        key = (cfg.model_name, cfg.input_size)
+        if key in failed:
             continue
         try:
             per_image = flops_of(cfg.model_name, cfg.input_size) if cap is not None else None
         except ZooError as e:
-            refused[cfg.model_name] = str(e)
+            failed[key] = str(e)
             continue
         if cap is None or per_image * cfg.batch_size <= float(cap):
             kept.append(cfg)
+    refused = refusals(failed, {(c.model_name, c.input_size) for c in rows})
     mode = str(space.get("mode", "grid"))
     if mode not in ("grid", "random"):
         raise ConfigError(f"space.mode: {mode!r} is not allowed; allowed: ['grid', 'random']")
@@ -140,10 +142,39 @@ def zoo_configs(space: Mapping[str, Any], flops_of: Any = None) -> tuple[list[Zo
         if n is None or int(n) <= 0:
             raise ConfigError(f"space.n: random mode needs a positive sample size, got {n!r}")
         kept = random.Random(int(space.get("seed", 0) or 0)).sample(kept, min(int(n), len(kept)))
+    if not kept and refused and all(m in refused for m in {c.model_name for c in rows}):
+        raise ConfigError(all_refused(refused))
     if not kept:
         raise ConfigError("space: the zoo space yields no configurations"
-                          + (f" (refused: {refused})" if refused else ""))
+                          + (f" (refused: {'; '.join(f'{m}: {w}' for m, w in refused.items())})" if refused else ""))
     return kept, refused
+
+
+def all_refused(refused: Mapping[str, str]) -> str:
+    """The one line for a zoo space whose every network was refused (``{label: reason}``, :func:`refusals`):
+    ``space.models: <reason>`` for one network, else each label with its reason."""
+    if len(refused) == 1:
+        return f"space.models: {next(iter(refused.values()))}"
+    parts = []
+    for label, why in refused.items():
+        name = label.split(" at input ")[0]
+        why = why[len(f"model {name!r}: "):] if why.startswith(f"model {name!r}: ") else why
+        parts.append(f"{label}: {why}")
+    return "space.models: every network was refused: " + "; ".join(parts)
+
+
+def refusals(failed: Mapping[tuple[str, int], str], tried: Any) -> dict[str, str]:
+    """``{label: reason}`` of the networks refused: ``failed`` maps ``(model, input size)`` to why, ``tried``
+    holds every ``(model, input size)`` asked for. A model refused at every size it was asked at is labelled
+    by its name; one refused at some sizes only by ``<name> at input <sizes>`` (its other sizes are kept),
+    with the first reason."""
+    out: dict[str, str] = {}
+    for m in dict.fromkeys(name for name, _ in failed):
+        bad = sorted(s for name, s in failed if name == m)
+        asked = {s for name, s in tried if name == m}
+        label = m if asked <= set(bad) else f"{m} at input {', '.join(str(s) for s in bad)}"
+        out[label] = failed[(m, bad[0])]
+    return out
 
 
 def flops_per_image(model_name: str, input_size: int) -> float:

@@ -1,0 +1,69 @@
+"""A new user's walk through the zoo and screening paths (README, docs/COMMANDS.md): each bad input found on
+the walk is one line naming the field or the network and the allowed values or the reason, never a library
+traceback; inside a grid the refused networks are left out and listed, the others scored."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from carb.analysis.predictor import Predictor, zoo_knobs
+from carb.design.zoo_space import zoo_configs
+from carb.errors import ConfigError, ZooError
+
+SPACE = {"name": "t", "kind": "zoo", "mode": "grid", "seed": 0, "max_flops": 1e12,
+         "models": ["tv:resnet18", "tv:vit_b_16"], "input_sizes": [160, 224], "batch_sizes": [1],
+         "precisions": ["fp32"]}
+
+
+def _flops_of(name: str, size: int) -> float:
+    """A tracer stand-in: ViT-B/16 refuses every size but 224 (as torchvision's does), tv:broken every size."""
+    if name == "tv:broken" or (name == "tv:vit_b_16" and size != 224):
+        raise ZooError(f"model {name!r}: refuses the input: Wrong image height! Expected 224 but got {size}!")
+    return 1e9
+
+
+@pytest.mark.parametrize("kw,needle", [({"precision": "fp8"}, r"precision: 'fp8' is not allowed; allowed: \["),
+                                       ({"batch_size": "abc"}, "batch_size: must be a positive integer"),
+                                       ({"input_size": -1}, "input_size: must be a positive integer")])
+def test_predict_knob_typos_are_one_line(kw, needle):
+    """``model.predict(names, precision="fp8")`` named the knob only for sizes; fp8 reached the regressor
+    (sklearn: "Found array with 0 sample(s)")."""
+    with pytest.raises(ConfigError, match=needle):
+        zoo_knobs(["tv:resnet18"], **kw)
+    frame = pd.DataFrame({"model_name": ["tv:resnet18"], **{k: [v] for k, v in kw.items()}})
+    with pytest.raises(ConfigError, match=needle):   # a frame's own column too
+        zoo_knobs(frame)
+
+
+@pytest.mark.parametrize("names,needle", [(["tv:resnet5000"], "^model 'tv:resnet5000': unknown torchvision"),
+                                          (["bert-base-uncased", "tv:r3d_18"],
+                                           "^every network was refused: model 'bert-base-uncased': unknown model.*"
+                                           "model 'tv:r3d_18': a torchvision video model")])
+def test_predict_every_network_refused_is_one_line(names, needle):
+    """Every network refused (unknown, not a classifier): the tracer's reason, not sklearn's empty-array error."""
+    model = Predictor(SimpleNamespace(input_kind_="zoo"), "models:/zoo-test/1")
+    with pytest.raises(ConfigError, match=needle) as e:
+        model.predict(names, batch_size=1)
+    assert "\n" not in str(e.value)
+
+
+def test_a_size_one_network_refuses_leaves_its_other_sizes():
+    """ViT-B/16 at 160 and 224 with a FLOPs cap: 224 is kept, the refusal names the size (it dropped the
+    network at every size and said 'refused tv:vit_b_16')."""
+    cfgs, refused = zoo_configs(SPACE, flops_of=_flops_of)
+    assert {(c.model_name, c.input_size) for c in cfgs} == {("tv:resnet18", 160), ("tv:resnet18", 224),
+                                                            ("tv:vit_b_16", 224)}
+    assert list(refused) == ["tv:vit_b_16 at input 160"] and "Expected 224 but got 160" in refused["tv:vit_b_16 at input 160"]
+
+
+def test_a_zoo_space_whose_every_network_is_refused_is_one_line():
+    """Was 'space: the zoo space yields no configurations (refused: {...})', a dict's repr."""
+    with pytest.raises(ConfigError) as e:
+        zoo_configs({**SPACE, "models": ["tv:broken"]}, flops_of=_flops_of)
+    assert str(e.value).startswith("space.models: model 'tv:broken': refuses the input") and "{" not in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        zoo_configs({**SPACE, "models": ["tv:broken", "tv:vit_b_16"], "input_sizes": [160]}, flops_of=_flops_of)
+    assert str(e.value).startswith("space.models: every network was refused: tv:broken: refuses the input")
+    assert "; tv:vit_b_16: refuses the input" in str(e.value) and "{" not in str(e.value)
