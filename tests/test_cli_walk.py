@@ -67,3 +67,66 @@ def test_a_zoo_space_whose_every_network_is_refused_is_one_line():
         zoo_configs({**SPACE, "models": ["tv:broken", "tv:vit_b_16"], "input_sizes": [160]}, flops_of=_flops_of)
     assert str(e.value).startswith("space.models: every network was refused: tv:broken: refuses the input")
     assert "; tv:vit_b_16: refuses the input" in str(e.value) and "{" not in str(e.value)
+
+
+def test_pareto_on_a_cost_the_model_does_not_predict_says_so():
+    """'screen.pareto=[energy_J_per_image,-top1]' on a CPU zoo model (no energy) said "not a column of the
+    candidates", as if misspelt."""
+    from carb.analysis.axes import parse_axes
+
+    frame = pd.DataFrame({"top1": [0.7], "flops": [1e9]})
+    with pytest.raises(ConfigError, match=r"^screen.pareto: 'energy_J_per_image' is not predicted by the target "
+                                          r"model \(it predicts \['peak_memory_MB', 'latency_ms'\]\)"):
+        parse_axes(["energy_J_per_image", "-top1"], frame, ["peak_memory_MB", "latency_ms"])
+    with pytest.raises(ConfigError, match="is not a column of the candidates"):   # a typo stays a typo
+        parse_axes(["top_1"], frame, ["peak_memory_MB", "latency_ms"])
+
+
+def test_next_steps_of_a_zoo_model_name_networks_and_its_targets():
+    """The closing 'next:' block of a CPU zoo screen offered an energy budget (no energy stage), a knob frame
+    to predict (a zoo model refuses one) and carb-calibrate (which stops on a zoo model's features)."""
+    from carb.commands.screen_table import next_steps
+
+    text = "\n".join(next_steps("models:/carb-x-zoo@champion", "sqlite:///m.db", kind="cpu",
+                                targets=["peak_memory_MB", "latency_ms"], zoo=True))
+    assert "screen.budget.energy_J" not in text and "screen.budget.latency_ms=<ms>" in text
+    assert "knobs_frame" not in text and ".predict(['tv:resnet50', 'timm:ghostnet_100']," in text
+    assert "carb-calibrate" not in text and "space=zoo device=cpu measure=cpu" in text
+    resnet = "\n".join(next_steps("models:/carb-x@champion", "sqlite:///m.db", kind="cpu"))
+    assert "screen.budget.energy_J=<J>" in resnet and "predict(knobs_frame" in resnet and "carb-calibrate" in resnet
+
+
+def test_help_lists_only_the_groups_a_command_takes():
+    """`carb-screen --help` listed every group of conf/ (data, model, features, importer, ...); `carb-screen
+    data=h200` then stopped with 'data: unknown key'."""
+    from carb.commands.cli import command_groups, help_override, help_template
+
+    screen = dict(command_groups("screen"))
+    assert set(screen) == {"compute", "experiment", "paths", "progress", "screen", "space", "tracking"}
+    assert screen["experiment"] == ["two_stage"] and "zoo" in screen["space"]
+    train = dict(command_groups("train"))
+    assert {"data", "features", "model", "split", "prior"} <= set(train) and train["experiment"] == ["ablation", "lobo"]
+    assert "importer" not in train and "importer" in dict(command_groups("import"))
+    text = help_template("screen")
+    assert "\ndata:" not in text and "\nspace: " in text and "$CONFIG" in text
+    assert help_override("screen", ["--help"])[-1] == "hydra.help.template=${carb_help:screen}"
+    assert help_override("screen", ["space=zoo"]) == ["space=zoo"]
+
+
+def test_screen_help_end_to_end():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "carb.screen", "--help"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    groups = r.stdout.split("== Configuration groups ==")[1].split("== Config ==")[0]
+    assert "space: " in groups and "\ndata: " not in groups and "\nimporter: " not in groups
+    assert "\nspace:\n  name: screening" in r.stdout                 # the composed config still follows
+
+
+def test_a_model_uri_that_names_nothing_lists_the_registered_ones(monkeypatch):
+    from carb.commands import screen
+
+    monkeypatch.setattr(screen.tracking, "registered_models", lambda: ["carb-a-zoo", "other"])
+    assert screen.registered_hint("Registered Model with name=carb-nope not found") == "; registered: ['carb-a-zoo']"
+    assert screen.registered_hint("the store is damaged") == ""

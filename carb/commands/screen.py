@@ -101,9 +101,21 @@ def _load(uri: str, role: str) -> Any:
     try:
         model = tracking.load_cascade(uri)
     except ModelError as e:
-        raise ModelError(f"screen.{role}: {e}") from None
+        raise ModelError(f"screen.{role}: {e}{registered_hint(str(e))}") from None
     model.registry_ = tracking.resolve_version(uri) if uri.startswith("models:/") else {}
     return model
+
+
+def registered_hint(message: str) -> str:
+    """``; registered: [<name>@<aliases> or <name>/<latest version>, ...]`` for a model URI that named no
+    registered model or version (``message``: the load error), so the line gives the allowed values; else ``""``."""
+    if "not found" not in message.lower() and "does not exist" not in message.lower():
+        return ""
+    try:
+        names = [n for n in tracking.registered_models() if n.startswith("carb-")]
+    except Exception:   # noqa: BLE001 - the hint is optional; the load error stands alone
+        return ""
+    return f"; registered: {names or 'none'}"
 
 
 def warn_other_device(model: Any, measured: Any, source: str) -> list[str]:
@@ -265,7 +277,9 @@ def run_screen(cfg: Any) -> dict[str, Any]:
     from carb.commands.calibrate import source_kind
 
     print("\n".join(next_steps(target_uri, uri, tracking.experiment_url(tracking.EXPERIMENTS["screen"],
-                                                                      tracking.ui_base(uri)), kind=source_kind(target))))
+                                                                      tracking.ui_base(uri)), kind=source_kind(target),
+                                targets=screening.model_targets(target),
+                                zoo=getattr(target, "input_kind_", "resnet") == "zoo")))
     return {**counts, **result.stages, "timings_s": result.timings_s, "output_dir": str(out_dir),
             "run_id": run_id, "target": target_uri, "mode": mode, "validation": validation,
             "shortlist": result.shortlist, "notes": notes}
