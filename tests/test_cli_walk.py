@@ -130,3 +130,51 @@ def test_a_model_uri_that_names_nothing_lists_the_registered_ones(monkeypatch):
     monkeypatch.setattr(screen.tracking, "registered_models", lambda: ["carb-a-zoo", "other"])
     assert screen.registered_hint("Registered Model with name=carb-nope not found") == "; registered: ['carb-a-zoo']"
     assert screen.registered_hint("the store is damaged") == ""
+
+
+def test_a_zoo_grid_file_scores_named_networks(tmp_path):
+    """`screen.grid_file=` with a model_name column was refused ("unknown knob column(s) ['model_name']"):
+    a zoo model had no way to score a user's own list of networks with their own columns."""
+    from carb.analysis.zoo_screen import zoo_grid_candidates
+    from carb.commands.screen import is_zoo_grid
+
+    path = tmp_path / "nets.csv"
+    pd.DataFrame({"model_name": ["tv:resnet18", "no_such_net", "tv:resnet18"], "input_size": [32, 32, 64],
+                  "cost_usd": [3.0, 4.0, 5.0]}).to_csv(path, index=False)
+    assert is_zoo_grid(path) and not is_zoo_grid(tmp_path / "missing.csv")
+    cand, refused = zoo_grid_candidates(str(path), {"precision": "bf16"})
+    assert list(cand["input_size"]) == [32, 64] and list(cand["cost_usd"]) == [3.0, 5.0]
+    assert (cand["batch_size"] == 1).all() and (cand["precision"] == "bf16").all() and (cand["flops"] > 0).all()
+    assert list(refused) == ["no_such_net"] and "unknown model" in refused["no_such_net"]
+    bad = tmp_path / "bad.csv"
+    pd.DataFrame({"model_name": ["tv:resnet18"], "precision": ["fp8"]}).to_csv(bad, index=False)
+    with pytest.raises(ConfigError, match=r"^screen.grid_file bad.csv: precision: 'fp8' is not allowed"):
+        zoo_grid_candidates(str(bad))
+    none = tmp_path / "none.csv"
+    pd.DataFrame({"model_name": ["no_such_net"]}).to_csv(none, index=False)
+    with pytest.raises(ConfigError, match=r"^screen.grid_file none.csv: model 'no_such_net': unknown model"):
+        zoo_grid_candidates(str(none))
+
+
+def test_a_network_built_for_one_size_says_it_kept_its_own():
+    """`space.input_sizes=[160]` with timm:vit_tiny_patch16_224 screened it at 224 without a word."""
+    from carb.commands.screen import own_sizes_note
+
+    space = {"models": ["tv:resnet18", "timm:vit_tiny_patch16_224"], "input_sizes": [160],
+             "input_sizes_of": {"timm:vit_tiny_patch16_224": [224], "tv:inception_v3": [160, 224]}}
+    note = own_sizes_note(space)
+    assert note.startswith("timm:vit_tiny_patch16_224 at [224]: their own input sizes") and "[160]" in note
+    assert own_sizes_note({**space, "input_sizes": [160, 224]}) == ""   # its size is among those asked for
+
+
+def test_commands_hide_torchvisions_init_notice():
+    import warnings
+
+    from carb.commands.cli import concise_warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        concise_warnings()
+        warnings.warn("The default weight initialization of GoogleNet will be changed in future releases", FutureWarning)
+        warnings.warn("something else", UserWarning)
+    assert [str(w.message) for w in seen] == ["something else"]

@@ -87,6 +87,10 @@ def concise_warnings() -> None:
     import warnings
 
     warnings.formatwarning = lambda message, category, *a, **k: f"warning: {message}\n"
+    # torchvision's notice that GoogLeNet's / Inception v3's random initialisation will change: CARB builds
+    # them with random weights on purpose (traced on the meta device or timed), so the notice is noise on
+    # every zoo command
+    warnings.filterwarnings("ignore", message="The default weight initialization of")
 
 
 @contextlib.contextmanager

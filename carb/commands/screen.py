@@ -61,10 +61,21 @@ def load_candidates(cfg: Any) -> pd.DataFrame:
     if not grid_file and is_zoo_space(space):   # named networks: featurized from their layer tables, top-1 joined
         from carb.analysis.zoo_screen import refused_lines, zoo_candidates
 
+        note = own_sizes_note(space)
+        if note:
+            print(wrap_line(f"carb-screen: note: {note}"), file=sys.stderr)
         configs, refused = zoo_candidates(space)
         for line in refused_lines(refused):
             print(f"carb-screen: {line}", file=sys.stderr)
         configs.attrs["refused"] = dict(refused)   # listed in the report and refused.csv (run_screen)
+        return configs
+    if grid_file and is_zoo_grid(grid_file):   # a grid file of named networks (a model_name column)
+        from carb.analysis.zoo_screen import refused_lines, zoo_grid_candidates
+
+        configs, refused = zoo_grid_candidates(grid_file, to_dict(cfg.screen.get("grid_defaults") or {}))
+        for line in refused_lines(refused):
+            print(f"carb-screen: {line}", file=sys.stderr)
+        configs.attrs["refused"] = dict(refused)
         return configs
     if grid_file:
         configs, extras = read_grid_frame(grid_file, to_dict(cfg.screen.get("grid_defaults") or {}))
@@ -78,6 +89,35 @@ def load_candidates(cfg: Any) -> pd.DataFrame:
 
         configs = join_top1(configs, str(cfg.screen.accuracy))
     return configs
+
+
+def own_sizes_note(space: dict[str, Any]) -> str:
+    """A note naming the networks of a zoo space screened at their own input sizes (``space.input_sizes_of``)
+    none of which is in ``space.input_sizes`` (``space.input_sizes=[160]`` with ViT-Tiny, built for 224): the
+    sizes asked for were not used for them. ``""`` when there is none."""
+    asked = {int(s) for s in space.get("input_sizes") or []}
+    own = space.get("input_sizes_of") or {}
+    models = [str(m) for m in space.get("models") or []]
+    odd = {m: sorted(int(s) for s in own[m]) for m in models if m in own and not asked & {int(s) for s in own[m]}}
+    if not odd:
+        return ""
+    listed = ", ".join(f"{m} at {sizes}" for m, sizes in odd.items())
+    return (f"{listed}: their own input sizes (space.input_sizes_of), not space.input_sizes {sorted(asked)}; "
+            f"space.input_sizes_of.<model>=[...] changes them")
+
+
+def is_zoo_grid(path: Any) -> bool:
+    """Whether the grid file at ``path`` names networks (a ``model_name`` column; its header only is read,
+    or a parquet file's schema); False when it cannot be read (the grid reader then says why)."""
+    p = Path(str(path))
+    try:
+        if p.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            return "model_name" in pq.read_schema(p).names
+        return "model_name" in pd.read_csv(p, nrows=0).columns
+    except Exception:   # noqa: BLE001 - a missing or unreadable file: read_grid_frame's one line says why
+        return False
 
 
 def load_grid(cfg: Any) -> pd.DataFrame:
