@@ -178,3 +178,22 @@ def test_commands_hide_torchvisions_init_notice():
         warnings.warn("The default weight initialization of GoogleNet will be changed in future releases", FutureWarning)
         warnings.warn("something else", UserWarning)
     assert [str(w.message) for w in seen] == ["something else"]
+
+
+def test_a_resnet_model_refuses_named_networks_before_tracing(monkeypatch, tmp_path):
+    """`carb-screen screen.target=<H200 ResNet model> space=zoo` traced the space, then stopped with
+    "feature set 'full' needs column(s) ['block', 'depth', ...] that the prediction data lacks"."""
+    from carb.commands import screen
+    from carb.commands.cli import compose
+
+    monkeypatch.setattr(screen.tracking, "registered_models", lambda: ["carb-a-zoo", "carb-b"])
+    resnet, zoo = SimpleNamespace(input_kind_="resnet"), SimpleNamespace(input_kind_="zoo")
+    with pytest.raises(ConfigError, match=r"^screen.target: models:/carb-b/1 was trained on ResNet knobs .* cannot "
+                                          r"score space=zoo .*registered: \['carb-a-zoo'\]"):
+        screen.check_model_takes_grid(compose("screen", ["space=zoo"]), "models:/carb-b/1", resnet)
+    nets = tmp_path / "nets.csv"
+    nets.write_text("model_name\ntv:resnet18\n")
+    with pytest.raises(ConfigError, match="cannot score screen.grid_file nets.csv"):
+        screen.check_model_takes_grid(compose("screen", [f"screen.grid_file={nets}"]), "models:/carb-b/1", resnet)
+    screen.check_model_takes_grid(compose("screen", []), "models:/carb-b/1", resnet)        # ResNet grid: fine
+    screen.check_model_takes_grid(compose("screen", ["space=zoo"]), "models:/carb-a-zoo/1", zoo)

@@ -146,6 +146,31 @@ def _load(uri: str, role: str) -> Any:
     return model
 
 
+def check_model_takes_grid(cfg: Any, target_uri: str, target: Any) -> None:
+    """Raise a one-line :class:`ConfigError` when the grid names networks (``space=zoo`` or a grid file with
+    a ``model_name`` column) and the target model was trained on ResNet knobs only (``input_kind_`` "resnet"):
+    it has no feature of a named network (it stopped with "feature set 'full' needs column(s) ['block', ...]"
+    after tracing the whole space)."""
+    from carb.design.zoo_space import is_zoo_space
+
+    if getattr(target, "input_kind_", "resnet") != "resnet":
+        return
+    grid_file = cfg.screen.get("grid_file")
+    if grid_file and is_zoo_grid(grid_file):
+        what = f"screen.grid_file {Path(str(grid_file)).name} (a model_name column)"
+    elif not grid_file and is_zoo_space(to_dict(cfg.space)):
+        what = f"space={cfg.space.get('name', 'zoo')} (named networks)"
+    else:
+        return
+    try:
+        zoo = [n for n in tracking.registered_models() if n.startswith("carb-") and n.endswith("-zoo")]
+    except Exception:   # noqa: BLE001 - the hint is optional
+        zoo = []
+    raise ConfigError(f"screen.target: {target_uri} was trained on ResNet knobs (block, depth, width_mult, ...) and "
+                      f"cannot score {what}; give a zoo model (screen.target=models:/<zoo model>@champion; "
+                      f"registered: {zoo or 'none: carb-train data.path=zoo-cpu'}) or a ResNet space")
+
+
 def registered_hint(message: str) -> str:
     """``; registered: [<name>@<aliases> or <name>/<latest version>, ...]`` for a model URI that named no
     registered model or version (``message``: the load error), so the line gives the allowed values; else ``""``."""
@@ -254,6 +279,7 @@ def run_screen(cfg: Any) -> dict[str, Any]:
     target, source, notes = _load_models(cfg, target_uri)
     budget_cfg = _budget(cfg, screening.model_targets(target), notes)
     load_s = time.perf_counter() - t0
+    check_model_takes_grid(cfg, target_uri, target)   # a ResNet-knob model and named networks: one line, no tracing
     t = time.perf_counter()
     prog.begin("building the grid")
     features = load_candidates(cfg)   # featurized by screen(), beside its scoring
