@@ -197,3 +197,29 @@ def test_a_resnet_model_refuses_named_networks_before_tracing(monkeypatch, tmp_p
         screen.check_model_takes_grid(compose("screen", [f"screen.grid_file={nets}"]), "models:/carb-b/1", resnet)
     screen.check_model_takes_grid(compose("screen", []), "models:/carb-b/1", resnet)        # ResNet grid: fine
     screen.check_model_takes_grid(compose("screen", ["space=zoo"]), "models:/carb-a-zoo/1", zoo)
+
+
+@pytest.mark.parametrize("name,near", [("tv:resnet5000", "; closest: tv:resnet50"),
+                                       ("tv:mobilenetv2", "; closest: tv:mobilenet_v2"),
+                                       ("timm:ghostnet100", "; closest: timm:ghostnet_100")])
+def test_an_unknown_name_suggests_the_closest(name, near):
+    """'unknown torchvision classifier; allowed: torchvision.models.list_models(...)' gave no allowed value
+    to copy; a misspelt name now gets the nearest real ones."""
+    from carb.design.zoo import resolve
+
+    with pytest.raises(ZooError, match=f"^model {name!r}: unknown .*{near}"):
+        resolve(name)
+    with pytest.raises(ZooError) as e:
+        resolve("bert-base-uncased")              # nothing near: no suggestion, still one line
+    assert "closest" not in str(e.value) and "\n" not in str(e.value)
+
+
+def test_train_says_what_the_interval_width_is():
+    """carb-train printed 'latency_ms 0.905 (width 0.70)': a width without its unit (it is a share of the
+    prediction, (hi - lo) / prediction)."""
+    from carb.commands.train import coverage_line
+
+    line = coverage_line({"interval_nominal": 0.9, "interval_test_latency_ms_coverage": 0.905,
+                          "interval_test_latency_ms_width": 0.7})
+    assert "latency_ms 0.905 (mean width 70.0 % of the prediction)" in line and "(nominal 0.90)" in line
+    assert coverage_line({"test_latency_ms_r2": 0.9}) == ""

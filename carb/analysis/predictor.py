@@ -21,6 +21,7 @@ from carb.analysis.screening import PER_IMAGE, check_budget, domain_filter, mode
 from carb.data.accuracy import join_top1
 from carb.design.arch import KNOBS, ArchConfig
 from carb.design.features import grid_features
+from carb.design.zoo_space import ZOO_DEFAULTS, check_zoo_knobs  # noqa: F401 - ZOO_DEFAULTS re-exported
 from carb.errors import ConfigError
 from carb.model.domain import unseen_mask
 from carb.model.device_check import other_device
@@ -30,8 +31,6 @@ from carb.model.intervals import new_architecture_mask
 CONFIG_COLUMNS = (*KNOBS, "num_classes")
 #: The same for a zoo model's input (:mod:`carb.design.zoo_space`).
 ZOO_CONFIG_COLUMNS = ("model_name", "family", "input_size", "batch_size", "precision")
-#: Knob values a zoo network takes when neither the call nor its frame gives one.
-ZOO_DEFAULTS = {"batch_size": 1, "precision": "fp32", "input_size": 224}
 
 
 def is_zoo_input(x: Any) -> bool:
@@ -99,23 +98,6 @@ def zoo_knobs(x: Any, batch_size: Any = None, precision: Any = None, input_size:
     frame = pd.DataFrame(list(grid), columns=["model_name", "input_size", "batch_size", "precision"])
     check_zoo_knobs(frame)
     return frame, modules
-
-
-def check_zoo_knobs(frame: pd.DataFrame) -> None:
-    """Raise a one-line :class:`ConfigError` naming the knob and the allowed values when ``frame`` (a zoo
-    knob frame) holds an ``input_size`` or ``batch_size`` that is not a positive integer (pixels, images)
-    or a ``precision`` outside :data:`carb.design.arch.PRECISIONS`: a typo of the call, not a network the
-    tracer refuses, so it stops the call rather than giving NaN rows."""
-    from carb.design.arch import PRECISIONS
-
-    for k in ("input_size", "batch_size"):
-        bad = [v for v in frame[k] if isinstance(v, bool) or not isinstance(v, (int, np.integer, float, np.floating))
-               or not np.isfinite(v) or v < 1 or float(v) != int(v)]
-        if bad:
-            raise ConfigError(f"{k}: must be a positive integer, got {bad[0]!r}")
-    bad = [v for v in frame["precision"] if v not in PRECISIONS]
-    if bad:
-        raise ConfigError(f"precision: {bad[0]!r} is not allowed; allowed: {list(PRECISIONS)}")
 
 
 def all_refused_line(names: Sequence[str], refused: Sequence[str]) -> str:

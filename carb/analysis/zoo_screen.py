@@ -110,10 +110,9 @@ def zoo_grid_candidates(path: str, defaults: Mapping[str, Any] | None = None,
     column and allowed values; a network the tracer refuses is left out and listed in ``refused``."""
     from pathlib import Path
 
-    from carb.analysis.predictor import ZOO_DEFAULTS, check_zoo_knobs
     from carb.design.gridfile import check_text_values, read_frame
     from carb.design.zoo_inputs import zoo_features_frame
-    from carb.design.zoo_space import all_refused, refusals
+    from carb.design.zoo_space import ZOO_DEFAULTS, all_refused, check_zoo_knobs, refusals
     from carb.errors import ConfigError
 
     p = Path(path)

@@ -112,6 +112,28 @@ def zoo_product(space: Mapping[str, Any]) -> list[ZooConfig]:
     return out
 
 
+#: Knob values a zoo network takes when neither the call nor its frame gives one (``Predictor.predict``,
+#: a zoo grid file).
+ZOO_DEFAULTS = {"batch_size": 1, "precision": "fp32", "input_size": 224}
+
+
+def check_zoo_knobs(frame: Any) -> None:
+    """Raise a one-line :class:`ConfigError` naming the knob and the allowed values when ``frame`` (a zoo
+    knob frame) holds an ``input_size`` or ``batch_size`` that is not a positive integer (pixels, images)
+    or a ``precision`` outside :data:`carb.design.arch.PRECISIONS`: a typo of the call, not a network the
+    tracer refuses, so it stops the call rather than giving NaN rows."""
+    import numpy as np
+
+    for k in ("input_size", "batch_size"):
+        bad = [v for v in frame[k] if isinstance(v, bool) or not isinstance(v, (int, np.integer, float, np.floating))
+               or not np.isfinite(v) or v < 1 or float(v) != int(v)]
+        if bad:
+            raise ConfigError(f"{k}: must be a positive integer, got {bad[0]!r}")
+    bad = [v for v in frame["precision"] if v not in PRECISIONS]
+    if bad:
+        raise ConfigError(f"precision: {bad[0]!r} is not allowed; allowed: {list(PRECISIONS)}")
+
+
 def zoo_configs(space: Mapping[str, Any], flops_of: Any = None) -> tuple[list[ZooConfig], dict[str, str]]:
     """Expand a zoo space: ``(configs, refused)``. ``refused`` maps a model that cannot be built or traced
     to its one-line reason; its configurations are left out. ``max_flops`` drops configurations whose
