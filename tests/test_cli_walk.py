@@ -223,3 +223,18 @@ def test_train_says_what_the_interval_width_is():
                           "interval_test_latency_ms_width": 0.7})
     assert "latency_ms 0.905 (mean width 70.0 % of the prediction)" in line and "(nominal 0.90)" in line
     assert coverage_line({"test_latency_ms_r2": 0.9}) == ""
+
+
+@pytest.mark.parametrize("override,hint", [("space.models=tv:resnet18", " (a list: space.models=[tv:resnet18])"),
+                                           ("space.batch_sizes=8", " (a list: space.batch_sizes=[8])"),
+                                           ("space.precisions=bf16", " (a list: space.precisions=[bf16])"),
+                                           ("space.precisions=fp8", "")])
+def test_one_value_for_a_list_key_shows_the_list(override, hint):
+    """`space.models=tv:resnet18` said only 'must be a non-empty list of texts'; the line now shows the
+    brackets (not for a value that would be refused inside them too)."""
+    from carb.commands.checks import check_config
+    from carb.commands.cli import compose
+
+    with pytest.raises(ConfigError) as e:
+        check_config("screen", compose("screen", ["space=zoo", override]))
+    assert str(e.value).endswith(f"got {override.split('=')[1]!r}{hint}".replace("'8'", "8"))
