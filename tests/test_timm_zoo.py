@@ -546,6 +546,11 @@ def test_additive_base_prices_fp32_memory_bytes_apart_for_a_held_out_family():
     assert "mb_norm_fp32" not in additive_terms(frame).columns   # off: one cost per norm MB
     x = additive_terms(frame, amp_split=True)
     assert np.allclose(x["mb_norm"] + x["mb_norm_fp32"], frame["tr_bytes_norm"] / 1e6)   # a split, not a double count
+    fp32 = additive_terms(frame.assign(timm_precision="fp32"), amp_split=True)   # no autocast: one precision
+    assert (fp32["mb_norm_fp32"] == 0).all() and (fp32["mb_elementwise_param"] == 0).all()
+    assert np.allclose(fp32["mb_norm"], frame["tr_bytes_norm"] / 1e6)
+    amp = additive_terms(frame.assign(timm_precision="amp_fp16"), amp_split=True)
+    assert np.allclose(amp["mb_norm_fp32"], x["mb_norm_fp32"])
     test = (frame["family"] == "g").to_numpy()
     y = frame.loc[test, "latency_ms"] / frame.loc[test, "batch_size"]
     err = {}

@@ -188,7 +188,8 @@ def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: b
     precision moves at fp32 get their own costs: ``mb_norm`` becomes batch norm's (``mb_norm``) and the
     fp32-list normalisations' (``mb_norm_fp32``: LayerNorm, GroupNorm, RMSNorm), and ``mb_elementwise_param``
     (element-wise operations reading a parameter: layer scale, position embeddings, which promote the
-    stream to fp32) is priced on top of ``mb_elementwise``. NaN in a row without a trace."""
+    stream to fp32) is priced on top of ``mb_elementwise``; both 0 in a row not timed under autocast
+    (:func:`autocast_rows`: there every byte moves at the one precision). NaN in a row without a trace."""
     who = "the zoo latency model's additive base"
     b = _col(frame, "batch_size", who)
     out = {f"gflop_{k}": _col(frame, f"tr_flops_{k}", who) / 1e9 for k in TRACE_COMPUTE_KINDS}
@@ -203,12 +204,23 @@ def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: b
         out |= {f"gflop_gemm_{r}": _col(frame, f"tr_flops_gemm_{r}", who) / 1e9 for r in GEMM_REGIMES}
         out |= {f"mb_gemm_{r}": _col(frame, f"tr_bytes_gemm_{r}", who) / 1e6 for r in GEMM_REGIMES}
     if amp_split and all(f"tr_{c}" in frame.columns for c in AMP_SPLIT_COLUMNS):   # fp32 bytes under autocast
-        fp32_norm = _col(frame, "tr_bytes_norm_fp32", who) / 1e6
+        amp = autocast_rows(frame)
+        fp32_norm = np.where(amp, _col(frame, "tr_bytes_norm_fp32", who) / 1e6, 0.0)
         out["mb_norm"] = out["mb_norm"] - fp32_norm
-        out |= {"mb_norm_fp32": fp32_norm, "mb_elementwise_param": _col(frame, "tr_bytes_elementwise_param", who) / 1e6}
+        out |= {"mb_norm_fp32": fp32_norm,
+                "mb_elementwise_param": np.where(amp, _col(frame, "tr_bytes_elementwise_param", who) / 1e6, 0.0)}
     out |= {"ops_per_image": _col(frame, "tr_n_ops", who) / b,
             "weight_mb_per_image": _col(frame, "tr_param_bytes", who) / 1e6 / b, "per_image": 1.0 / b}
     return pd.DataFrame(out, index=frame.index)
+
+
+def autocast_rows(frame: pd.DataFrame) -> np.ndarray:
+    """Per row (n,): whether it was timed under autocast (``timm_precision`` ``amp_fp16`` / ``amp_bf16``), where
+    fp32 parameters and fp32-list operators move some memory-bound bytes at fp32; a file run at one precision
+    throughout (fp32, or a model cast to bf16) has no such split. All True without the column."""
+    if "timm_precision" not in frame.columns:
+        return np.ones(len(frame), bool)
+    return frame["timm_precision"].astype(str).str.startswith("amp").to_numpy()
 
 
 #: The layer-table columns (without ``tr_``) :func:`additive_terms` reads with ``amp_split``
