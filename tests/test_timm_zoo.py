@@ -574,6 +574,8 @@ def test_zoo_latency_settings_from_conf_checked_by_the_schema(capsys):
     settings = bench.zoo_latency_settings([])
     m = ZooLatencyModel(**settings)
     assert m.gemm_regimes == settings["gemm_regimes"] and m.amp_split == settings["amp_split"]
+    default = ZooLatencyModel()   # the class's defaults are the shipped config's
+    assert {k: getattr(default, k) for k in settings} == settings
     assert bench.zoo_latency_settings(["amp_split=false", "n_estimators=7"])["n_estimators"] == 7
     for bad, needle in (("n_estimators=0", "n_estimators"), ("amp_split=maybe", "amp_split"),
                         ("gemm=true", "gemm"), ("base=roofline", "base")):

@@ -322,15 +322,19 @@ class ZooLatencyModel:
     (levit, efficientvit, nest) further from the measurement than the base; the bound lets it move a
     prediction only as far as an independent regression on published totals supports.
     :func:`carb.analysis.zoo_eval.nested_margin` chooses it per held-out family on the other families.
-    ``gemm_regimes``: the additive base prices explicit matrix products by intensity regime
-    (:func:`additive_terms`; off by default: on timm's files it moves LeViT from 1.5x to 1.1-1.2x and
-    SwinV2 from 1.3x to 1.4-1.5x, the count of families within 20 % unchanged)."""
+    ``gemm_regimes``: the additive base prices explicit matrix products by intensity regime; ``amp_split``:
+    it prices the memory-bound bytes autocast moves at fp32 apart (both :func:`additive_terms`; the defaults
+    are ``conf/zoo_latency/default.yaml``'s). Leave-one-family-out on timm's four GPU files (amp fp16), both
+    together against neither: families within 20 % 67 -> 71, 70 -> 73, 69 -> 74, 69 -> 73 (RTX 3090, 4090,
+    5090, PRO 6000), worst family 38 -> 34, 42 -> 39, 52 -> 47, 52 -> 44 %, pooled MAPE lower on each; either
+    alone was worse than neither on at least one GPU (docs/MODEL.md).
+    """
 
     def __init__(self, n_estimators: int = 300, learning_rate: float = 0.03, num_leaves: int = 15,
                  min_child_samples: int = 20, census: bool = True, n_jobs: int = 1, seed: int = 0,
                  balance: bool = False, trace: bool = True, trace_base: bool = False, base: str = "additive",
-                 residual: float = 1.0, margin: float | None = 0.0, gemm_regimes: bool = False,
-                 amp_split: bool = False):
+                 residual: float = 1.0, margin: float | None = 0.0, gemm_regimes: bool = True,
+                 amp_split: bool = True):
         if base not in ("loglinear", "additive"):
             raise DatasetError(f"ZooLatencyModel: base={base!r} is not allowed; allowed: loglinear, additive")
         self.n_estimators, self.learning_rate = n_estimators, learning_rate
