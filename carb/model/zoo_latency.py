@@ -13,8 +13,9 @@ and predicts ``latency_ms`` per batch (n,), so batches of different size are one
   The base of a row with a layer table is :class:`AdditiveBase`: the time per image as a non-negative sum
   of per-kind costs (GFLOPs of each compute kind, MB moved by each kind, operations launched and weights
   read per batch, a fixed cost per batch; attention off the fused kernels apart), so a family never seen
-  is priced by its mix of kinds (optionally explicit matrix products by their intensity regime, not by kind:
-  :func:`carb.design.zoo_features.gemm_regimes`);
+  is priced by its mix of kinds (explicit matrix products by their intensity regime, not by kind:
+  :func:`carb.design.zoo_features.gemm_regimes`; under autocast the memory-bound bytes moved at fp32 apart:
+  :func:`carb.design.zoo_features.amp_memory_split`);
   it is fitted Huber-robust on the log error (:func:`huber_weights`), so a
   family whose time its layer table does not explain (a graph traced other than the one timed) pulls the
   costs of the others less. A row without one takes a log-linear base on params, GMACs, activations,
