@@ -524,7 +524,8 @@ def _amp_frame(seed: int = 0) -> pd.DataFrame:
     share = np.where(heavy, 1.0, rng.uniform(0, 0.3, len(out)))
     out["tr_bytes_norm"] = np.where(heavy, 40, 1) * out["tr_bytes_norm"]
     out["tr_bytes_norm_fp32"] = share * out["tr_bytes_norm"]
-    out["tr_bytes_elementwise_param"] = np.where(heavy, 0.8, rng.uniform(0, 0.3, len(out))) * out["tr_bytes_elementwise"]
+    param_share = np.where(heavy, 0.8, rng.uniform(0, 0.3, len(out)))
+    out["tr_bytes_elementwise_param"] = param_share * out["tr_bytes_elementwise"]
     out["tr_n_norm_fp32"] = out["tr_n_elementwise_param"] = 10.0
     b = out["batch_size"].to_numpy(float)
     t = (0.01 * out["tr_flops_conv_regular"] / 1e9 + 0.2 * out["tr_flops_conv_depthwise"] / 1e9
@@ -568,7 +569,8 @@ def test_zoo_latency_settings_from_conf_checked_by_the_schema(capsys):
     a bad value or an unknown key is one line naming it, exit 2."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("zoo_bench", Path(__file__).resolve().parents[1] / "scripts/bench/zoo.py")
+    path = Path(__file__).resolve().parents[1] / "scripts/bench/zoo.py"
+    spec = importlib.util.spec_from_file_location("zoo_bench", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     settings = bench.zoo_latency_settings([])

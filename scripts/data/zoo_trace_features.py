@@ -8,7 +8,8 @@ Reads ``carb/data/timm-zoo-bench.parquet``; for each distinct ``(model, input_si
 and keeps :func:`carb.design.trace.summarize`'s columns and
 :func:`carb.design.zoo_features.gemm_regimes`' (explicit matrix products by intensity regime, convolution
 weights) and :func:`carb.design.zoo_features.amp_memory_split`'s (the memory-bound bytes mixed precision
-moves at fp32: fp32-list normalisations, element-wise operations reading a parameter). ``--reparam``: the same for the reparameterised
+moves at fp32: fp32-list normalisations, element-wise operations reading a parameter).
+``--reparam``: the same for the reparameterised
 inference graph (``trace(..., reparam=True)``: what timm's benchmark times with ``--reparam``), rows with
 ``reparam`` True and ``folded`` (whether the model had anything to fold; when not, the features equal the
 plain trace's). Rows of the plain trace have ``reparam`` False. ``--refresh``: recompute those
