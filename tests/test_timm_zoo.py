@@ -491,3 +491,98 @@ def test_timm_files_trace_timm_own_graph_not_torchvision_namesake():
     tv = summarize(trace("vgg11", (1, 3, 224, 224), cache=False))
     assert ours["params"] == tv["params"] and ours["macs"] == pytest.approx(tv["macs"], rel=1e-3)
     assert ours["flops_linear"] < 0.1 * tv["flops_linear"]   # the 25088 x 4096 layer is a convolution in timm
+
+
+def test_amp_memory_split_separates_fp32_norms_and_parameter_elementwise():
+    """Layer / group / RMS norms (autocast's fp32 list) apart from batch norm; element-wise operations that
+    read a parameter (layer scale, position embedding) apart from those that do not; other kinds in neither."""
+    from carb.design.zoo_features import amp_memory_split
+
+    table = pd.DataFrame([
+        # op, kind, bytes_read, bytes_written, param_bytes
+        ("_native_batch_norm_legit_no_training", "norm", 100, 100, 16),
+        ("native_layer_norm", "norm", 300, 200, 8),
+        ("native_group_norm", "norm", 40, 10, 8),
+        ("mul", "elementwise", 70, 60, 4),          # gamma * x: reads a parameter
+        ("add", "elementwise", 500, 250, 0),        # residual add: does not
+        ("gelu", "activation", 90, 90, 0),
+        ("addmm", "linear", 1000, 100, 800),
+    ], columns=["op", "kind", "bytes_read", "bytes_written", "param_bytes"])
+    s = amp_memory_split(table)
+    assert s == {"bytes_norm_fp32": 550.0, "n_norm_fp32": 2.0, "bytes_elementwise_param": 130.0,
+                 "n_elementwise_param": 1.0}
+
+
+def _amp_frame(seed: int = 0) -> pd.DataFrame:
+    """:func:`_additive_frame`'s rows with the norm bytes split into batch norm and fp32-list norms and a
+    share of the element-wise bytes reading a parameter, and a law where an fp32-list norm MB costs 0.02 ms
+    (batch norm's 0.002), a parameter element-wise MB 0.01 ms on top; the held-out family ``g`` is all
+    LayerNorm with layer scale (a transformer under autocast), the others mostly batch norm."""
+    rng = np.random.default_rng(seed)
+    out = _additive_frame(seed)
+    heavy = (out["family"] == "g").to_numpy()
+    share = np.where(heavy, 1.0, rng.uniform(0, 0.3, len(out)))
+    out["tr_bytes_norm"] = np.where(heavy, 40, 1) * out["tr_bytes_norm"]
+    out["tr_bytes_norm_fp32"] = share * out["tr_bytes_norm"]
+    param_share = np.where(heavy, 0.8, rng.uniform(0, 0.3, len(out)))
+    out["tr_bytes_elementwise_param"] = param_share * out["tr_bytes_elementwise"]
+    out["tr_n_norm_fp32"] = out["tr_n_elementwise_param"] = 10.0
+    b = out["batch_size"].to_numpy(float)
+    t = (0.01 * out["tr_flops_conv_regular"] / 1e9 + 0.2 * out["tr_flops_conv_depthwise"] / 1e9
+         + 0.002 * out["tr_bytes_activation"] / 1e6 + 0.05 * out["tr_n_ops"] / b
+         + 0.002 * (out["tr_bytes_norm"] - out["tr_bytes_norm_fp32"]) / 1e6 + 0.02 * out["tr_bytes_norm_fp32"] / 1e6
+         + 0.001 * out["tr_bytes_elementwise"] / 1e6 + 0.01 * out["tr_bytes_elementwise_param"] / 1e6)
+    return out.assign(latency_ms=t * b)
+
+
+def test_additive_base_prices_fp32_memory_bytes_apart_for_a_held_out_family():
+    """A held-out family whose norms are all fp32-list ones and whose element-wise bytes mostly read a
+    parameter (a layer-scaled transformer under autocast): with ``amp_split`` the base carries the law to
+    it; with one cost per norm MB and per element-wise MB (off, or the columns absent) it cannot."""
+    from carb.model.zoo_latency import AdditiveBase, additive_terms
+
+    frame = _amp_frame(seed=0)
+    terms = list(additive_terms(frame, amp_split=True).columns)
+    assert {"mb_norm", "mb_norm_fp32", "mb_elementwise", "mb_elementwise_param"} <= set(terms)
+    assert "mb_norm_fp32" not in additive_terms(frame).columns   # off: one cost per norm MB
+    x = additive_terms(frame, amp_split=True)
+    assert np.allclose(x["mb_norm"] + x["mb_norm_fp32"], frame["tr_bytes_norm"] / 1e6)   # a split, not a double count
+    fp32 = additive_terms(frame.assign(timm_precision="fp32"), amp_split=True)   # no autocast: one precision
+    assert (fp32["mb_norm_fp32"] == 0).all() and (fp32["mb_elementwise_param"] == 0).all()
+    assert np.allclose(fp32["mb_norm"], frame["tr_bytes_norm"] / 1e6)
+    amp = additive_terms(frame.assign(timm_precision="amp_fp16"), amp_split=True)
+    assert np.allclose(amp["mb_norm_fp32"], x["mb_norm_fp32"])
+    test = (frame["family"] == "g").to_numpy()
+    y = frame.loc[test, "latency_ms"] / frame.loc[test, "batch_size"]
+    err = {}
+    for name, f, on in (("split", frame, True), ("one cost", frame, False),
+                        ("no columns", frame.drop(columns=["tr_bytes_norm_fp32", "tr_bytes_elementwise_param"]), True)):
+        m = AdditiveBase(huber=None, amp_split=on).fit(f[~test])
+        err[name] = float(np.mean(np.abs(np.exp(m.predict_log(f[test])) / y - 1)))
+    assert err["split"] < 0.02 < 0.2 < min(err["one cost"], err["no columns"])
+    model = ZooLatencyModel(n_estimators=20, min_child_samples=5, amp_split=True).fit(frame[~test])
+    assert model.tbase_.amp_split and "mb_norm_fp32" in model.tbase_.terms_
+
+
+def test_zoo_latency_settings_from_conf_checked_by_the_schema(capsys):
+    """``conf/zoo_latency/default.yaml`` passes its schema and builds the model; an override replaces a key;
+    a bad value or an unknown key is one line naming it, exit 2."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "scripts/bench/zoo.py"
+    spec = importlib.util.spec_from_file_location("zoo_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    settings = bench.zoo_latency_settings([])
+    m = ZooLatencyModel(**settings)
+    assert m.gemm_regimes == settings["gemm_regimes"] and m.amp_split == settings["amp_split"]
+    default = ZooLatencyModel()   # the class's defaults are the shipped config's
+    assert {k: getattr(default, k) for k in settings} == settings
+    assert bench.zoo_latency_settings(["amp_split=false", "n_estimators=7"])["n_estimators"] == 7
+    for bad, needle in (("n_estimators=0", "n_estimators"), ("amp_split=maybe", "amp_split"),
+                        ("gemm=true", "gemm"), ("base=roofline", "base")):
+        with pytest.raises(SystemExit) as e:
+            bench.zoo_latency_settings([bad])
+        assert e.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("--zoo-latency: ") and needle in err and "\n" not in err

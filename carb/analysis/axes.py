@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from carb.analysis.decisions import unknown_probability
-from carb.data.schema import RUNTIME_FEATURES
+from carb.data.schema import RUNTIME_FEATURES, TARGETS
 from carb.design.arch import KNOBS
 from carb.design.features import STATIC_FEATURES
 from carb.errors import ConfigError
@@ -81,6 +81,10 @@ def parse_axes(spec: Sequence[str], frame: pd.DataFrame, targets: Sequence[str],
         text = str(raw).strip()
         maximize = text.startswith("-")
         name = text.lstrip("+-").strip()
+        base = name[: -len(PER_IMAGE)] if name.endswith(PER_IMAGE) else name
+        if name not in allowed and base in TARGETS:   # a cost the model does not predict (a CPU's energy)
+            raise ConfigError(f"{field}: {name!r} is not predicted by the target model (it predicts "
+                              f"{list(targets)}); allowed: {allowed} (a leading '-' maximizes)")
         if name not in allowed:
             raise ConfigError(f"{field}: {name!r} is not a column of the candidates; allowed: {allowed} "
                               f"(a leading '-' maximizes)")

@@ -23,6 +23,7 @@ from carb.data.accuracy import join_top1
 from carb.design.arch import KNOBS, ArchConfig
 from carb.design.features import grid_features
 from carb.design.identity import RESNET, ZOO, row_kinds
+from carb.design.zoo_space import ZOO_DEFAULTS, check_zoo_knobs  # noqa: F401 - ZOO_DEFAULTS re-exported
 from carb.errors import ConfigError
 from carb.model.domain import unseen_mask
 from carb.model.device_check import other_device
@@ -32,8 +33,6 @@ from carb.model.intervals import new_architecture_mask
 CONFIG_COLUMNS = (*KNOBS, "num_classes")
 #: The same for a zoo model's input (:mod:`carb.design.zoo_space`).
 ZOO_CONFIG_COLUMNS = ("model_name", "family", "input_size", "batch_size", "precision")
-#: Knob values a zoo network takes when neither the call nor its frame gives one.
-ZOO_DEFAULTS = {"batch_size": 1, "precision": "fp32", "input_size": 224}
 #: The knobs a ResNet knob frame may leave out (:class:`~carb.design.arch.ArchConfig`'s defaults; ``stages``
 #: None: the named layout of ``depth``); ``block`` and ``depth`` have none.
 RESNET_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ArchConfig) if f.init and f.name in CONFIG_COLUMNS
@@ -92,6 +91,7 @@ def zoo_knobs(x: Any, batch_size: Any = None, precision: Any = None, input_size:
                 vals = _values(v, ZOO_DEFAULTS[k])
                 frame = frame.loc[frame.index.repeat(len(vals))].copy()
                 frame[k] = vals * (len(frame) // len(vals))
+        check_zoo_knobs(frame)
         return frame, modules
     items = [x] if isinstance(x, str) or _is_module(x) else list(x) if isinstance(x, (list, tuple)) else None
     if not items or not all(isinstance(v, str) or _is_module(v) for v in items):
@@ -109,11 +109,20 @@ def zoo_knobs(x: Any, batch_size: Any = None, precision: Any = None, input_size:
     grid = itertools.product(names, *(_values(knob_values[k], ZOO_DEFAULTS[k])
                                       for k in ("input_size", "batch_size", "precision")))
     frame = pd.DataFrame(list(grid), columns=["model_name", "input_size", "batch_size", "precision"])
-    for k in ("input_size", "batch_size"):
-        bad = [v for v in frame[k] if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1]
-        if bad:
-            raise ConfigError(f"{k}: must be a positive integer, got {bad[0]!r}")
+    check_zoo_knobs(frame)
     return frame, modules
+
+
+def all_refused_line(names: Sequence[str], refused: Sequence[str]) -> str:
+    """One line for a call whose every network the tracer refused: the reason itself for one network,
+    else each network with its reason (first reason per network, in input order)."""
+    first = dict.fromkeys(names)
+    for n, why in zip(names, refused):
+        first[n] = first[n] or str(why)
+    if len(first) == 1:
+        return next(iter(first.values()))
+    return "every network was refused: " + "; ".join(
+        why if why.startswith(f"model {n!r}") else f"{n}: {why}" for n, why in first.items())
 
 
 def refused_rows(out: pd.DataFrame, all_rows: pd.DataFrame, ok: np.ndarray, refused: np.ndarray) -> pd.DataFrame:
@@ -224,6 +233,8 @@ class Predictor:
             F = grid_features(frame[config_cols].reset_index(drop=True))
             refused = np.full(len(F), "", dtype=object)
         ok = refused == ""
+        if zoo and len(ok) and not ok.any():   # nothing left to score: the reason(s), one line
+            raise ConfigError(all_refused_line(list(F["model_name"].astype(str)), list(refused)))
         all_rows = F
         F = F[ok].reset_index(drop=True)
         F, _, _ = domain_filter(model, F, "flag")

@@ -78,21 +78,83 @@ def zoo_candidates(space: Mapping[str, Any]) -> tuple[pd.DataFrame, dict[str, st
     :func:`zoo_top1`; ``refused`` maps each network left out (unknown, untraceable, refusing an input size)
     to its one-line reason. Raises :class:`carb.errors.ConfigError` when nothing is left."""
     from carb.design.zoo_inputs import zoo_features_frame
-    from carb.design.zoo_space import zoo_configs
+    from carb.design.zoo_space import all_refused, refusals, zoo_configs
     from carb.errors import ConfigError
 
     configs, refused = zoo_configs(space)
     knobs = pd.DataFrame([c.to_dict() for c in configs]).drop(columns=["family"], errors="ignore")
     F = zoo_features_frame(knobs)
     bad = F["refused"] != ""
-    for m, why in zip(F.loc[bad, "model_name"], F.loc[bad, "refused"]):
-        refused.setdefault(str(m), str(why))
+    failed = {(str(m), int(s)): str(why) for m, s, why in
+              zip(F.loc[bad, "model_name"], F.loc[bad, "input_size"], F.loc[bad, "refused"])}
+    tried = set(zip(F["model_name"].astype(str), F["input_size"].astype(int)))
+    for label, why in refusals(failed, tried).items():
+        if label.split(" at input ")[0] not in refused:
+            refused[label] = why
     F = F[~bad].drop(columns="refused").reset_index(drop=True)
     if not len(F):
-        raise ConfigError(f"space: every network of the zoo space was refused ({refused})")
+        raise ConfigError(all_refused(refused))
     return zoo_top1(F), refused
 
 
+#: A zoo grid file's knob columns (the rest: numeric columns pass through, text ones are refused).
+ZOO_GRID_KNOBS = ("model_name", "input_size", "batch_size", "precision")
+
+
+def zoo_grid_candidates(path: str, defaults: Mapping[str, Any] | None = None,
+                        field: str = "screen.grid_file") -> tuple[pd.DataFrame, dict[str, str]]:
+    """``(featurized candidates, refused)`` of a grid file of named networks (a ``model_name`` column;
+    ``input_size``, ``batch_size``, ``precision`` from the file, else ``defaults``, else 224, 1, fp32), as
+    :func:`zoo_candidates` makes them for a zoo space; the file's other numeric columns (``cost_usd``) pass
+    through. A bad knob value or a text column is one :class:`carb.errors.ConfigError` line naming the file,
+    column and allowed values; a network the tracer refuses is left out and listed in ``refused``."""
+    from pathlib import Path
+
+    from carb.design.gridfile import check_text_values, read_frame
+    from carb.design.zoo_inputs import zoo_features_frame
+    from carb.design.zoo_space import ZOO_DEFAULTS, all_refused, check_zoo_knobs, refusals
+    from carb.errors import ConfigError
+
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"{field}: {str(p)!r} does not exist")
+    df = read_frame(p, field).reset_index(drop=True)
+    where = f"{field} {p.name}"
+    check_text_values(df, where)
+    text = [c for c in df.columns if c not in ZOO_GRID_KNOBS and c != "family"
+            and (not pd.api.types.is_numeric_dtype(df[c]) or pd.api.types.is_bool_dtype(df[c]))]
+    if text:
+        raise ConfigError(f"{where}: unknown column(s) {text}; allowed: {list(ZOO_GRID_KNOBS)} and numeric "
+                          f"columns of your own (passed through)")
+    knobs = df[[c for c in ZOO_GRID_KNOBS if c in df]].copy()
+    for k, v in {**ZOO_DEFAULTS, **dict(defaults or {})}.items():
+        if k in ZOO_GRID_KNOBS and k not in knobs:
+            knobs[k] = v
+    if knobs["model_name"].isna().any() or (knobs["model_name"].astype(str).str.strip() == "").any():
+        row = int(np.flatnonzero(knobs["model_name"].isna() | (knobs["model_name"].astype(str).str.strip() == ""))[0])
+        raise ConfigError(f"{where}: column 'model_name' row {row + 1} is empty; allowed: a zoo name "
+                          f"(tv:<torchvision classifier>, timm:<timm model>)")
+    try:
+        check_zoo_knobs(knobs)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    knobs[["input_size", "batch_size"]] = knobs[["input_size", "batch_size"]].astype(int)
+    F = zoo_features_frame(knobs[list(ZOO_GRID_KNOBS)].reset_index(drop=True))
+    bad = (F["refused"] != "").to_numpy()
+    failed = {(str(m), int(s)): str(why) for m, s, why in
+              zip(F.loc[bad, "model_name"], F.loc[bad, "input_size"], F.loc[bad, "refused"])}
+    refused = refusals(failed, set(zip(F["model_name"].astype(str), F["input_size"].astype(int))))
+    if bad.all():
+        raise ConfigError(all_refused(refused).replace("space.models:", f"{where}:", 1))
+    extras = df.drop(columns=[c for c in df.columns if c in ZOO_GRID_KNOBS or c == "family"])
+    F = F[~bad].drop(columns="refused").reset_index(drop=True)
+    out = zoo_top1(F)
+    extras = extras[~bad].reset_index(drop=True).astype(float)
+    out = pd.concat([out, extras.drop(columns=[c for c in extras.columns if c in out])], axis=1)
+    return out, refused
+
+
 def refused_lines(refused: Mapping[str, str]) -> list[str]:
-    """One line per refused network: ``refused <name>: <reason>``."""
+    """One line per refused network: ``refused <name>: <reason>`` (``<name> at input <sizes>`` where the
+    network was refused at those input sizes only: :func:`carb.design.zoo_space.refusals`)."""
     return [f"refused {m}: {why}" for m, why in sorted(refused.items())]

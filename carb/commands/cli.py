@@ -32,6 +32,44 @@ def register_resolvers() -> None:
 
     if not OmegaConf.has_resolver("carb_home"):
         OmegaConf.register_new_resolver("carb_home", lambda: str(carb_home()))
+    if not OmegaConf.has_resolver("carb_help"):   # --help: the command's own groups (help_template)
+        OmegaConf.register_new_resolver("carb_help", lambda command: help_template(str(command)))
+
+
+def command_groups(command: str) -> list[tuple[str, list[str]]]:
+    """``[(group, options)]`` of the config groups ``carb-<command>`` takes: the groups of ``conf/`` that are
+    top-level keys of its schema (:data:`carb.commands.schema.commands.COMMANDS`), and ``experiment`` with the
+    experiments whose usage line names the command (``carb-<command> +experiment=``). Another group (``data``
+    for ``carb-screen``) is refused as an unknown key, so ``--help`` leaves it out."""
+    from carb.commands.schema.commands import COMMANDS
+
+    conf = Path(CONF_DIR)
+    keys = list(COMMANDS[command].model_fields) if command in COMMANDS else []
+    out = [(k, sorted(f.stem for f in (conf / k).glob("*.yaml"))) for k in keys if (conf / k).is_dir()]
+    experiments = sorted(f.stem for f in (conf / "experiment").glob("*.yaml")
+                         if f"carb-{command} +experiment=" in f.read_text())
+    return sorted([(k, v) for k, v in out if v] + ([("experiment", experiments)] if experiments else []))
+
+
+def help_template(command: str) -> str:
+    """Hydra's ``--help`` page for ``carb-<command>`` (``hydra.help.template``): its own config groups
+    (:func:`command_groups`; Hydra's default lists every group of ``conf/``, most of which it refuses), then
+    the composed config (``$CONFIG``, filled in by Hydra)."""
+    groups = "\n".join(f"{g}: {', '.join(opts)}" for g, opts in command_groups(command))
+    plus = "; experiment is added: +experiment=<option>" if any(g == "experiment" for g, _ in
+                                                                 command_groups(command)) else ""
+    return (f"carb-{command} is powered by Hydra.\n\n== Configuration groups ==\n"
+            f"Compose your configuration from those groups (group=option{plus})\n\n{groups}\n\n"
+            "== Config ==\nOverride anything in the config (foo.bar=value)\n\n$CONFIG\n"
+            "Powered by Hydra (https://hydra.cc)\nUse --hydra-help to view Hydra specific help\n")
+
+
+def help_override(command: str, argv: list[str]) -> list[str]:
+    """``argv`` with ``hydra.help.template`` set to :func:`help_template` (through the ``carb_help``
+    resolver) when it asks for ``--help``/``-h``; else unchanged."""
+    if not any(a in ("--help", "-h") for a in argv) or any(a.startswith("hydra.help.template=") for a in argv):
+        return argv
+    return [*argv, f"hydra.help.template=${{carb_help:{command}}}"]
 
 
 def register_schemas() -> None:
@@ -49,6 +87,10 @@ def concise_warnings() -> None:
     import warnings
 
     warnings.formatwarning = lambda message, category, *a, **k: f"warning: {message}\n"
+    # torchvision's notice that GoogLeNet's / Inception v3's random initialisation will change: CARB builds
+    # them with random weights on purpose (traced on the meta device or timed), so the notice is noise on
+    # every zoo command
+    warnings.filterwarnings("ignore", message="The default weight initialization of")
 
 
 @contextlib.contextmanager
@@ -227,6 +269,7 @@ def hydra_command(command: str, config_name: str | None = None) -> Callable:
             register_schemas()
             telemetry_off()
             sys.argv[1:] = quote_values(sys.argv[1:], command)   # data.device='Titan X (Pascal)' as typed
+            sys.argv[1:] = help_override(command, sys.argv[1:])  # --help lists the groups it takes, no others
             precheck(command, config_name or command, sys.argv[1:])
             return _main()
 

@@ -61,9 +61,21 @@ def load_candidates(cfg: Any) -> pd.DataFrame:
     if not grid_file and is_zoo_space(space):   # named networks: featurized from their layer tables, top-1 joined
         from carb.analysis.zoo_screen import refused_lines, zoo_candidates
 
+        note = own_sizes_note(space)
+        if note:
+            print(wrap_line(f"carb-screen: note: {note}"), file=sys.stderr)
         configs, refused = zoo_candidates(space)
         for line in refused_lines(refused):
             print(f"carb-screen: {line}", file=sys.stderr)
+        configs.attrs["refused"] = dict(refused)   # listed in the report and refused.csv (run_screen)
+        return configs
+    if grid_file and is_zoo_grid(grid_file):   # a grid file of named networks (a model_name column)
+        from carb.analysis.zoo_screen import refused_lines, zoo_grid_candidates
+
+        configs, refused = zoo_grid_candidates(grid_file, to_dict(cfg.screen.get("grid_defaults") or {}))
+        for line in refused_lines(refused):
+            print(f"carb-screen: {line}", file=sys.stderr)
+        configs.attrs["refused"] = dict(refused)
         return configs
     if grid_file:
         configs, extras = read_grid_frame(grid_file, to_dict(cfg.screen.get("grid_defaults") or {}))
@@ -77,6 +89,35 @@ def load_candidates(cfg: Any) -> pd.DataFrame:
 
         configs = join_top1(configs, str(cfg.screen.accuracy))
     return configs
+
+
+def own_sizes_note(space: dict[str, Any]) -> str:
+    """A note naming the networks of a zoo space screened at their own input sizes (``space.input_sizes_of``)
+    none of which is in ``space.input_sizes`` (``space.input_sizes=[160]`` with ViT-Tiny, built for 224): the
+    sizes asked for were not used for them. ``""`` when there is none."""
+    asked = {int(s) for s in space.get("input_sizes") or []}
+    own = space.get("input_sizes_of") or {}
+    models = [str(m) for m in space.get("models") or []]
+    odd = {m: sorted(int(s) for s in own[m]) for m in models if m in own and not asked & {int(s) for s in own[m]}}
+    if not odd:
+        return ""
+    listed = ", ".join(f"{m} at {sizes}" for m, sizes in odd.items())
+    return (f"{listed}: their own input sizes (space.input_sizes_of), not space.input_sizes {sorted(asked)}; "
+            f"space.input_sizes_of.<model>=[...] changes them")
+
+
+def is_zoo_grid(path: Any) -> bool:
+    """Whether the grid file at ``path`` names networks (a ``model_name`` column; its header only is read,
+    or a parquet file's schema); False when it cannot be read (the grid reader then says why)."""
+    p = Path(str(path))
+    try:
+        if p.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            return "model_name" in pq.read_schema(p).names
+        return "model_name" in pd.read_csv(p, nrows=0).columns
+    except Exception:   # noqa: BLE001 - a missing or unreadable file: read_grid_frame's one line says why
+        return False
 
 
 def load_grid(cfg: Any) -> pd.DataFrame:
@@ -100,9 +141,46 @@ def _load(uri: str, role: str) -> Any:
     try:
         model = tracking.load_cascade(uri)
     except ModelError as e:
-        raise ModelError(f"screen.{role}: {e}") from None
+        raise ModelError(f"screen.{role}: {e}{registered_hint(str(e))}") from None
     model.registry_ = tracking.resolve_version(uri) if uri.startswith("models:/") else {}
     return model
+
+
+def check_model_takes_grid(cfg: Any, target_uri: str, target: Any) -> None:
+    """Raise a one-line :class:`ConfigError` when the grid names networks (``space=zoo`` or a grid file with
+    a ``model_name`` column) and the target model was trained on ResNet knobs only (``input_kind_`` "resnet"):
+    it has no feature of a named network (it stopped with "feature set 'full' needs column(s) ['block', ...]"
+    after tracing the whole space)."""
+    from carb.design.zoo_space import is_zoo_space
+
+    if getattr(target, "input_kind_", "resnet") != "resnet":
+        return
+    grid_file = cfg.screen.get("grid_file")
+    if grid_file and is_zoo_grid(grid_file):
+        what = f"screen.grid_file {Path(str(grid_file)).name} (a model_name column)"
+    elif not grid_file and is_zoo_space(to_dict(cfg.space)):
+        what = f"space={cfg.space.get('name', 'zoo')} (named networks)"
+    else:
+        return
+    try:
+        zoo = [n for n in tracking.registered_models() if n.startswith("carb-") and n.endswith("-zoo")]
+    except Exception:   # noqa: BLE001 - the hint is optional
+        zoo = []
+    raise ConfigError(f"screen.target: {target_uri} was trained on ResNet knobs (block, depth, width_mult, ...) and "
+                      f"cannot score {what}; give a zoo model (screen.target=models:/<zoo model>@champion; "
+                      f"registered: {zoo or 'none: carb-train data.path=zoo-cpu'}) or a ResNet space")
+
+
+def registered_hint(message: str) -> str:
+    """``; registered: [<name>@<aliases> or <name>/<latest version>, ...]`` for a model URI that named no
+    registered model or version (``message``: the load error), so the line gives the allowed values; else ``""``."""
+    if "not found" not in message.lower() and "does not exist" not in message.lower():
+        return ""
+    try:
+        names = [n for n in tracking.registered_models() if n.startswith("carb-")]
+    except Exception:   # noqa: BLE001 - the hint is optional; the load error stands alone
+        return ""
+    return f"; registered: {names or 'none'}"
 
 
 def warn_other_device(model: Any, measured: Any, source: str) -> list[str]:
@@ -201,9 +279,11 @@ def run_screen(cfg: Any) -> dict[str, Any]:
     target, source, notes = _load_models(cfg, target_uri)
     budget_cfg = _budget(cfg, screening.model_targets(target), notes)
     load_s = time.perf_counter() - t0
+    check_model_takes_grid(cfg, target_uri, target)   # a ResNet-knob model and named networks: one line, no tracing
     t = time.perf_counter()
     prog.begin("building the grid")
     features = load_candidates(cfg)   # featurized by screen(), beside its scoring
+    refused = dict(features.attrs.get("refused") or {})   # zoo networks left out: {label: reason}
     feat_s = time.perf_counter() - t
     units = plan_grid_steps(prog, len(features))
     chunk = int(cfg.screen.get("chunk_rows") or 100_000)
@@ -233,8 +313,8 @@ def run_screen(cfg: Any) -> dict[str, Any]:
         print(f"carb-screen: {other}", file=sys.stderr)
     mode = "two-stage" if source is not None else "single-stage"
     users = user_columns(features) + ([HJ_SCORE] if HJ_SCORE in result.scored else [])
-    _print_report(cfg, result, notes, target_uri, target, source, mode, users)
-    out_dir = _write_files(cfg, result, prog, users)
+    _print_report(cfg, result, notes, target_uri, target, source, mode, users, refused)
+    out_dir = _write_files(cfg, result, prog, users, refused)
     validation = _validation(cfg, target, result.budget) if cfg.screen.get("validate") else {}
     for k, v in validation.items():
         if k.endswith(("accuracy", "rate", "mae")):
@@ -256,13 +336,16 @@ def run_screen(cfg: Any) -> dict[str, Any]:
         tracking.log_artifact(out_dir, "screen")
     prog.finish(f"screened {counts['n_candidates']} candidates")
     csv = "scored.csv, " if (out_dir / "scored.csv").exists() else ""
-    print(wrap_line(f"wrote {out_dir}/: shortlist.csv, profile_next.csv, {csv}scored.parquet, pareto.png"))
+    left = ", refused.csv" if refused else ""
+    print(wrap_line(f"wrote {out_dir}/: shortlist.csv, profile_next.csv, {csv}scored.parquet, pareto.png{left}"))
     print(f"MLflow run {run_id}")
     say_run_page(run_id, uri)
     from carb.commands.calibrate import source_kind
 
     print("\n".join(next_steps(target_uri, uri, tracking.experiment_url(tracking.EXPERIMENTS["screen"],
-                                                                      tracking.ui_base(uri)), kind=source_kind(target))))
+                                                                      tracking.ui_base(uri)), kind=source_kind(target),
+                                targets=screening.model_targets(target),
+                                zoo=getattr(target, "input_kind_", "resnet") == "zoo")))
     return {**counts, **result.stages, "timings_s": result.timings_s, "output_dir": str(out_dir),
             "run_id": run_id, "target": target_uri, "mode": mode, "validation": validation,
             "shortlist": result.shortlist, "notes": notes}
@@ -297,8 +380,9 @@ def _budget(cfg: Any, targets: list[str], notes: list[str]) -> dict[str, Any]:
 
 
 def _print_report(cfg: Any, result: Any, notes: list[str], target_uri: str, target: Any, source: Any,
-                  mode: str, users: list[str]) -> None:
-    """The terminal report: notes, models, grid and budget, training domain, decisions, shortlist."""
+                  mode: str, users: list[str], refused: dict[str, str] | None = None) -> None:
+    """The terminal report: notes, models, grid and budget, the networks refused (``{label: reason}``),
+    training domain, decisions, shortlist."""
     for n in notes + result.notes:
         print(f"note: {n}")
     print(f"carb-screen: {mode}; target {target_uri} "
@@ -309,6 +393,8 @@ def _print_report(cfg: Any, result: Any, notes: list[str], target_uri: str, targ
     counts = result.counts
     print(wrap_line(f"grid {counts['n_candidates']} candidates; budget {budget_text(result.budget)}; "
           f"objective {result.objective}"))
+    if refused:
+        print(refused_line(refused))
     if source is not None:
         n_re, n_grid = result.stages.get("stage2_rescored", 0), result.counts["n_candidates"]
         where = "the whole grid" if n_re >= n_grid else f"the {n_re} re-scored candidates (screen.rescore=all: whole grid)"
@@ -334,6 +420,13 @@ def _print_report(cfg: Any, result: Any, notes: list[str], target_uri: str, targ
     _print_axes(result, users)
     _print_shortlist(result, screening.model_targets(target), users)
     _print_profile_next(result, shown_users(result, users))
+
+
+def refused_line(refused: dict[str, str]) -> str:
+    """The report's line (wrapped at the table width) naming the zoo networks left out of the grid
+    (``{label: reason}``; the reasons are on stderr and in ``refused.csv``)."""
+    return wrap_line(f"refused {len(refused)} network{'s' if len(refused) != 1 else ''}, not in the grid: "
+                     f"{', '.join(sorted(refused))} (reasons above on stderr and in refused.csv)", TABLE_WIDTH)
 
 
 def _print_origin(target: Any) -> None:
@@ -410,9 +503,11 @@ def _print_profile_next(result: Any, users: list[str]) -> None:
     print(format_table(nxt, [], ["profile_score", "decision_reason"], users=users))
 
 
-def _write_files(cfg: Any, result: Any, prog: Progress, users: list[str]) -> Path:
+def _write_files(cfg: Any, result: Any, prog: Progress, users: list[str],
+                 refused: dict[str, str] | None = None) -> Path:
     """Write the scored grid (parquet, CSV), the shortlist and ``pareto.png`` into one folder per run
-    (Hydra's run folder when run as a command, else a time-stamped one under ``screen.output_dir``)."""
+    (Hydra's run folder when run as a command, else a time-stamped one under ``screen.output_dir``); with
+    ``refused`` (zoo networks left out, ``{label: reason}``) also ``refused.csv`` (columns ``model``, ``reason``)."""
     out_dir = hydra_run_dir() or Path(cfg.screen.output_dir) / time.strftime("%Y-%m-%d_%H-%M-%S")
     out_dir.mkdir(parents=True, exist_ok=True)
     prog.begin("writing the scored grid and pareto.png",
@@ -434,6 +529,9 @@ def _write_files(cfg: Any, result: Any, prog: Progress, users: list[str]) -> Pat
 
     fig = pareto_figure(result)
     write_atomic(out_dir / "pareto.png", lambda tmp: fig.savefig(tmp, format="png", dpi=130, bbox_inches="tight"))
+    if refused:
+        table = pd.DataFrame({"model": list(refused), "reason": list(refused.values())})
+        write_atomic(out_dir / "refused.csv", lambda tmp: table.to_csv(tmp, index=False))
     return out_dir
 
 

@@ -185,22 +185,34 @@ def machine_steps(target_uri: str, kind: str | None) -> list[str]:
     return wrap_command("  your machine  ", f"{cal} source={target_uri} measure=cpu k=12")
 
 
-def next_steps(target_uri: str, tracking_uri: str, runs_url: str | None = None, kind: str | None = None) -> list[str]:
+def next_steps(target_uri: str, tracking_uri: str, runs_url: str | None = None, kind: str | None = None,
+               targets: Sequence[str] | None = None, zoo: bool = False) -> list[str]:
     """The closing "next" block: set your own budget, calibrate to your machine (:func:`machine_steps`, per the
     model's device ``kind``), use the model from Python, open the MLflow UI (``runs_url``: the experiment's runs table in the UI's "Model training" view). The
     commands are typed as this process can run them (:func:`carb.commands.cli.command_text`:
     ``.venv/bin/carb-screen`` when the venv is not on ``PATH``) and wrapped at 120 columns with shell
-    continuations (:func:`carb.commands.cli.wrap_command`), so each copy-pastes as printed."""
+    continuations (:func:`carb.commands.cli.wrap_command`), so each copy-pastes as printed. ``targets``: what
+    the model predicts (the budget line offers only those; None: all three); ``zoo``: a model of named networks
+    (its grid, its machine step and its Python call name networks, not ResNet knobs)."""
     from carb.commands.cli import command_text, wrap_command
 
     screen = command_text("carb-screen")
+    units = {"latency_ms": "ms", "energy_J": "J", "peak_memory_MB": "MB"}
+    limits = " ".join(f"screen.budget.{t}=<{u}>" for t, u in units.items() if targets is None or t in targets)
     lines = ["next:"]
-    lines += wrap_command("  your budget   ", f"{screen} screen.budget.latency_ms=<ms> screen.budget.energy_J=<J> "
-                          "screen.budget.peak_memory_MB=<MB>")
-    lines += wrap_command("  your grid     ", f"{screen} screen.grid_file=<csv of knobs>",
-                          "   (or space.batch_sizes=[1,8] ...)")
-    lines += machine_steps(target_uri, kind)   # per the model's device kind (gpu / cpu)
-    lines += wrap_command("  Python        ", f"carb.load_model('{target_uri}').predict(knobs_frame, budget=...)")
+    lines += wrap_command("  your budget   ", f"{screen} {limits}")
+    if zoo:
+        lines += wrap_command("  your grid     ", f"{screen} space=zoo 'space.models=[tv:resnet50,timm:ghostnet_100]'",
+                              "   (or space.batch_sizes=[1,8] ...)")
+        lines += wrap_command("  your machine  ", f"{command_text('carb-collect')} space=zoo device=cpu measure=cpu "
+                              "out=zoo-mine.parquet", "   (then carb-train data.path=zoo-mine.parquet)")
+        call = "predict(['tv:resnet50', 'timm:ghostnet_100'], batch_size=8, budget=...)"
+    else:
+        lines += wrap_command("  your grid     ", f"{screen} screen.grid_file=<csv of knobs>",
+                              "   (or space.batch_sizes=[1,8] ...)")
+        lines += machine_steps(target_uri, kind)   # per the model's device kind (gpu / cpu)
+        call = "predict(knobs_frame, budget=...)"
+    lines += wrap_command("  Python        ", f"carb.load_model('{target_uri}').{call}")
     lines += wrap_command("  MLflow UI     ", f"{command_text('mlflow')} ui --backend-store-uri {tracking_uri}",
                           "   (or make ui)")
     return lines + ([f"  then {runs_url}"] if runs_url else [])

@@ -162,12 +162,25 @@ def resolve(name: str) -> tuple[str, str]:
                            "and timm models")
         if lib == "tv":
             raise ZooError(f"model {name!r}: unknown torchvision classifier; allowed: "
-                           "torchvision.models.list_models(module=torchvision.models)")
+                           f"torchvision.models.list_models(module=torchvision.models){closest(base, 'tv')}")
     timm = import_timm()
     if timm.is_model(base):
         return "timm", base
     raise ZooError(f"model {name!r}: unknown model; allowed: torchvision classifiers ('tv:<name>') or timm "
-                   "models ('timm:<name>', timm.list_models())")
+                   f"models ('timm:<name>', timm.list_models()){closest(base, lib)}")
+
+
+def closest(base: str, lib: str | None) -> str:
+    """``"; closest: tv:resnet50, ..."``: up to three names of ``lib`` (``tv``, ``timm``; None: both) that
+    read like the unknown ``base`` (difflib), as a suffix of the unknown-name line; ``""`` when none does."""
+    import difflib
+
+    names = [f"tv:{n}" for n in sorted(_torchvision_classifiers())] if lib in (None, "tv") else []
+    if lib in (None, "timm"):
+        names += [f"timm:{n}" for n in import_timm().list_models()]
+    by_base = {n.split(":", 1)[1]: n for n in reversed(names)}   # torchvision's wins a name both have
+    near = difflib.get_close_matches(base, list(by_base), n=3, cutoff=0.75)
+    return f"; closest: {', '.join(by_base[n] for n in near)}" if near else ""
 
 
 def build_model(name: str, *, device: str = "meta", **kwargs: Any) -> nn.Module:

@@ -315,3 +315,33 @@ def gemm_regimes(table: Any) -> dict[str, float]:
         out |= {f"flops_gemm_{r}": float(flops[m].sum()), f"bytes_gemm_{r}": float(moved[m].sum()),
                 f"n_gemm_{r}": float(m.sum())}
     return out
+
+
+#: Normalisation operators of the layer table that autocast runs in fp32 (its "fp32 list": layer, group, RMS
+#: and instance norms read fp16 and write fp32, and the next matrix product casts back), where batch norm
+#: keeps the input's precision (cuDNN's fused inference kernel).
+FP32_NORM_OPS: frozenset[str] = frozenset({"native_layer_norm", "layer_norm", "native_group_norm", "group_norm",
+                                           "rms_norm", "_fused_rms_norm", "instance_norm"})
+
+
+def amp_memory_split(table: Any) -> dict[str, float]:
+    """The memory-bound bytes of a layer table that mixed precision (autocast fp16/bf16) moves at fp32
+    rather than at the half precision of the matrix products, as separate sums (bytes read + written at
+    the table's precision, and calls; same batch as ``table``):
+
+    - ``bytes_norm_fp32`` / ``n_norm_fp32``: normalisations on autocast's fp32 list (:data:`FP32_NORM_OPS`:
+      LayerNorm, GroupNorm, RMSNorm; batch norm is not among them). ``bytes_norm - bytes_norm_fp32`` is
+      batch norm's.
+    - ``bytes_elementwise_param`` / ``n_elementwise_param``: element-wise operations that read a parameter
+      (layer scale ``gamma * x``, an added position embedding or bias): the fp32 parameter promotes the
+      fp16 stream to fp32 from there on (type promotion), so the residual stream of such a network is
+      moved at twice the bytes of a network without one.
+    """
+    import numpy as np
+
+    kind = table["kind"].to_numpy()
+    moved = (table["bytes_read"] + table["bytes_written"]).to_numpy(float)
+    fp32_norm = (kind == "norm") & table["op"].isin(FP32_NORM_OPS).to_numpy()
+    param_ew = (kind == "elementwise") & (table["param_bytes"].to_numpy(float) > 0)
+    return {"bytes_norm_fp32": float(moved[fp32_norm].sum()), "n_norm_fp32": float(fp32_norm.sum()),
+            "bytes_elementwise_param": float(moved[param_ew].sum()), "n_elementwise_param": float(param_ew.sum())}

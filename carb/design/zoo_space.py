@@ -112,6 +112,28 @@ def zoo_product(space: Mapping[str, Any]) -> list[ZooConfig]:
     return out
 
 
+#: Knob values a zoo network takes when neither the call nor its frame gives one (``Predictor.predict``,
+#: a zoo grid file).
+ZOO_DEFAULTS = {"batch_size": 1, "precision": "fp32", "input_size": 224}
+
+
+def check_zoo_knobs(frame: Any) -> None:
+    """Raise a one-line :class:`ConfigError` naming the knob and the allowed values when ``frame`` (a zoo
+    knob frame) holds an ``input_size`` or ``batch_size`` that is not a positive integer (pixels, images)
+    or a ``precision`` outside :data:`carb.design.arch.PRECISIONS`: a typo of the call, not a network the
+    tracer refuses, so it stops the call rather than giving NaN rows."""
+    import numpy as np
+
+    for k in ("input_size", "batch_size"):
+        bad = [v for v in frame[k] if isinstance(v, bool) or not isinstance(v, (int, np.integer, float, np.floating))
+               or not np.isfinite(v) or v < 1 or float(v) != int(v)]
+        if bad:
+            raise ConfigError(f"{k}: must be a positive integer, got {bad[0]!r}")
+    bad = [v for v in frame["precision"] if v not in PRECISIONS]
+    if bad:
+        raise ConfigError(f"precision: {bad[0]!r} is not allowed; allowed: {list(PRECISIONS)}")
+
+
 def zoo_configs(space: Mapping[str, Any], flops_of: Any = None) -> tuple[list[ZooConfig], dict[str, str]]:
     """Expand a zoo space: ``(configs, refused)``. ``refused`` maps a model that cannot be built or traced
     to its one-line reason; its configurations are left out. ``max_flops`` drops configurations whose
@@ -119,19 +141,21 @@ def zoo_configs(space: Mapping[str, Any], flops_of: Any = None) -> tuple[list[Zo
     :func:`flops_per_image`). ``mode: random`` draws ``n`` of them with ``seed``."""
     rows = zoo_product(space)
     flops_of = flops_of or flops_per_image
-    refused: dict[str, str] = {}
+    failed: dict[tuple[str, int], str] = {}   # (model, input size) -> why: a size one model refuses
     cap = space.get("max_flops")
     kept = []
     for cfg in rows:
-        if cfg.model_name in refused:
+        key = (cfg.model_name, cfg.input_size)
+        if key in failed:
             continue
         try:
             per_image = flops_of(cfg.model_name, cfg.input_size) if cap is not None else None
         except ZooError as e:
-            refused[cfg.model_name] = str(e)
+            failed[key] = str(e)
             continue
         if cap is None or per_image * cfg.batch_size <= float(cap):
             kept.append(cfg)
+    refused = refusals(failed, {(c.model_name, c.input_size) for c in rows})
     mode = str(space.get("mode", "grid"))
     if mode not in ("grid", "random"):
         raise ConfigError(f"space.mode: {mode!r} is not allowed; allowed: ['grid', 'random']")
@@ -140,10 +164,39 @@ def zoo_configs(space: Mapping[str, Any], flops_of: Any = None) -> tuple[list[Zo
         if n is None or int(n) <= 0:
             raise ConfigError(f"space.n: random mode needs a positive sample size, got {n!r}")
         kept = random.Random(int(space.get("seed", 0) or 0)).sample(kept, min(int(n), len(kept)))
+    if not kept and refused and all(m in refused for m in {c.model_name for c in rows}):
+        raise ConfigError(all_refused(refused))
     if not kept:
         raise ConfigError("space: the zoo space yields no configurations"
-                          + (f" (refused: {refused})" if refused else ""))
+                          + (f" (refused: {'; '.join(f'{m}: {w}' for m, w in refused.items())})" if refused else ""))
     return kept, refused
+
+
+def all_refused(refused: Mapping[str, str]) -> str:
+    """The one line for a zoo space whose every network was refused (``{label: reason}``, :func:`refusals`):
+    ``space.models: <reason>`` for one network, else each label with its reason."""
+    if len(refused) == 1:
+        return f"space.models: {next(iter(refused.values()))}"
+    parts = []
+    for label, why in refused.items():
+        name = label.split(" at input ")[0]
+        why = why[len(f"model {name!r}: "):] if why.startswith(f"model {name!r}: ") else why
+        parts.append(f"{label}: {why}")
+    return "space.models: every network was refused: " + "; ".join(parts)
+
+
+def refusals(failed: Mapping[tuple[str, int], str], tried: Any) -> dict[str, str]:
+    """``{label: reason}`` of the networks refused: ``failed`` maps ``(model, input size)`` to why, ``tried``
+    holds every ``(model, input size)`` asked for. A model refused at every size it was asked at is labelled
+    by its name; one refused at some sizes only by ``<name> at input <sizes>`` (its other sizes are kept),
+    with the first reason."""
+    out: dict[str, str] = {}
+    for m in dict.fromkeys(name for name, _ in failed):
+        bad = sorted(s for name, s in failed if name == m)
+        asked = {s for name, s in tried if name == m}
+        label = m if asked <= set(bad) else f"{m} at input {', '.join(str(s) for s in bad)}"
+        out[label] = failed[(m, bad[0])]
+    return out
 
 
 def flops_per_image(model_name: str, input_size: int) -> float:

@@ -13,8 +13,9 @@ and predicts ``latency_ms`` per batch (n,), so batches of different size are one
   The base of a row with a layer table is :class:`AdditiveBase`: the time per image as a non-negative sum
   of per-kind costs (GFLOPs of each compute kind, MB moved by each kind, operations launched and weights
   read per batch, a fixed cost per batch; attention off the fused kernels apart), so a family never seen
-  is priced by its mix of kinds (optionally explicit matrix products by their intensity regime, not by kind:
-  :func:`carb.design.zoo_features.gemm_regimes`);
+  is priced by its mix of kinds (explicit matrix products by their intensity regime, not by kind:
+  :func:`carb.design.zoo_features.gemm_regimes`; under autocast the memory-bound bytes moved at fp32 apart:
+  :func:`carb.design.zoo_features.amp_memory_split`);
   it is fitted Huber-robust on the log error (:func:`huber_weights`), so a
   family whose time its layer table does not explain (a graph traced other than the one timed) pulls the
   costs of the others less. A row without one takes a log-linear base on params, GMACs, activations,
@@ -171,7 +172,7 @@ ADDITIVE_BYTE_KINDS: tuple[str, ...] = ("conv_regular", "conv_pointwise", "conv_
                                         "linear", "matmul")
 
 
-def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False) -> pd.DataFrame:
+def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: bool = False) -> pd.DataFrame:
     """The terms of :class:`AdditiveBase` (n rows, each a time source per image in its own unit), from the
     ``tr_*`` columns (per image, fp32) and ``batch_size``: ``gflop_<kind>`` (GFLOPs of each compute kind,
     :data:`TRACE_COMPUTE_KINDS`), ``mb_<kind>`` (MB read + written by each memory-bound kind,
@@ -183,8 +184,13 @@ def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False) -> pd.DataFr
     (1 / batch: a fixed cost per batch). With ``gemm_regimes`` and the trace's
     :func:`carb.design.zoo_features.gemm_regimes` columns, the explicit matrix products (:data:`GEMM_KINDS`) are priced by intensity regime instead of by
     kind: ``gflop_gemm_<r>`` and ``mb_gemm_<r>`` for ``r`` in :data:`GEMM_REGIMES` (a 16-dim attention
-    product and a 768-wide linear no longer share one cost per FLOP and per MB). NaN in a row without a
-    trace."""
+    product and a 768-wide linear no longer share one cost per FLOP and per MB). With ``amp_split`` and the
+    trace's :func:`carb.design.zoo_features.amp_memory_split` columns, the memory-bound bytes mixed
+    precision moves at fp32 get their own costs: ``mb_norm`` becomes batch norm's (``mb_norm``) and the
+    fp32-list normalisations' (``mb_norm_fp32``: LayerNorm, GroupNorm, RMSNorm), and ``mb_elementwise_param``
+    (element-wise operations reading a parameter: layer scale, position embeddings, which promote the
+    stream to fp32) is priced on top of ``mb_elementwise``; both 0 in a row not timed under autocast
+    (:func:`autocast_rows`: there every byte moves at the one precision). NaN in a row without a trace."""
     who = "the zoo latency model's additive base"
     b = _col(frame, "batch_size", who)
     out = {f"gflop_{k}": _col(frame, f"tr_flops_{k}", who) / 1e9 for k in TRACE_COMPUTE_KINDS}
@@ -198,9 +204,29 @@ def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False) -> pd.DataFr
             del out[f"gflop_{k}"], out[f"mb_{k}"]
         out |= {f"gflop_gemm_{r}": _col(frame, f"tr_flops_gemm_{r}", who) / 1e9 for r in GEMM_REGIMES}
         out |= {f"mb_gemm_{r}": _col(frame, f"tr_bytes_gemm_{r}", who) / 1e6 for r in GEMM_REGIMES}
+    if amp_split and all(f"tr_{c}" in frame.columns for c in AMP_SPLIT_COLUMNS):   # fp32 bytes under autocast
+        amp = autocast_rows(frame)
+        fp32_norm = np.where(amp, _col(frame, "tr_bytes_norm_fp32", who) / 1e6, 0.0)
+        out["mb_norm"] = out["mb_norm"] - fp32_norm
+        out |= {"mb_norm_fp32": fp32_norm,
+                "mb_elementwise_param": np.where(amp, _col(frame, "tr_bytes_elementwise_param", who) / 1e6, 0.0)}
     out |= {"ops_per_image": _col(frame, "tr_n_ops", who) / b,
             "weight_mb_per_image": _col(frame, "tr_param_bytes", who) / 1e6 / b, "per_image": 1.0 / b}
     return pd.DataFrame(out, index=frame.index)
+
+
+def autocast_rows(frame: pd.DataFrame) -> np.ndarray:
+    """Per row (n,): whether it was timed under autocast (``timm_precision`` ``amp_fp16`` / ``amp_bf16``), where
+    fp32 parameters and fp32-list operators move some memory-bound bytes at fp32; a file run at one precision
+    throughout (fp32, or a model cast to bf16) has no such split. All True without the column."""
+    if "timm_precision" not in frame.columns:
+        return np.ones(len(frame), bool)
+    return frame["timm_precision"].astype(str).str.startswith("amp").to_numpy()
+
+
+#: The layer-table columns (without ``tr_``) :func:`additive_terms` reads with ``amp_split``
+#: (:func:`carb.design.zoo_features.amp_memory_split`).
+AMP_SPLIT_COLUMNS: tuple[str, ...] = ("bytes_norm_fp32", "bytes_elementwise_param")
 
 
 def bounded(base: np.ndarray, corrected: np.ndarray, hj: np.ndarray, margin: float | None) -> np.ndarray:
@@ -233,16 +259,19 @@ class AdditiveBase:
     on ``log t`` (each a non-negative least-squares problem), ``iterations`` of them, each row weighted by
     :func:`huber_weights` of its log residual with ``huber`` (None: plain least squares). A family never seen
     is predicted by the same per-kind costs, so its mix of kinds, not its name, sets its time.
-    ``gemm_regimes``: price explicit matrix products by intensity regime (:func:`additive_terms`)."""
+    ``gemm_regimes``: price explicit matrix products by intensity regime; ``amp_split``: the memory-bound
+    bytes mixed precision moves at fp32 apart (both :func:`additive_terms`)."""
 
-    def __init__(self, iterations: int = 10, huber: float | None = 0.1, gemm_regimes: bool = False):
+    def __init__(self, iterations: int = 10, huber: float | None = 0.1, gemm_regimes: bool = False,
+                 amp_split: bool = False):
         self.iterations, self.huber, self.gemm_regimes = iterations, huber, gemm_regimes
+        self.amp_split = amp_split
 
     def fit(self, frame: pd.DataFrame, weight: np.ndarray | None = None) -> AdditiveBase:
         """Fit on ``frame``'s traced rows (``weight`` (n,) optional per-row weights); returns self."""
         from scipy.optimize import nnls
 
-        X = additive_terms(frame, self.gemm_regimes).to_numpy(float)
+        X = additive_terms(frame, self.gemm_regimes, self.amp_split).to_numpy(float)
         y = np.exp(per_image_log_ms(frame))
         ok = np.isfinite(X).all(axis=1) & np.isfinite(y) & (y > 0)
         if ok.sum() <= X.shape[1]:
@@ -261,12 +290,12 @@ class AdditiveBase:
             J = Xs / pred[:, None]
             c, _ = nnls(J * w[:, None], (r + J @ c) * w)
         self.coef_ = c
-        self.terms_ = list(additive_terms(frame.iloc[:0], self.gemm_regimes).columns)
+        self.terms_ = list(additive_terms(frame.iloc[:0], self.gemm_regimes, self.amp_split).columns)
         return self
 
     def predict_log(self, frame: pd.DataFrame) -> np.ndarray:
         """Log time per image (n,), NaN in a row without a trace."""
-        X = additive_terms(frame, self.gemm_regimes).to_numpy(float)
+        X = additive_terms(frame, self.gemm_regimes, self.amp_split).to_numpy(float)
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.log((X / self.scale_) @ self.coef_)
 
@@ -294,21 +323,26 @@ class ZooLatencyModel:
     (levit, efficientvit, nest) further from the measurement than the base; the bound lets it move a
     prediction only as far as an independent regression on published totals supports.
     :func:`carb.analysis.zoo_eval.nested_margin` chooses it per held-out family on the other families.
-    ``gemm_regimes``: the additive base prices explicit matrix products by intensity regime
-    (:func:`additive_terms`; off by default: on timm's files it moves LeViT from 1.5x to 1.1-1.2x and
-    SwinV2 from 1.3x to 1.4-1.5x, the count of families within 20 % unchanged)."""
+    ``gemm_regimes``: the additive base prices explicit matrix products by intensity regime; ``amp_split``:
+    it prices the memory-bound bytes autocast moves at fp32 apart (both :func:`additive_terms`; the defaults
+    are ``conf/zoo_latency/default.yaml``'s). Leave-one-family-out on timm's four GPU files (amp fp16), both
+    together against neither: families within 20 % 67 -> 71, 70 -> 73, 69 -> 74, 69 -> 73 (RTX 3090, 4090,
+    5090, PRO 6000), worst family 38 -> 34, 42 -> 39, 52 -> 47, 52 -> 44 %, pooled MAPE lower on each; either
+    alone was worse than neither on at least one GPU (docs/MODEL.md).
+    """
 
     def __init__(self, n_estimators: int = 300, learning_rate: float = 0.03, num_leaves: int = 15,
                  min_child_samples: int = 20, census: bool = True, n_jobs: int = 1, seed: int = 0,
                  balance: bool = False, trace: bool = True, trace_base: bool = False, base: str = "additive",
-                 residual: float = 1.0, margin: float | None = 0.0, gemm_regimes: bool = False):
+                 residual: float = 1.0, margin: float | None = 0.0, gemm_regimes: bool = True,
+                 amp_split: bool = True):
         if base not in ("loglinear", "additive"):
             raise DatasetError(f"ZooLatencyModel: base={base!r} is not allowed; allowed: loglinear, additive")
         self.n_estimators, self.learning_rate = n_estimators, learning_rate
         self.num_leaves, self.min_child_samples = num_leaves, min_child_samples
         self.census, self.n_jobs, self.seed, self.balance = census, n_jobs, seed, balance
         self.trace, self.trace_base, self.base, self.residual = trace, trace_base, base, residual
-        self.margin, self.gemm_regimes = margin, gemm_regimes
+        self.margin, self.gemm_regimes, self.amp_split = margin, gemm_regimes, amp_split
 
     def fit(self, frame: pd.DataFrame) -> ZooLatencyModel:
         """Fit on ``frame``'s rows with a finite base prediction and target; returns self."""
@@ -323,7 +357,8 @@ class ZooLatencyModel:
         self.tbase_ = None
         if self.trace and (self.trace_base or self.base == "additive") and "tr_flops" in frame.columns:
             try:
-                self.tbase_ = (AdditiveBase(gemm_regimes=self.gemm_regimes) if self.base == "additive"
+                self.tbase_ = (AdditiveBase(gemm_regimes=self.gemm_regimes, amp_split=self.amp_split)
+                               if self.base == "additive"
                                else _TraceBase()).fit(frame, w)
             except DatasetError:   # too few traced rows: the plain base only
                 self.tbase_ = None

@@ -25,17 +25,20 @@ between its base and Hidden Joules' regression, the margin of each held-out fami
 families (:func:`carb.analysis.zoo_eval.nested_margin`; ``carb_margin`` in the per-family table).
 
     python scripts/bench/zoo.py [--part all|cpu|gpu] [--devices gpu|all|<device name>] [--no-census]
-        [--no-trace] [--gpu-no-trace-too] [--base additive|loglinear] [--trace-base] [--gemm-regimes]
+        [--no-trace] [--gpu-no-trace-too] [--zoo-latency KEY=VALUE ...]
         [--reparam published|never|always] [--table]
         [--out scripts/data/zoo_bench.json]
 
 CARB's features include the layer table's (``carb/data/timm-zoo-trace.parquet``, joined by
 :func:`carb.data.importers.timm_zoo.with_trace`) when it exists; ``--no-trace`` leaves them out;
-``--base``: CARB's base law of a traced row, :class:`carb.model.zoo_latency.AdditiveBase` (default: per-kind
-costs, non-negative) or ``loglinear`` (the log-linear base on published totals, as before);
-``--trace-base`` (with ``--base loglinear``): that base also takes memory-bound bytes and operation count;
-``--gemm-regimes``: the additive base prices explicit matrix products (linear, matmul) by intensity regime
-(:func:`carb.design.zoo_features.gemm_regimes`) instead of one cost per kind;
+CARB's settings are ``conf/zoo_latency/default.yaml`` (schema :class:`carb.commands.schema.groups.ZooLatency`),
+each overridable with ``--zoo-latency KEY=VALUE``: ``base`` (CARB's base law of a traced row,
+:class:`carb.model.zoo_latency.AdditiveBase`: per-kind costs, non-negative; or ``loglinear``: the log-linear
+base on published totals), ``trace_base`` (with ``base=loglinear``: memory-bound bytes and operation count in
+it too), ``gemm_regimes`` (explicit matrix products, linear and matmul, priced by intensity regime,
+:func:`carb.design.zoo_features.gemm_regimes`, not one cost per kind), ``amp_split`` (the memory-bound bytes
+mixed precision moves at fp32 priced apart: fp32-list normalisations, element-wise operations reading a
+parameter; :func:`carb.design.zoo_features.amp_memory_split`), the correction's features and LightGBM's settings;
 ``--reparam``: which graph of a reparameterisable model (RepVGG, MobileOne, RepViT, FastViT, LeViT, ...)
 the features describe: by default the one each file was run on (timm's benchmark ``--reparam``; the
 published parameter counts show the 4090 / 5090 / PRO 6000 files folded, the 3090 and i9 files not).
@@ -163,6 +166,35 @@ def cpu_part(path: Path, make) -> tuple[dict, pd.DataFrame]:
     return out, cpu
 
 
+ZOO_LATENCY_CONF = ROOT / "conf" / "zoo_latency" / "default.yaml"
+
+
+def zoo_latency_settings(overrides: list[str], path: Path = ZOO_LATENCY_CONF) -> dict:
+    """:class:`carb.model.zoo_latency.ZooLatencyModel`'s keyword settings: ``conf/zoo_latency/default.yaml``
+    with ``overrides`` (``KEY=VALUE``, the value read as YAML) applied, checked against the group's schema
+    (:class:`carb.commands.schema.groups.ZooLatency`). A bad key or value: one line naming it, exit 2."""
+    import yaml
+    from pydantic import ValidationError
+
+    from carb.commands.schema.errors import error_line
+    from carb.commands.schema.groups import ZooLatency
+
+    conf = yaml.safe_load(path.read_text())
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            print(f"--zoo-latency: {item!r} is not KEY=VALUE; allowed keys: {', '.join(ZooLatency.model_fields)}",
+                  file=sys.stderr)
+            raise SystemExit(2)
+        conf[key.strip()] = yaml.safe_load(value)
+    try:
+        ZooLatency.model_validate(conf)
+    except ValidationError as e:
+        print(f"--zoo-latency: {error_line(ZooLatency, conf, e.errors()[0])}", file=sys.stderr)
+        raise SystemExit(2) from None
+    return conf
+
+
 def gpu_part(args: argparse.Namespace, trace: bool) -> list[dict]:
     """LOFO on timm's files per device (with or without the layer-table features): prints the tables;
     returns each device's summary with its ``device``."""
@@ -186,10 +218,11 @@ def gpu_part(args: argparse.Namespace, trace: bool) -> list[dict]:
         for dev, g in zoo.groupby("device_name", sort=True):
             print(f"  {dev}: reparameterised graph ({args.reparam}) on {int(g['tr_reparam'].sum())} rows "
                   f"({g.loc[g['tr_reparam'], 'model'].nunique()} models)", flush=True)
+    settings = zoo_latency_settings(args.zoo_latency)
+    print("CARB's zoo latency model: " + ", ".join(f"{k}={v}" for k, v in settings.items()), flush=True)
     sums = []
     for dev, rows in zoo.groupby("device_name", sort=True):
-        models = {**MODELS, "carb": lambda: ZooLatencyModel(base=args.base, trace_base=args.trace_base,
-                                                            gemm_regimes=args.gemm_regimes)}
+        models = {**MODELS, "carb": lambda: ZooLatencyModel(**settings)}
         table, s = evaluate_device(rows, models=models)
         print(device_block(str(dev), table, s, args.table), flush=True)
         sums.append(device_entry(str(dev), rows, table, s, trace))
@@ -252,12 +285,9 @@ def main() -> None:
     ap.add_argument("--no-census", action="store_true", help="leave the module census out of CARB's features")
     ap.add_argument("--no-trace", action="store_true", help="leave the layer-table features out of CARB's")
     ap.add_argument("--gpu-no-trace-too", action="store_true", help="also the GPU part without trace features")
-    ap.add_argument("--trace-base", action="store_true",
-                    help="with --base loglinear: memory-bound bytes and n_ops in CARB's base too")
-    ap.add_argument("--gemm-regimes", action="store_true",
-                    help="additive base: explicit matrix products priced by intensity regime, not by kind")
-    ap.add_argument("--base", default="additive", choices=["additive", "loglinear"],
-                    help="CARB's base law of a traced row: per-kind non-negative costs, or log-linear on totals")
+    ap.add_argument("--zoo-latency", action="append", default=[], metavar="KEY=VALUE",
+                    help="a setting of CARB's zoo latency model over conf/zoo_latency/default.yaml (repeatable; "
+                         "e.g. gemm_regimes=false, amp_split=false, base=loglinear)")
     ap.add_argument("--reparam", default="published", choices=["published", "never", "always"],
                     help="which traced graph of a reparameterisable model: the one each timm file was run on "
                          "(its published parameter counts say), the plain training graph, or the folded one")

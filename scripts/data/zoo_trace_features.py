@@ -7,7 +7,9 @@ Reads ``carb/data/timm-zoo-bench.parquet``; for each distinct ``(model, input_si
 :func:`carb.design.trace.trace` at batch 1, fp32, 3 channels (the tracer scales to any batch and precision)
 and keeps :func:`carb.design.trace.summarize`'s columns and
 :func:`carb.design.zoo_features.gemm_regimes`' (explicit matrix products by intensity regime, convolution
-weights). ``--reparam``: the same for the reparameterised
+weights) and :func:`carb.design.zoo_features.amp_memory_split`'s (the memory-bound bytes mixed precision
+moves at fp32: fp32-list normalisations, element-wise operations reading a parameter).
+``--reparam``: the same for the reparameterised
 inference graph (``trace(..., reparam=True)``: what timm's benchmark times with ``--reparam``), rows with
 ``reparam`` True and ``folded`` (whether the model had anything to fold; when not, the features equal the
 plain trace's). Rows of the plain trace have ``reparam`` False. ``--refresh``: recompute those
@@ -83,7 +85,7 @@ def trace_one(job: tuple[str, int, bool]) -> dict[str, Any]:
     reparameterised graph when ``reparam``), with the settings used, ``reparam``, ``folded``, the trace's
     wall seconds and ``refused`` (None or the one-line reason)."""
     from carb.design.trace import summarize, trace
-    from carb.design.zoo_features import gemm_regimes
+    from carb.design.zoo_features import amp_memory_split, gemm_regimes
     from carb.errors import ZooError
 
     model, size, reparam = job
@@ -95,7 +97,7 @@ def trace_one(job: tuple[str, int, bool]) -> dict[str, Any]:
         try:
             table = trace(timm_graph(model), (1, 3, size, size), precision="fp32", settings=settings,
                           reparam=reparam)
-            row.update(summarize(table) | gemm_regimes(table))
+            row.update(summarize(table) | gemm_regimes(table) | amp_memory_split(table))
             row["folded"] = bool(table.attrs.get("reparam", False))
             row["settings"] = json.dumps(settings) if settings else ""
             row["refused"] = None
@@ -114,12 +116,12 @@ def refresh_one(job: tuple[str, int, str, bool]) -> dict[str, Any]:
     """summarize()'s columns of a row already in the table, recomputed from its cached trace (the same
     settings, plain or folded graph): after summarize() gains a column, no model is traced again."""
     from carb.design.trace import summarize, trace
-    from carb.design.zoo_features import gemm_regimes
+    from carb.design.zoo_features import amp_memory_split, gemm_regimes
 
     model, size, settings, folded = job
     table = trace(timm_graph(model), (1, 3, size, size), precision="fp32",
                   settings=json.loads(settings) if settings else None, reparam=folded)
-    return summarize(table) | gemm_regimes(table)
+    return summarize(table) | gemm_regimes(table) | amp_memory_split(table)
 
 
 def refresh(done: pd.DataFrame, workers: int) -> pd.DataFrame:

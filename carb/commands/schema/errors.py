@@ -33,7 +33,19 @@ def error_line(schema: type[BaseModel], config: Any, err: dict[str, Any]) -> str
         bad = [v for v in value if v not in _choices(items)]
         if bad:
             return f"{key}: {bad} not allowed; give a non-empty list of {_choices(items)}"
-    return f"{key}: must be {describe(tp)}, got {value!r}"
+    return f"{key}: must be {describe(tp)}, got {value!r}{_list_hint(key, tp, value)}"
+
+
+def _list_hint(key: str, tp: Any, value: Any) -> str:
+    """`` (a list: key=[value])`` when a list key got one value that would do as its item
+    (``space.models=tv:resnet18`` for ``space.models=[tv:resnet18]``), else ``""``."""
+    items = _list_item(tp)
+    if items is None or value is None or isinstance(value, (list, dict, bool)):
+        return ""
+    choices = _choices(items)
+    fits = (value in choices) if choices is not None else (
+        isinstance(value, str) if _strip(items) is str else isinstance(value, (int, float)) and value > 0)
+    return f" (a list: {key}=[{value}])" if fits else ""
 
 
 def _locate(schema: type[BaseModel], config: Any, loc: list[Any]) -> tuple[list[str], Any, Any]:

@@ -409,6 +409,23 @@ class HjScore(Section):
     accuracy_weight: Annotated[float, Field(ge=0, le=1)]
 
 
+class ZooLatency(Section):
+    """``conf/zoo_latency/default.yaml``: :class:`carb.model.zoo_latency.ZooLatencyModel`'s settings (timm's
+    published files; read by ``scripts/bench/zoo.py``)."""
+
+    base: Literal["additive", "loglinear"]
+    trace_base: bool
+    gemm_regimes: bool
+    amp_split: bool
+    census: bool
+    trace: bool
+    n_estimators: Count
+    learning_rate: Positive
+    num_leaves: Annotated[int, Field(ge=2)]
+    min_child_samples: Count
+    residual: Annotated[float, Field(ge=0, le=1)]
+
+
 class Screen(Section):
     """``screen``: what ``carb-screen`` scores, keeps and ranks."""
 
