@@ -37,8 +37,10 @@ a 1 s configuration weigh alike; units of the inputs in MB = 2**20 bytes and fvc
 
 On zoo rows (named networks with the layer table's per-kind columns, :mod:`carb.design.zoo_features`) the layer
 roofline has a third form, ``kinds``: ``c0 + sum_p sum_k f_kp * flops_<kind>_p + sum_k b_k * bytes_<kind>_MB + c_o *
-n_ops`` (compute kinds per precision, memory-bound kinds shared), kept only when its leave-families-out error is
-below :attr:`LayerRooflinePrior.RICHER_GAIN` x the aggregate form's.
+n_ops + c_w * weights_linear_MB`` (compute kinds per precision, memory-bound kinds shared; the last term the bytes of
+the fully connected layers' weights, read once a forward whatever the batch: at batch 1-2 they are most of
+AlexNet's and VGG's time on a CPU, which FLOPs that grow with the batch cannot say), kept only when its
+leave-families-out error is below :attr:`LayerRooflinePrior.RICHER_GAIN` x the aggregate form's.
 
 On a GPU (every row ``device_kind == "cuda"``, setting ``overlap_k``) the latency prior is not the sum of
 its terms but a smooth maximum of the host-side ones (constant, launches) and the device work: PyTorch
@@ -395,6 +397,9 @@ class LayerRooflinePrior(RooflinePrior):
         self.per_precision_terms_ = self.PER_PRECISION
         self.shared_terms_ = self.SHARED
         self.native_ = native_dispatch(X) if (self.cpu_dispatch and cpu) else None
+        from carb.design.zoo_features import ZOO_WEIGHT_FEATURES
+
+        self.kind_weights_ = ZOO_WEIGHT_FEATURES   # the per-kind form's weight terms (read by it alone)
         self.probe_, self.probe_reason_ = fit_device_probe(X, self.native_) if self.device_probe else (None, "off")
         self.tensor_speedup_ = (float(self.tensor_core_speedup)
                                 if self.tensor_core_speedup and tensor_core_device(X) else None)
@@ -500,15 +505,18 @@ class LayerRooflinePrior(RooflinePrior):
 
     def _kind_names(self) -> list[str]:
         """Coefficient names of the per-kind form: const, per precision a cost per FLOP of each compute kind,
-        then a cost per MB of each memory-bound kind and per operator."""
+        then a cost per MB of each memory-bound kind and per operator, then (fits since the term existed) a cost
+        per MB of the weights of each :data:`carb.design.zoo_features.WEIGHT_KINDS` kind (read once a forward)."""
         from carb.design.zoo_features import BYTE_KINDS, FLOP_KINDS
 
         return ["const", *[f"per_flop_{k}_{p}" for p in self.precisions_ for k in FLOP_KINDS],
-                *[f"per_MB_{k}" for k in BYTE_KINDS], "per_op"]
+                *[f"per_MB_{k}" for k in BYTE_KINDS], "per_op",
+                *[f"per_{c}" for c in getattr(self, "kind_weights_", ())]]   # absent on priors pickled before
 
     def _kind_design(self, X: pd.DataFrame, prec: np.ndarray) -> np.ndarray:
         """(n, len(:meth:`_kind_names`)) design of zoo rows: FLOPs of each compute kind in the columns of the
-        row's precision ``prec`` (n,), MB of each memory-bound kind and ``n_ops`` shared."""
+        row's precision ``prec`` (n,), MB of each memory-bound kind and ``n_ops`` shared, then the MB of weights
+        of :data:`carb.design.zoo_features.WEIGHT_KINDS` layers (batch-independent, :func:`weight_columns`)."""
         from carb.design.zoo_features import BYTE_KINDS, FLOP_KINDS
 
         cols = [np.ones(len(X))]
@@ -517,6 +525,9 @@ class LayerRooflinePrior(RooflinePrior):
             cols += [np.where(mine, _num(X, f"flops_{k}"), 0.0) for k in FLOP_KINDS]
         cols += [_num(X, f"bytes_{k}_MB") for k in BYTE_KINDS]
         cols.append(_num(X, "n_ops"))
+        weights = getattr(self, "kind_weights_", ())
+        if weights:
+            cols += list(weight_columns(X, weights).T)
         return np.column_stack(cols)
 
     def _terms(self) -> tuple[tuple, tuple]:
@@ -640,6 +651,21 @@ class LayerRooflinePrior(RooflinePrior):
                 "static_W": (float(self.static_W_) if getattr(self, "time_prior_", None) is not None else None),
                 "device_probe": (self.probe_.to_dict() if getattr(self, "probe_", None) is not None
                                  else getattr(self, "probe_reason_", "off"))}
+
+
+def weight_columns(X: pd.DataFrame, columns: tuple[str, ...]) -> np.ndarray:
+    """(n, len(columns)) MB of weights per row (:data:`carb.design.zoo_features.ZOO_WEIGHT_FEATURES`,
+    batch-independent): ``X``'s own columns where present and finite, else the row's layer table's
+    (:func:`carb.design.zoo_features.layer_columns`), else 0 (a network nobody can trace adds no weight term)."""
+    out = np.column_stack([pd.to_numeric(X[c], errors="coerce").to_numpy(float) if c in X.columns
+                           else np.full(len(X), np.nan) for c in columns]) if columns else np.zeros((len(X), 0))
+    missing = ~np.isfinite(out).all(axis=1)
+    if missing.any():
+        from carb.design.zoo_features import layer_columns
+
+        fresh = layer_columns(X.iloc[np.flatnonzero(missing)])
+        out[missing] = np.column_stack([fresh[c] for c in columns])
+    return np.nan_to_num(out, nan=0.0)
 
 
 def zoo_kind_rows(X: pd.DataFrame) -> bool:
