@@ -1,6 +1,6 @@
 """The CPU latency prior's per-kind terms beyond FLOPs and memory-bound bytes (issue 43, CPU zoo by held-out
 family): the weights of fully connected layers, read once per forward whatever the batch (AlexNet's and VGG's
-classifiers). Synthetic targets on real traced networks and small traced modules (tests/synthetic.py), never a
+classifiers), and memory-bound passes priced per element on a CPU. Synthetic targets on real traced networks and small traced modules (tests/synthetic.py), never a
 measurement."""
 from __future__ import annotations
 
@@ -90,15 +90,37 @@ def test_latency_prior_prices_fully_connected_weights_once_per_forward(kinds_row
     assert prior.coef_["per_weights_linear_MB"] == pytest.approx(0.5, rel=0.1)
 
 
-def test_a_per_kind_prior_pickled_before_the_weight_term_still_predicts(kinds_rows):
-    """A per-kind prior fitted before the weight term existed (no ``kind_weights_``, one coefficient fewer)
-    predicts with its own columns, not the new ones."""
+def test_a_per_kind_prior_pickled_before_its_cpu_terms_still_predicts(kinds_rows):
+    """A per-kind prior fitted before the weight, per-element and unpriced-concatenation terms existed (none of
+    their attributes, the old column layout) predicts with its own columns, not the new ones."""
     from carb.model.physics import make_prior
 
     prior = make_prior("latency_ms").fit(kinds_rows, _law(kinds_rows, 0.0))
-    n = len(prior.column_names())
-    del prior.kind_weights_
-    prior.coef_values_ = prior.coef_values_[:-1]
-    assert len(prior.column_names()) == n - 1
+    new = prior.column_names()
+    assert "per_weights_linear_MB" in new and "per_MB_concat" not in new
+    for a in ("kind_weights_", "kind_bytes_", "kind_per_element_"):
+        delattr(prior, a)
+    old = prior.column_names()
+    assert "per_weights_linear_MB" not in old and "per_MB_concat" in old and len(old) == len(new)
+    prior.coef_values_ = np.full(len(old), 1e-9)
     pred = prior.predict(kinds_rows)
     assert pred.shape == (len(kinds_rows),) and np.isfinite(pred).all() and (pred > 0).all()
+
+
+def test_cpu_latency_prior_prices_compute_on_element_kinds_per_element(kinds_rows):
+    """A CPU whose pooling and activations cost the same per element at bf16 as at fp32 (it converts each
+    element and computes in caches): fitted on fp32 rows alone, the per-kind form predicts the bf16 rows within
+    2 % (their memory-bound passes priced per element, not per byte: per byte they would cost half); on GPU
+    rows the memory-bound kinds stay per byte."""
+    from carb.design.arch import BYTES_PER_ELEMENT
+    from carb.model.physics import make_prior
+
+    fp32_MB = 4.0 / kinds_rows["precision"].map(BYTES_PER_ELEMENT).to_numpy(float)
+    y = _law(kinds_rows, 0.0) + 0.2 * fp32_MB * (kinds_rows["bytes_pool_MB"] + kinds_rows["bytes_activation_MB"])
+    y = y.to_numpy(float)
+    fp32 = (kinds_rows["precision"] == "fp32").to_numpy()
+    prior = make_prior("latency_ms").fit(kinds_rows[fp32], y[fp32])
+    assert prior.form_ == "kinds" and prior.train_mape_ < 0.02
+    assert np.mean(np.abs(prior.predict(kinds_rows[~fp32]) / y[~fp32] - 1)) < 0.02
+    gpu = kinds_rows.assign(device_kind="cuda")
+    assert make_prior("latency_ms", overlap_k=None).fit(gpu, y).kind_per_element_ == ()
