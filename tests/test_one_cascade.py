@@ -30,8 +30,8 @@ def test_resnet_rows_layer_table_features_are_the_traced_torchvision_models():
     for i, name in enumerate(TORCHVISION_OF):
         r = RESNET_ROWS.iloc[i]
         s = Z.module_summary(build_model(name), int(r["input_size"]), str(r["precision"]))   # the meta-device trace
-        ref = {**Z.static_of(s, int(r["batch_size"])), **Z.kinds_of(s, int(r["batch_size"]))}
-        assert set(ref) == set(cols) == {*Z.ZOO_STATIC, *Z.ZOO_KIND_FEATURES}
+        ref = {**Z.static_of(s, int(r["batch_size"])), **Z.kinds_of(s, int(r["batch_size"])), **Z.weights_of(s)}
+        assert set(ref) == set(cols) == {*Z.ZOO_STATIC, *Z.ZOO_KIND_FEATURES, *Z.ZOO_WEIGHT_FEATURES}
         for c, v in ref.items():
             assert cols[c][i] == pytest.approx(v, rel=1e-12, abs=0), (name, c)
         assert cols["peak_live_MB"][i] > 0 and cols["flops_conv_pointwise"][i] > (0 if "50" in name else -1)

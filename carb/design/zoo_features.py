@@ -47,6 +47,8 @@ def _table_summary(table: Any) -> dict[str, Any]:
     s["max_written"] = float(table.loc[~views, "bytes_written"].max()) if (~views).any() else 0.0
     s["n_conv"] = int(table["kind"].isin(CONV_KINDS).sum())
     s["peak_live_frontier"] = live_frontier(table)
+    for k in WEIGHT_KINDS:   # parameter bytes of the kind's layers, read once per forward whatever the batch
+        s[f"param_bytes_{k}"] = float(table.loc[table["kind"] == k, "param_bytes"].sum())
     return s
 
 
@@ -152,6 +154,22 @@ BYTE_KINDS: tuple[str, ...] = ("conv_depthwise", "norm", "activation", "elementw
 ZOO_KIND_FEATURES: tuple[str, ...] = (*(f"flops_{k}" for k in FLOP_KINDS), *(f"bytes_{k}_MB" for k in BYTE_KINDS))
 
 
+#: Layer kinds whose weight bytes the latency prior reads (:data:`ZOO_WEIGHT_FEATURES`): fully connected layers,
+#: whose weights a small batch streams from memory once per forward with few multiply-adds per byte (AlexNet's
+#: and VGG's classifiers: 58 M and 119 M parameters, 94 % and 90 % of the network's, under 2 % of its FLOPs).
+WEIGHT_KINDS: tuple[str, ...] = ("linear",)
+#: Batch-independent columns of a row from its layer table: ``weights_<kind>_MB``, the parameter bytes of the
+#: :data:`WEIGHT_KINDS` layers at the row's precision (MB). Not model features (the trees never read them): the
+#: latency prior's per-kind form reads them (:class:`carb.model.physics.LayerRooflinePrior`).
+ZOO_WEIGHT_FEATURES: tuple[str, ...] = tuple(f"weights_{k}_MB" for k in WEIGHT_KINDS)
+
+
+def weights_of(s: Mapping[str, Any]) -> dict[str, float]:
+    """:data:`ZOO_WEIGHT_FEATURES` of a batch-1 summary ``s`` (:func:`zoo_summary`; batch-independent, MB);
+    0 for a summary made before the key existed."""
+    return {f"weights_{k}_MB": float(s.get(f"param_bytes_{k}", 0.0)) / MB for k in WEIGHT_KINDS}
+
+
 def zoo_kind_columns(frame: Any) -> dict[str, Any]:
     """:data:`ZOO_KIND_FEATURES` for the n rows of ``frame`` (columns ``model_name``, ``input_size``,
     ``batch_size``, ``precision``), ``{column: (n,) float array}``: each distinct (model, size, precision)
@@ -161,7 +179,7 @@ def zoo_kind_columns(frame: Any) -> dict[str, Any]:
 
 
 def layer_columns(frame: Any) -> dict[str, Any]:
-    """:data:`ZOO_STATIC` and :data:`ZOO_KIND_FEATURES` of the n rows of ``frame``, each from its own
+    """:data:`ZOO_STATIC`, :data:`ZOO_KIND_FEATURES` and :data:`ZOO_WEIGHT_FEATURES` of the n rows of ``frame``, each from its own
     network's layer table (:func:`carb.design.identity.row_kinds`): a zoo row's from the current tracer
     (as :func:`zoo_kind_columns`), a ResNet row's from its walk (:func:`resnet_layer_columns`);
     ``{column: (n,) float array}``, NaN where the tracer refuses the model (e.g. a ``module:`` name: its
@@ -171,7 +189,7 @@ def layer_columns(frame: Any) -> dict[str, Any]:
     from carb.design.identity import RESNET, ZOO, row_kinds
 
     n = len(frame)
-    out = {c: np.full(n, np.nan) for c in (*ZOO_STATIC, *ZOO_KIND_FEATURES)}
+    out = {c: np.full(n, np.nan) for c in (*ZOO_STATIC, *ZOO_KIND_FEATURES, *ZOO_WEIGHT_FEATURES)}
     kinds = row_kinds(frame) if n else np.zeros(0, dtype=object)
     for name, fill in ((ZOO.name, _zoo_layer_columns), (RESNET.name, resnet_layer_columns)):
         rows = np.flatnonzero(kinds == name)
@@ -191,7 +209,7 @@ def _zoo_layer_columns(frame: Any) -> dict[str, Any]:
     from carb.errors import ZooError
 
     n = len(frame)
-    out = {c: np.full(n, np.nan) for c in (*ZOO_STATIC, *ZOO_KIND_FEATURES)}
+    out = {c: np.full(n, np.nan) for c in (*ZOO_STATIC, *ZOO_KIND_FEATURES, *ZOO_WEIGHT_FEATURES)}
     if not n:
         return out
     prec = (frame["precision"].astype(str) if "precision" in frame.columns
@@ -206,7 +224,7 @@ def _zoo_layer_columns(frame: Any) -> dict[str, Any]:
         except ZooError:
             continue
         rows = np.flatnonzero(codes == j)
-        for c, v in kinds_of(s, batch[rows]).items():
+        for c, v in {**kinds_of(s, batch[rows]), **weights_of(s)}.items():
             out[c][rows] = v
         for i in rows:
             for c, v in static_of(s, int(batch[i])).items():
@@ -251,7 +269,7 @@ def resnet_layer_columns(frame: Any) -> dict[str, Any]:
     from carb.design.candidates import records_frame
 
     n = len(frame)
-    out = {c: np.full(n, np.nan) for c in (*ZOO_STATIC, *ZOO_KIND_FEATURES)}
+    out = {c: np.full(n, np.nan) for c in (*ZOO_STATIC, *ZOO_KIND_FEATURES, *ZOO_WEIGHT_FEATURES)}
     if not n:
         return out
     knobs = records_frame(frame[[c for c in RECORD_COLUMNS if c in frame.columns]], "ResNet rows")
@@ -263,7 +281,7 @@ def resnet_layer_columns(frame: Any) -> dict[str, Any]:
         rows = np.flatnonzero(codes == j)
         rec = knobs.iloc[rows[0]]
         s = resnet_summary(rec, str(rec["precision"]))
-        for c, v in kinds_of(s, batch[rows]).items():
+        for c, v in {**kinds_of(s, batch[rows]), **weights_of(s)}.items():
             out[c][rows] = v
         for c, v in _static_rows(s, batch[rows]).items():
             out[c][rows] = v

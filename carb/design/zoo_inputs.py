@@ -11,9 +11,11 @@ from typing import Any
 from carb.design.zoo_features import (
     ZOO_KIND_FEATURES,
     ZOO_STATIC,
+    ZOO_WEIGHT_FEATURES,
     kinds_of,
     module_summary,
     static_of,
+    weights_of,
     zoo_summary,
 )
 
@@ -41,7 +43,8 @@ def module_name(module: Any) -> str:
 
 def zoo_features_frame(knobs: Any, modules: Mapping[str, Any] | None = None) -> Any:
     """A zoo knob frame (``model_name``, ``input_size``, ``batch_size``, ``precision``; ``family`` optional)
-    with ``family``, ``config_id``, :data:`ZOO_STATIC` and :data:`ZOO_KIND_FEATURES` added (whole batch):
+    with ``family``, ``config_id``, :data:`ZOO_STATIC` and :data:`ZOO_KIND_FEATURES` added (whole batch; and the
+    batch-independent :data:`ZOO_WEIGHT_FEATURES` the latency prior reads):
     what the model reads of a network nobody measured. Rows the tracer refuses keep NaN features and get
     ``refused`` (the one-line reason); the others ``""``. Shape (n, k), index of ``knobs``. ``modules``:
     ``{model_name: nn.Module}`` for rows naming a module (``module:<Class>``) rather than a zoo name."""
@@ -64,7 +67,7 @@ def zoo_features_frame(knobs: Any, modules: Mapping[str, Any] | None = None) -> 
             fams.append("")
             refused[i] = str(e)
     out["family"] = fams
-    cols = {c: np.full(len(out), np.nan) for c in (*ZOO_STATIC, *ZOO_KIND_FEATURES)}
+    cols = {c: np.full(len(out), np.nan) for c in (*ZOO_STATIC, *ZOO_KIND_FEATURES, *ZOO_WEIGHT_FEATURES)}
     ids = []
     for i, (m, s, b, p) in enumerate(zip(out["model_name"].astype(str), out["input_size"], out["batch_size"],
                                          out["precision"].astype(str))):
@@ -81,7 +84,7 @@ def zoo_features_frame(knobs: Any, modules: Mapping[str, Any] | None = None) -> 
         except ZooError as e:
             refused[i] = str(e)
             continue
-        for c, v in {**static_of(summ, int(b)), **kinds_of(summ, float(b))}.items():
+        for c, v in {**static_of(summ, int(b)), **kinds_of(summ, float(b)), **weights_of(summ)}.items():
             cols[c][i] = float(v)
     out["config_id"] = ids
     out = pd.concat([out, pd.DataFrame(cols, index=out.index)], axis=1)

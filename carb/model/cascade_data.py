@@ -66,7 +66,8 @@ def with_zoo_kinds(X: pd.DataFrame, features: Sequence[str]) -> pd.DataFrame:
     (:func:`carb.design.zoo_features.layer_columns`: a zoo row's from the current tracer, a ResNet row's from
     its walk; each network once, cached): the per-kind and static columns added where ``features`` names
     them and ``X`` lacks them, and the static columns (:data:`carb.design.zoo_features.ZOO_STATIC`) ``X`` has
-    replaced where the layer table knows the network. Zoo rows always read the layer table; ResNet rows
+    replaced where the layer table knows the network, and the latency prior's weight columns
+    (:data:`carb.design.zoo_features.ZOO_WEIGHT_FEATURES`) wherever X lacks them. Zoo rows always read the layer table; ResNet rows
     only under a layer-table feature list (:func:`carb.model.encoding.reads_layer_table`: a model fitted
     with zoo rows), so a ResNet model's own features stay as they are. So the rows a model is fitted on
     and the networks it predicts read one layer table: a dataset's stored columns are the tracer's of the
@@ -75,7 +76,7 @@ def with_zoo_kinds(X: pd.DataFrame, features: Sequence[str]) -> pd.DataFrame:
     per-operation time (:func:`carb.model.op_cost.with_probe_op_ms`) where ``features`` names
     ``probe_op_ms`` (opt-in: no default feature list does)."""
     from carb.design.identity import RESNET, ZOO, row_kinds
-    from carb.design.zoo_features import ZOO_KIND_FEATURES, ZOO_STATIC
+    from carb.design.zoo_features import ZOO_KIND_FEATURES, ZOO_STATIC, ZOO_WEIGHT_FEATURES
     from carb.model.encoding import reads_layer_table
     from carb.model.op_cost import PROBE_OP_FEATURE
 
@@ -91,6 +92,8 @@ def with_zoo_kinds(X: pd.DataFrame, features: Sequence[str]) -> pd.DataFrame:
     if not fresh_rows.any():
         return X
     need = [f for f in features if f in (*ZOO_KIND_FEATURES, *ZOO_STATIC) and f not in X.columns]
+    # the latency prior's batch-independent weight columns, whenever the layer table is read
+    need += [c for c in ZOO_WEIGHT_FEATURES if c not in X.columns]
     stored = [c for c in ZOO_STATIC if c in X.columns]
     if not need and not stored:
         return X

@@ -37,8 +37,13 @@ a 1 s configuration weigh alike; units of the inputs in MB = 2**20 bytes and fvc
 
 On zoo rows (named networks with the layer table's per-kind columns, :mod:`carb.design.zoo_features`) the layer
 roofline has a third form, ``kinds``: ``c0 + sum_p sum_k f_kp * flops_<kind>_p + sum_k b_k * bytes_<kind>_MB + c_o *
-n_ops`` (compute kinds per precision, memory-bound kinds shared), kept only when its leave-families-out error is
-below :attr:`LayerRooflinePrior.RICHER_GAIN` x the aggregate form's.
+n_ops + c_w * weights_linear_MB`` (compute kinds per precision, memory-bound kinds shared; the last term the bytes of
+the fully connected layers' weights, read once a forward whatever the batch: at batch 1-2 they are most of
+AlexNet's and VGG's time on a CPU, which FLOPs that grow with the batch cannot say). On CPU rows the memory-bound
+kinds that compute on each element are counted in fp32-equivalent MB (a bf16 pass costs what an fp32 one does,
+:attr:`LayerRooflinePrior.PER_ELEMENT_KINDS`), and concatenations are left to the per-operator cost
+(:attr:`LayerRooflinePrior.UNPRICED_KINDS`). The form is kept only when its leave-one-family-out error is below
+:attr:`LayerRooflinePrior.RICHER_GAIN` x the aggregate form's.
 
 On a GPU (every row ``device_kind == "cuda"``, setting ``overlap_k``) the latency prior is not the sum of
 its terms but a smooth maximum of the host-side ones (constant, launches) and the device work: PyTorch
@@ -343,6 +348,19 @@ class LayerRooflinePrior(RooflinePrior):
     NATIVE = "per_native_weight_MB"
     NATIVE_ALIASED = "per_native_aliased_MAC"
 
+    #: Memory-bound kinds the per-kind form prices per element on CPU rows (their MB at 4 bytes per element,
+    #: whatever the precision): they compute on each element in caches, a 16-bit one converted to fp32 and back,
+    #: so a bf16 pass costs at least what an fp32 one does (the Zen 4 VM's device probe: element-wise 0.011 ms per
+    #: MB at fp32, 0.040 at bf16; activations 0.006 and 0.048). Copies move bytes and stay per byte.
+    PER_ELEMENT_KINDS: tuple[str, ...] = ("conv_depthwise", "norm", "activation", "elementwise", "pool")
+    #: Memory-bound kinds the per-kind form leaves to the per-operator cost: concatenations. Fitted on the other
+    #: families of the CPU zoo their cost per MB came out 15x the device probe's element-wise one (it took up
+    #: GoogLeNet's and SqueezeNet's bf16 pooling), and DenseNet, whose concatenations grow with the square of
+    #: its depth, was predicted 25 % slow; without the term the leave-one-family-out check is better.
+    UNPRICED_KINDS: tuple[str, ...] = ("concat",)
+    #: Most folds of the per-kind form's leave-families-out check (one family per fold up to this many groups).
+    KIND_CV_FOLDS = 64
+
     #: Multiply-add terms a tensor-core speed-up applies to (an unmeasured 16-bit precision on a GPU).
     MAC_TERMS = frozenset({"gemm_MNK", "stem_MNK"})
 
@@ -395,6 +413,11 @@ class LayerRooflinePrior(RooflinePrior):
         self.per_precision_terms_ = self.PER_PRECISION
         self.shared_terms_ = self.SHARED
         self.native_ = native_dispatch(X) if (self.cpu_dispatch and cpu) else None
+        from carb.design.zoo_features import BYTE_KINDS, ZOO_WEIGHT_FEATURES
+
+        self.kind_weights_ = ZOO_WEIGHT_FEATURES   # the per-kind form's weight terms (read by it alone)
+        self.kind_bytes_ = tuple(k for k in BYTE_KINDS if k not in self.UNPRICED_KINDS)
+        self.kind_per_element_ = self.PER_ELEMENT_KINDS if cpu else ()
         self.probe_, self.probe_reason_ = fit_device_probe(X, self.native_) if self.device_probe else (None, "off")
         self.tensor_speedup_ = (float(self.tensor_core_speedup)
                                 if self.tensor_core_speedup and tensor_core_device(X) else None)
@@ -482,8 +505,11 @@ class LayerRooflinePrior(RooflinePrior):
 
     def _choose_kinds(self, X: pd.DataFrame, yv: np.ndarray) -> tuple[str, str, dict[str, float]]:
         """For zoo rows: ``"kinds"`` (:data:`KIND_TERMS`) when its leave-families-out error (mean |log error|
-        over grouped folds, a family never in both) is below :data:`RICHER_GAIN` x the aggregate form's,
-        else ``"aggregate"`` and why."""
+        over grouped folds, a family never in both; one family a fold, as the form is used: for a family never
+        measured, up to :data:`KIND_CV_FOLDS` folds) is below :data:`RICHER_GAIN` x the aggregate form's, else
+        ``"aggregate"`` and why. With 5 folds of about six families each, the rarer kinds' costs (attention,
+        grouped convolutions) had no support in some folds, and the per-kind form lost on the CPU zoo's folds
+        that held out DenseNet, GoogLeNet or SqueezeNet."""
         # zoo rows by family; in a combined dataset ResNet rows by structure (identity.architecture_keys)
         unit = X["family"].astype(str) if not is_resnet(X) else pd.Series(architecture_keys(X))
         groups = pd.factorize(unit)[0]
@@ -492,7 +518,8 @@ class LayerRooflinePrior(RooflinePrior):
         err = {}
         for form in ("kinds", "aggregate"):
             self.form_ = form
-            err[form] = grouped_cv_error(self._fit_design(X), yv, groups)
+            err[form] = grouped_cv_error(self._fit_design(X), yv, groups,
+                                         n_splits=min(len(np.unique(groups)), self.KIND_CV_FOLDS))
         if err["kinds"] < self.RICHER_GAIN * err["aggregate"]:
             return "kinds", "", err
         return "aggregate", (f"per-kind form not better on unseen families (grouped CV mean |log error| "
@@ -500,23 +527,32 @@ class LayerRooflinePrior(RooflinePrior):
 
     def _kind_names(self) -> list[str]:
         """Coefficient names of the per-kind form: const, per precision a cost per FLOP of each compute kind,
-        then a cost per MB of each memory-bound kind and per operator."""
+        then a cost per MB of each memory-bound kind and per operator, then (fits since the term existed) a cost
+        per MB of the weights of each :data:`carb.design.zoo_features.WEIGHT_KINDS` kind (read once a forward)."""
         from carb.design.zoo_features import BYTE_KINDS, FLOP_KINDS
 
         return ["const", *[f"per_flop_{k}_{p}" for p in self.precisions_ for k in FLOP_KINDS],
-                *[f"per_MB_{k}" for k in BYTE_KINDS], "per_op"]
+                *[f"per_MB_{k}" for k in getattr(self, "kind_bytes_", BYTE_KINDS)], "per_op",
+                *[f"per_{c}" for c in getattr(self, "kind_weights_", ())]]   # absent on priors pickled before
 
     def _kind_design(self, X: pd.DataFrame, prec: np.ndarray) -> np.ndarray:
         """(n, len(:meth:`_kind_names`)) design of zoo rows: FLOPs of each compute kind in the columns of the
-        row's precision ``prec`` (n,), MB of each memory-bound kind and ``n_ops`` shared."""
+        row's precision ``prec`` (n,), MB of each memory-bound kind and ``n_ops`` shared, then the MB of weights
+        of :data:`carb.design.zoo_features.WEIGHT_KINDS` layers (batch-independent, :func:`weight_columns`)."""
         from carb.design.zoo_features import BYTE_KINDS, FLOP_KINDS
 
         cols = [np.ones(len(X))]
         for p in self.precisions_:
             mine = prec == p
             cols += [np.where(mine, _num(X, f"flops_{k}"), 0.0) for k in FLOP_KINDS]
-        cols += [_num(X, f"bytes_{k}_MB") for k in BYTE_KINDS]
+        per_element = getattr(self, "kind_per_element_", ())   # these three absent on priors pickled before
+        fp32_equivalent = 4.0 / lookup(X["precision"].astype(str), BYTES_PER_ELEMENT)
+        cols += [_num(X, f"bytes_{k}_MB") * (fp32_equivalent if k in per_element else 1.0)
+                 for k in getattr(self, "kind_bytes_", BYTE_KINDS)]
         cols.append(_num(X, "n_ops"))
+        weights = getattr(self, "kind_weights_", ())
+        if weights:
+            cols += list(weight_columns(X, weights).T)
         return np.column_stack(cols)
 
     def _terms(self) -> tuple[tuple, tuple]:
@@ -640,6 +676,21 @@ class LayerRooflinePrior(RooflinePrior):
                 "static_W": (float(self.static_W_) if getattr(self, "time_prior_", None) is not None else None),
                 "device_probe": (self.probe_.to_dict() if getattr(self, "probe_", None) is not None
                                  else getattr(self, "probe_reason_", "off"))}
+
+
+def weight_columns(X: pd.DataFrame, columns: tuple[str, ...]) -> np.ndarray:
+    """(n, len(columns)) MB of weights per row (:data:`carb.design.zoo_features.ZOO_WEIGHT_FEATURES`,
+    batch-independent): ``X``'s own columns where present and finite, else the row's layer table's
+    (:func:`carb.design.zoo_features.layer_columns`), else 0 (a network nobody can trace adds no weight term)."""
+    out = np.column_stack([pd.to_numeric(X[c], errors="coerce").to_numpy(float) if c in X.columns
+                           else np.full(len(X), np.nan) for c in columns]) if columns else np.zeros((len(X), 0))
+    missing = ~np.isfinite(out).all(axis=1)
+    if missing.any():
+        from carb.design.zoo_features import layer_columns
+
+        fresh = layer_columns(X.iloc[np.flatnonzero(missing)])
+        out[missing] = np.column_stack([fresh[c] for c in columns])
+    return np.nan_to_num(out, nan=0.0)
 
 
 def zoo_kind_rows(X: pd.DataFrame) -> bool:

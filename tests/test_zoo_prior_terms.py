@@ -1,0 +1,126 @@
+"""The CPU latency prior's per-kind terms beyond FLOPs and memory-bound bytes (issue 43, CPU zoo by held-out
+family): the weights of fully connected layers, read once per forward whatever the batch (AlexNet's and VGG's
+classifiers), and memory-bound passes priced per element on a CPU. Synthetic targets on real traced networks and small traced modules (tests/synthetic.py), never a
+measurement."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+from carb.design.zoo_features import ZOO_KIND_FEATURES, ZOO_WEIGHT_FEATURES, module_summary, weights_of
+from tests.synthetic import zoo_schema_frame
+
+MB = 2.0 ** 20
+
+
+class _Classifier(nn.Module):
+    """A convolution, then a two-layer fully connected head (its weights dominate the parameters)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.pool = nn.AdaptiveAvgPool2d(4)
+        self.fc1 = nn.Linear(8 * 16, 256)
+        self.fc2 = nn.Linear(256, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.fc1(torch.flatten(self.pool(self.conv(x)), 1))))
+
+
+def test_weight_columns_are_the_linear_layers_parameter_bytes_at_the_precision():
+    """weights_linear_MB of a traced module: the parameters of its nn.Linear layers (weights and biases) at the
+    row's bytes per element (a forward reads them once)."""
+    m = _Classifier()
+    linear = sum(p.numel() for mod in m.modules() if isinstance(mod, nn.Linear) for p in mod.parameters())
+    for precision, bpe in (("fp32", 4), ("bf16", 2)):
+        w = weights_of(module_summary(m, 32, precision))
+        assert w == {"weights_linear_MB": pytest.approx(linear * bpe / MB)}
+
+
+def test_every_layer_table_row_gets_its_weight_columns():
+    """with_zoo_kinds adds the weight columns to zoo rows from the tracer (SqueezeNet has no fully connected
+    layer: 0; ResNet-18's is 512 x 1000 + 1000 parameters), the same at every batch size, as the screening
+    frame does (zoo_features_frame); a ResNet-only frame stays as it was."""
+    from carb.design.zoo_inputs import zoo_features_frame
+    from carb.model.cascade_data import with_zoo_kinds
+    from tests.synthetic import synthetic_dataset
+
+    zoo = zoo_schema_frame(models=("tv:squeezenet1_1", "tv:resnet18"), sizes=(32,), batches=(1, 4),
+                           precisions=("fp32",))
+    X = with_zoo_kinds(zoo, list(ZOO_KIND_FEATURES))
+    w = X.groupby("model_name")["weights_linear_MB"].agg(["min", "max"])
+    assert w.loc["tv:squeezenet1_1"].tolist() == [0.0, 0.0]
+    assert w.loc["tv:resnet18"].tolist() == pytest.approx([(512 * 1000 + 1000) * 4 / MB] * 2)
+    knobs = pd.DataFrame({"model_name": ["tv:resnet18"] * 2, "input_size": [32, 32], "batch_size": [1, 16],
+                          "precision": ["bf16", "bf16"]})
+    assert zoo_features_frame(knobs)["weights_linear_MB"].tolist() == pytest.approx([(512 * 1000 + 1000) * 2 / MB] * 2)
+    resnets = synthetic_dataset(n=20)
+    assert "weights_linear_MB" not in with_zoo_kinds(resnets, ["flops"]).columns
+
+
+@pytest.fixture(scope="module")
+def kinds_rows():
+    """Zoo rows (14 traced torchvision networks, batches 1-16, fp32 and bf16) with their layer-table columns."""
+    from carb.model.cascade_data import with_zoo_kinds
+
+    return with_zoo_kinds(zoo_schema_frame(), list(ZOO_KIND_FEATURES))
+
+
+def _law(X: pd.DataFrame, per_weight_MB: float) -> np.ndarray:
+    """Latency (ms) of a synthetic CPU: per-kind FLOP costs, 3 us per operator, ``per_weight_MB`` ms per MB of
+    fully connected weights (once per forward)."""
+    k = {c: X[c].to_numpy(float) for c in (*ZOO_KIND_FEATURES, *ZOO_WEIGHT_FEATURES)}
+    return (0.05 + 1e-8 * (k["flops_conv_regular"] + 20 * k["flops_conv_depthwise"] + k["flops_conv_pointwise"]
+                           + k["flops_linear"]) + 0.003 * X["n_ops"].to_numpy(float)
+            + per_weight_MB * k["weights_linear_MB"])
+
+
+def test_latency_prior_prices_fully_connected_weights_once_per_forward(kinds_rows):
+    """A CPU whose fully connected layers cost their weight bytes once per forward (batch-independent, not per
+    FLOP): the per-kind form recovers that cost within 10 % and fits the law (the FLOP terms alone, which grow
+    with the batch, cannot)."""
+    from carb.model.physics import make_prior
+
+    y = _law(kinds_rows, 0.5)
+    prior = make_prior("latency_ms").fit(kinds_rows, y)
+    assert prior.form_ == "kinds" and prior.train_mape_ < 0.02
+    assert prior.coef_["per_weights_linear_MB"] == pytest.approx(0.5, rel=0.1)
+
+
+def test_a_per_kind_prior_pickled_before_its_cpu_terms_still_predicts(kinds_rows):
+    """A per-kind prior fitted before the weight, per-element and unpriced-concatenation terms existed (none of
+    their attributes, the old column layout) predicts with its own columns, not the new ones."""
+    from carb.model.physics import make_prior
+
+    prior = make_prior("latency_ms").fit(kinds_rows, _law(kinds_rows, 0.0))
+    new = prior.column_names()
+    assert "per_weights_linear_MB" in new and "per_MB_concat" not in new
+    for a in ("kind_weights_", "kind_bytes_", "kind_per_element_"):
+        delattr(prior, a)
+    old = prior.column_names()
+    assert "per_weights_linear_MB" not in old and "per_MB_concat" in old and len(old) == len(new)
+    prior.coef_values_ = np.full(len(old), 1e-9)
+    pred = prior.predict(kinds_rows)
+    assert pred.shape == (len(kinds_rows),) and np.isfinite(pred).all() and (pred > 0).all()
+
+
+def test_cpu_latency_prior_prices_compute_on_element_kinds_per_element(kinds_rows):
+    """A CPU whose pooling and activations cost the same per element at bf16 as at fp32 (it converts each
+    element and computes in caches): fitted on fp32 rows alone, the per-kind form predicts the bf16 rows within
+    2 % (their memory-bound passes priced per element, not per byte: per byte they would cost half); on GPU
+    rows the memory-bound kinds stay per byte."""
+    from carb.design.arch import BYTES_PER_ELEMENT
+    from carb.model.physics import make_prior
+
+    fp32_MB = 4.0 / kinds_rows["precision"].map(BYTES_PER_ELEMENT).to_numpy(float)
+    y = _law(kinds_rows, 0.0) + 0.2 * fp32_MB * (kinds_rows["bytes_pool_MB"] + kinds_rows["bytes_activation_MB"])
+    y = y.to_numpy(float)
+    fp32 = (kinds_rows["precision"] == "fp32").to_numpy()
+    prior = make_prior("latency_ms").fit(kinds_rows[fp32], y[fp32])
+    assert prior.form_ == "kinds" and prior.train_mape_ < 0.02
+    assert np.mean(np.abs(prior.predict(kinds_rows[~fp32]) / y[~fp32] - 1)) < 0.02
+    gpu = kinds_rows.assign(device_kind="cuda")
+    assert make_prior("latency_ms", overlap_k=None).fit(gpu, y).kind_per_element_ == ()
