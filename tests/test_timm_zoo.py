@@ -274,6 +274,31 @@ def test_trace_join_takes_the_graph_each_file_was_run_on(tmp_path):
         with_trace(a, tmp_path / "trace.parquet", reparam="sometimes")
 
 
+def test_trace_join_counts_state_derived_work_once_per_batch(tmp_path):
+    """A trace row's ``state_<column>`` (the state-derived operations' part of a batch-1 count: bias gathers)
+    is spread over the row's batch: per image ``c - state + state / b``; columns without a part and the
+    ``state_*`` columns themselves are not joined as such."""
+    from carb.data.importers.timm_zoo import with_trace
+    from tests.synthetic import zoo_trace_frame
+
+    df = zoo_frame({"beit": 6, "vit": 6}, seed=4)
+    df["batch_size"] = np.where(np.arange(len(df)) % 2, 1, 256)
+    tr = zoo_trace_frame(df, seed=3)
+    beit = tr["model"].str.startswith("beit")
+    tr["state_bytes_copy"] = np.where(beit, 0.4 * tr["bytes_copy"], 0.0)
+    tr.to_parquet(tmp_path / "trace.parquet", index=False)
+    joined = with_trace(df, tmp_path / "trace.parquet")
+    assert not [c for c in joined.columns if c.startswith("tr_state_")]
+    full = df["model"].map(dict(zip(tr["model"], tr["bytes_copy"]))).to_numpy(float)
+    b = df["batch_size"].to_numpy(float)
+    is_beit = df["family"].eq("beit").to_numpy()
+    assert is_beit.any() and (~is_beit).any()
+    expect = np.where(is_beit, full * 0.6 + full * 0.4 / b, full)
+    assert np.allclose(joined["tr_bytes_copy"].to_numpy(float), expect)
+    assert (joined.loc[is_beit & (b == 256), "tr_bytes_copy"].to_numpy() < 0.61 * full[is_beit & (b == 256)]).all()
+    assert np.allclose(joined["tr_flops"], df["model"].map(dict(zip(tr["model"], tr["flops"]))))
+
+
 def _additive_frame(seed: int = 0) -> pd.DataFrame:
     """Zoo rows with trace columns and a known additive law per image: 0.01 ms per regular-conv GFLOP,
     0.2 per depthwise GFLOP, 0.002 per MB of activation traffic, 0.05 per launched operation per batch."""

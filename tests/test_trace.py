@@ -216,6 +216,39 @@ def test_biases_gathered_from_parameters_count_once_and_a_kept_cache_not_at_all(
     assert (row["peak_live_MB"] + row["param_size_MB"]) * 2 ** 20 == pytest.approx(measured3, abs=0.5)
 
 
+def test_state_derived_rows_count_once_per_batch_not_per_image():
+    """The bias gather (a parameter table indexed by a fixed int64 buffer: the relative-position bias of
+    Swin, BEiT, CoAtNet) is flagged ``state`` and its FLOPs and bytes are the same at batch 1 and 4; every
+    other row that does work scales 4x. The zoo features at batch 4 from the batch-1 summary equal the
+    batch-4 table's totals (before tracer 4 the gather was counted per image: 4x at batch 4)."""
+    from carb.design.zoo_features import MB, kinds_of, module_summary, static_of
+
+    net = _GatheredBias(cached=False)
+    one, four = (T.trace(net, (b, 3, 8, 8), cache=False) for b in (1, 4))
+    flag = four["state"].to_numpy(bool)
+    assert np.array_equal(flag, one["state"].to_numpy(bool))
+    gather = (four["op"] == "index").to_numpy() & (four["bytes_written"] > 0).to_numpy()
+    assert gather.any() and flag[gather].all()
+    assert not flag[(four["kind"].isin(["conv_regular", "activation"])).to_numpy()].any()
+    for col in ("flops", "macs", "bytes_read", "bytes_written"):
+        assert np.array_equal(four.loc[flag, col], one.loc[flag, col])
+    assert four.loc[gather, "bytes_written"].sum() == 4 * 64 * 64 * 4   # 4 heads x 64 x 64 at fp32, once
+    per_image = ~flag & (four["kind"] != "reshape").to_numpy()
+    for col in ("flops", "bytes_written"):
+        assert np.array_equal(four.loc[per_image, col], 4 * one.loc[per_image, col])
+    total = T.summarize(four)
+    s = module_summary(net, 8)
+    assert s["state_bytes_written"] > 0 and s["state_bytes_copy"] > 0
+    row, kinds = static_of(s, 4), kinds_of(s, 4)
+    assert row["bytes_written_MB"] * MB == pytest.approx(total["bytes_written"])
+    # bytes read: the same, but the features count the convolution's weights per image (their convention)
+    conv_weights = 3 * four.loc[~flag, "param_bytes"].sum()
+    assert row["bytes_read_MB"] * MB == pytest.approx(total["bytes_read"] + conv_weights)
+    assert row["flops"] == pytest.approx(total["macs"])
+    assert kinds["bytes_copy_MB"] * MB == pytest.approx(total["bytes_copy"])
+    assert kinds["bytes_copy_MB"] < 4 * s["bytes_copy"] / MB   # tracer 3's count: the gather per image
+
+
 class _StdConvNet(nn.Module):
     """NFNet's pattern: a convolution whose weight is standardised every forward (a storage of the weight's
     size made from parameters only), late where the feature map is small, after a stem with a large output."""

@@ -46,9 +46,15 @@ Columns of the table (:data:`COLUMNS`):
   :func:`summarize`'s ``cache_bytes``). Before (tracer 2), LeViT-128S's eleven cached bias gathers
   counted as activations of every image: the estimate was 28 % over the measured peak at batch 16, 1.6x
   the real activations at batch 1; now it equals the CPU collector's peak less the module's buffers;
-* ``live_state_bytes``: the batch-independent part of ``live_bytes`` (storages derived from the state).
+* ``live_state_bytes``: the batch-independent part of ``live_bytes`` (storages derived from the state);
+* ``state``: whether the operation is state-derived: every tensor operand is a parameter, a buffer or a
+  storage made only from them (no input in its history: relative-position bias gathers, SwinV2's
+  continuous position-bias MLP, CoAtNet's and BEiT's relative biases). Such an operation does the same
+  work at every batch size: its ``flops``, ``macs``, ``bytes_read`` and ``bytes_written`` count once per
+  batch, not per image (tracer 4; before, they were multiplied by the batch: BEiT's were 21-23 % of its
+  activation bytes at batch 2, CoAtNet's 10-12 %, SwinV2-T's 5-6 %).
 
-Counts are for the whole batch. ``table.attrs`` holds ``model``, ``input_shape``, ``precision``,
+Counts are for the whole batch (a state-derived row's once). ``table.attrs`` holds ``model``, ``input_shape``, ``precision``,
 ``params_total`` (the module's parameter count, shared ones once), ``params_traced`` (distinct
 parameter elements the forward read), ``buffer_elems`` / ``buffer_fixed`` (floating buffer elements,
 integer buffer bytes), ``cache_elems`` / ``cache_fixed`` (the caches above) and ``reparam`` (whether
@@ -97,8 +103,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from torch import nn
 
 #: Bump when the table's columns or counting conventions change (invalidates the cache).
-TRACER_VERSION = 3   # 2: integer storages live at their own bytes per element; 3: state-derived storages
-#                        count once (not per image), caches the module keeps not at all; buffers and caches in attrs
+TRACER_VERSION = 4   # 2: integer storages live at their own bytes per element; 3: state-derived storages
+#                        count once (not per image), caches the module keeps not at all; buffers and caches in attrs;
+#                        4: a ``state`` column flags state-derived operations, whose FLOPs / MACs / bytes count once
+#                        per batch (not per image)
 #: Methods of a module that fold its training-time branches (``timm.utils.reparameterize_model``'s rule):
 #: ``fuse()`` returns the replacement module, the other two fold in place.
 REPARAM_METHODS: tuple[str, ...] = ("fuse", "reparameterize", "switch_to_deploy")
@@ -108,7 +116,7 @@ KINDS: tuple[str, ...] = ("conv_regular", "conv_grouped", "conv_depthwise", "con
 CONV_KINDS: tuple[str, ...] = KINDS[:4]
 COLUMNS: tuple[str, ...] = ("op", "module", "kind", "in_shape", "out_shape", "weight_shape", "kernel", "stride",
                             "groups", "flops", "macs", "bytes_read", "bytes_written", "param_bytes", "params",
-                            "live_bytes", "live_state_bytes")
+                            "live_bytes", "live_state_bytes", "state")
 #: Per-element columns of the cached batch-1 trace that scale with the batch (the rest do not).
 _BATCH_COLS = ("flops", "macs", "act_read", "written", "live", "live_fixed")
 
@@ -277,7 +285,7 @@ def _recorder_class() -> type:
             else:
                 written = sum(o.numel() for o in outs)
             live, live_fixed, live_state, live_state_fixed = self._live()
-            row.update(module=self.stack[-1], act_read=act_read, param_read=param_read, written=written,
+            row.update(module=self.stack[-1], state=derived, act_read=act_read, param_read=param_read, written=written,
                        params=n_params, live=live, live_fixed=live_fixed, live_state=live_state,
                        live_state_fixed=live_state_fixed)
             self.rows.append(row)
@@ -501,6 +509,7 @@ def _meta_state(model: nn.Module) -> tuple[dict[str, Any], dict[int, tuple[int, 
 
 _TEXT = ("op", "module", "kind")
 _SHAPES = ("in_shape", "out_shape", "weight_shape")
+_BOOLS = ("state",)
 _INTS = ("kernel", "stride", "groups", "act_read", "param_read", "written", "params", "live", "live_fixed",
          "live_state", "live_state_fixed")
 
@@ -517,6 +526,8 @@ def _columns(rows: list[dict[str, Any]]) -> dict[str, Any]:
         cols[c] = np.array([r[c] for r in rows], dtype=np.int64)
     for c in ("flops", "macs"):
         cols[c] = np.array([r[c] for r in rows], dtype=np.float64)
+    for c in _BOOLS:
+        cols[c] = np.array([bool(r[c]) for r in rows], dtype=bool)
     return cols
 
 
@@ -586,17 +597,20 @@ def _buffer_counts(model: nn.Module) -> dict[str, int]:
 
 def _scaled(frame: dict[str, Any], info: dict[str, Any], batch: int, precision: str, label: str,
             input_shape: tuple[int, ...]) -> pd.DataFrame:
-    """The batch-1 columns at ``batch`` and ``precision``: the :data:`COLUMNS` table."""
+    """The batch-1 columns at ``batch`` and ``precision``: the :data:`COLUMNS` table. A state-derived row
+    (``state``) does the same work at every batch: its counts are not multiplied by the batch."""
     bpe = BYTES_PER_ELEMENT[precision]
     param_bytes = frame["param_read"] * bpe
     state = frame["live_state"] * bpe + frame["live_state_fixed"]
+    flag = np.asarray(frame["state"], dtype=bool)
+    times = np.where(flag, 1, batch)   # per row: how many times the batch repeats it
     cols = {**{c: frame[c] for c in (*_TEXT, *_SHAPES, "kernel", "stride", "groups")},
-            "flops": frame["flops"] * batch, "macs": frame["macs"] * batch,
-            "bytes_read": frame["act_read"] * (batch * bpe) + param_bytes,
-            "bytes_written": frame["written"] * (batch * bpe), "param_bytes": param_bytes,
+            "flops": frame["flops"] * times, "macs": frame["macs"] * times,
+            "bytes_read": frame["act_read"] * (times * bpe) + param_bytes,
+            "bytes_written": frame["written"] * (times * bpe), "param_bytes": param_bytes,
             "params": frame["params"],
             "live_bytes": frame["live"] * (batch * bpe) + frame["live_fixed"] * batch + state,
-            "live_state_bytes": state}
+            "live_state_bytes": state, "state": flag}
     out = pd.DataFrame({c: cols[c] for c in COLUMNS}, copy=False)
     out.attrs = {"model": label, "input_shape": tuple(input_shape), "precision": precision, "reparam": False, **info}
     return out
@@ -680,7 +694,7 @@ ACTIVATION_KINDS: tuple[str, ...] = (*CONV_KINDS, "linear", "matmul")
 def summarize(table: pd.DataFrame) -> dict[str, Any]:
     """The network's totals from its table: ``params`` (the module's parameter count), ``params_traced``,
     ``flops``, ``macs`` (fvcore's), ``activations`` (output elements of convolution, linear and matmul rows:
-    fvcore's activation count, as in timm's tables and Hidden Joules), ``peak_live_bytes`` (max of
+    fvcore's activation count, as in timm's tables and Hidden Joules; a state-derived row's once per batch), ``peak_live_bytes`` (max of
     ``live_bytes``), ``param_bytes`` (parameters at the table's precision), ``bytes_read``, ``bytes_written``,
     ``n_ops`` (rows but views), per kind ``flops_<kind>`` and ``bytes_<kind>`` (read + written), and
     ``flops_sdpa_math`` / ``bytes_sdpa_math`` (attention on the unfused math path: :func:`_sdpa_math`). Whole
@@ -694,6 +708,8 @@ def summarize(table: pd.DataFrame) -> dict[str, Any]:
     batch = int(attrs.get("input_shape", (1,))[0])
     acts = table["kind"].isin(ACTIVATION_KINDS)
     out_elems = table.loc[acts, "out_shape"].map(lambda s: int(np.prod(s)) if len(s) else 0)
+    if "state" in table.columns:   # a state-derived row's output is made once per batch
+        out_elems = out_elems * np.where(table.loc[acts, "state"].to_numpy(bool), 1.0 / max(batch, 1), 1.0)
     out: dict[str, Any] = {
         "params": int(attrs.get("params_total", 0)), "params_traced": int(attrs.get("params_traced", 0)),
         "flops": float(table["flops"].sum()), "macs": float(table["macs"].sum()),
@@ -785,7 +801,7 @@ def walk_table(cfg: ArchConfig, precision: str | None = None) -> pd.DataFrame:
                          flops=flops * batch, macs=macs * batch, bytes_read=(act_in * batch + param_read) * bpe,
                          bytes_written=(s.out_elements + _extra_elements(s)) * batch * bpe,
                          param_bytes=param_read * bpe, params=s.params, live_bytes=np.nan,
-                         live_state_bytes=0))   # a ResNet makes no storage from its parameters
+                         live_state_bytes=0, state=False))   # a ResNet makes no storage from its parameters
     out = pd.DataFrame(rows, columns=list(COLUMNS))
     out["live_bytes"] = walk_liveness(specs, cfg.input_size, batch, bpe)
     out.attrs = {"model": "resnet-walk", "input_shape": (batch, 3, cfg.input_size, cfg.input_size),

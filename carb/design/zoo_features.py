@@ -6,6 +6,12 @@ describes), so one feature list serves both kinds (:func:`layer_columns` reads e
 
 Counts follow the dataset schema: ``flops`` is fvcore's count (one per multiply-add: the tracer's
 ``macs``), bytes are at the configuration's precision, ``MB`` is 2**20 bytes, whole batch.
+
+State-derived operations (the layer table's ``state`` rows: relative-position bias gathers, SwinV2's
+position-bias MLP) do the same work at every batch size. A batch-1 summary keeps their part of every
+count that grows with the batch as ``state_<key>`` (:func:`state_parts`), and the features at batch ``b``
+are ``(s[key] - s["state_" + key]) * b + s["state_" + key]`` (:func:`at_batch`): such work counts once per
+batch, not per image (before tracer 4 it was multiplied by the batch).
 """
 from __future__ import annotations
 
@@ -39,17 +45,61 @@ def _batch1(model_name: str, input_size: int, precision: str) -> tuple[tuple[str
 
 def _table_summary(table: Any) -> dict[str, Any]:
     """:func:`carb.design.trace.summarize` of a layer table plus ``max_written`` (the largest single
-    output, bytes), ``n_conv`` (convolutions) and ``peak_live_frontier`` (:func:`live_frontier`)."""
+    output, bytes, of a row repeated per image), ``n_conv`` (convolutions), ``peak_live_frontier``
+    (:func:`live_frontier`) and the state-derived rows' parts ``state_<key>`` (:func:`state_parts`)."""
     from carb.design.trace import CONV_KINDS, summarize
 
     s = dict(summarize(table))
-    views = table["kind"] == "reshape"
+    views = (table["kind"] == "reshape").to_numpy(bool) | _state_mask(table)
     s["max_written"] = float(table.loc[~views, "bytes_written"].max()) if (~views).any() else 0.0
     s["n_conv"] = int(table["kind"].isin(CONV_KINDS).sum())
     s["peak_live_frontier"] = live_frontier(table)
     for k in WEIGHT_KINDS:   # parameter bytes of the kind's layers, read once per forward whatever the batch
         s[f"param_bytes_{k}"] = float(table.loc[table["kind"] == k, "param_bytes"].sum())
+    s |= state_parts(table, summarize)
     return s
+
+
+def _state_mask(table: Any) -> Any:
+    """Per row of a layer table (n,): whether it is state-derived (all False in a table without ``state``:
+    the ResNet walk's, a pre-tracer-4 one)."""
+    import numpy as np
+
+    if "state" not in table.columns:
+        return np.zeros(len(table), bool)
+    return table["state"].fillna(False).to_numpy(bool)
+
+
+def scales_with_batch(key: str) -> bool:
+    """Whether a summary key is a sum over the table's rows that grows with the batch (FLOPs, MACs,
+    activations, bytes read / written, per kind and per regime), not a count of calls, a peak or a size."""
+    return key in ("flops", "macs", "activations", "bytes_read", "bytes_written") or key.startswith(("flops_",
+                                                                                                      "bytes_"))
+
+
+def state_parts(table: Any, *summaries: Any) -> dict[str, float]:
+    """``state_<key>``: for each summary function in ``summaries`` (a layer table -> ``{key: value}``, e.g.
+    :func:`carb.design.trace.summarize`, :func:`gemm_regimes`, :func:`amp_memory_split`) and each of its keys
+    that :func:`scales_with_batch`, its value over the table's state-derived rows only (0 where there are none).
+    Same batch and precision as ``table``."""
+    mask = _state_mask(table)
+    out: dict[str, float] = {}
+    for fn in summaries:
+        if mask.any():
+            sub = table[mask]
+            sub.attrs = dict(table.attrs)
+            part = fn(sub)
+        else:
+            part = {k: 0.0 for k in fn(table.iloc[:0])} if len(table) else {}
+        out |= {f"state_{k}": float(v) for k, v in part.items() if scales_with_batch(k)}
+    return out
+
+
+def at_batch(s: Mapping[str, Any], key: str, batch: Any) -> Any:
+    """``s[key]`` (a batch-1 summary's) at batch size ``batch`` (scalar or (n,)): the per-image part times the
+    batch plus the state-derived part (``s["state_" + key]``, 0 when absent) once."""
+    fixed = float(s.get(f"state_{key}", 0.0))
+    return (float(s.get(key, 0.0)) - fixed) * batch + fixed
 
 
 def live_frontier(table: Any) -> tuple[tuple[float, float], ...]:
@@ -87,6 +137,9 @@ def _fvcore_flops(s: dict[str, Any]) -> dict[str, Any]:
     and the tracer's own count (2 per multiply-add) kept as ``flops_2x``."""
     s["flops_2x"] = s["flops"]
     s["flops"] = s["macs"]
+    if "state_flops" in s:
+        s["state_flops_2x"] = s["state_flops"]
+        s["state_flops"] = s.get("state_macs", 0.0)
     return s
 
 
@@ -106,17 +159,17 @@ def static_of(s: Mapping[str, Any], batch_size: int) -> dict[str, Any]:
     """The :data:`ZOO_STATIC` columns (whole batch of ``batch_size``) of a batch-1 summary ``s``
     (:func:`zoo_summary` / :func:`module_summary`)."""
     b = int(batch_size)
-    flops = s["flops"] * b
+    flops = at_batch(s, "flops", b)
     params = int(s["params"])
     param_mb = (s["param_bytes"] + s.get("buffer_bytes", 0)) / MB   # the module's state: parameters and buffers
-    total_act = s["bytes_written"] * b / MB
+    total_act = at_batch(s, "bytes_written", b) / MB
     return {"flops": flops, "params": params, "param_size_MB": param_mb, "total_activation_MB": total_act,
             "max_activation_MB": s["max_written"] * b / MB,
             "flops_per_param_log": math.log10(flops / params) if flops > 0 and params > 0 else float("nan"),
             "compute_intensity": flops / (param_mb + total_act) if param_mb + total_act > 0 else float("nan"),
-            "n_conv": int(s["n_conv"]), "activations": float(s["activations"]) * b,
-            "peak_live_MB": _peak_live_bytes(s, b) / MB, "bytes_read_MB": s["bytes_read"] * b / MB,
-            "bytes_written_MB": s["bytes_written"] * b / MB, "n_ops": int(s["n_ops"])}
+            "n_conv": int(s["n_conv"]), "activations": float(at_batch(s, "activations", b)),
+            "peak_live_MB": _peak_live_bytes(s, b) / MB, "bytes_read_MB": at_batch(s, "bytes_read", b) / MB,
+            "bytes_written_MB": total_act, "n_ops": int(s["n_ops"])}
 
 
 def _peak_live_bytes(s: Mapping[str, Any], batch_size: int) -> float:
@@ -297,9 +350,10 @@ def _static_rows(s: Mapping[str, Any], batch: Any) -> dict[str, Any]:
 
 
 def kinds_of(s: Mapping[str, Any], batch: Any) -> dict[str, Any]:
-    """:data:`ZOO_KIND_FEATURES` of a batch-1 summary ``s`` at batch sizes ``batch`` (scalar or (n,))."""
-    out = {f"flops_{k}": float(s.get(f"flops_{k}", 0.0)) * batch for k in FLOP_KINDS}
-    out.update({f"bytes_{k}_MB": float(s.get(f"bytes_{k}", 0.0)) * batch / MB for k in BYTE_KINDS})
+    """:data:`ZOO_KIND_FEATURES` of a batch-1 summary ``s`` at batch sizes ``batch`` (scalar or (n,)); state-derived
+    work once per batch (:func:`at_batch`)."""
+    out = {f"flops_{k}": at_batch(s, f"flops_{k}", batch) for k in FLOP_KINDS}
+    out.update({f"bytes_{k}_MB": at_batch(s, f"bytes_{k}", batch) / MB for k in BYTE_KINDS})
     return out
 
 

@@ -8,7 +8,10 @@ Reads ``carb/data/timm-zoo-bench.parquet``; for each distinct ``(model, input_si
 and keeps :func:`carb.design.trace.summarize`'s columns and
 :func:`carb.design.zoo_features.gemm_regimes`' (explicit matrix products by intensity regime, convolution
 weights) and :func:`carb.design.zoo_features.amp_memory_split`'s (the memory-bound bytes mixed precision
-moves at fp32: fp32-list normalisations, element-wise operations reading a parameter).
+moves at fp32: fp32-list normalisations, element-wise operations reading a parameter), and of each of
+those columns that grows with the batch the state-derived operations' part as ``state_<column>``
+(:func:`carb.design.zoo_features.state_parts`: work done once per batch, e.g. relative-position bias
+gathers; :func:`carb.data.importers.timm_zoo.with_trace` counts it once per batch at the row's batch size).
 ``--reparam``: the same for the reparameterised
 inference graph (``trace(..., reparam=True)``: what timm's benchmark times with ``--reparam``), rows with
 ``reparam`` True and ``folded`` (whether the model had anything to fold; when not, the features equal the
@@ -85,7 +88,7 @@ def trace_one(job: tuple[str, int, bool]) -> dict[str, Any]:
     reparameterised graph when ``reparam``), with the settings used, ``reparam``, ``folded``, the trace's
     wall seconds and ``refused`` (None or the one-line reason)."""
     from carb.design.trace import summarize, trace
-    from carb.design.zoo_features import amp_memory_split, gemm_regimes
+    from carb.design.zoo_features import amp_memory_split, gemm_regimes, state_parts
     from carb.errors import ZooError
 
     model, size, reparam = job
@@ -97,7 +100,8 @@ def trace_one(job: tuple[str, int, bool]) -> dict[str, Any]:
         try:
             table = trace(timm_graph(model), (1, 3, size, size), precision="fp32", settings=settings,
                           reparam=reparam)
-            row.update(summarize(table) | gemm_regimes(table) | amp_memory_split(table))
+            row.update(summarize(table) | gemm_regimes(table) | amp_memory_split(table)
+                       | state_parts(table, summarize, gemm_regimes, amp_memory_split))
             row["folded"] = bool(table.attrs.get("reparam", False))
             row["settings"] = json.dumps(settings) if settings else ""
             row["refused"] = None
@@ -116,12 +120,13 @@ def refresh_one(job: tuple[str, int, str, bool]) -> dict[str, Any]:
     """summarize()'s columns of a row already in the table, recomputed from its cached trace (the same
     settings, plain or folded graph): after summarize() gains a column, no model is traced again."""
     from carb.design.trace import summarize, trace
-    from carb.design.zoo_features import amp_memory_split, gemm_regimes
+    from carb.design.zoo_features import amp_memory_split, gemm_regimes, state_parts
 
     model, size, settings, folded = job
     table = trace(timm_graph(model), (1, 3, size, size), precision="fp32",
                   settings=json.loads(settings) if settings else None, reparam=folded)
-    return summarize(table) | gemm_regimes(table) | amp_memory_split(table)
+    return (summarize(table) | gemm_regimes(table) | amp_memory_split(table)
+            | state_parts(table, summarize, gemm_regimes, amp_memory_split))
 
 
 def refresh(done: pd.DataFrame, workers: int) -> pd.DataFrame:

@@ -286,7 +286,10 @@ def with_trace(frame: pd.DataFrame, path: str | Path | None = None, reparam: str
     """``frame`` with the layer-table features of its ``(model, input_size)`` (:data:`ZOO_TRACE`, or
     ``path``) joined on as ``tr_<column>`` (:func:`carb.design.trace.summarize`'s columns, per image at
     fp32); NaN for a pair without a trace (refused by the tracer or not traced yet). ``frame`` unchanged
-    when the table does not exist.
+    when the table does not exist. Where the table has a column's state-derived part ``state_<column>``
+    (tracer 4: :func:`carb.design.zoo_features.state_parts`) and ``frame`` a ``batch_size``, that part counts
+    once per batch: ``tr_<column>`` is per image at the row's batch size (:func:`_state_once_per_batch`);
+    the ``state_*`` columns are not joined.
 
     Which graph: the table holds the plain trace (``reparam`` False) and, for models that fold, the
     reparameterised one (``reparam`` True, ``folded`` True; ``scripts/data/zoo_trace_features.py
@@ -329,4 +332,17 @@ def with_trace(frame: pd.DataFrame, path: str | Path | None = None, reparam: str
     pick = out["tr_reparam"].to_numpy(bool)
     for c in cols:
         out[ren[c]] = np.where(pick, b[c].to_numpy(), a[c].to_numpy())
-    return out
+    return _state_once_per_batch(out, [c for c in cols if not c.startswith("state_")])
+
+
+def _state_once_per_batch(out: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    """``out`` with each ``tr_<c>`` that has a ``tr_state_<c>`` (the state-derived operations' part of a
+    batch-1 count) at the row's batch ``b``: ``tr_<c> - tr_state_<c> + tr_state_<c> / b`` per image; the
+    ``tr_state_*`` columns dropped. Unchanged counts where ``out`` has no ``batch_size`` (NaN parts: 0)."""
+    state = [c for c in cols if f"tr_state_{c}" in out.columns]
+    if state and "batch_size" in out.columns:
+        b = pd.to_numeric(out["batch_size"], errors="coerce").to_numpy(float)
+        for c in state:
+            part = np.nan_to_num(pd.to_numeric(out[f"tr_state_{c}"], errors="coerce").to_numpy(float))
+            out[f"tr_{c}"] = pd.to_numeric(out[f"tr_{c}"], errors="coerce").to_numpy(float) - part * (1 - 1 / b)
+    return out.drop(columns=[c for c in out.columns if c.startswith("tr_state_")])
