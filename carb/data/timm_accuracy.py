@@ -93,16 +93,18 @@ def join_top1(frame: pd.DataFrame, table: pd.DataFrame | None = None, same_size:
     t = top1_table() if table is None else table
     arch = frame["model"].astype(str).map(lambda m: split_name(m)[0]).to_numpy()
     size = pd.to_numeric(frame["input_size"], errors="coerce").to_numpy(float)
-    by_arch = {a: g for a, g in t.groupby("model")}
     picked = np.full(len(frame), -1)
-    for i, (a, s) in enumerate(zip(arch, size)):
-        g = by_arch.get(a)
-        if g is None:
+    pairs = pd.DataFrame({"a": arch, "s": size})
+    wanted = t[t["model"].isin(set(arch))]   # group only the architectures asked for, each (arch, size) once
+    by_arch = {a: (g.index.to_numpy(), g["eval_img_size"].to_numpy(float)) for a, g in wanted.groupby("model")}
+    for (a, s), rows in pairs.groupby(["a", "s"], sort=False, dropna=False).indices.items():
+        if a not in by_arch:
             continue
-        d = np.abs(g["eval_img_size"].to_numpy(float) - s)
-        j = int(np.lexsort((g["eval_img_size"].to_numpy(float), d))[0])
+        index, sizes = by_arch[a]
+        d = np.abs(sizes - s)
+        j = int(np.lexsort((sizes, d))[0])
         if d[j] == 0 or not same_size:
-            picked[i] = g.index[j]
+            picked[rows] = index[j]
     hit = picked >= 0
     out = frame.copy()
     for col, dst in (("top1", "top1"), ("top5", "top5"), ("eval_img_size", "top1_eval_img_size")):
