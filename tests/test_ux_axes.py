@@ -170,3 +170,17 @@ def test_command_grid_keeps_columns_and_joins_accuracy(tmp_path):
     own = raw["top1"].to_numpy()
     assert np.allclose(F["top1"].to_numpy()[np.isfinite(own)], own[np.isfinite(own)])   # the grid's own win
     assert F.loc[raw["depth"].eq(26).to_numpy() & raw["width_mult"].eq(1.0).to_numpy(), "top1"].isna().all()
+
+
+def test_zoo_grid_user_columns_leave_out_layer_table_terms():
+    """The per-kind prior's weight term (``weights_linear_MB``) is a layer-table column, not the user's axis:
+    the shortlist must not show it (stop 49's README zoo table did)."""
+    from carb.analysis.zoo_screen import zoo_candidates
+    from carb.commands.screen import user_columns
+    from carb.design.zoo_features import ZOO_WEIGHT_FEATURES
+
+    cand, _ = zoo_candidates({"models": ["timm:lcnet_050"], "mode": "grid", "max_flops": None,
+                              "batch_sizes": [1], "precisions": ["fp32"], "input_sizes": [224]})
+    assert set(ZOO_WEIGHT_FEATURES) <= set(cand.columns)
+    shown = user_columns(cand)
+    assert not set(ZOO_WEIGHT_FEATURES) & set(shown) and "top1" in shown

@@ -131,9 +131,9 @@ def user_columns(features: pd.DataFrame) -> list[str]:
     from carb.design.arch import RECORD_COLUMNS
     from carb.design.features import STATIC_FEATURES
 
-    from carb.design.zoo_features import ZOO_KIND_FEATURES, ZOO_STATIC
+    from carb.design.zoo_features import ZOO_KIND_FEATURES, ZOO_STATIC, ZOO_WEIGHT_FEATURES
 
-    skip = {*RECORD_COLUMNS, *STATIC_FEATURES, "top1_model", *ZOO_STATIC, *ZOO_KIND_FEATURES}
+    skip = {*RECORD_COLUMNS, *STATIC_FEATURES, "top1_model", *ZOO_STATIC, *ZOO_KIND_FEATURES, *ZOO_WEIGHT_FEATURES}
     return [c for c in features.columns if c not in skip]
 
 
