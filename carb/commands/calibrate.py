@@ -26,6 +26,7 @@ from carb import tracking
 from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_tags, to_dict
 from carb.commands.progress import Progress
 from carb.commands.zero_shot import print_unseen   # noqa: F401 - carb-calibrate's warnings for unseen precisions
+from carb.design.identity import RESNET
 from carb.errors import ConfigError, DatasetError
 
 
@@ -216,6 +217,7 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     prog = Progress.from_cfg("carb-calibrate", 4.0, cfg, throttle=False)
     prog.begin(f"loading {source_uri}")
     source = tracking.load_cascade(source_uri)
+    refuse_untransferable_kind(source, source_uri)   # before probing, measuring or logging anything
     src_info = tracking.resolve_version(source_uri)
     target_probe = target_probe_id(cfg, source, source_uri, prog)
     if int(cfg.k) == 0:
@@ -310,6 +312,26 @@ def probe_this_machine(cfg: Any, source: Any = None) -> str:
     print(f"carb-calibrate: probing this CPU first ({pr['n']} convolutions per precision, about a minute; "
           "run it on an idle machine)")
     return str(run_probe_command(pcfg)["device_id"])
+
+
+#: The input kinds (:func:`carb.design.identity.input_kind`) a transfer can carry to another device: the
+#: probe ratio, the spec-sheet ratio and the K-row fits all read a network's layer table from its ResNet knobs
+#: (:mod:`carb.design.shapes`), which a zoo network (a ``model_name``) has none of.
+TRANSFERABLE_KINDS = (RESNET.name,)
+
+
+def refuse_untransferable_kind(source: Any, source_uri: str) -> None:
+    """One-line :class:`ConfigError` when ``source`` was trained on networks a transfer cannot describe (its
+    ``input_kind_`` not in :data:`TRANSFERABLE_KINDS`: a zoo model, or a combined ResNet + zoo one), naming the
+    source, why and what works; decided from the model alone, before a probe, a measurement or a run."""
+    kind = str(getattr(source, "input_kind_", RESNET.name) or RESNET.name)
+    if kind in TRANSFERABLE_KINDS:
+        return
+    what = "a zoo model (named networks)" if kind == "zoo" else "a combined ResNet + zoo model"
+    raise ConfigError(f"source: {source_uri} is {what}; carb-calibrate transfers ResNet models only (probe, spec "
+                      "and K-row transfers read a network's layers from its ResNet knobs); for that device measure "
+                      "the zoo there and train on it (carb-collect space=zoo out=<file>, then carb-train "
+                      "data.path=<file>), or transfer a ResNet model: source=models:/<ResNet model>@champion")
 
 
 def refuse_same_device(source: Any, rows: pd.DataFrame, source_uri: str, where: str, same_name: bool) -> None:
