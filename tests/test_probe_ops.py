@@ -378,3 +378,46 @@ def test_the_memory_prior_of_zoo_rows_uses_the_liveness_peak():
     assert m.column_names()[2] == "per_peak_live_MB"
     assert m.coef_["per_peak_live_MB"] == pytest.approx(1.0, abs=0.1)
     assert m.coef_["per_param_MB"] == pytest.approx(1.0, abs=0.1)
+
+
+def test_state_derived_rows_count_once_per_batch(fitted):
+    """Rows the tracer flags ``state`` (operands only parameters / buffers: a standardised weight, a bias
+    table's projection) do the same work at every batch: batch_terms puts their multiply-adds and bytes in
+    the fixed part, so fixed + B x per_image equals the table traced at batch B, and probe_op_ms follows it."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    import carb.design.trace as tr
+
+    class StdConv(nn.Conv2d):
+        def forward(self, x):
+            w = self.weight - self.weight.mean(dim=(1, 2, 3), keepdim=True)
+            return F.conv2d(x, w / (w.std(dim=(1, 2, 3), keepdim=True) + 1e-5), self.bias, self.stride, self.padding)
+
+    class BiasTable(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table, self.proj = nn.Parameter(torch.randn(256, 64)), nn.Parameter(torch.randn(64, 16 * 16))
+
+        def forward(self, x):   # a (256, 256) bias from parameters only, added to every image
+            return x + (self.table @ self.proj).sum(0).reshape(1, 1, 16, 16)
+
+    net = nn.Sequential(StdConv(3, 8, 3, 2, 1), BiasTable(), nn.ReLU(), nn.Conv2d(8, 8, 1)).eval()
+    one = tr.trace(net, (1, 3, 32, 32), cache=False)
+    state = one["state"].to_numpy(bool)
+    assert state.any() and one.loc[state, "macs"].sum() > 0 and not state.all()
+    fixed, per = fitted.batch_terms(one, "fp32")
+    for b in (1, 4, 16):
+        assert fitted.table_ms(tr.trace(net, (b, 3, 32, 32), cache=False)) == pytest.approx(fixed + b * per, rel=1e-9)
+    stateless = fitted.batch_terms(one.assign(state=False), "fp32")   # every row per image: the state rows' work
+    assert per < stateless[1] and fixed > stateless[0]                 # moves from the per-image to the fixed part
+
+    real = tr.trace
+    traced = lambda name, shape, precision="fp32": real(net, shape, precision=precision, cache=False)  # noqa: E731
+    frame = pd.DataFrame({"model_name": ["tiny-state"] * 2, "input_size": [32, 32], "batch_size": [1, 8],
+                          "precision": ["fp32", "fp32"]})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tr, "trace", traced)
+        got = probe_op_ms(frame, fitted)
+    assert got[1] == pytest.approx(fitted.table_ms(real(net, (8, 3, 32, 32), cache=False)), rel=1e-9)

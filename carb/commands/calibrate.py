@@ -26,6 +26,7 @@ from carb import tracking
 from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_tags, to_dict
 from carb.commands.progress import Progress
 from carb.commands.zero_shot import print_unseen   # noqa: F401 - carb-calibrate's warnings for unseen precisions
+from carb.design.identity import RESNET
 from carb.errors import ConfigError, DatasetError
 
 
@@ -216,6 +217,7 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     prog = Progress.from_cfg("carb-calibrate", 4.0, cfg, throttle=False)
     prog.begin(f"loading {source_uri}")
     source = tracking.load_cascade(source_uri)
+    refuse_untransferable_kind(cfg, source, source_uri)   # before probing, measuring or logging anything
     src_info = tracking.resolve_version(source_uri)
     target_probe = target_probe_id(cfg, source, source_uri, prog)
     if int(cfg.k) == 0:
@@ -227,6 +229,7 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     prog.begin("reading the target rows" if cfg.data.get("path") else "measuring the target rows")
     rows, where = target_rows(cfg) if cfg.data.get("path") else measure_rows(cfg, source, target_probe)
     refuse_unlike_devices(cfg, source, source_uri, rows)
+    refuse_unlike_kinds(source, source_uri, rows, where)
     if target_probe and str(target_probe) not in set(rows["device_id"].dropna().astype(str)):
         raise ConfigError(f"probe: {target_probe} is not the device of the rows of {where} "
                           f"({sorted(set(rows['device_id'].dropna().astype(str)))}); a probe describes the target CPU")
@@ -237,8 +240,12 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     refuse_same_device(source, rows, source_uri, where, same_name=name == src_info.get("name"))
     kw = transfer_settings(cfg)
     prog.begin(f"fitting the transfer on {k} of {len(rows)} rows")
-    probes = device_probes(source, rows) if cfg.transfer.get("probe", True) else None
-    spec = spec_records(cfg, source, rows) if probes is None and cfg.transfer.get("spec", True) else None
+    layers = _source_kind(source) in TRANSFERABLE_KINDS   # probe and spec ratios read ResNet layer tables
+    probes = device_probes(source, rows) if layers and cfg.transfer.get("probe", True) else None
+    spec = spec_records(cfg, source, rows) if layers and probes is None and cfg.transfer.get("spec", True) else None
+    if not layers:
+        print("carb-calibrate: a zoo source: the K rows calibrate the source's prediction (device probes and spec "
+              "records describe ResNet networks)")
     tr, table = evaluate_transfer(source, rows, k, kw, targets=list(getattr(source, "targets_", [])), probes=probes,
                                   spec=spec)
     tr.origin_ = {"how": "calibrated", "source": source_uri, "k": k,
@@ -310,6 +317,56 @@ def probe_this_machine(cfg: Any, source: Any = None) -> str:
     print(f"carb-calibrate: probing this CPU first ({pr['n']} convolutions per precision, about a minute; "
           "run it on an idle machine)")
     return str(run_probe_command(pcfg)["device_id"])
+
+
+#: The input kinds (:func:`carb.design.identity.input_kind`) every transfer can carry to another device: the
+#: probe ratio, the spec-sheet zero-shot and ``measure=`` read a network's layer table from its ResNet knobs
+#: (:mod:`carb.design.shapes`) or measure the ResNet grid; a zoo network (a ``model_name``) has no knobs. A
+#: source of another kind transfers only from K measured rows of its own kinds (``data.path``, k > 0).
+TRANSFERABLE_KINDS = (RESNET.name,)
+
+
+def _source_kind(source: Any) -> str:
+    """The source model's input kind (``resnet`` | ``zoo`` | ``mixed``; ``resnet`` for models saved before
+    :attr:`carb.model.cascade.CarbCascade.input_kind_` existed)."""
+    return str(getattr(source, "input_kind_", RESNET.name) or RESNET.name)
+
+
+def refuse_untransferable_kind(cfg: Any, source: Any, source_uri: str) -> None:
+    """One-line :class:`ConfigError` when ``source`` was trained on networks (its input kind not in
+    :data:`TRANSFERABLE_KINDS`: a zoo model, or a combined ResNet + zoo one) and the command asks for a
+    transfer that reads ResNet layers: ``k=0`` (device probes, spec sheets), ``probe=``, ``spec=`` or
+    measuring now (``measure=`` measures the ResNet grid). Names the source, why and what works (K measured
+    rows of the target's zoo, ``data.path=... k=10``); decided from the model alone, before a probe, a
+    measurement or a run."""
+    kind = _source_kind(source)
+    if kind in TRANSFERABLE_KINDS:
+        return
+    from carb.commands.zero_shot import probe_given
+
+    asked = ("k=0" if int(cfg.k) == 0 else "probe=" if probe_given(cfg) else "spec=" if cfg.get("spec")
+             else "measure= (it measures the ResNet grid)" if not cfg.data.get("path") else None)
+    if asked is None:
+        return
+    what = "a zoo model (named networks)" if kind == "zoo" else "a combined ResNet + zoo model"
+    raise ConfigError(f"source: {source_uri} is {what}; {asked} transfers ResNet models only (device probes, "
+                      "spec sheets and measure= read a network's layers from its ResNet knobs); for a zoo model "
+                      f"measure the target's zoo (carb-collect space=zoo out=<file> there) and run carb-calibrate "
+                      f"source={source_uri} data.path=<file> k=10, or carb-train data.path=<file>")
+
+
+def refuse_unlike_kinds(source: Any, source_uri: str, rows: pd.DataFrame, where: str) -> None:
+    """One-line :class:`ConfigError` when the target rows hold networks of a kind the source model does not
+    predict (ResNet rows for a zoo model, zoo rows for a ResNet model): its predictions of them are the
+    ones the K rows would calibrate."""
+    from carb.design.identity import kinds_in, kinds_of_input
+
+    src, have = kinds_of_input(_source_kind(source)), kinds_in(rows)
+    extra = [k for k in have if k not in src]
+    if extra:
+        raise ConfigError(f"data.path: {where} holds {', '.join(extra)} rows but the source model {source_uri} "
+                          f"predicts {' and '.join(src)} networks only; allowed: rows of "
+                          f"{' or '.join(src)} networks measured on the target")
 
 
 def refuse_same_device(source: Any, rows: pd.DataFrame, source_uri: str, where: str, same_name: bool) -> None:

@@ -12,8 +12,9 @@ work in the layer table's own conventions (:func:`carb.data.probes.op_work`, :mo
 (:func:`carb.model.nnls.nnls_relative`). A network's time is the sum over the rows of its layer table
 (:meth:`OpCostModel.table_ms`); a zoo configuration's (:func:`probe_op_ms`) follows from two numbers per
 (network, input size, precision), because the activation terms scale with the batch and the parameter
-bytes do not. A kind the probe has too few rows of borrows the nearest kind's costs (:data:`FALLBACK`);
-a precision it never timed, or a kind with no stand-in, gives NaN with the reason in ``missing_``.
+bytes, and the whole work of a state-derived operation (the layer table's ``state`` rows), do not. A kind
+the probe has too few rows of borrows the nearest kind's costs (:data:`FALLBACK`); a precision it never
+timed, or a kind with no stand-in, gives NaN with the reason in ``missing_``.
 
 This is the probe-based per-operation latency term of issue 43 item 3: ``probe_op_ms`` is a feature a zoo
 fit may name (:func:`carb.model.cascade_data.with_zoo_kinds` adds it from the rows' device probe).
@@ -164,13 +165,18 @@ class OpCostModel:
 
     def batch_terms(self, table: pd.DataFrame, precision: str) -> tuple[float, float]:
         """``(fixed_ms, per_image_ms)`` of a batch-1 layer table: its time at batch ``B`` is ``fixed + B x
-        per_image`` (calls and parameter bytes once per batch; multiply-adds and activation bytes per image).
-        NaN when a row's kind has no costs at ``precision``."""
+        per_image`` (calls and parameter bytes once per batch; multiply-adds and activation bytes per image,
+        except on state-derived rows, :mod:`carb.design.trace`'s ``state``: their multiply-adds and bytes
+        are once per batch too, as the tracer counts them). NaN when a row's kind has no costs at
+        ``precision``."""
         C = self.row_costs(table["kind"].to_numpy(str), precision)
+        state = table["state"].eq(True).to_numpy() if "state" in table.columns else np.zeros(len(table), bool)
         params = table["param_bytes"].to_numpy(float) / MB
-        per_image = (table["bytes_read"] + table["bytes_written"]).to_numpy(float) / MB - params
-        fixed = float(np.sum(C[:, 0] + C[:, 2] * params))
-        return fixed, float(np.sum(C[:, 1] * table["macs"].to_numpy(float) / 1e6 + C[:, 2] * per_image))
+        moved = (table["bytes_read"] + table["bytes_written"]).to_numpy(float) / MB
+        mmac = table["macs"].to_numpy(float) / 1e6
+        once_mmac, once_mb = np.where(state, mmac, 0.0), np.where(state, moved, params)
+        fixed = float(np.sum(C[:, 0] + C[:, 1] * once_mmac + C[:, 2] * once_mb))
+        return fixed, float(np.sum(C[:, 1] * (mmac - once_mmac) + C[:, 2] * (moved - once_mb)))
 
     def to_dict(self) -> dict[str, Any]:
         """What a model card shows: device, threads, and per ``kind/precision`` the rows, the costs and the
