@@ -127,16 +127,10 @@ def test_the_signature_says_what_a_combined_model_reads(registered):
 @pytest.mark.parametrize("frame", ["knobs", "names", "mixed"])
 def test_mlflow_pyfunc_of_a_combined_model_returns_carbs_frame(registered, frame):
     """MLflow's own client takes what carb.load_model takes (knobs, names, a mixed frame) and returns its frame."""
-    import mlflow
-
-    import carb
-    from carb import tracking
+    from tests.test_zoo_model import pyfunc_beside_carb
 
     X = {"knobs": KNOBS, "names": NAMES, "mixed": MIXED}[frame]
-    tracking.configure(registered["uri"])
-    out = mlflow.pyfunc.load_model(registered["model"]).predict(X)
-    ref = carb.load_model(registered["model"], tracking_uri=registered["uri"]).predict(X)
-    assert list(out.columns) == list(ref.columns) and len(out) == len(X)
+    out, ref = pyfunc_beside_carb(registered, X)
     for c in ("pred_latency_ms", "lo_latency_ms", "hi_peak_memory_MB"):
         np.testing.assert_allclose(out[c].to_numpy(float), ref[c].to_numpy(float))
     assert list(out["in_domain"]) == list(ref["in_domain"])

@@ -53,15 +53,9 @@ def test_a_resnet_signature_requires_block_and_depth_alone(registered):
 @pytest.mark.parametrize("frame", ["partial", "bare", "stages"])
 def test_mlflow_pyfunc_takes_what_carb_load_model_takes(registered, frame):
     """Knobs left out take ArchConfig's defaults through MLflow's client as through carb.load_model."""
-    import mlflow
-
-    import carb
-    from carb import tracking
+    from tests.test_zoo_model import pyfunc_beside_carb
 
     X = {"partial": PARTIAL, "bare": BARE, "stages": STAGES}[frame]
-    tracking.configure(registered["uri"])
-    out = mlflow.pyfunc.load_model(registered["model"]).predict(X)
-    ref = carb.load_model(registered["model"], tracking_uri=registered["uri"]).predict(X)
-    assert list(out.columns) == list(ref.columns) and len(out) == len(X)
+    out, ref = pyfunc_beside_carb(registered, X)
     np.testing.assert_allclose(out["pred_latency_ms"].to_numpy(float), ref["pred_latency_ms"].to_numpy(float))
     assert np.isfinite(out["pred_peak_memory_MB"].to_numpy(float)).all()

@@ -203,6 +203,21 @@ def test_mlflow_models_serve_answers_a_rest_query(registered, tmp_path):
     assert len(rows) == 2 and rows[0]["model_name"] == "tv:resnet18" and rows[0]["pred_latency_ms"] > 0
 
 
+def pyfunc_beside_carb(registered: dict, X: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(MLflow pyfunc's frame, carb.load_model's frame) for ``X`` on ``registered["model"]`` (store
+    ``registered["uri"]``); asserts they share columns and have one row per row of ``X``."""
+    import mlflow
+
+    import carb
+    from carb import tracking
+
+    tracking.configure(registered["uri"])
+    out = mlflow.pyfunc.load_model(registered["model"]).predict(X)
+    ref = carb.load_model(registered["model"], tracking_uri=registered["uri"]).predict(X)
+    assert list(out.columns) == list(ref.columns) and len(out) == len(X)
+    return out, ref
+
+
 def serve_and_query(registered: dict, tmp_path, payload: dict) -> list[dict]:
     """Serve ``registered["model"]`` (from the store ``registered["uri"]``) with ``mlflow models serve``
     (local env, one worker, a free localhost port), POST ``payload`` to ``/invocations`` once it answers
