@@ -21,7 +21,7 @@ from carb.analysis.evaluate import (
     residual_spearman,
     top_importances,
 )
-from carb.design.identity import RESNET, ZOO, architecture_unit, kinds_of_input
+from carb.design.identity import RESNET, ZOO, architecture_unit, kinds_of_input, model_input_kind
 from carb.model.baselines import FlopsLinear, LatencyEnergyProxy
 
 
@@ -85,7 +85,7 @@ def evaluate_cascade(cascade, train: pd.DataFrame, val: pd.DataFrame, test: pd.D
             for t, part in r.result.items():
                 parts.setdefault(t, []).append(part)
         arch = architecture_entries(parts, float(cascade.intervals_["coverage"]), k, n_groups,
-                                    unit=architecture_unit(getattr(cascade, "input_kind_", RESNET.name)))
+                                    unit=architecture_unit(model_input_kind(cascade)))
         for t, entry in arch.items():
             if isinstance(cascade.intervals_.get(t), dict):
                 cascade.intervals_[t]["new_arch"] = entry
@@ -154,7 +154,7 @@ def sanity_metrics(cascade, space: str = "screening", note: Callable[[str], None
     from carb.analysis.screening import featurize
     from carb.design.space import load_space
 
-    kinds = kinds_of_input(getattr(cascade, "input_kind_", RESNET.name))
+    kinds = kinds_of_input(model_input_kind(cascade))
     parts = []
     if RESNET.name in kinds:
         parts.append(sanity_report(cascade, featurize(load_space(space))))

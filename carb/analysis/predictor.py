@@ -22,7 +22,7 @@ from carb.analysis.screening import PER_IMAGE, check_budget, domain_filter, mode
 from carb.data.accuracy import join_top1
 from carb.design.arch import KNOBS, ArchConfig
 from carb.design.features import grid_features
-from carb.design.identity import RESNET, ZOO, row_kinds
+from carb.design.identity import RESNET, ZOO, model_input_kind, row_kinds
 from carb.design.zoo_space import ZOO_DEFAULTS, check_zoo_knobs  # noqa: F401 - ZOO_DEFAULTS re-exported
 from carb.errors import ConfigError
 from carb.model.domain import unseen_mask
@@ -207,7 +207,7 @@ class Predictor:
         from carb.design.zoo_inputs import zoo_features_frame
 
         model = self.cascade
-        kind = getattr(model, "input_kind_", "resnet")   # "mixed" (a combined dataset's): names or knobs
+        kind = model_input_kind(model)   # "mixed" (a combined dataset's): names or knobs
         if kind == "mixed" and is_mixed_frame(knobs):   # rows of both kinds: each kind predicted, order kept
             return self._predict_mixed(knobs, budget=budget, coverage=coverage, features=features,
                                        accuracy=accuracy, batch_size=batch_size, precision=precision,
@@ -389,7 +389,7 @@ def served_inputs(cascade: Any) -> list[tuple[str, str, bool]] | None:
     signature MLflow infers from the knob example."""
     from carb.design.identity import RUN_KNOBS, knob_type
 
-    kind = getattr(cascade, "input_kind_", "resnet")
+    kind = model_input_kind(cascade)
     run = [(c, SERVED_TYPES[knob_type(c)], False) for c in RUN_KNOBS]
     if kind == ZOO.name:
         return [(ZOO.marker, "string", True), *run]
@@ -406,7 +406,7 @@ def knob_example(cascade: Any, rows: pd.DataFrame, n: int = 5) -> pd.DataFrame:
     """The first ``n`` of ``rows`` (dataset rows) as the served model's input: the columns
     :meth:`Predictor.predict` reads (a zoo model's ``model_name`` and its knobs; a ResNet model's knobs; a
     combined model's first ``n`` rows of each kind, each kind's columns null on the other kind's rows)."""
-    kind = getattr(cascade, "input_kind_", "resnet")
+    kind = model_input_kind(cascade)
     if kind == "mixed":
         kinds = row_kinds(rows)
         both = pd.concat([rows.loc[kinds == k].head(n) for k in (RESNET.name, ZOO.name)]).reset_index(drop=True)

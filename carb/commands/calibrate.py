@@ -26,7 +26,7 @@ from carb import tracking
 from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_tags, to_dict
 from carb.commands.progress import Progress
 from carb.commands.zero_shot import print_unseen   # noqa: F401 - carb-calibrate's warnings for unseen precisions
-from carb.design.identity import RESNET
+from carb.design.identity import RESNET, model_input_kind
 from carb.errors import ConfigError, DatasetError
 
 
@@ -240,7 +240,7 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     refuse_same_device(source, rows, source_uri, where, same_name=name == src_info.get("name"))
     kw = transfer_settings(cfg)
     prog.begin(f"fitting the transfer on {k} of {len(rows)} rows")
-    layers = _source_kind(source) in TRANSFERABLE_KINDS   # probe and spec ratios read ResNet layer tables
+    layers = model_input_kind(source) in TRANSFERABLE_KINDS   # probe and spec ratios read ResNet layer tables
     probes = device_probes(source, rows) if layers and cfg.transfer.get("probe", True) else None
     spec = spec_records(cfg, source, rows) if layers and probes is None and cfg.transfer.get("spec", True) else None
     if not layers:
@@ -326,12 +326,6 @@ def probe_this_machine(cfg: Any, source: Any = None) -> str:
 TRANSFERABLE_KINDS = (RESNET.name,)
 
 
-def _source_kind(source: Any) -> str:
-    """The source model's input kind (``resnet`` | ``zoo`` | ``mixed``; ``resnet`` for models saved before
-    :attr:`carb.model.cascade.CarbCascade.input_kind_` existed)."""
-    return str(getattr(source, "input_kind_", RESNET.name) or RESNET.name)
-
-
 def refuse_untransferable_kind(cfg: Any, source: Any, source_uri: str) -> None:
     """One-line :class:`ConfigError` when ``source`` was trained on networks (its input kind not in
     :data:`TRANSFERABLE_KINDS`: a zoo model, or a combined ResNet + zoo one) and the command asks for a
@@ -339,7 +333,7 @@ def refuse_untransferable_kind(cfg: Any, source: Any, source_uri: str) -> None:
     measuring now (``measure=`` measures the ResNet grid). Names the source, why and what works (K measured
     rows of the target's zoo, ``data.path=... k=10``); decided from the model alone, before a probe, a
     measurement or a run."""
-    kind = _source_kind(source)
+    kind = model_input_kind(source)
     if kind in TRANSFERABLE_KINDS:
         return
     from carb.commands.zero_shot import probe_given
@@ -361,7 +355,7 @@ def refuse_unlike_kinds(source: Any, source_uri: str, rows: pd.DataFrame, where:
     ones the K rows would calibrate."""
     from carb.design.identity import kinds_in, kinds_of_input
 
-    src, have = kinds_of_input(_source_kind(source)), kinds_in(rows)
+    src, have = kinds_of_input(model_input_kind(source)), kinds_in(rows)
     extra = [k for k in have if k not in src]
     if extra:
         raise ConfigError(f"data.path: {where} holds {', '.join(extra)} rows but the source model {source_uri} "

@@ -25,6 +25,7 @@ from carb.commands.progress import Progress
 from carb.commands.runinfo import grid_frame, grid_source, screen_record
 from carb.compute import estimator_threads
 from carb.commands.screen_table import TABLE_WIDTH, budget_text, file_frame, format_table, next_steps
+from carb.design.identity import model_input_kind
 from carb.errors import ConfigError, ModelError
 from carb.files import write_atomic
 from carb.model.device_check import other_device
@@ -153,7 +154,7 @@ def check_model_takes_grid(cfg: Any, target_uri: str, target: Any) -> None:
     after tracing the whole space)."""
     from carb.design.zoo_space import is_zoo_space
 
-    if getattr(target, "input_kind_", "resnet") != "resnet":
+    if model_input_kind(target) != "resnet":
         return
     grid_file = cfg.screen.get("grid_file")
     if grid_file and is_zoo_grid(grid_file):
@@ -345,7 +346,7 @@ def run_screen(cfg: Any) -> dict[str, Any]:
     print("\n".join(next_steps(target_uri, uri, tracking.experiment_url(tracking.EXPERIMENTS["screen"],
                                                                       tracking.ui_base(uri)), kind=source_kind(target),
                                 targets=screening.model_targets(target),
-                                zoo=getattr(target, "input_kind_", "resnet") == "zoo")))
+                                zoo=model_input_kind(target) == "zoo")))
     return {**counts, **result.stages, "timings_s": result.timings_s, "output_dir": str(out_dir),
             "run_id": run_id, "target": target_uri, "mode": mode, "validation": validation,
             "shortlist": result.shortlist, "notes": notes}

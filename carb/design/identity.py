@@ -322,6 +322,12 @@ def input_kind(frame: Any) -> str:
     return ZOO.name if kinds == (ZOO.name,) else RESNET.name
 
 
+def model_input_kind(model: Any) -> str:
+    """A fitted model's input kind (its ``input_kind_``: ``resnet``, ``zoo`` or ``mixed``; ``resnet`` for a
+    model saved before the attribute existed)."""
+    return str(getattr(model, "input_kind_", RESNET.name) or RESNET.name)
+
+
 def kinds_of_input(kind: str) -> tuple[str, ...]:
     """The kinds of rows (:data:`NetworkKind` names, in :data:`KINDS` order) a model of input kind ``kind``
     (:func:`input_kind`: ``resnet``, ``zoo`` or ``mixed``) was fitted on and predicts: ``("resnet", "zoo")``
