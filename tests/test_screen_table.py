@@ -95,3 +95,29 @@ def test_every_command_answers_help_with_its_groups_and_keys(module):
     assert "\ntracking:\n  uri:" in r.stdout                     # the keys, with their values
     if module == "quickstart":
         assert "data=h200" in r.stdout and "calibrate=true" in r.stdout and "profile_next: 10" in r.stdout
+
+
+def test_a_zoo_table_leads_with_the_model_and_keeps_its_intervals_before_the_family():
+    """A shortlist of named networks (space=zoo) printed `input batch prec ... model_name family top1 top`: the
+    model came after the predictions, the intervals were dropped first and the pretrained tag was cut at the edge.
+    Now the model leads, the family (implied by the name) goes before any interval, the files lead with the
+    model and its family."""
+    n = 5
+    df = pd.DataFrame({"model_name": ["tv:mobilenet_v3_small", "timm:efficientvit_b0.r224_in1k", "timm:lcnet_050",
+                                      "timm:levit_128s", "tv:regnet_y_400mf"],
+                       "family": ["mobilenet", "efficientvit", "lcnet", "levit", "regnet"],
+                       "input_size": 224, "batch_size": 1, "precision": ["fp32", "bf16", "bf16", "fp32", "fp32"],
+                       "decision": "borderline", "p_feasible": 0.89, "rank": np.arange(1, n + 1),
+                       "pareto": True, "pareto_ties": "a,b", "top1": [0.6764, 0.7159, 0.6314, 0.7652, 0.7404]})
+    for t, v in {"peak_memory_MB": 32.7, "latency_ms": 17.2}.items():
+        df[f"pred_{t}"], df[f"lo_{t}"], df[f"hi_{t}"] = v, v * 0.61, v * 1.83
+    out = format_table(df, ["pred_peak_memory_MB", "pred_latency_ms"], ["pareto", "pareto_ties"],
+                       users=["model_name", "family", "top1"])
+    lines = out.splitlines()
+    assert max(map(len, lines)) <= TABLE_WIDTH
+    head = lines[0].split()
+    assert head[:5] == ["model", "input", "batch", "prec", "decision"] and head.count("model") == 1
+    assert "[10,31]" in lines[1] and "top1" in head                     # intervals kept, accuracy shown
+    assert "timm:efficientvit_b0.r224_in1k" in out
+    cols = list(file_frame(df, ["peak_memory_MB", "latency_ms"], ["model_name", "family", "top1"]).columns)
+    assert cols[:5] == ["model_name", "family", "input_size", "batch_size", "precision"]

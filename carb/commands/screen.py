@@ -245,7 +245,7 @@ def _coverage(value: Any) -> float | None:
 
 #: User columns the terminal table leaves to the files unless screen.pareto, screen.require or
 #: screen.objective names them.
-FILES_ONLY = ("top5", HJ_SCORE)
+FILES_ONLY = ("top5", "top1_source", HJ_SCORE)
 
 #: Candidates scored in the time of one other step (loading the models), for the ETA.
 SCORE_ROWS_PER_UNIT = 2000.0

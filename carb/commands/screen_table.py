@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from carb.data.schema import RUNTIME_FEATURES
-from carb.design.identity import DISPLAY_HEADERS, VARYING_HEADERS
+from carb.design.identity import DISPLAY_HEADERS, VARYING_HEADERS, ZOO
 from carb.model.encoding import INTERACTION_FEATURES
 
 #: Widest terminal table, in characters.
@@ -25,8 +25,12 @@ TABLE_WIDTH = 120
 KNOB_HEADERS = DISPLAY_HEADERS
 #: Knob columns the terminal shows only where they tell the shown rows apart (custom grids), and their headers.
 VARYING_KNOB_HEADERS = VARYING_HEADERS
-#: Knob columns of the files, in order (the terminal shows the first seven).
-FILE_KNOBS = (*KNOB_HEADERS, *VARYING_KNOB_HEADERS, "config_id")
+#: Knob columns and terminal headers of a named network (zoo rows, :data:`carb.design.identity.ZOO`): the model
+#: name leads; its family is implied by the name and shown only where the table has room (:data:`DROP_FIRST`).
+ZOO_HEADERS = {ZOO.marker: ZOO.display[ZOO.marker]}
+#: Knob columns of the files, in order (the terminal shows the first seven): a named network's model and family
+#: first (absent from ResNet frames), then the ResNet knobs.
+FILE_KNOBS = (ZOO.marker, ZOO.unit, *KNOB_HEADERS, *VARYING_KNOB_HEADERS, "config_id")
 #: Per target: the words and unit of a budget line.
 TARGET_WORDS = {"latency_ms": ("latency", "ms"), "energy_J": ("energy", "J"), "peak_memory_MB": ("peak memory", "MB")}
 #: Terminal header of each target's prediction column (the report line above says they carry [lo, hi]).
@@ -39,7 +43,7 @@ REASON_ROOM = 36
 #: (``early_ds``) only where all shown rows share its value, so no two rows read the same with different numbers.
 #: Then the intervals of targets without a budget go (their point prediction stays), then every interval;
 #: a line still too wide (a last `reason` column) is cut.
-DROP_FIRST = ("ties", "front", "in_domain", "early_ds")
+DROP_FIRST = ("ties", "front", "in_domain", "family", "early_ds")
 
 
 def budget_text(budget: Mapping[str, float]) -> str:
@@ -87,6 +91,11 @@ def format_table(df: pd.DataFrame, preds: Sequence[str], extra: Sequence[str] = 
     show = pd.DataFrame(index=df.index)
     varying = {h for c, h in {**KNOB_HEADERS, **VARYING_KNOB_HEADERS}.items()
                if c in df and df[c].astype(str).nunique() > 1}
+    for c, h in ZOO_HEADERS.items():   # a named network's model leads (zoo and combined frames)
+        if c in df:
+            names = df[c].fillna("").astype(str)
+            w = max([len(h), *names.str.len()])
+            show[h.ljust(w)] = names.str.ljust(w)   # left-aligned
     for c, h in KNOB_HEADERS.items():
         if c in df:
             show[h] = df[c]
@@ -108,7 +117,7 @@ def format_table(df: pd.DataFrame, preds: Sequence[str], extra: Sequence[str] = 
             show[TARGET_HEADERS.get(t, t)] = _with_interval(df, t)
             points[TARGET_HEADERS.get(t, t)] = ([num(v) for v in df[c]], f"p_within_{t}" in df)
     for c in users:
-        if c in df:
+        if c in df and c not in ZOO_HEADERS:
             show[c] = [num(v, 4) for v in df[c]]
     if "rank" in df:
         show["rank"] = [num(v) for v in df["rank"]]
