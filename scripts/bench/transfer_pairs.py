@@ -918,6 +918,19 @@ def all_pairs(ks: list[int], gpu: bool = True) -> tuple[pd.DataFrame, list]:
     return table, parts
 
 
+def saved_pairs(path: str) -> tuple[pd.DataFrame, list]:
+    """:func:`all_pairs`' ``(table, parts)`` from a ``--parts-out`` file: the saved fits and held-out errors,
+    intervals rebuilt by :func:`set_intervals` with the current interval code (exploration: seconds)."""
+    import cloudpickle
+
+    parts = cloudpickle.loads(Path(path).read_bytes())
+    every = [q for p in parts for q in p[1]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = set_intervals(pd.concat([p[0] for p in parts], ignore_index=True), every)
+    return table, parts
+
+
 def pair_overview(t: pd.DataFrame) -> pd.DataFrame:
     """One row per ordered pair, latency, worst precision (MAPE %): the uncalibrated source and CARB's answer
     at K = 0 (:func:`product`), at K = 10 CARB's calibrated model beside the transfer from the source alone and
@@ -980,6 +993,11 @@ def main() -> None:
                          "floor; fits each CPU's cascade 5 more times: a few minutes)")
     ap.add_argument("--interval-sweep", action="store_true",
                     help="also print the interval settings chosen fully nested leave-one-pair-out (a few minutes)")
+    ap.add_argument("--parts-out", default=None,
+                    help="save every pair's fitted transfers and held-out errors here (cloudpickle) for --parts-in")
+    ap.add_argument("--parts-in", default=None,
+                    help="skip the fits: rebuild only the intervals and tables from a --parts-out file (seconds; "
+                         "for exploring interval rules, point accuracy as saved)")
     a = ap.parse_args()
     PRIOR_ROWS[0] = a.prior_rows
     if a.loo_stat:
@@ -993,7 +1011,11 @@ def main() -> None:
     ks = [int(k) for k in a.ks.split(",")] if a.ks else sorted({0, 10, quickstart_k()})
     from scripts.bench.transfer import markdown
 
-    t, parts = all_pairs(ks, gpu=not a.no_gpu)
+    t, parts = saved_pairs(a.parts_in) if a.parts_in else all_pairs(ks, gpu=not a.no_gpu)
+    if a.parts_out:
+        import cloudpickle
+
+        Path(a.parts_out).write_bytes(cloudpickle.dumps(parts))
     if a.errors_out:
         write_errors(a.errors_out, [q for p in parts for q in p[1] if q["k"] > 0])
     if a.interval_sweep:
