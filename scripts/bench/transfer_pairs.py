@@ -332,6 +332,18 @@ def _coverage(iv: pd.DataFrame, t: str, y: np.ndarray, m: np.ndarray, suffix: st
 PRIOR_ROWS: list[float | None] = [None]
 
 
+def interval_rules() -> None:
+    """The device-level band's rules from ``transfer`` of ``conf/calibrate.yaml`` (``device_widen``,
+    ``unmeasured_floor``, ``level_by_precision``: :func:`carb.model.transfer_prior.configure`), as carb-calibrate
+    sets them."""
+    from omegaconf import OmegaConf
+
+    from carb.model import transfer_prior
+
+    t = OmegaConf.load(ROOT / "conf" / "calibrate.yaml").transfer
+    transfer_prior.configure(t.get("device_widen"), t.get("unmeasured_floor"), t.get("level_by_precision"))
+
+
 def repeat_floor(target: str, rows: pd.DataFrame | None = None) -> float | dict[str, float]:
     """The repeatability floor of ``target``'s intervals as a log standard deviation: for latency, per precision
     the target device's measured run-to-run spread (``rows``: :func:`measured_repeat_rows`;
@@ -393,7 +405,7 @@ def set_intervals(table: pd.DataFrame, pending: list[dict], kind: str | None = N
     (``coverage_loo``, ``width_loo``). ``n_devices``: the devices of its class the band was measured on.
     ``kind``: only that kind's pairs are scored (None: all), and the kind of a record that names none."""
     from carb.model.intervals import interval
-    from carb.model.transfer_prior import lodo_records, row_scale, target_out_records
+    from carb.model.transfer_prior import lodo_records, row_scale, target_out_records, zero_shot_target_out_band
 
     table = table.copy()
     recs = [{"pair": (r["source"], r["target_device"]), "err": r["err"], "precision": r["precision"], "k": r["k"],
@@ -417,7 +429,15 @@ def set_intervals(table: pd.DataFrame, pending: list[dict], kind: str | None = N
             if entry:
                 tr.intervals_[q["target"]] = entry
         else:
-            if entry is None and own["kind"]:   # 0 devices of its class: no band; the borrowed one for comparison
+            none_of_class = entry is None and bool(own["kind"])
+            if none_of_class:   # no pair of its class avoids both devices (three CPUs)
+                entry = zero_shot_target_out_band(target_out_records(same, own["pair"]), tr.coverage, own["kind"],
+                                                  floor)
+                if entry is not None:   # what carb-calibrate k=0 ships for a new CPU, measured without the target
+                    tr.intervals_ = {**dict(tr.intervals_ or {}), q["target"]: entry}
+                    ivs[""] = interval(tr.intervals_, q["pred"], precision=q["precision"])
+                    tr.intervals_ = copy.copy(saved)
+            if none_of_class:   # the other class's band, for comparison only
                 other = next((r["kind"] for r in others if r["kind"] != own["kind"]), None)
                 if other and tr.set_device_band(q["target"], others, floor, scaled=False, kind=other):
                     ivs["_borrowed"] = interval(tr.intervals_, q["pred"], precision=q["precision"])
@@ -999,6 +1019,7 @@ def main() -> None:
                     help="skip the fits: rebuild only the intervals and tables from a --parts-out file (seconds; "
                          "for exploring interval rules, point accuracy as saved)")
     a = ap.parse_args()
+    interval_rules()
     PRIOR_ROWS[0] = a.prior_rows
     if a.loo_stat:
         from carb.model import transfer_prior
