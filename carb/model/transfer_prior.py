@@ -550,7 +550,7 @@ def held_out_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 
 #: errors (the form of ``zero_shot.probe_log_error_band``), ``level`` their ``coverage`` quantile of |log error|
 #: (symmetric), ``none`` no band (unbounded). ``transfer.zero_shot_target_out``.
 ZERO_SHOT_TARGET_OUT: str = "quantiles"
-ZERO_SHOT_TARGET_OUTS: tuple[str, ...] = ("quantiles", "level", "none")
+ZERO_SHOT_TARGET_OUTS: tuple[str, ...] = ("quantiles", "level", "device", "none")
 
 
 def zero_shot_target_out_band(records: Sequence[Mapping[str, Any]], coverage: float = 0.9, kind: str | None = None,
@@ -564,6 +564,10 @@ def zero_shot_target_out_band(records: Sequence[Mapping[str, Any]], coverage: fl
     ``none`` or without a pair of finite errors. The method names the devices it was measured on."""
     if ZERO_SHOT_TARGET_OUT == "none":
         return None
+    if ZERO_SHOT_TARGET_OUT == "device":
+        e = device_level_band([{**r, "precision": r.get("precision")} for r in records], coverage, floor_log_sd,
+                              kind=kind)
+        return None if e is None else {**e, "method": "zero-shot " + e["method"] + " (pairs without the target device)"}
     pts, devices, n = [], set(), 0
     for r in same_class(records, kind):
         e = np.asarray(r["err"], float)
