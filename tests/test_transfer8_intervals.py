@@ -78,7 +78,7 @@ def test_two_devices_student_t_holds_and_is_narrower_than_the_textbook_predictiv
     from carb.model.transfer_prior import device_level_band
 
     rng = np.random.default_rng(5)
-    draws = [(_pairs(2, 0.1, 1e-4, seed=s), rng.normal(0.0, 0.1)) for s in range(1500)]
+    draws = [(_pairs(2, 0.1, 1e-4, seed=s), rng.normal(0.0, 0.1)) for s in range(700)]
     inside, width = {}, {}
     for rule in ("student-t", "predictive", "pairs"):
         monkeypatch.setattr(transfer_prior, "DEVICE_WIDEN", rule)
