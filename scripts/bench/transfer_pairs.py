@@ -35,8 +35,12 @@ precision (:func:`repeat_floor`); ``n_devices``: how many devices of its class i
 no CPU pair avoids both devices of a CPU pair: a CPU pair's K > 0 interval then comes from the CPU pairs
 without its target device (:func:`carb.model.transfer_prior.held_out_level_band`: their held-out error level
 where it is steadier across them than its ratio to their own K-row intervals), else its own K rows'
-leave-one-out interval, and at K = 0 it has none (the GPU pairs' band it would borrow is scored beside it,
-``coverage_borrowed``, for comparison only). ``coverage_loo`` / ``width_loo``:
+leave-one-out interval, and at K = 0 the band of the CPU pairs without its target device
+(:func:`carb.model.transfer_prior.zero_shot_target_out_band`: 5-95 % of their log errors, the form
+``carb-calibrate k=0 probe=...`` ships for a new CPU, measured without this one; the GPU pairs' band it would
+borrow is scored beside it, ``coverage_borrowed``, for comparison only). The band's rules are
+``conf/calibrate.yaml``'s (``transfer.device_widen``, ``unmeasured_floor``, ``level_by_precision``:
+:func:`interval_rules`). ``coverage_loo`` / ``width_loo``:
 from the K rows' residuals alone. ``--errors-out carb/data/transfer-errors.csv`` writes the table of every
 pair's errors that ``carb-calibrate`` ships and the per-pair table beside it (``transfer-pairs.csv``, the
 device-level band of ``transfer.pair_prior``), with provenance. ``--interval-sweep`` / ``--precision-sweep``
@@ -44,7 +48,10 @@ study the shipped table prior (:func:`set_prior_intervals`, leave-one-device-out
 
     python -m scripts.bench.transfer_pairs [--ks 0,10,12] [--no-gpu] [--csv out.csv] [--errors-out FILE]
         [--loo-stat median|mean|rms] [--prior-rows N] [--interval-sweep] [--precision-band pooled|widest]
-        [--precision-sweep] [--error-sources]
+        [--precision-sweep] [--error-sources] [--parts-out FILE] [--parts-in FILE]
+
+``--parts-out FILE`` saves every pair's fits and held-out errors; ``--parts-in FILE`` rebuilds only the intervals
+and tables from them (seconds instead of minutes: for exploring interval rules; point accuracy as saved).
 
 ``--error-sources`` (issue 44): per CPU pair and precision at K = 10, how much of the calibrated latency error an
 exactly known per-precision offset or one exactly known feature slope would remove, how much the source model's
