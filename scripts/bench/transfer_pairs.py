@@ -828,6 +828,8 @@ def device_table(t: pd.DataFrame, kq: int | None = None) -> pd.DataFrame:
         "k10_width_max": k10.groupby("target_device")["width"].max() if "width" in k10 else np.nan,
         "k10_memory_width_max": (mem[(mem.k == 10) & (mem.model == "calibrated")].groupby("target_device")["width"].max()
                                  if "width" in mem else np.nan),
+        "k0_band_devices_min": (lat[(lat.k == 0) & (lat.model == "zero_shot") & lat["coverage"].notna()].groupby(
+            "target_device")["n_devices"].min() if {"n_devices", "coverage"} <= set(lat.columns) else np.nan),
         "band_devices_min": k10.groupby("target_device")["n_devices"].min() if "n_devices" in k10 else np.nan,
         "memory_band_devices_min": (mem[(mem.k == 10) & (mem.model == "calibrated")].groupby("target_device")[
             "n_devices"].min() if "n_devices" in mem else np.nan),
