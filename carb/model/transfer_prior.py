@@ -334,12 +334,15 @@ def device_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 0.
 
     * bias: each pair's (and precision's) median error ``b_j`` (:func:`pair_bias_residuals`); a new device is
       one more draw, centred on no bias: ``h_b = t_{(1+c)/2}(df = D) * rms(b)`` with ``D`` the independent
-      draws: the fewer of the distinct devices and the distinct pairs (:data:`DEVICE_WIDEN`; D = 2 gives
-      t = 2.9 at 90 %, D = 5 gives 2.0);
+      draws: the fewer of the distinct devices and the distinct pairs (D = 2 gives t = 2.9 at 90 %, D = 5
+      gives 2.0); :data:`DEVICE_WIDEN` picks another rule (``predictive``: centred on the draws' mean,
+      ``pairs``, ``pooled``);
     * rows: ``h_r``, the ``coverage`` quantile of the pooled ``|residual|``, each pair weighted equally;
     * combined as independent terms: ``half = sqrt(h_b^2 + h_r^2)``, never below the repeatability floor
       (:func:`floor_half` of ``floor_log_sd``: a log standard deviation, or one per precision: those above
-      the pooled floor get ``precision_log_ratios`` at their own).
+      the pooled floor get ``precision_log_ratios`` at their own); a floor given as one number (configured,
+      nothing measured) is first capped at what the records' row residuals allow (:data:`UNMEASURED_FLOOR`,
+      :func:`_cap_unmeasured_floor`).
 
     ``scale``: the bias and residuals of each pair are first divided by its record's ``scale`` and the
     half-width multiplied by ``scale`` (scale-free). Returns ``{"lower", "upper", "n", "coverage",
