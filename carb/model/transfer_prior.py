@@ -252,7 +252,8 @@ def configure(device_widen: str | None = None, unmeasured_floor: str | None = No
     g = globals()
     for key, name, allowed, v in (("device_widen", "DEVICE_WIDEN", DEVICE_WIDENS, device_widen),
                                   ("unmeasured_floor", "UNMEASURED_FLOOR", UNMEASURED_FLOORS, unmeasured_floor),
-                                  ("level_by_precision", "LEVEL_BY_PRECISION", LEVEL_BY_PRECISIONS, level_by_precision)):
+                                  ("level_by_precision", "LEVEL_BY_PRECISION", LEVEL_BY_PRECISIONS,
+                                   level_by_precision)):
         if v is None:
             continue
         if str(v) not in allowed:
@@ -443,7 +444,8 @@ def _pooled_bias_rms(b: np.ndarray, n_dev: int, records: Sequence[Mapping[str, A
     if p < 0.05:
         return rms, n_dev, f"student-t (df {n_dev}; its class alone: F test p={p:.2g} against the other class)"
     pooled = math.sqrt((n_dev * ms + n_oth * oms) / (n_dev + n_oth))
-    return pooled, n_dev + n_oth, f"student-t on the bias rms pooled over both classes (df {n_dev + n_oth}, F p={p:.2g})"
+    return pooled, n_dev + n_oth, (f"student-t on the bias rms pooled over both classes (df {n_dev + n_oth}, "
+                                   f"F p={p:.2g})")
 
 
 def _cap_unmeasured_floor(floor_log_sd: float | Mapping[str, float], raw: list[np.ndarray], coverage: float
