@@ -61,12 +61,13 @@ def test_device_band_covers_a_new_device_and_widens_with_few_devices():
 
 
 def test_device_band_never_narrower_than_repeatability_and_scale_free():
-    """A floor of log sd 0.2 sets the half-width to z(0.95) x 0.2; with ``scale`` each pair's errors count
-    in units of its own scale and the band is returned in the caller's."""
+    """A measured floor of log sd 0.2 sets the half-width to z(0.95) x 0.2 (a configured one, nothing measured,
+    is capped: tests/test_transfer8_intervals.py); with ``scale`` each pair's errors count in units of its own
+    scale and the band is returned in the caller's."""
     from carb.model.transfer_prior import device_level_band
 
     recs = _records(6, 0.01, 0.01, seed=3)
-    b = device_level_band(recs, floor_log_sd=0.2)
+    b = device_level_band(recs, floor_log_sd={"default": 0.2})
     assert b["upper"] == pytest.approx(1.6448536 * 0.2, rel=1e-6) and "repeatability floor" in b["method"]
     small = device_level_band([{**r, "scale": 0.01} for r in recs], scale=0.01)
     big = device_level_band([{**r, "scale": 0.01} for r in recs], scale=0.1)
@@ -285,10 +286,13 @@ def test_measuring_now_covers_the_precisions_the_model_predicts(cpu_model, capsy
     assert "9 configurations to measure, at least 3 of each precision" in capsys.readouterr().out
 
 
-def test_calibrate_intervals_from_the_per_pair_table_leave_this_device_out(cpu_model):
+def test_calibrate_intervals_from_the_per_pair_table_leave_this_device_out(cpu_model, monkeypatch):
     """The shipped-table path of carb-calibrate (transfer.pair_prior): the per-pair summary of two pairs, one
     of them into this very device (cccccccccc) with errors far larger: the band comes from the other pair
-    only, names its devices, and is never narrower than the repeatability floor."""
+    only, names its devices, and is never narrower than the repeatability floor (configured and kept as such:
+    ``transfer.unmeasured_floor: configured``; the default caps a configured floor nothing measured at what the
+    pairs' own row residuals allow, and says so)."""
+    from carb.model import transfer_prior
     from carb.model.transfer import TransferredCascade
     from carb.model.transfer_prior import pair_records, pair_summary
 
@@ -307,5 +311,9 @@ def test_calibrate_intervals_from_the_per_pair_table_leave_this_device_out(cpu_m
     tr = TransferredCascade(cascade, pair_prior=table, repeat_floor={"latency_ms": 0.0}).fit(rows.head(10))
     entry = tr.intervals_["latency_ms"]
     assert "measured on 2 cpu device(s)" in entry["method"] and entry["upper"] < 1.0
+    capped = TransferredCascade(cascade, pair_prior=table, repeat_floor={"latency_ms": 0.5}).fit(rows.head(10))
+    assert capped.intervals_["latency_ms"]["upper"] < 1.6448 * 0.5 and "floor capped" in \
+        capped.intervals_["latency_ms"]["method"]
+    monkeypatch.setattr(transfer_prior, "UNMEASURED_FLOOR", "configured")
     tr2 = TransferredCascade(cascade, pair_prior=table, repeat_floor={"latency_ms": 0.5}).fit(rows.head(10))
     assert tr2.intervals_["latency_ms"]["upper"] >= 1.6448 * 0.5 - 1e-9

@@ -4,6 +4,7 @@ the test's own store, never a real probe); the bad inputs are one line each."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -85,6 +86,11 @@ def test_k0_from_two_device_probes_registers_a_cpu_model(store, capsys):
     assert np.isfinite(iv["hi_latency_ms"]).all() and (iv["lo_latency_ms"] > 0).all()
     out = capsys.readouterr().out
     assert "fp16 runs on another kernel path" in out and "from 0 rows (device probes)" in out
+    from omegaconf import OmegaConf   # issue 44: the k=0 band says how many devices it was measured on
+
+    conf = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "calibrate.yaml")
+    n_cpus = conf.zero_shot.probe_band_devices
+    assert f"(measured on {n_cpus} CPUs)" in " ".join(out.split()) and n_cpus == 3
     tracking.configure(store["uri"])
     vt = tracking.registered_model_info(res["registered_name"], str(res["version"]))["version_tags"]
     assert vt["k"] == "0" and vt["zero_shot"] == "probe" and json.loads(vt["device_fingerprint"])["isa"]

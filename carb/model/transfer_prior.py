@@ -222,11 +222,43 @@ def prior_entry(table: pd.DataFrame | None, kind: str | None, target: str, loo: 
 
 
 # ---------------------------------------------------------------------- device-level band (issue 44)
-#: How the device-level band widens for few devices: the device bias term is a Student-t prediction
-#: interval of a new device's bias centred on no bias, ``t(df = D) * rms(bias)``: the rms about 0 of D draws
-#: has D degrees of freedom (the form ``t(df = D - 1) * sd * sqrt(1 + 1/D)`` is for a band centred on the draws'
-#: own mean; applied to the rms about 0, as before, it double-counted: 7.7 x rms at D = 2 against 2.9).
+#: How the device-level band widens for few devices (``transfer.device_widen``, :func:`device_level_band`):
+#:
+#: * ``student-t``: a Student-t prediction interval of a new device's bias centred on no bias,
+#:   ``t(df = D) * rms(bias)`` (the rms about 0 of D draws has D degrees of freedom), D the fewer of the distinct
+#:   devices and the distinct pairs;
+#: * ``predictive``: the textbook interval for the next draw, centred on the draws' mean,
+#:   ``mean +- t(df = D - 1) * sd * sqrt(1 + 1/D)`` (7.7 sd at D = 2);
+#: * ``pairs``: ``student-t`` with every (pair, precision) cell a draw (df = cells);
+#: * ``pooled``: ``student-t`` on the bias rms pooled over both device classes (scale-free at K > 0; each class
+#:   its own where an F test at 5 % says the classes' bias spreads differ), df the devices of both classes.
 DEVICE_WIDEN: str = "student-t"
+DEVICE_WIDENS: tuple[str, ...] = ("student-t", "predictive", "pairs", "pooled")
+#: A repeatability floor given as one number is the configured default (nothing measured on this device):
+#: ``class-bound`` caps it at the run-to-run spread the band's own records allow (their pooled row residual's
+#: ``coverage`` quantile over z: the held-out errors of the other devices of its class include their noise);
+#: ``configured`` keeps it as configured. A floor measured per precision (a mapping) is never capped.
+#: (``transfer.unmeasured_floor``.)
+UNMEASURED_FLOOR: str = "class-bound"
+UNMEASURED_FLOORS: tuple[str, ...] = ("configured", "class-bound")
+
+
+def configure(device_widen: str | None = None, unmeasured_floor: str | None = None,
+              level_by_precision: str | None = None) -> None:
+    """Set the interval rules of this module from ``transfer`` of ``conf/calibrate.yaml`` (``device_widen``:
+    :data:`DEVICE_WIDEN`, ``unmeasured_floor``: :data:`UNMEASURED_FLOOR`, ``level_by_precision``:
+    :data:`LEVEL_BY_PRECISION`); None keeps a rule as it is. Raises ``ValueError`` (one line naming the key and
+    the allowed values) for another value."""
+    g = globals()
+    for key, name, allowed, v in (("device_widen", "DEVICE_WIDEN", DEVICE_WIDENS, device_widen),
+                                  ("unmeasured_floor", "UNMEASURED_FLOOR", UNMEASURED_FLOORS, unmeasured_floor),
+                                  ("level_by_precision", "LEVEL_BY_PRECISION", LEVEL_BY_PRECISIONS,
+                                   level_by_precision)):
+        if v is None:
+            continue
+        if str(v) not in allowed:
+            raise ValueError(f"transfer.{key}: {v!r}; allowed: {', '.join(allowed)}")
+        g[name] = str(v)
 
 
 def pair_bias_residuals(err: np.ndarray) -> tuple[float, np.ndarray]:
@@ -303,12 +335,15 @@ def device_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 0.
 
     * bias: each pair's (and precision's) median error ``b_j`` (:func:`pair_bias_residuals`); a new device is
       one more draw, centred on no bias: ``h_b = t_{(1+c)/2}(df = D) * rms(b)`` with ``D`` the independent
-      draws: the fewer of the distinct devices and the distinct pairs (:data:`DEVICE_WIDEN`; D = 2 gives
-      t = 2.9 at 90 %, D = 5 gives 2.0);
+      draws: the fewer of the distinct devices and the distinct pairs (D = 2 gives t = 2.9 at 90 %, D = 5
+      gives 2.0); :data:`DEVICE_WIDEN` picks another rule (``predictive``: centred on the draws' mean,
+      ``pairs``, ``pooled``);
     * rows: ``h_r``, the ``coverage`` quantile of the pooled ``|residual|``, each pair weighted equally;
     * combined as independent terms: ``half = sqrt(h_b^2 + h_r^2)``, never below the repeatability floor
       (:func:`floor_half` of ``floor_log_sd``: a log standard deviation, or one per precision: those above
-      the pooled floor get ``precision_log_ratios`` at their own).
+      the pooled floor get ``precision_log_ratios`` at their own); a floor given as one number (configured,
+      nothing measured) is first capped at what the records' row residuals allow (:data:`UNMEASURED_FLOOR`,
+      :func:`_cap_unmeasured_floor`).
 
     ``scale``: the bias and residuals of each pair are first divided by its record's ``scale`` and the
     half-width multiplied by ``scale`` (scale-free). Returns ``{"lower", "upper", "n", "coverage",
@@ -317,8 +352,60 @@ def device_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 0.
     ``kind``). Its ``log_ratios`` are empty: the band answers its own ``coverage`` only."""
     from scipy.stats import t as student_t
 
-    biases, points, devices, pairs = [], [], set(), set()
-    for r in _cells(same_class(records, kind)):
+    own = _bias_draws(_cells(same_class(records, kind)), scale)
+    if own is None:
+        return None
+    b, points, raw, devices, pairs = own
+    q = 0.5 + coverage / 2.0
+    n_dev = max(min(len(devices), len(pairs)), 2)
+    rms_b = float(np.sqrt(np.mean(b ** 2)))
+    centre, how = 0.0, DEVICE_WIDEN
+    if DEVICE_WIDEN == "predictive":
+        sd = float(np.std(b, ddof=1)) if len(b) >= 2 else abs(float(b[0]))
+        centre = float(np.mean(b))
+        h_b = float(student_t.ppf(q, df=n_dev - 1)) * sd * math.sqrt(1.0 + 1.0 / n_dev)
+        how = f"predictive (centred on the mean bias, df {n_dev - 1})"
+    else:
+        if DEVICE_WIDEN == "pairs":
+            n_dev = max(len(b), 2)
+        elif DEVICE_WIDEN == "pooled" and kind is not None:
+            rms_b, n_dev, how = _pooled_bias_rms(b, n_dev, records, kind, scale)
+        h_b = float(student_t.ppf(q, df=n_dev)) * rms_b
+        how = how if DEVICE_WIDEN == "pooled" and kind is not None else f"{DEVICE_WIDEN} (df {n_dev})"
+    h_r = float(np.quantile(np.concatenate(points), coverage))
+    mult = float(scale) if scale is not None else 1.0
+    measured = mult * math.sqrt(h_b ** 2 + h_r ** 2)
+    floor_log_sd, capped = _cap_unmeasured_floor(floor_log_sd, raw, coverage)
+    pooled_floor, by_prec = floor_half(floor_log_sd, coverage)
+    lower, upper = min(mult * centre - measured, -pooled_floor), max(mult * centre + measured, pooled_floor)
+    half = max(-lower, upper)
+    wider = {p: h for p, h in by_prec.items() if h > half}
+    floored = pooled_floor > measured + 1e-12
+    cls = f"{kind} " if kind else ""
+    return {"lower": lower, "upper": upper, "n": int(sum(len(p) for p in points)), "coverage": float(coverage),
+            "log_ratios": [],
+            **({"precision_log_ratios": {p: [round(v, 6) for v in [-h] * 50 + [h] * 50] for p, h in wider.items()}}
+               if wider else {}),
+            "method": (f"device-level band: measured on {len(devices)} {cls}device(s) ({len(b)} pair(s)); "
+                       f"device bias rms {rms_b:.3f}{' (scale-free)' if scale is not None else ''} widened "
+                       f"{how} plus row residual"
+                       + (f"; at the repeatability floor (half-width {pooled_floor:.3f})" if floored else "")
+                       + (f"; the configured floor capped at {capped:.3f} (log sd; nothing measured on this device, "
+                          "the run-to-run spread the other devices' held-out errors allow)" if capped is not None
+                          else "")
+                       + (f"; {', '.join(sorted(wider))} at {'their' if len(wider) > 1 else 'its'} own repeatability "
+                          "floor" if wider else "")),
+            "n_devices": len(devices), "n_pairs": len(b), "bias_rms": rms_b,
+            "half_bias": mult * h_b, "half_rows": mult * h_r, "kind": kind}
+
+
+def _bias_draws(cells: Sequence[Mapping[str, Any]], scale: float | None
+                ) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray], set, set] | None:
+    """The device bias draws of ``cells`` (:func:`_cells`): ``(biases (D,), |residual| points per cell (over
+    its ``scale`` where ``scale`` is given), |residual| points per cell in log units, devices, pairs)``; None
+    without a cell of finite errors (and, scale-free, a positive ``scale``)."""
+    biases, points, raw, devices, pairs = [], [], [], set(), set()
+    for r in cells:
         b, res = pair_bias_residuals(r["err"])
         if not len(res):
             continue
@@ -329,34 +416,51 @@ def device_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 0.
                 continue
         biases.append(b / div)
         points.append(_pair_points(np.abs(res) / div))
+        raw.append(_pair_points(np.abs(res)))
         devices.update(str(d) for d in r["pair"])
         pairs.add(tuple(map(str, r["pair"])))
     if not biases:
         return None
-    n_dev, b = max(min(len(devices), len(pairs)), 2), np.asarray(biases)
-    rms_b = float(np.sqrt(np.mean(b ** 2)))
-    q = 0.5 + coverage / 2.0
-    h_b = float(student_t.ppf(q, df=n_dev)) * rms_b
-    h_r = float(np.quantile(np.concatenate(points), coverage))
-    mult = float(scale) if scale is not None else 1.0
-    measured = mult * math.sqrt(h_b ** 2 + h_r ** 2)
-    pooled_floor, by_prec = floor_half(floor_log_sd, coverage)
-    half = max(measured, pooled_floor)
-    wider = {p: h for p, h in by_prec.items() if h > half}
-    floored = half > measured + 1e-12
-    cls = f"{kind} " if kind else ""
-    return {"lower": -half, "upper": half, "n": int(sum(len(p) for p in points)), "coverage": float(coverage),
-            "log_ratios": [],
-            **({"precision_log_ratios": {p: [round(v, 6) for v in [-h] * 50 + [h] * 50] for p, h in wider.items()}}
-               if wider else {}),
-            "method": (f"device-level band: measured on {len(devices)} {cls}device(s) ({len(biases)} pair(s)); "
-                       f"device bias rms {rms_b:.3f}{' (scale-free)' if scale is not None else ''} widened "
-                       f"{DEVICE_WIDEN} (df {n_dev}) plus row residual"
-                       + (f"; at the repeatability floor (half-width {pooled_floor:.3f})" if floored else "")
-                       + (f"; {', '.join(sorted(wider))} at {'their' if len(wider) > 1 else 'its'} own repeatability "
-                          "floor" if wider else "")),
-            "n_devices": len(devices), "n_pairs": len(biases), "bias_rms": rms_b,
-            "half_bias": mult * h_b, "half_rows": mult * h_r, "kind": kind}
+    return np.asarray(biases), points, raw, devices, pairs
+
+
+def _pooled_bias_rms(b: np.ndarray, n_dev: int, records: Sequence[Mapping[str, Any]], kind: str,
+                     scale: float | None) -> tuple[float, int, str]:
+    """``(rms, df, how)`` of :data:`DEVICE_WIDEN` ``pooled``: the bias mean square of ``b`` (this class, ``n_dev``
+    independent draws) pooled with that of the other classes' ``records`` (same units: scale-free where
+    ``scale`` is given), weighted by their draws; this class's alone where a two-sided F test at 5 % says the
+    two spreads differ or no other class has draws."""
+    from scipy.stats import f as f_dist
+
+    rms = float(np.sqrt(np.mean(b ** 2)))
+    other = _bias_draws(_cells([r for r in records if str(r.get("kind")) != str(kind)]), scale)
+    if other is None:
+        return rms, n_dev, f"student-t (df {n_dev}; no other class to pool)"
+    ob, _, _, odev, opairs = other
+    n_oth = max(min(len(odev), len(opairs)), 2)
+    ms, oms = float(np.mean(b ** 2)), float(np.mean(ob ** 2))
+    ratio = ms / max(oms, 1e-300)
+    p = 2.0 * min(f_dist.cdf(ratio, n_dev, n_oth), f_dist.sf(ratio, n_dev, n_oth))
+    if p < 0.05:
+        return rms, n_dev, f"student-t (df {n_dev}; its class alone: F test p={p:.2g} against the other class)"
+    pooled = math.sqrt((n_dev * ms + n_oth * oms) / (n_dev + n_oth))
+    return pooled, n_dev + n_oth, (f"student-t on the bias rms pooled over both classes (df {n_dev + n_oth}, "
+                                   f"F p={p:.2g})")
+
+
+def _cap_unmeasured_floor(floor_log_sd: float | Mapping[str, float], raw: list[np.ndarray], coverage: float
+                          ) -> tuple[float | Mapping[str, float], float | None]:
+    """``(floor, cap)``: a floor given as one number (configured, nothing measured on this device) capped at
+    the run-to-run spread the records' held-out row residuals allow (``raw``: their |residual| points in log
+    units, each cell weighted equally; their ``coverage`` quantile over z) where :data:`UNMEASURED_FLOOR` is
+    ``class-bound`` (``cap``: the value, None when not capped); a measured floor (a mapping) as it is."""
+    if UNMEASURED_FLOOR != "class-bound" or isinstance(floor_log_sd, Mapping) or not raw:
+        return floor_log_sd, None
+    from carb.data.repeatability import coverage_z
+
+    bound = float(np.quantile(np.concatenate(raw), coverage)) / coverage_z(coverage)
+    f = float(floor_log_sd or 0.0)
+    return (bound, bound) if bound < f else (f, None)
 
 
 def target_out_records(records: Sequence[Mapping[str, Any]], pair: tuple[str, str]) -> list[Mapping[str, Any]]:
@@ -365,6 +469,36 @@ def target_out_records(records: Sequence[Mapping[str, Any]], pair: tuple[str, st
     :func:`held_out_level_band` where no pair avoids both devices (three CPUs)."""
     tgt, own = str(pair[1]), tuple(map(str, pair))
     return [r for r in records if tgt not in set(map(str, r["pair"])) and tuple(map(str, r["pair"])) != own]
+
+
+#: Per precision, the level band of :func:`held_out_level_band`: ``pooled`` (every precision the pooled level),
+#: ``own`` (each precision the ``coverage`` quantile of its own |log error| over the pairs, where every pair has
+#: at least 3 of its rows), ``widest`` (the larger of the two). ``transfer.level_by_precision``.
+LEVEL_BY_PRECISION: str = "widest"
+LEVEL_BY_PRECISIONS: tuple[str, ...] = ("pooled", "own", "widest")
+
+
+def _precision_levels(records: Sequence[Mapping[str, Any]], coverage: float, pooled: float) -> dict[str, float]:
+    """``{precision: half-width}`` of :data:`LEVEL_BY_PRECISION` from ``records`` carrying ``precision`` (n,)
+    beside ``err``: each pair's |log error| of that precision as equally weighted points; a precision that
+    some pair has fewer than 3 rows of keeps the pooled level."""
+    per: dict[str, list[np.ndarray]] = {}
+    n_pairs = 0
+    for r in records:
+        if r.get("precision") is None:
+            return {}
+        e, prec = np.abs(np.asarray(r["err"], float)), np.asarray(r["precision"]).astype(str)
+        n_pairs += 1
+        for p in np.unique(prec):
+            m = (prec == p) & np.isfinite(e)
+            if m.sum() >= 3:
+                per.setdefault(str(p), []).append(_pair_points(e[m]))
+    out = {}
+    for p, pts in per.items():
+        if len(pts) == n_pairs and n_pairs >= 2:
+            h = float(np.quantile(np.concatenate(pts), coverage))
+            out[p] = max(h, pooled) if LEVEL_BY_PRECISION == "widest" else h
+    return out
 
 
 def held_out_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 0.9, kind: str | None = None
@@ -402,15 +536,67 @@ def held_out_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 
     if not sd_level < sd_ratio:
         return None
     half = float(np.quantile(np.concatenate(points), coverage))
+    byp = _precision_levels(same_class(records, kind), coverage, half) if LEVEL_BY_PRECISION != "pooled" else {}
     cls = f"{kind} " if kind else ""
     return {"lower": -half, "upper": half, "n": int(sum(len(p) for p in points)), "coverage": float(coverage),
             "log_ratios": [],
+            **({"precision_log_ratios": {p: [round(v, 6) for v in [-h] * 50 + [h] * 50] for p, h in byp.items()}}
+               if byp else {}),
             "method": (f"held-out error level of {len(level)} {cls}pair(s) without the target device "
                        f"({len(devices)} devices, the source's own pairs: none avoids both devices); steadier "
                        f"across them than its ratio to each pair's own K-row interval (log sd {sd_level:.3f} "
                        f"against {sd_ratio:.3f})"),
             "n_devices": len(devices), "n_pairs": len(level), "kind": kind,
             "pivot": {"level_sd": sd_level, "ratio_sd": sd_ratio}}
+
+
+#: The zero-shot band of a device whose class has no pair without both of its devices (three CPUs at K = 0,
+#: :func:`zero_shot_target_out_band`): ``quantiles`` the ``(1 -+ coverage) / 2`` quantiles of the pairs' signed log
+#: errors (the form of ``zero_shot.probe_log_error_band``), ``level`` their ``coverage`` quantile of |log error|
+#: (symmetric), ``none`` no band (unbounded). ``transfer.zero_shot_target_out``.
+ZERO_SHOT_TARGET_OUT: str = "quantiles"
+ZERO_SHOT_TARGET_OUTS: tuple[str, ...] = ("quantiles", "level", "device", "none")
+
+
+def zero_shot_target_out_band(records: Sequence[Mapping[str, Any]], coverage: float = 0.9, kind: str | None = None,
+                              floor_log_sd: float | Mapping[str, float] = 0.0) -> dict[str, Any] | None:
+    """The K = 0 band of a pair whose class has no pair avoiding both of its devices (three CPUs), from
+    ``records`` of same-class pairs without its *target* device (:func:`target_out_records`: the source's own
+    zero-shot transfers to and from the other devices; ``err`` (n,) their log(measured / predicted)): what
+    ``carb-calibrate k=0 probe=...`` ships for a new CPU (``zero_shot.probe_log_error_band``: every pair of the
+    known CPUs, none involving the new one), measured here without the target. :data:`ZERO_SHOT_TARGET_OUT`
+    picks the form; each pair weighs the same; never narrower than the floor. None (no interval) for
+    ``none`` or without a pair of finite errors. The method names the devices it was measured on."""
+    if ZERO_SHOT_TARGET_OUT == "none":
+        return None
+    if ZERO_SHOT_TARGET_OUT == "device":
+        e = device_level_band([{**r, "precision": r.get("precision")} for r in records], coverage, floor_log_sd,
+                              kind=kind)
+        return None if e is None else {**e, "method": "zero-shot " + e["method"] + " (pairs without the target device)"}
+    pts, devices, n = [], set(), 0
+    for r in same_class(records, kind):
+        e = np.asarray(r["err"], float)
+        e = e[np.isfinite(e)]
+        if len(e) < 3:
+            continue
+        pts.append(np.quantile(e, (np.arange(_POINTS) + 0.5) / _POINTS))
+        devices.update(str(d) for d in r["pair"])
+        n += len(e)
+    if not pts:
+        return None
+    allp = np.concatenate(pts)
+    if ZERO_SHOT_TARGET_OUT == "level":
+        h = float(np.quantile(np.abs(allp), coverage))
+        lower, upper = -h, h
+    else:
+        lower, upper = (float(v) for v in np.quantile(allp, [(1 - coverage) / 2, (1 + coverage) / 2]))
+    pooled, _ = floor_half(floor_log_sd, coverage)
+    cls = f"{kind} " if kind else ""
+    return {"lower": min(lower, -pooled), "upper": max(upper, pooled), "n": n, "coverage": float(coverage),
+            "log_ratios": [],
+            "method": (f"zero-shot band measured on {len(devices)} {cls}devices ({len(pts)} pair(s) without the target "
+                       f"device; {'5-95 % of the log errors' if ZERO_SHOT_TARGET_OUT == 'quantiles' else '90 % |log error|'})"),
+            "n_devices": len(devices), "n_pairs": len(pts), "kind": kind}
 
 
 def device_offsets(biases: Mapping[tuple[str, str], float]) -> dict[str, float]:

@@ -35,8 +35,12 @@ precision (:func:`repeat_floor`); ``n_devices``: how many devices of its class i
 no CPU pair avoids both devices of a CPU pair: a CPU pair's K > 0 interval then comes from the CPU pairs
 without its target device (:func:`carb.model.transfer_prior.held_out_level_band`: their held-out error level
 where it is steadier across them than its ratio to their own K-row intervals), else its own K rows'
-leave-one-out interval, and at K = 0 it has none (the GPU pairs' band it would borrow is scored beside it,
-``coverage_borrowed``, for comparison only). ``coverage_loo`` / ``width_loo``:
+leave-one-out interval, and at K = 0 the band of the CPU pairs without its target device
+(:func:`carb.model.transfer_prior.zero_shot_target_out_band`: 5-95 % of their log errors, the form
+``carb-calibrate k=0 probe=...`` ships for a new CPU, measured without this one; the GPU pairs' band it would
+borrow is scored beside it, ``coverage_borrowed``, for comparison only). The band's rules are
+``conf/calibrate.yaml``'s (``transfer.device_widen``, ``unmeasured_floor``, ``level_by_precision``:
+:func:`interval_rules`). ``coverage_loo`` / ``width_loo``:
 from the K rows' residuals alone. ``--errors-out carb/data/transfer-errors.csv`` writes the table of every
 pair's errors that ``carb-calibrate`` ships and the per-pair table beside it (``transfer-pairs.csv``, the
 device-level band of ``transfer.pair_prior``), with provenance. ``--interval-sweep`` / ``--precision-sweep``
@@ -44,7 +48,10 @@ study the shipped table prior (:func:`set_prior_intervals`, leave-one-device-out
 
     python -m scripts.bench.transfer_pairs [--ks 0,10,12] [--no-gpu] [--csv out.csv] [--errors-out FILE]
         [--loo-stat median|mean|rms] [--prior-rows N] [--interval-sweep] [--precision-band pooled|widest]
-        [--precision-sweep] [--error-sources]
+        [--precision-sweep] [--error-sources] [--parts-out FILE] [--parts-in FILE]
+
+``--parts-out FILE`` saves every pair's fits and held-out errors; ``--parts-in FILE`` rebuilds only the intervals
+and tables from them (seconds instead of minutes: for exploring interval rules; point accuracy as saved).
 
 ``--error-sources`` (issue 44): per CPU pair and precision at K = 10, how much of the calibrated latency error an
 exactly known per-precision offset or one exactly known feature slope would remove, how much the source model's
@@ -332,6 +339,18 @@ def _coverage(iv: pd.DataFrame, t: str, y: np.ndarray, m: np.ndarray, suffix: st
 PRIOR_ROWS: list[float | None] = [None]
 
 
+def interval_rules() -> None:
+    """The device-level band's rules from ``transfer`` of ``conf/calibrate.yaml`` (``device_widen``,
+    ``unmeasured_floor``, ``level_by_precision``: :func:`carb.model.transfer_prior.configure`), as carb-calibrate
+    sets them."""
+    from omegaconf import OmegaConf
+
+    from carb.model import transfer_prior
+
+    t = OmegaConf.load(ROOT / "conf" / "calibrate.yaml").transfer
+    transfer_prior.configure(t.get("device_widen"), t.get("unmeasured_floor"), t.get("level_by_precision"))
+
+
 def repeat_floor(target: str, rows: pd.DataFrame | None = None) -> float | dict[str, float]:
     """The repeatability floor of ``target``'s intervals as a log standard deviation: for latency, per precision
     the target device's measured run-to-run spread (``rows``: :func:`measured_repeat_rows`;
@@ -393,7 +412,7 @@ def set_intervals(table: pd.DataFrame, pending: list[dict], kind: str | None = N
     (``coverage_loo``, ``width_loo``). ``n_devices``: the devices of its class the band was measured on.
     ``kind``: only that kind's pairs are scored (None: all), and the kind of a record that names none."""
     from carb.model.intervals import interval
-    from carb.model.transfer_prior import lodo_records, row_scale, target_out_records
+    from carb.model.transfer_prior import lodo_records, row_scale, target_out_records, zero_shot_target_out_band
 
     table = table.copy()
     recs = [{"pair": (r["source"], r["target_device"]), "err": r["err"], "precision": r["precision"], "k": r["k"],
@@ -417,7 +436,15 @@ def set_intervals(table: pd.DataFrame, pending: list[dict], kind: str | None = N
             if entry:
                 tr.intervals_[q["target"]] = entry
         else:
-            if entry is None and own["kind"]:   # 0 devices of its class: no band; the borrowed one for comparison
+            none_of_class = entry is None and bool(own["kind"])
+            if none_of_class:   # no pair of its class avoids both devices (three CPUs)
+                entry = zero_shot_target_out_band(target_out_records(same, own["pair"]), tr.coverage, own["kind"],
+                                                  floor)
+                if entry is not None:   # what carb-calibrate k=0 ships for a new CPU, measured without the target
+                    tr.intervals_ = {**dict(tr.intervals_ or {}), q["target"]: entry}
+                    ivs[""] = interval(tr.intervals_, q["pred"], precision=q["precision"])
+                    tr.intervals_ = copy.copy(saved)
+            if none_of_class:   # the other class's band, for comparison only
                 other = next((r["kind"] for r in others if r["kind"] != own["kind"]), None)
                 if other and tr.set_device_band(q["target"], others, floor, scaled=False, kind=other):
                     ivs["_borrowed"] = interval(tr.intervals_, q["pred"], precision=q["precision"])
@@ -801,6 +828,8 @@ def device_table(t: pd.DataFrame, kq: int | None = None) -> pd.DataFrame:
         "k10_width_max": k10.groupby("target_device")["width"].max() if "width" in k10 else np.nan,
         "k10_memory_width_max": (mem[(mem.k == 10) & (mem.model == "calibrated")].groupby("target_device")["width"].max()
                                  if "width" in mem else np.nan),
+        "k0_band_devices_min": (lat[(lat.k == 0) & (lat.model == "zero_shot") & lat["coverage"].notna()].groupby(
+            "target_device")["n_devices"].min() if {"n_devices", "coverage"} <= set(lat.columns) else np.nan),
         "band_devices_min": k10.groupby("target_device")["n_devices"].min() if "n_devices" in k10 else np.nan,
         "memory_band_devices_min": (mem[(mem.k == 10) & (mem.model == "calibrated")].groupby("target_device")[
             "n_devices"].min() if "n_devices" in mem else np.nan),
@@ -918,6 +947,19 @@ def all_pairs(ks: list[int], gpu: bool = True) -> tuple[pd.DataFrame, list]:
     return table, parts
 
 
+def saved_pairs(path: str) -> tuple[pd.DataFrame, list]:
+    """:func:`all_pairs`' ``(table, parts)`` from a ``--parts-out`` file: the saved fits and held-out errors,
+    intervals rebuilt by :func:`set_intervals` with the current interval code (exploration: seconds)."""
+    import cloudpickle
+
+    parts = cloudpickle.loads(Path(path).read_bytes())
+    every = [q for p in parts for q in p[1]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = set_intervals(pd.concat([p[0] for p in parts], ignore_index=True), every)
+    return table, parts
+
+
 def pair_overview(t: pd.DataFrame) -> pd.DataFrame:
     """One row per ordered pair, latency, worst precision (MAPE %): the uncalibrated source and CARB's answer
     at K = 0 (:func:`product`), at K = 10 CARB's calibrated model beside the transfer from the source alone and
@@ -980,7 +1022,13 @@ def main() -> None:
                          "floor; fits each CPU's cascade 5 more times: a few minutes)")
     ap.add_argument("--interval-sweep", action="store_true",
                     help="also print the interval settings chosen fully nested leave-one-pair-out (a few minutes)")
+    ap.add_argument("--parts-out", default=None,
+                    help="save every pair's fitted transfers and held-out errors here (cloudpickle) for --parts-in")
+    ap.add_argument("--parts-in", default=None,
+                    help="skip the fits: rebuild only the intervals and tables from a --parts-out file (seconds; "
+                         "for exploring interval rules, point accuracy as saved)")
     a = ap.parse_args()
+    interval_rules()
     PRIOR_ROWS[0] = a.prior_rows
     if a.loo_stat:
         from carb.model import transfer_prior
@@ -993,7 +1041,11 @@ def main() -> None:
     ks = [int(k) for k in a.ks.split(",")] if a.ks else sorted({0, 10, quickstart_k()})
     from scripts.bench.transfer import markdown
 
-    t, parts = all_pairs(ks, gpu=not a.no_gpu)
+    t, parts = saved_pairs(a.parts_in) if a.parts_in else all_pairs(ks, gpu=not a.no_gpu)
+    if a.parts_out:
+        import cloudpickle
+
+        Path(a.parts_out).write_bytes(cloudpickle.dumps(parts))
     if a.errors_out:
         write_errors(a.errors_out, [q for p in parts for q in p[1] if q["k"] > 0])
     if a.interval_sweep:

@@ -198,6 +198,9 @@ class Transfer(Section):
     pick_where_probes_disagree: bool = False
     added_precision_max_flops: Positive = 2.5e8
     pair_prior: Text | None = "auto"
+    device_widen: Literal["student-t", "predictive", "pairs", "pooled"] = "student-t"
+    unmeasured_floor: Literal["configured", "class-bound"] = "class-bound"
+    level_by_precision: Literal["pooled", "own", "widest"] = "widest"
 
 
 class ZeroShotPower(Section):
