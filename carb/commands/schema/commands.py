@@ -221,7 +221,7 @@ class ZeroShot(Section):
     log_error_band: Annotated[list[float], Field(min_length=2, max_length=2)]
     probe_log_error_band: Annotated[list[float], Field(min_length=2, max_length=2)] = [-0.354, 0.222]
     band_devices: Count = 4
-    probe_band_devices: Count = 2
+    probe_band_devices: Count = 3
     power: ZeroShotPower | None = None
 
 
