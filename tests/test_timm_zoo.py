@@ -637,8 +637,8 @@ def _math_frame(seed: int = 0) -> pd.DataFrame:
 
 def test_sdpa_math_bytes_weigh_the_operands_by_torch_version():
     """The math path's operands count 3.5 x ``tr_bytes_sdpa_math_io`` beside the scores' passes under autocast on
-    PyTorch >= 2.5 (half inputs cast to fp32, 12 passes at fp32), 2 x before it or at one precision; with
-    ``sdpa_math_io`` off, ``mb_sdpa_math`` is the scores' bytes alone."""
+    PyTorch >= 2.5 (half inputs cast to fp32, 12 passes at fp32), 2 x before it or at one precision, not at all
+    under ``torch.compile``; with ``sdpa_math_io`` off, ``mb_sdpa_math`` is the scores' bytes alone."""
     from carb.model.zoo_latency import additive_terms, math_upcast_rows, sdpa_math_bytes
 
     f = pd.DataFrame({"tr_bytes_sdpa_math": [4e6, 4e6, 4e6, 4e6, 0.0], "tr_bytes_sdpa_math_io": [2e6] * 4 + [0.0],
@@ -647,6 +647,8 @@ def test_sdpa_math_bytes_weigh_the_operands_by_torch_version():
     assert math_upcast_rows(f).tolist() == [True, False, True, False, True]
     assert np.allclose(sdpa_math_bytes(f), [4 + 7, 4 + 4, 4 + 7, 4 + 4, 0.0])
     assert math_upcast_rows(f.drop(columns=["torch_version"])).tolist() == [True, True, True, False, True]
+    compiled = f.assign(compile=["eager", "dynamo", "eager", "dynamo", "eager"])   # torch.compile fuses the passes
+    assert np.allclose(sdpa_math_bytes(compiled), [4 + 7, 4, 4 + 7, 4, 0.0])
     frame = _math_frame()
     on = additive_terms(frame, sdpa_math_io=True)
     off = additive_terms(frame)
@@ -660,7 +662,7 @@ def test_additive_base_carries_the_math_attention_and_other_bytes_to_a_held_out_
     """A held-out family whose math-path attention is operand-heavy where the trained ones' is scores-heavy,
     and which moves bytes of no other kind: with ``sdpa_math_io`` and ``other_bytes`` the base carries the
     law to it (each setting removes its part of the error); without them it is predicted too fast."""
-    from carb.model.zoo_latency import AdditiveBase
+    from carb.model.zoo_latency import AdditiveBase, additive_terms
 
     frame = _math_frame(seed=0)
     test = (frame["family"] == "g").to_numpy()
@@ -674,6 +676,9 @@ def test_additive_base_carries_the_math_attention_and_other_bytes_to_a_held_out_
     assert err[False, False].mean() < err[True, False].mean() < -0.05 and err[False, True].mean() < -0.05
     assert "mb_other" in AdditiveBase(other_bytes=True).fit(frame).terms_
     assert "mb_other" not in AdditiveBase().fit(frame).terms_
+    terms = additive_terms(frame.assign(compile=np.where(frame["family"] == "f", "dynamo", "eager")), other_bytes=True)
+    assert (terms.loc[frame["family"] == "f", "mb_other"] == 0).all()   # torch.compile lowers them into its kernels
+    assert np.allclose(terms.loc[test, "mb_other"], frame.loc[test, "tr_bytes_other"] / 1e6)
     model = ZooLatencyModel(n_estimators=20, min_child_samples=5).fit(frame[~test])   # on by default
     assert model.tbase_.sdpa_math_io and model.tbase_.other_bytes and "mb_other" in model.tbase_.terms_
 

@@ -15,7 +15,8 @@ and predicts ``latency_ms`` per batch (n,), so batches of different size are one
   read per batch, a fixed cost per batch; attention off the fused kernels apart), so a family never seen
   is priced by its mix of kinds (explicit matrix products by their intensity regime, not by kind:
   :func:`carb.design.zoo_features.gemm_regimes`; under autocast the memory-bound bytes moved at fp32 apart:
-  :func:`carb.design.zoo_features.amp_memory_split`);
+  :func:`carb.design.zoo_features.amp_memory_split`; attention off the fused kernels by every byte its math
+  path moves: :func:`sdpa_math_bytes`; operations of no other kind by their bytes);
   it is fitted Huber-robust on the log error (:func:`huber_weights`), so a
   family whose time its layer table does not explain (a graph traced other than the one timed) pulls the
   costs of the others less. A row without one takes a log-linear base on params, GMACs, activations,
@@ -194,7 +195,8 @@ def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: b
     (:func:`autocast_rows`: there every byte moves at the one precision). With ``sdpa_math_io`` and the trace's
     ``bytes_sdpa_math_io``, ``mb_sdpa_math`` is every byte the math path of attention moves, its operands'
     passes too (:func:`sdpa_math_bytes`), not only the scores'. With ``other_bytes``, ``mb_other``: the bytes of
-    operations of no other kind (VOLO's ``im2col`` / ``col2im``, blur pooling's padding), which no term priced.
+    operations of no other kind (VOLO's ``im2col`` / ``col2im``, blur pooling's padding), which no term priced, on
+    rows timed eagerly (:func:`eager_rows`; 0 under ``torch.compile``, whose kernels lower and fuse them).
     NaN in a row without a trace."""
     who = "the zoo latency model's additive base"
     b = _col(frame, "batch_size", who)
@@ -206,8 +208,8 @@ def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: b
         scores = _col(frame, "tr_bytes_sdpa_math", who) / 1e6
         io = sdpa_math_io and "tr_bytes_sdpa_math_io" in frame.columns
         out |= {"gflop_sdpa_math": math, "mb_sdpa_math": sdpa_math_bytes(frame) if io else scores}
-    if other_bytes:   # operations of no other kind (im2col / col2im, padding): their bytes priced too
-        out["mb_other"] = _col(frame, "tr_bytes_other", who) / 1e6
+    if other_bytes:   # operations of no other kind (im2col / col2im, padding), each its own kernel when eager
+        out["mb_other"] = np.where(eager_rows(frame), _col(frame, "tr_bytes_other", who) / 1e6, 0.0)
     if gemm_regimes and all(f"tr_flops_gemm_{r}" in frame.columns for r in GEMM_REGIMES):   # GEMMs by regime
         for k in GEMM_KINDS:
             del out[f"gflop_{k}"], out[f"mb_{k}"]
@@ -261,13 +263,23 @@ def _upcast_version(version: object) -> bool:
 
 def sdpa_math_bytes(frame: pd.DataFrame) -> np.ndarray:
     """MB per image (n,) that the math path of attention moves, in the tracer's fp32 units: the scores'
-    passes (``tr_bytes_sdpa_math``) and its operands' (``tr_bytes_sdpa_math_io`` times
-    :data:`SDPA_MATH_IO_PASSES` of the row's :func:`math_upcast_rows`). Hiera's mask-unit attention
-    (tokens 49-64 per window, head dim 96: operands 1.5-3x the scores) is mostly the latter, NesT's
-    blocked attention (196 tokens, head dim 32) the former."""
+    passes (``tr_bytes_sdpa_math``) and, on a row run eagerly (:func:`eager_rows`), its operands' passes
+    (``tr_bytes_sdpa_math_io`` times :data:`SDPA_MATH_IO_PASSES` of the row's :func:`math_upcast_rows`). Hiera's
+    mask-unit attention (tokens 49-64 per window, head dim 96: operands 1.5-3x the scores) is mostly the latter,
+    NesT's blocked attention (196 tokens, head dim 32) the former. Under ``torch.compile`` the composite's
+    element-wise passes (scaling, casts) are the compiler's to fuse: the scores' passes alone there."""
     who = "the zoo latency model's attention bytes"
     w = np.where(math_upcast_rows(frame), SDPA_MATH_IO_PASSES[True], SDPA_MATH_IO_PASSES[False])
+    w = np.where(eager_rows(frame), w, 0.0)
     return (_col(frame, "tr_bytes_sdpa_math", who) + w * _col(frame, "tr_bytes_sdpa_math_io", who)) / 1e6
+
+
+def eager_rows(frame: pd.DataFrame) -> np.ndarray:
+    """Per row (n,): whether it was timed eagerly (``compile`` ``eager``, or no ``compile`` column), where each
+    ATen operation is its own kernel, rather than under ``torch.compile`` (``dynamo``)."""
+    if "compile" not in frame.columns:
+        return np.ones(len(frame), bool)
+    return frame["compile"].astype(str).isin(["eager", "none", "None", "nan", ""]).to_numpy()
 
 
 def autocast_rows(frame: pd.DataFrame) -> np.ndarray:
@@ -390,6 +402,10 @@ class ZooLatencyModel:
     together against neither: families within 20 % 67 -> 71, 70 -> 73, 69 -> 74, 69 -> 73 (RTX 3090, 4090,
     5090, PRO 6000), worst family 38 -> 34, 42 -> 39, 52 -> 47, 52 -> 44 %, pooled MAPE lower on each; either
     alone was worse than neither on at least one GPU (docs/MODEL.md).
+    ``sdpa_math_io``: the base prices every byte of attention's math path (:func:`sdpa_math_bytes`: its
+    operands' passes too, at fp32 under autocast since PyTorch 2.5); ``other_bytes``: the bytes of operations
+    of no other kind (both :func:`additive_terms`). Both together against neither (tracer 4): families within
+    20 % 74 -> 76, 75 -> 80, 79 -> 80, 75 -> 75, pooled MAPE lower on each GPU (Hiera 33-37 % -> within 20 %).
     """
 
     def __init__(self, n_estimators: int = 300, learning_rate: float = 0.03, num_leaves: int = 15,
