@@ -611,3 +611,88 @@ def test_zoo_latency_settings_from_conf_checked_by_the_schema(capsys):
         assert e.value.code == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("--zoo-latency: ") and needle in err and "\n" not in err
+
+
+def _math_frame(seed: int = 0) -> pd.DataFrame:
+    """:func:`_additive_frame`'s rows timed under autocast on PyTorch 2.9.1, with attention on the math path
+    (``tr_bytes_sdpa_math``: its scores' passes, ``tr_bytes_sdpa_math_io``: its operands) and bytes of no other
+    kind (``tr_bytes_other``), and a law where the math path costs 0.004 ms per MB it really moves (scores + 3.5
+    x operands, :data:`carb.model.zoo_latency.SDPA_MATH_IO_PASSES`) and an other-kind MB 0.002 ms. The trained
+    families' attention is scores-heavy (NesT: 196 tokens, head dim 32), the held-out ``g``'s operand-heavy
+    (Hiera's mask units: 64 tokens, head dim 96), and only ``g`` and ``f`` have other-kind bytes."""
+    rng = np.random.default_rng(seed)
+    out = _additive_frame(seed).assign(timm_precision="amp_fp16", torch_version="2.9.1")
+    fam = out["family"].to_numpy()
+    scores = rng.uniform(1, 5, len(out)) * 1e7
+    io = scores * np.where(fam == "g", rng.uniform(1.5, 3, len(out)), rng.uniform(0.05, 0.7, len(out)))
+    io[np.isin(fam, ["a", "b"])] = scores[np.isin(fam, ["a", "b"])] = 0.0   # no math attention
+    out["tr_bytes_sdpa_math"], out["tr_bytes_sdpa_math_io"] = scores, io
+    out["tr_flops_sdpa_math"] = np.where(scores > 0, 1e6, 0.0)
+    out["tr_flops_sdpa"] = out["tr_flops_sdpa"] + out["tr_flops_sdpa_math"]
+    out["tr_bytes_other"] = np.where(np.isin(fam, ["f", "g"]), rng.uniform(1, 3, len(out)) * 1e8, 0.0)
+    b = out["batch_size"].to_numpy(float)
+    extra = 0.004 * (scores + 3.5 * io) / 1e6 + 0.002 * out["tr_bytes_other"].to_numpy(float) / 1e6
+    return out.assign(latency_ms=out["latency_ms"] + extra * b)
+
+
+def test_sdpa_math_bytes_weigh_the_operands_by_torch_version():
+    """The math path's operands count 3.5 x ``tr_bytes_sdpa_math_io`` beside the scores' passes under autocast on
+    PyTorch >= 2.5 (half inputs cast to fp32, 12 passes at fp32), 2 x before it or at one precision, not at all
+    under ``torch.compile``; with ``sdpa_math_io`` off, ``mb_sdpa_math`` is the scores' bytes alone."""
+    from carb.model.zoo_latency import additive_terms, math_upcast_rows, sdpa_math_bytes
+
+    f = pd.DataFrame({"tr_bytes_sdpa_math": [4e6, 4e6, 4e6, 4e6, 0.0], "tr_bytes_sdpa_math_io": [2e6] * 4 + [0.0],
+                      "torch_version": ["2.9.1", "2.4.0", "2.5.0+cu124", "2.9.1", "2.9.1"],
+                      "timm_precision": ["amp_fp16", "amp_fp16", "amp_bf16", "fp32", "amp_fp16"]})
+    assert math_upcast_rows(f).tolist() == [True, False, True, False, True]
+    assert np.allclose(sdpa_math_bytes(f), [4 + 7, 4 + 4, 4 + 7, 4 + 4, 0.0])
+    assert math_upcast_rows(f.drop(columns=["torch_version"])).tolist() == [True, True, True, False, True]
+    compiled = f.assign(compile=["eager", "dynamo", "eager", "dynamo", "eager"])   # torch.compile fuses the passes
+    assert np.allclose(sdpa_math_bytes(compiled), [4 + 7, 4, 4 + 7, 4, 0.0])
+    frame = _math_frame()
+    on = additive_terms(frame, sdpa_math_io=True)
+    off = additive_terms(frame)
+    assert np.allclose(off["mb_sdpa_math"], frame["tr_bytes_sdpa_math"] / 1e6)
+    assert np.allclose(on["mb_sdpa_math"], (frame["tr_bytes_sdpa_math"] + 3.5 * frame["tr_bytes_sdpa_math_io"]) / 1e6)
+    old = additive_terms(frame.drop(columns=["tr_bytes_sdpa_math_io"]), sdpa_math_io=True)   # a table without it
+    assert np.allclose(old["mb_sdpa_math"], off["mb_sdpa_math"])
+
+
+def test_additive_base_carries_the_math_attention_and_other_bytes_to_a_held_out_family():
+    """A held-out family whose math-path attention is operand-heavy where the trained ones' is scores-heavy,
+    and which moves bytes of no other kind: with ``sdpa_math_io`` and ``other_bytes`` the base carries the
+    law to it (each setting removes its part of the error); without them it is predicted too fast."""
+    from carb.model.zoo_latency import AdditiveBase, additive_terms
+
+    frame = _math_frame(seed=0)
+    test = (frame["family"] == "g").to_numpy()
+    y = (frame.loc[test, "latency_ms"] / frame.loc[test, "batch_size"]).to_numpy(float)
+    err = {}
+    for io in (False, True):
+        for other in (False, True):
+            m = AdditiveBase(huber=None, sdpa_math_io=io, other_bytes=other).fit(frame[~test])
+            err[io, other] = np.log(np.exp(m.predict_log(frame[test])) / y)
+    assert np.abs(err[True, True]).mean() < 0.02
+    assert err[False, False].mean() < err[True, False].mean() < -0.05 and err[False, True].mean() < -0.05
+    assert "mb_other" in AdditiveBase(other_bytes=True).fit(frame).terms_
+    assert "mb_other" not in AdditiveBase().fit(frame).terms_
+    terms = additive_terms(frame.assign(compile=np.where(frame["family"] == "f", "dynamo", "eager")), other_bytes=True)
+    assert (terms.loc[frame["family"] == "f", "mb_other"] == 0).all()   # torch.compile lowers them into its kernels
+    assert np.allclose(terms.loc[test, "mb_other"], frame.loc[test, "tr_bytes_other"] / 1e6)
+    model = ZooLatencyModel(n_estimators=20, min_child_samples=5).fit(frame[~test])   # on by default
+    assert model.tbase_.sdpa_math_io and model.tbase_.other_bytes and "mb_other" in model.tbase_.terms_
+
+
+def test_shipped_trace_table_has_math_attention_operands_where_the_math_path_runs():
+    """``bytes_sdpa_math_io`` of the shipped layer-table features (``--refresh --refresh-where flops_sdpa_math``):
+    positive exactly on the rows with attention on the math path (Hiera, NesT, Twins, SAM-ViT), 0 elsewhere;
+    ``--refresh-where`` with a column the table lacks is one line, exit 2."""
+    tr = pd.read_parquet(ROOT / "carb" / "data" / "timm-zoo-trace.parquet")
+    tr = tr[tr["refused"].isna()]
+    math = tr["flops_sdpa_math"].to_numpy(float) > 0
+    io = tr["bytes_sdpa_math_io"].to_numpy(float)
+    assert math.any() and (io[math] > 0).all() and (io[~math] == 0).all()
+    assert set(tr.loc[math, "model"].map(model_family)) >= {"hiera", "nest", "twins"}
+    r = subprocess.run([sys.executable, str(ROOT / "scripts/data/zoo_trace_features.py"), "--refresh",
+                        "--refresh-where", "no_such_column"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2 and r.stderr.strip().startswith("--refresh-where: ") and "\n" not in r.stderr.strip()

@@ -462,3 +462,13 @@ def test_attention_off_the_fused_kernels_is_counted_apart():
     assert four["flops_sdpa_math"] == four["bytes_sdpa_math"] == 0
     assert five["flops_sdpa_math"] == five["flops_sdpa"]
     assert five["bytes_sdpa_math"] == 4 * (3 * 4 * 16 * 16) * 2   # heads x blocks x 16 x 16 scores, fp16
+
+
+def test_attention_on_the_math_path_counts_its_operands_apart():
+    """``bytes_sdpa_math_io``: the math-path calls' Q, K, V read and output written (at the table's precision),
+    which the latency model prices with the passes the math path makes over them; 0 for fused 4-D calls."""
+    four = T.summarize(T.trace(_Attention((1, 3, 64, 16)), (1, 3, 32, 32), precision="fp16", cache=False))
+    five = T.summarize(T.trace(_Attention((1, 3, 4, 16, 16)), (1, 3, 32, 32), precision="fp16", cache=False))
+    assert four["bytes_sdpa_math_io"] == 0
+    # Q = K = V here: one operand read, the output written; fp16
+    assert five["bytes_sdpa_math_io"] == 2 * (3 * 4 * 16 * 16) * 2 == five["bytes_sdpa"]

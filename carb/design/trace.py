@@ -745,14 +745,18 @@ def _sdpa_math(table: pd.DataFrame, bpe: int) -> dict[str, float]:
     PyTorch's flash and memory-efficient SDPA kernels need 4-D ``(batch, heads, tokens, dim)`` inputs; a
     call on other shapes (NesT's and Hiera's 5-D blocked attention, Twins' local windows) runs the math
     path, which materialises the ``tokens x tokens`` scores: written by ``Q K^T``, read and written by the
-    softmax, read by ``@ V`` (4 passes of ``flops / (4 dim)`` elements at the table's precision)."""
+    softmax, read by ``@ V`` (4 passes of ``flops / (4 dim)`` elements at the table's precision).
+    ``bytes_sdpa_math_io``: those calls' own operands and output (Q, K, V read, the output written), which the
+    math path passes over several times more (scaling Q and K, and since PyTorch 2.5 casting half inputs to
+    fp32 and the output back: :func:`carb.model.zoo_latency.sdpa_math_bytes`)."""
     sd = table[table["kind"] == "sdpa"]
     math = sd[sd["in_shape"].map(len) != 4]
     if math.empty:
-        return {"flops_sdpa_math": 0.0, "bytes_sdpa_math": 0.0}
+        return {"flops_sdpa_math": 0.0, "bytes_sdpa_math": 0.0, "bytes_sdpa_math_io": 0.0}
     dim = math["in_shape"].map(lambda s: s[-1] if len(s) else 1).to_numpy(float)
     scores = math["flops"].to_numpy(float) / (4 * np.clip(dim, 1, None))
-    return {"flops_sdpa_math": float(math["flops"].sum()), "bytes_sdpa_math": float(4 * scores.sum() * bpe)}
+    return {"flops_sdpa_math": float(math["flops"].sum()), "bytes_sdpa_math": float(4 * scores.sum() * bpe),
+            "bytes_sdpa_math_io": float((math["bytes_read"] + math["bytes_written"]).sum())}
 
 
 _WALK_KIND = {"bn": "norm", "relu": "activation", "maxpool": "pool", "avgpool": "pool", "add": "elementwise"}

@@ -15,7 +15,8 @@ and predicts ``latency_ms`` per batch (n,), so batches of different size are one
   read per batch, a fixed cost per batch; attention off the fused kernels apart), so a family never seen
   is priced by its mix of kinds (explicit matrix products by their intensity regime, not by kind:
   :func:`carb.design.zoo_features.gemm_regimes`; under autocast the memory-bound bytes moved at fp32 apart:
-  :func:`carb.design.zoo_features.amp_memory_split`);
+  :func:`carb.design.zoo_features.amp_memory_split`; attention off the fused kernels by every byte its math
+  path moves: :func:`sdpa_math_bytes`; operations of no other kind by their bytes);
   it is fitted Huber-robust on the log error (:func:`huber_weights`), so a
   family whose time its layer table does not explain (a graph traced other than the one timed) pulls the
   costs of the others less. A row without one takes a log-linear base on params, GMACs, activations,
@@ -172,7 +173,8 @@ ADDITIVE_BYTE_KINDS: tuple[str, ...] = ("conv_regular", "conv_pointwise", "conv_
                                         "linear", "matmul")
 
 
-def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: bool = False) -> pd.DataFrame:
+def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: bool = False,
+                   sdpa_math_io: bool = False, other_bytes: bool = False) -> pd.DataFrame:
     """The terms of :class:`AdditiveBase` (n rows, each a time source per image in its own unit), from the
     ``tr_*`` columns (per image, fp32) and ``batch_size``: ``gflop_<kind>`` (GFLOPs of each compute kind,
     :data:`TRACE_COMPUTE_KINDS`), ``mb_<kind>`` (MB read + written by each memory-bound kind,
@@ -190,7 +192,12 @@ def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: b
     fp32-list normalisations' (``mb_norm_fp32``: LayerNorm, GroupNorm, RMSNorm), and ``mb_elementwise_param``
     (element-wise operations reading a parameter: layer scale, position embeddings, which promote the
     stream to fp32) is priced on top of ``mb_elementwise``; both 0 in a row not timed under autocast
-    (:func:`autocast_rows`: there every byte moves at the one precision). NaN in a row without a trace."""
+    (:func:`autocast_rows`: there every byte moves at the one precision). With ``sdpa_math_io`` and the trace's
+    ``bytes_sdpa_math_io``, ``mb_sdpa_math`` is every byte the math path of attention moves, its operands'
+    passes too (:func:`sdpa_math_bytes`), not only the scores'. With ``other_bytes``, ``mb_other``: the bytes of
+    operations of no other kind (VOLO's ``im2col`` / ``col2im``, blur pooling's padding), which no term priced, on
+    rows timed eagerly (:func:`eager_rows`; 0 under ``torch.compile``, whose kernels lower and fuse them).
+    NaN in a row without a trace."""
     who = "the zoo latency model's additive base"
     b = _col(frame, "batch_size", who)
     out = {f"gflop_{k}": _col(frame, f"tr_flops_{k}", who) / 1e9 for k in TRACE_COMPUTE_KINDS}
@@ -198,7 +205,11 @@ def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: b
     if "tr_flops_sdpa_math" in frame.columns:   # attention no fused kernel takes: its own cost and scores
         math = _col(frame, "tr_flops_sdpa_math", who) / 1e9
         out["gflop_sdpa"] = out["gflop_sdpa"] - math
-        out |= {"gflop_sdpa_math": math, "mb_sdpa_math": _col(frame, "tr_bytes_sdpa_math", who) / 1e6}
+        scores = _col(frame, "tr_bytes_sdpa_math", who) / 1e6
+        io = sdpa_math_io and "tr_bytes_sdpa_math_io" in frame.columns
+        out |= {"gflop_sdpa_math": math, "mb_sdpa_math": sdpa_math_bytes(frame) if io else scores}
+    if other_bytes:   # operations of no other kind (im2col / col2im, padding), each its own kernel when eager
+        out["mb_other"] = np.where(eager_rows(frame), _col(frame, "tr_bytes_other", who) / 1e6, 0.0)
     if gemm_regimes and all(f"tr_flops_gemm_{r}" in frame.columns for r in GEMM_REGIMES):   # GEMMs by regime
         for k in GEMM_KINDS:
             del out[f"gflop_{k}"], out[f"mb_{k}"]
@@ -213,6 +224,62 @@ def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: b
     out |= {"ops_per_image": _col(frame, "tr_n_ops", who) / b,
             "weight_mb_per_image": _col(frame, "tr_param_bytes", who) / 1e6 / b, "per_image": 1.0 / b}
     return pd.DataFrame(out, index=frame.index)
+
+
+#: The math path of attention (PyTorch's ``_scaled_dot_product_attention_math``, a call no fused kernel
+#: takes) per call: ``Q * sqrt(scale)`` and ``K * sqrt(scale)`` (each read and written), ``Q K^T`` (reads both,
+#: writes the scores), softmax (reads and writes them), ``@ V`` (reads them and V, writes the output): 8
+#: passes over ``tokens x dim`` elements and 4 over the scores; the tracer's ``bytes_sdpa_math_io`` counts
+#: 4 of the former (Q, K, V read, the output written), ``bytes_sdpa_math`` the 4 of the latter, both at the
+#: table's precision. Since PyTorch 2.5 (pytorch/pytorch#128922) half-precision inputs are first cast to
+#: fp32 (Q, K, V read at 2 bytes, written at 4) and the output cast back, and the 12 passes run at fp32:
+#: per element 3 x 6 + 8 x 4 + 6 = 56 bytes of operands for 16 of scores (4 passes x 4 bytes), against
+#: 16 and 8 at fp16 before. In the tracer's fp32 units the operands weigh 56 / 16 = 3.5 x
+#: ``bytes_sdpa_math_io`` beside 1 x ``bytes_sdpa_math`` with the upcast, 2 x beside 1 x without it.
+SDPA_MATH_IO_PASSES: dict[bool, float] = {True: 3.5, False: 2.0}
+#: The first PyTorch release whose math attention upcasts half inputs to fp32.
+SDPA_MATH_UPCAST_SINCE: tuple[int, int] = (2, 5)
+
+
+def math_upcast_rows(frame: pd.DataFrame) -> np.ndarray:
+    """Per row (n,): whether the math path of attention ran at fp32 on half inputs: timed under autocast
+    (:func:`autocast_rows`) with PyTorch >= :data:`SDPA_MATH_UPCAST_SINCE` (``torch_version``; a row without
+    one is taken as a current PyTorch's)."""
+    amp = autocast_rows(frame)
+    if "torch_version" not in frame.columns:
+        return amp
+    return amp & frame["torch_version"].map(_upcast_version).to_numpy(bool)
+
+
+def _upcast_version(version: object) -> bool:
+    """Whether a PyTorch version string (``2.9.1``, ``2.4.0+cu124``) is :data:`SDPA_MATH_UPCAST_SINCE` or later
+    (an unreadable one: taken as current, True)."""
+    parts = str(version).split("+")[0].split(".")
+    try:
+        return (int(parts[0]), int(parts[1])) >= SDPA_MATH_UPCAST_SINCE
+    except (ValueError, IndexError):
+        return True
+
+
+def sdpa_math_bytes(frame: pd.DataFrame) -> np.ndarray:
+    """MB per image (n,) that the math path of attention moves, in the tracer's fp32 units: the scores'
+    passes (``tr_bytes_sdpa_math``) and, on a row run eagerly (:func:`eager_rows`), its operands' passes
+    (``tr_bytes_sdpa_math_io`` times :data:`SDPA_MATH_IO_PASSES` of the row's :func:`math_upcast_rows`). Hiera's
+    mask-unit attention (tokens 49-64 per window, head dim 96: operands 1.5-3x the scores) is mostly the latter,
+    NesT's blocked attention (196 tokens, head dim 32) the former. Under ``torch.compile`` the composite's
+    element-wise passes (scaling, casts) are the compiler's to fuse: the scores' passes alone there."""
+    who = "the zoo latency model's attention bytes"
+    w = np.where(math_upcast_rows(frame), SDPA_MATH_IO_PASSES[True], SDPA_MATH_IO_PASSES[False])
+    w = np.where(eager_rows(frame), w, 0.0)
+    return (_col(frame, "tr_bytes_sdpa_math", who) + w * _col(frame, "tr_bytes_sdpa_math_io", who)) / 1e6
+
+
+def eager_rows(frame: pd.DataFrame) -> np.ndarray:
+    """Per row (n,): whether it was timed eagerly (``compile`` ``eager``, or no ``compile`` column), where each
+    ATen operation is its own kernel, rather than under ``torch.compile`` (``dynamo``)."""
+    if "compile" not in frame.columns:
+        return np.ones(len(frame), bool)
+    return frame["compile"].astype(str).isin(["eager", "none", "None", "nan", ""]).to_numpy()
 
 
 def autocast_rows(frame: pd.DataFrame) -> np.ndarray:
@@ -260,18 +327,20 @@ class AdditiveBase:
     :func:`huber_weights` of its log residual with ``huber`` (None: plain least squares). A family never seen
     is predicted by the same per-kind costs, so its mix of kinds, not its name, sets its time.
     ``gemm_regimes``: price explicit matrix products by intensity regime; ``amp_split``: the memory-bound
-    bytes mixed precision moves at fp32 apart (both :func:`additive_terms`)."""
+    bytes mixed precision moves at fp32 apart; ``sdpa_math_io``: every byte of attention's math path;
+    ``other_bytes``: the bytes of operations of no other kind (all :func:`additive_terms`)."""
 
     def __init__(self, iterations: int = 10, huber: float | None = 0.1, gemm_regimes: bool = False,
-                 amp_split: bool = False):
+                 amp_split: bool = False, sdpa_math_io: bool = False, other_bytes: bool = False):
         self.iterations, self.huber, self.gemm_regimes = iterations, huber, gemm_regimes
         self.amp_split = amp_split
+        self.sdpa_math_io, self.other_bytes = sdpa_math_io, other_bytes
 
     def fit(self, frame: pd.DataFrame, weight: np.ndarray | None = None) -> AdditiveBase:
         """Fit on ``frame``'s traced rows (``weight`` (n,) optional per-row weights); returns self."""
         from scipy.optimize import nnls
 
-        X = additive_terms(frame, self.gemm_regimes, self.amp_split).to_numpy(float)
+        X = self._terms(frame).to_numpy(float)
         y = np.exp(per_image_log_ms(frame))
         ok = np.isfinite(X).all(axis=1) & np.isfinite(y) & (y > 0)
         if ok.sum() <= X.shape[1]:
@@ -290,14 +359,18 @@ class AdditiveBase:
             J = Xs / pred[:, None]
             c, _ = nnls(J * w[:, None], (r + J @ c) * w)
         self.coef_ = c
-        self.terms_ = list(additive_terms(frame.iloc[:0], self.gemm_regimes, self.amp_split).columns)
+        self.terms_ = list(self._terms(frame.iloc[:0]).columns)
         return self
 
     def predict_log(self, frame: pd.DataFrame) -> np.ndarray:
         """Log time per image (n,), NaN in a row without a trace."""
-        X = additive_terms(frame, self.gemm_regimes, self.amp_split).to_numpy(float)
+        X = self._terms(frame).to_numpy(float)
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.log((X / self.scale_) @ self.coef_)
+
+    def _terms(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """:func:`additive_terms` of ``frame`` with this base's settings."""
+        return additive_terms(frame, self.gemm_regimes, self.amp_split, self.sdpa_math_io, self.other_bytes)
 
     def costs(self) -> dict[str, float]:
         """The fitted cost of one unit of each term (ms per GFLOP, per MB, per operation, per batch)."""
@@ -329,13 +402,17 @@ class ZooLatencyModel:
     together against neither: families within 20 % 67 -> 71, 70 -> 73, 69 -> 74, 69 -> 73 (RTX 3090, 4090,
     5090, PRO 6000), worst family 38 -> 34, 42 -> 39, 52 -> 47, 52 -> 44 %, pooled MAPE lower on each; either
     alone was worse than neither on at least one GPU (docs/MODEL.md).
+    ``sdpa_math_io``: the base prices every byte of attention's math path (:func:`sdpa_math_bytes`: its
+    operands' passes too, at fp32 under autocast since PyTorch 2.5); ``other_bytes``: the bytes of operations
+    of no other kind (both :func:`additive_terms`). Both together against neither (tracer 4): families within
+    20 % 74 -> 76, 75 -> 80, 79 -> 80, 75 -> 75, pooled MAPE lower on each GPU (Hiera 33-37 % -> within 20 %).
     """
 
     def __init__(self, n_estimators: int = 300, learning_rate: float = 0.03, num_leaves: int = 15,
                  min_child_samples: int = 20, census: bool = True, n_jobs: int = 1, seed: int = 0,
                  balance: bool = False, trace: bool = True, trace_base: bool = False, base: str = "additive",
                  residual: float = 1.0, margin: float | None = 0.0, gemm_regimes: bool = True,
-                 amp_split: bool = True):
+                 amp_split: bool = True, sdpa_math_io: bool = True, other_bytes: bool = True):
         if base not in ("loglinear", "additive"):
             raise DatasetError(f"ZooLatencyModel: base={base!r} is not allowed; allowed: loglinear, additive")
         self.n_estimators, self.learning_rate = n_estimators, learning_rate
@@ -343,6 +420,7 @@ class ZooLatencyModel:
         self.census, self.n_jobs, self.seed, self.balance = census, n_jobs, seed, balance
         self.trace, self.trace_base, self.base, self.residual = trace, trace_base, base, residual
         self.margin, self.gemm_regimes, self.amp_split = margin, gemm_regimes, amp_split
+        self.sdpa_math_io, self.other_bytes = sdpa_math_io, other_bytes
 
     def fit(self, frame: pd.DataFrame) -> ZooLatencyModel:
         """Fit on ``frame``'s rows with a finite base prediction and target; returns self."""
@@ -357,7 +435,8 @@ class ZooLatencyModel:
         self.tbase_ = None
         if self.trace and (self.trace_base or self.base == "additive") and "tr_flops" in frame.columns:
             try:
-                self.tbase_ = (AdditiveBase(gemm_regimes=self.gemm_regimes, amp_split=self.amp_split)
+                self.tbase_ = (AdditiveBase(gemm_regimes=self.gemm_regimes, amp_split=self.amp_split,
+                                            sdpa_math_io=self.sdpa_math_io, other_bytes=self.other_bytes)
                                if self.base == "additive"
                                else _TraceBase()).fit(frame, w)
             except DatasetError:   # too few traced rows: the plain base only

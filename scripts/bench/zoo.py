@@ -38,7 +38,9 @@ base on published totals), ``trace_base`` (with ``base=loglinear``: memory-bound
 it too), ``gemm_regimes`` (explicit matrix products, linear and matmul, priced by intensity regime,
 :func:`carb.design.zoo_features.gemm_regimes`, not one cost per kind), ``amp_split`` (the memory-bound bytes
 mixed precision moves at fp32 priced apart: fp32-list normalisations, element-wise operations reading a
-parameter; :func:`carb.design.zoo_features.amp_memory_split`), the correction's features and LightGBM's settings;
+parameter; :func:`carb.design.zoo_features.amp_memory_split`), ``sdpa_math_io`` (attention off the fused kernels
+priced by every byte its math path moves, :func:`carb.model.zoo_latency.sdpa_math_bytes`), ``other_bytes`` (the
+bytes of operations of no other kind priced too), the correction's features and LightGBM's settings;
 ``--reparam``: which graph of a reparameterisable model (RepVGG, MobileOne, RepViT, FastViT, LeViT, ...)
 the features describe: by default the one each file was run on (timm's benchmark ``--reparam``; the
 published parameter counts show the 4090 / 5090 / PRO 6000 files folded, the 3090 and i9 files not).
@@ -287,7 +289,7 @@ def main() -> None:
     ap.add_argument("--gpu-no-trace-too", action="store_true", help="also the GPU part without trace features")
     ap.add_argument("--zoo-latency", action="append", default=[], metavar="KEY=VALUE",
                     help="a setting of CARB's zoo latency model over conf/zoo_latency/default.yaml (repeatable; "
-                         "e.g. gemm_regimes=false, amp_split=false, base=loglinear)")
+                         "e.g. gemm_regimes=false, amp_split=false, sdpa_math_io=false, base=loglinear)")
     ap.add_argument("--reparam", default="published", choices=["published", "never", "always"],
                     help="which traced graph of a reparameterisable model: the one each timm file was run on "
                          "(its published parameter counts say), the plain training graph, or the folded one")

@@ -2,6 +2,7 @@
 cache and write a compact feature table: one row per (architecture, input size).
 
     python scripts/data/zoo_trace_features.py [--workers 2] [--stop-at HH:MM] [--limit N] [--reparam] [--refresh]
+        [--refresh-where COLUMN]
 
 Reads ``carb/data/timm-zoo-bench.parquet``; for each distinct ``(model, input_size)`` runs
 :func:`carb.design.trace.trace` at batch 1, fp32, 3 channels (the tracer scales to any batch and precision)
@@ -16,7 +17,8 @@ gathers; :func:`carb.data.importers.timm_zoo.with_trace` counts it once per batc
 inference graph (``trace(..., reparam=True)``: what timm's benchmark times with ``--reparam``), rows with
 ``reparam`` True and ``folded`` (whether the model had anything to fold; when not, the features equal the
 plain trace's). Rows of the plain trace have ``reparam`` False. ``--refresh``: recompute those
-columns of every row already there from the cached traces (after summarize() gains a column). A model the tracer refuses at its default settings
+columns of every row already there from the cached traces (after summarize() gains a column;
+``--refresh-where COLUMN``: only the rows where COLUMN is non-zero, the new column 0 elsewhere). A model the tracer refuses at its default settings
 is tried once more with ``img_size=<input_size>`` (timm's fixed-position-embedding models); one refused
 both ways gets a row with ``refused`` set to the one-line reason and NaN features.
 
@@ -129,9 +131,14 @@ def refresh_one(job: tuple[str, int, str, bool]) -> dict[str, Any]:
             | state_parts(table, summarize, gemm_regimes, amp_memory_split))
 
 
-def refresh(done: pd.DataFrame, workers: int) -> pd.DataFrame:
-    """Every traced row of ``done`` with summarize()'s columns recomputed (:func:`refresh_one`)."""
+def refresh(done: pd.DataFrame, workers: int, where: str | None = None) -> pd.DataFrame:
+    """Every traced row of ``done`` with summarize()'s columns recomputed (:func:`refresh_one`). With
+    ``where`` (a column of ``done``), only the rows where it is non-zero: a column new to the table is 0 on
+    the others (for a column that is 0 wherever ``where`` is, e.g. ``bytes_sdpa_math_io`` where
+    ``flops_sdpa_math`` is 0: no row on the math path), which spares tracing every network again."""
     ok = done["refused"].isna().to_numpy()
+    if where is not None:
+        ok = ok & (pd.to_numeric(done[where], errors="coerce").fillna(0).to_numpy(float) != 0)
     folded = done["folded"].fillna(False).astype(bool) if "folded" in done else pd.Series(False, index=done.index)
     jobs = [(str(m), int(s), str(st or ""), bool(f)) for m, s, st, f in
             zip(done.loc[ok, "model"], done.loc[ok, "input_size"], done.loc[ok, "settings"], folded[ok])]
@@ -141,7 +148,7 @@ def refresh(done: pd.DataFrame, workers: int) -> pd.DataFrame:
     out = done.copy()
     for c in new.columns:
         if c not in out.columns:
-            out[c] = np.nan
+            out[c] = np.where(done["refused"].isna(), 0.0, np.nan) if where is not None else np.nan
         out.loc[ok, c] = new[c]
     return out
 
@@ -186,6 +193,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--reparam", action="store_true", help="trace the reparameterised graphs (rows reparam=True)")
     p.add_argument("--refresh", action="store_true",
                    help="recompute summarize()'s columns of every row from the cached traces (no new rows)")
+    p.add_argument("--refresh-where", default=None, metavar="COLUMN",
+                   help="with --refresh: only the rows where COLUMN is non-zero (a new column is 0 on the others)")
     a = p.parse_args(argv)
     if a.workers < 1:
         print(f"--workers: {a.workers} is not allowed; allowed: an integer >= 1", file=sys.stderr)
@@ -208,11 +217,17 @@ def main(argv: list[str] | None = None) -> int:
     done = pd.read_parquet(OUT) if OUT.exists() else pd.DataFrame()
     if len(done) and "reparam" not in done.columns:
         done["reparam"], done["folded"] = False, False
+    if a.refresh_where is not None and a.refresh_where not in done.columns:
+        print(f"--refresh-where: {a.refresh_where!r} is not allowed; allowed: a column of {OUT.name}", file=sys.stderr)
+        raise SystemExit(2)
     if a.refresh:
-        done = refresh(done, a.workers)
+        done = refresh(done, a.workers, a.refresh_where)
         _write(done)
         _provenance(done)
-        print(f"zoo-trace: refreshed {int(done['refused'].isna().sum())} rows", flush=True)
+        ok = done["refused"].isna()
+        if a.refresh_where is not None:
+            ok &= pd.to_numeric(done[a.refresh_where], errors="coerce").fillna(0) != 0
+        print(f"zoo-trace: refreshed {int(ok.sum())} rows", flush=True)
         return 0
     pending = [(m, s, a.reparam) for m, s in todo_pairs(done, a.reparam)]
     if a.limit is not None:

@@ -417,6 +417,8 @@ class ZooLatency(Section):
     trace_base: bool
     gemm_regimes: bool
     amp_split: bool
+    sdpa_math_io: bool
+    other_bytes: bool
     census: bool
     trace: bool
     n_estimators: Count
