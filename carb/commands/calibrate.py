@@ -246,8 +246,9 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     if not layers:
         print("carb-calibrate: a zoo source: the K rows calibrate the source's prediction (device probes and spec "
               "records describe ResNet networks)")
+    extra = extra_sources(cfg, source, probes[1], probes[2], *device_identity_of(rows)) if probes is not None else []
     tr, table = evaluate_transfer(source, rows, k, kw, targets=list(getattr(source, "targets_", [])), probes=probes,
-                                  spec=spec)
+                                  spec=spec, extra=extra)
     tr.origin_ = {"how": "calibrated", "source": source_uri, "k": k,
                   "method": ", ".join(f"{t} {i['form']}" for t, i in tr.transfer_.items())}
     _print_transfer(tr, table, len(rows) - k)
@@ -455,6 +456,52 @@ def device_probes(source: Any, rows: pd.DataFrame) -> tuple | None:
     return src, dst, fp
 
 
+def device_identity_of(rows: pd.DataFrame) -> tuple[str, str]:
+    """``(device name, device id)`` of the target ``rows`` (:func:`carb.model.cascade_data.device_identity`)."""
+    from carb.model.cascade_data import device_identity
+
+    name, dev_id, _ = device_identity(rows)
+    return str(name or "unknown"), str(dev_id)
+
+
+def extra_sources(cfg: Any, source: Any, target_probe: pd.DataFrame, target_fp: str | None, name: str,
+                  target_id: str) -> list[Any]:
+    """``transfer.extra_sources`` (model URIs of other CPUs, issue 44's multi-source base): each loaded and
+    transferred to the target CPU by its own device probe and the target's (``fit_probe``), for
+    :meth:`carb.model.transfer.TransferredCascade.add_sources`; empty when none is given. One-line
+    :class:`ConfigError` for a URI that names the source's or the target's CPU, a GPU model, or a CPU without a
+    device probe."""
+    from carb.data.probes import load_probe
+    from carb.model.transfer import TransferredCascade
+
+    out, seen = [], {str(getattr(source, "device_id_", None)), str(target_id)}
+    for uri in list(cfg.transfer.get("extra_sources") or []):
+        other = tracking.load_cascade(str(uri))
+        dev = str(getattr(other, "device_id_", None))
+        try:
+            kind = json.loads(getattr(other, "device_fingerprint_", None) or "{}").get("kind", "cpu")
+        except (TypeError, ValueError, AttributeError):
+            kind = "cpu"
+        if kind != "cpu":
+            raise ConfigError(f"transfer.extra_sources: {uri} is a {kind} model; allowed: CPU models with a device "
+                              "probe (their probe zero-shots combine with the source's)")
+        if dev in seen:
+            raise ConfigError(f"transfer.extra_sources: {uri} is of CPU {dev}, already the source's or the target's "
+                              "(or listed twice); allowed: models of other CPUs")
+        probe = load_probe(dev)
+        if probe is None:
+            raise ConfigError(f"transfer.extra_sources: {uri}'s CPU {dev} has no device probe (shipped or "
+                              "carb-probe's); allowed: models of CPUs with a device probe")
+        seen.add(dev)
+        out.append(TransferredCascade(other, dispatch=bool(cfg.transfer.get("dispatch", True))).fit_probe(
+            probe, target_probe, target_fp, name, str(target_id)))
+    if out:
+        print(f"carb-calibrate: multi-source base: the source's and {len(out)} other CPU model(s)' probe "
+              f"zero-shots combined ({', '.join(str(getattr(o.source_, 'device_id_', '?')) for o in out)}; "
+              f"transfer.source_weighting {cfg.transfer.get('source_weighting', 'inverse_loo')})")
+    return out
+
+
 def spec_records(cfg: Any, source: Any, rows: pd.DataFrame) -> tuple | None:
     """``(source spec record, target spec record, weights)`` when the source model and the target rows are
     GPUs of the spec table (:func:`carb.data.gpu_specs.record_for_fingerprint`): the K rows may then start
@@ -505,6 +552,7 @@ def transfer_settings(cfg: Any) -> dict[str, Any]:
             "precision_shrink": ("auto" if str(t.precision_shrink) == "auto" else float(t.precision_shrink)),
             "base_offsets_only": bool(t.get("base_offsets_only", True)),
             "keep_zero_shot": bool(t.get("keep_zero_shot", False)), "dispatch": bool(t.get("dispatch", True)),
+            "source_weighting": str(t.get("source_weighting", "inverse_loo")),
             "coverage": float(cfg.coverage), "error_prior": t.get("error_prior", "auto"),
             "prior_rows": float(t.get("prior_rows", 10.0)),
             "prior_targets": tuple(t.get("prior_targets") or ("latency_ms", "energy_J")),

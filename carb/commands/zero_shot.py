@@ -199,6 +199,11 @@ def probe_zero_shot(cfg: Any, source: Any, src: dict[str, Any], target_id: str, 
     prog.begin(f"zero-shot transfer {getattr(source, 'device_name_', src_id)} -> {name} from device probes")
     tr = TransferredCascade(source, coverage=float(cfg.coverage), dispatch=bool(cfg.transfer.get("dispatch", True)))
     tr.fit_probe(src_probe, dst_probe, fp, name, str(target_id))
+    from carb.commands.calibrate import extra_sources   # transfer.extra_sources: the multi-source base (issue 44)
+
+    others = extra_sources(cfg, source, dst_probe, fp, name, str(target_id))
+    if others:
+        tr.add_sources(others)
     tr.calibrate_zero_shot(band=(band[0], band[1]))   # zero_shot.probe_log_error_band, added to the source's
     tr.origin_ = zero_shot_origin(src, f"device probes ({src_id} -> {target_id})",
                                   int(cfg.zero_shot.get("probe_band_devices", 2)))

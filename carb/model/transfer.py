@@ -863,7 +863,8 @@ class TransferredCascade:
             if not (getattr(o, "__dict__", {}).get("probe_models_")):
                 raise DatasetError("add_sources: every other source must be a probe zero-shot (fit_probe) to the "
                                    "same target CPU")
-            if o.__dict__.get("device_id_") != self.__dict__.get("device_id_"):
+            mine, theirs = self.__dict__.get("device_id_"), o.__dict__.get("device_id_")
+            if mine and theirs and str(mine) != str(theirs):
                 raise DatasetError(f"add_sources: another source's target {o.__dict__.get('device_id_')!r} is not "
                                    f"this transfer's ({self.__dict__.get('device_id_')!r})")
         self.extra_sources_ = list(others)
@@ -879,18 +880,23 @@ class TransferredCascade:
         """``{source device: weight}`` of a multi-source base (empty for one source)."""
         if not self.__dict__.get("extra_sources_"):
             return {}
-        return {n: round(float(w), 4) for n, w in zip(self.source_names(), self.source_weights_)}
+        out: dict[str, float] = {}
+        for i, (n, w) in enumerate(zip(self.source_names(), self.source_weights_)):
+            out[n if n not in out else f"{n}#{i}"] = round(float(w), 4)   # two models of one CPU stay apart
+        return out
 
     def source_log_predictions(self, X: pd.DataFrame, p: np.ndarray) -> np.ndarray:
         """Log latency (ms) of rows ``X`` predicted by each source of a multi-source base (sources x n): this
         transfer's probe zero-shot from the source's prediction ``p`` (ms, (n,)), then each of
-        ``extra_sources_`` (their own zero-shot predictions)."""
+        ``extra_sources_`` (their own zero-shot predictions, each with its own source's telemetry imputed as
+        screening does; not made monotone in batch here: a screening prediction of this transfer makes the
+        combination monotone)."""
         from carb.model.intervals import screening_predict
 
         p = np.asarray(p, float)
         out = [np.log(np.maximum(p * self.probe_ratio(X, p), 1e-300))]
         for o in self.__dict__.get("extra_sources_") or []:
-            q = screening_predict(o, X)["pred_latency_ms"].to_numpy(float)
+            q = screening_predict(o, X, monotone=False)["pred_latency_ms"].to_numpy(float)
             out.append(np.log(np.maximum(q, 1e-300)))
         return np.vstack(out)
 

@@ -198,6 +198,8 @@ class Transfer(Section):
     pick_where_probes_disagree: bool = False
     added_precision_max_flops: Positive = 2.5e8
     pair_prior: Text | None = "auto"
+    extra_sources: list[Text] = []
+    source_weighting: Literal["inverse_loo", "equal"] = "inverse_loo"
 
 
 class ZeroShotPower(Section):
