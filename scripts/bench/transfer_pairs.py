@@ -26,6 +26,15 @@ K in {0, 3, 10, 20}, per precision and target (latency, peak memory where both d
   leave-one-device-out);
 * ``flops_k``: a FLOPs-only line fitted on the same K rows.
 
+CPU pairs, multi-source base (issue 44; ``--single-source``: off): CARB's answer (``zero_shot`` at K = 0, the base
+of ``calibrated``) is the pair's probe zero-shot combined with the zero-shots into the same target from every
+other CPU (:func:`multi_source_models`; what ``carb-calibrate`` does with ``transfer.extra_sources`` naming those
+CPUs' models). The target is left out of everything: each source model is fitted on its own CPU's rows and
+transferred by the two CPUs' probes; the target's K rows only weight the sources and fit the offsets. With three
+CPUs both pairs into a target share one base, so a pair's row is the target's answer; the pair's source alone is
+scored beside it (``zero_shot_single`` / ``calibrated_single``, the ``single_source`` line and the
+``k0_single`` / ``k10_single`` columns of :func:`pair_overview`).
+
 Coverage and width (median hi/lo) are those of the nominal 90 % intervals of ``calibrated`` (K > 0) and
 ``zero_shot`` (K = 0), leave-one-device-out (issue 44): each pair's interval is the device-level band
 (:func:`carb.model.transfer_prior.device_level_band`) of the held-out errors of the pairs of its device class
@@ -44,7 +53,7 @@ study the shipped table prior (:func:`set_prior_intervals`, leave-one-device-out
 
     python -m scripts.bench.transfer_pairs [--ks 0,10,12] [--no-gpu] [--csv out.csv] [--errors-out FILE]
         [--loo-stat median|mean|rms] [--prior-rows N] [--interval-sweep] [--precision-band pooled|widest]
-        [--precision-sweep] [--error-sources]
+        [--precision-sweep] [--error-sources] [--single-source]
 
 ``--error-sources`` (issue 44): per CPU pair and precision at K = 10, how much of the calibrated latency error an
 exactly known per-precision offset or one exactly known feature slope would remove, how much the source model's
