@@ -25,6 +25,7 @@ import pandas as pd
 from carb import tracking
 from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_tags, to_dict
 from carb.commands.progress import Progress
+from carb.commands.zero_shot import extra_sources
 from carb.commands.zero_shot import print_unseen   # noqa: F401 - carb-calibrate's warnings for unseen precisions
 from carb.design.identity import RESNET, model_input_kind
 from carb.errors import ConfigError, DatasetError
@@ -462,44 +463,6 @@ def device_identity_of(rows: pd.DataFrame) -> tuple[str, str]:
 
     name, dev_id, _ = device_identity(rows)
     return str(name or "unknown"), str(dev_id)
-
-
-def extra_sources(cfg: Any, source: Any, target_probe: pd.DataFrame, target_fp: str | None, name: str,
-                  target_id: str) -> list[Any]:
-    """``transfer.extra_sources`` (model URIs of other CPUs, issue 44's multi-source base): each loaded and
-    transferred to the target CPU by its own device probe and the target's (``fit_probe``), for
-    :meth:`carb.model.transfer.TransferredCascade.add_sources`; empty when none is given. One-line
-    :class:`ConfigError` for a URI that names the source's or the target's CPU, a GPU model, or a CPU without a
-    device probe."""
-    from carb.data.probes import load_probe
-    from carb.model.transfer import TransferredCascade
-
-    out, seen = [], {str(getattr(source, "device_id_", None)), str(target_id)}
-    for uri in list(cfg.transfer.get("extra_sources") or []):
-        other = tracking.load_cascade(str(uri))
-        dev = str(getattr(other, "device_id_", None))
-        try:
-            kind = json.loads(getattr(other, "device_fingerprint_", None) or "{}").get("kind", "cpu")
-        except (TypeError, ValueError, AttributeError):
-            kind = "cpu"
-        if kind != "cpu":
-            raise ConfigError(f"transfer.extra_sources: {uri} is a {kind} model; allowed: CPU models with a device "
-                              "probe (their probe zero-shots combine with the source's)")
-        if dev in seen:
-            raise ConfigError(f"transfer.extra_sources: {uri} is of CPU {dev}, already the source's or the target's "
-                              "(or listed twice); allowed: models of other CPUs")
-        probe = load_probe(dev)
-        if probe is None:
-            raise ConfigError(f"transfer.extra_sources: {uri}'s CPU {dev} has no device probe (shipped or "
-                              "carb-probe's); allowed: models of CPUs with a device probe")
-        seen.add(dev)
-        out.append(TransferredCascade(other, dispatch=bool(cfg.transfer.get("dispatch", True))).fit_probe(
-            probe, target_probe, target_fp, name, str(target_id)))
-    if out:
-        print(f"carb-calibrate: multi-source base: the source's and {len(out)} other CPU model(s)' probe "
-              f"zero-shots combined ({', '.join(str(getattr(o.source_, 'device_id_', '?')) for o in out)}; "
-              f"transfer.source_weighting {cfg.transfer.get('source_weighting', 'inverse_loo')})")
-    return out
 
 
 def spec_records(cfg: Any, source: Any, rows: pd.DataFrame) -> tuple | None:
