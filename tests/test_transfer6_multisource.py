@@ -27,23 +27,23 @@ def _two_sources(cpu_model):  # noqa: F811
 
 def test_k0_multi_source_is_the_geometric_mean_of_the_sources(cpu_model):  # noqa: F811
     """At K = 0 the multi-source base predicts each row as the equal-weight geometric mean of the two sources'
-    zero-shots: a target whose truth lies between them (sqrt(pA pB)) is predicted exactly, while either source
-    alone errs by more than 5 % on some precision."""
+    zero-shots: a target whose truth lies between them (sqrt(pA pB)) is predicted within 2 % (screening's
+    monotone-in-batch pass), while either source alone errs by more than 5 % on some row."""
     from carb.model.intervals import screening_predict
 
     a, b, rows = _two_sources(cpu_model)
-    pa, pb = (screening_predict(m, rows, monotone=False)["pred_latency_ms"].to_numpy() for m in (a, b))
+    pa, pb = (screening_predict(m, rows)["pred_latency_ms"].to_numpy() for m in (a, b))
     assert np.max(np.abs(np.log(pa / pb))) > 0.1   # the sources disagree in shape
     multi = a.__class__.__new__(a.__class__)
     multi.__dict__.update(a.__dict__)
     multi.add_sources([b])
     assert multi.source_weights_ == [0.5, 0.5] and multi._default_base() == "multi"
     truth = np.sqrt(pa * pb)
-    pm = screening_predict(multi, rows, monotone=False)["pred_latency_ms"].to_numpy()
-    np.testing.assert_allclose(pm, truth, rtol=1e-9)
+    pm = screening_predict(multi, rows)["pred_latency_ms"].to_numpy()
+    np.testing.assert_allclose(pm, truth, rtol=0.02)   # screening's monotone-in-batch pass moves a row by ~1 %
     for p in (pa, pb):
         assert 100 * np.max(np.abs(p / truth - 1)) > 5
-    assert screening_predict(a, rows, monotone=False)["pred_latency_ms"].to_numpy() == pytest.approx(pa)   # untouched
+    assert screening_predict(a, rows)["pred_latency_ms"].to_numpy() == pytest.approx(pa)   # untouched
 
 
 def test_k_rows_weight_the_source_whose_shape_fits(cpu_model):  # noqa: F811

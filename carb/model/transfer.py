@@ -888,15 +888,15 @@ class TransferredCascade:
     def source_log_predictions(self, X: pd.DataFrame, p: np.ndarray) -> np.ndarray:
         """Log latency (ms) of rows ``X`` predicted by each source of a multi-source base (sources x n): this
         transfer's probe zero-shot from the source's prediction ``p`` (ms, (n,)), then each of
-        ``extra_sources_`` (their own zero-shot predictions, each with its own source's telemetry imputed as
-        screening does; not made monotone in batch here: a screening prediction of this transfer makes the
-        combination monotone)."""
+        ``extra_sources_`` (their own zero-shot predictions as screening makes them: each source's telemetry
+        imputed, monotone in batch, as ``p`` is when this transfer is fitted; so every pair into one target has
+        the same base whichever source comes first)."""
         from carb.model.intervals import screening_predict
 
         p = np.asarray(p, float)
         out = [np.log(np.maximum(p * self.probe_ratio(X, p), 1e-300))]
         for o in self.__dict__.get("extra_sources_") or []:
-            q = screening_predict(o, X, monotone=False)["pred_latency_ms"].to_numpy(float)
+            q = screening_predict(o, X)["pred_latency_ms"].to_numpy(float)
             out.append(np.log(np.maximum(q, 1e-300)))
         return np.vstack(out)
 
