@@ -326,25 +326,29 @@ def transfer_pairs_lines() -> list[str]:
     real devices the project has, one row per pair (latency MAPE %, worst precision), and its two summary lines."""
     from scripts.bench.transfer import markdown
     from scripts.bench.transfer_pairs import (all_pairs, baselines_line, coverage_cells_line, device_table, headline,
-                                              pair_overview, pooled_coverage_line, quickstart_k)
+                                              pair_overview, pooled_coverage_line, quickstart_k,
+                                              single_source_line)
 
     t, _ = all_pairs(sorted({0, 10, quickstart_k()}))
     o = pair_overview(t)
-    lines = ["| source -> target | K=0 source | K=0 CARB | K=10 CARB | K=10 from the source alone | "
-             "K=10 FLOPs-only | K=10 Spearman min | K=10 coverage min | K=10 median hi/lo max |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| source -> target | K=0 source | K=0 CARB | K=0 single source | K=10 CARB | K=10 single source | "
+             "K=10 from the source alone | K=10 FLOPs-only | K=10 Spearman min | K=10 coverage min | "
+             "K=10 median hi/lo max |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def f(v: float, digits: int = 1) -> str:
         return "n/a" if pd.isna(v) else f"{v:.{digits}f}"
 
     for r in o.itertuples():
-        lines.append(f"| {r.source} -> {r.target_device} | {f(r.k0_source)} | {f(r.k0_carb)} | {f(r.k10_carb)} | "
-                     f"{f(r.k10_source_base)} | {f(r.k10_flops_only)} | {f(r.k10_spearman_min, 3)} | "
+        lines.append(f"| {r.source} -> {r.target_device} | {f(r.k0_source)} | {f(r.k0_carb)} | {f(r.k0_single)} | "
+                     f"{f(r.k10_carb)} | {f(r.k10_single)} | {f(r.k10_source_base)} | {f(r.k10_flops_only)} | {f(r.k10_spearman_min, 3)} | "
                      f"{f(r.k10_coverage_min, 2)} | {f(r.k10_width_max, 2)} |")
     return ["Any device (`python -m scripts.bench.transfer_pairs`): every ordered pair of the real devices the "
             "project has data for (the EPYC Zen 5 reference, the EPYC Zen 4 of `scripts/data/cpu-amd-zen4.parquet`, "
             "the Xeon of `../shared/data/cpu-intel-xeon`, timm's 4 GPUs), latency MAPE in %, worst precision per "
-            "pair. K=0 CARB is the zero-shot model (two device probes for CPUs, spec sheets for GPUs); K=10 CARB is "
+            "pair. K=0 CARB is the zero-shot model (for CPUs the multi-source base: every other CPU's model, each "
+            "transferred by its device probe and the target's, combined; beside it the pair's source alone; spec "
+            "sheets for GPUs); K=10 CARB is "
             "`carb-calibrate` with 10 rows of the target, scored on its other rows, with 90 % intervals from the "
             "device-level band of the pairs that involve neither of its devices (leave-one-device-out; issue 44). "
             "The H200 shares no configuration with timm's rows and is not paired.", "",
@@ -355,7 +359,7 @@ def transfer_pairs_lines() -> list[str]:
             f"`{coverage_cells_line(t)}` (the K=10 pair-and-precision cells whose coverage an exact two-sided "
             "binomial test at 5 % finds inconsistent with the nominal 0.90, inside/held-out rows; a GPU cell has "
             "12 rows, where 10/12 is consistent)", "",
-            f"`{baselines_line(t)}`", "", f"`{headline(t)}`", ""]
+            f"`{baselines_line(t)}`", "", f"`{single_source_line(t)}`", "", f"`{headline(t)}`", ""]
 
 
 def provenance_lines() -> list[str]:

@@ -113,11 +113,12 @@ def split_k(rows: pd.DataFrame, k: int) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def evaluate_transfer(source: Any, rows: pd.DataFrame, k: int, transfer_kw: dict[str, Any] | None = None,
                       targets: Sequence[str] | None = None, probes: tuple | None = None,
-                      spec: tuple | None = None) -> tuple[Any, pd.DataFrame]:
+                      spec: tuple | None = None, extra: list | None = None) -> tuple[Any, pd.DataFrame]:
     """Fit the transfer of ``source`` on ``k`` of the target's ``rows`` and score it on the rest.
 
     ``probes`` / ``spec``: the zero-shot the K rows start from (:meth:`TransferredCascade.fit_probe` /
-    :meth:`~TransferredCascade.fit_spec` arguments). Returns ``(fitted transfer, table)``; the table has one row per (target, model) with model in
+    :meth:`~TransferredCascade.fit_spec` arguments); ``extra``: other sources' probe zero-shots to the same target
+    (:meth:`~TransferredCascade.add_sources`, with ``probes`` only). Returns ``(fitted transfer, table)``; the table has one row per (target, model) with model in
     ``calibrated`` / ``source`` / ``flops_k`` and the :func:`scores` columns (empty when no row is held out)."""
     from carb.model.intervals import screening_predict
     from carb.model.transfer import TransferredCascade
@@ -126,6 +127,8 @@ def evaluate_transfer(source: Any, rows: pd.DataFrame, k: int, transfer_kw: dict
     tr = TransferredCascade(source, **(transfer_kw or {}))
     if probes is not None:   # (source probe, target probe, target fingerprint): the base the K rows calibrate
         tr.fit_probe(*probes)
+        if extra:
+            tr.add_sources(extra)
     elif spec is not None:   # (source spec record, target spec record, weights): a base the K rows may keep
         tr.fit_spec(*spec)
     tr.fit(cal)

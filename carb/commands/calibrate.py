@@ -25,6 +25,7 @@ import pandas as pd
 from carb import tracking
 from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_tags, to_dict
 from carb.commands.progress import Progress
+from carb.commands.zero_shot import extra_sources
 from carb.commands.zero_shot import print_unseen   # noqa: F401 - carb-calibrate's warnings for unseen precisions
 from carb.design.identity import RESNET, model_input_kind
 from carb.errors import ConfigError, DatasetError
@@ -246,8 +247,9 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     if not layers:
         print("carb-calibrate: a zoo source: the K rows calibrate the source's prediction (device probes and spec "
               "records describe ResNet networks)")
+    extra = extra_sources(cfg, source, probes[1], probes[2], *device_identity_of(rows)) if probes is not None else []
     tr, table = evaluate_transfer(source, rows, k, kw, targets=list(getattr(source, "targets_", [])), probes=probes,
-                                  spec=spec)
+                                  spec=spec, extra=extra)
     tr.origin_ = {"how": "calibrated", "source": source_uri, "k": k,
                   "method": ", ".join(f"{t} {i['form']}" for t, i in tr.transfer_.items())}
     _print_transfer(tr, table, len(rows) - k)
@@ -455,6 +457,14 @@ def device_probes(source: Any, rows: pd.DataFrame) -> tuple | None:
     return src, dst, fp
 
 
+def device_identity_of(rows: pd.DataFrame) -> tuple[str, str]:
+    """``(device name, device id)`` of the target ``rows`` (:func:`carb.model.cascade_data.device_identity`)."""
+    from carb.model.cascade_data import device_identity
+
+    name, dev_id, _ = device_identity(rows)
+    return str(name or "unknown"), str(dev_id)
+
+
 def spec_records(cfg: Any, source: Any, rows: pd.DataFrame) -> tuple | None:
     """``(source spec record, target spec record, weights)`` when the source model and the target rows are
     GPUs of the spec table (:func:`carb.data.gpu_specs.record_for_fingerprint`): the K rows may then start
@@ -508,6 +518,7 @@ def transfer_settings(cfg: Any) -> dict[str, Any]:
             "precision_shrink": ("auto" if str(t.precision_shrink) == "auto" else float(t.precision_shrink)),
             "base_offsets_only": bool(t.get("base_offsets_only", True)),
             "keep_zero_shot": bool(t.get("keep_zero_shot", False)), "dispatch": bool(t.get("dispatch", True)),
+            "source_weighting": str(t.get("source_weighting", "inverse_loo")),
             "coverage": float(cfg.coverage), "error_prior": t.get("error_prior", "auto"),
             "prior_rows": float(t.get("prior_rows", 10.0)),
             "prior_targets": tuple(t.get("prior_targets") or ("latency_ms", "energy_J")),

@@ -199,6 +199,9 @@ def probe_zero_shot(cfg: Any, source: Any, src: dict[str, Any], target_id: str, 
     prog.begin(f"zero-shot transfer {getattr(source, 'device_name_', src_id)} -> {name} from device probes")
     tr = TransferredCascade(source, coverage=float(cfg.coverage), dispatch=bool(cfg.transfer.get("dispatch", True)))
     tr.fit_probe(src_probe, dst_probe, fp, name, str(target_id))
+    others = extra_sources(cfg, source, dst_probe, fp, name, str(target_id))   # transfer.extra_sources (issue 44)
+    if others:
+        tr.add_sources(others)
     tr.calibrate_zero_shot(band=(band[0], band[1]))   # zero_shot.probe_log_error_band, added to the source's
     tr.origin_ = zero_shot_origin(src, f"device probes ({src_id} -> {target_id})",
                                   int(cfg.zero_shot.get("probe_band_devices", 2)))
@@ -259,6 +262,44 @@ def refuse_spec_and_probe(cfg: Any) -> None:
     if cfg.get("spec") and probe_given(cfg):
         raise ConfigError("probe: a device probe times CPU convolutions and spec= names a GPU; give one: "
                           "spec=<GPU> (zero-shot from spec sheets) or probe=<CPU device_id>|true (from device probes)")
+
+
+def extra_sources(cfg: Any, source: Any, target_probe: pd.DataFrame, target_fp: str | None, name: str,
+                  target_id: str) -> list[Any]:
+    """``transfer.extra_sources`` (model URIs of other CPUs, issue 44's multi-source base): each loaded and
+    transferred to the target CPU by its own device probe and the target's (``fit_probe``), for
+    :meth:`carb.model.transfer.TransferredCascade.add_sources`; empty when none is given. One-line
+    :class:`ConfigError` for a URI that names the source's or the target's CPU, a GPU model, or a CPU without a
+    device probe."""
+    from carb.data.probes import load_probe
+    from carb.model.transfer import TransferredCascade
+
+    out, seen = [], {str(getattr(source, "device_id_", None)), str(target_id)}
+    for uri in list(cfg.transfer.get("extra_sources") or []):
+        other = tracking.load_cascade(str(uri))
+        dev = str(getattr(other, "device_id_", None))
+        try:
+            kind = json.loads(getattr(other, "device_fingerprint_", None) or "{}").get("kind", "cpu")
+        except (TypeError, ValueError, AttributeError):
+            kind = "cpu"
+        if kind != "cpu":
+            raise ConfigError(f"transfer.extra_sources: {uri} is a {kind} model; allowed: CPU models with a device "
+                              "probe (their probe zero-shots combine with the source's)")
+        if dev in seen:
+            raise ConfigError(f"transfer.extra_sources: {uri} is of CPU {dev}, already the source's or the target's "
+                              "(or listed twice); allowed: models of other CPUs")
+        probe = load_probe(dev)
+        if probe is None:
+            raise ConfigError(f"transfer.extra_sources: {uri}'s CPU {dev} has no device probe (shipped or "
+                              "carb-probe's); allowed: models of CPUs with a device probe")
+        seen.add(dev)
+        out.append(TransferredCascade(other, dispatch=bool(cfg.transfer.get("dispatch", True))).fit_probe(
+            probe, target_probe, target_fp, name, str(target_id)))
+    if out:
+        print(f"carb-calibrate: multi-source base: the source's and {len(out)} other CPU model(s)' probe "
+              f"zero-shots combined ({', '.join(str(getattr(o.source_, 'device_id_', '?')) for o in out)}; "
+              f"transfer.source_weighting {cfg.transfer.get('source_weighting', 'inverse_loo')})")
+    return out
 
 
 def refuse_gpu_source(source: Any, source_uri: str) -> None:

@@ -58,7 +58,7 @@ _OWN = frozenset({"source_", "stand_ins_", "transfer_", "intervals_", "device_na
                   "probe_other_ratio_",
                   "prior_rows", "prior_targets", "device_kind_", "unseen_widen", "unseen_precisions_",
                   "pair_prior", "repeat_floor", "origin_", "unsupported_precisions_", "base_offsets_only",
-                  "keep_zero_shot"})
+                  "keep_zero_shot", "extra_sources_", "source_weights_", "source_weighting"})
 
 
 def _loo_affine(x: np.ndarray, y: np.ndarray, lo: float, hi: float) -> tuple[float, float, np.ndarray]:
@@ -238,6 +238,15 @@ def _fingerprint_kind(fingerprint: str | None) -> str | None:
     return fp.get("kind") if isinstance(fp, dict) else None
 
 
+#: How the sources of a multi-source base are weighted after K rows (``transfer.source_weighting``): ``equal``
+#: (a geometric mean of their predictions, as at K = 0) or ``inverse_loo`` (each source by the inverse of its
+#: K rows' mean squared leave-one-out residual of per-precision offsets on its own zero-shot).
+SOURCE_WEIGHTINGS = ("inverse_loo", "equal")
+
+#: Latency bases that are a zero-shot prediction (K rows fit offsets on them: ``base_offsets_only``).
+ZERO_SHOT_BASES = ("multi", "probe", "spec")
+
+
 def source_precisions(source: Any) -> list[str]:
     """The precisions a fitted source model predicts (its domain's ``precision`` values), sorted; empty when
     it does not say."""
@@ -284,8 +293,12 @@ class TransferredCascade:
                  precision_shrink: float | str = "auto", dispatch: bool = True, error_prior: Any = None,
                  prior_rows: float = 10.0, prior_targets: tuple[str, ...] = ("latency_ms", "energy_J"),
                  unseen_widen: float = 0.354, pair_prior: Any = None, repeat_floor: dict[str, float] | None = None,
-                 base_offsets_only: bool = True, keep_zero_shot: bool = False) -> None:
+                 base_offsets_only: bool = True, keep_zero_shot: bool = False,
+                 source_weighting: str = "inverse_loo") -> None:
         self.source_ = source
+        if source_weighting not in SOURCE_WEIGHTINGS:
+            raise DatasetError(f"transfer.source_weighting: {source_weighting!r}; allowed: {', '.join(SOURCE_WEIGHTINGS)}")
+        self.source_weighting = source_weighting
         self.base_offsets_only, self.keep_zero_shot = bool(base_offsets_only), bool(keep_zero_shot)
         self.unseen_widen = float(unseen_widen)
         self.pair_prior, self.repeat_floor = pair_prior, dict(repeat_floor or {})
@@ -321,15 +334,19 @@ class TransferredCascade:
         return P
 
     def _default_base(self) -> str:
-        """The latency base the K rows calibrate unless leave-one-out says otherwise: the device probes'
-        ratio, else the spec records' ratio, else the source's own prediction."""
+        """The latency base the K rows calibrate unless leave-one-out says otherwise: several sources' probe
+        zero-shots combined (``multi``, :meth:`add_sources`), else the device probes' ratio, else the spec
+        records' ratio, else the source's own prediction."""
+        if self.__dict__.get("probe_models_") and self.__dict__.get("extra_sources_"):
+            return "multi"
         if self.__dict__.get("probe_models_"):
             return "probe"
         return "spec" if self.__dict__.get("spec_log_ratio_") else "source"
 
     def _base_candidates(self) -> list[str]:
         """The latency bases this transfer can start from, default first (:meth:`_default_base`)."""
-        have = [b for b, ok in (("probe", bool(self.__dict__.get("probe_models_"))),
+        multi = bool(self.__dict__.get("probe_models_") and self.__dict__.get("extra_sources_"))
+        have = [b for b, ok in (("multi", multi), ("probe", bool(self.__dict__.get("probe_models_"))),
                                 ("spec", bool(self.__dict__.get("spec_log_ratio_"))), ("source", True)) if ok]
         return have
 
@@ -339,6 +356,13 @@ class TransferredCascade:
         (:meth:`probe_ratio`), the spec records' for ``spec``."""
         if base == "probe":
             return np.log(np.maximum(self.probe_ratio(X, p), 1e-300))
+        if base == "multi":
+            if p is None:
+                from carb.model.intervals import screening_predict
+
+                p = screening_predict(self.source_, self._as_source(X))["pred_latency_ms"].to_numpy(float)
+            w = np.asarray(self.__dict__.get("source_weights_"), float)
+            return w @ self.source_log_predictions(X, p) - np.log(np.maximum(np.asarray(p, float), 1e-300))
         if base == "spec":
             per = self.__dict__.get("spec_log_ratio_") or {}
             prec = _precisions(X)
@@ -351,7 +375,7 @@ class TransferredCascade:
         base needs it) to the latency base the fitted
         forms of ``info`` calibrate: each row's precision's base (``info["bases"]``, with its shift), else
         ``info["default_base"]`` (older fits: the probes' ratio where the transfer has probe models)."""
-        default = info.get("default_base") or ("probe" if self.__dict__.get("probe_models_") else "source")
+        default = info.get("default_base") or self._default_base()
         out = self._log_base(X, default, p)
         per = info.get("bases") or {}
         if per:
@@ -401,6 +425,8 @@ class TransferredCascade:
                 continue
             if t == "latency_ms":
                 self.transfer_[t], loo = self._fit_with_bases(X[ok], np.log(pred[ok]), np.log(meas[ok]), Z[ok], prec[ok])
+                if self.__dict__.get("extra_sources_"):
+                    self.transfer_[t]["source_weights"] = self.source_weights_summary()
             else:
                 self.transfer_[t], loo = self._fit_target(np.log(pred[ok]), np.log(meas[ok]), Z[ok], prec[ok])
             self.transfer_[t]["loo"] = [float(v) for v in loo]
@@ -591,9 +617,11 @@ class TransferredCascade:
         mixed base and each single base are then fitted with the forms; one replaces the default only when
         its LOO log MAE is below ``_margin`` of the best so far. ``x_src`` (K,): log source predictions."""
         cands = self._base_candidates()
+        if "multi" in cands:   # the sources' weights from these K rows, before the multi base is read
+            self.source_weights_ = self.fitted_source_weights(X, np.exp(x_src), yl, prec)
         logs = {b: x_src + self._log_base(X, b, np.exp(x_src)) for b in cands}
         default = cands[0]
-        if default in ("probe", "spec") and self.__dict__.get("base_offsets_only", False) \
+        if default in ZERO_SHOT_BASES and self.__dict__.get("base_offsets_only", False) \
                 and len(yl) < self.residual_min_k:
             return self._fit_offsets(logs[default], yl, Z, prec, default)
         per, x_mixed = self._switch_bases(logs, default, yl, prec)
@@ -612,7 +640,7 @@ class TransferredCascade:
         info["default_base"] = default if name == "mixed" else name
         info["bases"] = bases
         info["base_loo_log_mae"] = scores
-        if cands[0] in ("probe", "spec"):   # a zero-shot exists: per precision, keep it where the K rows do worse
+        if cands[0] in ZERO_SHOT_BASES:   # a zero-shot exists: per precision, keep it where the K rows do worse
             loo = self._keep_zero_shot(info, loo, yl - logs[cands[0]], prec, cands[0])
         return info, loo
 
@@ -808,6 +836,7 @@ class TransferredCascade:
             "source": LayerCostModel(onednn=onednn_precisions(_isa(src_fp))).fit(source_probe),
             "target": LayerCostModel(onednn=onednn_precisions(_isa(target_fingerprint))).fit(target_probe)}
         self.probe_other_ratio_ = other_ratio(self.probe_models_, source_probe)
+        self.extra_sources_ = []   # one source until add_sources
         self.residual_scale_ = None
         self.transfer_ = {t: {"form": "probe" if t == "latency_ms" else "source", "k": 0, "a": 0.0, "b": 1.0,
                               "residual": None} for t in getattr(self.source_, "targets_", TARGETS)}
@@ -817,6 +846,78 @@ class TransferredCascade:
         self.calibration_rows_ = []
         self.test_mae_ = {}
         return self
+
+    def add_sources(self, others: list[TransferredCascade]) -> TransferredCascade:
+        """Make this probe zero-shot a multi-source base (issue 44): the target's latency predicted by this
+        transfer and by ``others`` (probe zero-shots of other source CPUs to the same target, each
+        :meth:`fit_probe`), combined as a weighted geometric mean (``source_weights_``: equal here; after
+        :meth:`fit` on K rows as ``source_weighting`` says, :meth:`fitted_source_weights`). A source model's
+        error on the target is mostly its shape (which networks it finds slow), not its level, and two CPUs'
+        shapes err differently: three CPUs, K = 0 worst precision 21.5 -> 18.0 % (``python -m
+        scripts.bench.transfer_pairs``). No other target than latency changes. Returns self."""
+        if not self.__dict__.get("probe_models_"):
+            raise DatasetError("add_sources: needs a probe zero-shot first (fit_probe): the sources are combined "
+                               "on the target's device probe")
+        others = [o for o in others if o is not None]
+        for o in others:
+            if not (getattr(o, "__dict__", {}).get("probe_models_")):
+                raise DatasetError("add_sources: every other source must be a probe zero-shot (fit_probe) to the "
+                                   "same target CPU")
+            mine, theirs = self.__dict__.get("device_id_"), o.__dict__.get("device_id_")
+            if mine and theirs and str(mine) != str(theirs):
+                raise DatasetError(f"add_sources: another source's target {o.__dict__.get('device_id_')!r} is not "
+                                   f"this transfer's ({self.__dict__.get('device_id_')!r})")
+        self.extra_sources_ = list(others)
+        self.source_weights_ = [1.0 / (len(others) + 1)] * (len(others) + 1)
+        return self
+
+    def source_names(self) -> list[str]:
+        """The devices of a multi-source base's sources, this transfer's source first (ids, else names)."""
+        return [str(getattr(m, "device_id_", None) or getattr(m, "device_name_", None) or "source")
+                for m in [self.source_] + [o.source_ for o in self.__dict__.get("extra_sources_") or []]]
+
+    def source_weights_summary(self) -> dict[str, float]:
+        """``{source device: weight}`` of a multi-source base (empty for one source)."""
+        if not self.__dict__.get("extra_sources_"):
+            return {}
+        out: dict[str, float] = {}
+        for i, (n, w) in enumerate(zip(self.source_names(), self.source_weights_)):
+            out[n if n not in out else f"{n}#{i}"] = round(float(w), 4)   # two models of one CPU stay apart
+        return out
+
+    def source_log_predictions(self, X: pd.DataFrame, p: np.ndarray) -> np.ndarray:
+        """Log latency (ms) of rows ``X`` predicted by each source of a multi-source base (sources x n): this
+        transfer's probe zero-shot from the source's prediction ``p`` (ms, (n,)), then each of
+        ``extra_sources_`` (their own zero-shot predictions as screening makes them: each source's telemetry
+        imputed, monotone in batch, as ``p`` is when this transfer is fitted; so every pair into one target has
+        the same base whichever source comes first)."""
+        from carb.model.intervals import screening_predict
+
+        p = np.asarray(p, float)
+        out = [np.log(np.maximum(p * self.probe_ratio(X, p), 1e-300))]
+        for o in self.__dict__.get("extra_sources_") or []:
+            q = screening_predict(o, X)["pred_latency_ms"].to_numpy(float)
+            out.append(np.log(np.maximum(q, 1e-300)))
+        return np.vstack(out)
+
+    def fitted_source_weights(self, X: pd.DataFrame, p: np.ndarray, yl: np.ndarray, prec: np.ndarray) -> list[float]:
+        """The sources' weights from the K rows (``X``; ``p`` the source's prediction (K,) ms, ``yl`` log measured
+        (K,), ``prec`` (K,)): ``equal``, or ``inverse_loo``: each source's weight the inverse of the mean squared
+        leave-one-out residual of per-precision offsets (:func:`_loo_precision`, shrunk as ``precision_shrink``)
+        on its own zero-shot, normalised to sum 1; equal with fewer than 3 rows."""
+        L = self.source_log_predictions(X, p)
+        n = L.shape[0]
+        if self.__dict__.get("source_weighting", "inverse_loo") == "equal" or len(yl) < 3:
+            return [1.0 / n] * n
+        mse = []
+        for lp in L:
+            if len(np.unique(prec)) > 1:
+                _, _, loo = _loo_precision(lp, yl, 1.0, prec, self.precision_shrink)
+            else:
+                _, loo = _loo_scale(lp, yl)
+            mse.append(max(float(np.mean(np.square(loo))), 1e-12))
+        inv = 1.0 / np.asarray(mse)
+        return [float(v) for v in inv / inv.sum()]
 
     def fit_spec(self, source_spec: dict[str, Any], target_spec: dict[str, Any], weights: dict[str, float],
                  precisions: tuple[str, ...] = ("fp32", "fp16", "bf16"), log_errors: np.ndarray | None = None,
@@ -1022,9 +1123,12 @@ def describe_form(info: dict[str, Any]) -> str:
     ``p``: ``x 1.8`` (scale), ``exp(0.412) * p^0.953`` (affine), ... (what ``carb-calibrate`` prints)."""
     e = 2.718281828459045
     form = info["form"]
-    whose = {"probe": "the device probes'", "spec": "the spec records'", "source": "the source's"}
+    sw = info.get("source_weights") or {}
+    whose = {"probe": "the device probes'", "spec": "the spec records'", "source": "the source's",
+             "multi": "the sources' probe zero-shots' weighted geometric mean (" +
+                      ", ".join(f"{d} {w:.2f}" for d, w in sw.items()) + ")"}
     bases = info.get("bases") or {}
-    if form not in ("source", "probe", "spec") and (info.get("default_base") in ("probe", "spec") or bases):
+    if form not in ("source", "probe", "spec") and (info.get("default_base") in ZERO_SHOT_BASES or bases):
         per = ", ".join(f"{p}: {whose.get(b['base'], b['base'])}" for p, b in bases.items())
         return describe_form({k: v for k, v in info.items() if k not in ("default_base", "bases")}) + \
             f"; p = {whose.get(info.get('default_base') or 'source', whose['source'])} prediction" + \

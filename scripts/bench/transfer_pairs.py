@@ -26,6 +26,15 @@ K in {0, 3, 10, 20}, per precision and target (latency, peak memory where both d
   leave-one-device-out);
 * ``flops_k``: a FLOPs-only line fitted on the same K rows.
 
+CPU pairs, multi-source base (issue 44; ``--single-source``: off): CARB's answer (``zero_shot`` at K = 0, the base
+of ``calibrated``) is the pair's probe zero-shot combined with the zero-shots into the same target from every
+other CPU (:func:`multi_source_models`; what ``carb-calibrate`` does with ``transfer.extra_sources`` naming those
+CPUs' models). The target is left out of everything: each source model is fitted on its own CPU's rows and
+transferred by the two CPUs' probes; the target's K rows only weight the sources and fit the offsets. With three
+CPUs both pairs into a target share one base, so a pair's row is the target's answer; the pair's source alone is
+scored beside it (``zero_shot_single`` / ``calibrated_single``, the ``single_source`` line and the
+``k0_single`` / ``k10_single`` columns of :func:`pair_overview`).
+
 Coverage and width (median hi/lo) are those of the nominal 90 % intervals of ``calibrated`` (K > 0) and
 ``zero_shot`` (K = 0), leave-one-device-out (issue 44): each pair's interval is the device-level band
 (:func:`carb.model.transfer_prior.device_level_band`) of the held-out errors of the pairs of its device class
@@ -48,7 +57,7 @@ study the shipped table prior (:func:`set_prior_intervals`, leave-one-device-out
 
     python -m scripts.bench.transfer_pairs [--ks 0,10,12] [--no-gpu] [--csv out.csv] [--errors-out FILE]
         [--loo-stat median|mean|rms] [--prior-rows N] [--interval-sweep] [--precision-band pooled|widest]
-        [--precision-sweep] [--error-sources] [--parts-out FILE] [--parts-in FILE]
+        [--precision-sweep] [--error-sources] [--single-source] [--parts-out FILE] [--parts-in FILE]
 
 ``--parts-out FILE`` saves every pair's fits and held-out errors; ``--parts-in FILE`` rebuilds only the intervals
 and tables from them (seconds instead of minutes: for exploring interval rules; point accuracy as saved).
@@ -191,6 +200,39 @@ def zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> dict[tup
     return out
 
 
+#: ``--single-source``: CARB's answer on a CPU pair is the source's probe zero-shot alone (the earlier base), not
+#: the multi-source base (:func:`multi_source_models`).
+SINGLE_SOURCE: list[bool] = [False]
+
+
+def multi_source_models(single: dict[tuple[str, str], object], devices: dict[str, pd.DataFrame]
+                        ) -> dict[tuple[str, str], object]:
+    """Each CPU pair's multi-source base (issue 44; :meth:`carb.model.transfer.TransferredCascade.add_sources`):
+    the pair's probe zero-shot (``single``) combined with the zero-shots into the same target from every other
+    CPU of ``devices`` (never the target: each is a source model fitted on its own device's rows, transferred by
+    the two CPUs' probes). With three CPUs both pairs into a target share one base (their weights after K rows
+    the same; each pair's row order puts its own source first), so the per-pair table shows one answer per
+    target twice; the single-source figures are printed beside (``single_source``). Latency intervals at K = 0
+    from the other targets' multi-source errors (leave-one-device-out as :func:`zero_shot_models`)."""
+    from carb.model.intervals import screening_predict
+
+    out, errors = {}, {}
+    for (s, d), z in single.items():
+        others = [single[(u, d)] for u in devices if u not in (s, d) and (u, d) in single]
+        out[(s, d)] = copy.copy(z).add_sources(others) if others else z
+        y = devices[d]["latency_ms"].to_numpy(float)
+        errors[(s, d)] = np.log(y / screening_predict(out[(s, d)], devices[d])["pred_latency_ms"].to_numpy(float))
+    pairs = list(out)
+    for s, d in pairs:
+        others = [errors[q] for q in pairs if not set(q) & {s, d}]
+        out[(s, d)].calibrate_zero_shot(np.concatenate(others) if others else None)
+    if pairs:
+        lo, hi = np.quantile(np.concatenate([errors[q] for q in pairs]), [0.05, 0.95])
+        print(f"  zero-shot multi-source base (every other CPU's probe zero-shot, equal weights), log error 5-95 % "
+              f"over {len(pairs)} pairs: [{lo:.3f}, {hi:.3f}]", flush=True)
+    return out
+
+
 def probe_form_check(model, rows: pd.DataFrame, probe_model, name: str) -> str:
     """The probe transfer's form checked on the source CPU alone (its own rows, model and probe; no target
     row): each precision's rows predicted from the model's prediction at another precision, either the
@@ -267,7 +309,7 @@ def spec_zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> tup
     return fitted, pd.DataFrame(weights).T
 
 
-def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool, zero_shot=None
+def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool, zero_shot=None, single=None
                ) -> tuple[list[dict], list[dict]]:
     """Records (target, precision, model, k, n, mape_pct, spearman[, coverage, width]) of ``source``
     transferred with ``k`` of the target's ``rows`` and scored on the rest, and the calibrated model's
@@ -276,7 +318,9 @@ def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool
     Models: ``source`` (uncalibrated), ``zero_shot`` (k = 0, ``zero_shot`` given), ``calibrated`` (k > 0: what
     carb-calibrate fits: the zero-shot model's base, the probes' or the spec records', where the pair has one,
     the bases and forms chosen by leave-one-out), ``source_base`` (k > 0: the same from the source's own
-    prediction alone), ``no_dispatch`` (CPU, k > 0: ``source_base`` without dispatch stand-ins), ``flops_k``."""
+    prediction alone), ``no_dispatch`` (CPU, k > 0: ``source_base`` without dispatch stand-ins), ``flops_k``;
+    ``single`` (a CPU pair's probe zero-shot from its source alone where ``zero_shot`` is the multi-source base):
+    ``zero_shot_single`` (k = 0) and ``calibrated_single`` (k > 0), the single-source figures beside."""
     from carb.analysis.transfer import flops_fit, split_k
     from carb.model.intervals import interval, screening_predict
     from carb.model.transfer import TransferredCascade
@@ -288,12 +332,16 @@ def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool
         ivs = {}
         if zero_shot is not None:
             preds["zero_shot"] = screening_predict(zero_shot, rest)
+        if single is not None:
+            preds["zero_shot_single"] = screening_predict(single, rest)
     else:
         cal, rest = split_k(rows, k)
         preds, ivs = {"source": screening_predict(source, rest)}, {}
         base = copy.copy(zero_shot) if zero_shot is not None else TransferredCascade(source)
         fitted["calibrated"] = base.fit(cal)   # the zero-shot's probe models shared: fit replaces, never mutates them
         fitted["source_base"] = TransferredCascade(source).fit(cal)
+        if single is not None:
+            fitted["calibrated_single"] = copy.copy(single).fit(cal)
         if cpu:
             fitted["no_dispatch"] = TransferredCascade(source, dispatch=False).fit(cal)
         preds.update({n: screening_predict(tr, rest) for n, tr in fitted.items()})
@@ -477,8 +525,11 @@ def pair_table(devices: dict[str, pd.DataFrame], ks: list[int], targets: list[st
         models[name] = fit_source(d, use)
         print(f"  fitted {name} ({len(d)} rows) [{i + 1}/{len(devices)}, {time.perf_counter() - t0:.0f} s]",
               flush=True)
+    single = {}
     if cpu:
         zs = zero_shot_models(models, devices)
+        if not SINGLE_SOURCE[0]:
+            single, zs = zs, multi_source_models(zs, devices)
     else:
         zs, w = spec_zero_shot_models(models, devices)
         print("  zero-shot spec weights, leaving each target device out:\n" + w.round(3).to_string(), flush=True)
@@ -496,7 +547,7 @@ def pair_table(devices: dict[str, pd.DataFrame], ks: list[int], targets: list[st
                     continue
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    recs, pend = score_pair(m, rows, k, use, cpu, zs.get((src, dst)))
+                    recs, pend = score_pair(m, rows, k, use, cpu, zs.get((src, dst)), single.get((src, dst)))
                 out += [{"source": src, "target_device": dst, **r} for r in recs]
                 pending += [{"source": src, "target_device": dst, **q} for q in pend]
     kind = "cpu" if cpu else "gpu"
@@ -856,6 +907,27 @@ def headline(t: pd.DataFrame, kq: int | None = None) -> str:
             f"lodo_coverage_max={cov.max():.2f} width_median_max={widths.max():.2f}")
 
 
+def single_source_line(t: pd.DataFrame, kq: int | None = None) -> str:
+    """The CPU pairs' latency MAPE maxima (pair and precision) of the multi-source base (CARB's answer) beside
+    the single-source base (each pair's source alone: ``zero_shot_single`` / ``calibrated_single``), at K = 0,
+    the quickstart's K and K = 10: ``single_source: k0 multi=X single=Y kq ... k10 ...``; empty without them."""
+    kq = quickstart_k() if kq is None else kq
+    lat = t[t["target"] == "latency_ms"]
+    if not (lat.model == "calibrated_single").any():
+        return "single_source: not scored (--single-source or no CPU pair with probes)"
+    pairs = set(map(tuple, lat[lat.model.isin(["zero_shot_single", "calibrated_single"])][
+        ["source", "target_device"]].to_numpy()))
+    on = lat[[(a, b) in pairs for a, b in zip(lat.source, lat.target_device)]]
+    parts = []
+    for k, multi, one in ((0, "zero_shot", "zero_shot_single"), (kq, "calibrated", "calibrated_single"),
+                          (10, "calibrated", "calibrated_single")):
+        a, b = on[(on.k == k) & (on.model == multi)], on[(on.k == k) & (on.model == one)]
+        if len(a) and len(b):
+            parts.append(f"k{'q' if k == kq and k != 10 else k}_max_mape multi={a['mape_pct'].max():.1f} "
+                         f"single={b['mape_pct'].max():.1f}")
+    return "single_source (CPU pairs): " + "; ".join(parts)
+
+
 def baselines_line(t: pd.DataFrame) -> str:
     """The baselines beside the headline: the uncalibrated source at K = 0, the transfer from the source's
     own prediction alone at K = 10 (latency MAPE maxima), the K = 10 intervals from the K rows alone, and how
@@ -963,7 +1035,8 @@ def saved_pairs(path: str) -> tuple[pd.DataFrame, list]:
 def pair_overview(t: pd.DataFrame) -> pd.DataFrame:
     """One row per ordered pair, latency, worst precision (MAPE %): the uncalibrated source and CARB's answer
     at K = 0 (:func:`product`), at K = 10 CARB's calibrated model beside the transfer from the source alone and
-    a FLOPs-only fit on the same rows, the lowest Spearman, the lowest 90 % coverage and widest median hi/lo."""
+    a FLOPs-only fit on the same rows, CPU pairs' single-source base at K = 0 and 10 (``k0_single`` /
+    ``k10_single``, NaN where CARB's answer is single-source), the lowest Spearman, the lowest 90 % coverage and widest median hi/lo."""
     lat = t[t["target"] == "latency_ms"]
     key = ["source", "target_device"]
 
@@ -977,6 +1050,8 @@ def pair_overview(t: pd.DataFrame) -> pd.DataFrame:
         "k0_carb": worst(product(lat, 0, "zero_shot", "source")),
         "k10_carb": worst(cal),
         "k10_source_base": worst(k10[k10.model == "source_base"]),
+        "k0_single": worst(lat[(lat.k == 0) & (lat.model == "zero_shot_single")]),
+        "k10_single": worst(k10[k10.model == "calibrated_single"]),
         "k10_flops_only": worst(k10[k10.model == "flops_k"]),
         "k10_spearman_min": worst(cal, "spearman", "min"),
         "k10_coverage_min": worst(cal, "coverage", "min"),
@@ -1020,6 +1095,9 @@ def main() -> None:
     ap.add_argument("--error-sources", action="store_true",
                     help="also print where the CPU pairs' K=10 latency error lives (offset, slope, noise, own-rows "
                          "floor; fits each CPU's cascade 5 more times: a few minutes)")
+    ap.add_argument("--single-source", action="store_true",
+                    help="CPU pairs: CARB's answer from the pair's source alone (the earlier base), not the "
+                         "multi-source base (every other CPU's probe zero-shot combined)")
     ap.add_argument("--interval-sweep", action="store_true",
                     help="also print the interval settings chosen fully nested leave-one-pair-out (a few minutes)")
     ap.add_argument("--parts-out", default=None,
@@ -1030,6 +1108,7 @@ def main() -> None:
     a = ap.parse_args()
     interval_rules()
     PRIOR_ROWS[0] = a.prior_rows
+    SINGLE_SOURCE[0] = a.single_source
     if a.loo_stat:
         from carb.model import transfer_prior
 
@@ -1068,6 +1147,7 @@ def main() -> None:
     print(coverage_cells_line(t))
     print(k0_offset_line([q for p in parts for q in p[1]]))
     print(baselines_line(t))
+    print(single_source_line(t))
     if a.error_sources:
         print_error_sources(parts)
     d = device_table(t)

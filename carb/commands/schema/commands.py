@@ -201,6 +201,8 @@ class Transfer(Section):
     device_widen: Literal["student-t", "predictive", "pairs", "pooled"] = "student-t"
     unmeasured_floor: Literal["configured", "class-bound"] = "class-bound"
     level_by_precision: Literal["pooled", "own", "widest"] = "widest"
+    extra_sources: list[Text] = []
+    source_weighting: Literal["inverse_loo", "equal"] = "inverse_loo"
 
 
 class ZeroShotPower(Section):
