@@ -122,15 +122,12 @@ def test_per_device_settings_apply_to_their_device_kind_only(tmp_path, capsys):
     assert "per_device" not in shared and "cpu_terms" not in shared
     assert bench.zoo_latency_settings([], device_kind="gpu") == shared
     cpu = bench.zoo_latency_settings([], device_kind="cpu")
-    assert cpu["cpu_terms"] == ["weight_lowreuse"]
-    assert {k: v for k, v in cpu.items() if k != "cpu_terms"} == shared
+    assert cpu["cpu_terms"] == ["weight_lowreuse"] and cpu["gemm_regimes"] is False and shared["gemm_regimes"] is True
+    assert {k: v for k, v in cpu.items() if k != "cpu_terms"} == shared | {"gemm_regimes": False}
     ZooLatencyModel(**cpu)
+    assert bench.zoo_latency_settings(["gemm_regimes=true"], device_kind="cpu")["gemm_regimes"] is True
     conf = (ROOT / "conf/zoo_latency/default.yaml").read_text()
     path = tmp_path / "zl.yaml"
-    path.write_text(conf.replace("cpu_terms: [weight_lowreuse]", "cpu_terms: [weight_lowreuse]\n    gemm_regimes: false"))
-    s = bench.zoo_latency_settings([], path=path, device_kind="cpu")
-    assert s["gemm_regimes"] is False and shared["gemm_regimes"] is True
-    assert bench.zoo_latency_settings(["gemm_regimes=true"], path=path, device_kind="cpu")["gemm_regimes"] is True
     path.write_text(conf.replace("cpu_terms: [weight_lowreuse]", "cpu_terms: [gemv]"))
     with pytest.raises(SystemExit) as e:
         bench.zoo_latency_settings([], path=path, device_kind="cpu")
