@@ -36,6 +36,7 @@ def test_cpu_parts_counts_weights_used_a_few_times_and_memory_bound_bytes_beyond
     batch); the 3x3 convolution is not; only the memory-bound row beyond the cache counts as DRAM bytes."""
     parts = cpu_parts(_table())
     assert parts["bytes_weight_lowreuse"] == (2049000 + 102764544) * 4
+    assert parts["bytes_weight_lowreuse_dram"] == 102764544 * 4   # the 8 MB head fits the cache, VGG's layer not
     assert 2e6 < CACHE_BYTES < 20e6 and parts["bytes_membound_dram"] == 20e6
     assert cpu_parts(_table(batch=8))["bytes_weight_lowreuse"] == parts["bytes_weight_lowreuse"]   # per image
     assert cpu_parts(_table(), low_reuse=1e4)["bytes_weight_lowreuse"] == (36864 + 2049000 + 102764544) * 4
@@ -51,7 +52,7 @@ def test_cpu_parts_of_a_traced_module(tmp_path, monkeypatch):
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
                               torch.nn.Flatten(), torch.nn.Linear(8, 10))
     parts = cpu_parts(trace(net, (1, 3, 32, 32)))
-    assert parts["bytes_weight_lowreuse"] == (8 * 10 + 10) * 4
+    assert parts["bytes_weight_lowreuse"] == (8 * 10 + 10) * 4 and parts["bytes_weight_lowreuse_dram"] == 0.0
     assert parts["bytes_membound_dram"] == 0.0
 
 
@@ -59,11 +60,12 @@ def test_cpu_terms_from_trace_columns_and_bad_names():
     """``weight_lowreuse`` is read once per batch (MB / batch), ``membound_dram`` per image; an unknown term
     or a frame without the column is one line."""
     frame = pd.DataFrame({"batch_size": [1, 4], "tr_bytes_weight_lowreuse": [400e6, 400e6],
-                          "tr_bytes_membound_dram": [30e6, 30e6]})
-    t = cpu_terms(frame, ["weight_lowreuse", "membound_dram"])
-    assert list(t.columns) == ["mb_weight_lowreuse", "mb_membound_dram"]
-    assert np.allclose(t["mb_weight_lowreuse"], [400, 100]) and np.allclose(t["mb_membound_dram"], [30, 30])
-    with pytest.raises(DatasetError, match="'gemv' is not allowed; allowed: weight_lowreuse, membound_dram"):
+                          "tr_bytes_weight_lowreuse_dram": [300e6, 300e6], "tr_bytes_membound_dram": [30e6, 30e6]})
+    t = cpu_terms(frame, ["weight_lowreuse", "weight_lowreuse_dram", "membound_dram"])
+    assert list(t.columns) == ["mb_weight_lowreuse", "mb_weight_lowreuse_dram", "mb_membound_dram"]
+    assert np.allclose(t["mb_weight_lowreuse"], [400, 100]) and np.allclose(t["mb_weight_lowreuse_dram"], [300, 75])
+    assert np.allclose(t["mb_membound_dram"], [30, 30])
+    with pytest.raises(DatasetError, match="'gemv' is not allowed; allowed: weight_lowreuse, weight_lowreuse_dram"):
         cpu_terms(frame, ["gemv"])
     with pytest.raises(DatasetError, match="tr_bytes_weight_lowreuse") as e:
         cpu_terms(frame.drop(columns="tr_bytes_weight_lowreuse"), ["weight_lowreuse"])
@@ -122,13 +124,13 @@ def test_per_device_settings_apply_to_their_device_kind_only(tmp_path, capsys):
     assert "per_device" not in shared and "cpu_terms" not in shared
     assert bench.zoo_latency_settings([], device_kind="gpu") == shared
     cpu = bench.zoo_latency_settings([], device_kind="cpu")
-    assert cpu["cpu_terms"] == ["weight_lowreuse"] and cpu["gemm_regimes"] is False and shared["gemm_regimes"] is True
+    assert cpu["cpu_terms"] == ["weight_lowreuse", "weight_lowreuse_dram"] and cpu["gemm_regimes"] is False and shared["gemm_regimes"] is True
     assert {k: v for k, v in cpu.items() if k != "cpu_terms"} == shared | {"gemm_regimes": False}
     ZooLatencyModel(**cpu)
     assert bench.zoo_latency_settings(["gemm_regimes=true"], device_kind="cpu")["gemm_regimes"] is True
     conf = (ROOT / "conf/zoo_latency/default.yaml").read_text()
     path = tmp_path / "zl.yaml"
-    path.write_text(conf.replace("cpu_terms: [weight_lowreuse]", "cpu_terms: [gemv]"))
+    path.write_text(conf.replace("cpu_terms: [weight_lowreuse, weight_lowreuse_dram]", "cpu_terms: [gemv]"))
     with pytest.raises(SystemExit) as e:
         bench.zoo_latency_settings([], path=path, device_kind="cpu")
     assert e.value.code == 2

@@ -12,6 +12,8 @@ settings were chosen on GPUs. A CPU at batch 1 differs in one way the layer tabl
   not its FLOPs at the GEMM rate, and not the per-MB weight cost of the whole network (a ViT's linear
   layers reuse each weight 197 times). On the i9 file VGG's 8 models take 107-122 ms at batch 1 while
   their 7.6-19.6 GMACs would take 13-33 ms at the 1.2 TFLOP/s the large ViTs reach.
+  ``weight_lowreuse_dram``: the part of those weights in layers larger than :data:`CACHE_BYTES` (VGG's
+  411 MB and 67 MB layers, BiT's wide heads), which no cache holds between calls: a cost on top.
 - **Memory-bound bytes beyond the last-level cache** (``membound_dram``): normalisation, activation,
   element-wise, copy, concatenation, pooling and reduction operations whose bytes read + written exceed
   :data:`CACHE_BYTES` stream from DRAM; the rest stay in cache. Priced apart from ``mb_<kind>``.
@@ -39,16 +41,21 @@ CACHE_BYTES: float = 16e6
 #: Memory-bound layer-table kinds (:data:`carb.model.zoo_latency.TRACE_MEMORY_KINDS`).
 MEMORY_KINDS: tuple[str, ...] = ("norm", "activation", "elementwise", "copy", "concat", "pool", "reduce")
 #: The layer-table columns :func:`cpu_parts` gives (bytes at the table's batch and precision).
-CPU_COLUMNS: tuple[str, ...] = ("bytes_weight_lowreuse", "bytes_membound_dram")
+CPU_COLUMNS: tuple[str, ...] = ("bytes_weight_lowreuse", "bytes_weight_lowreuse_dram", "bytes_membound_dram")
 #: The terms :func:`cpu_terms` can add, each from its column of :data:`CPU_COLUMNS`.
-CPU_TERMS: dict[str, str] = {"weight_lowreuse": "bytes_weight_lowreuse", "membound_dram": "bytes_membound_dram"}
+CPU_TERMS: dict[str, str] = {"weight_lowreuse": "bytes_weight_lowreuse",
+                             "weight_lowreuse_dram": "bytes_weight_lowreuse_dram",
+                             "membound_dram": "bytes_membound_dram"}
+#: The terms read once per batch (weights); the others per image.
+PER_BATCH_TERMS: tuple[str, ...] = ("weight_lowreuse", "weight_lowreuse_dram")
 
 
 def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CACHE_BYTES) -> dict[str, float]:
     """The CPU columns of a layer table (:func:`carb.design.trace.trace`'s rows: ``kind``, ``flops``,
     ``bytes_read``, ``bytes_written``, ``param_bytes``, ``params``; ``attrs["input_shape"]``): ``bytes_weight_lowreuse``
     (parameter bytes of the rows whose weights are used fewer than ``low_reuse`` times per image,
-    ``flops / (2 x params x batch)``) and ``bytes_membound_dram`` (bytes read +
+    ``flops / (2 x params x batch)``), ``bytes_weight_lowreuse_dram`` (the part of it in layers whose weights
+    exceed ``cache_bytes``: streamed from DRAM every call) and ``bytes_membound_dram`` (bytes read +
     written by the memory-bound rows, :data:`MEMORY_KINDS`, that move more than ``cache_bytes`` each).
     Same batch and precision as ``table`` (timm's CPU file: batch 1, fp32)."""
     batch = float(table.attrs.get("input_shape", (1,))[0])
@@ -58,14 +65,17 @@ def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CAC
         reuse = table["flops"].to_numpy(float) / (2.0 * params * batch)
     moved = (table["bytes_read"] + table["bytes_written"]).to_numpy(float)
     mem = table["kind"].isin(MEMORY_KINDS).to_numpy()
-    return {"bytes_weight_lowreuse": float(pb[(pb > 0) & (reuse < low_reuse)].sum()),
+    low = (pb > 0) & (reuse < low_reuse)
+    return {"bytes_weight_lowreuse": float(pb[low].sum()),
+            "bytes_weight_lowreuse_dram": float(pb[low & (pb > cache_bytes)].sum()),
             "bytes_membound_dram": float(moved[mem & (moved > cache_bytes)].sum())}
 
 
 def cpu_terms(frame: pd.DataFrame, names: tuple[str, ...] | list[str]) -> pd.DataFrame:
     """The additive terms ``names`` (each a key of :data:`CPU_TERMS`; n rows, MB per image) from the
     frame's ``tr_<column>`` (per image at fp32, :func:`carb.data.importers.timm_zoo.with_trace`) and
-    ``batch_size``: ``weight_lowreuse`` is read once per batch (MB / batch), ``membound_dram`` per image.
+    ``batch_size``: the weight terms (:data:`PER_BATCH_TERMS`) are read once per batch (MB / batch),
+    ``membound_dram`` per image.
     NaN in a row without a trace. An unknown name or a frame without the column: one-line
     :class:`DatasetError`."""
     out: dict[str, np.ndarray] = {}
@@ -77,7 +87,7 @@ def cpu_terms(frame: pd.DataFrame, names: tuple[str, ...] | list[str]) -> pd.Dat
             raise DatasetError(f"cpu_terms: {name!r} needs column {col!r}, which the data lacks (refresh the "
                                "layer-table features: python scripts/data/zoo_trace_features.py --refresh)")
         mb = pd.to_numeric(frame[col], errors="coerce").to_numpy(float) / 1e6
-        if name == "weight_lowreuse":
+        if name in PER_BATCH_TERMS:
             mb = mb / pd.to_numeric(frame["batch_size"], errors="coerce").to_numpy(float)
         out[f"mb_{name}"] = mb
     return pd.DataFrame(out, index=frame.index)

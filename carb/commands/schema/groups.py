@@ -415,7 +415,7 @@ class ZooLatencyDevice(Section):
 
     gemm_regimes: bool | None = None
     amp_split: bool | None = None
-    cpu_terms: list[Literal["weight_lowreuse", "membound_dram"]] = []
+    cpu_terms: list[Literal["weight_lowreuse", "weight_lowreuse_dram", "membound_dram"]] = []
 
 
 class ZooLatency(Section):
