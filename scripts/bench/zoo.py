@@ -232,7 +232,8 @@ def gpu_part(args: argparse.Namespace, trace: bool) -> list[dict]:
         kind = None if args.no_per_device else str(rows["device_kind"].iloc[0])
         own = zoo_latency_settings(args.zoo_latency, device_kind=kind)   # per_device: the CPU file's terms
         if own != settings:
-            print(f"  {dev} ({kind}): " + ", ".join(f"{k}={v}" for k, v in own.items() if settings.get(k) != v), flush=True)
+            diff = ", ".join(f"{k}={v}" for k, v in own.items() if settings.get(k) != v)
+            print(f"  {dev} ({kind}): {diff}", flush=True)
         models = {**MODELS, "carb": lambda own=own: ZooLatencyModel(**own)}
         table, s = evaluate_device(rows, models=models)
         print(device_block(str(dev), table, s, args.table), flush=True)
