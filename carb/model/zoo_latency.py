@@ -328,19 +328,32 @@ class AdditiveBase:
     is predicted by the same per-kind costs, so its mix of kinds, not its name, sets its time.
     ``gemm_regimes``: price explicit matrix products by intensity regime; ``amp_split``: the memory-bound
     bytes mixed precision moves at fp32 apart; ``sdpa_math_io``: every byte of attention's math path;
-    ``other_bytes``: the bytes of operations of no other kind (all :func:`additive_terms`)."""
+    ``other_bytes``: the bytes of operations of no other kind (all :func:`additive_terms`); ``cpu_terms``: CPU
+    terms on top (:mod:`carb.model.zoo_latency_cpu`, a per-device setting)."""
 
     def __init__(self, iterations: int = 10, huber: float | None = 0.1, gemm_regimes: bool = False,
-                 amp_split: bool = False, sdpa_math_io: bool = False, other_bytes: bool = False):
+                 amp_split: bool = False, sdpa_math_io: bool = False, other_bytes: bool = False,
+                 cpu_terms: tuple[str, ...] = ()):
         self.iterations, self.huber, self.gemm_regimes = iterations, huber, gemm_regimes
         self.amp_split = amp_split
         self.sdpa_math_io, self.other_bytes = sdpa_math_io, other_bytes
+        self.cpu_terms = tuple(cpu_terms)
+
+    def terms(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """The law's terms (n rows): :func:`additive_terms` with this base's settings, then the per-device CPU
+        terms ``cpu_terms`` (:func:`carb.model.zoo_latency_cpu.cpu_terms`; none by default)."""
+        out = additive_terms(frame, self.gemm_regimes, self.amp_split, self.sdpa_math_io, self.other_bytes)
+        if not self.cpu_terms:
+            return out
+        from carb.model.zoo_latency_cpu import cpu_terms
+
+        return pd.concat([out, cpu_terms(frame, self.cpu_terms)], axis=1)
 
     def fit(self, frame: pd.DataFrame, weight: np.ndarray | None = None) -> AdditiveBase:
         """Fit on ``frame``'s traced rows (``weight`` (n,) optional per-row weights); returns self."""
         from scipy.optimize import nnls
 
-        X = self._terms(frame).to_numpy(float)
+        X = self.terms(frame).to_numpy(float)
         y = np.exp(per_image_log_ms(frame))
         ok = np.isfinite(X).all(axis=1) & np.isfinite(y) & (y > 0)
         if ok.sum() <= X.shape[1]:
@@ -359,18 +372,14 @@ class AdditiveBase:
             J = Xs / pred[:, None]
             c, _ = nnls(J * w[:, None], (r + J @ c) * w)
         self.coef_ = c
-        self.terms_ = list(self._terms(frame.iloc[:0]).columns)
+        self.terms_ = list(self.terms(frame.iloc[:0]).columns)
         return self
 
     def predict_log(self, frame: pd.DataFrame) -> np.ndarray:
         """Log time per image (n,), NaN in a row without a trace."""
-        X = self._terms(frame).to_numpy(float)
+        X = self.terms(frame).to_numpy(float)
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.log((X / self.scale_) @ self.coef_)
-
-    def _terms(self, frame: pd.DataFrame) -> pd.DataFrame:
-        """:func:`additive_terms` of ``frame`` with this base's settings."""
-        return additive_terms(frame, self.gemm_regimes, self.amp_split, self.sdpa_math_io, self.other_bytes)
 
     def costs(self) -> dict[str, float]:
         """The fitted cost of one unit of each term (ms per GFLOP, per MB, per operation, per batch)."""
@@ -406,13 +415,16 @@ class ZooLatencyModel:
     operands' passes too, at fp32 under autocast since PyTorch 2.5); ``other_bytes``: the bytes of operations
     of no other kind (both :func:`additive_terms`). Both together against neither (tracer 4): families within
     20 % 74 -> 76, 75 -> 80, 79 -> 80, 75 -> 75, pooled MAPE lower on each GPU (Hiera 33-37 % -> within 20 %).
+    ``cpu_terms``: CPU terms of the additive base (:mod:`carb.model.zoo_latency_cpu`; none by default; timm's
+    CPU file takes them from ``conf/zoo_latency/default.yaml``'s ``per_device`` section).
     """
 
     def __init__(self, n_estimators: int = 300, learning_rate: float = 0.03, num_leaves: int = 15,
                  min_child_samples: int = 20, census: bool = True, n_jobs: int = 1, seed: int = 0,
                  balance: bool = False, trace: bool = True, trace_base: bool = False, base: str = "additive",
                  residual: float = 1.0, margin: float | None = 0.0, gemm_regimes: bool = True,
-                 amp_split: bool = True, sdpa_math_io: bool = True, other_bytes: bool = True):
+                 amp_split: bool = True, sdpa_math_io: bool = True, other_bytes: bool = True,
+                 cpu_terms: tuple[str, ...] = ()):
         if base not in ("loglinear", "additive"):
             raise DatasetError(f"ZooLatencyModel: base={base!r} is not allowed; allowed: loglinear, additive")
         self.n_estimators, self.learning_rate = n_estimators, learning_rate
@@ -421,6 +433,7 @@ class ZooLatencyModel:
         self.trace, self.trace_base, self.base, self.residual = trace, trace_base, base, residual
         self.margin, self.gemm_regimes, self.amp_split = margin, gemm_regimes, amp_split
         self.sdpa_math_io, self.other_bytes = sdpa_math_io, other_bytes
+        self.cpu_terms = tuple(cpu_terms)   # per-device CPU terms of the additive base (timm's CPU file)
 
     def fit(self, frame: pd.DataFrame) -> ZooLatencyModel:
         """Fit on ``frame``'s rows with a finite base prediction and target; returns self."""
@@ -436,7 +449,8 @@ class ZooLatencyModel:
         if self.trace and (self.trace_base or self.base == "additive") and "tr_flops" in frame.columns:
             try:
                 self.tbase_ = (AdditiveBase(gemm_regimes=self.gemm_regimes, amp_split=self.amp_split,
-                                            sdpa_math_io=self.sdpa_math_io, other_bytes=self.other_bytes)
+                                            sdpa_math_io=self.sdpa_math_io, other_bytes=self.other_bytes,
+                                            cpu_terms=self.cpu_terms)
                                if self.base == "additive"
                                else _TraceBase()).fit(frame, w)
             except DatasetError:   # too few traced rows: the plain base only

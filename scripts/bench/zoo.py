@@ -25,7 +25,7 @@ between its base and Hidden Joules' regression, the margin of each held-out fami
 families (:func:`carb.analysis.zoo_eval.nested_margin`; ``carb_margin`` in the per-family table).
 
     python scripts/bench/zoo.py [--part all|cpu|gpu] [--devices gpu|all|<device name>] [--no-census]
-        [--no-trace] [--gpu-no-trace-too] [--zoo-latency KEY=VALUE ...]
+        [--no-trace] [--gpu-no-trace-too] [--zoo-latency KEY=VALUE ...] [--no-per-device]
         [--reparam published|never|always] [--table]
         [--out scripts/data/zoo_bench.json]
 
@@ -41,6 +41,8 @@ mixed precision moves at fp32 priced apart: fp32-list normalisations, element-wi
 parameter; :func:`carb.design.zoo_features.amp_memory_split`), ``sdpa_math_io`` (attention off the fused kernels
 priced by every byte its math path moves, :func:`carb.model.zoo_latency.sdpa_math_bytes`), ``other_bytes`` (the
 bytes of operations of no other kind priced too), the correction's features and LightGBM's settings;
+its ``per_device`` section sets keys for one device kind (the CPU file's terms, :mod:`carb.model.zoo_latency_cpu`;
+``--no-per-device`` leaves it out; a ``--zoo-latency`` key still wins);
 ``--reparam``: which graph of a reparameterisable model (RepVGG, MobileOne, RepViT, FastViT, LeViT, ...)
 the features describe: by default the one each file was run on (timm's benchmark ``--reparam``; the
 published parameter counts show the 4090 / 5090 / PRO 6000 files folded, the 3090 and i9 files not).
@@ -171,10 +173,12 @@ def cpu_part(path: Path, make) -> tuple[dict, pd.DataFrame]:
 ZOO_LATENCY_CONF = ROOT / "conf" / "zoo_latency" / "default.yaml"
 
 
-def zoo_latency_settings(overrides: list[str], path: Path = ZOO_LATENCY_CONF) -> dict:
+def zoo_latency_settings(overrides: list[str], path: Path = ZOO_LATENCY_CONF, device_kind: str | None = None) -> dict:
     """:class:`carb.model.zoo_latency.ZooLatencyModel`'s keyword settings: ``conf/zoo_latency/default.yaml``
     with ``overrides`` (``KEY=VALUE``, the value read as YAML) applied, checked against the group's schema
-    (:class:`carb.commands.schema.groups.ZooLatency`). A bad key or value: one line naming it, exit 2."""
+    (:class:`carb.commands.schema.groups.ZooLatency`). A bad key or value: one line naming it, exit 2.
+    With ``device_kind`` (``cpu``, ``gpu``): the conf's ``per_device`` section of that kind on top (its keys
+    set, ``cpu_terms`` among them; an ``overrides`` key still wins); the section itself is never a setting."""
     import yaml
     from pydantic import ValidationError
 
@@ -194,7 +198,10 @@ def zoo_latency_settings(overrides: list[str], path: Path = ZOO_LATENCY_CONF) ->
     except ValidationError as e:
         print(f"--zoo-latency: {error_line(ZooLatency, conf, e.errors()[0])}", file=sys.stderr)
         raise SystemExit(2) from None
-    return conf
+    per_device = conf.pop("per_device", None) or {}
+    given = {item.partition("=")[0].strip() for item in overrides}
+    own = (per_device.get(device_kind) or {}) if device_kind else {}
+    return conf | {k: v for k, v in own.items() if v is not None and k not in given}
 
 
 def gpu_part(args: argparse.Namespace, trace: bool) -> list[dict]:
@@ -224,7 +231,12 @@ def gpu_part(args: argparse.Namespace, trace: bool) -> list[dict]:
     print("CARB's zoo latency model: " + ", ".join(f"{k}={v}" for k, v in settings.items()), flush=True)
     sums = []
     for dev, rows in zoo.groupby("device_name", sort=True):
-        models = {**MODELS, "carb": lambda: ZooLatencyModel(**settings)}
+        kind = None if args.no_per_device else str(rows["device_kind"].iloc[0])
+        own = zoo_latency_settings(args.zoo_latency, device_kind=kind)   # per_device: the CPU file's terms
+        if own != settings:
+            diff = ", ".join(f"{k}={v}" for k, v in own.items() if settings.get(k) != v)
+            print(f"  {dev} ({kind}): {diff}", flush=True)
+        models = {**MODELS, "carb": lambda own=own: ZooLatencyModel(**own)}
         table, s = evaluate_device(rows, models=models)
         print(device_block(str(dev), table, s, args.table), flush=True)
         sums.append(device_entry(str(dev), rows, table, s, trace))
@@ -290,6 +302,8 @@ def main() -> None:
     ap.add_argument("--zoo-latency", action="append", default=[], metavar="KEY=VALUE",
                     help="a setting of CARB's zoo latency model over conf/zoo_latency/default.yaml (repeatable; "
                          "e.g. gemm_regimes=false, amp_split=false, sdpa_math_io=false, base=loglinear)")
+    ap.add_argument("--no-per-device", action="store_true",
+                    help="leave conf/zoo_latency/default.yaml's per_device section out (one setting for every device)")
     ap.add_argument("--reparam", default="published", choices=["published", "never", "always"],
                     help="which traced graph of a reparameterisable model: the one each timm file was run on "
                          "(its published parameter counts say), the plain training graph, or the folded one")

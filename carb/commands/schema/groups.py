@@ -409,6 +409,15 @@ class HjScore(Section):
     accuracy_weight: Annotated[float, Field(ge=0, le=1)]
 
 
+class ZooLatencyDevice(Section):
+    """``conf/zoo_latency/default.yaml``'s ``per_device.<kind>``: overrides of :class:`ZooLatency`'s keys for the
+    rows of one device kind, and the CPU terms of the additive base (:mod:`carb.model.zoo_latency_cpu`)."""
+
+    gemm_regimes: bool | None = None
+    amp_split: bool | None = None
+    cpu_terms: list[Literal["weight_lowreuse", "weight_lowreuse_dram", "membound_dram"]] = []
+
+
 class ZooLatency(Section):
     """``conf/zoo_latency/default.yaml``: :class:`carb.model.zoo_latency.ZooLatencyModel`'s settings (timm's
     published files; read by ``scripts/bench/zoo.py``)."""
@@ -426,6 +435,7 @@ class ZooLatency(Section):
     num_leaves: Annotated[int, Field(ge=2)]
     min_child_samples: Count
     residual: Annotated[float, Field(ge=0, le=1)]
+    per_device: dict[Literal["cpu", "gpu"], ZooLatencyDevice] = {}
 
 
 class Screen(Section):

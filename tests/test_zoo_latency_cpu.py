@@ -1,0 +1,139 @@
+"""The CPU terms of the zoo latency model (:mod:`carb.model.zoo_latency_cpu`) and the per-device settings of
+``conf/zoo_latency/default.yaml`` that give them to timm's CPU file only; synthetic layer tables and rows."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from carb.errors import DatasetError
+from carb.model.zoo_latency import AdditiveBase, ZooLatencyModel, additive_terms
+from carb.model.zoo_latency_cpu import CACHE_BYTES, cpu_parts, cpu_terms
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _table(batch: int = 1) -> pd.DataFrame:
+    """A layer table at ``batch``: a 3x3 convolution at 56x56 (weights reused 3136 times per image), a
+    classifier head (each weight used once per image), VGG's 7x7 fully connected convolution (once), a
+    ReLU moving 20 MB (beyond the cache) and one moving 1 MB, a pooling of 2 MB."""
+    rows = [("conv_regular", 2 * 3136 * 36864 * batch, 1e6, 1e6, 36864 * 4, 36864),
+            ("linear", 2 * 2049000 * batch, 8.2e6, 4e3, 2049000 * 4, 2049000),
+            ("conv_regular", 2 * 102764544 * batch, 411e6, 16e3, 102764544 * 4, 102764544),
+            ("activation", 0, 10e6 * batch, 10e6 * batch, 0, 0),
+            ("activation", 0, 0.5e6 * batch, 0.5e6 * batch, 0, 0),
+            ("pool", 0, 1.9e6 * batch, 0.1e6 * batch, 0, 0)]
+    t = pd.DataFrame(rows, columns=["kind", "flops", "bytes_read", "bytes_written", "param_bytes", "params"])
+    t.attrs = {"input_shape": (batch, 3, 224, 224), "precision": "fp32"}
+    return t
+
+
+def test_cpu_parts_counts_weights_used_a_few_times_and_memory_bound_bytes_beyond_the_cache():
+    """The head and VGG's fully connected convolution are weight-streaming (used < 8 times per image, at any
+    batch); the 3x3 convolution is not; only the memory-bound row beyond the cache counts as DRAM bytes."""
+    parts = cpu_parts(_table())
+    assert parts["bytes_weight_lowreuse"] == (2049000 + 102764544) * 4
+    assert parts["bytes_weight_lowreuse_dram"] == 102764544 * 4   # the 8 MB head fits the cache, VGG's layer not
+    assert 2e6 < CACHE_BYTES < 20e6 and parts["bytes_membound_dram"] == 20e6
+    assert cpu_parts(_table(batch=8))["bytes_weight_lowreuse"] == parts["bytes_weight_lowreuse"]   # per image
+    assert cpu_parts(_table(), low_reuse=1e4)["bytes_weight_lowreuse"] == (36864 + 2049000 + 102764544) * 4
+    assert cpu_parts(_table(), cache_bytes=1.5e6)["bytes_membound_dram"] == 22e6
+
+
+def test_cpu_parts_of_a_traced_module(tmp_path, monkeypatch):
+    """On the tracer's own table (meta device): a classifier's linear layer counts, its convolution does not."""
+    torch = pytest.importorskip("torch")
+    from carb.design.trace import trace
+
+    monkeypatch.setenv("CARB_CACHE", str(tmp_path))
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+                              torch.nn.Flatten(), torch.nn.Linear(8, 10))
+    parts = cpu_parts(trace(net, (1, 3, 32, 32)))
+    assert parts["bytes_weight_lowreuse"] == (8 * 10 + 10) * 4 and parts["bytes_weight_lowreuse_dram"] == 0.0
+    assert parts["bytes_membound_dram"] == 0.0
+
+
+def test_cpu_terms_from_trace_columns_and_bad_names():
+    """``weight_lowreuse`` is read once per batch (MB / batch), ``membound_dram`` per image; an unknown term
+    or a frame without the column is one line."""
+    frame = pd.DataFrame({"batch_size": [1, 4], "tr_bytes_weight_lowreuse": [400e6, 400e6],
+                          "tr_bytes_weight_lowreuse_dram": [300e6, 300e6], "tr_bytes_membound_dram": [30e6, 30e6]})
+    t = cpu_terms(frame, ["weight_lowreuse", "weight_lowreuse_dram", "membound_dram"])
+    assert list(t.columns) == ["mb_weight_lowreuse", "mb_weight_lowreuse_dram", "mb_membound_dram"]
+    assert np.allclose(t["mb_weight_lowreuse"], [400, 100]) and np.allclose(t["mb_weight_lowreuse_dram"], [300, 75])
+    assert np.allclose(t["mb_membound_dram"], [30, 30])
+    with pytest.raises(DatasetError, match="'gemv' is not allowed; allowed: weight_lowreuse, weight_lowreuse_dram"):
+        cpu_terms(frame, ["gemv"])
+    with pytest.raises(DatasetError, match="tr_bytes_weight_lowreuse") as e:
+        cpu_terms(frame.drop(columns="tr_bytes_weight_lowreuse"), ["weight_lowreuse"])
+    assert "\n" not in str(e.value)
+
+
+def _weights_frame(seed: int = 0) -> pd.DataFrame:
+    """:func:`tests.test_timm_zoo._additive_frame`'s rows and law plus 0.2 ms per MB of weights used a few
+    times (a CPU at batch 1 streaming a classifier head); the held-out family ``g`` has VGG-sized ones
+    (300-500 MB), the others 1-10 MB."""
+    from tests.test_timm_zoo import _additive_frame
+
+    rng = np.random.default_rng(seed)
+    out = _additive_frame(seed)
+    heavy = (out["family"] == "g").to_numpy()
+    out["tr_bytes_weight_lowreuse"] = np.where(heavy, rng.uniform(300e6, 500e6, len(out)),
+                                               rng.uniform(1e6, 10e6, len(out)))
+    out["tr_bytes_membound_dram"] = 0.0
+    return out.assign(latency_ms=out["latency_ms"] + 0.2 * out["tr_bytes_weight_lowreuse"] / 1e6)
+
+
+def test_additive_base_with_the_weight_term_carries_weight_streaming_to_a_held_out_family():
+    """A held-out family whose time is mostly weights used once (VGG's fully connected convolutions on a CPU
+    at batch 1): with ``cpu_terms=("weight_lowreuse",)`` the base carries the law to it; without (the GPU
+    files' law) it cannot; without the setting the terms are the old ones."""
+    frame = _weights_frame()
+    assert list(AdditiveBase().terms(frame).columns) == list(additive_terms(frame).columns)
+    test = (frame["family"] == "g").to_numpy()
+    y = frame.loc[test, "latency_ms"] / frame.loc[test, "batch_size"]
+    err = {}
+    for name, terms in (("with", ("weight_lowreuse",)), ("without", ())):
+        m = AdditiveBase(huber=None, cpu_terms=terms).fit(frame[~test])
+        err[name] = float(np.mean(np.abs(np.exp(m.predict_log(frame[test])) / y - 1)))
+    assert err["with"] < 0.02 < 0.2 < err["without"]
+    with_term = AdditiveBase(huber=None, cpu_terms=("weight_lowreuse",)).fit(frame[~test])
+    assert with_term.costs()["mb_weight_lowreuse"] == pytest.approx(0.2, rel=0.05)
+    model = ZooLatencyModel(n_estimators=20, min_child_samples=5, cpu_terms=["weight_lowreuse"]).fit(frame[~test])
+    assert model.tbase_.cpu_terms == ("weight_lowreuse",) and "mb_weight_lowreuse" in model.tbase_.terms_
+    assert ZooLatencyModel().cpu_terms == ()
+
+
+def _bench():
+    """``scripts/bench/zoo.py`` as a module."""
+    spec = importlib.util.spec_from_file_location("zoo_bench_cpu", ROOT / "scripts/bench/zoo.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_per_device_settings_apply_to_their_device_kind_only(tmp_path, capsys):
+    """The conf's ``per_device.cpu`` gives the CPU file its terms; a GPU's settings (and the settings without
+    a kind) are the shared keys alone, as before; a ``--zoo-latency`` key wins over the section; a bad term
+    in the section is one line, exit 2."""
+    bench = _bench()
+    shared = bench.zoo_latency_settings([])
+    assert "per_device" not in shared and "cpu_terms" not in shared
+    assert bench.zoo_latency_settings([], device_kind="gpu") == shared
+    cpu = bench.zoo_latency_settings([], device_kind="cpu")
+    assert cpu["cpu_terms"] == ["weight_lowreuse", "weight_lowreuse_dram"]
+    assert cpu["gemm_regimes"] is False and shared["gemm_regimes"] is True
+    assert {k: v for k, v in cpu.items() if k != "cpu_terms"} == shared | {"gemm_regimes": False}
+    ZooLatencyModel(**cpu)
+    assert bench.zoo_latency_settings(["gemm_regimes=true"], device_kind="cpu")["gemm_regimes"] is True
+    conf = (ROOT / "conf/zoo_latency/default.yaml").read_text()
+    path = tmp_path / "zl.yaml"
+    path.write_text(conf.replace("cpu_terms: [weight_lowreuse, weight_lowreuse_dram]", "cpu_terms: [gemv]"))
+    with pytest.raises(SystemExit) as e:
+        bench.zoo_latency_settings([], path=path, device_kind="cpu")
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("--zoo-latency: ") and "cpu_terms" in err and "\n" not in err
