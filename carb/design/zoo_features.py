@@ -54,8 +54,8 @@ def _table_summary(table: Any) -> dict[str, Any]:
     s["max_written"] = float(table.loc[~views, "bytes_written"].max()) if (~views).any() else 0.0
     s["n_conv"] = int(table["kind"].isin(CONV_KINDS).sum())
     s["peak_live_frontier"] = live_frontier(table)
-    for k in WEIGHT_KINDS:   # parameter bytes of the kind's layers, read once per forward whatever the batch
-        s[f"param_bytes_{k}"] = float(table.loc[table["kind"] == k, "param_bytes"].sum())
+    for k, kinds in WEIGHT_GROUPS.items():   # parameter bytes of the kinds' layers, read once per forward whatever the batch
+        s[f"param_bytes_{k}"] = float(table.loc[table["kind"].isin(kinds), "param_bytes"].sum())
     s |= state_parts(table, summarize)
     return s
 
@@ -207,12 +207,19 @@ BYTE_KINDS: tuple[str, ...] = ("conv_depthwise", "norm", "activation", "elementw
 ZOO_KIND_FEATURES: tuple[str, ...] = (*(f"flops_{k}" for k in FLOP_KINDS), *(f"bytes_{k}_MB" for k in BYTE_KINDS))
 
 
-#: Layer kinds whose weight bytes the latency prior reads (:data:`ZOO_WEIGHT_FEATURES`): fully connected layers,
-#: whose weights a small batch streams from memory once per forward with few multiply-adds per byte (AlexNet's
-#: and VGG's classifiers: 58 M and 119 M parameters, 94 % and 90 % of the network's, under 2 % of its FLOPs).
-WEIGHT_KINDS: tuple[str, ...] = ("linear",)
+#: Layer kinds whose weight bytes the latency prior reads (:data:`ZOO_WEIGHT_FEATURES`), by column: ``linear``,
+#: fully connected layers, whose weights a small batch streams from memory once per forward with few multiply-adds
+#: per byte (AlexNet's and VGG's classifiers: 58 M and 119 M parameters, 94 % and 90 % of the network's, under 2 %
+#: of its FLOPs); ``conv``, every convolution (:data:`carb.design.trace.CONV_KINDS`), whose weights eager PyTorch
+#: hands to oneDNN in their plain layout, reordered into its blocked one on every forward whatever the batch
+#: (fitted on the Zen 4 VM's CPU zoo about 0.2 ms per MB: Wide ResNet-50's 275 MB of fp32 weights, about 50 ms,
+#: most of a batch-1 forward at 96 px).
+WEIGHT_GROUPS: dict[str, tuple[str, ...]] = {"linear": ("linear",),
+                                             "conv": ("conv_regular", "conv_grouped", "conv_depthwise",
+                                                      "conv_pointwise")}
+WEIGHT_KINDS: tuple[str, ...] = tuple(WEIGHT_GROUPS)
 #: Batch-independent columns of a row from its layer table: ``weights_<kind>_MB``, the parameter bytes of the
-#: :data:`WEIGHT_KINDS` layers at the row's precision (MB). Not model features (the trees never read them): the
+#: :data:`WEIGHT_GROUPS` layers at the row's precision (MB). Not model features (the trees never read them): the
 #: latency prior's per-kind form reads them (:class:`carb.model.physics.LayerRooflinePrior`).
 ZOO_WEIGHT_FEATURES: tuple[str, ...] = tuple(f"weights_{k}_MB" for k in WEIGHT_KINDS)
 

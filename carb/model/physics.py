@@ -37,11 +37,13 @@ a 1 s configuration weigh alike; units of the inputs in MB = 2**20 bytes and fvc
 
 On zoo rows (named networks with the layer table's per-kind columns, :mod:`carb.design.zoo_features`) the layer
 roofline has a third form, ``kinds``: ``c0 + sum_p sum_k f_kp * flops_<kind>_p + sum_k b_k * bytes_<kind>_MB + c_o *
-n_ops + c_w * weights_linear_MB`` (compute kinds per precision, memory-bound kinds shared; the last term the bytes of
-the fully connected layers' weights, read once a forward whatever the batch: at batch 1-2 they are most of
-AlexNet's and VGG's time on a CPU, which FLOPs that grow with the batch cannot say). On CPU rows the memory-bound
+n_ops + c_w * weights_linear_MB + c_v * weights_conv_MB`` (compute kinds per precision, memory-bound kinds shared;
+the last terms the bytes of the fully connected layers' and the convolutions' weights, read once a forward whatever
+the batch: at batch 1-2 the former are most of AlexNet's and VGG's time on a CPU, which FLOPs that grow with the
+batch cannot say; the latter eager PyTorch reorders into oneDNN's blocked layout on every forward, about 0.2 ms per
+MB on the Zen 4 VM, most of Wide ResNet-50's batch-1 time at 96 px). On CPU rows the memory-bound
 kinds that compute on each element are counted in fp32-equivalent MB (a bf16 pass costs what an fp32 one does,
-:attr:`LayerRooflinePrior.PER_ELEMENT_KINDS`), and concatenations are left to the per-operator cost
+:attr:`LayerRooflinePrior.PER_ELEMENT_KINDS`), and concatenations and copies are left to the per-operator cost
 (:attr:`LayerRooflinePrior.UNPRICED_KINDS`). The form is kept only when its leave-one-family-out error is below
 :attr:`LayerRooflinePrior.RICHER_GAIN` x the aggregate form's.
 
@@ -351,13 +353,16 @@ class LayerRooflinePrior(RooflinePrior):
     #: Memory-bound kinds the per-kind form prices per element on CPU rows (their MB at 4 bytes per element,
     #: whatever the precision): they compute on each element in caches, a 16-bit one converted to fp32 and back,
     #: so a bf16 pass costs at least what an fp32 one does (the Zen 4 VM's device probe: element-wise 0.011 ms per
-    #: MB at fp32, 0.040 at bf16; activations 0.006 and 0.048). Copies move bytes and stay per byte.
+    #: MB at fp32, 0.040 at bf16; activations 0.006 and 0.048). Copies are not priced per MB (:data:`UNPRICED_KINDS`).
     PER_ELEMENT_KINDS: tuple[str, ...] = ("conv_depthwise", "norm", "activation", "elementwise", "pool")
-    #: Memory-bound kinds the per-kind form leaves to the per-operator cost: concatenations. Fitted on the other
-    #: families of the CPU zoo their cost per MB came out 15x the device probe's element-wise one (it took up
-    #: GoogLeNet's and SqueezeNet's bf16 pooling), and DenseNet, whose concatenations grow with the square of
-    #: its depth, was predicted 25 % slow; without the term the leave-one-family-out check is better.
-    UNPRICED_KINDS: tuple[str, ...] = ("concat",)
+    #: Memory-bound kinds the per-kind form leaves to the per-operator cost: concatenations and copies. Fitted on
+    #: the other families of the CPU zoo the cost per MB of concatenations came out 15x the device probe's
+    #: element-wise one (it took up GoogLeNet's and SqueezeNet's bf16 pooling), and DenseNet, whose concatenations
+    #: grow with the square of its depth, was predicted 25 % slow; copies (clone, pad, roll, index) came out
+    #: 0.30-0.43 ms per MB, about 30x the probe's fp32 element-wise pass, which put Swin's window partitions and
+    #: shifts (96 MB a forward at fp32) at a fifth of its time and Swin 25-34 % slow. Without either term the
+    #: leave-one-family-out check is better (Swin 42 -> 9 % with the convolution-weight term, worst family 20 %).
+    UNPRICED_KINDS: tuple[str, ...] = ("concat", "copy")
     #: Most folds of the per-kind form's leave-families-out check (one family per fold up to this many groups).
     KIND_CV_FOLDS = 64
 
