@@ -435,6 +435,9 @@ class ZooLatency(Section):
     num_leaves: Annotated[int, Field(ge=2)]
     min_child_samples: Count
     residual: Annotated[float, Field(ge=0, le=1)]
+    margin: Annotated[float, Field(ge=0)] | None = 0.05
+    outside: Literal["clip", "base"] = "base"
+    nested_margin: bool = False
     per_device: dict[Literal["cpu", "gpu"], ZooLatencyDevice] = {}
 
 
