@@ -416,6 +416,9 @@ class ZooLatencyDevice(Section):
     gemm_regimes: bool | None = None
     amp_split: bool | None = None
     cpu_terms: list[Literal["weight_lowreuse", "weight_lowreuse_dram", "membound_dram"]] = []
+    margin: Annotated[float, Field(ge=0)] | None = None   # the bound (z43gpu2): None keeps the top-level key
+    outside: Literal["clip", "base"] | None = None
+    nested_margin: bool | None = None
 
 
 class ZooLatency(Section):
