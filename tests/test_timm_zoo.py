@@ -592,7 +592,7 @@ def test_additive_base_prices_fp32_memory_bytes_apart_for_a_held_out_family():
 def test_correction_beyond_the_span_falls_back_to_the_base_and_the_evaluation_takes_the_fixed_margin():
     """``outside="base"``: a corrected value beyond ``margin`` of the base-HJ span becomes the base (the
     old ``clip`` kept it at the edge); inside, the correction stays. The evaluation takes the model's own
-    margin unless its ``nested_margin`` is set."""
+    margin unless its ``nested_margin`` is set (the default)."""
     from carb.model.zoo_latency import bounded
 
     base, hj = np.array([0.0, 0.0, 1.0, 0.0, 0.0]), np.array([1.0, 0.5, 0.0, np.nan, 0.5])
@@ -616,10 +616,11 @@ def test_correction_beyond_the_span_falls_back_to_the_base_and_the_evaluation_ta
     assert np.allclose(p[~beyond.to_numpy()], c["corrected"][~beyond])
     # the evaluation: the model's fixed margin (no carb_margin column) unless nested_margin
     models = {"b1": FlopsLogLog, "hj": HiddenJoulesRegression,
-              "carb": lambda: ZooLatencyModel(n_estimators=20, min_child_samples=5, margin=0.0, outside="base")}
+              "carb": lambda: ZooLatencyModel(n_estimators=20, min_child_samples=5, margin=0.0, outside="base",
+                                              nested_margin=False)}
     table, _ = evaluate_device(df, models=models)
     assert "carb_margin" not in table
-    models["carb"] = lambda: ZooLatencyModel(n_estimators=20, min_child_samples=5, nested_margin=True)
+    models["carb"] = lambda: ZooLatencyModel(n_estimators=20, min_child_samples=5)
     table, _ = evaluate_device(df, models=models)
     assert "carb_margin" in table and table["carb_margin"].notna().all()
 

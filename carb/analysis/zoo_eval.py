@@ -14,8 +14,8 @@ its 5 % and 95 % weighted quantiles widen f's predictions into a 90 % interval. 
 its calibration (jackknife+-style: the models that produced the other families' ratios did see f).
 
 CARB's bound: :class:`~carb.model.zoo_latency.ZooLatencyModel` keeps its corrected prediction within a
-margin of the span between its base and Hidden Joules' regression (:func:`carb.model.zoo_latency.bounded`),
-a fixed margin of its settings by default. With the model's ``nested_margin`` (:func:`nested_margin`) the
+margin of the span between its base and Hidden Joules' regression (:func:`carb.model.zoo_latency.bounded`).
+With the model's ``nested_margin`` (:func:`nested_margin`, the default; else the model's own margin) the
 margin of held-out family f is chosen from :data:`MARGINS` on the *other* scored families' LOFO predictions
 (the margin whose mean family MAPE over them is lowest), never on f's rows, as the intervals are (jackknife
 over families: the models that predicted the other families did see f).
@@ -227,7 +227,7 @@ def evaluate_device(frame: pd.DataFrame, min_models: int = 5, coverage: float = 
         raise DatasetError(f"zoo evaluation: {len(fams)} families with >= {min_models} models; need 2")
     pred, chosen = lofo_predictions(rows, fams, models), {}
     carb = models["carb"]() if "carb" in models else None
-    if getattr(carb, "nested_margin", False):
+    if getattr(carb, "nested_margin", True):
         pred, chosen = nested_margin(pred, outside=getattr(carb, "outside", "clip"))
     pred = family_intervals(pred, coverage=coverage)
     table = family_table(pred, tuple(models))
