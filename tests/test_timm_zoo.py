@@ -592,7 +592,8 @@ def test_additive_base_prices_fp32_memory_bytes_apart_for_a_held_out_family():
 def test_correction_beyond_the_span_falls_back_to_the_base_and_the_evaluation_takes_the_fixed_margin():
     """``outside="base"``: a corrected value beyond ``margin`` of the base-HJ span becomes the base (the
     old ``clip`` kept it at the edge); inside, the correction stays. The evaluation takes the model's own
-    margin unless its ``nested_margin`` is set (the default)."""
+    margin unless its ``nested_margin`` is set. ``outside="overshoot"`` drops only a correction past HJ on
+    HJ's side of the base."""
     from carb.model.zoo_latency import bounded
 
     base, hj = np.array([0.0, 0.0, 1.0, 0.0, 0.0]), np.array([1.0, 0.5, 0.0, np.nan, 0.5])
@@ -600,6 +601,11 @@ def test_correction_beyond_the_span_falls_back_to_the_base_and_the_evaluation_ta
     assert np.allclose(bounded(base, corr, hj, 0.05, "base"), [0.0, 0.53, 0.5, 3.0, 0.0])
     assert np.allclose(bounded(base, corr, hj, 0.05, "clip"), [1.05, 0.53, 0.5, 3.0, -0.05])
     assert np.allclose(bounded(base, corr, hj, None, "base"), corr)
+    # overshoot: past HJ on HJ's side of the base -> the base (row 0: 2.0 > 1.0 + 0.05); between them kept
+    # (rows 1, 2); no HJ: as is (row 3); on the other side of the base -> clipped (row 4)
+    assert np.allclose(bounded(base, corr, hj, 0.05, "overshoot"), [0.0, 0.53, 0.5, 3.0, -0.05])
+    assert np.allclose(bounded(np.array([1.0]), np.array([-0.1]), np.array([0.0]), 0.05, "overshoot"), [1.0])
+    assert np.allclose(bounded(np.array([1.0]), np.array([-0.04]), np.array([0.0]), 0.05, "overshoot"), [-0.04])
     with pytest.raises(DatasetError, match="outside"):
         bounded(base, corr, hj, 0.0, "edge")
     with pytest.raises(DatasetError, match="outside"):
@@ -620,7 +626,7 @@ def test_correction_beyond_the_span_falls_back_to_the_base_and_the_evaluation_ta
                                               nested_margin=False)}
     table, _ = evaluate_device(df, models=models)
     assert "carb_margin" not in table
-    models["carb"] = lambda: ZooLatencyModel(n_estimators=20, min_child_samples=5)
+    models["carb"] = lambda: ZooLatencyModel(n_estimators=20, min_child_samples=5, nested_margin=True)
     table, _ = evaluate_device(df, models=models)
     assert "carb_margin" in table and table["carb_margin"].notna().all()
 

@@ -15,7 +15,7 @@ its calibration (jackknife+-style: the models that produced the other families' 
 
 CARB's bound: :class:`~carb.model.zoo_latency.ZooLatencyModel` keeps its corrected prediction within a
 margin of the span between its base and Hidden Joules' regression (:func:`carb.model.zoo_latency.bounded`).
-With the model's ``nested_margin`` (:func:`nested_margin`, the default; else the model's own margin) the
+With the model's ``nested_margin`` (:func:`nested_margin`; else, by default, the model's own margin) the
 margin of held-out family f is chosen from :data:`MARGINS` on the *other* scored families' LOFO predictions
 (the margin whose mean family MAPE over them is lowest), never on f's rows, as the intervals are (jackknife
 over families: the models that predicted the other families did see f).
