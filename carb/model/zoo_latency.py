@@ -21,9 +21,10 @@ and predicts ``latency_ms`` per batch (n,), so batches of different size are one
   family whose time its layer table does not explain (a graph traced other than the one timed) pulls the
   costs of the others less. A row without one takes a log-linear base on params, GMACs, activations,
   input size and batch. The corrected prediction is kept within ``margin`` of the span between the base and
-  :class:`HiddenJoulesRegression` (:func:`bounded`; the evaluation chooses the margin per held-out family
-  on the other families: :func:`carb.analysis.zoo_eval.nested_margin`). The correction reads the log features, their ratios (GMACs per
-  activation: arithmetic intensity; params per GMAC: weight reuse) and, where present, the module census
+  :class:`HiddenJoulesRegression` (:func:`bounded`; a correction past HJ on HJ's side of the base falls back
+  to the base; with ``nested_margin`` the evaluation chooses the margin per held-out family on the other
+  families: :func:`carb.analysis.zoo_eval.nested_margin`). The correction reads the log features, their
+  ratios (GMACs per activation: arithmetic intensity; params per GMAC: weight reuse) and, where present, the module census
   (counts of depthwise / grouped / pointwise / regular convolutions, linear layers, norms, activations,
   attention modules and their parameter shares) and, where present, the layer table's features
   (``tr_<summarize column>``, per image at fp32, joined by
@@ -423,7 +424,8 @@ class ZooLatencyModel:
     corrected and HJ; None: no bound). On timm's files the correction alone moved held-out families
     (levit, efficientvit, nest) further from the measurement than the base; the bound lets it move a
     prediction only as far as an independent regression on published totals supports.
-    :func:`carb.analysis.zoo_eval.nested_margin` chooses it per held-out family on the other families.
+    With ``nested_margin``, :func:`carb.analysis.zoo_eval.nested_margin` chooses it per held-out family on
+    the other families.
     ``gemm_regimes``: the additive base prices explicit matrix products by intensity regime; ``amp_split``:
     it prices the memory-bound bytes autocast moves at fp32 apart (both :func:`additive_terms`; the defaults
     are ``conf/zoo_latency/default.yaml``'s). Leave-one-family-out on timm's four GPU files (amp fp16), both
