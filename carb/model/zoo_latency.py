@@ -24,7 +24,8 @@ and predicts ``latency_ms`` per batch (n,), so batches of different size are one
   :class:`HiddenJoulesRegression` (:func:`bounded`; a correction past HJ on HJ's side of the base falls back
   to the base; with ``nested_margin`` the evaluation chooses the margin per held-out family on the other
   families: :func:`carb.analysis.zoo_eval.nested_margin`). The correction reads the log features, their
-  ratios (GMACs per activation: arithmetic intensity; params per GMAC: weight reuse) and, where present, the module census
+  ratios (GMACs per activation: arithmetic intensity; params per GMAC: weight reuse) and, where present, the
+  module census
   (counts of depthwise / grouped / pointwise / regular convolutions, linear layers, norms, activations,
   attention modules and their parameter shares) and, where present, the layer table's features
   (``tr_<summarize column>``, per image at fp32, joined by
