@@ -122,8 +122,9 @@ def zoo_lines(path: Path = ZOO_BENCH) -> list[str]:
                 "features (with them: a non-negative sum of per-kind costs from the layer table of the graph "
                 "each file was timed on, reparameterised or not as its published parameter counts show, fitted "
                 "Huber-robust on the log error, times a LightGBM residual, the result kept within a margin of "
-                "the span between that sum and Hidden Joules' regression, the margin chosen per held-out family "
-                "on the other families):", ""] + gpu_table(z["gpu"], z.get("gpu_no_trace")) + [""]
+                "the span between that sum and Hidden Joules' regression, the base taken where the residual "
+                "goes past that regression; on the CPU file clipped to the span, the margin chosen per held-out "
+                "family on the other families):", ""] + gpu_table(z["gpu"], z.get("gpu_no_trace")) + [""]
         worst = gpu_worst_families(z["gpu"])
         out += (["Worst held-out families per device (all families: `scripts/data/zoo_bench.json`):", ""] + worst + [""]
                 if worst else [])

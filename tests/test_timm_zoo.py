@@ -407,7 +407,7 @@ def test_correction_is_bounded_by_base_and_hj_and_its_margin_never_sees_the_held
     df = zoo_frame({f: 12 for f in "abcdefg"}, seed=3, noise=0.1)
     df["latency_ms"] *= np.where(df["input_size"] > 200, 1.5, 1.0)   # a law the correction learns
     test = (df["family"] == "g").to_numpy()
-    m = ZooLatencyModel(n_estimators=50, min_child_samples=5).fit(df[~test])
+    m = ZooLatencyModel(n_estimators=50, min_child_samples=5, margin=0.0, outside="clip").fit(df[~test])
     c = m.components(df[test])
     lo, hi = np.minimum(c["base"], c["hj"]), np.maximum(c["base"], c["hj"])
     p = m.predict_log(df[test])
@@ -589,6 +589,48 @@ def test_additive_base_prices_fp32_memory_bytes_apart_for_a_held_out_family():
     assert model.tbase_.amp_split and "mb_norm_fp32" in model.tbase_.terms_
 
 
+def test_correction_beyond_the_span_falls_back_to_the_base_and_the_evaluation_takes_the_fixed_margin():
+    """``outside="base"``: a corrected value beyond ``margin`` of the base-HJ span becomes the base (the
+    old ``clip`` kept it at the edge); inside, the correction stays. The evaluation takes the model's own
+    margin unless its ``nested_margin`` is set. ``outside="overshoot"`` drops only a correction past HJ on
+    HJ's side of the base."""
+    from carb.model.zoo_latency import bounded
+
+    base, hj = np.array([0.0, 0.0, 1.0, 0.0, 0.0]), np.array([1.0, 0.5, 0.0, np.nan, 0.5])
+    corr = np.array([2.0, 0.53, 0.5, 3.0, -0.2])
+    assert np.allclose(bounded(base, corr, hj, 0.05, "base"), [0.0, 0.53, 0.5, 3.0, 0.0])
+    assert np.allclose(bounded(base, corr, hj, 0.05, "clip"), [1.05, 0.53, 0.5, 3.0, -0.05])
+    assert np.allclose(bounded(base, corr, hj, None, "base"), corr)
+    # overshoot: past HJ on HJ's side of the base -> the base (row 0: 2.0 > 1.0 + 0.05); between them kept
+    # (rows 1, 2); no HJ: as is (row 3); on the other side of the base -> clipped (row 4)
+    assert np.allclose(bounded(base, corr, hj, 0.05, "overshoot"), [0.0, 0.53, 0.5, 3.0, -0.05])
+    assert np.allclose(bounded(np.array([1.0]), np.array([-0.1]), np.array([0.0]), 0.05, "overshoot"), [1.0])
+    assert np.allclose(bounded(np.array([1.0]), np.array([-0.04]), np.array([0.0]), 0.05, "overshoot"), [-0.04])
+    with pytest.raises(DatasetError, match="outside"):
+        bounded(base, corr, hj, 0.0, "edge")
+    with pytest.raises(DatasetError, match="outside"):
+        ZooLatencyModel(outside="edge")
+    # a family whose correction overshoots both base and HJ: the base, not the span's edge
+    df = zoo_frame({f: 12 for f in "abcdefg"}, seed=3, noise=0.1)
+    df["latency_ms"] *= np.where(df["input_size"] > 200, 1.5, 1.0)
+    test = (df["family"] == "g").to_numpy()
+    m = ZooLatencyModel(n_estimators=50, min_child_samples=5, margin=0.0, outside="base").fit(df[~test])
+    c = m.components(df[test])
+    beyond = ((c["corrected"] > np.maximum(c["base"], c["hj"])) | (c["corrected"] < np.minimum(c["base"], c["hj"])))
+    p = m.predict_log(df[test])
+    assert beyond.any() and np.allclose(p[beyond.to_numpy()], c["base"][beyond])
+    assert np.allclose(p[~beyond.to_numpy()], c["corrected"][~beyond])
+    # the evaluation: the model's fixed margin (no carb_margin column) unless nested_margin
+    models = {"b1": FlopsLogLog, "hj": HiddenJoulesRegression,
+              "carb": lambda: ZooLatencyModel(n_estimators=20, min_child_samples=5, margin=0.0, outside="base",
+                                              nested_margin=False)}
+    table, _ = evaluate_device(df, models=models)
+    assert "carb_margin" not in table
+    models["carb"] = lambda: ZooLatencyModel(n_estimators=20, min_child_samples=5, nested_margin=True)
+    table, _ = evaluate_device(df, models=models)
+    assert "carb_margin" in table and table["carb_margin"].notna().all()
+
+
 def test_zoo_latency_settings_from_conf_checked_by_the_schema(capsys):
     """``conf/zoo_latency/default.yaml`` passes its schema and builds the model; an override replaces a key;
     a bad value or an unknown key is one line naming it, exit 2."""
@@ -605,7 +647,8 @@ def test_zoo_latency_settings_from_conf_checked_by_the_schema(capsys):
     assert {k: getattr(default, k) for k in settings} == settings
     assert bench.zoo_latency_settings(["amp_split=false", "n_estimators=7"])["n_estimators"] == 7
     for bad, needle in (("n_estimators=0", "n_estimators"), ("amp_split=maybe", "amp_split"),
-                        ("gemm=true", "gemm"), ("base=roofline", "base")):
+                        ("gemm=true", "gemm"), ("base=roofline", "base"), ("outside=edge", "outside"),
+                        ("margin=-1", "margin")):
         with pytest.raises(SystemExit) as e:
             bench.zoo_latency_settings([bad])
         assert e.value.code == 2

@@ -13,12 +13,12 @@ families (each predicted by a model that never saw it), weighted so that each fa
 its 5 % and 95 % weighted quantiles widen f's predictions into a 90 % interval. f's own rows are never in
 its calibration (jackknife+-style: the models that produced the other families' ratios did see f).
 
-CARB's bound (:func:`nested_margin`): :class:`~carb.model.zoo_latency.ZooLatencyModel` keeps its corrected
-prediction within a margin of the span between its base and Hidden Joules' regression
-(:func:`carb.model.zoo_latency.bounded`). The margin of held-out family f is chosen from :data:`MARGINS` on
-the *other* scored families' LOFO predictions (the margin whose mean family MAPE over them is lowest), never
-on f's rows, as the intervals are (jackknife over families: the models that predicted the other families
-did see f).
+CARB's bound: :class:`~carb.model.zoo_latency.ZooLatencyModel` keeps its corrected prediction within a
+margin of the span between its base and Hidden Joules' regression (:func:`carb.model.zoo_latency.bounded`).
+With the model's ``nested_margin`` (:func:`nested_margin`; else, by default, the model's own margin) the
+margin of held-out family f is chosen from :data:`MARGINS` on the *other* scored families' LOFO predictions
+(the margin whose mean family MAPE over them is lowest), never on f's rows, as the intervals are (jackknife
+over families: the models that predicted the other families did see f).
 
 Per family (:func:`family_table`): MAPE (mean |pred / measured - 1|), Spearman of predicted vs measured
 ``latency_ms`` within the family, share of rows within 20 %, for CARB and both baselines; the interval's
@@ -99,12 +99,13 @@ def lofo_predictions(frame: pd.DataFrame, families: list[str],
 _PARTS = ("base", "corrected", "hj")
 
 
-def nested_margin(pred: pd.DataFrame, model: str = "carb",
-                  margins: tuple[float, ...] = MARGINS) -> tuple[pd.DataFrame, dict[str, float]]:
+def nested_margin(pred: pd.DataFrame, model: str = "carb", margins: tuple[float, ...] = MARGINS,
+                  outside: str = "clip") -> tuple[pd.DataFrame, dict[str, float]]:
     """``pred`` (LOFO predictions with ``<model>_log_base`` / ``_corrected`` / ``_hj``: log time per image)
     with ``pred_<model>`` (latency_ms per batch) re-bounded per held-out family f by the margin of
-    ``margins`` whose mean family MAPE over the *other* families is lowest (ties: the first), and a
-    ``<model>_margin`` column; returns it and {family: margin}. ``pred`` unchanged without the parts."""
+    ``margins`` whose mean family MAPE over the *other* families is lowest (ties: the first; ``outside``:
+    :func:`carb.model.zoo_latency.bounded`'s), and a ``<model>_margin`` column; returns it and
+    {family: margin}. ``pred`` unchanged without the parts."""
     cols = [f"{model}_log_{c}" for c in _PARTS]
     if not set(cols) <= set(pred.columns):
         return pred, {}
@@ -114,7 +115,7 @@ def nested_margin(pred: pd.DataFrame, model: str = "carb",
     y = pred["latency_ms"].to_numpy(float)
     b = pred["batch_size"].to_numpy(float)
     fam = pred["family"].astype(str).to_numpy()
-    ms = {m: np.exp(bounded(base, corr, hj, m)) * b for m in margins}
+    ms = {m: np.exp(bounded(base, corr, hj, m, outside)) * b for m in margins}
     fam_mape = pd.DataFrame({m: pd.Series(np.abs(p / y - 1)).groupby(fam).mean() for m, p in ms.items()})
     out, chosen = pred.copy(), {}
     margin_col = np.full(len(pred), np.nan)
@@ -217,13 +218,17 @@ def device_summary(table: pd.DataFrame, pred: pd.DataFrame) -> dict[str, float]:
 
 def evaluate_device(frame: pd.DataFrame, min_models: int = 5, coverage: float = 0.9,
                     models: Mapping[str, Callable[[], object]] = MODELS) -> tuple[pd.DataFrame, dict]:
-    """LOFO of one device's zoo rows: (per-family table, summary). Raises :class:`DatasetError` when
-    fewer than 2 families have ``min_models`` models."""
+    """LOFO of one device's zoo rows: (per-family table, summary). CARB's margin is :func:`nested_margin`'s
+    where its model's ``nested_margin`` is set (with its ``outside``), else the model's own. Raises
+    :class:`DatasetError` when fewer than 2 families have ``min_models`` models."""
     rows = usable_rows(frame)
     fams = scored_families(rows, min_models)
     if len(fams) < 2:
         raise DatasetError(f"zoo evaluation: {len(fams)} families with >= {min_models} models; need 2")
-    pred, chosen = nested_margin(lofo_predictions(rows, fams, models))
+    pred, chosen = lofo_predictions(rows, fams, models), {}
+    carb = models["carb"]() if "carb" in models else None
+    if getattr(carb, "nested_margin", True):
+        pred, chosen = nested_margin(pred, outside=getattr(carb, "outside", "clip"))
     pred = family_intervals(pred, coverage=coverage)
     table = family_table(pred, tuple(models))
     if chosen:

@@ -21,8 +21,9 @@ batch 1 on the Intel i9-10940X), leave-one-family-out (families = leading letter
 with >= 5 models; :mod:`carb.analysis.zoo_eval`): CARB's zoo model beside B1 (log-log on GMACs) and Hidden
 Joules' regression (log-linear on params, GMACs, activations), on the same splits; 90 % cross-conformal
 intervals calibrated on the other held-out families. CARB's prediction is kept within a margin of the span
-between its base and Hidden Joules' regression, the margin of each held-out family chosen on the other
-families (:func:`carb.analysis.zoo_eval.nested_margin`; ``carb_margin`` in the per-family table).
+between its base and Hidden Joules' regression (``conf/zoo_latency/default.yaml``'s ``margin``, ``outside``); with
+``nested_margin`` (timm's CPU file) the margin of each held-out family is chosen on the other families
+(:func:`carb.analysis.zoo_eval.nested_margin`; ``carb_margin`` in the per-family table).
 
     python scripts/bench/zoo.py [--part all|cpu|gpu] [--devices gpu|all|<device name>] [--no-census]
         [--no-trace] [--gpu-no-trace-too] [--zoo-latency KEY=VALUE ...] [--no-per-device]

@@ -416,6 +416,9 @@ class ZooLatencyDevice(Section):
     gemm_regimes: bool | None = None
     amp_split: bool | None = None
     cpu_terms: list[Literal["weight_lowreuse", "weight_lowreuse_dram", "membound_dram"]] = []
+    margin: Annotated[float, Field(ge=0)] | None = None   # the bound (z43gpu2): None keeps the top-level key
+    outside: Literal["clip", "base", "overshoot"] | None = None
+    nested_margin: bool | None = None
 
 
 class ZooLatency(Section):
@@ -435,6 +438,9 @@ class ZooLatency(Section):
     num_leaves: Annotated[int, Field(ge=2)]
     min_child_samples: Count
     residual: Annotated[float, Field(ge=0, le=1)]
+    margin: Annotated[float, Field(ge=0)] | None = 0.05
+    outside: Literal["clip", "base", "overshoot"] = "overshoot"
+    nested_margin: bool = False
     per_device: dict[Literal["cpu", "gpu"], ZooLatencyDevice] = {}
 
 
