@@ -415,7 +415,8 @@ class ZooLatencyDevice(Section):
 
     gemm_regimes: bool | None = None
     amp_split: bool | None = None
-    cpu_terms: list[Literal["weight_lowreuse", "weight_lowreuse_dram", "membound_dram"]] = []
+    cpu_terms: list[Literal["weight_lowreuse", "weight_lowreuse_dram", "membound_dram", "extern_calls",
+                            "norm_permuted"]] = []
 
 
 class ZooLatency(Section):
