@@ -61,8 +61,8 @@ def _ops_table() -> pd.DataFrame:
     permute to NHWC, a layer norm of the permuted (1, 56, 56, 96) map (1.2 MB read, 1.2 MB written, 768 B of
     parameters), a linear layer, a GELU, a second linear layer, a permute back, a residual add; then a
     layer norm of token rows (1, 196, 384) after a permute (3-D: not a channel norm of a map) and a layer
-    norm of a 4-D (1, 4, 196, 64) map after an add (not after a permute), an attention call and a matrix
-    product."""
+    norm of a 4-D (1, 4, 196, 64) map after an add (not after a permute), a permuted (1, 14, 14, 48) map's
+    norm moving 80 kB (within a core's L2 cache), an attention call and a matrix product."""
     rows = [("convolution", "conv_depthwise", (1, 96, 56, 56), 1.2e6, 1.2e6, 18816),
             ("permute", "reshape", (1, 96, 56, 56), 0.0, 0.0, 0),
             ("native_layer_norm", "norm", (1, 56, 56, 96), 1.2e6 + 768, 1.2e6, 768),
@@ -75,6 +75,8 @@ def _ops_table() -> pd.DataFrame:
             ("native_layer_norm", "norm", (1, 196, 384), 0.3e6, 0.3e6, 3072),
             ("add", "elementwise", (1, 4, 196, 64), 0.4e6, 0.2e6, 0),
             ("native_layer_norm", "norm", (1, 4, 196, 64), 0.2e6, 0.2e6, 512),
+            ("permute", "reshape", (1, 48, 14, 14), 0.0, 0.0, 0),
+            ("native_layer_norm", "norm", (1, 14, 14, 48), 0.04e6, 0.04e6, 384),
             ("scaled_dot_product_attention", "sdpa", (1, 4, 196, 64), 0.6e6, 0.2e6, 0),
             ("bmm", "matmul", (1, 196, 384), 0.3e6, 0.3e6, 0)]
     t = pd.DataFrame(rows, columns=["op", "kind", "in_shape", "bytes_read", "bytes_written", "param_bytes"])
@@ -85,16 +87,17 @@ def _ops_table() -> pd.DataFrame:
 
 def test_cpu_parts_counts_library_kernel_calls_and_permuted_channel_norms():
     """Every convolution, linear layer, attention call and matrix product is one library kernel call (5 here;
-    the fused-loop kinds and views are none); only the layer norm of the permuted 4-D map is a channel norm
-    of a permuted map, its activation bytes (not its parameters) counted; a table without ``op`` /
-    ``in_shape`` has none."""
+    the fused-loop kinds and views are none); the layer norms of the permuted 4-D maps are channel norms of
+    a permuted map, and the one moving more than a core's L2 cache counts its activation bytes (not its
+    parameters); a table without ``op`` / ``in_shape`` has none."""
     from carb.model.zoo_latency_cpu import permuted_norm_rows
 
     t = _ops_table()
     parts = cpu_parts(t)
     assert parts["n_extern_calls"] == 5.0
-    assert permuted_norm_rows(t).tolist() == [i == 2 for i in range(len(t))]
+    assert permuted_norm_rows(t).tolist() == [i in (2, 13) for i in range(len(t))]
     assert parts["bytes_norm_permuted"] == 2.4e6
+    assert cpu_parts(t, l2_bytes=1e4)["bytes_norm_permuted"] == 2.48e6 - 384   # its parameters left out
     assert cpu_parts(_table())["n_extern_calls"] == 3.0 and cpu_parts(_table())["bytes_norm_permuted"] == 0.0
 
 

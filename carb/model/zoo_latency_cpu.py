@@ -26,7 +26,8 @@ settings were chosen on GPUs. A CPU at batch 1 differs in ways the layer table c
 - **Layer norms over channels of a permuted map** (``norm_permuted``): a layer norm whose input is
   the row just before it permuted (``LayerNorm2d``: NCHW -> NHWC, normalise, back; ConvNeXt's block norm
   after its depthwise convolution; ViTamin's MbConv stages): it reads the map across the channel stride,
-  not along memory. Its bytes read + written (activations; parameters left out).
+  not along memory. Its bytes read + written (activations; parameters left out), of the norms moving
+  more than :data:`L2_BYTES` each (maps beyond a core's L2 cache; smaller ones stay in it).
 
 :func:`cpu_parts` gives the layer-table columns (``scripts/data/zoo_trace_features.py`` stores them in
 ``carb/data/timm-zoo-trace.parquet``; :func:`carb.data.importers.timm_zoo.with_trace` joins them as
@@ -48,6 +49,9 @@ LOW_REUSE: float = 8.0
 #: Bytes read + written by one memory-bound operation beyond which it streams from DRAM (16 MB: under the
 #: i9-10940X's 19.25 MB last-level cache, the share other data keeps left out).
 CACHE_BYTES: float = 16e6
+#: Activation bytes read + written by one permuted layer norm beyond which its strided reads leave a core's
+#: L2 cache (1 MB: the i9-10940X's L2 per core); smaller ones are not counted (:func:`cpu_parts`).
+L2_BYTES: float = 1e6
 #: Memory-bound layer-table kinds (:data:`carb.model.zoo_latency.TRACE_MEMORY_KINDS`).
 MEMORY_KINDS: tuple[str, ...] = ("norm", "activation", "elementwise", "copy", "concat", "pool", "reduce")
 #: The layer-table columns :func:`cpu_parts` gives (bytes at the table's batch and precision).
@@ -68,7 +72,8 @@ PER_BATCH_TERMS: tuple[str, ...] = ("weight_lowreuse", "weight_lowreuse_dram", "
 COUNT_TERMS: tuple[str, ...] = ("extern_calls",)
 
 
-def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CACHE_BYTES) -> dict[str, float]:
+def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CACHE_BYTES,
+              l2_bytes: float = L2_BYTES) -> dict[str, float]:
     """The CPU columns of a layer table (:func:`carb.design.trace.trace`'s rows: ``kind``, ``flops``,
     ``bytes_read``, ``bytes_written``, ``param_bytes``, ``params``; ``attrs["input_shape"]``): ``bytes_weight_lowreuse``
     (parameter bytes of the rows whose weights are used fewer than ``low_reuse`` times per image,
@@ -76,7 +81,8 @@ def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CAC
     exceed ``cache_bytes``: streamed from DRAM every call), ``bytes_membound_dram`` (bytes read +
     written by the memory-bound rows, :data:`MEMORY_KINDS`, that move more than ``cache_bytes`` each),
     ``n_extern_calls`` (rows of :data:`EXTERN_KINDS`: library kernel calls per forward, at any batch) and
-    ``bytes_norm_permuted`` (:func:`permuted_norm_rows`' activation bytes read + written).
+    ``bytes_norm_permuted`` (activation bytes read + written by :func:`permuted_norm_rows`' norms that
+    move more than ``l2_bytes`` each).
     Same batch and precision as ``table`` (timm's CPU file: batch 1, fp32)."""
     batch = float(table.attrs.get("input_shape", (1,))[0])
     pb = table["param_bytes"].to_numpy(float)
@@ -86,11 +92,12 @@ def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CAC
     moved = (table["bytes_read"] + table["bytes_written"]).to_numpy(float)
     mem = table["kind"].isin(MEMORY_KINDS).to_numpy()
     low = (pb > 0) & (reuse < low_reuse)
+    act = moved - pb   # activation bytes read + written
     return {"bytes_weight_lowreuse": float(pb[low].sum()),
             "bytes_weight_lowreuse_dram": float(pb[low & (pb > cache_bytes)].sum()),
             "bytes_membound_dram": float(moved[mem & (moved > cache_bytes)].sum()),
             "n_extern_calls": float(table["kind"].isin(EXTERN_KINDS).sum()),
-            "bytes_norm_permuted": float((moved - pb)[permuted_norm_rows(table)].sum())}
+            "bytes_norm_permuted": float(act[permuted_norm_rows(table) & (act > l2_bytes)].sum())}
 
 
 def permuted_norm_rows(table: Any) -> np.ndarray:
