@@ -56,6 +56,61 @@ def test_cpu_parts_of_a_traced_module(tmp_path, monkeypatch):
     assert parts["bytes_membound_dram"] == 0.0
 
 
+def _ops_table() -> pd.DataFrame:
+    """A layer table (batch 1) in a ConvNeXt / LayerNorm2d block's order: a 7x7 depthwise convolution, a
+    permute to NHWC, a layer norm of the permuted (1, 56, 56, 96) map (1.2 MB read, 1.2 MB written, 768 B of
+    parameters), a linear layer, a GELU, a second linear layer, a permute back, a residual add; then a
+    layer norm of token rows (1, 196, 384) after a permute (3-D: not a channel norm of a map) and a layer
+    norm of a 4-D (1, 4, 196, 64) map after an add (not after a permute), a permuted (1, 14, 14, 48) map's
+    norm moving 80 kB (within a core's L2 cache), an attention call and a matrix product."""
+    rows = [("convolution", "conv_depthwise", (1, 96, 56, 56), 1.2e6, 1.2e6, 18816),
+            ("permute", "reshape", (1, 96, 56, 56), 0.0, 0.0, 0),
+            ("native_layer_norm", "norm", (1, 56, 56, 96), 1.2e6 + 768, 1.2e6, 768),
+            ("addmm", "linear", (1, 56, 56, 96), 1.3e6, 4.8e6, 148992),
+            ("gelu", "activation", (1, 56, 56, 384), 4.8e6, 4.8e6, 0),
+            ("addmm", "linear", (1, 56, 56, 384), 5.0e6, 1.2e6, 147840),
+            ("permute", "reshape", (1, 56, 56, 96), 0.0, 0.0, 0),
+            ("add", "elementwise", (1, 96, 56, 56), 2.4e6, 1.2e6, 0),
+            ("permute", "reshape", (1, 384, 196), 0.0, 0.0, 0),
+            ("native_layer_norm", "norm", (1, 196, 384), 0.3e6, 0.3e6, 3072),
+            ("add", "elementwise", (1, 4, 196, 64), 0.4e6, 0.2e6, 0),
+            ("native_layer_norm", "norm", (1, 4, 196, 64), 0.2e6, 0.2e6, 512),
+            ("permute", "reshape", (1, 48, 14, 14), 0.0, 0.0, 0),
+            ("native_layer_norm", "norm", (1, 14, 14, 48), 0.04e6, 0.04e6, 384),
+            ("scaled_dot_product_attention", "sdpa", (1, 4, 196, 64), 0.6e6, 0.2e6, 0),
+            ("bmm", "matmul", (1, 196, 384), 0.3e6, 0.3e6, 0)]
+    t = pd.DataFrame(rows, columns=["op", "kind", "in_shape", "bytes_read", "bytes_written", "param_bytes"])
+    t["flops"], t["params"] = 1e6, t["param_bytes"] / 4
+    t.attrs = {"input_shape": (1, 3, 224, 224), "precision": "fp32"}
+    return t
+
+
+def test_cpu_parts_counts_library_kernel_calls_and_permuted_channel_norms():
+    """Every convolution, linear layer, attention call and matrix product is one library kernel call (5 here;
+    the fused-loop kinds and views are none); the layer norms of the permuted 4-D maps are channel norms of
+    a permuted map, and the one moving more than a core's L2 cache counts its activation bytes (not its
+    parameters); a table without ``op`` / ``in_shape`` has none."""
+    from carb.model.zoo_latency_cpu import permuted_norm_rows
+
+    t = _ops_table()
+    parts = cpu_parts(t)
+    assert parts["n_extern_calls"] == 5.0
+    assert permuted_norm_rows(t).tolist() == [i in (2, 13) for i in range(len(t))]
+    assert parts["bytes_norm_permuted"] == 2.4e6
+    assert cpu_parts(t, l2_bytes=1e4)["bytes_norm_permuted"] == 2.48e6 - 384   # its parameters left out
+    assert cpu_parts(_table())["n_extern_calls"] == 3.0 and cpu_parts(_table())["bytes_norm_permuted"] == 0.0
+
+
+def test_cpu_terms_extern_calls_per_batch_and_norm_permuted_per_image():
+    """``extern_calls`` is calls per image (calls once per batch / batch, not MB), ``norm_permuted`` MB per
+    image."""
+    frame = pd.DataFrame({"batch_size": [1, 4], "tr_n_extern_calls": [120.0, 120.0],
+                          "tr_bytes_norm_permuted": [20e6, 20e6]})
+    t = cpu_terms(frame, ["extern_calls", "norm_permuted"])
+    assert list(t.columns) == ["extern_calls_per_image", "mb_norm_permuted"]
+    assert np.allclose(t["extern_calls_per_image"], [120, 30]) and np.allclose(t["mb_norm_permuted"], [20, 20])
+
+
 def test_cpu_terms_from_trace_columns_and_bad_names():
     """``weight_lowreuse`` is read once per batch (MB / batch), ``membound_dram`` per image; an unknown term
     or a frame without the column is one line."""
@@ -124,7 +179,7 @@ def test_per_device_settings_apply_to_their_device_kind_only(tmp_path, capsys):
     assert "per_device" not in shared and "cpu_terms" not in shared
     assert bench.zoo_latency_settings([], device_kind="gpu") == shared
     cpu = bench.zoo_latency_settings([], device_kind="cpu")
-    assert cpu["cpu_terms"] == ["weight_lowreuse", "weight_lowreuse_dram"]
+    assert cpu["cpu_terms"] == ["weight_lowreuse", "weight_lowreuse_dram", "extern_calls", "norm_permuted"]
     assert cpu["gemm_regimes"] is False and shared["gemm_regimes"] is True
     bound = {"margin": 0.0, "outside": "clip", "nested_margin": True}   # z43gpu2: the CPU file keeps the old bound
     assert {k: v for k, v in cpu.items() if k != "cpu_terms"} == shared | {"gemm_regimes": False} | bound
@@ -132,7 +187,9 @@ def test_per_device_settings_apply_to_their_device_kind_only(tmp_path, capsys):
     assert bench.zoo_latency_settings(["gemm_regimes=true"], device_kind="cpu")["gemm_regimes"] is True
     conf = (ROOT / "conf/zoo_latency/default.yaml").read_text()
     path = tmp_path / "zl.yaml"
-    path.write_text(conf.replace("cpu_terms: [weight_lowreuse, weight_lowreuse_dram]", "cpu_terms: [gemv]"))
+    path.write_text(conf.replace("cpu_terms: [weight_lowreuse, weight_lowreuse_dram, extern_calls, norm_permuted]",
+                                 "cpu_terms: [gemv]"))
+    assert path.read_text() != conf
     with pytest.raises(SystemExit) as e:
         bench.zoo_latency_settings([], path=path, device_kind="cpu")
     assert e.value.code == 2

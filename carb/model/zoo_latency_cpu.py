@@ -2,7 +2,7 @@
 
 timm's published CPU file (``benchmark-infer-fp32-nchw-pt240-cpu-i9_10940x-dynamo.csv``: Intel Core
 i9-10940X, fp32, batch 1, ``torch.compile``) is fitted with the same per-kind law as the GPU files, whose
-settings were chosen on GPUs. A CPU at batch 1 differs in one way the layer table can see:
+settings were chosen on GPUs. A CPU at batch 1 differs in ways the layer table can see:
 
 - **Weights used only a few times** (``weight_lowreuse``): a layer whose every weight is used fewer than
   :data:`LOW_REUSE` times per image (its FLOPs / (2 x parameters): output positions at batch 1) runs as a
@@ -17,6 +17,17 @@ settings were chosen on GPUs. A CPU at batch 1 differs in one way the layer tabl
 - **Memory-bound bytes beyond the last-level cache** (``membound_dram``): normalisation, activation,
   element-wise, copy, concatenation, pooling and reduction operations whose bytes read + written exceed
   :data:`CACHE_BYTES` stream from DRAM; the rest stay in cache. Priced apart from ``mb_<kind>``.
+- **Calls of kernels no compiler fuses** (``extern_calls``): under ``torch.compile`` on a CPU the
+  element-wise, activation and normalisation operations fuse into generated loops, while every
+  convolution, linear layer, matrix product and attention call (:data:`EXTERN_KINDS`) stays one call of a
+  library kernel (oneDNN / MKL) with its own fixed cost, paid once per batch. The network-wide operation
+  count (``ops_per_image``) counts the fused operations too. MixNet's mixed depthwise convolutions run one
+  convolution per kernel size (3x3 to 11x11 on channel splits): more calls for the same FLOPs.
+- **Layer norms over channels of a permuted map** (``norm_permuted``): a layer norm whose input is
+  the row just before it permuted (``LayerNorm2d``: NCHW -> NHWC, normalise, back; ConvNeXt's block norm
+  after its depthwise convolution; ViTamin's MbConv stages): it reads the map across the channel stride,
+  not along memory. Its bytes read + written (activations; parameters left out), of the norms moving
+  more than :data:`L2_BYTES` each (maps beyond a core's L2 cache; smaller ones stay in it).
 
 :func:`cpu_parts` gives the layer-table columns (``scripts/data/zoo_trace_features.py`` stores them in
 ``carb/data/timm-zoo-trace.parquet``; :func:`carb.data.importers.timm_zoo.with_trace` joins them as
@@ -38,25 +49,40 @@ LOW_REUSE: float = 8.0
 #: Bytes read + written by one memory-bound operation beyond which it streams from DRAM (16 MB: under the
 #: i9-10940X's 19.25 MB last-level cache, the share other data keeps left out).
 CACHE_BYTES: float = 16e6
+#: Activation bytes read + written by one permuted layer norm beyond which its strided reads leave a core's
+#: L2 cache (1 MB: the i9-10940X's L2 per core); smaller ones are not counted (:func:`cpu_parts`).
+L2_BYTES: float = 1e6
 #: Memory-bound layer-table kinds (:data:`carb.model.zoo_latency.TRACE_MEMORY_KINDS`).
 MEMORY_KINDS: tuple[str, ...] = ("norm", "activation", "elementwise", "copy", "concat", "pool", "reduce")
 #: The layer-table columns :func:`cpu_parts` gives (bytes at the table's batch and precision).
-CPU_COLUMNS: tuple[str, ...] = ("bytes_weight_lowreuse", "bytes_weight_lowreuse_dram", "bytes_membound_dram")
+CPU_COLUMNS: tuple[str, ...] = ("bytes_weight_lowreuse", "bytes_weight_lowreuse_dram", "bytes_membound_dram",
+                                 "n_extern_calls", "bytes_norm_permuted")
+#: Layer-table kinds that run as a library kernel call, not a fused loop, under ``torch.compile`` on a CPU.
+EXTERN_KINDS: tuple[str, ...] = ("conv_depthwise", "conv_pointwise", "conv_grouped", "conv_regular", "linear",
+                                 "matmul", "sdpa")
 #: The terms :func:`cpu_terms` can add, each from its column of :data:`CPU_COLUMNS`.
 CPU_TERMS: dict[str, str] = {"weight_lowreuse": "bytes_weight_lowreuse",
                              "weight_lowreuse_dram": "bytes_weight_lowreuse_dram",
-                             "membound_dram": "bytes_membound_dram"}
-#: The terms read once per batch (weights); the others per image.
-PER_BATCH_TERMS: tuple[str, ...] = ("weight_lowreuse", "weight_lowreuse_dram")
+                             "membound_dram": "bytes_membound_dram",
+                             "extern_calls": "n_extern_calls",
+                             "norm_permuted": "bytes_norm_permuted"}
+#: The terms paid once per batch (weights read, kernels called); the others per image.
+PER_BATCH_TERMS: tuple[str, ...] = ("weight_lowreuse", "weight_lowreuse_dram", "extern_calls")
+#: The terms that count calls (the term is calls per image), not bytes (MB per image).
+COUNT_TERMS: tuple[str, ...] = ("extern_calls",)
 
 
-def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CACHE_BYTES) -> dict[str, float]:
+def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CACHE_BYTES,
+              l2_bytes: float = L2_BYTES) -> dict[str, float]:
     """The CPU columns of a layer table (:func:`carb.design.trace.trace`'s rows: ``kind``, ``flops``,
     ``bytes_read``, ``bytes_written``, ``param_bytes``, ``params``; ``attrs["input_shape"]``): ``bytes_weight_lowreuse``
     (parameter bytes of the rows whose weights are used fewer than ``low_reuse`` times per image,
     ``flops / (2 x params x batch)``), ``bytes_weight_lowreuse_dram`` (the part of it in layers whose weights
-    exceed ``cache_bytes``: streamed from DRAM every call) and ``bytes_membound_dram`` (bytes read +
-    written by the memory-bound rows, :data:`MEMORY_KINDS`, that move more than ``cache_bytes`` each).
+    exceed ``cache_bytes``: streamed from DRAM every call), ``bytes_membound_dram`` (bytes read +
+    written by the memory-bound rows, :data:`MEMORY_KINDS`, that move more than ``cache_bytes`` each),
+    ``n_extern_calls`` (rows of :data:`EXTERN_KINDS`: library kernel calls per forward, at any batch) and
+    ``bytes_norm_permuted`` (activation bytes read + written by :func:`permuted_norm_rows`' norms that
+    move more than ``l2_bytes`` each).
     Same batch and precision as ``table`` (timm's CPU file: batch 1, fp32)."""
     batch = float(table.attrs.get("input_shape", (1,))[0])
     pb = table["param_bytes"].to_numpy(float)
@@ -66,16 +92,32 @@ def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CAC
     moved = (table["bytes_read"] + table["bytes_written"]).to_numpy(float)
     mem = table["kind"].isin(MEMORY_KINDS).to_numpy()
     low = (pb > 0) & (reuse < low_reuse)
+    act = moved - pb   # activation bytes read + written
     return {"bytes_weight_lowreuse": float(pb[low].sum()),
             "bytes_weight_lowreuse_dram": float(pb[low & (pb > cache_bytes)].sum()),
-            "bytes_membound_dram": float(moved[mem & (moved > cache_bytes)].sum())}
+            "bytes_membound_dram": float(moved[mem & (moved > cache_bytes)].sum()),
+            "n_extern_calls": float(table["kind"].isin(EXTERN_KINDS).sum()),
+            "bytes_norm_permuted": float(act[permuted_norm_rows(table) & (act > l2_bytes)].sum())}
+
+
+def permuted_norm_rows(table: Any) -> np.ndarray:
+    """Per row of a layer table (n,) whether it is a layer norm (``native_layer_norm``) of a 4-D input
+    (``in_shape`` ``(N, H, W, C)``) right after a ``permute`` row: a norm over the channels of an NCHW map
+    (``LayerNorm2d``, ConvNeXt's block norm), which reads it across the channel stride. All False in a table
+    without the ``op`` and ``in_shape`` columns."""
+    if "op" not in table.columns or "in_shape" not in table.columns:
+        return np.zeros(len(table), bool)
+    op = table["op"].astype(str).to_numpy()
+    after_permute = np.r_[False, op[:-1] == "permute"]
+    four_d = np.array([len(s) == 4 if isinstance(s, (tuple, list, np.ndarray)) else False for s in table["in_shape"]], bool)
+    return (op == "native_layer_norm") & four_d & after_permute
 
 
 def cpu_terms(frame: pd.DataFrame, names: tuple[str, ...] | list[str]) -> pd.DataFrame:
-    """The additive terms ``names`` (each a key of :data:`CPU_TERMS`; n rows, MB per image) from the
-    frame's ``tr_<column>`` (per image at fp32, :func:`carb.data.importers.timm_zoo.with_trace`) and
-    ``batch_size``: the weight terms (:data:`PER_BATCH_TERMS`) are read once per batch (MB / batch),
-    ``membound_dram`` per image.
+    """The additive terms ``names`` (each a key of :data:`CPU_TERMS`; n rows, MB per image, or calls per
+    image for :data:`COUNT_TERMS`: ``<name>_per_image``) from the frame's ``tr_<column>`` (per image at fp32,
+    :func:`carb.data.importers.timm_zoo.with_trace`) and ``batch_size``: the weight terms and kernel calls
+    (:data:`PER_BATCH_TERMS`) are paid once per batch (MB or calls / batch), the others per image.
     NaN in a row without a trace. An unknown name or a frame without the column: one-line
     :class:`DatasetError`."""
     out: dict[str, np.ndarray] = {}
@@ -86,8 +128,9 @@ def cpu_terms(frame: pd.DataFrame, names: tuple[str, ...] | list[str]) -> pd.Dat
         if col not in frame.columns:
             raise DatasetError(f"cpu_terms: {name!r} needs column {col!r}, which the data lacks (refresh the "
                                "layer-table features: python scripts/data/zoo_trace_features.py --refresh)")
-        mb = pd.to_numeric(frame[col], errors="coerce").to_numpy(float) / 1e6
+        x = pd.to_numeric(frame[col], errors="coerce").to_numpy(float)
+        x = x if name in COUNT_TERMS else x / 1e6
         if name in PER_BATCH_TERMS:
-            mb = mb / pd.to_numeric(frame["batch_size"], errors="coerce").to_numpy(float)
-        out[f"mb_{name}"] = mb
+            x = x / pd.to_numeric(frame["batch_size"], errors="coerce").to_numpy(float)
+        out[f"{name}_per_image" if name in COUNT_TERMS else f"mb_{name}"] = x
     return pd.DataFrame(out, index=frame.index)
