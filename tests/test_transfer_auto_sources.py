@@ -10,6 +10,7 @@ import json
 import pytest
 
 from test_transfer_lodo import cpu_model  # noqa: F401 - the module's fixture, shared
+from test_transfer_zero_shot_cpu import store  # noqa: F401 - the module's fixture, shared
 
 ZEN4, XEON = "34cc4b132c", "6a0ea403ee"
 
@@ -149,3 +150,26 @@ def test_a_bad_extra_sources_value_is_one_line_exit_2(monkeypatch, capsys):
         calibrate.main()
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert e.value.code == 2 and len(err) == 1 and "transfer.extra_sources: 'foo' is not allowed" in err[0]
+
+
+@pytest.mark.slow
+def test_k0_by_default_combines_the_shipped_zen4_into_the_xeon(store, capsys):  # noqa: F811
+    """carb-calibrate k=0 probe=<Xeon> with the defaults, end to end: the shipped Zen 4's model is trained with
+    model=carb_fast, combined with the source (two sources, equal weights at K = 0) and named in the output (the Xeon, the
+    target, not used); its
+    prediction is not the source's alone (``transfer.extra_sources=[]``)."""
+    import numpy as np
+
+    from test_transfer_zero_shot_cpu import calibrate
+
+    from carb.data.io import reference_dataset
+    from carb.model.intervals import screening_predict
+
+    multi = calibrate(store, f"probe={XEON}", "register=false")["model"]
+    out = capsys.readouterr().out
+    assert multi.source_weights_ == [0.5, 0.5] and multi.source_names()[1] == ZEN4
+    assert "multi-source base" in out and "cpu-amd-zen4.parquet" in out and "not used: cpu-intel-xeon.parquet" in out
+    single = calibrate(store, f"probe={XEON}", "register=false", "transfer.extra_sources=[]")["model"]
+    rows = reference_dataset().groupby("precision").head(4).reset_index(drop=True)
+    pm, ps = (screening_predict(m, rows)["pred_latency_ms"].to_numpy() for m in (multi, single))
+    assert np.all(np.isfinite(pm)) and np.max(np.abs(np.log(pm / ps))) > 0.05
