@@ -155,9 +155,8 @@ def test_a_bad_extra_sources_value_is_one_line_exit_2(monkeypatch, capsys):
 @pytest.mark.slow
 def test_k0_by_default_combines_the_shipped_zen4_into_the_xeon(store, capsys):  # noqa: F811
     """carb-calibrate k=0 probe=<Xeon> with the defaults, end to end: the shipped Zen 4's model is trained with
-    model=carb_fast, combined with the source (two sources, equal weights at K = 0) and named in the output (the Xeon, the
-    target, not used); its
-    prediction is not the source's alone (``transfer.extra_sources=[]``)."""
+    model=carb_fast, combined with the source (two sources, equal weights at K = 0) and named in the output (the
+    Xeon, the target, not used); its prediction is not the source's alone (``transfer.extra_sources=[]``)."""
     import numpy as np
 
     from test_transfer_zero_shot_cpu import calibrate

@@ -29,10 +29,10 @@ K in {0, 3, 10, 20}, per precision and target (latency, peak memory where both d
 CPU pairs, multi-source base (issue 44; ``--single-source``: off): CARB's answer (``zero_shot`` at K = 0, the base
 of ``calibrated``) is the pair's probe zero-shot combined with the zero-shots into the same target from every
 other CPU (:func:`multi_source_models`; what ``carb-calibrate`` does by default, ``transfer.extra_sources: auto``:
-the shipped CPUs' models except the target's). The target is left out of everything: each source model is fitted on its own CPU's rows and
-transferred by the two CPUs' probes; the target's K rows only weight the sources and fit the offsets. With three
-CPUs both pairs into a target share one base, so a pair's row is the target's answer; the pair's source alone is
-scored beside it (``zero_shot_single`` / ``calibrated_single``, the ``single_source`` line and the
+the shipped CPUs' models except the target's). The target is left out of everything: each source model is fitted
+on its own CPU's rows and transferred by the two CPUs' probes; the target's K rows only weight the sources and fit
+the offsets. With three CPUs both pairs into a target share one base, so a pair's row is the target's answer; the
+pair's source alone is scored beside it (``zero_shot_single`` / ``calibrated_single``, the ``single_source`` line and the
 ``k0_single`` / ``k10_single`` columns of :func:`pair_overview`).
 
 Coverage and width (median hi/lo) are those of the nominal 90 % intervals of ``calibrated`` (K > 0) and
