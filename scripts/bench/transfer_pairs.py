@@ -32,8 +32,8 @@ other CPU (:func:`multi_source_models`; what ``carb-calibrate`` does by default,
 the shipped CPUs' models except the target's). The target is left out of everything: each source model is fitted
 on its own CPU's rows and transferred by the two CPUs' probes; the target's K rows only weight the sources and fit
 the offsets. With three CPUs both pairs into a target share one base, so a pair's row is the target's answer; the
-pair's source alone is scored beside it (``zero_shot_single`` / ``calibrated_single``, the ``single_source`` line and the
-``k0_single`` / ``k10_single`` columns of :func:`pair_overview`).
+pair's source alone is scored beside it (``zero_shot_single`` / ``calibrated_single``, the ``single_source`` line
+and the ``k0_single`` / ``k10_single`` columns of :func:`pair_overview`).
 
 Coverage and width (median hi/lo) are those of the nominal 90 % intervals of ``calibrated`` (K > 0) and
 ``zero_shot`` (K = 0), leave-one-device-out (issue 44): each pair's interval is the device-level band
