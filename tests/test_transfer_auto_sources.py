@@ -172,3 +172,37 @@ def test_k0_by_default_combines_the_shipped_zen4_into_the_xeon(store, capsys):  
     rows = reference_dataset().groupby("precision").head(4).reset_index(drop=True)
     pm, ps = (screening_predict(m, rows)["pred_latency_ms"].to_numpy() for m in (multi, single))
     assert np.all(np.isfinite(pm)) and np.max(np.abs(np.log(pm / ps))) > 0.05
+
+
+def test_an_extra_sources_predictions_are_reused_until_it_is_refitted(cpu_model):  # noqa: F811
+    """The multi-source base memoises each extra source's screening predictions by the rows: predicting the same
+    rows again calls the extra source no more and gives the same numbers; once the extra source is refitted
+    (here on rows 1.5x slower), the base's prediction follows it (no stale memo)."""
+    import numpy as np
+    from test_transfer6_multisource import _two_sources
+
+    from carb.model import intervals
+
+    a, b, rows = _two_sources(cpu_model)
+    multi = a.__class__.__new__(a.__class__)
+    multi.__dict__.update(a.__dict__)
+    multi.add_sources([b])
+    calls = []
+    real = intervals.screening_predict
+
+    def counted(m, X, *args, **kw):
+        calls.append(m is b)
+        return real(m, X, *args, **kw)
+
+    p = np.full(len(rows), 10.0)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(intervals, "screening_predict", counted)
+        first = multi.source_log_predictions(rows, p)
+        second = multi.source_log_predictions(rows, p)
+        assert sum(calls) == 1 and np.array_equal(first, second)
+        before = real(b, rows)["pred_latency_ms"].to_numpy()
+        b.fit(rows.assign(latency_ms=before * 1.5).groupby("precision").head(4))
+        third = multi.source_log_predictions(rows, p)
+    assert sum(calls) == 2
+    np.testing.assert_allclose(third[1], np.log(real(b, rows)["pred_latency_ms"].to_numpy()))
+    assert np.median(third[1] - first[1]) > 0.3
