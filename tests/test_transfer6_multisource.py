@@ -96,7 +96,7 @@ def test_add_sources_refuses_what_cannot_be_combined(cpu_model):  # noqa: F811
 
 def test_calibrate_settings_and_extra_sources(cpu_model, monkeypatch):  # noqa: F811
     """conf/calibrate.yaml: ``transfer.source_weighting`` reaches the transfer (a value outside inverse_loo /
-    equal is one line naming the field); ``transfer.extra_sources`` empty gives no other source, and a model of
+    equal is one line naming the field); ``transfer.extra_sources: []`` gives no other source, and a model of
     the source's own CPU is refused in one line naming the key."""
     from carb.commands import calibrate
     from carb.commands.checks import check_config
@@ -109,7 +109,8 @@ def test_calibrate_settings_and_extra_sources(cpu_model, monkeypatch):  # noqa: 
     with pytest.raises(ConfigError, match="source_weighting"):
         check_config("calibrate", compose("calibrate", ["transfer.source_weighting=median"]))
     cascade, probe, rows, fp = cpu_model
-    assert calibrate.extra_sources(compose("calibrate", []), cascade, probe, fp, "C", "cccccccccc") == []
+    assert calibrate.extra_sources(compose("calibrate", ["transfer.extra_sources=[]"]), cascade, probe, fp, "C",
+                                   "cccccccccc") == []
     monkeypatch.setattr(calibrate.tracking, "load_cascade", lambda uri: cascade)
     cfg = compose("calibrate", ["transfer.extra_sources=[models:/other@champion]"])
     with pytest.raises(ConfigError, match="transfer.extra_sources: models:/other@champion is of CPU"):

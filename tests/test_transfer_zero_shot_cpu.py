@@ -71,7 +71,7 @@ def test_k0_from_two_device_probes_registers_a_cpu_model(store, capsys):
     from carb import tracking
     from carb.model.intervals import interval, screening_predict
 
-    res = calibrate(store, f"probe={XEON}")
+    res = calibrate(store, f"probe={XEON}", "transfer.extra_sources=[]")   # the source alone (test_transfer_auto_sources)
     tr = res["model"]
     assert res["k"] == 0 and res["registered_name"] == f"carb-intel-r-xeon-r-processor-{XEON}" and res["version"]
     assert tr.stand_ins_ == {"fp16": "bf16"} and tr.transfer_["latency_ms"]["form"] == "probe"

@@ -266,39 +266,140 @@ def refuse_spec_and_probe(cfg: Any) -> None:
 
 def extra_sources(cfg: Any, source: Any, target_probe: pd.DataFrame, target_fp: str | None, name: str,
                   target_id: str) -> list[Any]:
-    """``transfer.extra_sources`` (model URIs of other CPUs, issue 44's multi-source base): each loaded and
-    transferred to the target CPU by its own device probe and the target's (``fit_probe``), for
-    :meth:`carb.model.transfer.TransferredCascade.add_sources`; empty when none is given. One-line
-    :class:`ConfigError` for a URI that names the source's or the target's CPU, a GPU model, or a CPU without a
-    device probe."""
+    """``transfer.extra_sources`` (issue 44's multi-source base): ``auto`` (the default), a model of each CPU
+    dataset CARB ships with a device probe (:func:`carb.data.cpu_sources.auto_sources`) except the source's and
+    the target's CPU, trained on the fly with the fast model settings or read from the cache
+    (:func:`shipped_source_model`); else a list of model URIs of other CPUs (``[]``: the source alone). Each is
+    transferred to the target CPU by its own device probe and the target's (``fit_probe``) for
+    :meth:`carb.model.transfer.TransferredCascade.add_sources`; prints which sources were used. One-line
+    :class:`ConfigError` for a value that is neither ``auto`` nor a list, and for a URI that names the
+    source's or the target's CPU, a GPU model, or a CPU without a device probe."""
     from carb.data.probes import load_probe
     from carb.model.transfer import TransferredCascade
 
-    out, seen = [], {str(getattr(source, "device_id_", None)), str(target_id)}
-    for uri in list(cfg.transfer.get("extra_sources") or []):
-        other = tracking.load_cascade(str(uri))
+    value = cfg.transfer.get("extra_sources", "auto")
+    dispatch = bool(cfg.transfer.get("dispatch", True))
+    if isinstance(value, str):
+        if value != "auto":
+            raise ConfigError(f"transfer.extra_sources: {value!r}; allowed: auto (the CPU datasets CARB ships), "
+                              "[] (the source alone) or a list of CPU model URIs")
+        pairs = auto_extra_models(source, target_id, target_fp)
+    else:
+        pairs = [(str(uri), uri_source(str(uri), source, target_id)) for uri in list(value or [])]
+    out = []
+    seen = {str(getattr(source, "device_id_", None)), str(target_id)}
+    for label, other in pairs:
         dev = str(getattr(other, "device_id_", None))
-        try:
-            kind = json.loads(getattr(other, "device_fingerprint_", None) or "{}").get("kind", "cpu")
-        except (TypeError, ValueError, AttributeError):
-            kind = "cpu"
-        if kind != "cpu":
-            raise ConfigError(f"transfer.extra_sources: {uri} is a {kind} model; allowed: CPU models with a device "
-                              "probe (their probe zero-shots combine with the source's)")
         if dev in seen:
-            raise ConfigError(f"transfer.extra_sources: {uri} is of CPU {dev}, already the source's or the target's "
-                              "(or listed twice); allowed: models of other CPUs")
-        probe = load_probe(dev)
-        if probe is None:
-            raise ConfigError(f"transfer.extra_sources: {uri}'s CPU {dev} has no device probe (shipped or "
-                              "carb-probe's); allowed: models of CPUs with a device probe")
+            raise ConfigError(f"transfer.extra_sources: {label} is of CPU {dev}, already the source's or the "
+                              "target's (or listed twice); allowed: models of other CPUs")
         seen.add(dev)
-        out.append(TransferredCascade(other, dispatch=bool(cfg.transfer.get("dispatch", True))).fit_probe(
-            probe, target_probe, target_fp, name, str(target_id)))
+        out.append(TransferredCascade(other, dispatch=dispatch).fit_probe(
+            load_probe(dev), target_probe, target_fp, name, str(target_id)))
     if out:
         print(f"carb-calibrate: multi-source base: the source's and {len(out)} other CPU model(s)' probe "
-              f"zero-shots combined ({', '.join(str(getattr(o.source_, 'device_id_', '?')) for o in out)}; "
+              f"zero-shots combined ({', '.join(lbl for lbl, _ in pairs)}; "
               f"transfer.source_weighting {cfg.transfer.get('source_weighting', 'inverse_loo')})")
+    else:
+        print("carb-calibrate: single-source base: the source model's probe zero-shot alone "
+              f"(transfer.extra_sources {value if isinstance(value, str) else list(value or [])})")
+    return out
+
+
+def uri_source(uri: str, source: Any, target_id: str) -> Any:
+    """The CPU model at ``uri`` (one of ``transfer.extra_sources``), checked: a CPU model whose CPU has a device
+    probe, else one-line :class:`ConfigError` naming the key."""
+    from carb.data.probes import load_probe
+
+    other = tracking.load_cascade(uri)
+    dev = str(getattr(other, "device_id_", None))
+    try:
+        kind = json.loads(getattr(other, "device_fingerprint_", None) or "{}").get("kind", "cpu")
+    except (TypeError, ValueError, AttributeError):
+        kind = "cpu"
+    if kind != "cpu":
+        raise ConfigError(f"transfer.extra_sources: {uri} is a {kind} model; allowed: CPU models with a device "
+                          "probe (their probe zero-shots combine with the source's)")
+    if dev in (str(getattr(source, "device_id_", None)), str(target_id)):
+        raise ConfigError(f"transfer.extra_sources: {uri} is of CPU {dev}, already the source's or the target's "
+                          "(or listed twice); allowed: models of other CPUs")
+    if load_probe(dev) is None:
+        raise ConfigError(f"transfer.extra_sources: {uri}'s CPU {dev} has no device probe (shipped or "
+                          "carb-probe's); allowed: models of CPUs with a device probe")
+    return other
+
+
+def auto_extra_models(source: Any, target_id: str, target_fp: str | None) -> list[tuple[str, Any]]:
+    """``transfer.extra_sources: auto``: ``(label, model)`` of each shipped CPU dataset with a device probe that
+    is neither the source's nor the target's CPU (:func:`carb.data.cpu_sources.auto_sources`, by device id or
+    fingerprint), its model from :func:`shipped_source_model`; prints the datasets skipped and why."""
+    from carb.data.cpu_sources import auto_sources
+    from carb.data.probes import load_probe
+
+    exclude = [(getattr(source, "device_id_", None), getattr(source, "device_fingerprint_", None)),
+               (target_id, target_fp)]
+    kept, skipped = auto_sources(exclude, lambda dev: load_probe(dev) is not None)
+    if skipped:
+        print(f"carb-calibrate: transfer.extra_sources auto: not used: {'; '.join(skipped)}")
+    return [(f"{s.device_name} {s.device_id} (carb/data/{s.path.name})", shipped_source_model(s)) for s in kept]
+
+
+def shipped_source_model(src: Any) -> Any:
+    """A cascade with the fast model settings (``conf/model/carb_fast.yaml``, ``conf/train.yaml``'s features and
+    prior) fitted on every ok row of the shipped CPU dataset ``src`` (:class:`carb.data.cpu_sources.CpuSource`,
+    latency and peak memory as the transfer benchmark fits its sources); cached in ``<CARB_CACHE>/sources/``
+    keyed by the dataset's SHA-256, those settings and the library versions (a damaged cache entry is refitted).
+    Prints whether it was trained (and its seconds) or read from the cache."""
+    import hashlib
+    import pickle
+    import time
+    import warnings
+
+    from carb.commands.cli import compose
+    from carb.data.io import load_dataset
+    from carb.data.schema import ok_rows
+    from carb.files import write_atomic
+    from carb.model.presets import build_cascade
+    from carb.resources import cache_dir
+
+    cfg = compose("train", ["model=carb_fast"])
+    settings = {"model": to_dict(cfg.model), "features": to_dict(cfg.features), "prior": to_dict(cfg.prior)}
+    key = hashlib.sha256(json.dumps({"data": src.sha256(), **settings, "versions": _library_versions()},
+                                    sort_keys=True, default=str).encode()).hexdigest()[:20]
+    path = cache_dir() / "sources" / f"{src.device_id}-{key}.pkl"
+    if path.exists():
+        try:
+            model = pickle.loads(path.read_bytes())
+            print(f"carb-calibrate: extra source {src.device_name} {src.device_id}: model read from the cache {path}")
+            return model
+        except Exception:  # noqa: BLE001 - a damaged or stale entry: fit again and replace it
+            pass
+    t0 = time.perf_counter()
+    rows = ok_rows(load_dataset(src.path)).reset_index(drop=True)
+    targets = [t for t in ("latency_ms", "peak_memory_MB") if t in rows.columns and rows[t].notna().any()]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = build_cascade(settings["model"], settings["features"], settings["prior"]).fit(rows, rows[targets])
+    print(f"carb-calibrate: extra source {src.device_name} {src.device_id}: model trained on its {len(rows)} "
+          f"shipped rows ({time.perf_counter() - t0:.1f} s, model=carb_fast; cached in {path.parent})")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, lambda tmp: tmp.write_bytes(pickle.dumps(model)))
+    except (OSError, pickle.PicklingError, TypeError, AttributeError) as e:
+        print(f"carb-calibrate: warning: could not cache the extra source's model in {path.parent}: {e}")
+    return model
+
+
+def _library_versions() -> dict[str, str]:
+    """Versions of carb and the fitting libraries (the cache key of a shipped source's model)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for lib in ("carb", "scikit-learn", "xgboost", "lightgbm", "numpy", "pandas"):
+        try:
+            out[lib] = version(lib)
+        except PackageNotFoundError:
+            out[lib] = "none"
     return out
 
 

@@ -39,6 +39,7 @@ telemetry of the source), so screening, intervals and the registry use it unchan
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any
 
 import numpy as np
@@ -265,6 +266,20 @@ def _offsets(info: dict[str, Any], prec: np.ndarray) -> np.ndarray:
     """Each row's log offset: its precision's when the transfer has one, else the common ``a``."""
     per = info.get("a_precision") or {}
     return np.array([per.get(str(p), info["a"]) for p in prec], dtype=float)
+
+
+#: An extra source's screening predictions (ms, (n,)) by the rows they were made for (:func:`_rows_key`): a
+#: multi-source base predicts the same rows again and again while it is fitted, evaluated and logged, and an extra
+#: source is fixed once combined (a process-local memo, not pickled; at most 16 row sets per source; keyed also by
+#: the source's latency fit, so a source refitted later is predicted again).
+_EXTRA_MEMO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _rows_key(X: pd.DataFrame) -> tuple:
+    """A key of rows ``X`` (n rows): their count, columns and a hash of their values (index ignored)."""
+    h = pd.util.hash_pandas_object(X, index=False).to_numpy(np.uint64)
+    w = np.arange(1, len(h) + 1, dtype=np.uint64)
+    return len(X), tuple(map(str, X.columns)), int(h.sum(dtype=np.uint64)), int((h * w).sum(dtype=np.uint64))
 
 
 class TransferredCascade:
@@ -895,9 +910,15 @@ class TransferredCascade:
 
         p = np.asarray(p, float)
         out = [np.log(np.maximum(p * self.probe_ratio(X, p), 1e-300))]
+        key = _rows_key(X)
         for o in self.__dict__.get("extra_sources_") or []:
-            q = screening_predict(o, X)["pred_latency_ms"].to_numpy(float)
-            out.append(np.log(np.maximum(q, 1e-300)))
+            memo = _EXTRA_MEMO.setdefault(o, {})
+            k = (key, id(o.source_), str((o.__dict__.get("transfer_") or {}).get("latency_ms")))   # refitted: new
+            if k not in memo:
+                if len(memo) >= 16:
+                    memo.pop(next(iter(memo)))
+                memo[k] = screening_predict(o, X)["pred_latency_ms"].to_numpy(float)
+            out.append(np.log(np.maximum(memo[k], 1e-300)))
         return np.vstack(out)
 
     def fitted_source_weights(self, X: pd.DataFrame, p: np.ndarray, yl: np.ndarray, prec: np.ndarray) -> list[float]:

@@ -1,8 +1,8 @@
 """Benchmark: transfer between every ordered pair of real devices the project has data for.
 
 Devices: the shipped CPU reference (AMD EPYC Zen 5, ``carb/data/cpu-reference.parquet``), the AMD EPYC Zen 4
-VM (``scripts/data/cpu-amd-zen4.parquet``), the Intel Xeon with AMX and AVX-512 FP16
-(``../shared/data/cpu-intel-xeon``; all three measured by CARB's collector),
+VM (``carb/data/cpu-amd-zen4.parquet``), the Intel Xeon with AMX and AVX-512 FP16
+(``carb/data/cpu-intel-xeon.parquet``; all three measured by CARB's collector),
 and the four GPUs of timm's public benchmark (eager amp_fp16 torchvision/timm ResNets, latency only;
 ``scripts/bench/extrapolation.py:timm_latency``). The H200 data has no configuration in common with the
 timm rows (CARB's knob grid at batch <= 256 against timm's named models at batch 1024), so it is not paired.
@@ -28,12 +28,12 @@ K in {0, 3, 10, 20}, per precision and target (latency, peak memory where both d
 
 CPU pairs, multi-source base (issue 44; ``--single-source``: off): CARB's answer (``zero_shot`` at K = 0, the base
 of ``calibrated``) is the pair's probe zero-shot combined with the zero-shots into the same target from every
-other CPU (:func:`multi_source_models`; what ``carb-calibrate`` does with ``transfer.extra_sources`` naming those
-CPUs' models). The target is left out of everything: each source model is fitted on its own CPU's rows and
-transferred by the two CPUs' probes; the target's K rows only weight the sources and fit the offsets. With three
-CPUs both pairs into a target share one base, so a pair's row is the target's answer; the pair's source alone is
-scored beside it (``zero_shot_single`` / ``calibrated_single``, the ``single_source`` line and the
-``k0_single`` / ``k10_single`` columns of :func:`pair_overview`).
+other CPU (:func:`multi_source_models`; what ``carb-calibrate`` does by default, ``transfer.extra_sources: auto``:
+the shipped CPUs' models except the target's). The target is left out of everything: each source model is fitted
+on its own CPU's rows and transferred by the two CPUs' probes; the target's K rows only weight the sources and fit
+the offsets. With three CPUs both pairs into a target share one base, so a pair's row is the target's answer; the
+pair's source alone is scored beside it (``zero_shot_single`` / ``calibrated_single``, the ``single_source`` line
+and the ``k0_single`` / ``k10_single`` columns of :func:`pair_overview`).
 
 Coverage and width (median hi/lo) are those of the nominal 90 % intervals of ``calibrated`` (K > 0) and
 ``zero_shot`` (K = 0), leave-one-device-out (issue 44): each pair's interval is the device-level band
@@ -68,7 +68,7 @@ generalisation to configurations it never measured adds, and the floors: the tar
 cascade cross-validated on the target's own rows (:func:`error_sources`).
 
 Default K: 0, 10 and the quickstart's (``k`` of ``conf/calibrate.yaml``). Devices: the three CPUs (Zen 5
-reference, Zen 4 of ``scripts/data/cpu-amd-zen4.parquet``, the Xeon) and timm's four GPUs. The last line is
+reference, Zen 4 of ``carb/data/cpu-amd-zen4.parquet``, the Xeon) and timm's four GPUs. The last line is
 machine-readable (latency MAPE in percent, worst over pairs and precisions; per pair CARB's answer: the
 zero-shot model at K = 0 where one exists, ``calibrated`` at the quickstart's K and at K = 10; coverage pooled
 over each left-out target device's rows, latency and memory, K = 10):
@@ -90,14 +90,14 @@ import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[2]
-#: The Xeon's rows: ``../shared/data`` beside the checkout (a worktree's is one level further up).
-INTEL = next((p / "shared" / "data" / "cpu-intel-xeon" / "cpu-intel-xeon.parquet" for p in ROOT.parents[:2]
-              if (p / "shared" / "data" / "cpu-intel-xeon").exists()),
-             ROOT.parent / "shared" / "data" / "cpu-intel-xeon" / "cpu-intel-xeon.parquet")
+#: The Xeon's rows, shipped in carb/data (issue 44: an extra source of ``transfer.extra_sources: auto``; the same
+#: bytes as ``../shared/data/cpu-intel-xeon``).
+INTEL = ROOT / "carb" / "data" / "cpu-intel-xeon.parquet"
 
 
-#: The third CPU, an AMD EPYC Zen 4 VM (device_id 34cc4b132c), shipped in scripts/data (issue 44).
-ZEN4 = ROOT / "scripts" / "data" / "cpu-amd-zen4.parquet"
+#: The third CPU, an AMD EPYC Zen 4 VM (device_id 34cc4b132c), shipped in carb/data (the same bytes as
+#: scripts/data/cpu-amd-zen4.parquet).
+ZEN4 = ROOT / "carb" / "data" / "cpu-amd-zen4.parquet"
 
 
 #: Shipped rows with a measured run-to-run spread (``latency_repeat_spread``): the Zen 4 configurations

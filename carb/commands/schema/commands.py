@@ -37,6 +37,14 @@ from carb.commands.schema.groups import (
 from carb.model.prior_config import PriorSettings
 
 
+def _extra_sources(v: Any) -> Any:
+    """``transfer.extra_sources``: ``auto`` or a list (of model URIs; ``[]`` the source alone), else one line."""
+    if v == "auto" or isinstance(v, (list, tuple)):
+        return v
+    raise PydanticCustomError("carb", "{v} is not allowed; allowed: auto (the CPU datasets CARB ships), [] (the "
+                              "source alone) or a list of CPU model URIs", {"v": repr(v)})
+
+
 class Command(Section):
     """Keys every command has."""
 
@@ -201,7 +209,7 @@ class Transfer(Section):
     device_widen: Literal["student-t", "predictive", "pairs", "pooled"] = "student-t"
     unmeasured_floor: Literal["configured", "class-bound"] = "class-bound"
     level_by_precision: Literal["pooled", "own", "widest"] = "widest"
-    extra_sources: list[Text] = []
+    extra_sources: Annotated[Literal["auto"] | list[Text], BeforeValidator(_extra_sources)] = "auto"
     source_weighting: Literal["inverse_loo", "equal"] = "inverse_loo"
 
 
