@@ -344,7 +344,7 @@ def transfer_pairs_lines() -> list[str]:
                      f"{f(r.k10_carb)} | {f(r.k10_single)} | {f(r.k10_source_base)} | {f(r.k10_flops_only)} | {f(r.k10_spearman_min, 3)} | "
                      f"{f(r.k10_coverage_min, 2)} | {f(r.k10_width_max, 2)} |")
     return ["Any device (`python -m scripts.bench.transfer_pairs`): every ordered pair of the real devices the "
-            "project has data for (the EPYC Zen 5 reference, the EPYC Zen 4 of `scripts/data/cpu-amd-zen4.parquet`, "
+            "project has data for (the EPYC Zen 5 reference, the EPYC Zen 4 of `carb/data/cpu-amd-zen4.parquet`, "
             "the Xeon of `../shared/data/cpu-intel-xeon`, timm's 4 GPUs), latency MAPE in %, worst precision per "
             "pair. K=0 CARB is the zero-shot model (for CPUs the multi-source base: every other CPU's model, each "
             "transferred by its device probe and the target's, combined; beside it the pair's source alone; spec "

@@ -21,10 +21,10 @@ def test_the_zen4_cpu_is_shipped_with_its_probe_and_provenance():
     from carb.data.io import load_dataset
     from carb.data.probes import load_probe, probe_fingerprint
 
-    d = load_dataset(str(ROOT / "scripts" / "data" / "cpu-amd-zen4.parquet"))
+    d = load_dataset(str(ROOT / "carb" / "data" / "cpu-amd-zen4.parquet"))
     assert len(d) == 227 and set(d["status"]) == {"ok"} and set(d["device_id"].astype(str)) == {ZEN4}
     assert d["precision"].value_counts().to_dict() == {"bf16": 97, "fp32": 92, "fp16": 38}
-    prov = json.loads((ROOT / "scripts" / "data" / "cpu-amd-zen4.provenance.json").read_text())
+    prov = json.loads((ROOT / "carb" / "data" / "cpu-amd-zen4.provenance.json").read_text())
     assert prov["device_id"] == ZEN4 and prov["fingerprint"]["family"] == "25" and prov["rows"] == 227
     assert any("carb-collect" in c for c in prov["commands"])
     probe = load_probe(ZEN4)
@@ -129,7 +129,7 @@ def test_benchmark_floor_is_the_device_measured_repeatability_per_precision():
     from scripts.bench import transfer_pairs as tp
 
     conf = OmegaConf.load(ROOT / "conf" / "calibrate.yaml").transfer.repeatability_floor
-    zen4 = load_dataset(str(ROOT / "scripts" / "data" / "cpu-amd-zen4.parquet"))
+    zen4 = load_dataset(str(ROOT / "carb" / "data" / "cpu-amd-zen4.parquet"))
     rows = tp.measured_repeat_rows(zen4)
     assert rows is not None and len(rows) > 0 and rows["latency_repeat_spread"].notna().all()
     got = tp.repeat_floor("latency_ms", rows)
@@ -153,7 +153,7 @@ def test_calibrate_refuses_two_devices_of_one_name(tmp_path):
     from carb.data.io import load_dataset, reference_dataset
     from carb.errors import ConfigError
 
-    zen4 = load_dataset(str(ROOT / "scripts" / "data" / "cpu-amd-zen4.parquet")).head(20)
+    zen4 = load_dataset(str(ROOT / "carb" / "data" / "cpu-amd-zen4.parquet")).head(20)
     both = pd.concat([reference_dataset().head(20), zen4], ignore_index=True)
     path = tmp_path / "two.parquet"
     both.to_parquet(path, index=False)

@@ -95,8 +95,8 @@ ROOT = Path(__file__).resolve().parents[2]
 INTEL = ROOT / "carb" / "data" / "cpu-intel-xeon.parquet"
 
 
-#: The third CPU, an AMD EPYC Zen 4 VM (device_id 34cc4b132c), shipped in carb/data (the same bytes as
-#: scripts/data/cpu-amd-zen4.parquet).
+#: The third CPU, an AMD EPYC Zen 4 VM (device_id 34cc4b132c), shipped in carb/data (data card
+#: carb/data/cpu-amd-zen4.md).
 ZEN4 = ROOT / "carb" / "data" / "cpu-amd-zen4.parquet"
 
 

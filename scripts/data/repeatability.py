@@ -34,7 +34,7 @@ SOURCES = (ROOT / "scripts" / "data" / "cpu-amd-zen4-repeat.parquet", ROOT / "ca
 
 #: Pairs of shipped files whose common configurations were measured twice on one device: (first run, again).
 MEMORY_SOURCES = (
-    (ROOT / "scripts" / "data" / "cpu-amd-zen4.parquet", ROOT / "scripts" / "data" / "cpu-amd-zen4-repeat.parquet"),
+    (ROOT / "carb" / "data" / "cpu-amd-zen4.parquet", ROOT / "scripts" / "data" / "cpu-amd-zen4-repeat.parquet"),
     (ROOT / "carb" / "data" / "h200-reference.parquet",
      ROOT / "scripts" / "data" / "h200-run-2026-12-04-seed1" / "dataset.parquet"),
     (ROOT / "carb" / "data" / "h200-reference.parquet",

@@ -14,7 +14,7 @@ device beside the cascades fitted on each kind alone, scored on each kind's held
 MAPE (%) and Spearman per target and kind; per held-out zoo family too. Run alone (it fits the cascade
 3 + 2 x families times):
 
-    python -m scripts.studies.one_cascade --resnet scripts/data/cpu-amd-zen4.parquet --zoo zoo-cpu \
+    python -m scripts.studies.one_cascade --resnet carb/data/cpu-amd-zen4.parquet --zoo zoo-cpu \
         [--families resnet mobilenet ...] [--out one_cascade.json]
     python -m scripts.studies.one_cascade --resnet reference --zoo none     # ResNet fits only (another device)
 
@@ -127,7 +127,7 @@ def pooled(table: pd.DataFrame, fit_name: str, target: str) -> tuple[float, floa
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--resnet", default="scripts/data/cpu-amd-zen4.parquet")
+    ap.add_argument("--resnet", default="carb/data/cpu-amd-zen4.parquet")
     ap.add_argument("--zoo", default="zoo-cpu", help="the zoo rows of the same device; none: ResNet fits only")
     ap.add_argument("--families", nargs="*", default=None, help="zoo families to hold out (default: all)")
     ap.add_argument("--skip-zoo", action="store_true")
