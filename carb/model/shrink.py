@@ -6,14 +6,14 @@ families, and on the CPU zoo that moves some families away from a prior that was
 13.6 % off, with the correction 32.5 %; swin's memory: liveness 0.9 %, with the correction 11.9 %).
 
 :func:`fit_shrink` chooses, per stage, how far the correction may move a row:
-``prediction = prior * exp(s * r)`` with ``s = alpha * min(1, radius / d) ** 2``, ``d`` the row's mean distance
-to its ``neighbours`` nearest training rows (1: the nearest) in a standardised description of the network (:func:`distance_columns`: on zoo
-rows each operation kind's share of the FLOPs and bytes and the per-image log work, so a network of a new
-composition is far whatever its size; otherwise signed ``log1p`` of the numeric features).
-``alpha`` (one per target) and ``radius`` are chosen by grouped cross-validation over the training rows'
-groups (``family`` on zoo rows; ``folds: 0``: one fold per group, a nested leave-one-group-out): each group's log-ratios ``r`` come from an ensemble refitted without that
-group, its distances from the other groups' rows, and the pair with the lowest mean (over groups) absolute
-log error wins; among pairs within ``tolerance`` of it the one that moves rows least. Rows without groups
+``prediction = prior * exp(s * r)`` with ``s = alpha * min(1, radius / d) ** 2``, ``d`` the row's mean
+distance to its ``neighbours`` nearest training rows (1: the nearest) in a standardised description of the
+network (:func:`distance_columns`: on zoo rows each operation kind's share of the FLOPs and bytes and the
+per-image log work, so a network of a new composition is far whatever its size; otherwise signed ``log1p`` of
+the numeric features). ``alpha`` (one per target) and ``radius`` are chosen by grouped cross-validation over
+the training rows' groups (``family`` on zoo rows; ``folds: 0``: one fold per group, a nested
+leave-one-group-out): each group's log-ratios ``r`` come from an ensemble refitted without that group, its
+distances from the other groups' rows, and the pair with the lowest mean (over groups) absolute log error wins; among pairs within ``tolerance`` of it the one that moves rows least. Rows without groups
 (ResNet knobs) or with fewer than ``min_groups`` get no shrink: their predictions are unchanged.
 """
 from __future__ import annotations
@@ -107,7 +107,8 @@ def factors(d: np.ndarray, alpha: float, radius: float | None) -> np.ndarray:
 class Shrink:
     """A fitted shrink of one stage: ``alpha``, ``radius`` (None: no distance term), the raw ``columns`` it
     measures distance in (:func:`distance_columns`), their training ``mean_`` / ``scale_`` (k,) and the
-    standardised reference rows ``ref_`` (m, k), how many ``neighbours`` a distance averages; ``report`` says how it was chosen (JSON-able)."""
+    standardised reference rows ``ref_`` (m, k), how many ``neighbours`` a distance averages; ``report`` says
+    how it was chosen (JSON-able)."""
 
     alpha: float
     radius: float | None
