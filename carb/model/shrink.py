@@ -13,8 +13,9 @@ per-image log work, so a network of a new composition is far whatever its size; 
 the numeric features). ``alpha`` (one per target) and ``radius`` are chosen by grouped cross-validation over
 the training rows' groups (``family`` on zoo rows; ``folds: 0``: one fold per group, a nested
 leave-one-group-out): each group's log-ratios ``r`` come from an ensemble refitted without that group, its
-distances from the other groups' rows, and the pair with the lowest mean (over groups) absolute log error wins; among pairs within ``tolerance`` of it the one that moves rows least. Rows without groups
-(ResNet knobs) or with fewer than ``min_groups`` get no shrink: their predictions are unchanged.
+distances from the other groups' rows, and the pair with the lowest mean (over groups) absolute log error wins;
+among pairs within ``tolerance`` of it the one that moves rows least. Rows without groups (ResNet knobs) or with
+fewer than ``min_groups`` get no shrink: their predictions are unchanged.
 """
 from __future__ import annotations
 
