@@ -89,3 +89,84 @@ def test_rows_without_families_are_unchanged(rows):
     assert all(s.shrink is None for s in on.stages_.values())
     assert "no 'family' column" in on.shrink_report_["latency_ms"]["reason"]
     assert np.allclose(on.predict(va).to_numpy(), off.predict(va).to_numpy())
+
+
+def test_distance_averages_the_k_nearest_rows():
+    """``neighbours`` k: the mean distance to the k nearest reference rows (1: the nearest; k above the
+    reference rows: all of them). A row next to a single stray training row is near by the nearest row and
+    far by its 3 nearest (issue 43: a held-out family close to one row of another family)."""
+    from carb.model.shrink import nearest_distance
+
+    ref = np.array([[0.0, 0.0], [10.0, 0.0], [12.0, 0.0], [14.0, 0.0]])
+    z = np.array([[0.0, 1.0]])
+    assert nearest_distance(z, ref)[0] == pytest.approx(1.0)
+    want3 = (1.0 + np.hypot(10, 1) + np.hypot(12, 1)) / 3
+    assert nearest_distance(z, ref, neighbours=3)[0] == pytest.approx(want3)
+    assert nearest_distance(z, ref, neighbours=9)[0] == pytest.approx(np.mean(np.hypot(ref[:, 0], 1.0)))
+    assert nearest_distance(z, ref, chunk=1, neighbours=3)[0] == pytest.approx(want3)
+    assert shrink_config({"neighbours": 3})["neighbours"] == 3
+
+
+class _MeanOfOthers:
+    """A stand-in blend (the scikit-learn parameter contract only): predicts the mean target it was fitted on."""
+
+    def __init__(self, weights=None, log_target=False):
+        self.weights, self.log_target = weights, log_target
+
+    def get_params(self, deep=True):
+        return {"weights": self.weights, "log_target": self.log_target}
+
+    def set_params(self, **kw):
+        for k, v in kw.items():
+            setattr(self, k, v)
+        return self
+
+    def fit(self, X, y):
+        self.mean_ = float(np.mean(y))
+        return self
+
+    def predict(self, X):
+        return np.full(len(X), self.mean_)
+
+
+def test_folds_zero_is_leave_one_group_out():
+    """``folds: 0``: one fold per group (nested leave-one-group-out), so each group's out-of-group correction
+    is the mean of every other group's (5 groups with targets 0..4: group g gets (10 - g) / 4); 2 folds hold
+    out more than one group at a time and differ."""
+    import pandas as pd
+
+    from carb.model.shrink import _grouped_ratios
+
+    class Fitted:
+        weights_ = [1.0]
+
+    groups = np.repeat(np.arange(5), 4)
+    z = groups.astype(float)
+    D = pd.DataFrame({"x": np.arange(len(z), dtype=float)})
+    Zs = np.c_[groups.astype(float), np.zeros(len(z))]
+    r, d = _grouped_ratios(_MeanOfOthers(), Fitted(), Zs, D, ["x"], z, groups, 0, neighbours=2)
+    assert np.allclose(r, (10.0 - z) / 4.0)
+    assert np.allclose(d, 1.0)   # the 2 nearest rows, of a neighbouring group: 1 away
+    r2, _ = _grouped_ratios(_MeanOfOthers(), Fitted(), Zs, D, ["x"], z, groups, 2)
+    assert not np.allclose(r2, (10.0 - z) / 4.0)
+
+
+def test_shrink_schema_takes_folds_zero_and_neighbours():
+    """The conf schema: ``folds`` 0 (leave-one-group-out) or >= 2, ``neighbours`` >= 1; the shipped conf's
+    keys are :data:`DEFAULT_SHRINK`'s."""
+    from pathlib import Path
+
+    import yaml
+    from pydantic import ValidationError
+
+    from carb.commands.schema.groups import Shrink
+    from carb.model.shrink import DEFAULT_SHRINK
+
+    base = {k: v for k, v in DEFAULT_SHRINK.items()}
+    assert Shrink(**{**base, "folds": 0, "neighbours": 5}).folds == 0
+    for bad in ({"folds": 1}, {"neighbours": 0}):
+        with pytest.raises(ValidationError):
+            Shrink(**{**base, **bad})
+    for name in ("carb.yaml", "carb_fast.yaml"):
+        conf = yaml.safe_load((Path(__file__).parents[1] / "conf/model" / name).read_text())["shrink"]
+        assert set(conf) == set(DEFAULT_SHRINK)

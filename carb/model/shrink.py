@@ -6,15 +6,16 @@ families, and on the CPU zoo that moves some families away from a prior that was
 13.6 % off, with the correction 32.5 %; swin's memory: liveness 0.9 %, with the correction 11.9 %).
 
 :func:`fit_shrink` chooses, per stage, how far the correction may move a row:
-``prediction = prior * exp(s * r)`` with ``s = alpha * min(1, radius / d) ** 2``, ``d`` the row's distance
-to its nearest training row in a standardised description of the network (:func:`distance_columns`: on zoo
-rows each operation kind's share of the FLOPs and bytes and the per-image log work, so a network of a new
-composition is far whatever its size; otherwise signed ``log1p`` of the numeric features).
-``alpha`` (one per target) and ``radius`` are chosen by grouped cross-validation over the training rows'
-groups (``family`` on zoo rows): each group's log-ratios ``r`` come from an ensemble refitted without that
-group, its distances from the other groups' rows, and the pair with the lowest mean (over groups) absolute
-log error wins; among pairs within ``tolerance`` of it the one that moves rows least. Rows without groups
-(ResNet knobs) or with fewer than ``min_groups`` get no shrink: their predictions are unchanged.
+``prediction = prior * exp(s * r)`` with ``s = alpha * min(1, radius / d) ** 2``, ``d`` the row's mean
+distance to its ``neighbours`` nearest training rows (1: the nearest) in a standardised description of the
+network (:func:`distance_columns`: on zoo rows each operation kind's share of the FLOPs and bytes and the
+per-image log work, so a network of a new composition is far whatever its size; otherwise signed ``log1p`` of
+the numeric features). ``alpha`` (one per target) and ``radius`` are chosen by grouped cross-validation over
+the training rows' groups (``family`` on zoo rows; ``folds: 0``: one fold per group, a nested
+leave-one-group-out): each group's log-ratios ``r`` come from an ensemble refitted without that group, its
+distances from the other groups' rows, and the pair with the lowest mean (over groups) absolute log error wins;
+among pairs within ``tolerance`` of it the one that moves rows least. Rows without groups (ResNet knobs) or with
+fewer than ``min_groups`` get no shrink: their predictions are unchanged.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from carb.errors import ConfigError
 #: Defaults of ``model.shrink`` (conf/model/*.yaml; schema :class:`carb.commands.schema.groups.Shrink`).
 DEFAULT_SHRINK: dict[str, Any] = {"enabled": False, "group": "family", "min_groups": 4, "folds": 5,
                                   "alphas": [0.0, 0.25, 0.5, 0.75, 1.0], "radii": [1.0, 1.5, 2.0, 3.0, None],
-                                  "tolerance": 0.01, "max_reference_rows": 5000}
+                                  "tolerance": 0.01, "max_reference_rows": 5000, "neighbours": 1}
 
 
 def shrink_config(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -81,14 +82,17 @@ def describe(X: pd.DataFrame, columns: list[tuple[str, str]]) -> np.ndarray:
     return np.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
 
 
-def nearest_distance(Z: np.ndarray, ref: np.ndarray, chunk: int = 512) -> np.ndarray:
-    """Euclidean distance (n,) of each standardised row of ``Z`` (n, k) to its nearest row of ``ref`` (m, k)."""
+def nearest_distance(Z: np.ndarray, ref: np.ndarray, chunk: int = 512, neighbours: int = 1) -> np.ndarray:
+    """Mean Euclidean distance (n,) of each standardised row of ``Z`` (n, k) to its ``neighbours`` nearest rows
+    of ``ref`` (m, k; at most m of them; 1: the distance to the nearest row)."""
     out = np.empty(len(Z))
     rr = (ref ** 2).sum(1)
+    nn = int(max(1, min(int(neighbours), len(ref))))
     for i in range(0, len(Z), chunk):
         z = Z[i:i + chunk]
-        d2 = (z ** 2).sum(1)[:, None] + rr[None, :] - 2.0 * z @ ref.T
-        out[i:i + chunk] = np.sqrt(np.maximum(d2.min(1), 0.0))
+        d2 = np.maximum((z ** 2).sum(1)[:, None] + rr[None, :] - 2.0 * z @ ref.T, 0.0)
+        near = np.partition(d2, nn - 1, axis=1)[:, :nn] if nn > 1 else d2.min(1, keepdims=True)
+        out[i:i + chunk] = np.sqrt(near).mean(1)
     return out
 
 
@@ -104,7 +108,8 @@ def factors(d: np.ndarray, alpha: float, radius: float | None) -> np.ndarray:
 class Shrink:
     """A fitted shrink of one stage: ``alpha``, ``radius`` (None: no distance term), the raw ``columns`` it
     measures distance in (:func:`distance_columns`), their training ``mean_`` / ``scale_`` (k,) and the
-    standardised reference rows ``ref_`` (m, k); ``report`` says how it was chosen (JSON-able)."""
+    standardised reference rows ``ref_`` (m, k), how many ``neighbours`` a distance averages; ``report`` says
+    how it was chosen (JSON-able)."""
 
     alpha: float
     radius: float | None
@@ -113,11 +118,12 @@ class Shrink:
     scale_: np.ndarray
     ref_: np.ndarray
     report: dict[str, Any]
+    neighbours: int = 1
 
     def factor(self, X: pd.DataFrame) -> np.ndarray:
         """Shrink factors (n,) of raw rows ``X`` (n): ``alpha`` near the training rows, less far away."""
         Z = (describe(X, self.columns) - self.mean_) / self.scale_
-        return factors(nearest_distance(Z, self.ref_), self.alpha, self.radius)
+        return factors(nearest_distance(Z, self.ref_, neighbours=self.neighbours), self.alpha, self.radius)
 
     def apply(self, pred: np.ndarray, prior: np.ndarray, X: pd.DataFrame) -> np.ndarray:
         """``prior * (pred / prior) ** s`` (n,), target units, for raw rows ``X`` (n)."""
@@ -126,16 +132,19 @@ class Shrink:
 
 
 def _grouped_ratios(est: Any, model: Any, Zs: np.ndarray, D: pd.DataFrame, cols: list[str],
-                    z: np.ndarray, groups: np.ndarray, folds: int) -> tuple[np.ndarray, np.ndarray]:
+                    z: np.ndarray, groups: np.ndarray, folds: int, neighbours: int = 1
+                    ) -> tuple[np.ndarray, np.ndarray]:
     """Out-of-group log-ratios (n,) of the stage's blend (refitted on the other groups, with the fitted
-    ``model``'s weights) and each row's distance (n,) to the other groups' rows in the standardised space."""
+    ``model``'s weights) and each row's distance (n,) to the other groups' rows in the standardised space
+    (mean over its ``neighbours`` nearest). ``folds`` 0: one fold per group (leave-one-group-out)."""
     r, d = np.empty(len(z)), np.empty(len(z))
     fold_est = clone(est).set_params(weights=list(model.weights_), log_target=False)
-    k = int(min(folds, len(np.unique(groups))))
+    n_groups = len(np.unique(groups))
+    k = n_groups if int(folds) <= 0 else int(min(folds, n_groups))
     for tr, te in GroupKFold(n_splits=k).split(Zs, z, groups):
         fm = clone(fold_est).fit(D.iloc[tr][cols], z[tr])
         r[te] = fm.predict(D.iloc[te][cols])
-        d[te] = nearest_distance(Zs[te], Zs[tr])
+        d[te] = nearest_distance(Zs[te], Zs[tr], neighbours=neighbours)
     return r, d
 
 
@@ -184,12 +193,14 @@ def fit_shrink(settings: Mapping[str, Any] | None, est: Any, model: Any, D: pd.D
     scale = np.where(scale > 0, scale, 1.0)
     Zs = (S - mean) / scale
     Dm = D.iloc[rows].reset_index(drop=True)
-    r, d = _grouped_ratios(est, model, Zs, Dm, cols, z[rows], groups, int(cfg["folds"]))
+    neighbours = int(cfg["neighbours"])
+    r, d = _grouped_ratios(est, model, Zs, Dm, cols, z[rows], groups, int(cfg["folds"]), neighbours)
     alpha, radius, report = choose(z[rows], r, d, groups, list(cfg["alphas"]), list(cfg["radii"]),
                                    float(cfg["tolerance"]))
     ref = Zs
     if len(ref) > int(cfg["max_reference_rows"]):
         pick = np.random.default_rng(random_state).choice(len(ref), int(cfg["max_reference_rows"]), replace=False)
         ref = ref[np.sort(pick)]
-    report.update(kept=True, groups=n_groups, reason="grouped cross-validation over the training groups")
-    return Shrink(alpha, radius, list(columns), mean, scale, ref, report), report
+    report.update(kept=True, groups=n_groups, neighbours=neighbours,
+                  reason="grouped cross-validation over the training groups")
+    return Shrink(alpha, radius, list(columns), mean, scale, ref, report, neighbours), report

@@ -271,11 +271,12 @@ class Shrink(Section):
     enabled: bool
     group: Text
     min_groups: Annotated[int, Field(ge=2)]
-    folds: Annotated[int, Field(ge=2)]
+    folds: Literal[0] | Annotated[int, Field(ge=2)]   # 0: one fold per group (leave-one-group-out)
     alphas: Annotated[list[Annotated[float, Field(ge=0, le=1)]], Field(min_length=1)]
     radii: Annotated[list[Positive | None], Field(min_length=1)]
     tolerance: NonNegative
     max_reference_rows: Count
+    neighbours: Annotated[int, Field(ge=1)]
 
 
 class TunedFrom(Section):
