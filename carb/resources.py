@@ -40,6 +40,20 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")) / "carb"
 
 
+def installed_versions(dists: tuple[str, ...]) -> dict[str, str]:
+    """``{distribution: installed version}`` of ``dists`` (``none`` where not installed; nothing is imported):
+    the library part of the keys of what :func:`cache_dir` keeps."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for dist in dists:
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            out[dist] = "none"
+    return out
+
+
 def default_tracking_uri() -> str:
     """The embedded MLflow store: ``sqlite:///<carb_home()>/mlruns/mlflow.db``."""
     return f"sqlite:///{carb_home() / 'mlruns' / 'mlflow.db'}"

@@ -307,16 +307,14 @@ def extra_sources(cfg: Any, source: Any, target_probe: pd.DataFrame, target_fp: 
 
 
 def uri_source(uri: str, source: Any, target_id: str) -> Any:
-    """The CPU model at ``uri`` (one of ``transfer.extra_sources``), checked: a CPU model whose CPU has a device
-    probe, else one-line :class:`ConfigError` naming the key."""
+    """The CPU model at ``uri`` (one of ``transfer.extra_sources``), checked: a CPU model of neither the
+    source's nor the target's CPU whose CPU has a device probe, else one-line :class:`ConfigError` naming the
+    key."""
     from carb.data.probes import load_probe
 
     other = tracking.load_cascade(uri)
     dev = str(getattr(other, "device_id_", None))
-    try:
-        kind = json.loads(getattr(other, "device_fingerprint_", None) or "{}").get("kind", "cpu")
-    except (TypeError, ValueError, AttributeError):
-        kind = "cpu"
+    kind = model_device_kind(other)
     if kind != "cpu":
         raise ConfigError(f"transfer.extra_sources: {uri} is a {kind} model; allowed: CPU models with a device "
                           "probe (their probe zero-shots combine with the source's)")
@@ -344,6 +342,10 @@ def auto_extra_models(source: Any, target_id: str, target_fp: str | None) -> lis
     return [(f"{s.device_name} {s.device_id} (carb/data/{s.path.name})", shipped_source_model(s)) for s in kept]
 
 
+#: Distributions a shipped source's cached model depends on (part of its cache key).
+SOURCE_MODEL_LIBS: tuple[str, ...] = ("carb", "scikit-learn", "xgboost", "lightgbm", "numpy", "pandas")
+
+
 def shipped_source_model(src: Any) -> Any:
     """A cascade with the fast model settings (``conf/model/carb_fast.yaml``, ``conf/train.yaml``'s features and
     prior) fitted on every ok row of the shipped CPU dataset ``src`` (:class:`carb.data.cpu_sources.CpuSource`,
@@ -360,12 +362,12 @@ def shipped_source_model(src: Any) -> Any:
     from carb.data.schema import ok_rows
     from carb.files import write_atomic
     from carb.model.presets import build_cascade
-    from carb.resources import cache_dir
+    from carb.resources import cache_dir, installed_versions
 
     cfg = compose("train", ["model=carb_fast"])
     settings = {"model": to_dict(cfg.model), "features": to_dict(cfg.features), "prior": to_dict(cfg.prior)}
-    key = hashlib.sha256(json.dumps({"data": src.sha256(), **settings, "versions": _library_versions()},
-                                    sort_keys=True, default=str).encode()).hexdigest()[:20]
+    ident = {"data": src.sha256(), **settings, "versions": installed_versions(SOURCE_MODEL_LIBS)}
+    key = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:20]
     path = cache_dir() / "sources" / f"{src.device_id}-{key}.pkl"
     if path.exists():
         try:
@@ -390,26 +392,18 @@ def shipped_source_model(src: Any) -> Any:
     return model
 
 
-def _library_versions() -> dict[str, str]:
-    """Versions of carb and the fitting libraries (the cache key of a shipped source's model)."""
-    from importlib.metadata import PackageNotFoundError, version
+def model_device_kind(model: Any) -> str:
+    """The ``kind`` of ``model``'s device fingerprint (``cpu``, ``cuda``, ...); ``cpu`` when it has none or it
+    cannot be read (models fitted on data without a fingerprint are CPU models)."""
+    from carb.model.transfer import fingerprint_kind
 
-    out = {}
-    for lib in ("carb", "scikit-learn", "xgboost", "lightgbm", "numpy", "pandas"):
-        try:
-            out[lib] = version(lib)
-        except PackageNotFoundError:
-            out[lib] = "none"
-    return out
+    return fingerprint_kind(getattr(model, "device_fingerprint_", None)) or "cpu"
 
 
 def refuse_gpu_source(source: Any, source_uri: str) -> None:
     """One-line :class:`ConfigError` when ``source`` is a GPU model: a device probe (carb-probe) times CPU
     convolutions, so it cannot transfer a GPU's model."""
-    try:
-        kind = json.loads(getattr(source, "device_fingerprint_", None) or "{}").get("kind", "cpu")
-    except (TypeError, ValueError, AttributeError):
-        kind = "cpu"
+    kind = model_device_kind(source)
     if kind != "cpu":
         raise ConfigError(f"probe: device probes time CPU convolutions; the source model {source_uri} is of "
                           f"{getattr(source, 'device_name_', '?')!r} ({kind}): use spec=<GPU> for a GPU zero-shot")

@@ -465,15 +465,10 @@ def reparameterize(model: nn.Module, label: str = "") -> nn.Module:
 @functools.lru_cache(maxsize=1)
 def _versions() -> str:
     """Versions the cached tables depend on (installed distributions; nothing is imported)."""
-    from importlib.metadata import PackageNotFoundError, version
+    from carb.resources import installed_versions
 
-    out = [f"tracer={TRACER_VERSION}"]
-    for dist in ("torch", "torchvision", "timm", "pandas"):
-        try:
-            out.append(f"{dist}={version(dist)}")
-        except PackageNotFoundError:
-            out.append(f"{dist}=none")
-    return ",".join(out)
+    libs = installed_versions(("torch", "torchvision", "timm", "pandas"))
+    return ",".join([f"tracer={TRACER_VERSION}", *(f"{d}={v}" for d, v in libs.items())])
 
 
 def cache_path(key: str, chw: tuple[int, int, int]) -> Path:

@@ -228,7 +228,7 @@ def other_ratio(models: dict[str, Any], source_probe: pd.DataFrame, precision: s
     return float(np.exp(np.median(np.log(num[ok] / den[ok])))) if ok.any() else 1.0
 
 
-def _fingerprint_kind(fingerprint: str | None) -> str | None:
+def fingerprint_kind(fingerprint: str | None) -> str | None:
     """The ``kind`` of a device fingerprint (JSON text), None when unreadable."""
     import json
 
@@ -312,7 +312,8 @@ class TransferredCascade:
                  source_weighting: str = "inverse_loo") -> None:
         self.source_ = source
         if source_weighting not in SOURCE_WEIGHTINGS:
-            raise DatasetError(f"transfer.source_weighting: {source_weighting!r}; allowed: {', '.join(SOURCE_WEIGHTINGS)}")
+            raise DatasetError(f"transfer.source_weighting: {source_weighting!r}; "
+                               f"allowed: {', '.join(SOURCE_WEIGHTINGS)}")
         self.source_weighting = source_weighting
         self.base_offsets_only, self.keep_zero_shot = bool(base_offsets_only), bool(keep_zero_shot)
         self.unseen_widen = float(unseen_widen)
@@ -351,19 +352,15 @@ class TransferredCascade:
     def _default_base(self) -> str:
         """The latency base the K rows calibrate unless leave-one-out says otherwise: several sources' probe
         zero-shots combined (``multi``, :meth:`add_sources`), else the device probes' ratio, else the spec
-        records' ratio, else the source's own prediction."""
-        if self.__dict__.get("probe_models_") and self.__dict__.get("extra_sources_"):
-            return "multi"
-        if self.__dict__.get("probe_models_"):
-            return "probe"
-        return "spec" if self.__dict__.get("spec_log_ratio_") else "source"
+        records' ratio, else the source's own prediction: the first of :meth:`_base_candidates`."""
+        return self._base_candidates()[0]
 
     def _base_candidates(self) -> list[str]:
-        """The latency bases this transfer can start from, default first (:meth:`_default_base`)."""
-        multi = bool(self.__dict__.get("probe_models_") and self.__dict__.get("extra_sources_"))
-        have = [b for b, ok in (("multi", multi), ("probe", bool(self.__dict__.get("probe_models_"))),
-                                ("spec", bool(self.__dict__.get("spec_log_ratio_"))), ("source", True)) if ok]
-        return have
+        """The latency bases this transfer can start from, in order of preference (the first is the default,
+        :meth:`_default_base`)."""
+        probe, spec = bool(self.__dict__.get("probe_models_")), bool(self.__dict__.get("spec_log_ratio_"))
+        multi = probe and bool(self.__dict__.get("extra_sources_"))
+        return [b for b, ok in (("multi", multi), ("probe", probe), ("spec", spec), ("source", True)) if ok]
 
     def _log_base(self, X: pd.DataFrame, base: str, p: np.ndarray | None = None) -> np.ndarray:
         """Per row (n,): log of a base's latency over the source's own (stand-in) prediction ``p`` (ms,
@@ -577,7 +574,7 @@ class TransferredCascade:
         "default": ...}``: :func:`~carb.model.transfer_prior.floor_half`). Returns the entry (None: the interval
         is left as it was)."""
         from carb.model.transfer_prior import (device_level_band, floor_half, held_out_level_band,
-                                               precision_widening, row_scale)
+                                               precision_widening, row_scale, symmetric_log_ratios)
 
         kind = kind if kind is not None else self.__dict__.get("device_kind_")
         info = (getattr(self, "transfer_", None) or {}).get(target) or {}
@@ -590,7 +587,7 @@ class TransferredCascade:
             byp = dict(entry.get("precision_log_ratios") or {})   # a precision whose own K rows err more: wider
             for p, f in precision_widening(loo, lp, scale, self.prior_rows).items():
                 h = max(entry["upper"] * f, max(byp.get(p, [0.0])))
-                byp[p] = [round(v, 6) for v in [-h] * 50 + [h] * 50]
+                byp[p] = symmetric_log_ratios(h)
             if byp:
                 entry["precision_log_ratios"] = byp
         if entry is None:
@@ -610,8 +607,7 @@ class TransferredCascade:
                              n_devices=0, kind=kind)
             wider = {p: h for p, h in by_prec.items() if h > max(-entry["lower"], entry["upper"])}
             if wider:
-                entry["precision_log_ratios"] = {p: [round(v, 6) for v in [-h] * 50 + [h] * 50]
-                                                 for p, h in wider.items()}
+                entry["precision_log_ratios"] = {p: symmetric_log_ratios(h) for p, h in wider.items()}
         src = (getattr(self.source_, "intervals_", None) or {}).get(target)
         if isinstance(src, dict) and "outside" in src:
             entry = {**entry, "outside": src["outside"]}
@@ -992,7 +988,7 @@ class TransferredCascade:
         from carb.model.intervals import conformal_bounds
         from carb.model.transfer_band import BAND_COVERAGE, with_transfer_band
 
-        src_kind = {"cuda": "gpu", "cpu": "cpu"}.get(str(_fingerprint_kind(getattr(self.source_, "device_fingerprint_",
+        src_kind = {"cuda": "gpu", "cpu": "cpu"}.get(str(fingerprint_kind(getattr(self.source_, "device_fingerprint_",
                                                                                    None))))
         mine = self.__dict__.get("device_kind_")
         if entry is None or not isinstance(src_entry, dict) or not src_entry.get("log_ratios") or \

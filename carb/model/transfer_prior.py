@@ -110,6 +110,12 @@ def loo_stat(abs_loo: np.ndarray) -> float:
     return float({"median": np.median, "mean": np.mean, "rms": lambda v: np.sqrt(np.mean(v ** 2))}[LOO_STAT](a))
 
 
+def symmetric_log_ratios(half: float) -> list[float]:
+    """A precision's ``precision_log_ratios`` entry for a symmetric band of half-width ``half`` (log): 50 points
+    at ``-half`` and 50 at ``+half`` (rounded to 6 digits), whose quantiles are the band's edges."""
+    return [round(v, 6) for v in [-half] * 50 + [half] * 50]
+
+
 def _pair_points(abs_err: np.ndarray) -> np.ndarray:
     """One pair's ``|log error|`` as :data:`_POINTS` equally weighted quantile points."""
     return np.quantile(abs_err, (np.arange(_POINTS) + 0.5) / _POINTS)
@@ -384,7 +390,7 @@ def device_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 0.
     cls = f"{kind} " if kind else ""
     return {"lower": lower, "upper": upper, "n": int(sum(len(p) for p in points)), "coverage": float(coverage),
             "log_ratios": [],
-            **({"precision_log_ratios": {p: [round(v, 6) for v in [-h] * 50 + [h] * 50] for p, h in wider.items()}}
+            **({"precision_log_ratios": {p: symmetric_log_ratios(h) for p, h in wider.items()}}
                if wider else {}),
             "method": (f"device-level band: measured on {len(devices)} {cls}device(s) ({len(b)} pair(s)); "
                        f"device bias rms {rms_b:.3f}{' (scale-free)' if scale is not None else ''} widened "
@@ -540,7 +546,7 @@ def held_out_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 
     cls = f"{kind} " if kind else ""
     return {"lower": -half, "upper": half, "n": int(sum(len(p) for p in points)), "coverage": float(coverage),
             "log_ratios": [],
-            **({"precision_log_ratios": {p: [round(v, 6) for v in [-h] * 50 + [h] * 50] for p, h in byp.items()}}
+            **({"precision_log_ratios": {p: symmetric_log_ratios(h) for p, h in byp.items()}}
                if byp else {}),
             "method": (f"held-out error level of {len(level)} {cls}pair(s) without the target device "
                        f"({len(devices)} devices, the source's own pairs: none avoids both devices); steadier "

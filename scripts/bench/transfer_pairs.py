@@ -176,28 +176,43 @@ def zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> dict[tup
     pair whose two devices have a probe; each latency interval is calibrated on the zero-shot log errors
     of the pairs into other target devices (leave-one-device-out), none when there are none."""
     from carb.data.probes import load_probe
-    from carb.model.intervals import screening_predict
     from carb.model.transfer import TransferredCascade
 
     probes = {n: load_probe(_identity(d)[1]) for n, d in devices.items()}
     pairs = [(s, d) for s in devices for d in devices if s != d and probes[s] is not None and probes[d] is not None]
-    out, errors = {}, {}
+    out = {}
     for s, d in pairs:
         name, dev_id, fp = _identity(devices[d])
         out[(s, d)] = TransferredCascade(models[s]).fit_probe(probes[s], probes[d], fp, name, dev_id)
-        y = devices[d]["latency_ms"].to_numpy(float)
-        errors[(s, d)] = np.log(y / screening_predict(out[(s, d)], devices[d])["pred_latency_ms"].to_numpy(float))
     for s, d in pairs:
         if s not in [q[0] for q in pairs[:pairs.index((s, d))]]:
             print(f"  {probe_form_check(models[s], devices[s], out[(s, d)].probe_models_['source'], s)}", flush=True)
-    for s, d in pairs:   # leave-one-device-out: no pair involving either device (the benchmark resets these)
-        others = [errors[q] for q in pairs if not set(q) & {s, d}]
-        out[(s, d)].calibrate_zero_shot(np.concatenate(others) if others else None)
-    if pairs:
-        lo, hi = np.quantile(np.concatenate([errors[q] for q in pairs]), [0.05, 0.95])
+    band = _lodo_zero_shot_intervals(out, devices)
+    if band:
+        lo, hi = band
         print(f"  zero-shot from device probes, log error 5-95 % over {len(pairs)} pairs: [{lo:.3f}, {hi:.3f}] "
               f"({_band_check('probe', lo, hi)})", flush=True)
     return out
+
+
+def _lodo_zero_shot_intervals(out: dict[tuple[str, str], object], devices: dict[str, pd.DataFrame]
+                              ) -> tuple[float, float] | None:
+    """Calibrate each pair's zero-shot latency interval in ``out`` (pair -> transfer) on the log errors
+    log(measured / predicted) of the pairs involving neither of its devices (leave-one-device-out; none when
+    there are none; the benchmark resets these); returns the 5-95 % of every pair's log error (None: no pair)."""
+    from carb.model.intervals import screening_predict
+
+    errors = {}
+    for (s, d), tr in out.items():
+        y = devices[d]["latency_ms"].to_numpy(float)
+        errors[(s, d)] = np.log(y / screening_predict(tr, devices[d])["pred_latency_ms"].to_numpy(float))
+    for s, d in out:
+        others = [e for q, e in errors.items() if not set(q) & {s, d}]
+        out[(s, d)].calibrate_zero_shot(np.concatenate(others) if others else None)
+    if not errors:
+        return None
+    lo, hi = np.quantile(np.concatenate(list(errors.values())), [0.05, 0.95])
+    return float(lo), float(hi)
 
 
 #: ``--single-source``: CARB's answer on a CPU pair is the source's probe zero-shot alone (the earlier base), not
@@ -214,22 +229,14 @@ def multi_source_models(single: dict[tuple[str, str], object], devices: dict[str
     the same; each pair's row order puts its own source first), so the per-pair table shows one answer per
     target twice; the single-source figures are printed beside (``single_source``). Latency intervals at K = 0
     from the other targets' multi-source errors (leave-one-device-out as :func:`zero_shot_models`)."""
-    from carb.model.intervals import screening_predict
-
-    out, errors = {}, {}
+    out = {}
     for (s, d), z in single.items():
         others = [single[(u, d)] for u in devices if u not in (s, d) and (u, d) in single]
         out[(s, d)] = copy.copy(z).add_sources(others) if others else z
-        y = devices[d]["latency_ms"].to_numpy(float)
-        errors[(s, d)] = np.log(y / screening_predict(out[(s, d)], devices[d])["pred_latency_ms"].to_numpy(float))
-    pairs = list(out)
-    for s, d in pairs:
-        others = [errors[q] for q in pairs if not set(q) & {s, d}]
-        out[(s, d)].calibrate_zero_shot(np.concatenate(others) if others else None)
-    if pairs:
-        lo, hi = np.quantile(np.concatenate([errors[q] for q in pairs]), [0.05, 0.95])
+    band = _lodo_zero_shot_intervals(out, devices)
+    if band:
         print(f"  zero-shot multi-source base (every other CPU's probe zero-shot, equal weights), log error 5-95 % "
-              f"over {len(pairs)} pairs: [{lo:.3f}, {hi:.3f}]", flush=True)
+              f"over {len(out)} pairs: [{band[0]:.3f}, {band[1]:.3f}]", flush=True)
     return out
 
 
