@@ -159,8 +159,11 @@ def configured_bands() -> dict[str, object]:
     from carb.commands.cli import compose
 
     zs = compose("calibrate", []).zero_shot
+    multi = zs.get("probe_multi_log_error_band")
     return {"spec": tuple(float(v) for v in zs.log_error_band), "spec_devices": int(zs.band_devices),
-            "probe": tuple(float(v) for v in zs.probe_log_error_band), "probe_devices": int(zs.probe_band_devices)}
+            "probe": tuple(float(v) for v in zs.probe_log_error_band), "probe_devices": int(zs.probe_band_devices),
+            "probe_multi": tuple(float(v) for v in multi) if multi else None,
+            "probe_multi_devices": int(zs.get("probe_multi_band_devices") or 0)}
 
 
 def _band_check(kind: str, lo: float, hi: float) -> str:
@@ -237,7 +240,31 @@ def multi_source_models(single: dict[tuple[str, str], object], devices: dict[str
     if band:
         print(f"  zero-shot multi-source base (every other CPU's probe zero-shot, equal weights), log error 5-95 % "
               f"over {len(out)} pairs: [{band[0]:.3f}, {band[1]:.3f}]", flush=True)
+    entry = multi_source_band(out, devices)
+    if entry is not None:
+        c = configured_bands()["probe_multi"]
+        same = c is not None and abs(c[0] + entry["upper"]) < 5e-4 and abs(c[1] - entry["upper"]) < 5e-4
+        print(f"  zero-shot multi-source device-level band (what carb-calibrate k=0 probe=... ships with extra sources): "
+              f"[{-entry['upper']:.3f}, {entry['upper']:.3f}] on {entry['n_devices']} CPUs ({entry['method']}; "
+              + ("the band conf/calibrate.yaml states)" if same else
+                 f"conf/calibrate.yaml's zero_shot.probe_multi_log_error_band is {c}: update it to this)"), flush=True)
     return out
+
+
+def multi_source_band(out: dict[tuple[str, str], object], devices: dict[str, pd.DataFrame]) -> dict | None:
+    """The device-level band (:func:`carb.model.transfer_prior.device_level_band`, :data:`RULES`) of the
+    multi-source zero-shot's latency errors into every CPU (``out``: pair -> transfer; each target one draw per
+    precision, df = the CPUs): ``zero_shot.probe_multi_log_error_band``, what ``carb-calibrate k=0 probe=...``
+    adds to the source's interval when extra sources join (issue 44). None without a pair."""
+    from carb.model.intervals import screening_predict
+    from carb.model.transfer_prior import device_level_band
+
+    recs = []
+    for (s, d), tr in out.items():
+        rows = devices[d]
+        err = np.log(rows["latency_ms"].to_numpy(float) / screening_predict(tr, rows)["pred_latency_ms"].to_numpy(float))
+        recs.append({"pair": (s, d), "err": err, "precision": rows["precision"].astype(str).to_numpy(), "kind": "cpu"})
+    return device_level_band(recs, 0.9, 0.0, kind="cpu", rules=RULES[0]) if recs else None
 
 
 def probe_form_check(model, rows: pd.DataFrame, probe_model, name: str) -> str:
@@ -394,16 +421,21 @@ def _coverage(iv: pd.DataFrame, t: str, y: np.ndarray, m: np.ndarray, suffix: st
 PRIOR_ROWS: list[float | None] = [None]
 
 
+#: The device-level band's rules every interval of this run uses (:func:`interval_rules`; None: the defaults).
+RULES: list = [None]
+
+
 def interval_rules() -> None:
     """The device-level band's rules from ``transfer`` of ``conf/calibrate.yaml`` (``device_widen``,
-    ``unmeasured_floor``, ``level_by_precision``: :func:`carb.model.transfer_prior.configure`), as carb-calibrate
-    sets them."""
+    ``unmeasured_floor``, ``level_by_precision``, ``zero_shot_target_out``:
+    :func:`carb.model.transfer_prior.configure`), as carb-calibrate reads them, kept in :data:`RULES`."""
     from omegaconf import OmegaConf
 
     from carb.model import transfer_prior
 
     t = OmegaConf.load(ROOT / "conf" / "calibrate.yaml").transfer
-    transfer_prior.configure(t.get("device_widen"), t.get("unmeasured_floor"), t.get("level_by_precision"))
+    RULES[0] = transfer_prior.configure(t.get("device_widen"), t.get("unmeasured_floor"), t.get("level_by_precision"),
+                                        t.get("zero_shot_target_out"))
 
 
 def repeat_floor(target: str, rows: pd.DataFrame | None = None) -> float | dict[str, float]:
@@ -484,7 +516,7 @@ def set_intervals(table: pd.DataFrame, pending: list[dict], kind: str | None = N
             saved = copy.copy(tr.intervals_)
         floor = repeat_floor(q["target"], q.get("repeat_rows"))
         entry = tr.set_device_band(q["target"], others, floor, scaled=q["k"] > 0, kind=own["kind"],
-                                   target_out=target_out_records(same, own["pair"]))
+                                   target_out=target_out_records(same, own["pair"]), rules=RULES[0])
         ivs = {"": interval(tr.intervals_, q["pred"], precision=q["precision"])} if entry else {}
         if q["k"] > 0:
             ivs["_loo"] = interval(tr.recalibrate(None).intervals_, q["pred"], precision=q["precision"])
@@ -494,14 +526,14 @@ def set_intervals(table: pd.DataFrame, pending: list[dict], kind: str | None = N
             none_of_class = entry is None and bool(own["kind"])
             if none_of_class:   # no pair of its class avoids both devices (three CPUs)
                 entry = zero_shot_target_out_band(target_out_records(same, own["pair"]), tr.coverage, own["kind"],
-                                                  floor)
+                                                  floor, RULES[0])
                 if entry is not None:   # what carb-calibrate k=0 ships for a new CPU, measured without the target
                     tr.intervals_ = {**dict(tr.intervals_ or {}), q["target"]: entry}
                     ivs[""] = interval(tr.intervals_, q["pred"], precision=q["precision"])
                     tr.intervals_ = copy.copy(saved)
             if none_of_class:   # the other class's band, for comparison only
                 other = next((r["kind"] for r in others if r["kind"] != own["kind"]), None)
-                if other and tr.set_device_band(q["target"], others, floor, scaled=False, kind=other):
+                if other and tr.set_device_band(q["target"], others, floor, scaled=False, kind=other, rules=RULES[0]):
                     ivs["_borrowed"] = interval(tr.intervals_, q["pred"], precision=q["precision"])
             tr.intervals_ = saved   # the zero-shot model is shared by every K of the pair
         at = ((table.source == q["source"]) & (table.target_device == q["target_device"]) & (table.k == q["k"])
