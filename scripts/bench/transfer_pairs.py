@@ -45,11 +45,13 @@ no CPU pair avoids both devices of a CPU pair: a CPU pair's K > 0 interval then 
 without its target device (:func:`carb.model.transfer_prior.held_out_level_band`: their held-out error level
 where it is steadier across them than its ratio to their own K-row intervals), else its own K rows'
 leave-one-out interval, and at K = 0 the band of the CPU pairs without its target device
-(:func:`carb.model.transfer_prior.zero_shot_target_out_band`: 5-95 % of their log errors, the form
-``carb-calibrate k=0 probe=...`` ships for a new CPU, measured without this one; the GPU pairs' band it would
-borrow is scored beside it, ``coverage_borrowed``, for comparison only). The band's rules are
-``conf/calibrate.yaml``'s (``transfer.device_widen``, ``unmeasured_floor``, ``level_by_precision``:
-:func:`interval_rules`). ``coverage_loo`` / ``width_loo``:
+(:func:`carb.model.transfer_prior.zero_shot_target_out_band`, ``transfer.zero_shot_target_out: device``: the
+device-level band of the other targets' multi-source zero-shot errors, t(df = their devices) x their bias rms plus
+the row residual, naming the devices; the GPU pairs' band it would borrow is scored beside it,
+``coverage_borrowed``, for comparison only); the same band over all three CPUs is
+``zero_shot.probe_multi_log_error_band`` (:func:`multi_source_band`, checked against the config). The band's rules
+are ``conf/calibrate.yaml``'s (``transfer.device_widen``, ``unmeasured_floor``, ``level_by_precision``,
+``zero_shot_target_out``: :func:`interval_rules`, passed explicitly as :data:`RULES`). ``coverage_loo`` / ``width_loo``:
 from the K rows' residuals alone. ``--errors-out carb/data/transfer-errors.csv`` writes the table of every
 pair's errors that ``carb-calibrate`` ships and the per-pair table beside it (``transfer-pairs.csv``, the
 device-level band of ``transfer.pair_prior``), with provenance. ``--interval-sweep`` / ``--precision-sweep``
