@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 
-def _multi_source(offset_sd: float, row_sd: float, rng: np.random.Generator, devs: str = "ABC") -> dict[str, np.ndarray]:
+def _multi_source(offset_sd: float, row_sd: float, rng: np.random.Generator, devs: str = "ABC"
+                  ) -> dict[str, np.ndarray]:
     """Per target device its multi-source zero-shot log errors (90 rows, 3 precisions' worth): its offset minus the
     mean offset of the other devices (its sources) plus N(0, row_sd) rows."""
     u = dict(zip(devs, rng.normal(0.0, offset_sd, len(devs))))

@@ -493,7 +493,8 @@ def _cap_unmeasured_floor(floor_log_sd: float | Mapping[str, float], raw: list[n
     """``(floor, cap)``: a floor given as one number (configured, nothing measured on this device) capped at
     the run-to-run spread the records' held-out row residuals allow (``raw``: their |residual| points in log
     units, each cell weighted equally; their ``coverage`` quantile over z) where ``rule`` (None:
-    :data:`UNMEASURED_FLOOR`) is ``class-bound`` (``cap``: the value, None when not capped); a measured floor (a mapping) as it is."""
+    :data:`UNMEASURED_FLOOR`) is ``class-bound`` (``cap``: the value, None when not capped); a measured floor (a
+    mapping) as it is."""
     if (rule or UNMEASURED_FLOOR) != "class-bound" or isinstance(floor_log_sd, Mapping) or not raw:
         return floor_log_sd, None
     from carb.data.repeatability import coverage_z

@@ -246,7 +246,8 @@ def multi_source_models(single: dict[tuple[str, str], object], devices: dict[str
     if entry is not None:
         c = configured_bands()["probe_multi"]
         same = c is not None and abs(c[0] + entry["upper"]) < 5e-4 and abs(c[1] - entry["upper"]) < 5e-4
-        print(f"  zero-shot multi-source device-level band (what carb-calibrate k=0 probe=... ships with extra sources): "
+        print("  zero-shot multi-source device-level band (what carb-calibrate k=0 probe=... ships with extra "
+              "sources): "
               f"[{-entry['upper']:.3f}, {entry['upper']:.3f}] on {entry['n_devices']} CPUs ({entry['method']}; "
               + ("the band conf/calibrate.yaml states)" if same else
                  f"conf/calibrate.yaml's zero_shot.probe_multi_log_error_band is {c}: update it to this)"), flush=True)
@@ -264,7 +265,8 @@ def multi_source_band(out: dict[tuple[str, str], object], devices: dict[str, pd.
     recs = []
     for (s, d), tr in out.items():
         rows = devices[d]
-        err = np.log(rows["latency_ms"].to_numpy(float) / screening_predict(tr, rows)["pred_latency_ms"].to_numpy(float))
+        pred = screening_predict(tr, rows)["pred_latency_ms"].to_numpy(float)
+        err = np.log(rows["latency_ms"].to_numpy(float) / pred)
         recs.append({"pair": (s, d), "err": err, "precision": rows["precision"].astype(str).to_numpy(), "kind": "cpu"})
     return device_level_band(recs, 0.9, 0.0, kind="cpu", rules=RULES[0]) if recs else None
 
@@ -888,7 +890,7 @@ def device_table(t: pd.DataFrame, kq: int | None = None) -> pd.DataFrame:
     """One row per left-out target device (every pair into it, each with that device left out of every
     prior): latency MAPE % (worst source and precision) at K = 0 (CARB's answer, :func:`product`), at the
     quickstart's K and at K = 10 (``calibrated``); coverage of the 90 % intervals pooled over the device's
-    held-out rows (latency and memory, K = 10; latency K = 0), the widest median hi/lo, and the fewest
+    held-out rows (latency and memory, K = 10; latency K = 0), the widest median hi/lo (K = 0 too), and the fewest
     devices a band was measured on (latency, memory)."""
     kq = quickstart_k() if kq is None else kq
     lat, mem = t[t["target"] == "latency_ms"], t[t["target"] == "peak_memory_MB"]
@@ -914,6 +916,8 @@ def device_table(t: pd.DataFrame, kq: int | None = None) -> pd.DataFrame:
         "k10_mape_max": k10.groupby("target_device")["mape_pct"].max(),
         "k10_spearman_min": k10.groupby("target_device")["spearman"].min(),
         "k0_coverage": pooled(lat[(lat.k == 0) & (lat.model == "zero_shot")]),
+        "k0_width_max": (lat[(lat.k == 0) & (lat.model == "zero_shot")].groupby("target_device")["width"].max()
+                         if "width" in lat else np.nan),
         "k0_borrowed_coverage": pooled_borrowed(lat[(lat.k == 0) & (lat.model == "zero_shot")]),
         "k10_coverage": pooled(k10),
         "k10_memory_coverage": pooled(mem[(mem.k == 10) & (mem.model == "calibrated")]),
