@@ -317,8 +317,11 @@ def zero_shot_band_lines() -> list[str]:
     b = configured_bands()
     return [f"Zero-shot bands that `carb-calibrate k=0` applies (`conf/calibrate.yaml`, `zero_shot`): spec sheets "
             f"(GPU) log error 5-95 % [{b['spec'][0]:.3f}, {b['spec'][1]:.3f}] measured on {b['spec_devices']} GPUs; "
-            f"device probes (CPU) [{b['probe'][0]:.3f}, {b['probe'][1]:.3f}] on {b['probe_devices']} CPUs. Each is "
-            "added to the source model's own interval (never narrower than it; P within 5-95 %).", ""]
+            f"device probes (CPU) [{b['probe'][0]:.3f}, {b['probe'][1]:.3f}] on {b['probe_devices']} CPUs"
+            + (f", with the other CPUs as extra sources (the multi-source base, the default; device-level band) "
+               f"[{b['probe_multi'][0]:.3f}, {b['probe_multi'][1]:.3f}] on {b['probe_multi_devices']} CPUs"
+               if b.get("probe_multi") else "")
+            + ". Each is added to the source model's own interval (never narrower than it; P within 5-95 %).", ""]
 
 
 def transfer_pairs_lines() -> list[str]:

@@ -231,7 +231,10 @@ def test_the_band_has_one_source_the_config():
     assert "update it" not in _band_check("spec", lo, hi) and "update it" in _band_check("spec", -0.253, 0.180)
     model_md = (Path(__file__).resolve().parents[1] / "docs" / "MODEL.md").read_text()
     typed = re.findall(r"\[(-0\.\d+), (0\.\d+)\]", model_md)
-    bands = {(f"{lo:.3f}", f"{hi:.3f}"), tuple(f"{float(v):.3f}" for v in zs.probe_log_error_band)}
+    bands = {(f"{lo:.3f}", f"{hi:.3f}"), tuple(f"{float(v):.3f}" for v in zs.probe_log_error_band),
+             tuple(f"{float(v):.3f}" for v in zs.probe_multi_log_error_band)}
+    multi = zero_shot_band_lines()[0]
+    assert f"[{float(zs.probe_multi_log_error_band[0]):.3f}, {float(zs.probe_multi_log_error_band[1]):.3f}]" in multi
     assert all(b in bands for b in typed), typed
 
 

@@ -145,6 +145,8 @@ def test_k0_band_of_the_pairs_without_the_target_names_its_devices(monkeypatch):
     from carb.model import transfer_prior
     from carb.model.transfer_prior import target_out_records, zero_shot_target_out_band
 
+    monkeypatch.setattr(transfer_prior, "ZERO_SHOT_TARGET_OUT", "quantiles")   # this form (the default: device)
+
     def coverage(offset_sd: float, row_sd: float, seed: int) -> tuple[float, float, dict]:
         rng = np.random.default_rng(seed)
         cov, gpu = [], []
@@ -168,7 +170,8 @@ def test_k0_band_of_the_pairs_without_the_target_names_its_devices(monkeypatch):
 
 def test_interval_rules_come_from_the_config_and_a_bad_value_is_one_line(monkeypatch):
     """conf/calibrate.yaml's transfer.device_widen / unmeasured_floor / level_by_precision are the module's
-    defaults and pass the schema; configure() sets them and names the key and allowed values for a bad one."""
+    defaults and pass the schema; configure() returns them (nothing module-wide changes) and names the key and
+    allowed values for a bad one."""
     from pathlib import Path
 
     from omegaconf import OmegaConf
@@ -178,11 +181,10 @@ def test_interval_rules_come_from_the_config_and_a_bad_value_is_one_line(monkeyp
     t = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "calibrate.yaml").transfer
     assert (t.device_widen, t.unmeasured_floor, t.level_by_precision) == (
         transfer_prior.DEVICE_WIDEN, transfer_prior.UNMEASURED_FLOOR, transfer_prior.LEVEL_BY_PRECISION)
-    for name in ("DEVICE_WIDEN", "UNMEASURED_FLOOR", "LEVEL_BY_PRECISION"):
-        monkeypatch.setattr(transfer_prior, name, getattr(transfer_prior, name))
-    transfer_prior.configure("pooled", "configured", "own")
+    rules = transfer_prior.configure("pooled", "configured", "own")
+    assert (rules.device_widen, rules.unmeasured_floor, rules.level_by_precision) == ("pooled", "configured", "own")
     assert (transfer_prior.DEVICE_WIDEN, transfer_prior.UNMEASURED_FLOOR, transfer_prior.LEVEL_BY_PRECISION) == (
-        "pooled", "configured", "own")
+        t.device_widen, t.unmeasured_floor, t.level_by_precision)
     with pytest.raises(ValueError, match=r"^transfer.device_widen: 'wide'; allowed: student-t, predictive, pairs, "
                                          r"pooled$"):
         transfer_prior.configure(device_widen="wide")

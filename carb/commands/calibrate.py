@@ -512,8 +512,9 @@ def transfer_settings(cfg: Any) -> dict[str, Any]:
                               "table written by python -m scripts.bench.transfer_pairs --errors-out")
     from carb.model import transfer_prior   # interval rules of the device-level band (issue 44)
 
-    transfer_prior.configure(t.get("device_widen"), t.get("unmeasured_floor"), t.get("level_by_precision"))
-    return {"affine_min_k": int(t.affine_min_k), "residual_min_k": int(t.residual_min_k),
+    rules = transfer_prior.configure(t.get("device_widen"), t.get("unmeasured_floor"), t.get("level_by_precision"),
+                                     t.get("zero_shot_target_out"))   # passed to the transfer: nothing module-wide
+    return {"interval_rules": rules,"affine_min_k": int(t.affine_min_k), "residual_min_k": int(t.residual_min_k),
             "ridge_alpha": float(t.ridge_alpha), "slope_bounds": (float(t.slope_min), float(t.slope_max)),
             "precision_shrink": ("auto" if str(t.precision_shrink) == "auto" else float(t.precision_shrink)),
             "base_offsets_only": bool(t.get("base_offsets_only", True)),

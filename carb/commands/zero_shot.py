@@ -200,18 +200,21 @@ def probe_zero_shot(cfg: Any, source: Any, src: dict[str, Any], target_id: str, 
     tr = TransferredCascade(source, coverage=float(cfg.coverage), dispatch=bool(cfg.transfer.get("dispatch", True)))
     tr.fit_probe(src_probe, dst_probe, fp, name, str(target_id))
     others = extra_sources(cfg, source, dst_probe, fp, name, str(target_id))   # transfer.extra_sources (issue 44)
+    n_band = int(cfg.zero_shot.get("probe_band_devices", 2))
     if others:
         tr.add_sources(others)
-    tr.calibrate_zero_shot(band=(band[0], band[1]))   # zero_shot.probe_log_error_band, added to the source's
-    tr.origin_ = zero_shot_origin(src, f"device probes ({src_id} -> {target_id})",
-                                  int(cfg.zero_shot.get("probe_band_devices", 2)))
+        if cfg.zero_shot.get("probe_multi_log_error_band"):   # the multi-source base's own band (issue 44)
+            band = [float(v) for v in cfg.zero_shot.probe_multi_log_error_band]
+            n_band = int(cfg.zero_shot.get("probe_multi_band_devices", n_band))
+    tr.calibrate_zero_shot(band=(band[0], band[1]))   # zero_shot.probe_(multi_)log_error_band, added to the source's
+    tr.origin_ = zero_shot_origin(src, f"device probes ({src_id} -> {target_id})", n_band)
     for p, q in (tr.stand_ins_ or {}).items():
         print(f"carb-calibrate: {p} runs on another kernel path on {name} than on the source's CPU: the "
               f"source's {q} cost stands in for it")
     print_unseen(tr)   # a probe without a precision the model predicts: one warning, that interval widened
     for target, info in tr.transfer_.items():
         print(f"carb-calibrate: {target}: {info['form']} ({describe_form(info)}) from 0 rows (device probes)")
-    _print_band(tr, band, "CPUs", int(cfg.zero_shot.get("probe_band_devices", 2)))
+    _print_band(tr, band, "CPUs", n_band)
     return tr, {"zero_shot": "probe", "params": {"probe": str(target_id), "zero_shot": to_dict(cfg.zero_shot)},
                 "json": {"probe": {"source": src_id, "target": str(target_id)}}, "from": "two device probes"}
 

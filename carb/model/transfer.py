@@ -309,8 +309,9 @@ class TransferredCascade:
                  prior_rows: float = 10.0, prior_targets: tuple[str, ...] = ("latency_ms", "energy_J"),
                  unseen_widen: float = 0.354, pair_prior: Any = None, repeat_floor: dict[str, float] | None = None,
                  base_offsets_only: bool = True, keep_zero_shot: bool = False,
-                 source_weighting: str = "inverse_loo") -> None:
+                 source_weighting: str = "inverse_loo", interval_rules: Any = None) -> None:
         self.source_ = source
+        self.interval_rules = interval_rules   # transfer_prior.IntervalRules of the device-level band (None: defaults)
         if source_weighting not in SOURCE_WEIGHTINGS:
             raise DatasetError(f"transfer.source_weighting: {source_weighting!r}; "
                                f"allowed: {', '.join(SOURCE_WEIGHTINGS)}")
@@ -554,8 +555,8 @@ class TransferredCascade:
 
     def set_device_band(self, target: str, records: list[dict[str, Any]],
                         floor_log_sd: float | dict[str, float] = 0.0, scaled: bool = True,
-                        kind: str | None = None, target_out: list[dict[str, Any]] | None = None
-                        ) -> dict[str, Any] | None:
+                        kind: str | None = None, target_out: list[dict[str, Any]] | None = None,
+                        rules: Any = None) -> dict[str, Any] | None:
         """Set ``intervals_[target]`` to the device-level band (:func:`carb.model.transfer_prior.device_level_band`)
         of ``records`` of this device's class (``kind``, default ``device_kind_``; other device pairs' held-out
         errors; the caller leaves out every pair involving this pair's devices:
@@ -571,17 +572,19 @@ class TransferredCascade:
         error level is steadier across them than its ratio to their own K-row intervals, the band is that
         level (:func:`~carb.model.transfer_prior.held_out_level_band`) instead of the K rows' own interval.
         Never narrower than the repeatability floor ``floor_log_sd`` (a log sd, or ``{precision: log sd,
-        "default": ...}``: :func:`~carb.model.transfer_prior.floor_half`). Returns the entry (None: the interval
-        is left as it was)."""
+        "default": ...}``: :func:`~carb.model.transfer_prior.floor_half`). ``rules``: the band's
+        :class:`~carb.model.transfer_prior.IntervalRules` (None: this transfer's ``interval_rules``, else the
+        defaults). Returns the entry (None: the interval is left as it was)."""
         from carb.model.transfer_prior import (device_level_band, floor_half, held_out_level_band,
                                                precision_widening, row_scale, symmetric_log_ratios)
 
         kind = kind if kind is not None else self.__dict__.get("device_kind_")
+        rules = rules if rules is not None else self.__dict__.get("interval_rules")
         info = (getattr(self, "transfer_", None) or {}).get(target) or {}
         loo = np.asarray(info.get("loo") or [], float)
         lp = np.asarray(info.get("loo_precision") or [], dtype=object).astype(str)
         scale = max(row_scale(loo, lp if len(lp) == len(loo) else None), 1e-6) if scaled and len(loo) >= 2 else None
-        entry = (device_level_band(records, self.coverage, floor_log_sd, scale=scale, kind=kind)
+        entry = (device_level_band(records, self.coverage, floor_log_sd, scale=scale, kind=kind, rules=rules)
                  if (scale or not scaled) else None)
         if entry is not None and scale is not None and len(lp) == len(loo):
             byp = dict(entry.get("precision_log_ratios") or {})   # a precision whose own K rows err more: wider
@@ -597,7 +600,7 @@ class TransferredCascade:
             pooled, by_prec = floor_half(floor_log_sd, self.coverage)
             cls = f"{kind} " if kind else ""
             level = held_out_level_band(_with_own_half(target_out or [], self.coverage), self.coverage,
-                                        kind) if scaled else None
+                                        kind, rules) if scaled else None
             if level is not None:
                 entry = {**level, "lower": min(level["lower"], -pooled), "upper": max(level["upper"], pooled)}
             else:

@@ -45,11 +45,13 @@ no CPU pair avoids both devices of a CPU pair: a CPU pair's K > 0 interval then 
 without its target device (:func:`carb.model.transfer_prior.held_out_level_band`: their held-out error level
 where it is steadier across them than its ratio to their own K-row intervals), else its own K rows'
 leave-one-out interval, and at K = 0 the band of the CPU pairs without its target device
-(:func:`carb.model.transfer_prior.zero_shot_target_out_band`: 5-95 % of their log errors, the form
-``carb-calibrate k=0 probe=...`` ships for a new CPU, measured without this one; the GPU pairs' band it would
-borrow is scored beside it, ``coverage_borrowed``, for comparison only). The band's rules are
-``conf/calibrate.yaml``'s (``transfer.device_widen``, ``unmeasured_floor``, ``level_by_precision``:
-:func:`interval_rules`). ``coverage_loo`` / ``width_loo``:
+(:func:`carb.model.transfer_prior.zero_shot_target_out_band`, ``transfer.zero_shot_target_out: device``: the
+device-level band of the other targets' multi-source zero-shot errors, t(df = their devices) x their bias rms plus
+the row residual, naming the devices; the GPU pairs' band it would borrow is scored beside it,
+``coverage_borrowed``, for comparison only); the same band over all three CPUs is
+``zero_shot.probe_multi_log_error_band`` (:func:`multi_source_band`, checked against the config). The band's rules
+are ``conf/calibrate.yaml``'s (``transfer.device_widen``, ``unmeasured_floor``, ``level_by_precision``,
+``zero_shot_target_out``: :func:`interval_rules`, passed explicitly as :data:`RULES`). ``coverage_loo`` / ``width_loo``:
 from the K rows' residuals alone. ``--errors-out carb/data/transfer-errors.csv`` writes the table of every
 pair's errors that ``carb-calibrate`` ships and the per-pair table beside it (``transfer-pairs.csv``, the
 device-level band of ``transfer.pair_prior``), with provenance. ``--interval-sweep`` / ``--precision-sweep``
@@ -159,8 +161,11 @@ def configured_bands() -> dict[str, object]:
     from carb.commands.cli import compose
 
     zs = compose("calibrate", []).zero_shot
+    multi = zs.get("probe_multi_log_error_band")
     return {"spec": tuple(float(v) for v in zs.log_error_band), "spec_devices": int(zs.band_devices),
-            "probe": tuple(float(v) for v in zs.probe_log_error_band), "probe_devices": int(zs.probe_band_devices)}
+            "probe": tuple(float(v) for v in zs.probe_log_error_band), "probe_devices": int(zs.probe_band_devices),
+            "probe_multi": tuple(float(v) for v in multi) if multi else None,
+            "probe_multi_devices": int(zs.get("probe_multi_band_devices") or 0)}
 
 
 def _band_check(kind: str, lo: float, hi: float) -> str:
@@ -237,7 +242,33 @@ def multi_source_models(single: dict[tuple[str, str], object], devices: dict[str
     if band:
         print(f"  zero-shot multi-source base (every other CPU's probe zero-shot, equal weights), log error 5-95 % "
               f"over {len(out)} pairs: [{band[0]:.3f}, {band[1]:.3f}]", flush=True)
+    entry = multi_source_band(out, devices)
+    if entry is not None:
+        c = configured_bands()["probe_multi"]
+        same = c is not None and abs(c[0] + entry["upper"]) < 5e-4 and abs(c[1] - entry["upper"]) < 5e-4
+        print("  zero-shot multi-source device-level band (what carb-calibrate k=0 probe=... ships with extra "
+              "sources): "
+              f"[{-entry['upper']:.3f}, {entry['upper']:.3f}] on {entry['n_devices']} CPUs ({entry['method']}; "
+              + ("the band conf/calibrate.yaml states)" if same else
+                 f"conf/calibrate.yaml's zero_shot.probe_multi_log_error_band is {c}: update it to this)"), flush=True)
     return out
+
+
+def multi_source_band(out: dict[tuple[str, str], object], devices: dict[str, pd.DataFrame]) -> dict | None:
+    """The device-level band (:func:`carb.model.transfer_prior.device_level_band`, :data:`RULES`) of the
+    multi-source zero-shot's latency errors into every CPU (``out``: pair -> transfer; each target one draw per
+    precision, df = the CPUs): ``zero_shot.probe_multi_log_error_band``, what ``carb-calibrate k=0 probe=...``
+    adds to the source's interval when extra sources join (issue 44). None without a pair."""
+    from carb.model.intervals import screening_predict
+    from carb.model.transfer_prior import device_level_band
+
+    recs = []
+    for (s, d), tr in out.items():
+        rows = devices[d]
+        pred = screening_predict(tr, rows)["pred_latency_ms"].to_numpy(float)
+        err = np.log(rows["latency_ms"].to_numpy(float) / pred)
+        recs.append({"pair": (s, d), "err": err, "precision": rows["precision"].astype(str).to_numpy(), "kind": "cpu"})
+    return device_level_band(recs, 0.9, 0.0, kind="cpu", rules=RULES[0]) if recs else None
 
 
 def probe_form_check(model, rows: pd.DataFrame, probe_model, name: str) -> str:
@@ -394,16 +425,21 @@ def _coverage(iv: pd.DataFrame, t: str, y: np.ndarray, m: np.ndarray, suffix: st
 PRIOR_ROWS: list[float | None] = [None]
 
 
+#: The device-level band's rules every interval of this run uses (:func:`interval_rules`; None: the defaults).
+RULES: list = [None]
+
+
 def interval_rules() -> None:
     """The device-level band's rules from ``transfer`` of ``conf/calibrate.yaml`` (``device_widen``,
-    ``unmeasured_floor``, ``level_by_precision``: :func:`carb.model.transfer_prior.configure`), as carb-calibrate
-    sets them."""
+    ``unmeasured_floor``, ``level_by_precision``, ``zero_shot_target_out``:
+    :func:`carb.model.transfer_prior.configure`), as carb-calibrate reads them, kept in :data:`RULES`."""
     from omegaconf import OmegaConf
 
     from carb.model import transfer_prior
 
     t = OmegaConf.load(ROOT / "conf" / "calibrate.yaml").transfer
-    transfer_prior.configure(t.get("device_widen"), t.get("unmeasured_floor"), t.get("level_by_precision"))
+    RULES[0] = transfer_prior.configure(t.get("device_widen"), t.get("unmeasured_floor"), t.get("level_by_precision"),
+                                        t.get("zero_shot_target_out"))
 
 
 def repeat_floor(target: str, rows: pd.DataFrame | None = None) -> float | dict[str, float]:
@@ -484,7 +520,7 @@ def set_intervals(table: pd.DataFrame, pending: list[dict], kind: str | None = N
             saved = copy.copy(tr.intervals_)
         floor = repeat_floor(q["target"], q.get("repeat_rows"))
         entry = tr.set_device_band(q["target"], others, floor, scaled=q["k"] > 0, kind=own["kind"],
-                                   target_out=target_out_records(same, own["pair"]))
+                                   target_out=target_out_records(same, own["pair"]), rules=RULES[0])
         ivs = {"": interval(tr.intervals_, q["pred"], precision=q["precision"])} if entry else {}
         if q["k"] > 0:
             ivs["_loo"] = interval(tr.recalibrate(None).intervals_, q["pred"], precision=q["precision"])
@@ -494,14 +530,14 @@ def set_intervals(table: pd.DataFrame, pending: list[dict], kind: str | None = N
             none_of_class = entry is None and bool(own["kind"])
             if none_of_class:   # no pair of its class avoids both devices (three CPUs)
                 entry = zero_shot_target_out_band(target_out_records(same, own["pair"]), tr.coverage, own["kind"],
-                                                  floor)
+                                                  floor, RULES[0])
                 if entry is not None:   # what carb-calibrate k=0 ships for a new CPU, measured without the target
                     tr.intervals_ = {**dict(tr.intervals_ or {}), q["target"]: entry}
                     ivs[""] = interval(tr.intervals_, q["pred"], precision=q["precision"])
                     tr.intervals_ = copy.copy(saved)
             if none_of_class:   # the other class's band, for comparison only
                 other = next((r["kind"] for r in others if r["kind"] != own["kind"]), None)
-                if other and tr.set_device_band(q["target"], others, floor, scaled=False, kind=other):
+                if other and tr.set_device_band(q["target"], others, floor, scaled=False, kind=other, rules=RULES[0]):
                     ivs["_borrowed"] = interval(tr.intervals_, q["pred"], precision=q["precision"])
             tr.intervals_ = saved   # the zero-shot model is shared by every K of the pair
         at = ((table.source == q["source"]) & (table.target_device == q["target_device"]) & (table.k == q["k"])
@@ -854,7 +890,7 @@ def device_table(t: pd.DataFrame, kq: int | None = None) -> pd.DataFrame:
     """One row per left-out target device (every pair into it, each with that device left out of every
     prior): latency MAPE % (worst source and precision) at K = 0 (CARB's answer, :func:`product`), at the
     quickstart's K and at K = 10 (``calibrated``); coverage of the 90 % intervals pooled over the device's
-    held-out rows (latency and memory, K = 10; latency K = 0), the widest median hi/lo, and the fewest
+    held-out rows (latency and memory, K = 10; latency K = 0), the widest median hi/lo (K = 0 too), and the fewest
     devices a band was measured on (latency, memory)."""
     kq = quickstart_k() if kq is None else kq
     lat, mem = t[t["target"] == "latency_ms"], t[t["target"] == "peak_memory_MB"]
@@ -880,6 +916,8 @@ def device_table(t: pd.DataFrame, kq: int | None = None) -> pd.DataFrame:
         "k10_mape_max": k10.groupby("target_device")["mape_pct"].max(),
         "k10_spearman_min": k10.groupby("target_device")["spearman"].min(),
         "k0_coverage": pooled(lat[(lat.k == 0) & (lat.model == "zero_shot")]),
+        "k0_width_max": (lat[(lat.k == 0) & (lat.model == "zero_shot")].groupby("target_device")["width"].max()
+                         if "width" in lat else np.nan),
         "k0_borrowed_coverage": pooled_borrowed(lat[(lat.k == 0) & (lat.model == "zero_shot")]),
         "k10_coverage": pooled(k10),
         "k10_memory_coverage": pooled(mem[(mem.k == 10) & (mem.model == "calibrated")]),

@@ -209,6 +209,7 @@ class Transfer(Section):
     device_widen: Literal["student-t", "predictive", "pairs", "pooled"] = "student-t"
     unmeasured_floor: Literal["configured", "class-bound"] = "class-bound"
     level_by_precision: Literal["pooled", "own", "widest"] = "widest"
+    zero_shot_target_out: Literal["quantiles", "level", "device", "none"] = "device"
     extra_sources: Annotated[Literal["auto"] | list[Text], BeforeValidator(_extra_sources)] = "auto"
     source_weighting: Literal["inverse_loo", "equal"] = "inverse_loo"
 
@@ -232,6 +233,8 @@ class ZeroShot(Section):
     probe_log_error_band: Annotated[list[float], Field(min_length=2, max_length=2)] = [-0.354, 0.222]
     band_devices: Count = 4
     probe_band_devices: Count = 3
+    probe_multi_log_error_band: Annotated[list[float], Field(min_length=2, max_length=2)] | None = None
+    probe_multi_band_devices: Count = 3
     power: ZeroShotPower | None = None
 
 
