@@ -195,3 +195,24 @@ def test_per_device_settings_apply_to_their_device_kind_only(tmp_path, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("--zoo-latency: ") and "cpu_terms" in err and "\n" not in err
+
+
+def test_one_list_of_compute_and_memory_bound_kinds_owned_by_the_tracer():
+    """The GPU and CPU latency modules read the tracer's kind lists (one object each), which split the tracer's
+    kinds with FLOPs from the memory-bound ones; on a synthetic table every compute row is a library call and
+    the memory-bound rows beyond the cache count as DRAM bytes, whatever their kind."""
+    from carb.design import trace
+    from carb.model import zoo_latency, zoo_latency_cpu
+
+    assert zoo_latency.TRACE_COMPUTE_KINDS is trace.COMPUTE_KINDS is zoo_latency_cpu.EXTERN_KINDS
+    assert zoo_latency.TRACE_MEMORY_KINDS is trace.MEMORY_BOUND_KINDS is zoo_latency_cpu.MEMORY_KINDS
+    compute, memory = set(trace.COMPUTE_KINDS), set(trace.MEMORY_BOUND_KINDS)
+    assert compute | memory <= set(trace.KINDS) and not compute & memory
+    assert set(trace.CONV_KINDS) <= compute and {"reshape", "other"}.isdisjoint(compute | memory)
+    kinds = list(trace.KINDS)
+    t = pd.DataFrame({"kind": kinds, "flops": 0.0, "bytes_read": 10e6, "bytes_written": 10e6, "param_bytes": 0.0,
+                      "params": 0.0})
+    t.attrs = {"input_shape": (1, 3, 224, 224)}
+    parts = cpu_parts(t)
+    assert parts["n_extern_calls"] == len(compute)
+    assert parts["bytes_membound_dram"] == 20e6 * len(memory)

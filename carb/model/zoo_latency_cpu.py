@@ -41,6 +41,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from carb.design.trace import COMPUTE_KINDS as EXTERN_KINDS  # each one library call under torch.compile on a CPU
+from carb.design.trace import MEMORY_BOUND_KINDS as MEMORY_KINDS
 from carb.errors import DatasetError
 
 #: A layer whose weights are each used fewer times than this per image (FLOPs / (2 x parameters)) is
@@ -52,14 +54,9 @@ CACHE_BYTES: float = 16e6
 #: Activation bytes read + written by one permuted layer norm beyond which its strided reads leave a core's
 #: L2 cache (1 MB: the i9-10940X's L2 per core); smaller ones are not counted (:func:`cpu_parts`).
 L2_BYTES: float = 1e6
-#: Memory-bound layer-table kinds (:data:`carb.model.zoo_latency.TRACE_MEMORY_KINDS`).
-MEMORY_KINDS: tuple[str, ...] = ("norm", "activation", "elementwise", "copy", "concat", "pool", "reduce")
 #: The layer-table columns :func:`cpu_parts` gives (bytes at the table's batch and precision).
 CPU_COLUMNS: tuple[str, ...] = ("bytes_weight_lowreuse", "bytes_weight_lowreuse_dram", "bytes_membound_dram",
                                  "n_extern_calls", "bytes_norm_permuted")
-#: Layer-table kinds that run as a library kernel call, not a fused loop, under ``torch.compile`` on a CPU.
-EXTERN_KINDS: tuple[str, ...] = ("conv_depthwise", "conv_pointwise", "conv_grouped", "conv_regular", "linear",
-                                 "matmul", "sdpa")
 #: The terms :func:`cpu_terms` can add, each from its column of :data:`CPU_COLUMNS`.
 CPU_TERMS: dict[str, str] = {"weight_lowreuse": "bytes_weight_lowreuse",
                              "weight_lowreuse_dram": "bytes_weight_lowreuse_dram",
