@@ -179,7 +179,8 @@ def test_per_device_settings_apply_to_their_device_kind_only(tmp_path, capsys):
     assert "per_device" not in shared and "cpu_terms" not in shared
     assert bench.zoo_latency_settings([], device_kind="gpu") == shared
     cpu = bench.zoo_latency_settings([], device_kind="cpu")
-    assert cpu["cpu_terms"] == ["weight_lowreuse", "weight_lowreuse_dram", "extern_calls", "norm_permuted"]
+    assert cpu["cpu_terms"] == ["weight_lowreuse", "weight_lowreuse_dram", "extern_calls", "norm_permuted",
+                                "depthwise_dram"]
     assert cpu["gemm_regimes"] is False and shared["gemm_regimes"] is True
     bound = {"margin": 0.0, "outside": "clip", "nested_margin": True}   # z43gpu2: the CPU file keeps the old bound
     assert {k: v for k, v in cpu.items() if k != "cpu_terms"} == shared | {"gemm_regimes": False} | bound
@@ -187,8 +188,8 @@ def test_per_device_settings_apply_to_their_device_kind_only(tmp_path, capsys):
     assert bench.zoo_latency_settings(["gemm_regimes=true"], device_kind="cpu")["gemm_regimes"] is True
     conf = (ROOT / "conf/zoo_latency/default.yaml").read_text()
     path = tmp_path / "zl.yaml"
-    path.write_text(conf.replace("cpu_terms: [weight_lowreuse, weight_lowreuse_dram, extern_calls, norm_permuted]",
-                                 "cpu_terms: [gemv]"))
+    path.write_text(conf.replace("cpu_terms: [weight_lowreuse, weight_lowreuse_dram, extern_calls, norm_permuted, "
+                                 "depthwise_dram]", "cpu_terms: [gemv]"))
     assert path.read_text() != conf
     with pytest.raises(SystemExit) as e:
         bench.zoo_latency_settings([], path=path, device_kind="cpu")
@@ -216,3 +217,42 @@ def test_one_list_of_compute_and_memory_bound_kinds_owned_by_the_tracer():
     parts = cpu_parts(t)
     assert parts["n_extern_calls"] == len(compute)
     assert parts["bytes_membound_dram"] == 20e6 * len(memory)
+
+
+def test_cpu_parts_counts_depthwise_convolutions_beyond_the_cache():
+    """Only the depthwise convolutions whose activations read + written exceed the cache count (their activation
+    bytes, weights left out): a 3x3 depthwise convolution over 1024 channels at 56x56 (12.8 MB in, 12.8 MB out),
+    not one at 14x14, nor a regular convolution or a ReLU of the same size; the term is MB per image."""
+    dw_big, dw_small = 1024 * 56 * 56 * 4, 1024 * 14 * 14 * 4
+    w = 1024 * 9 * 4
+    rows = [("conv_depthwise", 2 * 1024 * 9 * 3136, dw_big + w, dw_big, w, 1024 * 9),
+            ("conv_depthwise", 2 * 1024 * 9 * 196, dw_small + w, dw_small, w, 1024 * 9),
+            ("conv_regular", 2 * 3136 * 36864, dw_big + 147456, dw_big, 147456, 36864),
+            ("activation", 0, dw_big, dw_big, 0, 0)]
+    t = pd.DataFrame(rows, columns=["kind", "flops", "bytes_read", "bytes_written", "param_bytes", "params"])
+    t.attrs = {"input_shape": (1, 3, 224, 224)}
+    assert 2 * dw_small < CACHE_BYTES < 2 * dw_big
+    assert cpu_parts(t)["bytes_depthwise_dram"] == 2 * dw_big
+    assert cpu_parts(t, cache_bytes=1e5)["bytes_depthwise_dram"] == 2 * dw_big + 2 * dw_small
+    assert cpu_parts(_table())["bytes_depthwise_dram"] == 0.0
+    frame = pd.DataFrame({"batch_size": [1, 4], "tr_bytes_depthwise_dram": [25.7e6, 25.7e6]})
+    assert np.allclose(cpu_terms(frame, ["depthwise_dram"])["mb_depthwise_dram"], [25.7, 25.7])
+
+
+def test_additive_base_with_the_depthwise_term_carries_dram_depthwise_time_to_a_held_out_family():
+    """A held-out family whose depthwise convolutions stream 50-150 MB from DRAM (MobileOne's and ViTamin's
+    wide maps) at 0.05 ms per MB on top of the per-kind law: with ``depthwise_dram`` the base carries it there;
+    without it the other terms take that time and miss the family."""
+    rng = np.random.default_rng(1)
+    frame = _weights_frame(1)
+    heavy = (frame["family"] == "g").to_numpy()
+    frame["tr_bytes_depthwise_dram"] = np.where(heavy, rng.uniform(50e6, 150e6, len(frame)),
+                                                rng.uniform(0, 30e6, len(frame)))
+    frame["latency_ms"] = frame["latency_ms"] + 0.05 * frame["tr_bytes_depthwise_dram"] / 1e6 * frame["batch_size"]
+    test = heavy
+    y = frame.loc[test, "latency_ms"] / frame.loc[test, "batch_size"]
+    err = {}
+    for name, terms in (("with", ("weight_lowreuse", "depthwise_dram")), ("without", ("weight_lowreuse",))):
+        m = AdditiveBase(huber=None, cpu_terms=terms).fit(frame[~test])
+        err[name] = float(np.mean(np.log(np.exp(m.predict_log(frame[test])) / y)))
+    assert abs(err["with"]) < 0.02 < 0.05 < abs(err["without"])
