@@ -256,3 +256,17 @@ def test_additive_base_with_the_depthwise_term_carries_dram_depthwise_time_to_a_
         m = AdditiveBase(huber=None, cpu_terms=terms).fit(frame[~test])
         err[name] = float(np.mean(np.log(np.exp(m.predict_log(frame[test])) / y)))
     assert abs(err["with"]) < 0.02 < 0.05 < abs(err["without"])
+
+
+def test_shipped_trace_table_has_the_depthwise_dram_column_on_the_cpu_rows():
+    """``bytes_depthwise_dram`` of the shipped layer-table features: on the 1435 plain-graph rows of timm's CPU
+    file (NaN elsewhere, like the other CPU columns), 0 where a network has no depthwise convolution, never
+    more than the depthwise convolutions' bytes, positive on some (ViTamin's MbConv stages)."""
+    tr = pd.read_parquet(ROOT / "carb" / "data" / "timm-zoo-trace.parquet")
+    on = tr["bytes_depthwise_dram"].notna().to_numpy()
+    assert on.sum() == 1435 and (tr["n_extern_calls"].notna().to_numpy() == on).all()
+    t = tr[on]
+    dw = t["bytes_depthwise_dram"].to_numpy(float)
+    assert (dw >= 0).all() and (dw <= t["bytes_conv_depthwise"].to_numpy(float)).all()
+    assert (dw[t["flops_conv_depthwise"].to_numpy(float) == 0] == 0).all()
+    assert (dw[t["model"].str.startswith("vitamin_").to_numpy()] > 16e6).all()
