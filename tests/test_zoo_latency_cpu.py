@@ -179,7 +179,8 @@ def test_per_device_settings_apply_to_their_device_kind_only(tmp_path, capsys):
     assert "per_device" not in shared and "cpu_terms" not in shared
     assert bench.zoo_latency_settings([], device_kind="gpu") == shared
     cpu = bench.zoo_latency_settings([], device_kind="cpu")
-    assert cpu["cpu_terms"] == ["weight_lowreuse", "weight_lowreuse_dram", "extern_calls", "norm_permuted"]
+    assert cpu["cpu_terms"] == ["weight_lowreuse", "weight_lowreuse_dram", "extern_calls", "norm_permuted",
+                                "depthwise_dram"]
     assert cpu["gemm_regimes"] is False and shared["gemm_regimes"] is True
     bound = {"margin": 0.0, "outside": "clip", "nested_margin": True}   # z43gpu2: the CPU file keeps the old bound
     assert {k: v for k, v in cpu.items() if k != "cpu_terms"} == shared | {"gemm_regimes": False} | bound
@@ -187,11 +188,85 @@ def test_per_device_settings_apply_to_their_device_kind_only(tmp_path, capsys):
     assert bench.zoo_latency_settings(["gemm_regimes=true"], device_kind="cpu")["gemm_regimes"] is True
     conf = (ROOT / "conf/zoo_latency/default.yaml").read_text()
     path = tmp_path / "zl.yaml"
-    path.write_text(conf.replace("cpu_terms: [weight_lowreuse, weight_lowreuse_dram, extern_calls, norm_permuted]",
-                                 "cpu_terms: [gemv]"))
+    path.write_text(conf.replace("cpu_terms: [weight_lowreuse, weight_lowreuse_dram, extern_calls, norm_permuted, "
+                                 "depthwise_dram]", "cpu_terms: [gemv]"))
     assert path.read_text() != conf
     with pytest.raises(SystemExit) as e:
         bench.zoo_latency_settings([], path=path, device_kind="cpu")
     assert e.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("--zoo-latency: ") and "cpu_terms" in err and "\n" not in err
+
+
+def test_one_list_of_compute_and_memory_bound_kinds_owned_by_the_tracer():
+    """The GPU and CPU latency modules read the tracer's kind lists (one object each), which split the tracer's
+    kinds with FLOPs from the memory-bound ones; on a synthetic table every compute row is a library call and
+    the memory-bound rows beyond the cache count as DRAM bytes, whatever their kind."""
+    from carb.design import trace
+    from carb.model import zoo_latency, zoo_latency_cpu
+
+    assert zoo_latency.TRACE_COMPUTE_KINDS is trace.COMPUTE_KINDS is zoo_latency_cpu.EXTERN_KINDS
+    assert zoo_latency.TRACE_MEMORY_KINDS is trace.MEMORY_BOUND_KINDS is zoo_latency_cpu.MEMORY_KINDS
+    compute, memory = set(trace.COMPUTE_KINDS), set(trace.MEMORY_BOUND_KINDS)
+    assert compute | memory <= set(trace.KINDS) and not compute & memory
+    assert set(trace.CONV_KINDS) <= compute and {"reshape", "other"}.isdisjoint(compute | memory)
+    kinds = list(trace.KINDS)
+    t = pd.DataFrame({"kind": kinds, "flops": 0.0, "bytes_read": 10e6, "bytes_written": 10e6, "param_bytes": 0.0,
+                      "params": 0.0})
+    t.attrs = {"input_shape": (1, 3, 224, 224)}
+    parts = cpu_parts(t)
+    assert parts["n_extern_calls"] == len(compute)
+    assert parts["bytes_membound_dram"] == 20e6 * len(memory)
+
+
+def test_cpu_parts_counts_depthwise_convolutions_beyond_the_cache():
+    """Only the depthwise convolutions whose activations read + written exceed the cache count (their activation
+    bytes, weights left out): a 3x3 depthwise convolution over 1024 channels at 56x56 (12.8 MB in, 12.8 MB out),
+    not one at 14x14, nor a regular convolution or a ReLU of the same size; the term is MB per image."""
+    dw_big, dw_small = 1024 * 56 * 56 * 4, 1024 * 14 * 14 * 4
+    w = 1024 * 9 * 4
+    rows = [("conv_depthwise", 2 * 1024 * 9 * 3136, dw_big + w, dw_big, w, 1024 * 9),
+            ("conv_depthwise", 2 * 1024 * 9 * 196, dw_small + w, dw_small, w, 1024 * 9),
+            ("conv_regular", 2 * 3136 * 36864, dw_big + 147456, dw_big, 147456, 36864),
+            ("activation", 0, dw_big, dw_big, 0, 0)]
+    t = pd.DataFrame(rows, columns=["kind", "flops", "bytes_read", "bytes_written", "param_bytes", "params"])
+    t.attrs = {"input_shape": (1, 3, 224, 224)}
+    assert 2 * dw_small < CACHE_BYTES < 2 * dw_big
+    assert cpu_parts(t)["bytes_depthwise_dram"] == 2 * dw_big
+    assert cpu_parts(t, cache_bytes=1e5)["bytes_depthwise_dram"] == 2 * dw_big + 2 * dw_small
+    assert cpu_parts(_table())["bytes_depthwise_dram"] == 0.0
+    frame = pd.DataFrame({"batch_size": [1, 4], "tr_bytes_depthwise_dram": [25.7e6, 25.7e6]})
+    assert np.allclose(cpu_terms(frame, ["depthwise_dram"])["mb_depthwise_dram"], [25.7, 25.7])
+
+
+def test_additive_base_with_the_depthwise_term_carries_dram_depthwise_time_to_a_held_out_family():
+    """A held-out family whose depthwise convolutions stream 50-150 MB from DRAM (MobileOne's and ViTamin's
+    wide maps) at 0.05 ms per MB on top of the per-kind law: with ``depthwise_dram`` the base carries it there;
+    without it the other terms take that time and miss the family."""
+    rng = np.random.default_rng(1)
+    frame = _weights_frame(1)
+    heavy = (frame["family"] == "g").to_numpy()
+    frame["tr_bytes_depthwise_dram"] = np.where(heavy, rng.uniform(50e6, 150e6, len(frame)),
+                                                rng.uniform(0, 30e6, len(frame)))
+    frame["latency_ms"] = frame["latency_ms"] + 0.05 * frame["tr_bytes_depthwise_dram"] / 1e6 * frame["batch_size"]
+    test = heavy
+    y = frame.loc[test, "latency_ms"] / frame.loc[test, "batch_size"]
+    err = {}
+    for name, terms in (("with", ("weight_lowreuse", "depthwise_dram")), ("without", ("weight_lowreuse",))):
+        m = AdditiveBase(huber=None, cpu_terms=terms).fit(frame[~test])
+        err[name] = float(np.mean(np.log(np.exp(m.predict_log(frame[test])) / y)))
+    assert abs(err["with"]) < 0.02 < 0.05 < abs(err["without"])
+
+
+def test_shipped_trace_table_has_the_depthwise_dram_column_on_the_cpu_rows():
+    """``bytes_depthwise_dram`` of the shipped layer-table features: on the 1435 plain-graph rows of timm's CPU
+    file (NaN elsewhere, like the other CPU columns), 0 where a network has no depthwise convolution, never
+    more than the depthwise convolutions' bytes, positive on some (ViTamin's MbConv stages)."""
+    tr = pd.read_parquet(ROOT / "carb" / "data" / "timm-zoo-trace.parquet")
+    on = tr["bytes_depthwise_dram"].notna().to_numpy()
+    assert on.sum() == 1435 and (tr["n_extern_calls"].notna().to_numpy() == on).all()
+    t = tr[on]
+    dw = t["bytes_depthwise_dram"].to_numpy(float)
+    assert (dw >= 0).all() and (dw <= t["bytes_conv_depthwise"].to_numpy(float)).all()
+    assert (dw[t["flops_conv_depthwise"].to_numpy(float) == 0] == 0).all()
+    assert (dw[t["model"].str.startswith("vitamin_").to_numpy()] > 16e6).all()

@@ -114,6 +114,15 @@ KINDS: tuple[str, ...] = ("conv_regular", "conv_grouped", "conv_depthwise", "con
                           "sdpa", "norm", "activation", "pool", "reduce", "elementwise", "copy", "reshape",
                           "concat", "other")
 CONV_KINDS: tuple[str, ...] = KINDS[:4]
+#: The compute kinds (:data:`KINDS` that carry FLOPs: convolutions, linear layers, matrix products, attention).
+#: Each runs as one library kernel call (oneDNN / MKL / cuBLAS), not a fused loop. The one list the latency
+#: models read (:data:`carb.model.zoo_latency.TRACE_COMPUTE_KINDS`, :data:`carb.model.zoo_latency_cpu.EXTERN_KINDS`).
+COMPUTE_KINDS: tuple[str, ...] = ("conv_depthwise", "conv_pointwise", "conv_grouped", "conv_regular", "linear",
+                                  "matmul", "sdpa")
+#: The memory-bound kinds (:data:`KINDS` whose time is their bytes, not FLOPs; views and ``other`` left out).
+#: The one list the latency models read (:data:`carb.model.zoo_latency.TRACE_MEMORY_KINDS`,
+#: :data:`carb.model.zoo_latency_cpu.MEMORY_KINDS`).
+MEMORY_BOUND_KINDS: tuple[str, ...] = ("norm", "activation", "elementwise", "copy", "concat", "pool", "reduce")
 COLUMNS: tuple[str, ...] = ("op", "module", "kind", "in_shape", "out_shape", "weight_shape", "kernel", "stride",
                             "groups", "flops", "macs", "bytes_read", "bytes_written", "param_bytes", "params",
                             "live_bytes", "live_state_bytes", "state")

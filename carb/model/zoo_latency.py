@@ -40,6 +40,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from carb.design.trace import COMPUTE_KINDS as TRACE_COMPUTE_KINDS  # FLOP share of each: tr_flops_<kind> / tr_flops
+from carb.design.trace import MEMORY_BOUND_KINDS as TRACE_MEMORY_KINDS  # bytes (tr_bytes_<kind>) summed into one
 from carb.design.zoo_features import GEMM_KINDS, GEMM_REGIMES
 from carb.errors import DatasetError
 
@@ -49,11 +51,6 @@ BASE_COLUMNS: tuple[str, ...] = ("gmacs_per_image", "params", "macts_M_per_image
 CENSUS_KINDS: tuple[str, ...] = ("conv", "conv_dw", "conv_grouped", "conv_pw", "linear", "norm", "act", "attn",
                                  "pool", "leaf")
 
-#: Layer-table kinds whose FLOP share is a feature (``tr_flops_<kind>`` / ``tr_flops``).
-TRACE_COMPUTE_KINDS: tuple[str, ...] = ("conv_depthwise", "conv_pointwise", "conv_grouped", "conv_regular", "linear",
-                                        "matmul", "sdpa")
-#: Memory-bound layer-table kinds whose bytes (``tr_bytes_<kind>``) are summed into one feature.
-TRACE_MEMORY_KINDS: tuple[str, ...] = ("norm", "activation", "elementwise", "copy", "concat", "pool", "reduce")
 #: The features :func:`log_features` derives from the trace columns.
 TRACE_FEATURES: tuple[str, ...] = (*(f"tr_share_{k}" for k in TRACE_COMPUTE_KINDS), "tr_log_membound_MB",
                                    "tr_log_membound_per_gflop", "tr_log_bytes_per_mac", "tr_log_n_ops",

@@ -28,6 +28,11 @@ settings were chosen on GPUs. A CPU at batch 1 differs in ways the layer table c
   after its depthwise convolution; ViTamin's MbConv stages): it reads the map across the channel stride,
   not along memory. Its bytes read + written (activations; parameters left out), of the norms moving
   more than :data:`L2_BYTES` each (maps beyond a core's L2 cache; smaller ones stay in it).
+- **Depthwise convolutions beyond the last-level cache** (``depthwise_dram``): a depthwise convolution does
+  a few multiply-adds per byte (k x k per output element), so its time is the bytes it moves; one whose
+  activations read + written exceed :data:`CACHE_BYTES` (ViTamin's, MaxViT's, CoAtNet's and MobileViTv2's
+  MbConv stages at 56x56 and above, EfficientNets at large inputs) streams them from DRAM, a cost on top of
+  ``mb_conv_depthwise``, which then prices the depthwise convolutions that stay in cache (MobileOne's).
 
 :func:`cpu_parts` gives the layer-table columns (``scripts/data/zoo_trace_features.py`` stores them in
 ``carb/data/timm-zoo-trace.parquet``; :func:`carb.data.importers.timm_zoo.with_trace` joins them as
@@ -41,6 +46,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from carb.design.trace import COMPUTE_KINDS as EXTERN_KINDS  # each one library call under torch.compile on a CPU
+from carb.design.trace import MEMORY_BOUND_KINDS as MEMORY_KINDS
 from carb.errors import DatasetError
 
 #: A layer whose weights are each used fewer times than this per image (FLOPs / (2 x parameters)) is
@@ -52,20 +59,16 @@ CACHE_BYTES: float = 16e6
 #: Activation bytes read + written by one permuted layer norm beyond which its strided reads leave a core's
 #: L2 cache (1 MB: the i9-10940X's L2 per core); smaller ones are not counted (:func:`cpu_parts`).
 L2_BYTES: float = 1e6
-#: Memory-bound layer-table kinds (:data:`carb.model.zoo_latency.TRACE_MEMORY_KINDS`).
-MEMORY_KINDS: tuple[str, ...] = ("norm", "activation", "elementwise", "copy", "concat", "pool", "reduce")
 #: The layer-table columns :func:`cpu_parts` gives (bytes at the table's batch and precision).
 CPU_COLUMNS: tuple[str, ...] = ("bytes_weight_lowreuse", "bytes_weight_lowreuse_dram", "bytes_membound_dram",
-                                 "n_extern_calls", "bytes_norm_permuted")
-#: Layer-table kinds that run as a library kernel call, not a fused loop, under ``torch.compile`` on a CPU.
-EXTERN_KINDS: tuple[str, ...] = ("conv_depthwise", "conv_pointwise", "conv_grouped", "conv_regular", "linear",
-                                 "matmul", "sdpa")
+                                 "n_extern_calls", "bytes_norm_permuted", "bytes_depthwise_dram")
 #: The terms :func:`cpu_terms` can add, each from its column of :data:`CPU_COLUMNS`.
 CPU_TERMS: dict[str, str] = {"weight_lowreuse": "bytes_weight_lowreuse",
                              "weight_lowreuse_dram": "bytes_weight_lowreuse_dram",
                              "membound_dram": "bytes_membound_dram",
                              "extern_calls": "n_extern_calls",
-                             "norm_permuted": "bytes_norm_permuted"}
+                             "norm_permuted": "bytes_norm_permuted",
+                             "depthwise_dram": "bytes_depthwise_dram"}
 #: The terms paid once per batch (weights read, kernels called); the others per image.
 PER_BATCH_TERMS: tuple[str, ...] = ("weight_lowreuse", "weight_lowreuse_dram", "extern_calls")
 #: The terms that count calls (the term is calls per image), not bytes (MB per image).
@@ -82,7 +85,8 @@ def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CAC
     written by the memory-bound rows, :data:`MEMORY_KINDS`, that move more than ``cache_bytes`` each),
     ``n_extern_calls`` (rows of :data:`EXTERN_KINDS`: library kernel calls per forward, at any batch) and
     ``bytes_norm_permuted`` (activation bytes read + written by :func:`permuted_norm_rows`' norms that
-    move more than ``l2_bytes`` each).
+    move more than ``l2_bytes`` each) and ``bytes_depthwise_dram`` (activation bytes read + written by the
+    depthwise convolutions, ``conv_depthwise``, that move more than ``cache_bytes`` each).
     Same batch and precision as ``table`` (timm's CPU file: batch 1, fp32)."""
     batch = float(table.attrs.get("input_shape", (1,))[0])
     pb = table["param_bytes"].to_numpy(float)
@@ -97,7 +101,8 @@ def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CAC
             "bytes_weight_lowreuse_dram": float(pb[low & (pb > cache_bytes)].sum()),
             "bytes_membound_dram": float(moved[mem & (moved > cache_bytes)].sum()),
             "n_extern_calls": float(table["kind"].isin(EXTERN_KINDS).sum()),
-            "bytes_norm_permuted": float(act[permuted_norm_rows(table) & (act > l2_bytes)].sum())}
+            "bytes_norm_permuted": float(act[permuted_norm_rows(table) & (act > l2_bytes)].sum()),
+            "bytes_depthwise_dram": float(act[(table["kind"] == "conv_depthwise").to_numpy() & (act > cache_bytes)].sum())}
 
 
 def permuted_norm_rows(table: Any) -> np.ndarray:
