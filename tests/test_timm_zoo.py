@@ -620,15 +620,39 @@ def test_correction_beyond_the_span_falls_back_to_the_base_and_the_evaluation_ta
     p = m.predict_log(df[test])
     assert beyond.any() and np.allclose(p[beyond.to_numpy()], c["base"][beyond])
     assert np.allclose(p[~beyond.to_numpy()], c["corrected"][~beyond])
-    # the evaluation: the model's fixed margin (no carb_margin column) unless nested_margin
-    models = {"b1": FlopsLogLog, "hj": HiddenJoulesRegression,
-              "carb": lambda: ZooLatencyModel(n_estimators=20, min_child_samples=5, margin=0.0, outside="base",
-                                              nested_margin=False)}
-    table, _ = evaluate_device(df, models=models)
+    # the evaluation: the model's fixed margin (no carb_margin column) unless the settings' nested_margin
+    models = {"b1": FlopsLogLog, "hj": HiddenJoulesRegression, "carb": ZooLatencyModel}
+    fast = {"n_estimators": 20, "min_child_samples": 5}
+    table, _ = evaluate_device(df, models=models, settings=fast | {"margin": 0.0, "outside": "base",
+                                                                   "nested_margin": False})
     assert "carb_margin" not in table
-    models["carb"] = lambda: ZooLatencyModel(n_estimators=20, min_child_samples=5, nested_margin=True)
-    table, _ = evaluate_device(df, models=models)
+    table, _ = evaluate_device(df, models=models, settings=fast | {"nested_margin": True})
     assert "carb_margin" in table and table["carb_margin"].notna().all()
+
+
+def test_evaluation_reads_the_bound_from_the_settings_and_builds_carb_only_per_fold():
+    """``evaluate_device`` takes ``nested_margin`` / ``outside`` from CARB's settings (conf/zoo_latency's keys),
+    missing keys from ZooLatencyModel's defaults, and builds CARB's model once per held-out family only, never
+    once more just to read its settings."""
+    from carb.analysis.zoo_eval import bound_settings
+
+    assert bound_settings(None) == (False, "overshoot")   # ZooLatencyModel's defaults
+    assert bound_settings({"nested_margin": True, "outside": "clip"}) == (True, "clip")
+    assert bound_settings({"outside": "base"}) == (False, "base")
+    df = zoo_frame({f: 6 for f in "abcd"}, seed=5, noise=0.05)
+    built = []
+
+    def carb():
+        built.append(1)
+        return ZooLatencyModel(n_estimators=10, min_child_samples=5, nested_margin=True)
+
+    models = {"b1": FlopsLogLog, "hj": HiddenJoulesRegression, "carb": carb}
+    table, _ = evaluate_device(df, models=models)
+    # 4 held-out families, 4 builds; the factory's nested_margin is not read: the settings' default (False) is
+    assert len(built) == 4 and "carb_margin" not in table
+    table, _ = evaluate_device(df, models=models, settings={"n_estimators": 10, "min_child_samples": 5,
+                                                            "nested_margin": True, "outside": "clip"})
+    assert len(built) == 4 and table["carb_margin"].notna().all()   # settings' model replaced the factory
 
 
 def test_zoo_latency_settings_from_conf_checked_by_the_schema(capsys):
