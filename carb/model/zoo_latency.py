@@ -16,7 +16,8 @@ and predicts ``latency_ms`` per batch (n,), so batches of different size are one
   is priced by its mix of kinds (explicit matrix products by their intensity regime, not by kind:
   :func:`carb.design.zoo_features.gemm_regimes`; under autocast the memory-bound bytes moved at fp32 apart:
   :func:`carb.design.zoo_features.amp_memory_split`; attention off the fused kernels by every byte its math
-  path moves: :func:`sdpa_math_bytes`; operations of no other kind by their bytes);
+  path moves: :func:`sdpa_math_bytes`; operations of no other kind by their bytes; on a GPU, non-square depthwise
+  convolutions, which PyTorch keeps off cuDNN, by their FLOPs on top: :func:`gpu_parts`);
   it is fitted Huber-robust on the log error (:func:`huber_weights`), so a
   family whose time its layer table does not explain (a graph traced other than the one timed) pulls the
   costs of the others less. A row without one takes a log-linear base on params, GMACs, activations,
@@ -487,7 +488,10 @@ class ZooLatencyModel:
     each, worst family and lowest Spearman no worse on any (docs/MODEL.md). The correction lifts LeViT above
     both the base and HJ; the base alone was closer than the span's edge.
     ``dw_nonsquare``: the additive base prices the FLOPs of non-square depthwise convolutions on GPU rows on
-    top of the depthwise cost (:func:`additive_terms`, :func:`gpu_parts`).
+    top of the depthwise cost (:func:`additive_terms`, :func:`gpu_parts`: PyTorch keeps them off cuDNN). On
+    against off (session of 2026-12-07, round 3): families within 20 % 76, 82, 82, 79 against 76, 81, 81, 77,
+    pooled MAPE lower on each GPU (GhostNetV 24-27 % -> 2-5 %, Inception 8-10 points lower); the worst family
+    worse on the PRO 6000 (``test`` 37.6 -> 39.5 %) and RTX 3090 (FastViT 31.3 -> 31.6 %) (docs/MODEL.md).
     """
 
     def __init__(self, n_estimators: int = 300, learning_rate: float = 0.03, num_leaves: int = 15,
@@ -496,7 +500,7 @@ class ZooLatencyModel:
                  residual: float = 1.0, margin: float | None = 0.05, gemm_regimes: bool = True,
                  amp_split: bool = True, sdpa_math_io: bool = True, other_bytes: bool = True,
                  cpu_terms: tuple[str, ...] = (), outside: str = "overshoot", nested_margin: bool = False,
-                 dw_nonsquare: bool = False):
+                 dw_nonsquare: bool = True):
         if base not in ("loglinear", "additive"):
             raise DatasetError(f"ZooLatencyModel: base={base!r} is not allowed; allowed: loglinear, additive")
         self.n_estimators, self.learning_rate = n_estimators, learning_rate
