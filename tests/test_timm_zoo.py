@@ -620,15 +620,39 @@ def test_correction_beyond_the_span_falls_back_to_the_base_and_the_evaluation_ta
     p = m.predict_log(df[test])
     assert beyond.any() and np.allclose(p[beyond.to_numpy()], c["base"][beyond])
     assert np.allclose(p[~beyond.to_numpy()], c["corrected"][~beyond])
-    # the evaluation: the model's fixed margin (no carb_margin column) unless nested_margin
-    models = {"b1": FlopsLogLog, "hj": HiddenJoulesRegression,
-              "carb": lambda: ZooLatencyModel(n_estimators=20, min_child_samples=5, margin=0.0, outside="base",
-                                              nested_margin=False)}
-    table, _ = evaluate_device(df, models=models)
+    # the evaluation: the model's fixed margin (no carb_margin column) unless the settings' nested_margin
+    models = {"b1": FlopsLogLog, "hj": HiddenJoulesRegression, "carb": ZooLatencyModel}
+    fast = {"n_estimators": 20, "min_child_samples": 5}
+    table, _ = evaluate_device(df, models=models, settings=fast | {"margin": 0.0, "outside": "base",
+                                                                   "nested_margin": False})
     assert "carb_margin" not in table
-    models["carb"] = lambda: ZooLatencyModel(n_estimators=20, min_child_samples=5, nested_margin=True)
-    table, _ = evaluate_device(df, models=models)
+    table, _ = evaluate_device(df, models=models, settings=fast | {"nested_margin": True})
     assert "carb_margin" in table and table["carb_margin"].notna().all()
+
+
+def test_evaluation_reads_the_bound_from_the_settings_and_builds_carb_only_per_fold():
+    """``evaluate_device`` takes ``nested_margin`` / ``outside`` from CARB's settings (conf/zoo_latency's keys),
+    missing keys from ZooLatencyModel's defaults, and builds CARB's model once per held-out family only, never
+    once more just to read its settings."""
+    from carb.analysis.zoo_eval import bound_settings
+
+    assert bound_settings(None) == (False, "overshoot")   # ZooLatencyModel's defaults
+    assert bound_settings({"nested_margin": True, "outside": "clip"}) == (True, "clip")
+    assert bound_settings({"outside": "base"}) == (False, "base")
+    df = zoo_frame({f: 6 for f in "abcd"}, seed=5, noise=0.05)
+    built = []
+
+    def carb():
+        built.append(1)
+        return ZooLatencyModel(n_estimators=10, min_child_samples=5, nested_margin=True)
+
+    models = {"b1": FlopsLogLog, "hj": HiddenJoulesRegression, "carb": carb}
+    table, _ = evaluate_device(df, models=models)
+    # 4 held-out families, 4 builds; the factory's nested_margin is not read: the settings' default (False) is
+    assert len(built) == 4 and "carb_margin" not in table
+    table, _ = evaluate_device(df, models=models, settings={"n_estimators": 10, "min_child_samples": 5,
+                                                            "nested_margin": True, "outside": "clip"})
+    assert len(built) == 4 and table["carb_margin"].notna().all()   # settings' model replaced the factory
 
 
 def test_zoo_latency_settings_from_conf_checked_by_the_schema(capsys):
@@ -739,3 +763,64 @@ def test_shipped_trace_table_has_math_attention_operands_where_the_math_path_run
     r = subprocess.run([sys.executable, str(ROOT / "scripts/data/zoo_trace_features.py"), "--refresh",
                         "--refresh-where", "no_such_column"], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and r.stderr.strip().startswith("--refresh-where: ") and "\n" not in r.stderr.strip()
+
+
+def test_gpu_parts_count_only_non_square_depthwise_flops():
+    """``gpu_parts`` sums the FLOPs of depthwise convolutions whose kernel is not square (1x5 / 5x1, the ones
+    PyTorch keeps off cuDNN), not square depthwise ones, not a non-square regular convolution."""
+    from carb.model.zoo_latency import gpu_parts
+
+    table = pd.DataFrame({"kind": ["conv_depthwise", "conv_depthwise", "conv_depthwise", "conv_regular", "linear"],
+                          "weight_shape": [(64, 1, 1, 5), (64, 1, 5, 1), (64, 1, 3, 3), (64, 32, 1, 7), (10, 64)],
+                          "flops": [1e6, 2e6, 4e6, 8e6, 16e6]})
+    assert gpu_parts(table) == {"flops_conv_dw_nonsquare": 3e6}
+    assert gpu_parts(table.iloc[2:]) == {"flops_conv_dw_nonsquare": 0.0}
+
+
+def _nonsquare_frame(seed: int = 0) -> pd.DataFrame:
+    """:func:`_additive_frame`'s rows on a GPU where families ``f`` and ``g`` have non-square depthwise
+    convolutions (``tr_flops_conv_dw_nonsquare``, part of their depthwise FLOPs) that cost 0.5 ms per GFLOP in
+    all (the law's 0.2 per depthwise GFLOP and 0.3 on top)."""
+    rng = np.random.default_rng(seed)
+    out = _additive_frame(seed).assign(device_kind="gpu")
+    fam = out["family"].to_numpy()
+    nonsq = np.where(np.isin(fam, ["f", "g"]), rng.uniform(0.2, 0.6, len(out)) * 1e9, 0.0)
+    out["tr_flops_conv_dw_nonsquare"] = nonsq
+    out["tr_flops_conv_depthwise"] = out["tr_flops_conv_depthwise"] + nonsq
+    b = out["batch_size"].to_numpy(float)
+    return out.assign(latency_ms=out["latency_ms"] + 0.5 * nonsq / 1e9 * b)
+
+
+def test_additive_base_prices_non_square_depthwise_on_gpu_rows_for_a_held_out_family():
+    """With ``dw_nonsquare`` the base has ``gflop_conv_dw_nonsquare`` (GFLOPs, 0 on a CPU row) and carries its
+    cost from ``f`` to the held-out ``g``; without it ``g`` is predicted too fast. The setting is
+    conf/zoo_latency's (``dw_nonsquare``, schema ZooLatency) and reaches the model's base."""
+    from carb.model.zoo_latency import AdditiveBase, additive_terms
+
+    frame = _nonsquare_frame()
+    on, off = additive_terms(frame, dw_nonsquare=True), additive_terms(frame)
+    assert "gflop_conv_dw_nonsquare" not in off.columns
+    assert np.allclose(on["gflop_conv_dw_nonsquare"], frame["tr_flops_conv_dw_nonsquare"] / 1e9)
+    cpu = additive_terms(frame.assign(device_kind="cpu"), dw_nonsquare=True)
+    assert (cpu["gflop_conv_dw_nonsquare"] == 0).all()   # cuDNN's depthwise rule is a GPU matter
+    test = (frame["family"] == "g").to_numpy()
+    y = (frame.loc[test, "latency_ms"] / frame.loc[test, "batch_size"]).to_numpy(float)
+    err = {}
+    for flag in (False, True):
+        m = AdditiveBase(huber=None, dw_nonsquare=flag).fit(frame[~test])
+        err[flag] = np.log(np.exp(m.predict_log(frame[test])) / y)
+    assert np.abs(err[True]).mean() < 0.02 and err[False].mean() < -0.05
+    model = ZooLatencyModel(n_estimators=20, min_child_samples=5, dw_nonsquare=True).fit(frame[~test])
+    assert model.tbase_.dw_nonsquare and "gflop_conv_dw_nonsquare" in model.tbase_.terms_
+
+
+def test_shipped_trace_table_has_non_square_depthwise_flops():
+    """``flops_conv_dw_nonsquare`` of the shipped layer-table features: positive only where the table has
+    depthwise FLOPs, never above them, and on GhostNetV2 (its DFC attention's 1x5 / 5x1 convolutions)."""
+    tr = pd.read_parquet(ROOT / "carb" / "data" / "timm-zoo-trace.parquet")
+    tr = tr[tr["refused"].isna()]
+    nonsq = tr["flops_conv_dw_nonsquare"].to_numpy(float)
+    dw = tr["flops_conv_depthwise"].to_numpy(float)
+    assert np.isfinite(nonsq).all() and (nonsq <= dw).all() and ((nonsq > 0) <= (dw > 0)).all()
+    assert (nonsq[tr["model"].str.startswith("ghostnetv2").to_numpy()] > 0).all()
+    assert (nonsq[tr["model"].str.startswith("resnet").to_numpy()] == 0).all()

@@ -15,7 +15,8 @@ its calibration (jackknife+-style: the models that produced the other families' 
 
 CARB's bound: :class:`~carb.model.zoo_latency.ZooLatencyModel` keeps its corrected prediction within a
 margin of the span between its base and Hidden Joules' regression (:func:`carb.model.zoo_latency.bounded`).
-With the model's ``nested_margin`` (:func:`nested_margin`; else, by default, the model's own margin) the
+With ``nested_margin`` among CARB's settings (:func:`nested_margin`, :func:`bound_settings`: read from the
+settings, ``conf/zoo_latency``'s keys, not from a model; else, by default, the model's own margin) the
 margin of held-out family f is chosen from :data:`MARGINS` on the *other* scored families' LOFO predictions
 (the margin whose mean family MAPE over them is lowest), never on f's rows, as the intervals are (jackknife
 over families: the models that predicted the other families did see f).
@@ -216,19 +217,39 @@ def device_summary(table: pd.DataFrame, pred: pd.DataFrame) -> dict[str, float]:
     return out
 
 
+def bound_settings(settings: Mapping[str, object] | None = None) -> tuple[bool, str]:
+    """``(nested_margin, outside)`` of CARB's bound for the evaluation, read from ``settings`` (the keyword
+    settings of :class:`~carb.model.zoo_latency.ZooLatencyModel`, ``conf/zoo_latency/default.yaml``'s keys),
+    each missing key taken from the class's defaults (its signature): no model is built to read them."""
+    import inspect
+
+    defaults = inspect.signature(ZooLatencyModel).parameters
+    given = dict(settings or {})
+    nested = given.get("nested_margin", defaults["nested_margin"].default)
+    outside = given.get("outside", defaults["outside"].default)
+    return bool(nested), str(outside)
+
+
 def evaluate_device(frame: pd.DataFrame, min_models: int = 5, coverage: float = 0.9,
-                    models: Mapping[str, Callable[[], object]] = MODELS) -> tuple[pd.DataFrame, dict]:
-    """LOFO of one device's zoo rows: (per-family table, summary). CARB's margin is :func:`nested_margin`'s
-    where its model's ``nested_margin`` is set (with its ``outside``), else the model's own. Raises
-    :class:`DatasetError` when fewer than 2 families have ``min_models`` models."""
+                    models: Mapping[str, Callable[[], object]] = MODELS,
+                    settings: Mapping[str, object] | None = None) -> tuple[pd.DataFrame, dict]:
+    """LOFO of one device's zoo rows: (per-family table, summary). ``settings``: CARB's keyword settings
+    (``conf/zoo_latency``'s keys, as ``scripts/bench/zoo.py`` reads them); with them, ``models``' ``carb`` is
+    :class:`~carb.model.zoo_latency.ZooLatencyModel` built from them. CARB's margin is :func:`nested_margin`'s
+    (with its ``outside``) where ``settings``' ``nested_margin`` is set, else the model's own
+    (:func:`bound_settings`: a key ``settings`` lacks is the class's default). Raises :class:`DatasetError`
+    when fewer than 2 families have ``min_models`` models."""
+    if settings is not None and "carb" in models:
+        own = dict(settings)
+        models = {**models, "carb": lambda: ZooLatencyModel(**own)}
     rows = usable_rows(frame)
     fams = scored_families(rows, min_models)
     if len(fams) < 2:
         raise DatasetError(f"zoo evaluation: {len(fams)} families with >= {min_models} models; need 2")
     pred, chosen = lofo_predictions(rows, fams, models), {}
-    carb = models["carb"]() if "carb" in models else None
-    if getattr(carb, "nested_margin", True):
-        pred, chosen = nested_margin(pred, outside=getattr(carb, "outside", "clip"))
+    nested, outside = bound_settings(settings)
+    if "carb" in models and nested:
+        pred, chosen = nested_margin(pred, outside=outside)
     pred = family_intervals(pred, coverage=coverage)
     table = family_table(pred, tuple(models))
     if chosen:

@@ -16,7 +16,8 @@ and predicts ``latency_ms`` per batch (n,), so batches of different size are one
   is priced by its mix of kinds (explicit matrix products by their intensity regime, not by kind:
   :func:`carb.design.zoo_features.gemm_regimes`; under autocast the memory-bound bytes moved at fp32 apart:
   :func:`carb.design.zoo_features.amp_memory_split`; attention off the fused kernels by every byte its math
-  path moves: :func:`sdpa_math_bytes`; operations of no other kind by their bytes);
+  path moves: :func:`sdpa_math_bytes`; operations of no other kind by their bytes; on a GPU, non-square depthwise
+  convolutions, which PyTorch keeps off cuDNN, by their FLOPs on top: :func:`gpu_parts`);
   it is fitted Huber-robust on the log error (:func:`huber_weights`), so a
   family whose time its layer table does not explain (a graph traced other than the one timed) pulls the
   costs of the others less. A row without one takes a log-linear base on params, GMACs, activations,
@@ -173,7 +174,8 @@ ADDITIVE_BYTE_KINDS: tuple[str, ...] = ("conv_regular", "conv_pointwise", "conv_
 
 
 def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: bool = False,
-                   sdpa_math_io: bool = False, other_bytes: bool = False) -> pd.DataFrame:
+                   sdpa_math_io: bool = False, other_bytes: bool = False,
+                   dw_nonsquare: bool = False) -> pd.DataFrame:
     """The terms of :class:`AdditiveBase` (n rows, each a time source per image in its own unit), from the
     ``tr_*`` columns (per image, fp32) and ``batch_size``: ``gflop_<kind>`` (GFLOPs of each compute kind,
     :data:`TRACE_COMPUTE_KINDS`), ``mb_<kind>`` (MB read + written by each memory-bound kind,
@@ -196,7 +198,10 @@ def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: b
     passes too (:func:`sdpa_math_bytes`), not only the scores'. With ``other_bytes``, ``mb_other``: the bytes of
     operations of no other kind (VOLO's ``im2col`` / ``col2im``, blur pooling's padding), which no term priced, on
     rows timed eagerly (:func:`eager_rows`; 0 under ``torch.compile``, whose kernels lower and fuse them).
-    NaN in a row without a trace."""
+    With ``dw_nonsquare`` and the trace's ``flops_conv_dw_nonsquare`` (:func:`gpu_parts`),
+    ``gflop_conv_dw_nonsquare``: the GFLOPs of non-square depthwise convolutions, priced on top of
+    ``gflop_conv_depthwise`` on GPU rows (:func:`gpu_rows`: PyTorch's own depthwise kernel, not cuDNN's; 0 on a
+    CPU row). NaN in a row without a trace."""
     who = "the zoo latency model's additive base"
     b = _col(frame, "batch_size", who)
     out = {f"gflop_{k}": _col(frame, f"tr_flops_{k}", who) / 1e9 for k in TRACE_COMPUTE_KINDS}
@@ -209,6 +214,9 @@ def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: b
         out |= {"gflop_sdpa_math": math, "mb_sdpa_math": sdpa_math_bytes(frame) if io else scores}
     if other_bytes:   # operations of no other kind (im2col / col2im, padding), each its own kernel when eager
         out["mb_other"] = np.where(eager_rows(frame), _col(frame, "tr_bytes_other", who) / 1e6, 0.0)
+    if dw_nonsquare and "tr_flops_conv_dw_nonsquare" in frame.columns:   # off cuDNN on a GPU
+        nonsq = _col(frame, "tr_flops_conv_dw_nonsquare", who) / 1e9
+        out["gflop_conv_dw_nonsquare"] = np.where(gpu_rows(frame), nonsq, 0.0)
     if gemm_regimes and all(f"tr_flops_gemm_{r}" in frame.columns for r in GEMM_REGIMES):   # GEMMs by regime
         for k in GEMM_KINDS:
             del out[f"gflop_{k}"], out[f"mb_{k}"]
@@ -295,6 +303,35 @@ def autocast_rows(frame: pd.DataFrame) -> np.ndarray:
 AMP_SPLIT_COLUMNS: tuple[str, ...] = ("bytes_norm_fp32", "bytes_elementwise_param")
 
 
+def gpu_parts(table: pd.DataFrame) -> dict[str, float]:
+    """The GPU columns of a layer table (:func:`carb.design.trace.trace`'s rows: ``kind``, ``weight_shape``,
+    ``flops``): ``flops_conv_dw_nonsquare``, the FLOPs of the depthwise convolutions whose kernel is not square
+    (GhostNetV2's 1x5 / 5x1 attention, Inception-NeXt's 1x11 / 11x1 bands, a mixed kernel split along one
+    axis). PyTorch gives cuDNN a half-precision depthwise convolution only for square 1, 3 or 5 kernels
+    (``check_cudnn_depthwise_workload_with_filter``); a non-square one runs on its own depthwise kernel.
+    Same batch and precision as ``table`` (timm's files: traced at batch 1, fp32)."""
+    dw = (table["kind"] == "conv_depthwise").to_numpy()
+    nonsquare = np.array([_nonsquare(w) for w in table["weight_shape"]], bool) & dw
+    return {"flops_conv_dw_nonsquare": float(table["flops"].to_numpy(float)[nonsquare].sum())}
+
+
+def _nonsquare(weight_shape: object) -> bool:
+    """Whether a convolution weight shape ``(out, in / groups, kh, kw)`` has ``kh != kw`` (False for any other
+    shape)."""
+    try:
+        shape = tuple(int(v) for v in weight_shape)
+    except TypeError:
+        return False
+    return len(shape) == 4 and shape[2] != shape[3]
+
+
+def gpu_rows(frame: pd.DataFrame) -> np.ndarray:
+    """Per row (n,): whether it was timed on a GPU (``device_kind`` ``gpu``; all True without the column)."""
+    if "device_kind" not in frame.columns:
+        return np.ones(len(frame), bool)
+    return (frame["device_kind"].astype(str) == "gpu").to_numpy()
+
+
 #: What :func:`bounded` makes of a corrected prediction outside its span: clip it to the span's edge; drop the
 #: correction and take the base; or drop it only where it overshoots HJ on HJ's side of the base, else clip.
 OUTSIDE: tuple[str, ...] = ("clip", "base", "overshoot")
@@ -346,21 +383,23 @@ class AdditiveBase:
     is predicted by the same per-kind costs, so its mix of kinds, not its name, sets its time.
     ``gemm_regimes``: price explicit matrix products by intensity regime; ``amp_split``: the memory-bound
     bytes mixed precision moves at fp32 apart; ``sdpa_math_io``: every byte of attention's math path;
-    ``other_bytes``: the bytes of operations of no other kind (all :func:`additive_terms`); ``cpu_terms``: CPU
+    ``other_bytes``: the bytes of operations of no other kind; ``dw_nonsquare``: the FLOPs of non-square
+    depthwise convolutions on GPU rows on top (all :func:`additive_terms`); ``cpu_terms``: CPU
     terms on top (:mod:`carb.model.zoo_latency_cpu`, a per-device setting)."""
 
     def __init__(self, iterations: int = 10, huber: float | None = 0.1, gemm_regimes: bool = False,
                  amp_split: bool = False, sdpa_math_io: bool = False, other_bytes: bool = False,
-                 cpu_terms: tuple[str, ...] = ()):
+                 cpu_terms: tuple[str, ...] = (), dw_nonsquare: bool = False):
         self.iterations, self.huber, self.gemm_regimes = iterations, huber, gemm_regimes
-        self.amp_split = amp_split
+        self.amp_split, self.dw_nonsquare = amp_split, dw_nonsquare
         self.sdpa_math_io, self.other_bytes = sdpa_math_io, other_bytes
         self.cpu_terms = tuple(cpu_terms)
 
     def terms(self, frame: pd.DataFrame) -> pd.DataFrame:
         """The law's terms (n rows): :func:`additive_terms` with this base's settings, then the per-device CPU
         terms ``cpu_terms`` (:func:`carb.model.zoo_latency_cpu.cpu_terms`; none by default)."""
-        out = additive_terms(frame, self.gemm_regimes, self.amp_split, self.sdpa_math_io, self.other_bytes)
+        out = additive_terms(frame, self.gemm_regimes, self.amp_split, self.sdpa_math_io, self.other_bytes,
+                             self.dw_nonsquare)
         if not self.cpu_terms:
             return out
         from carb.model.zoo_latency_cpu import cpu_terms
@@ -445,6 +484,11 @@ class ZooLatencyModel:
     within 20 % 76, 81, 81, 77 against 76, 80, 80, 75 (RTX 3090, 4090, 5090, PRO 6000), pooled MAPE lower on
     each, worst family and lowest Spearman no worse on any (docs/MODEL.md). The correction lifts LeViT above
     both the base and HJ; the base alone was closer than the span's edge.
+    ``dw_nonsquare``: the additive base prices the FLOPs of non-square depthwise convolutions on GPU rows on
+    top of the depthwise cost (:func:`additive_terms`, :func:`gpu_parts`: PyTorch keeps them off cuDNN). On
+    against off (session of 2026-12-07, round 3): families within 20 % 76, 82, 82, 79 against 76, 81, 81, 77,
+    pooled MAPE lower on each GPU (GhostNetV 24-27 % -> 2-5 %, Inception 8-10 points lower); the worst family
+    worse on the PRO 6000 (``test`` 37.6 -> 39.5 %) and RTX 3090 (FastViT 31.3 -> 31.6 %) (docs/MODEL.md).
     """
 
     def __init__(self, n_estimators: int = 300, learning_rate: float = 0.03, num_leaves: int = 15,
@@ -452,7 +496,8 @@ class ZooLatencyModel:
                  balance: bool = False, trace: bool = True, trace_base: bool = False, base: str = "additive",
                  residual: float = 1.0, margin: float | None = 0.05, gemm_regimes: bool = True,
                  amp_split: bool = True, sdpa_math_io: bool = True, other_bytes: bool = True,
-                 cpu_terms: tuple[str, ...] = (), outside: str = "overshoot", nested_margin: bool = False):
+                 cpu_terms: tuple[str, ...] = (), outside: str = "overshoot", nested_margin: bool = False,
+                 dw_nonsquare: bool = True):
         if base not in ("loglinear", "additive"):
             raise DatasetError(f"ZooLatencyModel: base={base!r} is not allowed; allowed: loglinear, additive")
         self.n_estimators, self.learning_rate = n_estimators, learning_rate
@@ -460,7 +505,7 @@ class ZooLatencyModel:
         self.census, self.n_jobs, self.seed, self.balance = census, n_jobs, seed, balance
         self.trace, self.trace_base, self.base, self.residual = trace, trace_base, base, residual
         self.margin, self.gemm_regimes, self.amp_split = margin, gemm_regimes, amp_split
-        self.sdpa_math_io, self.other_bytes = sdpa_math_io, other_bytes
+        self.sdpa_math_io, self.other_bytes, self.dw_nonsquare = sdpa_math_io, other_bytes, dw_nonsquare
         self.cpu_terms = tuple(cpu_terms)   # per-device CPU terms of the additive base (timm's CPU file)
         if outside not in OUTSIDE:
             raise DatasetError(f"ZooLatencyModel: outside={outside!r} is not allowed; allowed: {', '.join(OUTSIDE)}")
@@ -481,7 +526,7 @@ class ZooLatencyModel:
             try:
                 self.tbase_ = (AdditiveBase(gemm_regimes=self.gemm_regimes, amp_split=self.amp_split,
                                             sdpa_math_io=self.sdpa_math_io, other_bytes=self.other_bytes,
-                                            cpu_terms=self.cpu_terms)
+                                            cpu_terms=self.cpu_terms, dw_nonsquare=self.dw_nonsquare)
                                if self.base == "additive"
                                else _TraceBase()).fit(frame, w)
             except DatasetError:   # too few traced rows: the plain base only

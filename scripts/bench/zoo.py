@@ -76,7 +76,6 @@ sys.path.insert(0, str(ROOT))
 from carb.analysis.zoo_eval import MODELS, evaluate_device  # noqa: E402
 from carb.files import write_atomic  # noqa: E402
 from carb.data.importers.timm_zoo import load_zoo_bench, with_census, with_trace  # noqa: E402
-from carb.model.zoo_latency import ZooLatencyModel  # noqa: E402
 
 
 def device_block(name: str, table: pd.DataFrame, s: dict, every: bool) -> str:
@@ -237,8 +236,7 @@ def gpu_part(args: argparse.Namespace, trace: bool) -> list[dict]:
         if own != settings:
             diff = ", ".join(f"{k}={v}" for k, v in own.items() if settings.get(k) != v)
             print(f"  {dev} ({kind}): {diff}", flush=True)
-        models = {**MODELS, "carb": lambda own=own: ZooLatencyModel(**own)}
-        table, s = evaluate_device(rows, models=models)
+        table, s = evaluate_device(rows, models=MODELS, settings=own)
         print(device_block(str(dev), table, s, args.table), flush=True)
         sums.append(device_entry(str(dev), rows, table, s, trace))
     return sums

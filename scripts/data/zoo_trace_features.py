@@ -91,6 +91,7 @@ def trace_one(job: tuple[str, int, bool]) -> dict[str, Any]:
     wall seconds and ``refused`` (None or the one-line reason)."""
     from carb.design.trace import summarize, trace
     from carb.design.zoo_features import amp_memory_split, gemm_regimes, state_parts
+    from carb.model.zoo_latency import gpu_parts
     from carb.model.zoo_latency_cpu import cpu_parts
     from carb.errors import ZooError
 
@@ -106,6 +107,7 @@ def trace_one(job: tuple[str, int, bool]) -> dict[str, Any]:
             row.update(summarize(table) | gemm_regimes(table) | amp_memory_split(table)
                        | state_parts(table, summarize, gemm_regimes, amp_memory_split))
             row.update(cpu_parts(table))   # timm's CPU file's terms (carb.model.zoo_latency_cpu)
+            row.update(gpu_parts(table))   # timm's GPU files' terms (carb.model.zoo_latency)
             row["folded"] = bool(table.attrs.get("reparam", False))
             row["settings"] = json.dumps(settings) if settings else ""
             row["refused"] = None
@@ -125,13 +127,14 @@ def refresh_one(job: tuple[str, int, str, bool]) -> dict[str, Any]:
     settings, plain or folded graph): after summarize() gains a column, no model is traced again."""
     from carb.design.trace import summarize, trace
     from carb.design.zoo_features import amp_memory_split, gemm_regimes, state_parts
+    from carb.model.zoo_latency import gpu_parts
     from carb.model.zoo_latency_cpu import cpu_parts
 
     model, size, settings, folded = job
     table = trace(timm_graph(model), (1, 3, size, size), precision="fp32",
                   settings=json.loads(settings) if settings else None, reparam=folded)
     return (summarize(table) | gemm_regimes(table) | amp_memory_split(table)
-            | state_parts(table, summarize, gemm_regimes, amp_memory_split) | cpu_parts(table))
+            | state_parts(table, summarize, gemm_regimes, amp_memory_split) | cpu_parts(table) | gpu_parts(table))
 
 
 def refresh(done: pd.DataFrame, workers: int, where: str | None = None) -> pd.DataFrame:

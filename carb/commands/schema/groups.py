@@ -433,6 +433,7 @@ class ZooLatency(Section):
     amp_split: bool
     sdpa_math_io: bool
     other_bytes: bool
+    dw_nonsquare: bool
     census: bool
     trace: bool
     n_estimators: Count
