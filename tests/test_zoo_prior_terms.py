@@ -208,7 +208,7 @@ def _calls_law(X: pd.DataFrame, per_op_ms: dict[str, float]) -> np.ndarray:
 
 
 def test_per_kind_prior_prices_operator_calls_per_precision(kinds_rows):
-    """With ``op_cost_per_precision`` (``prior.op_cost_per_precision``, on by default) the per-kind form has a
+    """With ``op_cost_per_precision`` (``prior.op_cost_per_precision``, off by default) the per-kind form has a
     cost per call for each precision and recovers a CPU's 3 us fp32 and 12 us bf16 calls within 10 %; with one
     cost shared by both precisions (the form before) the same rows are fitted at least twice as badly."""
     from carb.model.physics import make_prior
@@ -223,7 +223,8 @@ def test_per_kind_prior_prices_operator_calls_per_precision(kinds_rows):
     shared = make_prior("latency_ms", op_cost_per_precision=False).fit(kinds_rows, y)
     assert "per_op" in shared.coef_ and "per_op_bf16" not in shared.coef_
     assert shared.train_mape_ > 2 * prior.train_mape_
-    assert cascade_params()["prior"]["op_cost_per_precision"] is True
+    assert cascade_params()["prior"]["op_cost_per_precision"] is False   # the setting reaches the prior
+    assert cascade_params({"op_cost_per_precision": True})["prior"]["op_cost_per_precision"] is True
 
 
 def test_a_per_kind_prior_pickled_before_per_precision_calls_still_predicts(kinds_rows):

@@ -407,7 +407,9 @@ class LayerRooflinePrior(RooflinePrior):
         an eager call dispatches a kernel of its precision, and on the Zen 4 VM a bf16 call of the memory-bound
         kinds converts every element to fp32 and back (:data:`PER_ELEMENT_KINDS`). Shared, the bf16 calls'
         extra cost lands in the bf16 FLOP costs, and a network of many cheap calls is under-priced at bf16
-        and one of few large ones (DenseNet) over-priced at its large input sizes."""
+        and one of few large ones (DenseNet) over-priced at its large input sizes. False (the default,
+        ``prior.op_cost_per_precision``): one shared cost; on the CPU zoo's leave-one-family-out the cascade
+        with it is better pooled but worse on its worst family (docs/MODEL.md)."""
         self.large_alloc_MB = large_alloc_MB
         self.channel_block = channel_block
         self.cpu_dispatch = cpu_dispatch
