@@ -198,3 +198,43 @@ def test_cpu_latency_prior_prices_compute_on_element_kinds_per_element(kinds_row
     assert np.mean(np.abs(prior.predict(kinds_rows[~fp32]) / y[~fp32] - 1)) < 0.02
     gpu = kinds_rows.assign(device_kind="cuda")
     assert make_prior("latency_ms", overlap_k=None).fit(gpu, y).kind_per_element_ == ()
+
+
+def _calls_law(X: pd.DataFrame, per_op_ms: dict[str, float]) -> np.ndarray:
+    """:func:`_law` without weight terms, but each operator call at its precision's cost (ms): a CPU whose
+    bf16 calls cost more than its fp32 ones whatever their size (dispatch and fp32 conversion per call)."""
+    calls = X["precision"].map(per_op_ms).to_numpy(float) * X["n_ops"].to_numpy(float)
+    return _law(X, 0.0) - 0.003 * X["n_ops"].to_numpy(float) + calls
+
+
+def test_per_kind_prior_prices_operator_calls_per_precision(kinds_rows):
+    """With ``op_cost_per_precision`` (``prior.op_cost_per_precision``, off by default) the per-kind form has a
+    cost per call for each precision and recovers a CPU's 3 us fp32 and 12 us bf16 calls within 10 %; with one
+    cost shared by both precisions (the form before) the same rows are fitted at least twice as badly."""
+    from carb.model.physics import make_prior
+    from carb.model.prior_config import cascade_params
+
+    y = _calls_law(kinds_rows, {"fp32": 0.003, "bf16": 0.012})
+    prior = make_prior("latency_ms", op_cost_per_precision=True).fit(kinds_rows, y)
+    assert prior.form_ == "kinds" and prior.train_mape_ < 0.02
+    assert "per_op" not in prior.coef_
+    assert prior.coef_["per_op_fp32"] == pytest.approx(0.003, rel=0.1)
+    assert prior.coef_["per_op_bf16"] == pytest.approx(0.012, rel=0.1)
+    shared = make_prior("latency_ms", op_cost_per_precision=False).fit(kinds_rows, y)
+    assert "per_op" in shared.coef_ and "per_op_bf16" not in shared.coef_
+    assert shared.train_mape_ > 2 * prior.train_mape_
+    assert cascade_params()["prior"]["op_cost_per_precision"] is False   # the setting reaches the prior
+    assert cascade_params({"op_cost_per_precision": True})["prior"]["op_cost_per_precision"] is True
+
+
+def test_a_per_kind_prior_pickled_before_per_precision_calls_still_predicts(kinds_rows):
+    """A per-kind prior fitted before the per-precision call costs (no ``kind_ops_per_precision_``) reads one
+    shared ``per_op`` column: the same number of columns as its coefficients, a finite positive prediction."""
+    from carb.model.physics import make_prior
+
+    prior = make_prior("latency_ms", op_cost_per_precision=False).fit(kinds_rows, _law(kinds_rows, 0.0))
+    delattr(prior, "kind_ops_per_precision_")
+    assert prior.column_names().count("per_op") == 1
+    assert prior.design(kinds_rows).shape[1] == len(prior.coef_values_)
+    pred = prior.predict(kinds_rows)
+    assert np.isfinite(pred).all() and (pred > 0).all()

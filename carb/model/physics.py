@@ -372,7 +372,7 @@ class LayerRooflinePrior(RooflinePrior):
     def __init__(self, large_alloc_MB: float | None = None, channel_block: int = 1, cpu_dispatch: bool = False,
                  device_probe: bool = False, tensor_core_speedup: float | None = None,
                  overlap_k: float | None = None, static_power: bool = False,
-                 time_settings: dict[str, Any] | None = None):
+                 time_settings: dict[str, Any] | None = None, op_cost_per_precision: bool = False):
         """large_alloc_MB: on CPU data (every training row ``device_kind == "cpu"``), add a cost per
         MB of convolution outputs at least this large (they get fresh pages every forward: glibc maps
         allocations of 32 MiB and more); None = no such term. channel_block: channels padded to a
@@ -401,7 +401,15 @@ class LayerRooflinePrior(RooflinePrior):
         settings) fitted on the same rows and ``P_static`` in W fitted with the other terms. Without it the
         energy of a batch is a sum over its work, and a launch-bound batch, whose GPU idles between
         kernels while still drawing its static power, is charged per launch instead of per millisecond.
-        On the shipped H200 data ``P_static`` comes out near 100 W on every split."""
+        On the shipped H200 data ``P_static`` comes out near 100 W on every split.
+        op_cost_per_precision: the per-kind form (zoo rows) prices each operator call at a cost of the row's
+        precision (``per_op_<precision>``), as it prices FLOPs, instead of one cost shared by every precision:
+        an eager call dispatches a kernel of its precision, and on the Zen 4 VM a bf16 call of the memory-bound
+        kinds converts every element to fp32 and back (:data:`PER_ELEMENT_KINDS`). Shared, the bf16 calls'
+        extra cost lands in the bf16 FLOP costs, and a network of many cheap calls is under-priced at bf16
+        and one of few large ones (DenseNet) over-priced at its large input sizes. False (the default,
+        ``prior.op_cost_per_precision``): one shared cost; on the CPU zoo's leave-one-family-out the cascade
+        with it is better pooled but worse on its worst family (docs/MODEL.md)."""
         self.large_alloc_MB = large_alloc_MB
         self.channel_block = channel_block
         self.cpu_dispatch = cpu_dispatch
@@ -410,6 +418,7 @@ class LayerRooflinePrior(RooflinePrior):
         self.overlap_k = overlap_k
         self.static_power = static_power
         self.time_settings = time_settings
+        self.op_cost_per_precision = op_cost_per_precision
 
     def _learn_columns(self, X: pd.DataFrame) -> None:
         super()._learn_columns(X)
@@ -423,6 +432,7 @@ class LayerRooflinePrior(RooflinePrior):
         self.kind_weights_ = ZOO_WEIGHT_FEATURES   # the per-kind form's weight terms (read by it alone)
         self.kind_bytes_ = tuple(k for k in BYTE_KINDS if k not in self.UNPRICED_KINDS)
         self.kind_per_element_ = self.PER_ELEMENT_KINDS if cpu else ()
+        self.kind_ops_per_precision_ = bool(self.op_cost_per_precision)
         self.probe_, self.probe_reason_ = fit_device_probe(X, self.native_) if self.device_probe else (None, "off")
         self.tensor_speedup_ = (float(self.tensor_core_speedup)
                                 if self.tensor_core_speedup and tensor_core_device(X) else None)
@@ -536,8 +546,10 @@ class LayerRooflinePrior(RooflinePrior):
         per MB of the weights of each :data:`carb.design.zoo_features.WEIGHT_KINDS` kind (read once a forward)."""
         from carb.design.zoo_features import BYTE_KINDS, FLOP_KINDS
 
+        ops = ([f"per_op_{p}" for p in self.precisions_] if getattr(self, "kind_ops_per_precision_", False)
+               else ["per_op"])   # absent on priors pickled before: one shared cost
         return ["const", *[f"per_flop_{k}_{p}" for p in self.precisions_ for k in FLOP_KINDS],
-                *[f"per_MB_{k}" for k in getattr(self, "kind_bytes_", BYTE_KINDS)], "per_op",
+                *[f"per_MB_{k}" for k in getattr(self, "kind_bytes_", BYTE_KINDS)], *ops,
                 *[f"per_{c}" for c in getattr(self, "kind_weights_", ())]]   # absent on priors pickled before
 
     def _kind_design(self, X: pd.DataFrame, prec: np.ndarray) -> np.ndarray:
@@ -554,7 +566,10 @@ class LayerRooflinePrior(RooflinePrior):
         fp32_equivalent = 4.0 / lookup(X["precision"].astype(str), BYTES_PER_ELEMENT)
         cols += [_num(X, f"bytes_{k}_MB") * (fp32_equivalent if k in per_element else 1.0)
                  for k in getattr(self, "kind_bytes_", BYTE_KINDS)]
-        cols.append(_num(X, "n_ops"))
+        if getattr(self, "kind_ops_per_precision_", False):   # each call at its precision's cost (``prec``'s slot)
+            cols += [np.where(prec == p, _num(X, "n_ops"), 0.0) for p in self.precisions_]
+        else:
+            cols.append(_num(X, "n_ops"))
         weights = getattr(self, "kind_weights_", ())
         if weights:
             cols += list(weight_columns(X, weights).T)

@@ -57,6 +57,13 @@ class PriorSettings(BaseModel):
     static_power: bool = Field(True, description=(
         "CUDA rows, energy: + P_static (W, fitted) x the time a latency prior fitted on the same rows gives: "
         "a GPU draws its static power whatever it runs (H200: P_static 95-112 W on every split)"))
+    op_cost_per_precision: bool = Field(False, description=(
+        "zoo rows (the per-kind form), latency and energy: a cost per operator call for each precision, as "
+        "FLOPs have, not one shared by every precision (an eager call runs a kernel of its precision; on the "
+        "Zen 4 VM a bf16 call of the per-element kinds converts to fp32 and back). Off: CPU zoo "
+        "leave-one-family-out (issue 43) pooled 12.28 -> 11.98 %, but densenet 20.4 -> 21.5 %, lowest "
+        "Spearman 0.86 -> 0.80 (hrnet); with model.shrink on, densenet 12.2 % but squeezenet 20.0 % "
+        "(docs/MODEL.md)"))
 
 
 #: The CPU-only and CUDA-only settings (which ``prior=cpu`` / ``prior=cuda`` keep).
