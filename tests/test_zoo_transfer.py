@@ -152,3 +152,9 @@ def test_k0_band_coverage_per_target():
     assert list(band["target"]) == sorted(RECORDS) and (band["band_devices"] == 3).all()
     assert (band["hi_lo"] > 1).all() and band["coverage"].between(0, 1).all()
     assert band["coverage"].mean() > 0.5
+
+
+def test_level_band_is_the_weighted_quantile():
+    errs = {"x": np.linspace(-1, 1, 201), "y": np.zeros(10)}
+    assert ev.level_band(errs, 0.9) == pytest.approx(0.8, abs=0.02)   # y's 10 rows weigh as x's 201
+    assert np.isnan(ev.level_band({}))

@@ -213,7 +213,7 @@ def target_line(target: str, pred: pd.DataFrame, k: int, min_models: int) -> dic
             s = score(pred, f"pred_{m}_k{kk}", min_models)
             tag = f"{m}_k{kk}"
             line |= {f"{tag}_mape_pct": s["mape_pct"], f"{tag}_rho": s["rho"], f"{tag}_within20": s["within20"],
-                     f"{tag}_rho_fam_min": s["rho_fam_min"],
+                         f"{tag}_rho_fam_min": s["rho_fam_min"],
                      f"{tag}_mape_max": s["mape_max"], f"{tag}_worst": s["worst"]}
             line["families"] = s["families"]
     w = pred.attrs.get("weights", {})
@@ -266,12 +266,9 @@ def evaluate_combined(rows: pd.DataFrame, records: Mapping[str, Mapping[str, Any
                 orig = rows[(rows["device_name"] == t) & (rows["family"] == f)]
                 vals = moved.reindex(orig.index).to_numpy(float) if moved is not None else np.nan
                 meas.loc[at, s] = vals
-            own = source_predictions(rows, t, make, exclude_family=f) if meas.loc[~hold].isna().all(axis=1).any() \
-                else None
-            if own is not None:
-                fill_own = own[list(src.columns)].reset_index(drop=True)
-                meas.loc[~hold] = meas.loc[~hold].where(meas.loc[~hold].notna(), fill_own.loc[~hold])
-            pred = predict_target(src, t_rows, meas, t, vectors, k, settings, nets, hold=hold)
+            # networks outside f that no source timed cannot be K picks here (nothing to move); not refitted
+            unmoved = ~hold & meas.isna().all(axis=1).to_numpy()
+            pred = predict_target(src, t_rows, meas, t, vectors, k, settings, nets, hold=hold | unmoved)
             part = pred[hold].copy()
             part["picked"] = False
             parts.append(part)
@@ -283,7 +280,7 @@ def evaluate_combined(rows: pd.DataFrame, records: Mapping[str, Mapping[str, Any
                 s = score(pred_t, f"pred_{m}_k{kk}", mm)
                 tag = f"{m}_k{kk}"
                 line |= {f"{tag}_mape_pct": s["mape_pct"], f"{tag}_rho": s["rho"], f"{tag}_within20": s["within20"],
-                     f"{tag}_rho_fam_min": s["rho_fam_min"],
+                         f"{tag}_rho_fam_min": s["rho_fam_min"],
                          f"{tag}_mape_max": s["mape_max"], f"{tag}_worst": s["worst"]}
                 line["families"] = s["families"]
         lines.append(line)
@@ -321,6 +318,19 @@ def summary_line(table: pd.DataFrame, k: int, combined: pd.DataFrame | None = No
     return line
 
 
+def level_band(errors: Mapping[str, np.ndarray], coverage: float = 0.9) -> float:
+    """Half-width (log) of the plain quantile band: the ``coverage`` quantile of |log error| over the other GPUs'
+    rows, each device weighted equally (no device-level term; for comparison with :func:`device_band`)."""
+    errs = [np.abs(np.asarray(e, float)[np.isfinite(e)]) for e in errors.values()]
+    errs = [e for e in errs if len(e)]
+    if not errs:
+        return float("nan")
+    x, w = np.concatenate(errs), np.concatenate([np.full(len(e), 1 / len(e)) for e in errs])
+    order = np.argsort(x)
+    cdf = np.cumsum(w[order]) / w.sum()
+    return float(x[order][min(np.searchsorted(cdf, coverage), len(x) - 1)])
+
+
 def device_band(errors: Mapping[str, np.ndarray], coverage: float = 0.9) -> tuple[float, int]:
     """Half-width (log) of a K=0 band for a new GPU from other GPUs' K=0 log errors (``errors``: device ->
     ``log(measured / predicted)`` per row, each device predicted without it): each device is one draw of a
@@ -350,7 +360,9 @@ def k0_band_coverage(rows: pd.DataFrame, records: Mapping[str, Mapping[str, Any]
     """Leave-one-device-out K=0 bands (:func:`device_band`): for target T, every other GPU j is predicted at K=0
     from the GPUs that are neither T nor j, and those errors make T's band, applied to T's K=0 prediction
     (``preds[T]``, :func:`evaluate`'s). Per target: ``band_devices``, ``half_width`` (log), ``hi_lo``
-    (exp(2 h)), ``coverage`` (share of T's unpicked rows inside), ``bias`` (T's median log error, for reading)."""
+    (exp(2 h)), ``coverage`` (share of T's unpicked rows inside); the same of :func:`level_band`
+    (``hi_lo_level``, ``coverage_level``); ``inner_mape_pct`` (the other GPUs' K=0 MAPE from two sources, mean
+    over them) and ``bias`` (T's median log error), for reading."""
     out = []
     for t in sorted(preds):
         others = rows[rows["device_name"] != t]
@@ -360,9 +372,13 @@ def k0_band_coverage(rows: pd.DataFrame, records: Mapping[str, Mapping[str, Any]
             _, inner = evaluate(others, recs, make, settings | {"k": 0})
             errs = {d: (p["y"] - p["pred_carb_k0"]).to_numpy(float) for d, p in inner.items()}
         h, n = device_band(errs, coverage)
+        h_lv = level_band(errs, coverage)
         p = preds[t][~preds[t]["picked"]]
         e = (p["y"] - p["pred_carb_k0"]).to_numpy(float)
         out.append({"target": t, "band_devices": n, "half_width": h, "hi_lo": float(np.exp(2 * h)),
                     "coverage": float(np.mean(np.abs(e) <= h)) if np.isfinite(h) else float("nan"),
-                    "bias": float(np.median(e))})
+                    "hi_lo_level": float(np.exp(2 * h_lv)),
+                    "coverage_level": float(np.mean(np.abs(e) <= h_lv)) if np.isfinite(h_lv) else float("nan"),
+                    "inner_mape_pct": float(100 * np.mean([np.mean(np.abs(np.expm1(-x))) for x in errs.values()]))
+                    if errs else float("nan"), "bias": float(np.median(e))})
     return pd.DataFrame(out)

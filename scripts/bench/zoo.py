@@ -363,7 +363,8 @@ def device_part(args: argparse.Namespace) -> tuple[dict, str]:
     out["k0_band"] = band.round(4).to_dict(orient="records")
     combined = None
     if settings["combined"]:
-        combined, _ = ev.evaluate_combined(rows, records, make, settings)
+        combined, _ = ev.evaluate_combined(rows, records, make, settings,
+                                           progress=lambda m: print(f"  {m}", file=sys.stderr, flush=True))
         ccols = [c for c in combined.columns if not c.endswith("_rho_fam_min")]
         print(f"== leave-one-GPU-and-family-out (new GPU, new family; K=0 and K={k})")
         print(combined[ccols].to_string(index=False, float_format=lambda v: f"{v:.3f}"), flush=True)
