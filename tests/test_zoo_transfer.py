@@ -158,3 +158,25 @@ def test_level_band_is_the_weighted_quantile():
     errs = {"x": np.linspace(-1, 1, 201), "y": np.zeros(10)}
     assert ev.level_band(errs, 0.9) == pytest.approx(0.8, abs=0.02)   # y's 10 rows weigh as x's 201
     assert np.isnan(ev.level_band({}))
+
+
+def test_results_paragraph_from_saved_figures(tmp_path):
+    """scripts/zoo_results.py's "GPU never measured" lines read what --part device saves (its keys), and say how
+    to make the figures when the file is missing."""
+    import json
+
+    from scripts.zoo_results import zoo_device_lines
+
+    rows = zoo_devices_frame(RECORDS, FAMILIES, seed=5, noise=0.02)
+    s = SETTINGS | {"correction": False}
+    table, preds = ev.evaluate(rows, RECORDS, HiddenJoulesRegression, s)
+    band = ev.k0_band_coverage(rows, RECORDS, HiddenJoulesRegression, s, preds)
+    line = ev.summary_line(table, 10, None, band)
+    saved = {"command": "python scripts/bench/zoo.py --part device",
+             "device": {"settings": s, "logo": table.to_dict(orient="records"),
+                        "k0_band": band.to_dict(orient="records"), "line": line}}
+    path = tmp_path / "dev.json"
+    path.write_text(json.dumps(saved, default=float))
+    md = "\n".join(zoo_device_lines(path))
+    assert line in md and all(f"| {d} | " in md for d in RECORDS) and "k0_coverage_min=" in line
+    assert "--part device" in "\n".join(zoo_device_lines(tmp_path / "none.json"))

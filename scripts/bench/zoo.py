@@ -33,12 +33,13 @@ beside the nearest source GPU scaled by the spec ratio and FLOPs only; with ``co
 leave-one-GPU-and-family-out. Its own machine-readable line (not part of ``zoo:``), printed last for this part:
 ``zoo_device: gpus=N k0_mape_max=X k0_rho_min=X k10_mape_max=X k10_rho_min=X baseline_mape_max=X
 flops_mape_max=X k0_within20=W/F [lgfo_k0_mape_max=X lgfo_k10_mape_max=X lgfo_flops_mape_max=X]``.
-Its figures go to ``--out``'s ``device`` key (a separate file is best: ``--out /tmp/zoo_device.json``).
+Its figures go to ``--out``'s ``device`` key (by default ``scripts/data/zoo_device_bench.json``, which
+:mod:`scripts.zoo_results` reads for docs/RESULTS.md; ``scripts/data/zoo_bench.json`` is not touched).
 
     python scripts/bench/zoo.py [--part all|cpu|gpu|device] [--devices gpu|all|<device name>] [--no-census]
         [--no-trace] [--gpu-no-trace-too] [--zoo-latency KEY=VALUE ...] [--no-per-device]
         [--reparam published|never|always] [--table]
-        [--out scripts/data/zoo_bench.json]
+        [--zoo-transfer KEY=VALUE ...] [--out scripts/data/zoo_bench.json]
 
 CARB's features include the layer table's (``carb/data/timm-zoo-trace.parquet``, joined by
 :func:`carb.data.importers.timm_zoo.with_trace`) when it exists; ``--no-trace`` leaves them out;
@@ -399,8 +400,11 @@ def main() -> None:
     ap.add_argument("--trace-cold-s", type=float, default=None, help="trace_cold_s (default: the recorded file)")
     ap.add_argument("--train-override", action="append", default=[], metavar="KEY=VALUE",
                     help="a carb-train override for the CPU zoo's registered cascade (repeatable)")
-    ap.add_argument("--out", default=str(ROOT / "scripts/data/zoo_bench.json"), help="JSON of the figures")
+    ap.add_argument("--out", default=None, help="JSON of the figures (default scripts/data/zoo_bench.json; "
+                                                "--part device: scripts/data/zoo_device_bench.json)")
     args = ap.parse_args()
+    args.out = args.out or str(ROOT / "scripts/data" / ("zoo_device_bench.json" if args.part == "device"
+                                                         else "zoo_bench.json"))
     t0 = time.perf_counter()
     if args.part == "device":   # its own figures and line; the zoo: line is not touched
         with warnings.catch_warnings():
