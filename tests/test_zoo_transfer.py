@@ -20,7 +20,8 @@ RECORDS = {f"GPU {c}": {"name": f"GPU {c}", "fp16_tensor_TFLOPS": p, "memory_ban
                               ("D", 440.0, 1800.0, 300.0))}
 FAMILIES = {f"fam{i}": 8 for i in range(10)}
 SETTINGS = {"k": 10, "precision": "fp16", "min_models": 5, "alphas": [1.0, 10.0, 100.0, None],
-            "correction": True, "source_power": 0.0, "slope_gain": 0.9, "combined": True}
+            "correction": True, "source_power": 0.0, "same_stack": True, "slope_gain": 0.9,
+            "combined": True}
 
 
 def _vectors():
@@ -180,3 +181,18 @@ def test_results_paragraph_from_saved_figures(tmp_path):
     md = "\n".join(zoo_device_lines(path))
     assert line in md and all(f"| {d} | " in md for d in RECORDS) and "k0_coverage_min=" in line
     assert "--part device" in "\n".join(zoo_device_lines(tmp_path / "none.json"))
+
+
+def test_same_stack_averages_only_sources_on_the_target_pytorch():
+    """Sources timed on another PyTorch version (GPU A, where two families run another graph, 2x slower) are left
+    out of the average where a source on the target's version exists; never all of them."""
+    rows = zoo_devices_frame(RECORDS, FAMILIES, seed=6, noise=0.01)
+    rows.loc[(rows["device_name"] == "GPU A") & rows["family"].isin(["fam0", "fam1"]), "latency_ms"] *= 2.0
+    rows["torch_version"] = np.where(rows["device_name"] == "GPU A", "2.4.0", "2.9.1")
+    assert ev.stack_sources(rows, "GPU B", ["GPU A", "GPU C", "GPU D"], True) == ["GPU C", "GPU D"]
+    assert ev.stack_sources(rows, "GPU A", ["GPU B", "GPU C"], True) == ["GPU B", "GPU C"]
+    assert ev.stack_sources(rows, "GPU B", ["GPU A", "GPU C"], False) == ["GPU A", "GPU C"]
+    s = SETTINGS | {"correction": False}
+    on = ev.evaluate(rows, RECORDS, HiddenJoulesRegression, s | {"same_stack": True})[0].set_index("target")
+    off = ev.evaluate(rows, RECORDS, HiddenJoulesRegression, s | {"same_stack": False})[0].set_index("target")
+    assert on.loc["GPU B", "carb_k0_mape_pct"] < off.loc["GPU B", "carb_k0_mape_pct"]

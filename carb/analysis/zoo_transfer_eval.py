@@ -96,7 +96,8 @@ def _nearest_order(vectors: Mapping[str, np.ndarray], sources: Sequence[str], ta
 
 def predict_target(table: pd.DataFrame, t_rows: pd.DataFrame, fill: pd.DataFrame, target: str,
                    vectors: Mapping[str, np.ndarray], k: int, settings: Mapping[str, Any],
-                   nets: pd.DataFrame, hold: np.ndarray | None = None) -> pd.DataFrame:
+                   nets: pd.DataFrame, hold: np.ndarray | None = None,
+                   carb_sources: Sequence[str] | None = None) -> pd.DataFrame:
     """T's rows (``t_rows``, one per network) with ``y`` (measured log ms per image), ``picked`` (the K
     networks) and ``pred_<method>_k0`` / ``pred_<method>_k<k>`` (log ms per image).
 
@@ -104,7 +105,8 @@ def predict_target(table: pd.DataFrame, t_rows: pd.DataFrame, fill: pd.DataFrame
     log times moved for T's networks (rows of ``t_rows`` x sources; measured where the source timed the
     network, else its own model's prediction); ``hold`` (bool per row of ``t_rows``): rows the K picks avoid
     (the held-out family of the combined split); ``nets``: one row per network (:func:`network_rows`), whose
-    features the correction and the FLOPs baseline read for the sources' networks."""
+    features the correction and the FLOPs baseline read for the sources' networks; ``carb_sources``: the sources
+    CARB's K=0 average reads (default all; the baselines always read all)."""
     sources = list(table.columns)
     feats_all = network_features(t_rows)
     src_keys = table.index
@@ -118,7 +120,8 @@ def predict_target(table: pd.DataFrame, t_rows: pd.DataFrame, fill: pd.DataFrame
     out["y"] = per_image_log_ms(t_rows)
     feats_all.index = out.index
     fill = fill.reset_index(drop=True)
-    out["pred_carb_k0"] = model.predict_log(fill, feats_all, target)
+    use = list(carb_sources) if carb_sources else list(fill.columns)
+    out["pred_carb_k0"] = model.predict_log(fill[use], feats_all, target)
     # nearest source measured, device-level spec ratio
     near = np.full(len(out), np.nan)
     for s in reversed(_nearest_order(vectors, sources, target)):
@@ -181,6 +184,16 @@ def device_records(names: Sequence[str]) -> dict[str, dict[str, Any]]:
     return {n: gpu_spec(find_spec(n)) for n in names if find_spec(n) is not None}
 
 
+def stack_sources(rows: pd.DataFrame, target: str, sources: Sequence[str], same_stack: bool) -> list[str]:
+    """The sources CARB averages for ``target``: with ``same_stack``, those whose files were timed on the target's
+    PyTorch version (``torch_version``) when there is one, else all ``sources``."""
+    if not same_stack or "torch_version" not in rows.columns:
+        return list(sources)
+    ver = rows.groupby("device_name")["torch_version"].first().astype(str)
+    same = [s for s in sources if ver.get(s) == ver.get(target)]
+    return same or list(sources)
+
+
 def evaluate(rows: pd.DataFrame, records: Mapping[str, Mapping[str, Any]], make: Callable[[], Any],
              settings: Mapping[str, Any], targets: Sequence[str] | None = None
              ) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
@@ -199,7 +212,8 @@ def evaluate(rows: pd.DataFrame, records: Mapping[str, Mapping[str, Any]], make:
         own = source_predictions(rows, t, make)
         meas = table.reindex(_keys(t_rows))[list(src.columns)]
         fill = meas.where(meas.notna(), own[list(src.columns)].to_numpy())
-        pred = predict_target(src, t_rows, fill, t, vectors, k, settings, nets)
+        use = stack_sources(rows, t, list(src.columns), bool(settings.get("same_stack", False)))
+        pred = predict_target(src, t_rows, fill, t, vectors, k, settings, nets, carb_sources=use)
         preds[t] = pred
         lines.append(target_line(t, pred, k, int(settings["min_models"])))
     return pd.DataFrame(lines), preds
@@ -268,7 +282,9 @@ def evaluate_combined(rows: pd.DataFrame, records: Mapping[str, Mapping[str, Any
                 meas.loc[at, s] = vals
             # networks outside f that no source timed cannot be K picks here (nothing to move); not refitted
             unmoved = ~hold & meas.isna().all(axis=1).to_numpy()
-            pred = predict_target(src, t_rows, meas, t, vectors, k, settings, nets, hold=hold | unmoved)
+            use = stack_sources(rows, t, list(src.columns), bool(settings.get("same_stack", False)))
+            pred = predict_target(src, t_rows, meas, t, vectors, k, settings, nets, hold=hold | unmoved,
+                                  carb_sources=use)
             part = pred[hold].copy()
             part["picked"] = False
             parts.append(part)

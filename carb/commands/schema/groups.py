@@ -608,5 +608,6 @@ class ZooTransfer(Section):
     alphas: Annotated[list[Annotated[float, Field(gt=0)] | None], Field(min_length=1)]   # None: no correction
     correction: bool
     source_power: Annotated[float, Field(ge=0)] | None   # None: the nearest source
+    same_stack: bool
     slope_gain: Annotated[float, Field(gt=0, le=1)]
     combined: bool
