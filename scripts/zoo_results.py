@@ -150,7 +150,8 @@ def zoo_device_lines(path: Path = ZOO_DEVICE_BENCH) -> list[str]:
     out = [head, "", f"From `{z['command']}` (last line: `{d['line']}`). Each of timm's GPU files is the target in "
            "turn: its networks' times from the other GPUs' (measured; a source's own zoo model where it did not "
            "time a network) moved by the spec records (peak, bandwidth, power; weights fitted on the sources' pairs "
-           f"only), averaged over sources (K=0), then recalibrated on K={k} of its networks picked space-filling "
+           f"only), averaged over the sources timed on its PyTorch version where there is one (K=0), then "
+           f"recalibrated on K={k} of its networks picked space-filling "
            "over the zoo's features (scored on its other networks). Beside it: the nearest source GPU's measured "
            "time scaled by the same spec ratio, and FLOPs only. MAPE %, families (>= 5 networks) within 20 %, "
            "worst family %, Spearman over networks:", "",
@@ -162,7 +163,8 @@ def zoo_device_lines(path: Path = ZOO_DEVICE_BENCH) -> list[str]:
                    f"{r['carb_k0_within20']}/{fam}, {r['carb_k0_worst']} {_f(r['carb_k0_mape_max'])} | "
                    f"{_f(r[f'carb_k{k}_mape_pct'])}, {r[f'carb_k{k}_within20']}/{fam} | "
                    f"{_f(r['nearest_k0_mape_pct'])}, {r['nearest_k0_within20']}/{fam} | "
-                   f"{_f(r[f'nearest_k{k}_mape_pct'])} | {_f(r['flops_k0_mape_pct'])} | {_f(r['carb_k0_rho'], '.3f')} |")
+                   f"{_f(r[f'nearest_k{k}_mape_pct'])} | {_f(r['flops_k0_mape_pct'])} | "
+                   f"{_f(r['carb_k0_rho'], '.3f')} |")
     out.append("")
     if d.get("lgfo"):
         out += ["A new GPU and a new family (the family removed from the sources too; their times of it from each "
