@@ -8,7 +8,8 @@ Methods (all on the same split; :mod:`carb.model.zoo_transfer` for CARB's):
 
 - ``carb`` K=0: every source's time of the network (measured; where a source did not time it, that source's
   zoo latency model, fitted on its own rows, predicts it) moved to T by the spec sheet (device weights fitted on
-  the sources' pairs) plus the per-network ratio correction, averaged over sources;
+  the sources' pairs; with ``correction``, plus the per-network ratio correction), averaged over the sources
+  (with ``same_stack``: those timed on T's PyTorch version where there is one, :func:`stack_sources`);
 - ``nearest`` K=0 (baseline): the measured time on the source nearest T in spec space (next nearest where it
   lacks the network), times the same device-level spec ratio, no per-network term;
 - ``flops`` K=0 (baseline, FLOPs only): log time per image linear in log GMACs, fitted on the sources' rows
@@ -25,6 +26,9 @@ Combined split (:func:`evaluate_combined`: a new GPU *and* a new family): per T 
 sources' rows of f are removed too: their times of f come from each source's zoo latency model fitted without
 f (leave-one-family-out), the device weights and correction are fitted without f, the K picks avoid f; only
 ``carb`` and ``flops`` (no source measured f: ``nearest`` has nothing to scale).
+
+The K=0 band of a new GPU (:func:`k0_band_coverage`): T's band from the other GPUs' K=0 errors, each predicted
+without T (:func:`device_band`, device-level; :func:`level_band`, a plain quantile, for comparison).
 """
 from __future__ import annotations
 
@@ -64,6 +68,7 @@ def network_rows(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def _keys(frame: pd.DataFrame) -> pd.MultiIndex:
+    """``frame``'s (model, input_size) pairs as an index, in its row order."""
     return pd.MultiIndex.from_frame(frame[list(KEY)])
 
 

@@ -5,22 +5,24 @@ A network's key is ``(model, input_size)``. Input: per source GPU ``s`` a log ti
 model), and each GPU's spec record (``carb/data/gpu_specs.csv`` as a dict). The target ``T``'s log time of
 ``m`` from ``s``::
 
-    y_T(m) = y_s(m) + w . (v_s - v_T) + c(m; v_s - v_T)
+    y_T(m) = y_s(m) + w . (v_s - v_T) [+ c(m; v_s - v_T)]
 
 - ``v_d`` = log of (peak rate at the precision as PyTorch runs it, memory bandwidth, power limit)
-  (:func:`carb.model.spec_transfer.spec_axes`); ``w`` the device-level weights (geometric: >= 0, summing to 1)
-  fitted on the *sources'* measured pairs only (:func:`device_weights`: per ordered pair the median over
-  shared networks of ``y_b - y_a``);
-- ``c`` a per-network correction (:class:`RatioCorrection`): ridge of the per-network residual of the source
-  pairs on ``(v_a - v_b) (x) z(m)``, ``z`` standardised network features (:data:`RATIO_FEATURES`: arithmetic
-  intensity, size, memory-bound bytes per FLOP, operation count, batch), so a memory-bound network gains
-  less from a GPU whose compute grew more than its bandwidth. Its ridge strength is chosen leave-one-source-
-  pair-out on the sources (:func:`choose_alpha`; ``inf``: no correction).
+  (:func:`device_vector`; differences are :func:`carb.model.spec_transfer.spec_axes`); ``w`` the device-level
+  weights (geometric: >= 0, summing to 1) fitted on the *sources'* measured pairs only (:func:`device_weights`:
+  per ordered pair the median over shared networks of ``y_b - y_a``);
+- ``c`` an optional per-network correction (:class:`RatioCorrection`; off in ``conf/zoo_transfer``): ridge of
+  the per-network residual of the source pairs on ``(v_a - v_b) (x) z(m)``, ``z`` standardised network features
+  (:data:`RATIO_FEATURES`), so a memory-bound network may gain less from a GPU whose compute grew more than its
+  bandwidth; its ridge strength chosen leave-one-source-pair-out on the sources (:func:`choose_alpha`; ``inf``:
+  no correction).
 
-The sources' moved predictions are averaged in log space (each source once). With K measured networks of the
-target (:func:`space_filling`: farthest-point over :data:`PICK_FEATURES`, never by the error), :func:`calibrate`
-fits an offset (and a slope where its leave-one-out error is clearly lower) of the target's log time on the
-K=0 prediction. Everything here is in log ms per image; :func:`to_ms` returns per batch.
+The sources' moved predictions are averaged in log space (:meth:`ZooDeviceTransfer.predict_log`, weights
+``1 / d**source_power`` by spec-space distance; which sources is the caller's choice, e.g. those on the target's
+PyTorch version). With K measured networks of the target (:func:`space_filling`: farthest-point over
+:data:`PICK_FEATURES`, never by the error), :func:`calibrate` fits an offset (and a slope where its leave-one-out
+error is clearly lower) of the target's log time on the K=0 prediction. Everything here is in log ms per image;
+:func:`to_ms` returns per batch.
 """
 from __future__ import annotations
 
