@@ -131,6 +131,51 @@ def zoo_lines(path: Path = ZOO_BENCH) -> list[str]:
     out += [f"Screening the zoo list at 8 batch sizes x 3 precisions x 3 input sizes ({z['screen_candidates']} "
             f"candidates) after load: {_f(z['screen_s'], '.2f')} s; tracing 300 models cold on 2 processes: "
             f"{_f(z['trace_cold_s'])} s (`scripts/data/zoo_trace_bench.json`).", ""]
+    return out + zoo_device_lines()
+
+
+#: ``scripts/bench/zoo.py --part device``'s saved figures (a GPU never measured).
+ZOO_DEVICE_BENCH = ROOT / "scripts" / "data" / "zoo_device_bench.json"
+
+
+def zoo_device_lines(path: Path = ZOO_DEVICE_BENCH) -> list[str]:
+    """The "GPU never measured" paragraph and per-target table (Markdown lines) from ``--part device``'s saved
+    figures at ``path``; a one-line note when the file is missing."""
+    head = "#### Zoo latency on a GPU never measured: leave-one-GPU-out"
+    if not path.is_file():
+        return [head, "", "(no figures: run `python scripts/bench/zoo.py --part device`, which writes "
+                f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path})", ""]
+    z = json.loads(path.read_text())
+    d, k = z["device"], int(z["device"]["settings"]["k"])
+    out = [head, "", f"From `{z['command']}` (last line: `{d['line']}`). Each of timm's GPU files is the target in "
+           "turn: its networks' times from the other GPUs' (measured; a source's own zoo model where it did not "
+           "time a network) moved by the spec records (peak, bandwidth, power; weights fitted on the sources' pairs "
+           f"only), averaged over the sources timed on its PyTorch version where there is one (K=0), then "
+           f"recalibrated on K={k} of its networks picked space-filling "
+           "over the zoo's features (scored on its other networks). Beside it: the nearest source GPU's measured "
+           "time scaled by the same spec ratio, and FLOPs only. MAPE %, families (>= 5 networks) within 20 %, "
+           "worst family %, Spearman over networks:", "",
+           f"| target | networks | CARB K=0 | CARB K={k} | nearest x spec K=0 | nearest K={k} | FLOPs K=0 | "
+           "Spearman K=0 |", "|---|---|---|---|---|---|---|---|"]
+    for r in d["logo"]:
+        fam = int(r["families"])
+        out.append(f"| {r['target']} | {r['networks']} | {_f(r['carb_k0_mape_pct'])}, "
+                   f"{r['carb_k0_within20']}/{fam}, {r['carb_k0_worst']} {_f(r['carb_k0_mape_max'])} | "
+                   f"{_f(r[f'carb_k{k}_mape_pct'])}, {r[f'carb_k{k}_within20']}/{fam} | "
+                   f"{_f(r['nearest_k0_mape_pct'])}, {r['nearest_k0_within20']}/{fam} | "
+                   f"{_f(r[f'nearest_k{k}_mape_pct'])} | {_f(r['flops_k0_mape_pct'])} | "
+                   f"{_f(r['carb_k0_rho'], '.3f')} |")
+    out.append("")
+    if d.get("lgfo"):
+        out += ["A new GPU and a new family (the family removed from the sources too; their times of it from each "
+                "source's zoo model fitted without it): CARB K=0 / K=" + str(k) + " pooled MAPE % (families within "
+                "20 %) " + "; ".join(f"{r['target']} {_f(r['carb_k0_mape_pct'])} ({r['carb_k0_within20']}/"
+                                     f"{r['families']}) / {_f(r[f'carb_k{k}_mape_pct'])}, FLOPs "
+                                     f"{_f(r['flops_k0_mape_pct'])}" for r in d["lgfo"]) + ".", ""]
+    if d.get("k0_band"):
+        out += ["K=0 90 % band of a new GPU (from the other GPUs' K=0 errors, each predicted without the target: "
+                "device-level form): " + "; ".join(f"{r['target']} covers {_f(r['coverage'], '.3f')} at hi/lo "
+                                                   f"{_f(r['hi_lo'], '.2f')}" for r in d["k0_band"]) + ".", ""]
     return out
 
 

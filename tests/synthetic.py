@@ -382,3 +382,23 @@ def zoo_trace_frame(zoo: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
             row[f"bytes_{k}"] = int(1.2e7 * g * sh)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def zoo_devices_frame(records: Mapping[str, Mapping[str, float]], families: Mapping[str, int], seed: int = 0,
+                      noise: float = 0.0, bias: Mapping[str, float] | None = None) -> pd.DataFrame:
+    """Zoo rows of one set of networks (:func:`zoo_frame`, law ``hj``) on several GPUs (``records``: device
+    name -> spec record with ``fp16_tensor_TFLOPS``, ``memory_bandwidth_GBps``, ``power_limit_W``), each row
+    with ``device_name``. A network's time per image on device d is its reference time times
+    ``(100 / peak_d)**a * (1000 / bw_d)**(1 - a)``, ``a = sigmoid(z(log GMACs / activations))`` (a
+    compute-bound network follows the peak, a memory-bound one the bandwidth), times ``exp(bias[d])`` (a
+    device-level offset no spec figure says), times log-normal ``noise``."""
+    base = zoo_frame(families, seed=seed, law="hj")
+    rng = np.random.default_rng(seed + 1)
+    ai = np.log(base["gmacs_per_image"].to_numpy(float) / base["macts_M_per_image"].to_numpy(float))
+    a = 1 / (1 + np.exp(-(ai - ai.mean()) / ai.std()))
+    parts = []
+    for d, rec in records.items():
+        scale = (100 / rec["fp16_tensor_TFLOPS"]) ** a * (1000 / rec["memory_bandwidth_GBps"]) ** (1 - a)
+        scale = scale * np.exp((bias or {}).get(d, 0.0) + (rng.normal(0, noise, len(base)) if noise else 0.0))
+        parts.append(base.assign(device_name=d, latency_ms=base["latency_ms"].to_numpy(float) * scale))
+    return pd.concat(parts, ignore_index=True)

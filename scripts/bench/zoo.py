@@ -25,10 +25,21 @@ between its base and Hidden Joules' regression (``conf/zoo_latency/default.yaml`
 ``nested_margin`` (timm's CPU file) the margin of each held-out family is chosen on the other families
 (:func:`carb.analysis.zoo_eval.nested_margin`; ``carb_margin`` in the per-family table).
 
-    python scripts/bench/zoo.py [--part all|cpu|gpu] [--devices gpu|all|<device name>] [--no-census]
+Device part (``--part device``; :mod:`carb.analysis.zoo_transfer_eval`, settings ``conf/zoo_transfer/default.yaml``,
+schema :class:`carb.commands.schema.groups.ZooTransfer`, ``--zoo-transfer KEY=VALUE`` overrides one): a GPU
+never measured. Leave-one-GPU-out over timm's GPU files with a spec record: each target's networks from the
+other GPUs' times moved by the spec sheet (K=0) and recalibrated on K space-filling networks of the target,
+beside the nearest source GPU scaled by the spec ratio and FLOPs only; with ``combined`` also
+leave-one-GPU-and-family-out. Its own machine-readable line (not part of ``zoo:``), printed last for this part:
+``zoo_device: gpus=N k0_mape_max=X k0_rho_min=X k10_mape_max=X k10_rho_min=X baseline_mape_max=X
+flops_mape_max=X k0_within20=W/F [lgfo_k0_mape_max=X lgfo_k10_mape_max=X lgfo_flops_mape_max=X]``.
+Its figures go to ``--out``'s ``device`` key (by default ``scripts/data/zoo_device_bench.json``, which
+:mod:`scripts.zoo_results` reads for docs/RESULTS.md; ``scripts/data/zoo_bench.json`` is not touched).
+
+    python scripts/bench/zoo.py [--part all|cpu|gpu|device] [--devices gpu|all|<device name>] [--no-census]
         [--no-trace] [--gpu-no-trace-too] [--zoo-latency KEY=VALUE ...] [--no-per-device]
         [--reparam published|never|always] [--table]
-        [--out scripts/data/zoo_bench.json]
+        [--zoo-transfer KEY=VALUE ...] [--out scripts/data/zoo_bench.json]
 
 CARB's features include the layer table's (``carb/data/timm-zoo-trace.parquet``, joined by
 :func:`carb.data.importers.timm_zoo.with_trace`) when it exists; ``--no-trace`` leaves them out;
@@ -290,9 +301,82 @@ def kept_gpu(path: Path, out: dict, models: set[str]) -> tuple[dict, list[dict],
     return {**out, **kept}, gpu, models
 
 
+ZOO_TRANSFER_CONF = ROOT / "conf" / "zoo_transfer" / "default.yaml"
+
+
+def zoo_transfer_settings(overrides: list[str], path: Path = ZOO_TRANSFER_CONF) -> dict:
+    """``conf/zoo_transfer/default.yaml`` with ``overrides`` (``KEY=VALUE``, YAML values), checked against
+    :class:`carb.commands.schema.groups.ZooTransfer`; a bad key or value: one line naming it, exit 2."""
+    import yaml
+    from pydantic import ValidationError
+
+    from carb.commands.schema.errors import error_line
+    from carb.commands.schema.groups import ZooTransfer
+
+    conf = yaml.safe_load(path.read_text())
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            print(f"--zoo-transfer: {item!r} is not KEY=VALUE; allowed keys: {', '.join(ZooTransfer.model_fields)}",
+                  file=sys.stderr)
+            raise SystemExit(2)
+        conf[key.strip()] = yaml.safe_load(value)
+    try:
+        ZooTransfer.model_validate(conf)
+    except ValidationError as e:
+        print(f"--zoo-transfer: {error_line(ZooTransfer, conf, e.errors()[0])}", file=sys.stderr)
+        raise SystemExit(2) from None
+    return conf
+
+
+DEVICE_COLS = ["target", "networks", "families", "carb_k0_mape_pct", "carb_k0_rho", "carb_k0_within20",
+               "carb_k0_mape_max", "carb_k0_worst", "carb_k{k}_mape_pct", "carb_k{k}_within20", "carb_k{k}_mape_max",
+               "nearest_k0_mape_pct", "nearest_k0_within20", "nearest_k0_mape_max", "nearest_k{k}_mape_pct",
+               "flops_k0_mape_pct", "flops_k{k}_mape_pct", "carb_k0_rho_fam_min", "alpha"]
+
+
+def device_part(args: argparse.Namespace) -> tuple[dict, str]:
+    """Leave-one-GPU-out zoo latency (and, with ``combined``, leave-one-GPU-and-family-out): prints the per-target
+    tables; returns the JSON part and the ``zoo_device:`` line."""
+    from carb.analysis import zoo_transfer_eval as ev
+
+    settings = zoo_transfer_settings(args.zoo_transfer)
+    print("zoo transfer: " + ", ".join(f"{k}={v}" for k, v in settings.items()), flush=True)
+    zoo = load_zoo_bench()
+    zoo = with_trace(with_census(zoo), reparam=args.reparam)
+    records = ev.device_records(sorted(zoo.loc[zoo["device_kind"] == "gpu", "device_name"].astype(str).unique()))
+    rows = ev.gpu_rows(zoo, records)
+    own = zoo_latency_settings(args.zoo_latency, device_kind="gpu")
+    make = lambda: ZooLatencyModel(**own)   # noqa: E731  each source's own zoo model
+    k = int(settings["k"])
+    table, preds = ev.evaluate(rows, records, make, settings)
+    cols = [c.format(k=k) for c in DEVICE_COLS if c.format(k=k) in table.columns]
+    print(f"== leave-one-GPU-out, {len(records)} GPUs (K=0 and K={k}; MAPE %, families within 20 %, worst family)")
+    print(table[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"), flush=True)
+    out: dict = {"settings": {k_: (None if v is None else v) for k_, v in settings.items()},
+                 "logo": table.round(4).to_dict(orient="records")}
+    band = ev.k0_band_coverage(rows, records, make, settings, preds)
+    print("== K=0 90 % band of a new GPU (each target's band from the other GPUs' K=0 errors, predicted without "
+          "the target)")
+    print(band.to_string(index=False, float_format=lambda v: f"{v:.3f}"), flush=True)
+    out["k0_band"] = band.round(4).to_dict(orient="records")
+    combined = None
+    if settings["combined"]:
+        combined, _ = ev.evaluate_combined(rows, records, make, settings,
+                                           progress=lambda m: print(f"  {m}", file=sys.stderr, flush=True))
+        ccols = [c for c in combined.columns if not c.endswith("_rho_fam_min")]
+        print(f"== leave-one-GPU-and-family-out (new GPU, new family; K=0 and K={k})")
+        print(combined[ccols].to_string(index=False, float_format=lambda v: f"{v:.3f}"), flush=True)
+        out["lgfo"] = combined.round(4).to_dict(orient="records")
+    line = ev.summary_line(table, k, combined, band)
+    out["line"] = line
+    return out, line
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", default="all", choices=["all", "cpu", "gpu"], help="CPU zoo, timm's files, or both")
+    ap.add_argument("--part", default="all", choices=["all", "cpu", "gpu", "device"],
+                    help="CPU zoo, timm's files, or both; device: a GPU never measured (leave-one-GPU-out)")
     ap.add_argument("--cpu-data", default=str(ROOT / "carb/data/zoo-cpu.parquet"), help="measured zoo parquet")
     ap.add_argument("--devices", default="all", help="gpu, all, or one device name (e.g. 'RTX 4090')")
     ap.add_argument("--no-census", action="store_true", help="leave the module census out of CARB's features")
@@ -301,6 +385,9 @@ def main() -> None:
     ap.add_argument("--zoo-latency", action="append", default=[], metavar="KEY=VALUE",
                     help="a setting of CARB's zoo latency model over conf/zoo_latency/default.yaml (repeatable; "
                          "e.g. gemm_regimes=false, amp_split=false, sdpa_math_io=false, base=loglinear)")
+    ap.add_argument("--zoo-transfer", action="append", default=[], metavar="KEY=VALUE",
+                    help="a setting of the device part over conf/zoo_transfer/default.yaml (repeatable; e.g. k=5, "
+                         "correction=false, combined=false)")
     ap.add_argument("--no-per-device", action="store_true",
                     help="leave conf/zoo_latency/default.yaml's per_device section out (one setting for every device)")
     ap.add_argument("--reparam", default="published", choices=["published", "never", "always"],
@@ -311,9 +398,22 @@ def main() -> None:
     ap.add_argument("--trace-cold-s", type=float, default=None, help="trace_cold_s (default: the recorded file)")
     ap.add_argument("--train-override", action="append", default=[], metavar="KEY=VALUE",
                     help="a carb-train override for the CPU zoo's registered cascade (repeatable)")
-    ap.add_argument("--out", default=str(ROOT / "scripts/data/zoo_bench.json"), help="JSON of the figures")
+    ap.add_argument("--out", default=None, help="JSON of the figures (default scripts/data/zoo_bench.json; "
+                                                "--part device: scripts/data/zoo_device_bench.json)")
     args = ap.parse_args()
+    args.out = args.out or str(ROOT / "scripts/data" / ("zoo_device_bench.json" if args.part == "device"
+                                                         else "zoo_bench.json"))
     t0 = time.perf_counter()
+    if args.part == "device":   # its own figures and line; the zoo: line is not touched
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            part, line = device_part(args)
+        dev = {"command": " ".join(["python scripts/bench/zoo.py", *sys.argv[1:]]), "device": part,
+               "wall_s": round(time.perf_counter() - t0, 1)}
+        write_atomic(Path(args.out), lambda p: p.write_text(json.dumps(dev, indent=1, default=float) + "\n"))
+        print(f"({time.perf_counter() - t0:.0f} s; figures in {args.out})")
+        print(line)
+        return
     out: dict = {"command": " ".join(["python scripts/bench/zoo.py", *sys.argv[1:]])}
     cpu, cpu_frame, gpu, models = None, None, [], set()
     with warnings.catch_warnings():

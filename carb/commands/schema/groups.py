@@ -596,3 +596,19 @@ class GpuRunImporter(Section):
 
 
 Importer = Annotated[Union[CsvImporter, OptimumImporter, TimmImporter, GpuRunImporter], Field(discriminator="name")]
+
+
+class ZooTransfer(Section):
+    """``conf/zoo_transfer/default.yaml``: zoo latency on a GPU never measured (:mod:`carb.model.zoo_transfer`,
+    evaluated leave-one-GPU-out by :mod:`carb.analysis.zoo_transfer_eval`; read by ``scripts/bench/zoo.py
+    --part device``)."""
+
+    k: Annotated[int, Field(ge=0)]
+    precision: Literal["fp32", "fp16", "bf16"]
+    min_models: Annotated[int, Field(ge=2)]
+    alphas: Annotated[list[Annotated[float, Field(gt=0)] | None], Field(min_length=1)]   # None: no correction
+    correction: bool
+    source_power: Annotated[float, Field(ge=0)] | None   # None: the nearest source
+    same_stack: bool
+    slope_gain: Annotated[float, Field(gt=0, le=1)]
+    combined: bool
