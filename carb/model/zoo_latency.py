@@ -526,7 +526,9 @@ class ZooLatencyModel:
     worse on the PRO 6000 (``test`` 37.6 -> 39.5 %) and RTX 3090 (FastViT 31.3 -> 31.6 %) (docs/MODEL.md).
     ``bmm_tiles``: the additive base prices the output tiles of batched matrix products on GPU rows
     (:func:`additive_terms`, :func:`gpu_parts`: a thread block per tile, so VOLO's thousands of tiny products
-    per image cost what their FLOPs do not say) (docs/MODEL.md).
+    per image cost what their FLOPs do not say). Off by default: on against off (session of 2026-12-07, round 4):
+    families within 20 % 76, 82, 81, 78 against 76, 82, 82, 79, VOLO 4-8 points closer on every GPU but GCViT's
+    49-token windows 4-16 points further off, pooled MAPE worse on the RTX 3090 and PRO 6000 (docs/MODEL.md).
     """
 
     def __init__(self, n_estimators: int = 300, learning_rate: float = 0.03, num_leaves: int = 15,
