@@ -772,9 +772,70 @@ def test_gpu_parts_count_only_non_square_depthwise_flops():
 
     table = pd.DataFrame({"kind": ["conv_depthwise", "conv_depthwise", "conv_depthwise", "conv_regular", "linear"],
                           "weight_shape": [(64, 1, 1, 5), (64, 1, 5, 1), (64, 1, 3, 3), (64, 32, 1, 7), (10, 64)],
+                          "out_shape": [(1, 64, 8, 8)] * 4 + [(1, 10)],
                           "flops": [1e6, 2e6, 4e6, 8e6, 16e6]})
-    assert gpu_parts(table) == {"flops_conv_dw_nonsquare": 3e6}
-    assert gpu_parts(table.iloc[2:]) == {"flops_conv_dw_nonsquare": 0.0}
+    assert gpu_parts(table) == {"flops_conv_dw_nonsquare": 3e6, "bmm_tiles": 0.0}
+    assert gpu_parts(table.iloc[2:]) == {"flops_conv_dw_nonsquare": 0.0, "bmm_tiles": 0.0}
+
+
+def test_gpu_parts_count_output_tiles_of_batched_matrix_products():
+    """``bmm_tiles``: a batched product's matrices times their 128 x 128 output tiles (VOLO's 1,176 matrices of
+    9 x 32 outputs: one tile each; 12 of 300 x 200: 3 x 2 each); a 2-D ``mm`` (a linear layer's GEMM, rows
+    growing with the batch) and a convolution count none."""
+    from carb.model.zoo_latency import BMM_TILE, gpu_parts
+
+    assert BMM_TILE == 128
+    table = pd.DataFrame({"kind": ["matmul", "matmul", "matmul", "conv_regular"],
+                          "weight_shape": [(), (), (), (8, 8, 3, 3)],
+                          "out_shape": [(1176, 9, 32), (1, 12, 300, 200), (64, 64), (1, 8, 300, 300)],
+                          "flops": [6e6, 1e9, 5e5, 1e9]})
+    assert gpu_parts(table)["bmm_tiles"] == 1176 + 12 * 3 * 2
+    assert gpu_parts(table.iloc[2:])["bmm_tiles"] == 0.0
+
+
+def _tiles_frame(seed: int = 0) -> pd.DataFrame:
+    """:func:`_additive_frame`'s rows on a GPU where families ``f`` and ``g`` run batched products of small
+    matrices (``tr_bmm_tiles``: 2,000-8,000 output tiles per image) that cost 0.1 ms per thousand tiles, which
+    their FLOPs (none added) do not say."""
+    rng = np.random.default_rng(seed)
+    out = _additive_frame(seed).assign(device_kind="gpu")
+    fam = out["family"].to_numpy()
+    tiles = np.where(np.isin(fam, ["f", "g"]), rng.uniform(2e3, 8e3, len(out)), 0.0)
+    b = out["batch_size"].to_numpy(float)
+    return out.assign(tr_bmm_tiles=tiles, latency_ms=out["latency_ms"] + 0.1 * tiles / 1e3 * b)
+
+
+def test_additive_base_prices_batched_product_tiles_on_gpu_rows_for_a_held_out_family():
+    """With ``bmm_tiles`` the base has ``ktiles_bmm`` (thousands of tiles per image, 0 on a CPU row) and carries
+    its cost from ``f`` to the held-out ``g``; without it ``g`` is predicted too fast. The setting is
+    conf/zoo_latency's (``bmm_tiles``, schema ZooLatency) and reaches the model's base."""
+    from carb.model.zoo_latency import AdditiveBase, additive_terms
+
+    frame = _tiles_frame()
+    on, off = additive_terms(frame, bmm_tiles=True), additive_terms(frame)
+    assert "ktiles_bmm" not in off.columns
+    assert np.allclose(on["ktiles_bmm"], frame["tr_bmm_tiles"] / 1e3)
+    assert (additive_terms(frame.assign(device_kind="cpu"), bmm_tiles=True)["ktiles_bmm"] == 0).all()
+    test = (frame["family"] == "g").to_numpy()
+    y = (frame.loc[test, "latency_ms"] / frame.loc[test, "batch_size"]).to_numpy(float)
+    err = {}
+    for flag in (False, True):
+        m = AdditiveBase(huber=None, bmm_tiles=flag).fit(frame[~test])
+        err[flag] = np.log(np.exp(m.predict_log(frame[test])) / y)
+    assert np.abs(err[True]).mean() < 0.02 and err[False].mean() < -0.05
+    model = ZooLatencyModel(n_estimators=20, min_child_samples=5, bmm_tiles=True).fit(frame[~test])
+    assert model.tbase_.bmm_tiles and "ktiles_bmm" in model.tbase_.terms_
+
+
+def test_shipped_trace_table_has_batched_product_tiles():
+    """``bmm_tiles`` of the shipped layer-table features: finite, positive only where the table has matrix-product
+    FLOPs, on every VOLO row (outlook attention's products), 0 on ResNets."""
+    tr = pd.read_parquet(ROOT / "carb" / "data" / "timm-zoo-trace.parquet")
+    tr = tr[tr["refused"].isna()]
+    tiles = tr["bmm_tiles"].to_numpy(float)
+    assert np.isfinite(tiles).all() and ((tiles > 0) <= (tr["flops_matmul"].to_numpy(float) > 0)).all()
+    assert (tiles[tr["model"].str.startswith("volo").to_numpy()] > 0).all()
+    assert (tiles[tr["model"].str.startswith("resnet").to_numpy()] == 0).all()
 
 
 def _nonsquare_frame(seed: int = 0) -> pd.DataFrame:

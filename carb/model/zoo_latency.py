@@ -175,7 +175,7 @@ ADDITIVE_BYTE_KINDS: tuple[str, ...] = ("conv_regular", "conv_pointwise", "conv_
 
 def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: bool = False,
                    sdpa_math_io: bool = False, other_bytes: bool = False,
-                   dw_nonsquare: bool = False) -> pd.DataFrame:
+                   dw_nonsquare: bool = False, bmm_tiles: bool = False) -> pd.DataFrame:
     """The terms of :class:`AdditiveBase` (n rows, each a time source per image in its own unit), from the
     ``tr_*`` columns (per image, fp32) and ``batch_size``: ``gflop_<kind>`` (GFLOPs of each compute kind,
     :data:`TRACE_COMPUTE_KINDS`), ``mb_<kind>`` (MB read + written by each memory-bound kind,
@@ -201,7 +201,10 @@ def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: b
     With ``dw_nonsquare`` and the trace's ``flops_conv_dw_nonsquare`` (:func:`gpu_parts`),
     ``gflop_conv_dw_nonsquare``: the GFLOPs of non-square depthwise convolutions, priced on top of
     ``gflop_conv_depthwise`` on GPU rows (:func:`gpu_rows`: PyTorch's own depthwise kernel, not cuDNN's; 0 on a
-    CPU row). NaN in a row without a trace."""
+    CPU row). With ``bmm_tiles`` and the trace's ``bmm_tiles`` (:func:`gpu_parts`), ``ktiles_bmm``: the thousands
+    of :data:`BMM_TILE`-square output tiles of batched matrix products per image, one thread block each, on GPU rows
+    (0 on a CPU row): VOLO's 1,176 products of 9 x 9 by 9 x 32 matrices per outlooker and image do 0.006 GFLOPs
+    and pay a block each. NaN in a row without a trace."""
     who = "the zoo latency model's additive base"
     b = _col(frame, "batch_size", who)
     out = {f"gflop_{k}": _col(frame, f"tr_flops_{k}", who) / 1e9 for k in TRACE_COMPUTE_KINDS}
@@ -217,6 +220,8 @@ def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: b
     if dw_nonsquare and "tr_flops_conv_dw_nonsquare" in frame.columns:   # off cuDNN on a GPU
         nonsq = _col(frame, "tr_flops_conv_dw_nonsquare", who) / 1e9
         out["gflop_conv_dw_nonsquare"] = np.where(gpu_rows(frame), nonsq, 0.0)
+    if bmm_tiles and "tr_bmm_tiles" in frame.columns:   # a thread block per output tile of a batched product
+        out["ktiles_bmm"] = np.where(gpu_rows(frame), _col(frame, "tr_bmm_tiles", who) / 1e3, 0.0)
     if gemm_regimes and all(f"tr_flops_gemm_{r}" in frame.columns for r in GEMM_REGIMES):   # GEMMs by regime
         for k in GEMM_KINDS:
             del out[f"gflop_{k}"], out[f"mb_{k}"]
@@ -303,16 +308,45 @@ def autocast_rows(frame: pd.DataFrame) -> np.ndarray:
 AMP_SPLIT_COLUMNS: tuple[str, ...] = ("bytes_norm_fp32", "bytes_elementwise_param")
 
 
+#: The side of the output tile a batched matrix product's thread block computes (:func:`gpu_parts`'s
+#: ``bmm_tiles``): 128 x 128, the largest CTA tile of cuBLAS's / CUTLASS's half-precision GEMM kernels, so a
+#: matrix that fits one is one block whatever its size (VOLO's 9 x 32 outputs, a 16-token LeViT stage), and a
+#: large one costs about its FLOPs' worth of blocks. 32 and 64 were tried (base alone, leave-one-family-out):
+#: they charged LeViT's and GCViT's 16-49-token products per 32 / 64 tile and put LeViT 5-11 points further off.
+BMM_TILE: int = 128
+
+
 def gpu_parts(table: pd.DataFrame) -> dict[str, float]:
     """The GPU columns of a layer table (:func:`carb.design.trace.trace`'s rows: ``kind``, ``weight_shape``,
-    ``flops``): ``flops_conv_dw_nonsquare``, the FLOPs of the depthwise convolutions whose kernel is not square
+    ``in_shape``, ``out_shape``, ``flops``): ``bmm_tiles``, the output tiles (:data:`BMM_TILE` square) of the
+    batched matrix products (kind ``matmul`` with a batch dimension: ``out_shape`` ``(..., M, N)``), summed over
+    their matrices: ``prod(batch dims) * ceil(M / 128) * ceil(N / 128)``; a batched product of small matrices
+    launches a thread block per matrix whatever its FLOPs (VOLO's outlook attention: 1,176 products of 9 x 9 by
+    9 x 32 per call and image). A 2-D ``mm`` is left out (its rows grow with the batch: a linear layer's GEMM).
+    ``flops_conv_dw_nonsquare``, the FLOPs of the depthwise convolutions whose kernel is not square
     (GhostNetV2's 1x5 / 5x1 attention, Inception-NeXt's 1x11 / 11x1 bands, a mixed kernel split along one
     axis). PyTorch gives cuDNN a half-precision depthwise convolution only for square 1, 3 or 5 kernels
     (``check_cudnn_depthwise_workload_with_filter``); a non-square one runs on its own depthwise kernel.
     Same batch and precision as ``table`` (timm's files: traced at batch 1, fp32)."""
     dw = (table["kind"] == "conv_depthwise").to_numpy()
     nonsquare = np.array([_nonsquare(w) for w in table["weight_shape"]], bool) & dw
-    return {"flops_conv_dw_nonsquare": float(table["flops"].to_numpy(float)[nonsquare].sum())}
+    mm = (table["kind"] == "matmul").to_numpy()
+    tiles = sum(_bmm_tiles(o) for o in table["out_shape"].to_numpy()[mm])
+    return {"flops_conv_dw_nonsquare": float(table["flops"].to_numpy(float)[nonsquare].sum()),
+            "bmm_tiles": float(tiles)}
+
+
+def _bmm_tiles(out_shape: object) -> int:
+    """Output tiles (:data:`BMM_TILE` square) of a batched matrix product with output ``(..., M, N)``:
+    ``prod(...) * ceil(M / tile) * ceil(N / tile)``; 0 for an output of fewer than 3 dimensions (a plain
+    ``mm``) or one that is not a shape."""
+    try:
+        shape = tuple(int(v) for v in out_shape)
+    except TypeError:
+        return 0
+    if len(shape) < 3:
+        return 0
+    return int(np.prod(shape[:-2])) * -(-shape[-2] // BMM_TILE) * -(-shape[-1] // BMM_TILE)
 
 
 def _nonsquare(weight_shape: object) -> bool:
@@ -384,14 +418,15 @@ class AdditiveBase:
     ``gemm_regimes``: price explicit matrix products by intensity regime; ``amp_split``: the memory-bound
     bytes mixed precision moves at fp32 apart; ``sdpa_math_io``: every byte of attention's math path;
     ``other_bytes``: the bytes of operations of no other kind; ``dw_nonsquare``: the FLOPs of non-square
-    depthwise convolutions on GPU rows on top (all :func:`additive_terms`); ``cpu_terms``: CPU
+    depthwise convolutions on GPU rows on top; ``bmm_tiles``: the output tiles of batched matrix products on GPU
+    rows (all :func:`additive_terms`); ``cpu_terms``: CPU
     terms on top (:mod:`carb.model.zoo_latency_cpu`, a per-device setting)."""
 
     def __init__(self, iterations: int = 10, huber: float | None = 0.1, gemm_regimes: bool = False,
                  amp_split: bool = False, sdpa_math_io: bool = False, other_bytes: bool = False,
-                 cpu_terms: tuple[str, ...] = (), dw_nonsquare: bool = False):
+                 cpu_terms: tuple[str, ...] = (), dw_nonsquare: bool = False, bmm_tiles: bool = False):
         self.iterations, self.huber, self.gemm_regimes = iterations, huber, gemm_regimes
-        self.amp_split, self.dw_nonsquare = amp_split, dw_nonsquare
+        self.amp_split, self.dw_nonsquare, self.bmm_tiles = amp_split, dw_nonsquare, bmm_tiles
         self.sdpa_math_io, self.other_bytes = sdpa_math_io, other_bytes
         self.cpu_terms = tuple(cpu_terms)
 
@@ -399,7 +434,7 @@ class AdditiveBase:
         """The law's terms (n rows): :func:`additive_terms` with this base's settings, then the per-device CPU
         terms ``cpu_terms`` (:func:`carb.model.zoo_latency_cpu.cpu_terms`; none by default)."""
         out = additive_terms(frame, self.gemm_regimes, self.amp_split, self.sdpa_math_io, self.other_bytes,
-                             self.dw_nonsquare)
+                             self.dw_nonsquare, self.bmm_tiles)
         if not self.cpu_terms:
             return out
         from carb.model.zoo_latency_cpu import cpu_terms
@@ -489,6 +524,11 @@ class ZooLatencyModel:
     against off (session of 2026-12-07, round 3): families within 20 % 76, 82, 82, 79 against 76, 81, 81, 77,
     pooled MAPE lower on each GPU (GhostNetV 24-27 % -> 2-5 %, Inception 8-10 points lower); the worst family
     worse on the PRO 6000 (``test`` 37.6 -> 39.5 %) and RTX 3090 (FastViT 31.3 -> 31.6 %) (docs/MODEL.md).
+    ``bmm_tiles``: the additive base prices the output tiles of batched matrix products on GPU rows
+    (:func:`additive_terms`, :func:`gpu_parts`: a thread block per tile, so VOLO's thousands of tiny products
+    per image cost what their FLOPs do not say). Off by default: on against off (session of 2026-12-07, round 4):
+    families within 20 % 76, 82, 81, 78 against 76, 82, 82, 79, VOLO 4-8 points closer on every GPU but GCViT's
+    49-token windows 4-16 points further off, pooled MAPE worse on the RTX 3090 and PRO 6000 (docs/MODEL.md).
     """
 
     def __init__(self, n_estimators: int = 300, learning_rate: float = 0.03, num_leaves: int = 15,
@@ -497,7 +537,7 @@ class ZooLatencyModel:
                  residual: float = 1.0, margin: float | None = 0.05, gemm_regimes: bool = True,
                  amp_split: bool = True, sdpa_math_io: bool = True, other_bytes: bool = True,
                  cpu_terms: tuple[str, ...] = (), outside: str = "overshoot", nested_margin: bool = False,
-                 dw_nonsquare: bool = True):
+                 dw_nonsquare: bool = True, bmm_tiles: bool = False):
         if base not in ("loglinear", "additive"):
             raise DatasetError(f"ZooLatencyModel: base={base!r} is not allowed; allowed: loglinear, additive")
         self.n_estimators, self.learning_rate = n_estimators, learning_rate
@@ -506,6 +546,7 @@ class ZooLatencyModel:
         self.trace, self.trace_base, self.base, self.residual = trace, trace_base, base, residual
         self.margin, self.gemm_regimes, self.amp_split = margin, gemm_regimes, amp_split
         self.sdpa_math_io, self.other_bytes, self.dw_nonsquare = sdpa_math_io, other_bytes, dw_nonsquare
+        self.bmm_tiles = bmm_tiles
         self.cpu_terms = tuple(cpu_terms)   # per-device CPU terms of the additive base (timm's CPU file)
         if outside not in OUTSIDE:
             raise DatasetError(f"ZooLatencyModel: outside={outside!r} is not allowed; allowed: {', '.join(OUTSIDE)}")
@@ -526,7 +567,8 @@ class ZooLatencyModel:
             try:
                 self.tbase_ = (AdditiveBase(gemm_regimes=self.gemm_regimes, amp_split=self.amp_split,
                                             sdpa_math_io=self.sdpa_math_io, other_bytes=self.other_bytes,
-                                            cpu_terms=self.cpu_terms, dw_nonsquare=self.dw_nonsquare)
+                                            cpu_terms=self.cpu_terms, dw_nonsquare=self.dw_nonsquare,
+                                            bmm_tiles=self.bmm_tiles)
                                if self.base == "additive"
                                else _TraceBase()).fit(frame, w)
             except DatasetError:   # too few traced rows: the plain base only

@@ -434,6 +434,7 @@ class ZooLatency(Section):
     sdpa_math_io: bool
     other_bytes: bool
     dw_nonsquare: bool
+    bmm_tiles: bool
     census: bool
     trace: bool
     n_estimators: Count
