@@ -270,3 +270,67 @@ def test_shipped_trace_table_has_the_depthwise_dram_column_on_the_cpu_rows():
     assert (dw >= 0).all() and (dw <= t["bytes_conv_depthwise"].to_numpy(float)).all()
     assert (dw[t["flops_conv_depthwise"].to_numpy(float) == 0] == 0).all()
     assert (dw[t["model"].str.startswith("vitamin_").to_numpy()] > 16e6).all()
+
+
+def _pointwise_table() -> pd.DataFrame:
+    """A layer table (batch 1) with two runs of point-wise rows: a convolution writing 4 MB; an EvoNorm-like
+    chain of a norm, a view, three element-wise operations and an activation over those 4 MB (one run: the view
+    does not break it); a convolution; a ReLU (a run of one row); a concatenation (not a fused kind)."""
+    m = 4e6
+    rows = [("conv_regular", 1e9, 1e6, m), ("norm", 0, m, m), ("reshape", 0, 0, 0), ("elementwise", 0, 2 * m, m),
+            ("elementwise", 0, m, m), ("elementwise", 0, m, m), ("activation", 0, m, m),
+            ("conv_pointwise", 1e8, m, m), ("activation", 0, m, m), ("concat", 0, 2 * m, 2 * m)]
+    t = pd.DataFrame(rows, columns=["kind", "flops", "bytes_read", "bytes_written"])
+    t["param_bytes"], t["params"] = 0.0, 0.0
+    t.attrs = {"input_shape": (1, 3, 224, 224)}
+    return t
+
+
+def test_pointwise_runs_read_their_input_and_write_their_output_once():
+    """Each run of norm / activation / element-wise rows (views inside allowed) moves its first row's reads and
+    its last row's writes: 8 MB for the six-row chain (the per-kind bytes of the point-wise rows count 52 MB in
+    all), 8 MB for the lone ReLU;
+    a concatenation and the convolutions are not in any run; a run that ends the table counts too."""
+    from carb.model.zoo_latency_cpu import pointwise_run_bytes
+
+    t = _pointwise_table()
+    pointwise = t["kind"].isin(["norm", "activation", "elementwise"])
+    per_kind = float((t["bytes_read"] + t["bytes_written"])[pointwise].sum())
+    assert per_kind == 52e6 and pointwise_run_bytes(t) == 16e6
+    assert cpu_parts(t)["bytes_pointwise_fused"] == 16e6
+    assert pointwise_run_bytes(t.iloc[:7]) == 8e6   # the table ends inside the first run
+    broken = t.copy()
+    broken.loc[4, "kind"] = "conv_depthwise"   # a library call inside the chain splits it in two runs
+    assert pointwise_run_bytes(broken) == 8e6 + 8e6 + 8e6
+
+
+def test_pointwise_fused_replaces_the_per_kind_pointwise_terms():
+    """``pointwise_fused`` is MB per image of the fused runs and stands for ``mb_norm``, ``mb_activation`` and
+    ``mb_elementwise`` (the additive base must drop them where it takes the term); the other CPU terms replace
+    nothing."""
+    from carb.model.zoo_latency_cpu import REPLACED_TERMS, replaced_terms
+
+    frame = pd.DataFrame({"batch_size": [1, 8], "tr_bytes_pointwise_fused": [16e6, 16e6],
+                          "tr_bytes_depthwise_dram": [0.0, 0.0]})
+    assert np.allclose(cpu_terms(frame, ["pointwise_fused"])["mb_pointwise_fused"], [16.0, 16.0])   # per image
+    assert replaced_terms(["depthwise_dram", "pointwise_fused", "pointwise_fused"]) == (
+        "mb_norm", "mb_activation", "mb_elementwise")
+    assert replaced_terms(["weight_lowreuse", "extern_calls", "depthwise_dram"]) == ()
+    assert set(REPLACED_TERMS["pointwise_fused"]) <= set(additive_terms(_weights_frame()).columns)
+
+
+def test_shipped_trace_table_has_the_pointwise_fused_column_on_the_cpu_rows():
+    """``bytes_pointwise_fused`` of the shipped layer-table features: on the 1435 plain-graph rows of timm's CPU
+    file (NaN elsewhere, like the other CPU columns), never more than the per-kind norm, activation and
+    element-wise bytes it stands for, and a smaller share of them on RegNetZ's EvoNorm models (long fused chains)
+    than on the other networks (median)."""
+    tr = pd.read_parquet(ROOT / "carb" / "data" / "timm-zoo-trace.parquet")
+    on = tr["bytes_pointwise_fused"].notna().to_numpy()
+    assert on.sum() == 1435 and (tr["n_extern_calls"].notna().to_numpy() == on).all()
+    t = tr[on]
+    fused = t["bytes_pointwise_fused"].to_numpy(float)
+    per_kind = sum(t[f"bytes_{k}"].to_numpy(float) for k in ("norm", "activation", "elementwise"))
+    assert (fused >= 0).all() and (fused <= per_kind * (1 + 1e-9)).all()
+    evos = t["model"].str.contains("_evos").to_numpy()
+    share = fused / per_kind
+    assert evos.any() and np.median(share[evos]) < 0.5 * np.median(share[~evos])
