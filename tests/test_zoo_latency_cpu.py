@@ -180,7 +180,7 @@ def test_per_device_settings_apply_to_their_device_kind_only(tmp_path, capsys):
     assert bench.zoo_latency_settings([], device_kind="gpu") == shared
     cpu = bench.zoo_latency_settings([], device_kind="cpu")
     assert cpu["cpu_terms"] == ["weight_lowreuse", "weight_lowreuse_dram", "extern_calls", "norm_permuted",
-                                "depthwise_dram"]
+                                "depthwise_dram", "matmul_spill"]
     assert cpu["gemm_regimes"] is False and shared["gemm_regimes"] is True
     bound = {"margin": 0.0, "outside": "clip", "nested_margin": True}   # z43gpu2: the CPU file keeps the old bound
     assert {k: v for k, v in cpu.items() if k != "cpu_terms"} == shared | {"gemm_regimes": False} | bound
@@ -189,7 +189,7 @@ def test_per_device_settings_apply_to_their_device_kind_only(tmp_path, capsys):
     conf = (ROOT / "conf/zoo_latency/default.yaml").read_text()
     path = tmp_path / "zl.yaml"
     path.write_text(conf.replace("cpu_terms: [weight_lowreuse, weight_lowreuse_dram, extern_calls, norm_permuted, "
-                                 "depthwise_dram]", "cpu_terms: [gemv]"))
+                                 "depthwise_dram, matmul_spill]", "cpu_terms: [gemv]"))
     assert path.read_text() != conf
     with pytest.raises(SystemExit) as e:
         bench.zoo_latency_settings([], path=path, device_kind="cpu")
@@ -334,3 +334,57 @@ def test_shipped_trace_table_has_the_pointwise_fused_column_on_the_cpu_rows():
     evos = t["model"].str.contains("_evos").to_numpy()
     share = fused / per_kind
     assert evos.any() and np.median(share[evos]) < 0.5 * np.median(share[~evos])
+
+
+def test_cpu_parts_counts_explicit_matrix_products_beyond_the_spill_size():
+    """Only the explicit matrix products (``matmul``: attention scores outside SDPA) whose activations read +
+    written exceed :data:`SPILL_BYTES` count (activation bytes): CaiT-like scores of 16 heads x 576 x 576 tokens
+    (21 MB written), not a 196-token product, nor attention through SDPA or a linear layer of the same size."""
+    from carb.model.zoo_latency_cpu import SPILL_BYTES
+
+    big, small = 16 * 576 * 576 * 4, 16 * 196 * 196 * 4
+    qk_big, qk_small = 2 * 16 * 576 * 48 * 4, 2 * 16 * 196 * 48 * 4
+    rows = [("matmul", 2 * 16 * 576 * 576 * 48, qk_big, big, 0, 0),
+            ("matmul", 2 * 16 * 196 * 196 * 48, qk_small, small, 0, 0),
+            ("sdpa", 4 * 16 * 576 * 576 * 48, qk_big, big, 0, 0),
+            ("linear", 2 * 576 * 768 * 768, qk_big, big, 768 * 768 * 4, 768 * 768)]
+    t = pd.DataFrame(rows, columns=["kind", "flops", "bytes_read", "bytes_written", "param_bytes", "params"])
+    t.attrs = {"input_shape": (1, 3, 384, 384)}
+    assert qk_small + small < SPILL_BYTES < qk_big + big
+    assert cpu_parts(t)["bytes_matmul_spill"] == qk_big + big
+    assert cpu_parts(t, spill_bytes=1e5)["bytes_matmul_spill"] == qk_big + big + qk_small + small
+    assert cpu_parts(_table())["bytes_matmul_spill"] == 0.0
+    frame = pd.DataFrame({"batch_size": [1, 4], "tr_bytes_matmul_spill": [24e6, 24e6]})
+    assert np.allclose(cpu_terms(frame, ["matmul_spill"])["mb_matmul_spill"], [24.0, 24.0])   # per image
+
+
+def test_additive_base_with_the_spill_term_carries_attention_scores_to_a_held_out_family():
+    """A held-out family whose explicit attention products move 200-600 MB beyond the spill size (CaiT at 384)
+    at 0.05 ms per MB on top of the per-kind law: with ``matmul_spill`` the base carries it there; without it
+    the other terms take that time and miss the family."""
+    rng = np.random.default_rng(2)
+    frame = _weights_frame(2)
+    heavy = (frame["family"] == "g").to_numpy()
+    frame["tr_bytes_matmul_spill"] = np.where(heavy, rng.uniform(200e6, 600e6, len(frame)),
+                                              rng.uniform(0, 60e6, len(frame)))
+    frame["latency_ms"] = frame["latency_ms"] + 0.05 * frame["tr_bytes_matmul_spill"] / 1e6 * frame["batch_size"]
+    y = frame.loc[heavy, "latency_ms"] / frame.loc[heavy, "batch_size"]
+    err = {}
+    for name, terms in (("with", ("weight_lowreuse", "matmul_spill")), ("without", ("weight_lowreuse",))):
+        m = AdditiveBase(huber=None, cpu_terms=terms).fit(frame[~heavy])
+        err[name] = float(np.mean(np.log(np.exp(m.predict_log(frame[heavy])) / y)))
+    assert abs(err["with"]) < 0.02 < 0.05 < abs(err["without"])
+
+
+def test_shipped_trace_table_has_the_matmul_spill_column_on_the_cpu_rows():
+    """``bytes_matmul_spill`` of the shipped layer-table features: on the 1435 plain-graph rows of timm's CPU file
+    (NaN elsewhere), 0 where a network has no explicit matrix product, never more than their bytes, positive on
+    every Swin V2 (cosine attention written out as products)."""
+    tr = pd.read_parquet(ROOT / "carb" / "data" / "timm-zoo-trace.parquet")
+    on = tr["bytes_matmul_spill"].notna().to_numpy()
+    assert on.sum() == 1435 and (tr["n_extern_calls"].notna().to_numpy() == on).all()
+    t = tr[on]
+    mm = t["bytes_matmul_spill"].to_numpy(float)
+    assert (mm >= 0).all() and (mm <= t["bytes_matmul"].to_numpy(float)).all()
+    assert (mm[t["flops_matmul"].to_numpy(float) == 0] == 0).all()
+    assert (mm[t["model"].str.startswith("swinv2_").to_numpy()] > 0).all()

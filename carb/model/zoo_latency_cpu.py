@@ -33,6 +33,11 @@ settings were chosen on GPUs. A CPU at batch 1 differs in ways the layer table c
   activations read + written exceed :data:`CACHE_BYTES` (ViTamin's, MaxViT's, CoAtNet's and MobileViTv2's
   MbConv stages at 56x56 and above, EfficientNets at large inputs) streams them from DRAM, a cost on top of
   ``mb_conv_depthwise``, which then prices the depthwise convolutions that stay in cache (MobileOne's).
+- **Explicit matrix products beyond the cache** (``matmul_spill``): attention written out as matrix products
+  (kind ``matmul``: the scores materialised outside scaled-dot-product attention; Swin V2's cosine attention,
+  CaiT's talking heads at 384-448, XCiT, VOLO, MViTv2, GCViT) moves its operands and scores through memory;
+  the activation bytes of the products that move more than :data:`SPILL_BYTES` each (the threshold chosen by
+  a nested leave-family-out choice between 4 and 16 MB, docs/MODEL.md) are priced on top of ``mb_matmul``.
 - **Point-wise operations after fusion** (``pointwise_fused``): under ``torch.compile`` a run of normalisation,
   activation and element-wise operations (views between them do not break it) is one generated loop that
   reads the run's input and writes its output once, not once per operation: RegNetZ's EvoNorm models
@@ -64,13 +69,17 @@ LOW_REUSE: float = 8.0
 #: Bytes read + written by one memory-bound operation beyond which it streams from DRAM (16 MB: under the
 #: i9-10940X's 19.25 MB last-level cache, the share other data keeps left out).
 CACHE_BYTES: float = 16e6
+#: Activation bytes read + written by one explicit matrix product (kind ``matmul``) beyond which it counts
+#: in ``bytes_matmul_spill`` (4 MB: between a core's 1 MB L2 and the 19.25 MB last-level cache; chosen over
+#: 16 MB by nested leave-family-out on the i9 file's training families, docs/MODEL.md).
+SPILL_BYTES: float = 4e6
 #: Activation bytes read + written by one permuted layer norm beyond which its strided reads leave a core's
 #: L2 cache (1 MB: the i9-10940X's L2 per core); smaller ones are not counted (:func:`cpu_parts`).
 L2_BYTES: float = 1e6
 #: The layer-table columns :func:`cpu_parts` gives (bytes at the table's batch and precision).
 CPU_COLUMNS: tuple[str, ...] = ("bytes_weight_lowreuse", "bytes_weight_lowreuse_dram", "bytes_membound_dram",
                                  "n_extern_calls", "bytes_norm_permuted", "bytes_depthwise_dram",
-                                 "bytes_pointwise_fused")
+                                 "bytes_pointwise_fused", "bytes_matmul_spill")
 #: The kinds a compiler fuses into one loop per run (:func:`pointwise_run_bytes`), and the kinds (views) that
 #: do not break a run.
 FUSED_KINDS: tuple[str, ...] = ("norm", "activation", "elementwise")
@@ -82,7 +91,8 @@ CPU_TERMS: dict[str, str] = {"weight_lowreuse": "bytes_weight_lowreuse",
                              "extern_calls": "n_extern_calls",
                              "norm_permuted": "bytes_norm_permuted",
                              "depthwise_dram": "bytes_depthwise_dram",
-                             "pointwise_fused": "bytes_pointwise_fused"}
+                             "pointwise_fused": "bytes_pointwise_fused",
+                             "matmul_spill": "bytes_matmul_spill"}
 #: The terms of :func:`carb.model.zoo_latency.additive_terms` a CPU term stands for instead (the additive base
 #: must drop them where it takes the term: :func:`replaced_terms`).
 REPLACED_TERMS: dict[str, tuple[str, ...]] = {"pointwise_fused": tuple(f"mb_{k}" for k in FUSED_KINDS)}
@@ -93,7 +103,7 @@ COUNT_TERMS: tuple[str, ...] = ("extern_calls",)
 
 
 def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CACHE_BYTES,
-              l2_bytes: float = L2_BYTES) -> dict[str, float]:
+              l2_bytes: float = L2_BYTES, spill_bytes: float = SPILL_BYTES) -> dict[str, float]:
     """The CPU columns of a layer table (:func:`carb.design.trace.trace`'s rows: ``kind``, ``flops``,
     ``bytes_read``, ``bytes_written``, ``param_bytes``, ``params``; ``attrs["input_shape"]``): ``bytes_weight_lowreuse``
     (parameter bytes of the rows whose weights are used fewer than ``low_reuse`` times per image,
@@ -103,8 +113,9 @@ def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CAC
     ``n_extern_calls`` (rows of :data:`EXTERN_KINDS`: library kernel calls per forward, at any batch) and
     ``bytes_norm_permuted`` (activation bytes read + written by :func:`permuted_norm_rows`' norms that
     move more than ``l2_bytes`` each), ``bytes_depthwise_dram`` (activation bytes read + written by the
-    depthwise convolutions, ``conv_depthwise``, that move more than ``cache_bytes`` each) and
-    ``bytes_pointwise_fused`` (:func:`pointwise_run_bytes`).
+    depthwise convolutions, ``conv_depthwise``, that move more than ``cache_bytes`` each),
+    ``bytes_pointwise_fused`` (:func:`pointwise_run_bytes`) and ``bytes_matmul_spill`` (activation bytes read +
+    written by the explicit matrix products, ``matmul``, that move more than ``spill_bytes`` each).
     Same batch and precision as ``table`` (timm's CPU file: batch 1, fp32)."""
     batch = float(table.attrs.get("input_shape", (1,))[0])
     pb = table["param_bytes"].to_numpy(float)
@@ -121,7 +132,8 @@ def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CAC
             "n_extern_calls": float(table["kind"].isin(EXTERN_KINDS).sum()),
             "bytes_norm_permuted": float(act[permuted_norm_rows(table) & (act > l2_bytes)].sum()),
             "bytes_depthwise_dram": float(act[(table["kind"] == "conv_depthwise").to_numpy() & (act > cache_bytes)].sum()),
-            "bytes_pointwise_fused": pointwise_run_bytes(table)}
+            "bytes_pointwise_fused": pointwise_run_bytes(table),
+            "bytes_matmul_spill": float(act[(table["kind"] == "matmul").to_numpy() & (act > spill_bytes)].sum())}
 
 
 def pointwise_run_bytes(table: Any) -> float:
