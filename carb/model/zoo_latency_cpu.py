@@ -45,7 +45,7 @@ settings were chosen on GPUs. A CPU at batch 1 differs in ways the layer table c
   bytes of those runs (:func:`pointwise_run_bytes`) *replace* the per-kind ``mb_norm``, ``mb_activation``
   and ``mb_elementwise`` terms (:data:`REPLACED_TERMS`; not a term beside them): that needs
   :class:`carb.model.zoo_latency.AdditiveBase` to drop them (:func:`replaced_terms`), which it does not yet,
-  so no device takes the term (docs/MODEL.md, timm's CPU file round 4).
+  so no device takes the term and the conf's schema does not offer it (docs/MODEL.md, timm's CPU file round 4).
 
 :func:`cpu_parts` gives the layer-table columns (``scripts/data/zoo_trace_features.py`` stores them in
 ``carb/data/timm-zoo-trace.parquet``; :func:`carb.data.importers.timm_zoo.with_trace` joins them as
