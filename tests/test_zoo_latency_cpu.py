@@ -180,7 +180,7 @@ def test_per_device_settings_apply_to_their_device_kind_only(tmp_path, capsys):
     assert bench.zoo_latency_settings([], device_kind="gpu") == shared
     cpu = bench.zoo_latency_settings([], device_kind="cpu")
     assert cpu["cpu_terms"] == ["weight_lowreuse", "weight_lowreuse_dram", "extern_calls", "norm_permuted",
-                                "depthwise_dram"]
+                                "depthwise_dram", "matmul_spill"]
     assert cpu["gemm_regimes"] is False and shared["gemm_regimes"] is True
     bound = {"margin": 0.0, "outside": "clip", "nested_margin": True}   # z43gpu2: the CPU file keeps the old bound
     assert {k: v for k, v in cpu.items() if k != "cpu_terms"} == shared | {"gemm_regimes": False} | bound
@@ -189,7 +189,7 @@ def test_per_device_settings_apply_to_their_device_kind_only(tmp_path, capsys):
     conf = (ROOT / "conf/zoo_latency/default.yaml").read_text()
     path = tmp_path / "zl.yaml"
     path.write_text(conf.replace("cpu_terms: [weight_lowreuse, weight_lowreuse_dram, extern_calls, norm_permuted, "
-                                 "depthwise_dram]", "cpu_terms: [gemv]"))
+                                 "depthwise_dram, matmul_spill]", "cpu_terms: [gemv]"))
     assert path.read_text() != conf
     with pytest.raises(SystemExit) as e:
         bench.zoo_latency_settings([], path=path, device_kind="cpu")
@@ -270,3 +270,121 @@ def test_shipped_trace_table_has_the_depthwise_dram_column_on_the_cpu_rows():
     assert (dw >= 0).all() and (dw <= t["bytes_conv_depthwise"].to_numpy(float)).all()
     assert (dw[t["flops_conv_depthwise"].to_numpy(float) == 0] == 0).all()
     assert (dw[t["model"].str.startswith("vitamin_").to_numpy()] > 16e6).all()
+
+
+def _pointwise_table() -> pd.DataFrame:
+    """A layer table (batch 1) with two runs of point-wise rows: a convolution writing 4 MB; an EvoNorm-like
+    chain of a norm, a view, three element-wise operations and an activation over those 4 MB (one run: the view
+    does not break it); a convolution; a ReLU (a run of one row); a concatenation (not a fused kind)."""
+    m = 4e6
+    rows = [("conv_regular", 1e9, 1e6, m), ("norm", 0, m, m), ("reshape", 0, 0, 0), ("elementwise", 0, 2 * m, m),
+            ("elementwise", 0, m, m), ("elementwise", 0, m, m), ("activation", 0, m, m),
+            ("conv_pointwise", 1e8, m, m), ("activation", 0, m, m), ("concat", 0, 2 * m, 2 * m)]
+    t = pd.DataFrame(rows, columns=["kind", "flops", "bytes_read", "bytes_written"])
+    t["param_bytes"], t["params"] = 0.0, 0.0
+    t.attrs = {"input_shape": (1, 3, 224, 224)}
+    return t
+
+
+def test_pointwise_runs_read_their_input_and_write_their_output_once():
+    """Each run of norm / activation / element-wise rows (views inside allowed) moves its first row's reads and
+    its last row's writes: 8 MB for the six-row chain (the per-kind bytes of the point-wise rows count 52 MB in
+    all), 8 MB for the lone ReLU;
+    a concatenation and the convolutions are not in any run; a run that ends the table counts too."""
+    from carb.model.zoo_latency_cpu import pointwise_run_bytes
+
+    t = _pointwise_table()
+    pointwise = t["kind"].isin(["norm", "activation", "elementwise"])
+    per_kind = float((t["bytes_read"] + t["bytes_written"])[pointwise].sum())
+    assert per_kind == 52e6 and pointwise_run_bytes(t) == 16e6
+    assert cpu_parts(t)["bytes_pointwise_fused"] == 16e6
+    assert pointwise_run_bytes(t.iloc[:7]) == 8e6   # the table ends inside the first run
+    broken = t.copy()
+    broken.loc[4, "kind"] = "conv_depthwise"   # a library call inside the chain splits it in two runs
+    assert pointwise_run_bytes(broken) == 8e6 + 8e6 + 8e6
+
+
+def test_pointwise_fused_replaces_the_per_kind_pointwise_terms():
+    """``pointwise_fused`` is MB per image of the fused runs and stands for ``mb_norm``, ``mb_activation`` and
+    ``mb_elementwise`` (the additive base must drop them where it takes the term); the other CPU terms replace
+    nothing."""
+    from carb.model.zoo_latency_cpu import REPLACED_TERMS, replaced_terms
+
+    frame = pd.DataFrame({"batch_size": [1, 8], "tr_bytes_pointwise_fused": [16e6, 16e6],
+                          "tr_bytes_depthwise_dram": [0.0, 0.0]})
+    assert np.allclose(cpu_terms(frame, ["pointwise_fused"])["mb_pointwise_fused"], [16.0, 16.0])   # per image
+    assert replaced_terms(["depthwise_dram", "pointwise_fused", "pointwise_fused"]) == (
+        "mb_norm", "mb_activation", "mb_elementwise")
+    assert replaced_terms(["weight_lowreuse", "extern_calls", "depthwise_dram"]) == ()
+    assert set(REPLACED_TERMS["pointwise_fused"]) <= set(additive_terms(_weights_frame()).columns)
+
+
+def test_shipped_trace_table_has_the_pointwise_fused_column_on_the_cpu_rows():
+    """``bytes_pointwise_fused`` of the shipped layer-table features: on the 1435 plain-graph rows of timm's CPU
+    file (NaN elsewhere, like the other CPU columns), never more than the per-kind norm, activation and
+    element-wise bytes it stands for, and a smaller share of them on RegNetZ's EvoNorm models (long fused chains)
+    than on the other networks (median)."""
+    tr = pd.read_parquet(ROOT / "carb" / "data" / "timm-zoo-trace.parquet")
+    on = tr["bytes_pointwise_fused"].notna().to_numpy()
+    assert on.sum() == 1435 and (tr["n_extern_calls"].notna().to_numpy() == on).all()
+    t = tr[on]
+    fused = t["bytes_pointwise_fused"].to_numpy(float)
+    per_kind = sum(t[f"bytes_{k}"].to_numpy(float) for k in ("norm", "activation", "elementwise"))
+    assert (fused >= 0).all() and (fused <= per_kind * (1 + 1e-9)).all()
+    evos = t["model"].str.contains("_evos").to_numpy()
+    share = fused / per_kind
+    assert evos.any() and np.median(share[evos]) < 0.5 * np.median(share[~evos])
+
+
+def test_cpu_parts_counts_explicit_matrix_products_beyond_the_spill_size():
+    """Only the explicit matrix products (``matmul``: attention scores outside SDPA) whose activations read +
+    written exceed :data:`SPILL_BYTES` count (activation bytes): CaiT-like scores of 16 heads x 576 x 576 tokens
+    (21 MB written), not a 196-token product, nor attention through SDPA or a linear layer of the same size."""
+    from carb.model.zoo_latency_cpu import SPILL_BYTES
+
+    big, small = 16 * 576 * 576 * 4, 16 * 196 * 196 * 4
+    qk_big, qk_small = 2 * 16 * 576 * 48 * 4, 2 * 16 * 196 * 48 * 4
+    rows = [("matmul", 2 * 16 * 576 * 576 * 48, qk_big, big, 0, 0),
+            ("matmul", 2 * 16 * 196 * 196 * 48, qk_small, small, 0, 0),
+            ("sdpa", 4 * 16 * 576 * 576 * 48, qk_big, big, 0, 0),
+            ("linear", 2 * 576 * 768 * 768, qk_big, big, 768 * 768 * 4, 768 * 768)]
+    t = pd.DataFrame(rows, columns=["kind", "flops", "bytes_read", "bytes_written", "param_bytes", "params"])
+    t.attrs = {"input_shape": (1, 3, 384, 384)}
+    assert qk_small + small < SPILL_BYTES < qk_big + big
+    assert cpu_parts(t)["bytes_matmul_spill"] == qk_big + big
+    assert cpu_parts(t, spill_bytes=1e5)["bytes_matmul_spill"] == qk_big + big + qk_small + small
+    assert cpu_parts(_table())["bytes_matmul_spill"] == 0.0
+    frame = pd.DataFrame({"batch_size": [1, 4], "tr_bytes_matmul_spill": [24e6, 24e6]})
+    assert np.allclose(cpu_terms(frame, ["matmul_spill"])["mb_matmul_spill"], [24.0, 24.0])   # per image
+
+
+def test_additive_base_with_the_spill_term_carries_attention_scores_to_a_held_out_family():
+    """A held-out family whose explicit attention products move 200-600 MB beyond the spill size (CaiT at 384)
+    at 0.05 ms per MB on top of the per-kind law: with ``matmul_spill`` the base carries it there; without it
+    the other terms take that time and miss the family."""
+    rng = np.random.default_rng(2)
+    frame = _weights_frame(2)
+    heavy = (frame["family"] == "g").to_numpy()
+    frame["tr_bytes_matmul_spill"] = np.where(heavy, rng.uniform(200e6, 600e6, len(frame)),
+                                              rng.uniform(0, 60e6, len(frame)))
+    frame["latency_ms"] = frame["latency_ms"] + 0.05 * frame["tr_bytes_matmul_spill"] / 1e6 * frame["batch_size"]
+    y = frame.loc[heavy, "latency_ms"] / frame.loc[heavy, "batch_size"]
+    err = {}
+    for name, terms in (("with", ("weight_lowreuse", "matmul_spill")), ("without", ("weight_lowreuse",))):
+        m = AdditiveBase(huber=None, cpu_terms=terms).fit(frame[~heavy])
+        err[name] = float(np.mean(np.log(np.exp(m.predict_log(frame[heavy])) / y)))
+    assert abs(err["with"]) < 0.02 < 0.05 < abs(err["without"])
+
+
+def test_shipped_trace_table_has_the_matmul_spill_column_on_the_cpu_rows():
+    """``bytes_matmul_spill`` of the shipped layer-table features: on the 1435 plain-graph rows of timm's CPU file
+    (NaN elsewhere), 0 where a network has no explicit matrix product, never more than their bytes, positive on
+    every Swin V2 (cosine attention written out as products)."""
+    tr = pd.read_parquet(ROOT / "carb" / "data" / "timm-zoo-trace.parquet")
+    on = tr["bytes_matmul_spill"].notna().to_numpy()
+    assert on.sum() == 1435 and (tr["n_extern_calls"].notna().to_numpy() == on).all()
+    t = tr[on]
+    mm = t["bytes_matmul_spill"].to_numpy(float)
+    assert (mm >= 0).all() and (mm <= t["bytes_matmul"].to_numpy(float)).all()
+    assert (mm[t["flops_matmul"].to_numpy(float) == 0] == 0).all()
+    assert (mm[t["model"].str.startswith("swinv2_").to_numpy()] > 0).all()

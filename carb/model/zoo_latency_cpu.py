@@ -33,6 +33,19 @@ settings were chosen on GPUs. A CPU at batch 1 differs in ways the layer table c
   activations read + written exceed :data:`CACHE_BYTES` (ViTamin's, MaxViT's, CoAtNet's and MobileViTv2's
   MbConv stages at 56x56 and above, EfficientNets at large inputs) streams them from DRAM, a cost on top of
   ``mb_conv_depthwise``, which then prices the depthwise convolutions that stay in cache (MobileOne's).
+- **Explicit matrix products beyond the cache** (``matmul_spill``): attention written out as matrix products
+  (kind ``matmul``: the scores materialised outside scaled-dot-product attention; Swin V2's cosine attention,
+  CaiT's talking heads at 384-448, XCiT, VOLO, MViTv2, GCViT) moves its operands and scores through memory;
+  the activation bytes of the products that move more than :data:`SPILL_BYTES` each (the threshold chosen by
+  a nested leave-family-out choice between 4 and 16 MB, docs/MODEL.md) are priced on top of ``mb_matmul``.
+- **Point-wise operations after fusion** (``pointwise_fused``): under ``torch.compile`` a run of normalisation,
+  activation and element-wise operations (views between them do not break it) is one generated loop that
+  reads the run's input and writes its output once, not once per operation: RegNetZ's EvoNorm models
+  (``_evos``: a dozen element-wise operations per norm), ESE-VoVNet's and DLA's norm-activation chains. The
+  bytes of those runs (:func:`pointwise_run_bytes`) *replace* the per-kind ``mb_norm``, ``mb_activation``
+  and ``mb_elementwise`` terms (:data:`REPLACED_TERMS`; not a term beside them): that needs
+  :class:`carb.model.zoo_latency.AdditiveBase` to drop them (:func:`replaced_terms`), which it does not yet,
+  so no device takes the term and the conf's schema does not offer it (docs/MODEL.md, timm's CPU file round 4).
 
 :func:`cpu_parts` gives the layer-table columns (``scripts/data/zoo_trace_features.py`` stores them in
 ``carb/data/timm-zoo-trace.parquet``; :func:`carb.data.importers.timm_zoo.with_trace` joins them as
@@ -56,19 +69,33 @@ LOW_REUSE: float = 8.0
 #: Bytes read + written by one memory-bound operation beyond which it streams from DRAM (16 MB: under the
 #: i9-10940X's 19.25 MB last-level cache, the share other data keeps left out).
 CACHE_BYTES: float = 16e6
+#: Activation bytes read + written by one explicit matrix product (kind ``matmul``) beyond which it counts
+#: in ``bytes_matmul_spill`` (4 MB: between a core's 1 MB L2 and the 19.25 MB last-level cache; chosen over
+#: 16 MB by nested leave-family-out on the i9 file's training families, docs/MODEL.md).
+SPILL_BYTES: float = 4e6
 #: Activation bytes read + written by one permuted layer norm beyond which its strided reads leave a core's
 #: L2 cache (1 MB: the i9-10940X's L2 per core); smaller ones are not counted (:func:`cpu_parts`).
 L2_BYTES: float = 1e6
 #: The layer-table columns :func:`cpu_parts` gives (bytes at the table's batch and precision).
 CPU_COLUMNS: tuple[str, ...] = ("bytes_weight_lowreuse", "bytes_weight_lowreuse_dram", "bytes_membound_dram",
-                                 "n_extern_calls", "bytes_norm_permuted", "bytes_depthwise_dram")
+                                 "n_extern_calls", "bytes_norm_permuted", "bytes_depthwise_dram",
+                                 "bytes_pointwise_fused", "bytes_matmul_spill")
+#: The kinds a compiler fuses into one loop per run (:func:`pointwise_run_bytes`), and the kinds (views) that
+#: do not break a run.
+FUSED_KINDS: tuple[str, ...] = ("norm", "activation", "elementwise")
+VIEW_KINDS: tuple[str, ...] = ("reshape", "other")
 #: The terms :func:`cpu_terms` can add, each from its column of :data:`CPU_COLUMNS`.
 CPU_TERMS: dict[str, str] = {"weight_lowreuse": "bytes_weight_lowreuse",
                              "weight_lowreuse_dram": "bytes_weight_lowreuse_dram",
                              "membound_dram": "bytes_membound_dram",
                              "extern_calls": "n_extern_calls",
                              "norm_permuted": "bytes_norm_permuted",
-                             "depthwise_dram": "bytes_depthwise_dram"}
+                             "depthwise_dram": "bytes_depthwise_dram",
+                             "pointwise_fused": "bytes_pointwise_fused",
+                             "matmul_spill": "bytes_matmul_spill"}
+#: The terms of :func:`carb.model.zoo_latency.additive_terms` a CPU term stands for instead (the additive base
+#: must drop them where it takes the term: :func:`replaced_terms`).
+REPLACED_TERMS: dict[str, tuple[str, ...]] = {"pointwise_fused": tuple(f"mb_{k}" for k in FUSED_KINDS)}
 #: The terms paid once per batch (weights read, kernels called); the others per image.
 PER_BATCH_TERMS: tuple[str, ...] = ("weight_lowreuse", "weight_lowreuse_dram", "extern_calls")
 #: The terms that count calls (the term is calls per image), not bytes (MB per image).
@@ -76,7 +103,7 @@ COUNT_TERMS: tuple[str, ...] = ("extern_calls",)
 
 
 def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CACHE_BYTES,
-              l2_bytes: float = L2_BYTES) -> dict[str, float]:
+              l2_bytes: float = L2_BYTES, spill_bytes: float = SPILL_BYTES) -> dict[str, float]:
     """The CPU columns of a layer table (:func:`carb.design.trace.trace`'s rows: ``kind``, ``flops``,
     ``bytes_read``, ``bytes_written``, ``param_bytes``, ``params``; ``attrs["input_shape"]``): ``bytes_weight_lowreuse``
     (parameter bytes of the rows whose weights are used fewer than ``low_reuse`` times per image,
@@ -85,8 +112,10 @@ def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CAC
     written by the memory-bound rows, :data:`MEMORY_KINDS`, that move more than ``cache_bytes`` each),
     ``n_extern_calls`` (rows of :data:`EXTERN_KINDS`: library kernel calls per forward, at any batch) and
     ``bytes_norm_permuted`` (activation bytes read + written by :func:`permuted_norm_rows`' norms that
-    move more than ``l2_bytes`` each) and ``bytes_depthwise_dram`` (activation bytes read + written by the
-    depthwise convolutions, ``conv_depthwise``, that move more than ``cache_bytes`` each).
+    move more than ``l2_bytes`` each), ``bytes_depthwise_dram`` (activation bytes read + written by the
+    depthwise convolutions, ``conv_depthwise``, that move more than ``cache_bytes`` each),
+    ``bytes_pointwise_fused`` (:func:`pointwise_run_bytes`) and ``bytes_matmul_spill`` (activation bytes read +
+    written by the explicit matrix products, ``matmul``, that move more than ``spill_bytes`` each).
     Same batch and precision as ``table`` (timm's CPU file: batch 1, fp32)."""
     batch = float(table.attrs.get("input_shape", (1,))[0])
     pb = table["param_bytes"].to_numpy(float)
@@ -102,7 +131,41 @@ def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CAC
             "bytes_membound_dram": float(moved[mem & (moved > cache_bytes)].sum()),
             "n_extern_calls": float(table["kind"].isin(EXTERN_KINDS).sum()),
             "bytes_norm_permuted": float(act[permuted_norm_rows(table) & (act > l2_bytes)].sum()),
-            "bytes_depthwise_dram": float(act[(table["kind"] == "conv_depthwise").to_numpy() & (act > cache_bytes)].sum())}
+            "bytes_depthwise_dram": float(act[(table["kind"] == "conv_depthwise").to_numpy() & (act > cache_bytes)].sum()),
+            "bytes_pointwise_fused": pointwise_run_bytes(table),
+            "bytes_matmul_spill": float(act[(table["kind"] == "matmul").to_numpy() & (act > spill_bytes)].sum())}
+
+
+def pointwise_run_bytes(table: Any) -> float:
+    """Bytes a compiler's fused loops move for the point-wise rows of a layer table (kind in
+    :data:`FUSED_KINDS`): the rows form runs, maximal sequences of such rows in table order where only views
+    (:data:`VIEW_KINDS`) may stand between two of them; each run reads its first row's ``bytes_read`` and
+    writes its last row's ``bytes_written`` (the intermediate tensors stay in registers). A second operand read
+    inside a run (a residual add) is not counted. Bytes at the table's batch and precision."""
+    kind = table["kind"].astype(str).to_numpy()
+    read = table["bytes_read"].to_numpy(float)
+    written = table["bytes_written"].to_numpy(float)
+    member, view = np.isin(kind, FUSED_KINDS), np.isin(kind, VIEW_KINDS)
+    total, first, last = 0.0, -1, -1
+    for i in range(len(kind)):
+        if member[i]:
+            first = i if first < 0 else first
+            last = i
+        elif not view[i] and first >= 0:
+            total += read[first] + written[last]
+            first = -1
+    if first >= 0:
+        total += read[first] + written[last]
+    return float(total)
+
+
+def replaced_terms(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """The :func:`carb.model.zoo_latency.additive_terms` columns the CPU terms ``names`` replace
+    (:data:`REPLACED_TERMS`; none for a term that only adds), in order, each once."""
+    out: list[str] = []
+    for name in names:
+        out += [c for c in REPLACED_TERMS.get(name, ()) if c not in out]
+    return tuple(out)
 
 
 def permuted_norm_rows(table: Any) -> np.ndarray:
