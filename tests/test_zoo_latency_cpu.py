@@ -180,7 +180,7 @@ def test_per_device_settings_apply_to_their_device_kind_only(tmp_path, capsys):
     assert bench.zoo_latency_settings([], device_kind="gpu") == shared
     cpu = bench.zoo_latency_settings([], device_kind="cpu")
     assert cpu["cpu_terms"] == ["weight_lowreuse", "weight_lowreuse_dram", "extern_calls", "norm_permuted",
-                                "depthwise_dram", "matmul_spill"]
+                                "depthwise_dram", "matmul_spill", "pointwise_fused"]
     assert cpu["gemm_regimes"] is False and shared["gemm_regimes"] is True
     bound = {"margin": 0.0, "outside": "clip", "nested_margin": True}   # z43gpu2: the CPU file keeps the old bound
     assert {k: v for k, v in cpu.items() if k != "cpu_terms"} == shared | {"gemm_regimes": False} | bound
@@ -189,7 +189,7 @@ def test_per_device_settings_apply_to_their_device_kind_only(tmp_path, capsys):
     conf = (ROOT / "conf/zoo_latency/default.yaml").read_text()
     path = tmp_path / "zl.yaml"
     path.write_text(conf.replace("cpu_terms: [weight_lowreuse, weight_lowreuse_dram, extern_calls, norm_permuted, "
-                                 "depthwise_dram, matmul_spill]", "cpu_terms: [gemv]"))
+                                 "depthwise_dram, matmul_spill,\n                pointwise_fused]", "cpu_terms: [gemv]"))
     assert path.read_text() != conf
     with pytest.raises(SystemExit) as e:
         bench.zoo_latency_settings([], path=path, device_kind="cpu")
@@ -388,3 +388,28 @@ def test_shipped_trace_table_has_the_matmul_spill_column_on_the_cpu_rows():
     assert (mm >= 0).all() and (mm <= t["bytes_matmul"].to_numpy(float)).all()
     assert (mm[t["flops_matmul"].to_numpy(float) == 0] == 0).all()
     assert (mm[t["model"].str.startswith("swinv2_").to_numpy()] > 0).all()
+
+
+def test_additive_base_prices_fused_pointwise_runs_in_place_of_the_per_kind_bytes():
+    """A law where point-wise operations cost what their fused runs move (0.2 ms per MB), not their per-kind
+    bytes: the held-out family ``g`` has long chains (runs 4-8x smaller than the per-kind bytes, EvoNorm-like),
+    the others short ones (1.5-2x). With ``pointwise_fused`` the base drops ``mb_norm`` / ``mb_activation`` /
+    ``mb_elementwise`` and carries the law to ``g``; with the per-kind terms it over-predicts ``g``."""
+    rng = np.random.default_rng(3)
+    frame = _weights_frame(3)
+    heavy = (frame["family"] == "g").to_numpy()
+    b = frame["batch_size"].to_numpy(float)
+    per_kind = sum(frame[f"tr_bytes_{k}"].to_numpy(float) for k in ("norm", "activation", "elementwise"))
+    frame["tr_bytes_pointwise_fused"] = per_kind / np.where(heavy, rng.uniform(4, 8, len(frame)),
+                                                            rng.uniform(1.5, 2, len(frame)))
+    frame["latency_ms"] = (frame["latency_ms"] - 0.002 * frame["tr_bytes_activation"] / 1e6 * b
+                           + 0.2 * frame["tr_bytes_pointwise_fused"] / 1e6 * b)
+    y = frame.loc[heavy, "latency_ms"] / frame.loc[heavy, "batch_size"]
+    err = {}
+    for name, terms in (("with", ("weight_lowreuse", "pointwise_fused")), ("without", ("weight_lowreuse",))):
+        m = AdditiveBase(huber=None, cpu_terms=terms).fit(frame[~heavy])
+        err[name] = float(np.mean(np.log(np.exp(m.predict_log(frame[heavy])) / y)))
+    with_term = AdditiveBase(huber=None, cpu_terms=("pointwise_fused",)).fit(frame[~heavy])
+    assert "mb_pointwise_fused" in with_term.terms_
+    assert not {"mb_norm", "mb_activation", "mb_elementwise"} & set(with_term.terms_)
+    assert abs(err["with"]) < 0.02 < 0.05 < err["without"]

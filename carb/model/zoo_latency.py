@@ -432,13 +432,15 @@ class AdditiveBase:
 
     def terms(self, frame: pd.DataFrame) -> pd.DataFrame:
         """The law's terms (n rows): :func:`additive_terms` with this base's settings, then the per-device CPU
-        terms ``cpu_terms`` (:func:`carb.model.zoo_latency_cpu.cpu_terms`; none by default)."""
+        terms ``cpu_terms`` (:func:`carb.model.zoo_latency_cpu.cpu_terms`; none by default), without the
+        :func:`additive_terms` columns those stand for (:func:`carb.model.zoo_latency_cpu.replaced_terms`)."""
         out = additive_terms(frame, self.gemm_regimes, self.amp_split, self.sdpa_math_io, self.other_bytes,
                              self.dw_nonsquare, self.bmm_tiles)
         if not self.cpu_terms:
             return out
-        from carb.model.zoo_latency_cpu import cpu_terms
+        from carb.model.zoo_latency_cpu import cpu_terms, replaced_terms
 
+        out = out.drop(columns=list(replaced_terms(self.cpu_terms)))
         return pd.concat([out, cpu_terms(frame, self.cpu_terms)], axis=1)
 
     def fit(self, frame: pd.DataFrame, weight: np.ndarray | None = None) -> AdditiveBase:
