@@ -64,3 +64,21 @@ def test_moved_model_keys_are_refused():
         build_cascade({"physics": False}, {"columns": ["depth"]})
     with pytest.raises(ConfigError, match="model.physics"):
         check_config("train", compose("train", ["+model.physics=false"]))
+
+
+@pytest.mark.parametrize("command, override, line", [
+    ("calibrate", "transfer.precision_shrink=-1", "transfer.precision_shrink: must be a number >= 0 or 'auto', got -1"),
+    ("calibrate", "transfer.precision_shrink=often",
+     "transfer.precision_shrink: must be a number >= 0 or 'auto', got 'often'"),
+    ("calibrate", "transfer.zero_shot_target_out=devices",
+     "transfer.zero_shot_target_out: 'devices' is not allowed; allowed: ['quantiles', 'level', 'device', 'none']"),
+    ("calibrate", "zero_shot.probe_multi_log_error_band=[0.3]",
+     "zero_shot.probe_multi_log_error_band: must be null or a list of 2 numbers, got [0.3]"),
+    ("train", "prior.op_cost_per_precision=maybe", "prior.op_cost_per_precision: must be true or false, got 'maybe'"),
+])
+def test_this_sessions_settings_name_what_is_allowed(command, override, line):
+    """A bad value of a new setting is one line naming the key and what it may be: a union of a number
+    and a word (``precision_shrink``) says both, not 'a valid value'."""
+    with pytest.raises(ConfigError) as e:
+        check_config(command, compose(command, [override]))
+    assert str(e.value) == line
