@@ -20,8 +20,11 @@ class _Transfer:
 
 
 def _printed(tr: _Transfer, capsys) -> str:
+    """What ``_print_band`` prints, on one line; every printed line fits 120 characters."""
     _print_band(tr, (float(np.log(0.75)), float(np.log(1.34))), "CPUs", 3)
-    return " ".join(capsys.readouterr().out.split())
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 120, out
+    return " ".join(out.split())
 
 
 def test_multi_source_band_names_its_sources_and_devices(capsys):
