@@ -82,3 +82,13 @@ def test_this_sessions_settings_name_what_is_allowed(command, override, line):
     with pytest.raises(ConfigError) as e:
         check_config(command, compose(command, [override]))
     assert str(e.value) == line
+
+
+def test_a_list_that_may_be_empty_is_not_called_non_empty():
+    """``transfer.prior_targets`` may be ``[]``; ``space.blocks`` may not: the line says which."""
+    with pytest.raises(ConfigError) as e:
+        check_config("calibrate", compose("calibrate", ["transfer.prior_targets=[time]"]))
+    assert str(e.value) == ("transfer.prior_targets: ['time'] not allowed; give a list of ['latency_ms', 'energy_J', "
+                            "'peak_memory_MB']")
+    with pytest.raises(ConfigError, match=r"space.blocks: \['wide'\] not allowed; give a non-empty list of "):
+        check_config("screen", compose("screen", ["space.blocks=[wide]"]))

@@ -32,7 +32,7 @@ def error_line(schema: type[BaseModel], config: Any, err: dict[str, Any]) -> str
     if items is not None and _choices(items) is not None and isinstance(value, list) and value:
         bad = [v for v in value if v not in _choices(items)]
         if bad:
-            return f"{key}: {bad} not allowed; give a non-empty list of {_choices(items)}"
+            return f"{key}: {bad} not allowed; give {describe(tp)}"   # [] too where the list may be empty
     return f"{key}: must be {describe(tp)}, got {value!r}{_list_hint(key, tp, value)}"
 
 
