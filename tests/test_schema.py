@@ -75,6 +75,9 @@ def test_moved_model_keys_are_refused():
     ("calibrate", "zero_shot.probe_multi_log_error_band=[0.3]",
      "zero_shot.probe_multi_log_error_band: must be null or a list of 2 numbers, got [0.3]"),
     ("train", "prior.op_cost_per_precision=maybe", "prior.op_cost_per_precision: must be true or false, got 'maybe'"),
+    ("calibrate", "zero_shot.probe_multi_log_error_band=[0.3,-0.3]",
+     "zero_shot.probe_multi_log_error_band: must be [lo, hi] with lo <= hi (natural-log units, e.g. [-0.289, 0.289]: "
+     "x [0.75, 1.34]), got [0.3, -0.3]"),
 ])
 def test_this_sessions_settings_name_what_is_allowed(command, override, line):
     """A bad value of a new setting is one line naming the key and what it may be: a union of a number
