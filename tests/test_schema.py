@@ -64,3 +64,34 @@ def test_moved_model_keys_are_refused():
         build_cascade({"physics": False}, {"columns": ["depth"]})
     with pytest.raises(ConfigError, match="model.physics"):
         check_config("train", compose("train", ["+model.physics=false"]))
+
+
+@pytest.mark.parametrize("command, override, line", [
+    ("calibrate", "transfer.precision_shrink=-1", "transfer.precision_shrink: must be a number >= 0 or 'auto', got -1"),
+    ("calibrate", "transfer.precision_shrink=often",
+     "transfer.precision_shrink: must be a number >= 0 or 'auto', got 'often'"),
+    ("calibrate", "transfer.zero_shot_target_out=devices",
+     "transfer.zero_shot_target_out: 'devices' is not allowed; allowed: ['quantiles', 'level', 'device', 'none']"),
+    ("calibrate", "zero_shot.probe_multi_log_error_band=[0.3]",
+     "zero_shot.probe_multi_log_error_band: must be null or a list of 2 numbers, got [0.3]"),
+    ("train", "prior.op_cost_per_precision=maybe", "prior.op_cost_per_precision: must be true or false, got 'maybe'"),
+    ("calibrate", "zero_shot.probe_multi_log_error_band=[0.3,-0.3]",
+     "zero_shot.probe_multi_log_error_band: must be [lo, hi] with lo <= hi (natural-log units, e.g. [-0.289, 0.289]: "
+     "x [0.75, 1.34]), got [0.3, -0.3]"),
+])
+def test_this_sessions_settings_name_what_is_allowed(command, override, line):
+    """A bad value of a new setting is one line naming the key and what it may be: a union of a number
+    and a word (``precision_shrink``) says both, not 'a valid value'."""
+    with pytest.raises(ConfigError) as e:
+        check_config(command, compose(command, [override]))
+    assert str(e.value) == line
+
+
+def test_a_list_that_may_be_empty_is_not_called_non_empty():
+    """``transfer.prior_targets`` may be ``[]``; ``space.blocks`` may not: the line says which."""
+    with pytest.raises(ConfigError) as e:
+        check_config("calibrate", compose("calibrate", ["transfer.prior_targets=[time]"]))
+    assert str(e.value) == ("transfer.prior_targets: ['time'] not allowed; give a list of ['latency_ms', 'energy_J', "
+                            "'peak_memory_MB']")
+    with pytest.raises(ConfigError, match=r"space.blocks: \['wide'\] not allowed; give a non-empty list of "):
+        check_config("screen", compose("screen", ["space.blocks=[wide]"]))

@@ -184,3 +184,17 @@ def test_zoo_grid_user_columns_leave_out_layer_table_terms():
     assert set(ZOO_WEIGHT_FEATURES) <= set(cand.columns)
     shown = user_columns(cand)
     assert not set(ZOO_WEIGHT_FEATURES) & set(shown) and "top1" in shown
+
+
+def test_front_note_fits_the_table_width(capsys):
+    """The zoo screen's '(front on point predictions ...; 7 feasible without a value left off it)' line was 131
+    columns; it is wrapped at the table width like every other report line."""
+    from types import SimpleNamespace
+
+    from carb.commands.screen import _print_axes
+
+    scored = pd.DataFrame({"pareto_missing": [True] * 7 + [False] * 3})
+    _print_axes(SimpleNamespace(scored=scored, require={}, stages={}), [])
+    out = capsys.readouterr().out
+    assert "7 feasible without a value left off it" in " ".join(out.split())
+    assert max(len(line) for line in out.splitlines()) <= 120, out

@@ -94,3 +94,16 @@ def test_refused_settings_name_the_model():
         zoo.build_model("resnet18", num_classes="ten")
     with pytest.raises(ZooError, match="device"):
         zoo.build_model("resnet18", device="cuda")
+
+
+def test_building_inception_prints_no_torchvision_init_warning():
+    """torchvision warns that inception_v3's default initialisation will change; CARB's weights are random and
+    the warning, printed in the middle of carb-train / carb-screen's output, told a user nothing."""
+    import warnings
+
+    from carb.design.zoo import build_model
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        build_model("tv:inception_v3")
+    assert not [w for w in caught if "weight initialization" in str(w.message)], [str(w.message) for w in caught]

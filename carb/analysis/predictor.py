@@ -359,8 +359,19 @@ class ServedModel:
         self.quiet = quiet
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickled without ``quiet``: that is for the process that logs it (a served copy warns as usual)."""
-        return {"cascade": self.cascade}
+        """Pickled without ``quiet``: that is for the process that logs it (a served copy warns as usual). A quiet
+        model records the logging process's id, so the copy MLflow loads back in that process to check the
+        input example (``log_model``) stays quiet too (carb-train / carb-calibrate of another CPU's model)."""
+        import os
+
+        return {"cascade": self.cascade, **({"quiet_pid": os.getpid()} if getattr(self, "quiet", False) else {})}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """The cascade; ``quiet`` only in the process that pickled a quiet model (:meth:`__getstate__`)."""
+        import os
+
+        self.cascade = state["cascade"]
+        self.quiet = state.get("quiet_pid") == os.getpid()
 
     def predict(self, X: pd.DataFrame, params: Mapping[str, Any] | None = None) -> pd.DataFrame:
         """:meth:`Predictor.predict` of the rows ``X`` (a frame; budget and coverage from ``params``:

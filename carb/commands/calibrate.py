@@ -39,6 +39,21 @@ def default_source() -> str:
     return f"models:/{model_name(ok_rows(reference_dataset()))}@champion"
 
 
+def load_source(uri: str, given: bool) -> Any:
+    """The source cascade at ``uri``; ``source=null`` whose default model (:func:`default_source`) is not in the
+    store: one line saying what the default is and how to make it (``carb-train``) or name another."""
+    from carb.errors import ModelError
+
+    try:
+        return tracking.load_cascade(uri)
+    except ModelError as e:
+        if given or "not found" not in str(e):
+            raise
+        raise ModelError(f"source: not given, and its default {uri} (the champion of the model of the shipped "
+                         f"CPU reference dataset) is not in this store; run carb-train, then carb-promote, "
+                         f"or give source=models:/<name>@<alias>") from None
+
+
 def require_source_for_spec(cfg: Any) -> None:
     """One-line :class:`ConfigError` for ``spec=`` without ``source=``: a spec-sheet transfer starts from a
     GPU model (its GPU needs a spec record too), never the default CPU reference model; the line lists the
@@ -217,7 +232,7 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     source_uri = str(cfg.source or default_source())
     prog = Progress.from_cfg("carb-calibrate", 4.0, cfg, throttle=False)
     prog.begin(f"loading {source_uri}")
-    source = tracking.load_cascade(source_uri)
+    source = load_source(source_uri, given=bool(cfg.source))
     refuse_untransferable_kind(cfg, source, source_uri)   # before probing, measuring or logging anything
     src_info = tracking.resolve_version(source_uri)
     target_probe = target_probe_id(cfg, source, source_uri, prog)

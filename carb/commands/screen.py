@@ -458,8 +458,8 @@ def _print_axes(result: Any, users: list[str]) -> None:
         print(f"require {limits}: {result.stages.get('n_require_below', 0)} rejected, "
               f"{result.stages.get('n_require_missing', 0)} unverified for want of a value")
     off = int(scored.get("pareto_missing", pd.Series(dtype=bool)).sum())
-    print(f"  (front on point predictions and values; ties = feasible candidates as good within the "
-          f"intervals{f'; {off} feasible without a value left off it' if off else ''})")
+    print(wrap_line(f"  (front on point predictions and values; ties = feasible candidates as good within the "
+                    f"intervals{f'; {off} feasible without a value left off it' if off else ''})", TABLE_WIDTH))
 
 
 def _print_shortlist(result: Any, targets: list[str], users: list[str]) -> None:

@@ -232,9 +232,14 @@ def _print_band(tr: Any, band: Any, kind: str, n: int) -> None:
 
     entry = tr.intervals_.get("latency_ms") or {}
     lo, hi = widest_ratio(entry) if entry else (float("nan"), float("nan"))
+    multi = bool(tr.__dict__.get("extra_sources_"))   # the multi-source base: say whose errors the band is
+    what = (f"the multi-source zero-shot band x [{np.exp(band[0]):.2f}, {np.exp(band[1]):.2f}] (measured on {n} "
+            f"{kind}), its errors on each {kind[:-1]} as the target\n  with the other {kind} as its sources (here: "
+            f"{', '.join(tr.source_names())})" if multi else
+            f"the zero-shot band x [{np.exp(band[0]):.2f}, {np.exp(band[1]):.2f}] (measured on {n} {kind})")
     print(f"carb-calibrate: latency 90 % interval x [{lo:.2f}, {hi:.2f}] of the prediction: the source model's own "
-          f"plus\n  the zero-shot band x [{np.exp(band[0]):.2f}, {np.exp(band[1]):.2f}] (measured on {n} {kind}); "
-          "P within 5-95 %: nothing here was measured (k >= 3 rows)")
+          f"plus\n  {what}; P (within a budget) stays within 5-95 %:\n  nothing was measured on this device "
+          "(calibrate with K measured rows to narrow it)")
 
 
 def print_unseen(tr: Any) -> None:

@@ -195,7 +195,7 @@ def build_model(name: str, *, device: str = "meta", **kwargs: Any) -> nn.Module:
         raise ZooError(f"device: {device!r} is not allowed; allowed: {list(DEVICES)}")
     lib, base = resolve(name)
     if lib == "tv":
-        make = lambda: import_torchvision().models.get_model(base, weights=None, **kwargs)  # noqa: E731
+        make = lambda: _quiet_init(import_torchvision().models.get_model, base, weights=None, **kwargs)  # noqa: E731
     else:
         timm = import_timm()
         make = lambda: timm.create_model(base, pretrained=False, **kwargs)  # noqa: E731
@@ -215,6 +215,16 @@ def build_model(name: str, *, device: str = "meta", **kwargs: Any) -> nn.Module:
         raise ZooError(f"model {name!r}: the constructor refuses {kwargs or 'its defaults'}: "
                        f"{_one_line(e)}") from None
     return model.eval()
+
+
+def _quiet_init(get_model: Any, base: str, **kwargs: Any) -> Any:
+    """``get_model(base, **kwargs)`` without torchvision's FutureWarning that the default weight initialisation
+    of inception_v3 / googlenet will change: CARB's weights are random and their values cost nothing."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The default weight initialization", category=FutureWarning)
+        return get_model(base, **kwargs)
 
 
 #: In-place value updates that weight initialisation runs; on meta tensors they change nothing, so a

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from carb.commands.schema.groups import (
@@ -43,6 +43,18 @@ def _extra_sources(v: Any) -> Any:
         return v
     raise PydanticCustomError("carb", "{v} is not allowed; allowed: auto (the CPU datasets CARB ships), [] (the "
                               "source alone) or a list of CPU model URIs", {"v": repr(v)})
+
+
+def _band(v: Any) -> Any:
+    """A zero-shot band ``[lo, hi]`` (natural-log units): ``lo <= hi``, else one line."""
+    if v is not None and len(v) == 2 and v[0] > v[1]:
+        raise PydanticCustomError("carb", "must be [lo, hi] with lo <= hi (natural-log units, e.g. [-0.289, 0.289]: "
+                                  "x [0.75, 1.34]), got {v}", {"v": list(v)})
+    return v
+
+
+#: A zero-shot error band: ``[lo, hi]`` of log(measured / predicted), lo <= hi.
+Band = Annotated[list[float], Field(min_length=2, max_length=2), AfterValidator(_band)]
 
 
 class Command(Section):
@@ -229,11 +241,11 @@ class ZeroShot(Section):
     """``zero_shot`` (``carb-calibrate k=0 spec=<GPU>`` / ``probe=``): the spec-ratio weights and the error bands."""
 
     weights: dict[Literal["compute", "bandwidth", "power"], float]
-    log_error_band: Annotated[list[float], Field(min_length=2, max_length=2)]
-    probe_log_error_band: Annotated[list[float], Field(min_length=2, max_length=2)] = [-0.354, 0.222]
+    log_error_band: Band
+    probe_log_error_band: Band = [-0.354, 0.222]
     band_devices: Count = 4
     probe_band_devices: Count = 3
-    probe_multi_log_error_band: Annotated[list[float], Field(min_length=2, max_length=2)] | None = None
+    probe_multi_log_error_band: Band | None = None
     probe_multi_band_devices: Count = 3
     power: ZeroShotPower | None = None
 

@@ -32,7 +32,7 @@ def error_line(schema: type[BaseModel], config: Any, err: dict[str, Any]) -> str
     if items is not None and _choices(items) is not None and isinstance(value, list) and value:
         bad = [v for v in value if v not in _choices(items)]
         if bad:
-            return f"{key}: {bad} not allowed; give a non-empty list of {_choices(items)}"
+            return f"{key}: {bad} not allowed; give {describe(tp)}"   # [] too where the list may be empty
     return f"{key}: must be {describe(tp)}, got {value!r}{_list_hint(key, tp, value)}"
 
 
@@ -172,6 +172,10 @@ def describe(tp: Any) -> str:
         inner = next(a for a in get_args(inner) if a is not type(None))
         b = {**b, **_bounds(inner)}
     prefix = "null or " if nullable else ""
+    members = [a for a in get_args(_unannotated(inner)) if a is not type(None)] \
+        if _is_union(_unannotated(inner)) else []
+    if len(members) > 1:       # a number or a word (transfer.precision_shrink: a number >= 0 or 'auto')
+        return prefix + " or ".join(_member(m) for m in members)
     if base is bool:
         return prefix + "true or false"
     if base in (int, float):
@@ -201,6 +205,14 @@ def describe(tp: Any) -> str:
     if get_origin(base) is dict:
         return prefix + "a mapping"
     return prefix + "a valid value"
+
+
+def _member(tp: Any) -> str:
+    """:func:`describe` of one alternative of a union; a one-value ``Literal`` as the value itself (``'auto'``)."""
+    choices = _choices(tp)
+    if choices is not None and len(choices) == 1:
+        return repr(choices[0])
+    return describe(tp)
 
 
 def _unannotated(tp: Any) -> Any:
