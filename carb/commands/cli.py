@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from carb.commands.progress import heartbeats
+from carb.commands.progress import heartbeats, trace_progress
 from carb.compute import limited, configure_from
 from carb.errors import CarbError
 from carb.files import unwritable  # noqa: F401 - re-exported: the run-folder check below uses it
@@ -260,7 +260,8 @@ def hydra_command(command: str, config_name: str | None = None) -> Callable:
                 _FINISHED.clear()            # each job of a multirun names its own finished work
                 compute = cfg.get("compute")   # commands that fit or score models; measuring ones keep theirs
                 configure_from(compute)        # threads that fit the free cores (carb/compute.py)
-                with warnings_once(), heartbeats(), (limited() if compute else contextlib.nullcontext()):
+                with warnings_once(), heartbeats(), trace_progress(command, cfg), \
+                        (limited() if compute else contextlib.nullcontext()):
                     return run_fn(cfg)
 
         @functools.wraps(run_fn)

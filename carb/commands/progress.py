@@ -222,3 +222,15 @@ def heartbeats() -> Iterator[None]:
     finally:
         _ALLOWED.clear()
         stop_heartbeats()
+
+
+@contextlib.contextmanager
+def trace_progress(command: str, cfg: Any = None) -> Iterator[None]:
+    """While a command runs, tracing many networks missing from the trace cache (a first ``carb-train
+    data.path=zoo-cpu``, a zoo screen) prints ``carb-<command>: [p%] tracing <name> at <size> px (i/n, ...);
+    elapsed, ETA`` lines (:mod:`carb.design.trace_progress`; the ``progress`` config node's ``enabled`` and
+    ``min_interval_s``); a warm cache prints nothing."""
+    from carb.design.trace_progress import reporting
+
+    with reporting(lambda total: Progress.from_cfg(f"carb-{command}", total, cfg)):
+        yield

@@ -266,6 +266,7 @@ def _zoo_layer_columns(frame: Any) -> dict[str, Any]:
     import numpy as np
     import pandas as pd
 
+    from carb.design.trace_progress import tracing
     from carb.errors import ZooError
 
     n = len(frame)
@@ -278,17 +279,19 @@ def _zoo_layer_columns(frame: Any) -> dict[str, Any]:
                               prec)), index=frame.index)
     codes, uniq = pd.factorize(keys)
     batch = pd.to_numeric(frame["batch_size"], errors="coerce").to_numpy(float)
-    for j, (name, size, p) in enumerate(uniq):
-        try:
-            s = zoo_summary(name, int(size), p)
-        except ZooError:
-            continue
-        rows = np.flatnonzero(codes == j)
-        for c, v in {**kinds_of(s, batch[rows]), **weights_of(s)}.items():
-            out[c][rows] = v
-        for i in rows:
-            for c, v in static_of(s, int(batch[i])).items():
-                out[c][i] = v
+    with tracing((name, size) for name, size, _ in uniq) as step:   # count and ETA on a cold trace cache
+        for j, (name, size, p) in enumerate(uniq):
+            step(name, size)
+            try:
+                s = zoo_summary(name, int(size), p)
+            except ZooError:
+                continue
+            rows = np.flatnonzero(codes == j)
+            for c, v in {**kinds_of(s, batch[rows]), **weights_of(s)}.items():
+                out[c][rows] = v
+            for i in rows:
+                for c, v in static_of(s, int(batch[i])).items():
+                    out[c][i] = v
     return out
 
 

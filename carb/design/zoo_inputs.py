@@ -51,9 +51,9 @@ def zoo_features_frame(knobs: Any, modules: Mapping[str, Any] | None = None) -> 
     import numpy as np
     import pandas as pd
 
+    from carb.design.trace_progress import tracing
     from carb.design.zoo import family_of
-    from carb.design.zoo_space import ZooConfig
-    from carb.errors import ConfigError, ZooError
+    from carb.errors import ZooError
 
     out = knobs.copy()
     if "precision" not in out.columns:
@@ -68,6 +68,25 @@ def zoo_features_frame(knobs: Any, modules: Mapping[str, Any] | None = None) -> 
             refused[i] = str(e)
     out["family"] = fams
     cols = {c: np.full(len(out), np.nan) for c in (*ZOO_STATIC, *ZOO_KIND_FEATURES, *ZOO_WEIGHT_FEATURES)}
+    sizes = pd.to_numeric(out["input_size"], errors="coerce").to_numpy(float)
+    pairs = [(m, int(s)) for m, s, bad in zip(out["model_name"].astype(str), sizes, refused)
+             if not bad and not (modules and m in modules) and np.isfinite(s)]
+    with tracing(pairs) as step:   # count and ETA on a cold trace cache
+        ids = _fill(out, refused, cols, modules, step)
+    out["config_id"] = ids
+    out = pd.concat([out, pd.DataFrame(cols, index=out.index)], axis=1)
+    out["refused"] = refused
+    return out
+
+
+def _fill(out: Any, refused: Any, cols: dict[str, Any], modules: Mapping[str, Any] | None,
+          step: Any) -> list[str]:
+    """:func:`zoo_features_frame`'s per-row part: each row's ``config_id`` (returned, n strings) and, in place,
+    its features in ``cols`` (``{column: (n,) float array}``) or its reason in ``refused`` ((n,) object array);
+    ``step(name, size)`` called before each zoo network is summarized (:func:`carb.design.trace_progress.tracing`)."""
+    from carb.design.zoo_space import ZooConfig
+    from carb.errors import ConfigError, ZooError
+
     ids = []
     for i, (m, s, b, p) in enumerate(zip(out["model_name"].astype(str), out["input_size"], out["batch_size"],
                                          out["precision"].astype(str))):
@@ -79,6 +98,8 @@ def zoo_features_frame(knobs: Any, modules: Mapping[str, Any] | None = None) -> 
         if refused[i]:
             continue
         try:
+            if not (modules and m in modules):
+                step(m, int(s))
             summ = (module_summary(modules[m], int(s), p) if modules and m in modules
                     else zoo_summary(m, int(s), p))
         except ZooError as e:
@@ -86,7 +107,4 @@ def zoo_features_frame(knobs: Any, modules: Mapping[str, Any] | None = None) -> 
             continue
         for c, v in {**static_of(summ, int(b)), **kinds_of(summ, float(b)), **weights_of(summ)}.items():
             cols[c][i] = float(v)
-    out["config_id"] = ids
-    out = pd.concat([out, pd.DataFrame(cols, index=out.index)], axis=1)
-    out["refused"] = refused
-    return out
+    return ids

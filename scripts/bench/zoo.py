@@ -54,7 +54,8 @@ parameter; :func:`carb.design.zoo_features.amp_memory_split`), ``sdpa_math_io`` 
 priced by every byte its math path moves, :func:`carb.model.zoo_latency.sdpa_math_bytes`), ``other_bytes`` (the
 bytes of operations of no other kind priced too), the correction's features and LightGBM's settings;
 its ``per_device`` section sets keys for one device kind (the CPU file's terms, :mod:`carb.model.zoo_latency_cpu`;
-``--no-per-device`` leaves it out; a ``--zoo-latency`` key still wins);
+``--no-per-device`` leaves it out; a ``--zoo-latency`` key still wins; a dotted key sets a nested one:
+``--zoo-latency per_device.cpu.cpu_terms=[extern_calls]``; every key is checked before any data loads);
 ``--reparam``: which graph of a reparameterisable model (RepVGG, MobileOne, RepViT, FastViT, LeViT, ...)
 the features describe: by default the one each file was run on (timm's benchmark ``--reparam``; the
 published parameter counts show the 4090 / 5090 / PRO 6000 files folded, the 3090 and i9 files not).
@@ -203,16 +204,34 @@ def zoo_latency_settings(overrides: list[str], path: Path = ZOO_LATENCY_CONF, de
             print(f"--zoo-latency: {item!r} is not KEY=VALUE; allowed keys: {', '.join(ZooLatency.model_fields)}",
                   file=sys.stderr)
             raise SystemExit(2)
-        conf[key.strip()] = yaml.safe_load(value)
+        _set_dotted(conf, key.strip(), yaml.safe_load(value))
     try:
         ZooLatency.model_validate(conf)
     except ValidationError as e:
         print(f"--zoo-latency: {error_line(ZooLatency, conf, e.errors()[0])}", file=sys.stderr)
         raise SystemExit(2) from None
     per_device = conf.pop("per_device", None) or {}
-    given = {item.partition("=")[0].strip() for item in overrides}
+    keys = {item.partition("=")[0].strip() for item in overrides}
+    given = {k for k in keys if "." not in k and f"per_device.{device_kind}.{k}" not in keys}
     own = (per_device.get(device_kind) or {}) if device_kind else {}
     return conf | {k: v for k, v in own.items() if v is not None and k not in given}
+
+
+def _set_dotted(conf: dict, key: str, value: object) -> None:
+    """Set ``conf``'s value at a dotted ``key`` (``per_device.cpu.cpu_terms``: the nested key; a missing or
+    empty section made). A part that is a value, not a section: one line naming it, exit 2 (the schema checks
+    the keys themselves)."""
+    *parents, last = key.split(".")
+    node = conf
+    for i, part in enumerate(parents):
+        if node.get(part) is None:
+            node[part] = {}
+        if not isinstance(node[part], dict):
+            print(f"--zoo-latency: {'.'.join(parents[:i + 1])}: a value, not a section; allowed: "
+                  f"{'.'.join(parents[:i + 1])}=VALUE", file=sys.stderr)
+            raise SystemExit(2)
+        node = node[part]
+    node[last] = value
 
 
 def gpu_part(args: argparse.Namespace, trace: bool) -> list[dict]:
@@ -384,7 +403,8 @@ def main() -> None:
     ap.add_argument("--gpu-no-trace-too", action="store_true", help="also the GPU part without trace features")
     ap.add_argument("--zoo-latency", action="append", default=[], metavar="KEY=VALUE",
                     help="a setting of CARB's zoo latency model over conf/zoo_latency/default.yaml (repeatable; "
-                         "e.g. gemm_regimes=false, amp_split=false, sdpa_math_io=false, base=loglinear)")
+                         "e.g. gemm_regimes=false, amp_split=false, sdpa_math_io=false, base=loglinear; "
+                         "a dotted key sets a nested one: per_device.cpu.cpu_terms=[extern_calls])")
     ap.add_argument("--zoo-transfer", action="append", default=[], metavar="KEY=VALUE",
                     help="a setting of the device part over conf/zoo_transfer/default.yaml (repeatable; e.g. k=5, "
                          "correction=false, combined=false)")
@@ -401,6 +421,7 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="JSON of the figures (default scripts/data/zoo_bench.json; "
                                                 "--part device: scripts/data/zoo_device_bench.json)")
     args = ap.parse_args()
+    zoo_latency_settings(args.zoo_latency)   # a bad --zoo-latency: one line, exit 2, before any data loads
     args.out = args.out or str(ROOT / "scripts/data" / ("zoo_device_bench.json" if args.part == "device"
                                                          else "zoo_bench.json"))
     t0 = time.perf_counter()

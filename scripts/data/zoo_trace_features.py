@@ -24,7 +24,8 @@ both ways gets a row with ``refused`` set to the one-line reason and NaN feature
 
 Writes ``carb/data/timm-zoo-trace.parquet`` atomically after every chunk (resumable: rows already there
 are skipped, so the same command continues an interrupted run) and
-``carb/data/timm-zoo-trace.provenance.json`` (commit, date, tracer version, torch / timm versions, counts).
+``carb/data/timm-zoo-trace.provenance.json`` (commit, date, tracer version, torch / timm versions, counts;
+merged: the keys a run does not set, such as the per-column notes, are kept).
 ``--stop-at HH:MM`` (UTC) stops starting new chunks at that time; what is done stays written.
 Bad input: one line naming the option, exit 2.
 """
@@ -164,8 +165,10 @@ def _write(frame: pd.DataFrame) -> None:
     write_atomic(OUT, lambda tmp: frame.to_parquet(tmp, index=False))
 
 
-def _provenance(frame: pd.DataFrame) -> None:
-    """Write the provenance JSON: commit, date, tracer / torch / timm versions, counts."""
+def _provenance(frame: pd.DataFrame, path: Path | None = None) -> None:
+    """Write the provenance JSON (``path``, by default :data:`PROVENANCE`): commit, date, tracer / torch / timm
+    versions, counts. Merged into the file there: the keys this run does not set (the per-column notes,
+    ``cpu_columns*``, ``bmm_tiles``, ``refresh``, ...) are kept; a missing or unreadable file starts empty."""
     import torch
 
     from carb.design.trace import TRACER_VERSION
@@ -187,7 +190,18 @@ def _provenance(frame: pd.DataFrame) -> None:
             "reparam_rows": int(_graph(frame).sum()),
             "reparam_folded": int(frame.get("folded", pd.Series(False, index=frame.index)).fillna(False).sum()),
             "pending": len(todo_pairs(frame)), "pending_reparam": len(todo_pairs(frame, reparam=True))}
-    write_atomic(PROVENANCE, lambda tmp: tmp.write_text(json.dumps(info, indent=2) + "\n"))
+    path = PROVENANCE if path is None else path
+    merged = _read_json(path) | info
+    write_atomic(path, lambda tmp: tmp.write_text(json.dumps(merged, indent=2) + "\n"))
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    """The JSON object at ``path``; ``{}`` when there is none or it is not a readable JSON object."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return old if isinstance(old, dict) else {}
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:

@@ -1,0 +1,84 @@
+"""Progress of tracing many networks on a cold trace cache: the loops that build the layer tables of a zoo
+dataset or a zoo screen (:func:`carb.design.zoo_features.layer_columns`,
+:func:`carb.design.zoo_inputs.zoo_features_frame`) step through :func:`tracing`, which reports each network
+that is not in the trace cache yet (:func:`carb.design.trace.cache_path`) when a command set a reporter
+(:func:`reporting`) and at least :data:`MIN_COLD` of the networks are missing; cached ones are quiet.
+
+Library code never prints: the reporter is the command's (:func:`carb.commands.progress.trace_progress`,
+a :class:`carb.commands.progress.Progress` with its count and ETA), set for the command's run only; a
+script or a test that calls the library directly has none, and nothing is printed.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
+from typing import Protocol
+
+
+class Reporter(Protocol):
+    """What :func:`tracing` drives: one ``begin(label)`` as each uncached network starts, ``finish(label)``
+    at the end (:class:`carb.commands.progress.Progress` is one)."""
+
+    def begin(self, label: str, weight: float = 1.0) -> None: ...
+
+    def finish(self, label: str = "done") -> None: ...
+
+
+#: Fewest networks missing from the trace cache for a progress line: fewer trace in a few seconds.
+MIN_COLD = 8
+
+#: The command's reporter factory (``total uncached networks -> Reporter``); None: quiet.
+_START: ContextVar[Callable[[int], Reporter] | None] = ContextVar("carb_trace_progress", default=None)
+
+
+@contextlib.contextmanager
+def reporting(start: Callable[[int], Reporter]) -> Iterator[None]:
+    """While the block runs, :func:`tracing` reports through ``start(n_uncached)``'s reporter."""
+    token = _START.set(start)
+    try:
+        yield
+    finally:
+        _START.reset(token)
+
+
+def uncached(pairs: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
+    """The distinct ``(zoo name, input size px)`` of ``pairs`` whose batch-1 trace is not in the disk cache
+    (``module:`` names are never cached by name: left out), in first-seen order."""
+    from carb.design.trace import cache_path, model_key
+
+    out: list[tuple[str, int]] = []
+    for name, size in dict.fromkeys((str(n), int(s)) for n, s in pairs):
+        if not name.startswith("module:") and not cache_path(model_key(name), (3, size, size)).exists():
+            out.append((name, size))
+    return out
+
+
+@contextlib.contextmanager
+def tracing(pairs: Iterable[tuple[str, int]]) -> Iterator[Callable[[str, int], None]]:
+    """A ``step(name, size)`` to call before each network of ``pairs`` (``(zoo name, input size px)``) is
+    traced: with a reporter set and at least :data:`MIN_COLD` uncached networks, each uncached one begins a
+    unit ``tracing <name> at <size> px (i/n)`` and the block's end finishes it (an error closes it without
+    a line); otherwise a no-op."""
+    start = _START.get()
+    todo = uncached(pairs) if start is not None else []
+    if start is None or len(todo) < MIN_COLD:
+        yield lambda name, size: None
+        return
+    left = set(todo)
+    reporter = start(len(todo))
+    count = [0]
+
+    def step(name: str, size: int) -> None:
+        key = (str(name), int(size))
+        if key in left:
+            left.discard(key)
+            count[0] += 1
+            reporter.begin(f"tracing {name} at {size} px ({count[0]}/{len(todo)}, not in the trace cache)")
+
+    try:
+        yield step
+    except BaseException:
+        getattr(reporter, "close", lambda: None)()   # an error: no "done" line, the heartbeat stopped
+        raise
+    reporter.finish(f"traced {count[0]} networks into the trace cache")
