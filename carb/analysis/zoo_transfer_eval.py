@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from carb.analysis.zoo_eval import _spearman, scored_families, usable_rows
+from carb.analysis.zoo_eval import _spearman, _weighted_quantile, scored_families, usable_rows
 from carb.errors import DatasetError
 from carb.model.zoo_latency import log_features, per_image_log_ms
 from carb.model.zoo_transfer import (KEY, PICK_FEATURES, ZooDeviceTransfer, calibrate, device_vector,
@@ -227,16 +227,24 @@ def evaluate(rows: pd.DataFrame, records: Mapping[str, Mapping[str, Any]], make:
 def target_line(target: str, pred: pd.DataFrame, k: int, min_models: int) -> dict[str, Any]:
     """One target's row of the per-target table (K=0 and K=k per method)."""
     line: dict[str, Any] = {"target": target, "networks": int((~pred["picked"]).sum())}
-    for m in METHODS:
+    line |= method_scores(pred, METHODS, k, min_models)
+    w = pred.attrs.get("weights", {})
+    line |= {f"w_{a}": float(v) for a, v in w.items()} | {"alpha": pred.attrs.get("alpha", float("nan"))}
+    return line
+
+
+def method_scores(pred: pd.DataFrame, methods: Sequence[str], k: int, min_models: int) -> dict[str, Any]:
+    """The figures of :func:`score` of each of ``methods`` at K=0 and K=``k`` (``<method>_k<K>_mape_pct``,
+    ``_rho``, ``_within20``, ``_rho_fam_min``, ``_mape_max``, ``_worst``) and ``families`` (the scored ones)."""
+    line: dict[str, Any] = {}
+    for m in methods:
         for kk in (0, k):
             s = score(pred, f"pred_{m}_k{kk}", min_models)
             tag = f"{m}_k{kk}"
             line |= {f"{tag}_mape_pct": s["mape_pct"], f"{tag}_rho": s["rho"], f"{tag}_within20": s["within20"],
-                         f"{tag}_rho_fam_min": s["rho_fam_min"],
-                     f"{tag}_mape_max": s["mape_max"], f"{tag}_worst": s["worst"]}
+                     f"{tag}_rho_fam_min": s["rho_fam_min"], f"{tag}_mape_max": s["mape_max"],
+                     f"{tag}_worst": s["worst"]}
             line["families"] = s["families"]
-    w = pred.attrs.get("weights", {})
-    line |= {f"w_{a}": float(v) for a, v in w.items()} | {"alpha": pred.attrs.get("alpha", float("nan"))}
     return line
 
 
@@ -295,22 +303,8 @@ def evaluate_combined(rows: pd.DataFrame, records: Mapping[str, Mapping[str, Any
             parts.append(part)
         pred_t = pd.concat(parts, ignore_index=True)
         preds[t] = pred_t
-        line: dict[str, Any] = {"target": target_name(t), "networks": len(pred_t)}
-        for m in ("carb", "flops"):
-            for kk in (0, k):
-                s = score(pred_t, f"pred_{m}_k{kk}", mm)
-                tag = f"{m}_k{kk}"
-                line |= {f"{tag}_mape_pct": s["mape_pct"], f"{tag}_rho": s["rho"], f"{tag}_within20": s["within20"],
-                         f"{tag}_rho_fam_min": s["rho_fam_min"],
-                         f"{tag}_mape_max": s["mape_max"], f"{tag}_worst": s["worst"]}
-                line["families"] = s["families"]
-        lines.append(line)
+        lines.append({"target": str(t), "networks": len(pred_t)} | method_scores(pred_t, ("carb", "flops"), k, mm))
     return pd.DataFrame(lines), preds
-
-
-def target_name(t: str) -> str:
-    """The device name as the tables print it."""
-    return str(t)
 
 
 def summary_line(table: pd.DataFrame, k: int, combined: pd.DataFrame | None = None,
@@ -347,9 +341,7 @@ def level_band(errors: Mapping[str, np.ndarray], coverage: float = 0.9) -> float
     if not errs:
         return float("nan")
     x, w = np.concatenate(errs), np.concatenate([np.full(len(e), 1 / len(e)) for e in errs])
-    order = np.argsort(x)
-    cdf = np.cumsum(w[order]) / w.sum()
-    return float(x[order][min(np.searchsorted(cdf, coverage), len(x) - 1)])
+    return _weighted_quantile(x, w, coverage)
 
 
 def device_band(errors: Mapping[str, np.ndarray], coverage: float = 0.9) -> tuple[float, int]:
@@ -369,9 +361,7 @@ def device_band(errors: Mapping[str, np.ndarray], coverage: float = 0.9) -> tupl
     h_b = float(student.ppf(q, df=len(b)) * np.sqrt(np.mean(b ** 2)))
     resid = np.concatenate([np.abs(e - np.median(e)) for e in errs.values()])
     w = np.concatenate([np.full(len(e), 1 / len(e)) for e in errs.values()])
-    order = np.argsort(resid)
-    cdf = np.cumsum(w[order]) / w.sum()
-    h_r = float(resid[order][min(np.searchsorted(cdf, coverage), len(resid) - 1)])
+    h_r = _weighted_quantile(resid, w, coverage)
     return float(np.hypot(h_b, h_r)), len(b)
 
 
