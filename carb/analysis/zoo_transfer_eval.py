@@ -81,15 +81,14 @@ def _fit_flops(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return float(b), float(a)
 
 
-def source_predictions(rows: pd.DataFrame, target: str, make: Callable[[], Any],
-                       exclude_family: str | None = None) -> pd.DataFrame:
+def source_predictions(rows: pd.DataFrame, target: str, make: Callable[[], Any]) -> pd.DataFrame:
     """Each source's own zoo model's log ms per image of ``target``'s networks (rows of T x sources): fitted
-    on the source's rows (without ``exclude_family``'s), predicting T's rows (their features)."""
+    on the source's rows, predicting T's rows (their features). (The combined split's family-out fits are
+    :func:`family_lofo_source`'s.)"""
     t_rows = rows[rows["device_name"] == target]
     out = {}
     for s, g in rows[rows["device_name"] != target].groupby("device_name", sort=True):
-        train = g if exclude_family is None else g[g["family"] != exclude_family]
-        model = make().fit(train)
+        model = make().fit(g)
         out[s] = np.log(model.predict(t_rows) / t_rows["batch_size"].to_numpy(float))
     return pd.DataFrame(out, index=_keys(t_rows))
 
@@ -200,18 +199,17 @@ def stack_sources(rows: pd.DataFrame, target: str, sources: Sequence[str], same_
 
 
 def evaluate(rows: pd.DataFrame, records: Mapping[str, Mapping[str, Any]], make: Callable[[], Any],
-             settings: Mapping[str, Any], targets: Sequence[str] | None = None
-             ) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
-    """Leave-one-GPU-out over ``rows`` (:func:`gpu_rows`): per target a table row (K=0 and K=``settings['k']``
-    figures per method, the fitted weights and alpha) and its prediction frame. ``make``: a factory of the
-    sources' own zoo latency model (fills networks a source did not time); ``targets``: those only (default
-    every device of ``records``; the sources are always every other device of ``rows``)."""
+             settings: Mapping[str, Any]) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
+    """Leave-one-GPU-out over ``rows`` (:func:`gpu_rows`): per target (every device of ``records``; the sources
+    are always every other device of ``rows``) a table row (K=0 and K=``settings['k']`` figures per method, the
+    fitted weights and alpha) and its prediction frame. ``make``: a factory of the sources' own zoo latency
+    model (fills networks a source did not time)."""
     k, prec = int(settings["k"]), str(settings["precision"])
     vectors = {d: device_vector(r, prec) for d, r in records.items()}
     table = log_table(rows)
     nets = network_rows(rows)
     lines, preds = [], {}
-    for t in sorted(records if targets is None else targets):
+    for t in sorted(records):
         t_rows = rows[rows["device_name"] == t].reset_index(drop=True)
         src = table.drop(columns=[t]).dropna(how="all")
         own = source_predictions(rows, t, make)
