@@ -181,6 +181,11 @@ def test_results_paragraph_from_saved_figures(tmp_path):
     md = "\n".join(zoo_device_lines(path))
     assert line in md and all(f"| {d} | " in md for d in RECORDS) and "k0_coverage_min=" in line
     assert "--part device" in "\n".join(zoo_device_lines(tmp_path / "none.json"))
+    assert "families (>= 5 networks)" in md and "PyTorch version" in md
+    saved["device"]["settings"] = s | {"min_models": 6, "same_stack": False}   # the words follow the saved settings
+    path.write_text(json.dumps(saved, default=float))
+    md = "\n".join(zoo_device_lines(path))
+    assert "families (>= 6 networks)" in md and "averaged over every source" in md and "PyTorch version" not in md
 
 
 def test_same_stack_averages_only_sources_on_the_target_pytorch():
