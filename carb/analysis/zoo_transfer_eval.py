@@ -39,7 +39,6 @@ import numpy as np
 import pandas as pd
 
 from carb.analysis.zoo_eval import _spearman, _weighted_quantile, scored_families, usable_rows
-from carb.errors import DatasetError
 from carb.model.zoo_latency import log_features, per_image_log_ms
 from carb.model.zoo_transfer import (KEY, PICK_FEATURES, ZooDeviceTransfer, calibrate, device_vector,
                                      network_features, space_filling, spec_shift)
