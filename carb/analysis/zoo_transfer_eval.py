@@ -285,9 +285,9 @@ def evaluate_combined(rows: pd.DataFrame, records: Mapping[str, Mapping[str, Any
             hold = (t_rows["family"] == f).to_numpy()
             meas = table.reindex(_keys(t_rows))[list(src.columns)].reset_index(drop=True)
             at = np.flatnonzero(hold)
+            orig = rows[(rows["device_name"] == t) & (rows["family"] == f)]   # T's rows of f, in t_rows' order
             for s in src.columns:
                 moved = lofo.get((s, f))
-                orig = rows[(rows["device_name"] == t) & (rows["family"] == f)]
                 vals = moved.reindex(orig.index).to_numpy(float) if moved is not None else np.nan
                 meas.loc[at, s] = vals
             # networks outside f that no source timed cannot be K picks here (nothing to move); not refitted
