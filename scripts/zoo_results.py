@@ -147,13 +147,16 @@ def zoo_device_lines(path: Path = ZOO_DEVICE_BENCH) -> list[str]:
                 f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path})", ""]
     z = json.loads(path.read_text())
     d, k = z["device"], int(z["device"]["settings"]["k"])
+    mm = int(d["settings"].get("min_models", 5))   # the settings the figures were made with, not today's conf
+    avg = ("averaged over the sources timed on its PyTorch version where there is one"
+           if d["settings"].get("same_stack", True) else "averaged over every source")
     out = [head, "", f"From `{z['command']}` (last line: `{d['line']}`). Each of timm's GPU files is the target in "
            "turn: its networks' times from the other GPUs' (measured; a source's own zoo model where it did not "
            "time a network) moved by the spec records (peak, bandwidth, power; weights fitted on the sources' pairs "
-           f"only), averaged over the sources timed on its PyTorch version where there is one (K=0), then "
+           f"only), {avg} (K=0), then "
            f"recalibrated on K={k} of its networks picked space-filling "
            "over the zoo's features (scored on its other networks). Beside it: the nearest source GPU's measured "
-           "time scaled by the same spec ratio, and FLOPs only. MAPE %, families (>= 5 networks) within 20 %, "
+           f"time scaled by the same spec ratio, and FLOPs only. MAPE %, families (>= {mm} networks) within 20 %, "
            "worst family %, Spearman over networks:", "",
            f"| target | networks | CARB K=0 | CARB K={k} | nearest x spec K=0 | nearest K={k} | FLOPs K=0 | "
            "Spearman K=0 |", "|---|---|---|---|---|---|---|---|"]

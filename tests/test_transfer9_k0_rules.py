@@ -111,3 +111,16 @@ def test_calibrate_passes_its_rules_and_the_config_matches_the_schema():
     lo, hi = cfg.zero_shot.probe_multi_log_error_band
     assert lo == -hi and hi > 0 and cfg.zero_shot.probe_multi_band_devices == 3
     ZeroShot.model_validate(OmegaConf.to_container(cfg.zero_shot))
+
+
+def test_target_out_band_method_names_the_coverage_it_was_asked_for():
+    """The zero-shot band of the pairs without the target says which quantiles it took: 5-95 % / 90 % at 0.9 (the
+    words of before), 10-90 % / 80 % at 0.8 (it said 5-95 % / 90 % whatever the coverage)."""
+    from carb.model.transfer_prior import IntervalRules, zero_shot_target_out_band
+
+    recs = [{"pair": ("A", "B"), "kind": "cpu", "err": np.linspace(-0.3, 0.3, 40)}]
+    for form, at90, at80 in (("quantiles", "5-95 % of the log errors", "10-90 % of the log errors"),
+                             ("level", "90 % |log error|", "80 % |log error|")):
+        rules = IntervalRules(zero_shot_target_out=form)
+        assert at90 in zero_shot_target_out_band(recs, 0.9, "cpu", rules=rules)["method"]
+        assert at80 in zero_shot_target_out_band(recs, 0.8, "cpu", rules=rules)["method"]

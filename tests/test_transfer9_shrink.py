@@ -67,3 +67,17 @@ def test_leave_one_target_out_never_reads_the_target():
     flipped = {**base, "C": {"0": [30.0, 30.0], "5": [1.0, 1.0]}}
     again = leave_one_target_out(_cells(flipped)).set_index("target_device")
     assert again.loc["C", "shrink"] == "5" and again.loc["C", "k10_max_mape"] == 1.0
+
+
+@pytest.mark.parametrize("argv, flag", [(["--grid", "0,x"], "--grid"), (["--grid", "-1"], "--grid"),
+                                        (["--ks", "10,0"], "--ks"), (["--ks", "ten"], "--ks")])
+def test_study_refuses_a_bad_grid_or_k_in_one_line_before_any_fit(argv, flag, capsys, monkeypatch):
+    """``python -m scripts.studies.transfer_shrink --grid 0,x``: one line naming the flag and what is allowed,
+    exit 2, before the source cascades are fitted (it was a ValueError traceback)."""
+    import scripts.studies.transfer_shrink as study
+
+    monkeypatch.setattr(study, "cell_table", lambda *a: pytest.fail("fitted before the arguments were checked"))
+    with pytest.raises(SystemExit) as e:
+        study.main(argv)
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and err.startswith(f"{flag}: ") and "allowed:" in err and "\n" not in err

@@ -181,6 +181,11 @@ def test_results_paragraph_from_saved_figures(tmp_path):
     md = "\n".join(zoo_device_lines(path))
     assert line in md and all(f"| {d} | " in md for d in RECORDS) and "k0_coverage_min=" in line
     assert "--part device" in "\n".join(zoo_device_lines(tmp_path / "none.json"))
+    assert "families (>= 5 networks)" in md and "PyTorch version" in md
+    saved["device"]["settings"] = s | {"min_models": 6, "same_stack": False}   # the words follow the saved settings
+    path.write_text(json.dumps(saved, default=float))
+    md = "\n".join(zoo_device_lines(path))
+    assert "families (>= 6 networks)" in md and "averaged over every source" in md and "PyTorch version" not in md
 
 
 def test_same_stack_averages_only_sources_on_the_target_pytorch():
@@ -196,3 +201,25 @@ def test_same_stack_averages_only_sources_on_the_target_pytorch():
     on = ev.evaluate(rows, RECORDS, HiddenJoulesRegression, s | {"same_stack": True})[0].set_index("target")
     off = ev.evaluate(rows, RECORDS, HiddenJoulesRegression, s | {"same_stack": False})[0].set_index("target")
     assert on.loc["GPU B", "carb_k0_mape_pct"] < off.loc["GPU B", "carb_k0_mape_pct"]
+
+
+def test_bench_device_part_runs(monkeypatch):
+    """``scripts/bench/zoo.py --part device`` end to end on the synthetic GPUs (timm's files and the spec records
+    replaced; each source's own model Hidden Joules' regression): the per-target table, the K=0 band and the
+    ``zoo_device:`` line (it once failed on a name its module no longer imported)."""
+    import argparse
+
+    import carb.model.zoo_latency as zl
+    import scripts.bench.zoo as bench
+
+    rows = zoo_devices_frame(RECORDS, FAMILIES, seed=7, noise=0.02).assign(device_kind="gpu")
+    monkeypatch.setattr(bench, "load_zoo_bench", lambda: rows)
+    monkeypatch.setattr(bench, "with_census", lambda zoo: zoo)
+    monkeypatch.setattr(bench, "with_trace", lambda zoo, reparam: zoo)
+    monkeypatch.setattr(ev, "device_records", lambda names: {n: RECORDS[n] for n in names})
+    monkeypatch.setattr(zl, "ZooLatencyModel", lambda **kw: HiddenJoulesRegression())
+    args = argparse.Namespace(zoo_transfer=["combined=false", "k=5"], zoo_latency=[], reparam="published")
+    out, line = bench.device_part(args)
+    assert line.startswith("zoo_device: gpus=4 ") and "k5_mape_max=" in line and "k0_coverage_min=" in line
+    assert [r["target"] for r in out["logo"]] == sorted(RECORDS) and len(out["k0_band"]) == 4
+    assert "lgfo" not in out

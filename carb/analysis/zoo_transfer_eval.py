@@ -38,8 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from carb.analysis.zoo_eval import _spearman, scored_families, usable_rows
-from carb.errors import DatasetError
+from carb.analysis.zoo_eval import _spearman, _weighted_quantile, scored_families, usable_rows
 from carb.model.zoo_latency import log_features, per_image_log_ms
 from carb.model.zoo_transfer import (KEY, PICK_FEATURES, ZooDeviceTransfer, calibrate, device_vector,
                                      network_features, space_filling, spec_shift)
@@ -81,15 +80,14 @@ def _fit_flops(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return float(b), float(a)
 
 
-def source_predictions(rows: pd.DataFrame, target: str, make: Callable[[], Any],
-                       exclude_family: str | None = None) -> pd.DataFrame:
+def source_predictions(rows: pd.DataFrame, target: str, make: Callable[[], Any]) -> pd.DataFrame:
     """Each source's own zoo model's log ms per image of ``target``'s networks (rows of T x sources): fitted
-    on the source's rows (without ``exclude_family``'s), predicting T's rows (their features)."""
+    on the source's rows, predicting T's rows (their features). (The combined split's family-out fits are
+    :func:`family_lofo_source`'s.)"""
     t_rows = rows[rows["device_name"] == target]
     out = {}
     for s, g in rows[rows["device_name"] != target].groupby("device_name", sort=True):
-        train = g if exclude_family is None else g[g["family"] != exclude_family]
-        model = make().fit(train)
+        model = make().fit(g)
         out[s] = np.log(model.predict(t_rows) / t_rows["batch_size"].to_numpy(float))
     return pd.DataFrame(out, index=_keys(t_rows))
 
@@ -200,18 +198,17 @@ def stack_sources(rows: pd.DataFrame, target: str, sources: Sequence[str], same_
 
 
 def evaluate(rows: pd.DataFrame, records: Mapping[str, Mapping[str, Any]], make: Callable[[], Any],
-             settings: Mapping[str, Any], targets: Sequence[str] | None = None
-             ) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
-    """Leave-one-GPU-out over ``rows`` (:func:`gpu_rows`): per target a table row (K=0 and K=``settings['k']``
-    figures per method, the fitted weights and alpha) and its prediction frame. ``make``: a factory of the
-    sources' own zoo latency model (fills networks a source did not time); ``targets``: those only (default
-    every device of ``records``; the sources are always every other device of ``rows``)."""
+             settings: Mapping[str, Any]) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
+    """Leave-one-GPU-out over ``rows`` (:func:`gpu_rows`): per target (every device of ``records``; the sources
+    are always every other device of ``rows``) a table row (K=0 and K=``settings['k']`` figures per method, the
+    fitted weights and alpha) and its prediction frame. ``make``: a factory of the sources' own zoo latency
+    model (fills networks a source did not time)."""
     k, prec = int(settings["k"]), str(settings["precision"])
     vectors = {d: device_vector(r, prec) for d, r in records.items()}
     table = log_table(rows)
     nets = network_rows(rows)
     lines, preds = [], {}
-    for t in sorted(records if targets is None else targets):
+    for t in sorted(records):
         t_rows = rows[rows["device_name"] == t].reset_index(drop=True)
         src = table.drop(columns=[t]).dropna(how="all")
         own = source_predictions(rows, t, make)
@@ -227,16 +224,24 @@ def evaluate(rows: pd.DataFrame, records: Mapping[str, Mapping[str, Any]], make:
 def target_line(target: str, pred: pd.DataFrame, k: int, min_models: int) -> dict[str, Any]:
     """One target's row of the per-target table (K=0 and K=k per method)."""
     line: dict[str, Any] = {"target": target, "networks": int((~pred["picked"]).sum())}
-    for m in METHODS:
+    line |= method_scores(pred, METHODS, k, min_models)
+    w = pred.attrs.get("weights", {})
+    line |= {f"w_{a}": float(v) for a, v in w.items()} | {"alpha": pred.attrs.get("alpha", float("nan"))}
+    return line
+
+
+def method_scores(pred: pd.DataFrame, methods: Sequence[str], k: int, min_models: int) -> dict[str, Any]:
+    """The figures of :func:`score` of each of ``methods`` at K=0 and K=``k`` (``<method>_k<K>_mape_pct``,
+    ``_rho``, ``_within20``, ``_rho_fam_min``, ``_mape_max``, ``_worst``) and ``families`` (the scored ones)."""
+    line: dict[str, Any] = {}
+    for m in methods:
         for kk in (0, k):
             s = score(pred, f"pred_{m}_k{kk}", min_models)
             tag = f"{m}_k{kk}"
             line |= {f"{tag}_mape_pct": s["mape_pct"], f"{tag}_rho": s["rho"], f"{tag}_within20": s["within20"],
-                         f"{tag}_rho_fam_min": s["rho_fam_min"],
-                     f"{tag}_mape_max": s["mape_max"], f"{tag}_worst": s["worst"]}
+                     f"{tag}_rho_fam_min": s["rho_fam_min"], f"{tag}_mape_max": s["mape_max"],
+                     f"{tag}_worst": s["worst"]}
             line["families"] = s["families"]
-    w = pred.attrs.get("weights", {})
-    line |= {f"w_{a}": float(v) for a, v in w.items()} | {"alpha": pred.attrs.get("alpha", float("nan"))}
     return line
 
 
@@ -280,9 +285,9 @@ def evaluate_combined(rows: pd.DataFrame, records: Mapping[str, Mapping[str, Any
             hold = (t_rows["family"] == f).to_numpy()
             meas = table.reindex(_keys(t_rows))[list(src.columns)].reset_index(drop=True)
             at = np.flatnonzero(hold)
+            orig = rows[(rows["device_name"] == t) & (rows["family"] == f)]   # T's rows of f, in t_rows' order
             for s in src.columns:
                 moved = lofo.get((s, f))
-                orig = rows[(rows["device_name"] == t) & (rows["family"] == f)]
                 vals = moved.reindex(orig.index).to_numpy(float) if moved is not None else np.nan
                 meas.loc[at, s] = vals
             # networks outside f that no source timed cannot be K picks here (nothing to move); not refitted
@@ -295,22 +300,8 @@ def evaluate_combined(rows: pd.DataFrame, records: Mapping[str, Mapping[str, Any
             parts.append(part)
         pred_t = pd.concat(parts, ignore_index=True)
         preds[t] = pred_t
-        line: dict[str, Any] = {"target": target_name(t), "networks": len(pred_t)}
-        for m in ("carb", "flops"):
-            for kk in (0, k):
-                s = score(pred_t, f"pred_{m}_k{kk}", mm)
-                tag = f"{m}_k{kk}"
-                line |= {f"{tag}_mape_pct": s["mape_pct"], f"{tag}_rho": s["rho"], f"{tag}_within20": s["within20"],
-                         f"{tag}_rho_fam_min": s["rho_fam_min"],
-                         f"{tag}_mape_max": s["mape_max"], f"{tag}_worst": s["worst"]}
-                line["families"] = s["families"]
-        lines.append(line)
+        lines.append({"target": str(t), "networks": len(pred_t)} | method_scores(pred_t, ("carb", "flops"), k, mm))
     return pd.DataFrame(lines), preds
-
-
-def target_name(t: str) -> str:
-    """The device name as the tables print it."""
-    return str(t)
 
 
 def summary_line(table: pd.DataFrame, k: int, combined: pd.DataFrame | None = None,
@@ -347,9 +338,7 @@ def level_band(errors: Mapping[str, np.ndarray], coverage: float = 0.9) -> float
     if not errs:
         return float("nan")
     x, w = np.concatenate(errs), np.concatenate([np.full(len(e), 1 / len(e)) for e in errs])
-    order = np.argsort(x)
-    cdf = np.cumsum(w[order]) / w.sum()
-    return float(x[order][min(np.searchsorted(cdf, coverage), len(x) - 1)])
+    return _weighted_quantile(x, w, coverage)
 
 
 def device_band(errors: Mapping[str, np.ndarray], coverage: float = 0.9) -> tuple[float, int]:
@@ -369,9 +358,7 @@ def device_band(errors: Mapping[str, np.ndarray], coverage: float = 0.9) -> tupl
     h_b = float(student.ppf(q, df=len(b)) * np.sqrt(np.mean(b ** 2)))
     resid = np.concatenate([np.abs(e - np.median(e)) for e in errs.values()])
     w = np.concatenate([np.full(len(e), 1 / len(e)) for e in errs.values()])
-    order = np.argsort(resid)
-    cdf = np.cumsum(w[order]) / w.sum()
-    h_r = float(resid[order][min(np.searchsorted(cdf, coverage), len(resid) - 1)])
+    h_r = _weighted_quantile(resid, w, coverage)
     return float(np.hypot(h_b, h_r)), len(b)
 
 

@@ -643,10 +643,12 @@ def zero_shot_target_out_band(records: Sequence[Mapping[str, Any]], coverage: fl
         lower, upper = (float(v) for v in np.quantile(allp, [(1 - coverage) / 2, (1 + coverage) / 2]))
     pooled, _ = floor_half(floor_log_sd, coverage)
     cls = f"{kind} " if kind else ""
+    what = (f"{100 * (1 - coverage) / 2:.3g}-{100 * (1 + coverage) / 2:.3g} % of the log errors" if form == "quantiles"
+            else f"{100 * coverage:.3g} % |log error|")   # the coverage asked for (0.9: 5-95 %, 90 %)
     return {"lower": min(lower, -pooled), "upper": max(upper, pooled), "n": n, "coverage": float(coverage),
             "log_ratios": [],
             "method": (f"zero-shot band measured on {len(devices)} {cls}devices ({len(pts)} pair(s) without the target "
-                       f"device; {'5-95 % of the log errors' if form == 'quantiles' else '90 % |log error|'})"),
+                       f"device; {what})"),
             "n_devices": len(devices), "n_pairs": len(pts), "kind": kind}
 
 

@@ -182,7 +182,9 @@ class ZooDeviceTransfer:
     ``fit(table, feats, vectors)``: ``table`` the sources' *measured* log ms per image (networks x devices),
     ``feats`` the networks' :func:`network_features` (same index), ``vectors`` each device's
     :func:`device_vector` (target's too, for predict). ``predict_log(values, feats, target)``: ``values`` the
-    log times to move (networks x sources: measured, or a source model's prediction where unmeasured)."""
+    log times to move (networks x sources: measured, or a source model's prediction where unmeasured).
+    The defaults here (correction on, ``alphas`` without 1000) are not the shipped settings: those are
+    ``conf/zoo_transfer/default.yaml``'s (correction off), which :mod:`carb.analysis.zoo_transfer_eval` passes."""
 
     def __init__(self, alphas: Sequence[float | None] = (1.0, 10.0, 100.0, float("inf")),
                  correction: bool = True, source_power: float = 0.0) -> None:
@@ -191,7 +193,8 @@ class ZooDeviceTransfer:
         self.source_power = float(source_power)
 
     def fit(self, table: pd.DataFrame, feats: pd.DataFrame, vectors: Mapping[str, np.ndarray]) -> ZooDeviceTransfer:
-        """Device weights on the sources' pairs, then the correction's alpha (leave-one-source-out) and fit."""
+        """Device weights on the sources' pairs, then the correction's alpha (leave-one-source-pair-out,
+        :func:`choose_alpha`) and fit; returns self."""
         self.vectors_ = dict(vectors)
         self.weights_ = device_weights(table, vectors)
         self.alpha_, self.alpha_scores_ = (choose_alpha(table, feats, vectors, self.alphas) if self.correction

@@ -358,6 +358,7 @@ def device_part(args: argparse.Namespace) -> tuple[dict, str]:
     """Leave-one-GPU-out zoo latency (and, with ``combined``, leave-one-GPU-and-family-out): prints the per-target
     tables; returns the JSON part and the ``zoo_device:`` line."""
     from carb.analysis import zoo_transfer_eval as ev
+    from carb.model.zoo_latency import ZooLatencyModel
 
     settings = zoo_transfer_settings(args.zoo_transfer)
     print("zoo transfer: " + ", ".join(f"{k}={v}" for k, v in settings.items()), flush=True)

@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import argparse
 import copy
+import sys
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -35,8 +38,31 @@ def mape(y: np.ndarray, p: np.ndarray) -> float:
 
 
 def _shrink(v: str) -> float | str:
-    """A grid value: ``auto`` or a number of pseudo-rows."""
-    return "auto" if str(v) == "auto" else float(v)
+    """A grid value: ``auto`` or a number of pseudo-rows (>= 0; ``ValueError`` otherwise)."""
+    if str(v) == "auto":
+        return "auto"
+    x = float(v)
+    if not x >= 0:
+        raise ValueError(v)
+    return x
+
+
+def _k(v: str) -> int:
+    """A K value: a whole number of rows >= 1 (``ValueError`` otherwise)."""
+    k = int(v)
+    if k < 1:
+        raise ValueError(v)
+    return k
+
+
+def _values(text: str, flag: str, parse: Callable[[str], Any], allowed: str) -> list:
+    """``text``'s comma-separated values, each through ``parse``; a bad one: one line naming ``flag`` and what is
+    allowed on stderr, exit 2 (before any fit)."""
+    try:
+        return [parse(v.strip()) for v in text.split(",")]
+    except ValueError:
+        print(f"{flag}: {text!r} is not allowed; allowed: {allowed}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def cell_table(grid: list[float | str], ks: list[int]) -> pd.DataFrame:
@@ -90,15 +116,18 @@ def leave_one_target_out(cells: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """The study's command line (``argv``: default ``sys.argv[1:]``); prints the cell table and the folds."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--grid", default="0,0.5,1,2,3,5,10,auto", help="shrinks (pseudo-rows, or auto)")
     ap.add_argument("--ks", default="10,12", help="K values")
     ap.add_argument("--out", default=None, help="write the cell table here (csv)")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
+    grid = _values(a.grid, "--grid", _shrink, "comma-separated numbers >= 0 or auto, e.g. 0,0.5,1,auto")
+    ks = _values(a.ks, "--ks", _k, "comma-separated whole numbers >= 1, e.g. 10,12")
     from scripts.bench.transfer import markdown
 
-    cells = cell_table([_shrink(v) for v in a.grid.split(",")], [int(k) for k in a.ks.split(",")])
+    cells = cell_table(grid, ks)
     if a.out:
         cells.to_csv(a.out, index=False)
     wide = cells.pivot_table(index="shrink", columns=["k", "target_device", "precision"], values="mape_pct")

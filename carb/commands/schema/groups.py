@@ -605,7 +605,7 @@ class ZooTransfer(Section):
     --part device``)."""
 
     k: Annotated[int, Field(ge=0)]
-    precision: Literal["fp32", "fp16", "bf16"]
+    precision: Precision
     min_models: Annotated[int, Field(ge=2)]
     alphas: Annotated[list[Annotated[float, Field(gt=0)] | None], Field(min_length=1)]   # None: no correction
     correction: bool
