@@ -223,3 +223,20 @@ def test_bench_device_part_runs(monkeypatch):
     assert line.startswith("zoo_device: gpus=4 ") and "k5_mape_max=" in line and "k0_coverage_min=" in line
     assert [r["target"] for r in out["logo"]] == sorted(RECORDS) and len(out["k0_band"]) == 4
     assert "lgfo" not in out
+
+
+def test_nearest_source_rule_takes_the_nearest_source_that_has_the_network():
+    """``source_power`` inf: each network comes from the nearest source that timed it. A network the nearest
+    source lacks comes from the next one, however far (it was NaN when that one was > 0.75 farther: weights
+    exp(-1e3 d) underflowed)."""
+    from carb.model.zoo_transfer import spec_shift
+
+    v = {"T": np.zeros(3), "near": np.array([0.1, 0.0, 0.0]), "far": np.array([2.0, 1.0, 0.0])}
+    t = ZooDeviceTransfer(correction=False, source_power=float("inf"))
+    t.vectors_ = v
+    t.weights_ = {"compute": 1.0, "bandwidth": 0.0, "power": 0.0}
+    t.corr_ = type("Zero", (), {"predict": staticmethod(lambda feats, a, b: 0.0)})()
+    values = pd.DataFrame({"near": [0.0, np.nan], "far": [1.0, 2.0]})
+    out = t.predict_log(values, pd.DataFrame(index=values.index), "T")
+    assert out[0] == pytest.approx(0.0 + spec_shift(t.weights_, v["near"], v["T"]))
+    assert out[1] == pytest.approx(2.0 + spec_shift(t.weights_, v["far"], v["T"]))

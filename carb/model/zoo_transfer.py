@@ -224,10 +224,12 @@ class ZooDeviceTransfer:
         """Log ms per image on ``target`` (n,): the weighted mean (:meth:`source_weights`) over the sources that
         have the network of :meth:`moved`; with ``source_power`` inf, the nearest source that has it."""
         m = self.moved(values, feats, target).to_numpy(float)
-        w = np.tile(self.source_weights(list(values.columns), target), (len(m), 1))
-        if not np.isfinite(self.source_power):   # nearest available: order by distance
+        if not np.isfinite(self.source_power):   # per row, the nearest source that has the network
             d = np.array([float(np.linalg.norm(self.vectors_[s] - self.vectors_[target])) for s in values.columns])
-            w = np.tile(np.exp(-1e3 * (d - d.min())), (len(m), 1))
+            rank = np.where(np.isfinite(m), d[None, :], np.inf)
+            w = (np.isfinite(rank) & (np.arange(m.shape[1])[None, :] == np.argmin(rank, axis=1)[:, None])) * 1.0
+        else:
+            w = np.tile(self.source_weights(list(values.columns), target), (len(m), 1))
         w = np.where(np.isfinite(m), w, 0.0)
         with np.errstate(all="ignore"):
             out = (np.nan_to_num(m) * w).sum(axis=1) / w.sum(axis=1)
