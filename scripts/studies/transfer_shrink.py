@@ -39,8 +39,10 @@ def _shrink(v: str) -> float | str:
     return "auto" if str(v) == "auto" else float(v)
 
 
-def cell_table(grid: list[float | str], ks: list[int]) -> pd.DataFrame:
-    """One row per (target device, K, shrink, precision): ``mape_pct`` of the held-out rows, ``n``."""
+def cell_table(grid: list[float | str], ks: list[int], single: bool = False) -> pd.DataFrame:
+    """One row per (target device, K, shrink, precision): ``mape_pct`` of the held-out rows, ``n``. ``single``:
+    the single-source calibration (``transfer.extra_sources: []``): every ordered pair's own source alone, both
+    pairs into a target scored (a ``source_device`` column)."""
     from carb.analysis.transfer import split_k
     from carb.model.intervals import screening_predict
     from scripts.bench.transfer import fit_source
@@ -51,12 +53,11 @@ def cell_table(grid: list[float | str], ks: list[int]) -> pd.DataFrame:
     for n, d in devices.items():
         models[n] = fit_source(d, [t for t in ("latency_ms", "peak_memory_MB")
                                    if t in d and np.isfinite(d[t].to_numpy(float)).any()])
-    multi = multi_source_models(zero_shot_models(models, devices), devices)
+    single_models = zero_shot_models(models, devices)
+    multi = single_models if single else multi_source_models(single_models, devices)
     out = []
-    for target, rows in devices.items():
-        pair = next((p for p in multi if p[1] == target), None)
-        if pair is None:
-            continue
+    for pair in [p for t in devices for p in multi if p[1] == t][:: 1 if single else 2]:
+        target, rows = pair[1], devices[pair[1]]
         for k in ks:
             cal, rest = split_k(rows, k)
             prec = rest["precision"].astype(str).to_numpy()
@@ -69,9 +70,9 @@ def cell_table(grid: list[float | str], ks: list[int]) -> pd.DataFrame:
                     p = screening_predict(tr.fit(cal), rest)["pred_latency_ms"].to_numpy(float)
                 for q in sorted(set(prec)):
                     m = prec == q
-                    out.append({"target_device": target, "k": k, "shrink": str(lam), "precision": q,
+                    out.append({"target_device": target, "source_device": pair[0], "k": k, "shrink": str(lam), "precision": q,
                                 "n": int(m.sum()), "mape_pct": mape(y[m], p[m])})
-            print(f"  {target} K={k}: {len(grid)} shrinks fitted", flush=True)
+            print(f"  {pair[0]} -> {target} K={k}: {len(grid)} shrinks fitted", flush=True)
     return pd.DataFrame(out)
 
 
@@ -95,13 +96,16 @@ def main() -> None:
     ap.add_argument("--grid", default="0,0.5,1,2,3,5,10,auto", help="shrinks (pseudo-rows, or auto)")
     ap.add_argument("--ks", default="10,12", help="K values")
     ap.add_argument("--out", default=None, help="write the cell table here (csv)")
+    ap.add_argument("--single", action="store_true",
+                    help="the single-source calibration (transfer.extra_sources: []): every pair's source alone")
     a = ap.parse_args()
     from scripts.bench.transfer import markdown
 
-    cells = cell_table([_shrink(v) for v in a.grid.split(",")], [int(k) for k in a.ks.split(",")])
+    cells = cell_table([_shrink(v) for v in a.grid.split(",")], [int(k) for k in a.ks.split(",")], a.single)
     if a.out:
         cells.to_csv(a.out, index=False)
-    wide = cells.pivot_table(index="shrink", columns=["k", "target_device", "precision"], values="mape_pct")
+    wide = cells.pivot_table(index="shrink", columns=["k", "source_device", "target_device", "precision"],
+                             values="mape_pct")
     print(wide.round(1).to_string())
     folds = leave_one_target_out(cells)
     print(markdown(folds.round(2)))
