@@ -64,7 +64,7 @@ def cell_table(grid: list[float | str], ks: list[int], single: bool = False) -> 
             y = rest["latency_ms"].to_numpy(float)
             for lam in grid:
                 tr = copy.copy(multi[pair])
-                tr.precision_shrink = lam
+                tr.precision_shrink, tr.precision_shrink_single = lam, None   # this shrink on either base
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     p = screening_predict(tr.fit(cal), rest)["pred_latency_ms"].to_numpy(float)
