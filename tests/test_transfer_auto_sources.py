@@ -77,7 +77,7 @@ def test_default_extra_sources_is_auto_and_combines_the_other_shipped_cpu(cpu_mo
     cascade, probe, rows, _ = cpu_model
     trained = []
 
-    def fake(src):
+    def fake(src, overrides=None):
         trained.append(src.device_id)
         m = copy.copy(cascade)
         m.device_id_, m.device_fingerprint_ = src.device_id, json.dumps(src.fingerprint)
