@@ -69,8 +69,11 @@ def test_a_shipped_source_is_trained_with_the_configured_overrides(monkeypatch, 
     monkeypatch.setenv("CARB_CACHE", str(tmp_path))
     monkeypatch.setattr(presets, "build_cascade", lambda model, *a, **k: built.append(model) or _Fake(fits))
     src = next(s for s in shipped_cpu_sources() if s.device_id == XEON)
-    assert zero_shot.extra_source_train(compose("calibrate", [])) == list(zero_shot.EXTRA_SOURCE_TRAIN) or \
-        zero_shot.extra_source_train(compose("calibrate", []))[0].startswith("model=")
+    from carb.commands.schema.commands import Transfer
+
+    configured = zero_shot.extra_source_train(compose("calibrate", []))
+    assert configured == list(zero_shot.EXTRA_SOURCE_TRAIN) == Transfer.model_fields["extra_source_train"].default
+    assert "model.specialists.xgb.n_estimators=25" in configured
     zero_shot.shipped_source_model(src, ["model=carb_fast"])
     zero_shot.shipped_source_model(src, ["model=carb_fast", "model.specialists.xgb.n_estimators=7"])
     assert len(fits) == 2 and [m["specialists"]["xgb"]["n_estimators"] for m in built] == [150, 7]

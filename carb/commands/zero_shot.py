@@ -355,8 +355,12 @@ def auto_extra_models(source: Any, target_id: str, target_fp: str | None,
             for s in kept]
 
 
-#: ``carb-train`` overrides of a shipped CPU dataset's model where ``transfer.extra_source_train`` is unset.
-EXTRA_SOURCE_TRAIN: tuple[str, ...] = ("model=carb_fast",)
+#: ``carb-train`` overrides of a shipped CPU dataset's model where ``transfer.extra_source_train`` is unset (the
+#: configured default: the fast settings, 25 trees per boosted specialist, larger leaves; issue 44).
+EXTRA_SOURCE_TRAIN: tuple[str, ...] = ("model=carb_fast", "model.specialists.xgb.n_estimators=25",
+                                       "model.specialists.lgbm.n_estimators=25",
+                                       "model.specialists.lgbm.min_child_samples=20",
+                                       "model.specialists.et.min_samples_leaf=8")
 
 #: Distributions a shipped source's cached model depends on (part of its cache key).
 SOURCE_MODEL_LIBS: tuple[str, ...] = ("carb", "scikit-learn", "xgboost", "lightgbm", "numpy", "pandas")

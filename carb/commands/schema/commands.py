@@ -213,7 +213,10 @@ class Transfer(Section):
     zero_shot_target_out: Literal["quantiles", "level", "device", "none"] = "device"
     extra_sources: Annotated[Literal["auto"] | list[Text], BeforeValidator(_extra_sources)] = "auto"
     source_weighting: Literal["inverse_loo", "equal"] = "inverse_loo"
-    extra_source_train: list[Text] = ["model=carb_fast"]
+    extra_source_train: list[Text] = ["model=carb_fast", "model.specialists.xgb.n_estimators=25",
+                                      "model.specialists.lgbm.n_estimators=25",
+                                      "model.specialists.lgbm.min_child_samples=20",
+                                      "model.specialists.et.min_samples_leaf=8"]
 
 
 class ZeroShotPower(Section):
