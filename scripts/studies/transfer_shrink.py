@@ -14,7 +14,10 @@ chosen on the target's own scored rows, nor on the K rows alone: leave-one-row-o
 picks ``inf`` (one common offset) on the Zen 4 and Zen 5, where the precisions' true offsets differ by 0.15 in
 log (the Zen 4's fp16).
 
-    python -m scripts.studies.transfer_shrink [--grid 0,0.5,1,2,3,5,10,auto] [--ks 10,12] [--out cells.csv]
+    python -m scripts.studies.transfer_shrink [--grid 0,0.5,1,2,3,5,10,auto] [--ks 10,12] [--out cells.csv] [--single]
+
+``--single``: the single-source calibration (``transfer.extra_sources: []``; ``transfer.precision_shrink_single``):
+every ordered pair's probe zero-shot from its source alone, both pairs into a target in that target's fold.
 
 About 5 minutes on 2 shared cores (the three source cascades, the probe zero-shots and one fit per target, K
 and shrink).
