@@ -7,7 +7,8 @@ and the four GPUs of timm's public benchmark (eager amp_fp16 torchvision/timm Re
 ``scripts/bench/extrapolation.py:timm_latency``). The H200 data has no configuration in common with the
 timm rows (CARB's knob grid at batch <= 256 against timm's named models at batch 1024), so it is not paired.
 
-For each ordered pair a ``carb_fast`` cascade fitted on all of the source's rows is calibrated with K
+For each ordered pair a ``carb_fast`` cascade fitted on all of the source's rows (a CPU dataset CARB ships as an extra
+source, the Zen 4 and the Xeon: with ``transfer.extra_source_train``, :func:`fit_cpu_source`) is calibrated with K
 space-filling rows of the target (``carb-calibrate``'s transfer) and scored on the target's other rows,
 K in {0, 3, 10, 20}, per precision and target (latency, peak memory where both devices measure it):
 
