@@ -515,6 +515,11 @@ def spec_records(cfg: Any, source: Any, rows: pd.DataFrame) -> tuple | None:
     return src, dst, weights
 
 
+def _shrink_or_none(v: Any) -> float | str | None:
+    """A configured shrink (``auto``, pseudo-rows) or None (unset)."""
+    return None if v is None else "auto" if str(v) == "auto" else float(v)
+
+
 def transfer_settings(cfg: Any) -> dict[str, Any]:
     """Keyword arguments of :class:`carb.model.transfer.TransferredCascade` from ``transfer`` and ``coverage``."""
     t = cfg.transfer
@@ -532,6 +537,7 @@ def transfer_settings(cfg: Any) -> dict[str, Any]:
     return {"interval_rules": rules,"affine_min_k": int(t.affine_min_k), "residual_min_k": int(t.residual_min_k),
             "ridge_alpha": float(t.ridge_alpha), "slope_bounds": (float(t.slope_min), float(t.slope_max)),
             "precision_shrink": ("auto" if str(t.precision_shrink) == "auto" else float(t.precision_shrink)),
+            "precision_shrink_single": _shrink_or_none(t.get("precision_shrink_single")),
             "base_offsets_only": bool(t.get("base_offsets_only", True)),
             "keep_zero_shot": bool(t.get("keep_zero_shot", False)), "dispatch": bool(t.get("dispatch", True)),
             "source_weighting": str(t.get("source_weighting", "inverse_loo")),

@@ -291,7 +291,7 @@ def extra_sources(cfg: Any, source: Any, target_probe: pd.DataFrame, target_fp: 
         if value != "auto":
             raise ConfigError(f"transfer.extra_sources: {value!r}; allowed: auto (the CPU datasets CARB ships), "
                               "[] (the source alone) or a list of CPU model URIs")
-        pairs = auto_extra_models(source, target_id, target_fp)
+        pairs = auto_extra_models(source, target_id, target_fp, extra_source_train(cfg))
     else:
         pairs = [(str(uri), uri_source(str(uri), source, target_id)) for uri in list(value or [])]
     out = []
@@ -335,10 +335,19 @@ def uri_source(uri: str, source: Any, target_id: str) -> Any:
     return other
 
 
-def auto_extra_models(source: Any, target_id: str, target_fp: str | None) -> list[tuple[str, Any]]:
+def extra_source_train(cfg: Any) -> list[str]:
+    """``transfer.extra_source_train``: the ``carb-train`` overrides a shipped CPU dataset's model is trained with
+    (``conf/calibrate.yaml``; default :data:`EXTRA_SOURCE_TRAIN`)."""
+    value = cfg.transfer.get("extra_source_train")
+    return [str(v) for v in value] if value else list(EXTRA_SOURCE_TRAIN)
+
+
+def auto_extra_models(source: Any, target_id: str, target_fp: str | None,
+                      overrides: list[str] | None = None) -> list[tuple[str, Any]]:
     """``transfer.extra_sources: auto``: ``(label, model)`` of each shipped CPU dataset with a device probe that
     is neither the source's nor the target's CPU (:func:`carb.data.cpu_sources.auto_sources`, by device id or
-    fingerprint), its model from :func:`shipped_source_model`; prints the datasets skipped and why."""
+    fingerprint), its model from :func:`shipped_source_model` trained with ``overrides`` (None:
+    :data:`EXTRA_SOURCE_TRAIN`); prints the datasets skipped and why."""
     from carb.data.cpu_sources import auto_sources
     from carb.data.probes import load_probe
 
@@ -347,19 +356,28 @@ def auto_extra_models(source: Any, target_id: str, target_fp: str | None) -> lis
     kept, skipped = auto_sources(exclude, lambda dev: load_probe(dev) is not None)
     if skipped:
         print(f"carb-calibrate: transfer.extra_sources auto: not used: {'; '.join(skipped)}")
-    return [(f"{s.device_name} {s.device_id} (carb/data/{s.path.name})", shipped_source_model(s)) for s in kept]
+    return [(f"{s.device_name} {s.device_id} (carb/data/{s.path.name})", shipped_source_model(s, overrides))
+            for s in kept]
 
+
+#: ``carb-train`` overrides of a shipped CPU dataset's model where ``transfer.extra_source_train`` is unset (the
+#: configured default: the fast settings, 25 trees per boosted specialist, larger leaves; issue 44).
+EXTRA_SOURCE_TRAIN: tuple[str, ...] = ("model=carb_fast", "model.specialists.xgb.n_estimators=25",
+                                       "model.specialists.lgbm.n_estimators=25",
+                                       "model.specialists.lgbm.min_child_samples=20",
+                                       "model.specialists.et.min_samples_leaf=8")
 
 #: Distributions a shipped source's cached model depends on (part of its cache key).
 SOURCE_MODEL_LIBS: tuple[str, ...] = ("carb", "scikit-learn", "xgboost", "lightgbm", "numpy", "pandas")
 
 
-def shipped_source_model(src: Any) -> Any:
-    """A cascade with the fast model settings (``conf/model/carb_fast.yaml``, ``conf/train.yaml``'s features and
-    prior) fitted on every ok row of the shipped CPU dataset ``src`` (:class:`carb.data.cpu_sources.CpuSource`,
-    latency and peak memory as the transfer benchmark fits its sources); cached in ``<CARB_CACHE>/sources/``
-    keyed by the dataset's SHA-256, those settings and the library versions (a damaged cache entry is refitted).
-    Prints whether it was trained (and its seconds) or read from the cache."""
+def shipped_source_model(src: Any, overrides: list[str] | None = None) -> Any:
+    """A cascade with the model settings ``overrides`` give ``conf/train.yaml`` (``transfer.extra_source_train``;
+    None: :data:`EXTRA_SOURCE_TRAIN`, the fast settings) fitted on every ok row of the shipped CPU dataset ``src``
+    (:class:`carb.data.cpu_sources.CpuSource`, latency and peak memory as the transfer benchmark fits its
+    sources); cached in ``<CARB_CACHE>/sources/`` keyed by the dataset's SHA-256, those settings and the library
+    versions (a damaged cache entry is refitted). Prints whether it was trained (and its seconds) or read from
+    the cache."""
     import hashlib
     import pickle
     import time
@@ -372,7 +390,13 @@ def shipped_source_model(src: Any) -> Any:
     from carb.model.presets import build_cascade
     from carb.resources import cache_dir, installed_versions
 
-    cfg = compose("train", ["model=carb_fast"])
+    overrides = list(overrides or EXTRA_SOURCE_TRAIN)
+    try:
+        cfg = compose("train", overrides)
+    except Exception as e:  # noqa: BLE001 - Hydra's errors on a bad override: one line naming the key
+        raise ConfigError(f"transfer.extra_source_train: {overrides} is not a carb-train configuration "
+                          f"({str(e).splitlines()[0] if str(e) else type(e).__name__}); allowed: carb-train "
+                          "overrides such as model=carb_fast") from None
     settings = {"model": to_dict(cfg.model), "features": to_dict(cfg.features), "prior": to_dict(cfg.prior)}
     ident = {"data": src.sha256(), **settings, "versions": installed_versions(SOURCE_MODEL_LIBS)}
     key = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:20]
@@ -391,7 +415,7 @@ def shipped_source_model(src: Any) -> Any:
         warnings.simplefilter("ignore")
         model = build_cascade(settings["model"], settings["features"], settings["prior"]).fit(rows, rows[targets])
     print(f"carb-calibrate: extra source {src.device_name} {src.device_id}: model trained on its {len(rows)} "
-          f"shipped rows ({time.perf_counter() - t0:.1f} s, model=carb_fast; cached in {path.parent})")
+          f"shipped rows ({time.perf_counter() - t0:.1f} s, {' '.join(overrides)}; cached in {path.parent})")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, lambda tmp: tmp.write_bytes(pickle.dumps(model)))

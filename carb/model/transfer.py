@@ -61,7 +61,8 @@ _OWN = frozenset({"source_", "stand_ins_", "transfer_", "intervals_", "device_na
                   "probe_other_ratio_",
                   "prior_rows", "prior_targets", "device_kind_", "unseen_widen", "unseen_precisions_",
                   "pair_prior", "repeat_floor", "origin_", "unsupported_precisions_", "base_offsets_only",
-                  "keep_zero_shot", "extra_sources_", "source_weights_", "source_weighting"})
+                  "keep_zero_shot", "extra_sources_", "source_weights_", "source_weighting",
+                  "precision_shrink_single"})
 
 
 def _loo_affine(x: np.ndarray, y: np.ndarray, lo: float, hi: float) -> tuple[float, float, np.ndarray]:
@@ -311,7 +312,8 @@ class TransferredCascade:
                  prior_rows: float = 10.0, prior_targets: tuple[str, ...] = ("latency_ms", "energy_J"),
                  unseen_widen: float = 0.354, pair_prior: Any = None, repeat_floor: dict[str, float] | None = None,
                  base_offsets_only: bool = True, keep_zero_shot: bool = False,
-                 source_weighting: str = "inverse_loo", interval_rules: Any = None) -> None:
+                 source_weighting: str = "inverse_loo", interval_rules: Any = None,
+                 precision_shrink_single: float | str | None = None) -> None:
         self.source_ = source
         self.interval_rules = interval_rules   # transfer_prior.IntervalRules of the device-level band (None: defaults)
         if source_weighting not in SOURCE_WEIGHTINGS:
@@ -324,6 +326,8 @@ class TransferredCascade:
         self.error_prior, self.prior_rows, self.prior_targets = error_prior, float(prior_rows), tuple(prior_targets)
         self.dispatch = bool(dispatch)
         self.precision_shrink = "auto" if precision_shrink == "auto" else float(precision_shrink)
+        self.precision_shrink_single = (None if precision_shrink_single is None else "auto"
+                                        if precision_shrink_single == "auto" else float(precision_shrink_single))
         self.affine_min_k, self.residual_min_k = int(affine_min_k), int(residual_min_k)
         self.coverage, self.ridge_alpha, self.slope_bounds = float(coverage), float(ridge_alpha), tuple(slope_bounds)
 
@@ -337,6 +341,15 @@ class TransferredCascade:
     #: A richer form is kept only when its LOO log MAE is below this share of the simpler form's (noise
     #: in K rows alone must not buy a form).
     _margin = 0.9
+
+    def shrink(self) -> float | str:
+        """The pseudo-rows pulling a precision's offset toward the common one in this fit: ``precision_shrink``
+        on a multi-source base (``extra_sources_``), ``precision_shrink_single`` (where set) on one source's base:
+        each chosen leave-one-target-device-out on its own base (issue 44)."""
+        single = self.__dict__.get("precision_shrink_single")
+        if single is None or self.__dict__.get("extra_sources_"):
+            return self.precision_shrink
+        return single
 
     # ------------------------------------------------------------------ fit
     def source_predict(self, X: pd.DataFrame) -> pd.DataFrame:
@@ -670,7 +683,7 @@ class TransferredCascade:
         K = 10: worst precision 23.2 % with those choices, 17.5 % with offsets only). Returns (info, LOO
         residuals); the per-precision zero-shot comparison as :meth:`_keep_zero_shot`."""
         if len(np.unique(prec)) > 1 and len(yl) >= 3:
-            a, per, loo = _loo_precision(x, yl, 1.0, prec, self.precision_shrink)
+            a, per, loo = _loo_precision(x, yl, 1.0, prec, self.shrink())
             info: dict[str, Any] = {"form": "precision", "a": a, "a_precision": per, "b": 1.0, "k": len(yl),
                                     "residual": None, "loo_log_mae": {"precision": float(np.mean(np.abs(loo)))}}
         else:
@@ -764,7 +777,7 @@ class TransferredCascade:
                 info.update(form="affine", a=a2, b=b2)
                 loo = loo2
         if len(np.unique(prec)) > 1 and k >= 3:
-            a3, per, loo3 = _loo_precision(x, yl, info["b"], prec, self.precision_shrink)
+            a3, per, loo3 = _loo_precision(x, yl, info["b"], prec, self.shrink())
             info["loo_log_mae"]["precision"] = float(np.mean(np.abs(loo3)))
             if np.mean(np.abs(loo3)) < self._margin * np.mean(np.abs(loo)):
                 info.update(form="precision", a=a3, a_precision=per)
@@ -934,7 +947,7 @@ class TransferredCascade:
         mse = []
         for lp in L:
             if len(np.unique(prec)) > 1:
-                _, _, loo = _loo_precision(lp, yl, 1.0, prec, self.precision_shrink)
+                _, _, loo = _loo_precision(lp, yl, 1.0, prec, self.shrink())
             else:
                 _, loo = _loo_scale(lp, yl)
             mse.append(max(float(np.mean(np.square(loo))), 1e-12))

@@ -7,7 +7,8 @@ and the four GPUs of timm's public benchmark (eager amp_fp16 torchvision/timm Re
 ``scripts/bench/extrapolation.py:timm_latency``). The H200 data has no configuration in common with the
 timm rows (CARB's knob grid at batch <= 256 against timm's named models at batch 1024), so it is not paired.
 
-For each ordered pair a ``carb_fast`` cascade fitted on all of the source's rows is calibrated with K
+For each ordered pair a ``carb_fast`` cascade fitted on all of the source's rows (a CPU dataset CARB ships as an extra
+source, the Zen 4 and the Xeon: with ``transfer.extra_source_train``, :func:`fit_cpu_source`) is calibrated with K
 space-filling rows of the target (``carb-calibrate``'s transfer) and scored on the target's other rows,
 K in {0, 3, 10, 20}, per precision and target (latency, peak memory where both devices measure it):
 
@@ -107,6 +108,26 @@ ZEN4 = ROOT / "carb" / "data" / "cpu-amd-zen4.parquet"
 REPEAT_ROWS = (ROOT / "scripts" / "data" / "cpu-amd-zen4-repeat.parquet", ROOT / "carb" / "data" / "zoo-cpu.parquet")
 
 
+def fit_cpu_source(rows: pd.DataFrame, targets: list[str]):
+    """The benchmark's model of a device: ``carb_fast`` (:func:`scripts.bench.transfer.fit_source`), except a
+    shipped CPU dataset of ``transfer.extra_sources: auto`` (:mod:`carb.data.cpu_sources`, by device id), fitted
+    with ``transfer.extra_source_train`` (``conf/calibrate.yaml``) as ``carb-calibrate`` trains it (issue 44)."""
+    from carb.commands.cli import compose, to_dict
+    from carb.commands.zero_shot import extra_source_train
+    from carb.data.cpu_sources import shipped_cpu_sources
+    from carb.model.presets import build_cascade
+    from scripts.bench.transfer import fit_source
+
+    ids = {s.device_id for s in shipped_cpu_sources()}
+    overrides = extra_source_train(compose("calibrate", []))
+    if "device_id" not in rows or not set(rows["device_id"].dropna().astype(str)) & ids or overrides == ["model=carb_fast"]:
+        return fit_source(rows, targets)
+    cfg = compose("train", overrides)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return build_cascade(to_dict(cfg.model), to_dict(cfg.features), to_dict(cfg.prior)).fit(rows, rows[targets])
+
+
 def measured_repeat_rows(rows: pd.DataFrame) -> pd.DataFrame | None:
     """The rows with a measured ``latency_repeat_spread`` on the device of ``rows`` (its modal ``device_id``):
     ``rows``' own and those of :data:`REPEAT_ROWS`; None where there are none (the configured floor holds)."""
@@ -176,6 +197,15 @@ def _band_check(kind: str, lo: float, hi: float) -> str:
             f"conf/calibrate.yaml states [{c[0]:.3f}, {c[1]:.3f}]: update it to this")
 
 
+def configured_single_shrink() -> float | str | None:
+    """``transfer.precision_shrink_single`` of ``conf/calibrate.yaml``: the offsets' shrink on one source's base
+    (the pairs' single-source calibrations; the multi-source base keeps ``precision_shrink``)."""
+    from carb.commands.calibrate import _shrink_or_none
+    from carb.commands.cli import compose
+
+    return _shrink_or_none(compose("calibrate", []).transfer.get("precision_shrink_single"))
+
+
 def zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> dict[tuple[str, str], object]:
     """Zero-shot transfers from device probes (``TransferredCascade.fit_probe``) for every ordered CPU
     pair whose two devices have a probe; each latency interval is calibrated on the zero-shot log errors
@@ -185,10 +215,12 @@ def zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> dict[tup
 
     probes = {n: load_probe(_identity(d)[1]) for n, d in devices.items()}
     pairs = [(s, d) for s in devices for d in devices if s != d and probes[s] is not None and probes[d] is not None]
+    single_shrink = configured_single_shrink()
     out = {}
     for s, d in pairs:
         name, dev_id, fp = _identity(devices[d])
-        out[(s, d)] = TransferredCascade(models[s]).fit_probe(probes[s], probes[d], fp, name, dev_id)
+        out[(s, d)] = TransferredCascade(models[s], precision_shrink_single=single_shrink).fit_probe(
+            probes[s], probes[d], fp, name, dev_id)
     for s, d in pairs:
         if s not in [q[0] for q in pairs[:pairs.index((s, d))]]:
             print(f"  {probe_form_check(models[s], devices[s], out[(s, d)].probe_models_['source'], s)}", flush=True)
@@ -565,7 +597,7 @@ def pair_table(devices: dict[str, pd.DataFrame], ks: list[int], targets: list[st
     models = {}
     for i, (name, d) in enumerate(devices.items()):
         use = [t for t in targets if t in d and np.isfinite(d[t].to_numpy(float)).any()]
-        models[name] = fit_source(d, use)
+        models[name] = fit_cpu_source(d, use) if cpu else fit_source(d, use)
         print(f"  fitted {name} ({len(d)} rows) [{i + 1}/{len(devices)}, {time.perf_counter() - t0:.0f} s]",
               flush=True)
     single = {}

@@ -14,7 +14,10 @@ chosen on the target's own scored rows, nor on the K rows alone: leave-one-row-o
 picks ``inf`` (one common offset) on the Zen 4 and Zen 5, where the precisions' true offsets differ by 0.15 in
 log (the Zen 4's fp16).
 
-    python -m scripts.studies.transfer_shrink [--grid 0,0.5,1,2,3,5,10,auto] [--ks 10,12] [--out cells.csv]
+    python -m scripts.studies.transfer_shrink [--grid 0,0.5,1,2,3,5,10,auto] [--ks 10,12] [--out cells.csv] [--single]
+
+``--single``: the single-source calibration (``transfer.extra_sources: []``; ``transfer.precision_shrink_single``):
+every ordered pair's probe zero-shot from its source alone, both pairs into a target in that target's fold.
 
 About 5 minutes on 2 shared cores (the three source cascades, the probe zero-shots and one fit per target, K
 and shrink).
@@ -65,8 +68,10 @@ def _values(text: str, flag: str, parse: Callable[[str], Any], allowed: str) -> 
         raise SystemExit(2) from None
 
 
-def cell_table(grid: list[float | str], ks: list[int]) -> pd.DataFrame:
-    """One row per (target device, K, shrink, precision): ``mape_pct`` of the held-out rows, ``n``."""
+def cell_table(grid: list[float | str], ks: list[int], single: bool = False) -> pd.DataFrame:
+    """One row per (target device, K, shrink, precision): ``mape_pct`` of the held-out rows, ``n``. ``single``:
+    the single-source calibration (``transfer.extra_sources: []``): every ordered pair's own source alone, both
+    pairs into a target scored (a ``source_device`` column)."""
     from carb.analysis.transfer import split_k
     from carb.model.intervals import screening_predict
     from scripts.bench.transfer import fit_source
@@ -77,27 +82,26 @@ def cell_table(grid: list[float | str], ks: list[int]) -> pd.DataFrame:
     for n, d in devices.items():
         models[n] = fit_source(d, [t for t in ("latency_ms", "peak_memory_MB")
                                    if t in d and np.isfinite(d[t].to_numpy(float)).any()])
-    multi = multi_source_models(zero_shot_models(models, devices), devices)
+    single_models = zero_shot_models(models, devices)
+    multi = single_models if single else multi_source_models(single_models, devices)
     out = []
-    for target, rows in devices.items():
-        pair = next((p for p in multi if p[1] == target), None)
-        if pair is None:
-            continue
+    for pair in [p for t in devices for p in multi if p[1] == t][:: 1 if single else 2]:
+        target, rows = pair[1], devices[pair[1]]
         for k in ks:
             cal, rest = split_k(rows, k)
             prec = rest["precision"].astype(str).to_numpy()
             y = rest["latency_ms"].to_numpy(float)
             for lam in grid:
                 tr = copy.copy(multi[pair])
-                tr.precision_shrink = lam
+                tr.precision_shrink, tr.precision_shrink_single = lam, None   # this shrink on either base
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     p = screening_predict(tr.fit(cal), rest)["pred_latency_ms"].to_numpy(float)
                 for q in sorted(set(prec)):
                     m = prec == q
-                    out.append({"target_device": target, "k": k, "shrink": str(lam), "precision": q,
+                    out.append({"target_device": target, "source_device": pair[0], "k": k, "shrink": str(lam), "precision": q,
                                 "n": int(m.sum()), "mape_pct": mape(y[m], p[m])})
-            print(f"  {target} K={k}: {len(grid)} shrinks fitted", flush=True)
+            print(f"  {pair[0]} -> {target} K={k}: {len(grid)} shrinks fitted", flush=True)
     return pd.DataFrame(out)
 
 
@@ -122,15 +126,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--grid", default="0,0.5,1,2,3,5,10,auto", help="shrinks (pseudo-rows, or auto)")
     ap.add_argument("--ks", default="10,12", help="K values")
     ap.add_argument("--out", default=None, help="write the cell table here (csv)")
+    ap.add_argument("--single", action="store_true",
+                    help="the single-source calibration (transfer.extra_sources: []): every pair's source alone")
     a = ap.parse_args(argv)
     grid = _values(a.grid, "--grid", _shrink, "comma-separated numbers >= 0 or auto, e.g. 0,0.5,1,auto")
     ks = _values(a.ks, "--ks", _k, "comma-separated whole numbers >= 1, e.g. 10,12")
     from scripts.bench.transfer import markdown
 
-    cells = cell_table(grid, ks)
+    cells = cell_table(grid, ks, a.single)
     if a.out:
         cells.to_csv(a.out, index=False)
-    wide = cells.pivot_table(index="shrink", columns=["k", "target_device", "precision"], values="mape_pct")
+    wide = cells.pivot_table(index="shrink", columns=["k", "source_device", "target_device", "precision"],
+                             values="mape_pct")
     print(wide.round(1).to_string())
     folds = leave_one_target_out(cells)
     print(markdown(folds.round(2)))

@@ -205,6 +205,7 @@ class Transfer(Section):
     slope_min: Positive
     slope_max: Positive
     precision_shrink: NonNegative | Literal["auto"] = 0.0
+    precision_shrink_single: NonNegative | Literal["auto"] | None = None
     base_offsets_only: bool = True
     keep_zero_shot: bool = False
     dispatch: bool = True
@@ -224,6 +225,10 @@ class Transfer(Section):
     zero_shot_target_out: Literal["quantiles", "level", "device", "none"] = "device"
     extra_sources: Annotated[Literal["auto"] | list[Text], BeforeValidator(_extra_sources)] = "auto"
     source_weighting: Literal["inverse_loo", "equal"] = "inverse_loo"
+    extra_source_train: list[Text] = ["model=carb_fast", "model.specialists.xgb.n_estimators=25",
+                                      "model.specialists.lgbm.n_estimators=25",
+                                      "model.specialists.lgbm.min_child_samples=20",
+                                      "model.specialists.et.min_samples_leaf=8"]
 
 
 class ZeroShotPower(Section):
