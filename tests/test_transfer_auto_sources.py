@@ -58,7 +58,9 @@ def test_auto_picks_the_shipped_cpus_except_the_target_and_source():
     reference = ("b69ebb7443", None)
     assert ids([reference, synthetic])[0] == [ZEN4, XEON]
     kept, skipped = ids([reference, (ZEN4, None)])
-    assert kept == [XEON] and len(skipped) == 1 and ZEN4 in skipped[0]
+    assert kept == [XEON] and len(skipped) == 1 and ZEN4 in skipped[0] and "the target's CPU" in skipped[0]
+    kept, skipped = ids([(ZEN4, None), synthetic])
+    assert kept == [XEON] and "the source's CPU" in skipped[0] and "target" not in skipped[0]
     assert ids([reference, ("dddddddddd", _fp(ZEN4))])[0] == [XEON]   # same CPU, id not given: by fingerprint
     assert ids([(XEON, None), (ZEN4, None)])[0] == []
     kept, skipped = ids([reference, synthetic], has_probe=lambda dev: dev != XEON)

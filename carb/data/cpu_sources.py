@@ -61,15 +61,18 @@ def same_fingerprint(a: dict | str | None, b: dict | str | None) -> bool:
 
 
 def auto_sources(exclude: list[tuple[str | None, dict | str | None]], has_probe,
-                 data_dir: Path = DATA_DIR) -> tuple[list[CpuSource], list[str]]:
+                 data_dir: Path = DATA_DIR,
+                 roles: tuple[str, ...] = ("the source's", "the target's")) -> tuple[list[CpuSource], list[str]]:
     """``transfer.extra_sources: auto``: the shipped CPU datasets (:func:`shipped_cpu_sources`) except those
-    of a device in ``exclude`` (``(device_id, fingerprint)`` pairs: the source's and the target's CPU; a match
-    on either skips it) and those ``has_probe(device_id)`` says lack a device probe. Returns the sources kept
-    and one phrase per dataset skipped (its name and why)."""
+    of a device in ``exclude`` (``(device_id, fingerprint)`` pairs, named by ``roles`` in order: the source's and
+    the target's CPU; a match on either skips it) and those ``has_probe(device_id)`` says lack a device probe.
+    Returns the sources kept and one phrase per dataset skipped (its name and why: whose CPU it is)."""
     kept, skipped = [], []
     for s in shipped_cpu_sources(data_dir):
-        if any(s.device_id == str(d) or same_fingerprint(s.fingerprint, fp) for d, fp in exclude):
-            skipped.append(f"{s.path.name} ({s.device_id}: the source's or the target's CPU)")
+        hit = [i for i, (d, fp) in enumerate(exclude) if s.device_id == str(d) or same_fingerprint(s.fingerprint, fp)]
+        if hit:
+            who = " and ".join(roles[i] if i < len(roles) else "an excluded" for i in hit)
+            skipped.append(f"{s.path.name} ({s.device_id}: {who} CPU)")
         elif not has_probe(s.device_id):
             skipped.append(f"{s.path.name} ({s.device_id}: no device probe)")
         else:
