@@ -180,7 +180,7 @@ def test_per_device_settings_apply_to_their_device_kind_only(tmp_path, capsys):
     assert bench.zoo_latency_settings([], device_kind="gpu") == shared
     cpu = bench.zoo_latency_settings([], device_kind="cpu")
     assert cpu["cpu_terms"] == ["weight_lowreuse", "weight_lowreuse_dram", "extern_calls", "norm_permuted",
-                                "depthwise_dram", "matmul_spill", "pointwise_fused"]
+                                "depthwise_dram", "matmul_spill", "pointwise_fused", "conv_weight_dram"]
     assert cpu["gemm_regimes"] is False and shared["gemm_regimes"] is True
     bound = {"margin": 0.0, "outside": "clip", "nested_margin": True}   # z43gpu2: the CPU file keeps the old bound
     assert {k: v for k, v in cpu.items() if k != "cpu_terms"} == shared | {"gemm_regimes": False} | bound
@@ -189,7 +189,7 @@ def test_per_device_settings_apply_to_their_device_kind_only(tmp_path, capsys):
     conf = (ROOT / "conf/zoo_latency/default.yaml").read_text()
     path = tmp_path / "zl.yaml"
     path.write_text(conf.replace("cpu_terms: [weight_lowreuse, weight_lowreuse_dram, extern_calls, norm_permuted, "
-                                 "depthwise_dram, matmul_spill,\n                pointwise_fused]", "cpu_terms: [gemv]"))
+                                 "depthwise_dram, matmul_spill,\n                pointwise_fused, conv_weight_dram]", "cpu_terms: [gemv]"))
     assert path.read_text() != conf
     with pytest.raises(SystemExit) as e:
         bench.zoo_latency_settings([], path=path, device_kind="cpu")
@@ -413,3 +413,71 @@ def test_additive_base_prices_fused_pointwise_runs_in_place_of_the_per_kind_byte
     assert "mb_pointwise_fused" in with_term.terms_
     assert not {"mb_norm", "mb_activation", "mb_elementwise"} & set(with_term.terms_)
     assert abs(err["with"]) < 0.02 < 0.05 < err["without"]
+
+
+def _conv_weight_table() -> pd.DataFrame:
+    """A layer table (batch 1): SelecSLS's head (a 3x3 convolution 1024 -> 1280 at 4x4: 47 MB of weights, each
+    used 16 times per image), the same weights at 56x56 (used 3136 times), an 8 MB convolution at 4x4 (fits the
+    cache), VGG's 7x7 fully connected convolution (411 MB used once: ``weight_lowreuse_dram``'s) and a 47 MB
+    linear layer over 16 tokens (not a convolution)."""
+    w = 1024 * 1280 * 9
+    rows = [("conv_regular", 2 * w * 16, 4 * w + 65536, 81920, 4 * w, w),
+            ("conv_regular", 2 * w * 3136, 4 * w + 12845056, 16056320, 4 * w, w),
+            ("conv_pointwise", 2 * 2e6 * 16, 8e6 + 1e5, 1e5, 8e6, 2e6),
+            ("conv_regular", 2 * 102764544, 411e6, 16e3, 102764544 * 4, 102764544),
+            ("linear", 2 * w * 16, 4 * w + 65536, 81920, 4 * w, w)]
+    t = pd.DataFrame(rows, columns=["kind", "flops", "bytes_read", "bytes_written", "param_bytes", "params"])
+    t.attrs = {"input_shape": (1, 3, 224, 224)}
+    return t
+
+
+def test_cpu_parts_counts_convolution_weights_beyond_the_cache_used_a_few_dozen_times():
+    """``bytes_conv_weight_dram``: the weights of the convolutions beyond the cache used 8 to 63 times per image
+    (SelecSLS's 4x4 head), not the same weights at 56x56, nor a convolution that fits the cache, nor VGG's
+    once-used layer (the low-reuse DRAM term's), nor a linear layer; the bounds are arguments; the term is MB
+    per batch (weights read once per call)."""
+    from carb.model.zoo_latency_cpu import LOW_REUSE, MID_REUSE
+
+    w = 4 * 1024 * 1280 * 9
+    assert LOW_REUSE <= 16 < MID_REUSE < 3136 and 8e6 < CACHE_BYTES < w
+    parts = cpu_parts(_conv_weight_table())
+    assert parts["bytes_conv_weight_dram"] == w
+    assert parts["bytes_weight_lowreuse_dram"] == 102764544 * 4
+    assert cpu_parts(_conv_weight_table(), mid_reuse=1e4)["bytes_conv_weight_dram"] == 2 * w
+    assert cpu_parts(_conv_weight_table(), cache_bytes=1e6)["bytes_conv_weight_dram"] == w + 8e6
+    assert cpu_parts(_conv_weight_table(), mid_reuse=16)["bytes_conv_weight_dram"] == 0.0
+    assert cpu_parts(_table())["bytes_conv_weight_dram"] == 0.0
+    frame = pd.DataFrame({"batch_size": [1, 4], "tr_bytes_conv_weight_dram": [47.2e6, 47.2e6]})
+    assert np.allclose(cpu_terms(frame, ["conv_weight_dram"])["mb_conv_weight_dram"], [47.2, 11.8])
+
+
+def test_additive_base_with_the_conv_weight_term_carries_weight_streaming_heads_to_a_held_out_family():
+    """A held-out family whose convolutions at 4x4-7x7 stream 80-120 MB of weights (SelecSLS's head) at 0.1 ms
+    per MB on top of the per-kind law: with ``conv_weight_dram`` the base carries it there; without it the
+    other terms take that time and miss the family."""
+    rng = np.random.default_rng(3)
+    frame = _weights_frame(3)
+    heavy = (frame["family"] == "g").to_numpy()
+    frame["tr_bytes_conv_weight_dram"] = np.where(heavy, rng.uniform(80e6, 120e6, len(frame)),
+                                                  rng.choice([0.0, 20e6, 40e6], len(frame)))
+    frame["latency_ms"] = frame["latency_ms"] + 0.1 * frame["tr_bytes_conv_weight_dram"] / 1e6
+    y = frame.loc[heavy, "latency_ms"] / frame.loc[heavy, "batch_size"]
+    err = {}
+    for name, terms in (("with", ("weight_lowreuse", "conv_weight_dram")), ("without", ("weight_lowreuse",))):
+        m = AdditiveBase(huber=None, cpu_terms=terms).fit(frame[~heavy])
+        err[name] = float(np.mean(np.log(np.exp(m.predict_log(frame[heavy])) / y)))
+    assert abs(err["with"]) < 0.02 < 0.05 < abs(err["without"])
+
+
+def test_shipped_trace_table_has_the_conv_weight_dram_column_on_the_cpu_rows():
+    """``bytes_conv_weight_dram`` of the shipped layer-table features: on the 1435 plain-graph rows of timm's CPU
+    file (NaN elsewhere), never more than the network's parameter bytes, positive on every SelecSLS, 0 on every
+    DeiT (linear layers only) and on VGG (its large weights are used once or 196 times and more)."""
+    tr = pd.read_parquet(ROOT / "carb" / "data" / "timm-zoo-trace.parquet")
+    on = tr["bytes_conv_weight_dram"].notna().to_numpy()
+    assert on.sum() == 1435 and (tr["n_extern_calls"].notna().to_numpy() == on).all()
+    t = tr[on]
+    cw = t["bytes_conv_weight_dram"].to_numpy(float)
+    assert (cw >= 0).all() and (cw <= t["param_bytes"].to_numpy(float)).all()
+    assert (cw[t["model"].str.startswith("selecsls").to_numpy()] > 16e6).all()
+    assert (cw[t["model"].str.startswith(("deit_", "vgg")).to_numpy()] == 0).all()

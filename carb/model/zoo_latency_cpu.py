@@ -38,14 +38,23 @@ settings were chosen on GPUs. A CPU at batch 1 differs in ways the layer table c
   CaiT's talking heads at 384-448, XCiT, VOLO, MViTv2, GCViT) moves its operands and scores through memory;
   the activation bytes of the products that move more than :data:`SPILL_BYTES` each (the threshold chosen by
   a nested leave-family-out choice between 4 and 16 MB, docs/MODEL.md) are priced on top of ``mb_matmul``.
+- **Convolution weights streamed at a few output positions** (``conv_weight_dram``): a convolution whose
+  weights exceed :data:`CACHE_BYTES` (no cache holds them between calls) and are each used at least
+  :data:`LOW_REUSE` but fewer than :data:`MID_REUSE` times per image (its output positions at batch 1: maps
+  of 7x7 and under) reads its weights from DRAM at every call (oneDNN also reorders them to its blocked
+  layout at each call without frozen weights) while its few multiply-adds per weight cannot hide the
+  stream: SelecSLS's head (3x3 convolutions of 17-47 MB at 7x7 and 4x4), ResNetV2-BiT's and NFNet's last
+  stages. The weights used fewer than :data:`LOW_REUSE` times are ``weight_lowreuse_dram``'s; linear layers
+  (matrix products through another library) are left out. The reuse bound was chosen by a nested
+  leave-family-out choice among 32 / 64 / 128 (docs/MODEL.md, round 5).
 - **Point-wise operations after fusion** (``pointwise_fused``): under ``torch.compile`` a run of normalisation,
   activation and element-wise operations (views between them do not break it) is one generated loop that
   reads the run's input and writes its output once, not once per operation: RegNetZ's EvoNorm models
   (``_evos``: a dozen element-wise operations per norm), ESE-VoVNet's and DLA's norm-activation chains. The
   bytes of those runs (:func:`pointwise_run_bytes`) *replace* the per-kind ``mb_norm``, ``mb_activation``
   and ``mb_elementwise`` terms (:data:`REPLACED_TERMS`; not a term beside them): that needs
-  :class:`carb.model.zoo_latency.AdditiveBase` to drop them (:func:`replaced_terms`), which it does not yet,
-  so no device takes the term and the conf's schema does not offer it (docs/MODEL.md, timm's CPU file round 4).
+  :class:`carb.model.zoo_latency.AdditiveBase` drops them where a device takes the term (:func:`replaced_terms`;
+  docs/MODEL.md, timm's CPU file round 4).
 
 :func:`cpu_parts` gives the layer-table columns (``scripts/data/zoo_trace_features.py`` stores them in
 ``carb/data/timm-zoo-trace.parquet``; :func:`carb.data.importers.timm_zoo.with_trace` joins them as
@@ -59,6 +68,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from carb.design.trace import CONV_KINDS
 from carb.design.trace import COMPUTE_KINDS as EXTERN_KINDS  # each one library call under torch.compile on a CPU
 from carb.design.trace import MEMORY_BOUND_KINDS as MEMORY_KINDS
 from carb.errors import DatasetError
@@ -66,6 +76,10 @@ from carb.errors import DatasetError
 #: A layer whose weights are each used fewer times than this per image (FLOPs / (2 x parameters)) is
 #: weight-streaming at batch 1 (:func:`cpu_parts`).
 LOW_REUSE: float = 8.0
+#: A convolution whose weights are each used at least :data:`LOW_REUSE` but fewer than this many times per image
+#: and exceed :data:`CACHE_BYTES` streams them from DRAM at every call (``bytes_conv_weight_dram``; 64: chosen
+#: over 32 and 128 by nested leave-family-out on the i9 file's training families, docs/MODEL.md).
+MID_REUSE: float = 64.0
 #: Bytes read + written by one memory-bound operation beyond which it streams from DRAM (16 MB: under the
 #: i9-10940X's 19.25 MB last-level cache, the share other data keeps left out).
 CACHE_BYTES: float = 16e6
@@ -79,7 +93,7 @@ L2_BYTES: float = 1e6
 #: The layer-table columns :func:`cpu_parts` gives (bytes at the table's batch and precision).
 CPU_COLUMNS: tuple[str, ...] = ("bytes_weight_lowreuse", "bytes_weight_lowreuse_dram", "bytes_membound_dram",
                                  "n_extern_calls", "bytes_norm_permuted", "bytes_depthwise_dram",
-                                 "bytes_pointwise_fused", "bytes_matmul_spill")
+                                 "bytes_pointwise_fused", "bytes_matmul_spill", "bytes_conv_weight_dram")
 #: The kinds a compiler fuses into one loop per run (:func:`pointwise_run_bytes`), and the kinds (views) that
 #: do not break a run.
 FUSED_KINDS: tuple[str, ...] = ("norm", "activation", "elementwise")
@@ -92,18 +106,20 @@ CPU_TERMS: dict[str, str] = {"weight_lowreuse": "bytes_weight_lowreuse",
                              "norm_permuted": "bytes_norm_permuted",
                              "depthwise_dram": "bytes_depthwise_dram",
                              "pointwise_fused": "bytes_pointwise_fused",
-                             "matmul_spill": "bytes_matmul_spill"}
+                             "matmul_spill": "bytes_matmul_spill",
+                             "conv_weight_dram": "bytes_conv_weight_dram"}
 #: The terms of :func:`carb.model.zoo_latency.additive_terms` a CPU term stands for instead (the additive base
 #: must drop them where it takes the term: :func:`replaced_terms`).
 REPLACED_TERMS: dict[str, tuple[str, ...]] = {"pointwise_fused": tuple(f"mb_{k}" for k in FUSED_KINDS)}
 #: The terms paid once per batch (weights read, kernels called); the others per image.
-PER_BATCH_TERMS: tuple[str, ...] = ("weight_lowreuse", "weight_lowreuse_dram", "extern_calls")
+PER_BATCH_TERMS: tuple[str, ...] = ("weight_lowreuse", "weight_lowreuse_dram", "extern_calls", "conv_weight_dram")
 #: The terms that count calls (the term is calls per image), not bytes (MB per image).
 COUNT_TERMS: tuple[str, ...] = ("extern_calls",)
 
 
 def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CACHE_BYTES,
-              l2_bytes: float = L2_BYTES, spill_bytes: float = SPILL_BYTES) -> dict[str, float]:
+              l2_bytes: float = L2_BYTES, spill_bytes: float = SPILL_BYTES,
+              mid_reuse: float = MID_REUSE) -> dict[str, float]:
     """The CPU columns of a layer table (:func:`carb.design.trace.trace`'s rows: ``kind``, ``flops``,
     ``bytes_read``, ``bytes_written``, ``param_bytes``, ``params``; ``attrs["input_shape"]``): ``bytes_weight_lowreuse``
     (parameter bytes of the rows whose weights are used fewer than ``low_reuse`` times per image,
@@ -115,7 +131,9 @@ def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CAC
     move more than ``l2_bytes`` each), ``bytes_depthwise_dram`` (activation bytes read + written by the
     depthwise convolutions, ``conv_depthwise``, that move more than ``cache_bytes`` each),
     ``bytes_pointwise_fused`` (:func:`pointwise_run_bytes`) and ``bytes_matmul_spill`` (activation bytes read +
-    written by the explicit matrix products, ``matmul``, that move more than ``spill_bytes`` each).
+    written by the explicit matrix products, ``matmul``, that move more than ``spill_bytes`` each) and
+    ``bytes_conv_weight_dram`` (parameter bytes of the convolutions, :data:`CONV_KINDS`, whose weights exceed
+    ``cache_bytes`` and are used at least ``low_reuse`` but fewer than ``mid_reuse`` times per image).
     Same batch and precision as ``table`` (timm's CPU file: batch 1, fp32)."""
     batch = float(table.attrs.get("input_shape", (1,))[0])
     pb = table["param_bytes"].to_numpy(float)
@@ -126,6 +144,7 @@ def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CAC
     mem = table["kind"].isin(MEMORY_KINDS).to_numpy()
     low = (pb > 0) & (reuse < low_reuse)
     act = moved - pb   # activation bytes read + written
+    conv_mid = table["kind"].isin(CONV_KINDS).to_numpy() & (pb > cache_bytes) & (reuse >= low_reuse) & (reuse < mid_reuse)
     return {"bytes_weight_lowreuse": float(pb[low].sum()),
             "bytes_weight_lowreuse_dram": float(pb[low & (pb > cache_bytes)].sum()),
             "bytes_membound_dram": float(moved[mem & (moved > cache_bytes)].sum()),
@@ -133,7 +152,8 @@ def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CAC
             "bytes_norm_permuted": float(act[permuted_norm_rows(table) & (act > l2_bytes)].sum()),
             "bytes_depthwise_dram": float(act[(table["kind"] == "conv_depthwise").to_numpy() & (act > cache_bytes)].sum()),
             "bytes_pointwise_fused": pointwise_run_bytes(table),
-            "bytes_matmul_spill": float(act[(table["kind"] == "matmul").to_numpy() & (act > spill_bytes)].sum())}
+            "bytes_matmul_spill": float(act[(table["kind"] == "matmul").to_numpy() & (act > spill_bytes)].sum()),
+            "bytes_conv_weight_dram": float(pb[conv_mid].sum())}
 
 
 def pointwise_run_bytes(table: Any) -> float:
