@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 
 from carb import tracking
-from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_tags, to_dict
+from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_tags, to_dict, wrap_line
 from carb.commands.progress import Progress
 from carb.commands.zero_shot import extra_sources
 from carb.commands.zero_shot import print_unseen   # noqa: F401 - carb-calibrate's warnings for unseen precisions
@@ -272,16 +272,11 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     reg_name = name if cfg.register else None
     run_id, info = _log_run(cfg, tr, table, rows, k, where, {"uri": source_uri, **src_info}, name, bool(reg_name), kw)
     version = info.get("version")
-    alias_set = False
-    if reg_name and version and cfg.get("alias") and tracking.get_alias(reg_name, str(cfg.alias)) is None:
-        tracking.set_alias(reg_name, str(cfg.alias), str(version))
-        alias_set = True
+    alias_set, said = (place_alias(reg_name, str(cfg.alias), str(version)) if reg_name and version and cfg.get("alias")
+                       else (False, ""))
     prog.finish("calibrated" + (f", registered {reg_name} version {version}" if version else ""))
     if version:
-        print(f"carb-calibrate: registered {reg_name} version {version}"
-              + (f" as @{cfg.alias}" if alias_set else f" (alias {cfg.alias} left on version {tracking.get_alias(reg_name, str(cfg.alias))}; "
-                                f"carb-promote promote.name={reg_name} promote.version={version} moves it)")
-              + f"; MLflow run {run_id}")
+        print(wrap_line(f"carb-calibrate: registered {reg_name} version {version}{said}; MLflow run {run_id}"))
     from carb.commands.cli import say_run_page
 
     say_run_page(run_id, cfg.tracking.uri)
@@ -291,6 +286,29 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     return {"transfer": tr.transfer_, "table": table, "registered_name": reg_name, "version": version,
             "run_id": run_id, "source": source_uri, "k": k, "config_ids": list(tr.calibration_rows_),
             "model": tr, "alias_set": alias_set}
+
+
+def place_alias(name: str, alias: str, version: str) -> tuple[bool, str]:
+    """Point ``name@alias`` at the new calibrated ``version`` (calibrated on measured rows) when the alias is
+    unset or on a zero-shot version (:func:`is_zero_shot`: no measured rows); a version that had measured rows
+    keeps it (carb-promote moves it: the user's say-so). Returns ``(moved, the phrase the command prints)``."""
+    current = tracking.get_alias(name, alias)
+    if current is not None and not is_zero_shot(name, current):
+        return False, (f" (alias {alias} left on version {current}, calibrated on measured rows; "
+                       f"carb-promote promote.name={name} promote.version={version} moves it)")
+    tracking.set_alias(name, alias, version)
+    return True, f" as @{alias}" + (f" (moved from the zero-shot version {current}: no measured rows)"
+                                    if current is not None else "")
+
+
+def is_zero_shot(name: str, version: str) -> bool:
+    """Whether ``name`` version ``version`` is a zero-shot model (``carb-calibrate k=0``: its version tag
+    ``k`` is ``0``, or it has a ``zero_shot`` tag); False when unknown (a trained or calibrated model)."""
+    try:
+        tags = tracking.registered_model_info(name, version).get("version_tags", {})
+    except Exception:   # noqa: BLE001 - an unreadable version counts as measured: never moved silently
+        return False
+    return str(tags.get("k", "")).strip() == "0" or bool(tags.get("zero_shot"))
 
 
 def target_probe_id(cfg: Any, source: Any, source_uri: str, prog: Any) -> str | None:
