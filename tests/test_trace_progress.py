@@ -115,3 +115,28 @@ def test_progress_config_switch_applies_to_tracing_lines(cold, monkeypatch, caps
             step("timm:q", 64)
         err = capsys.readouterr().err
         assert ("carb-train: [  0%] tracing timm:q at 64 px (1/1" in err) is enabled
+
+
+def test_networks_the_tracer_refused_are_not_missing_on_the_next_run(cold):
+    """A refused network is never cached: its refusal is recorded in the trace cache, so a warm run (every
+    other network cached, the rest refused before) starts no progress line; a network that traces later
+    loses its record."""
+    from carb.design import trace as tracer
+    from carb.errors import ZooError
+
+    refused = [(f"no_such_net_{i}", 96) for i in range(tp.MIN_COLD + 1)]
+    assert tp.uncached(refused) == refused
+    for name, size in refused:
+        with pytest.raises(ZooError):
+            tracer.trace(name, (1, 3, size, size))
+    assert tp.uncached(refused) == []
+    assert _run(refused, refused) == []
+    path = cache_path(model_key(refused[0][0]), (3, 96, 96))
+    assert "unknown model" in tracer.refusal_path(path).read_text()
+    import torch.nn as nn
+
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
+    path = cache_path(model_key(net), (3, 32, 32))
+    tracer.refusal_path(path).write_text("refused once")
+    tracer.trace(net, (1, 3, 32, 32))
+    assert path.exists() and not tracer.refusal_path(path).exists()

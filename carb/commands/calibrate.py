@@ -25,7 +25,7 @@ import pandas as pd
 from carb import tracking
 from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_tags, to_dict
 from carb.commands.progress import Progress
-from carb.commands.zero_shot import extra_sources
+from carb.commands.zero_shot import extra_sources, say
 from carb.commands.zero_shot import print_unseen   # noqa: F401 - carb-calibrate's warnings for unseen precisions
 from carb.design.identity import RESNET, model_input_kind
 from carb.errors import ConfigError, DatasetError
@@ -126,7 +126,7 @@ def measure_rows(cfg: Any, source: Any = None, target_probe: str | None = None) 
         "shard": {"index": 0, "count": 1}, "max_minutes": None, "import_run": None, "retry": "errors",
         "resume": {"mix_protocols": False}, "limit": None, "progress": to_dict(cfg.get("progress") or {}),
         "run_name": f"calibrate-measure-{cfg.space.name}-k{k}"})
-    print(f"carb-calibrate: measuring {k} configurations of space {cfg.space.name!r} on this machine -> {cfg.out}")
+    say(f"carb-calibrate: measuring {k} configurations of space {cfg.space.name!r} on this machine -> {cfg.out}")
     run_collect(collect_cfg, configs=chosen)
     ids = {c.config_id for c in chosen}
     every = load_dataset(str(cfg.out))
@@ -139,7 +139,7 @@ def measure_rows(cfg: Any, source: Any = None, target_probe: str | None = None) 
         raise DatasetError(f"measure: only {len(rows)} of the {k} configurations measured ok on this machine "
                            f"({counts}){hint}; {cfg.out}")
     if len(rows) < k:
-        print(f"carb-calibrate: {len(rows)} of the {k} configurations measured ok; calibrating on those")
+        say(f"carb-calibrate: {len(rows)} of the {k} configurations measured ok; calibrating on those")
     return rows, str(cfg.out)
 
 
@@ -175,11 +175,11 @@ def covering_rows(cfg: Any, source: Any, configs: list, target_probe: str | None
     picks = covering_picks(frame, int(cfg.k), want, n_min, dis)
     chosen = [pool[i] for i in picks]
     per = pd.Series([c.precision for c in chosen]).value_counts().to_dict()
-    print(f"carb-calibrate: {len(chosen)} configurations to measure, at least {n_min} of each precision the model "
-          f"predicts ({', '.join(f'{p} {n}' for p, n in sorted(per.items()))})"
-          + (f", raised from k={int(cfg.k)}" if len(chosen) > int(cfg.k) else "")
-          + ("; picked where the device probes depart most from the source" if dis is not None and
-             np.isfinite(dis).any() else ""))
+    say(f"carb-calibrate: {len(chosen)} configurations to measure, at least {n_min} of each precision the model "
+        f"predicts ({', '.join(f'{p} {n}' for p, n in sorted(per.items()))})"
+        + (f", raised from k={int(cfg.k)}" if len(chosen) > int(cfg.k) else "")
+        + ("; picked where the device probes depart most from the source" if dis is not None and
+           np.isfinite(dis).any() else ""))
     return chosen
 
 
@@ -260,8 +260,8 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     probes = device_probes(source, rows) if layers and cfg.transfer.get("probe", True) else None
     spec = spec_records(cfg, source, rows) if layers and probes is None and cfg.transfer.get("spec", True) else None
     if not layers:
-        print("carb-calibrate: a zoo source: the K rows calibrate the source's prediction (device probes and spec "
-              "records describe ResNet networks)")
+        say("carb-calibrate: a zoo source: the K rows calibrate the source's prediction (device probes and spec "
+            "records describe ResNet networks)")
     extra = extra_sources(cfg, source, probes[1], probes[2], *device_identity_of(rows)) if probes is not None else []
     tr, table = evaluate_transfer(source, rows, k, kw, targets=list(getattr(source, "targets_", [])), probes=probes,
                                   spec=spec, extra=extra)
@@ -272,16 +272,11 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     reg_name = name if cfg.register else None
     run_id, info = _log_run(cfg, tr, table, rows, k, where, {"uri": source_uri, **src_info}, name, bool(reg_name), kw)
     version = info.get("version")
-    alias_set = False
-    if reg_name and version and cfg.get("alias") and tracking.get_alias(reg_name, str(cfg.alias)) is None:
-        tracking.set_alias(reg_name, str(cfg.alias), str(version))
-        alias_set = True
+    alias_set, said = (place_alias(reg_name, str(cfg.alias), str(version)) if reg_name and version and cfg.get("alias")
+                       else (False, ""))
     prog.finish("calibrated" + (f", registered {reg_name} version {version}" if version else ""))
     if version:
-        print(f"carb-calibrate: registered {reg_name} version {version}"
-              + (f" as @{cfg.alias}" if alias_set else f" (alias {cfg.alias} left on version {tracking.get_alias(reg_name, str(cfg.alias))}; "
-                                f"carb-promote promote.name={reg_name} promote.version={version} moves it)")
-              + f"; MLflow run {run_id}")
+        say(f"carb-calibrate: registered {reg_name} version {version}{said}; MLflow run {run_id}")
     from carb.commands.cli import say_run_page
 
     say_run_page(run_id, cfg.tracking.uri)
@@ -291,6 +286,29 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     return {"transfer": tr.transfer_, "table": table, "registered_name": reg_name, "version": version,
             "run_id": run_id, "source": source_uri, "k": k, "config_ids": list(tr.calibration_rows_),
             "model": tr, "alias_set": alias_set}
+
+
+def place_alias(name: str, alias: str, version: str) -> tuple[bool, str]:
+    """Point ``name@alias`` at the new calibrated ``version`` (calibrated on measured rows) when the alias is
+    unset or on a zero-shot version (:func:`is_zero_shot`: no measured rows); a version that had measured rows
+    keeps it (carb-promote moves it: the user's say-so). Returns ``(moved, the phrase the command prints)``."""
+    current = tracking.get_alias(name, alias)
+    if current is not None and not is_zero_shot(name, current):
+        return False, (f" (alias {alias} left on version {current}, calibrated on measured rows; "
+                       f"carb-promote promote.name={name} promote.version={version} moves it)")
+    tracking.set_alias(name, alias, version)
+    return True, f" as @{alias}" + (f" (moved from the zero-shot version {current}: no measured rows)"
+                                    if current is not None else "")
+
+
+def is_zero_shot(name: str, version: str) -> bool:
+    """Whether ``name`` version ``version`` is a zero-shot model (``carb-calibrate k=0``: its version tag
+    ``k`` is ``0``, or it has a ``zero_shot`` tag); False when unknown (a trained or calibrated model)."""
+    try:
+        tags = tracking.registered_model_info(name, version).get("version_tags", {})
+    except Exception:   # noqa: BLE001 - an unreadable version counts as measured: never moved silently
+        return False
+    return str(tags.get("k", "")).strip() == "0" or bool(tags.get("zero_shot"))
 
 
 def target_probe_id(cfg: Any, source: Any, source_uri: str, prog: Any) -> str | None:
@@ -331,8 +349,8 @@ def probe_this_machine(cfg: Any, source: Any = None) -> str:
         "space": to_dict(cfg.space), "measure": to_dict(cfg.measure), "tracking": to_dict(cfg.tracking),
         "paths": to_dict(cfg.paths), "progress": to_dict(cfg.get("progress") or {}), **pr, "out": None,
         "run_name": f"calibrate-probe-{cfg.space.name}"})
-    print(f"carb-calibrate: probing this CPU first ({pr['n']} convolutions per precision, about a minute; "
-          "run it on an idle machine)")
+    say(f"carb-calibrate: probing this CPU first ({pr['n']} convolutions per precision, about a minute; "
+        "run it on an idle machine)")
     return str(run_probe_command(pcfg)["device_id"])
 
 
@@ -464,11 +482,11 @@ def device_probes(source: Any, rows: pd.DataFrame) -> tuple | None:
     src, dst = load_probe(str(src_id)), load_probe(str(dev_id))
     if src is None or dst is None:
         missing = [d for d, p in ((src_id, src), (dev_id, dst)) if p is None]
-        print(f"carb-calibrate: no device probe of {', '.join(map(str, missing))}: calibrating the source's "
-              f"prediction (carb-probe on that CPU lets the transfer start from both CPUs' convolution times)")
+        say(f"carb-calibrate: no device probe of {', '.join(map(str, missing))}: calibrating the source's "
+            f"prediction (carb-probe on that CPU lets the transfer start from both CPUs' convolution times)")
         return None
-    print(f"carb-calibrate: device probes of {src_id} and {dev_id}: the K rows calibrate the probes' prediction "
-          "(convolution times of each network on both CPUs)")
+    say(f"carb-calibrate: device probes of {src_id} and {dev_id}: the K rows calibrate the probes' prediction "
+        "(convolution times of each network on both CPUs)")
     return src, dst, fp
 
 
@@ -508,10 +526,10 @@ def spec_records(cfg: Any, source: Any, rows: pd.DataFrame) -> tuple | None:
         for p in ("fp32", "fp16", "bf16"):
             log_ratio(src, dst, p, weights)
     except ConfigError as e:
-        print(f"carb-calibrate: {e}: the K rows calibrate the source's prediction")
+        say(f"carb-calibrate: {e}: the K rows calibrate the source's prediction")
         return None
-    print(f"carb-calibrate: spec records of {src['name']} and {dst['name']}: the K rows may start from the "
-          "spec-sheet zero-shot (kept where leave-one-out says it pays)")
+    say(f"carb-calibrate: spec records of {src['name']} and {dst['name']}: the K rows may start from the "
+        "spec-sheet zero-shot (kept where leave-one-out says it pays)")
     return src, dst, weights
 
 
@@ -554,24 +572,24 @@ def _print_transfer(tr: Any, table: pd.DataFrame, n_heldout: int) -> None:
     from carb.model.transfer import describe_form
 
     for p, q in (getattr(tr, "stand_ins_", None) or {}).items():
-        print(f"carb-calibrate: {p} runs on another kernel path on {tr.device_name_} than on the source's CPU "
-              f"(instruction set): the source's {q} cost stands in for it")
+        say(f"carb-calibrate: {p} runs on another kernel path on {tr.device_name_} than on the source's CPU "
+            f"(instruction set): the source's {q} cost stands in for it")
     print_unseen(tr)
     for target, info in tr.transfer_.items():
-        print(f"carb-calibrate: {target}: {info['form']} ({describe_form(info)}) from {info['k']} rows")
+        say(f"carb-calibrate: {target}: {info['form']} ({describe_form(info)}) from {info['k']} rows")
         for p, r in (info.get("precision_loo") or {}).items():
-            print(f"carb-calibrate: {target} {p}: leave-one-out error on its {r['n']} rows: zero-shot "
-                  f"{100 * math.expm1(r['zero_shot']):.1f} %, calibrated {100 * math.expm1(r['calibrated']):.1f} % "
-                  f"(mean |log error| as %) -> keeps the {r['kept'].replace('_', '-')}")
+            say(f"carb-calibrate: {target} {p}: leave-one-out error on its {r['n']} rows: zero-shot "
+                f"{100 * math.expm1(r['zero_shot']):.1f} %, calibrated {100 * math.expm1(r['calibrated']):.1f} % "
+                f"(mean |log error| as %) -> keeps the {r['kept'].replace('_', '-')}")
         entry = (tr.intervals_ or {}).get(target)
         if info["form"] != "source" and isinstance(entry, dict) and "lower" in entry:
-            print(f"carb-calibrate: {target}: {100 * float(entry['coverage']):g} % interval x [{math.exp(entry['lower']):.2f}, "
-                  f"{math.exp(entry['upper']):.2f}] of the prediction ({entry.get('method', '')})")
+            say(f"carb-calibrate: {target}: {100 * float(entry['coverage']):g} % interval x [{math.exp(entry['lower']):.2f}, "
+                f"{math.exp(entry['upper']):.2f}] of the prediction ({entry.get('method', '')})")
     if len(table):
-        print(f"carb-calibrate: held-out rows of {tr.device_name_} ({n_heldout} rows not used for fitting):")
+        say(f"carb-calibrate: held-out rows of {tr.device_name_} ({n_heldout} rows not used for fitting):")
         print(table.pivot_table(index=["target", "model"], values=["spearman", "mape_pct", "r2"]).round(3).to_string())
     else:
-        print("carb-calibrate: no held-out rows (all measured rows were used for fitting)")
+        say("carb-calibrate: no held-out rows (all measured rows were used for fitting)")
 
 
 def _log_run(cfg: Any, tr: Any, table: pd.DataFrame, rows: pd.DataFrame, k: int, where: str,

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from carb import tracking
-from carb.commands.cli import sweep_suffix, sweep_tags, to_dict
+from carb.commands.cli import sweep_suffix, sweep_tags, to_dict, wrap_line
 from carb.errors import ConfigError
 
 
@@ -70,6 +70,12 @@ def example_rows(model: Any, space: dict[str, Any], n: int = 5) -> pd.DataFrame:
     return rows[list(model.input_columns_)].reset_index(drop=True)
 
 
+def say(text: str) -> None:
+    """Print a ``carb-calibrate: ...`` report line in lines of at most 120 columns
+    (:func:`carb.commands.cli.wrap_line`)."""
+    print(wrap_line(text))
+
+
 def run_zero_shot(cfg: Any, source: Any, src: dict[str, Any], prog: Any, target_probe: str | None = None
                   ) -> dict[str, Any]:
     """Fit, log and register the zero-shot model: from spec records (``cfg.spec``, a GPU) or from device
@@ -95,8 +101,8 @@ def run_zero_shot(cfg: Any, source: Any, src: dict[str, Any], prog: Any, target_
         alias_set = True
     prog.finish("zero-shot model" + (f" registered as {name} version {version}" if version else " fitted"))
     if version:
-        print(f"carb-calibrate: registered {name} version {version}" + (f" as @{cfg.alias}" if alias_set else "")
-              + f"; screen with carb-screen screen.target=models:/{name}/{version}; MLflow run {run_id}")
+        say(f"carb-calibrate: registered {name} version {version}" + (f" as @{cfg.alias}" if alias_set else "")
+            + f"; screen with carb-screen screen.target=models:/{name}/{version}; MLflow run {run_id}")
     return {"transfer": tr.transfer_, "table": pd.DataFrame(), "registered_name": name if cfg.register else None,
             "version": version, "run_id": run_id, "source": src["uri"], "k": 0, "config_ids": [], "model": tr,
             "alias_set": alias_set}
@@ -122,7 +128,7 @@ def spec_zero_shot(cfg: Any, source: Any, src: dict[str, Any], prog: Any) -> tup
     tr.device_id_, tr.device_fingerprint_ = fingerprint_id(fp), fingerprint_json(fp)
     tr.origin_ = zero_shot_origin(src, f"spec records ({src_rec['name']} -> {dst_rec['name']})", int(zs.band_devices))
     for target, info in tr.transfer_.items():
-        print(f"carb-calibrate: {target}: {info['form']} ({describe_form(info)}) from 0 rows (spec sheets)")
+        say(f"carb-calibrate: {target}: {info['form']} ({describe_form(info)}) from 0 rows (spec sheets)")
     for p in tr.unsupported_precisions_:
         print(f"carb-calibrate: {p}: no {p} peak in the spec record of {src_rec['name']} or {dst_rec['name']}:"
               f"\n  {p} candidates are never_measured (unverified)")
@@ -130,11 +136,11 @@ def spec_zero_shot(cfg: Any, source: Any, src: dict[str, Any], prog: Any) -> tup
     if energy is not None:
         e = tr.intervals_.get("energy_J", {})
         pm = energy["power"]
-        print(f"carb-calibrate: energy interval x [{np.exp(e.get('lower', 0)):.2f}, {np.exp(e.get('upper', 0)):.2f}] "
-              f"of the prediction: {energy['note']} (power model on {pm['n']} source rows: leave-configuration-out "
-              f"MAPE {pm['loo_mape_pct']:.1f} %; {dst_rec['name']} static power {energy['static_W']:.0f} W "
-              + ("from its spec record)" if energy["static_sourced"] else
-                 f"= {energy['static_fraction']:.2f} x its power limit: no sourced figure)"))
+        say(f"carb-calibrate: energy interval x [{np.exp(e.get('lower', 0)):.2f}, {np.exp(e.get('upper', 0)):.2f}] "
+            f"of the prediction: {energy['note']} (power model on {pm['n']} source rows: leave-configuration-out "
+            f"MAPE {pm['loo_mape_pct']:.1f} %; {dst_rec['name']} static power {energy['static_W']:.0f} W "
+            + ("from its spec record)" if energy["static_sourced"] else
+               f"= {energy['static_fraction']:.2f} x its power limit: no sourced figure)"))
     spec = tr.transfer_.get("latency_ms", {}).get("spec", {})
     return tr, {"zero_shot": "spec", "params": {"spec": str(cfg.spec), "zero_shot": to_dict(cfg.zero_shot)},
                 "json": {"spec": spec, "target_spec": dst_rec}, "from": "two spec sheets"}
@@ -159,8 +165,8 @@ def spec_energy(cfg: Any, source: Any, src_rec: dict[str, Any], dst_rec: dict[st
     if dev is not None and "device_id" in rows.columns:
         rows = rows[rows["device_id"].astype(str) == str(dev)]
     if "energy_J" not in rows.columns or rows["energy_J"].notna().sum() < 5:
-        print(f"carb-calibrate: energy keeps the source's prediction: no measured energy of the source's GPU in "
-              f"{path} (zero_shot.power.data)")
+        say(f"carb-calibrate: energy keeps the source's prediction: no measured energy of the source's GPU in "
+            f"{path} (zero_shot.power.data)")
         return None
     src_entry = (getattr(source, "intervals_", None) or {}).get("energy_J")
     frac = ps.get("static_fraction")
@@ -209,11 +215,11 @@ def probe_zero_shot(cfg: Any, source: Any, src: dict[str, Any], target_id: str, 
     tr.calibrate_zero_shot(band=(band[0], band[1]))   # zero_shot.probe_(multi_)log_error_band, added to the source's
     tr.origin_ = zero_shot_origin(src, f"device probes ({src_id} -> {target_id})", n_band)
     for p, q in (tr.stand_ins_ or {}).items():
-        print(f"carb-calibrate: {p} runs on another kernel path on {name} than on the source's CPU: the "
-              f"source's {q} cost stands in for it")
+        say(f"carb-calibrate: {p} runs on another kernel path on {name} than on the source's CPU: the "
+            f"source's {q} cost stands in for it")
     print_unseen(tr)   # a probe without a precision the model predicts: one warning, that interval widened
     for target, info in tr.transfer_.items():
-        print(f"carb-calibrate: {target}: {info['form']} ({describe_form(info)}) from 0 rows (device probes)")
+        say(f"carb-calibrate: {target}: {info['form']} ({describe_form(info)}) from 0 rows (device probes)")
     _print_band(tr, band, "CPUs", n_band)
     return tr, {"zero_shot": "probe", "params": {"probe": str(target_id), "zero_shot": to_dict(cfg.zero_shot)},
                 "json": {"probe": {"source": src_id, "target": str(target_id)}}, "from": "two device probes"}
@@ -249,14 +255,14 @@ def print_unseen(tr: Any) -> None:
     (:meth:`carb.model.transfer.TransferredCascade._widen_unseen`)."""
     unseen = getattr(tr, "unseen_precisions_", None) or {}
     if unseen.get("rows"):
-        print(f"carb-calibrate: warning: none of the {len(tr.calibration_rows_)} calibration rows is "
-              f"{', '.join(unseen['rows'])}, which the model predicts: those keep the common factor and their "
-              f"intervals are widened; fix: calibrate with rows of every precision (measure=cpu picks at least "
-              f"transfer.min_rows_per_precision of each, or data.path with rows of {', '.join(unseen['rows'])})")
+        say(f"carb-calibrate: warning: none of the {len(tr.calibration_rows_)} calibration rows is "
+            f"{', '.join(unseen['rows'])}, which the model predicts: those keep the common factor and their "
+            f"intervals are widened; fix: calibrate with rows of every precision (measure=cpu picks at least "
+            f"transfer.min_rows_per_precision of each, or data.path with rows of {', '.join(unseen['rows'])})")
     if unseen.get("probe"):
-        print(f"carb-calibrate: warning: the device probe of {tr.device_id_} has no {', '.join(unseen['probe'])} "
-              f"rows, which the model predicts: those keep the source's convolution cost and their latency "
-              f"intervals are widened; fix: carb-probe 'precisions=[fp32,bf16,fp16]' on that CPU")
+        say(f"carb-calibrate: warning: the device probe of {tr.device_id_} has no {', '.join(unseen['probe'])} "
+            f"rows, which the model predicts: those keep the source's convolution cost and their latency "
+            f"intervals are widened; fix: carb-probe 'precisions=[fp32,bf16,fp16]' on that CPU")
 
 
 def probe_given(cfg: Any) -> bool:
@@ -305,12 +311,12 @@ def extra_sources(cfg: Any, source: Any, target_probe: pd.DataFrame, target_fp: 
         out.append(TransferredCascade(other, dispatch=dispatch).fit_probe(
             load_probe(dev), target_probe, target_fp, name, str(target_id)))
     if out:
-        print(f"carb-calibrate: multi-source base: the source's and {len(out)} other CPU model(s)' probe "
-              f"zero-shots combined ({', '.join(lbl for lbl, _ in pairs)}; "
-              f"transfer.source_weighting {cfg.transfer.get('source_weighting', 'inverse_loo')})")
+        say(f"carb-calibrate: multi-source base: the source's and {len(out)} other CPU model(s)' probe "
+            f"zero-shots combined ({', '.join(lbl for lbl, _ in pairs)}; "
+            f"transfer.source_weighting {cfg.transfer.get('source_weighting', 'inverse_loo')})")
     else:
-        print("carb-calibrate: single-source base: the source model's probe zero-shot alone "
-              f"(transfer.extra_sources {value if isinstance(value, str) else list(value or [])})")
+        say("carb-calibrate: single-source base: the source model's probe zero-shot alone "
+            f"(transfer.extra_sources {value if isinstance(value, str) else list(value or [])})")
     return out
 
 
@@ -355,7 +361,7 @@ def auto_extra_models(source: Any, target_id: str, target_fp: str | None,
                (target_id, target_fp)]
     kept, skipped = auto_sources(exclude, lambda dev: load_probe(dev) is not None)
     if skipped:
-        print(f"carb-calibrate: transfer.extra_sources auto: not used: {'; '.join(skipped)}")
+        say(f"carb-calibrate: transfer.extra_sources auto: not used: {'; '.join(skipped)}")
     return [(f"{s.device_name} {s.device_id} (carb/data/{s.path.name})", shipped_source_model(s, overrides))
             for s in kept]
 
@@ -404,7 +410,7 @@ def shipped_source_model(src: Any, overrides: list[str] | None = None) -> Any:
     if path.exists():
         try:
             model = pickle.loads(path.read_bytes())
-            print(f"carb-calibrate: extra source {src.device_name} {src.device_id}: model read from the cache {path}")
+            say(f"carb-calibrate: extra source {src.device_name} {src.device_id}: model read from the cache {path}")
             return model
         except Exception:  # noqa: BLE001 - a damaged or stale entry: fit again and replace it
             pass
@@ -414,13 +420,13 @@ def shipped_source_model(src: Any, overrides: list[str] | None = None) -> Any:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = build_cascade(settings["model"], settings["features"], settings["prior"]).fit(rows, rows[targets])
-    print(f"carb-calibrate: extra source {src.device_name} {src.device_id}: model trained on its {len(rows)} "
-          f"shipped rows ({time.perf_counter() - t0:.1f} s, {' '.join(overrides)}; cached in {path.parent})")
+    say(f"carb-calibrate: extra source {src.device_name} {src.device_id}: model trained on its {len(rows)} "
+        f"shipped rows ({time.perf_counter() - t0:.1f} s, {' '.join(overrides)}; cached in {path.parent})")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, lambda tmp: tmp.write_bytes(pickle.dumps(model)))
     except (OSError, pickle.PicklingError, TypeError, AttributeError) as e:
-        print(f"carb-calibrate: warning: could not cache the extra source's model in {path.parent}: {e}")
+        say(f"carb-calibrate: warning: could not cache the extra source's model in {path.parent}: {e}")
     return model
 
 

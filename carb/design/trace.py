@@ -648,22 +648,47 @@ def trace(model: nn.Module | str, input_shape: Sequence[int] = (1, 3, 224, 224),
             return _scaled(frame, info, batch, precision, label, tuple(input_shape))
         except (OSError, pickle.UnpicklingError, EOFError, ValueError, KeyError, TypeError, AttributeError):
             pass   # a damaged entry: trace again and overwrite it
-    if isinstance(model, str):
-        from carb.design.zoo import build_model
+    try:
+        if isinstance(model, str):
+            from carb.design.zoo import build_model
 
-        module = build_model(model, device="meta", **(settings or {}))
-    else:
-        module = model
-    folded = bool(reparam) and can_reparameterize(module)
-    if reparam and not folded and cache:   # nothing to fold: the plain trace is this one
-        return trace(model, input_shape, precision=precision, settings=settings)
-    if folded:
-        module = reparameterize(module, label)
-    frame, info = _trace_batch1(module, chw, label)
+            module = build_model(model, device="meta", **(settings or {}))
+        else:
+            module = model
+        folded = bool(reparam) and can_reparameterize(module)
+        if reparam and not folded and cache:   # nothing to fold: the plain trace is this one
+            return trace(model, input_shape, precision=precision, settings=settings)
+        if folded:
+            module = reparameterize(module, label)
+        frame, info = _trace_batch1(module, chw, label)
+    except ZooError as e:
+        if path is not None:   # remembered for the progress count only: the next call tries again
+            _store_text(refusal_path(path), str(e))
+        raise
     info["reparam"] = folded
     if path is not None:
         _store(path, (frame, info))
+        refusal_path(path).unlink(missing_ok=True)
     return _scaled(frame, info, batch, precision, label, tuple(input_shape))
+
+
+def refusal_path(path: Path) -> Path:
+    """Where the tracer's refusal of the cache entry ``path`` (:func:`cache_path`) is recorded, its one-line
+    reason as text: read by :func:`carb.design.trace_progress.uncached` only, so a network the tracer refuses
+    is not counted as missing on every run. :func:`trace` still tries it each time and deletes the record
+    once it traces (its key holds the library versions: an upgrade starts afresh)."""
+    return path.with_suffix(".refused")
+
+
+def _store_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically; a cache that cannot be written is skipped."""
+    from carb.files import write_atomic
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, lambda tmp: tmp.write_text(text))
+    except OSError:
+        pass
 
 
 def _store(path: Path, obj: Any) -> None:

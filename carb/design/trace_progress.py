@@ -2,7 +2,8 @@
 dataset or a zoo screen (:func:`carb.design.zoo_features.layer_columns`,
 :func:`carb.design.zoo_inputs.zoo_features_frame`) step through :func:`tracing`, which reports each network
 that is not in the trace cache yet (:func:`carb.design.trace.cache_path`) when a command set a reporter
-(:func:`reporting`) and at least :data:`MIN_COLD` of the networks are missing; cached ones are quiet.
+(:func:`reporting`) and at least :data:`MIN_COLD` of the networks are missing; cached ones are quiet, and so
+are those the tracer refused on an earlier run (the cache records the refusal): a warm run prints nothing.
 
 Library code never prints: the reporter is the command's (:func:`carb.commands.progress.trace_progress`,
 a :class:`carb.commands.progress.Progress` with its count and ETA), set for the command's run only; a
@@ -44,12 +45,16 @@ def reporting(start: Callable[[int], Reporter]) -> Iterator[None]:
 
 def uncached(pairs: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
     """The distinct ``(zoo name, input size px)`` of ``pairs`` whose batch-1 trace is not in the disk cache
-    (``module:`` names are never cached by name: left out), in first-seen order."""
-    from carb.design.trace import cache_path, model_key
+    (``module:`` names are never cached by name: left out; nor is a network the tracer refused before, whose
+    refusal the cache records, :func:`carb.design.trace.refusal_path`), in first-seen order."""
+    from carb.design.trace import cache_path, model_key, refusal_path
 
     out: list[tuple[str, int]] = []
     for name, size in dict.fromkeys((str(n), int(s)) for n, s in pairs):
-        if not name.startswith("module:") and not cache_path(model_key(name), (3, size, size)).exists():
+        if name.startswith("module:"):
+            continue
+        path = cache_path(model_key(name), (3, size, size))
+        if not path.exists() and not refusal_path(path).exists():
             out.append((name, size))
     return out
 
