@@ -62,7 +62,7 @@ _OWN = frozenset({"source_", "stand_ins_", "transfer_", "intervals_", "device_na
                   "prior_rows", "prior_targets", "device_kind_", "unseen_widen", "unseen_precisions_",
                   "pair_prior", "repeat_floor", "origin_", "unsupported_precisions_", "base_offsets_only",
                   "keep_zero_shot", "extra_sources_", "source_weights_", "source_weighting",
-                  "precision_shrink_single"})
+                  "precision_shrink_single", "source_weights_precision_"})
 
 
 def _loo_affine(x: np.ndarray, y: np.ndarray, lo: float, hi: float) -> tuple[float, float, np.ndarray]:
@@ -244,8 +244,13 @@ def fingerprint_kind(fingerprint: str | None) -> str | None:
 
 #: How the sources of a multi-source base are weighted after K rows (``transfer.source_weighting``): ``equal``
 #: (a geometric mean of their predictions, as at K = 0) or ``inverse_loo`` (each source by the inverse of its
-#: K rows' mean squared leave-one-out residual of per-precision offsets on its own zero-shot).
-SOURCE_WEIGHTINGS = ("inverse_loo", "equal")
+#: K rows' mean squared leave-one-out residual of per-precision offsets on its own zero-shot) or
+#: ``inverse_loo_precision`` (the same residuals, each precision's sources weighted by that precision's K rows only;
+#: a precision with fewer than :data:`MIN_PRECISION_WEIGHT_ROWS` K rows, or none, takes the ``inverse_loo`` weights).
+SOURCE_WEIGHTINGS = ("inverse_loo", "equal", "inverse_loo_precision")
+
+#: K rows of a precision below which ``inverse_loo_precision`` keeps the all-rows weights for it.
+MIN_PRECISION_WEIGHT_ROWS = 2
 
 #: Latency bases that are a zero-shot prediction (K rows fit offsets on them: ``base_offsets_only``).
 ZERO_SHOT_BASES = ("multi", "probe", "spec")
@@ -256,6 +261,13 @@ def source_precisions(source: Any) -> list[str]:
     it does not say."""
     dom = getattr(source, "domain_", None) or {}
     return sorted(str(p) for p in (dom.get("categorical") or {}).get("precision", []))
+
+
+def _inverse_mse_weights(R: np.ndarray) -> list[float]:
+    """Weights (sources,) summing to 1, each the inverse of its row of ``R``'s (sources, m) mean square (floored at
+    1e-12 so a perfect source takes nearly all the weight rather than dividing by zero)."""
+    inv = 1.0 / np.maximum(np.mean(np.square(R), axis=1), 1e-12)
+    return [float(v) for v in inv / inv.sum()]
 
 
 def _precisions(X: pd.DataFrame) -> np.ndarray:
@@ -389,8 +401,9 @@ class TransferredCascade:
                 from carb.model.intervals import screening_predict
 
                 p = screening_predict(self.source_, self._as_source(X))["pred_latency_ms"].to_numpy(float)
-            w = np.asarray(self.__dict__.get("source_weights_"), float)
-            return w @ self.source_log_predictions(X, p) - np.log(np.maximum(np.asarray(p, float), 1e-300))
+            L = self.source_log_predictions(X, p)
+            return (self._source_weight_matrix(X, L.shape[0]) * L).sum(axis=0) \
+                - np.log(np.maximum(np.asarray(p, float), 1e-300))
         if base == "spec":
             per = self.__dict__.get("spec_log_ratio_") or {}
             prec = _precisions(X)
@@ -455,6 +468,11 @@ class TransferredCascade:
                 self.transfer_[t], loo = self._fit_with_bases(X[ok], np.log(pred[ok]), np.log(meas[ok]), Z[ok], prec[ok])
                 if self.__dict__.get("extra_sources_"):
                     self.transfer_[t]["source_weights"] = self.source_weights_summary()
+                    per = self.__dict__.get("source_weights_precision_") or {}
+                    if per:   # inverse_loo_precision: {precision: {source device: weight}}
+                        names = list(self.source_weights_summary())
+                        self.transfer_[t]["source_weights_precision"] = {
+                            q: {n: round(float(v), 4) for n, v in zip(names, w)} for q, w in per.items()}
             else:
                 self.transfer_[t], loo = self._fit_target(np.log(pred[ok]), np.log(meas[ok]), Z[ok], prec[ok])
             self.transfer_[t]["loo"] = [float(v) for v in loo]
@@ -935,24 +953,44 @@ class TransferredCascade:
             out.append(np.log(np.maximum(memo[k], 1e-300)))
         return np.vstack(out)
 
+    def _source_weight_matrix(self, X: pd.DataFrame, n_sources: int) -> np.ndarray:
+        """Each row's weights of the multi-source base's sources (n_sources, n rows of ``X``): its precision's
+        (``source_weights_precision_``, ``inverse_loo_precision``) where the K rows gave it one, else
+        ``source_weights_`` (each column sums to 1)."""
+        w = np.asarray(self.__dict__.get("source_weights_"), float)
+        per = self.__dict__.get("source_weights_precision_") or {}
+        if not per:
+            return np.repeat(w[:, None], len(X), axis=1)
+        return np.array([per.get(str(q), w) for q in _precisions(X)], dtype=float).reshape(len(X), n_sources).T
+
     def fitted_source_weights(self, X: pd.DataFrame, p: np.ndarray, yl: np.ndarray, prec: np.ndarray) -> list[float]:
         """The sources' weights from the K rows (``X``; ``p`` the source's prediction (K,) ms, ``yl`` log measured
         (K,), ``prec`` (K,)): ``equal``, or ``inverse_loo``: each source's weight the inverse of the mean squared
         leave-one-out residual of per-precision offsets (:func:`_loo_precision`, shrunk as ``precision_shrink``)
-        on its own zero-shot, normalised to sum 1; equal with fewer than 3 rows."""
+        on its own zero-shot, normalised to sum 1; equal with fewer than 3 rows. ``inverse_loo_precision`` also
+        sets ``source_weights_precision_`` (``{precision: weights}``): the same residuals' mean square over each
+        precision's K rows alone (at least :data:`MIN_PRECISION_WEIGHT_ROWS`; other precisions: the returned
+        all-rows weights). Returns the all-rows weights (sources,), summing to 1."""
         L = self.source_log_predictions(X, p)
         n = L.shape[0]
-        if self.__dict__.get("source_weighting", "inverse_loo") == "equal" or len(yl) < 3:
+        how = self.__dict__.get("source_weighting", "inverse_loo")
+        self.source_weights_precision_ = {}
+        if how == "equal" or len(yl) < 3:
             return [1.0 / n] * n
-        mse = []
+        loos = []
         for lp in L:
             if len(np.unique(prec)) > 1:
                 _, _, loo = _loo_precision(lp, yl, 1.0, prec, self.shrink())
             else:
                 _, loo = _loo_scale(lp, yl)
-            mse.append(max(float(np.mean(np.square(loo))), 1e-12))
-        inv = 1.0 / np.asarray(mse)
-        return [float(v) for v in inv / inv.sum()]
+            loos.append(np.asarray(loo, float))
+        R = np.vstack(loos)   # (sources, K) leave-one-out log residuals
+        if how == "inverse_loo_precision":
+            prec = np.asarray(prec).astype(str)
+            self.source_weights_precision_ = {
+                str(q): _inverse_mse_weights(R[:, prec == q]) for q in sorted(set(prec))
+                if int((prec == q).sum()) >= MIN_PRECISION_WEIGHT_ROWS}
+        return _inverse_mse_weights(R)
 
     def fit_spec(self, source_spec: dict[str, Any], target_spec: dict[str, Any], weights: dict[str, float],
                  precisions: tuple[str, ...] = ("fp32", "fp16", "bf16"), log_errors: np.ndarray | None = None,

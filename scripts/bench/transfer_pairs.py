@@ -206,6 +206,14 @@ def configured_single_shrink() -> float | str | None:
     return _shrink_or_none(compose("calibrate", []).transfer.get("precision_shrink_single"))
 
 
+def configured_source_weighting() -> str:
+    """``transfer.source_weighting`` of ``conf/calibrate.yaml``: how the multi-source base's sources are weighted
+    after K rows (as ``carb-calibrate`` weights them)."""
+    from carb.commands.cli import compose
+
+    return str(compose("calibrate", []).transfer.get("source_weighting", "inverse_loo"))
+
+
 def zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> dict[tuple[str, str], object]:
     """Zero-shot transfers from device probes (``TransferredCascade.fit_probe``) for every ordered CPU
     pair whose two devices have a probe; each latency interval is calibrated on the zero-shot log errors
@@ -215,11 +223,12 @@ def zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> dict[tup
 
     probes = {n: load_probe(_identity(d)[1]) for n, d in devices.items()}
     pairs = [(s, d) for s in devices for d in devices if s != d and probes[s] is not None and probes[d] is not None]
-    single_shrink = configured_single_shrink()
+    single_shrink, weighting = configured_single_shrink(), configured_source_weighting()
     out = {}
     for s, d in pairs:
         name, dev_id, fp = _identity(devices[d])
-        out[(s, d)] = TransferredCascade(models[s], precision_shrink_single=single_shrink).fit_probe(
+        out[(s, d)] = TransferredCascade(models[s], precision_shrink_single=single_shrink,
+                                         source_weighting=weighting).fit_probe(
             probes[s], probes[d], fp, name, dev_id)
     for s, d in pairs:
         if s not in [q[0] for q in pairs[:pairs.index((s, d))]]:
