@@ -92,3 +92,15 @@ def test_cascade_trained_on_one_device_predicts_zoo_names(bench):
     assert (err < 0.3).all(), (out["pred_latency_ms"].tolist(), truth.tolist())
     small = model.predict(["timm:resnet50"], batch_size=16, precision="fp16")
     assert small["pred_latency_ms"].iloc[0] < out["pred_latency_ms"].iloc[1]
+
+
+@pytest.mark.slow
+def test_shipped_rtx4090_rows_as_training_frame():
+    """The shipped file's RTX 4090 rows (1,627, autocast fp16): every row kept, the layer table traced for
+    nearly all (a network the tracer refuses keeps NaN features, never 0)."""
+    from carb.data.io import load_training_frame
+
+    df, device = load_training_frame("timm-zoo", "RTX 4090")
+    assert device == "RTX 4090" and len(df) == 1627 and (df["precision"] == "fp16").all()
+    assert df["flops"].notna().mean() > 0.95 and (df.loc[df["flops"].notna(), "flops"] > 0).all()
+    assert (df["latency_ms"] > 0).all() and df["peak_memory_MB"].isna().all()
