@@ -104,3 +104,17 @@ def test_shipped_rtx4090_rows_as_training_frame():
     assert device == "RTX 4090" and len(df) == 1627 and (df["precision"] == "fp16").all()
     assert df["flops"].notna().mean() > 0.95 and (df.loc[df["flops"].notna(), "flops"] > 0).all()
     assert (df["latency_ms"] > 0).all() and df["peak_memory_MB"].isna().all()
+
+
+def test_unknown_device_of_any_dataset_names_its_devices(tmp_path):
+    from carb.data.io import load_training_frame
+    from tests.synthetic import synthetic_dataset
+
+    df = synthetic_dataset(30, seed=1)
+    path = tmp_path / "d.parquet"
+    df.to_parquet(path)
+    name = str(df["device_name"].iloc[0])
+    with pytest.raises(ConfigError) as e:
+        load_training_frame(str(path), "No Such GPU")
+    assert "data.device" in str(e.value) and name in str(e.value) and "\n" not in str(e.value)
+    assert load_training_frame(str(path), name)[1] == name
