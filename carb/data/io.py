@@ -22,6 +22,9 @@ _REFERENCE = DATA_DIR / "cpu-reference.parquet"
 SHIPPED = {"reference": _REFERENCE, "cpu-reference": _REFERENCE,
            "h200": DATA_DIR / "h200-reference.parquet", "h200-reference": DATA_DIR / "h200-reference.parquet",
            "zoo-cpu": DATA_DIR / "zoo-cpu.parquet"}
+#: timm's published inference benchmark, every model, as training rows of one device (``data.device``):
+#: latency only (carb/data/timm-zoo-bench.md)
+TIMM_ZOO = "timm-zoo"
 
 
 def validate_dataset(df: pd.DataFrame, source: str = "dataset") -> pd.DataFrame:
@@ -168,10 +171,15 @@ def load_training_frame(path: str, device: str | None = None) -> tuple[pd.DataFr
 
     Raises :class:`DatasetError` when the dataset has no measured target, no ok rows, or several
     devices and ``device`` is not given."""
+    if str(path) == TIMM_ZOO:
+        return _timm_zoo_frame(device)
     df = load_dataset(path)
     ok = ok_rows(df)
     if device is not None:
+        known = sorted(ok["device_name"].dropna().astype(str).unique())
         ok = ok[ok["device_name"] == device].reset_index(drop=True)
+        if known and not len(ok):
+            raise ConfigError(f"data.device: {device!r} is not in dataset {path!r}; allowed: {', '.join(known)}")
     devices = sorted(ok["device_name"].dropna().astype(str).unique())
     if not devices:
         raise DatasetError(f"data {path!r}: no rows with status 'ok'" +
@@ -187,6 +195,22 @@ def load_training_frame(path: str, device: str | None = None) -> tuple[pd.DataFr
         raise DatasetError(f"data {path!r}: peak_memory_MB mixes memory_kind {kinds} (allocator peak and device-wide "
                            f"used memory are different quantities); import one kind (carb-import importer.memory=...)")
     return ok, devices[0]
+
+
+def _timm_zoo_frame(device: str | None) -> tuple[pd.DataFrame, str]:
+    """The training frame of one device of timm's published benchmark (:data:`TIMM_ZOO`: latency only;
+    :func:`carb.data.importers.timm_zoo.as_zoo_dataset`). Without ``device``: one line naming the devices."""
+    from carb.data.importers.timm_zoo import as_zoo_dataset, bench_devices, load_zoo_bench
+
+    bench = load_zoo_bench()
+    if device is None:
+        raise ConfigError(f"data.device: data.path={TIMM_ZOO} holds one set of rows per device; choose one with "
+                          f"data.device=<name>: {', '.join(bench_devices(bench))}")
+    try:
+        out = as_zoo_dataset(str(device), bench)
+    except DatasetError as e:
+        raise ConfigError(str(e)) from None
+    return out, str(device)
 
 
 class DatasetAppender:

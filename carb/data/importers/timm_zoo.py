@@ -346,3 +346,47 @@ def _state_once_per_batch(out: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
             part = np.nan_to_num(pd.to_numeric(out[f"tr_state_{c}"], errors="coerce").to_numpy(float))
             out[f"tr_{c}"] = pd.to_numeric(out[f"tr_{c}"], errors="coerce").to_numpy(float) - part * (1 - 1 / b)
     return out.drop(columns=[c for c in out.columns if c.startswith("tr_state_")])
+
+
+#: The note every converted row carries: what timm's files do not publish.
+_NOT_PUBLISHED = "energy_J, peak_memory_MB: not in timm's published benchmark (latency only)"
+
+
+def bench_devices(bench: pd.DataFrame) -> list[str]:
+    """The device names of a benchmark table (:func:`load_zoo_bench`), sorted."""
+    return sorted(bench["device_name"].dropna().astype(str).unique())
+
+
+def as_zoo_dataset(device: str, bench: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One device's rows of timm's benchmark (``bench``: :func:`load_zoo_bench`'s columns; default the
+    shipped main set) as a zoo dataset (:data:`carb.data.zoo_schema.ZOO_SCHEMA`), so the CARB cascade trains
+    on it like a collected file: ``model_name`` = ``timm:<model>`` (the network timm timed), ``family``,
+    ``input_size`` [px], ``batch_size``, ``precision`` (CARB name), ``family`` (CARB's,
+    :func:`carb.design.zoo.family_of`, as a predicted name gets it), ``latency_ms`` [ms per batch], the static
+    features from each network's layer table (:func:`carb.design.zoo_inputs.zoo_features_frame`: NaN where
+    the tracer refuses it), ``energy_J`` / ``peak_memory_MB`` NaN with the reason. ``device_kind`` is
+    ``import`` (a third-party measurement), ``device_id`` ``timm-<slug>``, ``source`` the file and line.
+    Rows without a latency are left out. An unknown ``device`` is one :class:`DatasetError` naming the
+    devices."""
+    from carb.data.zoo_schema import ZOO_SCHEMA, validate_zoo_dataset
+    from carb.design.zoo_inputs import zoo_features_frame
+
+    bench = load_zoo_bench() if bench is None else bench
+    devices = bench_devices(bench)
+    if device not in devices:
+        raise DatasetError(f"data.device: {device!r} is not in timm's benchmark; allowed: {', '.join(devices)}")
+    rows = bench[(bench["device_name"] == device) & bench["latency_ms"].notna()].reset_index(drop=True)
+    knobs = pd.DataFrame({"model_name": "timm:" + rows["model"].astype(str),
+                          "input_size": rows["input_size"].astype(int), "batch_size": rows["batch_size"].astype(int),
+                          "precision": rows["precision"].astype(str)})
+    F = zoo_features_frame(knobs)
+    out = F[[c for c in F.columns if c in ZOO_SCHEMA]].copy()
+    slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
+    out = out.assign(config_id=rows["zoo_id"].astype(str).to_numpy(), device_name=device, device_kind="import", device_id=f"timm-{slug}",
+                     torch_version=rows["torch_version"].astype(str).to_numpy(), status="ok",
+                     missing_reason=_NOT_PUBLISHED, source=("timm:" + rows["source_row"].astype(str)).to_numpy(),
+                     latency_ms=rows["latency_ms"].astype(float).to_numpy(), energy_J=np.nan, peak_memory_MB=np.nan)
+    for c, dtype in ZOO_SCHEMA.items():
+        if c not in out.columns:
+            out[c] = pd.Series([pd.NA] * len(out), dtype=dtype) if dtype == "string" else np.nan
+    return validate_zoo_dataset(out, source=f"timm-zoo ({device})")
