@@ -225,6 +225,9 @@ def test_promote_leaves_calibrated_versions_out(store):
     from carb.commands.promote import run_promote
     from carb.errors import ModelError
 
+    # two calibrated versions, whatever ran before in this module: the first takes @champion when the alias is
+    # unset (carb-calibrate), so one version alone would leave promote nothing to refuse
+    _calibrate(store, f"data.path={store['dir']}/b.parquet", "k=6")
     _calibrate(store, f"data.path={store['dir']}/b.parquet", "k=6")
     cfg = compose("promote", [f"tracking.uri={store['uri']}", "promote.name=carb-synthetic-gpu-b-bbbbbbbbbb"])
     with pytest.raises(ModelError, match="has only calibrated versions.*promote.version="):
