@@ -182,6 +182,34 @@ def cpu_part(path: Path, make) -> tuple[dict, pd.DataFrame]:
     return out, cpu
 
 
+def _checked_conf(path: Path, overrides: list[str], schema, flag: str, dotted: bool) -> dict:
+    """The YAML at ``path`` with ``overrides`` (``KEY=VALUE``, the value read as YAML; ``dotted``: a dotted key
+    sets a nested value) applied and checked against the pydantic ``schema``. A bad item, key or value: one
+    line on stderr naming ``flag`` and what is allowed, exit 2."""
+    import yaml
+    from pydantic import ValidationError
+
+    from carb.commands.schema.errors import error_line
+
+    conf = yaml.safe_load(path.read_text())
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            print(f"{flag}: {item!r} is not KEY=VALUE; allowed keys: {', '.join(schema.model_fields)}",
+                  file=sys.stderr)
+            raise SystemExit(2)
+        if dotted:
+            _set_dotted(conf, key.strip(), yaml.safe_load(value))
+        else:
+            conf[key.strip()] = yaml.safe_load(value)
+    try:
+        schema.model_validate(conf)
+    except ValidationError as e:
+        print(f"{flag}: {error_line(schema, conf, e.errors()[0])}", file=sys.stderr)
+        raise SystemExit(2) from None
+    return conf
+
+
 ZOO_LATENCY_CONF = ROOT / "conf" / "zoo_latency" / "default.yaml"
 
 
@@ -191,25 +219,9 @@ def zoo_latency_settings(overrides: list[str], path: Path = ZOO_LATENCY_CONF, de
     (:class:`carb.commands.schema.groups.ZooLatency`). A bad key or value: one line naming it, exit 2.
     With ``device_kind`` (``cpu``, ``gpu``): the conf's ``per_device`` section of that kind on top (its keys
     set, ``cpu_terms`` among them; an ``overrides`` key still wins); the section itself is never a setting."""
-    import yaml
-    from pydantic import ValidationError
-
-    from carb.commands.schema.errors import error_line
     from carb.commands.schema.groups import ZooLatency
 
-    conf = yaml.safe_load(path.read_text())
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            print(f"--zoo-latency: {item!r} is not KEY=VALUE; allowed keys: {', '.join(ZooLatency.model_fields)}",
-                  file=sys.stderr)
-            raise SystemExit(2)
-        _set_dotted(conf, key.strip(), yaml.safe_load(value))
-    try:
-        ZooLatency.model_validate(conf)
-    except ValidationError as e:
-        print(f"--zoo-latency: {error_line(ZooLatency, conf, e.errors()[0])}", file=sys.stderr)
-        raise SystemExit(2) from None
+    conf = _checked_conf(path, overrides, ZooLatency, "--zoo-latency", dotted=True)
     per_device = conf.pop("per_device", None) or {}
     keys = {item.partition("=")[0].strip() for item in overrides}
     given = {k for k in keys if "." not in k and f"per_device.{device_kind}.{k}" not in keys}
@@ -326,26 +338,9 @@ ZOO_TRANSFER_CONF = ROOT / "conf" / "zoo_transfer" / "default.yaml"
 def zoo_transfer_settings(overrides: list[str], path: Path = ZOO_TRANSFER_CONF) -> dict:
     """``conf/zoo_transfer/default.yaml`` with ``overrides`` (``KEY=VALUE``, YAML values), checked against
     :class:`carb.commands.schema.groups.ZooTransfer`; a bad key or value: one line naming it, exit 2."""
-    import yaml
-    from pydantic import ValidationError
-
-    from carb.commands.schema.errors import error_line
     from carb.commands.schema.groups import ZooTransfer
 
-    conf = yaml.safe_load(path.read_text())
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            print(f"--zoo-transfer: {item!r} is not KEY=VALUE; allowed keys: {', '.join(ZooTransfer.model_fields)}",
-                  file=sys.stderr)
-            raise SystemExit(2)
-        conf[key.strip()] = yaml.safe_load(value)
-    try:
-        ZooTransfer.model_validate(conf)
-    except ValidationError as e:
-        print(f"--zoo-transfer: {error_line(ZooTransfer, conf, e.errors()[0])}", file=sys.stderr)
-        raise SystemExit(2) from None
-    return conf
+    return _checked_conf(path, overrides, ZooTransfer, "--zoo-transfer", dotted=False)
 
 
 DEVICE_COLS = ["target", "networks", "families", "carb_k0_mape_pct", "carb_k0_rho", "carb_k0_within20",
