@@ -885,3 +885,17 @@ def test_shipped_trace_table_has_non_square_depthwise_flops():
     assert np.isfinite(nonsq).all() and (nonsq <= dw).all() and ((nonsq > 0) <= (dw > 0)).all()
     assert (nonsq[tr["model"].str.startswith("ghostnetv2").to_numpy()] > 0).all()
     assert (nonsq[tr["model"].str.startswith("resnet").to_numpy()] == 0).all()
+
+
+def test_public_rank_and_quantile_helpers():
+    """``spearman`` (ranks' correlation; NaN under 3 rows or on a constant array) and ``weighted_quantile``
+    (weighted empirical CDF; weights of any scale), public for :mod:`carb.analysis.zoo_transfer_eval`."""
+    from carb.analysis.zoo_eval import spearman, weighted_quantile
+
+    x = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert spearman(x, np.exp(x)) == pytest.approx(1.0) and spearman(x, -x ** 3) == pytest.approx(-1.0)
+    assert spearman(x, np.array([1.0, 3.0, 2.0, 5.0, 4.0])) == pytest.approx(0.8)
+    assert np.isnan(spearman(x[:2], x[:2])) and np.isnan(spearman(x, np.ones(5)))
+    assert weighted_quantile(x, np.ones(5), 0.5) == 3.0 and weighted_quantile(x, np.full(5, 7.0), 0.5) == 3.0
+    assert weighted_quantile(x, np.array([0.0, 0.0, 0.0, 0.0, 1.0]), 0.05) == 5.0   # all weight on 5
+    assert weighted_quantile(x[::-1], np.ones(5), 0.2) == 1.0 and weighted_quantile(x, np.ones(5), 1.0) == 5.0
