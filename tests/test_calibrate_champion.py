@@ -3,6 +3,7 @@ registered model, never a champion that itself had measured rows (carb-promote m
 from __future__ import annotations
 
 import pytest
+from registry_store import one_model_store
 
 from carb import tracking
 from carb.commands.calibrate import place_alias
@@ -12,21 +13,9 @@ from carb.commands.calibrate import place_alias
 def store(tmp_path):
     """A fresh sqlite store with one registered model; ``add(**tags)`` registers the next version with the
     version tags calibrate logs (``k``, ``zero_shot``), no model behind it (the alias code reads tags only)."""
-    import mlflow
-
-    uri = f"sqlite:///{tmp_path}/registry.db"
-    tracking.configure(uri)
-    client = mlflow.MlflowClient()
     name = "carb-champion-test"
-    client.create_registered_model(name)
-
-    def add(**tags: str) -> str:
-        with tracking.start_run("calibrate", "champion-test", uri) as run_id:
-            pass
-        return str(client.create_model_version(name, source=f"runs:/{run_id}/model", run_id=run_id,
-                                               tags=tags).version)
-
-    return name, add
+    _, add = one_model_store(tmp_path, name, "calibrate")
+    return name, lambda **tags: add(tags=tags)
 
 
 def test_calibrated_version_replaces_a_zero_shot_champion(store):

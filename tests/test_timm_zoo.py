@@ -317,6 +317,31 @@ def _additive_frame(seed: int = 0) -> pd.DataFrame:
     return out.assign(latency_ms=t * b)
 
 
+def _held_out_log_error(frame: pd.DataFrame, family: str = "g", **settings) -> np.ndarray:
+    """log(predicted / measured) latency per image on ``family``'s rows, shape (rows of ``family``,), of the
+    additive base (:class:`~carb.model.zoo_latency.AdditiveBase`, no Huber loss, ``settings``) fitted on the
+    rows of every other family of ``frame``."""
+    from carb.model.zoo_latency import AdditiveBase
+
+    test = (frame["family"] == family).to_numpy()
+    y = (frame.loc[test, "latency_ms"] / frame.loc[test, "batch_size"]).to_numpy(float)
+    m = AdditiveBase(huber=None, **settings).fit(frame[~test])
+    return np.log(np.exp(m.predict_log(frame[test])) / y)
+
+
+def _held_out_mape(frame: pd.DataFrame, family: str = "g", **settings) -> float:
+    """Mean |predicted / measured - 1| (a fraction) on ``family``'s rows of :func:`_held_out_log_error`'s
+    additive base, fitted without them."""
+    return float(np.mean(np.abs(np.exp(_held_out_log_error(frame, family, **settings)) - 1)))
+
+
+def _shipped_trace() -> pd.DataFrame:
+    """The shipped layer-table features (``carb/data/timm-zoo-trace.parquet``), the traced rows only (refused
+    networks left out)."""
+    tr = pd.read_parquet(ROOT / "carb" / "data" / "timm-zoo-trace.parquet")
+    return tr[tr["refused"].isna()]
+
+
 def test_additive_base_recovers_per_kind_costs_non_negative():
     from carb.model.zoo_latency import AdditiveBase
 
@@ -481,7 +506,7 @@ def test_additive_base_prices_gemms_by_regime_for_a_held_out_family():
     """A held-out family of many low-intensity GEMMs (LeViT's 16-dim attention products): priced by regime,
     the base carries the law to it; with one cost per linear / matmul FLOP and byte (the columns absent) it
     cannot."""
-    from carb.model.zoo_latency import AdditiveBase, additive_terms
+    from carb.model.zoo_latency import additive_terms
 
     frame = _gemm_frame(seed=5)
     terms = additive_terms(frame, gemm_regimes=True).columns
@@ -489,12 +514,9 @@ def test_additive_base_prices_gemms_by_regime_for_a_held_out_family():
     assert "gflop_linear" not in terms and "mb_matmul" not in terms
     assert "gflop_gemm_lo" not in additive_terms(frame).columns   # off by default: one cost per kind
     test = (frame["family"] == "g").to_numpy()
-    y = frame.loc[test, "latency_ms"] / frame.loc[test, "batch_size"]
-    err = {}
-    for name, f, on in (("regimes", frame, True), ("one cost", frame, False),
-                        ("no columns", frame.drop(columns=[c for c in frame if "gemm" in c]), True)):
-        m = AdditiveBase(huber=None, gemm_regimes=on).fit(f[~test])
-        err[name] = float(np.mean(np.abs(np.exp(m.predict_log(f[test])) / y - 1)))
+    err = {name: _held_out_mape(f, gemm_regimes=on)
+           for name, f, on in (("regimes", frame, True), ("one cost", frame, False),
+                               ("no columns", frame.drop(columns=[c for c in frame if "gemm" in c]), True))}
     assert err["regimes"] < 0.02 < 0.2 < min(err["one cost"], err["no columns"])
     model = ZooLatencyModel(n_estimators=20, min_child_samples=5, gemm_regimes=True).fit(frame[~test])
     assert model.tbase_.gemm_regimes and "gflop_gemm_lo" in model.tbase_.terms_
@@ -564,7 +586,7 @@ def test_additive_base_prices_fp32_memory_bytes_apart_for_a_held_out_family():
     """A held-out family whose norms are all fp32-list ones and whose element-wise bytes mostly read a
     parameter (a layer-scaled transformer under autocast): with ``amp_split`` the base carries the law to
     it; with one cost per norm MB and per element-wise MB (off, or the columns absent) it cannot."""
-    from carb.model.zoo_latency import AdditiveBase, additive_terms
+    from carb.model.zoo_latency import additive_terms
 
     frame = _amp_frame(seed=0)
     terms = list(additive_terms(frame, amp_split=True).columns)
@@ -578,12 +600,9 @@ def test_additive_base_prices_fp32_memory_bytes_apart_for_a_held_out_family():
     amp = additive_terms(frame.assign(timm_precision="amp_fp16"), amp_split=True)
     assert np.allclose(amp["mb_norm_fp32"], x["mb_norm_fp32"])
     test = (frame["family"] == "g").to_numpy()
-    y = frame.loc[test, "latency_ms"] / frame.loc[test, "batch_size"]
-    err = {}
-    for name, f, on in (("split", frame, True), ("one cost", frame, False),
-                        ("no columns", frame.drop(columns=["tr_bytes_norm_fp32", "tr_bytes_elementwise_param"]), True)):
-        m = AdditiveBase(huber=None, amp_split=on).fit(f[~test])
-        err[name] = float(np.mean(np.abs(np.exp(m.predict_log(f[test])) / y - 1)))
+    no_columns = frame.drop(columns=["tr_bytes_norm_fp32", "tr_bytes_elementwise_param"])
+    err = {name: _held_out_mape(f, amp_split=on)
+           for name, f, on in (("split", frame, True), ("one cost", frame, False), ("no columns", no_columns, True))}
     assert err["split"] < 0.02 < 0.2 < min(err["one cost"], err["no columns"])
     model = ZooLatencyModel(n_estimators=20, min_child_samples=5, amp_split=True).fit(frame[~test])
     assert model.tbase_.amp_split and "mb_norm_fp32" in model.tbase_.terms_
@@ -733,12 +752,8 @@ def test_additive_base_carries_the_math_attention_and_other_bytes_to_a_held_out_
 
     frame = _math_frame(seed=0)
     test = (frame["family"] == "g").to_numpy()
-    y = (frame.loc[test, "latency_ms"] / frame.loc[test, "batch_size"]).to_numpy(float)
-    err = {}
-    for io in (False, True):
-        for other in (False, True):
-            m = AdditiveBase(huber=None, sdpa_math_io=io, other_bytes=other).fit(frame[~test])
-            err[io, other] = np.log(np.exp(m.predict_log(frame[test])) / y)
+    err = {(io, other): _held_out_log_error(frame, sdpa_math_io=io, other_bytes=other)
+           for io in (False, True) for other in (False, True)}
     assert np.abs(err[True, True]).mean() < 0.02
     assert err[False, False].mean() < err[True, False].mean() < -0.05 and err[False, True].mean() < -0.05
     assert "mb_other" in AdditiveBase(other_bytes=True).fit(frame).terms_
@@ -754,8 +769,7 @@ def test_shipped_trace_table_has_math_attention_operands_where_the_math_path_run
     """``bytes_sdpa_math_io`` of the shipped layer-table features (``--refresh --refresh-where flops_sdpa_math``):
     positive exactly on the rows with attention on the math path (Hiera, NesT, Twins, SAM-ViT), 0 elsewhere;
     ``--refresh-where`` with a column the table lacks is one line, exit 2."""
-    tr = pd.read_parquet(ROOT / "carb" / "data" / "timm-zoo-trace.parquet")
-    tr = tr[tr["refused"].isna()]
+    tr = _shipped_trace()
     math = tr["flops_sdpa_math"].to_numpy(float) > 0
     io = tr["bytes_sdpa_math_io"].to_numpy(float)
     assert math.any() and (io[math] > 0).all() and (io[~math] == 0).all()
@@ -809,7 +823,7 @@ def test_additive_base_prices_batched_product_tiles_on_gpu_rows_for_a_held_out_f
     """With ``bmm_tiles`` the base has ``ktiles_bmm`` (thousands of tiles per image, 0 on a CPU row) and carries
     its cost from ``f`` to the held-out ``g``; without it ``g`` is predicted too fast. The setting is
     conf/zoo_latency's (``bmm_tiles``, schema ZooLatency) and reaches the model's base."""
-    from carb.model.zoo_latency import AdditiveBase, additive_terms
+    from carb.model.zoo_latency import additive_terms
 
     frame = _tiles_frame()
     on, off = additive_terms(frame, bmm_tiles=True), additive_terms(frame)
@@ -817,11 +831,7 @@ def test_additive_base_prices_batched_product_tiles_on_gpu_rows_for_a_held_out_f
     assert np.allclose(on["ktiles_bmm"], frame["tr_bmm_tiles"] / 1e3)
     assert (additive_terms(frame.assign(device_kind="cpu"), bmm_tiles=True)["ktiles_bmm"] == 0).all()
     test = (frame["family"] == "g").to_numpy()
-    y = (frame.loc[test, "latency_ms"] / frame.loc[test, "batch_size"]).to_numpy(float)
-    err = {}
-    for flag in (False, True):
-        m = AdditiveBase(huber=None, bmm_tiles=flag).fit(frame[~test])
-        err[flag] = np.log(np.exp(m.predict_log(frame[test])) / y)
+    err = {flag: _held_out_log_error(frame, bmm_tiles=flag) for flag in (False, True)}
     assert np.abs(err[True]).mean() < 0.02 and err[False].mean() < -0.05
     model = ZooLatencyModel(n_estimators=20, min_child_samples=5, bmm_tiles=True).fit(frame[~test])
     assert model.tbase_.bmm_tiles and "ktiles_bmm" in model.tbase_.terms_
@@ -830,8 +840,7 @@ def test_additive_base_prices_batched_product_tiles_on_gpu_rows_for_a_held_out_f
 def test_shipped_trace_table_has_batched_product_tiles():
     """``bmm_tiles`` of the shipped layer-table features: finite, positive only where the table has matrix-product
     FLOPs, on every VOLO row (outlook attention's products), 0 on ResNets."""
-    tr = pd.read_parquet(ROOT / "carb" / "data" / "timm-zoo-trace.parquet")
-    tr = tr[tr["refused"].isna()]
+    tr = _shipped_trace()
     tiles = tr["bmm_tiles"].to_numpy(float)
     assert np.isfinite(tiles).all() and ((tiles > 0) <= (tr["flops_matmul"].to_numpy(float) > 0)).all()
     assert (tiles[tr["model"].str.startswith("volo").to_numpy()] > 0).all()
@@ -856,7 +865,7 @@ def test_additive_base_prices_non_square_depthwise_on_gpu_rows_for_a_held_out_fa
     """With ``dw_nonsquare`` the base has ``gflop_conv_dw_nonsquare`` (GFLOPs, 0 on a CPU row) and carries its
     cost from ``f`` to the held-out ``g``; without it ``g`` is predicted too fast. The setting is
     conf/zoo_latency's (``dw_nonsquare``, schema ZooLatency) and reaches the model's base."""
-    from carb.model.zoo_latency import AdditiveBase, additive_terms
+    from carb.model.zoo_latency import additive_terms
 
     frame = _nonsquare_frame()
     on, off = additive_terms(frame, dw_nonsquare=True), additive_terms(frame)
@@ -865,11 +874,7 @@ def test_additive_base_prices_non_square_depthwise_on_gpu_rows_for_a_held_out_fa
     cpu = additive_terms(frame.assign(device_kind="cpu"), dw_nonsquare=True)
     assert (cpu["gflop_conv_dw_nonsquare"] == 0).all()   # cuDNN's depthwise rule is a GPU matter
     test = (frame["family"] == "g").to_numpy()
-    y = (frame.loc[test, "latency_ms"] / frame.loc[test, "batch_size"]).to_numpy(float)
-    err = {}
-    for flag in (False, True):
-        m = AdditiveBase(huber=None, dw_nonsquare=flag).fit(frame[~test])
-        err[flag] = np.log(np.exp(m.predict_log(frame[test])) / y)
+    err = {flag: _held_out_log_error(frame, dw_nonsquare=flag) for flag in (False, True)}
     assert np.abs(err[True]).mean() < 0.02 and err[False].mean() < -0.05
     model = ZooLatencyModel(n_estimators=20, min_child_samples=5, dw_nonsquare=True).fit(frame[~test])
     assert model.tbase_.dw_nonsquare and "gflop_conv_dw_nonsquare" in model.tbase_.terms_
@@ -878,10 +883,23 @@ def test_additive_base_prices_non_square_depthwise_on_gpu_rows_for_a_held_out_fa
 def test_shipped_trace_table_has_non_square_depthwise_flops():
     """``flops_conv_dw_nonsquare`` of the shipped layer-table features: positive only where the table has
     depthwise FLOPs, never above them, and on GhostNetV2 (its DFC attention's 1x5 / 5x1 convolutions)."""
-    tr = pd.read_parquet(ROOT / "carb" / "data" / "timm-zoo-trace.parquet")
-    tr = tr[tr["refused"].isna()]
+    tr = _shipped_trace()
     nonsq = tr["flops_conv_dw_nonsquare"].to_numpy(float)
     dw = tr["flops_conv_depthwise"].to_numpy(float)
     assert np.isfinite(nonsq).all() and (nonsq <= dw).all() and ((nonsq > 0) <= (dw > 0)).all()
     assert (nonsq[tr["model"].str.startswith("ghostnetv2").to_numpy()] > 0).all()
     assert (nonsq[tr["model"].str.startswith("resnet").to_numpy()] == 0).all()
+
+
+def test_public_rank_and_quantile_helpers():
+    """``spearman`` (ranks' correlation; NaN under 3 rows or on a constant array) and ``weighted_quantile``
+    (weighted empirical CDF; weights of any scale), public for :mod:`carb.analysis.zoo_transfer_eval`."""
+    from carb.analysis.zoo_eval import spearman, weighted_quantile
+
+    x = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert spearman(x, np.exp(x)) == pytest.approx(1.0) and spearman(x, -x ** 3) == pytest.approx(-1.0)
+    assert spearman(x, np.array([1.0, 3.0, 2.0, 5.0, 4.0])) == pytest.approx(0.8)
+    assert np.isnan(spearman(x[:2], x[:2])) and np.isnan(spearman(x, np.ones(5)))
+    assert weighted_quantile(x, np.ones(5), 0.5) == 3.0 and weighted_quantile(x, np.full(5, 7.0), 0.5) == 3.0
+    assert weighted_quantile(x, np.array([0.0, 0.0, 0.0, 0.0, 1.0]), 0.05) == 5.0   # all weight on 5
+    assert weighted_quantile(x[::-1], np.ones(5), 0.2) == 1.0 and weighted_quantile(x, np.ones(5), 1.0) == 5.0

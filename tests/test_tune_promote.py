@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import optuna
 import pandas as pd
 import pytest
+from registry_store import one_model_store
 from sizes import NO_EVALUATION
 from synthetic import synthetic_dataset
 
@@ -197,18 +198,11 @@ def test_promote_refuses(env, tmp_path):
 def registry(tmp_path):
     """A fresh store holding one registered model whose versions carry only what promotion reads (their
     run's metrics; no training): ``registry.add(**metrics)`` registers the next version."""
-    import mlflow
-
-    uri = f"sqlite:///{tmp_path}/registry.db"
-    tracking.configure(uri)
-    client = mlflow.MlflowClient()
     name = "carb-promote-test"
-    client.create_registered_model(name)
+    uri, register = one_model_store(tmp_path, name, "train")
 
     def add(**metrics: float) -> str:
-        with tracking.start_run("train", "promote-test", uri) as run_id:
-            tracking.log_metrics(metrics)
-        return str(client.create_model_version(name, source=f"runs:/{run_id}/model", run_id=run_id).version)
+        return register(metrics=metrics)
 
     def promote() -> dict:
         from carb.commands.promote import run_promote

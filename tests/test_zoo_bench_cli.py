@@ -1,5 +1,6 @@
 """scripts/bench/zoo.py's command line: ``--zoo-latency`` dotted keys set nested settings, and every
-``--zoo-latency`` setting is checked (one line, exit 2) before the zoo data or the traces load."""
+``--zoo-latency`` (each device kind's section too) and ``--zoo-transfer`` setting is checked (one line, exit 2)
+before any part runs or the zoo data or the traces load, whatever ``--part`` is."""
 from __future__ import annotations
 
 import importlib.util
@@ -66,3 +67,37 @@ def test_bad_setting_refused_before_the_zoo_loads(part, monkeypatch, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err.strip()
     assert "per_device.cpu.cpu_terms" in err and "\n" not in err
+
+
+def _no_part_runs(bench, monkeypatch) -> list[str]:
+    """Replace every part runner of ``bench`` (and the CPU part's cascade and data) by a recorder; returns the
+    list the names of those called are appended to."""
+    calls: list[str] = []
+    for name in ("registered", "cpu_part", "gpu_part", "device_part", "load_zoo_bench", "with_trace"):
+        monkeypatch.setattr(bench, name, lambda *a, _n=name, **k: calls.append(_n))
+    return calls
+
+
+@pytest.mark.parametrize("part", ["all", "cpu", "gpu", "device"])
+@pytest.mark.parametrize("flag, bad, needle, allowed", [
+    ("--zoo-latency", "per_device.cpu.cpu_terms=[gemv]", "per_device.cpu.cpu_terms", "conv_weight_dram"),
+    ("--zoo-latency", "per_device.gpu.outside=sideways", "per_device.gpu.outside", "overshoot"),
+    ("--zoo-transfer", "k=-1", "k:", ">= 0"),
+    ("--zoo-transfer", "same_stak=true", "same_stak", "same_stack"),
+], ids=["cpu-terms-item", "gpu-outside", "transfer-k", "transfer-key"])
+def test_every_setting_checked_before_any_part_whatever_the_part(part, flag, bad, needle, allowed, monkeypatch,
+                                                                capsys, tmp_path):
+    """A bad ``--zoo-latency`` (a per-device item too) or ``--zoo-transfer`` value is one line naming it and
+    what is allowed, exit 2, before any part runs, whichever ``--part`` is given (the transfer settings are
+    read by the device part only, but a bad one is never silently ignored)."""
+    bench = _bench()
+    calls = _no_part_runs(bench, monkeypatch)
+    monkeypatch.setattr(sys, "argv", ["zoo.py", "--part", part, "--no-census", "--out", str(tmp_path / "o.json"),
+                                      flag, bad])
+    with pytest.raises(SystemExit) as e:
+        bench.main()
+    assert e.value.code == 2
+    assert calls == []
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"{flag}: ") and needle in err and allowed in err and "\n" not in err
+    assert not (tmp_path / "o.json").exists()

@@ -142,18 +142,37 @@ def _weights_frame(seed: int = 0) -> pd.DataFrame:
     return out.assign(latency_ms=out["latency_ms"] + 0.2 * out["tr_bytes_weight_lowreuse"] / 1e6)
 
 
+def _held_out_bias(frame: pd.DataFrame, term: str) -> dict[str, float]:
+    """Mean log(predicted / measured) latency per image on the held-out family ``g`` of the additive base fitted
+    on the other families with ``cpu_terms=("weight_lowreuse", term)`` (``with``) and ``("weight_lowreuse",)``
+    (``without``)."""
+    from tests.test_timm_zoo import _held_out_log_error
+
+    return {name: float(np.mean(_held_out_log_error(frame, cpu_terms=terms)))
+            for name, terms in (("with", ("weight_lowreuse", term)), ("without", ("weight_lowreuse",)))}
+
+
+def _shipped_cpu_rows(column: str) -> pd.DataFrame:
+    """The rows of the shipped layer-table features (``carb/data/timm-zoo-trace.parquet``) that have the CPU
+    column ``column``: checked to be the 1435 plain-graph rows of timm's CPU file, the same rows as the other
+    CPU columns' (``n_extern_calls``; NaN elsewhere)."""
+    tr = pd.read_parquet(ROOT / "carb" / "data" / "timm-zoo-trace.parquet")
+    on = tr[column].notna().to_numpy()
+    assert on.sum() == 1435 and (tr["n_extern_calls"].notna().to_numpy() == on).all()
+    return tr[on]
+
+
 def test_additive_base_with_the_weight_term_carries_weight_streaming_to_a_held_out_family():
     """A held-out family whose time is mostly weights used once (VGG's fully connected convolutions on a CPU
     at batch 1): with ``cpu_terms=("weight_lowreuse",)`` the base carries the law to it; without (the GPU
     files' law) it cannot; without the setting the terms are the old ones."""
+    from tests.test_timm_zoo import _held_out_mape
+
     frame = _weights_frame()
     assert list(AdditiveBase().terms(frame).columns) == list(additive_terms(frame).columns)
     test = (frame["family"] == "g").to_numpy()
-    y = frame.loc[test, "latency_ms"] / frame.loc[test, "batch_size"]
-    err = {}
-    for name, terms in (("with", ("weight_lowreuse",)), ("without", ())):
-        m = AdditiveBase(huber=None, cpu_terms=terms).fit(frame[~test])
-        err[name] = float(np.mean(np.abs(np.exp(m.predict_log(frame[test])) / y - 1)))
+    err = {name: _held_out_mape(frame, cpu_terms=terms) for name, terms in (("with", ("weight_lowreuse",)),
+                                                                           ("without", ()))}
     assert err["with"] < 0.02 < 0.2 < err["without"]
     with_term = AdditiveBase(huber=None, cpu_terms=("weight_lowreuse",)).fit(frame[~test])
     assert with_term.costs()["mb_weight_lowreuse"] == pytest.approx(0.2, rel=0.05)
@@ -249,12 +268,7 @@ def test_additive_base_with_the_depthwise_term_carries_dram_depthwise_time_to_a_
     frame["tr_bytes_depthwise_dram"] = np.where(heavy, rng.uniform(50e6, 150e6, len(frame)),
                                                 rng.uniform(0, 30e6, len(frame)))
     frame["latency_ms"] = frame["latency_ms"] + 0.05 * frame["tr_bytes_depthwise_dram"] / 1e6 * frame["batch_size"]
-    test = heavy
-    y = frame.loc[test, "latency_ms"] / frame.loc[test, "batch_size"]
-    err = {}
-    for name, terms in (("with", ("weight_lowreuse", "depthwise_dram")), ("without", ("weight_lowreuse",))):
-        m = AdditiveBase(huber=None, cpu_terms=terms).fit(frame[~test])
-        err[name] = float(np.mean(np.log(np.exp(m.predict_log(frame[test])) / y)))
+    err = _held_out_bias(frame, "depthwise_dram")
     assert abs(err["with"]) < 0.02 < 0.05 < abs(err["without"])
 
 
@@ -262,10 +276,7 @@ def test_shipped_trace_table_has_the_depthwise_dram_column_on_the_cpu_rows():
     """``bytes_depthwise_dram`` of the shipped layer-table features: on the 1435 plain-graph rows of timm's CPU
     file (NaN elsewhere, like the other CPU columns), 0 where a network has no depthwise convolution, never
     more than the depthwise convolutions' bytes, positive on some (ViTamin's MbConv stages)."""
-    tr = pd.read_parquet(ROOT / "carb" / "data" / "timm-zoo-trace.parquet")
-    on = tr["bytes_depthwise_dram"].notna().to_numpy()
-    assert on.sum() == 1435 and (tr["n_extern_calls"].notna().to_numpy() == on).all()
-    t = tr[on]
+    t = _shipped_cpu_rows("bytes_depthwise_dram")
     dw = t["bytes_depthwise_dram"].to_numpy(float)
     assert (dw >= 0).all() and (dw <= t["bytes_conv_depthwise"].to_numpy(float)).all()
     assert (dw[t["flops_conv_depthwise"].to_numpy(float) == 0] == 0).all()
@@ -324,10 +335,7 @@ def test_shipped_trace_table_has_the_pointwise_fused_column_on_the_cpu_rows():
     file (NaN elsewhere, like the other CPU columns), never more than the per-kind norm, activation and
     element-wise bytes it stands for, and a smaller share of them on RegNetZ's EvoNorm models (long fused chains)
     than on the other networks (median)."""
-    tr = pd.read_parquet(ROOT / "carb" / "data" / "timm-zoo-trace.parquet")
-    on = tr["bytes_pointwise_fused"].notna().to_numpy()
-    assert on.sum() == 1435 and (tr["n_extern_calls"].notna().to_numpy() == on).all()
-    t = tr[on]
+    t = _shipped_cpu_rows("bytes_pointwise_fused")
     fused = t["bytes_pointwise_fused"].to_numpy(float)
     per_kind = sum(t[f"bytes_{k}"].to_numpy(float) for k in ("norm", "activation", "elementwise"))
     assert (fused >= 0).all() and (fused <= per_kind * (1 + 1e-9)).all()
@@ -368,11 +376,7 @@ def test_additive_base_with_the_spill_term_carries_attention_scores_to_a_held_ou
     frame["tr_bytes_matmul_spill"] = np.where(heavy, rng.uniform(200e6, 600e6, len(frame)),
                                               rng.uniform(0, 60e6, len(frame)))
     frame["latency_ms"] = frame["latency_ms"] + 0.05 * frame["tr_bytes_matmul_spill"] / 1e6 * frame["batch_size"]
-    y = frame.loc[heavy, "latency_ms"] / frame.loc[heavy, "batch_size"]
-    err = {}
-    for name, terms in (("with", ("weight_lowreuse", "matmul_spill")), ("without", ("weight_lowreuse",))):
-        m = AdditiveBase(huber=None, cpu_terms=terms).fit(frame[~heavy])
-        err[name] = float(np.mean(np.log(np.exp(m.predict_log(frame[heavy])) / y)))
+    err = _held_out_bias(frame, "matmul_spill")
     assert abs(err["with"]) < 0.02 < 0.05 < abs(err["without"])
 
 
@@ -380,10 +384,7 @@ def test_shipped_trace_table_has_the_matmul_spill_column_on_the_cpu_rows():
     """``bytes_matmul_spill`` of the shipped layer-table features: on the 1435 plain-graph rows of timm's CPU file
     (NaN elsewhere), 0 where a network has no explicit matrix product, never more than their bytes, positive on
     every Swin V2 (cosine attention written out as products)."""
-    tr = pd.read_parquet(ROOT / "carb" / "data" / "timm-zoo-trace.parquet")
-    on = tr["bytes_matmul_spill"].notna().to_numpy()
-    assert on.sum() == 1435 and (tr["n_extern_calls"].notna().to_numpy() == on).all()
-    t = tr[on]
+    t = _shipped_cpu_rows("bytes_matmul_spill")
     mm = t["bytes_matmul_spill"].to_numpy(float)
     assert (mm >= 0).all() and (mm <= t["bytes_matmul"].to_numpy(float)).all()
     assert (mm[t["flops_matmul"].to_numpy(float) == 0] == 0).all()
@@ -404,11 +405,7 @@ def test_additive_base_prices_fused_pointwise_runs_in_place_of_the_per_kind_byte
                                                             rng.uniform(1.5, 2, len(frame)))
     frame["latency_ms"] = (frame["latency_ms"] - 0.002 * frame["tr_bytes_activation"] / 1e6 * b
                            + 0.2 * frame["tr_bytes_pointwise_fused"] / 1e6 * b)
-    y = frame.loc[heavy, "latency_ms"] / frame.loc[heavy, "batch_size"]
-    err = {}
-    for name, terms in (("with", ("weight_lowreuse", "pointwise_fused")), ("without", ("weight_lowreuse",))):
-        m = AdditiveBase(huber=None, cpu_terms=terms).fit(frame[~heavy])
-        err[name] = float(np.mean(np.log(np.exp(m.predict_log(frame[heavy])) / y)))
+    err = _held_out_bias(frame, "pointwise_fused")
     with_term = AdditiveBase(huber=None, cpu_terms=("pointwise_fused",)).fit(frame[~heavy])
     assert "mb_pointwise_fused" in with_term.terms_
     assert not {"mb_norm", "mb_activation", "mb_elementwise"} & set(with_term.terms_)
@@ -461,11 +458,7 @@ def test_additive_base_with_the_conv_weight_term_carries_weight_streaming_heads_
     frame["tr_bytes_conv_weight_dram"] = np.where(heavy, rng.uniform(80e6, 120e6, len(frame)),
                                                   rng.choice([0.0, 20e6, 40e6], len(frame)))
     frame["latency_ms"] = frame["latency_ms"] + 0.1 * frame["tr_bytes_conv_weight_dram"] / 1e6
-    y = frame.loc[heavy, "latency_ms"] / frame.loc[heavy, "batch_size"]
-    err = {}
-    for name, terms in (("with", ("weight_lowreuse", "conv_weight_dram")), ("without", ("weight_lowreuse",))):
-        m = AdditiveBase(huber=None, cpu_terms=terms).fit(frame[~heavy])
-        err[name] = float(np.mean(np.log(np.exp(m.predict_log(frame[heavy])) / y)))
+    err = _held_out_bias(frame, "conv_weight_dram")
     assert abs(err["with"]) < 0.02 < 0.05 < abs(err["without"])
 
 
@@ -473,10 +466,7 @@ def test_shipped_trace_table_has_the_conv_weight_dram_column_on_the_cpu_rows():
     """``bytes_conv_weight_dram`` of the shipped layer-table features: on the 1435 plain-graph rows of timm's CPU
     file (NaN elsewhere), never more than the network's parameter bytes, positive on every SelecSLS, 0 on every
     DeiT (linear layers only) and on VGG (its large weights are used once or 196 times and more)."""
-    tr = pd.read_parquet(ROOT / "carb" / "data" / "timm-zoo-trace.parquet")
-    on = tr["bytes_conv_weight_dram"].notna().to_numpy()
-    assert on.sum() == 1435 and (tr["n_extern_calls"].notna().to_numpy() == on).all()
-    t = tr[on]
+    t = _shipped_cpu_rows("bytes_conv_weight_dram")
     cw = t["bytes_conv_weight_dram"].to_numpy(float)
     assert (cw >= 0).all() and (cw <= t["param_bytes"].to_numpy(float)).all()
     assert (cw[t["model"].str.startswith("selecsls").to_numpy()] > 16e6).all()

@@ -130,8 +130,11 @@ def nested_margin(pred: pd.DataFrame, model: str = "carb", margins: tuple[float,
     return out, chosen
 
 
-def _weighted_quantile(x: np.ndarray, w: np.ndarray, q: float) -> float:
-    """The ``q`` quantile (0-1) of ``x`` (n,) with weights ``w`` (n,), by the weighted empirical CDF."""
+def weighted_quantile(x: np.ndarray, w: np.ndarray, q: float) -> float:
+    """The ``q`` quantile (0-1) of ``x`` (n,) with non-negative weights ``w`` (n,; any scale), by the weighted
+    empirical CDF: the smallest ``x`` whose cumulative weight share reaches ``q`` (a value of ``x``, in its
+    unit; the largest for ``q`` past the last share). Used by the family intervals here and by
+    :mod:`carb.analysis.zoo_transfer_eval`'s K=0 band."""
     order = np.argsort(x)
     cdf = np.cumsum(w[order]) / w.sum()
     return float(x[order][min(np.searchsorted(cdf, q), len(x) - 1)])
@@ -151,8 +154,8 @@ def family_intervals(pred: pd.DataFrame, column: str = "pred_carb", coverage: fl
     tail = (1 - coverage) / 2
     for f in np.unique(fam):
         cal = fam != f
-        qlo = _weighted_quantile(ratio[cal], 1 / size[cal], tail)
-        qhi = _weighted_quantile(ratio[cal], 1 / size[cal], 1 - tail)
+        qlo = weighted_quantile(ratio[cal], 1 / size[cal], tail)
+        qhi = weighted_quantile(ratio[cal], 1 / size[cal], 1 - tail)
         at = fam == f
         lo[at] = pred[column].to_numpy(float)[at] * np.exp(qlo)
         hi[at] = pred[column].to_numpy(float)[at] * np.exp(qhi)
@@ -161,8 +164,10 @@ def family_intervals(pred: pd.DataFrame, column: str = "pred_carb", coverage: fl
     return out
 
 
-def _spearman(a: np.ndarray, b: np.ndarray) -> float:
-    """Spearman's rho of two (n,) arrays (NaN for fewer than 3 rows or a constant one)."""
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman's rho (-1 to 1) of two (n,) arrays: Pearson's correlation of their ranks (ties share the mean
+    rank). NaN for fewer than 3 rows or a constant one. Used by :func:`family_table` and
+    :mod:`carb.analysis.zoo_transfer_eval`."""
     if len(a) < 3:
         return float("nan")
     ra, rb = pd.Series(a).rank().to_numpy(), pd.Series(b).rank().to_numpy()
@@ -183,7 +188,7 @@ def family_table(pred: pd.DataFrame, models: tuple[str, ...] = tuple(MODELS),
         for m in models:
             p = g[f"pred_{m}"].to_numpy(float)
             ape = np.abs(p / y - 1)
-            row |= {f"{m}_mape_pct": 100 * ape.mean(), f"{m}_rho": _spearman(p, y),
+            row |= {f"{m}_mape_pct": 100 * ape.mean(), f"{m}_rho": spearman(p, y),
                     f"{m}_within20_pct": 100 * (ape <= 0.2).mean()}
         if "lo_ms" in g:
             row["coverage"] = float(((y >= g["lo_ms"]) & (y <= g["hi_ms"])).mean())

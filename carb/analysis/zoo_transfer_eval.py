@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from carb.analysis.zoo_eval import _spearman, _weighted_quantile, scored_families, usable_rows
+from carb.analysis.zoo_eval import scored_families, spearman, usable_rows, weighted_quantile
 from carb.model.zoo_latency import log_features, per_image_log_ms
 from carb.model.zoo_transfer import (KEY, PICK_FEATURES, ZooDeviceTransfer, calibrate, device_vector,
                                      network_features, space_filling, spec_shift)
@@ -170,10 +170,10 @@ def score(pred: pd.DataFrame, column: str, min_models: int = 5) -> dict[str, Any
     ape = np.abs(np.exp(g[column].to_numpy(float) - g["y"].to_numpy(float)) - 1)
     fams = [f for f in scored_families(g, min_models)]
     fam = {f: float(100 * ape[(g["family"] == f).to_numpy()].mean()) for f in fams}
-    rho_f = [_spearman(h[column].to_numpy(float), h["y"].to_numpy(float)) for f, h in g.groupby("family")
+    rho_f = [spearman(h[column].to_numpy(float), h["y"].to_numpy(float)) for f, h in g.groupby("family")
              if f in fam]
     worst = max(fam, key=fam.get) if fam else ""
-    return {"mape_pct": float(100 * np.nanmean(ape)), "rho": _spearman(g[column].to_numpy(float),
+    return {"mape_pct": float(100 * np.nanmean(ape)), "rho": spearman(g[column].to_numpy(float),
                                                                        g["y"].to_numpy(float)),
             "rho_fam_min": float(np.nanmin(rho_f)) if np.isfinite(rho_f).any() else float("nan"),
             "families": len(fam), "within20": int(sum(v <= 20 for v in fam.values())),
@@ -338,7 +338,7 @@ def level_band(errors: Mapping[str, np.ndarray], coverage: float = 0.9) -> float
     if not errs:
         return float("nan")
     x, w = np.concatenate(errs), np.concatenate([np.full(len(e), 1 / len(e)) for e in errs])
-    return _weighted_quantile(x, w, coverage)
+    return weighted_quantile(x, w, coverage)
 
 
 def device_band(errors: Mapping[str, np.ndarray], coverage: float = 0.9) -> tuple[float, int]:
@@ -358,7 +358,7 @@ def device_band(errors: Mapping[str, np.ndarray], coverage: float = 0.9) -> tupl
     h_b = float(student.ppf(q, df=len(b)) * np.sqrt(np.mean(b ** 2)))
     resid = np.concatenate([np.abs(e - np.median(e)) for e in errs.values()])
     w = np.concatenate([np.full(len(e), 1 / len(e)) for e in errs.values()])
-    h_r = _weighted_quantile(resid, w, coverage)
+    h_r = weighted_quantile(resid, w, coverage)
     return float(np.hypot(h_b, h_r)), len(b)
 
 

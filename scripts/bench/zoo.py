@@ -417,7 +417,9 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="JSON of the figures (default scripts/data/zoo_bench.json; "
                                                 "--part device: scripts/data/zoo_device_bench.json)")
     args = ap.parse_args()
-    zoo_latency_settings(args.zoo_latency)   # a bad --zoo-latency: one line, exit 2, before any data loads
+    for kind in (None, "cpu", "gpu"):   # a bad setting, whatever --part: one line, exit 2, before any part
+        zoo_latency_settings(args.zoo_latency, device_kind=kind)   # with each kind's per_device section
+    zoo_transfer_settings(args.zoo_transfer)
     args.out = args.out or str(ROOT / "scripts/data" / ("zoo_device_bench.json" if args.part == "device"
                                                          else "zoo_bench.json"))
     t0 = time.perf_counter()
