@@ -485,7 +485,8 @@ def test_shipped_trace_table_has_the_conv_weight_dram_column_on_the_cpu_rows():
 
 def _concat_table() -> pd.DataFrame:
     """A layer table (batch 1, op and kind): three branches of a mixed-kernel depthwise convolution
-    concatenated (the concatenation right after a library call: 8 MB moved), a norm-activation output
+    concatenated (the concatenation right after a library call: 8 MB moved), a pooled map concatenated (after a
+    pooling, not a point-wise run: 2 MB), a norm-activation output
     concatenated with the block input (ESE-VoVNet's aggregation: 6 MB, right after a point-wise run, views
     between), tokens viewed as a map by a transpose then convolved (PVTv2's depthwise convolution after its
     first linear layer: 3 MB of activations), the same convolution on a map that was only reshaped (2 MB) and a
@@ -493,6 +494,7 @@ def _concat_table() -> pd.DataFrame:
     m = 1e6
     rows = [("convolution", "conv_depthwise", m, m, 0.0), ("convolution", "conv_depthwise", m, m, 0.0),
             ("view", "reshape", 0, 0, 0.0), ("cat", "concat", 4 * m, 4 * m, 0.0),
+            ("max_pool2d", "pool", m, m, 0.0), ("cat", "concat", m, m, 0.0),
             ("native_batch_norm", "norm", m, m, 0.0), ("relu_", "activation", m, m, 0.0),
             ("view", "reshape", 0, 0, 0.0), ("cat", "concat", 3 * m, 3 * m, 0.0),
             ("addmm", "linear", 2 * m, m, 1e5), ("transpose", "reshape", 0, 0, 0.0), ("view", "reshape", 0, 0, 0.0),
@@ -506,17 +508,17 @@ def _concat_table() -> pd.DataFrame:
 
 
 def test_cpu_parts_counts_concatenations_after_library_calls_and_convolutions_on_permuted_maps():
-    """``bytes_concat_copy``: only the concatenation right after a library call (views between allowed), not the
-    one after a point-wise run (fused into the loops that produce it); ``bytes_conv_permuted``: the activation
+    """``bytes_concat_copy``: the concatenations right after a library call (views between allowed) or a pooling,
+    not the one after a point-wise run (fused into the loops that produce it); ``bytes_conv_permuted``: the activation
     bytes of the convolution whose input went through a transpose (views between allowed), not the one whose
     input was only reshaped, nor the layer norm after a permute; the helpers give kinds and flags per row."""
     from carb.model.zoo_latency_cpu import after_transpose, previous_kinds
 
     t = _concat_table()
     parts = cpu_parts(t)
-    assert parts["bytes_concat_copy"] == 8e6 and parts["bytes_conv_permuted"] == 3e6
-    assert list(previous_kinds(t)[[0, 3, 7]]) == ["", "conv_depthwise", "activation"]
-    assert list(np.flatnonzero(after_transpose(t))) == [11, 15]
+    assert parts["bytes_concat_copy"] == 10e6 and parts["bytes_conv_permuted"] == 3e6
+    assert list(previous_kinds(t)[[0, 3, 5, 9]]) == ["", "conv_depthwise", "pool", "activation"]
+    assert list(np.flatnonzero(after_transpose(t))) == [13, 17]
     assert cpu_parts(t.drop(columns="op"))["bytes_conv_permuted"] == 0.0   # no op column: no transposes seen
     assert cpu_parts(_table())["bytes_concat_copy"] == 0.0
 

@@ -55,13 +55,15 @@ settings were chosen on GPUs. A CPU at batch 1 differs in ways the layer table c
   and ``mb_elementwise`` terms (:data:`REPLACED_TERMS`; not a term beside them): that needs
   :class:`carb.model.zoo_latency.AdditiveBase` drops them where a device takes the term (:func:`replaced_terms`;
   docs/MODEL.md, timm's CPU file round 4).
-- **Concatenations that copy a library kernel's output** (``concat_copy``): under ``torch.compile`` a
-  concatenation whose inputs come from point-wise loops costs nothing of its own (the generated loops write
-  straight into the concatenation's buffer: ESE-VoVNet's and DLA's aggregations of norm-activation outputs),
-  while one right after a convolution, linear layer or attention call (:data:`EXTERN_KINDS`:
-  MixNet's mixed-kernel depthwise convolutions, DenseNet's new features, CoaT's and Inception's branches) copies
-  that output. The term is the bytes read + written of those concatenations (:func:`previous_kinds`), in place
-  of ``mb_concat`` (:data:`REPLACED_TERMS`).
+- **Concatenations that copy** (``concat_copy``): under ``torch.compile`` a concatenation of point-wise
+  outputs costs nothing of its own (the generated loops of the norm / activation / element-wise run before it
+  write straight into the concatenation's buffer: ESE-VoVNet's and DLA's aggregations of norm-activation
+  outputs), while any other concatenation copies its inputs: one right after a convolution, linear layer or
+  attention call (MixNet's mixed-kernel depthwise convolutions, DenseNet's new features, Inception's branches),
+  a pooling or another concatenation. The term is the bytes read + written of the concatenations whose nearest
+  earlier non-view row is not a point-wise one (:func:`previous_kinds` not in :data:`FUSED_KINDS`; chosen over
+  "right after a library call" by a nested leave-family-out choice, docs/MODEL.md), in place of ``mb_concat``
+  (:data:`REPLACED_TERMS`).
 - **Convolutions on a permuted map** (``conv_permuted``): a convolution whose input is a transposed or permuted
   view (:data:`TRANSPOSE_OPS`; a token sequence (B, N, C) viewed as an NCHW map, which has channels-last strides:
   PVTv2's spatial-reduction convolutions and the depthwise convolution of its MLP, CoaT's and EdgeNeXt's
@@ -152,8 +154,8 @@ def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CAC
     written by the explicit matrix products, ``matmul``, that move more than ``spill_bytes`` each) and
     ``bytes_conv_weight_dram`` (parameter bytes of the convolutions, :data:`CONV_KINDS`, whose weights exceed
     ``cache_bytes`` and are used at least ``low_reuse`` but fewer than ``mid_reuse`` times per image),
-    ``bytes_concat_copy`` (bytes read + written by the concatenations right after a library kernel call,
-    :func:`previous_kinds` in :data:`EXTERN_KINDS`) and ``bytes_conv_permuted`` (activation bytes read + written
+    ``bytes_concat_copy`` (bytes read + written by the concatenations not right after a point-wise run,
+    :func:`previous_kinds` not in :data:`FUSED_KINDS`) and ``bytes_conv_permuted`` (activation bytes read + written
     by the convolutions whose input is a transposed view, :func:`after_transpose`). Same batch and precision as ``table`` (timm's CPU file: batch 1, fp32)."""
     batch = float(table.attrs.get("input_shape", (1,))[0])
     pb = table["param_bytes"].to_numpy(float)
@@ -175,7 +177,7 @@ def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CAC
             "bytes_matmul_spill": float(act[(table["kind"] == "matmul").to_numpy() & (act > spill_bytes)].sum()),
             "bytes_conv_weight_dram": float(pb[conv_mid].sum()),
             "bytes_concat_copy": float(moved[(table["kind"] == "concat").to_numpy()
-                                             & np.isin(previous_kinds(table), EXTERN_KINDS)].sum()),
+                                             & ~np.isin(previous_kinds(table), FUSED_KINDS)].sum()),
             "bytes_conv_permuted": float(act[table["kind"].isin(CONV_KINDS).to_numpy() & after_transpose(table)].sum())}
 
 
