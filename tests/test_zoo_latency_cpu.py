@@ -180,7 +180,8 @@ def test_per_device_settings_apply_to_their_device_kind_only(tmp_path, capsys):
     assert bench.zoo_latency_settings([], device_kind="gpu") == shared
     cpu = bench.zoo_latency_settings([], device_kind="cpu")
     assert cpu["cpu_terms"] == ["weight_lowreuse", "weight_lowreuse_dram", "extern_calls", "norm_permuted",
-                                "depthwise_dram", "matmul_spill", "pointwise_fused", "conv_weight_dram"]
+                                "depthwise_dram", "matmul_spill", "pointwise_fused", "conv_weight_dram", "concat_copy",
+                                "conv_permuted"]
     assert cpu["gemm_regimes"] is False and shared["gemm_regimes"] is True
     bound = {"margin": 0.0, "outside": "clip", "nested_margin": True}   # z43gpu2: the CPU file keeps the old bound
     assert {k: v for k, v in cpu.items() if k != "cpu_terms"} == shared | {"gemm_regimes": False} | bound
@@ -189,7 +190,8 @@ def test_per_device_settings_apply_to_their_device_kind_only(tmp_path, capsys):
     conf = (ROOT / "conf/zoo_latency/default.yaml").read_text()
     path = tmp_path / "zl.yaml"
     path.write_text(conf.replace("cpu_terms: [weight_lowreuse, weight_lowreuse_dram, extern_calls, norm_permuted, "
-                                 "depthwise_dram, matmul_spill,\n                pointwise_fused, conv_weight_dram]", "cpu_terms: [gemv]"))
+                                 "depthwise_dram, matmul_spill,\n                pointwise_fused, conv_weight_dram, concat_copy, conv_permuted]",
+                                 "cpu_terms: [gemv]"))
     assert path.read_text() != conf
     with pytest.raises(SystemExit) as e:
         bench.zoo_latency_settings([], path=path, device_kind="cpu")
