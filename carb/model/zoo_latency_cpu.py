@@ -68,7 +68,8 @@ settings were chosen on GPUs. A CPU at batch 1 differs in ways the layer table c
   view (:data:`TRANSPOSE_OPS`; a token sequence (B, N, C) viewed as an NCHW map, which has channels-last strides:
   PVTv2's spatial-reduction convolutions and the depthwise convolution of its MLP, CoaT's and EdgeNeXt's
   convolutional position encodings, ViTamin's, DaViT's and MetaFormers' token-to-map convolutions) makes the
-  library reorder its input before the call: its activation bytes read + written (:func:`after_transpose`).
+  library reorder its input before the call (a hypothesis; PVTv2-b2-li, whose ReLU reads the view instead, runs
+  at the rate of the rest): its activation bytes read + written (:func:`after_transpose`).
 
 :func:`cpu_parts` gives the layer-table columns (``scripts/data/zoo_trace_features.py`` stores them in
 ``carb/data/timm-zoo-trace.parquet``; :func:`carb.data.importers.timm_zoo.with_trace` joins them as
