@@ -199,7 +199,8 @@ def test_per_device_settings_apply_to_their_device_kind_only(tmp_path, capsys):
     assert bench.zoo_latency_settings([], device_kind="gpu") == shared
     cpu = bench.zoo_latency_settings([], device_kind="cpu")
     assert cpu["cpu_terms"] == ["weight_lowreuse", "weight_lowreuse_dram", "extern_calls", "norm_permuted",
-                                "depthwise_dram", "matmul_spill", "pointwise_fused", "conv_weight_dram"]
+                                "depthwise_dram", "matmul_spill", "pointwise_fused", "conv_weight_dram", "concat_copy",
+                                "conv_permuted"]
     assert cpu["gemm_regimes"] is False and shared["gemm_regimes"] is True
     bound = {"margin": 0.0, "outside": "clip", "nested_margin": True}   # z43gpu2: the CPU file keeps the old bound
     assert {k: v for k, v in cpu.items() if k != "cpu_terms"} == shared | {"gemm_regimes": False} | bound
@@ -208,7 +209,8 @@ def test_per_device_settings_apply_to_their_device_kind_only(tmp_path, capsys):
     conf = (ROOT / "conf/zoo_latency/default.yaml").read_text()
     path = tmp_path / "zl.yaml"
     path.write_text(conf.replace("cpu_terms: [weight_lowreuse, weight_lowreuse_dram, extern_calls, norm_permuted, "
-                                 "depthwise_dram, matmul_spill,\n                pointwise_fused, conv_weight_dram]", "cpu_terms: [gemv]"))
+                                 "depthwise_dram, matmul_spill,\n                pointwise_fused, conv_weight_dram, concat_copy, conv_permuted]",
+                                 "cpu_terms: [gemv]"))
     assert path.read_text() != conf
     with pytest.raises(SystemExit) as e:
         bench.zoo_latency_settings([], path=path, device_kind="cpu")
@@ -471,3 +473,99 @@ def test_shipped_trace_table_has_the_conv_weight_dram_column_on_the_cpu_rows():
     assert (cw >= 0).all() and (cw <= t["param_bytes"].to_numpy(float)).all()
     assert (cw[t["model"].str.startswith("selecsls").to_numpy()] > 16e6).all()
     assert (cw[t["model"].str.startswith(("deit_", "vgg")).to_numpy()] == 0).all()
+
+
+def _concat_table() -> pd.DataFrame:
+    """A layer table (batch 1, op and kind): three branches of a mixed-kernel depthwise convolution
+    concatenated (the concatenation right after a library call: 8 MB moved), a pooled map concatenated (after a
+    pooling, not a point-wise run: 2 MB), a norm-activation output
+    concatenated with the block input (ESE-VoVNet's aggregation: 6 MB, right after a point-wise run, views
+    between), tokens viewed as a map by a transpose then convolved (PVTv2's depthwise convolution after its
+    first linear layer: 3 MB of activations), the same convolution on a map that was only reshaped (2 MB) and a
+    layer norm after a transpose (not a convolution)."""
+    m = 1e6
+    rows = [("convolution", "conv_depthwise", m, m, 0.0), ("convolution", "conv_depthwise", m, m, 0.0),
+            ("view", "reshape", 0, 0, 0.0), ("cat", "concat", 4 * m, 4 * m, 0.0),
+            ("max_pool2d", "pool", m, m, 0.0), ("cat", "concat", m, m, 0.0),
+            ("native_batch_norm", "norm", m, m, 0.0), ("relu_", "activation", m, m, 0.0),
+            ("view", "reshape", 0, 0, 0.0), ("cat", "concat", 3 * m, 3 * m, 0.0),
+            ("addmm", "linear", 2 * m, m, 1e5), ("transpose", "reshape", 0, 0, 0.0), ("view", "reshape", 0, 0, 0.0),
+            ("convolution", "conv_depthwise", 1.5 * m + 1e4, 1.5 * m, 1e4),
+            ("view", "reshape", 0, 0, 0.0), ("convolution", "conv_depthwise", m + 1e4, m, 1e4),
+            ("permute", "reshape", 0, 0, 0.0), ("native_layer_norm", "norm", m, m, 0.0)]
+    t = pd.DataFrame(rows, columns=["op", "kind", "bytes_read", "bytes_written", "param_bytes"])
+    t["flops"], t["params"] = 1e6, t["param_bytes"] / 4
+    t.attrs = {"input_shape": (1, 3, 224, 224)}
+    return t
+
+
+def test_cpu_parts_counts_concatenations_after_library_calls_and_convolutions_on_permuted_maps():
+    """``bytes_concat_copy``: the concatenations right after a library call (views between allowed) or a pooling,
+    not the one after a point-wise run (fused into the loops that produce it); ``bytes_conv_permuted``: the activation
+    bytes of the convolution whose input went through a transpose (views between allowed), not the one whose
+    input was only reshaped, nor the layer norm after a permute; the helpers give kinds and flags per row."""
+    from carb.model.zoo_latency_cpu import after_transpose, previous_kinds
+
+    t = _concat_table()
+    parts = cpu_parts(t)
+    assert parts["bytes_concat_copy"] == 10e6 and parts["bytes_conv_permuted"] == 3e6
+    assert list(previous_kinds(t)[[0, 3, 5, 9]]) == ["", "conv_depthwise", "pool", "activation"]
+    assert list(np.flatnonzero(after_transpose(t))) == [13, 17]
+    assert cpu_parts(t.drop(columns="op"))["bytes_conv_permuted"] == 0.0   # no op column: no transposes seen
+    assert cpu_parts(_table())["bytes_concat_copy"] == 0.0
+
+
+def test_concat_copy_replaces_the_per_kind_concat_term_and_conv_permuted_adds():
+    """``concat_copy`` is MB per image and stands for ``mb_concat`` (the base drops it where it takes the term);
+    ``conv_permuted`` is MB per image and replaces nothing; both beside ``pointwise_fused``."""
+    from carb.model.zoo_latency_cpu import replaced_terms
+
+    frame = pd.DataFrame({"batch_size": [1, 8], "tr_bytes_concat_copy": [8e6, 8e6], "tr_bytes_conv_permuted": [3e6, 3e6]})
+    out = cpu_terms(frame, ["concat_copy", "conv_permuted"])
+    assert np.allclose(out["mb_concat_copy"], [8.0, 8.0]) and np.allclose(out["mb_conv_permuted"], [3.0, 3.0])
+    assert replaced_terms(["conv_permuted", "concat_copy", "pointwise_fused"]) == (
+        "mb_concat", "mb_norm", "mb_activation", "mb_elementwise")
+    assert "mb_concat" in additive_terms(_weights_frame()).columns
+    frame = _weights_frame().assign(tr_bytes_concat_copy=1e6, tr_bytes_conv_permuted=2e6)
+    cols = AdditiveBase(cpu_terms=("concat_copy", "conv_permuted")).terms(frame).columns
+    assert "mb_concat" not in cols and {"mb_concat_copy", "mb_conv_permuted"} <= set(cols)
+
+
+def test_additive_base_with_the_conv_permuted_term_carries_reorders_to_a_held_out_family():
+    """A held-out family whose convolutions read 40-80 MB of permuted maps (PVTv2-like) at 0.15 ms per MB on top
+    of the per-kind law, the others 0-10 MB: with ``conv_permuted`` the base carries it there; without it the
+    family is under-predicted."""
+    rng = np.random.default_rng(5)
+    frame = _weights_frame(5)
+    heavy = (frame["family"] == "g").to_numpy()
+    frame["tr_bytes_conv_permuted"] = np.where(heavy, rng.uniform(40e6, 80e6, len(frame)),
+                                               rng.choice([0.0, 5e6, 10e6], len(frame)))
+    frame["latency_ms"] = frame["latency_ms"] + 0.15 * frame["tr_bytes_conv_permuted"] / 1e6 * frame["batch_size"]
+    y = frame.loc[heavy, "latency_ms"] / frame.loc[heavy, "batch_size"]
+    err = {}
+    for name, terms in (("with", ("weight_lowreuse", "conv_permuted")), ("without", ("weight_lowreuse",))):
+        m = AdditiveBase(huber=None, cpu_terms=terms).fit(frame[~heavy])
+        err[name] = float(np.mean(np.log(np.exp(m.predict_log(frame[heavy])) / y)))
+    assert abs(err["with"]) < 0.02 < 0.05 < abs(err["without"])
+
+
+def test_shipped_trace_table_has_the_concat_copy_and_conv_permuted_columns_on_the_cpu_rows():
+    """``bytes_concat_copy`` and ``bytes_conv_permuted`` of the shipped layer-table features: on the 1435
+    plain-graph rows of timm's CPU file (NaN elsewhere); concatenation copies never more than the concatenation
+    bytes, 0 on ESE-VoVNet (its aggregations concatenate norm-activation outputs) and positive on MixNet (its
+    mixed depthwise convolutions); permuted-map convolutions positive on PVTv2 b0-b5 (a depthwise convolution over
+    the first linear layer's tokens) and 0 on PVTv2-b2-li (a ReLU between) and on ResNets."""
+    tr = pd.read_parquet(ROOT / "carb" / "data" / "timm-zoo-trace.parquet")
+    on = tr["bytes_concat_copy"].notna().to_numpy()
+    assert on.sum() == 1435 and (tr["n_extern_calls"].notna().to_numpy() == on).all()
+    assert (tr["bytes_conv_permuted"].notna().to_numpy() == on).all()
+    t = tr[on]
+    cc, cp = t["bytes_concat_copy"].to_numpy(float), t["bytes_conv_permuted"].to_numpy(float)
+    assert (cc >= 0).all() and (cc <= t["bytes_concat"].to_numpy(float) * (1 + 1e-9)).all() and (cp >= 0).all()
+    model = t["model"].astype(str)
+    assert (cc[model.str.startswith("ese_vovnet").to_numpy()] == 0).all()
+    assert (cc[model.str.startswith("mixnet").to_numpy()] > 0).all()
+    pvt = model.str.match(r"pvt_v2_b\d$").to_numpy()
+    assert pvt.sum() >= 5 and (cp[pvt] > 0).all()
+    assert (cp[(model == "pvt_v2_b2_li").to_numpy()] == 0).all()
+    assert (cp[model.str.match(r"resnet\d+$").to_numpy()] == 0).all()

@@ -55,6 +55,21 @@ settings were chosen on GPUs. A CPU at batch 1 differs in ways the layer table c
   and ``mb_elementwise`` terms (:data:`REPLACED_TERMS`; not a term beside them): that needs
   :class:`carb.model.zoo_latency.AdditiveBase` drops them where a device takes the term (:func:`replaced_terms`;
   docs/MODEL.md, timm's CPU file round 4).
+- **Concatenations that copy** (``concat_copy``): under ``torch.compile`` a concatenation of point-wise
+  outputs costs nothing of its own (the generated loops of the norm / activation / element-wise run before it
+  write straight into the concatenation's buffer: ESE-VoVNet's and DLA's aggregations of norm-activation
+  outputs), while any other concatenation copies its inputs: one right after a convolution, linear layer or
+  attention call (MixNet's mixed-kernel depthwise convolutions, DenseNet's new features, Inception's branches),
+  a pooling or another concatenation. The term is the bytes read + written of the concatenations whose nearest
+  earlier non-view row is not a point-wise one (:func:`previous_kinds` not in :data:`FUSED_KINDS`; chosen over
+  "right after a library call" by a nested leave-family-out choice, docs/MODEL.md), in place of ``mb_concat``
+  (:data:`REPLACED_TERMS`).
+- **Convolutions on a permuted map** (``conv_permuted``): a convolution whose input is a transposed or permuted
+  view (:data:`TRANSPOSE_OPS`; a token sequence (B, N, C) viewed as an NCHW map, which has channels-last strides:
+  PVTv2's spatial-reduction convolutions and the depthwise convolution of its MLP, CoaT's and EdgeNeXt's
+  convolutional position encodings, ViTamin's, DaViT's and MetaFormers' token-to-map convolutions) makes the
+  library reorder its input before the call (a hypothesis; PVTv2-b2-li, whose ReLU reads the view instead, runs
+  at the rate of the rest): its activation bytes read + written (:func:`after_transpose`).
 
 :func:`cpu_parts` gives the layer-table columns (``scripts/data/zoo_trace_features.py`` stores them in
 ``carb/data/timm-zoo-trace.parquet``; :func:`carb.data.importers.timm_zoo.with_trace` joins them as
@@ -93,11 +108,14 @@ L2_BYTES: float = 1e6
 #: The layer-table columns :func:`cpu_parts` gives (bytes at the table's batch and precision).
 CPU_COLUMNS: tuple[str, ...] = ("bytes_weight_lowreuse", "bytes_weight_lowreuse_dram", "bytes_membound_dram",
                                  "n_extern_calls", "bytes_norm_permuted", "bytes_depthwise_dram",
-                                 "bytes_pointwise_fused", "bytes_matmul_spill", "bytes_conv_weight_dram")
+                                 "bytes_pointwise_fused", "bytes_matmul_spill", "bytes_conv_weight_dram",
+                                 "bytes_concat_copy", "bytes_conv_permuted")
 #: The kinds a compiler fuses into one loop per run (:func:`pointwise_run_bytes`), and the kinds (views) that
 #: do not break a run.
 FUSED_KINDS: tuple[str, ...] = ("norm", "activation", "elementwise")
 VIEW_KINDS: tuple[str, ...] = ("reshape", "other")
+#: The view operations (rows of :data:`VIEW_KINDS`) that change which dimension is innermost in memory.
+TRANSPOSE_OPS: tuple[str, ...] = ("transpose", "permute", "t")
 #: The terms :func:`cpu_terms` can add, each from its column of :data:`CPU_COLUMNS`.
 CPU_TERMS: dict[str, str] = {"weight_lowreuse": "bytes_weight_lowreuse",
                              "weight_lowreuse_dram": "bytes_weight_lowreuse_dram",
@@ -107,10 +125,13 @@ CPU_TERMS: dict[str, str] = {"weight_lowreuse": "bytes_weight_lowreuse",
                              "depthwise_dram": "bytes_depthwise_dram",
                              "pointwise_fused": "bytes_pointwise_fused",
                              "matmul_spill": "bytes_matmul_spill",
-                             "conv_weight_dram": "bytes_conv_weight_dram"}
+                             "conv_weight_dram": "bytes_conv_weight_dram",
+                             "concat_copy": "bytes_concat_copy",
+                             "conv_permuted": "bytes_conv_permuted"}
 #: The terms of :func:`carb.model.zoo_latency.additive_terms` a CPU term stands for instead (the additive base
 #: must drop them where it takes the term: :func:`replaced_terms`).
-REPLACED_TERMS: dict[str, tuple[str, ...]] = {"pointwise_fused": tuple(f"mb_{k}" for k in FUSED_KINDS)}
+REPLACED_TERMS: dict[str, tuple[str, ...]] = {"pointwise_fused": tuple(f"mb_{k}" for k in FUSED_KINDS),
+                                               "concat_copy": ("mb_concat",)}
 #: The terms paid once per batch (weights read, kernels called); the others per image.
 PER_BATCH_TERMS: tuple[str, ...] = ("weight_lowreuse", "weight_lowreuse_dram", "extern_calls", "conv_weight_dram")
 #: The terms that count calls (the term is calls per image), not bytes (MB per image).
@@ -133,8 +154,10 @@ def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CAC
     ``bytes_pointwise_fused`` (:func:`pointwise_run_bytes`) and ``bytes_matmul_spill`` (activation bytes read +
     written by the explicit matrix products, ``matmul``, that move more than ``spill_bytes`` each) and
     ``bytes_conv_weight_dram`` (parameter bytes of the convolutions, :data:`CONV_KINDS`, whose weights exceed
-    ``cache_bytes`` and are used at least ``low_reuse`` but fewer than ``mid_reuse`` times per image).
-    Same batch and precision as ``table`` (timm's CPU file: batch 1, fp32)."""
+    ``cache_bytes`` and are used at least ``low_reuse`` but fewer than ``mid_reuse`` times per image),
+    ``bytes_concat_copy`` (bytes read + written by the concatenations not right after a point-wise run,
+    :func:`previous_kinds` not in :data:`FUSED_KINDS`) and ``bytes_conv_permuted`` (activation bytes read + written
+    by the convolutions whose input is a transposed view, :func:`after_transpose`). Same batch and precision as ``table`` (timm's CPU file: batch 1, fp32)."""
     batch = float(table.attrs.get("input_shape", (1,))[0])
     pb = table["param_bytes"].to_numpy(float)
     params = table["params"].to_numpy(float)
@@ -153,7 +176,44 @@ def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CAC
             "bytes_depthwise_dram": float(act[(table["kind"] == "conv_depthwise").to_numpy() & (act > cache_bytes)].sum()),
             "bytes_pointwise_fused": pointwise_run_bytes(table),
             "bytes_matmul_spill": float(act[(table["kind"] == "matmul").to_numpy() & (act > spill_bytes)].sum()),
-            "bytes_conv_weight_dram": float(pb[conv_mid].sum())}
+            "bytes_conv_weight_dram": float(pb[conv_mid].sum()),
+            "bytes_concat_copy": float(moved[(table["kind"] == "concat").to_numpy()
+                                             & ~np.isin(previous_kinds(table), FUSED_KINDS)].sum()),
+            "bytes_conv_permuted": float(act[table["kind"].isin(CONV_KINDS).to_numpy() & after_transpose(table)].sum())}
+
+
+def previous_kinds(table: Any) -> np.ndarray:
+    """Per row of a layer table (n,) the kind of the nearest earlier row that is not a view
+    (:data:`VIEW_KINDS`); ``""`` where there is none. In table order (execution order)."""
+    kind = table["kind"].astype(str).to_numpy()
+    view = np.isin(kind, VIEW_KINDS)
+    out = np.full(len(kind), "", dtype=object)
+    last = ""
+    for i in range(len(kind)):
+        out[i] = last
+        if not view[i]:
+            last = kind[i]
+    return out
+
+
+def after_transpose(table: Any) -> np.ndarray:
+    """Per row of a layer table (n,) whether a transposing view (``op`` in :data:`TRANSPOSE_OPS`) stands
+    between it and the nearest earlier row that is not a view: a row that is not a view reading a transposed
+    or permuted tensor (a token sequence viewed as an NCHW map). False on view rows, and everywhere in a table
+    without the ``op`` column."""
+    if "op" not in table.columns:
+        return np.zeros(len(table), bool)
+    kind = table["kind"].astype(str).to_numpy()
+    op = table["op"].astype(str).to_numpy()
+    view = np.isin(kind, VIEW_KINDS)
+    out = np.zeros(len(kind), bool)
+    seen = False
+    for i in range(len(kind)):
+        if view[i]:
+            seen = seen or op[i] in TRANSPOSE_OPS
+        else:
+            out[i], seen = seen, False
+    return out
 
 
 def pointwise_run_bytes(table: Any) -> float:
