@@ -43,7 +43,8 @@ zoo rows from :func:`carb.data.importers.timm_zoo.as_zoo_dataset`, on the graph 
 leading letters, >= 5 models) and the same rows (timm's lines both can use). Its own last line:
 ``zoo_cascade: device=D families=F cascade_within20=W/F zoo_within20=W/F cascade_pooled=X zoo_pooled=X
 cascade_worst=X zoo_worst=X cascade_family_wins=W/F`` (MAPE %; wins: families where the cascade's MAPE is
-lower); figures in ``--out`` (default ``scripts/data/zoo_cascade_bench.json``).
+lower). ``--folds N``: the scored families dealt into N groups, each held out together (fewer fits; the same
+splits for every model); figures in ``--out`` (default ``scripts/data/zoo_cascade_bench.json``).
 
     python scripts/bench/zoo.py [--part all|cpu|gpu|device|cascade] [--devices gpu|all|<device name>] [--no-census]
         [--no-trace] [--gpu-no-trace-too] [--zoo-latency KEY=VALUE ...] [--no-per-device]
@@ -472,7 +473,13 @@ def cascade_part(args: argparse.Namespace) -> tuple[dict, str]:
           flush=True)
     models = {"cascade": lambda: TimmCascade(make, zoo), "zoo": lambda: ZooLatencyModel(**own),
               "hj": HiddenJoulesRegression, "b1": FlopsLogLog}
-    pred = lofo_predictions(rows, fams, models)
+    groups = family_groups(fams, args.folds)
+    if len(groups) == len(fams):
+        pred = lofo_predictions(rows, fams, models)
+    else:
+        print(f"   {len(groups)} folds of held-out families (--folds {args.folds}; each fold's families left out "
+              "together, the same splits for every model)", flush=True)
+        pred = grouped_predictions(rows, groups, models)
     nested, outside = bound_settings(own)
     if nested:
         pred, _ = nested_margin(pred, model="zoo", outside=outside)
@@ -480,7 +487,8 @@ def cascade_part(args: argparse.Namespace) -> tuple[dict, str]:
     cols = ["family", "models", "rows"] + [f"{m}_{k}" for m in CASCADE_MODELS for k in ("mape_pct", "rho")]
     print(table[cols].to_string(index=False, float_format=lambda v: f"{v:.2f}"), flush=True)
     y = pred["latency_ms"].to_numpy(float)
-    summ = {"device": device, "families": len(table), "rows": len(pred), "models": int(pred["model"].nunique())}
+    summ = {"device": device, "families": len(table), "rows": len(pred), "models": int(pred["model"].nunique()),
+            "folds": len(groups), "train_overrides": list(args.train_override)}
     for m in CASCADE_MODELS:
         summ |= {f"{m}_within20": int((table[f"{m}_mape_pct"] <= 20).sum()),
                  f"{m}_pooled_pct": float(100 * np.mean(np.abs(pred[f"pred_{m}"].to_numpy(float) / y - 1))),
@@ -493,8 +501,49 @@ def cascade_part(args: argparse.Namespace) -> tuple[dict, str]:
             f"cascade_within20={summ['cascade_within20']}/{f} zoo_within20={summ['zoo_within20']}/{f} "
             f"cascade_pooled={summ['cascade_pooled_pct']:.2f} zoo_pooled={summ['zoo_pooled_pct']:.2f} "
             f"cascade_worst={summ['cascade_worst_pct']:.1f} zoo_worst={summ['zoo_worst_pct']:.1f} "
-            f"cascade_family_wins={summ['cascade_wins']}/{f}")
+            f"cascade_family_wins={summ['cascade_wins']}/{f}" + (f" folds={len(groups)}" if len(groups) != f else ""))
     return {"summary": summ, "table": table.round(4).to_dict(orient="records")}, line
+
+
+def family_groups(families: list[str], folds: int) -> list[list[str]]:
+    """``families`` (largest first) dealt round-robin into ``folds`` groups held out together; ``folds`` 0 or
+    at least the number of families: one family per group (leave-one-family-out)."""
+    if folds <= 0 or folds >= len(families):
+        return [[f] for f in families]
+    return [families[i::folds] for i in range(folds)]
+
+
+def grouped_predictions(rows: pd.DataFrame, groups: list[list[str]], models: dict) -> pd.DataFrame:
+    """As :func:`carb.analysis.zoo_eval.lofo_predictions` (``pred_<model>`` on the held-out rows), with the
+    families of each group held out together: every model fitted once per group on the rows of the other
+    families (the unscored ones included). ZooLatencyModel's bound parts are kept for a nested margin. Each
+    group's MAPE per model goes to stderr as it is done."""
+    from carb.analysis.zoo_eval import _PARTS
+
+    scored = [f for g in groups for f in g]
+    fam = rows["family"].astype(str).to_numpy()
+    out = rows[np.isin(fam, scored)].reset_index(drop=True)
+    at_fam = out["family"].astype(str).to_numpy()
+    preds = {k: np.full(len(out), np.nan) for k in models}
+    parts: dict[str, pd.DataFrame] = {}
+    for i, g in enumerate(groups):
+        test, at = np.isin(fam, g), np.isin(at_fam, g)
+        for k, make in models.items():
+            model = make().fit(rows[~test])
+            preds[k][at] = model.predict(rows[test])
+            if hasattr(model, "components"):
+                c = model.components(rows[test]).to_numpy(float)
+                parts.setdefault(k, pd.DataFrame(np.nan, index=out.index, columns=_PARTS)).loc[at] = c
+        y = out.loc[at, "latency_ms"].to_numpy(float)
+        mape = ", ".join(f"{k} {100 * np.mean(np.abs(preds[k][at] / y - 1)):.1f}" for k in models)
+        print(f"  fold {i + 1}/{len(groups)} ({len(g)} families, {int(at.sum())} rows): MAPE % {mape}",
+              file=sys.stderr, flush=True)
+    for k, v in preds.items():
+        out[f"pred_{k}"] = v
+    for k, c in parts.items():
+        for col in _PARTS:
+            out[f"{k}_log_{col}"] = c[col].to_numpy(float)
+    return out
 
 
 def registered_timm(device: str, overrides: list[str]):
@@ -529,6 +578,8 @@ def main() -> None:
     ap.add_argument("--reparam", default="published", choices=["published", "never", "always"],
                     help="which traced graph of a reparameterisable model: the one each timm file was run on "
                          "(its published parameter counts say), the plain training graph, or the folded one")
+    ap.add_argument("--folds", type=int, default=0, help="--part cascade: hold the scored families out in this "
+                                                           "many groups (0: one family at a time)")
     ap.add_argument("--table", action="store_true", help="print every family, not the 10 worst")
     ap.add_argument("--no-screen", action="store_true", help="skip the screening timing (screen_s=nan)")
     ap.add_argument("--trace-cold-s", type=float, default=None, help="trace_cold_s (default: the recorded file)")
