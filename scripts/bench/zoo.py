@@ -438,7 +438,7 @@ def cascade_rows(device: str, reparam: str, no_census: bool) -> tuple[pd.DataFra
 
     bench = load_zoo_bench()
     mine = bench[bench["device_name"] == device].reset_index(drop=True)
-    zoo = as_zoo_dataset(device, mine)
+    zoo = as_zoo_dataset(device, mine, reparam=reparam)   # the same graph choice as ZooLatencyModel's rows
     zoo["source_row"] = zoo["source"].astype(str).str.removeprefix("timm:")
     zoo = zoo[zoo["flops"].notna().to_numpy()]   # a network the tracer refuses has no cascade features
     rows = mine if no_census else with_census(mine)

@@ -400,7 +400,7 @@ def bench_devices(bench: pd.DataFrame) -> list[str]:
 
 
 def as_zoo_dataset(device: str, bench: pd.DataFrame | None = None,
-                   trace_path: str | Path | None = None) -> pd.DataFrame:
+                   trace_path: str | Path | None = None, reparam: str = "published") -> pd.DataFrame:
     """One device's rows of timm's benchmark (``bench``: :func:`load_zoo_bench`'s columns; default the
     shipped main set) as a zoo dataset (:data:`carb.data.zoo_schema.ZOO_SCHEMA`), so the CARB cascade trains
     on it like a collected file: ``model_name`` = ``timm:<model>`` (the network timm timed), ``family``,
@@ -414,7 +414,8 @@ def as_zoo_dataset(device: str, bench: pd.DataFrame | None = None,
     the folded inference graph, where timm timed it (:func:`published_reparam`: the file's published
     parameter counts are the folded graph's, and the network folds), as ``ZooLatencyModel``'s features
     (:func:`with_trace`) are; a model fitted on such rows predicts names on that graph too.
-    ``trace_path``: the trace table the graph is decided from (default :data:`ZOO_TRACE`)."""
+    ``trace_path``: the trace table the graph is decided from (default :data:`ZOO_TRACE`); ``reparam``: the
+    choice as :func:`with_trace`'s (``never`` / ``always`` force one graph, for comparisons)."""
     from carb.data.zoo_schema import ZOO_SCHEMA, validate_zoo_dataset
     from carb.design.zoo_features import REPARAM
     from carb.design.zoo_inputs import zoo_features_frame
@@ -427,7 +428,7 @@ def as_zoo_dataset(device: str, bench: pd.DataFrame | None = None,
     knobs = pd.DataFrame({"model_name": "timm:" + rows["model"].astype(str),
                           "input_size": rows["input_size"].astype(int), "batch_size": rows["batch_size"].astype(int),
                           "precision": rows["precision"].astype(str),
-                          REPARAM: published_reparam(rows, trace_path)})
+                          REPARAM: published_reparam(rows, trace_path, reparam)})
     F = zoo_features_frame(knobs)
     out = F[[c for c in F.columns if c in ZOO_SCHEMA or c == REPARAM]].copy()
     slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
