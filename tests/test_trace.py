@@ -440,6 +440,22 @@ def test_reparam_is_its_own_cache_entry(monkeypatch):
     assert len(calls) == 1 and again.attrs["reparam"] and again.equals(fused)
 
 
+def test_nothing_to_fold_is_remembered_without_building_again(monkeypatch):
+    """A reparam trace of a network with nothing to fold is its plain trace, and the cache remembers that:
+    the next reparam call builds nothing (the cascade on timm's folded files asks it of every predicted name)."""
+    import carb.design.zoo as Z
+
+    plain = T.trace("timm:resnet10t", (1, 3, 64, 64))
+    first = T.trace("timm:resnet10t", (1, 3, 64, 64), reparam=True)
+    assert not first.attrs["reparam"] and first.equals(plain)
+    builds = []
+    real = Z.build_model
+    monkeypatch.setattr(Z, "build_model", lambda *a, **k: builds.append(a) or real(*a, **k))
+    again = T.trace("timm:resnet10t", (2, 3, 64, 64), reparam=True)
+    assert builds == [] and not again.attrs["reparam"]
+    assert again.equals(T.trace("timm:resnet10t", (2, 3, 64, 64)))
+
+
 class _Attention(nn.Module):
     """q = k = v = the input reshaped to ``shape``: one scaled-dot-product attention call."""
 

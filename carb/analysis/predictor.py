@@ -216,7 +216,10 @@ class Predictor:
         if zoo:
             frame, modules = zoo_knobs(knobs, batch_size, precision, input_size)
             config_cols = [c for c in frame.columns if c in ZOO_CONFIG_COLUMNS]
-            F = zoo_features_frame(frame[config_cols].reset_index(drop=True), modules)
+            from carb.model.cascade_data import with_graph   # the graph the model was fitted on (timm --reparam)
+
+            F = zoo_features_frame(with_graph(frame[config_cols].reset_index(drop=True),
+                                              getattr(model, "zoo_reparam_", False)), modules)
             refused = F.pop("refused").to_numpy(dtype=object)
         else:
             if is_zoo_input(knobs) or any(v is not None for v in (batch_size, precision, input_size)):

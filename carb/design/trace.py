@@ -641,6 +641,8 @@ def trace(model: nn.Module | str, input_shape: Sequence[int] = (1, 3, 224, 224),
         raise ZooError(f"model {label!r}: settings apply to a zoo name only; build the module with them")
     key = model_key(model, settings) + ("|reparam" if reparam else "")
     path = cache_path(key, chw) if cache else None
+    if reparam and path is not None and nofold_path(path).exists():   # nothing to fold: the plain trace
+        return trace(model, input_shape, precision=precision, settings=settings)
     if path is not None and path.exists():
         try:
             with open(path, "rb") as f:
@@ -657,7 +659,9 @@ def trace(model: nn.Module | str, input_shape: Sequence[int] = (1, 3, 224, 224),
             module = model
         folded = bool(reparam) and can_reparameterize(module)
         if reparam and not folded and cache:   # nothing to fold: the plain trace is this one
-            return trace(model, input_shape, precision=precision, settings=settings)
+            out = trace(model, input_shape, precision=precision, settings=settings)
+            _store_text(nofold_path(path), "nothing to fold: the plain trace")   # not built again next time
+            return out
         if folded:
             module = reparameterize(module, label)
         frame, info = _trace_batch1(module, chw, label)
@@ -670,6 +674,12 @@ def trace(model: nn.Module | str, input_shape: Sequence[int] = (1, 3, 224, 224),
         _store(path, (frame, info))
         refusal_path(path).unlink(missing_ok=True)
     return _scaled(frame, info, batch, precision, label, tuple(input_shape))
+
+
+def nofold_path(path: Path) -> Path:
+    """The marker beside a ``reparam=True`` cache entry ``path`` (:func:`cache_path`) of a network with nothing
+    to fold: :func:`trace` then returns the plain trace without building the network again."""
+    return path.with_suffix(".nofold")
 
 
 def refusal_path(path: Path) -> Path:

@@ -33,13 +33,30 @@ ZOO_STATIC: tuple[str, ...] = ("flops", "params", "param_size_MB", "total_activa
 MB = float(2 ** 20)
 
 
+#: A zoo frame's optional column: trace the row's network on its reparameterised inference graph
+#: (:func:`carb.design.trace.reparameterize`, what timm's benchmark times with ``--reparam``; a network
+#: with nothing to fold keeps its plain graph). Absent or False: the plain (training-time) graph.
+REPARAM = "reparam"
+
+
+def reparam_flags(frame: Any) -> Any:
+    """The :data:`REPARAM` column of ``frame`` as an (n,) bool array (False where absent or missing)."""
+    import numpy as np
+    import pandas as pd
+
+    if REPARAM not in frame.columns:
+        return np.zeros(len(frame), dtype=bool)
+    return pd.Series(frame[REPARAM]).fillna(False).astype(bool).to_numpy()
+
+
 @functools.lru_cache(maxsize=4096)
-def _batch1(model_name: str, input_size: int, precision: str) -> tuple[tuple[str, Any], ...]:
+def _batch1(model_name: str, input_size: int, precision: str, reparam: bool = False) -> tuple[tuple[str, Any], ...]:
     """The batch-1 summary (:func:`carb.design.trace.summarize`) plus the largest single output and the
-    convolution count, as a hashable tuple (cached in memory; the tracer caches the table on disk)."""
+    convolution count, as a hashable tuple (cached in memory; the tracer caches the table on disk);
+    ``reparam``: of the folded inference graph (:data:`REPARAM`)."""
     from carb.design.trace import trace
 
-    table = trace(model_name, (1, 3, int(input_size), int(input_size)), precision=precision)
+    table = trace(model_name, (1, 3, int(input_size), int(input_size)), precision=precision, reparam=bool(reparam))
     return tuple(sorted(_table_summary(table).items()))
 
 
@@ -143,11 +160,12 @@ def _fvcore_flops(s: dict[str, Any]) -> dict[str, Any]:
     return s
 
 
-def zoo_summary(model_name: str, input_size: int, precision: str = "fp32") -> dict[str, Any]:
+def zoo_summary(model_name: str, input_size: int, precision: str = "fp32", reparam: bool = False) -> dict[str, Any]:
     """The tracer's totals of one image (batch 1) of ``model_name`` at ``input_size`` px (see
-    :func:`carb.design.trace.summarize`); ``flops`` here is fvcore's count (the tracer's ``macs``).
+    :func:`carb.design.trace.summarize`); ``flops`` here is fvcore's count (the tracer's ``macs``);
+    ``reparam``: of its folded inference graph (:data:`REPARAM`).
     Raises :class:`carb.errors.ZooError` when the model cannot be built or traced."""
-    return _fvcore_flops(dict(_batch1(model_name, int(input_size), precision)))
+    return _fvcore_flops(dict(_batch1(model_name, int(input_size), precision, bool(reparam))))
 
 
 def zoo_static(model_name: str, input_size: int, batch_size: int, precision: str) -> dict[str, Any]:
@@ -262,7 +280,8 @@ def layer_columns(frame: Any) -> dict[str, Any]:
 
 def _zoo_layer_columns(frame: Any) -> dict[str, Any]:
     """:func:`layer_columns` of zoo rows (columns ``model_name``, ``input_size``, ``batch_size``, optional
-    ``precision``): each distinct (model, size, precision) traced once (cached), times the row's batch."""
+    ``precision`` and :data:`REPARAM`): each distinct (model, size, precision, graph) traced once (cached),
+    times the row's batch."""
     import numpy as np
     import pandas as pd
 
@@ -276,14 +295,14 @@ def _zoo_layer_columns(frame: Any) -> dict[str, Any]:
     prec = (frame["precision"].astype(str) if "precision" in frame.columns
             else pd.Series(["fp32"] * n, index=frame.index))
     keys = pd.Series(list(zip(frame["model_name"].astype(str), pd.to_numeric(frame["input_size"]).astype(int),
-                              prec)), index=frame.index)
+                              prec, reparam_flags(frame))), index=frame.index)
     codes, uniq = pd.factorize(keys)
     batch = pd.to_numeric(frame["batch_size"], errors="coerce").to_numpy(float)
-    with tracing((name, size) for name, size, _ in uniq) as step:   # count and ETA on a cold trace cache
-        for j, (name, size, p) in enumerate(uniq):
+    with tracing((name, size) for name, size, _, _ in uniq) as step:   # count and ETA on a cold trace cache
+        for j, (name, size, p, folded) in enumerate(uniq):
             step(name, size)
             try:
-                s = zoo_summary(name, int(size), p)
+                s = zoo_summary(name, int(size), p, bool(folded))
             except ZooError:
                 continue
             rows = np.flatnonzero(codes == j)

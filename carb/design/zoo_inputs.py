@@ -46,7 +46,9 @@ def zoo_features_frame(knobs: Any, modules: Mapping[str, Any] | None = None) -> 
     with ``family``, ``config_id``, :data:`ZOO_STATIC` and :data:`ZOO_KIND_FEATURES` added (whole batch; and the
     batch-independent :data:`ZOO_WEIGHT_FEATURES` the latency prior reads):
     what the model reads of a network nobody measured. Rows the tracer refuses keep NaN features and get
-    ``refused`` (the one-line reason); the others ``""``. Shape (n, k), index of ``knobs``. ``modules``:
+    ``refused`` (the one-line reason); the others ``""``. Shape (n, k), index of ``knobs``. A ``reparam``
+    column (:data:`carb.design.zoo_features.REPARAM`) traces a row's network on its folded inference graph
+    (kept in the output). ``modules``:
     ``{model_name: nn.Module}`` for rows naming a module (``module:<Class>``) rather than a zoo name."""
     import numpy as np
     import pandas as pd
@@ -84,10 +86,12 @@ def _fill(out: Any, refused: Any, cols: dict[str, Any], modules: Mapping[str, An
     """:func:`zoo_features_frame`'s per-row part: each row's ``config_id`` (returned, n strings) and, in place,
     its features in ``cols`` (``{column: (n,) float array}``) or its reason in ``refused`` ((n,) object array);
     ``step(name, size)`` called before each zoo network is summarized (:func:`carb.design.trace_progress.tracing`)."""
+    from carb.design.zoo_features import reparam_flags
     from carb.design.zoo_space import ZooConfig
     from carb.errors import ConfigError, ZooError
 
     ids = []
+    folded = reparam_flags(out)
     for i, (m, s, b, p) in enumerate(zip(out["model_name"].astype(str), out["input_size"], out["batch_size"],
                                          out["precision"].astype(str))):
         try:
@@ -101,7 +105,7 @@ def _fill(out: Any, refused: Any, cols: dict[str, Any], modules: Mapping[str, An
             if not (modules and m in modules):
                 step(m, int(s))
             summ = (module_summary(modules[m], int(s), p) if modules and m in modules
-                    else zoo_summary(m, int(s), p))
+                    else zoo_summary(m, int(s), p, bool(folded[i])))
         except ZooError as e:
             refused[i] = str(e)
             continue

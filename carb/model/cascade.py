@@ -58,6 +58,7 @@ from carb.model.cascade_data import (
     targets_frame,
     training_frames,
     usable_features,
+    with_graph,
 )
 from carb.model.encoding import FULL_FEATURES, UTIL_COLUMNS, encode, pred_name
 from carb.model.ensemble import MEMBERS, BlendedRegressor
@@ -197,6 +198,10 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         from carb.model.encoding import features_for
 
         self.input_kind_ = input_kind(X)   # what predict takes: knobs, zoo model names, or either ("mixed")
+        from carb.design.zoo_features import reparam_flags
+
+        # zoo rows of the folded inference graph (timm's files timed with --reparam): names predicted on it too
+        self.zoo_reparam_ = bool(reparam_flags(X).any())
         features = features_for(X, features)   # zoo rows present: the layer table's features, never ResNet knobs
         X, yf, X_val, yv = training_frames(X, y, X_val, y_val, features, self.feature_set, self.val_fraction,
                                            self.random_state)
@@ -359,7 +364,8 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         dict that receives each predicted stage's physics prior for the rows ((n,), target units; what
         :meth:`prior_frame` gives), computed once for the prediction and the caller."""
         check_is_fitted(self, "stages_")
-        X = prepare(X, self.feature_names_, self.feature_set, "prediction")
+        X = prepare(with_graph(X, getattr(self, "zoo_reparam_", False)), self.feature_names_, self.feature_set,
+                    "prediction")
         idx = X.index
         Xr = X.reset_index(drop=True)
         last = max((self.targets_.index(t) for t in targets or () if t in self.targets_), default=len(self.targets_) - 1)
@@ -392,7 +398,8 @@ class CarbCascade(RegressorMixin, BaseEstimator):
         """Physics priors of the stages that have one, for raw rows ``X``: a DataFrame (index of ``X``)
         with one column per such target, in target units (MB, J, ms). Empty without physics."""
         check_is_fitted(self, "stages_")
-        P = prepare(X, self.feature_names_, self.feature_set, "prediction")
+        P = prepare(with_graph(X, getattr(self, "zoo_reparam_", False)), self.feature_names_, self.feature_set,
+                    "prediction")
         Pr = P.reset_index(drop=True)
         cols = {t: s.prior.predict(Pr) for t, s in self.stages_.items() if s.prior is not None}
         return pd.DataFrame(cols, index=P.index)

@@ -74,7 +74,10 @@ def with_zoo_kinds(X: pd.DataFrame, features: Sequence[str]) -> pd.DataFrame:
     day it was collected (``zoo-cpu``'s ``peak_live_MB`` predates the integer-storage fix of
     :mod:`carb.design.trace`, 21 % under SqueezeNet's measured peak at bf16). Also the device probe's
     per-operation time (:func:`carb.model.op_cost.with_probe_op_ms`) where ``features`` names
-    ``probe_op_ms`` (opt-in: no default feature list does)."""
+    ``probe_op_ms`` (opt-in: no default feature list does). On rows whose ``reparam`` column
+    (:data:`carb.design.zoo_features.REPARAM`) is set, every layer-table column ``X`` stores (static, per-kind,
+    weights) is the folded graph's where the tracer knows the network (a frame featurized on the plain graph,
+    e.g. by a caller that did not know the model's graph, is read on the model's)."""
     from carb.design.identity import RESNET, ZOO, row_kinds
     from carb.design.zoo_features import ZOO_KIND_FEATURES, ZOO_STATIC, ZOO_WEIGHT_FEATURES
     from carb.model.encoding import reads_layer_table
@@ -95,17 +98,34 @@ def with_zoo_kinds(X: pd.DataFrame, features: Sequence[str]) -> pd.DataFrame:
     # the latency prior's batch-independent weight columns, whenever the layer table is read
     need += [c for c in ZOO_WEIGHT_FEATURES if c not in X.columns]
     stored = [c for c in ZOO_STATIC if c in X.columns]
+    from carb.design.zoo_features import layer_columns, reparam_flags
+
+    folded = fresh_rows & reparam_flags(X)   # rows on the folded graph: every stored layer column replaced
+    if folded.any():
+        stored += [c for c in (*ZOO_KIND_FEATURES, *ZOO_WEIGHT_FEATURES) if c in X.columns]
     if not need and not stored:
         return X
-    from carb.design.zoo_features import layer_columns
     from carb.model.encoding import with_columns
 
     cols = layer_columns(X)
     fresh = {c: cols[c] for c in need}
     for c in stored:   # the layer table's value where it knows the network, the stored one elsewhere
         old = pd.to_numeric(X[c], errors="coerce").to_numpy(float)
-        fresh[c] = np.where(fresh_rows & np.isfinite(cols[c]), cols[c], old)
+        rows = folded if c not in ZOO_STATIC else fresh_rows
+        fresh[c] = np.where(rows & np.isfinite(cols[c]), cols[c], old)
     return with_columns(X, fresh)
+
+
+def with_graph(X: pd.DataFrame, reparam: bool) -> pd.DataFrame:
+    """``X`` with the ``reparam`` column (:data:`carb.design.zoo_features.REPARAM`) set to ``reparam`` on
+    every row when ``reparam`` is True, ``X`` has named networks (``model_name``) and no such column: a model
+    fitted on rows of the folded inference graph (timm's files timed with ``--reparam``) reads the names it
+    predicts on that graph too. ``X`` unchanged otherwise (a caller's own column wins)."""
+    from carb.design.zoo_features import REPARAM
+
+    if not reparam or "model_name" not in X.columns or REPARAM in X.columns:
+        return X
+    return X.assign(**{REPARAM: True})
 
 
 def internal_split(X: pd.DataFrame, y: pd.DataFrame, val_fraction: float, random_state: int) -> Frames:

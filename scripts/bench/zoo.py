@@ -36,7 +36,17 @@ flops_mape_max=X k0_within20=W/F [lgfo_k0_mape_max=X lgfo_k10_mape_max=X lgfo_fl
 Its figures go to ``--out``'s ``device`` key (by default ``scripts/data/zoo_device_bench.json``, which
 :mod:`scripts.zoo_results` reads for docs/RESULTS.md; ``scripts/data/zoo_bench.json`` is not touched).
 
-    python scripts/bench/zoo.py [--part all|cpu|gpu|device] [--devices gpu|all|<device name>] [--no-census]
+Cascade part (``--part cascade --devices '<device>'``, one device): the cascade ``carb-train data=timm_zoo
+data.device=<device>`` fits (its config as the command composes it; ``--train-override`` adds overrides;
+zoo rows from :func:`carb.data.importers.timm_zoo.as_zoo_dataset`, on the graph each file was timed on) beside
+``ZooLatencyModel``, Hidden Joules' regression and B1, leave-one-family-out on the same splits (families:
+leading letters, >= 5 models) and the same rows (timm's lines both can use). Its own last line:
+``zoo_cascade: device=D families=F cascade_within20=W/F zoo_within20=W/F cascade_pooled=X zoo_pooled=X
+cascade_worst=X zoo_worst=X cascade_family_wins=W/F`` (MAPE %; wins: families where the cascade's MAPE is
+lower). ``--folds N``: the scored families dealt into N groups, each held out together (fewer fits; the same
+splits for every model); figures in ``--out`` (default ``scripts/data/zoo_cascade_bench.json``).
+
+    python scripts/bench/zoo.py [--part all|cpu|gpu|device|cascade] [--devices gpu|all|<device name>] [--no-census]
         [--no-trace] [--gpu-no-trace-too] [--zoo-latency KEY=VALUE ...] [--no-per-device]
         [--reparam published|never|always] [--table]
         [--zoo-transfer KEY=VALUE ...] [--out scripts/data/zoo_bench.json]
@@ -388,10 +398,169 @@ def device_part(args: argparse.Namespace) -> tuple[dict, str]:
     return out, line
 
 
+# --- part cascade: the cascade carb-train fits on timm's files beside ZooLatencyModel (zcasc) ---------------
+
+CASCADE_MODELS = ("cascade", "zoo", "hj", "b1")
+
+
+class TimmCascade:
+    """The cascade ``carb-train data=timm_zoo data.device=<device>`` fits (its model, features and prior
+    sections as the command composes them: :func:`registered`), as a LOFO model of timm's benchmark rows:
+    ``fit(rows)`` / ``predict(rows)`` take the benchmark rows (``source_row``) and read the converted zoo
+    rows of the same lines (``zoo``: :func:`carb.data.importers.timm_zoo.as_zoo_dataset`'s frame with its
+    ``source_row``), so both models fit and score the same rows. ``predict`` returns latency_ms per batch (n,)."""
+
+    def __init__(self, make, zoo: pd.DataFrame):
+        self.make, self.zoo = make, zoo.set_index("source_row", drop=False)
+
+    def _rows(self, rows: pd.DataFrame) -> pd.DataFrame:
+        return self.zoo.loc[rows["source_row"].astype(str).to_numpy()].reset_index(drop=True)
+
+    fits = 0
+
+    def fit(self, rows: pd.DataFrame) -> TimmCascade:
+        TimmCascade.fits += 1
+        print(f"  cascade fit {TimmCascade.fits} ({len(rows)} training rows)", file=sys.stderr, flush=True)
+        train = self._rows(rows)
+        self.model_ = self.make().fit(train.drop(columns="source_row"))
+        return self
+
+    def predict(self, rows: pd.DataFrame) -> np.ndarray:
+        return self.model_.predict(self._rows(rows).drop(columns="source_row"))["pred_latency_ms"].to_numpy(float)
+
+
+def cascade_rows(device: str, reparam: str, no_census: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(rows, zoo)`` of one device: timm's benchmark rows with ``ZooLatencyModel``'s features (census and
+    layer table joined, ``reparam`` graph) that both models can use (every :data:`carb.analysis.zoo_eval.NEEDED`
+    value and the cascade's traced features), and the cascade's zoo rows of the same lines (``source_row``)."""
+    from carb.analysis.zoo_eval import usable_rows
+    from carb.data.importers.timm_zoo import as_zoo_dataset
+
+    bench = load_zoo_bench()
+    mine = bench[bench["device_name"] == device].reset_index(drop=True)
+    zoo = as_zoo_dataset(device, mine, reparam=reparam)   # the same graph choice as ZooLatencyModel's rows
+    zoo["source_row"] = zoo["source"].astype(str).str.removeprefix("timm:")
+    zoo = zoo[zoo["flops"].notna().to_numpy()]   # a network the tracer refuses has no cascade features
+    rows = mine if no_census else with_census(mine)
+    rows = usable_rows(with_trace(rows, reparam=reparam))
+    rows = rows[rows["source_row"].astype(str).isin(set(zoo["source_row"]))].reset_index(drop=True)
+    return rows, zoo
+
+
+def cascade_part(args: argparse.Namespace) -> tuple[dict, str]:
+    """Leave-one-family-out of the cascade ``carb-train data=timm_zoo data.device=<device>`` fits beside
+    ``ZooLatencyModel`` (``conf/zoo_latency``), Hidden Joules' regression and B1 on the same splits and rows
+    (families: leading letters, >= 5 models, :func:`carb.analysis.zoo_eval.scored_families`; every other
+    family's rows train), one device (``--devices``): prints the per-family table; returns the JSON part and
+    the ``zoo_cascade:`` line."""
+    from carb.analysis.zoo_eval import bound_settings, family_table, lofo_predictions, nested_margin, scored_families
+    from carb.data.importers.timm_zoo import bench_devices
+    from carb.model.zoo_latency import FlopsLogLog, HiddenJoulesRegression, ZooLatencyModel
+
+    devices = bench_devices(load_zoo_bench())
+    if args.devices not in devices:
+        print(f"--devices: {args.devices!r} is not allowed with --part cascade; allowed: one device of "
+              f"{', '.join(devices)}", file=sys.stderr)
+        raise SystemExit(2)
+    device = args.devices
+    rows, zoo = cascade_rows(device, args.reparam, args.no_census)
+    kind = str(rows["device_kind"].iloc[0])
+    own = zoo_latency_settings(args.zoo_latency, device_kind=None if args.no_per_device else kind)
+    make = registered_timm(device, args.train_override)
+    fams = scored_families(rows)
+    print(f"== {device}: {len(rows)} rows, {rows['model'].nunique()} models, {len(fams)} held-out families; "
+          f"folded graph on {int(zoo['reparam'].sum())} cascade rows / {int(rows['tr_reparam'].sum())} zoo-model rows",
+          flush=True)
+    models = {"cascade": lambda: TimmCascade(make, zoo), "zoo": lambda: ZooLatencyModel(**own),
+              "hj": HiddenJoulesRegression, "b1": FlopsLogLog}
+    groups = family_groups(fams, args.folds)
+    if len(groups) == len(fams):
+        pred = lofo_predictions(rows, fams, models)
+    else:
+        print(f"   {len(groups)} folds of held-out families (--folds {args.folds}; each fold's families left out "
+              "together, the same splits for every model)", flush=True)
+        pred = grouped_predictions(rows, groups, models)
+    nested, outside = bound_settings(own)
+    if nested:
+        pred, _ = nested_margin(pred, model="zoo", outside=outside)
+    table = family_table(pred, CASCADE_MODELS).sort_values("cascade_mape_pct", ascending=False)
+    cols = ["family", "models", "rows"] + [f"{m}_{k}" for m in CASCADE_MODELS for k in ("mape_pct", "rho")]
+    print(table[cols].to_string(index=False, float_format=lambda v: f"{v:.2f}"), flush=True)
+    y = pred["latency_ms"].to_numpy(float)
+    summ = {"device": device, "families": len(table), "rows": len(pred), "models": int(pred["model"].nunique()),
+            "folds": len(groups), "train_overrides": list(args.train_override)}
+    for m in CASCADE_MODELS:
+        summ |= {f"{m}_within20": int((table[f"{m}_mape_pct"] <= 20).sum()),
+                 f"{m}_pooled_pct": float(100 * np.mean(np.abs(pred[f"pred_{m}"].to_numpy(float) / y - 1))),
+                 f"{m}_worst_pct": float(table[f"{m}_mape_pct"].max()),
+                 f"{m}_worst": str(table.loc[table[f"{m}_mape_pct"].idxmax(), "family"]),
+                 f"{m}_rho_min": float(table[f"{m}_rho"].min())}
+    summ["cascade_wins"] = int((table["cascade_mape_pct"] < table["zoo_mape_pct"]).sum())
+    f = summ["families"]
+    line = (f"zoo_cascade: device={device.replace(' ', '_')} families={f} "
+            f"cascade_within20={summ['cascade_within20']}/{f} zoo_within20={summ['zoo_within20']}/{f} "
+            f"cascade_pooled={summ['cascade_pooled_pct']:.2f} zoo_pooled={summ['zoo_pooled_pct']:.2f} "
+            f"cascade_worst={summ['cascade_worst_pct']:.1f} zoo_worst={summ['zoo_worst_pct']:.1f} "
+            f"cascade_family_wins={summ['cascade_wins']}/{f}" + (f" folds={len(groups)}" if len(groups) != f else ""))
+    return {"summary": summ, "table": table.round(4).to_dict(orient="records")}, line
+
+
+def family_groups(families: list[str], folds: int) -> list[list[str]]:
+    """``families`` (largest first) dealt round-robin into ``folds`` groups held out together; ``folds`` 0 or
+    at least the number of families: one family per group (leave-one-family-out)."""
+    if folds <= 0 or folds >= len(families):
+        return [[f] for f in families]
+    return [families[i::folds] for i in range(folds)]
+
+
+def grouped_predictions(rows: pd.DataFrame, groups: list[list[str]], models: dict) -> pd.DataFrame:
+    """As :func:`carb.analysis.zoo_eval.lofo_predictions` (``pred_<model>`` on the held-out rows), with the
+    families of each group held out together: every model fitted once per group on the rows of the other
+    families (the unscored ones included). ZooLatencyModel's bound parts are kept for a nested margin. Each
+    group's MAPE per model goes to stderr as it is done."""
+    from carb.analysis.zoo_eval import _PARTS
+
+    scored = [f for g in groups for f in g]
+    fam = rows["family"].astype(str).to_numpy()
+    out = rows[np.isin(fam, scored)].reset_index(drop=True)
+    at_fam = out["family"].astype(str).to_numpy()
+    preds = {k: np.full(len(out), np.nan) for k in models}
+    parts: dict[str, pd.DataFrame] = {}
+    for i, g in enumerate(groups):
+        test, at = np.isin(fam, g), np.isin(at_fam, g)
+        for k, make in models.items():
+            model = make().fit(rows[~test])
+            preds[k][at] = model.predict(rows[test])
+            if hasattr(model, "components"):
+                c = model.components(rows[test]).to_numpy(float)
+                parts.setdefault(k, pd.DataFrame(np.nan, index=out.index, columns=_PARTS)).loc[at] = c
+        y = out.loc[at, "latency_ms"].to_numpy(float)
+        mape = ", ".join(f"{k} {100 * np.mean(np.abs(preds[k][at] / y - 1)):.1f}" for k in models)
+        print(f"  fold {i + 1}/{len(groups)} ({len(g)} families, {int(at.sum())} rows): MAPE % {mape}",
+              file=sys.stderr, flush=True)
+    for k, v in preds.items():
+        out[f"pred_{k}"] = v
+    for k, c in parts.items():
+        for col in _PARTS:
+            out[f"{k}_log_{col}"] = c[col].to_numpy(float)
+    return out
+
+
+def registered_timm(device: str, overrides: list[str]):
+    """A factory of the cascade ``carb-train data=timm_zoo data.device=<device> <overrides>`` fits."""
+    from carb.analysis.zoo_cpu_eval import RegisteredCascade
+    from carb.commands.cli import compose, to_dict
+
+    cfg = compose("train", ["data=timm_zoo", f"data.device={device}", *overrides])
+    model, features, prior = to_dict(cfg.model), to_dict(cfg.features), to_dict(cfg.prior)
+    return lambda: RegisteredCascade(model, features, prior)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", default="all", choices=["all", "cpu", "gpu", "device"],
-                    help="CPU zoo, timm's files, or both; device: a GPU never measured (leave-one-GPU-out)")
+    ap.add_argument("--part", default="all", choices=["all", "cpu", "gpu", "device", "cascade"],
+                    help="CPU zoo, timm's files, or both; device: a GPU never measured (leave-one-GPU-out); "
+                         "cascade: carb-train's cascade on one device of timm's files beside ZooLatencyModel")
     ap.add_argument("--cpu-data", default=str(ROOT / "carb/data/zoo-cpu.parquet"), help="measured zoo parquet")
     ap.add_argument("--devices", default="all", help="gpu, all, or one device name (e.g. 'RTX 4090')")
     ap.add_argument("--no-census", action="store_true", help="leave the module census out of CARB's features")
@@ -409,6 +578,8 @@ def main() -> None:
     ap.add_argument("--reparam", default="published", choices=["published", "never", "always"],
                     help="which traced graph of a reparameterisable model: the one each timm file was run on "
                          "(its published parameter counts say), the plain training graph, or the folded one")
+    ap.add_argument("--folds", type=int, default=0, help="--part cascade: hold the scored families out in this "
+                                                           "many groups (0: one family at a time)")
     ap.add_argument("--table", action="store_true", help="print every family, not the 10 worst")
     ap.add_argument("--no-screen", action="store_true", help="skip the screening timing (screen_s=nan)")
     ap.add_argument("--trace-cold-s", type=float, default=None, help="trace_cold_s (default: the recorded file)")
@@ -420,9 +591,20 @@ def main() -> None:
     for kind in (None, "cpu", "gpu"):   # a bad setting, whatever --part: one line, exit 2, before any part
         zoo_latency_settings(args.zoo_latency, device_kind=kind)   # with each kind's per_device section
     zoo_transfer_settings(args.zoo_transfer)
-    args.out = args.out or str(ROOT / "scripts/data" / ("zoo_device_bench.json" if args.part == "device"
-                                                         else "zoo_bench.json"))
+    args.out = args.out or str(ROOT / "scripts/data" / {"device": "zoo_device_bench.json",
+                                                         "cascade": "zoo_cascade_bench.json"}.get(args.part,
+                                                                                                  "zoo_bench.json"))
     t0 = time.perf_counter()
+    if args.part == "cascade":   # its own figures and line (zcasc); the zoo: line is not touched
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            part, line = cascade_part(args)
+        res = {"command": " ".join(["python scripts/bench/zoo.py", *sys.argv[1:]]), "cascade": part,
+               "wall_s": round(time.perf_counter() - t0, 1)}
+        write_atomic(Path(args.out), lambda p: p.write_text(json.dumps(res, indent=1, default=float) + "\n"))
+        print(f"({time.perf_counter() - t0:.0f} s; figures in {args.out})")
+        print(line)
+        return
     if args.part == "device":   # its own figures and line; the zoo: line is not touched
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -282,6 +282,64 @@ def _published_graph(frame: pd.DataFrame, plain: pd.DataFrame, fused: pd.DataFra
     return frame["source_file"].map(per_file).fillna(False).astype(bool)
 
 
+REPARAM_CHOICES = ("published", "never", "always")
+
+
+def _check_reparam(reparam: str, where: str) -> None:
+    """One :class:`DatasetError` line when ``reparam`` is not one of :data:`REPARAM_CHOICES`."""
+    if reparam not in REPARAM_CHOICES:
+        raise DatasetError(f"{where}: reparam={reparam!r} is not allowed; allowed: {', '.join(REPARAM_CHOICES)}")
+
+
+def _graphs(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(plain, fused)``: the trace table's (``path``) rows of the plain graph and those of the folded graph
+    of models that fold (``folded`` True), one per (model, input_size); refused rows left out."""
+    tr = pd.read_parquet(path)
+    if "refused" in tr.columns:
+        tr = tr[tr["refused"].isna()]
+    graph = tr["reparam"].fillna(False).astype(bool) if "reparam" in tr.columns else pd.Series(False, index=tr.index)
+    folded = tr["folded"].fillna(False).astype(bool) if "folded" in tr.columns else graph
+    keys = ["model", "input_size"]
+    drop = [c for c in ("refused", "settings", "trace_s", "reparam", "folded") if c in tr.columns]
+    plain = tr[~graph].drop(columns=drop).drop_duplicates(keys, keep="last")
+    fused = tr[graph & folded].assign(folded=True).drop(columns=[c for c in drop if c != "folded"])
+    return plain, fused.drop_duplicates(keys, keep="last")
+
+
+def _reparam_rows(frame: pd.DataFrame, plain: pd.DataFrame, fused: pd.DataFrame, reparam: str,
+                  where: str) -> np.ndarray:
+    """Per row of ``frame`` ((n,) bool): whether the folded graph describes it, i.e. the graph choice
+    ``reparam`` (:func:`with_trace`'s) says folded for its file and its (model, input_size) folds."""
+    _check_reparam(reparam, where)
+    keys = ["model", "input_size"]
+    if reparam == "never" or fused.empty:
+        use = pd.Series(False, index=frame.index)
+    elif reparam == "always" or "source_file" not in frame.columns:
+        use = pd.Series(reparam == "always", index=frame.index)
+    else:
+        use = _published_graph(frame, plain, fused)
+    k = frame[keys].copy()
+    k["input_size"] = pd.to_numeric(k["input_size"]).astype("int64")
+    f = fused[keys].assign(_f=True)
+    f["input_size"] = pd.to_numeric(f["input_size"]).astype("int64")
+    has_fused = k.merge(f, on=keys, how="left")["_f"].fillna(False).to_numpy(bool)
+    return use.to_numpy(bool) & has_fused
+
+
+def published_reparam(frame: pd.DataFrame, path: str | Path | None = None, reparam: str = "published") -> np.ndarray:
+    """Per row of ``frame`` (timm benchmark rows: ``model``, ``input_size``, ``source_file``, ``params``),
+    (n,) bool: whether the network timm timed is the reparameterised (folded) graph, the decision
+    :func:`with_trace` joins features by (``tr_reparam``; ``reparam`` as there: ``published`` reads each
+    file's published parameter counts). All False when the trace table (:data:`ZOO_TRACE`, or ``path``)
+    does not exist."""
+    p = Path(path) if path else ZOO_TRACE
+    if not p.is_file():
+        _check_reparam(reparam, "published_reparam")
+        return np.zeros(len(frame), dtype=bool)
+    plain, fused = _graphs(p)
+    return _reparam_rows(frame, plain, fused, reparam, "published_reparam")
+
+
 def with_trace(frame: pd.DataFrame, path: str | Path | None = None, reparam: str = "published") -> pd.DataFrame:
     """``frame`` with the layer-table features of its ``(model, input_size)`` (:data:`ZOO_TRACE`, or
     ``path``) joined on as ``tr_<column>`` (:func:`carb.design.trace.summarize`'s columns, per image at
@@ -298,30 +356,14 @@ def with_trace(frame: pd.DataFrame, path: str | Path | None = None, reparam: str
     are reparameterised, the 3090 and i9 files (torch 2.4) are not); ``"never"``: the plain graph;
     ``"always"``: the folded graph wherever there is one. ``tr_reparam`` says, per row, whether the folded
     graph's features were joined."""
-    if reparam not in ("published", "never", "always"):
-        raise DatasetError(f"with_trace: reparam={reparam!r} is not allowed; allowed: published, never, always")
     p = Path(path) if path else ZOO_TRACE
     if not p.is_file():
+        _check_reparam(reparam, "with_trace")
         return frame
-    tr = pd.read_parquet(p)
-    if "refused" in tr.columns:
-        tr = tr[tr["refused"].isna()]
-    graph = tr["reparam"].fillna(False).astype(bool) if "reparam" in tr.columns else pd.Series(False, index=tr.index)
-    folded = tr["folded"].fillna(False).astype(bool) if "folded" in tr.columns else graph
+    plain, fused = _graphs(p)
     keys = ["model", "input_size"]
-    drop = [c for c in ("refused", "settings", "trace_s", "reparam", "folded") if c in tr.columns]
-    plain = tr[~graph].drop(columns=drop).drop_duplicates(keys, keep="last")
-    fused = tr[graph & folded].assign(folded=True).drop(columns=[c for c in drop if c != "folded"])
-    fused = fused.drop_duplicates(keys, keep="last")
     out = frame.copy()
-    if reparam == "never" or fused.empty:
-        use = pd.Series(False, index=out.index)
-    elif reparam == "always" or "source_file" not in out.columns:
-        use = pd.Series(reparam == "always", index=out.index)
-    else:
-        use = _published_graph(out, plain, fused)
-    has_fused = out[keys].merge(fused[keys].assign(_f=True), on=keys, how="left")["_f"].fillna(False).to_numpy(bool)
-    out["tr_reparam"] = use.to_numpy(bool) & has_fused
+    out["tr_reparam"] = _reparam_rows(out, plain, fused, reparam, "with_trace")
     cols = [c for c in plain.columns if c not in keys]
     ren = {c: f"tr_{c}" for c in cols}
     if "input_size" in frame:
@@ -357,7 +399,8 @@ def bench_devices(bench: pd.DataFrame) -> list[str]:
     return sorted(bench["device_name"].dropna().astype(str).unique())
 
 
-def as_zoo_dataset(device: str, bench: pd.DataFrame | None = None) -> pd.DataFrame:
+def as_zoo_dataset(device: str, bench: pd.DataFrame | None = None,
+                   trace_path: str | Path | None = None, reparam: str = "published") -> pd.DataFrame:
     """One device's rows of timm's benchmark (``bench``: :func:`load_zoo_bench`'s columns; default the
     shipped main set) as a zoo dataset (:data:`carb.data.zoo_schema.ZOO_SCHEMA`), so the CARB cascade trains
     on it like a collected file: ``model_name`` = ``timm:<model>`` (the network timm timed), ``family``,
@@ -367,8 +410,14 @@ def as_zoo_dataset(device: str, bench: pd.DataFrame | None = None) -> pd.DataFra
     the tracer refuses it), ``energy_J`` / ``peak_memory_MB`` NaN with the reason. ``device_kind`` is
     ``import`` (a third-party measurement), ``device_id`` ``timm-<slug>``, ``source`` the file and line.
     Rows without a latency are left out. An unknown ``device`` is one :class:`DatasetError` naming the
-    devices."""
+    devices. ``reparam`` (bool, :data:`carb.design.zoo_features.REPARAM`): the row's features are those of
+    the folded inference graph, where timm timed it (:func:`published_reparam`: the file's published
+    parameter counts are the folded graph's, and the network folds), as ``ZooLatencyModel``'s features
+    (:func:`with_trace`) are; a model fitted on such rows predicts names on that graph too.
+    ``trace_path``: the trace table the graph is decided from (default :data:`ZOO_TRACE`); ``reparam``: the
+    choice as :func:`with_trace`'s (``never`` / ``always`` force one graph, for comparisons)."""
     from carb.data.zoo_schema import ZOO_SCHEMA, validate_zoo_dataset
+    from carb.design.zoo_features import REPARAM
     from carb.design.zoo_inputs import zoo_features_frame
 
     bench = load_zoo_bench() if bench is None else bench
@@ -378,9 +427,10 @@ def as_zoo_dataset(device: str, bench: pd.DataFrame | None = None) -> pd.DataFra
     rows = bench[(bench["device_name"] == device) & bench["latency_ms"].notna()].reset_index(drop=True)
     knobs = pd.DataFrame({"model_name": "timm:" + rows["model"].astype(str),
                           "input_size": rows["input_size"].astype(int), "batch_size": rows["batch_size"].astype(int),
-                          "precision": rows["precision"].astype(str)})
+                          "precision": rows["precision"].astype(str),
+                          REPARAM: published_reparam(rows, trace_path, reparam)})
     F = zoo_features_frame(knobs)
-    out = F[[c for c in F.columns if c in ZOO_SCHEMA]].copy()
+    out = F[[c for c in F.columns if c in ZOO_SCHEMA or c == REPARAM]].copy()
     slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
     out = out.assign(config_id=rows["zoo_id"].astype(str).to_numpy(), device_name=device, device_kind="import", device_id=f"timm-{slug}",
                      torch_version=rows["torch_version"].astype(str).to_numpy(), status="ok",
