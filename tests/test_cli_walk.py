@@ -238,3 +238,19 @@ def test_one_value_for_a_list_key_shows_the_list(override, hint):
     with pytest.raises(ConfigError) as e:
         check_config("screen", compose("screen", ["space=zoo", override]))
     assert str(e.value).endswith(f"got {override.split('=')[1]!r}{hint}".replace("'8'", "8"))
+
+
+def test_next_screening_lines_name_the_model_and_the_zoo_space():
+    """The 'next:' block after `carb-screen screen.target=models:/<zoo>/1 space=zoo ...` offered
+    `carb-screen screen.budget.latency_ms=<ms>`: pasted, it screened the ResNet grid with the default target (the
+    only champion: none after `carb-train`, another model's in a store of several), which a zoo model refuses."""
+    from carb.commands.screen_table import next_steps
+
+    lines = "\n".join(next_steps("models:/carb-x-zoo/1", "sqlite:///m.db", kind="cpu",
+                                 targets=["peak_memory_MB", "latency_ms"], zoo=True)).replace(" \\\n", " ")
+    for key in ("your budget", "your grid"):
+        line = next(ln for ln in lines.splitlines() if key in ln)
+        assert "space=zoo" in line and "screen.target=models:/carb-x-zoo/1" in line, line
+    resnet = "\n".join(next_steps("models:/carb-x/2", "sqlite:///m.db", kind="cpu")).replace(" \\\n", " ")
+    budget = next(ln for ln in resnet.splitlines() if "your budget" in ln)
+    assert "screen.target=models:/carb-x/2" in budget and "space=zoo" not in budget
