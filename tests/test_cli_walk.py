@@ -254,3 +254,19 @@ def test_next_screening_lines_name_the_model_and_the_zoo_space():
     resnet = "\n".join(next_steps("models:/carb-x/2", "sqlite:///m.db", kind="cpu")).replace(" \\\n", " ")
     budget = next(ln for ln in resnet.splitlines() if "your budget" in ln)
     assert "screen.target=models:/carb-x/2" in budget and "space=zoo" not in budget
+
+
+def test_a_grid_mostly_outside_the_domain_says_where_the_rows_are():
+    """`carb-screen space=zoo` on timm's RTX 4090 model: all 480 candidates outside (timm's rows are fp16 at
+    batches up to 1024; the zoo grid is batch 1-2), and the reasons (`flops < 2.7e+10`) named no knob to change."""
+    from carb.commands.screen import domain_hint
+    from carb.model.domain import fit_domain
+
+    rows = pd.DataFrame({"batch_size": [64, 256, 1024], "input_size": [224, 288, 384],
+                         "precision": ["fp16"] * 3, "flops": [3e10, 2e11, 9e11]})
+    hint = domain_hint(fit_domain(rows), n_inside=0, n_candidates=480)
+    assert hint is not None
+    for needle in ("batch_size 64-1024", "input_size 224-384", "precision fp16", "flops 3.0e+10-9.0e+11",
+                   "space.batch_sizes", "space.precisions"):
+        assert needle in hint, needle
+    assert domain_hint(fit_domain(rows), n_inside=300, n_candidates=480) is None   # mostly inside: quiet

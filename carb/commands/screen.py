@@ -413,6 +413,9 @@ def _print_report(cfg: Any, result: Any, notes: list[str], target_uri: str, targ
                 break
             line += ", " + r
         print(line)
+        hint = domain_hint(getattr(target, "domain_", None), counts.get("n_in_domain", 0), counts["n_candidates"])
+        if hint:
+            print(wrap_line(hint, TABLE_WIDTH))
     band = _coverage_words(result) if getattr(target, "intervals_", None) else "prediction +- one test MAE"
     print(f"accept {counts['n_accept']}, borderline {counts['n_borderline']}, unverified {counts['n_unverified']}, "
           f"reject {counts['n_reject']}; Pareto front {counts['n_pareto']} ({' x '.join(result.axes)})")
@@ -421,6 +424,26 @@ def _print_report(cfg: Any, result: Any, notes: list[str], target_uri: str, targ
     _print_axes(result, users)
     _print_shortlist(result, screening.model_targets(target), users)
     _print_profile_next(result, shown_users(result, users))
+
+
+def domain_hint(domain: dict[str, Any] | None, n_inside: int, n_candidates: int) -> str | None:
+    """When fewer than half of ``n_candidates`` lie inside the model's training domain (``domain``:
+    :func:`carb.model.domain.fit_domain`'s), one line with the training rows' batch sizes, input sizes (px),
+    precisions and work (FLOPs per batch) and the keys that move the grid there; else None. (timm's GPU rows
+    are fp16 at batches up to 1024: the default zoo grid, batch 1-2, lies wholly outside, and the reasons
+    alone, ``flops < 2.7e+10``, do not say which knob to change.)"""
+    if not domain or n_candidates <= 0 or n_inside * 2 >= n_candidates:
+        return None
+    ranges, cats = domain.get("ranges", {}), domain.get("categorical", {})
+    parts = [f"{k} {ranges[k][0]:g}-{ranges[k][1]:g}" for k in ("batch_size", "input_size") if k in ranges]
+    if cats.get("precision"):
+        parts.append("precision " + "/".join(str(p) for p in cats["precision"]))
+    if "flops" in ranges:
+        parts.append(f"flops {ranges['flops'][0]:.1e}-{ranges['flops'][1]:.1e} per batch")
+    if not parts:
+        return None
+    return ("  the model's training rows: " + ", ".join(parts) + "; move the grid there with space.batch_sizes, "
+            "space.input_sizes, space.precisions (screen.grid_defaults for a grid file)")
 
 
 def refused_line(refused: dict[str, str]) -> str:
