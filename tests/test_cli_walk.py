@@ -3,6 +3,7 @@ the walk is one line naming the field or the network and the allowed values or t
 traceback; inside a grid the refused networks are left out and listed, the others scored."""
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 import pandas as pd
@@ -281,3 +282,15 @@ def test_calibrate_k0_alone_names_the_key_k():
     with pytest.raises(ConfigError) as e:
         check_config("calibrate", compose("calibrate", ["k=0"]))
     assert str(e.value).startswith("k: k=0 needs spec=") and "\n" not in str(e.value)
+
+
+def test_train_says_how_to_screen_the_new_zoo_version():
+    """After `carb-train data=timm_zoo data.device='RTX 4090'` a new user had a model name and nothing to run;
+    `carb-screen ...@champion` then failed (a new model has no champion) and without `space=zoo` the default
+    ResNet grid is refused by a zoo model."""
+    from carb.commands.train import train_next
+
+    text = re.sub(r" \\\n *", " ", "\n".join(train_next("carb-rtx-4090-timm-rtx-4090-zoo", 1, "zoo")))
+    assert "space=zoo screen.target=models:/carb-rtx-4090-timm-rtx-4090-zoo/1 screen.budget.latency_ms=<ms>" in text
+    assert "carb-promote promote.name=carb-rtx-4090-timm-rtx-4090-zoo" in text
+    assert "space=zoo" not in "\n".join(train_next("carb-x", 2, "resnet"))
