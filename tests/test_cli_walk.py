@@ -294,3 +294,14 @@ def test_train_says_how_to_screen_the_new_zoo_version():
     assert "space=zoo screen.target=models:/carb-rtx-4090-timm-rtx-4090-zoo/1 screen.budget.latency_ms=<ms>" in text
     assert "carb-promote promote.name=carb-rtx-4090-timm-rtx-4090-zoo" in text
     assert "space=zoo" not in "\n".join(train_next("carb-x", 2, "resnet"))
+
+
+def test_a_new_model_without_champion_says_which_version_to_name(monkeypatch):
+    """`carb-screen screen.target=models:/<new zoo model>@champion` right after carb-train listed the
+    registered models, the named one among them, and left the user to guess that it has no champion yet."""
+    from carb.commands import screen
+
+    monkeypatch.setattr(screen.tracking, "registered_models", lambda: ["carb-a-zoo"])
+    monkeypatch.setattr(screen.tracking, "model_versions", lambda name: [{"version": "1"}, {"version": "2"}])
+    hint = screen.registered_hint("Registered model alias champion not found.", "models:/carb-a-zoo@champion")
+    assert "models:/carb-a-zoo/2" in hint and "carb-promote promote.name=carb-a-zoo" in hint

@@ -142,7 +142,7 @@ def _load(uri: str, role: str) -> Any:
     try:
         model = tracking.load_cascade(uri)
     except ModelError as e:
-        raise ModelError(f"screen.{role}: {e}{registered_hint(str(e))}") from None
+        raise ModelError(f"screen.{role}: {e}{registered_hint(str(e), uri)}") from None
     model.registry_ = tracking.resolve_version(uri) if uri.startswith("models:/") else {}
     return model
 
@@ -172,11 +172,22 @@ def check_model_takes_grid(cfg: Any, target_uri: str, target: Any) -> None:
                       f"registered: {zoo or 'none: carb-train data.path=zoo-cpu'}) or a ResNet space")
 
 
-def registered_hint(message: str) -> str:
-    """``; registered: [<name>@<aliases> or <name>/<latest version>, ...]`` for a model URI that named no
-    registered model or version (``message``: the load error), so the line gives the allowed values; else ``""``."""
+def registered_hint(message: str, uri: str = "") -> str:
+    """``; registered: [<name>, ...]`` for a model URI that named no registered model or version (``message``:
+    the load error), so the line gives the allowed values; for ``models:/<name>@<alias>`` of a registered
+    model without that alias (a new model has no ``@champion``), what to give instead: its latest version
+    or ``carb-promote promote.name=<name>``; else ``""``."""
     if "not found" not in message.lower() and "does not exist" not in message.lower():
         return ""
+    if "alias" in message.lower() and uri.startswith("models:/") and "@" in uri:
+        name, alias = uri.removeprefix("models:/").split("@", 1)
+        try:
+            latest = tracking.model_versions(name)[-1]["version"]
+        except Exception:   # noqa: BLE001 - no such model or an unreadable store: the generic hint below
+            latest = None
+        if latest is not None:
+            return (f"; {name} has no @{alias} yet: name a version (models:/{name}/{latest}) or set it with "
+                    f"carb-promote promote.name={name}")
     try:
         names = [n for n in tracking.registered_models() if n.startswith("carb-")]
     except Exception:   # noqa: BLE001 - the hint is optional; the load error stands alone
