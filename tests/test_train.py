@@ -172,7 +172,8 @@ def test_no_duplicate_lines_and_identical_feature_sets(env, capsys):
     assert "already exists" not in text and "Successfully registered" not in text and "Created version" not in text
     assert f"registered {r['registered_name']} version 1" in text
     # what to run next names the new version (a new model has no @champion) and the promote that sets it
-    assert f"screen.target=models:/{r['registered_name']}/1 screen.budget.latency_ms=<ms>" in re.sub(r" \\\n *", " ", text)
+    joined = re.sub(r" \\\n *", " ", text)   # the wrapped commands joined back
+    assert f"screen.target=models:/{r['registered_name']}/1 screen.budget.latency_ms=<ms>" in joined
     assert f"carb-promote promote.name={r['registered_name']}" in text and "space=zoo" not in text
     same = [ln for ln in lines if "are identical on this data" in ln]
     assert len(same) == 1 and "feature sets arch_only, full and no_util are identical on this data: 15 columns" in same[0]
