@@ -17,6 +17,8 @@ def test_missing_default_source_says_how_to_make_it(tmp_path):
     assert len(errors) == 1 and "Traceback" not in r.stderr, r.stderr[-1500:]
     assert errors[0].startswith("carb-calibrate: error: source: not given, and its default models:/carb-"), errors
     assert "run carb-train, then carb-promote" in errors[0] and "source=models:/<name>@<alias>" in errors[0], errors
+    # carb-promote alone stops when the store holds several models (a zoo one beside it, say): name it
+    assert "carb-promote promote.name=carb-" in errors[0], errors
 
 
 def test_a_given_source_that_does_not_resolve_keeps_mlflow_s_reason(tmp_path):

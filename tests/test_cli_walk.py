@@ -3,6 +3,7 @@ the walk is one line naming the field or the network and the allowed values or t
 traceback; inside a grid the refused networks are left out and listed, the others scored."""
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 import pandas as pd
@@ -238,3 +239,69 @@ def test_one_value_for_a_list_key_shows_the_list(override, hint):
     with pytest.raises(ConfigError) as e:
         check_config("screen", compose("screen", ["space=zoo", override]))
     assert str(e.value).endswith(f"got {override.split('=')[1]!r}{hint}".replace("'8'", "8"))
+
+
+def test_next_screening_lines_name_the_model_and_the_zoo_space():
+    """The 'next:' block after `carb-screen screen.target=models:/<zoo>/1 space=zoo ...` offered
+    `carb-screen screen.budget.latency_ms=<ms>`: pasted, it screened the ResNet grid with the default target (the
+    only champion: none after `carb-train`, another model's in a store of several), which a zoo model refuses."""
+    from carb.commands.screen_table import next_steps
+
+    lines = "\n".join(next_steps("models:/carb-x-zoo/1", "sqlite:///m.db", kind="cpu",
+                                 targets=["peak_memory_MB", "latency_ms"], zoo=True)).replace(" \\\n", " ")
+    for key in ("your budget", "your grid"):
+        line = next(ln for ln in lines.splitlines() if key in ln)
+        assert "space=zoo" in line and "screen.target=models:/carb-x-zoo/1" in line, line
+    resnet = "\n".join(next_steps("models:/carb-x/2", "sqlite:///m.db", kind="cpu")).replace(" \\\n", " ")
+    budget = next(ln for ln in resnet.splitlines() if "your budget" in ln)
+    assert "screen.target=models:/carb-x/2" in budget and "space=zoo" not in budget
+
+
+def test_a_grid_mostly_outside_the_domain_says_where_the_rows_are():
+    """`carb-screen space=zoo` on timm's RTX 4090 model: all 480 candidates outside (timm's rows are fp16 at
+    batches up to 1024; the zoo grid is batch 1-2), and the reasons (`flops < 2.7e+10`) named no knob to change."""
+    from carb.commands.screen import domain_hint
+    from carb.model.domain import fit_domain
+
+    rows = pd.DataFrame({"batch_size": [64, 256, 1024], "input_size": [224, 288, 384],
+                         "precision": ["fp16"] * 3, "flops": [3e10, 2e11, 9e11]})
+    hint = domain_hint(fit_domain(rows), n_inside=0, n_candidates=480)
+    assert hint is not None
+    for needle in ("batch_size 64-1024", "input_size 224-384", "precision fp16", "flops 3.0e+10-9.0e+11",
+                   "space.batch_sizes", "space.precisions"):
+        assert needle in hint, needle
+    assert domain_hint(fit_domain(rows), n_inside=300, n_candidates=480) is None   # mostly inside: quiet
+
+
+def test_calibrate_k0_alone_names_the_key_k():
+    """`carb-calibrate k=0` on this CPU said `config: k=0 needs spec=...`: a model validator's error has no
+    location, so it was put under 'config', which is no key; it names `k` now."""
+    from carb.commands.checks import check_config
+    from carb.commands.cli import compose
+
+    with pytest.raises(ConfigError) as e:
+        check_config("calibrate", compose("calibrate", ["k=0"]))
+    assert str(e.value).startswith("k: k=0 needs spec=") and "\n" not in str(e.value)
+
+
+def test_train_says_how_to_screen_the_new_zoo_version():
+    """After `carb-train data=timm_zoo data.device='RTX 4090'` a new user had a model name and nothing to run;
+    `carb-screen ...@champion` then failed (a new model has no champion) and without `space=zoo` the default
+    ResNet grid is refused by a zoo model."""
+    from carb.commands.train import train_next
+
+    text = re.sub(r" \\\n *", " ", "\n".join(train_next("carb-rtx-4090-timm-rtx-4090-zoo", 1, "zoo")))
+    assert "space=zoo screen.target=models:/carb-rtx-4090-timm-rtx-4090-zoo/1 screen.budget.latency_ms=<ms>" in text
+    assert "carb-promote promote.name=carb-rtx-4090-timm-rtx-4090-zoo" in text
+    assert "space=zoo" not in "\n".join(train_next("carb-x", 2, "resnet"))
+
+
+def test_a_new_model_without_champion_says_which_version_to_name(monkeypatch):
+    """`carb-screen screen.target=models:/<new zoo model>@champion` right after carb-train listed the
+    registered models, the named one among them, and left the user to guess that it has no champion yet."""
+    from carb.commands import screen
+
+    monkeypatch.setattr(screen.tracking, "registered_models", lambda: ["carb-a-zoo"])
+    monkeypatch.setattr(screen.tracking, "model_versions", lambda name: [{"version": "1"}, {"version": "2"}])
+    hint = screen.registered_hint("Registered model alias champion not found.", "models:/carb-a-zoo@champion")
+    assert "models:/carb-a-zoo/2" in hint and "carb-promote promote.name=carb-a-zoo" in hint

@@ -4,6 +4,7 @@ the MLflow round trip, the ablation multirun as a subprocess, and one-line error
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -170,6 +171,10 @@ def test_no_duplicate_lines_and_identical_feature_sets(env, capsys):
     assert text.count("energy_J: no measured value") == 1 and text.count("dropping feature(s)") == 1
     assert "already exists" not in text and "Successfully registered" not in text and "Created version" not in text
     assert f"registered {r['registered_name']} version 1" in text
+    # what to run next names the new version (a new model has no @champion) and the promote that sets it
+    joined = re.sub(r" \\\n *", " ", text)   # the wrapped commands joined back
+    assert f"screen.target=models:/{r['registered_name']}/1 screen.budget.latency_ms=<ms>" in joined
+    assert f"carb-promote promote.name={r['registered_name']}" in text and "space=zoo" not in text
     same = [ln for ln in lines if "are identical on this data" in ln]
     assert len(same) == 1 and "feature sets arch_only, full and no_util are identical on this data: 15 columns" in same[0]
     tracking.configure(uri)

@@ -49,9 +49,10 @@ def load_source(uri: str, given: bool) -> Any:
     except ModelError as e:
         if given or "not found" not in str(e):
             raise
+        name = uri.removeprefix("models:/").split("@")[0]   # carb-promote needs it in a store of several models
         raise ModelError(f"source: not given, and its default {uri} (the champion of the model of the shipped "
-                         f"CPU reference dataset) is not in this store; run carb-train, then carb-promote, "
-                         f"or give source=models:/<name>@<alias>") from None
+                         f"CPU reference dataset) is not in this store; run carb-train, then carb-promote "
+                         f"promote.name={name}, or give source=models:/<name>@<alias>") from None
 
 
 def require_source_for_spec(cfg: Any) -> None:

@@ -142,7 +142,7 @@ def _load(uri: str, role: str) -> Any:
     try:
         model = tracking.load_cascade(uri)
     except ModelError as e:
-        raise ModelError(f"screen.{role}: {e}{registered_hint(str(e))}") from None
+        raise ModelError(f"screen.{role}: {e}{registered_hint(str(e), uri)}") from None
     model.registry_ = tracking.resolve_version(uri) if uri.startswith("models:/") else {}
     return model
 
@@ -172,11 +172,22 @@ def check_model_takes_grid(cfg: Any, target_uri: str, target: Any) -> None:
                       f"registered: {zoo or 'none: carb-train data.path=zoo-cpu'}) or a ResNet space")
 
 
-def registered_hint(message: str) -> str:
-    """``; registered: [<name>@<aliases> or <name>/<latest version>, ...]`` for a model URI that named no
-    registered model or version (``message``: the load error), so the line gives the allowed values; else ``""``."""
+def registered_hint(message: str, uri: str = "") -> str:
+    """``; registered: [<name>, ...]`` for a model URI that named no registered model or version (``message``:
+    the load error), so the line gives the allowed values; for ``models:/<name>@<alias>`` of a registered
+    model without that alias (a new model has no ``@champion``), what to give instead: its latest version
+    or ``carb-promote promote.name=<name>``; else ``""``."""
     if "not found" not in message.lower() and "does not exist" not in message.lower():
         return ""
+    if "alias" in message.lower() and uri.startswith("models:/") and "@" in uri:
+        name, alias = uri.removeprefix("models:/").split("@", 1)
+        try:
+            latest = tracking.model_versions(name)[-1]["version"]
+        except Exception:   # noqa: BLE001 - no such model or an unreadable store: the generic hint below
+            latest = None
+        if latest is not None:
+            return (f"; {name} has no @{alias} yet: name a version (models:/{name}/{latest}) or set it with "
+                    f"carb-promote promote.name={name}")
     try:
         names = [n for n in tracking.registered_models() if n.startswith("carb-")]
     except Exception:   # noqa: BLE001 - the hint is optional; the load error stands alone
@@ -413,6 +424,9 @@ def _print_report(cfg: Any, result: Any, notes: list[str], target_uri: str, targ
                 break
             line += ", " + r
         print(line)
+        hint = domain_hint(getattr(target, "domain_", None), counts.get("n_in_domain", 0), counts["n_candidates"])
+        if hint:
+            print(wrap_line(hint, TABLE_WIDTH))
     band = _coverage_words(result) if getattr(target, "intervals_", None) else "prediction +- one test MAE"
     print(f"accept {counts['n_accept']}, borderline {counts['n_borderline']}, unverified {counts['n_unverified']}, "
           f"reject {counts['n_reject']}; Pareto front {counts['n_pareto']} ({' x '.join(result.axes)})")
@@ -421,6 +435,26 @@ def _print_report(cfg: Any, result: Any, notes: list[str], target_uri: str, targ
     _print_axes(result, users)
     _print_shortlist(result, screening.model_targets(target), users)
     _print_profile_next(result, shown_users(result, users))
+
+
+def domain_hint(domain: dict[str, Any] | None, n_inside: int, n_candidates: int) -> str | None:
+    """When fewer than half of ``n_candidates`` lie inside the model's training domain (``domain``:
+    :func:`carb.model.domain.fit_domain`'s), one line with the training rows' batch sizes, input sizes (px),
+    precisions and work (FLOPs per batch) and the keys that move the grid there; else None. (timm's GPU rows
+    are fp16 at batches up to 1024: the default zoo grid, batch 1-2, lies wholly outside, and the reasons
+    alone, ``flops < 2.7e+10``, do not say which knob to change.)"""
+    if not domain or n_candidates <= 0 or n_inside * 2 >= n_candidates:
+        return None
+    ranges, cats = domain.get("ranges", {}), domain.get("categorical", {})
+    parts = [f"{k} {ranges[k][0]:g}-{ranges[k][1]:g}" for k in ("batch_size", "input_size") if k in ranges]
+    if cats.get("precision"):
+        parts.append("precision " + "/".join(str(p) for p in cats["precision"]))
+    if "flops" in ranges:
+        parts.append(f"flops {ranges['flops'][0]:.1e}-{ranges['flops'][1]:.1e} per batch")
+    if not parts:
+        return None
+    return ("  the model's training rows: " + ", ".join(parts) + "; move the grid there with space.batch_sizes, "
+            "space.input_sizes, space.precisions (screen.grid_defaults for a grid file)")
 
 
 def refused_line(refused: dict[str, str]) -> str:

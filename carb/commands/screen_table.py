@@ -202,16 +202,20 @@ def next_steps(target_uri: str, tracking_uri: str, runs_url: str | None = None, 
     ``.venv/bin/carb-screen`` when the venv is not on ``PATH``) and wrapped at 120 columns with shell
     continuations (:func:`carb.commands.cli.wrap_command`), so each copy-pastes as printed. ``targets``: what
     the model predicts (the budget line offers only those; None: all three); ``zoo``: a model of named networks
-    (its grid, its machine step and its Python call name networks, not ResNet knobs)."""
+    (its grid, its machine step and its Python call name networks, not ResNet knobs). The screening lines name
+    the model (``screen.target``) and, for a zoo model, ``space=zoo``, so they screen what was just screened."""
     from carb.commands.cli import command_text, wrap_command
 
     screen = command_text("carb-screen")
     units = {"latency_ms": "ms", "energy_J": "J", "peak_memory_MB": "MB"}
     limits = " ".join(f"screen.budget.{t}=<{u}>" for t, u in units.items() if targets is None or t in targets)
+    # the model screened, named: the default target is the only champion (ambiguous, or none, in a store of
+    # several models) and the default space the ResNet grid, which a zoo model refuses
+    screen = f"{screen} space=zoo screen.target={target_uri}" if zoo else f"{screen} screen.target={target_uri}"
     lines = ["next:"]
     lines += wrap_command("  your budget   ", f"{screen} {limits}")
     if zoo:
-        lines += wrap_command("  your grid     ", f"{screen} space=zoo 'space.models=[tv:resnet50,timm:ghostnet_100]'",
+        lines += wrap_command("  your grid     ", f"{screen} 'space.models=[tv:resnet50,timm:ghostnet_100]'",
                               "   (or space.batch_sizes=[1,8] ...)")
         lines += wrap_command("  your machine  ", f"{command_text('carb-collect')} space=zoo device=cpu measure=cpu "
                               "out=zoo-mine.parquet", "   (then carb-train data.path=zoo-mine.parquet)")

@@ -36,6 +36,7 @@ from carb.analysis.training import (  # noqa: F401 - save_fit, interval_summary:
 )
 from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_tags, to_dict, wrap_line
 from carb.commands.progress import Progress
+from carb.design.identity import model_input_kind
 from carb.commands.runinfo import headline_metrics, metric_rows, split_metrics, train_params
 from carb.data.io import load_training_frame, resolve_path
 from carb.data.schema import TARGETS, device_slug, model_name
@@ -460,9 +461,26 @@ def print_fit(fit: dict[str, Any], table: str, info: dict[str, Any], run_id: str
             print(wrap_line(f"carb-train: {summary_line(xval)}"))
     if info.get("version"):
         print(wrap_line(f"carb-train: registered {fit['reg_name']} version {info['version']} (run {run_id})"))
+        print("\n".join(train_next(fit["reg_name"], info["version"], model_input_kind(fit["cascade"]))))
     from carb.commands.cli import say_run_page
 
     say_run_page(run_id, fit["config"].get("tracking", {}).get("uri"))
+
+
+def train_next(name: str, version: Any, kind: str) -> list[str]:
+    """The lines after registering ``version`` of model ``name``: screen with that version (``kind``:
+    :func:`carb.design.identity.model_input_kind`; ``zoo`` adds ``space=zoo``, the default space being the
+    ResNet grid) and make the best version ``@champion`` (a new model has none, so ``@champion`` in a URI
+    fails until ``carb-promote`` runs), wrapped at 120 columns as copy-pastable commands
+    (:func:`carb.commands.cli.wrap_command`)."""
+    from carb.commands.cli import command_text, wrap_command
+
+    space = " space=zoo" if kind == "zoo" else ""
+    return ["carb-train: next:",
+            *wrap_command("  screen        ", f"{command_text('carb-screen')}{space} "
+                          f"screen.target=models:/{name}/{version} screen.budget.latency_ms=<ms>"),
+            *wrap_command("  champion      ", f"{command_text('carb-promote')} promote.name={name}",
+                          "   (then models:/" + name + "@champion)")]
 
 
 def coverage_line(metrics: dict[str, Any]) -> str:

@@ -308,7 +308,7 @@ class Calibrate(Command):
         if self.k == 0 and not self.spec and not probe:
             raise PydanticCustomError("carb", "k=0 needs spec=<GPU name of carb/data/gpu_specs.csv> (zero-shot "
                                       "from spec sheets) or probe=<device_id>|true (a CPU, from device probes); "
-                                      "or k >= 1 with measured rows (data.path=... or measure=...)", {})
+                                      "or k >= 1 with measured rows (data.path=... or measure=...)", {"key": "k"})
         return self
 
 

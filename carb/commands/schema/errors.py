@@ -23,8 +23,9 @@ def error_line(schema: type[BaseModel], config: Any, err: dict[str, Any]) -> str
         return f"{key}: unknown key; allowed: {_fields(tp)}"
     if kind == "missing":
         return f"{key}: missing; must be {describe(tp)}"
-    if kind == "carb":
-        return f"{key}: {err['msg']}"
+    if kind == "carb":   # a model validator's error has no location: its ctx may name the key ({"key": "k"})
+        named = None if parts else (err.get("ctx") or {}).get("key")
+        return f"{named or key}: {err['msg']}"
     choices = _choices(tp)
     if choices is not None:
         return f"{key}: {value!r} is not allowed; allowed: {choices}"
