@@ -97,3 +97,13 @@ def test_zoo_excerpt_drops_a_skipped_line_with_its_wrapped_continuation():
              "  top1_source (32 of 104 without a value)", "shortlist (20; ...):", "  input batch"]
     assert drop_skipped(lines, ZOO_SKIP) == ["grid 104 candidates", "accept 13, borderline 21",
                                              "shortlist (20; ...):", "  input batch"]
+
+
+def test_zoo_example_counts_the_networks_traced_from_the_progress_lines():
+    """The zoo example's header says whether the layer tables came from the trace cache: it sums the
+    ``traced N networks into the trace cache`` lines of the commands' output (none: 0, a warm cache)."""
+    from scripts.example import traced_count
+
+    assert traced_count("carb-train: tracking store x\nregistered m version 1\n") == 0
+    assert traced_count("tracing tv:resnet18 at 224 px (1/3, not in the trace cache)\n"
+                        "traced 3 networks into the trace cache\n...\ntraced 12 networks into the trace cache") == 15
