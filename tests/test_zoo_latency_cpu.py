@@ -525,7 +525,8 @@ def test_concat_copy_replaces_the_per_kind_concat_term_and_conv_permuted_adds():
     out = cpu_terms(frame, ["concat_copy", "conv_permuted"])
     assert np.allclose(out["mb_concat_copy"], [8.0, 8.0]) and np.allclose(out["mb_conv_permuted"], [3.0, 3.0])
     calls = cpu_terms(frame.assign(tr_n_concat_copy=16.0), ["concat_calls"])   # copy kernels: per batch
-    assert list(calls.columns) == ["concat_calls_per_image"] and np.allclose(calls["concat_calls_per_image"], [16.0, 2.0])
+    assert list(calls.columns) == ["concat_calls_per_image"]
+    assert np.allclose(calls["concat_calls_per_image"], [16.0, 2.0])
     assert replaced_terms(["concat_calls"]) == ()
     assert replaced_terms(["conv_permuted", "concat_copy", "pointwise_fused"]) == (
         "mb_concat", "mb_norm", "mb_activation", "mb_elementwise")

@@ -173,8 +173,9 @@ def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CAC
     ``bytes_conv_weight_dram`` (parameter bytes of the convolutions, :data:`CONV_KINDS`, whose weights exceed
     ``cache_bytes`` and are used at least ``low_reuse`` but fewer than ``mid_reuse`` times per image),
     ``bytes_concat_copy`` (bytes read + written by the concatenations not right after a point-wise run,
-    :func:`previous_kinds` not in :data:`FUSED_KINDS`; ``n_concat_copy``: their number, per forward) and ``bytes_conv_permuted`` (activation bytes read + written
-    by the convolutions whose input is a transposed view, :func:`after_transpose`) and ``flops_linear_wide`` (FLOPs
+    :func:`previous_kinds` not in :data:`FUSED_KINDS`; ``n_concat_copy``: their number, per forward),
+    ``bytes_conv_permuted`` (activation bytes read + written by the convolutions whose input is a transposed
+    view, :func:`after_transpose`) and ``flops_linear_wide`` (FLOPs
     of the linear layers whose input and output features are both at least ``wide_features``,
     :func:`linear_features`). Same batch and precision as ``table`` (timm's CPU file: batch 1, fp32)."""
     batch = float(table.attrs.get("input_shape", (1,))[0])
@@ -316,5 +317,6 @@ def cpu_terms(frame: pd.DataFrame, names: tuple[str, ...] | list[str]) -> pd.Dat
         x = x if name in COUNT_TERMS else x / (1e9 if name in FLOP_TERMS else 1e6)
         if name in PER_BATCH_TERMS:
             x = x / pd.to_numeric(frame["batch_size"], errors="coerce").to_numpy(float)
-        out[f"{name}_per_image" if name in COUNT_TERMS else f"gflop_{name}" if name in FLOP_TERMS else f"mb_{name}"] = x
+        unit = "gflop" if name in FLOP_TERMS else "mb"
+        out[f"{name}_per_image" if name in COUNT_TERMS else f"{unit}_{name}"] = x
     return pd.DataFrame(out, index=frame.index)
