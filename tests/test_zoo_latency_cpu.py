@@ -200,7 +200,7 @@ def test_per_device_settings_apply_to_their_device_kind_only(tmp_path, capsys):
     cpu = bench.zoo_latency_settings([], device_kind="cpu")
     assert cpu["cpu_terms"] == ["weight_lowreuse", "weight_lowreuse_dram", "extern_calls", "norm_permuted",
                                 "depthwise_dram", "matmul_spill", "pointwise_fused", "conv_weight_dram", "concat_copy",
-                                "conv_permuted"]
+                                "conv_permuted", "linear_wide", "concat_calls"]
     assert cpu["gemm_regimes"] is False and shared["gemm_regimes"] is True
     bound = {"margin": 0.0, "outside": "clip", "nested_margin": True}   # z43gpu2: the CPU file keeps the old bound
     assert {k: v for k, v in cpu.items() if k != "cpu_terms"} == shared | {"gemm_regimes": False} | bound
@@ -209,7 +209,7 @@ def test_per_device_settings_apply_to_their_device_kind_only(tmp_path, capsys):
     conf = (ROOT / "conf/zoo_latency/default.yaml").read_text()
     path = tmp_path / "zl.yaml"
     path.write_text(conf.replace("cpu_terms: [weight_lowreuse, weight_lowreuse_dram, extern_calls, norm_permuted, "
-                                 "depthwise_dram, matmul_spill,\n                pointwise_fused, conv_weight_dram, concat_copy, conv_permuted]",
+                                 "depthwise_dram, matmul_spill,\n                pointwise_fused, conv_weight_dram, concat_copy, conv_permuted, linear_wide, concat_calls]",
                                  "cpu_terms: [gemv]"))
     assert path.read_text() != conf
     with pytest.raises(SystemExit) as e:
@@ -509,6 +509,7 @@ def test_cpu_parts_counts_concatenations_after_library_calls_and_convolutions_on
     t = _concat_table()
     parts = cpu_parts(t)
     assert parts["bytes_concat_copy"] == 10e6 and parts["bytes_conv_permuted"] == 3e6
+    assert parts["n_concat_copy"] == 2.0   # the two copying concatenations, not the fused one
     assert list(previous_kinds(t)[[0, 3, 5, 9]]) == ["", "conv_depthwise", "pool", "activation"]
     assert list(np.flatnonzero(after_transpose(t))) == [13, 17]
     assert cpu_parts(t.drop(columns="op"))["bytes_conv_permuted"] == 0.0   # no op column: no transposes seen
@@ -523,6 +524,10 @@ def test_concat_copy_replaces_the_per_kind_concat_term_and_conv_permuted_adds():
     frame = pd.DataFrame({"batch_size": [1, 8], "tr_bytes_concat_copy": [8e6, 8e6], "tr_bytes_conv_permuted": [3e6, 3e6]})
     out = cpu_terms(frame, ["concat_copy", "conv_permuted"])
     assert np.allclose(out["mb_concat_copy"], [8.0, 8.0]) and np.allclose(out["mb_conv_permuted"], [3.0, 3.0])
+    calls = cpu_terms(frame.assign(tr_n_concat_copy=16.0), ["concat_calls"])   # copy kernels: per batch
+    assert list(calls.columns) == ["concat_calls_per_image"]
+    assert np.allclose(calls["concat_calls_per_image"], [16.0, 2.0])
+    assert replaced_terms(["concat_calls"]) == ()
     assert replaced_terms(["conv_permuted", "concat_copy", "pointwise_fused"]) == (
         "mb_concat", "mb_norm", "mb_activation", "mb_elementwise")
     assert "mb_concat" in additive_terms(_weights_frame()).columns
@@ -569,3 +574,76 @@ def test_shipped_trace_table_has_the_concat_copy_and_conv_permuted_columns_on_th
     assert pvt.sum() >= 5 and (cp[pvt] > 0).all()
     assert (cp[(model == "pvt_v2_b2_li").to_numpy()] == 0).all()
     assert (cp[model.str.match(r"resnet\d+$").to_numpy()] == 0).all()
+
+
+def _linear_table() -> pd.DataFrame:
+    """A layer table of linear layers (each 197 tokens): ViT-B's 768 -> 3072 MLP layer, ViT-L's 1024 -> 4096 and
+    4096 -> 1024, a 1024 -> 1000 classifier head on one token, and a 1024-channel convolution."""
+    rows = [("linear", (1, 197, 768), (1, 197, 3072), 2 * 197 * 768 * 3072),
+            ("linear", (1, 197, 1024), (1, 197, 4096), 2 * 197 * 1024 * 4096),
+            ("linear", (1, 197, 4096), (1, 197, 1024), 2 * 197 * 4096 * 1024),
+            ("linear", (1, 1024), (1, 1000), 2 * 1024 * 1000),
+            ("conv_pointwise", (1, 1024, 14, 14), (1, 1024, 14, 14), 2 * 196 * 1024 * 1024)]
+    t = pd.DataFrame(rows, columns=["kind", "in_shape", "out_shape", "flops"])
+    t["bytes_read"], t["bytes_written"], t["param_bytes"], t["params"] = 1e6, 1e6, 4e6, 1e6
+    t.attrs = {"input_shape": (1, 3, 224, 224)}
+    return t
+
+
+def test_cpu_parts_counts_the_flops_of_linear_layers_wide_on_both_sides():
+    """``flops_linear_wide``: ViT-L's two linear layers (both sides >= 1024), not ViT-B's (768 in), nor the
+    1000-class head, nor a convolution; a lower bound of 768 takes ViT-B's and the head in; no shape columns: none."""
+    from carb.model.zoo_latency_cpu import WIDE_FEATURES, linear_features
+
+    t = _linear_table()
+    assert WIDE_FEATURES == 1024.0
+    assert cpu_parts(t)["flops_linear_wide"] == 2 * 2 * 197 * 1024 * 4096
+    assert cpu_parts(t, wide_features=768)["flops_linear_wide"] == (2 * 197 * (768 * 3072 + 2 * 1024 * 4096)
+                                                                     + 2 * 1024 * 1000)   # the head too
+    n_in, n_out = linear_features(t)
+    assert list(n_in) == [768, 1024, 4096, 1024, 14] and list(n_out) == [3072, 4096, 1024, 1000, 14]
+    assert cpu_parts(t.drop(columns=["in_shape", "out_shape"]))["flops_linear_wide"] == 0.0
+
+
+def test_linear_wide_is_gflop_per_image_and_carries_a_slower_rate_to_a_held_out_family():
+    """``linear_wide`` is GFLOP per image, replaces nothing; a held-out family whose wide linear layers run
+    at half the rate of the others' (0.4 ms per wide GFLOP on top of the per-kind law; theirs 0-2 GFLOP, its 20-40)
+    is carried with the term and under-predicted without it."""
+    from carb.model.zoo_latency_cpu import replaced_terms
+
+    frame = pd.DataFrame({"batch_size": [1, 8], "tr_flops_linear_wide": [3e9, 3e9]})
+    assert np.allclose(cpu_terms(frame, ["linear_wide"])["gflop_linear_wide"], [3.0, 3.0])
+    assert replaced_terms(["linear_wide"]) == ()
+    rng = np.random.default_rng(7)
+    frame = _weights_frame(7)
+    heavy = (frame["family"] == "g").to_numpy()
+    frame["tr_flops_linear_wide"] = np.where(heavy, rng.uniform(20e9, 40e9, len(frame)),
+                                             rng.choice([0.0, 1e9, 2e9], len(frame)))
+    frame["latency_ms"] = frame["latency_ms"] + 0.4 * frame["tr_flops_linear_wide"] / 1e9 * frame["batch_size"]
+    y = frame.loc[heavy, "latency_ms"] / frame.loc[heavy, "batch_size"]
+    err = {}
+    for name, terms in (("with", ("weight_lowreuse", "linear_wide")), ("without", ("weight_lowreuse",))):
+        m = AdditiveBase(huber=None, cpu_terms=terms).fit(frame[~heavy])
+        err[name] = float(np.mean(np.log(np.exp(m.predict_log(frame[heavy])) / y)))
+    assert abs(err["with"]) < 0.02 < 0.05 < abs(err["without"])
+
+
+def test_shipped_trace_table_has_the_linear_wide_and_concat_count_columns_on_the_cpu_rows():
+    """``flops_linear_wide`` and ``n_concat_copy`` of the shipped layer-table features: on the 1435 plain-graph rows
+    of timm's CPU file (NaN elsewhere); copying concatenations counted where their bytes are; wide FLOPs never more
+    than the linear FLOPs, positive on ViT-L and ViTamin-L, 0 on ViT-B and on
+    ResNets."""
+    tr = pd.read_parquet(ROOT / "carb" / "data" / "timm-zoo-trace.parquet")
+    on = tr["flops_linear_wide"].notna().to_numpy()
+    assert on.sum() == 1435 and (tr["bytes_conv_permuted"].notna().to_numpy() == on).all()
+    assert (tr["n_concat_copy"].notna().to_numpy() == on).all()
+    t = tr[on]
+    n_cc, cc = t["n_concat_copy"].to_numpy(float), t["bytes_concat_copy"].to_numpy(float)
+    assert ((n_cc > 0) == (cc > 0)).all() and (n_cc == np.round(n_cc)).all()   # a count, where there are copies
+    w = t["flops_linear_wide"].to_numpy(float)
+    assert (w >= 0).all() and (w <= t["flops_linear"].to_numpy(float) * (1 + 1e-9)).all()
+    model = t["model"].astype(str)
+    for pattern in (r"vit_large_patch16_224$", r"vitamin_large_224$"):
+        assert (w[model.str.match(pattern).to_numpy()] > 0).all() and model.str.match(pattern).any()
+    assert (w[(model == "vit_base_patch16_224").to_numpy()] == 0).all()
+    assert (w[model.str.match(r"resnet\d+$").to_numpy()] == 0).all()

@@ -63,13 +63,21 @@ settings were chosen on GPUs. A CPU at batch 1 differs in ways the layer table c
   a pooling or another concatenation. The term is the bytes read + written of the concatenations whose nearest
   earlier non-view row is not a point-wise one (:func:`previous_kinds` not in :data:`FUSED_KINDS`; chosen over
   "right after a library call" by a nested leave-family-out choice, docs/MODEL.md), in place of ``mb_concat``
-  (:data:`REPLACED_TERMS`).
+  (:data:`REPLACED_TERMS`). ``concat_calls``: the number of those concatenations per batch (``n_concat_copy``), a
+  fixed cost per copy kernel beside its bytes (DenseNet's many small copies at 56x56 and under, in cache, cost
+  less per MB than MixNet's; chosen by a nested leave-family-out choice, docs/MODEL.md, round 7).
 - **Convolutions on a permuted map** (``conv_permuted``): a convolution whose input is a transposed or permuted
   view (:data:`TRANSPOSE_OPS`; a token sequence (B, N, C) viewed as an NCHW map, which has channels-last strides:
   PVTv2's spatial-reduction convolutions and the depthwise convolution of its MLP, CoaT's and EdgeNeXt's
   convolutional position encodings, ViTamin's, DaViT's and MetaFormers' token-to-map convolutions) makes the
   library reorder its input before the call (a hypothesis; PVTv2-b2-li, whose ReLU reads the view instead, runs
   at the rate of the rest): its activation bytes read + written (:func:`after_transpose`).
+- **Wide linear layers** (``linear_wide``): a linear layer whose input and output features are both at least
+  :data:`WIDE_FEATURES` (1024: ViT-L's, ViTamin-L's, BEiT-L's, Mixer-L's blocks; not ViT-B's 768-wide ones) runs its
+  matrix product at a lower rate per FLOP on the i9 than the ViT-B-sized layers that carry ``gflop_linear``: each
+  weight matrix (4-16 MB at fp32) is beyond a core's 1 MB L2 cache and is streamed through it at every call for
+  a few hundred tokens. Its FLOPs, priced on top of ``gflop_linear`` (:func:`linear_features`; docs/MODEL.md,
+  timm's CPU file round 7).
 
 :func:`cpu_parts` gives the layer-table columns (``scripts/data/zoo_trace_features.py`` stores them in
 ``carb/data/timm-zoo-trace.parquet``; :func:`carb.data.importers.timm_zoo.with_trace` joins them as
@@ -105,11 +113,15 @@ SPILL_BYTES: float = 4e6
 #: Activation bytes read + written by one permuted layer norm beyond which its strided reads leave a core's
 #: L2 cache (1 MB: the i9-10940X's L2 per core); smaller ones are not counted (:func:`cpu_parts`).
 L2_BYTES: float = 1e6
+#: A linear layer whose input and output features are both at least this many is priced again as a wide one
+#: (``flops_linear_wide``: ViT-L-sized blocks, 1024 and up; ViT-B's 768 is not).
+WIDE_FEATURES: float = 1024.0
 #: The layer-table columns :func:`cpu_parts` gives (bytes at the table's batch and precision).
 CPU_COLUMNS: tuple[str, ...] = ("bytes_weight_lowreuse", "bytes_weight_lowreuse_dram", "bytes_membound_dram",
                                  "n_extern_calls", "bytes_norm_permuted", "bytes_depthwise_dram",
                                  "bytes_pointwise_fused", "bytes_matmul_spill", "bytes_conv_weight_dram",
-                                 "bytes_concat_copy", "bytes_conv_permuted")
+                                 "bytes_concat_copy", "bytes_conv_permuted", "flops_linear_wide",
+                                 "n_concat_copy")
 #: The kinds a compiler fuses into one loop per run (:func:`pointwise_run_bytes`), and the kinds (views) that
 #: do not break a run.
 FUSED_KINDS: tuple[str, ...] = ("norm", "activation", "elementwise")
@@ -127,20 +139,25 @@ CPU_TERMS: dict[str, str] = {"weight_lowreuse": "bytes_weight_lowreuse",
                              "matmul_spill": "bytes_matmul_spill",
                              "conv_weight_dram": "bytes_conv_weight_dram",
                              "concat_copy": "bytes_concat_copy",
-                             "conv_permuted": "bytes_conv_permuted"}
+                             "conv_permuted": "bytes_conv_permuted",
+                             "linear_wide": "flops_linear_wide",
+                             "concat_calls": "n_concat_copy"}
 #: The terms of :func:`carb.model.zoo_latency.additive_terms` a CPU term stands for instead (the additive base
 #: must drop them where it takes the term: :func:`replaced_terms`).
 REPLACED_TERMS: dict[str, tuple[str, ...]] = {"pointwise_fused": tuple(f"mb_{k}" for k in FUSED_KINDS),
                                                "concat_copy": ("mb_concat",)}
 #: The terms paid once per batch (weights read, kernels called); the others per image.
-PER_BATCH_TERMS: tuple[str, ...] = ("weight_lowreuse", "weight_lowreuse_dram", "extern_calls", "conv_weight_dram")
+PER_BATCH_TERMS: tuple[str, ...] = ("weight_lowreuse", "weight_lowreuse_dram", "extern_calls", "conv_weight_dram",
+                                     "concat_calls")
 #: The terms that count calls (the term is calls per image), not bytes (MB per image).
-COUNT_TERMS: tuple[str, ...] = ("extern_calls",)
+COUNT_TERMS: tuple[str, ...] = ("extern_calls", "concat_calls")
+#: The terms that count FLOPs (the term is GFLOP per image), not bytes.
+FLOP_TERMS: tuple[str, ...] = ("linear_wide",)
 
 
 def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CACHE_BYTES,
               l2_bytes: float = L2_BYTES, spill_bytes: float = SPILL_BYTES,
-              mid_reuse: float = MID_REUSE) -> dict[str, float]:
+              mid_reuse: float = MID_REUSE, wide_features: float = WIDE_FEATURES) -> dict[str, float]:
     """The CPU columns of a layer table (:func:`carb.design.trace.trace`'s rows: ``kind``, ``flops``,
     ``bytes_read``, ``bytes_written``, ``param_bytes``, ``params``; ``attrs["input_shape"]``): ``bytes_weight_lowreuse``
     (parameter bytes of the rows whose weights are used fewer than ``low_reuse`` times per image,
@@ -156,8 +173,11 @@ def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CAC
     ``bytes_conv_weight_dram`` (parameter bytes of the convolutions, :data:`CONV_KINDS`, whose weights exceed
     ``cache_bytes`` and are used at least ``low_reuse`` but fewer than ``mid_reuse`` times per image),
     ``bytes_concat_copy`` (bytes read + written by the concatenations not right after a point-wise run,
-    :func:`previous_kinds` not in :data:`FUSED_KINDS`) and ``bytes_conv_permuted`` (activation bytes read + written
-    by the convolutions whose input is a transposed view, :func:`after_transpose`). Same batch and precision as ``table`` (timm's CPU file: batch 1, fp32)."""
+    :func:`previous_kinds` not in :data:`FUSED_KINDS`; ``n_concat_copy``: their number, per forward),
+    ``bytes_conv_permuted`` (activation bytes read + written by the convolutions whose input is a transposed
+    view, :func:`after_transpose`) and ``flops_linear_wide`` (FLOPs
+    of the linear layers whose input and output features are both at least ``wide_features``,
+    :func:`linear_features`). Same batch and precision as ``table`` (timm's CPU file: batch 1, fp32)."""
     batch = float(table.attrs.get("input_shape", (1,))[0])
     pb = table["param_bytes"].to_numpy(float)
     params = table["params"].to_numpy(float)
@@ -167,6 +187,9 @@ def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CAC
     mem = table["kind"].isin(MEMORY_KINDS).to_numpy()
     low = (pb > 0) & (reuse < low_reuse)
     act = moved - pb   # activation bytes read + written
+    copies = (table["kind"] == "concat").to_numpy() & ~np.isin(previous_kinds(table), FUSED_KINDS)
+    n_in, n_out = linear_features(table)
+    wide = (table["kind"] == "linear").to_numpy() & (np.minimum(n_in, n_out) >= wide_features)
     conv_mid = table["kind"].isin(CONV_KINDS).to_numpy() & (pb > cache_bytes) & (reuse >= low_reuse) & (reuse < mid_reuse)
     return {"bytes_weight_lowreuse": float(pb[low].sum()),
             "bytes_weight_lowreuse_dram": float(pb[low & (pb > cache_bytes)].sum()),
@@ -177,9 +200,22 @@ def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CAC
             "bytes_pointwise_fused": pointwise_run_bytes(table),
             "bytes_matmul_spill": float(act[(table["kind"] == "matmul").to_numpy() & (act > spill_bytes)].sum()),
             "bytes_conv_weight_dram": float(pb[conv_mid].sum()),
-            "bytes_concat_copy": float(moved[(table["kind"] == "concat").to_numpy()
-                                             & ~np.isin(previous_kinds(table), FUSED_KINDS)].sum()),
-            "bytes_conv_permuted": float(act[table["kind"].isin(CONV_KINDS).to_numpy() & after_transpose(table)].sum())}
+            "bytes_concat_copy": float(moved[copies].sum()),
+            "n_concat_copy": float(copies.sum()),
+            "bytes_conv_permuted": float(act[table["kind"].isin(CONV_KINDS).to_numpy() & after_transpose(table)].sum()),
+            "flops_linear_wide": float(table["flops"].to_numpy(float)[wide].sum())}
+
+
+def linear_features(table: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of a layer table (n,) the last dimension of its input and of its output (``in_shape``,
+    ``out_shape``): a linear layer's input and output features. 0 where a shape is missing, and everywhere in a
+    table without those columns."""
+    def last(col: str) -> np.ndarray:
+        if col not in table.columns:
+            return np.zeros(len(table))
+        return np.array([float(s[-1]) if isinstance(s, (tuple, list, np.ndarray)) and len(s) else 0.0
+                         for s in table[col]], float)
+    return last("in_shape"), last("out_shape")
 
 
 def previous_kinds(table: Any) -> np.ndarray:
@@ -263,7 +299,8 @@ def permuted_norm_rows(table: Any) -> np.ndarray:
 
 def cpu_terms(frame: pd.DataFrame, names: tuple[str, ...] | list[str]) -> pd.DataFrame:
     """The additive terms ``names`` (each a key of :data:`CPU_TERMS`; n rows, MB per image, or calls per
-    image for :data:`COUNT_TERMS`: ``<name>_per_image``) from the frame's ``tr_<column>`` (per image at fp32,
+    image for :data:`COUNT_TERMS`: ``<name>_per_image``, or GFLOP per image for :data:`FLOP_TERMS`:
+    ``gflop_<name>``) from the frame's ``tr_<column>`` (per image at fp32,
     :func:`carb.data.importers.timm_zoo.with_trace`) and ``batch_size``: the weight terms and kernel calls
     (:data:`PER_BATCH_TERMS`) are paid once per batch (MB or calls / batch), the others per image.
     NaN in a row without a trace. An unknown name or a frame without the column: one-line
@@ -277,8 +314,9 @@ def cpu_terms(frame: pd.DataFrame, names: tuple[str, ...] | list[str]) -> pd.Dat
             raise DatasetError(f"cpu_terms: {name!r} needs column {col!r}, which the data lacks (refresh the "
                                "layer-table features: python scripts/data/zoo_trace_features.py --refresh)")
         x = pd.to_numeric(frame[col], errors="coerce").to_numpy(float)
-        x = x if name in COUNT_TERMS else x / 1e6
+        x = x if name in COUNT_TERMS else x / (1e9 if name in FLOP_TERMS else 1e6)
         if name in PER_BATCH_TERMS:
             x = x / pd.to_numeric(frame["batch_size"], errors="coerce").to_numpy(float)
-        out[f"{name}_per_image" if name in COUNT_TERMS else f"mb_{name}"] = x
+        unit = "gflop" if name in FLOP_TERMS else "mb"
+        out[f"{name}_per_image" if name in COUNT_TERMS else f"{unit}_{name}"] = x
     return pd.DataFrame(out, index=frame.index)
