@@ -672,7 +672,7 @@ def test_zoo_latency_settings_from_conf_checked_by_the_schema(capsys):
     assert bench.zoo_latency_settings(["amp_split=false", "n_estimators=7"])["n_estimators"] == 7
     for bad, needle in (("n_estimators=0", "n_estimators"), ("amp_split=maybe", "amp_split"),
                         ("gemm=true", "gemm"), ("base=roofline", "base"), ("outside=edge", "outside"),
-                        ("margin=-1", "margin")):
+                        ("margin=-1", "margin"), ("input_bytes=maybe", "input_bytes")):
         with pytest.raises(SystemExit) as e:
             bench.zoo_latency_settings([bad])
         assert e.value.code == 2

@@ -599,7 +599,7 @@ class ZooLatencyModel:
                  residual: float = 1.0, margin: float | None = 0.05, gemm_regimes: bool = True,
                  amp_split: bool = True, sdpa_math_io: bool = True, other_bytes: bool = True,
                  cpu_terms: tuple[str, ...] = (), outside: str = "overshoot", nested_margin: bool = False,
-                 dw_nonsquare: bool = True, bmm_tiles: bool = False, input_bytes: bool | str = False):
+                 dw_nonsquare: bool = True, bmm_tiles: bool = False, input_bytes: bool | str = "cv"):
         if base not in ("loglinear", "additive"):
             raise DatasetError(f"ZooLatencyModel: base={base!r} is not allowed; allowed: loglinear, additive")
         self.n_estimators, self.learning_rate = n_estimators, learning_rate
