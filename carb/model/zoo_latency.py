@@ -17,7 +17,9 @@ and predicts ``latency_ms`` per batch (n,), so batches of different size are one
   :func:`carb.design.zoo_features.gemm_regimes`; under autocast the memory-bound bytes moved at fp32 apart:
   :func:`carb.design.zoo_features.amp_memory_split`; attention off the fused kernels by every byte its math
   path moves: :func:`sdpa_math_bytes`; operations of no other kind by their bytes; on a GPU, non-square depthwise
-  convolutions, which PyTorch keeps off cuDNN, by their FLOPs on top: :func:`gpu_parts`);
+  convolutions, which PyTorch keeps off cuDNN, by their FLOPs on top: :func:`gpu_parts`; on a GPU, the fp32 input
+  image's bytes where a family-disjoint cross-validation of the training rows keeps them: :func:`input_mb`,
+  :func:`choose_by_family_cv`);
   it is fitted Huber-robust on the log error (:func:`huber_weights`), so a
   family whose time its layer table does not explain (a graph traced other than the one timed) pulls the
   costs of the others less. A row without one takes a log-linear base on params, GMACs, activations,
@@ -475,7 +477,7 @@ class AdditiveBase:
     bytes mixed precision moves at fp32 apart; ``sdpa_math_io``: every byte of attention's math path;
     ``other_bytes``: the bytes of operations of no other kind; ``dw_nonsquare``: the FLOPs of non-square
     depthwise convolutions on GPU rows on top; ``bmm_tiles``: the output tiles of batched matrix products on GPU
-    rows (all :func:`additive_terms`); ``cpu_terms``: CPU
+    rows; ``input_bytes``: the fp32 input image's MB on GPU rows (all :func:`additive_terms`); ``cpu_terms``: CPU
     terms on top (:mod:`carb.model.zoo_latency_cpu`, a per-device setting)."""
 
     def __init__(self, iterations: int = 10, huber: float | None = 0.1, gemm_regimes: bool = False,
@@ -591,6 +593,13 @@ class ZooLatencyModel:
     per image cost what their FLOPs do not say). Off by default: on against off (session of 2026-12-07, round 4):
     families within 20 % 76, 82, 81, 78 against 76, 82, 82, 79, VOLO 4-8 points closer on every GPU but GCViT's
     49-token windows 4-16 points further off, pooled MAPE worse on the RTX 3090 and PRO 6000 (docs/MODEL.md).
+    ``input_bytes``: the additive base prices the fp32 input image's MB per image on GPU rows (:func:`input_mb`:
+    autocast's cast and the 3-channel stem, beside the fixed cost per batch, which falls to 0 beside it); ``"cv"``
+    (the default): each fit keeps it where a family-disjoint cross-validation of its own training rows says so
+    (:func:`choose_by_family_cv`; the choice is ``input_bytes_``), so a leave-one-family-out evaluation chooses
+    it without the held-out family. ``cv`` against off (session of 2026-12-07, round 5): families within 20 % 76,
+    81, 83, 81 against 76, 82, 82, 79 (RTX 3090, 4090, 5090, PRO 6000), worst family 31.6, 23.4, 27.1, 31.3 against
+    31.6, 23.8, 26.7, 39.5 %, lowest Spearman 0.64, 0.76, 0.86, 0.62 against 0.64, 0.77, 0.84, 0.69 (docs/MODEL.md).
     """
 
     def __init__(self, n_estimators: int = 300, learning_rate: float = 0.03, num_leaves: int = 15,
