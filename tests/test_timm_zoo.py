@@ -691,7 +691,7 @@ def test_zoo_latency_settings_from_conf_checked_by_the_schema(capsys):
     assert bench.zoo_latency_settings(["amp_split=false", "n_estimators=7"])["n_estimators"] == 7
     for bad, needle in (("n_estimators=0", "n_estimators"), ("amp_split=maybe", "amp_split"),
                         ("gemm=true", "gemm"), ("base=roofline", "base"), ("outside=edge", "outside"),
-                        ("margin=-1", "margin")):
+                        ("margin=-1", "margin"), ("input_bytes=maybe", "input_bytes")):
         with pytest.raises(SystemExit) as e:
             bench.zoo_latency_settings([bad])
         assert e.value.code == 2
@@ -903,3 +903,57 @@ def test_public_rank_and_quantile_helpers():
     assert weighted_quantile(x, np.ones(5), 0.5) == 3.0 and weighted_quantile(x, np.full(5, 7.0), 0.5) == 3.0
     assert weighted_quantile(x, np.array([0.0, 0.0, 0.0, 0.0, 1.0]), 0.05) == 5.0   # all weight on 5
     assert weighted_quantile(x[::-1], np.ones(5), 0.2) == 1.0 and weighted_quantile(x, np.ones(5), 1.0) == 5.0
+
+
+def _input_frame(seed: int = 0) -> pd.DataFrame:
+    """:func:`_additive_frame`'s rows on a GPU with a cost of 0.05 ms per MB of the fp32 input image per image
+    (3 x size^2 x 4 bytes), which its layer-table columns do not hold; family ``g`` is fed 512 px inputs, the
+    others keep 160-288 px."""
+    out = _additive_frame(seed).assign(device_kind="gpu")
+    out.loc[out["family"] == "g", "input_size"] = 512
+    s, b = out["input_size"].to_numpy(float), out["batch_size"].to_numpy(float)
+    return out.assign(latency_ms=out["latency_ms"] + 0.05 * 3 * s * s * 4 / 1e6 * b)
+
+
+def test_additive_base_prices_input_bytes_on_gpu_rows_for_a_held_out_family():
+    """With ``input_bytes`` the base has ``mb_input`` (the fp32 input's MB per image, 0 on a CPU row, beside the
+    fixed cost per batch) and carries its cost to the held-out ``g`` at a larger input; without it ``g`` is
+    predicted too fast. The setting is conf/zoo_latency's (``input_bytes``, schema ZooLatency) and reaches the
+    model's base."""
+    from carb.commands.schema.groups import ZooLatency
+    from carb.model.zoo_latency import AdditiveBase, additive_terms, input_mb
+
+    frame = _input_frame()
+    on, off = additive_terms(frame, input_bytes=True), additive_terms(frame)
+    assert "mb_input" not in off.columns and "per_image" in on.columns
+    assert np.allclose(on["mb_input"], 3 * frame["input_size"].to_numpy(float) ** 2 * 4 / 1e6)
+    assert np.allclose(input_mb(frame.iloc[:1].assign(input_size=224)), 0.602112)
+    assert (additive_terms(frame.assign(device_kind="cpu"), input_bytes=True)["mb_input"] == 0).all()
+    test = (frame["family"] == "g").to_numpy()
+    y = (frame.loc[test, "latency_ms"] / frame.loc[test, "batch_size"]).to_numpy(float)
+    err = {}
+    for flag in (False, True):
+        m = AdditiveBase(huber=None, input_bytes=flag).fit(frame[~test])
+        err[flag] = np.log(np.exp(m.predict_log(frame[test])) / y)
+    assert np.abs(err[True]).mean() < 0.02 and err[False].mean() < -0.05
+    assert m.costs()["mb_input"] == pytest.approx(0.05, rel=0.05)
+    model = ZooLatencyModel(n_estimators=20, min_child_samples=5, input_bytes=True).fit(frame[~test])
+    assert model.tbase_.input_bytes and "mb_input" in model.tbase_.terms_
+    assert "input_bytes" in ZooLatency.model_fields
+
+
+def test_input_bytes_cv_chooses_the_term_by_family_disjoint_folds_of_the_training_rows():
+    """``input_bytes="cv"``: the fit keeps ``mb_input`` where a family-disjoint cross-validation of its own rows
+    says it lowers the mean family MAPE (the GPU rows that pay for their input), not where it cannot (CPU rows: the
+    term is 0 there, a tie keeps it off); an unknown value is one line naming the allowed ones."""
+    from carb.errors import DatasetError
+    from carb.model.zoo_latency import choose_by_family_cv
+
+    frame = _input_frame()
+    gpu = ZooLatencyModel(n_estimators=20, min_child_samples=5, input_bytes="cv").fit(frame)
+    assert gpu.input_bytes_ is True and "mb_input" in gpu.tbase_.terms_
+    cpu = ZooLatencyModel(n_estimators=20, min_child_samples=5, input_bytes="cv").fit(frame.assign(device_kind="cpu"))
+    assert cpu.input_bytes_ is False and "mb_input" not in cpu.tbase_.terms_
+    assert choose_by_family_cv(frame.drop(columns="family"), [ZooLatencyModel, ZooLatencyModel]) == 0
+    with pytest.raises(DatasetError, match="input_bytes='maybe' is not allowed; allowed: true, false, cv"):
+        ZooLatencyModel(input_bytes="maybe")

@@ -17,7 +17,9 @@ and predicts ``latency_ms`` per batch (n,), so batches of different size are one
   :func:`carb.design.zoo_features.gemm_regimes`; under autocast the memory-bound bytes moved at fp32 apart:
   :func:`carb.design.zoo_features.amp_memory_split`; attention off the fused kernels by every byte its math
   path moves: :func:`sdpa_math_bytes`; operations of no other kind by their bytes; on a GPU, non-square depthwise
-  convolutions, which PyTorch keeps off cuDNN, by their FLOPs on top: :func:`gpu_parts`);
+  convolutions, which PyTorch keeps off cuDNN, by their FLOPs on top: :func:`gpu_parts`; on a GPU, the fp32 input
+  image's bytes where a family-disjoint cross-validation of the training rows keeps them: :func:`input_mb`,
+  :func:`choose_by_family_cv`);
   it is fitted Huber-robust on the log error (:func:`huber_weights`), so a
   family whose time its layer table does not explain (a graph traced other than the one timed) pulls the
   costs of the others less. A row without one takes a log-linear base on params, GMACs, activations,
@@ -37,6 +39,8 @@ and predicts ``latency_ms`` per batch (n,), so batches of different size are one
   A row without a trace has NaN there, which LightGBM routes down its missing-value branch.
 """
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -175,7 +179,8 @@ ADDITIVE_BYTE_KINDS: tuple[str, ...] = ("conv_regular", "conv_pointwise", "conv_
 
 def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: bool = False,
                    sdpa_math_io: bool = False, other_bytes: bool = False,
-                   dw_nonsquare: bool = False, bmm_tiles: bool = False) -> pd.DataFrame:
+                   dw_nonsquare: bool = False, bmm_tiles: bool = False,
+                   input_bytes: bool = False) -> pd.DataFrame:
     """The terms of :class:`AdditiveBase` (n rows, each a time source per image in its own unit), from the
     ``tr_*`` columns (per image, fp32) and ``batch_size``: ``gflop_<kind>`` (GFLOPs of each compute kind,
     :data:`TRACE_COMPUTE_KINDS`), ``mb_<kind>`` (MB read + written by each memory-bound kind,
@@ -204,7 +209,9 @@ def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: b
     CPU row). With ``bmm_tiles`` and the trace's ``bmm_tiles`` (:func:`gpu_parts`), ``ktiles_bmm``: the thousands
     of :data:`BMM_TILE`-square output tiles of batched matrix products per image, one thread block each, on GPU rows
     (0 on a CPU row): VOLO's 1,176 products of 9 x 9 by 9 x 32 matrices per outlooker and image do 0.006 GFLOPs
-    and pay a block each. NaN in a row without a trace."""
+    and pay a block each. With ``input_bytes``, ``mb_input``: the input image's MB per image at fp32
+    (:func:`input_mb`), on GPU rows (0 on a CPU row), beside ``per_image`` (on timm's GPU files it takes the fixed
+    cost's place: ``per_image`` is then fitted at 0). NaN in a row without a trace."""
     who = "the zoo latency model's additive base"
     b = _col(frame, "batch_size", who)
     out = {f"gflop_{k}": _col(frame, f"tr_flops_{k}", who) / 1e9 for k in TRACE_COMPUTE_KINDS}
@@ -235,7 +242,18 @@ def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: b
                 "mb_elementwise_param": np.where(amp, _col(frame, "tr_bytes_elementwise_param", who) / 1e6, 0.0)}
     out |= {"ops_per_image": _col(frame, "tr_n_ops", who) / b,
             "weight_mb_per_image": _col(frame, "tr_param_bytes", who) / 1e6 / b, "per_image": 1.0 / b}
+    if input_bytes:   # the input's own passes (autocast's cast, the 3-channel stem)
+        out["mb_input"] = np.where(gpu_rows(frame), input_mb(frame), 0.0)
     return pd.DataFrame(out, index=frame.index)
+
+
+def input_mb(frame: pd.DataFrame) -> np.ndarray:
+    """MB per image (n,) of the input image at fp32: ``3 * input_size^2 * 4 / 1e6`` (timm's files feed 3-channel
+    square fp32 inputs). Under autocast it is read at fp32 and written at fp16 by the cast before the stem, and the
+    stem convolution reads its 3 channels, which fp16 tensor-core kernels pad (NCHW: a layout transform too), at a
+    cost per byte no per-kind throughput of the rest of the network says."""
+    s = _col(frame, "input_size", "the zoo latency model's input bytes")
+    return 3 * s * s * 4 / 1e6
 
 
 #: The math path of attention (PyTorch's ``_scaled_dot_product_attention_math``, a call no fused kernel
@@ -398,6 +416,46 @@ def bounded(base: np.ndarray, corrected: np.ndarray, hj: np.ndarray, margin: flo
     return np.where(np.isfinite(hj) & np.isfinite(base), out, corrected)
 
 
+#: Folds of whole families and the least models a family needs to be scored in :func:`choose_by_family_cv`.
+CV_FOLDS: int = 5
+CV_MIN_MODELS: int = 5
+
+
+def choose_by_family_cv(frame: pd.DataFrame, variants: list, weight: np.ndarray | None = None,
+                        folds: int = CV_FOLDS, min_models: int = CV_MIN_MODELS, seed: int = 0) -> int:
+    """The index of the variant (factories of unfitted :class:`AdditiveBase`) whose family-disjoint
+    cross-validation on ``frame``'s traced rows (``folds`` groups of whole ``family`` values, shuffled with
+    ``seed``; ``weight`` (n,) optional per-row fit weights) has the lowest mean family MAPE over the families
+    with at least ``min_models`` models (ties and a frame without ``family``, or too few families: 0). A
+    setting of the base chosen so, inside a fit, is chosen on the training families only: in a
+    leave-one-family-out evaluation the held-out family never takes part (a nested choice)."""
+    if "family" not in frame.columns or len(variants) < 2:
+        return 0
+    fam = frame["family"].astype(str).to_numpy()
+    names = np.unique(fam)
+    if len(names) < folds:
+        return 0
+    order = np.random.default_rng(seed).permutation(len(names))
+    fold = pd.Series(np.arange(len(names)) % folds, index=names[order]).reindex(fam).to_numpy()
+    n_models = frame.groupby(fam)["model"].nunique() if "model" in frame.columns else pd.Series(dtype=float)
+    scored = np.isin(fam, n_models.index[n_models >= min_models])
+    y = np.exp(per_image_log_ms(frame))
+    scores = []
+    for make in variants:
+        pred = np.full(len(frame), np.nan)
+        for g in range(folds):
+            test = fold == g
+            try:
+                m = make().fit(frame[~test], None if weight is None else np.asarray(weight)[~test])
+            except DatasetError:
+                continue
+            pred[test] = np.exp(m.predict_log(frame[test]))
+        ok = scored & np.isfinite(pred) & np.isfinite(y)
+        ape = pd.Series(np.abs(pred[ok] / y[ok] - 1)).groupby(fam[ok]).mean()
+        scores.append(float(ape.mean()) if len(ape) else np.inf)
+    return int(np.argmin(scores))
+
+
 def huber_weights(resid: np.ndarray, k: float | None) -> np.ndarray:
     """Huber's iteratively-reweighted-least-squares weights (n,) of log residuals ``resid`` (n,): 1 where
     ``|r| <= k``, ``k / |r|`` beyond (a row 10x off counts as ``k / 2.3`` of a row, not 2.3^2 / k^2 times it);
@@ -419,14 +477,16 @@ class AdditiveBase:
     bytes mixed precision moves at fp32 apart; ``sdpa_math_io``: every byte of attention's math path;
     ``other_bytes``: the bytes of operations of no other kind; ``dw_nonsquare``: the FLOPs of non-square
     depthwise convolutions on GPU rows on top; ``bmm_tiles``: the output tiles of batched matrix products on GPU
-    rows (all :func:`additive_terms`); ``cpu_terms``: CPU
+    rows; ``input_bytes``: the fp32 input image's MB on GPU rows (all :func:`additive_terms`); ``cpu_terms``: CPU
     terms on top (:mod:`carb.model.zoo_latency_cpu`, a per-device setting)."""
 
     def __init__(self, iterations: int = 10, huber: float | None = 0.1, gemm_regimes: bool = False,
                  amp_split: bool = False, sdpa_math_io: bool = False, other_bytes: bool = False,
-                 cpu_terms: tuple[str, ...] = (), dw_nonsquare: bool = False, bmm_tiles: bool = False):
+                 cpu_terms: tuple[str, ...] = (), dw_nonsquare: bool = False, bmm_tiles: bool = False,
+                 input_bytes: bool = False):
         self.iterations, self.huber, self.gemm_regimes = iterations, huber, gemm_regimes
         self.amp_split, self.dw_nonsquare, self.bmm_tiles = amp_split, dw_nonsquare, bmm_tiles
+        self.input_bytes = input_bytes
         self.sdpa_math_io, self.other_bytes = sdpa_math_io, other_bytes
         self.cpu_terms = tuple(cpu_terms)
 
@@ -435,7 +495,7 @@ class AdditiveBase:
         terms ``cpu_terms`` (:func:`carb.model.zoo_latency_cpu.cpu_terms`; none by default), without the
         :func:`additive_terms` columns those stand for (:func:`carb.model.zoo_latency_cpu.replaced_terms`)."""
         out = additive_terms(frame, self.gemm_regimes, self.amp_split, self.sdpa_math_io, self.other_bytes,
-                             self.dw_nonsquare, self.bmm_tiles)
+                             self.dw_nonsquare, self.bmm_tiles, self.input_bytes)
         if not self.cpu_terms:
             return out
         from carb.model.zoo_latency_cpu import cpu_terms, replaced_terms
@@ -453,7 +513,9 @@ class AdditiveBase:
         if ok.sum() <= X.shape[1]:
             raise DatasetError(f"AdditiveBase: {int(ok.sum())} traced rows, need more than {X.shape[1]}")
         pos = np.where(X[ok] > 0, X[ok], np.nan)
-        scale = np.nanmedian(pos, axis=0) if np.isfinite(pos).any() else np.ones(X.shape[1])
+        with warnings.catch_warnings():   # a term that is 0 on every row (a GPU term on CPU rows): scale 1
+            warnings.simplefilter("ignore", RuntimeWarning)
+            scale = np.nanmedian(pos, axis=0) if np.isfinite(pos).any() else np.ones(X.shape[1])
         self.scale_ = np.where(np.isfinite(scale) & (scale > 0), scale, 1.0)
         Xs, yo = X[ok] / self.scale_, y[ok]
         w0 = np.ones(len(yo)) if weight is None else np.asarray(weight, float)[ok]
@@ -531,6 +593,13 @@ class ZooLatencyModel:
     per image cost what their FLOPs do not say). Off by default: on against off (session of 2026-12-07, round 4):
     families within 20 % 76, 82, 81, 78 against 76, 82, 82, 79, VOLO 4-8 points closer on every GPU but GCViT's
     49-token windows 4-16 points further off, pooled MAPE worse on the RTX 3090 and PRO 6000 (docs/MODEL.md).
+    ``input_bytes``: the additive base prices the fp32 input image's MB per image on GPU rows (:func:`input_mb`:
+    autocast's cast and the 3-channel stem, beside the fixed cost per batch, which falls to 0 beside it); ``"cv"``
+    (the default): each fit keeps it where a family-disjoint cross-validation of its own training rows says so
+    (:func:`choose_by_family_cv`; the choice is ``input_bytes_``), so a leave-one-family-out evaluation chooses
+    it without the held-out family. ``cv`` against off (session of 2026-12-07, round 5): families within 20 % 76,
+    81, 83, 81 against 76, 82, 82, 79 (RTX 3090, 4090, 5090, PRO 6000), worst family 31.6, 23.4, 27.1, 31.3 against
+    31.6, 23.8, 26.7, 39.5 %, lowest Spearman 0.64, 0.76, 0.86, 0.62 against 0.64, 0.77, 0.84, 0.69 (docs/MODEL.md).
     """
 
     def __init__(self, n_estimators: int = 300, learning_rate: float = 0.03, num_leaves: int = 15,
@@ -539,7 +608,7 @@ class ZooLatencyModel:
                  residual: float = 1.0, margin: float | None = 0.05, gemm_regimes: bool = True,
                  amp_split: bool = True, sdpa_math_io: bool = True, other_bytes: bool = True,
                  cpu_terms: tuple[str, ...] = (), outside: str = "overshoot", nested_margin: bool = False,
-                 dw_nonsquare: bool = True, bmm_tiles: bool = False):
+                 dw_nonsquare: bool = True, bmm_tiles: bool = False, input_bytes: bool | str = "cv"):
         if base not in ("loglinear", "additive"):
             raise DatasetError(f"ZooLatencyModel: base={base!r} is not allowed; allowed: loglinear, additive")
         self.n_estimators, self.learning_rate = n_estimators, learning_rate
@@ -548,8 +617,10 @@ class ZooLatencyModel:
         self.trace, self.trace_base, self.base, self.residual = trace, trace_base, base, residual
         self.margin, self.gemm_regimes, self.amp_split = margin, gemm_regimes, amp_split
         self.sdpa_math_io, self.other_bytes, self.dw_nonsquare = sdpa_math_io, other_bytes, dw_nonsquare
-        self.bmm_tiles = bmm_tiles
+        self.bmm_tiles, self.input_bytes = bmm_tiles, input_bytes
         self.cpu_terms = tuple(cpu_terms)   # per-device CPU terms of the additive base (timm's CPU file)
+        if input_bytes not in (True, False, "cv"):
+            raise DatasetError(f"ZooLatencyModel: input_bytes={input_bytes!r} is not allowed; allowed: true, false, cv")
         if outside not in OUTSIDE:
             raise DatasetError(f"ZooLatencyModel: outside={outside!r} is not allowed; allowed: {', '.join(OUTSIDE)}")
         self.outside, self.nested_margin = outside, nested_margin
@@ -565,13 +636,13 @@ class ZooLatencyModel:
         self.base_ = _Base().fit(frame, w)
         self.hj_ = HiddenJoulesRegression().fit(frame, w)
         self.tbase_ = None
+        self.input_bytes_ = self.input_bytes is True
         if self.trace and (self.trace_base or self.base == "additive") and "tr_flops" in frame.columns:
             try:
-                self.tbase_ = (AdditiveBase(gemm_regimes=self.gemm_regimes, amp_split=self.amp_split,
-                                            sdpa_math_io=self.sdpa_math_io, other_bytes=self.other_bytes,
-                                            cpu_terms=self.cpu_terms, dw_nonsquare=self.dw_nonsquare,
-                                            bmm_tiles=self.bmm_tiles)
-                               if self.base == "additive"
+                if self.base == "additive" and self.input_bytes == "cv":
+                    self.input_bytes_ = bool(choose_by_family_cv(
+                        frame, [lambda: self._additive(False), lambda: self._additive(True)], w))
+                self.tbase_ = (self._additive(self.input_bytes_) if self.base == "additive"
                                else _TraceBase()).fit(frame, w)
             except DatasetError:   # too few traced rows: the plain base only
                 self.tbase_ = None
@@ -586,6 +657,13 @@ class ZooLatencyModel:
         self.features_ = list(X.columns)
         self.booster_.fit(X[ok], resid[ok], sample_weight=None if w is None else w[ok])
         return self
+
+    def _additive(self, input_bytes: bool) -> AdditiveBase:
+        """An unfitted :class:`AdditiveBase` with this model's settings and ``input_bytes``."""
+        return AdditiveBase(gemm_regimes=self.gemm_regimes, amp_split=self.amp_split,
+                            sdpa_math_io=self.sdpa_math_io, other_bytes=self.other_bytes,
+                            cpu_terms=self.cpu_terms, dw_nonsquare=self.dw_nonsquare,
+                            bmm_tiles=self.bmm_tiles, input_bytes=input_bytes)
 
     def components(self, frame: pd.DataFrame) -> pd.DataFrame:
         """The log time per image (n rows) of the base (``base``), the base times the correction
