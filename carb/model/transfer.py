@@ -320,7 +320,7 @@ class TransferredCascade:
 
     def __init__(self, source: Any, affine_min_k: int = 5, residual_min_k: int = 20, coverage: float = 0.9,
                  ridge_alpha: float = 3.0, slope_bounds: tuple[float, float] = (0.5, 2.0),
-                 precision_shrink: float | str = 0.0, dispatch: bool = True, error_prior: Any = None,
+                 precision_shrink: float | str = "auto", dispatch: bool = True, error_prior: Any = None,
                  prior_rows: float = 10.0, prior_targets: tuple[str, ...] = ("latency_ms", "energy_J"),
                  unseen_widen: float = 0.354, pair_prior: Any = None, repeat_floor: dict[str, float] | None = None,
                  base_offsets_only: bool = True, keep_zero_shot: bool = False,
