@@ -1,6 +1,6 @@
 """Study (issue 44): which model settings the small extra sources (the Zen 4, 560 rows, and the Xeon, 227: shipped
-CPU datasets of ``transfer.extra_sources: auto``) are trained with, and the single-source calibration's shrink, each chosen
-leave-one-target-device-out.
+CPU datasets of ``transfer.extra_sources: auto``) are trained with, and the single-source calibration's shrink,
+each chosen leave-one-target-device-out.
 
 For each setting of ``--variants`` the Zen 4's and the Xeon's cascades are fitted on all their rows (the Zen 5's, the
 user's shipped source, keeps ``carb_fast``), every target's multi-source base is built from the other CPUs' probe
