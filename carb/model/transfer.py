@@ -7,10 +7,11 @@ recalibrates each target in log space on the K target rows:
 * ``scale`` (any K >= 1):  ``log y = a + log p``               (one factor per target)
 * ``affine`` (K >= ``affine_min_k``): ``log y = a + b log p``   (b > 0: order of candidates kept)
 * ``precision`` (two precisions or more among the K rows): the offset ``a`` per precision (shrunk toward
-  the common one by ``precision_shrink`` rows, by default 0: each precision's own mean; ``"auto"``: by
+  the common one by ``precision_shrink`` rows; 0: each precision's own mean; ``"auto"``, the default: by
   empirical Bayes from the K rows, :func:`empirical_bayes_shrink`, which on 3-4 space-filling rows per precision
-  pooled the precisions of every CPU target into one offset; issue 44, ``scripts.studies.transfer_shrink``
-  chose 0 leave-one-target-out); an instruction set changes one precision's kernels and
+  pools the precisions of a CPU target into one offset; issue 44, ``scripts.studies.transfer_shrink`` chose 0
+  leave-one-target-out with the 227-row Zen 4, ``auto`` with the 560-row one); an instruction set changes one
+  precision's kernels and
   not another's (bf16 without native bf16 instructions is ~30x slower than with them). A precision
   not among the K rows gets the common offset.
 
