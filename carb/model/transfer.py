@@ -11,8 +11,8 @@ recalibrates each target in log space on the K target rows:
   empirical Bayes from the K rows, :func:`empirical_bayes_shrink`, which on 3-4 space-filling rows per precision
   pools the precisions of a CPU target into one offset; issue 44, ``scripts.studies.transfer_shrink`` chose 0
   leave-one-target-out with the 227-row Zen 4, ``auto`` with the 560-row one); an instruction set changes one
-  precision's kernels and
-  not another's (bf16 without native bf16 instructions is ~30x slower than with them). A precision
+  precision's kernels and not another's (bf16 without native bf16 instructions is ~30x slower than with
+  them). A precision
   not among the K rows gets the common offset.
 
 On a zero-shot base (the device probes' or the spec records' prediction) with fewer than ``residual_min_k``
