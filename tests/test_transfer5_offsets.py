@@ -68,7 +68,7 @@ def test_k_rows_on_a_probe_base_fit_offsets_only(cpu_model):  # noqa: F811
 
 
 def test_calibrate_settings_pass_the_offset_rules_through():
-    """conf/calibrate.yaml's transfer.precision_shrink (0), base_offsets_only and keep_zero_shot reach the
+    """conf/calibrate.yaml's transfer.precision_shrink (auto), base_offsets_only and keep_zero_shot reach the
     transfer; a shrink that is neither a number nor auto is one line naming the field."""
     from carb.commands.calibrate import transfer_settings
     from carb.commands.checks import check_config
@@ -76,7 +76,7 @@ def test_calibrate_settings_pass_the_offset_rules_through():
     from carb.errors import ConfigError
 
     kw = transfer_settings(compose("calibrate", []))
-    assert kw["precision_shrink"] == 0.0 and kw["base_offsets_only"] is True and kw["keep_zero_shot"] is False
+    assert kw["precision_shrink"] == "auto" and kw["base_offsets_only"] is True and kw["keep_zero_shot"] is False
     kw = transfer_settings(compose("calibrate", ["transfer.precision_shrink=2", "transfer.keep_zero_shot=true"]))
     assert kw["precision_shrink"] == 2.0 and kw["keep_zero_shot"] is True
     with pytest.raises(ConfigError, match="precision_shrink"):

@@ -7,11 +7,12 @@ recalibrates each target in log space on the K target rows:
 * ``scale`` (any K >= 1):  ``log y = a + log p``               (one factor per target)
 * ``affine`` (K >= ``affine_min_k``): ``log y = a + b log p``   (b > 0: order of candidates kept)
 * ``precision`` (two precisions or more among the K rows): the offset ``a`` per precision (shrunk toward
-  the common one by ``precision_shrink`` rows, by default 0: each precision's own mean; ``"auto"``: by
+  the common one by ``precision_shrink`` rows; 0: each precision's own mean; ``"auto"``, the default: by
   empirical Bayes from the K rows, :func:`empirical_bayes_shrink`, which on 3-4 space-filling rows per precision
-  pooled the precisions of every CPU target into one offset; issue 44, ``scripts.studies.transfer_shrink``
-  chose 0 leave-one-target-out); an instruction set changes one precision's kernels and
-  not another's (bf16 without native bf16 instructions is ~30x slower than with them). A precision
+  pools the precisions of a CPU target into one offset; issue 44, ``scripts.studies.transfer_shrink`` chose 0
+  leave-one-target-out with the 227-row Zen 4, ``auto`` with the 560-row one); an instruction set changes one
+  precision's kernels and not another's (bf16 without native bf16 instructions is ~30x slower than with
+  them). A precision
   not among the K rows gets the common offset.
 
 On a zero-shot base (the device probes' or the spec records' prediction) with fewer than ``residual_min_k``
@@ -320,7 +321,7 @@ class TransferredCascade:
 
     def __init__(self, source: Any, affine_min_k: int = 5, residual_min_k: int = 20, coverage: float = 0.9,
                  ridge_alpha: float = 3.0, slope_bounds: tuple[float, float] = (0.5, 2.0),
-                 precision_shrink: float | str = 0.0, dispatch: bool = True, error_prior: Any = None,
+                 precision_shrink: float | str = "auto", dispatch: bool = True, error_prior: Any = None,
                  prior_rows: float = 10.0, prior_targets: tuple[str, ...] = ("latency_ms", "energy_J"),
                  unseen_widen: float = 0.354, pair_prior: Any = None, repeat_floor: dict[str, float] | None = None,
                  base_offsets_only: bool = True, keep_zero_shot: bool = False,

@@ -2,8 +2,9 @@
 with a measured spread for (``latency_repeat_spread``, two passes in rotated order), per precision.
 
 Sources (:data:`SOURCES`): the 42 Zen 4 configurations re-measured in two passes
-(``scripts/data/cpu-amd-zen4-repeat.parquet``) and the CPU zoo (``carb/data/zoo-cpu.parquet``), both on
-device 34cc4b132c. ``carb-calibrate`` looks the target's ``device_id`` up in the table when its K rows carry
+(``scripts/data/cpu-amd-zen4-repeat.parquet``), the CPU zoo (``carb/data/zoo-cpu.parquet``) and the Zen 4
+dataset's rows collected with two passes (``carb/data/cpu-amd-zen4.parquet``, the seed-2027 rows of 2026-12-07),
+all on device 34cc4b132c. ``carb-calibrate`` looks the target's ``device_id`` up in the table when its K rows carry
 no spread of their own (:func:`carb.data.repeatability.shipped_floor_log_sd`); the transfer benchmark floors each
 device's intervals with it.
 
@@ -29,7 +30,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 #: The shipped rows with a measured spread.
-SOURCES = (ROOT / "scripts" / "data" / "cpu-amd-zen4-repeat.parquet", ROOT / "carb" / "data" / "zoo-cpu.parquet")
+SOURCES = (ROOT / "scripts" / "data" / "cpu-amd-zen4-repeat.parquet", ROOT / "carb" / "data" / "zoo-cpu.parquet",
+           ROOT / "carb" / "data" / "cpu-amd-zen4.parquet")
 
 
 #: Pairs of shipped files whose common configurations were measured twice on one device: (first run, again).

@@ -74,14 +74,13 @@ def cell_table(grid: list[float | str], ks: list[int], single: bool = False) -> 
     pairs into a target scored (a ``source_device`` column)."""
     from carb.analysis.transfer import split_k
     from carb.model.intervals import screening_predict
-    from scripts.bench.transfer import fit_source
-    from scripts.bench.transfer_pairs import cpu_devices, multi_source_models, zero_shot_models
+    from scripts.bench.transfer_pairs import cpu_devices, fit_cpu_source, multi_source_models, zero_shot_models
 
     devices = cpu_devices()
-    models = {}   # as the benchmark fits them (latency and peak memory: one cascade, its latency the same)
-    for n, d in devices.items():
-        models[n] = fit_source(d, [t for t in ("latency_ms", "peak_memory_MB")
-                                   if t in d and np.isfinite(d[t].to_numpy(float)).any()])
+    models = {}   # as the benchmark fits them (latency and peak memory: one cascade, its latency the same; the
+    for n, d in devices.items():   # shipped extra-source CPUs with transfer.extra_source_train: fit_cpu_source)
+        models[n] = fit_cpu_source(d, [t for t in ("latency_ms", "peak_memory_MB")
+                                       if t in d and np.isfinite(d[t].to_numpy(float)).any()])
     single_models = zero_shot_models(models, devices)
     multi = single_models if single else multi_source_models(single_models, devices)
     out = []

@@ -1,6 +1,6 @@
-"""Study (issue 44): which model settings the 227-row extra sources (the Zen 4 and the Xeon, shipped CPU datasets of
-``transfer.extra_sources: auto``) are trained with, and the single-source calibration's shrink, each chosen
-leave-one-target-device-out.
+"""Study (issue 44): which model settings the small extra sources (the Zen 4, 560 rows, and the Xeon, 227: shipped
+CPU datasets of ``transfer.extra_sources: auto``) are trained with, and the single-source calibration's shrink,
+each chosen leave-one-target-device-out.
 
 For each setting of ``--variants`` the Zen 4's and the Xeon's cascades are fitted on all their rows (the Zen 5's, the
 user's shipped source, keeps ``carb_fast``), every target's multi-source base is built from the other CPUs' probe
@@ -42,7 +42,7 @@ VARIANTS: dict[str, list[str]] = {
     "fast_leaf16": ["model=carb_fast", "model.specialists.lgbm.min_child_samples=30",
                     "model.specialists.xgb.min_child_weight=16", "model.specialists.et.min_samples_leaf=16"],
 }
-SMALL = ("EPYC Zen 4", "Xeon (AVX-512 FP16)")   # the shipped 227-row CPUs (extra sources of carb-calibrate)
+SMALL = ("EPYC Zen 4", "Xeon (AVX-512 FP16)")   # the shipped CPUs (extra sources of carb-calibrate)
 
 
 def fit(rows: pd.DataFrame, overrides: list[str]):

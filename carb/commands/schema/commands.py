@@ -204,7 +204,7 @@ class Transfer(Section):
     ridge_alpha: Positive
     slope_min: Positive
     slope_max: Positive
-    precision_shrink: NonNegative | Literal["auto"] = 0.0
+    precision_shrink: NonNegative | Literal["auto"] = "auto"
     precision_shrink_single: NonNegative | Literal["auto"] | None = None
     base_offsets_only: bool = True
     keep_zero_shot: bool = False
