@@ -957,3 +957,19 @@ def test_input_bytes_cv_chooses_the_term_by_family_disjoint_folds_of_the_trainin
     assert choose_by_family_cv(frame.drop(columns="family"), [ZooLatencyModel, ZooLatencyModel]) == 0
     with pytest.raises(DatasetError, match="input_bytes='maybe' is not allowed; allowed: true, false, cv"):
         ZooLatencyModel(input_bytes="maybe")
+
+
+def test_zoo_latency_schema_default_of_input_bytes_is_the_models_and_the_confs():
+    """A conf without ``input_bytes`` gets what ``ZooLatencyModel`` and conf/zoo_latency default to (``cv``),
+    not ``False`` (review rev52: the schema defaulted to False)."""
+    import inspect
+
+    import yaml
+
+    from carb.commands.schema.groups import ZooLatency
+
+    conf = yaml.safe_load((Path(__file__).resolve().parents[1] / "conf/zoo_latency/default.yaml").read_text())
+    model_default = inspect.signature(ZooLatencyModel).parameters["input_bytes"].default
+    assert ZooLatency.model_fields["input_bytes"].default == model_default == conf["input_bytes"] == "cv"
+    conf.pop("input_bytes")
+    assert ZooLatency.model_validate(conf).input_bytes == "cv"

@@ -128,3 +128,17 @@ def test_cascade_fitted_on_folded_rows_predicts_names_on_the_folded_graph(made):
         if c in read.columns:
             assert np.allclose(read[c].to_numpy(float), want[c].to_numpy(float)), c
     assert read["flops"].iloc[0] < plain_frame["flops"].iloc[0]
+
+
+def test_a_row_without_an_input_size_joins_no_graph_instead_of_a_traceback(made):
+    """A benchmark row whose ``input_size`` is missing (NaN; float sizes beside it) joins no trace features
+    (NaN, ``tr_reparam`` False) and the other rows join theirs: the graph decision does not cast it to int
+    (review rev52: ``IntCastingNaNError`` before)."""
+    bench, path = made
+    rows = bench[bench["device_name"] == "Folded GPU"].head(4).reset_index(drop=True)
+    rows["input_size"] = rows["input_size"].astype(float)
+    rows.loc[0, "input_size"] = np.nan
+    joined = with_trace(rows, path)
+    assert not joined["tr_reparam"].iloc[0] and np.isnan(joined["tr_flops"].iloc[0])
+    assert np.isfinite(joined["tr_flops"].iloc[1:].to_numpy(float)).all()
+    assert (published_reparam(rows, path)[1:] == with_trace(rows.iloc[1:], path)["tr_reparam"].to_numpy(bool)).all()

@@ -437,7 +437,7 @@ class ZooLatency(Section):
     other_bytes: bool
     dw_nonsquare: bool
     bmm_tiles: bool
-    input_bytes: bool | Literal["cv"] = False
+    input_bytes: bool | Literal["cv"] = "cv"   # ZooLatencyModel's default and the conf's
     census: bool
     trace: bool
     n_estimators: Count

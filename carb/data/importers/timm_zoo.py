@@ -318,10 +318,10 @@ def _reparam_rows(frame: pd.DataFrame, plain: pd.DataFrame, fused: pd.DataFrame,
         use = pd.Series(reparam == "always", index=frame.index)
     else:
         use = _published_graph(frame, plain, fused)
-    k = frame[keys].copy()
-    k["input_size"] = pd.to_numeric(k["input_size"]).astype("int64")
+    k = frame[keys].copy()   # sizes as floats on both sides: an int/str mix joins, a missing size joins nothing
+    k["input_size"] = pd.to_numeric(k["input_size"], errors="coerce").astype(float)
     f = fused[keys].assign(_f=True)
-    f["input_size"] = pd.to_numeric(f["input_size"]).astype("int64")
+    f["input_size"] = pd.to_numeric(f["input_size"], errors="coerce").astype(float)
     has_fused = k.merge(f, on=keys, how="left")["_f"].fillna(False).to_numpy(bool)
     return use.to_numpy(bool) & has_fused
 
