@@ -44,13 +44,18 @@ ZOO_SKIP = ("training domain:", "  most frequent", "  (", "passed through", "pro
 TOP_ROWS = 3
 
 
-def run_command(argv: list[str], cwd: Path, env: dict[str, str], with_stderr: bool = False) -> str:
-    """Run ``argv`` in ``cwd``; return its stdout (``with_stderr``: stdout then stderr). Raises ``SystemExit``
-    with the stderr tail on failure."""
+def run_both(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[str, str]:
+    """Run ``argv`` in ``cwd``; return its (stdout, stderr). Raises ``SystemExit`` with the stderr tail on
+    failure."""
     proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    return proc.stdout + ("\n" + proc.stderr if with_stderr else "")
+    return proc.stdout, proc.stderr
+
+
+def run_command(argv: list[str], cwd: Path, env: dict[str, str]) -> str:
+    """Run ``argv`` in ``cwd``; return its stdout. Raises ``SystemExit`` with the stderr tail on failure."""
+    return run_both(argv, cwd, env)[0]
 
 
 def traced_count(output: str) -> int:
@@ -137,15 +142,15 @@ def zoo_task(work: Path) -> str:
 
     env = {**user_env(work), "CARB_N_JOBS": "1", "OMP_NUM_THREADS": "1"}
     t0 = time.perf_counter()
-    out = run_command([sys.executable, "-m", "carb.train", "data.path=zoo-cpu"], work, env, with_stderr=True)
-    traced = traced_count(out)
+    out, err = run_both([sys.executable, "-m", "carb.train", "data.path=zoo-cpu"], work, env)
+    traced = traced_count(out + "\n" + err)
     train_s = time.perf_counter() - t0
     name, version = re.search(r"registered (\S+) version (\d+)", out).groups()
     task = [f"screen.target=models:/{name}/{version}", *ZOO_TASK]
     t0 = time.perf_counter()
-    stdout = run_command([sys.executable, "-m", "carb.screen", *task], work, env, with_stderr=True)
+    stdout, err = run_both([sys.executable, "-m", "carb.screen", *task], work, env)   # the shortlist: stdout alone
     screen_s = time.perf_counter() - t0
-    traced += traced_count(stdout)
+    traced += traced_count(stdout + "\n" + err)
     tables = (f"{traced} networks traced into the trace cache" if traced
               else "every layer table from this machine's trace cache; a first run traces them: docs/COMMANDS.md")
     lines = drop_skipped(shortlist_excerpt(stdout, top_rows=5), ZOO_SKIP)
