@@ -215,6 +215,18 @@ def test_an_unknown_name_suggests_the_closest(name, near):
     assert "closest" not in str(e.value) and "\n" not in str(e.value)
 
 
+def test_an_unknown_timm_name_names_only_timm():
+    """'timm:ghostnet100' was refused with 'allowed: torchvision classifiers ('tv:<name>') or timm models':
+    the user named timm, so the line names timm's list only (as 'tv:' names get torchvision's only)."""
+    from carb.design.zoo import resolve
+
+    with pytest.raises(ZooError) as e:
+        resolve("timm:ghostnet100")
+    msg = str(e.value)
+    assert msg.startswith("model 'timm:ghostnet100': unknown model; allowed: timm models (timm.list_models())")
+    assert "torchvision" not in msg and "; closest: timm:ghostnet_100" in msg and "\n" not in msg
+
+
 def test_train_says_what_the_interval_width_is():
     """carb-train printed 'latency_ms 0.905 (width 0.70)': a width without its unit (it is a share of the
     prediction, (hi - lo) / prediction)."""
