@@ -302,9 +302,9 @@ def test_train_says_how_to_screen_the_new_zoo_version():
     ResNet grid is refused by a zoo model."""
     from carb.commands.train import train_next
 
-    text = re.sub(r" \\\n *", " ", "\n".join(train_next("carb-rtx-4090-timm-rtx-4090-zoo", 1, "zoo")))
-    assert "space=zoo screen.target=models:/carb-rtx-4090-timm-rtx-4090-zoo/1 screen.budget.latency_ms=<ms>" in text
-    assert "carb-promote promote.name=carb-rtx-4090-timm-rtx-4090-zoo" in text
+    text = re.sub(r" \\\n *", " ", "\n".join(train_next("carb-rtx-4090-timm-zoo", 1, "zoo")))
+    assert "space=zoo screen.target=models:/carb-rtx-4090-timm-zoo/1 screen.budget.latency_ms=<ms>" in text
+    assert "carb-promote promote.name=carb-rtx-4090-timm-zoo" in text
     assert "space=zoo" not in "\n".join(train_next("carb-x", 2, "resnet"))
 
 
