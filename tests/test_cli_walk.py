@@ -70,6 +70,24 @@ def test_a_zoo_space_whose_every_network_is_refused_is_one_line():
     assert "; tv:vit_b_16: refuses the input" in str(e.value) and "{" not in str(e.value)
 
 
+def test_every_network_refusing_its_input_names_input_sizes_of():
+    """Every network refused at the sizes asked (ViT-B/16 at 160): the line gave the tracer's reason but not the
+    setting that fixes it; it now names space.input_sizes_of. A refusal of another kind gets no such hint."""
+    with pytest.raises(ConfigError) as e:
+        zoo_configs({**SPACE, "models": ["tv:vit_b_16"], "input_sizes": [160]}, flops_of=_flops_of)
+    assert "refuses the input" in str(e.value) and "space.input_sizes_of" in str(e.value)
+    assert "\n" not in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        zoo_configs({**SPACE, "models": ["tv:broken", "tv:vit_b_16"], "input_sizes": [160]}, flops_of=_flops_of)
+    assert str(e.value).startswith("space.models: every network was refused:") and "space.input_sizes_of" in str(e.value)
+
+    def unknown(name: str, size: int) -> float:
+        raise ZooError(f"model {name!r}: unknown model")
+    with pytest.raises(ConfigError) as e:
+        zoo_configs({**SPACE, "models": ["tv:nope"]}, flops_of=unknown)
+    assert "input_sizes_of" not in str(e.value)
+
+
 def test_pareto_on_a_cost_the_model_does_not_predict_says_so():
     """'screen.pareto=[energy_J_per_image,-top1]' on a CPU zoo model (no energy) said "not a column of the
     candidates", as if misspelt."""

@@ -176,13 +176,22 @@ def all_refused(refused: Mapping[str, str]) -> str:
     """The one line for a zoo space whose every network was refused (``{label: reason}``, :func:`refusals`):
     ``space.models: <reason>`` for one network, else each label with its reason."""
     if len(refused) == 1:
-        return f"space.models: {next(iter(refused.values()))}"
+        return f"space.models: {next(iter(refused.values()))}" + _sizes_hint(refused)
     parts = []
     for label, why in refused.items():
         name = label.split(" at input ")[0]
         why = why[len(f"model {name!r}: "):] if why.startswith(f"model {name!r}: ") else why
         parts.append(f"{label}: {why}")
-    return "space.models: every network was refused: " + "; ".join(parts)
+    return "space.models: every network was refused: " + "; ".join(parts) + _sizes_hint(refused)
+
+
+def _sizes_hint(refused: Mapping[str, str]) -> str:
+    """The setting that fixes a space whose every refusal is of the input (a network built for one input
+    size, e.g. a ViT at 160 px): ``" (a network that takes only some input sizes: ...)"``; ``""`` otherwise."""
+    if not refused or not all("refuses the input" in why for why in refused.values()):
+        return ""
+    return (" (a network that takes only some input sizes gets them from space.input_sizes_of: model name -> "
+            "sizes in px, e.g. 'timm:vit_tiny_patch16_224: [224]' in conf/space/zoo.yaml, or space.input_sizes)")
 
 
 def refusals(failed: Mapping[tuple[str, int], str], tried: Any) -> dict[str, str]:
