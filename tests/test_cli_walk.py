@@ -79,7 +79,11 @@ def test_every_network_refusing_its_input_names_input_sizes_of():
     assert "\n" not in str(e.value)
     with pytest.raises(ConfigError) as e:
         zoo_configs({**SPACE, "models": ["tv:broken", "tv:vit_b_16"], "input_sizes": [160]}, flops_of=_flops_of)
-    assert str(e.value).startswith("space.models: every network was refused:") and "space.input_sizes_of" in str(e.value)
+    msg = str(e.value)
+    assert msg.startswith("space.models: every network was refused:") and "space.input_sizes_of" in msg
+    from carb.design.zoo_space import all_refused     # a grid file's sizes come from its own column
+    line = all_refused({"tv:vit_b_16": "model 'tv:vit_b_16': refuses the input"}, "the file's input_size column")
+    assert line.endswith("gets them from the file's input_size column)") and "input_sizes_of" not in line
 
     def unknown(name: str, size: int) -> float:
         raise ZooError(f"model {name!r}: unknown model")
