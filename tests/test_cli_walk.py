@@ -70,6 +70,28 @@ def test_a_zoo_space_whose_every_network_is_refused_is_one_line():
     assert "; tv:vit_b_16: refuses the input" in str(e.value) and "{" not in str(e.value)
 
 
+def test_every_network_refusing_its_input_names_input_sizes_of():
+    """Every network refused at the sizes asked (ViT-B/16 at 160): the line gave the tracer's reason but not the
+    setting that fixes it; it now names space.input_sizes_of. A refusal of another kind gets no such hint."""
+    with pytest.raises(ConfigError) as e:
+        zoo_configs({**SPACE, "models": ["tv:vit_b_16"], "input_sizes": [160]}, flops_of=_flops_of)
+    assert "refuses the input" in str(e.value) and "space.input_sizes_of" in str(e.value)
+    assert "\n" not in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        zoo_configs({**SPACE, "models": ["tv:broken", "tv:vit_b_16"], "input_sizes": [160]}, flops_of=_flops_of)
+    msg = str(e.value)
+    assert msg.startswith("space.models: every network was refused:") and "space.input_sizes_of" in msg
+    from carb.design.zoo_space import all_refused     # a grid file's sizes come from its own column
+    line = all_refused({"tv:vit_b_16": "model 'tv:vit_b_16': refuses the input"}, "the file's input_size column")
+    assert line.endswith("gets them from the file's input_size column)") and "input_sizes_of" not in line
+
+    def unknown(name: str, size: int) -> float:
+        raise ZooError(f"model {name!r}: unknown model")
+    with pytest.raises(ConfigError) as e:
+        zoo_configs({**SPACE, "models": ["tv:nope"]}, flops_of=unknown)
+    assert "input_sizes_of" not in str(e.value)
+
+
 def test_pareto_on_a_cost_the_model_does_not_predict_says_so():
     """'screen.pareto=[energy_J_per_image,-top1]' on a CPU zoo model (no energy) said "not a column of the
     candidates", as if misspelt."""
@@ -215,6 +237,18 @@ def test_an_unknown_name_suggests_the_closest(name, near):
     assert "closest" not in str(e.value) and "\n" not in str(e.value)
 
 
+def test_an_unknown_timm_name_names_only_timm():
+    """'timm:ghostnet100' was refused with 'allowed: torchvision classifiers ('tv:<name>') or timm models':
+    the user named timm, so the line names timm's list only (as 'tv:' names get torchvision's only)."""
+    from carb.design.zoo import resolve
+
+    with pytest.raises(ZooError) as e:
+        resolve("timm:ghostnet100")
+    msg = str(e.value)
+    assert msg.startswith("model 'timm:ghostnet100': unknown model; allowed: timm models (timm.list_models())")
+    assert "torchvision" not in msg and "; closest: timm:ghostnet_100" in msg and "\n" not in msg
+
+
 def test_train_says_what_the_interval_width_is():
     """carb-train printed 'latency_ms 0.905 (width 0.70)': a width without its unit (it is a share of the
     prediction, (hi - lo) / prediction)."""
@@ -290,9 +324,9 @@ def test_train_says_how_to_screen_the_new_zoo_version():
     ResNet grid is refused by a zoo model."""
     from carb.commands.train import train_next
 
-    text = re.sub(r" \\\n *", " ", "\n".join(train_next("carb-rtx-4090-timm-rtx-4090-zoo", 1, "zoo")))
-    assert "space=zoo screen.target=models:/carb-rtx-4090-timm-rtx-4090-zoo/1 screen.budget.latency_ms=<ms>" in text
-    assert "carb-promote promote.name=carb-rtx-4090-timm-rtx-4090-zoo" in text
+    text = re.sub(r" \\\n *", " ", "\n".join(train_next("carb-rtx-4090-timm-zoo", 1, "zoo")))
+    assert "space=zoo screen.target=models:/carb-rtx-4090-timm-zoo/1 screen.budget.latency_ms=<ms>" in text
+    assert "carb-promote promote.name=carb-rtx-4090-timm-zoo" in text
     assert "space=zoo" not in "\n".join(train_next("carb-x", 2, "resnet"))
 
 

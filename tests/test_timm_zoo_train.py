@@ -59,6 +59,17 @@ def test_one_device_becomes_a_zoo_dataset(bench):
     assert np.allclose(df["latency_ms"].to_numpy(), src["latency_ms"].to_numpy())
 
 
+def test_registered_name_names_the_device_once(bench):
+    """carb-train data=timm_zoo data.device='RTX 4090' registered 'carb-rtx-4090-timm-rtx-4090-zoo' (the slug
+    and the imported device_id 'timm-rtx-4090' both named the GPU); measured ids keep their name."""
+    from carb.data.schema import model_name
+
+    df = as_zoo_dataset(GPU, bench)
+    slug = GPU.lower().replace(" ", "-")
+    assert model_name(df) == f"carb-{slug}-timm-zoo"
+    assert model_name(df.assign(device_id="34cc4b132c")) == f"carb-{slug}-34cc4b132c-zoo"
+
+
 def test_unknown_device_is_one_line_naming_the_devices(bench):
     with pytest.raises(DatasetError) as e:
         as_zoo_dataset("RTX 9999", bench)

@@ -71,6 +71,24 @@ def test_quiet_when_cached_few_missing_or_no_reporter(cold, monkeypatch):
         step("timm:x0", 96)
 
 
+def test_a_warm_cache_of_many_networks_shows_a_count(cold, monkeypatch):
+    """carb-train data=timm_zoo: 1,627 cached networks read in minutes after 'tracking store' with no line;
+    at least MIN_WARM distinct cached networks now begin a unit every 1/WARM_LINES of them, then a done line."""
+    monkeypatch.setattr(tp, "MIN_WARM", 10)
+    monkeypatch.setattr(tp, "WARM_LINES", 5)
+    pairs = [(f"timm:w{i}", 224) for i in range(12)]
+    for name, size in pairs:
+        path = cache_path(model_key(name), (3, size, size))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x")
+    started = _run(pairs + pairs[:4], pairs + pairs[:4])
+    assert len(started) == 1 and started[0].total == 4        # 12 networks, chunks of 3
+    assert started[0].labels[0] == "reading layer tables: timm:w0 at 224 px (1/12, cached)"
+    assert [lb.split("(")[1].split(",")[0] for lb in started[0].labels] == ["1/12", "4/12", "7/12", "10/12"]
+    assert started[0].finished == "read the layer tables of 12 networks"
+    assert _run(pairs[:9], pairs[:9]) == []                   # fewer than MIN_WARM: quiet as before
+
+
 def test_error_closes_without_a_done_line(cold):
     """An error inside the block: the reporter is closed (no "traced ... in" line) and the error goes on."""
     closed = []

@@ -145,7 +145,7 @@ def zoo_grid_candidates(path: str, defaults: Mapping[str, Any] | None = None,
               zip(F.loc[bad, "model_name"], F.loc[bad, "input_size"], F.loc[bad, "refused"])}
     refused = refusals(failed, set(zip(F["model_name"].astype(str), F["input_size"].astype(int))))
     if bad.all():
-        raise ConfigError(all_refused(refused).replace("space.models:", f"{where}:", 1))
+        raise ConfigError(all_refused(refused, "the file's input_size column").replace("space.models:", f"{where}:", 1))
     extras = df.drop(columns=[c for c in df.columns if c in ZOO_GRID_KNOBS or c == "family"])
     F = F[~bad].drop(columns="refused").reset_index(drop=True)
     out = zoo_top1(F)

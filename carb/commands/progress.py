@@ -229,7 +229,8 @@ def trace_progress(command: str, cfg: Any = None) -> Iterator[None]:
     """While a command runs, tracing many networks missing from the trace cache (a first ``carb-train
     data.path=zoo-cpu``, a zoo screen) prints ``carb-<command>: [p%] tracing <name> at <size> px (i/n, ...);
     elapsed, ETA`` lines (:mod:`carb.design.trace_progress`; the ``progress`` config node's ``enabled`` and
-    ``min_interval_s``); a warm cache prints nothing."""
+    ``min_interval_s``); a warm cache prints nothing, unless it reads many networks (``reading layer tables: ...
+    (i/n, cached)``, :data:`carb.design.trace_progress.MIN_WARM`)."""
     from carb.design.trace_progress import reporting
 
     with reporting(lambda total: Progress.from_cfg(f"carb-{command}", total, cfg)):

@@ -135,7 +135,8 @@ def device_ids(df: pd.DataFrame) -> list[str]:
 
 def model_name(df: pd.DataFrame) -> str:
     """The registered model name for a single-device frame: ``carb-<device-slug>-<device_id>``
-    (``carb-<device-slug>`` for data without a fingerprint), with ``-zoo`` for zoo rows (a ``model_name``
+    (``carb-<device-slug>`` for data without a fingerprint; an id that ends in ``-<device-slug>``, as timm's
+    imported ``timm-rtx-4090``, without it: ``carb-rtx-4090-timm-zoo``), with ``-zoo`` for zoo rows (a ``model_name``
     column, no ResNet ``block``): a zoo model takes networks, a ResNet model knobs, so the two kinds of one
     device are two registered models. Two machines with the same name but a different fingerprint get
     different models. Raises :class:`DatasetError` for several devices."""
@@ -146,7 +147,9 @@ def model_name(df: pd.DataFrame) -> str:
     fps = df["device_fingerprint"].dropna().astype(str) if "device_fingerprint" in df.columns else []
     spec = spec_model_name(fps.iloc[0]) if len(fps) else None
     zoo = "-zoo" if is_zoo(df) else ""
-    return (spec or f"carb-{device_slug(names[0])}" + (f"-{ids[0]}" if ids else "")) + zoo
+    slug = device_slug(names[0])
+    ident = ids[0].removesuffix(f"-{slug}") or ids[0] if ids else ""   # timm's 'timm-rtx-4090': no device twice
+    return (spec or f"carb-{slug}" + (f"-{ident}" if ident else "")) + zoo
 
 
 def spec_model_name(fingerprint: str | None) -> str | None:

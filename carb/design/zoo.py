@@ -166,6 +166,8 @@ def resolve(name: str) -> tuple[str, str]:
     timm = import_timm()
     if timm.is_model(base):
         return "timm", base
+    if lib == "timm":
+        raise ZooError(f"model {name!r}: unknown model; allowed: timm models (timm.list_models()){closest(base, lib)}")
     raise ZooError(f"model {name!r}: unknown model; allowed: torchvision classifiers ('tv:<name>') or timm "
                    f"models ('timm:<name>', timm.list_models()){closest(base, lib)}")
 

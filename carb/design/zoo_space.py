@@ -172,17 +172,31 @@ def zoo_configs(space: Mapping[str, Any], flops_of: Any = None) -> tuple[list[Zo
     return kept, refused
 
 
-def all_refused(refused: Mapping[str, str]) -> str:
+def all_refused(refused: Mapping[str, str], sizes_from: str | None = None) -> str:
     """The one line for a zoo space whose every network was refused (``{label: reason}``, :func:`refusals`):
-    ``space.models: <reason>`` for one network, else each label with its reason."""
+    ``space.models: <reason>`` for one network, else each label with its reason; when every refusal is of
+    the input, the setting that gives a network its sizes (``sizes_from``; default ``space.input_sizes_of``)."""
     if len(refused) == 1:
-        return f"space.models: {next(iter(refused.values()))}"
+        return f"space.models: {next(iter(refused.values()))}" + _sizes_hint(refused, sizes_from)
     parts = []
     for label, why in refused.items():
         name = label.split(" at input ")[0]
         why = why[len(f"model {name!r}: "):] if why.startswith(f"model {name!r}: ") else why
         parts.append(f"{label}: {why}")
-    return "space.models: every network was refused: " + "; ".join(parts)
+    return "space.models: every network was refused: " + "; ".join(parts) + _sizes_hint(refused, sizes_from)
+
+
+def _sizes_hint(refused: Mapping[str, str], sizes_from: str | None = None) -> str:
+    """The setting that fixes a space whose every refusal is of the input (a network built for one input
+    size, e.g. a ViT at 160 px): ``" (a network that takes only some input sizes: ...)"``; ``""`` otherwise."""
+    if not refused or not all("refuses the input" in why for why in refused.values()):
+        return ""
+    return f" (a network that takes only some input sizes gets them from {sizes_from or _SIZES_FROM})"
+
+
+#: Where a zoo space gives a network built for one input size its sizes (:func:`all_refused`).
+_SIZES_FROM = ("space.input_sizes_of: model name -> sizes in px, e.g. 'timm:vit_tiny_patch16_224: [224]' in "
+               "conf/space/zoo.yaml, or space.input_sizes")
 
 
 def refusals(failed: Mapping[tuple[str, int], str], tried: Any) -> dict[str, str]:
