@@ -64,6 +64,10 @@ class PriorSettings(BaseModel):
         "leave-one-family-out (issue 43) pooled 12.28 -> 11.98 %, but densenet 20.4 -> 21.5 %, lowest "
         "Spearman 0.86 -> 0.80 (hrnet); with model.shrink on, densenet 12.2 % but squeezenet 20.0 % "
         "(docs/MODEL.md)"))
+    bf16_elementwise_ratio: float = Field(1.0, gt=0, description=(
+        "CPU zoo rows (the per-kind form), times: a bf16 element of the element-wise kind (adds, muls) costs "
+        "this many fp32 elements (Zen 4 VM quiet timings, scripts/data/cat_cost_34cc4b132c.csv: bf16 add 3x "
+        "fp32 per MB = 1.5x per element); 1.0: the same cost (docs/MODEL.md)"))
 
 
 #: The CPU-only and CUDA-only settings (which ``prior=cpu`` / ``prior=cuda`` keep).
