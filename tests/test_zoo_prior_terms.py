@@ -263,3 +263,25 @@ def test_bf16_elementwise_ratio_prices_a_bf16_element_at_its_measured_cost(kinds
     assert err[1.5] < 0.02 and err[1.0] > 2 * err[1.5]
     assert cascade_params()["prior"]["bf16_elementwise_ratio"] == 1.0
     assert cascade_params({"bf16_elementwise_ratio": 1.5})["prior"]["bf16_elementwise_ratio"] == 1.5
+
+
+def test_bf16_small_conv_term_prices_small_bf16_convolutions(kinds_rows):
+    """A CPU whose bf16 convolutions under 10 MMAC per image cost an extra 2e-8 ms per FLOP (a bf16 1x1
+    convolution slower than its fp32 twin): with ``bf16_small_conv_MMAC=10`` the per-kind form recovers that
+    cost within 10 % and fits the law better than without the term; the column is zero on fp32 rows and grows
+    with the batch (per image FLOPs x batch)."""
+    from carb.design.zoo_features import small_conv_flops
+    from carb.model.physics import make_prior
+    from carb.model.prior_config import cascade_params
+
+    small = small_conv_flops(kinds_rows, 10.0)
+    bf16 = (kinds_rows["precision"] == "bf16").to_numpy()
+    assert (small > 0).any() and (small <= kinds_rows["flops_conv_regular"] + kinds_rows["flops_conv_grouped"]
+                                  + kinds_rows["flops_conv_pointwise"] + 1).all()
+    assert (small_conv_flops(kinds_rows, 1e9) >= small).all()
+    y = np.asarray(_law(kinds_rows, 0.0), float) + 2e-8 * np.where(bf16, small, 0.0)
+    prior = make_prior("latency_ms", bf16_small_conv_MMAC=10.0).fit(kinds_rows, y)
+    assert prior.form_ == "kinds" and prior.coef_["per_flop_conv_small_bf16"] == pytest.approx(2e-8, rel=0.1)
+    plain = make_prior("latency_ms").fit(kinds_rows, y)
+    assert "per_flop_conv_small_bf16" not in plain.coef_ and plain.train_mape_ > 2 * prior.train_mape_
+    assert cascade_params()["prior"]["bf16_small_conv_MMAC"] is None
