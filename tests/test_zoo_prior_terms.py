@@ -282,6 +282,7 @@ def test_bf16_small_conv_term_prices_small_bf16_convolutions(kinds_rows):
     y = np.asarray(_law(kinds_rows, 0.0), float) + 2e-8 * np.where(bf16, small, 0.0)
     prior = make_prior("latency_ms", bf16_small_conv_MMAC=10.0).fit(kinds_rows, y)
     assert prior.form_ == "kinds" and prior.coef_["per_flop_conv_small_bf16"] == pytest.approx(2e-8, rel=0.1)
-    plain = make_prior("latency_ms").fit(kinds_rows, y)
+    plain = make_prior("latency_ms", bf16_small_conv_MMAC=None).fit(kinds_rows, y)
     assert "per_flop_conv_small_bf16" not in plain.coef_ and plain.train_mape_ > 2 * prior.train_mape_
-    assert cascade_params()["prior"]["bf16_small_conv_MMAC"] is None
+    assert cascade_params()["prior"]["bf16_small_conv_MMAC"] == 10.0   # on by default (the CPU zoo's benchmark)
+    assert cascade_params({"bf16_small_conv_MMAC": None})["prior"]["bf16_small_conv_MMAC"] is None

@@ -419,7 +419,8 @@ class LayerRooflinePrior(RooflinePrior):
         (``per_flop_conv_small_bf16``, fitted, >= 0) of a bf16 row's convolutions (regular, grouped, pointwise) of
         fewer than this many million multiply-adds per image (:func:`carb.design.zoo_features.small_conv_flops`):
         the quiet timings put SqueezeNet's 3 MMAC fire squeeze at 25 GMAC/s at bf16 against 34 at fp32, while
-        28-116 MMAC convolutions run 1.6-2x faster at bf16. None (the default): no such term."""
+        28-116 MMAC convolutions run 1.6-2x faster at bf16. None (the default here; ``prior.bf16_small_conv_MMAC``
+        is 10): no such term."""
         self.large_alloc_MB = large_alloc_MB
         self.channel_block = channel_block
         self.cpu_dispatch = cpu_dispatch
