@@ -238,3 +238,51 @@ def test_a_per_kind_prior_pickled_before_per_precision_calls_still_predicts(kind
     assert prior.design(kinds_rows).shape[1] == len(prior.coef_values_)
     pred = prior.predict(kinds_rows)
     assert np.isfinite(pred).all() and (pred > 0).all()
+
+
+def test_bf16_elementwise_ratio_prices_a_bf16_element_at_its_measured_cost(kinds_rows):
+    """A CPU whose bf16 element-wise ops (adds, muls) cost 1.5x an fp32 element (the Zen 4 VM's quiet timings:
+    a bf16 add 3x fp32's cost per MB): fitted on fp32 rows alone, the per-kind form with
+    ``bf16_elementwise_ratio=1.5`` predicts the bf16 rows within 2 %, and better than at the default 1.0 (a bf16
+    element at an fp32 one's cost), which under-prices them; the setting reaches the prior from the conf."""
+    from carb.design.arch import BYTES_PER_ELEMENT
+    from carb.model.physics import make_prior
+    from carb.model.prior_config import cascade_params
+
+    fp32_MB = 4.0 / kinds_rows["precision"].map(BYTES_PER_ELEMENT).to_numpy(float)
+    bf16 = (kinds_rows["precision"] == "bf16").to_numpy()
+    ew = kinds_rows["bytes_elementwise_MB"].to_numpy(float)
+    assert (ew[bf16] > 0).any()
+    y = _law(kinds_rows, 0.0) + 0.5 * fp32_MB * ew * np.where(bf16, 1.5, 1.0)
+    y = np.asarray(y, dtype=float)
+    err = {}
+    for ratio in (1.0, 1.5):
+        prior = make_prior("latency_ms", bf16_elementwise_ratio=ratio).fit(kinds_rows[~bf16], y[~bf16])
+        assert prior.form_ == "kinds" and prior.train_mape_ < 0.02
+        err[ratio] = np.mean(np.abs(prior.predict(kinds_rows[bf16]) / y[bf16] - 1))
+    assert err[1.5] < 0.02 and err[1.0] > 2 * err[1.5]
+    assert cascade_params()["prior"]["bf16_elementwise_ratio"] == 1.0
+    assert cascade_params({"bf16_elementwise_ratio": 1.5})["prior"]["bf16_elementwise_ratio"] == 1.5
+
+
+def test_bf16_small_conv_term_prices_small_bf16_convolutions(kinds_rows):
+    """A CPU whose bf16 convolutions under 10 MMAC per image cost an extra 2e-8 ms per FLOP (a bf16 1x1
+    convolution slower than its fp32 twin): with ``bf16_small_conv_MMAC=10`` the per-kind form recovers that
+    cost within 10 % and fits the law better than without the term; the column is zero on fp32 rows and grows
+    with the batch (per image FLOPs x batch)."""
+    from carb.design.zoo_features import small_conv_flops
+    from carb.model.physics import make_prior
+    from carb.model.prior_config import cascade_params
+
+    small = small_conv_flops(kinds_rows, 10.0)
+    bf16 = (kinds_rows["precision"] == "bf16").to_numpy()
+    assert (small > 0).any() and (small <= kinds_rows["flops_conv_regular"] + kinds_rows["flops_conv_grouped"]
+                                  + kinds_rows["flops_conv_pointwise"] + 1).all()
+    assert (small_conv_flops(kinds_rows, 1e9) >= small).all()
+    y = np.asarray(_law(kinds_rows, 0.0), float) + 2e-8 * np.where(bf16, small, 0.0)
+    prior = make_prior("latency_ms", bf16_small_conv_MMAC=10.0).fit(kinds_rows, y)
+    assert prior.form_ == "kinds" and prior.coef_["per_flop_conv_small_bf16"] == pytest.approx(2e-8, rel=0.1)
+    plain = make_prior("latency_ms", bf16_small_conv_MMAC=None).fit(kinds_rows, y)
+    assert "per_flop_conv_small_bf16" not in plain.coef_ and plain.train_mape_ > 2 * prior.train_mape_
+    assert cascade_params()["prior"]["bf16_small_conv_MMAC"] == 10.0   # on by default (the CPU zoo's benchmark)
+    assert cascade_params({"bf16_small_conv_MMAC": None})["prior"]["bf16_small_conv_MMAC"] is None

@@ -446,3 +446,43 @@ def amp_memory_split(table: Any) -> dict[str, float]:
     param_ew = (kind == "elementwise") & (table["param_bytes"].to_numpy(float) > 0)
     return {"bytes_norm_fp32": float(moved[fp32_norm].sum()), "n_norm_fp32": float(fp32_norm.sum()),
             "bytes_elementwise_param": float(moved[param_ew].sum()), "n_elementwise_param": float(param_ew.sum())}
+
+
+#: Convolution kinds :func:`small_conv_flops` counts (depthwise ones have their own per-element bytes term).
+SMALL_CONV_KINDS: tuple[str, ...] = ("conv_regular", "conv_grouped", "conv_pointwise")
+
+
+@functools.lru_cache(maxsize=4096)
+def _small_conv_flops1(model_name: str, input_size: int, precision: str, reparam: bool, max_MMAC: float) -> float:
+    """FLOPs of one image's :data:`SMALL_CONV_KINDS` convolutions with fewer than ``max_MMAC`` million
+    multiply-adds each (per image; state-derived rows left out), from the batch-1 layer table (disk-cached)."""
+    from carb.design.trace import trace
+
+    table = trace(model_name, (1, 3, int(input_size), int(input_size)), precision=precision, reparam=bool(reparam))
+    small = (table["kind"].isin(SMALL_CONV_KINDS) & (table["macs"] < max_MMAC * 1e6)).to_numpy(bool) & ~_state_mask(table)
+    return float(table.loc[small, "flops"].sum())
+
+
+def small_conv_flops(frame: Any, max_MMAC: float) -> Any:
+    """(n,) FLOPs of each zoo row's small convolutions (:func:`_small_conv_flops1`) times its batch size; 0 on
+    other rows (ResNet knob rows: their convolutions are all large) and where the tracer refuses the model."""
+    import numpy as np
+    import pandas as pd
+
+    from carb.design.identity import ZOO, row_kinds
+    from carb.errors import ZooError
+
+    out = np.zeros(len(frame))
+    rows = np.flatnonzero(row_kinds(frame) == ZOO.name) if len(frame) else np.zeros(0, int)
+    if not len(rows):
+        return out
+    sub = frame.iloc[rows]
+    prec = sub["precision"].astype(str) if "precision" in sub.columns else pd.Series(["fp32"] * len(sub))
+    batch = pd.to_numeric(sub["batch_size"], errors="coerce").to_numpy(float)
+    for i, (name, size, p, folded) in enumerate(zip(sub["model_name"].astype(str), sub["input_size"], prec,
+                                                    reparam_flags(sub))):
+        try:
+            out[rows[i]] = _small_conv_flops1(name, int(size), p, bool(folded), float(max_MMAC)) * batch[i]
+        except ZooError:
+            pass
+    return np.nan_to_num(out, nan=0.0)

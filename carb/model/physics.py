@@ -372,7 +372,8 @@ class LayerRooflinePrior(RooflinePrior):
     def __init__(self, large_alloc_MB: float | None = None, channel_block: int = 1, cpu_dispatch: bool = False,
                  device_probe: bool = False, tensor_core_speedup: float | None = None,
                  overlap_k: float | None = None, static_power: bool = False,
-                 time_settings: dict[str, Any] | None = None, op_cost_per_precision: bool = False):
+                 time_settings: dict[str, Any] | None = None, op_cost_per_precision: bool = False,
+                 bf16_elementwise_ratio: float = 1.0, bf16_small_conv_MMAC: float | None = None):
         """large_alloc_MB: on CPU data (every training row ``device_kind == "cpu"``), add a cost per
         MB of convolution outputs at least this large (they get fresh pages every forward: glibc maps
         allocations of 32 MiB and more); None = no such term. channel_block: channels padded to a
@@ -409,7 +410,17 @@ class LayerRooflinePrior(RooflinePrior):
         extra cost lands in the bf16 FLOP costs, and a network of many cheap calls is under-priced at bf16
         and one of few large ones (DenseNet) over-priced at its large input sizes. False (the default,
         ``prior.op_cost_per_precision``): one shared cost; on the CPU zoo's leave-one-family-out the cascade
-        with it is better pooled but worse on its worst family (docs/MODEL.md)."""
+        with it is better pooled but worse on its worst family (docs/MODEL.md).
+        bf16_elementwise_ratio: the per-kind form on CPU rows prices a bf16 row's element-wise MB
+        (``bytes_elementwise_MB``, already counted per element at 4 bytes) this many times an fp32 element's
+        cost: the Zen 4 VM's quiet timings (``scripts/data/cat_cost_34cc4b132c.csv``) put a bf16 add at about 3x
+        fp32's cost per MB of output, 1.5x per element. 1.0 (the default): a bf16 element costs an fp32 one's.
+        bf16_small_conv_MMAC: the per-kind form on CPU rows with bf16 rows adds a cost per FLOP
+        (``per_flop_conv_small_bf16``, fitted, >= 0) of a bf16 row's convolutions (regular, grouped, pointwise) of
+        fewer than this many million multiply-adds per image (:func:`carb.design.zoo_features.small_conv_flops`):
+        the quiet timings put SqueezeNet's 3 MMAC fire squeeze at 25 GMAC/s at bf16 against 34 at fp32, while
+        28-116 MMAC convolutions run 1.6-2x faster at bf16. None (the default here; ``prior.bf16_small_conv_MMAC``
+        is 10): no such term."""
         self.large_alloc_MB = large_alloc_MB
         self.channel_block = channel_block
         self.cpu_dispatch = cpu_dispatch
@@ -419,6 +430,8 @@ class LayerRooflinePrior(RooflinePrior):
         self.static_power = static_power
         self.time_settings = time_settings
         self.op_cost_per_precision = op_cost_per_precision
+        self.bf16_elementwise_ratio = bf16_elementwise_ratio
+        self.bf16_small_conv_MMAC = bf16_small_conv_MMAC
 
     def _learn_columns(self, X: pd.DataFrame) -> None:
         super()._learn_columns(X)
@@ -433,6 +446,9 @@ class LayerRooflinePrior(RooflinePrior):
         self.kind_bytes_ = tuple(k for k in BYTE_KINDS if k not in self.UNPRICED_KINDS)
         self.kind_per_element_ = self.PER_ELEMENT_KINDS if cpu else ()
         self.kind_ops_per_precision_ = bool(self.op_cost_per_precision)
+        self.kind_bf16_elementwise_ = float(getattr(self, "bf16_elementwise_ratio", 1.0)) if cpu else 1.0
+        small = getattr(self, "bf16_small_conv_MMAC", None)
+        self.kind_small_conv_ = (float(small) if small and cpu and "bf16" in self.precisions_ else None)
         self.probe_, self.probe_reason_ = fit_device_probe(X, self.native_) if self.device_probe else (None, "off")
         self.tensor_speedup_ = (float(self.tensor_core_speedup)
                                 if self.tensor_core_speedup and tensor_core_device(X) else None)
@@ -550,7 +566,8 @@ class LayerRooflinePrior(RooflinePrior):
                else ["per_op"])   # absent on priors pickled before: one shared cost
         return ["const", *[f"per_flop_{k}_{p}" for p in self.precisions_ for k in FLOP_KINDS],
                 *[f"per_MB_{k}" for k in getattr(self, "kind_bytes_", BYTE_KINDS)], *ops,
-                *[f"per_{c}" for c in getattr(self, "kind_weights_", ())]]   # absent on priors pickled before
+                *[f"per_{c}" for c in getattr(self, "kind_weights_", ())],   # absent on priors pickled before
+                *(["per_flop_conv_small_bf16"] if getattr(self, "kind_small_conv_", None) else [])]
 
     def _kind_design(self, X: pd.DataFrame, prec: np.ndarray) -> np.ndarray:
         """(n, len(:meth:`_kind_names`)) design of zoo rows: FLOPs of each compute kind in the columns of the
@@ -565,6 +582,7 @@ class LayerRooflinePrior(RooflinePrior):
         per_element = getattr(self, "kind_per_element_", ())   # these three absent on priors pickled before
         fp32_equivalent = 4.0 / lookup(X["precision"].astype(str), BYTES_PER_ELEMENT)
         cols += [_num(X, f"bytes_{k}_MB") * (fp32_equivalent if k in per_element else 1.0)
+                 * (self._bf16_elementwise(X) if k == "elementwise" else 1.0)
                  for k in getattr(self, "kind_bytes_", BYTE_KINDS)]
         if getattr(self, "kind_ops_per_precision_", False):   # each call at its precision's cost (``prec``'s slot)
             cols += [np.where(prec == p, _num(X, "n_ops"), 0.0) for p in self.precisions_]
@@ -573,7 +591,19 @@ class LayerRooflinePrior(RooflinePrior):
         weights = getattr(self, "kind_weights_", ())
         if weights:
             cols += list(weight_columns(X, weights).T)
+        if getattr(self, "kind_small_conv_", None):   # bf16 rows' small convolutions (``prec``'s slot)
+            from carb.design.zoo_features import small_conv_flops
+
+            cols.append(np.where(prec == "bf16", small_conv_flops(X, self.kind_small_conv_), 0.0))
         return np.column_stack(cols)
+
+    def _bf16_elementwise(self, X: pd.DataFrame) -> np.ndarray | float:
+        """Multiplier (n,) of the element-wise MB column: ``kind_bf16_elementwise_`` on bf16 rows, 1 elsewhere
+        (1.0 on priors pickled before the setting, and off CPU data)."""
+        ratio = getattr(self, "kind_bf16_elementwise_", 1.0)
+        if ratio == 1.0:
+            return 1.0
+        return np.where(X["precision"].astype(str).to_numpy() == "bf16", ratio, 1.0)
 
     def _terms(self) -> tuple[tuple, tuple]:
         """(per-precision terms, shared terms) of this fit; priors pickled before both existed use the legacy layout."""

@@ -64,6 +64,16 @@ class PriorSettings(BaseModel):
         "leave-one-family-out (issue 43) pooled 12.28 -> 11.98 %, but densenet 20.4 -> 21.5 %, lowest "
         "Spearman 0.86 -> 0.80 (hrnet); with model.shrink on, densenet 12.2 % but squeezenet 20.0 % "
         "(docs/MODEL.md)"))
+    bf16_elementwise_ratio: float = Field(1.0, gt=0, description=(
+        "CPU zoo rows (the per-kind form), times: a bf16 element of the element-wise kind (adds, muls) costs "
+        "this many fp32 elements (Zen 4 VM quiet timings, scripts/data/cat_cost_34cc4b132c.csv: bf16 add 3x "
+        "fp32 per MB = 1.5x per element); 1.0: the same cost (docs/MODEL.md)"))
+    bf16_small_conv_MMAC: float | None = Field(10.0, gt=0, description=(
+        "CPU zoo rows with bf16 rows (the per-kind form), million multiply-adds per image: a fitted extra cost "
+        "per FLOP of bf16 convolutions (regular, grouped, pointwise) smaller than this (Zen 4 VM quiet timings: "
+        "a 3 MMAC 1x1 conv 25 GMAC/s bf16 vs 34 fp32, 28-116 MMAC ones 1.6-2x faster; 10 lies between, chosen "
+        "from the timings alone); CPU zoo leave-one-family-out: worst family 20.4 -> 15.5 % (densenet), 31 -> "
+        "32/32 within 20 % (docs/MODEL.md); null: no such term"))
 
 
 #: The CPU-only and CUDA-only settings (which ``prior=cpu`` / ``prior=cuda`` keep).
