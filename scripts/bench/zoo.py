@@ -595,23 +595,14 @@ def main() -> None:
                                                          "cascade": "zoo_cascade_bench.json"}.get(args.part,
                                                                                                   "zoo_bench.json"))
     t0 = time.perf_counter()
-    if args.part == "cascade":   # its own figures and line (zcasc); the zoo: line is not touched
+    own = {"cascade": cascade_part, "device": device_part}   # parts with their own figures and line
+    if args.part in own:   # the zoo: line is not touched
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            part, line = cascade_part(args)
-        res = {"command": " ".join(["python scripts/bench/zoo.py", *sys.argv[1:]]), "cascade": part,
+            part, line = own[args.part](args)
+        res = {"command": " ".join(["python scripts/bench/zoo.py", *sys.argv[1:]]), args.part: part,
                "wall_s": round(time.perf_counter() - t0, 1)}
         write_atomic(Path(args.out), lambda p: p.write_text(json.dumps(res, indent=1, default=float) + "\n"))
-        print(f"({time.perf_counter() - t0:.0f} s; figures in {args.out})")
-        print(line)
-        return
-    if args.part == "device":   # its own figures and line; the zoo: line is not touched
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            part, line = device_part(args)
-        dev = {"command": " ".join(["python scripts/bench/zoo.py", *sys.argv[1:]]), "device": part,
-               "wall_s": round(time.perf_counter() - t0, 1)}
-        write_atomic(Path(args.out), lambda p: p.write_text(json.dumps(dev, indent=1, default=float) + "\n"))
         print(f"({time.perf_counter() - t0:.0f} s; figures in {args.out})")
         print(line)
         return
