@@ -172,9 +172,14 @@ def test_k0_by_default_combines_the_shipped_zen4_into_the_xeon(store, capsys):  
     assert multi.source_weights_ == [0.5, 0.5] and multi.source_names()[1] == ZEN4
     assert "multi-source base" in out and "cpu-amd-zen4.parquet" in out and "not used: cpu-intel-xeon.parquet" in out
     band = multi.intervals_["latency_ms"]   # issue 44: the multi-source band (zero_shot.probe_multi_log_error_band)
-    assert "x [0.75, 1.33] (measured on 3 CPUs)" in " ".join(out.split())
+    from carb.commands.cli import compose
+
+    zs = compose("calibrate", []).zero_shot   # the bands' one source, conf/calibrate.yaml
+    lo, hi = (np.exp(float(v)) for v in zs.probe_multi_log_error_band)
+    assert f"x [{lo:.2f}, {hi:.2f}] (measured on 3 CPUs)" in " ".join(out.split())
     single = calibrate(store, f"probe={XEON}", "register=false", "transfer.extra_sources=[]")["model"]
-    assert "x [0.73, 1.28] (measured on 3 CPUs)" in " ".join(capsys.readouterr().out.split())
+    lo, hi = (np.exp(float(v)) for v in zs.probe_log_error_band)
+    assert f"x [{lo:.2f}, {hi:.2f}] (measured on 3 CPUs)" in " ".join(capsys.readouterr().out.split())
     assert band != single.intervals_["latency_ms"]
     rows = reference_dataset().groupby("precision").head(4).reset_index(drop=True)
     pm, ps = (screening_predict(m, rows)["pred_latency_ms"].to_numpy() for m in (multi, single))
