@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 
+import sys
+
 import numpy as np
 import pandas as pd
 
@@ -75,19 +77,35 @@ def lofo_predictions(frame: pd.DataFrame, families: list[str],
                      models: Mapping[str, Callable[[], object]] = MODELS) -> pd.DataFrame:
     """``frame`` (rows of the scored families only) with ``pred_<name>`` (latency_ms per batch) from the
     LOFO fit of each model in ``models`` (name -> factory of an object with ``fit(frame)``, ``predict``)."""
-    keep = frame["family"].isin(families).to_numpy()
-    out = frame[keep].reset_index(drop=True)
+    return grouped_predictions(frame, [[f] for f in families], models)
+
+
+def grouped_predictions(frame: pd.DataFrame, groups: list[list[str]],
+                        models: Mapping[str, Callable[[], object]] = MODELS, progress: bool = False) -> pd.DataFrame:
+    """:func:`lofo_predictions` with the families of each group held out together: ``frame``'s rows of the
+    grouped families with ``pred_<name>`` (latency_ms per batch), every model fitted once per group on the rows
+    of the other families (unscored ones included). A bounded model's parts are kept (``<name>_log_<part>``) for
+    :func:`nested_margin`. ``progress``: each group's MAPE per model to stderr as it is done."""
+    scored = [f for g in groups for f in g]
+    fam = frame["family"].astype(str).to_numpy()
+    out = frame[np.isin(fam, scored)].reset_index(drop=True)
+    at_fam = out["family"].astype(str).to_numpy()
     preds = {k: np.full(len(out), np.nan) for k in models}
     parts: dict[str, pd.DataFrame] = {}
-    for f, train, _ in lofo_splits(frame, families):
-        test_rows = frame[(frame["family"] == f).to_numpy()]
-        at = (out["family"] == f).to_numpy()
+    for i, g in enumerate(groups):
+        test, at = np.isin(fam, g), np.isin(at_fam, g)
+        test_rows = frame[test]
         for k, make in models.items():
-            model = make().fit(frame[train])
+            model = make().fit(frame[~test])
             preds[k][at] = model.predict(test_rows)
             if hasattr(model, "components"):   # the bound's parts, for nested_margin
                 c = model.components(test_rows).to_numpy(float)
                 parts.setdefault(k, pd.DataFrame(np.nan, index=out.index, columns=_PARTS)).loc[at] = c
+        if progress:
+            y = out.loc[at, "latency_ms"].to_numpy(float)
+            mape = ", ".join(f"{k} {100 * np.mean(np.abs(preds[k][at] / y - 1)):.1f}" for k in models)
+            print(f"  fold {i + 1}/{len(groups)} ({len(g)} families, {int(at.sum())} rows): MAPE % {mape}",
+                  file=sys.stderr, flush=True)
     for k, v in preds.items():
         out[f"pred_{k}"] = v
     for k, c in parts.items():

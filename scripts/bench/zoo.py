@@ -453,7 +453,8 @@ def cascade_part(args: argparse.Namespace) -> tuple[dict, str]:
     (families: leading letters, >= 5 models, :func:`carb.analysis.zoo_eval.scored_families`; every other
     family's rows train), one device (``--devices``): prints the per-family table; returns the JSON part and
     the ``zoo_cascade:`` line."""
-    from carb.analysis.zoo_eval import bound_settings, family_table, lofo_predictions, nested_margin, scored_families
+    from carb.analysis.zoo_eval import (bound_settings, family_table, grouped_predictions, lofo_predictions,
+                                        nested_margin, scored_families)
     from carb.data.importers.timm_zoo import bench_devices
     from carb.model.zoo_latency import FlopsLogLog, HiddenJoulesRegression, ZooLatencyModel
 
@@ -479,7 +480,7 @@ def cascade_part(args: argparse.Namespace) -> tuple[dict, str]:
     else:
         print(f"   {len(groups)} folds of held-out families (--folds {args.folds}; each fold's families left out "
               "together, the same splits for every model)", flush=True)
-        pred = grouped_predictions(rows, groups, models)
+        pred = grouped_predictions(rows, groups, models, progress=True)
     nested, outside = bound_settings(own)
     if nested:
         pred, _ = nested_margin(pred, model="zoo", outside=outside)
@@ -511,39 +512,6 @@ def family_groups(families: list[str], folds: int) -> list[list[str]]:
     if folds <= 0 or folds >= len(families):
         return [[f] for f in families]
     return [families[i::folds] for i in range(folds)]
-
-
-def grouped_predictions(rows: pd.DataFrame, groups: list[list[str]], models: dict) -> pd.DataFrame:
-    """As :func:`carb.analysis.zoo_eval.lofo_predictions` (``pred_<model>`` on the held-out rows), with the
-    families of each group held out together: every model fitted once per group on the rows of the other
-    families (the unscored ones included). ZooLatencyModel's bound parts are kept for a nested margin. Each
-    group's MAPE per model goes to stderr as it is done."""
-    from carb.analysis.zoo_eval import _PARTS
-
-    scored = [f for g in groups for f in g]
-    fam = rows["family"].astype(str).to_numpy()
-    out = rows[np.isin(fam, scored)].reset_index(drop=True)
-    at_fam = out["family"].astype(str).to_numpy()
-    preds = {k: np.full(len(out), np.nan) for k in models}
-    parts: dict[str, pd.DataFrame] = {}
-    for i, g in enumerate(groups):
-        test, at = np.isin(fam, g), np.isin(at_fam, g)
-        for k, make in models.items():
-            model = make().fit(rows[~test])
-            preds[k][at] = model.predict(rows[test])
-            if hasattr(model, "components"):
-                c = model.components(rows[test]).to_numpy(float)
-                parts.setdefault(k, pd.DataFrame(np.nan, index=out.index, columns=_PARTS)).loc[at] = c
-        y = out.loc[at, "latency_ms"].to_numpy(float)
-        mape = ", ".join(f"{k} {100 * np.mean(np.abs(preds[k][at] / y - 1)):.1f}" for k in models)
-        print(f"  fold {i + 1}/{len(groups)} ({len(g)} families, {int(at.sum())} rows): MAPE % {mape}",
-              file=sys.stderr, flush=True)
-    for k, v in preds.items():
-        out[f"pred_{k}"] = v
-    for k, c in parts.items():
-        for col in _PARTS:
-            out[f"{k}_log_{col}"] = c[col].to_numpy(float)
-    return out
 
 
 def registered_timm(device: str, overrides: list[str]):
