@@ -82,23 +82,34 @@ def tracing(pairs: Iterable[tuple[str, int]]) -> Iterator[Callable[[str, int], N
     if start is None or len(todo) < MIN_COLD:
         yield lambda name, size: None
         return
-    left = set(todo)
-    reporter = start(len(todo))
-    count = [0]
+    with _counted(start(len(todo)), todo,
+                  lambda name, size, i: f"tracing {name} at {size} px ({i}/{len(todo)}, not in the trace cache)",
+                  lambda n: f"traced {n} networks into the trace cache") as step:
+        yield step
+
+
+@contextlib.contextmanager
+def _counted(reporter: Reporter, keys: Iterable[tuple[str, int]], begin: Callable[[str, int, int], str | None],
+             done: Callable[[int], str]) -> Iterator[Callable[[str, int], None]]:
+    """A ``step(name, size)`` that counts the first call of each of ``keys`` (``(zoo name, input size px)``) and
+    begins ``reporter``'s unit with ``begin(name, size, i)`` (i: that count, from 1; None: no line); the block's
+    end finishes it with ``done(count)``, an error closes it without a line (the heartbeat stopped)."""
+    left, count = set(keys), [0]
 
     def step(name: str, size: int) -> None:
         key = (str(name), int(size))
         if key in left:
             left.discard(key)
             count[0] += 1
-            reporter.begin(f"tracing {name} at {size} px ({count[0]}/{len(todo)}, not in the trace cache)")
+            if (line := begin(name, size, count[0])) is not None:
+                reporter.begin(line)
 
     try:
         yield step
     except BaseException:
-        getattr(reporter, "close", lambda: None)()   # an error: no "done" line, the heartbeat stopped
+        getattr(reporter, "close", lambda: None)()
         raise
-    reporter.finish(f"traced {count[0]} networks into the trace cache")
+    reporter.finish(done(count[0]))
 
 
 @contextlib.contextmanager
@@ -107,21 +118,8 @@ def reading(start: Callable[[int], Reporter], distinct: list[tuple[str, int]]) -
     px)`` pairs, no repeats): one unit ``reading layer tables: <name> at <size> px (i/n, cached)`` per
     ``n / WARM_LINES`` networks, so the command shows a count and an ETA rather than minutes of silence."""
     chunk = max(1, -(-len(distinct) // WARM_LINES))
-    reporter = start(-(-len(distinct) // chunk))
-    left = set(distinct)
-    count = [0]
-
-    def step(name: str, size: int) -> None:
-        key = (str(name), int(size))
-        if key in left:
-            left.discard(key)
-            count[0] += 1
-            if (count[0] - 1) % chunk == 0:
-                reporter.begin(f"reading layer tables: {name} at {size} px ({count[0]}/{len(distinct)}, cached)")
-
-    try:
+    with _counted(start(-(-len(distinct) // chunk)), distinct,
+                  lambda name, size, i: (f"reading layer tables: {name} at {size} px ({i}/{len(distinct)}, cached)"
+                                         if (i - 1) % chunk == 0 else None),
+                  lambda n: f"read the layer tables of {n} networks") as step:
         yield step
-    except BaseException:
-        getattr(reporter, "close", lambda: None)()
-        raise
-    reporter.finish(f"read the layer tables of {count[0]} networks")
