@@ -145,5 +145,15 @@ def _clean_mlflow_env(monkeypatch):
         pass
 
 
+@pytest.fixture(autouse=True)
+def _warnings_format_restored(monkeypatch):
+    """A command's ``concise_warnings()`` replaces ``warnings.formatwarning`` for the whole process; each test
+    gets it back as it found it, so a later test on the same xdist worker sees Python's default."""
+    import warnings
+
+    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)
+    yield
+
+
 def has_exe(name: str) -> bool:
     return shutil.which(name) is not None
