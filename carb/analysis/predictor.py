@@ -207,6 +207,13 @@ class Predictor:
         from carb.design.zoo_inputs import zoo_features_frame
 
         model = self.cascade
+        if getattr(type(model), "OWN_SCORING", False):   # ZooLatencyModel behind this interface (zoo_predictor)
+            out = model.predict_names(knobs, budget, coverage, features, accuracy, batch_size=batch_size,
+                                      precision=precision, input_size=input_size)
+            cov = float(coverage) if coverage is not None else float(model.interval_["coverage"])
+            out.attrs.update({**self.provenance(coverage), "interval_coverage": cov,
+                              "origin": f"ZooLatencyModel fitted on timm's published {model.device_name_} file"})
+            return out
         kind = model_input_kind(model)   # "mixed" (a combined dataset's): names or knobs
         if kind == "mixed" and is_mixed_frame(knobs):   # rows of both kinds: each kind predicted, order kept
             return self._predict_mixed(knobs, budget=budget, coverage=coverage, features=features,

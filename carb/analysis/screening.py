@@ -102,6 +102,8 @@ def score(model: Any, features: pd.DataFrame, with_medians: bool = True,
     ``monotone``: predictions non-decreasing in batch size per architecture
     (:func:`carb.model.monotone.monotone_in_batch`)."""
     model = as_cascade(model)
+    if getattr(type(model), "OWN_SCORING", False):   # ZooLatencyModel behind the interface (zoo_predictor)
+        return model.score_rows(features, coverage)
 
     def prepare(F: pd.DataFrame) -> pd.DataFrame:
         return screening_features(model, F) if with_medians else interaction_features(F)
@@ -127,6 +129,8 @@ def source_objective(model: Any, features: pd.DataFrame, obj: str, monotone: boo
     keep (intervals, the rows' own imputed telemetry: batch-monotone predictions read the architectures at
     the model's knots, whose telemetry is imputed there, and the physics priors read no telemetry)."""
     model = as_cascade(model)
+    if getattr(type(model), "OWN_SCORING", False):   # ZooLatencyModel behind the interface (zoo_predictor)
+        return objective_values(model.score_rows(features), obj)
 
     def prepare(F: pd.DataFrame) -> pd.DataFrame:
         return screening_features(model, F)
@@ -147,9 +151,10 @@ def domain_filter(model: Any, features: pd.DataFrame, outside: str = "flag"
     if outside not in OUTSIDE_MODES:
         raise ConfigError(f"screen.outside: {outside!r} is not allowed; allowed: {list(OUTSIDE_MODES)}")
     domain = getattr(model, "domain_", None)
-    notes = [] if domain else [("the model stores no training domain (fitted before domains): every "
-                                "candidate is treated as in domain")]
-    inside, reasons = check_domain(domain, features)
+    own = getattr(type(as_cascade(model)), "OWN_SCORING", False)   # ZooLatencyModel: its own domain check
+    notes = [] if domain or own else [("the model stores no training domain (fitted before domains): every "
+                                       "candidate is treated as in domain")]
+    inside, reasons = as_cascade(model).domain_rows(features) if own else check_domain(domain, features)
     out = features.assign(in_domain=inside, outside=reasons)
     counts = {"n_in_domain": int(inside.sum()), "n_outside": int((~inside).sum())}
     if outside == "drop":
@@ -387,7 +392,8 @@ def screen(features: pd.DataFrame, target_model: Any, budget: Mapping[str, Any] 
             notes.append(none_left_note(every, outside, dom_counts))
             features = domain_filter(target_model, every.iloc[:1], "flag")[0]
         features["never_measured"] = unseen_mask(getattr(target_model, "domain_", None), features, "precision")
-        if clean_budget and not getattr(target_model, "intervals_", None):
+        if clean_budget and not getattr(target_model, "intervals_", None) and not getattr(
+                type(target_model), "OWN_SCORING", False):
             notes.append("the model has no calibrated intervals (fitted before intervals): borderline = within "
                          "one test-set MAE of a budget line")
         if source_model is None:
