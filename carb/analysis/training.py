@@ -315,3 +315,32 @@ def interval_summary(entry: dict[str, Any]) -> dict[str, Any]:
                 p: dict(zip(("lower", "upper"), _widest(d, float(o.get("coverage", cov)))),
                         n=sum(len(v) for v in d.values())) for p, d in o["by_precision"].items()}
     return out
+
+
+def fit_zoo_latency(device: str, conf: dict[str, Any], coverage: float, folds: int, seed: int,
+                    note: Callable[[str], None] = _quiet) -> tuple[Any, Any, dict[str, float]]:
+    """``carb-train data=timm_zoo`` with ``data.estimator`` ``zoo_latency``: ``ZooLatencyModel`` behind the
+    cascade's interface (:class:`carb.model.zoo_predictor.ZooLatencyPredictor`) fitted on ``device``'s rows of
+    timm's file (:func:`carb.model.zoo_predictor.timm_rows`), ``conf`` (``conf/zoo_latency/default.yaml``'s
+    dict, its ``per_device`` section by the file's device kind), intervals at ``coverage`` from ``folds`` groups
+    of whole families (``seed``: their shuffle). Returns ``(model, rows, metrics)``; the metrics (flat names,
+    units in them) are the held-out families' (``heldout/latency_ms_mape`` %, ``heldout/families_within20``,
+    ``heldout/families``) and the band's (``interval/latency_ms_lower`` / ``_upper``: log-ratios,
+    ``interval/families``, ``interval/rows``, ``interval/median_hi_lo``: hi / lo of every row)."""
+    import math
+
+    from carb.model.zoo_predictor import ZooLatencyPredictor, device_settings, timm_rows
+
+    rows = timm_rows(device)
+    settings = device_settings(conf, str(rows["device_kind"].iloc[0]))
+    t0 = time.perf_counter()
+    model = ZooLatencyPredictor(settings, coverage=coverage, folds=folds, seed=seed).fit(rows, note)
+    iv = model.interval_
+    metrics = {"heldout/latency_ms_mape": iv["heldout_mape"],
+               "heldout/families_within20": float(iv["families_within20"]),
+               "heldout/families": float(iv["heldout_families"]), "interval/latency_ms_lower": iv["lower"],
+               "interval/latency_ms_upper": iv["upper"], "interval/families": float(iv["families"]),
+               "interval/rows": float(iv["rows"]), "interval/nominal": float(coverage),
+               "interval/median_hi_lo": math.exp(iv["upper"] - iv["lower"]),
+               "time/fit_s": time.perf_counter() - t0, "rows": float(len(rows))}
+    return model, rows, metrics

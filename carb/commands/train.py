@@ -18,6 +18,7 @@ blend weights, corrector report) and ``importances.json``; the dataset as a run 
 """
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -111,6 +112,8 @@ def run_train(cfg: Any, defer: bool = False) -> dict[str, Any]:
         print(f"carb-train: logging the fit saved in {folder} (no fitting)")
         return log_fit(fit, cfg, folder)
     data_path = str(cfg.data.get("path") or "reference")
+    if zoo_estimator(cfg) == "zoo_latency":   # timm's GPU files: ZooLatencyModel (carb.model.zoo_predictor)
+        return run_zoo_latency(cfg)
     full, device = load_training_frame(data_path, cfg.data.get("device"))
     seed, fractions = int(cfg.split.seed), tuple(float(f) for f in cfg.split.get("fractions", (0.7, 0.15, 0.15)))
     parts = split_frames(full, seed, fractions)
@@ -140,6 +143,97 @@ def run_train(cfg: Any, defer: bool = False) -> dict[str, Any]:
         out["deferred"] = {"fit": fit, "cfg": cfg, "ev": to_dict(cfg.evaluate), "parts": list(later),
                            "run_id": out["run_id"]}
     return out
+
+
+def zoo_estimator(cfg: Any) -> str:
+    """What ``carb-train`` fits: ``cascade``, or for timm's file (``data.path=timm-zoo``) the estimator
+    ``data.estimator`` names (:func:`carb.model.zoo_predictor.estimator_of`; ``auto``: ``zoo_latency`` on
+    the GPU files). A bad value: one line naming the key, exit 2."""
+    from carb.data.io import TIMM_ZOO
+    from carb.data.importers.timm_zoo import FILE_DEVICES
+    from carb.model.zoo_predictor import estimator_of
+
+    value = cfg.data.get("estimator")
+    if str(cfg.data.get("path") or "") != TIMM_ZOO:
+        if value not in (None, "auto", "cascade"):
+            raise ConfigError(f"data.estimator: {value!r} is only for data=timm_zoo (timm's files); allowed here: "
+                              "auto, cascade")
+        return "cascade"
+    kinds = {name: kind for name, kind in FILE_DEVICES.values()}
+    return estimator_of(value, kinds.get(str(cfg.data.get("device")), "gpu"))
+
+
+def zoo_latency_conf() -> dict[str, Any]:
+    """``conf/zoo_latency/default.yaml`` checked against its schema (:class:`carb.commands.schema.groups.ZooLatency`;
+    a bad key or value: one :class:`ConfigError` line)."""
+    import yaml
+    from pydantic import ValidationError
+
+    from carb.commands.schema.errors import error_line
+    from carb.commands.schema.groups import ZooLatency
+    from carb.resources import CONF_DIR
+
+    conf = yaml.safe_load((CONF_DIR / "zoo_latency" / "default.yaml").read_text())
+    try:
+        ZooLatency.model_validate(conf)
+    except ValidationError as e:
+        raise ConfigError(f"conf/zoo_latency/default.yaml: {error_line(ZooLatency, conf, e.errors()[0])}") from None
+    return conf
+
+
+def run_zoo_latency(cfg: Any) -> dict[str, Any]:
+    """``carb-train data=timm_zoo`` with ``ZooLatencyModel`` (:func:`carb.analysis.training.fit_zoo_latency`):
+    fit, the family-grouped intervals, log the run and register the model as the cascade would be
+    (``carb-<device>-timm-zoo``), so ``carb.load_model`` and ``carb-screen space=zoo`` take it. Returns what
+    :func:`run_train` returns (``table`` the report's lines)."""
+    import pandas as pd
+
+    from carb import tracking
+    from carb.analysis.training import fit_zoo_latency
+
+    device = cfg.data.get("device")
+    if not device:
+        from carb.data.importers.timm_zoo import bench_devices, load_zoo_bench
+
+        devices = ", ".join(bench_devices(load_zoo_bench()))
+        raise ConfigError(f"data.device: timm's file needs one device; allowed: {devices}")
+    coverage = float(cfg.evaluate.get("interval_coverage", 0.9))
+    folds = int(cfg.data.get("interval_folds") or 5)
+    model, rows, metrics = fit_zoo_latency(str(device), zoo_latency_conf(), coverage, folds, int(cfg.split.seed), say)
+    slug = device_slug(model.device_name_)
+    one = pd.DataFrame({"device_name": [model.device_name_], "device_id": [model.device_id_], "model_name": ["x"]})
+    reg_name = model_name(one) if should_register(cfg.get("register", "auto")) else None
+    run_name = cfg.get("run_name") or sweep_suffix("/".join([slug, "zoo_latency"] + (
+        [str(cfg.run_suffix)] if cfg.get("run_suffix") else [])))
+    tags = {"device": model.device_name_, "device_slug": slug, "device_id": model.device_id_,
+            "estimator": "zoo_latency",
+            "feature_set": "zoo_latency", "preset": "zoo_latency", "targets": "latency_ms", "dataset": "timm-zoo"}
+    config = to_dict(cfg)
+    with tracking.start_run("train", run_name, tracking_uri=cfg.tracking.uri, tags=tags, sweep=sweep_tags(),
+                            artifact_root=cfg.tracking.get("artifact_root")) as run_id:
+        tracking.log_config(config, train_params(config, {}, sweep_tags()))
+        tracking.log_metrics(metrics)
+        tracking.log_dict(model.summary(), "zoo_latency_summary.json")
+        served, example, inputs = served_model(model, rows)
+        meta = {"device": model.device_name_, "device_id": model.device_id_, "estimator": "zoo_latency",
+                "targets": "latency_ms", "interval_families": str(model.interval_["families"])}
+        info = tracking.log_cascade(served, example, registered_name=reg_name, metadata=meta, inputs=inputs)
+    iv = model.interval_
+    lines = [f"carb-train: {run_name}  (ZooLatencyModel, {len(rows)} rows of timm's file, "
+             f"device {model.device_name_!r})",
+             f"carb-train: families held out ({iv['folds']} folds of whole families): MAPE {iv['heldout_mape']:.2f} %, "
+             f"{iv['families_within20']}/{iv['heldout_families']} families within 20 %",
+             f"carb-train: {100 * coverage:.0f} % intervals: x{math.exp(iv['lower']):.3f} to "
+             f"x{math.exp(iv['upper']):.3f} "
+             f"of the prediction (split-conformal on {iv['rows']} held-out rows of {iv['families']} families)"]
+    if cfg.get("print_table", True):
+        print("\n".join(wrap_line(line) for line in lines))
+        if info.get("version"):
+            print(wrap_line(f"carb-train: registered {reg_name} version {info['version']} (run {run_id})"))
+            print("\n".join(train_next(reg_name, info["version"], "zoo")))
+    return {"metrics": metrics, "registered_name": reg_name, "version": info.get("version"), "run_id": run_id,
+            "model_uri": info.get("model_uri"), "run_name": run_name, "targets": ["latency_ms"],
+            "dropped_targets": {}, "table": "\n".join(lines), "preset": "zoo_latency", "fit_folder": None}
 
 
 def evaluate_settings(cfg: Any, defer: bool) -> tuple[dict[str, Any], dict[str, bool]]:

@@ -1,0 +1,143 @@
+"""ZooLatencyModel behind carb-train data=timm_zoo (zwire; carb.model.zoo_predictor): the estimator key, the
+traced features against the joined ones, and a fit on a small real subset of the shipped timm file (a few
+families of the RTX 4090's rows) that is registered, loaded, predicts names and covers held-out families."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from carb.commands.cli import compose
+from carb.errors import ConfigError
+
+DEVICE = "RTX 4090"
+#: The training families (a few, fast) and one family held out of every fit here.
+FAMILIES = ("resnet", "mobilenetv", "efficientnet", "convnext", "ghostnet", "levit", "deit", "densenet")
+HELD_OUT = "regnety"
+#: Networks timm's RTX 4090 file timed at 224 px, for the traced-against-joined check.
+JOINED = ("resnet18", "mobilenetv3_small_100", "efficientnet_b0", "regnety_004")
+#: Tolerances of the traced totals against timm's published ones (relative): GMACs (timm's counter and the
+#: tracer's differ on a few operations, e.g. SE pooling), parameters (timm rounds to 10k), activations.
+TOL = {"gmacs_per_image": 0.02, "params": 0.01, "macts_M_per_image": 0.01}
+
+
+@pytest.fixture(scope="module")
+def rows():
+    from carb.model.zoo_predictor import timm_rows
+
+    r = timm_rows(DEVICE)
+    return r[r["family"].isin(FAMILIES + (HELD_OUT,))].reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def train_rows(rows):
+    return rows[rows["family"] != HELD_OUT].reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory, train_rows):
+    """carb-train data=timm_zoo on the subset (timm_rows patched to return it), logged to a fresh store."""
+    import carb.model.zoo_predictor as zp
+    from carb.commands.train import run_train
+
+    d = tmp_path_factory.mktemp("zwire")
+    uri = f"sqlite:///{d}/mlruns/mlflow.db"
+    mp = pytest.MonkeyPatch()
+    mp.setattr(zp, "timm_rows", lambda device, bench=None: train_rows)
+    try:
+        out = run_train(compose("train", ["data=timm_zoo", f"data.device={DEVICE}", f"tracking.uri={uri}",
+                                          f"paths.output_dir={d}/out", "print_table=false", "data.interval_folds=4"]))
+    finally:
+        mp.undo()
+    return {"dir": d, "uri": uri, "out": out}
+
+
+def test_bad_estimator_is_one_line_naming_the_key():
+    from carb.commands.train import run_train
+
+    with pytest.raises(ConfigError) as e:
+        run_train(compose("train", ["data=timm_zoo", f"data.device={DEVICE}", "data.estimator=trees"]))
+    msg = str(e.value)
+    assert "\n" not in msg and "data.estimator" in msg and "zoo_latency" in msg and "cascade" in msg
+
+
+def test_estimator_auto_is_zoo_latency_on_gpu_files_only():
+    from carb.commands.train import zoo_estimator
+
+    assert zoo_estimator(compose("train", ["data=timm_zoo", f"data.device={DEVICE}"])) == "zoo_latency"
+    assert zoo_estimator(compose("train", ["data=timm_zoo", "data.device=Intel Core i9-10940X"])) == "cascade"
+    assert zoo_estimator(compose("train", ["data=timm_zoo", f"data.device={DEVICE}",
+                                           "data.estimator=cascade"])) == "cascade"
+    assert zoo_estimator(compose("train", [])) == "cascade"
+
+
+def test_traced_path_equals_joined_path(env):
+    """The features of networks timm's file has, traced (as a name outside the file gets them) against joined
+    from the shipped tables: every tr_* column within 1e-6 (relative), the published totals within TOL."""
+    from carb import load_model
+
+    model = load_model(f"models:/carb-rtx-4090-timm-zoo/{env['out']['version']}", tracking_uri=env["uri"]).cascade
+    knobs = pd.DataFrame({"model_name": [f"timm:{m}" for m in JOINED], "input_size": 224, "batch_size": 256,
+                          "precision": "fp16"})
+    joined, r1 = model.features(knobs)
+    traced, r2 = model.features(knobs, traced=True)
+    assert (r1 == "").all() and (r2 == "").all()
+    assert (joined["features_source"] == "published").all() and (traced["features_source"] == "traced").all()
+    tr = [c for c in model.model_.features_ if c.startswith("tr_")]
+    cols = [c for c in joined.columns if c.startswith("tr_") and c != "tr_reparam" and c in traced.columns
+            and pd.api.types.is_numeric_dtype(joined[c])]
+    assert len(cols) > 50 and tr
+    a, b = joined[cols].to_numpy(float), traced[cols].to_numpy(float)
+    assert np.allclose(a, b, rtol=1e-6, atol=1e-9, equal_nan=True), [c for c in cols if not np.allclose(
+        joined[c].to_numpy(float), traced[c].to_numpy(float), rtol=1e-6, atol=1e-9, equal_nan=True)]
+    for c, tol in TOL.items():
+        rel = np.abs(traced[c].to_numpy(float) / joined[c].to_numpy(float) - 1)
+        assert (rel <= tol).all(), (c, rel)
+    p1, p2 = model.predict_latency(joined), model.predict_latency(traced)
+    assert np.allclose(p1, p2, rtol=0.03)
+
+
+def test_registered_model_predicts_names_and_covers_held_out_family(env, rows):
+    from carb import load_model, tracking
+
+    out = env["out"]
+    assert out["registered_name"] == "carb-rtx-4090-timm-zoo" and out["version"] and out["preset"] == "zoo_latency"
+    assert out["metrics"]["interval/families"] == len(FAMILIES)
+    tracking.configure(env["uri"])
+    model = load_model(f"models:/carb-rtx-4090-timm-zoo/{out['version']}", tracking_uri=env["uri"])
+    pred = model.predict(["timm:resnet50", "tv:mobilenet_v3_large"], batch_size=[256, 1024], precision="fp16")
+    for c in ("config_id", "pred_latency_ms", "lo_latency_ms", "hi_latency_ms", "pred_latency_ms_per_image",
+              "in_domain", "outside", "new_architecture", "pred_energy_J", "not_predicted"):
+        assert c in pred.columns, c
+    assert pred["pred_energy_J"].isna().all() and pred["not_predicted"].str.contains("energy_J").all()
+    assert (pred["lo_latency_ms"] < pred["pred_latency_ms"]).all()
+    assert (pred["pred_latency_ms"] < pred["hi_latency_ms"]).all()
+    assert list(pred["features_source"]) == ["published"] * 2 + ["traced"] * 2
+    assert pred["in_domain"].all()
+    big = pred["pred_latency_ms"].to_numpy()
+    assert big[1] > big[0] and big[3] > big[2]     # a larger batch takes longer
+    assert pred.attrs["interval_coverage"] == 0.9
+    odd = model.predict(["timm:resnet50"], batch_size=1, precision="fp32")   # outside the file's batches and precision
+    assert not odd["in_domain"].iloc[0] and "batch_size 1" in odd["outside"].iloc[0]
+    assert "precision fp32" in odd["outside"].iloc[0] and odd["never_measured"].iloc[0]
+    held = rows[rows["family"] == HELD_OUT]
+    got = model.predict(held[["model_name", "input_size", "batch_size", "precision"]].reset_index(drop=True))
+    y = held["latency_ms"].to_numpy(float)
+    inside = (got["lo_latency_ms"].to_numpy() <= y) & (y <= got["hi_latency_ms"].to_numpy())
+    assert got["new_architecture"].all() and inside.mean() >= 0.7, inside.mean()
+
+
+def test_screen_space_zoo_with_the_registered_model(env):
+    from carb.commands.screen import run_screen
+
+    res = run_screen(compose("screen", [
+        "space=zoo", "space.mode=grid", "space.max_flops=null", "space.models=[timm:resnet50,tv:mobilenet_v3_large]",
+        "space.input_sizes=[224]", "space.batch_sizes=[256,512]", "space.precisions=[fp16]",
+        f"screen.target=models:/carb-rtx-4090-timm-zoo/{env['out']['version']}", f"tracking.uri={env['uri']}",
+        f"paths.output_dir={env['dir']}/screen", "screen.budget.latency_ms=1000"]))
+    from pathlib import Path
+
+    scored = pd.read_parquet(Path(res["output_dir"]) / "scored.parquet")
+    assert res["n_in_domain"] == 4 and len(res["shortlist"]) == 4
+    assert len(scored) == 4 and scored["pred_latency_ms"].notna().all() and scored["hi_latency_ms"].notna().all()
+    assert scored["in_domain"].all()
