@@ -120,6 +120,11 @@ def test_registered_model_predicts_names_and_covers_held_out_family(env, rows):
     odd = model.predict(["timm:resnet50"], batch_size=1, precision="fp32")   # outside the file's batches and precision
     assert not odd["in_domain"].iloc[0] and "batch_size 1" in odd["outside"].iloc[0]
     assert "precision fp32" in odd["outside"].iloc[0] and odd["never_measured"].iloc[0]
+    dec = model.predict(["timm:resnet50"], batch_size=256, precision="fp16", budget={"latency_ms": 1e4})
+    assert dec["decision"].iloc[0] == "accept" and dec["p_within_latency_ms"].iloc[0] > 0.99
+    tight = model.predict(["timm:resnet50"], batch_size=256, precision="fp16",
+                          budget={"latency_ms": float(pred["pred_latency_ms"].iloc[0])})
+    assert 0.2 < tight["p_within_latency_ms"].iloc[0] < 0.8 and tight["decision"].iloc[0] != "accept"
     held = rows[rows["family"] == HELD_OUT]
     got = model.predict(held[["model_name", "input_size", "batch_size", "precision"]].reset_index(drop=True))
     y = held["latency_ms"].to_numpy(float)
@@ -141,3 +146,17 @@ def test_screen_space_zoo_with_the_registered_model(env):
     assert res["n_in_domain"] == 4 and len(res["shortlist"]) == 4
     assert len(scored) == 4 and scored["pred_latency_ms"].notna().all() and scored["hi_latency_ms"].notna().all()
     assert scored["in_domain"].all()
+
+
+def test_mlflow_pyfunc_takes_names(env):
+    """MLflow's own client loads the registered model and answers a frame of names with the same columns."""
+    import mlflow
+
+    from carb import tracking
+
+    tracking.configure(env["uri"])
+    served = mlflow.pyfunc.load_model(f"models:/carb-rtx-4090-timm-zoo/{env['out']['version']}")
+    out = served.predict(pd.DataFrame({"model_name": ["timm:resnet50", "timm:convnext_tiny"], "batch_size": 256,
+                                       "precision": "fp16"}))
+    assert list(out["model_name"]) == ["timm:resnet50", "timm:convnext_tiny"]
+    assert out["pred_latency_ms"].notna().all() and (out["hi_latency_ms"] > out["lo_latency_ms"]).all()

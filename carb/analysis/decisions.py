@@ -96,6 +96,11 @@ def add_probabilities(model: Any, scored: pd.DataFrame, budget: Mapping[str, flo
     calibrated predictive distribution, :func:`prob_within`; ``NaN`` without a calibration of that
     target) and ``p_feasible`` (their product, :func:`joint_probability`)."""
     out = scored.copy()
+    if getattr(type(model), "OWN_SCORING", False):   # ZooLatencyModel (zoo_predictor): its own conformal CDF
+        for t, limit in budget.items():
+            out[f"p_within_{t}"] = model.p_within(t, out[pred_name(t)].to_numpy(dtype=float), float(limit))
+        out["p_feasible"] = joint_probability(out, budget)
+        return out
     cal = getattr(model, "intervals_", None) or {}
     preds = [pred_name(t) for t in budget if pred_name(t) in out]
     ladder = interval_ladder(cal, out[preds], interval_context(model, out)) if cal and budget else {}

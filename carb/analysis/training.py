@@ -338,9 +338,13 @@ def fit_zoo_latency(device: str, conf: dict[str, Any], coverage: float, folds: i
     iv = model.interval_
     metrics = {"heldout/latency_ms_mape": iv["heldout_mape"],
                "heldout/families_within20": float(iv["families_within20"]),
-               "heldout/families": float(iv["heldout_families"]), "interval/latency_ms_lower": iv["lower"],
+               "heldout/families": float(iv["heldout_families"]),
+               "heldout/families5_within20": float(iv["families5_within20"]),
+               "heldout/families5": float(iv["heldout_families5"]), "interval/latency_ms_lower": iv["lower"],
                "interval/latency_ms_upper": iv["upper"], "interval/families": float(iv["families"]),
                "interval/rows": float(iv["rows"]), "interval/nominal": float(coverage),
                "interval/median_hi_lo": math.exp(iv["upper"] - iv["lower"]),
+               "interval/fold_coverage_min": min(iv["fold_coverage"]),
+               "interval/fold_coverage_max": max(iv["fold_coverage"]),
                "time/fit_s": time.perf_counter() - t0, "rows": float(len(rows))}
     return model, rows, metrics

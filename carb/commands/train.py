@@ -222,10 +222,13 @@ def run_zoo_latency(cfg: Any) -> dict[str, Any]:
     lines = [f"carb-train: {run_name}  (ZooLatencyModel, {len(rows)} rows of timm's file, "
              f"device {model.device_name_!r})",
              f"carb-train: families held out ({iv['folds']} folds of whole families): MAPE {iv['heldout_mape']:.2f} %, "
-             f"{iv['families_within20']}/{iv['heldout_families']} families within 20 %",
+             f"{iv['families_within20']}/{iv['heldout_families']} families within 20 % "
+             f"({iv['families5_within20']}/{iv['heldout_families5']} of those with at least 5 models)",
              f"carb-train: {100 * coverage:.0f} % intervals: x{math.exp(iv['lower']):.3f} to "
              f"x{math.exp(iv['upper']):.3f} "
-             f"of the prediction (split-conformal on {iv['rows']} held-out rows of {iv['families']} families)"]
+             f"of the prediction (split-conformal on {iv['rows']} held-out rows of {iv['families']} families); "
+             f"each fold's rows inside the other folds' band: "
+             + ", ".join(f"{c:.3f}" for c in iv["fold_coverage"])]
     if cfg.get("print_table", True):
         print("\n".join(wrap_line(line) for line in lines))
         if info.get("version"):

@@ -205,7 +205,9 @@ class ZooLatencyPredictor:
         log-ratios ``log(measured / predicted)`` of every held-out row give the equal-tailed split-conformal
         band at ``coverage`` (:func:`carb.model.intervals.conformal_bounds`). Sets and returns ``interval_``
         (``lower`` / ``upper`` log bounds, ``coverage``, ``rows``, ``families``, ``folds``, the held-out MAPE %
-        and the families within 20 %)."""
+        and the families within 20 %: all, and those of at least 5 models, ``families5_within20`` /
+        ``heldout_families5``, as ``scripts/bench/zoo.py`` counts them; ``fold_coverage``: per fold, the share of
+        its held-out rows inside the band calibrated on the other folds' log-ratios only)."""
         from carb.model.intervals import conformal_bounds
 
         fold = self.family_folds(rows["family"])
@@ -220,11 +222,19 @@ class ZooLatencyPredictor:
         lo, hi = conformal_bounds(r, self.coverage)
         ape = pd.Series(np.abs(pred[ok] / y[ok] - 1) * 100, index=rows.index[ok])
         fam = ape.groupby(rows.loc[ok, "family"].astype(str)).mean()
+        big = rows.loc[ok, "model"].groupby(rows.loc[ok, "family"].astype(str)).nunique() >= 5   # as the benchmark
         self.log_ratios_ = r
+        folds = fold[ok]
+        by_fold = []   # each fold's held-out rows against the band of the other folds' log-ratios only
+        for k in np.unique(folds):
+            a, b = conformal_bounds(r[folds != k], self.coverage)
+            by_fold.append(float(((r[folds == k] >= a) & (r[folds == k] <= b)).mean()))
         self.interval_ = {"coverage": self.coverage, "lower": float(lo), "upper": float(hi), "rows": int(ok.sum()),
                           "families": int(rows.loc[ok, "family"].nunique()), "folds": int(len(np.unique(fold))),
                           "heldout_mape": float(ape.mean()), "families_within20": int((fam <= 20).sum()),
-                          "heldout_families": int(len(fam)), "method": "split-conformal on family-grouped CV"}
+                          "heldout_families": int(len(fam)), "families5_within20": int((fam[big] <= 20).sum()),
+                          "heldout_families5": int(big.sum()), "fold_coverage": by_fold,
+                          "method": "split-conformal on family-grouped CV"}
         return self.interval_
 
     # ---- features ---------------------------------------------------------------------------------------
@@ -306,6 +316,19 @@ class ZooLatencyPredictor:
         if coverage is None or float(coverage) == self.interval_["coverage"]:
             return self.interval_["lower"], self.interval_["upper"]
         return conformal_bounds(self.log_ratios_, float(coverage))
+
+    def p_within(self, target: str, pred: np.ndarray, limit: float) -> np.ndarray:
+        """``P(target <= limit)`` per row (n,) of predictions ``pred`` (n,; the target's unit per batch): the
+        conformal distribution of the family-grouped log-ratios, ``#{r <= log(limit / pred)} / (m + 1)`` over
+        the ``m`` log-ratios (NaN where ``pred`` is; a target this model does not predict: NaN)."""
+        pred = np.asarray(pred, dtype=float)
+        if target not in self.targets_:
+            return np.full(len(pred), np.nan)
+        r = np.sort(self.log_ratios_)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = np.log(float(limit) / pred)
+        p = np.searchsorted(r, q, side="right") / (len(r) + 1)
+        return np.where(np.isfinite(pred) & (pred > 0), p, np.nan)
 
     def predict_latency(self, F: pd.DataFrame) -> np.ndarray:
         """``latency_ms`` per batch (n,) of featured rows, non-decreasing in batch size per network, input size
