@@ -160,3 +160,27 @@ def test_mlflow_pyfunc_takes_names(env):
                                        "precision": "fp16"}))
     assert list(out["model_name"]) == ["timm:resnet50", "timm:convnext_tiny"]
     assert out["pred_latency_ms"].notna().all() and (out["hi_latency_ms"] > out["lo_latency_ms"]).all()
+
+
+def test_module_predicts_as_a_new_architecture(env):
+    """An nn.Module of no zoo name is traced, predicted, and a family never fitted; the issue's call on torchvision's
+    MobileNetV3 at fp32 runs and is flagged outside (the file timed fp16 only)."""
+    import torch.nn as nn
+
+    from carb import load_model
+    from carb.design.zoo import import_torchvision
+
+    class Tiny(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c, self.f = nn.Conv2d(3, 16, 3, 2, 1), nn.Linear(16, 10)
+
+        def forward(self, x):
+            return self.f(self.c(x).relu().mean((2, 3)))
+
+    model = load_model(f"models:/carb-rtx-4090-timm-zoo/{env['out']['version']}", tracking_uri=env["uri"])
+    out = model.predict(Tiny(), batch_size=[256, 512], precision="fp16")
+    assert (out["features_source"] == "traced").all() and out["new_architecture"].all() and out["in_domain"].all()
+    assert (out["pred_latency_ms"] > 0).all()
+    tv = model.predict(import_torchvision().models.mobilenet_v3_large(), batch_size=8, precision="fp32")
+    assert tv["pred_latency_ms"].iloc[0] > 0 and not tv["in_domain"].iloc[0] and tv["never_measured"].iloc[0]

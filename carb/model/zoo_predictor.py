@@ -277,7 +277,8 @@ class ZooLatencyPredictor:
         F = pd.concat(parts, ignore_index=True).sort_values("_pos")
         F = knobs.join(F.set_index("_pos").drop(columns=[c for c in knobs.columns if c in F.columns]))
         F = F.assign(**{c: v for c, v in self.context_.items()})
-        F["family"] = [model_family(t if isinstance(t, str) else n.split(":")[-1]) for t, n in zip(timm, names)]
+        F["family"] = [n if n.startswith("module:") else model_family(t if isinstance(t, str) else n.split(":")[-1])
+                       for t, n in zip(timm, names)]   # a module of no zoo name: a family of its own
         return F, refused
 
     # ---- domain and scoring -----------------------------------------------------------------------------
