@@ -11,9 +11,26 @@ import pytest
 
 from carb.errors import DatasetError
 from carb.model.zoo_latency import AdditiveBase, ZooLatencyModel, additive_terms
-from carb.model.zoo_latency_cpu import CACHE_BYTES, cpu_parts, cpu_terms
+from carb.model.zoo_latency_cpu import THRESHOLD_KEYS, cpu_terms
+from carb.model.zoo_latency_cpu import cpu_parts as _cpu_parts
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _conf_thresholds() -> dict[str, float]:
+    """``conf/zoo_latency/default.yaml``'s ``cpu_parts`` (the shipped thresholds), read as YAML."""
+    import yaml
+
+    return {k: float(v) for k, v in yaml.safe_load((ROOT / "conf/zoo_latency/default.yaml").read_text())["cpu_parts"].items()}
+
+
+T = _conf_thresholds()
+CACHE_BYTES = T["cache_MB"] * 1e6
+
+
+def cpu_parts(table: pd.DataFrame, **override: float) -> dict[str, float]:
+    """:func:`carb.model.zoo_latency_cpu.cpu_parts` at the conf's thresholds, ``override``'s keys (conf units) set."""
+    return _cpu_parts(table, T | override)
 
 
 def _table(batch: int = 1) -> pd.DataFrame:
@@ -40,7 +57,7 @@ def test_cpu_parts_counts_weights_used_a_few_times_and_memory_bound_bytes_beyond
     assert 2e6 < CACHE_BYTES < 20e6 and parts["bytes_membound_dram"] == 20e6
     assert cpu_parts(_table(batch=8))["bytes_weight_lowreuse"] == parts["bytes_weight_lowreuse"]   # per image
     assert cpu_parts(_table(), low_reuse=1e4)["bytes_weight_lowreuse"] == (36864 + 2049000 + 102764544) * 4
-    assert cpu_parts(_table(), cache_bytes=1.5e6)["bytes_membound_dram"] == 22e6
+    assert cpu_parts(_table(), cache_MB=1.5)["bytes_membound_dram"] == 22e6
 
 
 def test_cpu_parts_of_a_traced_module(tmp_path, monkeypatch):
@@ -97,7 +114,7 @@ def test_cpu_parts_counts_library_kernel_calls_and_permuted_channel_norms():
     assert parts["n_extern_calls"] == 5.0
     assert permuted_norm_rows(t).tolist() == [i in (2, 13) for i in range(len(t))]
     assert parts["bytes_norm_permuted"] == 2.4e6
-    assert cpu_parts(t, l2_bytes=1e4)["bytes_norm_permuted"] == 2.48e6 - 384   # its parameters left out
+    assert cpu_parts(t, l2_MB=1e-2)["bytes_norm_permuted"] == 2.48e6 - 384   # its parameters left out
     assert cpu_parts(_table())["n_extern_calls"] == 3.0 and cpu_parts(_table())["bytes_norm_permuted"] == 0.0
 
 
@@ -200,7 +217,7 @@ def test_per_device_settings_apply_to_their_device_kind_only(tmp_path, capsys):
     cpu = bench.zoo_latency_settings([], device_kind="cpu")
     assert cpu["cpu_terms"] == ["weight_lowreuse", "weight_lowreuse_dram", "extern_calls", "norm_permuted",
                                 "depthwise_dram", "matmul_spill", "pointwise_fused", "conv_weight_dram", "concat_copy",
-                                "conv_permuted", "linear_wide", "concat_calls"]
+                                "conv_permuted", "linear_wide", "concat_calls", "copy_dense"]
     assert cpu["gemm_regimes"] is False and shared["gemm_regimes"] is True
     bound = {"margin": 0.0, "outside": "clip", "nested_margin": True}   # z43gpu2: the CPU file keeps the old bound
     assert {k: v for k, v in cpu.items() if k != "cpu_terms"} == shared | {"gemm_regimes": False} | bound
@@ -209,7 +226,8 @@ def test_per_device_settings_apply_to_their_device_kind_only(tmp_path, capsys):
     conf = (ROOT / "conf/zoo_latency/default.yaml").read_text()
     path = tmp_path / "zl.yaml"
     path.write_text(conf.replace("cpu_terms: [weight_lowreuse, weight_lowreuse_dram, extern_calls, norm_permuted, "
-                                 "depthwise_dram, matmul_spill,\n                pointwise_fused, conv_weight_dram, concat_copy, conv_permuted, linear_wide, concat_calls]",
+                                 "depthwise_dram, matmul_spill,\n                pointwise_fused, conv_weight_dram, concat_copy, conv_permuted, linear_wide, concat_calls, "
+                                 "copy_dense]",
                                  "cpu_terms: [gemv]"))
     assert path.read_text() != conf
     with pytest.raises(SystemExit) as e:
@@ -254,7 +272,7 @@ def test_cpu_parts_counts_depthwise_convolutions_beyond_the_cache():
     t.attrs = {"input_shape": (1, 3, 224, 224)}
     assert 2 * dw_small < CACHE_BYTES < 2 * dw_big
     assert cpu_parts(t)["bytes_depthwise_dram"] == 2 * dw_big
-    assert cpu_parts(t, cache_bytes=1e5)["bytes_depthwise_dram"] == 2 * dw_big + 2 * dw_small
+    assert cpu_parts(t, cache_MB=0.1)["bytes_depthwise_dram"] == 2 * dw_big + 2 * dw_small
     assert cpu_parts(_table())["bytes_depthwise_dram"] == 0.0
     frame = pd.DataFrame({"batch_size": [1, 4], "tr_bytes_depthwise_dram": [25.7e6, 25.7e6]})
     assert np.allclose(cpu_terms(frame, ["depthwise_dram"])["mb_depthwise_dram"], [25.7, 25.7])
@@ -348,9 +366,9 @@ def test_shipped_trace_table_has_the_pointwise_fused_column_on_the_cpu_rows():
 
 def test_cpu_parts_counts_explicit_matrix_products_beyond_the_spill_size():
     """Only the explicit matrix products (``matmul``: attention scores outside SDPA) whose activations read +
-    written exceed :data:`SPILL_BYTES` count (activation bytes): CaiT-like scores of 16 heads x 576 x 576 tokens
+    written exceed ``spill_MB`` (conf) count (activation bytes): CaiT-like scores of 16 heads x 576 x 576 tokens
     (21 MB written), not a 196-token product, nor attention through SDPA or a linear layer of the same size."""
-    from carb.model.zoo_latency_cpu import SPILL_BYTES
+    SPILL_BYTES = T["spill_MB"] * 1e6
 
     big, small = 16 * 576 * 576 * 4, 16 * 196 * 196 * 4
     qk_big, qk_small = 2 * 16 * 576 * 48 * 4, 2 * 16 * 196 * 48 * 4
@@ -362,7 +380,7 @@ def test_cpu_parts_counts_explicit_matrix_products_beyond_the_spill_size():
     t.attrs = {"input_shape": (1, 3, 384, 384)}
     assert qk_small + small < SPILL_BYTES < qk_big + big
     assert cpu_parts(t)["bytes_matmul_spill"] == qk_big + big
-    assert cpu_parts(t, spill_bytes=1e5)["bytes_matmul_spill"] == qk_big + big + qk_small + small
+    assert cpu_parts(t, spill_MB=0.1)["bytes_matmul_spill"] == qk_big + big + qk_small + small
     assert cpu_parts(_table())["bytes_matmul_spill"] == 0.0
     frame = pd.DataFrame({"batch_size": [1, 4], "tr_bytes_matmul_spill": [24e6, 24e6]})
     assert np.allclose(cpu_terms(frame, ["matmul_spill"])["mb_matmul_spill"], [24.0, 24.0])   # per image
@@ -435,7 +453,7 @@ def test_cpu_parts_counts_convolution_weights_beyond_the_cache_used_a_few_dozen_
     (SelecSLS's 4x4 head), not the same weights at 56x56, nor a convolution that fits the cache, nor VGG's
     once-used layer (the low-reuse DRAM term's), nor a linear layer; the bounds are arguments; the term is MB
     per batch (weights read once per call)."""
-    from carb.model.zoo_latency_cpu import LOW_REUSE, MID_REUSE
+    LOW_REUSE, MID_REUSE = T["low_reuse"], T["mid_reuse"]
 
     w = 4 * 1024 * 1280 * 9
     assert LOW_REUSE <= 16 < MID_REUSE < 3136 and 8e6 < CACHE_BYTES < w
@@ -443,7 +461,7 @@ def test_cpu_parts_counts_convolution_weights_beyond_the_cache_used_a_few_dozen_
     assert parts["bytes_conv_weight_dram"] == w
     assert parts["bytes_weight_lowreuse_dram"] == 102764544 * 4
     assert cpu_parts(_conv_weight_table(), mid_reuse=1e4)["bytes_conv_weight_dram"] == 2 * w
-    assert cpu_parts(_conv_weight_table(), cache_bytes=1e6)["bytes_conv_weight_dram"] == w + 8e6
+    assert cpu_parts(_conv_weight_table(), cache_MB=1.0)["bytes_conv_weight_dram"] == w + 8e6
     assert cpu_parts(_conv_weight_table(), mid_reuse=16)["bytes_conv_weight_dram"] == 0.0
     assert cpu_parts(_table())["bytes_conv_weight_dram"] == 0.0
     frame = pd.DataFrame({"batch_size": [1, 4], "tr_bytes_conv_weight_dram": [47.2e6, 47.2e6]})
@@ -593,7 +611,9 @@ def _linear_table() -> pd.DataFrame:
 def test_cpu_parts_counts_the_flops_of_linear_layers_wide_on_both_sides():
     """``flops_linear_wide``: ViT-L's two linear layers (both sides >= 1024), not ViT-B's (768 in), nor the
     1000-class head, nor a convolution; a lower bound of 768 takes ViT-B's and the head in; no shape columns: none."""
-    from carb.model.zoo_latency_cpu import WIDE_FEATURES, linear_features
+    from carb.model.zoo_latency_cpu import linear_features
+
+    WIDE_FEATURES = T["wide_features"]
 
     t = _linear_table()
     assert WIDE_FEATURES == 1024.0
@@ -647,3 +667,115 @@ def test_shipped_trace_table_has_the_linear_wide_and_concat_count_columns_on_the
         assert (w[model.str.match(pattern).to_numpy()] > 0).all() and model.str.match(pattern).any()
     assert (w[(model == "vit_base_patch16_224").to_numpy()] == 0).all()
     assert (w[model.str.match(r"resnet\d+$").to_numpy()] == 0).all()
+
+
+def test_cpu_part_thresholds_are_conf_keys_with_the_figures_of_before(capsys):
+    """``conf/zoo_latency/default.yaml``'s ``cpu_parts`` holds :func:`cpu_parts`' thresholds (the module constants
+    of before: 8 and 64 uses, 16 / 4 / 1 MB, 1024 features), read through the bench's settings path, never handed to
+    the model; an override sets one; a bad value or key is one line naming it, exit 2; a table's columns need all."""
+    bench = _bench()
+    assert bench.cpu_part_settings([]) == {"low_reuse": 8.0, "mid_reuse": 64.0, "cache_MB": 16.0, "spill_MB": 4.0,
+                                           "l2_MB": 1.0, "wide_features": 1024.0} == T
+    assert tuple(T) == THRESHOLD_KEYS
+    assert "cpu_parts" not in bench.zoo_latency_settings([]) and "cpu_parts" not in bench.zoo_latency_settings(
+        [], device_kind="cpu")
+    assert bench.cpu_part_settings(["cpu_parts.cache_MB=8"])["cache_MB"] == 8.0
+    for bad, line in (("cpu_parts.cache_MB=-1", "cpu_parts.cache_MB: must be a positive number, got -1"),
+                      ("cpu_parts.l3_MB=30", "cpu_parts.l3_MB: unknown key; allowed: ")):
+        with pytest.raises(SystemExit) as e:
+            bench.cpu_part_settings([bad])
+        assert e.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"--zoo-latency: {line}") and "\n" not in err
+    with pytest.raises(DatasetError, match="cpu_parts: thresholds lack wide_features"):
+        _cpu_parts(_table(), {k: v for k, v in T.items() if k != "wide_features"})
+    # the thresholds change the columns as the constants did: the same parts at the conf's figures as at twice
+    # the cache (the 20 MB ReLU stays beyond 16 MB, not beyond 32 MB)
+    assert cpu_parts(_table(), cache_MB=32.0)["bytes_membound_dram"] == 0.0
+
+
+def _evonorm_table() -> pd.DataFrame:
+    """A layer table of a convolution then EvoNorm-S0 as the tracer records it (timm's ``EvoNorm2dS0``: the
+    group variance, its square root broadcast back to the map by ``expand`` + ``clone``, then x * sigmoid(v x) /
+    std * weight + bias) on a 1.8 MB map, then a max pooling, a ReLU, a concatenation of the ReLU's output and
+    a contiguous copy: bytes read, written per row."""
+    m = 1.8e6
+    rows = [("conv_grouped", "convolution", 1.9e6, m), ("reshape", "view", 0, 0), ("reduce", "var", m, 36),
+            ("elementwise", "add", 36, 36), ("activation", "sqrt", 36, 36), ("reshape", "expand", 0, 0),
+            ("copy", "clone", 36, m), ("reshape", "_unsafe_view", 0, 0), ("elementwise", "mul", m, m),
+            ("activation", "sigmoid", m, m), ("elementwise", "mul", 2 * m, m), ("elementwise", "div", 2 * m, m),
+            ("elementwise", "mul", m, m), ("elementwise", "add", m, m), ("pool", "max_pool2d", m, m / 4),
+            ("activation", "relu", m / 4, m / 4), ("concat", "cat", m / 2, m / 2), ("copy", "clone", m / 2, m / 2)]
+    t = pd.DataFrame(rows, columns=["kind", "op", "bytes_read", "bytes_written"])
+    return t.assign(flops=0.0, param_bytes=0.0, params=0.0)
+
+
+def test_generated_loops_count_fused_runs_and_unfused_memory_operations_not_broadcast_copies():
+    """Under ``torch.compile`` EvoNorm's 8 point-wise rows are 2 loops (split by the broadcast copy), its
+    broadcast copy (36 B read, 1.8 MB written) none; the reduction, the pooling and the contiguous copy one each;
+    the ReLU one; the concatenation right after it none; the convolution is a library call, not counted: 6 of
+    the table's 15 operations. ``bytes_copy_dense``: the bytes of the copies that are not broadcasts."""
+    from carb.model.zoo_latency_cpu import broadcast_copy_rows, generated_loops, pointwise_runs
+
+    t = _evonorm_table()
+    assert pointwise_runs(t) == [(3, 4), (8, 13), (15, 15)]
+    assert broadcast_copy_rows(t).tolist() == [False] * 6 + [True] + [False] * 11
+    assert generated_loops(t) == 3 + 3 and int((t["kind"] != "reshape").sum()) == 15
+    parts = cpu_parts(t)
+    assert parts["n_generated_loops"] == 6.0 and parts["bytes_copy_dense"] == 1.8e6   # the contiguous copy
+    copied = t.copy()
+    copied.loc[16, "kind"], copied.loc[15, "kind"] = "concat", "conv_pointwise"   # a concatenation after a library call copies
+    assert generated_loops(copied) == 2 + 3 + 1
+
+
+def _loops_frame(seed: int = 0) -> pd.DataFrame:
+    """:func:`tests.test_timm_zoo._additive_frame`'s rows with the law's per-operation cost paid per generated loop
+    instead (``tr_n_generated_loops``: 40 % of the operations; a compiled CPU graph), and the held-out family
+    ``g`` with 2.5x the operations for the same loops (EvoNorm's fused element-wise chains)."""
+    from tests.test_timm_zoo import _additive_frame
+
+    out = _additive_frame(seed)
+    b = out["batch_size"].to_numpy(float)
+    loops = 0.4 * out["tr_n_ops"].to_numpy(float)
+    heavy = (out["family"] == "g").to_numpy()
+    ops = np.where(heavy, 2.5, 1.0) * out["tr_n_ops"].to_numpy(float)
+    t = out["latency_ms"].to_numpy(float) / b - 0.05 * out["tr_n_ops"].to_numpy(float) / b + 0.05 * loops / b
+    return out.assign(tr_n_ops=ops, tr_n_generated_loops=loops, tr_bytes_copy_dense=0.5 * out["tr_bytes_copy"],
+                      latency_ms=t * b)
+
+
+def test_generated_loops_replace_operations_and_carry_fused_chains_to_a_held_out_family():
+    """``generated_loops`` is calls per image (per batch: n_generated_loops / batch) in place of ``ops_per_image``,
+    ``copy_dense`` MB per image in place of ``mb_copy``; fitted without family ``g`` (2.5x the operations for the
+    same loops), the base with ``generated_loops`` predicts ``g`` within 2 %, the one counting operations over-predicts every row."""
+    from carb.model.zoo_latency_cpu import replaced_terms
+    from tests.test_timm_zoo import _held_out_log_error
+
+    frame = pd.DataFrame({"batch_size": [1, 8], "tr_n_generated_loops": [16.0, 16.0], "tr_bytes_copy_dense": [4e6, 4e6]})
+    out = cpu_terms(frame, ["generated_loops", "copy_dense"])
+    assert list(out.columns) == ["generated_loops_per_image", "mb_copy_dense"]
+    assert np.allclose(out["generated_loops_per_image"], [16.0, 2.0]) and np.allclose(out["mb_copy_dense"], [4.0, 4.0])
+    assert replaced_terms(["generated_loops", "copy_dense"]) == ("ops_per_image", "mb_copy")
+    frame = _loops_frame()
+    cols = AdditiveBase(cpu_terms=("generated_loops", "copy_dense")).terms(frame).columns
+    assert {"ops_per_image", "mb_copy"}.isdisjoint(cols) and {"generated_loops_per_image", "mb_copy_dense"} <= set(cols)
+    with_loops = _held_out_log_error(frame, cpu_terms=("generated_loops",))
+    without = _held_out_log_error(frame)
+    assert np.abs(with_loops).max() < 0.02 and without.mean() > 0.1 and (without > 0).all()
+
+
+def test_shipped_trace_table_has_the_generated_loop_and_dense_copy_columns_on_the_cpu_rows():
+    """``n_generated_loops`` and ``bytes_copy_dense`` of the shipped layer-table features: on the 1435 plain-graph
+    rows of timm's CPU file (NaN elsewhere); a loop count, never more than the operations; dense copies never more
+    than all copies; RegNetZ's EvoNorm models: 2.5x their siblings' operations, about 2x their loops, and no dense
+    copy (their copies are the group deviations' broadcasts)."""
+    t = _shipped_cpu_rows("n_generated_loops")
+    assert (t["bytes_copy_dense"].notna()).all()
+    loops = t["n_generated_loops"].to_numpy(float)
+    assert (loops == np.round(loops)).all() and (loops > 0).all() and (loops <= t["n_ops"].to_numpy(float)).all()
+    dense = t["bytes_copy_dense"].to_numpy(float)
+    assert (dense >= 0).all() and (dense <= t["bytes_copy"].to_numpy(float)).all() and (dense < t["bytes_copy"]).any()
+    row = {(m, s): r for m, s, r in zip(t["model"], t["input_size"], t.itertuples())}
+    evos, bn = row[("regnetz_b16_evos", 224)], row[("regnetz_b16", 224)]
+    assert evos.n_ops > 2.4 * bn.n_ops and 1.5 * bn.n_generated_loops < evos.n_generated_loops < 2.5 * bn.n_generated_loops
+    assert evos.bytes_copy > 0 and evos.bytes_copy_dense == 0

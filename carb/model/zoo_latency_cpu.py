@@ -5,18 +5,18 @@ i9-10940X, fp32, batch 1, ``torch.compile``) is fitted with the same per-kind la
 settings were chosen on GPUs. A CPU at batch 1 differs in ways the layer table can see:
 
 - **Weights used only a few times** (``weight_lowreuse``): a layer whose every weight is used fewer than
-  :data:`LOW_REUSE` times per image (its FLOPs / (2 x parameters): output positions at batch 1) runs as a
+  ``low_reuse`` (8) times per image (its FLOPs / (2 x parameters): output positions at batch 1) runs as a
   matrix-vector product: the classifier head of every network, VGG's 7x7 and 1x1 fully connected
   convolutions (411 MB + 67 MB), ResNetV2-BiT's and NFNet's convolution heads, SelecSLS's last 3x3
   convolutions at 4x4. Its time is its weight bytes at the rate the CPU streams (and reorders) weights,
   not its FLOPs at the GEMM rate, and not the per-MB weight cost of the whole network (a ViT's linear
   layers reuse each weight 197 times). On the i9 file VGG's 8 models take 107-122 ms at batch 1 while
   their 7.6-19.6 GMACs would take 13-33 ms at the 1.2 TFLOP/s the large ViTs reach.
-  ``weight_lowreuse_dram``: the part of those weights in layers larger than :data:`CACHE_BYTES` (VGG's
+  ``weight_lowreuse_dram``: the part of those weights in layers larger than ``cache_MB`` (16 MB) (VGG's
   411 MB and 67 MB layers, BiT's wide heads), which no cache holds between calls: a cost on top.
 - **Memory-bound bytes beyond the last-level cache** (``membound_dram``): normalisation, activation,
   element-wise, copy, concatenation, pooling and reduction operations whose bytes read + written exceed
-  :data:`CACHE_BYTES` stream from DRAM; the rest stay in cache. Priced apart from ``mb_<kind>``.
+  ``cache_MB`` (16 MB) stream from DRAM; the rest stay in cache. Priced apart from ``mb_<kind>``.
 - **Calls of kernels no compiler fuses** (``extern_calls``): under ``torch.compile`` on a CPU the
   element-wise, activation and normalisation operations fuse into generated loops, while every
   convolution, linear layer, matrix product and attention call (:data:`EXTERN_KINDS`) stays one call of a
@@ -27,24 +27,24 @@ settings were chosen on GPUs. A CPU at batch 1 differs in ways the layer table c
   the row just before it permuted (``LayerNorm2d``: NCHW -> NHWC, normalise, back; ConvNeXt's block norm
   after its depthwise convolution; ViTamin's MbConv stages): it reads the map across the channel stride,
   not along memory. Its bytes read + written (activations; parameters left out), of the norms moving
-  more than :data:`L2_BYTES` each (maps beyond a core's L2 cache; smaller ones stay in it).
+  more than ``l2_MB`` (1 MB) each (maps beyond a core's L2 cache; smaller ones stay in it).
 - **Depthwise convolutions beyond the last-level cache** (``depthwise_dram``): a depthwise convolution does
   a few multiply-adds per byte (k x k per output element), so its time is the bytes it moves; one whose
-  activations read + written exceed :data:`CACHE_BYTES` (ViTamin's, MaxViT's, CoAtNet's and MobileViTv2's
+  activations read + written exceed ``cache_MB`` (16 MB) (ViTamin's, MaxViT's, CoAtNet's and MobileViTv2's
   MbConv stages at 56x56 and above, EfficientNets at large inputs) streams them from DRAM, a cost on top of
   ``mb_conv_depthwise``, which then prices the depthwise convolutions that stay in cache (MobileOne's).
 - **Explicit matrix products beyond the cache** (``matmul_spill``): attention written out as matrix products
   (kind ``matmul``: the scores materialised outside scaled-dot-product attention; Swin V2's cosine attention,
   CaiT's talking heads at 384-448, XCiT, VOLO, MViTv2, GCViT) moves its operands and scores through memory;
-  the activation bytes of the products that move more than :data:`SPILL_BYTES` each (the threshold chosen by
+  the activation bytes of the products that move more than ``spill_MB`` (4 MB) each (the threshold chosen by
   a nested leave-family-out choice between 4 and 16 MB, docs/MODEL.md) are priced on top of ``mb_matmul``.
 - **Convolution weights streamed at a few output positions** (``conv_weight_dram``): a convolution whose
-  weights exceed :data:`CACHE_BYTES` (no cache holds them between calls) and are each used at least
-  :data:`LOW_REUSE` but fewer than :data:`MID_REUSE` times per image (its output positions at batch 1: maps
+  weights exceed ``cache_MB`` (16 MB) (no cache holds them between calls) and are each used at least
+  ``low_reuse`` (8) but fewer than ``mid_reuse`` (64) times per image (its output positions at batch 1: maps
   of 7x7 and under) reads its weights from DRAM at every call (oneDNN also reorders them to its blocked
   layout at each call without frozen weights) while its few multiply-adds per weight cannot hide the
   stream: SelecSLS's head (3x3 convolutions of 17-47 MB at 7x7 and 4x4), ResNetV2-BiT's and NFNet's last
-  stages. The weights used fewer than :data:`LOW_REUSE` times are ``weight_lowreuse_dram``'s; linear layers
+  stages. The weights used fewer than ``low_reuse`` (8) times are ``weight_lowreuse_dram``'s; linear layers
   (matrix products through another library) are left out. The reuse bound was chosen by a nested
   leave-family-out choice among 32 / 64 / 128 (docs/MODEL.md, round 5).
 - **Point-wise operations after fusion** (``pointwise_fused``): under ``torch.compile`` a run of normalisation,
@@ -73,19 +73,36 @@ settings were chosen on GPUs. A CPU at batch 1 differs in ways the layer table c
   library reorder its input before the call (a hypothesis; PVTv2-b2-li, whose ReLU reads the view instead, runs
   at the rate of the rest): its activation bytes read + written (:func:`after_transpose`).
 - **Wide linear layers** (``linear_wide``): a linear layer whose input and output features are both at least
-  :data:`WIDE_FEATURES` (1024: ViT-L's, ViTamin-L's, BEiT-L's, Mixer-L's blocks; not ViT-B's 768-wide ones) runs its
+  ``wide_features`` (1024: ViT-L's, ViTamin-L's, BEiT-L's, Mixer-L's blocks; not ViT-B's 768-wide ones) runs its
   matrix product at a lower rate per FLOP on the i9 than the ViT-B-sized layers that carry ``gflop_linear``: each
   weight matrix (4-16 MB at fp32) is beyond a core's 1 MB L2 cache and is streamed through it at every call for
   a few hundred tokens. Its FLOPs, priced on top of ``gflop_linear`` (:func:`linear_features`; docs/MODEL.md,
   timm's CPU file round 7).
 
+- **Calls of generated loops** (``generated_loops``): the fixed cost per kernel of a compiled graph is paid per
+  loop the compiler generates, not per operation the tracer records: one per point-wise run
+  (:func:`pointwise_runs`), one per pooling, reduction and copy that is not a broadcast, one per copying
+  concatenation (``n_generated_loops``, :func:`generated_loops`; library calls are ``extern_calls``'), per batch,
+  in place of ``ops_per_image`` (:data:`REPLACED_TERMS`). RegNetZ's EvoNorm-S0 models record 834-931 operations
+  against 334-371 for their batch-norm siblings (a dozen element-wise operations per norm), most of them inside
+  fused runs (docs/MODEL.md, timm's CPU file round 8).
+- **Copies that are written** (``copy_dense``): a copy that reads less than half of what it writes is a broadcast
+  made contiguous (``expand`` then ``clone``: EvoNorm's group standard deviation, (B, G, 1, 1, 1) written out at the
+  map's size; relative-position biases expanded over the batch), which a compiler never writes: the loop that reads
+  it indexes the small tensor (:func:`broadcast_copy_rows`). The bytes read + written of the other copies
+  (``bytes_copy_dense``), in place of ``mb_copy``.
+
 :func:`cpu_parts` gives the layer-table columns (``scripts/data/zoo_trace_features.py`` stores them in
 ``carb/data/timm-zoo-trace.parquet``; :func:`carb.data.importers.timm_zoo.with_trace` joins them as
 ``tr_<column>``); :func:`cpu_terms` turns them into additive terms per image. Which terms a device's rows
-take is a per-device setting (``conf/zoo_latency/default.yaml``, ``per_device``); the GPU files take none.
+take is a per-device setting (``conf/zoo_latency/default.yaml``, ``per_device``); the GPU files take none. The
+thresholds in parentheses above are that conf's ``cpu_parts`` section (:data:`THRESHOLD_KEYS`), read by
+``scripts/data/zoo_trace_features.py`` when it writes the columns (a changed threshold reaches the stored columns
+after its ``--refresh``).
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -96,32 +113,26 @@ from carb.design.trace import COMPUTE_KINDS as EXTERN_KINDS  # each one library 
 from carb.design.trace import MEMORY_BOUND_KINDS as MEMORY_KINDS
 from carb.errors import DatasetError
 
-#: A layer whose weights are each used fewer times than this per image (FLOPs / (2 x parameters)) is
-#: weight-streaming at batch 1 (:func:`cpu_parts`).
-LOW_REUSE: float = 8.0
-#: A convolution whose weights are each used at least :data:`LOW_REUSE` but fewer than this many times per image
-#: and exceed :data:`CACHE_BYTES` streams them from DRAM at every call (``bytes_conv_weight_dram``; 64: chosen
-#: over 32 and 128 by nested leave-family-out on the i9 file's training families, docs/MODEL.md).
-MID_REUSE: float = 64.0
-#: Bytes read + written by one memory-bound operation beyond which it streams from DRAM (16 MB: under the
-#: i9-10940X's 19.25 MB last-level cache, the share other data keeps left out).
-CACHE_BYTES: float = 16e6
-#: Activation bytes read + written by one explicit matrix product (kind ``matmul``) beyond which it counts
-#: in ``bytes_matmul_spill`` (4 MB: between a core's 1 MB L2 and the 19.25 MB last-level cache; chosen over
-#: 16 MB by nested leave-family-out on the i9 file's training families, docs/MODEL.md).
-SPILL_BYTES: float = 4e6
-#: Activation bytes read + written by one permuted layer norm beyond which its strided reads leave a core's
-#: L2 cache (1 MB: the i9-10940X's L2 per core); smaller ones are not counted (:func:`cpu_parts`).
-L2_BYTES: float = 1e6
-#: A linear layer whose input and output features are both at least this many is priced again as a wide one
-#: (``flops_linear_wide``: ViT-L-sized blocks, 1024 and up; ViT-B's 768 is not).
-WIDE_FEATURES: float = 1024.0
+#: The thresholds of :func:`cpu_parts` (``conf/zoo_latency/default.yaml``'s ``cpu_parts`` section, schema
+#: :class:`carb.commands.schema.groups.ZooLatencyCpuParts`; conf units: MB for the ``_MB`` keys):
+#: ``low_reuse`` (a layer whose weights are each used fewer times than this per image, FLOPs / (2 x parameters),
+#: is weight-streaming at batch 1; 8), ``mid_reuse`` (a convolution whose weights are each used at least
+#: ``low_reuse`` but fewer than this many times per image and exceed ``cache_MB`` streams them from DRAM at every
+#: call; 64: chosen over 32 and 128 by nested leave-family-out), ``cache_MB`` (bytes read + written by one
+#: memory-bound operation beyond which it streams from DRAM; 16: under the i9-10940X's 19.25 MB last-level cache,
+#: the share other data keeps left out), ``spill_MB`` (activation bytes of one explicit matrix product beyond which
+#: it counts in ``bytes_matmul_spill``; 4: between a core's 1 MB L2 and the last-level cache, chosen over 16 by
+#: nested leave-family-out), ``l2_MB`` (activation bytes of one permuted layer norm beyond which its strided reads
+#: leave a core's L2 cache; 1: the i9-10940X's L2 per core) and ``wide_features`` (a linear layer whose input and
+#: output features are both at least this many is priced again as a wide one; 1024: ViT-L-sized blocks, not
+#: ViT-B's 768). docs/MODEL.md has the rounds that chose them.
+THRESHOLD_KEYS: tuple[str, ...] = ("low_reuse", "mid_reuse", "cache_MB", "spill_MB", "l2_MB", "wide_features")
 #: The layer-table columns :func:`cpu_parts` gives (bytes at the table's batch and precision).
 CPU_COLUMNS: tuple[str, ...] = ("bytes_weight_lowreuse", "bytes_weight_lowreuse_dram", "bytes_membound_dram",
                                  "n_extern_calls", "bytes_norm_permuted", "bytes_depthwise_dram",
                                  "bytes_pointwise_fused", "bytes_matmul_spill", "bytes_conv_weight_dram",
                                  "bytes_concat_copy", "bytes_conv_permuted", "flops_linear_wide",
-                                 "n_concat_copy")
+                                 "n_concat_copy", "n_generated_loops", "bytes_copy_dense")
 #: The kinds a compiler fuses into one loop per run (:func:`pointwise_run_bytes`), and the kinds (views) that
 #: do not break a run.
 FUSED_KINDS: tuple[str, ...] = ("norm", "activation", "elementwise")
@@ -141,23 +152,25 @@ CPU_TERMS: dict[str, str] = {"weight_lowreuse": "bytes_weight_lowreuse",
                              "concat_copy": "bytes_concat_copy",
                              "conv_permuted": "bytes_conv_permuted",
                              "linear_wide": "flops_linear_wide",
-                             "concat_calls": "n_concat_copy"}
+                             "concat_calls": "n_concat_copy",
+                             "generated_loops": "n_generated_loops",
+                             "copy_dense": "bytes_copy_dense"}
 #: The terms of :func:`carb.model.zoo_latency.additive_terms` a CPU term stands for instead (the additive base
 #: must drop them where it takes the term: :func:`replaced_terms`).
 REPLACED_TERMS: dict[str, tuple[str, ...]] = {"pointwise_fused": tuple(f"mb_{k}" for k in FUSED_KINDS),
-                                               "concat_copy": ("mb_concat",)}
+                                               "concat_copy": ("mb_concat",),
+                                               "generated_loops": ("ops_per_image",),
+                                               "copy_dense": ("mb_copy",)}
 #: The terms paid once per batch (weights read, kernels called); the others per image.
 PER_BATCH_TERMS: tuple[str, ...] = ("weight_lowreuse", "weight_lowreuse_dram", "extern_calls", "conv_weight_dram",
-                                     "concat_calls")
+                                     "concat_calls", "generated_loops")
 #: The terms that count calls (the term is calls per image), not bytes (MB per image).
-COUNT_TERMS: tuple[str, ...] = ("extern_calls", "concat_calls")
+COUNT_TERMS: tuple[str, ...] = ("extern_calls", "concat_calls", "generated_loops")
 #: The terms that count FLOPs (the term is GFLOP per image), not bytes.
 FLOP_TERMS: tuple[str, ...] = ("linear_wide",)
 
 
-def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CACHE_BYTES,
-              l2_bytes: float = L2_BYTES, spill_bytes: float = SPILL_BYTES,
-              mid_reuse: float = MID_REUSE, wide_features: float = WIDE_FEATURES) -> dict[str, float]:
+def cpu_parts(table: Any, thresholds: Mapping[str, float]) -> dict[str, float]:
     """The CPU columns of a layer table (:func:`carb.design.trace.trace`'s rows: ``kind``, ``flops``,
     ``bytes_read``, ``bytes_written``, ``param_bytes``, ``params``; ``attrs["input_shape"]``): ``bytes_weight_lowreuse``
     (parameter bytes of the rows whose weights are used fewer than ``low_reuse`` times per image,
@@ -177,7 +190,11 @@ def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CAC
     ``bytes_conv_permuted`` (activation bytes read + written by the convolutions whose input is a transposed
     view, :func:`after_transpose`) and ``flops_linear_wide`` (FLOPs
     of the linear layers whose input and output features are both at least ``wide_features``,
-    :func:`linear_features`). Same batch and precision as ``table`` (timm's CPU file: batch 1, fp32)."""
+    :func:`linear_features`). ``thresholds``: :data:`THRESHOLD_KEYS` (``conf/zoo_latency/default.yaml``'s
+    ``cpu_parts``: ``low_reuse``, ``mid_reuse``, ``wide_features``; ``cache_bytes``, ``l2_bytes``, ``spill_bytes``
+    above are ``cache_MB``, ``l2_MB``, ``spill_MB`` x 1e6); a missing key: one-line :class:`DatasetError`. Same
+    batch and precision as ``table`` (timm's CPU file: batch 1, fp32)."""
+    low_reuse, mid_reuse, cache_bytes, spill_bytes, l2_bytes, wide_features = _thresholds(thresholds)
     batch = float(table.attrs.get("input_shape", (1,))[0])
     pb = table["param_bytes"].to_numpy(float)
     params = table["params"].to_numpy(float)
@@ -203,7 +220,19 @@ def cpu_parts(table: Any, low_reuse: float = LOW_REUSE, cache_bytes: float = CAC
             "bytes_concat_copy": float(moved[copies].sum()),
             "n_concat_copy": float(copies.sum()),
             "bytes_conv_permuted": float(act[table["kind"].isin(CONV_KINDS).to_numpy() & after_transpose(table)].sum()),
-            "flops_linear_wide": float(table["flops"].to_numpy(float)[wide].sum())}
+            "flops_linear_wide": float(table["flops"].to_numpy(float)[wide].sum()),
+            "n_generated_loops": float(generated_loops(table)),
+            "bytes_copy_dense": float(moved[(table["kind"] == "copy").to_numpy() & ~broadcast_copy_rows(table)].sum())}
+
+
+def _thresholds(thresholds: Mapping[str, float]) -> tuple[float, ...]:
+    """``thresholds``' values in :data:`THRESHOLD_KEYS`' order, the ``_MB`` ones in bytes. A missing key: one-line
+    :class:`DatasetError`."""
+    missing = [k for k in THRESHOLD_KEYS if k not in thresholds]
+    if missing:
+        raise DatasetError(f"cpu_parts: thresholds lack {', '.join(missing)}; needed: {', '.join(THRESHOLD_KEYS)} "
+                           "(conf/zoo_latency/default.yaml's cpu_parts)")
+    return tuple(float(thresholds[k]) * (1e6 if k.endswith("_MB") else 1.0) for k in THRESHOLD_KEYS)
 
 
 def linear_features(table: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -252,27 +281,55 @@ def after_transpose(table: Any) -> np.ndarray:
     return out
 
 
+def pointwise_runs(table: Any) -> list[tuple[int, int]]:
+    """The runs of point-wise rows of a layer table (kind in :data:`FUSED_KINDS`): maximal sequences of such rows
+    in table order where only views (:data:`VIEW_KINDS`) may stand between two of them, each as (first row,
+    last row), positions in the table. A compiler fuses each run into one generated loop."""
+    kind = table["kind"].astype(str).to_numpy()
+    member, view = np.isin(kind, FUSED_KINDS), np.isin(kind, VIEW_KINDS)
+    runs, first, last = [], -1, -1
+    for i in range(len(kind)):
+        if member[i]:
+            first = i if first < 0 else first
+            last = i
+        elif not view[i] and first >= 0:
+            runs.append((first, last))
+            first = -1
+    if first >= 0:
+        runs.append((first, last))
+    return runs
+
+
+def broadcast_copy_rows(table: Any) -> np.ndarray:
+    """Per row of a layer table (n,) whether it is a copy (kind ``copy``) that reads less than half of what it
+    writes: a broadcast made contiguous (``expand`` then ``clone`` / ``reshape``: EvoNorm's group standard
+    deviation, (B, G, 1, 1, 1) written out at the map's size), which a compiler never writes: the loop that
+    reads it indexes the small tensor instead."""
+    read = table["bytes_read"].to_numpy(float)
+    written = table["bytes_written"].to_numpy(float)
+    return (table["kind"] == "copy").to_numpy() & (2.0 * read < written)
+
+
+def generated_loops(table: Any) -> int:
+    """The loops a compiler generates for a layer table (its kernels that are not library calls): one per
+    point-wise run (:func:`pointwise_runs`), one per pooling, reduction and copy that is not a broadcast
+    (:func:`broadcast_copy_rows`), one per concatenation that copies (not right after a point-wise run,
+    :func:`previous_kinds`). Views and library calls (:data:`EXTERN_KINDS`) are not counted."""
+    kind = table["kind"].astype(str).to_numpy()
+    own = np.isin(kind, ("pool", "reduce")) | ((kind == "copy") & ~broadcast_copy_rows(table))
+    copies = (kind == "concat") & ~np.isin(previous_kinds(table), FUSED_KINDS)
+    return len(pointwise_runs(table)) + int(own.sum()) + int(copies.sum())
+
+
 def pointwise_run_bytes(table: Any) -> float:
     """Bytes a compiler's fused loops move for the point-wise rows of a layer table (kind in
     :data:`FUSED_KINDS`): the rows form runs, maximal sequences of such rows in table order where only views
     (:data:`VIEW_KINDS`) may stand between two of them; each run reads its first row's ``bytes_read`` and
     writes its last row's ``bytes_written`` (the intermediate tensors stay in registers). A second operand read
     inside a run (a residual add) is not counted. Bytes at the table's batch and precision."""
-    kind = table["kind"].astype(str).to_numpy()
     read = table["bytes_read"].to_numpy(float)
     written = table["bytes_written"].to_numpy(float)
-    member, view = np.isin(kind, FUSED_KINDS), np.isin(kind, VIEW_KINDS)
-    total, first, last = 0.0, -1, -1
-    for i in range(len(kind)):
-        if member[i]:
-            first = i if first < 0 else first
-            last = i
-        elif not view[i] and first >= 0:
-            total += read[first] + written[last]
-            first = -1
-    if first >= 0:
-        total += read[first] + written[last]
-    return float(total)
+    return float(sum(read[first] + written[last] for first, last in pointwise_runs(table)))
 
 
 def replaced_terms(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:

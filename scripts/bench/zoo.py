@@ -232,11 +232,23 @@ def zoo_latency_settings(overrides: list[str], path: Path = ZOO_LATENCY_CONF, de
     from carb.commands.schema.groups import ZooLatency
 
     conf = _checked_conf(path, overrides, ZooLatency, "--zoo-latency", dotted=True)
+    conf.pop("cpu_parts", None)   # the layer-table columns' thresholds (cpu_part_settings), not a model setting
     per_device = conf.pop("per_device", None) or {}
     keys = {item.partition("=")[0].strip() for item in overrides}
     given = {k for k in keys if "." not in k and f"per_device.{device_kind}.{k}" not in keys}
     own = (per_device.get(device_kind) or {}) if device_kind else {}
     return conf | {k: v for k, v in own.items() if v is not None and k not in given}
+
+
+def cpu_part_settings(overrides: list[str], path: Path = ZOO_LATENCY_CONF) -> dict[str, float]:
+    """The thresholds of :func:`carb.model.zoo_latency_cpu.cpu_parts` (``conf/zoo_latency/default.yaml``'s
+    ``cpu_parts``: ``low_reuse``, ``mid_reuse``, ``cache_MB``, ``spill_MB``, ``l2_MB``, ``wide_features``) with
+    ``overrides`` (``cpu_parts.KEY=VALUE``) applied, the whole file checked against
+    :class:`carb.commands.schema.groups.ZooLatency`. A bad key or value: one line naming it, exit 2."""
+    from carb.commands.schema.groups import ZooLatency
+
+    conf = _checked_conf(path, overrides, ZooLatency, "--zoo-latency", dotted=True)
+    return {k: float(v) for k, v in conf["cpu_parts"].items()}
 
 
 def _set_dotted(conf: dict, key: str, value: object) -> None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import json
 import subprocess
 import sys
@@ -86,6 +87,15 @@ def timm_graph(model: str) -> str:
     return f"timm:{model}" if resolve(model)[0] == "tv" else model
 
 
+@functools.lru_cache(maxsize=1)
+def cpu_thresholds() -> dict[str, float]:
+    """The thresholds of the CPU columns (:func:`carb.model.zoo_latency_cpu.cpu_parts`): ``conf/zoo_latency/
+    default.yaml``'s ``cpu_parts``, read once per process (a bad value: one line, exit 2)."""
+    from scripts.bench.zoo import cpu_part_settings
+
+    return cpu_part_settings([])
+
+
 def trace_one(job: tuple[str, int, bool]) -> dict[str, Any]:
     """One feature row: summarize()'s columns of ``model`` at ``input_size`` (batch 1, fp32; the
     reparameterised graph when ``reparam``), with the settings used, ``reparam``, ``folded``, the trace's
@@ -107,7 +117,7 @@ def trace_one(job: tuple[str, int, bool]) -> dict[str, Any]:
                           reparam=reparam)
             row.update(summarize(table) | gemm_regimes(table) | amp_memory_split(table)
                        | state_parts(table, summarize, gemm_regimes, amp_memory_split))
-            row.update(cpu_parts(table))   # timm's CPU file's terms (carb.model.zoo_latency_cpu)
+            row.update(cpu_parts(table, cpu_thresholds()))   # timm's CPU file's terms (carb.model.zoo_latency_cpu)
             row.update(gpu_parts(table))   # timm's GPU files' terms (carb.model.zoo_latency)
             row["folded"] = bool(table.attrs.get("reparam", False))
             row["settings"] = json.dumps(settings) if settings else ""
@@ -135,7 +145,8 @@ def refresh_one(job: tuple[str, int, str, bool]) -> dict[str, Any]:
     table = trace(timm_graph(model), (1, 3, size, size), precision="fp32",
                   settings=json.loads(settings) if settings else None, reparam=folded)
     return (summarize(table) | gemm_regimes(table) | amp_memory_split(table)
-            | state_parts(table, summarize, gemm_regimes, amp_memory_split) | cpu_parts(table) | gpu_parts(table))
+            | state_parts(table, summarize, gemm_regimes, amp_memory_split) | cpu_parts(table, cpu_thresholds())
+            | gpu_parts(table))
 
 
 def refresh(done: pd.DataFrame, workers: int, where: str | None = None) -> pd.DataFrame:
@@ -234,6 +245,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Trace what is pending, chunk by chunk, writing the table after each chunk."""
     a = _args(argv)
+    cpu_thresholds()   # conf/zoo_latency's cpu_parts checked before any model is traced
     done = pd.read_parquet(OUT) if OUT.exists() else pd.DataFrame()
     if len(done) and "reparam" not in done.columns:
         done["reparam"], done["folded"] = False, False

@@ -423,10 +423,22 @@ class ZooLatencyDevice(Section):
     cpu_terms: list[Literal["weight_lowreuse", "weight_lowreuse_dram", "membound_dram", "extern_calls",
                             "norm_permuted", "depthwise_dram", "matmul_spill", "pointwise_fused",
                             "conv_weight_dram", "concat_copy", "conv_permuted", "linear_wide",
-                            "concat_calls"]] = []
+                            "concat_calls", "generated_loops", "copy_dense"]] = []
     margin: Annotated[float, Field(ge=0)] | None = None   # the bound: None keeps the top-level key
     outside: Literal["clip", "base", "overshoot"] | None = None
     nested_margin: bool | None = None
+
+
+class ZooLatencyCpuParts(Section):
+    """``conf/zoo_latency/default.yaml``'s ``cpu_parts``: the thresholds of the CPU terms' layer-table columns
+    (:func:`carb.model.zoo_latency_cpu.cpu_parts`; read by ``scripts/data/zoo_trace_features.py``)."""
+
+    low_reuse: Positive       # uses of each weight per image
+    mid_reuse: Positive
+    cache_MB: Positive
+    spill_MB: Positive
+    l2_MB: Positive
+    wide_features: Positive   # input and output features of a linear layer
 
 
 class ZooLatency(Section):
@@ -453,6 +465,7 @@ class ZooLatency(Section):
     outside: Literal["clip", "base", "overshoot"] = "overshoot"
     nested_margin: bool = False
     per_device: dict[Literal["cpu", "gpu"], ZooLatencyDevice] = {}
+    cpu_parts: ZooLatencyCpuParts
 
 
 class Screen(Section):
