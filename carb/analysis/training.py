@@ -334,7 +334,8 @@ def fit_zoo_latency(device: str, conf: dict[str, Any], coverage: float, folds: i
     rows = timm_rows(device)
     settings = device_settings(conf, str(rows["device_kind"].iloc[0]))
     t0 = time.perf_counter()
-    model = ZooLatencyPredictor(settings, coverage=coverage, folds=folds, seed=seed).fit(rows, note)
+    model = ZooLatencyPredictor(settings, coverage=coverage, folds=folds, seed=seed,
+                                thresholds=conf.get("cpu_parts")).fit(rows, note)
     iv = model.interval_
     metrics = {"heldout/latency_ms_mape": iv["heldout_mape"],
                "heldout/families_within20": float(iv["families_within20"]),

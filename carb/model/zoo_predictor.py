@@ -67,6 +67,7 @@ def device_settings(conf: Mapping[str, Any], device_kind: str) -> dict[str, Any]
     """``ZooLatencyModel``'s keyword settings from ``conf/zoo_latency/default.yaml``'s dict ``conf``: its keys
     with the ``per_device.<device_kind>`` section's set keys on top (as ``scripts/bench/zoo.py`` reads them)."""
     conf = dict(conf)
+    conf.pop("cpu_parts", None)   # the layer-table columns' thresholds (scripts/data/zoo_trace_features.py), not a setting
     own = dict((conf.pop("per_device", None) or {}).get(device_kind) or {})
     return conf | {k: v for k, v in own.items() if v is not None}
 
@@ -89,7 +90,8 @@ def timm_rows(device: str, bench: pd.DataFrame | None = None) -> pd.DataFrame:
     return rows
 
 
-def layer_row(network: Any, input_size: int, reparam: bool = False) -> dict[str, Any]:
+def layer_row(network: Any, input_size: int, reparam: bool = False,
+              thresholds: Mapping[str, float] | None = None) -> dict[str, Any]:
     """The shipped trace table's columns of one network (a zoo name or an ``nn.Module``) at ``input_size`` px
     (batch 1, fp32, 3 channels): :func:`carb.design.trace.summarize`, :func:`gemm_regimes`,
     :func:`amp_memory_split`, their state-derived parts (``state_<column>``), and the CPU and GPU terms
@@ -111,7 +113,8 @@ def layer_row(network: Any, input_size: int, reparam: bool = False) -> dict[str,
             reasons.append(str(e))
             continue
         return (summarize(table) | gemm_regimes(table) | amp_memory_split(table)
-                | state_parts(table, summarize, gemm_regimes, amp_memory_split) | cpu_parts(table) | gpu_parts(table))
+                | state_parts(table, summarize, gemm_regimes, amp_memory_split) | cpu_parts(table, thresholds or {})
+                | gpu_parts(table))
     raise ZooError(reasons[0])
 
 
@@ -154,8 +157,9 @@ class ZooLatencyPredictor:
     device_fingerprint_ = None
 
     def __init__(self, settings: Mapping[str, Any] | None = None, coverage: float = 0.9, folds: int = 5,
-                 seed: int = 0) -> None:
+                 seed: int = 0, thresholds: Mapping[str, float] | None = None) -> None:
         self.settings = dict(settings or {})
+        self.thresholds = dict(thresholds or {})
         self.coverage, self.folds, self.seed = float(coverage), int(folds), int(seed)
 
     # ---- fitting ---------------------------------------------------------------------------------------
@@ -266,7 +270,7 @@ class ZooLatencyPredictor:
         for (name, size), idx in knobs[~hit].groupby(["model_name", "input_size"], sort=False).indices.items():
             pos = np.flatnonzero(~hit)[idx]
             try:
-                layer = layer_row(modules.get(name, name), int(size), self.folded_)
+                layer = layer_row(modules.get(name, name), int(size), self.folded_, self.thresholds)
             except ZooError as e:
                 refused[pos] = str(e)
                 continue
