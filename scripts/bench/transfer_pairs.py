@@ -62,6 +62,13 @@ study the shipped table prior (:func:`set_prior_intervals`, leave-one-device-out
         [--loo-stat median|mean|rms] [--prior-rows N] [--interval-sweep] [--precision-band pooled|widest]
         [--precision-sweep] [--error-sources] [--single-source] [--parts-out FILE] [--parts-in FILE]
 
+K-row picks (k44): every K > 0 figure is the mean over ``benchmark.picks`` picks of the K rows (``conf/calibrate.yaml``;
+:func:`carb.analysis.transfer.pick_split`: pick 0 carb-calibrate's own, the others the same rule on a random
+``benchmark.pool_fraction`` of each precision's rows), each pick's intervals from the other pairs' errors of the same
+pick; the tables print each cell's min-max over the picks beside the mean (:func:`average_picks`), and the last line
+appends ``picks=N kq_max_mape_range=a-b k10_max_mape_range=a-b`` (the worst cell's). ``--errors-out`` and the
+sweeps use pick 0 (carb-calibrate's own pick); the baselines ``source_base`` / ``no_dispatch`` are fitted on pick 0.
+
 ``--parts-out FILE`` saves every pair's fits and held-out errors; ``--parts-in FILE`` rebuilds only the intervals
 and tables from them (seconds instead of minutes: for exploring interval rules; point accuracy as saved).
 
@@ -401,23 +408,27 @@ def pick_settings() -> dict[str, float]:
 
 def average_picks(t: pd.DataFrame) -> pd.DataFrame:
     """``t`` (one row per pair, target, precision, K, model and pick) averaged over the picks: the mean of every
-    figure (MAPE, Spearman, coverage, width, rows inside, ...), ``picks`` (how many), and the spread beside it:
-    ``mape_pct_min`` / ``mape_pct_max`` / ``mape_pct_sd``, ``coverage_min`` / ``coverage_max``. The per-pick table is
-    kept in ``attrs["per_pick"]``. A table without ``pick`` is returned as it is."""
+    figure (MAPE, Spearman, coverage, width, rows inside, ...; ``n_devices`` the fewest), ``picks`` (how many), and the
+    spread beside it:
+    ``mape_pct_min`` / ``mape_pct_max`` / ``mape_pct_sd``, ``coverage_min`` / ``coverage_max``, and each pick's
+    coverage (``coverage_pick<i>``, for :func:`pick_coverage_range`). A table without ``pick`` is returned as it is."""
     if "pick" not in t.columns or t.empty:
         return t
     key = ["source", "target_device", "target", "precision", "k", "model"]
     num = [c for c in t.columns if c not in key + ["pick"] and pd.api.types.is_numeric_dtype(t[c])]
     g = t.groupby(key, sort=False, dropna=False)
     out = g[num].mean()
+    if "n_devices" in t.columns:   # the fewest devices a pick's band rested on
+        out["n_devices"] = g["n_devices"].min()
     out["picks"] = g["pick"].nunique()
     for c in ("mape_pct", "coverage"):
         if c in t.columns:
             out[f"{c}_min"], out[f"{c}_max"] = g[c].min(), g[c].max()
     out["mape_pct_sd"] = g["mape_pct"].std(ddof=0)
-    out = out.reset_index()
-    out.attrs["per_pick"] = t
-    return out
+    if "coverage" in t.columns:
+        by = t.pivot_table(index=key, columns="pick", values="coverage", aggfunc="first", dropna=False)
+        out = out.join(by.rename(columns=lambda i: f"coverage_pick{int(i)}"))
+    return out.reset_index()
 
 
 def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool, zero_shot=None, single=None,
@@ -982,15 +993,18 @@ def worst_cell_range(frame: pd.DataFrame) -> str:
 
 def pick_coverage_range(t: pd.DataFrame, model: str = "calibrated", k: int = 10) -> pd.DataFrame:
     """Per left-out target device and target (latency, memory): min and max over the K-row picks of the coverage
-    pooled over the device's held-out rows (``t.attrs["per_pick"]``, :func:`average_picks`); empty without it."""
-    per = t.attrs.get("per_pick")
-    if per is None or "coverage" not in per:
+    pooled over the device's held-out rows (``coverage_pick<i>`` of :func:`average_picks`); empty without them."""
+    cols = [c for c in t.columns if c.startswith("coverage_pick")]
+    f = t[(t.k == k) & (t.model == model)]
+    if not cols or f.empty:
         return pd.DataFrame(columns=["target_device", "target", "coverage_pick_min", "coverage_pick_max"])
-    f = per[(per.k == k) & (per.model == model) & per["coverage"].notna()]
-    f = f.assign(inside=f["coverage"] * f["n"]) if "inside" not in f else f
-    g = f.groupby(["target_device", "target", "pick"])[["inside", "n"]].sum()
-    c = (g["inside"] / g["n"]).groupby(level=["target_device", "target"])
-    return pd.DataFrame({"coverage_pick_min": c.min(), "coverage_pick_max": c.max()}).reset_index()
+    per = []
+    for c in cols:
+        ok = f[f[c].notna()]
+        g = ok.assign(inside=ok[c] * ok["n"]).groupby(["target_device", "target"])[["inside", "n"]].sum()
+        per.append(g["inside"] / g["n"])
+    both = pd.concat(per, axis=1)
+    return pd.DataFrame({"coverage_pick_min": both.min(axis=1), "coverage_pick_max": both.max(axis=1)}).reset_index()
 
 
 def device_table(t: pd.DataFrame, kq: int | None = None) -> pd.DataFrame:
@@ -1309,7 +1323,7 @@ def main() -> None:
     if a.errors_out:
         write_errors(a.errors_out, [q for p in parts for q in p[1] if q["k"] > 0 and q.get("pick", 0) == 0])
     if a.interval_sweep or a.precision_sweep or a.error_sources:   # these study carb-calibrate's own pick
-        parts = [(p[0][p[0].get("pick", 0) == 0] if "pick" in p[0] else p[0], [q for q in p[1] if q.get("pick", 0) == 0])
+        parts = [(p[0][p[0]["pick"] == 0] if "pick" in p[0] else p[0], [q for q in p[1] if q.get("pick", 0) == 0])
                  for p in parts]
     if a.interval_sweep:
         counts = interval_sweep(parts)
