@@ -4,6 +4,7 @@ the mean and the picks' spread, and a pair's interval rests only on the other pa
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import pandas as pd
 
 
@@ -69,3 +70,38 @@ def test_benchmark_picks_are_configured():
     conf = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "calibrate.yaml").benchmark)
     assert pick_settings() == {**TransferBenchmark(**conf).model_dump()}
     assert pick_settings()["picks"] >= 2
+
+
+def test_a_picks_interval_rests_only_on_the_other_pairs_errors_of_the_same_pick():
+    """Pairs A -> B and C -> D, two picks each; C -> D errs 0.05 in pick 0 and 0.5 in pick 1. A -> B's pick-0
+    interval is the one it gets with pick 0 alone (C's pick-1 errors never widen it); its pick-1 interval is wider."""
+    from test_transfer_prior import calibrated, device, rows
+
+    from carb.model.intervals import screening_predict
+    from scripts.bench.transfer_pairs import set_intervals
+
+    base = rows().head(60)
+
+    def pending() -> list[dict]:
+        out = []
+        for pick in (0, 1):
+            for s, d, sd in (("A", "B", 0.05), ("C", "D", 0.05 if pick == 0 else 0.5)):
+                tr, rest = calibrated(device(base, 3, 2.0, 0.01), 10)
+                p = screening_predict(tr, rest)
+                err = np.random.default_rng(pick).normal(0, sd, len(rest))
+                out.append({"source": s, "target_device": d, "target": "latency_ms", "k": 10, "pick": pick,
+                            "err": err, "precision": np.full(len(rest), "fp32"),
+                            "y": p["pred_latency_ms"].to_numpy() * np.exp(err), "pred": p, "model": tr,
+                            "loo": tr.transfer_["latency_ms"]["loo"]})
+        return out
+
+    def table(pend: list[dict]) -> pd.DataFrame:
+        return pd.DataFrame([{"source": q["source"], "target_device": q["target_device"], "target": "latency_ms",
+                              "precision": "fp32", "model": "calibrated", "k": 10, "pick": q["pick"]} for q in pend])
+
+    both = pending()
+    out = set_intervals(table(both), both, "cpu").set_index(["source", "pick"])
+    alone = [q for q in pending() if q["pick"] == 0]
+    ref = set_intervals(table(alone), alone, "cpu").set_index(["source", "pick"])
+    assert out.loc[("A", 0), "width"] == pytest.approx(ref.loc[("A", 0), "width"])
+    assert out.loc[("A", 1), "width"] > 1.5 * out.loc[("A", 0), "width"]
