@@ -72,7 +72,7 @@ def test_interval_rules_are_passed_explicitly_and_never_leak_between_calibration
     assert wide == IntervalRules("predictive", "configured", "own", "level")
     assert (transfer_prior.DEVICE_WIDEN, transfer_prior.UNMEASURED_FLOOR, transfer_prior.LEVEL_BY_PRECISION,
             transfer_prior.ZERO_SHOT_TARGET_OUT) == before
-    assert configure().resolved() == IntervalRules(*before)
+    assert configure().resolved() == IntervalRules(*before, transfer_prior.TARGET_OUT_FALLBACK)
     with pytest.raises(ValueError, match=r"^transfer.zero_shot_target_out: 'x'; allowed: quantiles, level, device, "
                                          r"none$"):
         configure(zero_shot_target_out="x")
@@ -108,6 +108,8 @@ def test_calibrate_passes_its_rules_and_the_config_matches_the_schema():
     rules = transfer_settings(cfg)["interval_rules"]
     assert rules.zero_shot_target_out == cfg.transfer.zero_shot_target_out == transfer_prior.ZERO_SHOT_TARGET_OUT
     assert Transfer.model_fields["zero_shot_target_out"].default == cfg.transfer.zero_shot_target_out
+    assert rules.target_out_fallback == cfg.transfer.target_out_fallback == transfer_prior.TARGET_OUT_FALLBACK
+    assert Transfer.model_fields["target_out_fallback"].default == cfg.transfer.target_out_fallback
     lo, hi = cfg.zero_shot.probe_multi_log_error_band
     assert lo == -hi and hi > 0 and cfg.zero_shot.probe_multi_band_devices == 3
     ZeroShot.model_validate(OmegaConf.to_container(cfg.zero_shot))

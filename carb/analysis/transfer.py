@@ -55,22 +55,28 @@ def space_filling_per_precision(frame: pd.DataFrame, k: int) -> list[int]:
     if "precision" not in frame.columns:
         return space_filling(frame, k)
     prec = frame["precision"].astype(str).to_numpy()
-    counts = pd.Series(prec).value_counts()
-    if len(counts) < 2 or not 1 <= int(k) <= len(frame):
+    if pd.Series(prec).nunique() < 2 or not 1 <= int(k) <= len(frame):
         return space_filling(frame, k)
+    picks: list[int] = []
+    for p, n in precision_shares(prec, k).items():
+        if n:
+            pos = np.flatnonzero(prec == p)
+            picks += [int(pos[i]) for i in space_filling(frame.iloc[pos], n)]
+    return picks
+
+
+def precision_shares(prec: np.ndarray, k: int) -> dict[str, int]:
+    """How many of ``k`` rows each precision of ``prec`` ((n,) names) gets: round robin, the most numerous
+    precision first, none more than it has (:func:`space_filling_per_precision`'s rule)."""
+    counts = pd.Series(prec).value_counts()
     share = dict.fromkeys(counts.index, 0)
-    left = int(k)
+    left = min(int(k), len(prec))
     while left:
         for p in counts.index:
             if left and share[p] < counts[p]:
                 share[p] += 1
                 left -= 1
-    picks: list[int] = []
-    for p, n in share.items():
-        if n:
-            pos = np.flatnonzero(prec == p)
-            picks += [int(pos[i]) for i in space_filling(frame.iloc[pos], n)]
-    return picks
+    return share
 
 
 def covering_picks(frame: pd.DataFrame, k: int, precisions: Sequence[str], min_each: int = 3,
@@ -108,6 +114,30 @@ def split_k(rows: pd.DataFrame, k: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(calibration rows, held-out rows)``: ``k`` rows picked space-filling per precision
     (:func:`space_filling_per_precision`), and the rest."""
     picks = space_filling_per_precision(rows, k)
+    return rows.iloc[picks], rows.drop(index=rows.index[picks])
+
+
+def pick_split(rows: pd.DataFrame, k: int, pick: int = 0, pool_fraction: float = 0.5, seed: int = 0
+               ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(calibration rows, held-out rows)`` of pick number ``pick``: pick 0 is :func:`split_k` (the space-filling
+    rows carb-calibrate takes from the whole of ``rows``); pick ``i >= 1`` the same rule
+    on a random ``pool_fraction`` of each precision's rows (generator seeded by ``(seed, i)``; each precision's
+    share of ``k`` as in pick 0, :func:`precision_shares`), so each pick is another honest K-row calibration with
+    the same rows per precision; the held-out rows are all the others. The
+    deterministic maximin pick is one draw: a benchmark averages over several (``benchmark.picks`` of
+    ``conf/calibrate.yaml``)."""
+    if int(pick) == 0:
+        return split_k(rows, k)
+    rng = np.random.default_rng([int(seed), int(pick)])
+    prec = (rows["precision"].astype(str).to_numpy() if "precision" in rows.columns
+            else np.full(len(rows), "all"))
+    picks: list[int] = []
+    for p, n in precision_shares(prec, k).items():
+        if n:
+            pos = np.flatnonzero(prec == p)
+            size = min(len(pos), max(n, int(np.ceil(float(pool_fraction) * len(pos)))))
+            pool = np.sort(rng.choice(pos, size=size, replace=False))
+            picks += [int(pool[i]) for i in space_filling(rows.iloc[pool], n)]
     return rows.iloc[picks], rows.drop(index=rows.index[picks])
 
 

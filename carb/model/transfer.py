@@ -633,8 +633,9 @@ class TransferredCascade:
                 return None
             pooled, by_prec = floor_half(floor_log_sd, self.coverage)
             cls = f"{kind} " if kind else ""
+            own = max(-float(entry["lower"]), float(entry["upper"]))
             level = held_out_level_band(_with_own_half(target_out or [], self.coverage), self.coverage,
-                                        kind, rules) if scaled else None
+                                        kind, rules, own_half=own) if scaled else None
             if level is not None:
                 entry = {**level, "lower": min(level["lower"], -pooled), "upper": max(level["upper"], pooled)}
             else:

@@ -261,6 +261,7 @@ class IntervalRules:
     unmeasured_floor: str | None = None
     level_by_precision: str | None = None
     zero_shot_target_out: str | None = None
+    target_out_fallback: str | None = None
 
     def __post_init__(self) -> None:
         """One-line ``ValueError`` naming the key and the allowed values for a value outside them."""
@@ -279,7 +280,8 @@ class IntervalRules:
 #: Each rule's allowed values (read lazily: the tuples are defined below).
 _RULE_KEYS = {"device_widen": lambda: DEVICE_WIDENS, "unmeasured_floor": lambda: UNMEASURED_FLOORS,
               "level_by_precision": lambda: LEVEL_BY_PRECISIONS,
-              "zero_shot_target_out": lambda: ZERO_SHOT_TARGET_OUTS}
+              "zero_shot_target_out": lambda: ZERO_SHOT_TARGET_OUTS,
+              "target_out_fallback": lambda: TARGET_OUT_FALLBACKS}
 
 
 def rules_of(rules: IntervalRules | None) -> IntervalRules:
@@ -288,14 +290,17 @@ def rules_of(rules: IntervalRules | None) -> IntervalRules:
 
 
 def configure(device_widen: str | None = None, unmeasured_floor: str | None = None,
-              level_by_precision: str | None = None, zero_shot_target_out: str | None = None) -> IntervalRules:
+              level_by_precision: str | None = None, zero_shot_target_out: str | None = None,
+              target_out_fallback: str | None = None) -> IntervalRules:
     """The interval rules from ``transfer`` of ``conf/calibrate.yaml`` (``device_widen``: :data:`DEVICE_WIDEN`,
     ``unmeasured_floor``: :data:`UNMEASURED_FLOOR`, ``level_by_precision``: :data:`LEVEL_BY_PRECISION`,
-    ``zero_shot_target_out``: :data:`ZERO_SHOT_TARGET_OUT`) as an :class:`IntervalRules` (None: the default);
+    ``zero_shot_target_out``: :data:`ZERO_SHOT_TARGET_OUT`, ``target_out_fallback``: :data:`TARGET_OUT_FALLBACK`)
+    as an :class:`IntervalRules` (None: the default);
     nothing module-wide changes. Raises ``ValueError`` (one line naming the key and the allowed values) for
     another value."""
     return IntervalRules(*(None if v is None else str(v) for v in (device_widen, unmeasured_floor,
-                                                                     level_by_precision, zero_shot_target_out)))
+                                                                     level_by_precision, zero_shot_target_out,
+                                                                     target_out_fallback)))
 
 
 def pair_bias_residuals(err: np.ndarray) -> tuple[float, np.ndarray]:
@@ -518,6 +523,14 @@ def target_out_records(records: Sequence[Mapping[str, Any]], pair: tuple[str, st
 LEVEL_BY_PRECISION: str = "widest"
 LEVEL_BY_PRECISIONS: tuple[str, ...] = ("pooled", "own", "widest")
 
+#: Where :func:`held_out_level_band`'s pivot finds the pairs' ratio of held-out error to their own K-row interval
+#: steadier than the level itself: ``own`` (no band: the caller keeps this transfer's own K-row interval, i.e. a
+#: ratio of 1) or ``ratio`` (this transfer's own K-row half-width times the pairs' ``coverage`` quantile of
+#: |held-out error| / own half-width: the predictor the pivot found steadier, scaled as measured). ``transfer.
+#: target_out_fallback``.
+TARGET_OUT_FALLBACK: str = "own"
+TARGET_OUT_FALLBACKS: tuple[str, ...] = ("own", "ratio")
+
 
 def _precision_levels(records: Sequence[Mapping[str, Any]], coverage: float, pooled: float,
                       rule: str | None = None) -> dict[str, float]:
@@ -544,7 +557,7 @@ def _precision_levels(records: Sequence[Mapping[str, Any]], coverage: float, poo
 
 
 def held_out_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 0.9, kind: str | None = None,
-                        rules: IntervalRules | None = None) -> dict[str, Any] | None:
+                        rules: IntervalRules | None = None, own_half: float | None = None) -> dict[str, Any] | None:
     """The band of a K-row transfer whose class has no pair without both of its devices (three CPUs), from
     ``records`` of pairs without its *target* device (:func:`target_out_records`; each with ``err`` (n,) the
     held-out log errors after its own K-row calibration, ``own_half`` the half-width (log ratio) of its own
@@ -557,10 +570,12 @@ def held_out_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 
     ``coverage`` quantile of ``|err|``, in log units) or its ratio to the pair's own K-row interval
     (``own_half``). Where the level's spread across the pairs (sd of its log) is the smaller, the band is
     the ``coverage`` quantile of the pairs' pooled ``|err|`` (each pair weighted equally; it holds the
-    remaining device bias after calibration, so it is centred on the prediction); else None. Needs two pairs
+    remaining device bias after calibration, so it is centred on the prediction); else, with ``own_half`` (this
+    transfer's own K-row half-width, log ratio) and :data:`TARGET_OUT_FALLBACK` ``ratio``, ``own_half`` times the
+    ``coverage`` quantile of the pairs' pooled ``|err| / own_half`` (:func:`_ratio_band`); else None. Needs two pairs
     of ``kind`` with finite errors and a positive ``own_half`` each. Returns ``{"lower", "upper", "n", "coverage",
     "log_ratios": [], "method", "n_devices", "n_pairs", "kind", "pivot": {"level_sd", "ratio_sd"}}``."""
-    level, ratio, points, devices = [], [], [], set()
+    level, ratio, points, scaled, devices = [], [], [], [], set()
     for r in same_class(records, kind):
         e = np.abs(np.asarray(r["err"], float))
         e = e[np.isfinite(e)]
@@ -571,12 +586,16 @@ def held_out_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 
         level.append(math.log(need))
         ratio.append(math.log(need / own))
         points.append(_pair_points(e))
+        scaled.append({**r, "err": np.asarray(r["err"], float) / own})
         devices.update(str(d) for d in r["pair"])
     if len(level) < 2:
         return None
     sd_level, sd_ratio = float(np.std(level)), float(np.std(ratio))
     if not sd_level < sd_ratio:
-        return None
+        if own_half is None or not own_half > 0 or rules_of(rules).target_out_fallback != "ratio":
+            return None
+        return _ratio_band(scaled, coverage, kind, rules, float(own_half), len(devices),
+                           {"level_sd": sd_level, "ratio_sd": sd_ratio})
     half = float(np.quantile(np.concatenate(points), coverage))
     by = rules_of(rules).level_by_precision
     byp = _precision_levels(same_class(records, kind), coverage, half, by) if by != "pooled" else {}
@@ -591,6 +610,28 @@ def held_out_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 
                        f"against {sd_ratio:.3f})"),
             "n_devices": len(devices), "n_pairs": len(level), "kind": kind,
             "pivot": {"level_sd": sd_level, "ratio_sd": sd_ratio}}
+
+
+def _ratio_band(scaled: Sequence[Mapping[str, Any]], coverage: float, kind: str | None, rules: IntervalRules | None,
+                own_half: float, n_devices: int, pivot: dict[str, float]) -> dict[str, Any]:
+    """:func:`held_out_level_band`'s ``ratio`` band: ``scaled`` (the pairs' records with ``err`` divided by their
+    own K-row half-width) give the ``coverage`` quantile of pooled |ratio| (each pair weighted equally; per
+    precision by ``level_by_precision``), times ``own_half`` (this transfer's own K-row half-width, log ratio)."""
+    f = float(np.quantile(np.concatenate([_pair_points(np.abs(np.asarray(r["err"], float))[
+        np.isfinite(np.asarray(r["err"], float))]) for r in scaled]), coverage))
+    half = f * own_half
+    by = rules_of(rules).level_by_precision
+    byp = _precision_levels(scaled, coverage, f, by) if by != "pooled" else {}
+    cls = f"{kind} " if kind else ""
+    return {"lower": -half, "upper": half, "n": int(sum(len(r["err"]) for r in scaled)), "coverage": float(coverage),
+            "log_ratios": [],
+            **({"precision_log_ratios": {p: symmetric_log_ratios(h * own_half) for p, h in byp.items()}}
+               if byp else {}),
+            "method": (f"this pair's own K-row interval x the held-out error over own K-row interval of {len(scaled)} "
+                       f"{cls}pair(s) without the target device ({n_devices} devices; {f:.2f} at {coverage:.0%}); "
+                       f"the ratio steadier across them than the level (log sd {pivot['ratio_sd']:.3f} against "
+                       f"{pivot['level_sd']:.3f})"),
+            "n_devices": n_devices, "n_pairs": len(scaled), "kind": kind, "pivot": pivot}
 
 
 #: The zero-shot band of a device whose class has no pair without both of its devices (three CPUs at K = 0,

@@ -62,6 +62,13 @@ study the shipped table prior (:func:`set_prior_intervals`, leave-one-device-out
         [--loo-stat median|mean|rms] [--prior-rows N] [--interval-sweep] [--precision-band pooled|widest]
         [--precision-sweep] [--error-sources] [--single-source] [--parts-out FILE] [--parts-in FILE]
 
+K-row picks (k44): every K > 0 figure is the mean over ``benchmark.picks`` picks of the K rows (``conf/calibrate.yaml``;
+:func:`carb.analysis.transfer.pick_split`: pick 0 carb-calibrate's own, the others the same rule on a random
+``benchmark.pool_fraction`` of each precision's rows), each pick's intervals from the other pairs' errors of the same
+pick; the tables print each cell's min-max over the picks beside the mean (:func:`average_picks`), and the last line
+appends ``picks=N kq_max_mape_range=a-b k10_max_mape_range=a-b`` (the worst cell's). ``--errors-out`` and the
+sweeps use pick 0 (carb-calibrate's own pick); the baselines ``source_base`` / ``no_dispatch`` are fitted on pick 0.
+
 ``--parts-out FILE`` saves every pair's fits and held-out errors; ``--parts-in FILE`` rebuilds only the intervals
 and tables from them (seconds instead of minutes: for exploring interval rules; point accuracy as saved).
 
@@ -388,8 +395,44 @@ def spec_zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> tup
     return fitted, pd.DataFrame(weights).T
 
 
-def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool, zero_shot=None, single=None
-               ) -> tuple[list[dict], list[dict]]:
+def pick_settings() -> dict[str, float]:
+    """``benchmark`` of ``conf/calibrate.yaml``: ``picks`` (how many K-row picks each K > 0 figure averages over),
+    ``pool_fraction`` and ``seed`` (:func:`carb.analysis.transfer.pick_split`); one pick (carb-calibrate's own)
+    where the key is absent."""
+    from omegaconf import OmegaConf
+
+    b = OmegaConf.load(ROOT / "conf" / "calibrate.yaml").get("benchmark") or {}
+    return {"picks": int(b.get("picks", 1)), "pool_fraction": float(b.get("pool_fraction", 0.5)),
+            "seed": int(b.get("seed", 0))}
+
+
+def average_picks(t: pd.DataFrame) -> pd.DataFrame:
+    """``t`` (one row per pair, target, precision, K, model and pick) averaged over the picks: the mean of every
+    figure (MAPE, Spearman, coverage, width, rows inside, ...; ``n_devices`` the fewest), ``picks`` (how many), and the
+    spread beside it:
+    ``mape_pct_min`` / ``mape_pct_max`` / ``mape_pct_sd``, ``coverage_min`` / ``coverage_max``, and each pick's
+    coverage (``coverage_pick<i>``, for :func:`pick_coverage_range`). A table without ``pick`` is returned as it is."""
+    if "pick" not in t.columns or t.empty:
+        return t
+    key = ["source", "target_device", "target", "precision", "k", "model"]
+    num = [c for c in t.columns if c not in key + ["pick"] and pd.api.types.is_numeric_dtype(t[c])]
+    g = t.groupby(key, sort=False, dropna=False)
+    out = g[num].mean()
+    if "n_devices" in t.columns:   # the fewest devices a pick's band rested on
+        out["n_devices"] = g["n_devices"].min()
+    out["picks"] = g["pick"].nunique()
+    for c in ("mape_pct", "coverage"):
+        if c in t.columns:
+            out[f"{c}_min"], out[f"{c}_max"] = g[c].min(), g[c].max()
+    out["mape_pct_sd"] = g["mape_pct"].std(ddof=0)
+    if "coverage" in t.columns:
+        by = t.pivot_table(index=key, columns="pick", values="coverage", aggfunc="first", dropna=False)
+        out = out.join(by.rename(columns=lambda i: f"coverage_pick{int(i)}"))
+    return out.reset_index()
+
+
+def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool, zero_shot=None, single=None,
+               pick: int = 0) -> tuple[list[dict], list[dict]]:
     """Records (target, precision, model, k, n, mape_pct, spearman[, coverage, width]) of ``source``
     transferred with ``k`` of the target's ``rows`` and scored on the rest, and the calibrated model's
     held-out errors (``pending``: its intervals are set later, from the other pairs' errors).
@@ -399,8 +442,10 @@ def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool
     the bases and forms chosen by leave-one-out), ``source_base`` (k > 0: the same from the source's own
     prediction alone), ``no_dispatch`` (CPU, k > 0: ``source_base`` without dispatch stand-ins), ``flops_k``;
     ``single`` (a CPU pair's probe zero-shot from its source alone where ``zero_shot`` is the multi-source base):
-    ``zero_shot_single`` (k = 0) and ``calibrated_single`` (k > 0), the single-source figures beside."""
-    from carb.analysis.transfer import flops_fit, split_k
+    ``zero_shot_single`` (k = 0) and ``calibrated_single`` (k > 0), the single-source figures beside. ``pick``: which
+    K-row pick (:func:`carb.analysis.transfer.pick_split` with :func:`pick_settings`; 0: carb-calibrate's own; the
+    baselines ``source_base`` and ``no_dispatch`` are fitted on pick 0 only)."""
+    from carb.analysis.transfer import flops_fit, pick_split
     from carb.model.intervals import interval, screening_predict
     from carb.model.transfer import TransferredCascade
 
@@ -414,14 +459,16 @@ def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool
         if single is not None:
             preds["zero_shot_single"] = screening_predict(single, rest)
     else:
-        cal, rest = split_k(rows, k)
+        picks = pick_settings()
+        cal, rest = pick_split(rows, k, pick, picks["pool_fraction"], picks["seed"])
         preds, ivs = {"source": screening_predict(source, rest)}, {}
         base = copy.copy(zero_shot) if zero_shot is not None else TransferredCascade(source)
         fitted["calibrated"] = base.fit(cal)   # the zero-shot's probe models shared: fit replaces, never mutates them
-        fitted["source_base"] = TransferredCascade(source).fit(cal)
+        if pick == 0:   # the baselines from carb-calibrate's own pick only (runtime)
+            fitted["source_base"] = TransferredCascade(source).fit(cal)
         if single is not None:
             fitted["calibrated_single"] = copy.copy(single).fit(cal)
-        if cpu:
+        if cpu and pick == 0:
             fitted["no_dispatch"] = TransferredCascade(source, dispatch=False).fit(cal)
         preds.update({n: screening_predict(tr, rest) for n, tr in fitted.items()})
     out, pending = [], []
@@ -431,11 +478,11 @@ def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool
         fk = flops_fit(cal, t)(rest) if k >= 2 else None
         if k == 0 and zero_shot is not None and t in zero_shot.transfer_:
             p_zs = preds["zero_shot"][f"pred_{t}"].to_numpy(float)
-            pending.append({"target": t, "k": 0, "err": np.log(y / p_zs), "precision": prec, "y": y,
+            pending.append({"target": t, "k": 0, "pick": 0, "err": np.log(y / p_zs), "precision": prec, "y": y,
                             "pred": preds["zero_shot"], "model": zero_shot, "loo": [], "name": "zero_shot"})
         if "calibrated" in fitted and t in fitted["calibrated"].transfer_:
             p_cal = preds["calibrated"][f"pred_{t}"].to_numpy(float)
-            pending.append({"target": t, "k": k, "err": np.log(y / p_cal), "precision": prec, "y": y,
+            pending.append({"target": t, "k": k, "pick": pick, "err": np.log(y / p_cal), "precision": prec, "y": y,
                             "pred": preds["calibrated"], "model": fitted["calibrated"],
                             "loo": fitted["calibrated"].transfer_[t].get("loo", []), "name": "calibrated",
                             "loo_precision": fitted["calibrated"].transfer_[t].get("loo_precision")})
@@ -447,7 +494,7 @@ def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool
             if fk is not None:
                 models["flops_k"] = fk
             for n, p in models.items():
-                rec = {"target": t, "precision": p_name, "model": n, "k": k, "n": int(m.sum()),
+                rec = {"target": t, "precision": p_name, "model": n, "k": k, "pick": pick, "n": int(m.sum()),
                        **{c: v for c, v in _scores(y[m], p[m]).items() if c in ("mape_pct", "spearman")}}
                 if n in ivs and f"lo_{t}" in ivs[n]:
                     rec.update(_coverage(ivs[n], t, y, m))
@@ -480,7 +527,7 @@ def interval_rules() -> None:
 
     t = OmegaConf.load(ROOT / "conf" / "calibrate.yaml").transfer
     RULES[0] = transfer_prior.configure(t.get("device_widen"), t.get("unmeasured_floor"), t.get("level_by_precision"),
-                                        t.get("zero_shot_target_out"))
+                                        t.get("zero_shot_target_out"), t.get("target_out_fallback"))
 
 
 def repeat_floor(target: str, rows: pd.DataFrame | None = None) -> float | dict[str, float]:
@@ -510,7 +557,8 @@ def set_prior_intervals(table: pd.DataFrame, pending: list[dict], kind: str) -> 
     table = table.copy()
     for q in pending:
         others = [r for r in pending if not {r["source"], r["target_device"]} & {q["source"], q["target_device"]}
-                  and r["k"] == q["k"] and r["target"] == q["target"]]   # leave-one-device-out
+                  and r["k"] == q["k"] and r["target"] == q["target"]
+                  and r.get("pick", 0) == q.get("pick", 0)]   # leave-one-device-out, within one pick
         prior = error_table([{**r, "kind": kind, "pair": (r["source"], r["target_device"])} for r in others])
         tr = q["model"]
         tr.device_kind_ = kind
@@ -519,7 +567,8 @@ def set_prior_intervals(table: pd.DataFrame, pending: list[dict], kind: str) -> 
         ivs = {suffix: interval(tr.recalibrate(tab).intervals_, q["pred"], precision=q["precision"])
                for suffix, tab in (("_loo", None), ("", prior))}
         at = ((table.source == q["source"]) & (table.target_device == q["target_device"]) & (table.k == q["k"])
-              & (table.target == q["target"]) & (table.model == "calibrated"))
+              & (table.target == q["target"]) & (table.model == "calibrated")
+              & ((table.pick if "pick" in table else 0) == q.get("pick", 0)))
         for i in table.index[at]:
             m = (q["precision"] == table.at[i, "precision"]) & np.isfinite(q["y"])
             for suffix, iv in ivs.items():
@@ -547,14 +596,16 @@ def set_intervals(table: pd.DataFrame, pending: list[dict], kind: str | None = N
     from carb.model.transfer_prior import lodo_records, row_scale, target_out_records, zero_shot_target_out_band
 
     table = table.copy()
+    if "pick" not in table.columns:
+        table["pick"] = 0
     recs = [{"pair": (r["source"], r["target_device"]), "err": r["err"], "precision": r["precision"], "k": r["k"],
              "target": r["target"], "kind": r.get("kind") or kind, "scale": row_scale(r["loo"], r.get("loo_precision")),
-             "loo": r["loo"]}
+             "loo": r["loo"], "pick": r.get("pick", 0)}
             for r in pending]
     for q, own in zip(pending, recs):
         if kind is not None and q.get("kind", kind) != kind:
             continue
-        same = [r for r in recs if r["k"] == q["k"] and r["target"] == q["target"]]
+        same = [r for r in recs if r["k"] == q["k"] and r["target"] == q["target"] and r["pick"] == own["pick"]]
         others = lodo_records(same, own["pair"])
         tr = q["model"]
         if q["k"] == 0:
@@ -582,7 +633,8 @@ def set_intervals(table: pd.DataFrame, pending: list[dict], kind: str | None = N
                     ivs["_borrowed"] = interval(tr.intervals_, q["pred"], precision=q["precision"])
             tr.intervals_ = saved   # the zero-shot model is shared by every K of the pair
         at = ((table.source == q["source"]) & (table.target_device == q["target_device"]) & (table.k == q["k"])
-              & (table.target == q["target"]) & (table.model == q.get("name", "calibrated")))
+              & (table.target == q["target"]) & (table.model == q.get("name", "calibrated"))
+              & (table.pick == q.get("pick", 0)))
         for i in table.index[at]:
             m = (q["precision"] == table.at[i, "precision"]) & np.isfinite(q["y"])
             table.at[i, "n_devices"] = entry.get("n_devices", 0) if entry else 0
@@ -618,6 +670,7 @@ def pair_table(devices: dict[str, pd.DataFrame], ks: list[int], targets: list[st
         zs, w = spec_zero_shot_models(models, devices)
         print("  zero-shot spec weights, leaving each target device out:\n" + w.round(3).to_string(), flush=True)
     out, pending = [], []
+    n_picks = pick_settings()["picks"]
     for src, m in models.items():
         for dst, rows in devices.items():
             if src == dst:
@@ -629,11 +682,13 @@ def pair_table(devices: dict[str, pd.DataFrame], ks: list[int], targets: list[st
             for k in ks:
                 if k >= len(rows):
                     continue
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    recs, pend = score_pair(m, rows, k, use, cpu, zs.get((src, dst)), single.get((src, dst)))
-                out += [{"source": src, "target_device": dst, **r} for r in recs]
-                pending += [{"source": src, "target_device": dst, **q} for q in pend]
+                for pick in range(n_picks if k > 0 else 1):
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        recs, pend = score_pair(m, rows, k, use, cpu, zs.get((src, dst)), single.get((src, dst)),
+                                                pick)
+                    out += [{"source": src, "target_device": dst, **r} for r in recs]
+                    pending += [{"source": src, "target_device": dst, **q} for q in pend]
     kind = "cpu" if cpu else "gpu"
     ids = {n: (_identity(d)[1] or n) for n, d in devices.items()}
     reps = {n: measured_repeat_rows(d) for n, d in devices.items()}
@@ -927,12 +982,40 @@ def quickstart_k() -> int:
     return int(OmegaConf.load(ROOT / "conf" / "calibrate.yaml").k)
 
 
+def worst_cell_range(frame: pd.DataFrame) -> str:
+    """The K-row picks' spread of ``frame``'s worst cell (the row of largest mean ``mape_pct``): ``"min-max"`` of
+    its MAPE over the picks (:func:`average_picks`), ``"n/a"`` without picks or rows."""
+    if frame.empty or "mape_pct_min" not in frame or frame["mape_pct"].isna().all():
+        return "n/a"
+    r = frame.loc[frame["mape_pct"].idxmax()]
+    return f"{r['mape_pct_min']:.1f}-{r['mape_pct_max']:.1f}"
+
+
+def pick_coverage_range(t: pd.DataFrame, model: str = "calibrated", k: int = 10) -> pd.DataFrame:
+    """Per left-out target device and target (latency, memory): min and max over the K-row picks of the coverage
+    pooled over the device's held-out rows (``coverage_pick<i>`` of :func:`average_picks`); empty without them."""
+    cols = [c for c in t.columns if c.startswith("coverage_pick")]
+    f = t[(t.k == k) & (t.model == model)]
+    if not cols or f.empty:
+        return pd.DataFrame(columns=["target_device", "target", "coverage_pick_min", "coverage_pick_max"])
+    per = []
+    for c in cols:
+        ok = f[f[c].notna()]
+        g = ok.assign(inside=ok[c] * ok["n"]).groupby(["target_device", "target"])[["inside", "n"]].sum()
+        per.append(g["inside"] / g["n"])
+    both = pd.concat(per, axis=1)
+    return pd.DataFrame({"coverage_pick_min": both.min(axis=1), "coverage_pick_max": both.max(axis=1)}).reset_index()
+
+
 def device_table(t: pd.DataFrame, kq: int | None = None) -> pd.DataFrame:
     """One row per left-out target device (every pair into it, each with that device left out of every
     prior): latency MAPE % (worst source and precision) at K = 0 (CARB's answer, :func:`product`), at the
     quickstart's K and at K = 10 (``calibrated``); coverage of the 90 % intervals pooled over the device's
     held-out rows (latency and memory, K = 10; latency K = 0), the widest median hi/lo (K = 0 too), and the fewest
-    devices a band was measured on (latency, memory)."""
+    devices a band was measured on (latency, memory). Figures at K > 0 are means over the K-row picks
+    (:func:`average_picks`); beside them the spread: ``kq_range`` / ``k10_range`` (min-max over the picks of the
+    worst cell, :func:`worst_cell_range`) and ``k10_coverage_range`` / ``k10_memory_coverage_range`` (min-max of
+    the pooled coverage over the picks)."""
     kq = quickstart_k() if kq is None else kq
     lat, mem = t[t["target"] == "latency_ms"], t[t["target"] == "peak_memory_MB"]
 
@@ -971,6 +1054,16 @@ def device_table(t: pd.DataFrame, kq: int | None = None) -> pd.DataFrame:
         "memory_band_devices_min": (mem[(mem.k == 10) & (mem.model == "calibrated")].groupby("target_device")[
             "n_devices"].min() if "n_devices" in mem else np.nan),
     })
+    kqc = lat[(lat.k == kq) & (lat.model == "calibrated")]
+    out.insert(out.columns.get_loc("kq_mape_max") + 1, "kq_range",
+               pd.Series({d: worst_cell_range(f) for d, f in kqc.groupby("target_device")}, dtype=object))
+    out.insert(out.columns.get_loc("k10_mape_max") + 1, "k10_range",
+               pd.Series({d: worst_cell_range(f) for d, f in k10.groupby("target_device")}, dtype=object))
+    cr = pick_coverage_range(t)
+    for target, col in (("latency_ms", "k10_coverage"), ("peak_memory_MB", "k10_memory_coverage")):
+        c = cr[cr.target == target].set_index("target_device")
+        rng = {d: f"{r.coverage_pick_min:.2f}-{r.coverage_pick_max:.2f}" for d, r in c.iterrows()}
+        out.insert(out.columns.get_loc(col) + 1, f"{col}_range", pd.Series(rng, dtype=object))
     return out.reset_index().rename(columns={"index": "target_device"})
 
 
@@ -990,7 +1083,18 @@ def headline(t: pd.DataFrame, kq: int | None = None) -> str:
     return (f"transfer: devices={len(d)} pairs={len(pairs)} k0_max_mape={k0['mape_pct'].max():.1f} "
             f"kq_max_mape={kqm['mape_pct'].max():.1f} k10_max_mape={k10['mape_pct'].max():.1f} "
             f"k10_min_spearman={k10['spearman'].min():.3f} lodo_coverage_min={cov.min():.2f} "
-            f"lodo_coverage_max={cov.max():.2f} width_median_max={widths.max():.2f}")
+            f"lodo_coverage_max={cov.max():.2f} width_median_max={widths.max():.2f}"
+            f"{picks_keys(kqm, k10)}")
+
+
+def picks_keys(kqm: pd.DataFrame, k10: pd.DataFrame) -> str:
+    """The headline's spread keys (:func:`average_picks`): `` picks=N kq_max_mape_range=a-b
+    k10_max_mape_range=a-b`` (min-max over the K-row picks of the worst cell at the quickstart's K and at K = 10);
+    empty for a table of one pick."""
+    if "picks" not in k10 or k10.empty:
+        return ""
+    return (f" picks={int(k10['picks'].max())} kq_max_mape_range={worst_cell_range(kqm)} "
+            f"k10_max_mape_range={worst_cell_range(k10)}")
 
 
 def single_source_line(t: pd.DataFrame, kq: int | None = None) -> str:
@@ -1052,8 +1156,12 @@ def summary(t: pd.DataFrame) -> pd.DataFrame:
     w.columns = [f"{m}_{v}" for v, m in w.columns]
     cov = t[t.model.isin(["calibrated", "zero_shot"])].groupby(
         ["source", "target_device", "target", "precision", "k"])[
-        [c for c in ("coverage", "width", "coverage_loo", "width_loo") if c in t.columns]].first()
-    return w.join(cov).reset_index()
+        [c for c in ("coverage", "width", "coverage_loo", "width_loo", "coverage_min", "coverage_max")
+         if c in t.columns]].first()
+    spread = t[t.model == "calibrated"].groupby(["source", "target_device", "target", "precision", "k"])[
+        [c for c in ("mape_pct_min", "mape_pct_max") if c in t.columns]].first()
+    spread.columns = [f"calibrated_{c}" for c in spread.columns]
+    return w.join(cov).join(spread).reset_index()
 
 
 def write_errors(path: str, pending: list[dict]) -> None:
@@ -1092,7 +1200,8 @@ def write_errors(path: str, pending: list[dict]) -> None:
 
 def all_pairs(ks: list[int], gpu: bool = True) -> tuple[pd.DataFrame, list]:
     """Every ordered CPU pair (latency, peak memory) and, with ``gpu``, every timm GPU pair (latency):
-    ``(table, parts)``, the per-pair rows of every model and K, and each kind's :func:`pair_table` result."""
+    ``(table, parts)``, the per-pair rows of every model and K averaged over the K-row picks
+    (:func:`average_picks`; the spread beside), and each kind's :func:`pair_table` result (every pick's records)."""
     print("== CPU pairs (latency, peak memory)", flush=True)
     parts = [pair_table(cpu_devices(), ks, ["latency_ms", "peak_memory_MB"], cpu=True)]
     if gpu:
@@ -1102,7 +1211,7 @@ def all_pairs(ks: list[int], gpu: bool = True) -> tuple[pd.DataFrame, list]:
     with warnings.catch_warnings():   # intervals across kinds: a CPU pair's band may rest on GPU pairs
         warnings.simplefilter("ignore")
         table = set_intervals(pd.concat([p[0] for p in parts], ignore_index=True), every)
-    return table, parts
+    return average_picks(table), parts
 
 
 def saved_pairs(path: str) -> tuple[pd.DataFrame, list]:
@@ -1115,7 +1224,7 @@ def saved_pairs(path: str) -> tuple[pd.DataFrame, list]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         table = set_intervals(pd.concat([p[0] for p in parts], ignore_index=True), every)
-    return table, parts
+    return average_picks(table), parts
 
 
 def pair_overview(t: pd.DataFrame) -> pd.DataFrame:
@@ -1212,7 +1321,10 @@ def main() -> None:
 
         Path(a.parts_out).write_bytes(cloudpickle.dumps(parts))
     if a.errors_out:
-        write_errors(a.errors_out, [q for p in parts for q in p[1] if q["k"] > 0])
+        write_errors(a.errors_out, [q for p in parts for q in p[1] if q["k"] > 0 and q.get("pick", 0) == 0])
+    if a.interval_sweep or a.precision_sweep or a.error_sources:   # these study carb-calibrate's own pick
+        parts = [(p[0][p[0]["pick"] == 0] if "pick" in p[0] else p[0], [q for q in p[1] if q.get("pick", 0) == 0])
+                 for p in parts]
     if a.interval_sweep:
         counts = interval_sweep(parts)
         print("  interval settings (LOO statistic / prior pseudo-rows) chosen fully nested leave-one-pair-out, "
@@ -1225,9 +1337,11 @@ def main() -> None:
         t.to_csv(a.csv, index=False)
     s = summary(t)
     cols = [c for c in ("source", "target_device", "target", "precision", "k", "zero_shot_mape_pct",
-                        "zero_shot_spearman", "calibrated_mape_pct", "source_base_mape_pct",
+                        "zero_shot_spearman", "calibrated_mape_pct", "calibrated_mape_pct_min",
+                        "calibrated_mape_pct_max", "source_base_mape_pct",
                         "no_dispatch_mape_pct", "source_mape_pct", "flops_k_mape_pct", "calibrated_spearman",
-                        "coverage", "width", "coverage_loo", "width_loo") if c in s.columns]
+                        "coverage", "coverage_min", "coverage_max", "width", "coverage_loo", "width_loo")
+            if c in s.columns]
     print(markdown(s[s.k.isin([0, 10])][cols]))
     print(pooled_coverage_line(t))
     print(coverage_cells_line(t))

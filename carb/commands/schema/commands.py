@@ -223,12 +223,23 @@ class Transfer(Section):
     unmeasured_floor: Literal["configured", "class-bound"] = "class-bound"
     level_by_precision: Literal["pooled", "own", "widest"] = "widest"
     zero_shot_target_out: Literal["quantiles", "level", "device", "none"] = "device"
+    target_out_fallback: Literal["own", "ratio"] = "own"
     extra_sources: Annotated[Literal["auto"] | list[Text], BeforeValidator(_extra_sources)] = "auto"
     source_weighting: Literal["inverse_loo", "equal", "inverse_loo_precision"] = "inverse_loo"
     extra_source_train: list[Text] = ["model=carb_fast", "model.specialists.xgb.n_estimators=25",
                                       "model.specialists.lgbm.n_estimators=25",
                                       "model.specialists.lgbm.min_child_samples=20",
                                       "model.specialists.et.min_samples_leaf=8"]
+
+
+class TransferBenchmark(Section):
+    """``benchmark`` (``python -m scripts.bench.transfer_pairs``): how many K-row picks each pair's K > 0 figures
+    average over (:func:`carb.analysis.transfer.pick_split`: pick 0 carb-calibrate's own, the others the same rule
+    on a random ``pool_fraction`` of the target's rows, seeded by ``seed``)."""
+
+    picks: Count = 5
+    pool_fraction: Annotated[float, Field(gt=0, le=1)] = 0.5
+    seed: Index = 0
 
 
 class ZeroShotPower(Section):
@@ -295,6 +306,7 @@ class Calibrate(Command):
     zero_shot: ZeroShot | None = None
     out: Text
     transfer: Transfer
+    benchmark: TransferBenchmark | None = None
     coverage: Coverage
     register_: bool = Field(alias="register")
     alias: Text
