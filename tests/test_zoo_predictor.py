@@ -184,3 +184,59 @@ def test_module_predicts_as_a_new_architecture(env):
     assert (out["pred_latency_ms"] > 0).all()
     tv = model.predict(import_torchvision().models.mobilenet_v3_large(), batch_size=8, precision="fp32")
     assert tv["pred_latency_ms"].iloc[0] > 0 and not tv["in_domain"].iloc[0] and tv["never_measured"].iloc[0]
+
+
+def test_promote_compares_zoo_versions_by_heldout_metric(tmp_path, rows, capsys):
+    """Two zoo latency versions trained on the same small real subset (the base alone, residual 0, and the
+    default): carb-promote compares them by the held-out families' MAPE, says so, sets champion on the lower one;
+    a second run changes nothing."""
+    import carb.commands.train as train
+    import carb.model.zoo_predictor as zp
+    from carb import tracking
+    from carb.commands.promote import run_promote
+    from carb.commands.train import run_train
+
+    small = rows[rows["family"].isin(FAMILIES[:4])].reset_index(drop=True)
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    conf = train.zoo_latency_conf()
+    args = ["data=timm_zoo", f"data.device={DEVICE}", f"tracking.uri={uri}", f"paths.output_dir={tmp_path}/out",
+            "print_table=false", "data.interval_folds=2"]
+    mp = pytest.MonkeyPatch()
+    mp.setattr(zp, "timm_rows", lambda device, bench=None: small)
+    outs = []
+    try:
+        for residual in (0.0, 1.0):
+            mp.setattr(train, "zoo_latency_conf", lambda r=residual: conf | {"residual": r})
+            outs.append(run_train(compose("train", args)))
+    finally:
+        mp.undo()
+    mape = {o["version"]: o["metrics"]["heldout/latency_ms_mape"] for o in outs}
+    assert len(set(mape.values())) == 2, mape
+    capsys.readouterr()
+    res = run_promote(compose("promote", [f"tracking.uri={uri}", f"paths.output_dir={tmp_path}/promote"]))
+    printed = capsys.readouterr().out
+    best = min(mape, key=mape.get)
+    assert res["metric"] == "heldout/latency_ms_mape" and res["champion"] == best and res["changed"]
+    assert "by heldout/latency_ms_mape" in printed and "comparing 2 version(s)" in printed
+    tracking.configure(uri)
+    assert tracking.get_alias("carb-rtx-4090-timm-zoo", "champion") == best
+    again = run_promote(compose("promote", [f"tracking.uri={uri}", f"paths.output_dir={tmp_path}/promote"]))
+    assert not again["changed"] and again["champion"] == best
+
+
+@pytest.mark.slow
+def test_mlflow_models_serve_answers_a_rest_query(env, tmp_path):
+    """``mlflow models serve`` (local env) on the registered zoo latency model answers a REST query of names at
+    batch sizes and a precision (a published network and a traced one) with the frame carb.load_model gives."""
+    from carb import load_model
+    from tests.test_zoo_model import serve_and_query
+
+    uri = f"models:/carb-rtx-4090-timm-zoo/{env['out']['version']}"
+    X = pd.DataFrame({"model_name": ["timm:resnet50", "tv:mobilenet_v3_large"], "batch_size": [256, 512],
+                      "precision": "fp16"})
+    got = serve_and_query({"model": uri, "uri": env["uri"]}, tmp_path, {"dataframe_split": X.to_dict(orient="split")})
+    ref = load_model(uri, tracking_uri=env["uri"]).predict(X)
+    assert [r["model_name"] for r in got] == list(X["model_name"])
+    assert np.allclose([r["pred_latency_ms"] for r in got], ref["pred_latency_ms"], rtol=1e-6)
+    assert all(r["lo_latency_ms"] < r["pred_latency_ms"] < r["hi_latency_ms"] for r in got)
+    assert [r["features_source"] for r in got] == ["published", "traced"]
