@@ -228,9 +228,12 @@ def test_promote_compares_zoo_versions_by_heldout_metric(tmp_path, rows, capsys)
 def test_mlflow_models_serve_answers_a_rest_query(env, tmp_path):
     """``mlflow models serve`` (local env) on the registered zoo latency model answers a REST query of names at
     batch sizes and a precision (a published network and a traced one) with the frame carb.load_model gives."""
-    from carb import load_model
+    from carb import load_model, tracking
     from tests.test_zoo_model import serve_and_query
 
+    # mlflow.set_registry_uri exports MLFLOW_REGISTRY_URI, which the server inherits: point it at this store (an
+    # earlier test's store would otherwise answer models:/ with its own version of the same name)
+    tracking.configure(env["uri"])
     uri = f"models:/carb-rtx-4090-timm-zoo/{env['out']['version']}"
     X = pd.DataFrame({"model_name": ["timm:resnet50", "tv:mobilenet_v3_large"], "batch_size": [256, 512],
                       "precision": "fp16"})
