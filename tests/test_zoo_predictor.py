@@ -266,3 +266,19 @@ def test_traced_activations_follow_timms_definition(env):
     own = traced["tr_activations"].to_numpy(float) / 1e6 / pub
     assert (own[:3] < 0.9).all() and abs(own[3] - 1) <= 0.01, own
     assert "tr_timm_activations" not in traced.columns
+
+
+def test_promote_never_compares_zoo_with_cascade_versions(capsys):
+    """Zoo latency and cascade versions of one name: the anchor's kind competes, the others are named; a newest
+    version of the other kind than the champion is refused in one line."""
+    from carb.commands.promote import like_with_like
+    from carb.errors import ModelError
+
+    v = [{"version": "1", "tags": {}}, {"version": "2", "tags": {"estimator": "zoo_latency"}},
+         {"version": "3", "tags": {"estimator": "zoo_latency"}}]
+    assert [x["version"] for x in like_with_like("m", v, None)] == ["2", "3"]
+    assert "left out 1 version(s)" in capsys.readouterr().out
+    assert [x["version"] for x in like_with_like("m", v, v[1])] == ["2", "3"]
+    with pytest.raises(ModelError) as e:
+        like_with_like("m", v, v[0])
+    assert "\n" not in str(e.value) and "promote.version=3" in str(e.value)
