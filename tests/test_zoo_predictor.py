@@ -184,3 +184,101 @@ def test_module_predicts_as_a_new_architecture(env):
     assert (out["pred_latency_ms"] > 0).all()
     tv = model.predict(import_torchvision().models.mobilenet_v3_large(), batch_size=8, precision="fp32")
     assert tv["pred_latency_ms"].iloc[0] > 0 and not tv["in_domain"].iloc[0] and tv["never_measured"].iloc[0]
+
+
+def test_promote_compares_zoo_versions_by_heldout_metric(tmp_path, rows, capsys):
+    """Two zoo latency versions trained on the same small real subset (the base alone, residual 0, and the
+    default): carb-promote compares them by the held-out families' MAPE, says so, sets champion on the lower one;
+    a second run changes nothing."""
+    import carb.commands.train as train
+    import carb.model.zoo_predictor as zp
+    from carb import tracking
+    from carb.commands.promote import run_promote
+    from carb.commands.train import run_train
+
+    small = rows[rows["family"].isin(FAMILIES[:4])].reset_index(drop=True)
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    conf = train.zoo_latency_conf()
+    args = ["data=timm_zoo", f"data.device={DEVICE}", f"tracking.uri={uri}", f"paths.output_dir={tmp_path}/out",
+            "print_table=false", "data.interval_folds=2"]
+    mp = pytest.MonkeyPatch()
+    mp.setattr(zp, "timm_rows", lambda device, bench=None: small)
+    outs = []
+    try:
+        for residual in (0.0, 1.0):
+            mp.setattr(train, "zoo_latency_conf", lambda r=residual: conf | {"residual": r})
+            outs.append(run_train(compose("train", args)))
+    finally:
+        mp.undo()
+    mape = {o["version"]: o["metrics"]["heldout/latency_ms_mape"] for o in outs}
+    assert len(set(mape.values())) == 2, mape
+    capsys.readouterr()
+    res = run_promote(compose("promote", [f"tracking.uri={uri}", f"paths.output_dir={tmp_path}/promote"]))
+    printed = capsys.readouterr().out
+    best = min(mape, key=mape.get)
+    assert res["metric"] == "heldout/latency_ms_mape" and res["champion"] == best and res["changed"]
+    assert "by heldout/latency_ms_mape" in printed and "comparing 2 version(s)" in printed
+    tracking.configure(uri)
+    assert tracking.get_alias("carb-rtx-4090-timm-zoo", "champion") == best
+    again = run_promote(compose("promote", [f"tracking.uri={uri}", f"paths.output_dir={tmp_path}/promote"]))
+    assert not again["changed"] and again["champion"] == best
+
+
+@pytest.mark.slow
+def test_mlflow_models_serve_answers_a_rest_query(env, tmp_path):
+    """``mlflow models serve`` (local env) on the registered zoo latency model answers a REST query of names at
+    batch sizes and a precision (a published network and a traced one) with the frame carb.load_model gives."""
+    from carb import load_model, tracking
+    from tests.test_zoo_model import serve_and_query
+
+    # mlflow.set_registry_uri exports MLFLOW_REGISTRY_URI, which the server inherits: point it at this store (an
+    # earlier test's store would otherwise answer models:/ with its own version of the same name)
+    tracking.configure(env["uri"])
+    uri = f"models:/carb-rtx-4090-timm-zoo/{env['out']['version']}"
+    X = pd.DataFrame({"model_name": ["timm:resnet50", "tv:mobilenet_v3_large"], "batch_size": [256, 512],
+                      "precision": "fp16"})
+    got = serve_and_query({"model": uri, "uri": env["uri"]}, tmp_path, {"dataframe_split": X.to_dict(orient="split")})
+    ref = load_model(uri, tracking_uri=env["uri"]).predict(X)
+    assert [r["model_name"] for r in got] == list(X["model_name"])
+    assert np.allclose([r["pred_latency_ms"] for r in got], ref["pred_latency_ms"], rtol=1e-6)
+    assert all(r["lo_latency_ms"] < r["pred_latency_ms"] < r["hi_latency_ms"] for r in got)
+    assert [r["features_source"] for r in got] == ["published", "traced"]
+
+
+#: Networks of the RTX 4090 file with attention (timm's published activations count the unfused attention's two
+#: matrix products; the tracer's own count 0.69-0.87 of it) and one without.
+ATTENTION = ("deit_tiny_patch16_224", "coatnet_0_rw_224", "maxvit_tiny_tf_224", "resnet18")
+
+
+def test_traced_activations_follow_timms_definition(env):
+    """A traced network's ``macts_M_per_image`` is timm's count (fvcore on the unfused attention): within 1 % of
+    the published one on attention networks of the file, where the tracer's own count is at least 10 % lower."""
+    from carb import load_model
+
+    model = load_model(f"models:/carb-rtx-4090-timm-zoo/{env['out']['version']}", tracking_uri=env["uri"]).cascade
+    knobs = pd.DataFrame({"model_name": [f"timm:{m}" for m in ATTENTION], "input_size": 224, "batch_size": 256,
+                          "precision": "fp16"})
+    joined, _ = model.features(knobs)
+    traced, refused = model.features(knobs, traced=True)
+    assert (refused == "").all() and (joined["features_source"] == "published").all()
+    pub = joined["macts_M_per_image"].to_numpy(float)
+    assert np.allclose(traced["macts_M_per_image"].to_numpy(float), pub, rtol=0.01)
+    own = traced["tr_activations"].to_numpy(float) / 1e6 / pub
+    assert (own[:3] < 0.9).all() and abs(own[3] - 1) <= 0.01, own
+    assert "tr_timm_activations" not in traced.columns
+
+
+def test_promote_never_compares_zoo_with_cascade_versions(capsys):
+    """Zoo latency and cascade versions of one name: the anchor's kind competes, the others are named; a newest
+    version of the other kind than the champion is refused in one line."""
+    from carb.commands.promote import like_with_like
+    from carb.errors import ModelError
+
+    v = [{"version": "1", "tags": {}}, {"version": "2", "tags": {"estimator": "zoo_latency"}},
+         {"version": "3", "tags": {"estimator": "zoo_latency"}}]
+    assert [x["version"] for x in like_with_like("m", v, None)] == ["2", "3"]
+    assert "left out 1 version(s)" in capsys.readouterr().out
+    assert [x["version"] for x in like_with_like("m", v, v[1])] == ["2", "3"]
+    with pytest.raises(ModelError) as e:
+        like_with_like("m", v, v[0])
+    assert "\n" not in str(e.value) and "promote.version=3" in str(e.value)

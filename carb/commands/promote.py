@@ -6,6 +6,11 @@ reachable as ``previous``. Running it twice changes nothing the second time. Onl
 the champion's dataset and split compete; a newest version evaluated on other data is refused in one
 line naming both datasets (``promote.across_datasets=true`` compares it anyway).
 
+A zoo latency model (``carb-train data=timm_zoo``, ``ZooLatencyModel``) logs the held-out families' metrics
+(``heldout/*``), not ``val_*``: its versions compete with each other only, by ``promote.zoo_metric`` (default
+``heldout/latency_ms_mape``) in ``promote.zoo_direction``, on the same rows and family folds (its run's
+``dataset_digest`` and ``split`` tags); cascade versions of the same name are left out (a line names them).
+
 Which model: ``promote.name``; else the device of ``promote.data``; else the one CARB model the store holds
 (several: one line listing them).
 """
@@ -81,6 +86,31 @@ def refuse_other_data(name: str, newest: dict[str, Any], champion: dict[str, Any
                      f"{newest['version']} to choose it without comparing")
 
 
+def estimator_kind(v: dict[str, Any]) -> str:
+    """``zoo_latency`` for a version of ``ZooLatencyModel`` (``carb-train data=timm_zoo``: its run logs the
+    held-out families' ``heldout/*`` metrics), else ``cascade`` (``val_*`` metrics)."""
+    return "zoo_latency" if (v.get("tags") or {}).get("estimator") == "zoo_latency" else "cascade"
+
+
+def like_with_like(name: str, versions: list[dict[str, Any]], champion: dict[str, Any] | None
+                   ) -> list[dict[str, Any]]:
+    """The versions of the anchor's estimator kind (:func:`estimator_kind`; the anchor: the champion, else the
+    newest version): a zoo latency model and a cascade log different metrics, so they never compete. The others
+    are named in one printed line; a newest version of the other kind than the champion is refused in one
+    :class:`ModelError` line (``promote.version`` chooses it without comparing)."""
+    newest = max(versions, key=lambda v: int(v["version"]))
+    kind = estimator_kind(champion or newest)
+    other = [v for v in versions if estimator_kind(v) != kind]
+    if champion is not None and newest in other:
+        raise ModelError(f"promote: version {newest['version']} of {name} is a {estimator_kind(newest)} model, the "
+                         f"champion version {champion['version']} a {kind} model: their metrics do not compare, "
+                         f"so the champion stays; promote.version={newest['version']} chooses it without comparing")
+    if other:
+        print(wrap_line(f"carb-promote: left out {len(other)} version(s) of {name} of another estimator than "
+                        f"{kind} ({[v['version'] for v in other]}): their metrics do not compare"))
+    return [v for v in versions if v not in other]
+
+
 def choose(versions: list[dict[str, Any]], metric: str, fallback: str | None, direction: str) -> tuple[dict, str]:
     """The best version and the metric used; raises :class:`ModelError` when no version has either."""
     if direction not in ("minimize", "maximize"):
@@ -131,22 +161,28 @@ def _promote(p: Any, name: str, versions: list[dict[str, Any]], tracking_uri: st
                              f"{calibrated[-1]['version']}, the newest)")
     current = tracking.get_alias(name, p.alias)
     champion = next((v for v in versions if v["version"] == current), None)
+    versions = like_with_like(name, versions, champion)
+    zoo = estimator_kind(versions[0]) == "zoo_latency"
+    metric, fallback, direction = ((p.zoo_metric, None, p.zoo_direction) if zoo
+                                   else (p.metric, p.get("fallback_metric"), p.direction))
     pool, skipped = comparable(versions, across, champion)
     newest = max(versions, key=lambda v: int(v["version"]))
     if champion is not None and newest in skipped:
         refuse_other_data(name, newest, champion)
     digest, split = evaluation_key(champion or pool[-1])
+    by = (f"by {metric} (ZooLatencyModel: the held-out families' metric, promote.zoo_metric), {direction}" if zoo
+          else f"by {metric}" + (f" (else {fallback})" if fallback else "") + f", {direction}")
     print(wrap_line(f"carb-promote: comparing {len(pool)} version(s) of {name} evaluated on dataset {digest[:12]} split "
-          f"{split}" + (f"; skipped {len(skipped)} evaluated on other data (versions "
+          f"{split} {by}" + (f"; skipped {len(skipped)} evaluated on other data (versions "
                         f"{[v['version'] for v in skipped]}; promote.across_datasets=true compares them anyway)"
                         if skipped else "")))
-    best, metric = choose(pool, p.metric, p.get("fallback_metric"), p.direction)
+    best, metric = choose(pool, metric, fallback, direction)
     value = best["metrics"][metric]
     tol = float(p.get("tie_tolerance", 0.0) or 0.0)
     cur = next((v for v in pool if v["version"] == current), None)
     if cur is not None and current != best["version"] and math.isfinite(cur["metrics"].get(metric, math.nan)):
         old_v = cur["metrics"][metric]
-        gain = (old_v - value) if p.direction == "minimize" else (value - old_v)
+        gain = (old_v - value) if direction == "minimize" else (value - old_v)
         if gain <= tol * abs(old_v):
             print(wrap_line(f"carb-promote: version {best['version']} ({metric}={value:.6g}) is within the tie tolerance "
                   f"({tol:g} relative) of the champion version {current} ({old_v:.6g}); nothing changed"))
@@ -164,7 +200,7 @@ def _promote(p: Any, name: str, versions: list[dict[str, Any]], tracking_uri: st
     old_txt = (f"version {current} ({metric}={old['metrics'].get(metric, math.nan):.4g}) -> now "
                f"{name}@{p.previous_alias}" if old else "none")
     print(wrap_line(f"carb-promote: {name}@{p.alias}: {old_txt}; new champion version {best['version']} "
-          f"({metric}={value:.4g}, chosen among {len(pool)} compared versions, {p.direction})"))
+          f"({metric}={value:.4g}, chosen among {len(pool)} compared versions, {direction})"))
     return {"name": name, "champion": best["version"], "previous": current, "metric": metric,
             "value": value, "changed": True}
 

@@ -181,6 +181,16 @@ def zoo_latency_conf() -> dict[str, Any]:
     return conf
 
 
+def zoo_digest(rows: Any) -> str:
+    """The digest (:func:`carb.tracking.dataset_digest`) of the timm rows a zoo latency model was fitted and
+    evaluated on (network, input size, batch, precision, latency), the ``dataset_digest`` tag ``carb-promote``
+    compares versions on."""
+    from carb import tracking
+
+    cols = ["model", "input_size", "batch_size", "precision", "latency_ms"]
+    return tracking.dataset_digest(rows[cols].reset_index(drop=True), "timm-zoo")
+
+
 def run_zoo_latency(cfg: Any) -> dict[str, Any]:
     """``carb-train data=timm_zoo`` with ``ZooLatencyModel`` (:func:`carb.analysis.training.fit_zoo_latency`):
     fit, the family-grouped intervals, log the run and register the model as the cascade would be
@@ -206,7 +216,8 @@ def run_zoo_latency(cfg: Any) -> dict[str, Any]:
     run_name = cfg.get("run_name") or sweep_suffix("/".join([slug, "zoo_latency"] + (
         [str(cfg.run_suffix)] if cfg.get("run_suffix") else [])))
     tags = {"device": model.device_name_, "device_slug": slug, "device_id": model.device_id_,
-            "estimator": "zoo_latency",
+            "estimator": "zoo_latency", "dataset_digest": zoo_digest(rows),
+            "split": f"family_folds{folds}_seed{int(cfg.split.seed)}",
             "feature_set": "zoo_latency", "preset": "zoo_latency", "targets": "latency_ms", "dataset": "timm-zoo"}
     config = to_dict(cfg)
     with tracking.start_run("train", run_name, tracking_uri=cfg.tracking.uri, tags=tags, sweep=sweep_tags(),

@@ -43,8 +43,11 @@ ESTIMATORS: tuple[str, ...] = ("auto", "zoo_latency", "cascade")
 #: Why energy and memory are NaN in this model's frames.
 NOT_PREDICTED = "energy_J, peak_memory_MB: not predicted (ZooLatencyModel: timm's files publish latency only)"
 #: The published columns a traced network takes from its layer table: ``(published, tracer key, divisor)``.
+#: Activations by timm's definition (:func:`timm_activations`), not the tracer's ``activations``.
 TRACED_TOTALS: tuple[tuple[str, str, float], ...] = (("gmacs_per_image", "macs", 1e9), ("params", "params", 1.0),
-                                                     ("macts_M_per_image", "activations", 1e6))
+                                                     ("macts_M_per_image", "timm_activations", 1e6))
+#: :func:`layer_row`'s keys that are no ``tr_*`` feature (the shipped trace table has no such column).
+NOT_FEATURES: tuple[str, ...] = ("timm_activations",)
 #: The timm settings of the device's file each predicted row takes (autocast, eager, torch version, ...).
 CONTEXT_COLUMNS: tuple[str, ...] = ("device_kind", "timm_precision", "compile", "torch_version", "memory_layout",
                                     "source_file", "device_name")
@@ -114,8 +117,31 @@ def layer_row(network: Any, input_size: int, reparam: bool = False,
             continue
         return (summarize(table) | gemm_regimes(table) | amp_memory_split(table)
                 | state_parts(table, summarize, gemm_regimes, amp_memory_split) | cpu_parts(table, thresholds or {})
-                | gpu_parts(table))
+                | gpu_parts(table) | {"timm_activations": timm_activations(table)})
     raise ZooError(reasons[0])
+
+
+def timm_activations(table: pd.DataFrame) -> float:
+    """The activation count timm's benchmark files publish (``infer_macts`` x 1e6), from a layer table (whole
+    batch): fvcore's ``ActivationCountAnalysis`` (output elements of convolutions, linear layers and matrix
+    products: the tracer's ``activations``, :func:`carb.design.trace.summarize`) run on timm's *unfused*
+    attention, where each ``scaled_dot_product_attention`` call is two matrix products whose outputs fvcore
+    counts: the scores ``Q K^T`` (``macs / (d_qk + d_v)`` elements: the row's multiply-adds are
+    ``scores x (d_qk + d_v)``) and ``attn @ V`` (the row's output). Checked against fvcore on timm's models with
+    ``timm.layers.set_fused_attn(False)`` and against the published column (docs/MODEL.md, zwire2). Not
+    followed: fvcore skips convolutions called with ``padding='same'`` (``aten::_convolution_mode``: ConvMixer)
+    and recurrent layers (Sequencer's LSTM), which the tracer counts."""
+    from carb.design.trace import summarize
+
+    acts = float(summarize(table)["activations"])
+    sd = table[table["kind"] == "sdpa"]
+    if not len(sd):
+        return acts
+    batch = int(table.attrs.get("input_shape", (1,))[0])
+    dims = np.array([float(q[-1]) + float(o[-1]) for q, o in zip(sd["in_shape"], sd["out_shape"])])
+    outs = np.array([float(np.prod(o)) for o in sd["out_shape"]])
+    per_image = sd["macs"].to_numpy(float) / batch / dims + outs   # shapes at batch 1, macs of the whole batch
+    return acts + float(per_image.sum()) * batch
 
 
 def traced_features(rows: pd.DataFrame, layer: Mapping[str, Any]) -> pd.DataFrame:
@@ -124,7 +150,7 @@ def traced_features(rows: pd.DataFrame, layer: Mapping[str, Any]) -> pd.DataFram
     published totals taken from the trace (:data:`TRACED_TOTALS`)."""
     from carb.data.importers.timm_zoo import _state_once_per_batch
 
-    cols = {f"tr_{k}": [float(v)] * len(rows) for k, v in layer.items() if np.isscalar(v)}
+    cols = {f"tr_{k}": [float(v)] * len(rows) for k, v in layer.items() if np.isscalar(v) and k not in NOT_FEATURES}
     out = pd.concat([rows.reset_index(drop=True), pd.DataFrame(cols)], axis=1)
     out = _state_once_per_batch(out, [k for k in layer if not k.startswith("state_")])
     for col, key, div in TRACED_TOTALS:

@@ -385,6 +385,8 @@ class PromoteSettings(Section):
     metric: Text
     fallback_metric: Text
     direction: Literal["minimize", "maximize"]
+    zoo_metric: Text
+    zoo_direction: Literal["minimize", "maximize"]
     tie_tolerance: NonNegative
     across_datasets: bool
     version: Count | None
