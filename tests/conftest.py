@@ -135,6 +135,7 @@ def template_store(_stores_from_a_template) -> Path:
 def _clean_mlflow_env(monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    monkeypatch.delenv("MLFLOW_REGISTRY_URI", raising=False)   # mlflow.set_registry_uri sets it (MLflow 3)
     yield
     try:
         import mlflow

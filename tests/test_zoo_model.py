@@ -235,7 +235,10 @@ def serve_and_query(registered: dict, tmp_path, payload: dict) -> list[dict]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     mlflow_bin = str(Path(sys.executable).with_name("mlflow"))
-    env = {**os.environ, "MLFLOW_TRACKING_URI": registered["uri"],   # the venv's bin first: mlflow runs uvicorn
+    # the registry too: mlflow.set_registry_uri (MLflow 3) sets MLFLOW_REGISTRY_URI in this process, and a server
+    # inheriting another test's would serve that store's version
+    env = {**os.environ, "MLFLOW_TRACKING_URI": registered["uri"], "MLFLOW_REGISTRY_URI": registered["uri"],
+           # the venv's bin first: mlflow runs uvicorn
            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([mlflow_bin, "models", "serve", "-m", registered["model"], "--env-manager", "local",

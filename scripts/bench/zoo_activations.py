@@ -28,7 +28,8 @@ def fitted(device: str):
     from carb.model.zoo_predictor import ZooLatencyPredictor, device_settings, timm_rows
 
     rows = timm_rows(device)
-    model = ZooLatencyPredictor(device_settings(zoo_latency_conf(), str(rows["device_kind"].iloc[0])))
+    conf = zoo_latency_conf()
+    model = ZooLatencyPredictor(device_settings(conf, str(rows["device_kind"].iloc[0])), thresholds=conf["cpu_parts"])
     model.calibrate = lambda rows, say=None: None
     return model.fit(rows), rows
 
