@@ -425,6 +425,16 @@ FP32_NORM_OPS: frozenset[str] = frozenset({"native_layer_norm", "layer_norm", "n
                                            "rms_norm", "_fused_rms_norm", "instance_norm"})
 
 
+#: ATen operators (as the tracer records them) on autocast's CUDA fp32 list among the activation and reduction kinds:
+#: softmax and log-softmax, exp / log / pow / rsqrt / reciprocal / softplus, sum / prod and vector norms
+#: (``F.normalize``'s ``norm``). Under autocast each casts its half input to fp32, runs at fp32 and writes fp32, which
+#: the next matrix product casts back: an explicit attention's softmax (CaiT's talking heads, VOLO's outlook weights)
+#: and XCiT's normalised queries and keys move about 5x the bytes of a half-precision activation pass.
+FP32_ACT_OPS: frozenset[str] = frozenset({"_softmax", "softmax", "_log_softmax", "log_softmax", "exp", "expm1", "log",
+                                          "log1p", "log2", "log10", "pow", "rsqrt", "reciprocal", "softplus", "sum",
+                                          "prod", "norm", "linalg_vector_norm", "cumsum", "cumprod", "erfinv"})
+
+
 def amp_memory_split(table: Any) -> dict[str, float]:
     """The memory-bound bytes of a layer table that mixed precision (autocast fp16/bf16) moves at fp32
     rather than at the half precision of the matrix products, as separate sums (bytes read + written at
@@ -437,6 +447,8 @@ def amp_memory_split(table: Any) -> dict[str, float]:
       (layer scale ``gamma * x``, an added position embedding or bias): the fp32 parameter promotes the
       fp16 stream to fp32 from there on (type promotion), so the residual stream of such a network is
       moved at twice the bytes of a network without one.
+    - ``bytes_act_fp32`` / ``n_act_fp32``: activation and reduction operations on autocast's fp32 list
+      (:data:`FP32_ACT_OPS`: an explicit softmax, vector norms, sums), each with its casts in and out.
     """
     import numpy as np
 
@@ -444,8 +456,10 @@ def amp_memory_split(table: Any) -> dict[str, float]:
     moved = (table["bytes_read"] + table["bytes_written"]).to_numpy(float)
     fp32_norm = (kind == "norm") & table["op"].isin(FP32_NORM_OPS).to_numpy()
     param_ew = (kind == "elementwise") & (table["param_bytes"].to_numpy(float) > 0)
+    fp32_act = np.isin(kind, ("activation", "reduce")) & table["op"].isin(FP32_ACT_OPS).to_numpy()
     return {"bytes_norm_fp32": float(moved[fp32_norm].sum()), "n_norm_fp32": float(fp32_norm.sum()),
-            "bytes_elementwise_param": float(moved[param_ew].sum()), "n_elementwise_param": float(param_ew.sum())}
+            "bytes_elementwise_param": float(moved[param_ew].sum()), "n_elementwise_param": float(param_ew.sum()),
+            "bytes_act_fp32": float(moved[fp32_act].sum()), "n_act_fp32": float(fp32_act.sum())}
 
 
 #: Convolution kinds :func:`small_conv_flops` counts (depthwise ones have their own per-element bytes term).
