@@ -1025,3 +1025,35 @@ def test_family_cv_settings_reach_the_choice(monkeypatch):
     ZooLatencyModel(n_estimators=5, min_child_samples=5, cv_folds=3, cv_min_models=2, cv_seed=7).fit(frame)
     ZooLatencyModel(n_estimators=5, min_child_samples=5).fit(frame)
     assert seen == [{"folds": 3, "min_models": 2, "seed": 7}, {"folds": 5, "min_models": 5, "seed": 0}]
+
+
+def test_hidden_copy_bytes_counts_strided_softmax_and_norm_inputs_only():
+    """``hidden_copy_bytes``: a layer norm over the channels of a permuted NCHW map (ConvNeXt's block, LayerNorm2d)
+    and a softmax over a permuted tensor (CaiT's talking heads) are copied to contiguous by their CUDA kernels:
+    2 x 4 bytes per element each; the same ops on contiguous inputs, and an element-wise op on a strided one, none.
+    ``hidden_copies`` counts them as copies on GPU rows only."""
+    import torch
+    from torch import nn
+
+    from carb.design.zoo_features import hidden_copy_bytes
+    from carb.model.zoo_latency import additive_terms
+
+    class Net(nn.Module):
+        def __init__(self, strided: bool):
+            super().__init__()
+            self.strided, self.norm = strided, nn.LayerNorm(3)
+
+        def forward(self, x):   # x: (1, 3, 8, 8)
+            y = x.permute(0, 2, 3, 1) if self.strided else x.permute(0, 2, 3, 1).contiguous()
+            y = self.norm(y)                      # (1, 8, 8, 3): 192 elements
+            s = y.permute(0, 3, 1, 2) if self.strided else y.permute(0, 3, 1, 2).contiguous()
+            return torch.softmax(s, dim=-1) + s   # softmax over 192 elements; the add never copies
+
+    assert hidden_copy_bytes(Net(True), 8) == {"bytes_hidden_copy": 2 * 2 * 4 * 192.0, "n_hidden_copy": 2.0}
+    assert hidden_copy_bytes(Net(False), 8) == {"bytes_hidden_copy": 0.0, "n_hidden_copy": 0.0}
+    frame = _additive_frame(0)
+    frame["tr_bytes_hidden_copy"] = 1e6
+    on, off = additive_terms(frame, hidden_copies=True), additive_terms(frame)
+    assert np.allclose(on["mb_copy"], off["mb_copy"] + 1.0) and list(on.columns) == list(off.columns)
+    cpu = additive_terms(frame.assign(device_kind="cpu"), hidden_copies=True)
+    assert np.allclose(cpu["mb_copy"], off["mb_copy"])

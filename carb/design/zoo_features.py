@@ -462,6 +462,43 @@ def amp_memory_split(table: Any) -> dict[str, float]:
             "bytes_act_fp32": float(moved[fp32_act].sum()), "n_act_fp32": float(fp32_act.sum())}
 
 
+#: ATen operators whose CUDA kernels make a strided (non-contiguous) input contiguous before they run: softmax
+#: (``host_softmax``: ``input.contiguous()``), layer norm (``X.expect_contiguous()``) and group norm. The copy is made
+#: below the dispatcher, so a meta-device trace (:func:`carb.design.trace.trace`) does not record it; the meta kernels
+#: make no copy. A strided input is a permuted view: CaiT's talking-heads scores (heads moved last for the mixing
+#: linear, then back), ConvNeXt's and LayerNorm2d's channels-last views of an NCHW map, VOLO's NHWC stream.
+HIDDEN_COPY_OPS: frozenset[str] = frozenset({"_softmax", "_log_softmax", "native_layer_norm", "native_group_norm"})
+
+
+def hidden_copy_bytes(model: Any, input_size: int, settings: dict[str, Any] | None = None) -> dict[str, float]:
+    """``bytes_hidden_copy`` / ``n_hidden_copy``: bytes (read + written, 4 per element: the table's fp32 units, batch 1)
+    and calls of the copies that :data:`HIDDEN_COPY_OPS` make of a strided input on a GPU, from one meta-device
+    forward of ``model`` (a zoo name, built with ``settings``, or an ``nn.Module``) on a ``(1, 3, input_size,
+    input_size)`` input; strides as eager PyTorch propagates them (TensorIterator's layout rules run on meta too)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from carb.design.zoo import build_model
+
+    import copy
+
+    net = build_model(model, **(settings or {})) if isinstance(model, str) else copy.deepcopy(model).to("meta")
+    acc = {"bytes_hidden_copy": 0.0, "n_hidden_copy": 0.0}
+
+    class _Strided(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func._overloadpacket.__name__ in HIDDEN_COPY_OPS and args and isinstance(args[0], torch.Tensor) \
+                    and not args[0].is_contiguous():
+                acc["bytes_hidden_copy"] += 2 * 4 * args[0].numel()
+                acc["n_hidden_copy"] += 1
+            return func(*args, **(kwargs or {}))
+
+    x = torch.empty((1, 3, int(input_size), int(input_size)), device="meta")
+    with torch.no_grad(), _Strided():
+        net.eval()(x)
+    return acc
+
+
 #: Convolution kinds :func:`small_conv_flops` counts (depthwise ones have their own per-element bytes term).
 SMALL_CONV_KINDS: tuple[str, ...] = ("conv_regular", "conv_grouped", "conv_pointwise")
 

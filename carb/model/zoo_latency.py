@@ -180,7 +180,8 @@ ADDITIVE_BYTE_KINDS: tuple[str, ...] = ("conv_regular", "conv_pointwise", "conv_
 def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: bool = False,
                    sdpa_math_io: bool = False, other_bytes: bool = False,
                    dw_nonsquare: bool = False, bmm_tiles: bool = False,
-                   input_bytes: bool = False, act_fp32: bool = False) -> pd.DataFrame:
+                   input_bytes: bool = False, act_fp32: bool = False,
+                   hidden_copies: bool = False) -> pd.DataFrame:
     """The terms of :class:`AdditiveBase` (n rows, each a time source per image in its own unit), from the
     ``tr_*`` columns (per image, fp32) and ``batch_size``: ``gflop_<kind>`` (GFLOPs of each compute kind,
     :data:`TRACE_COMPUTE_KINDS`), ``mb_<kind>`` (MB read + written by each memory-bound kind,
@@ -215,7 +216,11 @@ def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: b
     (:func:`carb.design.zoo_features.amp_memory_split`), ``mb_act_fp32``: the bytes of activation and reduction
     operations on autocast's fp32 list (an explicit softmax, vector norms, sums), priced on top of their kind's cost
     on rows timed under autocast (:func:`autocast_rows`; 0 elsewhere): each casts its half input to fp32, runs at
-    fp32 and is cast back by the next matrix product. NaN in a row without a trace."""
+    fp32 and is cast back by the next matrix product. With ``hidden_copies`` and the trace's ``bytes_hidden_copy``
+    (:func:`carb.design.zoo_features.hidden_copy_bytes`: the copies CUDA's softmax and layer / group norm kernels
+    make of a strided input, which a meta-device trace does not record), those bytes are copies: added to ``mb_copy``
+    on GPU rows timed eagerly (:func:`gpu_rows`, :func:`eager_rows`), a classification, no cost of their own. NaN in a
+    row without a trace."""
     who = "the zoo latency model's additive base"
     b = _col(frame, "batch_size", who)
     out = {f"gflop_{k}": _col(frame, f"tr_flops_{k}", who) / 1e9 for k in TRACE_COMPUTE_KINDS}
@@ -248,6 +253,9 @@ def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: b
             "weight_mb_per_image": _col(frame, "tr_param_bytes", who) / 1e6 / b, "per_image": 1.0 / b}
     if input_bytes:   # the input's own passes (autocast's cast, the 3-channel stem)
         out["mb_input"] = np.where(gpu_rows(frame), input_mb(frame), 0.0)
+    if hidden_copies and "tr_bytes_hidden_copy" in frame.columns:   # strided softmax / norm inputs made contiguous
+        hidden = np.where(gpu_rows(frame) & eager_rows(frame), _col(frame, "tr_bytes_hidden_copy", who) / 1e6, 0.0)
+        out["mb_copy"] = out["mb_copy"] + hidden
     if act_fp32 and "tr_bytes_act_fp32" in frame.columns:   # fp32-list activations: casts in and out, fp32 passes
         out["mb_act_fp32"] = np.where(autocast_rows(frame), _col(frame, "tr_bytes_act_fp32", who) / 1e6, 0.0)
     return pd.DataFrame(out, index=frame.index)
@@ -479,16 +487,17 @@ class AdditiveBase:
     ``other_bytes``: the bytes of operations of no other kind; ``dw_nonsquare``: the FLOPs of non-square
     depthwise convolutions on GPU rows on top; ``bmm_tiles``: the output tiles of batched matrix products on GPU
     rows; ``input_bytes``: the fp32 input image's MB on GPU rows; ``act_fp32``: the bytes of fp32-list activations
-    and reductions under autocast on top (all :func:`additive_terms`); ``cpu_terms``: CPU
+    and reductions under autocast on top; ``hidden_copies``: the copies CUDA's softmax / norms make of a strided
+    input counted as copies on GPU rows (all :func:`additive_terms`); ``cpu_terms``: CPU
     terms on top (:mod:`carb.model.zoo_latency_cpu`, a per-device setting)."""
 
     def __init__(self, iterations: int = 10, huber: float | None = 0.1, gemm_regimes: bool = False,
                  amp_split: bool = False, sdpa_math_io: bool = False, other_bytes: bool = False,
                  cpu_terms: tuple[str, ...] = (), dw_nonsquare: bool = False, bmm_tiles: bool = False,
-                 input_bytes: bool = False, act_fp32: bool = False):
+                 input_bytes: bool = False, act_fp32: bool = False, hidden_copies: bool = False):
         self.iterations, self.huber, self.gemm_regimes = iterations, huber, gemm_regimes
         self.amp_split, self.dw_nonsquare, self.bmm_tiles = amp_split, dw_nonsquare, bmm_tiles
-        self.input_bytes, self.act_fp32 = input_bytes, act_fp32
+        self.input_bytes, self.act_fp32, self.hidden_copies = input_bytes, act_fp32, hidden_copies
         self.sdpa_math_io, self.other_bytes = sdpa_math_io, other_bytes
         self.cpu_terms = tuple(cpu_terms)
 
@@ -497,7 +506,8 @@ class AdditiveBase:
         terms ``cpu_terms`` (:func:`carb.model.zoo_latency_cpu.cpu_terms`; none by default), without the
         :func:`additive_terms` columns those stand for (:func:`carb.model.zoo_latency_cpu.replaced_terms`)."""
         out = additive_terms(frame, self.gemm_regimes, self.amp_split, self.sdpa_math_io, self.other_bytes,
-                             self.dw_nonsquare, self.bmm_tiles, self.input_bytes, self.act_fp32)
+                             self.dw_nonsquare, self.bmm_tiles, self.input_bytes, self.act_fp32,
+                             self.hidden_copies)
         if not self.cpu_terms:
             return out
         from carb.model.zoo_latency_cpu import cpu_terms, replaced_terms
@@ -607,6 +617,8 @@ class ZooLatencyModel:
     ``act_fp32``: the additive base prices the bytes of activations and reductions on autocast's fp32 list (an
     explicit softmax, vector norms) on top of their kind's cost (:func:`additive_terms`); ``"cv"`` chooses it inside
     each fit as ``input_bytes`` (both ``"cv"``: every combination; the choice is ``act_fp32_``).
+    ``hidden_copies``: the additive base counts the copies CUDA's softmax and layer / group norm kernels make of a
+    strided input (``tr_bytes_hidden_copy``) as copies on GPU rows (:func:`additive_terms`).
     """
 
     def __init__(self, n_estimators: int = 300, learning_rate: float = 0.03, num_leaves: int = 15,
@@ -616,7 +628,8 @@ class ZooLatencyModel:
                  amp_split: bool = True, sdpa_math_io: bool = True, other_bytes: bool = True,
                  cpu_terms: tuple[str, ...] = (), outside: str = "overshoot", nested_margin: bool = False,
                  dw_nonsquare: bool = True, bmm_tiles: bool = False, input_bytes: bool | str = "cv",
-                 cv_folds: int = 5, cv_min_models: int = 5, cv_seed: int = 0, act_fp32: bool | str = False):
+                 cv_folds: int = 5, cv_min_models: int = 5, cv_seed: int = 0, act_fp32: bool | str = False,
+                 hidden_copies: bool = False):
         if base not in ("loglinear", "additive"):
             raise DatasetError(f"ZooLatencyModel: base={base!r} is not allowed; allowed: loglinear, additive")
         self.n_estimators, self.learning_rate = n_estimators, learning_rate
@@ -627,7 +640,7 @@ class ZooLatencyModel:
         self.sdpa_math_io, self.other_bytes, self.dw_nonsquare = sdpa_math_io, other_bytes, dw_nonsquare
         self.bmm_tiles, self.input_bytes = bmm_tiles, input_bytes
         self.cv_folds, self.cv_min_models, self.cv_seed = cv_folds, cv_min_models, cv_seed
-        self.act_fp32 = act_fp32
+        self.act_fp32, self.hidden_copies = act_fp32, hidden_copies
         self.cpu_terms = tuple(cpu_terms)   # per-device CPU terms of the additive base (timm's CPU file)
         for key, value in (("input_bytes", input_bytes), ("act_fp32", act_fp32)):
             if value not in (True, False, "cv"):
@@ -685,7 +698,8 @@ class ZooLatencyModel:
         return AdditiveBase(gemm_regimes=self.gemm_regimes, amp_split=self.amp_split,
                             sdpa_math_io=self.sdpa_math_io, other_bytes=self.other_bytes,
                             cpu_terms=self.cpu_terms, dw_nonsquare=self.dw_nonsquare,
-                            bmm_tiles=self.bmm_tiles, input_bytes=input_bytes, act_fp32=act_fp32)
+                            bmm_tiles=self.bmm_tiles, input_bytes=input_bytes, act_fp32=act_fp32,
+                            hidden_copies=self.hidden_copies)
 
     def components(self, frame: pd.DataFrame) -> pd.DataFrame:
         """The log time per image (n rows) of the base (``base``), the base times the correction
