@@ -553,11 +553,14 @@ def test_amp_memory_split_separates_fp32_norms_and_parameter_elementwise():
         ("mul", "elementwise", 70, 60, 4),          # gamma * x: reads a parameter
         ("add", "elementwise", 500, 250, 0),        # residual add: does not
         ("gelu", "activation", 90, 90, 0),
+        ("_softmax", "activation", 20, 20, 0),      # autocast's fp32 list
+        ("linalg_vector_norm", "reduce", 30, 1, 0),  # F.normalize's norm: fp32 list
+        ("mean", "reduce", 30, 1, 0),                # not on it
         ("addmm", "linear", 1000, 100, 800),
     ], columns=["op", "kind", "bytes_read", "bytes_written", "param_bytes"])
     s = amp_memory_split(table)
     assert s == {"bytes_norm_fp32": 550.0, "n_norm_fp32": 2.0, "bytes_elementwise_param": 130.0,
-                 "n_elementwise_param": 1.0}
+                 "n_elementwise_param": 1.0, "bytes_act_fp32": 71.0, "n_act_fp32": 2.0}
 
 
 def _amp_frame(seed: int = 0) -> pd.DataFrame:
@@ -973,3 +976,84 @@ def test_zoo_latency_schema_default_of_input_bytes_is_the_models_and_the_confs()
     assert ZooLatency.model_fields["input_bytes"].default == model_default == conf["input_bytes"] == "cv"
     conf.pop("input_bytes")
     assert ZooLatency.model_validate(conf).input_bytes == "cv"
+
+
+def test_additive_base_prices_fp32_list_activations_under_autocast_on_top():
+    """``act_fp32``: ``mb_act_fp32`` (bytes of softmax / norms on autocast's fp32 list) on autocast rows only, 0
+    on an fp32 row and absent when off or without the column; a held-out family whose softmax bytes cost more
+    than an activation MB is carried by it and not without it; the setting is conf/zoo_latency's and reaches the
+    base, and ``"cv"`` chooses it by folds of the training families."""
+    from carb.commands.schema.groups import ZooLatency
+    from carb.model.zoo_latency import AdditiveBase, additive_terms
+
+    rng = np.random.default_rng(3)
+    out = _additive_frame(0)
+    heavy = (out["family"] == "g").to_numpy()
+    out["tr_bytes_act_fp32"] = np.where(heavy, 0.8, rng.uniform(0, 0.2, len(out))) * out["tr_bytes_activation"]
+    b = out["batch_size"].to_numpy(float)
+    t = (0.01 * out["tr_flops_conv_regular"] / 1e9 + 0.2 * out["tr_flops_conv_depthwise"] / 1e9
+         + 0.002 * out["tr_bytes_activation"] / 1e6 + 0.05 * out["tr_n_ops"] / b
+         + 0.02 * out["tr_bytes_act_fp32"] / 1e6)
+    frame = out.assign(latency_ms=t * b)
+    on = additive_terms(frame, act_fp32=True)
+    assert np.allclose(on["mb_act_fp32"], frame["tr_bytes_act_fp32"] / 1e6)
+    assert "mb_act_fp32" not in additive_terms(frame).columns
+    assert "mb_act_fp32" not in additive_terms(frame.drop(columns="tr_bytes_act_fp32"), act_fp32=True).columns
+    assert (additive_terms(frame.assign(timm_precision="fp32"), act_fp32=True)["mb_act_fp32"] == 0).all()
+    test = heavy
+    y = (frame.loc[test, "latency_ms"] / frame.loc[test, "batch_size"]).to_numpy(float)
+    err = {}
+    for flag in (False, True):
+        m = AdditiveBase(huber=None, act_fp32=flag).fit(frame[~test])
+        err[flag] = np.abs(np.exp(m.predict_log(frame[test])) / y - 1).mean()
+    assert err[True] < 0.02 < 0.05 < err[False]
+    model = ZooLatencyModel(n_estimators=20, min_child_samples=5, act_fp32="cv").fit(frame)
+    assert model.act_fp32_ is True and "mb_act_fp32" in model.tbase_.terms_
+    assert ZooLatencyModel(n_estimators=20, min_child_samples=5).fit(frame).act_fp32_ is False
+    assert "act_fp32" in ZooLatency.model_fields
+
+
+def test_family_cv_settings_reach_the_choice(monkeypatch):
+    """``cv_folds`` / ``cv_min_models`` / ``cv_seed`` (conf/zoo_latency keys, defaults 5 / 5 / 0) are what the fit's
+    family-disjoint cross-validation runs with."""
+    import carb.model.zoo_latency as zl
+
+    seen = []
+    real = zl.choose_by_family_cv
+    monkeypatch.setattr(zl, "choose_by_family_cv", lambda *a, **k: seen.append(k) or real(*a, **k))
+    frame = _input_frame()
+    ZooLatencyModel(n_estimators=5, min_child_samples=5, cv_folds=3, cv_min_models=2, cv_seed=7).fit(frame)
+    ZooLatencyModel(n_estimators=5, min_child_samples=5).fit(frame)
+    assert seen == [{"folds": 3, "min_models": 2, "seed": 7}, {"folds": 5, "min_models": 5, "seed": 0}]
+
+
+def test_hidden_copy_bytes_counts_strided_softmax_and_norm_inputs_only():
+    """``hidden_copy_bytes``: a layer norm over the channels of a permuted NCHW map (ConvNeXt's block, LayerNorm2d)
+    and a softmax over a permuted tensor (CaiT's talking heads) are copied to contiguous by their CUDA kernels:
+    2 x 4 bytes per element each; the same ops on contiguous inputs, and an element-wise op on a strided one, none.
+    ``hidden_copies`` counts them as copies on GPU rows only."""
+    import torch
+    from torch import nn
+
+    from carb.design.zoo_features import hidden_copy_bytes
+    from carb.model.zoo_latency import additive_terms
+
+    class Net(nn.Module):
+        def __init__(self, strided: bool):
+            super().__init__()
+            self.strided, self.norm = strided, nn.LayerNorm(3)
+
+        def forward(self, x):   # x: (1, 3, 8, 8)
+            y = x.permute(0, 2, 3, 1) if self.strided else x.permute(0, 2, 3, 1).contiguous()
+            y = self.norm(y)                      # (1, 8, 8, 3): 192 elements
+            s = y.permute(0, 3, 1, 2) if self.strided else y.permute(0, 3, 1, 2).contiguous()
+            return torch.softmax(s, dim=-1) + s   # softmax over 192 elements; the add never copies
+
+    assert hidden_copy_bytes(Net(True), 8) == {"bytes_hidden_copy": 2 * 2 * 4 * 192.0, "n_hidden_copy": 2.0}
+    assert hidden_copy_bytes(Net(False), 8) == {"bytes_hidden_copy": 0.0, "n_hidden_copy": 0.0}
+    frame = _additive_frame(0)
+    frame["tr_bytes_hidden_copy"] = 1e6
+    on, off = additive_terms(frame, hidden_copies=True), additive_terms(frame)
+    assert np.allclose(on["mb_copy"], off["mb_copy"] + 1.0) and list(on.columns) == list(off.columns)
+    cpu = additive_terms(frame.assign(device_kind="cpu"), hidden_copies=True)
+    assert np.allclose(cpu["mb_copy"], off["mb_copy"])

@@ -425,6 +425,16 @@ FP32_NORM_OPS: frozenset[str] = frozenset({"native_layer_norm", "layer_norm", "n
                                            "rms_norm", "_fused_rms_norm", "instance_norm"})
 
 
+#: ATen operators (as the tracer records them) on autocast's CUDA fp32 list among the activation and reduction kinds:
+#: softmax and log-softmax, exp / log / pow / rsqrt / reciprocal / softplus, sum / prod and vector norms
+#: (``F.normalize``'s ``norm``). Under autocast each casts its half input to fp32, runs at fp32 and writes fp32, which
+#: the next matrix product casts back: an explicit attention's softmax (CaiT's talking heads, VOLO's outlook weights)
+#: and XCiT's normalised queries and keys move about 5x the bytes of a half-precision activation pass.
+FP32_ACT_OPS: frozenset[str] = frozenset({"_softmax", "softmax", "_log_softmax", "log_softmax", "exp", "expm1", "log",
+                                          "log1p", "log2", "log10", "pow", "rsqrt", "reciprocal", "softplus", "sum",
+                                          "prod", "norm", "linalg_vector_norm", "cumsum", "cumprod", "erfinv"})
+
+
 def amp_memory_split(table: Any) -> dict[str, float]:
     """The memory-bound bytes of a layer table that mixed precision (autocast fp16/bf16) moves at fp32
     rather than at the half precision of the matrix products, as separate sums (bytes read + written at
@@ -437,6 +447,8 @@ def amp_memory_split(table: Any) -> dict[str, float]:
       (layer scale ``gamma * x``, an added position embedding or bias): the fp32 parameter promotes the
       fp16 stream to fp32 from there on (type promotion), so the residual stream of such a network is
       moved at twice the bytes of a network without one.
+    - ``bytes_act_fp32`` / ``n_act_fp32``: activation and reduction operations on autocast's fp32 list
+      (:data:`FP32_ACT_OPS`: an explicit softmax, vector norms, sums), each with its casts in and out.
     """
     import numpy as np
 
@@ -444,8 +456,47 @@ def amp_memory_split(table: Any) -> dict[str, float]:
     moved = (table["bytes_read"] + table["bytes_written"]).to_numpy(float)
     fp32_norm = (kind == "norm") & table["op"].isin(FP32_NORM_OPS).to_numpy()
     param_ew = (kind == "elementwise") & (table["param_bytes"].to_numpy(float) > 0)
+    fp32_act = np.isin(kind, ("activation", "reduce")) & table["op"].isin(FP32_ACT_OPS).to_numpy()
     return {"bytes_norm_fp32": float(moved[fp32_norm].sum()), "n_norm_fp32": float(fp32_norm.sum()),
-            "bytes_elementwise_param": float(moved[param_ew].sum()), "n_elementwise_param": float(param_ew.sum())}
+            "bytes_elementwise_param": float(moved[param_ew].sum()), "n_elementwise_param": float(param_ew.sum()),
+            "bytes_act_fp32": float(moved[fp32_act].sum()), "n_act_fp32": float(fp32_act.sum())}
+
+
+#: ATen operators whose CUDA kernels make a strided (non-contiguous) input contiguous before they run: softmax
+#: (``host_softmax``: ``input.contiguous()``), layer norm (``X.expect_contiguous()``) and group norm. The copy is made
+#: below the dispatcher, so a meta-device trace (:func:`carb.design.trace.trace`) does not record it; the meta kernels
+#: make no copy. A strided input is a permuted view: CaiT's talking-heads scores (heads moved last for the mixing
+#: linear, then back), ConvNeXt's and LayerNorm2d's channels-last views of an NCHW map, VOLO's NHWC stream.
+HIDDEN_COPY_OPS: frozenset[str] = frozenset({"_softmax", "_log_softmax", "native_layer_norm", "native_group_norm"})
+
+
+def hidden_copy_bytes(model: Any, input_size: int, settings: dict[str, Any] | None = None) -> dict[str, float]:
+    """``bytes_hidden_copy`` / ``n_hidden_copy``: bytes (read + written, 4 per element: the table's fp32 units, batch 1)
+    and calls of the copies that :data:`HIDDEN_COPY_OPS` make of a strided input on a GPU, from one meta-device
+    forward of ``model`` (a zoo name, built with ``settings``, or an ``nn.Module``) on a ``(1, 3, input_size,
+    input_size)`` input; strides as eager PyTorch propagates them (TensorIterator's layout rules run on meta too)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from carb.design.zoo import build_model
+
+    import copy
+
+    net = build_model(model, **(settings or {})) if isinstance(model, str) else copy.deepcopy(model).to("meta")
+    acc = {"bytes_hidden_copy": 0.0, "n_hidden_copy": 0.0}
+
+    class _Strided(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func._overloadpacket.__name__ in HIDDEN_COPY_OPS and args and isinstance(args[0], torch.Tensor) \
+                    and not args[0].is_contiguous():
+                acc["bytes_hidden_copy"] += 2 * 4 * args[0].numel()
+                acc["n_hidden_copy"] += 1
+            return func(*args, **(kwargs or {}))
+
+    x = torch.empty((1, 3, int(input_size), int(input_size)), device="meta")
+    with torch.no_grad(), _Strided():
+        net.eval()(x)
+    return acc
 
 
 #: Convolution kinds :func:`small_conv_flops` counts (depthwise ones have their own per-element bytes term).

@@ -180,7 +180,8 @@ ADDITIVE_BYTE_KINDS: tuple[str, ...] = ("conv_regular", "conv_pointwise", "conv_
 def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: bool = False,
                    sdpa_math_io: bool = False, other_bytes: bool = False,
                    dw_nonsquare: bool = False, bmm_tiles: bool = False,
-                   input_bytes: bool = False) -> pd.DataFrame:
+                   input_bytes: bool = False, act_fp32: bool = False,
+                   hidden_copies: bool = False) -> pd.DataFrame:
     """The terms of :class:`AdditiveBase` (n rows, each a time source per image in its own unit), from the
     ``tr_*`` columns (per image, fp32) and ``batch_size``: ``gflop_<kind>`` (GFLOPs of each compute kind,
     :data:`TRACE_COMPUTE_KINDS`), ``mb_<kind>`` (MB read + written by each memory-bound kind,
@@ -211,7 +212,15 @@ def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: b
     (0 on a CPU row): VOLO's 1,176 products of 9 x 9 by 9 x 32 matrices per outlooker and image do 0.006 GFLOPs
     and pay a block each. With ``input_bytes``, ``mb_input``: the input image's MB per image at fp32
     (:func:`input_mb`), on GPU rows (0 on a CPU row), beside ``per_image`` (on timm's GPU files it takes the fixed
-    cost's place: ``per_image`` is then fitted at 0). NaN in a row without a trace."""
+    cost's place: ``per_image`` is then fitted at 0). With ``act_fp32`` and the trace's ``bytes_act_fp32``
+    (:func:`carb.design.zoo_features.amp_memory_split`), ``mb_act_fp32``: the bytes of activation and reduction
+    operations on autocast's fp32 list (an explicit softmax, vector norms, sums), priced on top of their kind's cost
+    on rows timed under autocast (:func:`autocast_rows`; 0 elsewhere): each casts its half input to fp32, runs at
+    fp32 and is cast back by the next matrix product. With ``hidden_copies`` and the trace's ``bytes_hidden_copy``
+    (:func:`carb.design.zoo_features.hidden_copy_bytes`: the copies CUDA's softmax and layer / group norm kernels
+    make of a strided input, which a meta-device trace does not record), those bytes are copies: added to ``mb_copy``
+    on GPU rows timed eagerly (:func:`gpu_rows`, :func:`eager_rows`), a classification, no cost of their own. NaN in a
+    row without a trace."""
     who = "the zoo latency model's additive base"
     b = _col(frame, "batch_size", who)
     out = {f"gflop_{k}": _col(frame, f"tr_flops_{k}", who) / 1e9 for k in TRACE_COMPUTE_KINDS}
@@ -244,6 +253,11 @@ def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: b
             "weight_mb_per_image": _col(frame, "tr_param_bytes", who) / 1e6 / b, "per_image": 1.0 / b}
     if input_bytes:   # the input's own passes (autocast's cast, the 3-channel stem)
         out["mb_input"] = np.where(gpu_rows(frame), input_mb(frame), 0.0)
+    if hidden_copies and "tr_bytes_hidden_copy" in frame.columns:   # strided softmax / norm inputs made contiguous
+        hidden = np.where(gpu_rows(frame) & eager_rows(frame), _col(frame, "tr_bytes_hidden_copy", who) / 1e6, 0.0)
+        out["mb_copy"] = out["mb_copy"] + hidden
+    if act_fp32 and "tr_bytes_act_fp32" in frame.columns:   # fp32-list activations: casts in and out, fp32 passes
+        out["mb_act_fp32"] = np.where(autocast_rows(frame), _col(frame, "tr_bytes_act_fp32", who) / 1e6, 0.0)
     return pd.DataFrame(out, index=frame.index)
 
 
@@ -416,13 +430,8 @@ def bounded(base: np.ndarray, corrected: np.ndarray, hj: np.ndarray, margin: flo
     return np.where(np.isfinite(hj) & np.isfinite(base), out, corrected)
 
 
-#: Folds of whole families and the least models a family needs to be scored in :func:`choose_by_family_cv`.
-CV_FOLDS: int = 5
-CV_MIN_MODELS: int = 5
-
-
 def choose_by_family_cv(frame: pd.DataFrame, variants: list, weight: np.ndarray | None = None,
-                        folds: int = CV_FOLDS, min_models: int = CV_MIN_MODELS, seed: int = 0) -> int:
+                        folds: int = 5, min_models: int = 5, seed: int = 0) -> int:
     """The index of the variant (factories of unfitted :class:`AdditiveBase`) whose family-disjoint
     cross-validation on ``frame``'s traced rows (``folds`` groups of whole ``family`` values, shuffled with
     ``seed``; ``weight`` (n,) optional per-row fit weights) has the lowest mean family MAPE over the families
@@ -477,16 +486,18 @@ class AdditiveBase:
     bytes mixed precision moves at fp32 apart; ``sdpa_math_io``: every byte of attention's math path;
     ``other_bytes``: the bytes of operations of no other kind; ``dw_nonsquare``: the FLOPs of non-square
     depthwise convolutions on GPU rows on top; ``bmm_tiles``: the output tiles of batched matrix products on GPU
-    rows; ``input_bytes``: the fp32 input image's MB on GPU rows (all :func:`additive_terms`); ``cpu_terms``: CPU
+    rows; ``input_bytes``: the fp32 input image's MB on GPU rows; ``act_fp32``: the bytes of fp32-list activations
+    and reductions under autocast on top; ``hidden_copies``: the copies CUDA's softmax / norms make of a strided
+    input counted as copies on GPU rows (all :func:`additive_terms`); ``cpu_terms``: CPU
     terms on top (:mod:`carb.model.zoo_latency_cpu`, a per-device setting)."""
 
     def __init__(self, iterations: int = 10, huber: float | None = 0.1, gemm_regimes: bool = False,
                  amp_split: bool = False, sdpa_math_io: bool = False, other_bytes: bool = False,
                  cpu_terms: tuple[str, ...] = (), dw_nonsquare: bool = False, bmm_tiles: bool = False,
-                 input_bytes: bool = False):
+                 input_bytes: bool = False, act_fp32: bool = False, hidden_copies: bool = False):
         self.iterations, self.huber, self.gemm_regimes = iterations, huber, gemm_regimes
         self.amp_split, self.dw_nonsquare, self.bmm_tiles = amp_split, dw_nonsquare, bmm_tiles
-        self.input_bytes = input_bytes
+        self.input_bytes, self.act_fp32, self.hidden_copies = input_bytes, act_fp32, hidden_copies
         self.sdpa_math_io, self.other_bytes = sdpa_math_io, other_bytes
         self.cpu_terms = tuple(cpu_terms)
 
@@ -495,7 +506,8 @@ class AdditiveBase:
         terms ``cpu_terms`` (:func:`carb.model.zoo_latency_cpu.cpu_terms`; none by default), without the
         :func:`additive_terms` columns those stand for (:func:`carb.model.zoo_latency_cpu.replaced_terms`)."""
         out = additive_terms(frame, self.gemm_regimes, self.amp_split, self.sdpa_math_io, self.other_bytes,
-                             self.dw_nonsquare, self.bmm_tiles, self.input_bytes)
+                             self.dw_nonsquare, self.bmm_tiles, self.input_bytes, self.act_fp32,
+                             self.hidden_copies)
         if not self.cpu_terms:
             return out
         from carb.model.zoo_latency_cpu import cpu_terms, replaced_terms
@@ -600,6 +612,13 @@ class ZooLatencyModel:
     it without the held-out family. ``cv`` against off (session of 2026-12-07, round 5): families within 20 % 76,
     81, 83, 81 against 76, 82, 82, 79 (RTX 3090, 4090, 5090, PRO 6000), worst family 31.6, 23.4, 27.1, 31.3 against
     31.6, 23.8, 26.7, 39.5 %, lowest Spearman 0.64, 0.76, 0.86, 0.62 against 0.64, 0.77, 0.84, 0.69 (docs/MODEL.md).
+    ``cv_folds``, ``cv_min_models``, ``cv_seed``: that cross-validation's folds of whole families, the least models
+    a family needs to be scored, and the seed that shuffles families into folds (:func:`choose_by_family_cv`).
+    ``act_fp32``: the additive base prices the bytes of activations and reductions on autocast's fp32 list (an
+    explicit softmax, vector norms) on top of their kind's cost (:func:`additive_terms`); ``"cv"`` chooses it inside
+    each fit as ``input_bytes`` (both ``"cv"``: every combination; the choice is ``act_fp32_``).
+    ``hidden_copies``: the additive base counts the copies CUDA's softmax and layer / group norm kernels make of a
+    strided input (``tr_bytes_hidden_copy``) as copies on GPU rows (:func:`additive_terms`).
     """
 
     def __init__(self, n_estimators: int = 300, learning_rate: float = 0.03, num_leaves: int = 15,
@@ -608,7 +627,9 @@ class ZooLatencyModel:
                  residual: float = 1.0, margin: float | None = 0.05, gemm_regimes: bool = True,
                  amp_split: bool = True, sdpa_math_io: bool = True, other_bytes: bool = True,
                  cpu_terms: tuple[str, ...] = (), outside: str = "overshoot", nested_margin: bool = False,
-                 dw_nonsquare: bool = True, bmm_tiles: bool = False, input_bytes: bool | str = "cv"):
+                 dw_nonsquare: bool = True, bmm_tiles: bool = False, input_bytes: bool | str = "cv",
+                 cv_folds: int = 5, cv_min_models: int = 5, cv_seed: int = 0, act_fp32: bool | str = False,
+                 hidden_copies: bool = False):
         if base not in ("loglinear", "additive"):
             raise DatasetError(f"ZooLatencyModel: base={base!r} is not allowed; allowed: loglinear, additive")
         self.n_estimators, self.learning_rate = n_estimators, learning_rate
@@ -618,9 +639,12 @@ class ZooLatencyModel:
         self.margin, self.gemm_regimes, self.amp_split = margin, gemm_regimes, amp_split
         self.sdpa_math_io, self.other_bytes, self.dw_nonsquare = sdpa_math_io, other_bytes, dw_nonsquare
         self.bmm_tiles, self.input_bytes = bmm_tiles, input_bytes
+        self.cv_folds, self.cv_min_models, self.cv_seed = cv_folds, cv_min_models, cv_seed
+        self.act_fp32, self.hidden_copies = act_fp32, hidden_copies
         self.cpu_terms = tuple(cpu_terms)   # per-device CPU terms of the additive base (timm's CPU file)
-        if input_bytes not in (True, False, "cv"):
-            raise DatasetError(f"ZooLatencyModel: input_bytes={input_bytes!r} is not allowed; allowed: true, false, cv")
+        for key, value in (("input_bytes", input_bytes), ("act_fp32", act_fp32)):
+            if value not in (True, False, "cv"):
+                raise DatasetError(f"ZooLatencyModel: {key}={value!r} is not allowed; allowed: true, false, cv")
         if outside not in OUTSIDE:
             raise DatasetError(f"ZooLatencyModel: outside={outside!r} is not allowed; allowed: {', '.join(OUTSIDE)}")
         self.outside, self.nested_margin = outside, nested_margin
@@ -636,13 +660,12 @@ class ZooLatencyModel:
         self.base_ = _Base().fit(frame, w)
         self.hj_ = HiddenJoulesRegression().fit(frame, w)
         self.tbase_ = None
-        self.input_bytes_ = self.input_bytes is True
+        self.input_bytes_, self.act_fp32_ = self.input_bytes is True, self.act_fp32 is True
         if self.trace and (self.trace_base or self.base == "additive") and "tr_flops" in frame.columns:
             try:
-                if self.base == "additive" and self.input_bytes == "cv":
-                    self.input_bytes_ = bool(choose_by_family_cv(
-                        frame, [lambda: self._additive(False), lambda: self._additive(True)], w))
-                self.tbase_ = (self._additive(self.input_bytes_) if self.base == "additive"
+                if self.base == "additive":
+                    self.input_bytes_, self.act_fp32_ = self._cv_switches(frame, w)
+                self.tbase_ = (self._additive(self.input_bytes_, self.act_fp32_) if self.base == "additive"
                                else _TraceBase()).fit(frame, w)
             except DatasetError:   # too few traced rows: the plain base only
                 self.tbase_ = None
@@ -658,12 +681,25 @@ class ZooLatencyModel:
         self.booster_.fit(X[ok], resid[ok], sample_weight=None if w is None else w[ok])
         return self
 
-    def _additive(self, input_bytes: bool) -> AdditiveBase:
-        """An unfitted :class:`AdditiveBase` with this model's settings and ``input_bytes``."""
+    def _cv_switches(self, frame: pd.DataFrame, w: np.ndarray | None) -> tuple[bool, bool]:
+        """``(input_bytes, act_fp32)`` of the additive base: each switch set to ``"cv"`` is chosen, over every
+        combination of those, by :func:`choose_by_family_cv` on ``frame`` (weights ``w`` (n,) or None); a switch
+        set to True / False is kept."""
+        opts = [(False, True) if v == "cv" else (bool(v),) for v in (self.input_bytes, self.act_fp32)]
+        combos = [(a, b) for a in opts[0] for b in opts[1]]
+        if len(combos) == 1:
+            return combos[0]
+        i = choose_by_family_cv(frame, [lambda c=c: self._additive(*c) for c in combos], w,
+                                folds=self.cv_folds, min_models=self.cv_min_models, seed=self.cv_seed)
+        return combos[i]
+
+    def _additive(self, input_bytes: bool, act_fp32: bool = False) -> AdditiveBase:
+        """An unfitted :class:`AdditiveBase` with this model's settings, ``input_bytes`` and ``act_fp32``."""
         return AdditiveBase(gemm_regimes=self.gemm_regimes, amp_split=self.amp_split,
                             sdpa_math_io=self.sdpa_math_io, other_bytes=self.other_bytes,
                             cpu_terms=self.cpu_terms, dw_nonsquare=self.dw_nonsquare,
-                            bmm_tiles=self.bmm_tiles, input_bytes=input_bytes)
+                            bmm_tiles=self.bmm_tiles, input_bytes=input_bytes, act_fp32=act_fp32,
+                            hidden_copies=self.hidden_copies)
 
     def components(self, frame: pd.DataFrame) -> pd.DataFrame:
         """The log time per image (n rows) of the base (``base``), the base times the correction

@@ -149,6 +149,37 @@ def refresh_one(job: tuple[str, int, str, bool]) -> dict[str, Any]:
             | gpu_parts(table))
 
 
+def hidden_one(job: tuple[str, int, str]) -> dict[str, float]:
+    """:func:`carb.design.zoo_features.hidden_copy_bytes` of one (model, input_size, settings) pair (NaN where the
+    forward fails)."""
+    from carb.design.zoo_features import hidden_copy_bytes
+
+    model, size, settings = job
+    try:
+        return hidden_copy_bytes(timm_graph(model), size, json.loads(settings) if settings else None)
+    except Exception:  # noqa: BLE001 - one model's failure must not lose the run
+        return {"bytes_hidden_copy": np.nan, "n_hidden_copy": np.nan}
+
+
+def hidden_copies(done: pd.DataFrame, workers: int) -> pd.DataFrame:
+    """``done`` with ``bytes_hidden_copy`` / ``n_hidden_copy`` (:func:`hidden_one`) on every traced row: one forward
+    per (model, input_size, settings), the same value on the plain and the folded graph's rows (the copies are made
+    by softmax and norms, which folding leaves alone)."""
+    ok = done["refused"].isna().to_numpy()
+    keys = done.loc[ok, ["model", "input_size", "settings"]].astype({"settings": str}).drop_duplicates()
+    jobs = [(str(m), int(s), "" if st in ("None", "nan") else st) for m, s, st in keys.itertuples(index=False)]
+    with get_context("spawn").Pool(workers, maxtasksperchild=100) as pool:
+        rows = pool.map(hidden_one, jobs, chunksize=8)
+    got = pd.DataFrame(rows).assign(model=[j[0] for j in jobs], input_size=[j[1] for j in jobs],
+                                    settings=[j[2] for j in jobs])
+    key = done[["model", "input_size"]].assign(settings=done["settings"].astype(str).replace({"None": "", "nan": ""}))
+    merged = key.merge(got, on=["model", "input_size", "settings"], how="left")
+    out = done.copy()
+    for c in ("bytes_hidden_copy", "n_hidden_copy"):
+        out[c] = np.where(ok, merged[c].to_numpy(float), np.nan)
+    return out
+
+
 def refresh(done: pd.DataFrame, workers: int, where: str | None = None) -> pd.DataFrame:
     """Every traced row of ``done`` with summarize()'s columns recomputed (:func:`refresh_one`). With
     ``where`` (a column of ``done``), only the rows where it is non-zero: a column new to the table is 0 on
@@ -224,6 +255,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--reparam", action="store_true", help="trace the reparameterised graphs (rows reparam=True)")
     p.add_argument("--refresh", action="store_true",
                    help="recompute summarize()'s columns of every row from the cached traces (no new rows)")
+    p.add_argument("--hidden-copies", action="store_true",
+                   help="add bytes_hidden_copy / n_hidden_copy (carb.design.zoo_features.hidden_copy_bytes) to every row")
     p.add_argument("--refresh-where", default=None, metavar="COLUMN",
                    help="with --refresh: only the rows where COLUMN is non-zero (a new column is 0 on the others)")
     a = p.parse_args(argv)
@@ -252,6 +285,12 @@ def main(argv: list[str] | None = None) -> int:
     if a.refresh_where is not None and a.refresh_where not in done.columns:
         print(f"--refresh-where: {a.refresh_where!r} is not allowed; allowed: a column of {OUT.name}", file=sys.stderr)
         raise SystemExit(2)
+    if a.hidden_copies:
+        done = hidden_copies(done, a.workers)
+        _write(done)
+        _provenance(done)
+        print(f"zoo-trace: hidden copies on {int(done['bytes_hidden_copy'].notna().sum())} rows", flush=True)
+        return 0
     if a.refresh:
         done = refresh(done, a.workers, a.refresh_where)
         _write(done)

@@ -454,6 +454,11 @@ class ZooLatency(Section):
     dw_nonsquare: bool
     bmm_tiles: bool
     input_bytes: bool | Literal["cv"] = "cv"   # ZooLatencyModel's default and the conf's
+    cv_folds: Annotated[int, Field(ge=2)] = 5   # input_bytes=cv: folds of whole families
+    cv_min_models: Count = 5                    # models a family needs to be scored in that CV
+    cv_seed: Index = 0                          # the seed shuffling families into those folds
+    act_fp32: bool | Literal["cv"] = False      # fp32-list activations under autocast (softmax, norms) priced on top
+    hidden_copies: bool = False                 # copies CUDA softmax / norms make of strided inputs counted as copies
     census: bool
     trace: bool
     n_estimators: Count
