@@ -458,7 +458,7 @@ class ZooLatency(Section):
     cv_min_models: Count = 5                    # models a family needs to be scored in that CV
     cv_seed: Index = 0                          # the seed shuffling families into those folds
     act_fp32: bool | Literal["cv"] = False      # fp32-list activations under autocast (softmax, norms) priced on top
-    hidden_copies: bool = False                 # copies CUDA softmax / norms make of strided inputs counted as copies
+    hidden_copies: bool = True                  # copies CUDA softmax / norms make of strided inputs counted as copies
     census: bool
     trace: bool
     n_estimators: Count
