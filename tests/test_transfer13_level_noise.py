@@ -97,3 +97,21 @@ def test_level_noise_is_a_checked_setting():
         configure(level_noise="loud")
     conf = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "calibrate.yaml").transfer.level_noise
     assert conf in LEVEL_NOISES and Transfer.model_fields["level_noise"].default in LEVEL_NOISES
+
+
+def test_the_benchmark_gives_each_pair_its_target_devices_noise():
+    """The benchmark's records carry the noise of the rows they were scored on (their target device's repeat rows:
+    per precision, measured; none: the configured floor), one lookup per (target, device)."""
+    import pandas as pd
+
+    from scripts.bench.transfer_pairs import _noise_of, repeat_floor
+
+    cache: dict = {}
+    assert _noise_of({"target": "latency_ms", "target_device": "quiet", "repeat_rows": None}, cache) == \
+        repeat_floor("latency_ms")
+    rows = pd.DataFrame({"precision": ["bf16"] * 10 + ["fp32"] * 10, "latency_repeat_spread": [0.3] * 10 + [0.02] * 10,
+                         "latency_passes": 2})
+    rec = {"target": "latency_ms", "target_device": "noisy", "repeat_rows": rows}
+    noise = _noise_of(rec, cache)
+    assert noise["bf16"] > 5 * noise["fp32"] and "default" in noise
+    assert _noise_of({**rec, "repeat_rows": None}, cache) is noise
