@@ -66,14 +66,18 @@ def test_k_rows_keep_their_own_band_where_the_level_varies_more_than_the_ratio()
 def test_the_level_band_is_never_narrower_than_the_repeatability_floor_and_needs_two_pairs():
     """A level of 0.016 under a floor of log sd 0.1: the band sits at z x 0.1 (bf16 wider at its own 0.2); with one
     pair there is no spread to compare, so no level band (None)."""
-    from carb.model.transfer_prior import held_out_level_band
+    from carb.model.transfer_prior import configure, held_out_level_band
 
     z = 1.6448536
     others = [_pair("A", "B", 0.01, 0.01, seed=7), _pair("B", "A", 0.01, 0.3, seed=8)]
     tr = _bare_transfer(list(np.random.default_rng(9).normal(0.0, 0.3, 10)), ["fp32"] * 10)
-    entry = tr.set_device_band("latency_ms", [], {"fp32": 0.1, "bf16": 0.2, "default": 0.1}, scaled=True,
-                               target_out=others)
+    floor = {"fp32": 0.1, "bf16": 0.2, "default": 0.1}
+    entry = tr.set_device_band("latency_ms", [], floor, scaled=True, target_out=others,
+                               rules=configure(level_noise="keep"))
     assert entry["upper"] == pytest.approx(z * 0.1, rel=1e-6) and entry["n_devices"] == 2
+    swapped = tr.set_device_band("latency_ms", [], floor, scaled=True, target_out=others,
+                                 rules=configure(level_noise="swap"))   # the device's noise added to the level
+    assert z * 0.1 < swapped["upper"] < z * 0.1 * 1.02
     assert max(entry["precision_log_ratios"]["bf16"]) == pytest.approx(z * 0.2, rel=1e-5)
     assert held_out_level_band([{**others[0], "own_half": 0.5}], 0.9, "cpu") is None
 

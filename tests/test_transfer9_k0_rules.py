@@ -72,7 +72,8 @@ def test_interval_rules_are_passed_explicitly_and_never_leak_between_calibration
     assert wide == IntervalRules("predictive", "configured", "own", "level")
     assert (transfer_prior.DEVICE_WIDEN, transfer_prior.UNMEASURED_FLOOR, transfer_prior.LEVEL_BY_PRECISION,
             transfer_prior.ZERO_SHOT_TARGET_OUT) == before
-    assert configure().resolved() == IntervalRules(*before, transfer_prior.TARGET_OUT_FALLBACK)
+    assert configure().resolved() == IntervalRules(*before, transfer_prior.TARGET_OUT_FALLBACK,
+                                                   transfer_prior.LEVEL_NOISE)
     with pytest.raises(ValueError, match=r"^transfer.zero_shot_target_out: 'x'; allowed: quantiles, level, device, "
                                          r"none$"):
         configure(zero_shot_target_out="x")

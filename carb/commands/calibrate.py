@@ -552,7 +552,8 @@ def transfer_settings(cfg: Any) -> dict[str, Any]:
     from carb.model import transfer_prior   # interval rules of the device-level band (issue 44)
 
     rules = transfer_prior.configure(t.get("device_widen"), t.get("unmeasured_floor"), t.get("level_by_precision"),
-                                     t.get("zero_shot_target_out"), t.get("target_out_fallback"))   # passed to
+                                     t.get("zero_shot_target_out"), t.get("target_out_fallback"),
+                                     t.get("level_noise"))   # passed to
     # the transfer: nothing module-wide
     return {"interval_rules": rules,"affine_min_k": int(t.affine_min_k), "residual_min_k": int(t.residual_min_k),
             "ridge_alpha": float(t.ridge_alpha), "slope_bounds": (float(t.slope_min), float(t.slope_max)),

@@ -604,7 +604,9 @@ class TransferredCascade:
         ``target_out`` (K >= 2): records of pairs without this transfer's *target* device only (``loo`` each:
         their K rows' residuals), used only where ``records`` has no pair of this class: where their held-out
         error level is steadier across them than its ratio to their own K-row intervals, the band is that
-        level (:func:`~carb.model.transfer_prior.held_out_level_band`) instead of the K rows' own interval.
+        level (:func:`~carb.model.transfer_prior.held_out_level_band`) instead of the K rows' own interval (each
+        record's ``noise``, its target device's run-to-run log sd, swapped for this device's ``floor_log_sd`` under
+        ``rules``' ``level_noise`` ``swap``).
         Never narrower than the repeatability floor ``floor_log_sd`` (a log sd, or ``{precision: log sd,
         "default": ...}``: :func:`~carb.model.transfer_prior.floor_half`). ``rules``: the band's
         :class:`~carb.model.transfer_prior.IntervalRules` (None: this transfer's ``interval_rules``, else the
@@ -635,7 +637,7 @@ class TransferredCascade:
             cls = f"{kind} " if kind else ""
             own = max(-float(entry["lower"]), float(entry["upper"]))
             level = held_out_level_band(_with_own_half(target_out or [], self.coverage), self.coverage,
-                                        kind, rules, own_half=own) if scaled else None
+                                        kind, rules, own_half=own, own_noise=floor_log_sd) if scaled else None
             if level is not None:
                 entry = {**level, "lower": min(level["lower"], -pooled), "upper": max(level["upper"], pooled)}
             else:

@@ -255,13 +255,14 @@ class IntervalRules:
     """The device-level band's rules of one calibration (``transfer`` of ``conf/calibrate.yaml``), passed
     explicitly to the functions that read them, so two calibrations in one process never share a setting.
     Fields (None: the module default at the time of use, :data:`DEVICE_WIDEN`, :data:`UNMEASURED_FLOOR`,
-    :data:`LEVEL_BY_PRECISION`, :data:`ZERO_SHOT_TARGET_OUT`)."""
+    :data:`LEVEL_BY_PRECISION`, :data:`ZERO_SHOT_TARGET_OUT`, :data:`TARGET_OUT_FALLBACK`, :data:`LEVEL_NOISE`)."""
 
     device_widen: str | None = None
     unmeasured_floor: str | None = None
     level_by_precision: str | None = None
     zero_shot_target_out: str | None = None
     target_out_fallback: str | None = None
+    level_noise: str | None = None
 
     def __post_init__(self) -> None:
         """One-line ``ValueError`` naming the key and the allowed values for a value outside them."""
@@ -281,7 +282,7 @@ class IntervalRules:
 _RULE_KEYS = {"device_widen": lambda: DEVICE_WIDENS, "unmeasured_floor": lambda: UNMEASURED_FLOORS,
               "level_by_precision": lambda: LEVEL_BY_PRECISIONS,
               "zero_shot_target_out": lambda: ZERO_SHOT_TARGET_OUTS,
-              "target_out_fallback": lambda: TARGET_OUT_FALLBACKS}
+              "target_out_fallback": lambda: TARGET_OUT_FALLBACKS, "level_noise": lambda: LEVEL_NOISES}
 
 
 def rules_of(rules: IntervalRules | None) -> IntervalRules:
@@ -291,16 +292,16 @@ def rules_of(rules: IntervalRules | None) -> IntervalRules:
 
 def configure(device_widen: str | None = None, unmeasured_floor: str | None = None,
               level_by_precision: str | None = None, zero_shot_target_out: str | None = None,
-              target_out_fallback: str | None = None) -> IntervalRules:
+              target_out_fallback: str | None = None, level_noise: str | None = None) -> IntervalRules:
     """The interval rules from ``transfer`` of ``conf/calibrate.yaml`` (``device_widen``: :data:`DEVICE_WIDEN`,
     ``unmeasured_floor``: :data:`UNMEASURED_FLOOR`, ``level_by_precision``: :data:`LEVEL_BY_PRECISION`,
-    ``zero_shot_target_out``: :data:`ZERO_SHOT_TARGET_OUT`, ``target_out_fallback``: :data:`TARGET_OUT_FALLBACK`)
-    as an :class:`IntervalRules` (None: the default);
+    ``zero_shot_target_out``: :data:`ZERO_SHOT_TARGET_OUT`, ``target_out_fallback``: :data:`TARGET_OUT_FALLBACK`,
+    ``level_noise``: :data:`LEVEL_NOISE`) as an :class:`IntervalRules` (None: the default);
     nothing module-wide changes. Raises ``ValueError`` (one line naming the key and the allowed values) for
     another value."""
     return IntervalRules(*(None if v is None else str(v) for v in (device_widen, unmeasured_floor,
                                                                      level_by_precision, zero_shot_target_out,
-                                                                     target_out_fallback)))
+                                                                     target_out_fallback, level_noise)))
 
 
 def pair_bias_residuals(err: np.ndarray) -> tuple[float, np.ndarray]:
@@ -556,8 +557,74 @@ def _precision_levels(records: Sequence[Mapping[str, Any]], coverage: float, poo
     return out
 
 
+#: The run-to-run noise in :func:`held_out_level_band`'s level: ``swap`` (each pair's held-out errors with the
+#: noise of the rows they were measured on, its target device's repeatability, taken out in quadrature per precision,
+#: and the new target's own repeatability added back: :func:`swap_noise`) or ``keep`` (the pairs' errors as measured,
+#: carrying their own devices' noise). ``transfer.level_noise``.
+LEVEL_NOISE: str = "swap"
+LEVEL_NOISES: tuple[str, ...] = ("keep", "swap")
+
+
+def noise_sd(noise: float | Mapping[str, float] | None, precision: str | None = None) -> float:
+    """One device's run-to-run log standard deviation for ``precision``: ``noise`` one number (every precision)
+    or ``{precision: log sd, "default": log sd}`` (:func:`device_floor`; a precision without a value takes
+    ``default``, else the smallest value); 0 for None."""
+    if noise is None:
+        return 0.0
+    if not isinstance(noise, Mapping):
+        v = float(noise)
+        return v if math.isfinite(v) and v > 0 else 0.0
+    vals = {str(k): float(v) for k, v in noise.items() if v is not None and math.isfinite(float(v))}
+    v = vals.get(str(precision), vals.get("default", min(vals.values()) if vals else 0.0))
+    return max(v, 0.0)
+
+
+def deconvolve_noise(records: Sequence[Mapping[str, Any]], coverage: float) -> list[Mapping[str, Any]]:
+    """``records`` (``err`` (n,) log errors, optionally ``precision`` (n,) and ``noise``: the log sd of the rows'
+    run-to-run spread on the pair's target device, :func:`noise_sd`) with each precision's errors scaled by
+    ``sqrt(max(h^2 - (z s)^2, 0)) / h``: ``h`` their ``coverage`` quantile of |error|, ``s`` that precision's noise,
+    ``z`` :func:`carb.data.repeatability.coverage_z` (the level a noiseless device would show, shape kept). A record
+    without ``noise`` is unchanged."""
+    from carb.data.repeatability import coverage_z
+
+    z, out = coverage_z(coverage), []
+    for r in records:
+        if r.get("noise") is None:
+            out.append(r)
+            continue
+        e = np.asarray(r["err"], float).copy()
+        prec = (np.asarray(r["precision"]).astype(str) if r.get("precision") is not None
+                else np.full(len(e), "default"))
+        for p in np.unique(prec):
+            m = (prec == p) & np.isfinite(e)
+            h = float(np.quantile(np.abs(e[m]), coverage)) if m.any() else 0.0
+            if h > 0:
+                e[m] *= math.sqrt(max(h ** 2 - (z * noise_sd(r["noise"], p)) ** 2, 0.0)) / h
+        out.append({**r, "err": e})
+    return out
+
+
+def swap_noise(half: float, by_precision: Mapping[str, float], own_noise: float | Mapping[str, float] | None,
+               coverage: float) -> tuple[float, dict[str, float]]:
+    """The noiseless level ``half`` (log ratio) and per-precision levels ``by_precision`` with the new target's own
+    run-to-run noise ``own_noise`` (:func:`noise_sd`) added in quadrature: ``(sqrt(half^2 + (z s_min)^2), {precision:
+    sqrt(level_p^2 + (z s_p)^2)})`` (``level_p`` ``half`` for a precision without one), every precision of ``by_precision`` or of ``own_noise`` (``s_min`` the
+    smallest of ``own_noise``'s values, as :func:`floor_half` takes the pooled floor)."""
+    from carb.data.repeatability import coverage_z
+
+    z = coverage_z(coverage)
+    named = {str(p) for p in own_noise if str(p) != "default"} if isinstance(own_noise, Mapping) else set()
+    vals = ([noise_sd(own_noise, p) for p in named | {"default"}] if isinstance(own_noise, Mapping)
+            else [noise_sd(own_noise)])
+    pooled = math.sqrt(half ** 2 + (z * min(vals)) ** 2)
+    byp = {p: math.sqrt(float(by_precision.get(p, half)) ** 2 + (z * noise_sd(own_noise, p)) ** 2)
+           for p in set(map(str, by_precision)) | named}
+    return pooled, byp
+
+
 def held_out_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 0.9, kind: str | None = None,
-                        rules: IntervalRules | None = None, own_half: float | None = None) -> dict[str, Any] | None:
+                        rules: IntervalRules | None = None, own_half: float | None = None,
+                        own_noise: float | Mapping[str, float] | None = None) -> dict[str, Any] | None:
     """The band of a K-row transfer whose class has no pair without both of its devices (three CPUs), from
     ``records`` of pairs without its *target* device (:func:`target_out_records`; each with ``err`` (n,) the
     held-out log errors after its own K-row calibration, ``own_half`` the half-width (log ratio) of its own
@@ -596,9 +663,19 @@ def held_out_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 
             return None
         return _ratio_band(scaled, coverage, kind, rules, float(own_half), len(devices),
                            {"level_sd": sd_level, "ratio_sd": sd_ratio})
+    by, swap = rules_of(rules).level_by_precision, rules_of(rules).level_noise == "swap"
+    used = deconvolve_noise(same_class(records, kind), coverage) if swap else same_class(records, kind)
+    if swap:
+        points = [_pair_points(np.abs(e[np.isfinite(e)])) for e in (np.asarray(r["err"], float) for r in used)
+                  if np.isfinite(e).sum() >= 3 and math.isfinite(float(r.get("own_half") or float("nan")))
+                  and float(r["own_half"]) > 0]
     half = float(np.quantile(np.concatenate(points), coverage))
-    by = rules_of(rules).level_by_precision
-    byp = _precision_levels(same_class(records, kind), coverage, half, by) if by != "pooled" else {}
+    byp = _precision_levels(used, coverage, half, by) if by != "pooled" else {}
+    note = ""
+    if swap:
+        half, byp = swap_noise(half, byp, own_noise, coverage)
+        byp = {p: h for p, h in byp.items() if abs(h - half) > 1e-12}
+        note = "; each pair's own run-to-run noise taken out, this device's added (level_noise: swap)"
     cls = f"{kind} " if kind else ""
     return {"lower": -half, "upper": half, "n": int(sum(len(p) for p in points)), "coverage": float(coverage),
             "log_ratios": [],
@@ -607,7 +684,7 @@ def held_out_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 
             "method": (f"held-out error level of {len(level)} {cls}pair(s) without the target device "
                        f"({len(devices)} devices, the source's own pairs: none avoids both devices); steadier "
                        f"across them than its ratio to each pair's own K-row interval (log sd {sd_level:.3f} "
-                       f"against {sd_ratio:.3f})"),
+                       f"against {sd_ratio:.3f})" + note),
             "n_devices": len(devices), "n_pairs": len(level), "kind": kind,
             "pivot": {"level_sd": sd_level, "ratio_sd": sd_ratio}}
 

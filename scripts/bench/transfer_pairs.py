@@ -515,6 +515,8 @@ PRIOR_ROWS: list[float | None] = [None]
 
 #: The device-level band's rules every interval of this run uses (:func:`interval_rules`; None: the defaults).
 RULES: list = [None]
+#: ``--level-noise``: overrides ``transfer.level_noise`` (None: the conf's).
+LEVEL_NOISE: list[str | None] = [None]
 
 
 def interval_rules() -> None:
@@ -527,7 +529,8 @@ def interval_rules() -> None:
 
     t = OmegaConf.load(ROOT / "conf" / "calibrate.yaml").transfer
     RULES[0] = transfer_prior.configure(t.get("device_widen"), t.get("unmeasured_floor"), t.get("level_by_precision"),
-                                        t.get("zero_shot_target_out"), t.get("target_out_fallback"))
+                                        t.get("zero_shot_target_out"), t.get("target_out_fallback"),
+                                        LEVEL_NOISE[0] or t.get("level_noise"))
 
 
 def repeat_floor(target: str, rows: pd.DataFrame | None = None) -> float | dict[str, float]:
@@ -543,6 +546,15 @@ def repeat_floor(target: str, rows: pd.DataFrame | None = None) -> float | dict[
     default = float(floor.get(target, floor.get("default", 0.0))) if hasattr(floor, "get") else float(floor)
     measured = floor_log_sd(rows) if target == "latency_ms" and rows is not None and len(rows) else {}
     return {**measured, "default": default} if measured else default
+
+
+def _noise_of(record: dict, cache: dict) -> float | dict[str, float]:
+    """The run-to-run noise (log sd, per precision where measured: :func:`repeat_floor`) of the rows a pending
+    ``record`` was scored on, its target device's; ``cache`` keyed by (target, device)."""
+    key = (record["target"], record.get("target_device"))
+    if key not in cache:
+        cache[key] = repeat_floor(record["target"], record.get("repeat_rows"))
+    return cache[key]
 
 
 def set_prior_intervals(table: pd.DataFrame, pending: list[dict], kind: str) -> pd.DataFrame:
@@ -598,9 +610,10 @@ def set_intervals(table: pd.DataFrame, pending: list[dict], kind: str | None = N
     table = table.copy()
     if "pick" not in table.columns:
         table["pick"] = 0
+    floors: dict = {}
     recs = [{"pair": (r["source"], r["target_device"]), "err": r["err"], "precision": r["precision"], "k": r["k"],
              "target": r["target"], "kind": r.get("kind") or kind, "scale": row_scale(r["loo"], r.get("loo_precision")),
-             "loo": r["loo"], "pick": r.get("pick", 0)}
+             "loo": r["loo"], "pick": r.get("pick", 0), "noise": _noise_of(r, floors)}
             for r in pending]
     for q, own in zip(pending, recs):
         if kind is not None and q.get("kind", kind) != kind:
@@ -1295,12 +1308,16 @@ def main() -> None:
                          "multi-source base (every other CPU's probe zero-shot combined)")
     ap.add_argument("--interval-sweep", action="store_true",
                     help="also print the interval settings chosen fully nested leave-one-pair-out (a few minutes)")
+    ap.add_argument("--level-noise", default=None, choices=["keep", "swap"],
+                    help="override transfer.level_noise of conf/calibrate.yaml (the pairs' own run-to-run noise in "
+                         "the target-out level band: kept, or swapped for the target's)")
     ap.add_argument("--parts-out", default=None,
                     help="save every pair's fitted transfers and held-out errors here (cloudpickle) for --parts-in")
     ap.add_argument("--parts-in", default=None,
                     help="skip the fits: rebuild only the intervals and tables from a --parts-out file (seconds; "
                          "for exploring interval rules, point accuracy as saved)")
     a = ap.parse_args()
+    LEVEL_NOISE[0] = a.level_noise
     interval_rules()
     PRIOR_ROWS[0] = a.prior_rows
     SINGLE_SOURCE[0] = a.single_source

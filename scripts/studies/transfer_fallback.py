@@ -34,7 +34,7 @@ def coverage_by_rule(parts: list, rules: list[str]) -> pd.DataFrame:
     out = []
     for rule in rules:
         tp.RULES[0] = transfer_prior.IntervalRules(base.device_widen, base.unmeasured_floor, base.level_by_precision,
-                                                   base.zero_shot_target_out, rule)
+                                                   base.zero_shot_target_out, rule, base.level_noise)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             t = tp.average_picks(tp.set_intervals(pd.concat([p[0] for p in parts], ignore_index=True), every))

@@ -224,6 +224,7 @@ class Transfer(Section):
     level_by_precision: Literal["pooled", "own", "widest"] = "widest"
     zero_shot_target_out: Literal["quantiles", "level", "device", "none"] = "device"
     target_out_fallback: Literal["own", "ratio"] = "own"
+    level_noise: Literal["keep", "swap"] = "swap"
     extra_sources: Annotated[Literal["auto"] | list[Text], BeforeValidator(_extra_sources)] = "auto"
     source_weighting: Literal["inverse_loo", "equal", "inverse_loo_precision"] = "inverse_loo"
     extra_source_train: list[Text] = ["model=carb_fast", "model.specialists.xgb.n_estimators=25",
