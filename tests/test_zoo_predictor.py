@@ -61,11 +61,13 @@ def test_bad_estimator_is_one_line_naming_the_key():
     assert "\n" not in msg and "data.estimator" in msg and "zoo_latency" in msg and "cascade" in msg
 
 
-def test_estimator_auto_is_zoo_latency_on_gpu_files_only():
+def test_estimator_auto_is_zoo_latency_on_every_timm_file():
     from carb.commands.train import zoo_estimator
 
     assert zoo_estimator(compose("train", ["data=timm_zoo", f"data.device={DEVICE}"])) == "zoo_latency"
-    assert zoo_estimator(compose("train", ["data=timm_zoo", "data.device=Intel Core i9-10940X"])) == "cascade"
+    assert zoo_estimator(compose("train", ["data=timm_zoo", "data.device=Intel Core i9-10940X"])) == "zoo_latency"
+    assert zoo_estimator(compose("train", ["data=timm_zoo", "data.device=Intel Core i9-10940X",
+                                           "data.estimator=cascade"])) == "cascade"
     assert zoo_estimator(compose("train", ["data=timm_zoo", f"data.device={DEVICE}",
                                            "data.estimator=cascade"])) == "cascade"
     assert zoo_estimator(compose("train", [])) == "cascade"

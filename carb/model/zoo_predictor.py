@@ -55,14 +55,15 @@ CONTEXT_COLUMNS: tuple[str, ...] = ("device_kind", "timm_precision", "compile", 
 
 def estimator_of(value: Any, device_kind: str) -> str:
     """The estimator ``data.estimator`` (``value``, one of :data:`ESTIMATORS`; None: ``auto``) gives for timm's file
-    of a device of kind ``device_kind`` (``gpu`` | ``cpu``): ``auto`` is ``zoo_latency`` on the GPU files (the
-    leave-one-family-out comparison of docs/MODEL.md, zcasc) and ``cascade`` on the CPU file (not compared).
-    A bad value: one :class:`ConfigError` line naming the key and the allowed values."""
+    of a device of kind ``device_kind`` (``gpu`` | ``cpu``): ``auto`` is ``zoo_latency`` on every file, the GPU
+    files (the leave-one-family-out comparison of docs/MODEL.md, zcasc) and the CPU file (6 folds of families,
+    zcmp: pooled, families within 20 % and worst family all better than the cascade's). A bad value: one
+    :class:`ConfigError` line naming the key and the allowed values."""
     value = "auto" if value is None else value
     if value not in ESTIMATORS:
         raise ConfigError(f"data.estimator: {value!r} is not allowed; allowed: {', '.join(ESTIMATORS)}")
     if value == "auto":
-        return "zoo_latency" if device_kind == "gpu" else "cascade"
+        return "zoo_latency"   # on every device kind (docs/MODEL.md: zcasc for a GPU, zcmp for the CPU file)
     return str(value)
 
 
