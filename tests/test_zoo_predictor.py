@@ -61,11 +61,13 @@ def test_bad_estimator_is_one_line_naming_the_key():
     assert "\n" not in msg and "data.estimator" in msg and "zoo_latency" in msg and "cascade" in msg
 
 
-def test_estimator_auto_is_zoo_latency_on_gpu_files_only():
+def test_estimator_auto_is_zoo_latency_on_every_timm_file():
     from carb.commands.train import zoo_estimator
 
     assert zoo_estimator(compose("train", ["data=timm_zoo", f"data.device={DEVICE}"])) == "zoo_latency"
-    assert zoo_estimator(compose("train", ["data=timm_zoo", "data.device=Intel Core i9-10940X"])) == "cascade"
+    assert zoo_estimator(compose("train", ["data=timm_zoo", "data.device=Intel Core i9-10940X"])) == "zoo_latency"
+    assert zoo_estimator(compose("train", ["data=timm_zoo", "data.device=Intel Core i9-10940X",
+                                           "data.estimator=cascade"])) == "cascade"
     assert zoo_estimator(compose("train", ["data=timm_zoo", f"data.device={DEVICE}",
                                            "data.estimator=cascade"])) == "cascade"
     assert zoo_estimator(compose("train", [])) == "cascade"
@@ -282,3 +284,44 @@ def test_promote_never_compares_zoo_with_cascade_versions(capsys):
     with pytest.raises(ModelError) as e:
         like_with_like("m", v, v[0])
     assert "\n" not in str(e.value) and "promote.version=3" in str(e.value)
+
+
+#: Networks of timm's files for the one-tracer-path check: a CNN, a depthwise one, a ViT (SDPA), a folded RepVGG,
+#: and vgg11 (a bare name torchvision also builds: the script traces ``timm:vgg11``).
+ONE_PATH = (("resnet18", 224, False), ("mobilenetv3_small_100", 224, False), ("deit_tiny_patch16_224", 224, False),
+            ("repvgg_a0", 224, True), ("vgg11", 224, False))
+
+
+def test_trace_script_row_equals_layer_row():
+    """scripts/data/zoo_trace_features.py's row of a network (``trace_one``) and ``layer_row``'s (what a name
+    outside timm's files gets) are one implementation (``traced_layer``): every column layer_row gives (but
+    ``timm_activations``, no shipped column) is in the script's row, equal; the CPU terms are among them; and
+    both equal the shipped table's row (``carb/data/timm-zoo-trace.parquet``) where it has a value (its folded
+    rows have no CPU columns: timm's CPU file timed the plain graphs)."""
+    import importlib.util
+    from pathlib import Path
+
+    from carb.model.zoo_predictor import NOT_FEATURES, layer_row
+
+    spec = importlib.util.spec_from_file_location(
+        "zoo_trace_features_one", Path(__file__).resolve().parents[1] / "scripts/data/zoo_trace_features.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    shipped = pd.read_parquet("carb/data/timm-zoo-trace.parquet")
+    for model, size, reparam in ONE_PATH:
+        row = script.trace_one((model, size, reparam))
+        assert row["refused"] is None, row["refused"]
+        lib = layer_row(script.timm_graph(model), size, reparam, script.cpu_thresholds())
+        keys = [k for k in lib if k not in NOT_FEATURES]
+        assert {"bytes_weight_lowreuse", "n_extern_calls", "flops_linear_wide"} <= set(keys)
+        assert set(keys) <= set(row), set(keys) - set(row)
+        assert all(row[k] == lib[k] for k in keys), [k for k in keys if row[k] != lib[k]]
+        ship = shipped[(shipped["model"] == model) & (shipped["input_size"] == size)
+                       & (shipped["reparam"].fillna(False).astype(bool) == reparam)]
+        assert len(ship) == 1 and bool(ship["folded"].iloc[0]) == row["folded"]
+        cols = [k for k in keys if k in ship.columns and np.isscalar(lib[k])
+                and np.isfinite(float(ship[k].iloc[0]))]   # the folded rows have no CPU columns (the i9 file: plain)
+        assert len(cols) > 80 and (reparam or "n_extern_calls" in cols)
+        a, b = ship[cols].iloc[0].to_numpy(float), np.array([float(lib[k]) for k in cols])
+        assert np.allclose(a, b, rtol=1e-9, atol=0, equal_nan=True), [c for c, x, y in zip(cols, a, b)
+                                                                       if not np.isclose(x, y, rtol=1e-9)]

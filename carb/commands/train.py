@@ -148,7 +148,7 @@ def run_train(cfg: Any, defer: bool = False) -> dict[str, Any]:
 def zoo_estimator(cfg: Any) -> str:
     """What ``carb-train`` fits: ``cascade``, or for timm's file (``data.path=timm-zoo``) the estimator
     ``data.estimator`` names (:func:`carb.model.zoo_predictor.estimator_of`; ``auto``: ``zoo_latency`` on
-    the GPU files). A bad value: one line naming the key, exit 2."""
+    every file, GPUs and CPU). A bad value: one line naming the key, exit 2."""
     from carb.data.io import TIMM_ZOO
     from carb.data.importers.timm_zoo import FILE_DEVICES
     from carb.model.zoo_predictor import estimator_of

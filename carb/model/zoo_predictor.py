@@ -55,14 +55,15 @@ CONTEXT_COLUMNS: tuple[str, ...] = ("device_kind", "timm_precision", "compile", 
 
 def estimator_of(value: Any, device_kind: str) -> str:
     """The estimator ``data.estimator`` (``value``, one of :data:`ESTIMATORS`; None: ``auto``) gives for timm's file
-    of a device of kind ``device_kind`` (``gpu`` | ``cpu``): ``auto`` is ``zoo_latency`` on the GPU files (the
-    leave-one-family-out comparison of docs/MODEL.md, zcasc) and ``cascade`` on the CPU file (not compared).
-    A bad value: one :class:`ConfigError` line naming the key and the allowed values."""
+    of a device of kind ``device_kind`` (``gpu`` | ``cpu``): ``auto`` is ``zoo_latency`` on every file, the GPU
+    files (the leave-one-family-out comparison of docs/MODEL.md, zcasc) and the CPU file (6 folds of families,
+    zcmp: pooled, families within 20 % and worst family all better than the cascade's). A bad value: one
+    :class:`ConfigError` line naming the key and the allowed values."""
     value = "auto" if value is None else value
     if value not in ESTIMATORS:
         raise ConfigError(f"data.estimator: {value!r} is not allowed; allowed: {', '.join(ESTIMATORS)}")
     if value == "auto":
-        return "zoo_latency" if device_kind == "gpu" else "cascade"
+        return "zoo_latency"   # on every device kind (docs/MODEL.md: zcasc for a GPU, zcmp for the CPU file)
     return str(value)
 
 
@@ -93,32 +94,58 @@ def timm_rows(device: str, bench: pd.DataFrame | None = None) -> pd.DataFrame:
     return rows
 
 
-def layer_row(network: Any, input_size: int, reparam: bool = False,
-              thresholds: Mapping[str, float] | None = None) -> dict[str, Any]:
-    """The shipped trace table's columns of one network (a zoo name or an ``nn.Module``) at ``input_size`` px
-    (batch 1, fp32, 3 channels): :func:`carb.design.trace.summarize`, :func:`gemm_regimes`,
-    :func:`amp_memory_split`, their state-derived parts (``state_<column>``), and the CPU and GPU terms
-    (:func:`carb.model.zoo_latency_cpu.cpu_parts`, :func:`carb.model.zoo_latency.gpu_parts`), as
-    ``scripts/data/zoo_trace_features.py`` computes them; ``reparam``: the folded inference graph where the
-    network has one. A named network the tracer refuses is tried once more with ``img_size=<input_size>``
-    (fixed position embeddings); refused both ways: :class:`ZooError` with the first reason."""
-    from carb.design.trace import summarize, trace
+def layer_columns(table: pd.DataFrame, thresholds: Mapping[str, float]) -> dict[str, float]:
+    """The shipped trace table's feature columns of one layer table (:func:`carb.design.trace.trace`'s rows of one
+    network): :func:`carb.design.trace.summarize`, :func:`gemm_regimes`, :func:`amp_memory_split`, their
+    state-derived parts (``state_<column>``), and the CPU and GPU terms (:func:`carb.model.zoo_latency_cpu.cpu_parts`
+    with ``thresholds``, ``conf/zoo_latency/default.yaml``'s ``cpu_parts``; :func:`carb.model.zoo_latency.gpu_parts`).
+    The one place these columns are composed: ``scripts/data/zoo_trace_features.py`` writes them, :func:`layer_row`
+    traces a network outside timm's files with them (a new column goes here)."""
+    from carb.design.trace import summarize
     from carb.design.zoo_features import amp_memory_split, gemm_regimes, state_parts
     from carb.model.zoo_latency import gpu_parts
     from carb.model.zoo_latency_cpu import cpu_parts
 
+    return (summarize(table) | gemm_regimes(table) | amp_memory_split(table)
+            | state_parts(table, summarize, gemm_regimes, amp_memory_split) | cpu_parts(table, thresholds)
+            | gpu_parts(table))
+
+
+def traced_layer(network: Any, input_size: int, reparam: bool = False,
+                 thresholds: Mapping[str, float] | None = None
+                 ) -> tuple[dict[str, float], pd.DataFrame, dict[str, int] | None]:
+    """``(columns, table, settings)`` of one network (a zoo name or an ``nn.Module``) at ``input_size`` px (batch 1,
+    fp32, 3 channels; ``reparam``: the folded inference graph where the network has one): :func:`layer_columns`
+    of its layer table, the table, and the constructor settings it was traced with (None, or ``{"img_size":
+    input_size}``: a named network the tracer refuses at its defaults is tried once more so, for fixed position
+    embeddings). Refused both ways: :class:`ZooError` with the first reason (an error of another type: one line
+    naming the network, the type and the message's first line; a :class:`ConfigError` / :class:`DatasetError`,
+    e.g. a threshold missing, is raised as it is)."""
+    from carb.design.trace import trace
+
     size = int(input_size)
+    label = network if isinstance(network, str) else type(network).__name__
     reasons = []
     for settings in ((None,) if not isinstance(network, str) else (None, {"img_size": size})):
         try:
             table = trace(network, (1, 3, size, size), precision="fp32", settings=settings, reparam=bool(reparam))
+            return layer_columns(table, thresholds or {}), table, settings
         except ZooError as e:
             reasons.append(str(e))
-            continue
-        return (summarize(table) | gemm_regimes(table) | amp_memory_split(table)
-                | state_parts(table, summarize, gemm_regimes, amp_memory_split) | cpu_parts(table, thresholds or {})
-                | gpu_parts(table) | {"timm_activations": timm_activations(table)})
+        except (ConfigError, DatasetError):   # a bad setting (e.g. a missing threshold) is no network's fault
+            raise
+        except Exception as e:  # noqa: BLE001 - a tracer fault on one network is its reason, not a crash
+            reasons.append(f"model {label!r}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
     raise ZooError(reasons[0])
+
+
+def layer_row(network: Any, input_size: int, reparam: bool = False,
+              thresholds: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """The shipped trace table's columns of one network (a zoo name or an ``nn.Module``) at ``input_size`` px
+    (:func:`traced_layer`: :func:`layer_columns`, what ``scripts/data/zoo_trace_features.py`` writes) with
+    ``timm_activations`` (:func:`timm_activations`). Refused: :class:`ZooError` with the first reason."""
+    columns, table, _ = traced_layer(network, input_size, reparam, thresholds)
+    return columns | {"timm_activations": timm_activations(table)}
 
 
 def timm_activations(table: pd.DataFrame) -> float:

@@ -97,38 +97,24 @@ def cpu_thresholds() -> dict[str, float]:
 
 
 def trace_one(job: tuple[str, int, bool]) -> dict[str, Any]:
-    """One feature row: summarize()'s columns of ``model`` at ``input_size`` (batch 1, fp32; the
-    reparameterised graph when ``reparam``), with the settings used, ``reparam``, ``folded``, the trace's
-    wall seconds and ``refused`` (None or the one-line reason)."""
-    from carb.design.trace import summarize, trace
-    from carb.design.zoo_features import amp_memory_split, gemm_regimes, state_parts
-    from carb.model.zoo_latency import gpu_parts
-    from carb.model.zoo_latency_cpu import cpu_parts
+    """One feature row: :func:`carb.model.zoo_predictor.traced_layer`'s columns of ``model`` at ``input_size``
+    (batch 1, fp32; the reparameterised graph when ``reparam``; the one implementation, which ``layer_row`` uses
+    for a network outside timm's files), with the settings used, ``reparam``, ``folded``, the trace's wall
+    seconds and ``refused`` (None or the one-line reason)."""
     from carb.errors import ZooError
+    from carb.model.zoo_predictor import traced_layer
 
     model, size, reparam = job
     t0 = time.perf_counter()
     row: dict[str, Any] = {"model": model, "input_size": size, "settings": "", "refused": None,
                            "reparam": bool(reparam), "folded": False}
-    reasons = []
-    for settings in (None, {"img_size": size}):
-        try:
-            table = trace(timm_graph(model), (1, 3, size, size), precision="fp32", settings=settings,
-                          reparam=reparam)
-            row.update(summarize(table) | gemm_regimes(table) | amp_memory_split(table)
-                       | state_parts(table, summarize, gemm_regimes, amp_memory_split))
-            row.update(cpu_parts(table, cpu_thresholds()))   # timm's CPU file's terms (carb.model.zoo_latency_cpu)
-            row.update(gpu_parts(table))   # timm's GPU files' terms (carb.model.zoo_latency)
-            row["folded"] = bool(table.attrs.get("reparam", False))
-            row["settings"] = json.dumps(settings) if settings else ""
-            row["refused"] = None
-            break
-        except ZooError as e:
-            reasons.append(str(e))
-        except Exception as e:  # noqa: BLE001 - a tracer fault on one model must not lose the run
-            reasons.append(f"model {model!r}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
-    else:
-        row["refused"] = reasons[0]
+    try:
+        columns, table, settings = traced_layer(timm_graph(model), size, reparam, cpu_thresholds())
+        row.update(columns)
+        row["folded"] = bool(table.attrs.get("reparam", False))
+        row["settings"] = json.dumps(settings) if settings else ""
+    except ZooError as e:
+        row["refused"] = str(e)
     row["trace_s"] = round(time.perf_counter() - t0, 3)
     return row
 
@@ -136,17 +122,13 @@ def trace_one(job: tuple[str, int, bool]) -> dict[str, Any]:
 def refresh_one(job: tuple[str, int, str, bool]) -> dict[str, Any]:
     """summarize()'s columns of a row already in the table, recomputed from its cached trace (the same
     settings, plain or folded graph): after summarize() gains a column, no model is traced again."""
-    from carb.design.trace import summarize, trace
-    from carb.design.zoo_features import amp_memory_split, gemm_regimes, state_parts
-    from carb.model.zoo_latency import gpu_parts
-    from carb.model.zoo_latency_cpu import cpu_parts
+    from carb.design.trace import trace
+    from carb.model.zoo_predictor import layer_columns
 
     model, size, settings, folded = job
     table = trace(timm_graph(model), (1, 3, size, size), precision="fp32",
                   settings=json.loads(settings) if settings else None, reparam=folded)
-    return (summarize(table) | gemm_regimes(table) | amp_memory_split(table)
-            | state_parts(table, summarize, gemm_regimes, amp_memory_split) | cpu_parts(table, cpu_thresholds())
-            | gpu_parts(table))
+    return layer_columns(table, cpu_thresholds())
 
 
 def hidden_one(job: tuple[str, int, str]) -> dict[str, float]:

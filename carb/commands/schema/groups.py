@@ -95,7 +95,7 @@ class Data(Section):
     path: Text | None
     device: Text | None = None
     # data=timm_zoo: which model carb-train fits (carb.model.zoo_predictor.estimator_of; auto: zoo_latency on
-    # timm's GPU files, cascade on its CPU file) and the family-grouped folds of zoo_latency's intervals
+    # every timm file, GPUs and CPU) and the family-grouped folds of zoo_latency's intervals
     estimator: Literal["auto", "zoo_latency", "cascade"] | None = None
     interval_folds: Annotated[int, Field(ge=2)] | None = None
 
