@@ -132,7 +132,8 @@ CPU_COLUMNS: tuple[str, ...] = ("bytes_weight_lowreuse", "bytes_weight_lowreuse_
                                  "n_extern_calls", "bytes_norm_permuted", "bytes_depthwise_dram",
                                  "bytes_pointwise_fused", "bytes_matmul_spill", "bytes_conv_weight_dram",
                                  "bytes_concat_copy", "bytes_conv_permuted", "flops_linear_wide",
-                                 "n_concat_copy", "n_generated_loops", "bytes_copy_dense")
+                                 "n_concat_copy", "n_generated_loops", "bytes_copy_dense",
+                                 "bytes_group_norm", "n_group_norm")
 #: The kinds a compiler fuses into one loop per run (:func:`pointwise_run_bytes`), and the kinds (views) that
 #: do not break a run.
 FUSED_KINDS: tuple[str, ...] = ("norm", "activation", "elementwise")
@@ -154,7 +155,9 @@ CPU_TERMS: dict[str, str] = {"weight_lowreuse": "bytes_weight_lowreuse",
                              "linear_wide": "flops_linear_wide",
                              "concat_calls": "n_concat_copy",
                              "generated_loops": "n_generated_loops",
-                             "copy_dense": "bytes_copy_dense"}
+                             "copy_dense": "bytes_copy_dense",
+                             "group_norm": "bytes_group_norm",
+                             "group_norm_calls": "n_group_norm"}
 #: The terms of :func:`carb.model.zoo_latency.additive_terms` a CPU term stands for instead (the additive base
 #: must drop them where it takes the term: :func:`replaced_terms`).
 REPLACED_TERMS: dict[str, tuple[str, ...]] = {"pointwise_fused": tuple(f"mb_{k}" for k in FUSED_KINDS),
@@ -163,9 +166,11 @@ REPLACED_TERMS: dict[str, tuple[str, ...]] = {"pointwise_fused": tuple(f"mb_{k}"
                                                "copy_dense": ("mb_copy",)}
 #: The terms paid once per batch (weights read, kernels called); the others per image.
 PER_BATCH_TERMS: tuple[str, ...] = ("weight_lowreuse", "weight_lowreuse_dram", "extern_calls", "conv_weight_dram",
-                                     "concat_calls", "generated_loops")
+                                     "concat_calls", "generated_loops", "group_norm_calls")
 #: The terms that count calls (the term is calls per image), not bytes (MB per image).
-COUNT_TERMS: tuple[str, ...] = ("extern_calls", "concat_calls", "generated_loops")
+COUNT_TERMS: tuple[str, ...] = ("extern_calls", "concat_calls", "generated_loops", "group_norm_calls")
+#: The operations of a group normalisation (``nn.GroupNorm``, timm's ``GroupNormAct`` / ``GroupNorm1``).
+GROUP_NORM_OPS: tuple[str, ...] = ("native_group_norm", "group_norm")
 #: The terms that count FLOPs (the term is GFLOP per image), not bytes.
 FLOP_TERMS: tuple[str, ...] = ("linear_wide",)
 
@@ -222,7 +227,19 @@ def cpu_parts(table: Any, thresholds: Mapping[str, float]) -> dict[str, float]:
             "bytes_conv_permuted": float(act[table["kind"].isin(CONV_KINDS).to_numpy() & after_transpose(table)].sum()),
             "flops_linear_wide": float(table["flops"].to_numpy(float)[wide].sum()),
             "n_generated_loops": float(generated_loops(table)),
-            "bytes_copy_dense": float(moved[(table["kind"] == "copy").to_numpy() & ~broadcast_copy_rows(table)].sum())}
+            "bytes_copy_dense": float(moved[(table["kind"] == "copy").to_numpy() & ~broadcast_copy_rows(table)].sum()),
+            **group_norm_parts(table)}
+
+
+def group_norm_parts(table: Any) -> dict[str, float]:
+    """``bytes_group_norm`` (activation bytes read + written by a layer table's group normalisations,
+    :data:`GROUP_NORM_OPS`; parameters left out; at the table's batch and precision) and ``n_group_norm`` (their
+    number per forward). 0 in a table without an ``op`` column or without such rows."""
+    if "op" not in table.columns:
+        return {"bytes_group_norm": 0.0, "n_group_norm": 0.0}
+    gn = table["op"].astype(str).isin(GROUP_NORM_OPS).to_numpy()
+    act = (table["bytes_read"] + table["bytes_written"] - table["param_bytes"]).to_numpy(float)
+    return {"bytes_group_norm": float(act[gn].sum()), "n_group_norm": float(gn.sum())}
 
 
 def _thresholds(thresholds: Mapping[str, float]) -> tuple[float, ...]:
