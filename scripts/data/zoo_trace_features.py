@@ -341,7 +341,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"zoo-trace: hidden copies on {int(done['bytes_hidden_copy'].notna().sum())} rows", flush=True)
         return 0
     if a.refresh:
-        done = refresh(done, a.workers, a.refresh_where, a.refresh_module)
+        only = {"module": a.refresh_module} if a.refresh_module is not None else {}
+        done = refresh(done, a.workers, a.refresh_where, **only)
         _write(done)
         _provenance(done)
         ok = done["refused"].isna()
