@@ -788,11 +788,14 @@ def test_group_norm_parts_count_group_norms_not_layer_norms_and_leave_parameters
     from carb.model.zoo_latency_cpu import group_norm_parts
 
     t = _ops_table()
-    assert group_norm_parts(t) == {"bytes_group_norm": 0.0, "n_group_norm": 0.0}
+    assert group_norm_parts(t) == {"bytes_group_norm": 0.0, "n_group_norm": 0.0, "bytes_group_norm_multi": 0.0}
     t.loc[[2, 11], "op"] = "native_group_norm"
     parts = cpu_parts(t)
     assert parts["bytes_group_norm"] == 2.4e6 + (0.4e6 - 512) and parts["n_group_norm"] == 2.0
-    assert group_norm_parts(_table()) == {"bytes_group_norm": 0.0, "n_group_norm": 0.0}
+    # row 11 writes 512 B beyond its input: 64 groups' mean and inverse deviation; row 2 nothing (not a group norm
+    # of several groups)
+    assert parts["bytes_group_norm_multi"] == 0.4e6 - 512
+    assert group_norm_parts(_table()) == {"bytes_group_norm": 0.0, "n_group_norm": 0.0, "bytes_group_norm_multi": 0.0}
     frame = pd.DataFrame({"batch_size": [1, 4], "tr_bytes_group_norm": [30e6, 30e6], "tr_n_group_norm": [48.0, 48.0]})
     out = cpu_terms(frame, ["group_norm", "group_norm_calls"])
     assert list(out.columns) == ["mb_group_norm", "group_norm_calls_per_image"]
@@ -800,16 +803,22 @@ def test_group_norm_parts_count_group_norms_not_layer_norms_and_leave_parameters
 
 
 def test_group_norm_parts_of_a_traced_module(tmp_path, monkeypatch):
-    """On the tracer's own table: ``nn.GroupNorm(4, 8)`` of a (1, 8, 16, 16) map reads and writes 8 kB each
+    """On the tracer's own table: ``nn.GroupNorm(4, 8)`` (and ``(1, 8)``) of a (1, 8, 16, 16) map reads and writes 8 kB each
     (its 64 B of parameters left out; its per-group mean and inverse deviation written too); ``nn.BatchNorm2d`` is
     not a group norm."""
     torch = pytest.importorskip("torch")
     from carb.design.trace import trace
 
     monkeypatch.setenv("CARB_CACHE", str(tmp_path))
-    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.GroupNorm(4, 8), torch.nn.BatchNorm2d(8))
-    parts = cpu_parts(trace(net, (1, 3, 16, 16)))
-    assert parts["n_group_norm"] == 1.0 and parts["bytes_group_norm"] == 2 * 8 * 16 * 16 * 4 + 2 * 4 * 4   # + mean, rstd
+    from carb.model.zoo_latency_cpu import group_norm_groups
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.GroupNorm(4, 8), torch.nn.BatchNorm2d(8),
+                              torch.nn.GroupNorm(1, 8))
+    table = trace(net, (1, 3, 16, 16))
+    parts = cpu_parts(table)
+    assert sorted(group_norm_groups(table)[group_norm_groups(table) > 0]) == [1.0, 4.0]
+    assert parts["n_group_norm"] == 2.0 and parts["bytes_group_norm"] == 2 * (2 * 8 * 16 * 16 * 4) + 2 * 4 * 4 + 2 * 4
+    assert parts["bytes_group_norm_multi"] == 2 * 8 * 16 * 16 * 4 + 2 * 4 * 4   # + its 4 groups' mean, rstd
 
 
 def test_shipped_trace_table_has_the_group_norm_columns_on_the_group_norm_rows():
@@ -821,7 +830,8 @@ def test_shipped_trace_table_has_the_group_norm_columns_on_the_group_norm_rows()
     row = {(m, s): r for m, s, r in zip(t["model"], t["input_size"], t.itertuples())}
     gn, bn = row[("efficientnet_b0_gn", 224)], row[("efficientnet_b0", 224)]
     assert gn.n_group_norm == 49 and bn.n_group_norm == 0 and bn.bytes_group_norm == 0
-    assert 0 < gn.bytes_group_norm <= gn.bytes_norm_fp32
+    assert 0 < gn.bytes_group_norm <= gn.bytes_norm_fp32 and gn.bytes_group_norm_multi == gn.bytes_group_norm
+    assert row[("poolformer_s12", 224)].bytes_group_norm_multi == 0   # GroupNorm1: one group, the whole map
     assert row[("poolformer_s12", 224)].n_group_norm > 0 and row[("resnetv2_50x1_bit", 448)].n_group_norm > 0
     assert row[("vit_base_patch16_224", 224)].n_group_norm == 0
 

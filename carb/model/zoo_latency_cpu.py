@@ -133,7 +133,7 @@ CPU_COLUMNS: tuple[str, ...] = ("bytes_weight_lowreuse", "bytes_weight_lowreuse_
                                  "bytes_pointwise_fused", "bytes_matmul_spill", "bytes_conv_weight_dram",
                                  "bytes_concat_copy", "bytes_conv_permuted", "flops_linear_wide",
                                  "n_concat_copy", "n_generated_loops", "bytes_copy_dense",
-                                 "bytes_group_norm", "n_group_norm")
+                                 "bytes_group_norm", "n_group_norm", "bytes_group_norm_multi")
 #: The kinds a compiler fuses into one loop per run (:func:`pointwise_run_bytes`), and the kinds (views) that
 #: do not break a run.
 FUSED_KINDS: tuple[str, ...] = ("norm", "activation", "elementwise")
@@ -157,7 +157,8 @@ CPU_TERMS: dict[str, str] = {"weight_lowreuse": "bytes_weight_lowreuse",
                              "generated_loops": "n_generated_loops",
                              "copy_dense": "bytes_copy_dense",
                              "group_norm": "bytes_group_norm",
-                             "group_norm_calls": "n_group_norm"}
+                             "group_norm_calls": "n_group_norm",
+                             "group_norm_multi": "bytes_group_norm_multi"}
 #: The terms of :func:`carb.model.zoo_latency.additive_terms` a CPU term stands for instead (the additive base
 #: must drop them where it takes the term: :func:`replaced_terms`).
 REPLACED_TERMS: dict[str, tuple[str, ...]] = {"pointwise_fused": tuple(f"mb_{k}" for k in FUSED_KINDS),
@@ -234,12 +235,27 @@ def cpu_parts(table: Any, thresholds: Mapping[str, float]) -> dict[str, float]:
 def group_norm_parts(table: Any) -> dict[str, float]:
     """``bytes_group_norm`` (activation bytes read + written by a layer table's group normalisations,
     :data:`GROUP_NORM_OPS`; parameters left out; at the table's batch and precision) and ``n_group_norm`` (their
-    number per forward). 0 in a table without an ``op`` column or without such rows."""
+    number per forward) and ``bytes_group_norm_multi`` (the part of ``bytes_group_norm`` in norms of more than one
+    group, :func:`group_norm_groups`: a group is a slice of the channels, not the whole map as in PoolFormer's and
+    MobileViT-V2's ``GroupNorm1``). 0 in a table without an ``op`` column or without such rows."""
     if "op" not in table.columns:
-        return {"bytes_group_norm": 0.0, "n_group_norm": 0.0}
+        return {"bytes_group_norm": 0.0, "n_group_norm": 0.0, "bytes_group_norm_multi": 0.0}
     gn = table["op"].astype(str).isin(GROUP_NORM_OPS).to_numpy()
     act = (table["bytes_read"] + table["bytes_written"] - table["param_bytes"]).to_numpy(float)
-    return {"bytes_group_norm": float(act[gn].sum()), "n_group_norm": float(gn.sum())}
+    multi = gn & (group_norm_groups(table) > 1)
+    return {"bytes_group_norm": float(act[gn].sum()), "n_group_norm": float(gn.sum()),
+            "bytes_group_norm_multi": float(act[multi].sum())}
+
+
+def group_norm_groups(table: Any) -> np.ndarray:
+    """Per row of a layer table (n,) the number of groups of a group normalisation (0 elsewhere), from what it
+    writes beyond its input: the per-(sample, group) mean and inverse deviation, ``bytes_written - (bytes_read -
+    param_bytes) = 2 x batch x groups x element bytes`` (``attrs["precision"]``: 4 B at fp32, 2 at bf16 / fp16)."""
+    gn = table["op"].astype(str).isin(GROUP_NORM_OPS).to_numpy() if "op" in table.columns else np.zeros(len(table), bool)
+    batch = float(table.attrs.get("input_shape", (1,))[0])
+    elem = 4.0 if str(table.attrs.get("precision", "fp32")) == "fp32" else 2.0
+    extra = (table["bytes_written"] - table["bytes_read"] + table["param_bytes"]).to_numpy(float)
+    return np.where(gn, np.round(extra / (2.0 * batch * elem)), 0.0)
 
 
 def _thresholds(thresholds: Mapping[str, float]) -> tuple[float, ...]:
