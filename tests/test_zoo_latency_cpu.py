@@ -217,7 +217,7 @@ def test_per_device_settings_apply_to_their_device_kind_only(tmp_path, capsys):
     cpu = bench.zoo_latency_settings([], device_kind="cpu")
     assert cpu["cpu_terms"] == ["weight_lowreuse", "weight_lowreuse_dram", "extern_calls", "norm_permuted",
                                 "depthwise_dram", "matmul_spill", "pointwise_fused", "conv_weight_dram", "concat_copy",
-                                "conv_permuted", "linear_wide", "concat_calls", "copy_dense"]
+                                "conv_permuted", "linear_wide", "concat_calls", "copy_dense", "group_norm_multi"]
     assert cpu["gemm_regimes"] is False and shared["gemm_regimes"] is True
     bound = {"margin": 0.0, "outside": "clip", "nested_margin": True}   # z43gpu2: the CPU file keeps the old bound
     assert {k: v for k, v in cpu.items() if k != "cpu_terms"} == shared | {"gemm_regimes": False} | bound
@@ -227,7 +227,7 @@ def test_per_device_settings_apply_to_their_device_kind_only(tmp_path, capsys):
     path = tmp_path / "zl.yaml"
     path.write_text(conf.replace("cpu_terms: [weight_lowreuse, weight_lowreuse_dram, extern_calls, norm_permuted, "
                                  "depthwise_dram, matmul_spill,\n                pointwise_fused, conv_weight_dram, concat_copy, conv_permuted, linear_wide, concat_calls, "
-                                 "copy_dense]",
+                                 "copy_dense,\n                group_norm_multi]",
                                  "cpu_terms: [gemv]"))
     assert path.read_text() != conf
     with pytest.raises(SystemExit) as e:
