@@ -91,6 +91,14 @@ settings were chosen on GPUs. A CPU at batch 1 differs in ways the layer table c
   map's size; relative-position biases expanded over the batch), which a compiler never writes: the loop that reads
   it indexes the small tensor (:func:`broadcast_copy_rows`). The bytes read + written of the other copies
   (``bytes_copy_dense``), in place of ``mb_copy``.
+- **Group norms of more than one group** (``group_norm_multi``): a batch norm at inference is an affine of stored
+  statistics inside the fused loop after a convolution; a group norm reduces the map itself per (sample, group)
+  before it can normalise, a second pass that does not fuse with the convolution's output loop, and where a group is
+  a slice of the channels (more than one group) a strided one in a channels-last map. The activation bytes read +
+  written of those norms (``bytes_group_norm_multi``, :func:`group_norm_parts`; the groups from
+  :func:`group_norm_groups`); a norm over the whole map (``GroupNorm1``: PoolFormer, MobileViT-V2) is left out.
+  ``group_norm`` (all group-norm bytes) and ``group_norm_calls`` (their number per batch) are there too, not shipped
+  (docs/MODEL.md, round 9).
 
 :func:`cpu_parts` gives the layer-table columns (``scripts/data/zoo_trace_features.py`` stores them in
 ``carb/data/timm-zoo-trace.parquet``; :func:`carb.data.importers.timm_zoo.with_trace` joins them as
