@@ -217,7 +217,7 @@ def test_per_device_settings_apply_to_their_device_kind_only(tmp_path, capsys):
     cpu = bench.zoo_latency_settings([], device_kind="cpu")
     assert cpu["cpu_terms"] == ["weight_lowreuse", "weight_lowreuse_dram", "extern_calls", "norm_permuted",
                                 "depthwise_dram", "matmul_spill", "pointwise_fused", "conv_weight_dram", "concat_copy",
-                                "conv_permuted", "linear_wide", "concat_calls", "copy_dense"]
+                                "conv_permuted", "linear_wide", "concat_calls", "copy_dense", "group_norm_multi"]
     assert cpu["gemm_regimes"] is False and shared["gemm_regimes"] is True
     bound = {"margin": 0.0, "outside": "clip", "nested_margin": True}   # z43gpu2: the CPU file keeps the old bound
     assert {k: v for k, v in cpu.items() if k != "cpu_terms"} == shared | {"gemm_regimes": False} | bound
@@ -227,7 +227,7 @@ def test_per_device_settings_apply_to_their_device_kind_only(tmp_path, capsys):
     path = tmp_path / "zl.yaml"
     path.write_text(conf.replace("cpu_terms: [weight_lowreuse, weight_lowreuse_dram, extern_calls, norm_permuted, "
                                  "depthwise_dram, matmul_spill,\n                pointwise_fused, conv_weight_dram, concat_copy, conv_permuted, linear_wide, concat_calls, "
-                                 "copy_dense]",
+                                 "copy_dense,\n                group_norm_multi]",
                                  "cpu_terms: [gemv]"))
     assert path.read_text() != conf
     with pytest.raises(SystemExit) as e:
@@ -779,3 +779,72 @@ def test_shipped_trace_table_has_the_generated_loop_and_dense_copy_columns_on_th
     evos, bn = row[("regnetz_b16_evos", 224)], row[("regnetz_b16", 224)]
     assert evos.n_ops > 2.4 * bn.n_ops and 1.5 * bn.n_generated_loops < evos.n_generated_loops < 2.5 * bn.n_generated_loops
     assert evos.bytes_copy > 0 and evos.bytes_copy_dense == 0
+
+
+def test_group_norm_parts_count_group_norms_not_layer_norms_and_leave_parameters_out():
+    """``bytes_group_norm``: the activation bytes read + written by the group normalisations (``native_group_norm``
+    rows; parameters left out), ``n_group_norm`` their number; the layer norms of :func:`_ops_table` and a table
+    without ``op`` have none. ``group_norm`` is MB per image, ``group_norm_calls`` calls per image (per batch)."""
+    from carb.model.zoo_latency_cpu import group_norm_parts
+
+    t = _ops_table()
+    assert group_norm_parts(t) == {"bytes_group_norm": 0.0, "n_group_norm": 0.0, "bytes_group_norm_multi": 0.0}
+    t.loc[[2, 11], "op"] = "native_group_norm"
+    parts = cpu_parts(t)
+    assert parts["bytes_group_norm"] == 2.4e6 + (0.4e6 - 512) and parts["n_group_norm"] == 2.0
+    # row 11 writes 512 B beyond its input: 64 groups' mean and inverse deviation; row 2 nothing (not a group norm
+    # of several groups)
+    assert parts["bytes_group_norm_multi"] == 0.4e6 - 512
+    assert group_norm_parts(_table()) == {"bytes_group_norm": 0.0, "n_group_norm": 0.0, "bytes_group_norm_multi": 0.0}
+    frame = pd.DataFrame({"batch_size": [1, 4], "tr_bytes_group_norm": [30e6, 30e6], "tr_n_group_norm": [48.0, 48.0]})
+    out = cpu_terms(frame, ["group_norm", "group_norm_calls"])
+    assert list(out.columns) == ["mb_group_norm", "group_norm_calls_per_image"]
+    assert np.allclose(out["mb_group_norm"], [30, 30]) and np.allclose(out["group_norm_calls_per_image"], [48, 12])
+
+
+def test_group_norm_parts_of_a_traced_module(tmp_path, monkeypatch):
+    """On the tracer's own table: ``nn.GroupNorm(4, 8)`` (and ``(1, 8)``) of a (1, 8, 16, 16) map reads and writes 8 kB each
+    (its 64 B of parameters left out; its per-group mean and inverse deviation written too); ``nn.BatchNorm2d`` is
+    not a group norm."""
+    torch = pytest.importorskip("torch")
+    from carb.design.trace import trace
+
+    monkeypatch.setenv("CARB_CACHE", str(tmp_path))
+    from carb.model.zoo_latency_cpu import group_norm_groups
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.GroupNorm(4, 8), torch.nn.BatchNorm2d(8),
+                              torch.nn.GroupNorm(1, 8))
+    table = trace(net, (1, 3, 16, 16))
+    parts = cpu_parts(table)
+    assert sorted(group_norm_groups(table)[group_norm_groups(table) > 0]) == [1.0, 4.0]
+    assert parts["n_group_norm"] == 2.0 and parts["bytes_group_norm"] == 2 * (2 * 8 * 16 * 16 * 4) + 2 * 4 * 4 + 2 * 4
+    assert parts["bytes_group_norm_multi"] == 2 * 8 * 16 * 16 * 4 + 2 * 4 * 4   # + its 4 groups' mean, rstd
+
+
+def test_shipped_trace_table_has_the_group_norm_columns_on_the_group_norm_rows():
+    """``bytes_group_norm`` / ``n_group_norm`` of the shipped layer-table features: on every CPU row (0 where the
+    network has no ``GroupNorm``); EfficientNet-B0's GroupNorm twin has one per batch norm of its sibling
+    (49) and its sibling none; PoolFormer and BiT (ResNetV2) have them, ViT-B/16 (layer norms) none."""
+    t = _shipped_cpu_rows("n_extern_calls")
+    assert t["bytes_group_norm"].notna().all() and t["n_group_norm"].notna().all()
+    row = {(m, s): r for m, s, r in zip(t["model"], t["input_size"], t.itertuples())}
+    gn, bn = row[("efficientnet_b0_gn", 224)], row[("efficientnet_b0", 224)]
+    assert gn.n_group_norm == 49 and bn.n_group_norm == 0 and bn.bytes_group_norm == 0
+    assert 0 < gn.bytes_group_norm <= gn.bytes_norm_fp32 and gn.bytes_group_norm_multi == gn.bytes_group_norm
+    assert row[("poolformer_s12", 224)].bytes_group_norm_multi == 0   # GroupNorm1: one group, the whole map
+    assert row[("poolformer_s12", 224)].n_group_norm > 0 and row[("resnetv2_50x1_bit", 448)].n_group_norm > 0
+    assert row[("vit_base_patch16_224", 224)].n_group_norm == 0
+
+
+def test_refresh_module_must_be_a_torch_nn_class_with_refresh_where(capsys):
+    """``--refresh-module``: a class of ``torch.nn`` and only with ``--refresh-where``; else one line, exit 2."""
+    spec = importlib.util.spec_from_file_location("zoo_trace_features", ROOT / "scripts/data/zoo_trace_features.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for argv in (["--refresh", "--refresh-where", "n_ops", "--refresh-module", "NoSuchNorm"],
+                 ["--refresh", "--refresh-module", "GroupNorm"]):
+        with pytest.raises(SystemExit) as e:
+            mod.main(argv)
+        assert e.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("--refresh-module:")

@@ -91,6 +91,14 @@ settings were chosen on GPUs. A CPU at batch 1 differs in ways the layer table c
   map's size; relative-position biases expanded over the batch), which a compiler never writes: the loop that reads
   it indexes the small tensor (:func:`broadcast_copy_rows`). The bytes read + written of the other copies
   (``bytes_copy_dense``), in place of ``mb_copy``.
+- **Group norms of more than one group** (``group_norm_multi``): a batch norm at inference is an affine of stored
+  statistics inside the fused loop after a convolution; a group norm reduces the map itself per (sample, group)
+  before it can normalise, a second pass that does not fuse with the convolution's output loop, and where a group is
+  a slice of the channels (more than one group) a strided one in a channels-last map. The activation bytes read +
+  written of those norms (``bytes_group_norm_multi``, :func:`group_norm_parts`; the groups from
+  :func:`group_norm_groups`); a norm over the whole map (``GroupNorm1``: PoolFormer, MobileViT-V2) is left out.
+  ``group_norm`` (all group-norm bytes) and ``group_norm_calls`` (their number per batch) are there too, not shipped
+  (docs/MODEL.md, round 9).
 
 :func:`cpu_parts` gives the layer-table columns (``scripts/data/zoo_trace_features.py`` stores them in
 ``carb/data/timm-zoo-trace.parquet``; :func:`carb.data.importers.timm_zoo.with_trace` joins them as
@@ -132,7 +140,8 @@ CPU_COLUMNS: tuple[str, ...] = ("bytes_weight_lowreuse", "bytes_weight_lowreuse_
                                  "n_extern_calls", "bytes_norm_permuted", "bytes_depthwise_dram",
                                  "bytes_pointwise_fused", "bytes_matmul_spill", "bytes_conv_weight_dram",
                                  "bytes_concat_copy", "bytes_conv_permuted", "flops_linear_wide",
-                                 "n_concat_copy", "n_generated_loops", "bytes_copy_dense")
+                                 "n_concat_copy", "n_generated_loops", "bytes_copy_dense",
+                                 "bytes_group_norm", "n_group_norm", "bytes_group_norm_multi")
 #: The kinds a compiler fuses into one loop per run (:func:`pointwise_run_bytes`), and the kinds (views) that
 #: do not break a run.
 FUSED_KINDS: tuple[str, ...] = ("norm", "activation", "elementwise")
@@ -154,7 +163,10 @@ CPU_TERMS: dict[str, str] = {"weight_lowreuse": "bytes_weight_lowreuse",
                              "linear_wide": "flops_linear_wide",
                              "concat_calls": "n_concat_copy",
                              "generated_loops": "n_generated_loops",
-                             "copy_dense": "bytes_copy_dense"}
+                             "copy_dense": "bytes_copy_dense",
+                             "group_norm": "bytes_group_norm",
+                             "group_norm_calls": "n_group_norm",
+                             "group_norm_multi": "bytes_group_norm_multi"}
 #: The terms of :func:`carb.model.zoo_latency.additive_terms` a CPU term stands for instead (the additive base
 #: must drop them where it takes the term: :func:`replaced_terms`).
 REPLACED_TERMS: dict[str, tuple[str, ...]] = {"pointwise_fused": tuple(f"mb_{k}" for k in FUSED_KINDS),
@@ -163,9 +175,11 @@ REPLACED_TERMS: dict[str, tuple[str, ...]] = {"pointwise_fused": tuple(f"mb_{k}"
                                                "copy_dense": ("mb_copy",)}
 #: The terms paid once per batch (weights read, kernels called); the others per image.
 PER_BATCH_TERMS: tuple[str, ...] = ("weight_lowreuse", "weight_lowreuse_dram", "extern_calls", "conv_weight_dram",
-                                     "concat_calls", "generated_loops")
+                                     "concat_calls", "generated_loops", "group_norm_calls")
 #: The terms that count calls (the term is calls per image), not bytes (MB per image).
-COUNT_TERMS: tuple[str, ...] = ("extern_calls", "concat_calls", "generated_loops")
+COUNT_TERMS: tuple[str, ...] = ("extern_calls", "concat_calls", "generated_loops", "group_norm_calls")
+#: The operations of a group normalisation (``nn.GroupNorm``, timm's ``GroupNormAct`` / ``GroupNorm1``).
+GROUP_NORM_OPS: tuple[str, ...] = ("native_group_norm", "group_norm")
 #: The terms that count FLOPs (the term is GFLOP per image), not bytes.
 FLOP_TERMS: tuple[str, ...] = ("linear_wide",)
 
@@ -222,7 +236,34 @@ def cpu_parts(table: Any, thresholds: Mapping[str, float]) -> dict[str, float]:
             "bytes_conv_permuted": float(act[table["kind"].isin(CONV_KINDS).to_numpy() & after_transpose(table)].sum()),
             "flops_linear_wide": float(table["flops"].to_numpy(float)[wide].sum()),
             "n_generated_loops": float(generated_loops(table)),
-            "bytes_copy_dense": float(moved[(table["kind"] == "copy").to_numpy() & ~broadcast_copy_rows(table)].sum())}
+            "bytes_copy_dense": float(moved[(table["kind"] == "copy").to_numpy() & ~broadcast_copy_rows(table)].sum()),
+            **group_norm_parts(table)}
+
+
+def group_norm_parts(table: Any) -> dict[str, float]:
+    """``bytes_group_norm`` (activation bytes read + written by a layer table's group normalisations,
+    :data:`GROUP_NORM_OPS`; parameters left out; at the table's batch and precision) and ``n_group_norm`` (their
+    number per forward) and ``bytes_group_norm_multi`` (the part of ``bytes_group_norm`` in norms of more than one
+    group, :func:`group_norm_groups`: a group is a slice of the channels, not the whole map as in PoolFormer's and
+    MobileViT-V2's ``GroupNorm1``). 0 in a table without an ``op`` column or without such rows."""
+    if "op" not in table.columns:
+        return {"bytes_group_norm": 0.0, "n_group_norm": 0.0, "bytes_group_norm_multi": 0.0}
+    gn = table["op"].astype(str).isin(GROUP_NORM_OPS).to_numpy()
+    act = (table["bytes_read"] + table["bytes_written"] - table["param_bytes"]).to_numpy(float)
+    multi = gn & (group_norm_groups(table) > 1)
+    return {"bytes_group_norm": float(act[gn].sum()), "n_group_norm": float(gn.sum()),
+            "bytes_group_norm_multi": float(act[multi].sum())}
+
+
+def group_norm_groups(table: Any) -> np.ndarray:
+    """Per row of a layer table (n,) the number of groups of a group normalisation (0 elsewhere), from what it
+    writes beyond its input: the per-(sample, group) mean and inverse deviation, ``bytes_written - (bytes_read -
+    param_bytes) = 2 x batch x groups x element bytes`` (``attrs["precision"]``: 4 B at fp32, 2 at bf16 / fp16)."""
+    gn = table["op"].astype(str).isin(GROUP_NORM_OPS).to_numpy() if "op" in table.columns else np.zeros(len(table), bool)
+    batch = float(table.attrs.get("input_shape", (1,))[0])
+    elem = 4.0 if str(table.attrs.get("precision", "fp32")) == "fp32" else 2.0
+    extra = (table["bytes_written"] - table["bytes_read"] + table["param_bytes"]).to_numpy(float)
+    return np.where(gn, np.round(extra / (2.0 * batch * elem)), 0.0)
 
 
 def _thresholds(thresholds: Mapping[str, float]) -> tuple[float, ...]:

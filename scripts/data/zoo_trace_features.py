@@ -2,7 +2,7 @@
 cache and write a compact feature table: one row per (architecture, input size).
 
     python scripts/data/zoo_trace_features.py [--workers 2] [--stop-at HH:MM] [--limit N] [--reparam] [--refresh]
-        [--refresh-where COLUMN]
+        [--refresh-where COLUMN] [--refresh-module CLASS]
 
 Reads ``carb/data/timm-zoo-bench.parquet``; for each distinct ``(model, input_size)`` runs
 :func:`carb.design.trace.trace` at batch 1, fp32, 3 channels (the tracer scales to any batch and precision)
@@ -18,7 +18,9 @@ inference graph (``trace(..., reparam=True)``: what timm's benchmark times with 
 ``reparam`` True and ``folded`` (whether the model had anything to fold; when not, the features equal the
 plain trace's). Rows of the plain trace have ``reparam`` False. ``--refresh``: recompute those
 columns of every row already there from the cached traces (after summarize() gains a column;
-``--refresh-where COLUMN``: only the rows where COLUMN is non-zero, the new column 0 elsewhere). A model the tracer refuses at its default settings
+``--refresh-where COLUMN``: only the rows where COLUMN is non-zero, the new column 0 elsewhere; with
+``--refresh-module CLASS`` too: of those, only the rows whose network, built on the meta device, holds a module
+that is an instance of ``torch.nn.CLASS``, e.g. ``GroupNorm`` for a group-norm column). A model the tracer refuses at its default settings
 is tried once more with ``img_size=<input_size>`` (timm's fixed-position-embedding models); one refused
 both ways gets a row with ``refused`` set to the one-line reason and NaN features.
 
@@ -162,14 +164,46 @@ def hidden_copies(done: pd.DataFrame, workers: int) -> pd.DataFrame:
     return out
 
 
-def refresh(done: pd.DataFrame, workers: int, where: str | None = None) -> pd.DataFrame:
+def holds_module(job: tuple[str, int, str, str]) -> bool:
+    """Whether the network of one (model, input_size, settings) row, built on the meta device, holds a module that
+    is an instance of ``torch.nn.<cls>`` (False where it cannot be built)."""
+    import torch
+
+    from carb.design.zoo import build_model
+
+    model, size, settings, cls = job
+    try:
+        net = build_model(timm_graph(model), **(json.loads(settings) if settings else {}))
+    except Exception:  # noqa: BLE001 - a model that cannot be built here is not refreshed
+        return False
+    return any(isinstance(m, getattr(torch.nn, cls)) for m in net.modules())
+
+
+def module_rows(done: pd.DataFrame, ok: np.ndarray, cls: str, workers: int) -> np.ndarray:
+    """``ok`` narrowed to the rows whose network holds a ``torch.nn.<cls>`` (:func:`holds_module`, once per
+    distinct (model, input_size, settings))."""
+    settings = done["settings"].astype(str).replace({"None": "", "nan": ""})
+    keys = sorted({(str(m), int(s), str(st)) for m, s, st in
+                   zip(done.loc[ok, "model"], done.loc[ok, "input_size"], settings[ok])})
+    with get_context("spawn").Pool(workers, maxtasksperchild=100) as pool:
+        held = dict(zip(keys, pool.map(holds_module, [k + (cls,) for k in keys], chunksize=8)))
+    return ok & np.array([held.get((str(m), int(s), str(st)), False) for m, s, st in
+                          zip(done["model"], done["input_size"], settings)], bool)
+
+
+def refresh(done: pd.DataFrame, workers: int, where: str | None = None, module: str | None = None) -> pd.DataFrame:
     """Every traced row of ``done`` with summarize()'s columns recomputed (:func:`refresh_one`). With
     ``where`` (a column of ``done``), only the rows where it is non-zero: a column new to the table is 0 on
     the others (for a column that is 0 wherever ``where`` is, e.g. ``bytes_sdpa_math_io`` where
-    ``flops_sdpa_math`` is 0: no row on the math path), which spares tracing every network again."""
+    ``flops_sdpa_math`` is 0: no row on the math path), which spares tracing every network again. With ``module``
+    (a class of ``torch.nn``), of those only the rows whose network holds one (:func:`module_rows`): a column that is
+    0 wherever the network has no such module (``bytes_group_norm`` without a ``GroupNorm``); then only the columns
+    new to the table are written (the others keep their values, on those rows too)."""
     ok = done["refused"].isna().to_numpy()
     if where is not None:
         ok = ok & (pd.to_numeric(done[where], errors="coerce").fillna(0).to_numpy(float) != 0)
+    if module is not None:
+        ok = module_rows(done, ok, module, workers)
     folded = done["folded"].fillna(False).astype(bool) if "folded" in done else pd.Series(False, index=done.index)
     jobs = [(str(m), int(s), str(st or ""), bool(f)) for m, s, st, f in
             zip(done.loc[ok, "model"], done.loc[ok, "input_size"], done.loc[ok, "settings"], folded[ok])]
@@ -178,10 +212,19 @@ def refresh(done: pd.DataFrame, workers: int, where: str | None = None) -> pd.Da
     new = pd.DataFrame(rows, index=done.index[ok])
     out = done.copy()
     for c in new.columns:
+        if module is not None and c in done.columns:
+            continue   # only the new columns are written: the others keep every value they had
         if c not in out.columns:
             out[c] = np.where(done["refused"].isna(), 0.0, np.nan) if where is not None else np.nan
         out.loc[ok, c] = new[c]
     return out
+
+
+def _nn_class(name: str) -> bool:
+    """Whether ``name`` is a module class of ``torch.nn``."""
+    import torch
+
+    return isinstance(getattr(torch.nn, name, None), type) and issubclass(getattr(torch.nn, name), torch.nn.Module)
 
 
 def _write(frame: pd.DataFrame) -> None:
@@ -241,6 +284,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                    help="add bytes_hidden_copy / n_hidden_copy (carb.design.zoo_features.hidden_copy_bytes) to every row")
     p.add_argument("--refresh-where", default=None, metavar="COLUMN",
                    help="with --refresh: only the rows where COLUMN is non-zero (a new column is 0 on the others)")
+    p.add_argument("--refresh-module", default=None, metavar="CLASS",
+                   help="with --refresh-where: only the rows whose network holds a torch.nn.CLASS module")
     a = p.parse_args(argv)
     if a.workers < 1:
         print(f"--workers: {a.workers} is not allowed; allowed: an integer >= 1", file=sys.stderr)
@@ -267,6 +312,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.refresh_where is not None and a.refresh_where not in done.columns:
         print(f"--refresh-where: {a.refresh_where!r} is not allowed; allowed: a column of {OUT.name}", file=sys.stderr)
         raise SystemExit(2)
+    if a.refresh_module is not None and (a.refresh_where is None or not _nn_class(a.refresh_module)):
+        print(f"--refresh-module: {a.refresh_module!r} is not allowed; allowed: a class of torch.nn (e.g. GroupNorm), "
+              "with --refresh-where", file=sys.stderr)
+        raise SystemExit(2)
     if a.hidden_copies:
         done = hidden_copies(done, a.workers)
         _write(done)
@@ -274,13 +323,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"zoo-trace: hidden copies on {int(done['bytes_hidden_copy'].notna().sum())} rows", flush=True)
         return 0
     if a.refresh:
-        done = refresh(done, a.workers, a.refresh_where)
+        only = {"module": a.refresh_module} if a.refresh_module is not None else {}
+        done = refresh(done, a.workers, a.refresh_where, **only)
         _write(done)
         _provenance(done)
         ok = done["refused"].isna()
         if a.refresh_where is not None:
             ok &= pd.to_numeric(done[a.refresh_where], errors="coerce").fillna(0) != 0
-        print(f"zoo-trace: refreshed {int(ok.sum())} rows", flush=True)
+        print(f"zoo-trace: refreshed {int(ok.sum())} rows"
+              + (f" (those holding a {a.refresh_module}: see the new columns)" if a.refresh_module else ""), flush=True)
         return 0
     pending = [(m, s, a.reparam) for m, s in todo_pairs(done, a.reparam)]
     if a.limit is not None:

@@ -423,7 +423,8 @@ class ZooLatencyDevice(Section):
     cpu_terms: list[Literal["weight_lowreuse", "weight_lowreuse_dram", "membound_dram", "extern_calls",
                             "norm_permuted", "depthwise_dram", "matmul_spill", "pointwise_fused",
                             "conv_weight_dram", "concat_copy", "conv_permuted", "linear_wide",
-                            "concat_calls", "generated_loops", "copy_dense"]] = []
+                            "concat_calls", "generated_loops", "copy_dense",
+                            "group_norm", "group_norm_calls", "group_norm_multi"]] = []
     margin: Annotated[float, Field(ge=0)] | None = None   # the bound: None keeps the top-level key
     outside: Literal["clip", "base", "overshoot"] | None = None
     nested_margin: bool | None = None
