@@ -475,11 +475,22 @@ CL_CONV_OPS: frozenset[str] = frozenset({"convolution", "_convolution", "conv2d"
 
 
 def _channels_last(x: Any) -> bool:
-    """Whether ``x`` is a 4-D tensor with channels-last strides that is not also NCHW-contiguous."""
+    """Whether ``x`` is a 4-D tensor that is not NCHW-contiguous and whose strides PyTorch takes as channels-last
+    (``suggest_memory_format``: ``is_channels_last_strides_2d``, the stride order C < W < H < N, dense or not: a
+    permuted channel slice of an NHWC tensor, MambaOut's gated convolution, counts)."""
     import torch
 
-    return isinstance(x, torch.Tensor) and x.dim() == 4 and not x.is_contiguous() \
-        and x.is_contiguous(memory_format=torch.channels_last)
+    if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.is_contiguous():
+        return False
+    sizes, strides = x.shape, x.stride()
+    if strides[1] == 0:
+        return False
+    low = 0
+    for d in (1, 3, 2, 0):
+        if sizes[d] == 0 or strides[d] < low or (d == 0 and low == strides[1]):
+            return False
+        low = strides[d] * (sizes[d] if sizes[d] > 1 else 1)
+    return True
 
 
 def _dw_native_flops(args: tuple, out: Any) -> float:

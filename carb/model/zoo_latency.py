@@ -221,9 +221,9 @@ def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: b
     (:func:`carb.design.zoo_features.hidden_copy_bytes`: the copies CUDA's softmax and layer / group norm kernels
     make of a strided input, which a meta-device trace does not record), those bytes are copies: added to ``mb_copy``
     on GPU rows timed eagerly (:func:`gpu_rows`, :func:`eager_rows`), a classification, no cost of their own. With
-    ``dw_native`` and the trace's ``flops_conv_dw_native`` (:func:`gpu_parts`), ``gflop_conv_dw_nonsquare`` becomes the
-    FLOPs of every depthwise convolution PyTorch keeps off cuDNN (:func:`dw_on_native`: a 7x7 or larger kernel, a
-    non-square one, a map narrower than 7, fewer than 32 channels, most stride-2 ones), not only the non-square ones.
+    ``dw_native`` and the trace's ``flops_conv_dw_native`` (:func:`gpu_parts`), ``gflop_conv_dw_native``: the FLOPs
+    of the square depthwise convolutions PyTorch also keeps off cuDNN (:func:`dw_on_native`: a 7x7 or larger kernel,
+    a map narrower than 7, fewer than 32 channels, most stride-2 ones), beside the non-square ones' term, on GPU rows.
     With ``gn_reread`` and the trace's ``bytes_norm_group_read`` (:func:`gpu_parts`), the input bytes of group norms
     are counted once more among the normalisation bytes (``mb_norm_fp32`` under autocast with ``amp_split``, else
     ``mb_norm``) on GPU rows timed eagerly: CUDA's group norm reads its input twice (a moments kernel, then the
@@ -241,10 +241,11 @@ def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: b
     if other_bytes:   # operations of no other kind (im2col / col2im, padding), each its own kernel when eager
         out["mb_other"] = np.where(eager_rows(frame), _col(frame, "tr_bytes_other", who) / 1e6, 0.0)
     if dw_nonsquare and "tr_flops_conv_dw_nonsquare" in frame.columns:   # off cuDNN on a GPU
-        col = "tr_flops_conv_dw_native" if dw_native and "tr_flops_conv_dw_native" in frame.columns \
-            else "tr_flops_conv_dw_nonsquare"
-        nonsq = _col(frame, col, who) / 1e9
+        nonsq = _col(frame, "tr_flops_conv_dw_nonsquare", who) / 1e9
         out["gflop_conv_dw_nonsquare"] = np.where(gpu_rows(frame), nonsq, 0.0)
+        if dw_native and "tr_flops_conv_dw_native" in frame.columns:   # the square ones off cuDNN: a term of their own
+            native = np.clip(_col(frame, "tr_flops_conv_dw_native", who) / 1e9 - nonsq, 0.0, None)
+            out["gflop_conv_dw_native"] = np.where(gpu_rows(frame), native, 0.0)
     if bmm_tiles and "tr_bmm_tiles" in frame.columns:   # a thread block per output tile of a batched product
         out["ktiles_bmm"] = np.where(gpu_rows(frame), _col(frame, "tr_bmm_tiles", who) / 1e3, 0.0)
     if gemm_regimes and all(f"tr_flops_gemm_{r}" in frame.columns for r in GEMM_REGIMES):   # GEMMs by regime
