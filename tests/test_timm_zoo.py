@@ -791,8 +791,9 @@ def test_gpu_parts_count_only_non_square_depthwise_flops():
                           "weight_shape": [(64, 1, 1, 5), (64, 1, 5, 1), (64, 1, 3, 3), (64, 32, 1, 7), (10, 64)],
                           "out_shape": [(1, 64, 8, 8)] * 4 + [(1, 10)],
                           "flops": [1e6, 2e6, 4e6, 8e6, 16e6]})
-    assert gpu_parts(table) == {"flops_conv_dw_nonsquare": 3e6, "bmm_tiles": 0.0}
-    assert gpu_parts(table.iloc[2:]) == {"flops_conv_dw_nonsquare": 0.0, "bmm_tiles": 0.0}
+    keys = ("flops_conv_dw_nonsquare", "bmm_tiles")
+    assert {k: gpu_parts(table)[k] for k in keys} == {"flops_conv_dw_nonsquare": 3e6, "bmm_tiles": 0.0}
+    assert {k: gpu_parts(table.iloc[2:])[k] for k in keys} == {"flops_conv_dw_nonsquare": 0.0, "bmm_tiles": 0.0}
 
 
 def test_gpu_parts_count_output_tiles_of_batched_matrix_products():
@@ -1057,3 +1058,97 @@ def test_hidden_copy_bytes_counts_strided_softmax_and_norm_inputs_only():
     assert np.allclose(on["mb_copy"], off["mb_copy"] + 1.0) and list(on.columns) == list(off.columns)
     cpu = additive_terms(frame.assign(device_kind="cpu"), hidden_copies=True)
     assert np.allclose(cpu["mb_copy"], off["mb_copy"])
+
+
+def test_dw_on_native_follows_pytorchs_cudnn_depthwise_rule():
+    """``dw_on_native``: PyTorch's rule (cuDNN >= 8.2, fp16 NCHW, batch > 1) keeps a depthwise convolution off cuDNN
+    for a 7x7 kernel (FastViT, ConvNeXt), a non-square one, fewer than 32 channels, a map narrower than 7, and a
+    stride-2 3x3 with fewer than 256 channels (512 on a map narrower than 28); a 3x3 at stride 1 goes to cuDNN."""
+    from carb.model.zoo_latency import dw_on_native
+
+    assert dw_on_native((1, 48, 64, 64), (48, 1, 7, 7), (1, 1))
+    assert not dw_on_native((1, 48, 64, 64), (48, 1, 3, 3), (1, 1))
+    assert not dw_on_native((1, 96, 32, 32), (96, 1, 5, 5), 1)
+    assert dw_on_native((1, 96, 32, 32), (96, 1, 1, 5), (1, 1))
+    assert dw_on_native((1, 16, 32, 32), (16, 1, 3, 3), (1, 1))
+    assert dw_on_native((1, 384, 4, 4), (384, 1, 3, 3), (1, 1))
+    assert dw_on_native((1, 48, 128, 128), (48, 1, 3, 3), (2, 2))
+    assert not dw_on_native((1, 512, 14, 14), (512, 1, 3, 3), (2, 2))
+    assert not dw_on_native((1, 256, 28, 28), (256, 1, 5, 5), (2, 2))
+    assert dw_on_native((1, 256, 14, 14), (256, 1, 3, 3), (2, 2))
+    assert not dw_on_native((1, 64), (10, 64), None)
+
+
+def test_gpu_parts_native_depthwise_and_group_norm_reads_reach_the_additive_terms():
+    """``gpu_parts``: ``flops_conv_dw_native`` sums the depthwise FLOPs off cuDNN (a 7x7 and a 1x5, not a 3x3),
+    ``bytes_norm_group_read`` the bytes group norms read (not a layer norm's). ``dw_native`` puts the former in
+    ``gflop_conv_dw_nonsquare``; ``gn_reread`` adds the latter to the fp32 norm bytes on autocast GPU rows only."""
+    from carb.model.zoo_latency import additive_terms, gpu_parts
+
+    table = pd.DataFrame({"kind": ["conv_depthwise", "conv_depthwise", "conv_depthwise", "norm", "norm"],
+                          "op": ["convolution"] * 3 + ["native_group_norm", "native_layer_norm"],
+                          "in_shape": [(1, 64, 16, 16)] * 5,
+                          "weight_shape": [(64, 1, 7, 7), (64, 1, 1, 5), (64, 1, 3, 3), (64,), (64,)],
+                          "stride": [(1, 1)] * 3 + [None, None], "out_shape": [(1, 64, 16, 16)] * 5,
+                          "flops": [1e6, 2e6, 4e6, 8e6, 16e6], "bytes_read": [1.0, 2.0, 4.0, 100.0, 200.0]})
+    parts = gpu_parts(table)
+    assert parts["flops_conv_dw_native"] == 3e6 and parts["flops_conv_dw_nonsquare"] == 2e6
+    assert parts["bytes_norm_group_read"] == 100.0
+    frame = _additive_frame(0).assign(device_kind="gpu", timm_precision="amp_fp16", tr_flops_conv_dw_nonsquare=1e9,
+                                      tr_flops_conv_dw_native=3e9, tr_bytes_norm_fp32=2e6,
+                                      tr_bytes_elementwise_param=0.0, tr_bytes_norm_group_read=1e6)
+    frame["tr_bytes_norm"] = frame["tr_bytes_norm"] + 2e6
+    off = additive_terms(frame, amp_split=True, dw_nonsquare=True)
+    on = additive_terms(frame, amp_split=True, dw_nonsquare=True, dw_native=True, gn_reread=True)
+    assert np.allclose(on["gflop_conv_dw_nonsquare"], 1.0) and np.allclose(on["gflop_conv_dw_native"], 2.0)
+    assert "gflop_conv_dw_native" not in off.columns
+    assert np.allclose(on["mb_norm_fp32"], off["mb_norm_fp32"] + 1.0) and np.allclose(on["mb_norm"], off["mb_norm"])
+    cpu = additive_terms(frame.assign(device_kind="cpu"), amp_split=True, gn_reread=True)
+    assert np.allclose(cpu["mb_norm_fp32"], off["mb_norm_fp32"])
+
+
+def test_hidden_copy_bytes_with_cuda_layout_keeps_channels_last_through_a_convolution():
+    """A LayerNorm2d (permute, layer norm, permute back) hands a depthwise convolution a channels-last view; on a GPU
+    its output stays channels-last, so the next permuted layer norm reads a contiguous input (ConvNeXt's block): with
+    ``cuda_layout`` only the first layer norm's input (a permuted NCHW map) is copied, without it both are."""
+    from torch import nn
+
+    from carb.design.zoo_features import hidden_copy_bytes
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem, self.dw = nn.Conv2d(3, 8, 1), nn.Conv2d(8, 8, 3, padding=1, groups=8)
+            self.n1, self.n2 = nn.LayerNorm(8), nn.LayerNorm(8)
+
+        def forward(self, x):   # x: (1, 3, 4, 4)
+            y = self.n1(self.stem(x).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)   # 128 elements, a strided input
+            return self.n2(self.dw(y).permute(0, 2, 3, 1))
+
+    assert hidden_copy_bytes(Net(), 4) == {"bytes_hidden_copy": 2 * 2 * 4 * 128.0, "n_hidden_copy": 2.0}
+    assert hidden_copy_bytes(Net(), 4, cuda_layout=True) == {"bytes_hidden_copy": 2 * 4 * 128.0, "n_hidden_copy": 1.0,
+                                                             "flops_conv_dw_native": 0.0}
+
+
+def test_hidden_copy_bytes_with_cuda_layout_counts_depthwise_flops_off_cudnn():
+    """``flops_conv_dw_native``: a 7x7 depthwise convolution on an NCHW map runs on PyTorch's kernel (2 x 32 x 49
+    x 8 x 8 FLOPs), the same on a channels-last map (after a permuted layer norm) goes to cuDNN, a 3x3 too."""
+    from torch import nn
+
+    from carb.design.zoo_features import hidden_copy_bytes
+
+    class Net(nn.Module):
+        def __init__(self, channels_last: bool, k: int):
+            super().__init__()
+            self.cl, self.stem = channels_last, nn.Conv2d(3, 32, 1)
+            self.dw, self.norm = nn.Conv2d(32, 32, k, padding=k // 2, groups=32), nn.LayerNorm(32)
+
+        def forward(self, x):   # x: (1, 3, 8, 8)
+            y = self.stem(x)
+            if self.cl:
+                y = self.norm(y.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+            return self.dw(y)
+
+    assert hidden_copy_bytes(Net(False, 7), 8, cuda_layout=True)["flops_conv_dw_native"] == 2 * 32 * 49 * 64.0
+    assert hidden_copy_bytes(Net(True, 7), 8, cuda_layout=True)["flops_conv_dw_native"] == 0.0
+    assert hidden_copy_bytes(Net(False, 3), 8, cuda_layout=True)["flops_conv_dw_native"] == 0.0

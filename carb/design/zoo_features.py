@@ -470,11 +470,59 @@ def amp_memory_split(table: Any) -> dict[str, float]:
 HIDDEN_COPY_OPS: frozenset[str] = frozenset({"_softmax", "_log_softmax", "native_layer_norm", "native_group_norm"})
 
 
-def hidden_copy_bytes(model: Any, input_size: int, settings: dict[str, Any] | None = None) -> dict[str, float]:
+#: Convolution operators whose CUDA output keeps a channels-last input's layout (:func:`hidden_copy_bytes`).
+CL_CONV_OPS: frozenset[str] = frozenset({"convolution", "_convolution", "conv2d", "cudnn_convolution"})
+
+
+def _channels_last(x: Any) -> bool:
+    """Whether ``x`` is a 4-D tensor that is not NCHW-contiguous and whose strides PyTorch takes as channels-last
+    (``suggest_memory_format``: ``is_channels_last_strides_2d``, the stride order C < W < H < N, dense or not: a
+    permuted channel slice of an NHWC tensor, MambaOut's gated convolution, counts)."""
+    import torch
+
+    if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.is_contiguous():
+        return False
+    sizes, strides = x.shape, x.stride()
+    if strides[1] == 0:
+        return False
+    low = 0
+    for d in (1, 3, 2, 0):
+        if sizes[d] == 0 or strides[d] < low or (d == 0 and low == strides[1]):
+            return False
+        low = strides[d] * (sizes[d] if sizes[d] > 1 else 1)
+    return True
+
+
+def _dw_native_flops(args: tuple, out: Any) -> float:
+    """FLOPs (2 per multiply-add, batch 1) of one ``convolution`` call (``args``: input, weight, bias, stride, padding,
+    dilation, transposed, output padding, groups) if it is a 2-D depthwise convolution off cuDNN on a GPU: an NCHW
+    input (a channels-last one always goes to cuDNN) that :func:`carb.model.zoo_latency.dw_on_native` keeps off; else
+    0."""
+    from carb.model.zoo_latency import dw_on_native
+
+    x, w = args[0], args[1]
+    groups = int(args[8]) if len(args) > 8 else 1
+    if x.dim() != 4 or groups < 2 or x.shape[1] != groups or _channels_last(x):
+        return 0.0
+    stride = args[3] if len(args) > 3 else (1, 1)
+    if not dw_on_native(tuple(x.shape), tuple(w.shape), stride):
+        return 0.0
+    return float(2 * w.numel() * out.shape[-2] * out.shape[-1])
+
+
+def hidden_copy_bytes(model: Any, input_size: int, settings: dict[str, Any] | None = None,
+                      cuda_layout: bool = False) -> dict[str, float]:
     """``bytes_hidden_copy`` / ``n_hidden_copy``: bytes (read + written, 4 per element: the table's fp32 units, batch 1)
     and calls of the copies that :data:`HIDDEN_COPY_OPS` make of a strided input on a GPU, from one meta-device
     forward of ``model`` (a zoo name, built with ``settings``, or an ``nn.Module``) on a ``(1, 3, input_size,
-    input_size)`` input; strides as eager PyTorch propagates them (TensorIterator's layout rules run on meta too)."""
+    input_size)`` input; strides as eager PyTorch propagates them (TensorIterator's layout rules run on meta too).
+    With ``cuda_layout``, a convolution whose input has channels-last strides returns a channels-last output, as
+    cuDNN does on a GPU (``cudnn_conv_suggest_memory_format``; the meta kernel returns a contiguous NCHW output):
+    timm's LayerNorm2d (a permute, a layer norm, a permute back) hands the next convolution a channels-last view, so
+    on a GPU ConvNeXt's and DaViT's blocks stay channels-last and their permuted layer norms read contiguous inputs,
+    where the meta strides say every one is copied (:data:`CL_CONV_OPS`). With it also ``flops_conv_dw_native``: the
+    FLOPs of the depthwise convolutions PyTorch runs on its own kernel, not cuDNN's (a channels-last input always goes
+    to cuDNN; an NCHW one by :func:`carb.model.zoo_latency.dw_on_native`), batch 1."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -483,7 +531,7 @@ def hidden_copy_bytes(model: Any, input_size: int, settings: dict[str, Any] | No
     import copy
 
     net = build_model(model, **(settings or {})) if isinstance(model, str) else copy.deepcopy(model).to("meta")
-    acc = {"bytes_hidden_copy": 0.0, "n_hidden_copy": 0.0}
+    acc = {"bytes_hidden_copy": 0.0, "n_hidden_copy": 0.0} | ({"flops_conv_dw_native": 0.0} if cuda_layout else {})
 
     class _Strided(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -491,7 +539,12 @@ def hidden_copy_bytes(model: Any, input_size: int, settings: dict[str, Any] | No
                     and not args[0].is_contiguous():
                 acc["bytes_hidden_copy"] += 2 * 4 * args[0].numel()
                 acc["n_hidden_copy"] += 1
-            return func(*args, **(kwargs or {}))
+            out = func(*args, **(kwargs or {}))
+            if cuda_layout and func._overloadpacket.__name__ in CL_CONV_OPS:
+                acc["flops_conv_dw_native"] += _dw_native_flops(args, out)
+                if _channels_last(args[0]):
+                    out = out.contiguous(memory_format=torch.channels_last)   # cuDNN keeps the input's layout
+            return out
 
     x = torch.empty((1, 3, int(input_size), int(input_size)), device="meta")
     with torch.no_grad(), _Strided():

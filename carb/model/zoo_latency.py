@@ -181,7 +181,8 @@ def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: b
                    sdpa_math_io: bool = False, other_bytes: bool = False,
                    dw_nonsquare: bool = False, bmm_tiles: bool = False,
                    input_bytes: bool = False, act_fp32: bool = False,
-                   hidden_copies: bool = False) -> pd.DataFrame:
+                   hidden_copies: bool = False, dw_native: bool = False,
+                   gn_reread: bool = False) -> pd.DataFrame:
     """The terms of :class:`AdditiveBase` (n rows, each a time source per image in its own unit), from the
     ``tr_*`` columns (per image, fp32) and ``batch_size``: ``gflop_<kind>`` (GFLOPs of each compute kind,
     :data:`TRACE_COMPUTE_KINDS`), ``mb_<kind>`` (MB read + written by each memory-bound kind,
@@ -219,8 +220,14 @@ def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: b
     fp32 and is cast back by the next matrix product. With ``hidden_copies`` and the trace's ``bytes_hidden_copy``
     (:func:`carb.design.zoo_features.hidden_copy_bytes`: the copies CUDA's softmax and layer / group norm kernels
     make of a strided input, which a meta-device trace does not record), those bytes are copies: added to ``mb_copy``
-    on GPU rows timed eagerly (:func:`gpu_rows`, :func:`eager_rows`), a classification, no cost of their own. NaN in a
-    row without a trace."""
+    on GPU rows timed eagerly (:func:`gpu_rows`, :func:`eager_rows`), a classification, no cost of their own. With
+    ``dw_native`` and the trace's ``flops_conv_dw_native`` (:func:`gpu_parts`), ``gflop_conv_dw_native``: the FLOPs
+    of the square depthwise convolutions PyTorch also keeps off cuDNN (:func:`dw_on_native`: a 7x7 or larger kernel,
+    a map narrower than 7, fewer than 32 channels, most stride-2 ones), beside the non-square ones' term, on GPU rows.
+    With ``gn_reread`` and the trace's ``bytes_norm_group_read`` (:func:`gpu_parts`), the input bytes of group norms
+    are counted once more among the normalisation bytes (``mb_norm_fp32`` under autocast with ``amp_split``, else
+    ``mb_norm``) on GPU rows timed eagerly: CUDA's group norm reads its input twice (a moments kernel, then the
+    normalising pass), layer norm once (one kernel per row). NaN in a row without a trace."""
     who = "the zoo latency model's additive base"
     b = _col(frame, "batch_size", who)
     out = {f"gflop_{k}": _col(frame, f"tr_flops_{k}", who) / 1e9 for k in TRACE_COMPUTE_KINDS}
@@ -236,6 +243,9 @@ def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: b
     if dw_nonsquare and "tr_flops_conv_dw_nonsquare" in frame.columns:   # off cuDNN on a GPU
         nonsq = _col(frame, "tr_flops_conv_dw_nonsquare", who) / 1e9
         out["gflop_conv_dw_nonsquare"] = np.where(gpu_rows(frame), nonsq, 0.0)
+        if dw_native and "tr_flops_conv_dw_native" in frame.columns:   # the square ones off cuDNN: a term of their own
+            native = np.clip(_col(frame, "tr_flops_conv_dw_native", who) / 1e9 - nonsq, 0.0, None)
+            out["gflop_conv_dw_native"] = np.where(gpu_rows(frame), native, 0.0)
     if bmm_tiles and "tr_bmm_tiles" in frame.columns:   # a thread block per output tile of a batched product
         out["ktiles_bmm"] = np.where(gpu_rows(frame), _col(frame, "tr_bmm_tiles", who) / 1e3, 0.0)
     if gemm_regimes and all(f"tr_flops_gemm_{r}" in frame.columns for r in GEMM_REGIMES):   # GEMMs by regime
@@ -249,6 +259,15 @@ def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: b
         out["mb_norm"] = out["mb_norm"] - fp32_norm
         out |= {"mb_norm_fp32": fp32_norm,
                 "mb_elementwise_param": np.where(amp, _col(frame, "tr_bytes_elementwise_param", who) / 1e6, 0.0)}
+    if gn_reread and "tr_bytes_norm_group_read" in frame.columns:   # group norm's second read of its input
+        extra = np.where(gpu_rows(frame) & eager_rows(frame), _col(frame, "tr_bytes_norm_group_read", who) / 1e6, 0.0)
+        into = "mb_norm_fp32" if "mb_norm_fp32" in out else "mb_norm"
+        if into == "mb_norm_fp32":   # under autocast group norm is on the fp32 list; elsewhere batch norm's cost
+            amp = autocast_rows(frame)
+            out["mb_norm_fp32"] = out["mb_norm_fp32"] + np.where(amp, extra, 0.0)
+            out["mb_norm"] = out["mb_norm"] + np.where(amp, 0.0, extra)
+        else:
+            out["mb_norm"] = out["mb_norm"] + extra
     out |= {"ops_per_image": _col(frame, "tr_n_ops", who) / b,
             "weight_mb_per_image": _col(frame, "tr_param_bytes", who) / 1e6 / b, "per_image": 1.0 / b}
     if input_bytes:   # the input's own passes (autocast's cast, the 3-channel stem)
@@ -359,13 +378,48 @@ def gpu_parts(table: pd.DataFrame) -> dict[str, float]:
     (GhostNetV2's 1x5 / 5x1 attention, Inception-NeXt's 1x11 / 11x1 bands, a mixed kernel split along one
     axis). PyTorch gives cuDNN a half-precision depthwise convolution only for square 1, 3 or 5 kernels
     (``check_cudnn_depthwise_workload_with_filter``); a non-square one runs on its own depthwise kernel.
-    Same batch and precision as ``table`` (timm's files: traced at batch 1, fp32)."""
+    ``flops_conv_dw_native``: the FLOPs of every depthwise convolution that rule keeps off cuDNN
+    (:func:`dw_on_native`; the non-square ones among them). ``bytes_norm_group_read``: the bytes group norms read
+    (``native_group_norm``; CUDA's reads them twice: its moments kernel, then the normalising pass). Same batch and precision as ``table`` (timm's files: traced at batch 1, fp32)."""
     dw = (table["kind"] == "conv_depthwise").to_numpy()
     nonsquare = np.array([_nonsquare(w) for w in table["weight_shape"]], bool) & dw
+    none = pd.Series([None] * len(table), index=table.index)
+    native = np.array([dw_on_native(i, w, s) for i, w, s in zip(table.get("in_shape", none), table["weight_shape"],
+                                                               table.get("stride", none))], bool) & dw | nonsquare
     mm = (table["kind"] == "matmul").to_numpy()
     tiles = sum(_bmm_tiles(o) for o in table["out_shape"].to_numpy()[mm])
-    return {"flops_conv_dw_nonsquare": float(table["flops"].to_numpy(float)[nonsquare].sum()),
-            "bmm_tiles": float(tiles)}
+    gn = ((table["kind"] == "norm") & table.get("op", none).astype(str).str.contains("group_norm")).to_numpy()
+    flops = table["flops"].to_numpy(float)
+    read = table.get("bytes_read", pd.Series(np.zeros(len(table)), index=table.index)).to_numpy(float)
+    return {"flops_conv_dw_nonsquare": float(flops[nonsquare].sum()), "bmm_tiles": float(tiles),
+            "flops_conv_dw_native": float(flops[native].sum()), "bytes_norm_group_read": float(read[gn].sum())}
+
+
+def dw_on_native(in_shape: object, weight_shape: object, stride: object) -> bool:
+    """Whether PyTorch runs a half-precision NCHW depthwise convolution (input ``(N, C, H, W)``, weight
+    ``(C * m, 1, kh, kw)``, ``stride``) on its own depthwise kernel rather than cuDNN's, by its rule for cuDNN >= 8.2
+    at a batch above 1 (``aten/src/ATen/native/Convolution.cpp``, ``use_cudnn_depthwise`` and
+    ``check_cudnn_depthwise_workload_with_filter``): cuDNN takes at least 32 channels, a square 1, 3 or 5 kernel on a
+    map at least 7 wide, at stride 1, or at stride 2 with a 3 or 5 kernel and at least 512 channels (or 256 on a map
+    at least 28 wide); every other one is PyTorch's (FastViT's, ConvNeXt's, StarNet's 7x7, FocalNet's 9x9, a
+    1x5 band). False for a shape that is not a 2-D convolution's."""
+    try:
+        i = tuple(int(v) for v in in_shape)
+        w = tuple(int(v) for v in weight_shape)
+    except TypeError:
+        return False
+    if len(i) != 4 or len(w) != 4:
+        return False
+    try:
+        s = int(np.ravel(np.asarray(stride, dtype=object))[-1])
+    except (TypeError, ValueError, IndexError):
+        s = 1
+    ch, width, kh, kw = i[1], i[3], w[2], w[3]
+    if ch < 32 or kh != kw or kw not in (1, 3, 5) or width < 7:
+        return True
+    if s == 1:
+        return False
+    return s != 2 or kw == 1 or not (ch >= 512 or (ch >= 256 and width >= 28))
 
 
 def _bmm_tiles(out_shape: object) -> int:
@@ -494,8 +548,10 @@ class AdditiveBase:
     def __init__(self, iterations: int = 10, huber: float | None = 0.1, gemm_regimes: bool = False,
                  amp_split: bool = False, sdpa_math_io: bool = False, other_bytes: bool = False,
                  cpu_terms: tuple[str, ...] = (), dw_nonsquare: bool = False, bmm_tiles: bool = False,
-                 input_bytes: bool = False, act_fp32: bool = False, hidden_copies: bool = False):
+                 input_bytes: bool = False, act_fp32: bool = False, hidden_copies: bool = False,
+                 dw_native: bool = False, gn_reread: bool = False):
         self.iterations, self.huber, self.gemm_regimes = iterations, huber, gemm_regimes
+        self.dw_native, self.gn_reread = dw_native, gn_reread
         self.amp_split, self.dw_nonsquare, self.bmm_tiles = amp_split, dw_nonsquare, bmm_tiles
         self.input_bytes, self.act_fp32, self.hidden_copies = input_bytes, act_fp32, hidden_copies
         self.sdpa_math_io, self.other_bytes = sdpa_math_io, other_bytes
@@ -507,7 +563,7 @@ class AdditiveBase:
         :func:`additive_terms` columns those stand for (:func:`carb.model.zoo_latency_cpu.replaced_terms`)."""
         out = additive_terms(frame, self.gemm_regimes, self.amp_split, self.sdpa_math_io, self.other_bytes,
                              self.dw_nonsquare, self.bmm_tiles, self.input_bytes, self.act_fp32,
-                             self.hidden_copies)
+                             self.hidden_copies, self.dw_native, self.gn_reread)
         if not self.cpu_terms:
             return out
         from carb.model.zoo_latency_cpu import cpu_terms, replaced_terms
@@ -619,6 +675,9 @@ class ZooLatencyModel:
     each fit as ``input_bytes`` (both ``"cv"``: every combination; the choice is ``act_fp32_``).
     ``hidden_copies``: the additive base counts the copies CUDA's softmax and layer / group norm kernels make of a
     strided input (``tr_bytes_hidden_copy``) as copies on GPU rows (:func:`additive_terms`).
+    ``dw_native``: the non-square depthwise term takes every depthwise convolution PyTorch keeps off cuDNN
+    (:func:`dw_on_native`); ``gn_reread``: group norms' input bytes counted once more among the normalisation bytes
+    (both :func:`additive_terms`, GPU rows; docs/MODEL.md, round 7).
     """
 
     def __init__(self, n_estimators: int = 300, learning_rate: float = 0.03, num_leaves: int = 15,
@@ -629,7 +688,7 @@ class ZooLatencyModel:
                  cpu_terms: tuple[str, ...] = (), outside: str = "overshoot", nested_margin: bool = False,
                  dw_nonsquare: bool = True, bmm_tiles: bool = False, input_bytes: bool | str = "cv",
                  cv_folds: int = 5, cv_min_models: int = 5, cv_seed: int = 0, act_fp32: bool | str = False,
-                 hidden_copies: bool = True):
+                 hidden_copies: bool = True, dw_native: bool = False, gn_reread: bool = False):
         if base not in ("loglinear", "additive"):
             raise DatasetError(f"ZooLatencyModel: base={base!r} is not allowed; allowed: loglinear, additive")
         self.n_estimators, self.learning_rate = n_estimators, learning_rate
@@ -641,6 +700,7 @@ class ZooLatencyModel:
         self.bmm_tiles, self.input_bytes = bmm_tiles, input_bytes
         self.cv_folds, self.cv_min_models, self.cv_seed = cv_folds, cv_min_models, cv_seed
         self.act_fp32, self.hidden_copies = act_fp32, hidden_copies
+        self.dw_native, self.gn_reread = dw_native, gn_reread
         self.cpu_terms = tuple(cpu_terms)   # per-device CPU terms of the additive base (timm's CPU file)
         for key, value in (("input_bytes", input_bytes), ("act_fp32", act_fp32)):
             if value not in (True, False, "cv"):
@@ -699,7 +759,7 @@ class ZooLatencyModel:
                             sdpa_math_io=self.sdpa_math_io, other_bytes=self.other_bytes,
                             cpu_terms=self.cpu_terms, dw_nonsquare=self.dw_nonsquare,
                             bmm_tiles=self.bmm_tiles, input_bytes=input_bytes, act_fp32=act_fp32,
-                            hidden_copies=self.hidden_copies)
+                            hidden_copies=self.hidden_copies, dw_native=self.dw_native, gn_reread=self.gn_reread)
 
     def components(self, frame: pd.DataFrame) -> pd.DataFrame:
         """The log time per image (n rows) of the base (``base``), the base times the correction
