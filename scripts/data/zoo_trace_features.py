@@ -2,7 +2,7 @@
 cache and write a compact feature table: one row per (architecture, input size).
 
     python scripts/data/zoo_trace_features.py [--workers 2] [--stop-at HH:MM] [--limit N] [--reparam] [--refresh]
-        [--refresh-where COLUMN] [--refresh-module CLASS]
+        [--refresh-where COLUMN] [--refresh-module CLASS] [--columns A,B]
 
 Reads ``carb/data/timm-zoo-bench.parquet``; for each distinct ``(model, input_size)`` runs
 :func:`carb.design.trace.trace` at batch 1, fp32, 3 channels (the tracer scales to any batch and precision)
@@ -20,7 +20,8 @@ plain trace's). Rows of the plain trace have ``reparam`` False. ``--refresh``: r
 columns of every row already there from the cached traces (after summarize() gains a column;
 ``--refresh-where COLUMN``: only the rows where COLUMN is non-zero, the new column 0 elsewhere; with
 ``--refresh-module CLASS`` too: of those, only the rows whose network, built on the meta device, holds a module
-that is an instance of ``torch.nn.CLASS``, e.g. ``GroupNorm`` for a group-norm column). A model the tracer refuses at its default settings
+that is an instance of ``torch.nn.CLASS``, e.g. ``GroupNorm`` for a group-norm column; ``--columns A,B``: write
+only those columns, every other one keeps every value it had). A model the tracer refuses at its default settings
 is tried once more with ``img_size=<input_size>`` (timm's fixed-position-embedding models); one refused
 both ways gets a row with ``refused`` set to the one-line reason and NaN features.
 
@@ -191,14 +192,16 @@ def module_rows(done: pd.DataFrame, ok: np.ndarray, cls: str, workers: int) -> n
                           zip(done["model"], done["input_size"], settings)], bool)
 
 
-def refresh(done: pd.DataFrame, workers: int, where: str | None = None, module: str | None = None) -> pd.DataFrame:
+def refresh(done: pd.DataFrame, workers: int, where: str | None = None, module: str | None = None,
+            columns: list[str] | None = None) -> pd.DataFrame:
     """Every traced row of ``done`` with summarize()'s columns recomputed (:func:`refresh_one`). With
     ``where`` (a column of ``done``), only the rows where it is non-zero: a column new to the table is 0 on
     the others (for a column that is 0 wherever ``where`` is, e.g. ``bytes_sdpa_math_io`` where
     ``flops_sdpa_math`` is 0: no row on the math path), which spares tracing every network again. With ``module``
     (a class of ``torch.nn``), of those only the rows whose network holds one (:func:`module_rows`): a column that is
     0 wherever the network has no such module (``bytes_group_norm`` without a ``GroupNorm``); then only the columns
-    new to the table are written (the others keep their values, on those rows too)."""
+    new to the table are written (the others keep their values, on those rows too). With ``columns``, only those
+    columns are written (new or not; every other column keeps every value it had)."""
     ok = done["refused"].isna().to_numpy()
     if where is not None:
         ok = ok & (pd.to_numeric(done[where], errors="coerce").fillna(0).to_numpy(float) != 0)
@@ -212,6 +215,8 @@ def refresh(done: pd.DataFrame, workers: int, where: str | None = None, module: 
     new = pd.DataFrame(rows, index=done.index[ok])
     out = done.copy()
     for c in new.columns:
+        if columns is not None and c not in columns:
+            continue   # only the named columns are written
         if module is not None and c in done.columns:
             continue   # only the new columns are written: the others keep every value they had
         if c not in out.columns:
@@ -286,6 +291,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                    help="with --refresh: only the rows where COLUMN is non-zero (a new column is 0 on the others)")
     p.add_argument("--refresh-module", default=None, metavar="CLASS",
                    help="with --refresh-where: only the rows whose network holds a torch.nn.CLASS module")
+    p.add_argument("--columns", default=None, metavar="A,B",
+                   help="with --refresh: write only these columns of summarize()'s (the others keep their values)")
     a = p.parse_args(argv)
     if a.workers < 1:
         print(f"--workers: {a.workers} is not allowed; allowed: an integer >= 1", file=sys.stderr)
@@ -316,6 +323,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--refresh-module: {a.refresh_module!r} is not allowed; allowed: a class of torch.nn (e.g. GroupNorm), "
               "with --refresh-where", file=sys.stderr)
         raise SystemExit(2)
+    if a.columns is not None:
+        a.columns = [c for c in a.columns.split(",") if c]
+        if not a.refresh or not a.columns:
+            print(f"--columns: {','.join(a.columns)!r} is not allowed; allowed: column names, comma-separated, "
+                  "with --refresh", file=sys.stderr)
+            raise SystemExit(2)
     if a.hidden_copies:
         done = hidden_copies(done, a.workers)
         _write(done)
@@ -324,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.refresh:
         only = {"module": a.refresh_module} if a.refresh_module is not None else {}
+        only |= {"columns": a.columns} if a.columns is not None else {}
         done = refresh(done, a.workers, a.refresh_where, **only)
         _write(done)
         _provenance(done)
