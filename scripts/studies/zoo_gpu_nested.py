@@ -39,6 +39,24 @@ def base_settings(overrides: list[str]) -> dict:
     return out | {"input_bytes": True}
 
 
+class _Base:
+    """:class:`carb.model.zoo_latency.AdditiveBase` with ``predict``: ``latency_ms`` per batch (n,)."""
+
+    def __init__(self, **settings):
+        from carb.model.zoo_latency import AdditiveBase
+
+        self.base = AdditiveBase(**settings)
+
+    def fit(self, frame: pd.DataFrame) -> _Base:
+        """Fit the base on ``frame``'s rows."""
+        self.base.fit(frame)
+        return self
+
+    def predict(self, frame: pd.DataFrame) -> np.ndarray:
+        """``latency_ms`` per batch (n,): the base's time per image times ``batch_size``."""
+        return np.exp(self.base.predict_log(frame)) * frame["batch_size"].to_numpy(float)
+
+
 def lofo(rows: pd.DataFrame, make) -> pd.DataFrame:
     """Leave-one-family-out predictions (``pred``, ms) of ``make()`` on ``rows``."""
     out = rows[["family", "model", "latency_ms"]].copy()
@@ -66,12 +84,12 @@ def main() -> None:
         raise SystemExit(2)
     from carb.analysis.zoo_nested import nested_choice, nested_predictions
     from carb.data.importers.timm_zoo import load_zoo_bench, with_census, with_trace
-    from carb.model.zoo_latency import AdditiveBase, gpu_rows
+    from carb.model.zoo_latency import gpu_rows
 
     zoo = with_trace(with_census(load_zoo_bench()), reparam="published")
     zoo = zoo[gpu_rows(zoo) & zoo["tr_flops"].notna()]
     s0, s1 = base_settings([]), base_settings(a.variant)
-    makes = [lambda: AdditiveBase(**s0), lambda: AdditiveBase(**s1)]
+    makes = [lambda: _Base(**s0), lambda: _Base(**s1)]
     print(f"variant 1: {', '.join(a.variant)}; base settings {s0}", flush=True)
     for dev, rows in zoo.groupby("device_name", sort=True):
         rows = rows.reset_index(drop=True)
