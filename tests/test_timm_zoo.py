@@ -1107,6 +1107,22 @@ def test_gpu_parts_native_depthwise_and_group_norm_reads_reach_the_additive_term
     assert np.allclose(cpu["mb_norm_fp32"], off["mb_norm_fp32"])
 
 
+def test_cuda_layout_switch_reads_the_cuda_layout_columns():
+    """``cuda_layout``: ``hidden_copies`` adds ``tr_bytes_hidden_copy_cl`` (not the meta ``tr_bytes_hidden_copy``) to
+    the copies, ``dw_native`` prices ``tr_flops_conv_dw_native_cl``; off, or without those columns, the meta ones."""
+    from carb.model.zoo_latency import additive_terms
+
+    frame = _additive_frame(0).assign(device_kind="gpu", timm_precision="fp32", tr_flops_conv_dw_nonsquare=1e9,
+                                      tr_flops_conv_dw_native=3e9, tr_flops_conv_dw_native_cl=1e9,
+                                      tr_bytes_hidden_copy=4e6, tr_bytes_hidden_copy_cl=1e6)
+    kw = {"dw_nonsquare": True, "dw_native": True, "hidden_copies": True}
+    none = additive_terms(frame, dw_nonsquare=True, dw_native=True)
+    meta, cl = additive_terms(frame, **kw), additive_terms(frame, **kw, cuda_layout=True)
+    assert np.allclose(meta["mb_copy"], none["mb_copy"] + 4.0) and np.allclose(cl["mb_copy"], none["mb_copy"] + 1.0)
+    assert np.allclose(meta["gflop_conv_dw_native"], 2.0) and np.allclose(cl["gflop_conv_dw_native"], 0.0)
+    old = frame.drop(columns=["tr_bytes_hidden_copy_cl", "tr_flops_conv_dw_native_cl"])
+    assert np.allclose(additive_terms(old, **kw, cuda_layout=True)["mb_copy"], meta["mb_copy"])
+
 def test_hidden_copy_bytes_with_cuda_layout_keeps_channels_last_through_a_convolution():
     """A LayerNorm2d (permute, layer norm, permute back) hands a depthwise convolution a channels-last view; on a GPU
     its output stays channels-last, so the next permuted layer norm reads a contiguous input (ConvNeXt's block): with

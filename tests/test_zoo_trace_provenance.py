@@ -56,3 +56,69 @@ def test_provenance_starts_empty_when_the_file_is_missing_or_unreadable(tmp_path
         mod._provenance(frame, path)
         info = json.loads(path.read_text())
         assert info["rows"] == 1 and "cpu_columns" not in info
+
+
+class _InlinePool:
+    """A stand-in for a spawn pool: maps in this process (so monkeypatched functions are the ones called)."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def map(self, fn, jobs, chunksize=1):
+        return [fn(j) for j in jobs]
+
+
+def _inline(mod, monkeypatch):
+    """Replace the script's spawn context by one whose Pool runs inline."""
+    monkeypatch.setattr(mod, "get_context", lambda _: type("Ctx", (), {"Pool": _InlinePool})())
+
+
+def test_refresh_with_columns_writes_only_those_columns(monkeypatch):
+    """``refresh(..., columns=[...])``: the named column (new) is written on the rows ``where`` selects (0 on the other
+    traced rows), an existing column the recomputation would change keeps its stored values."""
+    mod = _script()
+    _inline(mod, monkeypatch)
+    monkeypatch.setattr(mod, "refresh_one", lambda job: {"flops": -1.0, "flops_new": 7.0})
+    done = pd.DataFrame({"model": ["a_net", "b_net", "c_net"], "input_size": [224, 224, 256],
+                         "settings": ["", "", ""], "refused": [None, None, "too big"], "folded": False,
+                         "flops": [1e9, 0.0, float("nan")], "where_col": [1.0, 0.0, float("nan")]})
+    out = mod.refresh(done, 1, "where_col", columns=["flops_new"])
+    assert out["flops"].equals(done["flops"])
+    assert out["flops_new"].iloc[0] == 7.0 and out["flops_new"].iloc[1] == 0.0 and pd.isna(out["flops_new"].iloc[2])
+
+
+def test_hidden_copies_cuda_only_where_the_meta_trace_has_a_copy(monkeypatch):
+    """``--hidden-copies-cuda``: the ``*_cl`` columns from the CUDA-layout forward on rows with a meta hidden copy;
+    elsewhere, and the depthwise FLOPs on a folded row, the meta values; a failed forward (NaN) keeps the meta ones."""
+    mod = _script()
+    _inline(mod, monkeypatch)
+    got = {"a_net": {"bytes_hidden_copy": 1.0, "n_hidden_copy": 1.0, "flops_conv_dw_native": 0.0},
+           "d_net": {"bytes_hidden_copy": float("nan"), "n_hidden_copy": float("nan"),
+                     "flops_conv_dw_native": float("nan")}}
+    monkeypatch.setattr(mod, "hidden_cuda_one", lambda job: got[job[0]])
+    done = pd.DataFrame({"model": ["a_net", "a_net", "b_net", "d_net"], "input_size": 224, "settings": "",
+                         "refused": None, "folded": [False, True, False, False],
+                         "bytes_hidden_copy": [4.0, 4.0, 0.0, 2.0], "n_hidden_copy": [3.0, 3.0, 0.0, 1.0],
+                         "flops_conv_dw_native": [5.0, 6.0, 8.0, 9.0]})
+    out = mod.hidden_copies_cuda(done, 1)
+    assert out["bytes_hidden_copy_cl"].tolist() == [1.0, 1.0, 0.0, 2.0]
+    assert out["flops_conv_dw_native_cl"].tolist() == [0.0, 6.0, 8.0, 9.0]
+    assert out[list(done.columns)].equals(done)
+
+
+def test_columns_without_refresh_is_refused(capsys):
+    """``--columns`` without ``--refresh``: one line naming the option, exit 2."""
+    mod = _script()
+    try:
+        mod.main(["--columns", "flops_new"])
+    except SystemExit as e:
+        assert e.code == 2
+    else:
+        raise AssertionError("--columns without --refresh was accepted")
+    assert "--columns" in capsys.readouterr().err

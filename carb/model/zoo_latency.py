@@ -182,7 +182,7 @@ def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: b
                    dw_nonsquare: bool = False, bmm_tiles: bool = False,
                    input_bytes: bool = False, act_fp32: bool = False,
                    hidden_copies: bool = False, dw_native: bool = False,
-                   gn_reread: bool = False) -> pd.DataFrame:
+                   gn_reread: bool = False, cuda_layout: bool = False) -> pd.DataFrame:
     """The terms of :class:`AdditiveBase` (n rows, each a time source per image in its own unit), from the
     ``tr_*`` columns (per image, fp32) and ``batch_size``: ``gflop_<kind>`` (GFLOPs of each compute kind,
     :data:`TRACE_COMPUTE_KINDS`), ``mb_<kind>`` (MB read + written by each memory-bound kind,
@@ -227,7 +227,11 @@ def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: b
     With ``gn_reread`` and the trace's ``bytes_norm_group_read`` (:func:`gpu_parts`), the input bytes of group norms
     are counted once more among the normalisation bytes (``mb_norm_fp32`` under autocast with ``amp_split``, else
     ``mb_norm``) on GPU rows timed eagerly: CUDA's group norm reads its input twice (a moments kernel, then the
-    normalising pass), layer norm once (one kernel per row). NaN in a row without a trace."""
+    normalising pass), layer norm once (one kernel per row). With ``cuda_layout`` and the trace's
+    ``bytes_hidden_copy_cl`` / ``flops_conv_dw_native_cl`` (:func:`carb.design.zoo_features.hidden_copy_bytes` with
+    ``cuda_layout``: cuDNN keeps a channels-last input channels-last, so ConvNeXt's and DaViT's permuted layer norms
+    mostly read contiguous inputs), ``hidden_copies`` and ``dw_native`` read those in place of ``bytes_hidden_copy`` /
+    ``flops_conv_dw_native``. NaN in a row without a trace."""
     who = "the zoo latency model's additive base"
     b = _col(frame, "batch_size", who)
     out = {f"gflop_{k}": _col(frame, f"tr_flops_{k}", who) / 1e9 for k in TRACE_COMPUTE_KINDS}
@@ -243,8 +247,9 @@ def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: b
     if dw_nonsquare and "tr_flops_conv_dw_nonsquare" in frame.columns:   # off cuDNN on a GPU
         nonsq = _col(frame, "tr_flops_conv_dw_nonsquare", who) / 1e9
         out["gflop_conv_dw_nonsquare"] = np.where(gpu_rows(frame), nonsq, 0.0)
-        if dw_native and "tr_flops_conv_dw_native" in frame.columns:   # the square ones off cuDNN: a term of their own
-            native = np.clip(_col(frame, "tr_flops_conv_dw_native", who) / 1e9 - nonsq, 0.0, None)
+        dwn = "tr_flops_conv_dw_native" + ("_cl" if cuda_layout and "tr_flops_conv_dw_native_cl" in frame else "")
+        if dw_native and dwn in frame.columns:   # the square ones off cuDNN: a term of their own
+            native = np.clip(_col(frame, dwn, who) / 1e9 - nonsq, 0.0, None)
             out["gflop_conv_dw_native"] = np.where(gpu_rows(frame), native, 0.0)
     if bmm_tiles and "tr_bmm_tiles" in frame.columns:   # a thread block per output tile of a batched product
         out["ktiles_bmm"] = np.where(gpu_rows(frame), _col(frame, "tr_bmm_tiles", who) / 1e3, 0.0)
@@ -272,8 +277,9 @@ def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: b
             "weight_mb_per_image": _col(frame, "tr_param_bytes", who) / 1e6 / b, "per_image": 1.0 / b}
     if input_bytes:   # the input's own passes (autocast's cast, the 3-channel stem)
         out["mb_input"] = np.where(gpu_rows(frame), input_mb(frame), 0.0)
-    if hidden_copies and "tr_bytes_hidden_copy" in frame.columns:   # strided softmax / norm inputs made contiguous
-        hidden = np.where(gpu_rows(frame) & eager_rows(frame), _col(frame, "tr_bytes_hidden_copy", who) / 1e6, 0.0)
+    hc = "tr_bytes_hidden_copy" + ("_cl" if cuda_layout and "tr_bytes_hidden_copy_cl" in frame else "")
+    if hidden_copies and hc in frame.columns:   # strided softmax / norm inputs made contiguous
+        hidden = np.where(gpu_rows(frame) & eager_rows(frame), _col(frame, hc, who) / 1e6, 0.0)
         out["mb_copy"] = out["mb_copy"] + hidden
     if act_fp32 and "tr_bytes_act_fp32" in frame.columns:   # fp32-list activations: casts in and out, fp32 passes
         out["mb_act_fp32"] = np.where(autocast_rows(frame), _col(frame, "tr_bytes_act_fp32", who) / 1e6, 0.0)
@@ -549,9 +555,9 @@ class AdditiveBase:
                  amp_split: bool = False, sdpa_math_io: bool = False, other_bytes: bool = False,
                  cpu_terms: tuple[str, ...] = (), dw_nonsquare: bool = False, bmm_tiles: bool = False,
                  input_bytes: bool = False, act_fp32: bool = False, hidden_copies: bool = False,
-                 dw_native: bool = False, gn_reread: bool = False):
+                 dw_native: bool = False, gn_reread: bool = False, cuda_layout: bool = False):
         self.iterations, self.huber, self.gemm_regimes = iterations, huber, gemm_regimes
-        self.dw_native, self.gn_reread = dw_native, gn_reread
+        self.dw_native, self.gn_reread, self.cuda_layout = dw_native, gn_reread, cuda_layout
         self.amp_split, self.dw_nonsquare, self.bmm_tiles = amp_split, dw_nonsquare, bmm_tiles
         self.input_bytes, self.act_fp32, self.hidden_copies = input_bytes, act_fp32, hidden_copies
         self.sdpa_math_io, self.other_bytes = sdpa_math_io, other_bytes
@@ -563,7 +569,7 @@ class AdditiveBase:
         :func:`additive_terms` columns those stand for (:func:`carb.model.zoo_latency_cpu.replaced_terms`)."""
         out = additive_terms(frame, self.gemm_regimes, self.amp_split, self.sdpa_math_io, self.other_bytes,
                              self.dw_nonsquare, self.bmm_tiles, self.input_bytes, self.act_fp32,
-                             self.hidden_copies, self.dw_native, self.gn_reread)
+                             self.hidden_copies, self.dw_native, self.gn_reread, self.cuda_layout)
         if not self.cpu_terms:
             return out
         from carb.model.zoo_latency_cpu import cpu_terms, replaced_terms
@@ -688,7 +694,8 @@ class ZooLatencyModel:
                  cpu_terms: tuple[str, ...] = (), outside: str = "overshoot", nested_margin: bool = False,
                  dw_nonsquare: bool = True, bmm_tiles: bool = False, input_bytes: bool | str = "cv",
                  cv_folds: int = 5, cv_min_models: int = 5, cv_seed: int = 0, act_fp32: bool | str = False,
-                 hidden_copies: bool = True, dw_native: bool = False, gn_reread: bool = False):
+                 hidden_copies: bool = True, dw_native: bool = False, gn_reread: bool = False,
+                 cuda_layout: bool = False):
         if base not in ("loglinear", "additive"):
             raise DatasetError(f"ZooLatencyModel: base={base!r} is not allowed; allowed: loglinear, additive")
         self.n_estimators, self.learning_rate = n_estimators, learning_rate
@@ -700,7 +707,7 @@ class ZooLatencyModel:
         self.bmm_tiles, self.input_bytes = bmm_tiles, input_bytes
         self.cv_folds, self.cv_min_models, self.cv_seed = cv_folds, cv_min_models, cv_seed
         self.act_fp32, self.hidden_copies = act_fp32, hidden_copies
-        self.dw_native, self.gn_reread = dw_native, gn_reread
+        self.dw_native, self.gn_reread, self.cuda_layout = dw_native, gn_reread, cuda_layout
         self.cpu_terms = tuple(cpu_terms)   # per-device CPU terms of the additive base (timm's CPU file)
         for key, value in (("input_bytes", input_bytes), ("act_fp32", act_fp32)):
             if value not in (True, False, "cv"):
@@ -759,7 +766,8 @@ class ZooLatencyModel:
                             sdpa_math_io=self.sdpa_math_io, other_bytes=self.other_bytes,
                             cpu_terms=self.cpu_terms, dw_nonsquare=self.dw_nonsquare,
                             bmm_tiles=self.bmm_tiles, input_bytes=input_bytes, act_fp32=act_fp32,
-                            hidden_copies=self.hidden_copies, dw_native=self.dw_native, gn_reread=self.gn_reread)
+                            hidden_copies=self.hidden_copies, dw_native=self.dw_native, gn_reread=self.gn_reread,
+                            cuda_layout=self.cuda_layout)
 
     def components(self, frame: pd.DataFrame) -> pd.DataFrame:
         """The log time per image (n rows) of the base (``base``), the base times the correction

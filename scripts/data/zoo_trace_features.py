@@ -2,7 +2,8 @@
 cache and write a compact feature table: one row per (architecture, input size).
 
     python scripts/data/zoo_trace_features.py [--workers 2] [--stop-at HH:MM] [--limit N] [--reparam] [--refresh]
-        [--refresh-where COLUMN] [--refresh-module CLASS]
+        [--refresh-where COLUMN] [--refresh-module CLASS] [--columns A,B]
+        [--hidden-copies-cuda]
 
 Reads ``carb/data/timm-zoo-bench.parquet``; for each distinct ``(model, input_size)`` runs
 :func:`carb.design.trace.trace` at batch 1, fp32, 3 channels (the tracer scales to any batch and precision)
@@ -20,7 +21,8 @@ plain trace's). Rows of the plain trace have ``reparam`` False. ``--refresh``: r
 columns of every row already there from the cached traces (after summarize() gains a column;
 ``--refresh-where COLUMN``: only the rows where COLUMN is non-zero, the new column 0 elsewhere; with
 ``--refresh-module CLASS`` too: of those, only the rows whose network, built on the meta device, holds a module
-that is an instance of ``torch.nn.CLASS``, e.g. ``GroupNorm`` for a group-norm column). A model the tracer refuses at its default settings
+that is an instance of ``torch.nn.CLASS``, e.g. ``GroupNorm`` for a group-norm column; ``--columns A,B``: write
+only those columns, every other one keeps every value it had). A model the tracer refuses at its default settings
 is tried once more with ``img_size=<input_size>`` (timm's fixed-position-embedding models); one refused
 both ways gets a row with ``refused`` set to the one-line reason and NaN features.
 
@@ -164,6 +166,48 @@ def hidden_copies(done: pd.DataFrame, workers: int) -> pd.DataFrame:
     return out
 
 
+def hidden_cuda_one(job: tuple[str, int, str]) -> dict[str, float]:
+    """:func:`carb.design.zoo_features.hidden_copy_bytes` with ``cuda_layout`` (cuDNN keeps a channels-last input
+    channels-last) of one (model, input_size, settings) pair: ``bytes_hidden_copy`` / ``n_hidden_copy`` /
+    ``flops_conv_dw_native`` (batch 1, fp32), NaN where the forward fails."""
+    from carb.design.zoo_features import hidden_copy_bytes
+
+    model, size, settings = job
+    try:
+        return hidden_copy_bytes(timm_graph(model), size, json.loads(settings) if settings else None, cuda_layout=True)
+    except Exception:  # noqa: BLE001 - one model's failure must not lose the run
+        return {"bytes_hidden_copy": np.nan, "n_hidden_copy": np.nan, "flops_conv_dw_native": np.nan}
+
+
+#: Columns ``--hidden-copies-cuda`` writes, from :func:`hidden_cuda_one`'s keys.
+CUDA_LAYOUT_COLUMNS: dict[str, str] = {"bytes_hidden_copy": "bytes_hidden_copy_cl", "n_hidden_copy": "n_hidden_copy_cl",
+                                       "flops_conv_dw_native": "flops_conv_dw_native_cl"}
+
+
+def hidden_copies_cuda(done: pd.DataFrame, workers: int) -> pd.DataFrame:
+    """``done`` with :data:`CUDA_LAYOUT_COLUMNS`: the hidden copies and the depthwise FLOPs off cuDNN as a GPU lays
+    the tensors out (:func:`hidden_cuda_one`), one forward per (model, input_size, settings) on the rows with a hidden
+    copy by the meta strides (``bytes_hidden_copy`` > 0: a network that permutes nothing never hands a convolution a
+    channels-last input, so elsewhere the meta columns stand: ``bytes_hidden_copy``, ``n_hidden_copy``,
+    ``flops_conv_dw_native``); where that forward fails, the meta columns too. The forward is of the plain graph:
+    on a folded row (``folded``) ``flops_conv_dw_native_cl`` stays the folded table's ``flops_conv_dw_native``."""
+    ok = (done["refused"].isna() & (pd.to_numeric(done["bytes_hidden_copy"], errors="coerce").fillna(0) > 0)).to_numpy()
+    settings = done["settings"].astype(str).replace({"None": "", "nan": ""})
+    keys = sorted({(str(m), int(s), str(st)) for m, s, st in
+                   zip(done.loc[ok, "model"], done.loc[ok, "input_size"], settings[ok])})
+    with get_context("spawn").Pool(workers, maxtasksperchild=100) as pool:
+        got = dict(zip(keys, pool.map(hidden_cuda_one, keys, chunksize=8)))
+    folded = done["folded"].fillna(False).astype(bool).to_numpy() if "folded" in done else np.zeros(len(done), bool)
+    out = done.copy()
+    for src, dst in CUDA_LAYOUT_COLUMNS.items():
+        cuda = np.array([got.get((str(m), int(s), str(st)), {}).get(src, np.nan) if k else np.nan
+                         for m, s, st, k in zip(done["model"], done["input_size"], settings, ok)], float)
+        if src == "flops_conv_dw_native":   # the forward's graph is the plain one: a folded row keeps its own
+            cuda = np.where(folded, np.nan, cuda)
+        out[dst] = np.where(np.isfinite(cuda), cuda, pd.to_numeric(done[src], errors="coerce").to_numpy(float))
+    return out
+
+
 def holds_module(job: tuple[str, int, str, str]) -> bool:
     """Whether the network of one (model, input_size, settings) row, built on the meta device, holds a module that
     is an instance of ``torch.nn.<cls>`` (False where it cannot be built)."""
@@ -191,14 +235,16 @@ def module_rows(done: pd.DataFrame, ok: np.ndarray, cls: str, workers: int) -> n
                           zip(done["model"], done["input_size"], settings)], bool)
 
 
-def refresh(done: pd.DataFrame, workers: int, where: str | None = None, module: str | None = None) -> pd.DataFrame:
+def refresh(done: pd.DataFrame, workers: int, where: str | None = None, module: str | None = None,
+            columns: list[str] | None = None) -> pd.DataFrame:
     """Every traced row of ``done`` with summarize()'s columns recomputed (:func:`refresh_one`). With
     ``where`` (a column of ``done``), only the rows where it is non-zero: a column new to the table is 0 on
     the others (for a column that is 0 wherever ``where`` is, e.g. ``bytes_sdpa_math_io`` where
     ``flops_sdpa_math`` is 0: no row on the math path), which spares tracing every network again. With ``module``
     (a class of ``torch.nn``), of those only the rows whose network holds one (:func:`module_rows`): a column that is
     0 wherever the network has no such module (``bytes_group_norm`` without a ``GroupNorm``); then only the columns
-    new to the table are written (the others keep their values, on those rows too)."""
+    new to the table are written (the others keep their values, on those rows too). With ``columns``, only those
+    columns are written (new or not; every other column keeps every value it had)."""
     ok = done["refused"].isna().to_numpy()
     if where is not None:
         ok = ok & (pd.to_numeric(done[where], errors="coerce").fillna(0).to_numpy(float) != 0)
@@ -212,6 +258,8 @@ def refresh(done: pd.DataFrame, workers: int, where: str | None = None, module: 
     new = pd.DataFrame(rows, index=done.index[ok])
     out = done.copy()
     for c in new.columns:
+        if columns is not None and c not in columns:
+            continue   # only the named columns are written
         if module is not None and c in done.columns:
             continue   # only the new columns are written: the others keep every value they had
         if c not in out.columns:
@@ -282,10 +330,15 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                    help="recompute summarize()'s columns of every row from the cached traces (no new rows)")
     p.add_argument("--hidden-copies", action="store_true",
                    help="add bytes_hidden_copy / n_hidden_copy (carb.design.zoo_features.hidden_copy_bytes) to every row")
+    p.add_argument("--hidden-copies-cuda", action="store_true",
+                   help="add bytes_hidden_copy_cl / n_hidden_copy_cl / flops_conv_dw_native_cl (hidden_copy_bytes "
+                        "with cuda_layout: cuDNN keeps channels-last) to every row")
     p.add_argument("--refresh-where", default=None, metavar="COLUMN",
                    help="with --refresh: only the rows where COLUMN is non-zero (a new column is 0 on the others)")
     p.add_argument("--refresh-module", default=None, metavar="CLASS",
                    help="with --refresh-where: only the rows whose network holds a torch.nn.CLASS module")
+    p.add_argument("--columns", default=None, metavar="A,B",
+                   help="with --refresh: write only these columns of summarize()'s (the others keep their values)")
     a = p.parse_args(argv)
     if a.workers < 1:
         print(f"--workers: {a.workers} is not allowed; allowed: an integer >= 1", file=sys.stderr)
@@ -316,6 +369,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--refresh-module: {a.refresh_module!r} is not allowed; allowed: a class of torch.nn (e.g. GroupNorm), "
               "with --refresh-where", file=sys.stderr)
         raise SystemExit(2)
+    if a.columns is not None:
+        a.columns = [c for c in a.columns.split(",") if c]
+        if not a.refresh or not a.columns:
+            print(f"--columns: {','.join(a.columns)!r} is not allowed; allowed: column names, comma-separated, "
+                  "with --refresh", file=sys.stderr)
+            raise SystemExit(2)
+    if a.hidden_copies_cuda:
+        if "flops_conv_dw_native" not in done.columns:
+            print("--hidden-copies-cuda: needs the column flops_conv_dw_native; allowed after --refresh --refresh-where "
+                  "flops_conv_depthwise --columns flops_conv_dw_native", file=sys.stderr)
+            raise SystemExit(2)
+        done = hidden_copies_cuda(done, a.workers)
+        _write(done)
+        _provenance(done)
+        print(f"zoo-trace: CUDA-layout hidden copies on {int((done['bytes_hidden_copy'] > 0).sum())} rows", flush=True)
+        return 0
     if a.hidden_copies:
         done = hidden_copies(done, a.workers)
         _write(done)
@@ -324,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.refresh:
         only = {"module": a.refresh_module} if a.refresh_module is not None else {}
+        only |= {"columns": a.columns} if a.columns is not None else {}
         done = refresh(done, a.workers, a.refresh_where, **only)
         _write(done)
         _provenance(done)
