@@ -1064,7 +1064,7 @@ def test_dw_on_native_follows_pytorchs_cudnn_depthwise_rule():
     """``dw_on_native``: PyTorch's rule (cuDNN >= 8.2, fp16 NCHW, batch > 1) keeps a depthwise convolution off cuDNN
     for a 7x7 kernel (FastViT, ConvNeXt), a non-square one, fewer than 32 channels, a map narrower than 7, and a
     stride-2 3x3 with fewer than 256 channels (512 on a map narrower than 28); a 3x3 at stride 1 goes to cuDNN."""
-    from carb.model.zoo_latency import dw_on_native
+    from carb.design.zoo_features import dw_on_native
 
     assert dw_on_native((1, 48, 64, 64), (48, 1, 7, 7), (1, 1))
     assert not dw_on_native((1, 48, 64, 64), (48, 1, 3, 3), (1, 1))

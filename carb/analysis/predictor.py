@@ -18,6 +18,7 @@ import pandas as pd
 
 from carb.analysis.decisions import add_probabilities, decide
 from carb.analysis.axes import add_per_image
+from carb.analysis.zoo_predict import all_refused_line  # noqa: F401 - also this module's public name
 from carb.analysis.screening import PER_IMAGE, check_budget, domain_filter, model_targets, score
 from carb.data.accuracy import join_top1
 from carb.design.arch import KNOBS, ArchConfig
@@ -113,18 +114,6 @@ def zoo_knobs(x: Any, batch_size: Any = None, precision: Any = None, input_size:
     return frame, modules
 
 
-def all_refused_line(names: Sequence[str], refused: Sequence[str]) -> str:
-    """One line for a call whose every network the tracer refused: the reason itself for one network,
-    else each network with its reason (first reason per network, in input order)."""
-    first = dict.fromkeys(names)
-    for n, why in zip(names, refused):
-        first[n] = first[n] or str(why)
-    if len(first) == 1:
-        return next(iter(first.values()))
-    return "every network was refused: " + "; ".join(
-        why if why.startswith(f"model {n!r}") else f"{n}: {why}" for n, why in first.items())
-
-
 def refused_rows(out: pd.DataFrame, all_rows: pd.DataFrame, ok: np.ndarray, refused: np.ndarray) -> pd.DataFrame:
     """The scored rows ``out`` (those of ``all_rows`` where ``ok``) with the refused rows put back in
     ``all_rows``' order: their knobs and ``config_id``, NaN predictions, ``in_domain`` False and the
@@ -208,8 +197,10 @@ class Predictor:
 
         model = self.cascade
         if getattr(type(model), "OWN_SCORING", False):   # ZooLatencyModel behind this interface (zoo_predictor)
-            out = model.predict_names(knobs, budget, coverage, features, accuracy, batch_size=batch_size,
-                                      precision=precision, input_size=input_size)
+            from carb.analysis.zoo_predict import predict_zoo_latency
+
+            frame, modules = zoo_knobs(knobs, batch_size, precision, input_size)
+            out = predict_zoo_latency(model, frame, modules, budget, coverage, features, accuracy)
             cov = float(coverage) if coverage is not None else float(model.interval_["coverage"])
             out.attrs.update({**self.provenance(coverage), "interval_coverage": cov,
                               "origin": f"ZooLatencyModel fitted on timm's published {model.device_name_} file"})

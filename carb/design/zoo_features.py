@@ -496,9 +496,8 @@ def _channels_last(x: Any) -> bool:
 def _dw_native_flops(args: tuple, out: Any) -> float:
     """FLOPs (2 per multiply-add, batch 1) of one ``convolution`` call (``args``: input, weight, bias, stride, padding,
     dilation, transposed, output padding, groups) if it is a 2-D depthwise convolution off cuDNN on a GPU: an NCHW
-    input (a channels-last one always goes to cuDNN) that :func:`carb.model.zoo_latency.dw_on_native` keeps off; else
+    input (a channels-last one always goes to cuDNN) that :func:`dw_on_native` keeps off; else
     0."""
-    from carb.model.zoo_latency import dw_on_native
 
     x, w = args[0], args[1]
     groups = int(args[8]) if len(args) > 8 else 1
@@ -522,7 +521,7 @@ def hidden_copy_bytes(model: Any, input_size: int, settings: dict[str, Any] | No
     on a GPU ConvNeXt's and DaViT's blocks stay channels-last and their permuted layer norms read contiguous inputs,
     where the meta strides say every one is copied (:data:`CL_CONV_OPS`). With it also ``flops_conv_dw_native``: the
     FLOPs of the depthwise convolutions PyTorch runs on its own kernel, not cuDNN's (a channels-last input always goes
-    to cuDNN; an NCHW one by :func:`carb.model.zoo_latency.dw_on_native`), batch 1."""
+    to cuDNN; an NCHW one by :func:`dw_on_native`), batch 1."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -590,3 +589,32 @@ def small_conv_flops(frame: Any, max_MMAC: float) -> Any:
         except ZooError:
             pass
     return np.nan_to_num(out, nan=0.0)
+
+
+def dw_on_native(in_shape: object, weight_shape: object, stride: object) -> bool:
+    """Whether PyTorch runs a half-precision NCHW depthwise convolution (input ``(N, C, H, W)``, weight
+    ``(C * m, 1, kh, kw)``, ``stride``) on its own depthwise kernel rather than cuDNN's, by its rule for cuDNN >= 8.2
+    at a batch above 1 (``aten/src/ATen/native/Convolution.cpp``, ``use_cudnn_depthwise`` and
+    ``check_cudnn_depthwise_workload_with_filter``): cuDNN takes at least 32 channels, a square 1, 3 or 5 kernel on a
+    map at least 7 wide, at stride 1, or at stride 2 with a 3 or 5 kernel and at least 512 channels (or 256 on a map
+    at least 28 wide); every other one is PyTorch's (FastViT's, ConvNeXt's, StarNet's 7x7, FocalNet's 9x9, a
+    1x5 band). False for a shape that is not a 2-D convolution's."""
+    import numpy as np
+
+    try:
+        i = tuple(int(v) for v in in_shape)
+        w = tuple(int(v) for v in weight_shape)
+    except TypeError:
+        return False
+    if len(i) != 4 or len(w) != 4:
+        return False
+    try:
+        s = int(np.ravel(np.asarray(stride, dtype=object))[-1])
+    except (TypeError, ValueError, IndexError):
+        s = 1
+    ch, width, kh, kw = i[1], i[3], w[2], w[3]
+    if ch < 32 or kh != kw or kw not in (1, 3, 5) or width < 7:
+        return True
+    if s == 1:
+        return False
+    return s != 2 or kw == 1 or not (ch >= 512 or (ch >= 256 and width >= 28))

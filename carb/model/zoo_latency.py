@@ -47,7 +47,7 @@ import pandas as pd
 
 from carb.design.trace import COMPUTE_KINDS as TRACE_COMPUTE_KINDS  # FLOP share of each: tr_flops_<kind> / tr_flops
 from carb.design.trace import MEMORY_BOUND_KINDS as TRACE_MEMORY_KINDS  # bytes (tr_bytes_<kind>) summed into one
-from carb.design.zoo_features import GEMM_KINDS, GEMM_REGIMES
+from carb.design.zoo_features import GEMM_KINDS, GEMM_REGIMES, dw_on_native
 from carb.errors import DatasetError
 
 #: Published features every model needs.
@@ -401,33 +401,6 @@ def gpu_parts(table: pd.DataFrame) -> dict[str, float]:
             "flops_conv_dw_native": float(flops[native].sum()), "bytes_norm_group_read": float(read[gn].sum())}
 
 
-def dw_on_native(in_shape: object, weight_shape: object, stride: object) -> bool:
-    """Whether PyTorch runs a half-precision NCHW depthwise convolution (input ``(N, C, H, W)``, weight
-    ``(C * m, 1, kh, kw)``, ``stride``) on its own depthwise kernel rather than cuDNN's, by its rule for cuDNN >= 8.2
-    at a batch above 1 (``aten/src/ATen/native/Convolution.cpp``, ``use_cudnn_depthwise`` and
-    ``check_cudnn_depthwise_workload_with_filter``): cuDNN takes at least 32 channels, a square 1, 3 or 5 kernel on a
-    map at least 7 wide, at stride 1, or at stride 2 with a 3 or 5 kernel and at least 512 channels (or 256 on a map
-    at least 28 wide); every other one is PyTorch's (FastViT's, ConvNeXt's, StarNet's 7x7, FocalNet's 9x9, a
-    1x5 band). False for a shape that is not a 2-D convolution's."""
-    try:
-        i = tuple(int(v) for v in in_shape)
-        w = tuple(int(v) for v in weight_shape)
-    except TypeError:
-        return False
-    if len(i) != 4 or len(w) != 4:
-        return False
-    try:
-        s = int(np.ravel(np.asarray(stride, dtype=object))[-1])
-    except (TypeError, ValueError, IndexError):
-        s = 1
-    ch, width, kh, kw = i[1], i[3], w[2], w[3]
-    if ch < 32 or kh != kw or kw not in (1, 3, 5) or width < 7:
-        return True
-    if s == 1:
-        return False
-    return s != 2 or kw == 1 or not (ch >= 512 or (ch >= 256 and width >= 28))
-
-
 def _bmm_tiles(out_shape: object) -> int:
     """Output tiles (:data:`BMM_TILE` square) of a batched matrix product with output ``(..., M, N)``:
     ``prod(...) * ceil(M / tile) * ceil(N / tile)``; 0 for an output of fewer than 3 dimensions (a plain
@@ -694,8 +667,8 @@ class ZooLatencyModel:
                  cpu_terms: tuple[str, ...] = (), outside: str = "overshoot", nested_margin: bool = False,
                  dw_nonsquare: bool = True, bmm_tiles: bool = False, input_bytes: bool | str = "cv",
                  cv_folds: int = 5, cv_min_models: int = 5, cv_seed: int = 0, act_fp32: bool | str = False,
-                 hidden_copies: bool = True, dw_native: bool = False, gn_reread: bool = False,
-                 cuda_layout: bool = False):
+                 hidden_copies: bool = True, dw_native: bool = True, gn_reread: bool = False,
+                 cuda_layout: bool = True):
         if base not in ("loglinear", "additive"):
             raise DatasetError(f"ZooLatencyModel: base={base!r} is not allowed; allowed: loglinear, additive")
         self.n_estimators, self.learning_rate = n_estimators, learning_rate

@@ -129,7 +129,8 @@ def traced_layer(network: Any, input_size: int, reparam: bool = False,
     for settings in ((None,) if not isinstance(network, str) else (None, {"img_size": size})):
         try:
             table = trace(network, (1, 3, size, size), precision="fp32", settings=settings, reparam=bool(reparam))
-            return layer_columns(table, thresholds or {}), table, settings
+            columns = layer_columns(table, thresholds or {})
+            return columns | hidden_copy_columns(network, size, settings, columns, bool(reparam)), table, settings
         except ZooError as e:
             reasons.append(str(e))
         except (ConfigError, DatasetError):   # a bad setting (e.g. a missing threshold) is no network's fault
@@ -137,6 +138,31 @@ def traced_layer(network: Any, input_size: int, reparam: bool = False,
         except Exception as e:  # noqa: BLE001 - a tracer fault on one network is its reason, not a crash
             reasons.append(f"model {label!r}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
     raise ZooError(reasons[0])
+
+
+def hidden_copy_columns(network: Any, input_size: int, settings: dict[str, int] | None, columns: Mapping[str, float],
+                        folded: bool) -> dict[str, float]:
+    """The hidden-copy columns the shipped trace table has beside :func:`layer_columns`' (``scripts/data/
+    zoo_trace_features.py --hidden-copies`` and ``--hidden-copies-cuda``): ``bytes_hidden_copy`` / ``n_hidden_copy``
+    (:func:`carb.design.zoo_features.hidden_copy_bytes`, the meta strides) and their ``_cl`` twins with
+    ``flops_conv_dw_native_cl`` (as cuDNN lays tensors out), by the script's rules: the ``_cl`` forward only where
+    the meta one finds a copy (elsewhere the meta values stand), and a folded graph keeps its own table's
+    ``flops_conv_dw_native`` (the forward is of the plain graph). A forward that fails: NaN (the model then
+    leaves those terms out for the row, as for a row of the shipped table)."""
+    from carb.design.zoo_features import hidden_copy_bytes
+
+    try:
+        meta = hidden_copy_bytes(network, input_size, settings)
+        cl = hidden_copy_bytes(network, input_size, settings, cuda_layout=True) if meta["bytes_hidden_copy"] > 0 \
+            else meta | {"flops_conv_dw_native": float(columns.get("flops_conv_dw_native", np.nan))}
+    except Exception:  # noqa: BLE001 - as the script: a failed forward is a missing value, not a lost prediction
+        nan = float("nan")
+        meta, cl = {"bytes_hidden_copy": nan, "n_hidden_copy": nan}, {"bytes_hidden_copy": nan, "n_hidden_copy": nan,
+                                                                       "flops_conv_dw_native": nan}
+    dw = float(columns.get("flops_conv_dw_native", np.nan)) if folded else float(cl["flops_conv_dw_native"])
+    return {"bytes_hidden_copy": float(meta["bytes_hidden_copy"]), "n_hidden_copy": float(meta["n_hidden_copy"]),
+            "bytes_hidden_copy_cl": float(cl["bytes_hidden_copy"]), "n_hidden_copy_cl": float(cl["n_hidden_copy"]),
+            "flops_conv_dw_native_cl": dw}
 
 
 def layer_row(network: Any, input_size: int, reparam: bool = False,
@@ -430,71 +456,6 @@ class ZooLatencyPredictor:
             for k, why in zip(np.flatnonzero(ok), r):
                 reasons[k] = why
         return inside, reasons
-
-    # ---- what Predictor.predict gives ------------------------------------------------------------------
-    def predict_names(self, x: Any, budget: Mapping[str, float] | None = None, coverage: float | None = None,
-                      features: bool = False, accuracy: str | None = None, *, batch_size: Any = None,
-                      precision: Any = None, input_size: Any = None) -> pd.DataFrame:
-        """:meth:`carb.analysis.predictor.Predictor.predict` of a zoo model for this one: ``x`` an ``nn.Module``,
-        names or a frame with ``model_name`` (:func:`carb.analysis.predictor.zoo_knobs`); n rows in input order
-        with ``config_id``, the knobs, ``pred_latency_ms`` / ``lo_`` / ``hi_`` (per batch),
-        ``pred_latency_ms_per_image``, ``pred_energy_J`` / ``pred_peak_memory_MB`` NaN and ``not_predicted``,
-        ``in_domain``, ``outside``, ``never_measured``, ``new_architecture``, ``unbounded``, ``other_device``,
-        ``features_source``; with ``budget`` the decision columns; with ``accuracy`` timm's top-1."""
-        from carb.analysis.decisions import add_probabilities, decide
-        from carb.analysis.predictor import all_refused_line, zoo_knobs
-        from carb.analysis.screening import check_budget
-        from carb.design.zoo_space import ZooConfig
-
-        frame, modules = zoo_knobs(x, batch_size, precision, input_size)
-        cols = ["model_name", "input_size", "batch_size", "precision"]
-        F, refused = self.features(frame[cols], modules)
-        ok = refused == ""
-        if len(ok) and not ok.any():
-            raise ConfigError(all_refused_line(list(frame["model_name"].astype(str)), list(refused)))
-        out = frame[cols].reset_index(drop=True).copy()
-        out.insert(0, "config_id", [ZooConfig(model_name=str(m), input_size=int(s), batch_size=int(b),
-                                              precision=str(p)).config_id for m, s, b, p in out[cols].to_numpy()])
-        out["family"] = F["family"].to_numpy() if "family" in F else np.nan
-        pred = np.full(len(out), np.nan)
-        inside = np.zeros(len(out), dtype=bool)
-        why = list(refused.astype(str))
-        if ok.any():
-            pred[ok] = self.predict_latency(F[ok])
-            i, r = self.check_rows(F[ok])
-            inside[ok] = i
-            for k, reason in zip(np.flatnonzero(ok), r):
-                why[k] = reason
-        lo, hi = self.band(coverage)
-        out["pred_latency_ms"] = pred
-        out["lo_latency_ms"] = pred * math.exp(lo)
-        out["hi_latency_ms"] = pred * math.exp(hi)
-        out["pred_latency_ms_per_image"] = pred / out["batch_size"].to_numpy(float)
-        out["pred_energy_J"] = np.nan
-        out["pred_peak_memory_MB"] = np.nan
-        out["not_predicted"] = NOT_PREDICTED
-        out["in_domain"] = inside
-        out["outside"] = why
-        out["never_measured"] = ~out["precision"].astype(str).isin(self.precisions_).to_numpy()
-        out["new_architecture"] = ~out["family"].astype(str).isin(self.families_).to_numpy() | ~ok
-        out["unbounded"] = not (math.isfinite(lo) and math.isfinite(hi))
-        out["other_device"] = False
-        out["features_source"] = F["features_source"].to_numpy() if "features_source" in F else ""
-        clean = check_budget(budget or {}, list(self.targets_))
-        if clean:
-            out = decide(add_probabilities(self, out, clean), clean, {})
-        if accuracy:
-            from carb.analysis.zoo_screen import zoo_top1
-
-            out = zoo_top1(out)
-        if features:
-            out = pd.concat([out, F.drop(columns=[c for c in F.columns if c in out]).reset_index(drop=True)], axis=1)
-        extra = frame.drop(columns=[c for c in frame.columns if c in cols or c in out])
-        out = pd.concat([out, extra.reset_index(drop=True)], axis=1)
-        out.index = frame.index
-        out.attrs.update({"interval_families": self.interval_["families"],
-                          "interval_method": self.interval_["method"], "not_predicted": NOT_PREDICTED})
-        return out
 
     def summary(self) -> dict[str, Any]:
         """What the run logs about the fit (``cascade_summary.json``'s place): settings, device, the interval

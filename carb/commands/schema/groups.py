@@ -460,9 +460,9 @@ class ZooLatency(Section):
     cv_seed: Index = 0                          # the seed shuffling families into those folds
     act_fp32: bool | Literal["cv"] = False      # fp32-list activations under autocast (softmax, norms) priced on top
     hidden_copies: bool = True                  # copies CUDA softmax / norms make of strided inputs counted as copies
-    dw_native: bool = False                     # square depthwise convs off cuDNN (7x7, ...): a term of their own
+    dw_native: bool = True                      # square depthwise convs off cuDNN (7x7, ...): a term of their own
     gn_reread: bool = False                     # group norms' second read of their input among the norm bytes
-    cuda_layout: bool = False                   # hidden copies / dw FLOPs off cuDNN as cuDNN lays tensors out (*_cl)
+    cuda_layout: bool = True                    # hidden copies / dw FLOPs off cuDNN as cuDNN lays tensors out (*_cl)
     census: bool
     trace: bool
     n_estimators: Count
