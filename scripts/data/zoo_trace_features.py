@@ -355,6 +355,13 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     return a
 
 
+
+def _saved(done: pd.DataFrame) -> pd.DataFrame:
+    """``done`` written (the table and its provenance) and returned: the end of every whole-table pass."""
+    _write(done)
+    _provenance(done)
+    return done
+
 def main(argv: list[str] | None = None) -> int:
     """Trace what is pending, chunk by chunk, writing the table after each chunk."""
     a = _args(argv)
@@ -380,23 +387,17 @@ def main(argv: list[str] | None = None) -> int:
             print("--hidden-copies-cuda: needs the column flops_conv_dw_native; allowed after --refresh --refresh-where "
                   "flops_conv_depthwise --columns flops_conv_dw_native", file=sys.stderr)
             raise SystemExit(2)
-        done = hidden_copies_cuda(done, a.workers)
-        _write(done)
-        _provenance(done)
+        done = _saved(hidden_copies_cuda(done, a.workers))
         print(f"zoo-trace: CUDA-layout hidden copies on {int((done['bytes_hidden_copy'] > 0).sum())} rows", flush=True)
         return 0
     if a.hidden_copies:
-        done = hidden_copies(done, a.workers)
-        _write(done)
-        _provenance(done)
+        done = _saved(hidden_copies(done, a.workers))
         print(f"zoo-trace: hidden copies on {int(done['bytes_hidden_copy'].notna().sum())} rows", flush=True)
         return 0
     if a.refresh:
         only = {"module": a.refresh_module} if a.refresh_module is not None else {}
         only |= {"columns": a.columns} if a.columns is not None else {}
-        done = refresh(done, a.workers, a.refresh_where, **only)
-        _write(done)
-        _provenance(done)
+        done = _saved(refresh(done, a.workers, a.refresh_where, **only))
         ok = done["refused"].isna()
         if a.refresh_where is not None:
             ok &= pd.to_numeric(done[a.refresh_where], errors="coerce").fillna(0) != 0
