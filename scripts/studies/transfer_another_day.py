@@ -1,0 +1,81 @@
+"""Study: the same CPU on another day (issue 44, item 5).
+
+The Intel Xeon VM ``6a0ea403ee`` was measured by ``carb-collect`` on 2026-12-05 (``carb/data/cpu-intel-xeon.parquet``,
+its device probe the same day) and again on 2026-12-07 (two passes per row; the second session's file). This
+scores what a user holding the first day's model gets on the second day: the model as it is (K = 0: the session's
+level shift is the whole error), and ``carb-calibrate``'s transfer with K rows of the second day (K = 10 and the
+quickstart's K; the benchmark's 5 picks of the K rows), latency and peak memory MAPE in % per precision,
+scored on the second day's other rows. The last line is machine-readable::
+
+    another_day: device=6a0ea403ee rows=N k0_mape_max=X k10_mape_max=X kq_mape_max=X level_shift=fp32:+X,...
+
+Usage: ``python -m scripts.studies.transfer_another_day [--new carb/data/cpu-intel-xeon-2026-12-07.parquet]``
+"""
+from __future__ import annotations
+
+import argparse
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[2]
+OLD = ROOT / "carb" / "data" / "cpu-intel-xeon.parquet"
+NEW = ROOT / "carb" / "data" / "cpu-intel-xeon-2026-12-07.parquet"
+TARGETS = ["latency_ms", "peak_memory_MB"]
+
+
+def level_shift(old: pd.DataFrame, new: pd.DataFrame) -> dict[str, float]:
+    """Per precision, the second session's latency over the first's on the configurations both measured
+    (``config_id``): the median ratio minus 1 (a fraction; +0.5 = 50 % slower)."""
+    m = old.merge(new, on="config_id", suffixes=("_a", "_b"))
+    r = (m["latency_ms_b"] / m["latency_ms_a"]).groupby(m["precision_a"].astype(str)).median() - 1.0
+    return {str(p): float(v) for p, v in r.items()}
+
+
+def score(old: pd.DataFrame, new: pd.DataFrame, ks: list[int], picks: int) -> pd.DataFrame:
+    """Records of :func:`scripts.bench.transfer_pairs.score_pair` with the first day's model as the source and
+    the second day's rows as the target, for each K in ``ks`` (K = 0 once, K > 0 over ``picks`` picks)."""
+    from scripts.bench.transfer_pairs import fit_cpu_source, score_pair
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        source = fit_cpu_source(old, TARGETS)
+        recs = []
+        for k in ks:
+            for pick in range(1 if k == 0 else picks):
+                out, _ = score_pair(source, new, k, TARGETS, cpu=True, pick=pick)
+                recs += out
+    return pd.DataFrame(recs)
+
+
+def main() -> None:
+    from carb.data.io import load_dataset
+    from carb.data.schema import ok_rows
+    from scripts.bench.transfer_pairs import quickstart_k
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--new", default=str(NEW), help="the second session's rows (parquet)")
+    ap.add_argument("--picks", type=int, default=5, help="K-row picks averaged (the benchmark's 5)")
+    a = ap.parse_args()
+    old = ok_rows(load_dataset(str(OLD))).reset_index(drop=True)
+    new = ok_rows(load_dataset(a.new)).reset_index(drop=True)
+    kq = quickstart_k()
+    t = score(old, new, [0, kq, 10], a.picks)
+    keep = t[(t.model == "source") & (t.k == 0) | (t.model == "calibrated")]
+    table = keep.groupby(["target", "k", "model", "precision"])[["mape_pct", "spearman"]].mean().round(2)
+    print(table.to_string())
+    lat = keep[keep.target == "latency_ms"]
+    per_pick = lat.groupby(["k", "pick"])["mape_pct"].max().groupby("k")
+    worst = lat.groupby(["k", "precision"])["mape_pct"].mean().groupby("k").max()
+    shift = level_shift(old, new)
+    print(f"another_day: device={new['device_id'].astype(str).mode().iloc[0]} rows={len(new)} "
+          f"k0_mape_max={worst.get(0, np.nan):.1f} k10_mape_max={worst.get(10, np.nan):.1f} "
+          f"kq_mape_max={worst.get(kq, np.nan):.1f} "
+          f"k10_range={per_pick.min().get(10, np.nan):.1f}-{per_pick.max().get(10, np.nan):.1f} "
+          "level_shift=" + ",".join(f"{p}:{v:+.2f}" for p, v in sorted(shift.items())))
+
+
+if __name__ == "__main__":
+    main()
