@@ -137,6 +137,8 @@ def test_calibration_rows_without_spread_take_the_shipped_floor_of_their_device(
     assert build().to_csv(index=False) == SHIPPED_TABLE.read_text()
     shipped = shipped_floor_log_sd(ZEN4)
     assert set(shipped) == {"fp32", "fp16", "bf16"} and shipped["bf16"] > shipped["fp32"] > shipped["fp16"] > 0
+    xeon = shipped_floor_log_sd("6a0ea403ee")   # its second collection's two passes: below the configured 0.05
+    assert set(xeon) == {"fp32", "fp16", "bf16"} and all(0.02 < v < 0.05 for v in xeon.values())
     rows = pd.DataFrame({"precision": ["fp32", "bf16"], "latency_ms": [1.0, 2.0], "device_id": [ZEN4] * 2})
     assert device_floor(rows, "latency_ms", 0.05, ZEN4) == {**shipped, "default": 0.05}
     assert device_floor(rows, "latency_ms", 0.05, "0000000000") == 0.05
