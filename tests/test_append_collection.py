@@ -53,3 +53,18 @@ def test_main_writes_originals_first_and_the_again_file(xeon, tmp_path, capsys):
     other.to_parquet(part)
     assert main(["--dataset", str(ds), "--new", str(part)]) == 2
     assert capsys.readouterr().err.count("\n") == 1 and len(load_dataset(str(ds))) == 40
+
+
+def test_separate_writes_every_new_row_and_leaves_the_dataset(xeon, tmp_path, capsys):
+    """--separate: a session of another level becomes its own dataset (every new row, those measured in both
+    included), the shipped one byte for byte unchanged; the cross-day lines name the configurations in both."""
+    from carb.data.io import load_dataset, save_dataset
+
+    ds, part, out = tmp_path / "d.parquet", tmp_path / "new.parquet", tmp_path / "session.parquet"
+    save_dataset(xeon.iloc[:30], ds)
+    before = ds.read_bytes()
+    xeon.iloc[25:].assign(latency_ms=xeon["latency_ms"].iloc[25:] * 1.4).to_parquet(part)
+    assert main(["--dataset", str(ds), "--new", str(part), "--separate", str(out)]) == 0
+    assert ds.read_bytes() == before and list(load_dataset(str(out))["config_id"]) == list(xeon["config_id"].iloc[25:])
+    text = capsys.readouterr().out
+    assert "15 rows" in text and "5 configurations measured in both" in text and "signed +40.0 %" in text

@@ -36,7 +36,7 @@ def test_the_shipped_cpu_sources_have_provenance_and_a_probe():
     for dev, s in got.items():
         d = load_dataset(s.path)
         prov = json.loads(s.path.with_name(s.path.stem + ".provenance.json").read_text())
-        assert len(d) == prov["rows"] == {ZEN4: 560, XEON: 553}[dev]
+        assert len(d) == prov["rows"] == {ZEN4: 560, XEON: 227}[dev]
         assert set(d["status"]) == {"ok"} and set(d["device_id"].astype(str)) == {dev}
         assert prov["sha256"] == hashlib.sha256(s.path.read_bytes()).hexdigest() == s.sha256()
         assert any("carb-collect" in c for c in prov["commands"]) and "shipped" in prov["license"]
@@ -124,9 +124,9 @@ def test_a_shipped_source_model_is_trained_once_then_cached(monkeypatch, tmp_pat
     monkeypatch.setattr(presets, "build_cascade", lambda *a, **k: _Fake(fits))
     src = next(s for s in shipped_cpu_sources() if s.device_id == XEON)
     first = zero_shot.shipped_source_model(src)
-    assert fits == [["latency_ms", "peak_memory_MB"]] and first.n_ == 553 and "trained" in capsys.readouterr().out
+    assert fits == [["latency_ms", "peak_memory_MB"]] and first.n_ == 227 and "trained" in capsys.readouterr().out
     second = zero_shot.shipped_source_model(src)
-    assert len(fits) == 1 and second.n_ == 553 and "from the cache" in capsys.readouterr().out
+    assert len(fits) == 1 and second.n_ == 227 and "from the cache" in capsys.readouterr().out
     (entry,) = (tmp_path / "sources").glob(f"{XEON}-*.pkl")
     entry.write_bytes(b"not a pickle")
     zero_shot.shipped_source_model(src)

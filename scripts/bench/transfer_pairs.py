@@ -111,8 +111,10 @@ ZEN4 = ROOT / "carb" / "data" / "cpu-amd-zen4.parquet"
 
 
 #: Shipped rows with a measured run-to-run spread (``latency_repeat_spread``): the Zen 4 configurations
-#: re-measured in two passes and the CPU zoo (both on 34cc4b132c); a device's floor uses those of its device_id.
-REPEAT_ROWS = (ROOT / "scripts" / "data" / "cpu-amd-zen4-repeat.parquet", ROOT / "carb" / "data" / "zoo-cpu.parquet")
+#: re-measured in two passes and the CPU zoo (both on 34cc4b132c), the Xeon's session of 2026-12-07 (6a0ea403ee);
+#: a device's floor uses those of its device_id.
+REPEAT_ROWS = (ROOT / "scripts" / "data" / "cpu-amd-zen4-repeat.parquet", ROOT / "carb" / "data" / "zoo-cpu.parquet",
+               ROOT / "carb" / "data" / "cpu-intel-xeon-2026-12-07.parquet")
 
 
 def fit_cpu_source(rows: pd.DataFrame, targets: list[str]):

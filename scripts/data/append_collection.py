@@ -10,6 +10,10 @@ again on another day, the cross-day repeatability; :func:`cross_day`). Both file
         --new /tmp/xeonb/xeonb-ref.parquet /tmp/xeonb/xeonb-fp16.parquet \\
         --again scripts/data/cpu-intel-xeon-repeat.parquet
 
+With ``--separate OUT`` the new rows (all of them) become a dataset of their own instead, the shipped one unchanged:
+for a session whose level differs from the dataset's (the Xeon: host kernel fc-v1252 -> fc-v1300, 28-56 % slower),
+where one file would hold two speeds of one device.
+
 Prints the rows per precision kept and dropped and, per precision, the median ``|new / original - 1|`` of the
 latency of the configurations measured on both days (and the signed median), and whether peak memory repeated.
 Bad input (another device, a contended or failed row, a configuration twice among the new rows): one line, exit 2.
@@ -79,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dataset", required=True, help="the shipped dataset (parquet), rewritten in place")
     ap.add_argument("--new", nargs="+", required=True, help="the second collection's files (carb-collect out=)")
     ap.add_argument("--again", help="where to write the new rows of configurations already in the dataset")
+    ap.add_argument("--separate", help="write every new row here as a dataset of its own (another session of the "
+                    "device: a level shift against the dataset) and leave the dataset unchanged")
     a = ap.parse_args(argv)
     old = load_dataset(a.dataset)
     new = pd.concat([pd.read_parquet(f) for f in a.new], ignore_index=True)
@@ -87,17 +93,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"append_collection: {why}", file=sys.stderr)
         return 2
     appended, again = split_new(old, new)
+    counts = lambda f: f["precision"].value_counts().to_dict()  # noqa: E731
+    if a.separate:
+        save_dataset(new, a.separate)
+        print(f"{a.separate}: {len(new)} rows {counts(new)} (another session of {a.dataset}, unchanged); "
+              f"{len(again)} configurations measured in both {counts(again)}")
+        print_cross_day(old, again)
+        return 0
     both = pd.concat([old, appended], ignore_index=True)
     save_dataset(both, a.dataset)
     if a.again and len(again):
         save_dataset(again, a.again)
-    counts = lambda f: f["precision"].value_counts().to_dict()  # noqa: E731
     print(f"{a.dataset}: {len(old)} + {len(appended)} = {len(both)} rows {counts(both)}; new {counts(appended)}; "
           f"dropped (already measured) {len(again)} {counts(again)}")
+    print_cross_day(old, again)
+    return 0
+
+
+def print_cross_day(old: pd.DataFrame, again: pd.DataFrame) -> None:
+    """Print :func:`cross_day` of the configurations in both, one line per precision."""
     for r in cross_day(old, again).itertuples():
         print(f"  again {r.precision}: n={r.n} median |rel diff| {100 * r.median_abs:.1f} % (signed "
               f"{100 * r.median_signed:+.1f} %, p90 {100 * r.p90_abs:.1f} %), memory equal {100 * r.memory_same:.0f} %")
-    return 0
 
 
 if __name__ == "__main__":

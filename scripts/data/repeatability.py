@@ -4,16 +4,15 @@ with a measured spread for (``latency_repeat_spread``, two passes in rotated ord
 Sources (:data:`SOURCES`): the 42 Zen 4 configurations re-measured in two passes
 (``scripts/data/cpu-amd-zen4-repeat.parquet``), the CPU zoo (``carb/data/zoo-cpu.parquet``) and the Zen 4
 dataset's rows collected with two passes (``carb/data/cpu-amd-zen4.parquet``, the seed-2027 rows of 2026-12-07),
-all on device 34cc4b132c; and the rows of the Intel Xeon's (6a0ea403ee) second collection of 2026-12-07 (seed 2027,
-two passes) appended to ``carb/data/cpu-intel-xeon.parquet`` (the transfer benchmark's floor for the Xeon reads the
-same rows; the 26 configurations it measured again, ``scripts/data/cpu-intel-xeon-repeat.parquet``, serve the
-memory table's cross-run pairs only). ``carb-calibrate`` looks the target's ``device_id`` up in the table when its
+all on device 34cc4b132c; and the Intel Xeon's (6a0ea403ee) session of 2026-12-07 (seed 2027, two passes per row,
+``carb/data/cpu-intel-xeon-2026-12-07.parquet``, a file of its own: 28-56 % slower than the first session's rows;
+the transfer benchmark's floor for the Xeon reads the same rows). ``carb-calibrate`` looks the target's ``device_id`` up in the table when its
 K rows carry no spread of their own (:func:`carb.data.repeatability.shipped_floor_log_sd`); the transfer benchmark
 floors each device's intervals with it.
 
 It also builds ``carb/data/memory-repeatability.csv``: the run-to-run spread of peak memory per device, from
 configurations measured again in another run (:data:`MEMORY_SOURCES`: the 42 re-measured Zen 4 configurations
-against the Zen 4 dataset; the Xeon's 26 configurations measured again on 2026-12-07 against the Xeon dataset; the
+against the Zen 4 dataset; the Xeon's 26 configurations measured in both sessions (2026-12-05 and -07); the
 H200 runs of seeds 1 and 2 against the H200 reference, rows measured at another time; and every source's own rows'
 two-pass ``peak_memory_repeat_spread``), :func:`carb.data.repeatability.memory_repeatability`; the cascade's
 memory intervals are floored by it (:func:`carb.model.intervals.memory_floor`).
@@ -35,13 +34,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 #: The shipped rows with a measured spread.
 SOURCES = (ROOT / "scripts" / "data" / "cpu-amd-zen4-repeat.parquet", ROOT / "carb" / "data" / "zoo-cpu.parquet",
-           ROOT / "carb" / "data" / "cpu-amd-zen4.parquet", ROOT / "carb" / "data" / "cpu-intel-xeon.parquet")
+           ROOT / "carb" / "data" / "cpu-amd-zen4.parquet", ROOT / "carb" / "data" / "cpu-intel-xeon-2026-12-07.parquet")
 
 
 #: Pairs of shipped files whose common configurations were measured twice on one device: (first run, again).
 MEMORY_SOURCES = (
     (ROOT / "carb" / "data" / "cpu-amd-zen4.parquet", ROOT / "scripts" / "data" / "cpu-amd-zen4-repeat.parquet"),
-    (ROOT / "carb" / "data" / "cpu-intel-xeon.parquet", ROOT / "scripts" / "data" / "cpu-intel-xeon-repeat.parquet"),
+    (ROOT / "carb" / "data" / "cpu-intel-xeon.parquet", ROOT / "carb" / "data" / "cpu-intel-xeon-2026-12-07.parquet"),
     (ROOT / "carb" / "data" / "h200-reference.parquet",
      ROOT / "scripts" / "data" / "h200-run-2026-12-04-seed1" / "dataset.parquet"),
     (ROOT / "carb" / "data" / "h200-reference.parquet",

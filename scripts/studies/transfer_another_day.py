@@ -5,9 +5,10 @@ its device probe the same day) and again on 2026-12-07 (two passes per row; the 
 scores what a user holding the first day's model gets on the second day: the model as it is (K = 0: the session's
 level shift is the whole error), and ``carb-calibrate``'s transfer with K rows of the second day (K = 10 and the
 quickstart's K; the benchmark's 5 picks of the K rows), latency and peak memory MAPE in % per precision,
-scored on the second day's other rows. The last line is machine-readable::
+scored on the second day's other rows; with ``--probe`` (a probe measured on the second day) the K = 0 by
+device probes (first day's probe -> second day's) beside, and the K rows calibrate that base. The last line is machine-readable::
 
-    another_day: device=6a0ea403ee rows=N k0_mape_max=X k10_mape_max=X kq_mape_max=X level_shift=fp32:+X,...
+    another_day: device=6a0ea403ee rows=N k0_mape_max=X k0_probe_mape_max=X k10_mape_max=X kq_mape_max=X level_shift=fp32:+X,...
 
 Usage: ``python -m scripts.studies.transfer_another_day [--new carb/data/cpu-intel-xeon-2026-12-07.parquet]``
 """
@@ -34,18 +35,36 @@ def level_shift(old: pd.DataFrame, new: pd.DataFrame) -> dict[str, float]:
     return {str(p): float(v) for p, v in r.items()}
 
 
-def score(old: pd.DataFrame, new: pd.DataFrame, ks: list[int], picks: int) -> pd.DataFrame:
+def probe_transfer(source, new: pd.DataFrame, probe_path: str):
+    """The first day's model moved to the second day by device probes (``TransferredCascade.fit_probe``): the
+    shipped probe of the device (the first day's) as the source probe, the one at ``probe_path`` (a
+    ``carb-probe out=...`` table measured on the second day) as the target's."""
+    from carb.data.probes import load_probe
+    from carb.model.transfer import TransferredCascade
+    from scripts.bench.transfer_pairs import _identity
+
+    name, dev, fp = _identity(new)
+    first, second = load_probe(dev), load_probe(dev, paths=[Path(probe_path)])
+    if first is None or second is None:
+        raise SystemExit(f"another_day: no probe of device {dev} in the shipped table or in {probe_path}")
+    return TransferredCascade(source).fit_probe(first, second, fp, name, dev)
+
+
+def score(old: pd.DataFrame, new: pd.DataFrame, ks: list[int], picks: int, probe: str | None = None
+          ) -> pd.DataFrame:
     """Records of :func:`scripts.bench.transfer_pairs.score_pair` with the first day's model as the source and
-    the second day's rows as the target, for each K in ``ks`` (K = 0 once, K > 0 over ``picks`` picks)."""
+    the second day's rows as the target, for each K in ``ks`` (K = 0 once, K > 0 over ``picks`` picks); with
+    ``probe`` (the second day's probe table) the probes' zero-shot is the base (model ``zero_shot`` at K = 0)."""
     from scripts.bench.transfer_pairs import fit_cpu_source, score_pair
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         source = fit_cpu_source(old, TARGETS)
+        zero = probe_transfer(source, new, probe) if probe else None
         recs = []
         for k in ks:
             for pick in range(1 if k == 0 else picks):
-                out, _ = score_pair(source, new, k, TARGETS, cpu=True, pick=pick)
+                out, _ = score_pair(source, new, k, TARGETS, cpu=True, zero_shot=zero, pick=pick)
                 recs += out
     return pd.DataFrame(recs)
 
@@ -58,20 +77,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--new", default=str(NEW), help="the second session's rows (parquet)")
     ap.add_argument("--picks", type=int, default=5, help="K-row picks averaged (the benchmark's 5)")
+    ap.add_argument("--probe", default=None, help="the second day's device probe (carb-probe out=...): K = 0 by probes")
     a = ap.parse_args()
     old = ok_rows(load_dataset(str(OLD))).reset_index(drop=True)
     new = ok_rows(load_dataset(a.new)).reset_index(drop=True)
     kq = quickstart_k()
-    t = score(old, new, [0, kq, 10], a.picks)
-    keep = t[(t.model == "source") & (t.k == 0) | (t.model == "calibrated")]
+    t = score(old, new, [0, kq, 10], a.picks, a.probe)
+    keep = t[(t.k == 0) & t.model.isin(["source", "zero_shot"]) | (t.model == "calibrated")]
     table = keep.groupby(["target", "k", "model", "precision"])[["mape_pct", "spearman"]].mean().round(2)
     print(table.to_string())
     lat = keep[keep.target == "latency_ms"]
     per_pick = lat.groupby(["k", "pick"])["mape_pct"].max().groupby("k")
-    worst = lat.groupby(["k", "precision"])["mape_pct"].mean().groupby("k").max()
+    worst = lat[lat.model != "zero_shot"].groupby(["k", "precision"])["mape_pct"].mean().groupby("k").max()
+    zs = lat[lat.model == "zero_shot"]["mape_pct"].max() if (lat.model == "zero_shot").any() else np.nan
     shift = level_shift(old, new)
     print(f"another_day: device={new['device_id'].astype(str).mode().iloc[0]} rows={len(new)} "
-          f"k0_mape_max={worst.get(0, np.nan):.1f} k10_mape_max={worst.get(10, np.nan):.1f} "
+          f"k0_mape_max={worst.get(0, np.nan):.1f} k0_probe_mape_max={zs:.1f} k10_mape_max={worst.get(10, np.nan):.1f} "
           f"kq_mape_max={worst.get(kq, np.nan):.1f} "
           f"k10_range={per_pick.min().get(10, np.nan):.1f}-{per_pick.max().get(10, np.nan):.1f} "
           "level_shift=" + ",".join(f"{p}:{v:+.2f}" for p, v in sorted(shift.items())))
