@@ -559,6 +559,7 @@ def transfer_settings(cfg: Any) -> dict[str, Any]:
             "ridge_alpha": float(t.ridge_alpha), "slope_bounds": (float(t.slope_min), float(t.slope_max)),
             "precision_shrink": ("auto" if str(t.precision_shrink) == "auto" else float(t.precision_shrink)),
             "precision_shrink_single": _shrink_or_none(t.get("precision_shrink_single")),
+            "offset_weighting": str(t.get("offset_weighting", "equal")),
             "base_offsets_only": bool(t.get("base_offsets_only", True)),
             "keep_zero_shot": bool(t.get("keep_zero_shot", False)), "dispatch": bool(t.get("dispatch", True)),
             "source_weighting": str(t.get("source_weighting", "inverse_loo")),

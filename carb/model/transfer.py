@@ -63,7 +63,8 @@ _OWN = frozenset({"source_", "stand_ins_", "transfer_", "intervals_", "device_na
                   "prior_rows", "prior_targets", "device_kind_", "unseen_widen", "unseen_precisions_",
                   "pair_prior", "repeat_floor", "origin_", "unsupported_precisions_", "base_offsets_only",
                   "keep_zero_shot", "extra_sources_", "source_weights_", "source_weighting",
-                  "precision_shrink_single", "source_weights_precision_"})
+                  "precision_shrink_single", "source_weights_precision_", "offset_weighting",
+                  "offset_noise_var_"})
 
 
 def _loo_affine(x: np.ndarray, y: np.ndarray, lo: float, hi: float) -> tuple[float, float, np.ndarray]:
@@ -117,25 +118,103 @@ def empirical_bayes_shrink(d: np.ndarray, prec: np.ndarray) -> float:
     return s2 / tau2 if tau2 > 1e-12 else math.inf
 
 
-def _precision_offsets(d: np.ndarray, prec: np.ndarray, shrink: float | str) -> tuple[float, dict[str, float]]:
-    """Common offset (mean of ``d``) and per-precision offsets shrunk toward it by ``shrink`` rows (``"auto"``:
-    :func:`empirical_bayes_shrink` of these rows)."""
-    a = float(d.mean())
+#: How the K rows of a precision are weighted in its latency offset (``transfer.offset_weighting``): ``equal`` (each
+#: row its weight, the mean), ``inverse_variance`` (each row by the inverse of its run-to-run noise variance plus the
+#: between-row variance, :func:`offset_weights`) or ``huber`` (Huber's M-estimate, :func:`offset_weights`).
+OFFSET_WEIGHTINGS = ("equal", "inverse_variance", "huber")
+#: Huber's tuning constant (in units of the K rows' pooled within-precision log sd): 95 % efficiency at the normal.
+HUBER_C = 1.345
+
+
+def within_precision_var(d: np.ndarray, prec: np.ndarray) -> float:
+    """The variance (log^2) of ``d`` (K,) about each precision's mean, pooled (``K - precisions`` degrees of
+    freedom; the plain variance without them; 0 for one row)."""
+    ps = np.unique(prec)
+    dof = len(d) - len(ps)
+    if dof < 1:
+        return float(np.var(d, ddof=1)) if len(d) > 1 else 0.0
+    return float(sum(((d[prec == p] - d[prec == p].mean()) ** 2).sum() for p in ps) / dof)
+
+
+def row_noise_var(X: pd.DataFrame, floor_sd: Any) -> np.ndarray:
+    """Per K row of ``X``, the variance (log^2) of its latency's run-to-run noise: a row with a measured
+    ``latency_repeat_spread`` of two passes ``a``, ``b`` keeps the mean of two windows, whose variance
+    ``log(a / b)^2 / 4`` estimates (:func:`carb.data.repeatability.spread_log_ratio`); a row of one pass
+    ``floor_sd^2``, ``floor_sd`` the device's one-window log sd for its precision (``{precision or "default":
+    sd}`` or one number: :func:`carb.model.transfer_prior.device_floor`). (K,)"""
+    from carb.data.repeatability import SPREAD, spread_log_ratio
+
+    prec = _precisions(X)
+    fl = floor_sd if isinstance(floor_sd, dict) else {"default": float(floor_sd or 0.0)}
+    one = np.array([float(fl.get(str(q), fl.get("default", 0.0))) ** 2 for q in prec])
+    if SPREAD not in X.columns:
+        return one
+    lr = spread_log_ratio(pd.to_numeric(X[SPREAD], errors="coerce").to_numpy(float))
+    return np.where(np.isfinite(lr), lr ** 2 / 4.0, one)
+
+
+def offset_weights(d: np.ndarray, prec: np.ndarray, rule: str = "equal", noise_var: np.ndarray | None = None,
+                   iterations: int = 20) -> np.ndarray:
+    """Weights (K,) of the K rows' log offsets ``d`` in their precision's offset (:func:`_precision_offsets`):
+
+    * ``equal``: ones (the mean);
+    * ``inverse_variance``: ``1 / (noise_var + tau2)``, ``noise_var`` (K,) each row's run-to-run variance
+      (:func:`row_noise_var`), ``tau2`` the between-row (shape) variance: the pooled within-precision variance of
+      ``d`` less the rows' mean noise, at least 0 (a row that repeats badly counts less, but never more than the
+      shape error every row shares allows);
+    * ``huber``: Huber's M-estimate per precision (iteratively reweighted: ``min(1, c s / |d - m_p|)``, ``c`` =
+      :data:`HUBER_C`, ``s`` the rows' pooled robust scale: 1.4826 x the median |d - its precision's median|, else
+      the pooled within-precision sd; a precision's 3-4 rows cannot give a scale of their own).
+    """
+    d = np.asarray(d, float)
+    if rule == "equal" or len(d) < 2:
+        return np.ones(len(d))
+    if rule == "inverse_variance":
+        nv = np.zeros(len(d)) if noise_var is None else np.asarray(noise_var, float)
+        tau2 = max(within_precision_var(d, prec) - float(np.mean(nv)), 0.0)
+        v = nv + tau2
+        return 1.0 / v if np.all(v > 0) else np.ones(len(d))
+    if rule == "huber":
+        med = {p: float(np.median(d[prec == p])) for p in np.unique(prec)}
+        mad = float(np.median(np.abs(d - np.array([med[p] for p in prec]))))
+        s, w = (1.4826 * mad if mad > 0 else math.sqrt(within_precision_var(d, prec))), np.ones(len(d))
+        if s <= 0:
+            return w
+        for _ in range(iterations):
+            m = {p: float(np.sum(w[prec == p] * d[prec == p]) / w[prec == p].sum()) for p in np.unique(prec)}
+            r = np.abs(d - np.array([m[p] for p in prec]))
+            w = np.minimum(1.0, HUBER_C * s / np.maximum(r, 1e-12))
+        return w
+    raise DatasetError(f"transfer.offset_weighting: {rule!r}; allowed: {', '.join(OFFSET_WEIGHTINGS)}")
+
+
+def _precision_offsets(d: np.ndarray, prec: np.ndarray, shrink: float | str, rule: str = "equal",
+                       noise_var: np.ndarray | None = None) -> tuple[float, dict[str, float]]:
+    """Common offset (weighted mean of ``d``) and per-precision offsets (weighted means) shrunk toward it by
+    ``shrink`` rows (``"auto"``: :func:`empirical_bayes_shrink` of these rows); weights :func:`offset_weights`
+    by ``rule`` (``equal``: the plain means), normalised to a mean of 1 so a pseudo-row weighs as an average row."""
+    w = offset_weights(d, prec, rule, noise_var)
+    w = w / w.mean() if len(w) else w
+    a = float(np.sum(w * d) / w.sum())
     lam = empirical_bayes_shrink(d, prec) if shrink == "auto" else float(shrink)
     if not math.isfinite(lam):
         return a, {str(p): a for p in np.unique(prec)}
-    return a, {str(p): float((d[prec == p].sum() + lam * a) / ((prec == p).sum() + lam)) for p in np.unique(prec)}
+    return a, {str(p): float((np.sum(w[prec == p] * d[prec == p]) + lam * a) / (w[prec == p].sum() + lam))
+               for p in np.unique(prec)}
 
 
-def _loo_precision(x: np.ndarray, y: np.ndarray, b: float, prec: np.ndarray, shrink: float | str
+def _loo_precision(x: np.ndarray, y: np.ndarray, b: float, prec: np.ndarray, shrink: float | str,
+                   rule: str = "equal", noise_var: np.ndarray | None = None
                    ) -> tuple[float, dict[str, float], np.ndarray]:
-    """``y = a_prec + b x`` (b fixed); returns (common a, per-precision a, LOO residuals)."""
+    """``y = a_prec + b x`` (b fixed); returns (common a, per-precision a, LOO residuals); the offsets weighted by
+    ``rule`` (:func:`offset_weights`, ``noise_var`` (K,) the rows' run-to-run variance), refitted without each row."""
     d = y - b * x
-    a, per = _precision_offsets(d, prec, shrink)
+    nv = None if noise_var is None else np.asarray(noise_var, float)
+    a, per = _precision_offsets(d, prec, shrink, rule, nv)
     loo = np.empty(len(d))
     for i in range(len(d)):
         keep = np.arange(len(d)) != i
-        ai, pi = _precision_offsets(d[keep], prec[keep], shrink)
+        ai, pi = _precision_offsets(d[keep], prec[keep], shrink, rule, None if nv is None else nv[keep])
         loo[i] = d[i] - pi.get(str(prec[i]), ai)
     return a, per, loo
 
@@ -326,8 +405,12 @@ class TransferredCascade:
                  unseen_widen: float = 0.354, pair_prior: Any = None, repeat_floor: dict[str, float] | None = None,
                  base_offsets_only: bool = True, keep_zero_shot: bool = False,
                  source_weighting: str = "inverse_loo", interval_rules: Any = None,
-                 precision_shrink_single: float | str | None = None) -> None:
+                 precision_shrink_single: float | str | None = None, offset_weighting: str = "equal") -> None:
         self.source_ = source
+        if offset_weighting not in OFFSET_WEIGHTINGS:
+            raise DatasetError(f"transfer.offset_weighting: {offset_weighting!r}; "
+                               f"allowed: {', '.join(OFFSET_WEIGHTINGS)}")
+        self.offset_weighting = offset_weighting
         self.interval_rules = interval_rules   # transfer_prior.IntervalRules of the device-level band (None: defaults)
         if source_weighting not in SOURCE_WEIGHTINGS:
             raise DatasetError(f"transfer.source_weighting: {source_weighting!r}; "
@@ -466,6 +549,7 @@ class TransferredCascade:
                 self.transfer_[t] = {"form": "source", "k": 0}
                 continue
             if t == "latency_ms":
+                self.offset_noise_var_ = self._offset_noise_var(X[ok])
                 self.transfer_[t], loo = self._fit_with_bases(X[ok], np.log(pred[ok]), np.log(meas[ok]), Z[ok], prec[ok])
                 if self.__dict__.get("extra_sources_"):
                     self.transfer_[t]["source_weights"] = self.source_weights_summary()
@@ -499,6 +583,21 @@ class TransferredCascade:
         self.repeat_floor = floor
         self.recalibrate(self.error_prior)
         return self
+
+    def _offset_noise_var(self, X: pd.DataFrame) -> np.ndarray | None:
+        """The K rows' run-to-run noise variance (log^2, (K,); :func:`row_noise_var`) for
+        ``offset_weighting: inverse_variance``, with the one-window floor the intervals take
+        (:func:`carb.model.transfer_prior.device_floor`: the rows' own spreads, else the shipped table by
+        ``device_id``, else ``repeat_floor``); None for the other weightings."""
+        if self.__dict__.get("offset_weighting", "equal") != "inverse_variance":
+            return None
+        from carb.model.transfer_prior import device_floor
+
+        ids = X["device_id"].dropna().astype(str) if "device_id" in X else pd.Series([], dtype=str)
+        conf = dict(self.__dict__.get("repeat_floor") or {})
+        floor = device_floor(X, "latency_ms", conf.get("latency_ms", conf.get("default", 0.0)),
+                             str(ids.mode().iloc[0]) if len(ids) else None)
+        return row_noise_var(X, floor)
 
     def recalibrate(self, error_prior: Any = None) -> TransferredCascade:
         """Set ``intervals_`` of a fitted K-row transfer: per target, the transfer-error prior combined with
@@ -705,9 +804,12 @@ class TransferredCascade:
         K = 10: worst precision 23.2 % with those choices, 17.5 % with offsets only). Returns (info, LOO
         residuals); the per-precision zero-shot comparison as :meth:`_keep_zero_shot`."""
         if len(np.unique(prec)) > 1 and len(yl) >= 3:
-            a, per, loo = _loo_precision(x, yl, 1.0, prec, self.shrink())
+            rule = self.__dict__.get("offset_weighting", "equal")
+            nv = self.__dict__.get("offset_noise_var_") if rule == "inverse_variance" else None
+            a, per, loo = _loo_precision(x, yl, 1.0, prec, self.shrink(), rule, nv)
             info: dict[str, Any] = {"form": "precision", "a": a, "a_precision": per, "b": 1.0, "k": len(yl),
-                                    "residual": None, "loo_log_mae": {"precision": float(np.mean(np.abs(loo)))}}
+                                    "residual": None, "loo_log_mae": {"precision": float(np.mean(np.abs(loo)))},
+                                    "offset_weighting": rule}
         else:
             a, loo = _loo_scale(x, yl)
             info = {"form": "scale", "a": a, "b": 1.0, "k": len(yl), "residual": None,

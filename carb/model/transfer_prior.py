@@ -388,6 +388,12 @@ def device_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 0.
       nothing measured) is first capped at what the records' row residuals allow (:data:`UNMEASURED_FLOOR`,
       :func:`_cap_unmeasured_floor`).
 
+    * ``level_noise: swap`` (``rules``) where every record carries its ``noise`` (its target device's run-to-run
+      log sd, per precision: :func:`noise_sd`; ``carb/data/transfer-pairs.csv``'s ``noise_log_sd``): each pair's
+      row residual with its own noise taken out (:func:`_bias_draws`) and this device's (``floor_log_sd``) added
+      back in quadrature per precision (:func:`swap_noise`), as :func:`held_out_level_band` does; records without
+      it (an older table) keep their residuals and the floor stays a floor.
+
     ``scale``: the bias and residuals of each pair are first divided by its record's ``scale`` and the
     half-width multiplied by ``scale`` (scale-free). ``rules``: this calibration's :class:`IntervalRules`
     (None: the defaults). Returns ``{"lower", "upper", "n", "coverage",
@@ -396,14 +402,16 @@ def device_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 0.
     ``kind``). Its ``log_ratios`` are empty: the band answers its own ``coverage`` only."""
     from scipy.stats import t as student_t
 
-    own = _bias_draws(_cells(same_class(records, kind)), scale)
+    rules = rules_of(rules)
+    mine = same_class(records, kind)   # swap only where every pair's noise is known (else it would count twice)
+    swap = rules.level_noise == "swap" and bool(mine) and all(r.get("noise") is not None for r in mine)
+    own = _bias_draws(_cells(mine), scale, coverage if swap else None)
     if own is None:
         return None
     b, points, raw, devices, pairs = own
     q = 0.5 + coverage / 2.0
     n_dev = max(min(len(devices), len(pairs)), 2)
     rms_b = float(np.sqrt(np.mean(b ** 2)))
-    rules = rules_of(rules)
     widen = rules.device_widen
     centre, how = 0.0, widen
     if widen == "predictive":
@@ -423,6 +431,9 @@ def device_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 0.
     measured = mult * math.sqrt(h_b ** 2 + h_r ** 2)
     floor_log_sd, capped = _cap_unmeasured_floor(floor_log_sd, raw, coverage, rules.unmeasured_floor)
     pooled_floor, by_prec = floor_half(floor_log_sd, coverage)
+    if swap:   # the pairs' row noise was taken out (_bias_draws): this device's own added back in quadrature
+        measured, by_noise = swap_noise(measured, {}, floor_log_sd, coverage)
+        by_prec = {p: max(h, by_noise.get(p, 0.0)) for p, h in {**by_noise, **by_prec}.items()}
     lower, upper = min(mult * centre - measured, -pooled_floor), max(mult * centre + measured, pooled_floor)
     half = max(-lower, upper)
     wider = {p: h for p, h in by_prec.items() if h > half}
@@ -440,21 +451,34 @@ def device_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 0.
                           "the run-to-run spread the other devices' held-out errors allow)" if capped is not None
                           else "")
                        + (f"; {', '.join(sorted(wider))} at {'their' if len(wider) > 1 else 'its'} own repeatability "
-                          "floor" if wider else "")),
+                          "floor" if wider else "")
+                       + ("; each pair's row noise taken out, this device's added (level_noise: swap)" if swap
+                          else "")),
             "n_devices": len(devices), "n_pairs": len(b), "bias_rms": rms_b,
             "half_bias": mult * h_b, "half_rows": mult * h_r, "kind": kind}
 
 
-def _bias_draws(cells: Sequence[Mapping[str, Any]], scale: float | None
+def _bias_draws(cells: Sequence[Mapping[str, Any]], scale: float | None, deconvolve: float | None = None
                 ) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray], set, set] | None:
     """The device bias draws of ``cells`` (:func:`_cells`): ``(biases (D,), |residual| points per cell (over
-    its ``scale`` where ``scale`` is given), |residual| points per cell in log units, devices, pairs)``; None
-    without a cell of finite errors (and, scale-free, a positive ``scale``)."""
+    its ``scale`` where ``scale`` is given), |residual| points per cell in log units as measured, devices, pairs)``; None
+    without a cell of finite errors (and, scale-free, a positive ``scale``). ``deconvolve`` (a coverage; None: off,
+    ``level_noise: keep``): each cell's residuals about its bias scaled by ``sqrt(max(h^2 - (z s)^2, 0)) / h``
+    (``h`` their ``deconvolve`` quantile of |residual|, ``s`` the cell's ``noise``, its target device's run-to-run
+    log sd, :func:`noise_sd`; ``z`` :func:`carb.data.repeatability.coverage_z`): the row term a noiseless device
+    would show (:func:`deconvolve_noise` for the row residual; the bias is a device's, not noise)."""
+    from carb.data.repeatability import coverage_z
+
     biases, points, raw, devices, pairs = [], [], [], set(), set()
     for r in cells:
         b, res = pair_bias_residuals(r["err"])
         if not len(res):
             continue
+        measured = res   # as measured (the unmeasured floor's cap reads these: they hold the devices' noise)
+        if deconvolve is not None and r.get("noise") is not None:
+            h = float(np.quantile(np.abs(res), deconvolve))
+            zs = coverage_z(deconvolve) * noise_sd(r["noise"])
+            res = res * (math.sqrt(max(h ** 2 - zs ** 2, 0.0)) / h if h > 0 else 1.0)
         div = 1.0
         if scale is not None:
             div = float(r.get("scale") or float("nan"))
@@ -462,7 +486,7 @@ def _bias_draws(cells: Sequence[Mapping[str, Any]], scale: float | None
                 continue
         biases.append(b / div)
         points.append(_pair_points(np.abs(res) / div))
-        raw.append(_pair_points(np.abs(res)))
+        raw.append(_pair_points(np.abs(measured)))
         devices.update(str(d) for d in r["pair"])
         pairs.add(tuple(map(str, r["pair"])))
     if not biases:
@@ -812,8 +836,9 @@ def _cells(records: Sequence[Mapping[str, Any]], min_rows: int = 3) -> list[Mapp
         err, prec = np.asarray(r["err"], float), np.asarray(r["precision"]).astype(str)
         for p in np.unique(prec):
             m = (prec == p) & np.isfinite(err)
-            if m.sum() >= min_rows:
-                out.append({**r, "err": err[m], "precision": None})
+            if m.sum() >= min_rows:   # a record's noise (per precision, noise_sd) follows its precision
+                out.append({**r, "err": err[m], "precision": None,
+                            **({"noise": noise_sd(r["noise"], p)} if r.get("noise") is not None else {})})
     return out
 
 
@@ -903,7 +928,9 @@ def pair_summary(records: Sequence[Mapping[str, Any]], min_rows: int = 3) -> pd.
     :data:`LEVELS` (:func:`pair_bias_residuals`) of the held-out errors, and the pair's row scale
     (:func:`row_scale`). ``records``: the benchmark's (``kind``, ``target``, ``k``, ``source``,
     ``target_device``, optional ``source_id`` / ``target_id``, ``err``, ``precision``, ``loo``,
-    ``loo_precision``)."""
+    ``loo_precision``, optional ``noise``: the target device's run-to-run log sd, :func:`noise_sd`), and
+    ``noise_log_sd`` (that precision's noise; NaN without one: :func:`pair_records` then leaves the pair's row
+    residual as it is under ``level_noise: swap``)."""
     rows = []
     for r in records:
         err, prec = np.asarray(r["err"], float), np.asarray(r["precision"]).astype(str)
@@ -918,8 +945,10 @@ def pair_summary(records: Sequence[Mapping[str, Any]], min_rows: int = 3) -> pd.
                          "target_device": r["target_device"], "source_id": r.get("source_id") or r["source"],
                          "target_id": r.get("target_id") or r["target_device"], "precision": str(p),
                          "n_rows": int(m.sum()), "bias": round(b, 6), "scale": round(scale, 6),
+                         "noise_log_sd": (round(noise_sd(r["noise"], p), 6) if r.get("noise") is not None
+                                          else float("nan")),
                          **{f"res_q{lev:g}": round(float(v), 6) for lev, v in zip(LEVELS, q)}})
-    return pd.DataFrame(rows, columns=list(PAIR_COLUMNS))
+    return pd.DataFrame(rows, columns=list(PAIR_COLUMNS) + ["noise_log_sd"])
 
 
 def pair_records(table: pd.DataFrame | None, target: str, k: int, exclude: Sequence[str] = (),
@@ -946,8 +975,10 @@ def pair_records(table: pd.DataFrame | None, target: str, k: int, exclude: Seque
         d = r._asdict()
         val = np.concatenate([[0.0], [float(d[f"res_q{lev_:g}".replace(".", "_")]) for lev_ in LEVELS]])
         half = np.interp((np.arange(50) + 0.5) / 50, lev, val)
+        noise = float(d.get("noise_log_sd", float("nan")))   # the pair's target device's run-to-run log sd
         recs.append({"pair": (str(r.source_id), str(r.target_id)), "err": float(r.bias) + np.concatenate([-half, half]),
-                     "scale": float(r.scale), "kind": str(r.kind)})
+                     "scale": float(r.scale), "kind": str(r.kind),
+                     **({"noise": noise} if math.isfinite(noise) else {})})
     return recs
 
 

@@ -223,6 +223,14 @@ def configured_source_weighting() -> str:
     return str(compose("calibrate", []).transfer.get("source_weighting", "inverse_loo"))
 
 
+def configured_offset_weighting() -> str:
+    """``transfer.offset_weighting`` of ``conf/calibrate.yaml``: how a precision's K rows are weighted in its
+    latency offset (as ``carb-calibrate`` weights them)."""
+    from carb.commands.cli import compose
+
+    return str(compose("calibrate", []).transfer.get("offset_weighting", "equal"))
+
+
 def zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> dict[tuple[str, str], object]:
     """Zero-shot transfers from device probes (``TransferredCascade.fit_probe``) for every ordered CPU
     pair whose two devices have a probe; each latency interval is calibrated on the zero-shot log errors
@@ -237,7 +245,8 @@ def zero_shot_models(models: dict, devices: dict[str, pd.DataFrame]) -> dict[tup
     for s, d in pairs:
         name, dev_id, fp = _identity(devices[d])
         out[(s, d)] = TransferredCascade(models[s], precision_shrink_single=single_shrink,
-                                         source_weighting=weighting).fit_probe(
+                                         source_weighting=weighting,
+                                         offset_weighting=configured_offset_weighting()).fit_probe(
             probes[s], probes[d], fp, name, dev_id)
     for s, d in pairs:
         if s not in [q[0] for q in pairs[:pairs.index((s, d))]]:
@@ -1195,7 +1204,8 @@ def write_errors(path: str, pending: list[dict]) -> None:
 
     pairs_path = Path(path).with_name(Path(path).name.replace("transfer-errors", "transfer-pairs")
                                       if "transfer-errors" in Path(path).name else Path(path).stem + "-pairs.csv")
-    pair_summary(pending).to_csv(pairs_path, index=False)
+    floors: dict = {}   # each pair's target device's run-to-run noise (noise_log_sd: level_noise swap in carb-calibrate)
+    pair_summary([{**q, "noise": _noise_of(q, floors)} for q in pending]).to_csv(pairs_path, index=False)
     print(f"  wrote {pairs_path} (per pair and precision: bias, row scale, |residual| quantiles; the device-level "
           "band of carb-calibrate, transfer.pair_prior)", flush=True)
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,

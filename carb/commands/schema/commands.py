@@ -206,6 +206,7 @@ class Transfer(Section):
     slope_max: Positive
     precision_shrink: NonNegative | Literal["auto"] = "auto"
     precision_shrink_single: NonNegative | Literal["auto"] | None = None
+    offset_weighting: Literal["equal", "inverse_variance", "huber"] = "equal"
     base_offsets_only: bool = True
     keep_zero_shot: bool = False
     dispatch: bool = True
