@@ -107,15 +107,17 @@ def zoo_lines(path: Path = ZOO_BENCH) -> list[str]:
     z = json.loads(path.read_text())
     out = ["### Any backbone: families never measured", "",
            f"From `{z['command']}` (saved in `scripts/data/zoo_bench.json`; last line: `{z['last_line']}`).", ""]
-    if "cpu" in z:
-        out += [f"Leave-one-family-out on the CPU zoo (`{z['cpu']['data']}`, Zen 4 VM): each family predicted by "
+    for cpu in z.get("cpus") or ([z["cpu"]] if "cpu" in z else []):   # each CPU zoo its own device
+        out += [f"Leave-one-family-out on the CPU zoo (`{cpu['data']}`, {cpu.get('device', 'Zen 4 VM')}): each "
+                "family predicted by "
                 "models fitted on the other families only. CARB: the registered model, the cascade that "
-                "`carb-train data.path=zoo-cpu` fits (the layer table's features from the current tracer, "
+                f"`carb-train data.path={Path(cpu['data']).stem}` fits (the layer table's features from the current "
+                "tracer, "
                 "physics priors: a roofline for latency, the tracer's liveness peak for memory, each times the "
                 "stage's tree-ensemble correction), refitted once per held-out family. HJ: Hidden Joules' "
                 "log-linear regression on params, GMACs, activations; B1: FLOPs only. Intervals: 90 % "
                 "cross-conformal over held-out families. Energy is not measurable on this VM.", ""]
-        out += cpu_summary(z["cpu"]) + [""] + cpu_family_table(z["cpu"]) + [""]
+        out += cpu_summary(cpu) + [""] + cpu_family_table(cpu) + [""]
     if z.get("gpu"):
         out += ["Leave-one-family-out latency on timm's published benchmark files (families: leading letters "
                 "of the model name with >= 5 models), CARB's zoo model with and without the layer-table "

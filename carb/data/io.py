@@ -18,10 +18,11 @@ from carb.files import locked, write_atomic
 from carb.resources import DATA_DIR
 
 _REFERENCE = DATA_DIR / "cpu-reference.parquet"
-#: the shipped datasets by name: ``reference`` (CPU) and ``h200`` (a lent NVIDIA H200, with energy)
+#: the shipped datasets by name: ``reference`` (CPU) and ``h200`` (a lent NVIDIA H200, with energy); the CPU
+#: zoo of the AMD EPYC Zen 4 VM (``zoo-cpu``) and of the Intel Xeon VM (``zoo-cpu-xeon``)
 SHIPPED = {"reference": _REFERENCE, "cpu-reference": _REFERENCE,
            "h200": DATA_DIR / "h200-reference.parquet", "h200-reference": DATA_DIR / "h200-reference.parquet",
-           "zoo-cpu": DATA_DIR / "zoo-cpu.parquet"}
+           "zoo-cpu": DATA_DIR / "zoo-cpu.parquet", "zoo-cpu-xeon": DATA_DIR / "zoo-cpu-xeon.parquet"}
 #: timm's published inference benchmark, every model, as training rows of one device (``data.device``):
 #: latency only (carb/data/timm-zoo-bench.md)
 TIMM_ZOO = "timm-zoo"

@@ -2,7 +2,9 @@
 timm's published benchmark files.
 
 CPU part (``--part cpu|all``; :mod:`carb.analysis.zoo_cpu_eval`): leave-one-family-out over every family of
-the measured CPU zoo (``carb/data/zoo-cpu.parquet``, or ``--cpu-data``), latency and peak memory: CARB is the
+each measured CPU zoo (every shipped one: ``zoo-cpu``, the AMD EPYC Zen 4 VM, and ``zoo-cpu-xeon``, the Intel Xeon
+VM; or ``--cpu-data``, repeatable), each its own device (its own fits, tables and summary; the first is the
+JSON's ``cpu`` and screens, every one is in ``cpus``), latency and peak memory: CARB is the
 registered model, the cascade ``carb-train data.path=<data>`` fits (its config composed as the command
 composes it, ``--train-override`` adds overrides), fitted once per held-out family, beside B1 and Hidden
 Joules' regression on the same splits (memory also beside the liveness estimate ``peak_live_MB +
@@ -70,15 +72,15 @@ its ``per_device`` section sets keys for one device kind (the CPU file's terms, 
 the features describe: by default the one each file was run on (timm's benchmark ``--reparam``; the
 published parameter counts show the 4090 / 5090 / PRO 6000 files folded, the 3090 and i9 files not).
 
-Prints the CPU zoo's per-family tables (every family), each GPU device's (``--table``: every family; else
-the 10 worst by CARB's MAPE), a summary line per device, writes the figures to ``--out`` (JSON, read by
-``scripts/results.py``; each GPU device's entry holds its per-family ``table``, worst CARB MAPE first;
+Prints each CPU zoo's per-family tables (every family, headed by its device), each GPU device's (``--table``:
+every family; else the 10 worst by CARB's MAPE), a summary line per device, writes the figures to ``--out`` (JSON,
+read by ``scripts/results.py``; each GPU device's entry holds its per-family ``table``, worst CARB MAPE first;
 ``--gpu-no-trace-too`` adds the GPU part without the layer-table features), then
 the machine-readable last line:
 ``zoo: devices=N families=F models=M lofo_within20=W/F lofo_lat_mape_max=X lofo_lat_rho_min=X
 lofo_mem_mape_max=X coverage_min=X b1_family_wins=W/F hj_family_wins=W/F trace_cold_s=X screen_s=X``
-(F and W summed over devices' held-out families, latency; the max / min over devices and families;
-coverage over latency and memory; models: distinct networks over all parts).
+(F and W summed over devices' held-out families, latency, each CPU zoo a device; the max / min over devices
+and families; coverage over latency and memory; models: distinct networks over all parts).
 """
 from __future__ import annotations
 
@@ -119,12 +121,14 @@ CPU_COLS = ["family", "models", "rows", "carb_mape_pct", "carb_rho", "carb_withi
             "b1_rho", "hj_mape_pct", "hj_rho", "coverage", "hi_lo"]
 
 
-def cpu_block(target: str, table: pd.DataFrame, s: dict) -> str:
-    """The CPU zoo's per-family table of ``target`` (every family, worst CARB MAPE first) and its summary."""
+def cpu_block(target: str, table: pd.DataFrame, s: dict, device: str = "") -> str:
+    """The CPU zoo's per-family table of ``target`` (every family, worst CARB MAPE first) and its summary;
+    ``device``: the zoo's device (name and id) in the header."""
     cols = CPU_COLS[:4] + (["physics_mape_pct"] if "physics_mape_pct" in table else []) + CPU_COLS[4:]
     phys = (f" | physics (peak_live + params, no fit) {s['physics_pooled_pct']:.1f} %, worst "
             f"{s['physics_mape_max']:.1f} %" if "physics_pooled_pct" in s else "")
-    head = (f"== CPU zoo {target}: {s['families']} families, {s['models']} models; pooled MAPE carb "
+    head = (f"== CPU zoo{' ' + device if device else ''} {target}: {s['families']} families, {s['models']} models; "
+            f"pooled MAPE carb "
             f"{s['carb_pooled_pct']:.1f} % | hj {s['hj_pooled_pct']:.1f} % | b1 {s['b1_pooled_pct']:.1f} %{phys}; "
             f"families within 20 %: carb {s['within20']}/{s['families']}, hj {s['hj_within20_fams']}, b1 "
             f"{s['b1_within20_fams']}; worst {s['worst']} {s['mape_max']:.1f} %; rho_min {s['rho_min']:.2f} "
@@ -178,7 +182,9 @@ def cpu_part(path: Path, make) -> tuple[dict, pd.DataFrame]:
     from carb.analysis.zoo_cpu_eval import evaluate_zoo
 
     cpu = pd.read_parquet(path)
-    out = {"data": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path),
+    device = cpu_device(cpu)
+    out = {"data": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path), "device": device,
+           "device_id": str(cpu["device_id"].iloc[0]),
            "carb": "registered cascade (carb-train data.path=<data>), refitted per held-out family"}
     from carb.commands.cli import compose, to_dict
 
@@ -187,9 +193,28 @@ def cpu_part(path: Path, make) -> tuple[dict, pd.DataFrame]:
                        memory_floor=floor)
     for key, target in (("latency", "latency_ms"), ("memory", "peak_memory_MB")):
         table, s, _ = res[target]
-        print(cpu_block(target, table, s), flush=True)
+        print(cpu_block(target, table, s, device), flush=True)
         out[key] = {"summary": s, "table": table.round(4).to_dict(orient="records")}
     return out, cpu
+
+
+def cpu_device(cpu: pd.DataFrame) -> str:
+    """A CPU zoo's device label: ``<device_name> <device_id>`` of its first row (a zoo is one device)."""
+    return f"{cpu['device_name'].iloc[0]} {cpu['device_id'].iloc[0]}"
+
+
+def cpu_zoo_paths(given: list[str] | None) -> list[Path]:
+    """The CPU zoos to score: ``given`` (``--cpu-data``, paths or shipped names) or every shipped CPU zoo
+    (:data:`carb.data.io.SHIPPED`'s ``zoo-cpu*`` names: the Zen 4 first). A missing file: one line, exit 2."""
+    from carb.data.io import SHIPPED, resolve_path
+
+    paths = [resolve_path(p) for p in given] if given else [SHIPPED[n] for n in SHIPPED if n.startswith("zoo-cpu")]
+    for path in paths:
+        if not Path(path).is_file():
+            print(f"--cpu-data: {path} is not a file; allowed: a measured zoo parquet or a shipped name "
+                  f"({', '.join(n for n in SHIPPED if n.startswith('zoo-cpu'))})", file=sys.stderr)
+            raise SystemExit(2)
+    return [Path(p) for p in paths]
 
 
 def _checked_conf(path: Path, overrides: list[str], schema, flag: str, dotted: bool) -> dict:
@@ -322,12 +347,13 @@ def trace_cold(value: float | None) -> float:
     return float(json.loads((ROOT / "scripts/data/zoo_trace_bench.json").read_text())["trace_cold_s"])
 
 
-def last_line(cpu: dict | None, gpu: list[dict], n_models: int, trace_s: float, screen_s: float) -> str:
-    """The machine-readable last line over the CPU zoo (latency; memory's worst MAPE) and the GPU devices."""
-    lat = ([cpu["latency"]["summary"]] if cpu else []) + gpu
+def last_line(cpus: list[dict], gpu: list[dict], n_models: int, trace_s: float, screen_s: float) -> str:
+    """The machine-readable last line over the CPU zoos (each a device: latency; memory's worst MAPE over
+    them) and the GPU devices."""
+    lat = [c["latency"]["summary"] for c in cpus] + gpu
     f = sum(s["families"] for s in lat)
-    cov = [s["coverage"] for s in lat] + ([cpu["memory"]["summary"]["coverage"]] if cpu else [])
-    mem = f"{cpu['memory']['summary']['mape_max']:.1f}" if cpu else "nan"
+    cov = [s["coverage"] for s in lat] + [c["memory"]["summary"]["coverage"] for c in cpus]
+    mem = f"{max(c['memory']['summary']['mape_max'] for c in cpus):.1f}" if cpus else "nan"
     return (f"zoo: devices={len(lat)} families={f} models={n_models} "
             f"lofo_within20={sum(s['within20'] for s in lat)}/{f} "
             f"lofo_lat_mape_max={max(s['mape_max'] for s in lat):.1f} "
@@ -541,7 +567,9 @@ def main() -> None:
     ap.add_argument("--part", default="all", choices=["all", "cpu", "gpu", "device", "cascade"],
                     help="CPU zoo, timm's files, or both; device: a GPU never measured (leave-one-GPU-out); "
                          "cascade: carb-train's cascade on one device of timm's files beside ZooLatencyModel")
-    ap.add_argument("--cpu-data", default=str(ROOT / "carb/data/zoo-cpu.parquet"), help="measured zoo parquet")
+    ap.add_argument("--cpu-data", action="append", default=None,
+                    help="a measured zoo parquet or shipped name, each its own device (repeatable; default: every "
+                         "shipped CPU zoo, zoo-cpu and zoo-cpu-xeon)")
     ap.add_argument("--devices", default="all", help="gpu, all, or one device name (e.g. 'RTX 4090')")
     ap.add_argument("--no-census", action="store_true", help="leave the module census out of CARB's features")
     ap.add_argument("--no-trace", action="store_true", help="leave the layer-table features out of CARB's")
@@ -587,18 +615,18 @@ def main() -> None:
         print(line)
         return
     out: dict = {"command": " ".join(["python scripts/bench/zoo.py", *sys.argv[1:]])}
-    cpu, cpu_frame, gpu, models = None, None, [], set()
+    cpus, cpu_frame, make, gpu, models = [], None, None, [], set()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if args.part in ("all", "cpu"):
-            path = Path(args.cpu_data)
-            if not path.is_file():
-                print(f"--cpu-data: {path} is not a file; allowed: a measured zoo parquet", file=sys.stderr)
-                raise SystemExit(2)
-            make = registered(path, args.train_override)
-            cpu, cpu_frame = cpu_part(path, make)
-            out["cpu"] = cpu
-            models |= set(cpu_frame["model_name"].astype(str))
+            for path in cpu_zoo_paths(args.cpu_data):   # each CPU zoo its own device: its own fits and tables
+                own = registered(path, args.train_override)
+                cpu, frame = cpu_part(path, own)
+                cpus.append(cpu)
+                models |= set(frame["model_name"].astype(str))
+                if cpu_frame is None:   # the first (Zen 4) is the JSON's ``cpu`` and the screening's data
+                    cpu_frame, make = frame, own
+            out["cpu"], out["cpus"] = cpus[0], cpus
         if args.part in ("all", "gpu"):
             gpu = gpu_part(args, trace=not args.no_trace)
             out["gpu"] = gpu
@@ -610,7 +638,7 @@ def main() -> None:
             out, gpu, models = kept_gpu(Path(args.out), out, models)
     print(f"screening: {n_cand} candidates in {screen_s:.2f} s after load")
     trace_s = trace_cold(args.trace_cold_s)
-    line = last_line(cpu, gpu, len(models), trace_s, screen_s)
+    line = last_line(cpus, gpu, len(models), trace_s, screen_s)
     out |= {"screen_s": screen_s, "screen_candidates": n_cand, "trace_cold_s": trace_s, "last_line": line,
             "wall_s": round(time.perf_counter() - t0, 1)}
     write_atomic(Path(args.out), lambda p: p.write_text(json.dumps(out, indent=1, default=float) + "\n"))

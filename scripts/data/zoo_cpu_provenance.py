@@ -2,10 +2,14 @@
 
     python scripts/data/zoo_cpu_provenance.py carb/data/zoo-cpu.parquet --log /tmp/quiet/window.log \
         --command "carb-collect space=zoo device=cpu measure=cpu out=... max_minutes=20"
+    python scripts/data/zoo_cpu_provenance.py carb/data/zoo-cpu-xeon.parquet --commit ffa0ba9 \
+        --log /tmp/xeonz/wall.log /tmp/xeonz/zoo.log --command "..."   # the Xeon's zoo (another device)
 
 Writes ``<stem>.provenance.json`` beside the dataset (what, the command, the commit, the device fingerprint,
 when, rows by status and precision, families and models, the contention guard's record, the repeat passes'
-spread per precision, the window log) and prints the card's tables (Markdown) on stdout.
+spread per precision, the window log) and prints the card's tables (Markdown) on stdout. ``--commit``: the
+commit the rows were measured at (default: this checkout's HEAD); ``--log``: one or more log files of the window,
+stored one after another. Any CPU's zoo: the device comes from the rows.
 """
 from __future__ import annotations
 
@@ -45,10 +49,18 @@ def spread_table(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def window_log(paths: list[str]) -> str | None:
+    """The text of the window's log files that exist, each headed by ``== <file name>``; None when none."""
+    parts = [f"== {Path(p).name}\n{Path(p).read_text()}" for p in paths if Path(p).is_file()]
+    return "".join(parts) if parts else None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dataset")
-    ap.add_argument("--log", default=None, help="the measuring window's log (load before and after)")
+    ap.add_argument("--log", nargs="*", default=[], help="the measuring window's log files (load before and after, "
+                                                       "the collector's output), stored in this order")
+    ap.add_argument("--commit", default=None, help="the commit the rows were measured at (default: HEAD)")
     ap.add_argument("--command", default="", help="the command that measured it")
     a = ap.parse_args()
     path = Path(a.dataset)
@@ -60,7 +72,7 @@ def main() -> None:
         "what": "real measurements of model-zoo networks (torchvision classifiers, timm backbones) by carb-collect "
                 "space=zoo on this project's CPU backend, contention guard on, two passes per row (the second in "
                 "another order), nothing else running on the machine (not synthetic)",
-        "command": a.command, "commit": _commit(),
+        "command": a.command, "commit": a.commit or _commit(),
         "device_name": str(df["device_name"].iloc[0]), "device_id": str(df["device_id"].iloc[0]), "fingerprint": fp,
         "torch_version": sorted(df["torch_version"].dropna().unique().tolist()),
         "protocol_id": sorted(df["protocol_id"].dropna().unique().tolist()),
@@ -73,7 +85,7 @@ def main() -> None:
                   "cpu_share_min": float(ok["cpu_share"].min()), "cpu_share_median": float(ok["cpu_share"].median()),
                   "steal_share_max": float(ok["steal_share"].max())},
         "repeatability": spread_table(df).to_dict(orient="records"),
-        "window_log": Path(a.log).read_text() if a.log and Path(a.log).exists() else None,
+        "window_log": window_log(a.log),
     }
     text = json.dumps(prov, indent=1, default=str)
     out = path.with_name(path.stem + ".provenance.json")
