@@ -212,6 +212,28 @@ def test_calibrate_refuses_two_devices_of_one_name(tmp_path):
     assert set(rows["device_id"].astype(str)) == {ZEN4} and len(rows) == 20
 
 
+def test_calibrate_warns_of_rows_from_two_kernel_builds(tmp_path, capsys):
+    """The Xeon's two sessions (host kernels fc-v1252 and fc-v1300, 28-56 % apart) in one file: one warning line
+    naming both builds and their row counts; one session's rows say nothing."""
+    from omegaconf import OmegaConf
+
+    from carb.commands.calibrate import target_rows
+    from carb.data.io import load_dataset
+
+    data = ROOT / "carb" / "data"
+    first = load_dataset(str(data / "cpu-intel-xeon.parquet")).head(12)
+    second = load_dataset(str(data / "cpu-intel-xeon-2026-12-07.parquet")).head(8)
+    path = tmp_path / "two.parquet"
+    pd.concat([first, second], ignore_index=True).to_parquet(path, index=False)
+    rows, _ = target_rows(OmegaConf.create({"data": {"path": str(path), "device": None}}))
+    out = " ".join(capsys.readouterr().out.split())   # the line wraps at 120 columns
+    assert len(rows) == 20 and out.count("warning:") == 1
+    assert "2 host kernel builds" in out and "fc-v1252: 12 rows" in out and "fc-v1300: 8 rows" in out
+    first.to_parquet(path, index=False)
+    target_rows(OmegaConf.create({"data": {"path": str(path), "device": None}}))
+    assert "warning" not in capsys.readouterr().out
+
+
 @pytest.fixture(scope="module")
 def cpu_model():
     """A tiny cascade on synthetic rows of a CPU without AVX-512 FP16, the shipped reference probe as the

@@ -95,7 +95,22 @@ def target_rows(cfg: Any) -> tuple[pd.DataFrame, str]:
     if len(found) > 1:   # one name, several CPUs (two "AMD EPYC" VMs): the K rows would mix two devices' biases
         raise ConfigError(f"data.device: {path} holds rows of {len(found)} devices named {names[0]!r} "
                           f"(device_id {', '.join(found)}); calibrate one at a time; allowed: {found}")
+    warn_sessions(rows, path)
     return rows.reset_index(drop=True), path
+
+
+def warn_sessions(rows: pd.DataFrame, where: str) -> list[str]:
+    """Say, in one warning line, when ``rows`` of one device come from several host kernel builds (``driver``):
+    one device's speed moved 28-56 % between two builds (the Xeon's sessions, carb/data/cpu-intel-xeon.md), so K
+    rows of two sessions calibrate a mix of two speeds. Returns the builds (sorted; empty without the column)."""
+    if "driver" not in rows.columns:
+        return []
+    counts = rows["driver"].dropna().astype(str).value_counts().sort_index()
+    if len(counts) > 1:
+        say(f"carb-calibrate: warning: {where} holds rows of {len(counts)} host kernel builds ("
+            + ", ".join(f"{d}: {n} rows" for d, n in counts.items()) + "); a device's speed can move by tens of percent with the "
+            "kernel build (carb/data/cpu-intel-xeon.md): the K rows mix two speeds; calibrate on one session's rows")
+    return list(counts.index)
 
 
 def measure_rows(cfg: Any, source: Any = None, target_probe: str | None = None) -> tuple[pd.DataFrame, str]:
