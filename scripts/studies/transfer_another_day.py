@@ -8,9 +8,11 @@ quickstart's K; the benchmark's 5 picks of the K rows), latency and peak memory 
 scored on the second day's other rows; with ``--probe`` (a probe measured on the second day) the K = 0 by
 device probes (first day's probe -> second day's) beside, and the K rows calibrate that base. The last line is machine-readable::
 
-    another_day: device=6a0ea403ee rows=N k0_mape_max=X k0_probe_mape_max=X k10_mape_max=X kq_mape_max=X level_shift=fp32:+X,...
+    another_day: device=6a0ea403ee rows=N k0_mape_max=X k0_probe_mape_max=X k10_mape_max=X kq_mape_max=X
+        k10_range=X-X level_shift=fp32:+X,...
 
-Usage: ``python -m scripts.studies.transfer_another_day [--new carb/data/cpu-intel-xeon-2026-12-07.parquet]``
+Usage: ``python -m scripts.studies.transfer_another_day [--new PARQUET] [--probe CSV]`` (``--new`` default:
+``carb/data/cpu-intel-xeon-2026-12-07.parquet``)
 """
 from __future__ import annotations
 
