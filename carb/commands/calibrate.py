@@ -109,7 +109,8 @@ def warn_sessions(rows: pd.DataFrame, where: str) -> list[str]:
     if len(counts) > 1:
         say(f"carb-calibrate: warning: {where} holds rows of {len(counts)} host kernel builds ("
             + ", ".join(f"{d}: {n} rows" for d, n in counts.items())
-            + "); a device's speed can move by tens of percent with the kernel build (carb/data/cpu-intel-xeon.md): the K rows mix two speeds; calibrate on one session's rows")
+            + "); a device's speed can move by tens of percent with the kernel build (carb/data/cpu-intel-xeon.md): "
+            "the K rows mix two speeds; calibrate on one session's rows")
     return list(counts.index)
 
 

@@ -6,7 +6,8 @@ scores what a user holding the first day's model gets on the second day: the mod
 level shift is the whole error), and ``carb-calibrate``'s transfer with K rows of the second day (K = 10 and the
 quickstart's K; the benchmark's 5 picks of the K rows), latency and peak memory MAPE in % per precision,
 scored on the second day's other rows; with ``--probe`` (a probe measured on the second day) the K = 0 by
-device probes (first day's probe -> second day's) beside, and the K rows calibrate that base. The last line is machine-readable::
+device probes (first day's probe -> second day's) beside, and the K rows calibrate that base. The last line is
+machine-readable::
 
     another_day: device=6a0ea403ee rows=N k0_mape_max=X k0_probe_mape_max=X k10_mape_max=X kq_mape_max=X
         k10_range=X-X level_shift=fp32:+X,...
