@@ -16,7 +16,8 @@ smallest reduction depth), ``stem_flops``. Then, base alone, leave-one-family-ou
 mean family MAPE % / worst), the shipped base against variants: ``reuse`` (``mb_input`` x max(reuse, 1)),
 ``overlap`` (``mb_input`` only where the stem overlaps, reuse > 1), ``stemflops`` (the stems' FLOPs a term of their
 own, out of ``gflop_conv_regular``), ``stemflops_lowk`` (the same for stems of reduction depth < 64),
-``stemout_lowk`` (``mb_input`` replaced by the output MB of stems of reduction depth < 64). ``--nested``: the nested
+``stemout_lowk`` (``mb_input`` replaced by the output MB of stems of reduction depth < 64); and, for RegNetZ's
+EvoNorm models, ``noparam`` (no ``mb_elementwise_param`` term; the input term as shipped). ``--nested``: the nested
 choice of ``overlap`` (:func:`carb.analysis.zoo_nested.nested_choice`, ``--groups`` folds). Real data: timm's GPU
 files joined to the trace table (``with_trace(..., reparam="published")``). ``--full OUT``: the full model with
 ``overlap`` instead (``scripts/bench/zoo.py --part gpu --devices gpu --table --no-screen --out OUT`` with
@@ -39,7 +40,7 @@ sys.path.insert(0, str(ROOT / "scripts" / "studies"))
 sys.path.insert(0, str(ROOT / "scripts" / "data"))
 sys.path.insert(0, str(ROOT / "scripts" / "bench"))
 
-VARIANTS = ("base", "reuse", "overlap", "stemflops", "stemflops_lowk", "stemout_lowk")
+VARIANTS = ("base", "reuse", "overlap", "stemflops", "stemflops_lowk", "stemout_lowk", "noparam")
 FAMILIES = ("test", "cait", "fastvit", "hrnet", "volo", "regnetz", "vit", "deit", "efficientnet")
 
 
@@ -121,6 +122,8 @@ class StemBase:
             out["gflop_stem"] = g
         elif v == "stemout_lowk":
             out["mb_input"] = np.where(low, f["stem_out_bytes"].to_numpy(float) / 1e6, 0.0)
+        elif v == "noparam":
+            out = out.drop(columns=["mb_elementwise_param"])
         return out
 
     def fit(self, frame: pd.DataFrame) -> StemBase:
@@ -134,15 +137,19 @@ class StemBase:
 
 
 def family_line(dev: str, v: str, p: pd.DataFrame) -> str:
-    """One line of LOFO predictions ``p``: the figures, pooled MAPE, lowest Spearman and :data:`FAMILIES`' MAPEs."""
+    """One line of LOFO predictions ``p``: the figures, pooled MAPE, ``test``'s Spearman, the mean signed error of the
+    models named ``*_evos`` (EvoNorm) and :data:`FAMILIES`' MAPEs."""
     from zoo_gpu_nested import figures
 
-    err = (p["pred"] / p["latency_ms"] - 1).abs()
+    signed = (p["pred"] / p["latency_ms"] - 1) * 100
+    err = signed.abs() / 100
     fam = err.groupby(p["family"]).mean() * 100
+    evos = signed[p["model"].astype(str).str.contains("_evos")].mean()
     rho = {f: g["pred"].corr(g["latency_ms"], method="spearman") for f, g in p.groupby("family")
            if g["model"].nunique() > 2}
     return (f"{dev[:12]:12s} {v:15s} {figures(p)}; pooled {err.mean() * 100:.2f}; test rho "
-            f"{rho.get('test', np.nan):.2f} | " + " ".join(f"{f} {fam.get(f, np.nan):.1f}" for f in FAMILIES))
+            f"{rho.get('test', np.nan):.2f}; EvoNorm models {evos:+.0f} % | "
+            + " ".join(f"{f} {fam.get(f, np.nan):.1f}" for f in FAMILIES))
 
 
 def full_overlap(stems_path: Path, out: Path) -> None:
