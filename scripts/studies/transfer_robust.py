@@ -125,8 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     """The study's command line (``argv``: default ``sys.argv[1:]``)."""
     import cloudpickle
 
-    from scripts.bench.transfer import markdown
-    from scripts.studies.transfer_shrink import leave_one_target_out
+    from scripts.studies.transfer_shrink import leave_one_target_out, print_folds
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--parts-in", required=True, help="python -m scripts.bench.transfer_pairs --parts-out FILE")
@@ -161,11 +160,7 @@ def main(argv: list[str] | None = None) -> None:
                                       values="mape_pct").round(1).to_string())
     mean = picks.mean().reset_index()
     folds = leave_one_target_out(mean).rename(columns={"shrink": "offset_weighting"})
-    print(markdown(folds.round(2)))
-    kcols = [c for c in folds.columns if c.startswith("k") and c.endswith("_max_mape")]
-    votes = folds["offset_weighting"].value_counts()
-    print(f"transfer_robust: chosen leave-one-target-out {', '.join(f'{s} in {n}' for s, n in votes.items())} of "
-          f"{len(folds)} folds; held-out worst " + " ".join(f"{c}={folds[c].max():.2f}" for c in kcols), flush=True)
+    print_folds(folds, "offset_weighting", "transfer_robust", 2)
 
 
 if __name__ == "__main__":

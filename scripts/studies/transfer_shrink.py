@@ -130,7 +130,6 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     grid = _values(a.grid, "--grid", _shrink, "comma-separated numbers >= 0 or auto, e.g. 0,0.5,1,auto")
     ks = _values(a.ks, "--ks", _k, "comma-separated whole numbers >= 1, e.g. 10,12")
-    from scripts.bench.transfer import markdown
 
     cells = cell_table(grid, ks, a.single)
     if a.out:
@@ -138,12 +137,19 @@ def main(argv: list[str] | None = None) -> None:
     wide = cells.pivot_table(index="shrink", columns=["k", "source_device", "target_device", "precision"],
                              values="mape_pct")
     print(wide.round(1).to_string())
-    folds = leave_one_target_out(cells)
+    print_folds(leave_one_target_out(cells), "shrink", "transfer_shrink", 1)
+
+
+def print_folds(folds: pd.DataFrame, key: str, name: str, digits: int) -> None:
+    """Print the leave-one-target-out ``folds`` (markdown) and the last line: how often each value of ``key`` was
+    chosen and the held-out worst of each ``k*_max_mape`` column (MAPE %, ``digits`` decimals)."""
+    from scripts.bench.transfer import markdown
+
     print(markdown(folds.round(2)))
     ks = [c for c in folds.columns if c.startswith("k") and c.endswith("_max_mape")]
-    votes = folds["shrink"].value_counts()
-    print(f"transfer_shrink: chosen leave-one-target-out {', '.join(f'{s} in {n}' for s, n in votes.items())} of "
-          f"{len(folds)} folds; held-out worst " + " ".join(f"{c}={folds[c].max():.1f}" for c in ks), flush=True)
+    votes = folds[key].value_counts()
+    print(f"{name}: chosen leave-one-target-out {', '.join(f'{s} in {n}' for s, n in votes.items())} of "
+          f"{len(folds)} folds; held-out worst " + " ".join(f"{c}={folds[c].max():.{digits}f}" for c in ks), flush=True)
 
 
 if __name__ == "__main__":
