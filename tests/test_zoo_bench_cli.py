@@ -3,21 +3,19 @@
 before any part runs or the zoo data or the traces load, whatever ``--part`` is."""
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.script_module import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _bench():
     """scripts/bench/zoo.py as a module (it is a script, not a package)."""
-    spec = importlib.util.spec_from_file_location("zoo_bench_cli", ROOT / "scripts/bench/zoo.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
+    return load_script("scripts/bench/zoo.py", "zoo_bench_cli")
 
 
 def test_dotted_key_sets_the_nested_setting_of_its_device_kind_only():

@@ -3,19 +3,18 @@
 device (families and wins summed, worst and lowest Spearman over both, memory's worst over both)."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+
+from tests.script_module import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("zoo_bench_cpus", ROOT / "scripts/bench/zoo.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
+    """scripts/bench/zoo.py as a module (it is a script, not a package)."""
+    return load_script("scripts/bench/zoo.py", "zoo_bench_cpus")
 
 
 def test_default_cpu_zoos_are_every_shipped_one_zen4_first():
