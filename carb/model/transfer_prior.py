@@ -466,9 +466,8 @@ def _bias_draws(cells: Sequence[Mapping[str, Any]], scale: float | None, deconvo
     ``level_noise: keep``): each cell's residuals about its bias scaled by ``sqrt(max(h^2 - (z s)^2, 0)) / h``
     (``h`` their ``deconvolve`` quantile of |residual|, ``s`` the cell's ``noise``, its target device's run-to-run
     log sd, :func:`noise_sd`; ``z`` :func:`carb.data.repeatability.coverage_z`): the row term a noiseless device
-    would show (:func:`deconvolve_noise` for the row residual; the bias is a device's, not noise)."""
-    from carb.data.repeatability import coverage_z
-
+    would show (:func:`noise_free_scale`, as :func:`deconvolve_noise` for the row residual; the bias is a device's,
+    not noise)."""
     biases, points, raw, devices, pairs = [], [], [], set(), set()
     for r in cells:
         b, res = pair_bias_residuals(r["err"])
@@ -476,9 +475,7 @@ def _bias_draws(cells: Sequence[Mapping[str, Any]], scale: float | None, deconvo
             continue
         measured = res   # as measured (the unmeasured floor's cap reads these: they hold the devices' noise)
         if deconvolve is not None and r.get("noise") is not None:
-            h = float(np.quantile(np.abs(res), deconvolve))
-            zs = coverage_z(deconvolve) * noise_sd(r["noise"])
-            res = res * (math.sqrt(max(h ** 2 - zs ** 2, 0.0)) / h if h > 0 else 1.0)
+            res = res * noise_free_scale(res, deconvolve, noise_sd(r["noise"]))
         div = 1.0
         if scale is not None:
             div = float(r.get("scale") or float("nan"))
@@ -609,9 +606,7 @@ def deconvolve_noise(records: Sequence[Mapping[str, Any]], coverage: float) -> l
     ``sqrt(max(h^2 - (z s)^2, 0)) / h``: ``h`` their ``coverage`` quantile of |error|, ``s`` that precision's noise,
     ``z`` :func:`carb.data.repeatability.coverage_z` (the level a noiseless device would show, shape kept). A record
     without ``noise`` is unchanged."""
-    from carb.data.repeatability import coverage_z
-
-    z, out = coverage_z(coverage), []
+    out = []
     for r in records:
         if r.get("noise") is None:
             out.append(r)
@@ -621,11 +616,20 @@ def deconvolve_noise(records: Sequence[Mapping[str, Any]], coverage: float) -> l
                 else np.full(len(e), "default"))
         for p in np.unique(prec):
             m = (prec == p) & np.isfinite(e)
-            h = float(np.quantile(np.abs(e[m]), coverage)) if m.any() else 0.0
-            if h > 0:
-                e[m] *= math.sqrt(max(h ** 2 - (z * noise_sd(r["noise"], p)) ** 2, 0.0)) / h
+            if m.any():
+                e[m] *= noise_free_scale(e[m], coverage, noise_sd(r["noise"], p))
         out.append({**r, "err": e})
     return out
+
+
+def noise_free_scale(errors: np.ndarray, coverage: float, sd: float) -> float:
+    """The factor ``sqrt(max(h^2 - (z sd)^2, 0)) / h`` that takes a run-to-run noise of log sd ``sd`` out of log
+    ``errors`` (n,): ``h`` their ``coverage`` quantile of |error|, ``z`` :func:`carb.data.repeatability.coverage_z`;
+    1 where ``h`` is 0 (nothing to scale)."""
+    from carb.data.repeatability import coverage_z
+
+    h = float(np.quantile(np.abs(errors), coverage))
+    return math.sqrt(max(h ** 2 - (coverage_z(coverage) * sd) ** 2, 0.0)) / h if h > 0 else 1.0
 
 
 def swap_noise(half: float, by_precision: Mapping[str, float], own_noise: float | Mapping[str, float] | None,
