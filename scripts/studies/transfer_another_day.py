@@ -32,10 +32,12 @@ TARGETS = ["latency_ms", "peak_memory_MB"]
 
 def level_shift(old: pd.DataFrame, new: pd.DataFrame) -> dict[str, float]:
     """Per precision, the second session's latency over the first's on the configurations both measured
-    (``config_id``): the median ratio minus 1 (a fraction; +0.5 = 50 % slower)."""
-    m = old.merge(new, on="config_id", suffixes=("_a", "_b"))
-    r = (m["latency_ms_b"] / m["latency_ms_a"]).groupby(m["precision_a"].astype(str)).median() - 1.0
-    return {str(p): float(v) for p, v in r.items()}
+    (``config_id``): the median ratio minus 1 (a fraction; +0.5 = 50 % slower;
+    :func:`scripts.data.append_collection.cross_day`'s ``median_signed``)."""
+    from scripts.data.append_collection import cross_day
+
+    t = cross_day(old, new)
+    return {str(p): float(v) for p, v in zip(t["precision"], t["median_signed"])}
 
 
 def probe_transfer(source, new: pd.DataFrame, probe_path: str):
