@@ -57,3 +57,16 @@ def test_carb_train_composes_it_by_name():
 
     cfg = compose("train", ["data.path=zoo-cpu-xeon"])
     assert resolve_path(cfg.data.path) == XEON
+
+
+def test_writing_the_provenance_again_keeps_its_additions(tmp_path):
+    """The shipped provenance's ``additions`` (the 60-row grid measured later into the same file) survive a
+    rewrite by scripts/data/zoo_cpu_provenance.py; a provenance without them, or none, adds nothing."""
+    from scripts.data.zoo_cpu_provenance import kept_additions
+
+    shipped = json.loads((DATA_DIR / "zoo-cpu-xeon.provenance.json").read_text())
+    assert kept_additions(DATA_DIR / "zoo-cpu-xeon.provenance.json") == {"additions": shipped["additions"]}
+    assert shipped["additions"][0]["rows"] == 60
+    bare = tmp_path / "bare.provenance.json"
+    bare.write_text(json.dumps({"rows": {"total": 1}}))
+    assert kept_additions(bare) == {} and kept_additions(tmp_path / "none.json") == {}

@@ -55,6 +55,16 @@ def window_log(paths: list[str]) -> str | None:
     return "".join(parts) if parts else None
 
 
+def kept_additions(out: Path) -> dict:
+    """``{"additions": [...]}`` of the provenance already at ``out`` (rows measured later into the same file, each
+    with its command and window, written by hand: the rows alone cannot say which were added), else ``{}``; so
+    writing the provenance again keeps them."""
+    if not out.is_file():
+        return {}
+    old = json.loads(out.read_text())
+    return {"additions": old["additions"]} if old.get("additions") else {}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dataset")
@@ -87,8 +97,9 @@ def main() -> None:
         "repeatability": spread_table(df).to_dict(orient="records"),
         "window_log": window_log(a.log),
     }
-    text = json.dumps(prov, indent=1, default=str)
     out = path.with_name(path.stem + ".provenance.json")
+    prov |= kept_additions(out)
+    text = json.dumps(prov, indent=1, default=str)
     write_atomic(out, lambda tmp: tmp.write_text(text))
     print(f"wrote {out}")
     print(spread_table(df).to_markdown(index=False, floatfmt=".1f"))
