@@ -68,3 +68,15 @@ def test_separate_writes_every_new_row_and_leaves_the_dataset(xeon, tmp_path, ca
     assert ds.read_bytes() == before and list(load_dataset(str(out))["config_id"]) == list(xeon["config_id"].iloc[25:])
     text = capsys.readouterr().out
     assert "15 rows" in text and "5 configurations measured in both" in text and "signed +40.0 %" in text
+
+
+def test_a_missing_file_is_one_line(tmp_path, capsys):
+    """A dataset or a new collection that does not exist: one line naming it, exit 2, nothing written."""
+    missing = str(tmp_path / "missing.parquet")
+    ds = str(ROOT / "carb" / "data" / "cpu-intel-xeon.parquet")
+    for argv in (["--dataset", missing, "--new", ds], ["--dataset", ds, "--new", missing,
+                                                       "--separate", str(tmp_path / "out.parquet")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "missing.parquet" in err
+    assert not (tmp_path / "out.parquet").exists()

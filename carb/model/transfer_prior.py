@@ -461,12 +461,12 @@ def device_level_band(records: Sequence[Mapping[str, Any]], coverage: float = 0.
 def _bias_draws(cells: Sequence[Mapping[str, Any]], scale: float | None, deconvolve: float | None = None
                 ) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray], set, set] | None:
     """The device bias draws of ``cells`` (:func:`_cells`): ``(biases (D,), |residual| points per cell (over
-    its ``scale`` where ``scale`` is given), |residual| points per cell in log units as measured, devices, pairs)``; None
-    without a cell of finite errors (and, scale-free, a positive ``scale``). ``deconvolve`` (a coverage; None: off,
-    ``level_noise: keep``): each cell's residuals about its bias scaled by ``sqrt(max(h^2 - (z s)^2, 0)) / h``
-    (``h`` their ``deconvolve`` quantile of |residual|, ``s`` the cell's ``noise``, its target device's run-to-run
-    log sd, :func:`noise_sd`; ``z`` :func:`carb.data.repeatability.coverage_z`): the row term a noiseless device
-    would show (:func:`noise_free_scale`, as :func:`deconvolve_noise` for the row residual; the bias is a device's,
+    its ``scale`` where ``scale`` is given), |residual| points per cell in log units as measured, devices,
+    pairs)``; None without a cell of finite errors (and, scale-free, a positive ``scale``). ``deconvolve`` (a
+    coverage; None: off, ``level_noise: keep``): each cell's residuals about its bias scaled by
+    ``sqrt(max(h^2 - (z s)^2, 0)) / h`` (``h`` their ``deconvolve`` quantile of |residual|, ``s`` the cell's
+    ``noise``, its target device's run-to-run log sd, :func:`noise_sd`; ``z``
+    :func:`carb.data.repeatability.coverage_z`): the row term a noiseless device would show (:func:`noise_free_scale`, as :func:`deconvolve_noise` for the row residual; the bias is a device's,
     not noise)."""
     biases, points, raw, devices, pairs = [], [], [], set(), set()
     for r in cells:

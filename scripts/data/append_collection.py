@@ -86,8 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--separate", help="write every new row here as a dataset of its own (another session of the "
                     "device: a level shift against the dataset) and leave the dataset unchanged")
     a = ap.parse_args(argv)
-    old = load_dataset(a.dataset)
-    new = pd.concat([pd.read_parquet(f) for f in a.new], ignore_index=True)
+    from carb.errors import CarbError
+
+    try:
+        old = load_dataset(a.dataset)
+        new = pd.concat([load_dataset(f) for f in a.new], ignore_index=True)
+    except CarbError as e:   # a missing or unreadable file: one line naming it
+        print(f"append_collection: {e}", file=sys.stderr)
+        return 2
     why = check_new(old, new)
     if why:
         print(f"append_collection: {why}", file=sys.stderr)

@@ -18,6 +18,7 @@ Usage: ``python -m scripts.studies.transfer_another_day [--new PARQUET] [--probe
 from __future__ import annotations
 
 import argparse
+import sys
 import warnings
 from pathlib import Path
 
@@ -51,7 +52,9 @@ def probe_transfer(source, new: pd.DataFrame, probe_path: str):
     name, dev, fp = _identity(new)
     first, second = load_probe(dev), load_probe(dev, paths=[Path(probe_path)])
     if first is None or second is None:
-        raise SystemExit(f"another_day: no probe of device {dev} in the shipped table or in {probe_path}")
+        print(f"--probe: no probe of device {dev} in the shipped table or in {probe_path}; allowed: a carb-probe "
+              "table of that device", file=sys.stderr)
+        raise SystemExit(2)
     return TransferredCascade(source).fit_probe(first, second, fp, name, dev)
 
 
@@ -76,6 +79,7 @@ def score(old: pd.DataFrame, new: pd.DataFrame, ks: list[int], picks: int, probe
 
 def main() -> None:
     from carb.data.io import load_dataset
+    from carb.data.probes import load_probe
     from carb.data.schema import ok_rows
     from scripts.bench.transfer_pairs import quickstart_k
 
@@ -84,8 +88,16 @@ def main() -> None:
     ap.add_argument("--picks", type=int, default=5, help="K-row picks averaged (the benchmark's 5)")
     ap.add_argument("--probe", default=None, help="the second day's device probe (carb-probe out=...): K = 0 by probes")
     a = ap.parse_args()
+    from carb.errors import CarbError
+
+    try:
+        new = ok_rows(load_dataset(a.new)).reset_index(drop=True)
+        if a.probe:
+            load_probe(str(new["device_id"].iloc[0]), paths=[Path(a.probe)])
+    except (CarbError, OSError) as e:   # a missing or unreadable --new / --probe: one line
+        print(f"another_day: {' '.join(str(e).split())}", file=sys.stderr)
+        raise SystemExit(2)
     old = ok_rows(load_dataset(str(OLD))).reset_index(drop=True)
-    new = ok_rows(load_dataset(a.new)).reset_index(drop=True)
     kq = quickstart_k()
     t = score(old, new, [0, kq, 10], a.picks, a.probe)
     keep = t[(t.k == 0) & t.model.isin(["source", "zero_shot"]) | (t.model == "calibrated")]
