@@ -466,8 +466,8 @@ def _bias_draws(cells: Sequence[Mapping[str, Any]], scale: float | None, deconvo
     coverage; None: off, ``level_noise: keep``): each cell's residuals about its bias scaled by
     ``sqrt(max(h^2 - (z s)^2, 0)) / h`` (``h`` their ``deconvolve`` quantile of |residual|, ``s`` the cell's
     ``noise``, its target device's run-to-run log sd, :func:`noise_sd`; ``z``
-    :func:`carb.data.repeatability.coverage_z`): the row term a noiseless device would show (:func:`noise_free_scale`, as :func:`deconvolve_noise` for the row residual; the bias is a device's,
-    not noise)."""
+    :func:`carb.data.repeatability.coverage_z`): the row term a noiseless device would show
+    (:func:`noise_free_scale`, as :func:`deconvolve_noise` for the row residual; the bias is a device's, not noise)."""
     biases, points, raw, devices, pairs = [], [], [], set(), set()
     for r in cells:
         b, res = pair_bias_residuals(r["err"])
