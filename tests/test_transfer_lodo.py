@@ -214,7 +214,7 @@ def test_calibrate_refuses_two_devices_of_one_name(tmp_path):
 
 def test_calibrate_warns_of_rows_from_two_kernel_builds(tmp_path, capsys):
     """The Xeon's two sessions (host kernels fc-v1252 and fc-v1300, 28-56 % apart) in one file: one warning line
-    naming both builds and their row counts; one session's rows say nothing."""
+    naming both sessions and their row counts; one session's rows say nothing."""
     from omegaconf import OmegaConf
 
     from carb.commands.calibrate import target_rows
@@ -225,13 +225,40 @@ def test_calibrate_warns_of_rows_from_two_kernel_builds(tmp_path, capsys):
     second = load_dataset(str(data / "cpu-intel-xeon-2026-12-07.parquet")).head(8)
     path = tmp_path / "two.parquet"
     pd.concat([first, second], ignore_index=True).to_parquet(path, index=False)
-    rows, _ = target_rows(OmegaConf.create({"data": {"path": str(path), "device": None}}))
+    cfg = OmegaConf.create({"data": {"path": str(path), "device": None, "session_gap_h": 1.5}})
+    rows, _ = target_rows(cfg)
     out = " ".join(capsys.readouterr().out.split())   # the line wraps at 120 columns
     assert len(rows) == 20 and out.count("warning:") == 1
-    assert "2 host kernel builds" in out and "fc-v1252: 12 rows" in out and "fc-v1300: 8 rows" in out
+    assert "2 measuring sessions (2 host kernel builds" in out
+    assert "fc-v1252: 12 rows" in out and "fc-v1300: 8 rows" in out
     first.to_parquet(path, index=False)
-    target_rows(OmegaConf.create({"data": {"path": str(path), "device": None}}))
+    target_rows(cfg)
     assert "warning" not in capsys.readouterr().out
+
+
+def test_calibrate_warns_of_two_boots_on_one_kernel_build(tmp_path, capsys):
+    """The Xeon's second and third sessions share the kernel build fc-v1300 but ran 11-15 % apart three hours
+    apart: with ``data.session_gap_h`` the gap in measured_at names two sessions; without it (None) the build
+    alone says one."""
+    from omegaconf import OmegaConf
+
+    from carb.commands.calibrate import sessions, target_rows
+    from carb.data.io import load_dataset
+
+    second = load_dataset(str(ROOT / "carb" / "data" / "cpu-intel-xeon-2026-12-07.parquet")).head(8)
+    third = load_dataset(str(ROOT / "scripts" / "data" / "cpu-intel-xeon-2026-12-07b.parquet")).head(5)
+    both = pd.concat([third, second], ignore_index=True)
+    assert both["driver"].nunique() == 1
+    labels = sessions(both, 1.5)
+    assert labels.nunique() == 2 and (labels.iloc[:5] == labels.iloc[0]).all()
+    assert labels.iloc[0].startswith("2026-12-07 19:") and labels.iloc[5].startswith("2026-12-07 16:")
+    assert sessions(both, None).nunique() == 1 and sessions(both, 10.0).nunique() == 1
+    path = tmp_path / "boots.parquet"
+    both.to_parquet(path, index=False)
+    target_rows(OmegaConf.create({"data": {"path": str(path), "device": None, "session_gap_h": 1.5}}))
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.count("warning:") == 1 and "2 measuring sessions (gaps of more than 1.5 h" in out
+    assert "fc-v1300: 5 rows" in out and "fc-v1300: 8 rows" in out
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ import json
 import math
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from carb import tracking
@@ -95,22 +96,41 @@ def target_rows(cfg: Any) -> tuple[pd.DataFrame, str]:
     if len(found) > 1:   # one name, several CPUs (two "AMD EPYC" VMs): the K rows would mix two devices' biases
         raise ConfigError(f"data.device: {path} holds rows of {len(found)} devices named {names[0]!r} "
                           f"(device_id {', '.join(found)}); calibrate one at a time; allowed: {found}")
-    warn_sessions(rows, path)
+    warn_sessions(rows, path, cfg.data.get("session_gap_h"))
     return rows.reset_index(drop=True), path
 
 
-def warn_sessions(rows: pd.DataFrame, where: str) -> list[str]:
-    """Say, in one warning line, when ``rows`` of one device come from several host kernel builds (``driver``):
-    one device's speed moved 28-56 % between two builds (the Xeon's sessions, carb/data/cpu-intel-xeon.md), so K
-    rows of two sessions calibrate a mix of two speeds. Returns the builds (sorted; empty without the column)."""
-    if "driver" not in rows.columns:
+def sessions(rows: pd.DataFrame, gap_h: float | None) -> pd.Series:
+    """A session label per row (``"<first measured_at> <driver>"``): rows sorted by ``measured_at`` start a new
+    session where the host kernel build (``driver``) changes or more than ``gap_h`` hours passed since the row
+    before (None: builds only). Rows without ``measured_at`` keep the order given."""
+    when = (pd.to_datetime(rows["measured_at"], utc=True, errors="coerce", format="ISO8601")
+            if "measured_at" in rows.columns else pd.Series(pd.NaT, index=rows.index))
+    build = rows["driver"].astype(str) if "driver" in rows.columns else pd.Series("", index=rows.index)
+    order = when.sort_values(kind="stable").index
+    hours = when[order].diff().dt.total_seconds().div(3600)
+    new = (build[order] != build[order].shift()) | ((hours > gap_h) if gap_h is not None else False)
+    label = pd.Series(np.cumsum(new.to_numpy()), index=order)
+    first = when[order].groupby(label).transform("min").dt.strftime("%Y-%m-%d %H:%M").fillna("?")
+    return (first + " " + build[order]).reindex(rows.index)
+
+
+def warn_sessions(rows: pd.DataFrame, where: str, gap_h: float | None = None) -> list[str]:
+    """Say, in one warning line, when ``rows`` of one device come from several measuring sessions
+    (:func:`sessions`: another host kernel build, or a gap of more than ``gap_h`` hours in ``measured_at``).
+    The Xeon's speed moved 28-56 % between two kernel builds and 11-15 % between two boots on the same build
+    three hours apart (carb/data/cpu-intel-xeon.md), so K rows of two sessions calibrate a mix of speeds.
+    Returns the session labels (sorted; empty without ``driver`` and ``measured_at``)."""
+    if "driver" not in rows.columns and "measured_at" not in rows.columns:
         return []
-    counts = rows["driver"].dropna().astype(str).value_counts().sort_index()
+    counts = sessions(rows, gap_h).value_counts().sort_index()
     if len(counts) > 1:
-        say(f"carb-calibrate: warning: {where} holds rows of {len(counts)} host kernel builds ("
+        builds = rows["driver"].dropna().astype(str).nunique() if "driver" in rows.columns else 1
+        why = f"{builds} host kernel builds" if builds > 1 else f"gaps of more than {gap_h:g} h"
+        say(f"carb-calibrate: warning: {where} holds rows of {len(counts)} measuring sessions ({why}; "
             + ", ".join(f"{d}: {n} rows" for d, n in counts.items())
-            + "); a device's speed can move by tens of percent with the kernel build (carb/data/cpu-intel-xeon.md): "
-            "the K rows mix two speeds; calibrate on one session's rows")
+            + "); a device's speed can move by tens of percent between sessions (carb/data/cpu-intel-xeon.md): "
+            "the K rows mix several speeds; calibrate on one session's rows, probed in the same session")
     return list(counts.index)
 
 

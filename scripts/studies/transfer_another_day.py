@@ -12,8 +12,12 @@ machine-readable::
     another_day: device=6a0ea403ee rows=N k0_mape_max=X k0_probe_mape_max=X k10_mape_max=X kq_mape_max=X
         k10_range=X-X level_shift=fp32:+X,...
 
-Usage: ``python -m scripts.studies.transfer_another_day [--new PARQUET] [--probe CSV]`` (``--new`` default:
-``carb/data/cpu-intel-xeon-2026-12-07.parquet``)
+Usage: ``python -m scripts.studies.transfer_another_day [--old PARQUET] [--old-probe CSV] [--new PARQUET]
+[--probe CSV]`` (``--old`` default: ``carb/data/cpu-intel-xeon.parquet`` with the shipped probe; ``--new`` default:
+``carb/data/cpu-intel-xeon-2026-12-07.parquet``). The third session (same kernel build as the second, three hours
+later): ``--new scripts/data/cpu-intel-xeon-2026-12-07b.parquet --probe scripts/data/xeon-probe-2026-12-07b.csv``
+and, from the second, ``--old carb/data/cpu-intel-xeon-2026-12-07.parquet --old-probe
+scripts/data/xeon-probe-2026-12-07.csv``.
 """
 from __future__ import annotations
 
@@ -41,25 +45,28 @@ def level_shift(old: pd.DataFrame, new: pd.DataFrame) -> dict[str, float]:
     return {str(p): float(v) for p, v in zip(t["precision"], t["median_signed"])}
 
 
-def probe_transfer(source, new: pd.DataFrame, probe_path: str):
+def probe_transfer(source, new: pd.DataFrame, probe_path: str, old_probe: str | None = None):
     """The first day's model moved to the second day by device probes (``TransferredCascade.fit_probe``): the
-    shipped probe of the device (the first day's) as the source probe, the one at ``probe_path`` (a
-    ``carb-probe out=...`` table measured on the second day) as the target's."""
+    shipped probe of the device (the first day's; ``old_probe``: a ``carb-probe out=...`` table of the first
+    session instead) as the source probe, the one at ``probe_path`` (measured on the second day) as the
+    target's."""
     from carb.data.probes import load_probe
     from carb.model.transfer import TransferredCascade
     from scripts.bench.transfer_pairs import _identity
 
     name, dev, fp = _identity(new)
-    first, second = load_probe(dev), load_probe(dev, paths=[Path(probe_path)])
+    first = load_probe(dev, paths=[Path(old_probe)]) if old_probe else load_probe(dev)
+    second = load_probe(dev, paths=[Path(probe_path)])
     if first is None or second is None:
-        print(f"--probe: no probe of device {dev} in the shipped table or in {probe_path}; allowed: a carb-probe "
+        print(f"--probe: no probe of device {dev} in {old_probe or 'the shipped table'} or in {probe_path}; "
+              "allowed: a carb-probe "
               "table of that device", file=sys.stderr)
         raise SystemExit(2)
     return TransferredCascade(source).fit_probe(first, second, fp, name, dev)
 
 
-def score(old: pd.DataFrame, new: pd.DataFrame, ks: list[int], picks: int, probe: str | None = None
-          ) -> pd.DataFrame:
+def score(old: pd.DataFrame, new: pd.DataFrame, ks: list[int], picks: int, probe: str | None = None,
+          old_probe: str | None = None) -> pd.DataFrame:
     """Records of :func:`scripts.bench.transfer_pairs.score_pair` with the first day's model as the source and
     the second day's rows as the target, for each K in ``ks`` (K = 0 once, K > 0 over ``picks`` picks); with
     ``probe`` (the second day's probe table) the probes' zero-shot is the base (model ``zero_shot`` at K = 0)."""
@@ -68,7 +75,7 @@ def score(old: pd.DataFrame, new: pd.DataFrame, ks: list[int], picks: int, probe
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         source = fit_cpu_source(old, TARGETS)
-        zero = probe_transfer(source, new, probe) if probe else None
+        zero = probe_transfer(source, new, probe, old_probe) if probe else None
         recs = []
         for k in ks:
             for pick in range(1 if k == 0 else picks):
@@ -84,6 +91,8 @@ def main() -> None:
     from scripts.bench.transfer_pairs import quickstart_k
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--old", default=str(OLD), help="the first session's rows (parquet; default the shipped file)")
+    ap.add_argument("--old-probe", default=None, help="the first session's probe (default: the shipped probe)")
     ap.add_argument("--new", default=str(NEW), help="the second session's rows (parquet)")
     ap.add_argument("--picks", type=int, default=5, help="K-row picks averaged (the benchmark's 5)")
     ap.add_argument("--probe", default=None, help="the second day's device probe (carb-probe out=...): K = 0 by probes")
@@ -92,14 +101,15 @@ def main() -> None:
 
     try:
         new = ok_rows(load_dataset(a.new)).reset_index(drop=True)
-        if a.probe:
-            load_probe(str(new["device_id"].iloc[0]), paths=[Path(a.probe)])
+        old = ok_rows(load_dataset(a.old)).reset_index(drop=True)
+        for given in (a.probe, a.old_probe):
+            if given:
+                load_probe(str(new["device_id"].iloc[0]), paths=[Path(given)])
     except (CarbError, OSError) as e:   # a missing or unreadable --new / --probe: one line
         print(f"another_day: {' '.join(str(e).split())}", file=sys.stderr)
         raise SystemExit(2)
-    old = ok_rows(load_dataset(str(OLD))).reset_index(drop=True)
     kq = quickstart_k()
-    t = score(old, new, [0, kq, 10], a.picks, a.probe)
+    t = score(old, new, [0, kq, 10], a.picks, a.probe, a.old_probe)
     keep = t[(t.k == 0) & t.model.isin(["source", "zero_shot"]) | (t.model == "calibrated")]
     table = keep.groupby(["target", "k", "model", "precision"])[["mape_pct", "spearman"]].mean().round(2)
     print(table.to_string())

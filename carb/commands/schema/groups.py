@@ -94,6 +94,8 @@ class Data(Section):
 
     path: Text | None
     device: Text | None = None
+    # carb-calibrate: rows more than this many hours apart (measured_at) are two measuring sessions (a warning)
+    session_gap_h: Annotated[float, Field(gt=0)] | None = None
     # data=timm_zoo: which model carb-train fits (carb.model.zoo_predictor.estimator_of; auto: zoo_latency on
     # every timm file, GPUs and CPU) and the family-grouped folds of zoo_latency's intervals
     estimator: Literal["auto", "zoo_latency", "cascade"] | None = None
