@@ -161,8 +161,9 @@ def test_facts_flags_fingerprint_and_identity():
     assert {"cudnn_enabled", "cudnn_benchmark", "cudnn_deterministic"} <= set(facts)
     assert facts["power_limit_W"] == 300.0 and facts["clocks"]["application"]["sm"] == 1755.0
     assert facts["fingerprint"]["kind"] == "cuda" and len(facts["device_id"]) == 10
-    assert set(ident) == {"device_name", "device_kind", "driver", "torch_version", "device_id",
-                          "device_fingerprint"}
+    assert set(ident) - {"session_id"} == {"device_name", "device_kind", "driver", "torch_version", "device_id",
+                                           "device_fingerprint"}
+    assert ident.get("session_id") == facts["session_id"]   # the boot (None off Linux: not in the identity)
     assert ident["device_id"] == facts["device_id"]
     assert json.loads(ident["device_fingerprint"]) == json.loads(json.dumps(facts["fingerprint"]))
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -25,7 +26,11 @@ def test_cpu_row(tmp_path):
         assert torch.get_num_threads() == 2
         row = m.measure(build_model(cfg), cfg)
         facts = m.device_facts()
+        ident = m.identity()
     assert set(row) == set(MEASURED_COLUMNS)
+    boot = Path("/proc/sys/kernel/random/boot_id")
+    if boot.exists():   # the session (boot) every row of this run carries
+        assert len(ident["session_id"]) == 10 and ident["session_id"] == facts["session_id"]
     assert row["latency_ms"] > 0 and row["peak_memory_MB"] > 0 and row["threads"] == 2.0
     assert math.isnan(row["energy_J"]) and "RAPL" in row["missing_reason"]
     assert math.isnan(row["avg_sm_util"]) and "avg_sm_util" in row["missing_reason"]
@@ -89,3 +94,15 @@ def test_allocator_setting_is_checked():
     for bad in (0, -5, 5000, 1.5, True, "big"):
         with pytest.raises(ConfigError, match="malloc_mmap_threshold_MB"):
             get_meter("cpu", settings={**FAST, "malloc_mmap_threshold_MB": bad})
+
+
+def test_session_id_is_a_hash_of_the_boot(tmp_path):
+    """Two boot ids give two ten-hex session ids, the same boot the same one; no file (not Linux): None."""
+    from carb.measure.fingerprint import session_id
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.write_text("6aa395f4-52e7-4f37-abc4-246aeea6f820\n")
+    b.write_text("0f1e2d3c-52e7-4f37-abc4-246aeea6f820\n")
+    assert len(session_id(a)) == 10 and int(session_id(a), 16) >= 0
+    assert session_id(a) == session_id(a) and session_id(a) != session_id(b)
+    assert session_id(tmp_path / "none") is None

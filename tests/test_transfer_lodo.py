@@ -259,6 +259,10 @@ def test_calibrate_warns_of_two_boots_on_one_kernel_build(tmp_path, capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert out.count("warning:") == 1 and "2 measuring sessions (gaps of more than 1.5 h" in out
     assert "fc-v1300: 5 rows" in out and "fc-v1300: 8 rows" in out
+    # rows that record their boot (session_id): two boots are two sessions without any gap rule
+    both["session_id"] = ["b1"] * 5 + ["b2"] * 8
+    assert sessions(both, None).nunique() == 2 and sessions(both.assign(session_id="b1"), None).nunique() == 1
+    assert sessions(both, None).iloc[0].endswith("boot b1")
 
 
 @pytest.fixture(scope="module")

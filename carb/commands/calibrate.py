@@ -101,23 +101,31 @@ def target_rows(cfg: Any) -> tuple[pd.DataFrame, str]:
 
 
 def sessions(rows: pd.DataFrame, gap_h: float | None) -> pd.Series:
-    """A session label per row (``"<first measured_at> <driver>"``): rows sorted by ``measured_at`` start a new
-    session where the host kernel build (``driver``) changes or more than ``gap_h`` hours passed since the row
-    before (None: builds only). Rows without ``measured_at`` keep the order given."""
+    """A session label per row (``"<first measured_at> <driver>"``, `` boot <session_id>`` where recorded): rows
+    sorted by ``measured_at`` start a new session where the boot (``session_id``, rows measured since it was
+    recorded) or the host kernel build (``driver``) changes, or more than ``gap_h`` hours passed since the row
+    before (None: no gap rule). Rows without ``measured_at`` keep the order given."""
+    def text(col: str) -> pd.Series:
+        return (rows[col].astype("string").fillna("") if col in rows.columns
+                else pd.Series("", index=rows.index, dtype="string"))
+
     when = (pd.to_datetime(rows["measured_at"], utc=True, errors="coerce", format="ISO8601")
             if "measured_at" in rows.columns else pd.Series(pd.NaT, index=rows.index))
-    build = rows["driver"].astype(str) if "driver" in rows.columns else pd.Series("", index=rows.index)
+    build, boot = text("driver"), text("session_id")
     order = when.sort_values(kind="stable").index
     hours = when[order].diff().dt.total_seconds().div(3600)
-    new = (build[order] != build[order].shift()) | ((hours > gap_h) if gap_h is not None else False)
-    label = pd.Series(np.cumsum(new.to_numpy()), index=order)
+    key = build[order] + "|" + boot[order]
+    changed = (key != key.shift()).fillna(True).to_numpy(dtype=bool)
+    new = changed | ((hours > gap_h).to_numpy(dtype=bool) if gap_h is not None else False)
+    label = pd.Series(np.cumsum(new), index=order)
     first = when[order].groupby(label).transform("min").dt.strftime("%Y-%m-%d %H:%M").fillna("?")
-    return (first + " " + build[order]).reindex(rows.index)
+    tag = boot[order].map(lambda b: f" boot {b}" if b else "")
+    return (first + " " + build[order] + tag).reindex(rows.index)
 
 
 def warn_sessions(rows: pd.DataFrame, where: str, gap_h: float | None = None) -> list[str]:
     """Say, in one warning line, when ``rows`` of one device come from several measuring sessions
-    (:func:`sessions`: another host kernel build, or a gap of more than ``gap_h`` hours in ``measured_at``).
+    (:func:`sessions`: another boot or host kernel build, or a gap of more than ``gap_h`` hours in ``measured_at``).
     The Xeon's speed moved 28-56 % between two kernel builds and 11-15 % between two boots on the same build
     three hours apart (carb/data/cpu-intel-xeon.md), so K rows of two sessions calibrate a mix of speeds.
     Returns the session labels (sorted; empty without ``driver`` and ``measured_at``)."""
@@ -126,7 +134,9 @@ def warn_sessions(rows: pd.DataFrame, where: str, gap_h: float | None = None) ->
     counts = sessions(rows, gap_h).value_counts().sort_index()
     if len(counts) > 1:
         builds = rows["driver"].dropna().astype(str).nunique() if "driver" in rows.columns else 1
-        why = f"{builds} host kernel builds" if builds > 1 else f"gaps of more than {gap_h:g} h"
+        boots = rows["session_id"].dropna().astype(str).nunique() if "session_id" in rows.columns else 0
+        why = (f"{builds} host kernel builds" if builds > 1 else f"{boots} boots" if boots > 1
+               else f"gaps of more than {gap_h:g} h")
         say(f"carb-calibrate: warning: {where} holds rows of {len(counts)} measuring sessions ({why}; "
             + ", ".join(f"{d}: {n} rows" for d, n in counts.items())
             + "); a device's speed can move by tens of percent between sessions (carb/data/cpu-intel-xeon.md): "

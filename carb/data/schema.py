@@ -15,6 +15,9 @@ identity
     :mod:`carb.measure.fingerprint`); ``protocol_id`` [str] hash of the measurement settings and
     ``device_id`` (resume refuses to mix protocols in one file);
     ``driver`` [str]; ``torch_version`` [str]; ``measured_at`` [str, ISO-8601 UTC];
+    ``session_id`` [str] short hash of the operating system's boot (Linux ``boot_id``) the row was measured
+    in: one device's speed moves between sessions (the Xeon VM ran 11-15 % apart on two boots of one kernel
+    build three hours apart); NA for files written before it;
     ``status`` [str] ok | oom | error | contended (the CPU's contention guard found no clean window
     after ``guard.max_tries`` tries); ``error`` [str] message for non-ok rows;
     ``missing_reason`` [str] why a target or runtime feature is NaN ("energy_J: ...; avg_sm_util: ...");
@@ -86,7 +89,9 @@ from carb.errors import DatasetError
 TARGETS: tuple[str, ...] = ("peak_memory_MB", "energy_J", "latency_ms")
 IDENTITY: tuple[str, ...] = ("config_id", "device_name", "device_kind", "device_id", "device_fingerprint",
                              "protocol_id", "driver", "torch_version", "measured_at", "status", "error",
-                             "missing_reason", "memory_kind", "source")
+                             "missing_reason", "memory_kind", "source", "session_id")
+#: Identity columns added after files were written: read as NA where a file lacks them.
+ADDED_IDENTITY: tuple[str, ...] = ("session_id",)
 RUNTIME_FEATURES: tuple[str, ...] = ("avg_sm_util", "avg_mem_util", "gpu_temp_C", "kernel_launches")
 RECORD: tuple[str, ...] = ("n_runs", "n_warmup", "latency_std_ms", "energy_window_J", "window_s", "avg_power_W",
                            "locked_sm_clock_MHz", "locked_mem_clock_MHz", "sm_clock_MHz", "mem_clock_MHz",
@@ -230,11 +235,12 @@ def upgrade_legacy(df: pd.DataFrame, source: str = "dataset") -> pd.DataFrame:
 def fill_added_columns(df: pd.DataFrame) -> pd.DataFrame:
     """Fill the columns added to the schema after files were written: ``inner_mult`` (missing or NaN:
     1.0, the default knob), ``memory_kind`` (missing or NA where ``peak_memory_MB`` is given:
-    ``allocator_peak``, what CARB's meters measure), ``source`` (missing: NA), the repeatability columns
+    ``allocator_peak``, what CARB's meters measure), ``source`` and ``session_id`` (missing: NA), the
+    repeatability columns
     (:data:`REPEATABILITY`, missing: NaN, not measured). Returns a new frame (or ``df`` itself when nothing
     is missing)."""
     todo = (any(c not in df.columns or df[c].isna().any() for c in KNOB_DEFAULTS)
-            or "memory_kind" not in df.columns or "source" not in df.columns
+            or "memory_kind" not in df.columns or any(c not in df.columns for c in ("source", *ADDED_IDENTITY))
             or any(c not in df.columns for c in REPEATABILITY)
             or ("peak_memory_MB" in df.columns and (df["memory_kind"].isna() & df["peak_memory_MB"].notna()).any()))
     if not todo:
@@ -248,8 +254,9 @@ def fill_added_columns(df: pd.DataFrame) -> pd.DataFrame:
         given = pd.to_numeric(out["peak_memory_MB"], errors="coerce").notna()
         kind = kind.mask(kind.isna() & given, "allocator_peak")
     out["memory_kind"] = kind
-    if "source" not in out.columns:
-        out["source"] = pd.Series(pd.NA, index=out.index, dtype="string")
+    for c in ("source", *ADDED_IDENTITY):
+        if c not in out.columns:
+            out[c] = pd.Series(pd.NA, index=out.index, dtype="string")
     for c in REPEATABILITY:
         if c not in out.columns:
             out[c] = np.nan

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from carb.data.schema import (
+    ADDED_IDENTITY,
     IDENTITY,
     PRECISIONS,
     RECORD,
@@ -64,6 +65,9 @@ def validate_zoo_dataset(df: pd.DataFrame, source: str = "zoo dataset") -> pd.Da
     for c in REPEATABILITY:
         if c not in df.columns:
             df[c] = np.nan
+    for c in ADDED_IDENTITY:   # written before the column existed
+        if c not in df.columns:
+            df[c] = pd.NA
     out = coerce_columns(df, ZOO_SCHEMA, source, "carb.data.zoo_schema.ZOO_COLUMNS")
     for c, allowed in (("status", STATUSES), ("precision", PRECISIONS)):
         bad = (~out[c].isin(allowed)).to_numpy()

@@ -360,11 +360,14 @@ class Meter:
     def identity(self) -> dict[str, str]:
         """The identity columns the dataset stores for each row of this device: ``device_name``,
         ``device_kind``, ``driver``, ``torch_version``, ``device_id`` and ``device_fingerprint``
-        (canonical JSON of ``device_facts()["fingerprint"]``; see :mod:`carb.measure.fingerprint`)."""
+        (canonical JSON of ``device_facts()["fingerprint"]``; see :mod:`carb.measure.fingerprint`), and
+        ``session_id`` where the facts give one (the boot, :func:`carb.measure.fingerprint.session_id`)."""
         from carb.measure.fingerprint import canonical_json, device_id
 
         f = self.device_facts()
         out = {k: str(f.get(k, "unknown")) for k in ("device_name", "device_kind", "driver", "torch_version")}
+        if f.get("session_id"):
+            out["session_id"] = str(f["session_id"])
         fp = f.get("fingerprint")
         if fp:
             out["device_id"] = str(f.get("device_id") or device_id(fp))

@@ -50,7 +50,7 @@ import weakref
 from typing import Any
 
 from carb.measure.base import MB, NAN, ContentionProbe, MeasureSettings, Meter, knobs_of, torch_dtype
-from carb.measure.fingerprint import device_id, read_cpu_fingerprint
+from carb.measure.fingerprint import device_id, read_cpu_fingerprint, session_id
 from carb.measure.rapl import RaplReader
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -254,6 +254,7 @@ class CpuMeter(Meter):
             "fingerprint": fp, "device_id": device_id(fp),
             "device_name": cpu_model_name(), "device_kind": "cpu",
             "driver": f"linux-{platform.release()}" if platform.system() == "Linux" else platform.platform(),
+            "session_id": session_id(),
             "torch_version": t.__version__, "cuda_version": None, "cudnn_version": None,
             "cpu_model": cpu_model_name(), "logical_cores": os.cpu_count(), "usable_cores": usable_cores(),
             "threads": self._threads, "interop_threads": t.get_num_interop_threads(),

@@ -42,6 +42,7 @@ from carb.measure.base import (
     knobs_of,
     torch_dtype,
 )
+from carb.measure.fingerprint import session_id
 from carb.measure.nvml import NvmlDevice, UtilizationSampler
 
 
@@ -200,7 +201,7 @@ class CudaMeter(Meter):
             app_clocks = None
         f.update({
             "device_name": f.get("device_name") or self.nvml.name(), "device_kind": "cuda",
-            "driver": self.nvml.driver_version(), "nvml_name": self.nvml.name(),
+            "driver": self.nvml.driver_version(), "nvml_name": self.nvml.name(), "session_id": session_id(),
             "nvidia_ml_py": nvml_py, "cuda_index": self.index,
             "energy_counter": self._energy_ok, "energy_reason": self._energy_reason,
             "power_limit_W": self.nvml.power_limit_W(),
@@ -234,6 +235,8 @@ class CudaMeter(Meter):
         out = {k: str(f.get(k, "unknown")) for k in ("device_name", "device_kind", "driver", "torch_version")}
         out["device_id"] = str(f["device_id"])
         out["device_fingerprint"] = canonical_json(f["fingerprint"])
+        if f.get("session_id"):
+            out["session_id"] = str(f["session_id"])
         return out
 
     # ------------------------------------------------------------------ hooks

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from carb.data.fingerprint import (  # noqa: F401  (re-exported: the CPU parts live in the data layer)
@@ -62,6 +63,21 @@ def canonical_json(obj: Any) -> str:
 def device_id(fingerprint: Mapping[str, Any]) -> str:
     """Ten hex digits of the SHA-256 of the canonical fingerprint JSON."""
     return hashlib.sha256(canonical_json(dict(fingerprint)).encode()).hexdigest()[:10]
+
+
+#: Where Linux names the current boot (a UUID that changes at every boot of the machine or VM).
+BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
+
+
+def session_id(path: Path = BOOT_ID_PATH) -> str | None:
+    """Ten hex digits of the SHA-256 of the operating system's boot id (``path``): one measuring session of a
+    device. The same VM fingerprint ran 11-15 % apart on two boots of one kernel build (carb/data/cpu-intel-
+    xeon.md), so rows of two sessions hold two speeds. None where the file is missing or unreadable (not Linux)."""
+    try:
+        text = Path(path).read_text().strip()
+    except OSError:
+        return None
+    return hashlib.sha256(text.encode()).hexdigest()[:10] if text else None
 
 
 def protocol_id(settings: Mapping[str, Any], device: str) -> str:

@@ -235,7 +235,7 @@ def start(a: argparse.Namespace, t_start: float, cfg: dict[str, Any], settings: 
     import torch
 
     from carb.measure.counter import CounterSampler
-    from carb.measure.fingerprint import canonical_json, device_id, gpu_fingerprint, protocol_id
+    from carb.measure.fingerprint import canonical_json, device_id, gpu_fingerprint, protocol_id, session_id
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     log = Log(out / "run.log", t_start)
@@ -246,6 +246,8 @@ def start(a: argparse.Namespace, t_start: float, cfg: dict[str, Any], settings: 
     r.identity = {"device_name": str(r.facts.get("device_name")), "device_kind": "cpu" if a.fake_device else "cuda",
                   "driver": str(r.facts.get("driver")), "torch_version": torch.__version__, "device_id": did,
                   "device_fingerprint": canonical_json(fp), "protocol_id": protocol_id(vars(r.settings), did)}
+    if session_id():   # the boot these rows share (carb.data.schema: session_id)
+        r.identity["session_id"] = session_id()
     log(f"device {r.identity['device_name']} ({did}), budget {a.minutes} min, out {out}")
     side = {"sm": lambda: r.gpu.utilization_pct()[0], "mem": lambda: r.gpu.utilization_pct()[1],
             "temp": r.gpu.temperature_C}
