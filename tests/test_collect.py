@@ -63,6 +63,10 @@ def test_smoke_end_to_end(tmp_path, db):
     assert (m["n_ok"], m["n_oom"], m["n_error"]) == (n, 0, 0) and m["duration_s"] > 0
     assert run.data.params["seed"] == "0" and run.data.tags["stopped"] == "complete"
     assert len(run.inputs.dataset_inputs) == 1  # the dataset logged as a run input
+    from carb.measure.fingerprint import session_id
+    if session_id():   # Linux: every row and the run name the boot they were measured in
+        assert (df["session_id"] == session_id()).all() and run.data.tags["session_id"] == session_id()
+        assert r["session_id"] == session_id()
     assert 0 <= r["overhead_fraction"] < 1 and r["overhead_fraction"] <= r["strict_overhead_fraction"] < 1
     ph = r["phases_s"]
     assert ph["timed_loop_s"] > 0 and ph["build_model_s"] > 0 and ph["write_s"] > 0

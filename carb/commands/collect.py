@@ -211,7 +211,8 @@ def run_collect(cfg: Any, configs: Sequence[ArchConfig] | None = None) -> dict[s
                 summary = loop_summary(stats, time.perf_counter() - t_loop, appender.write_s)
                 result = {"out": str(out), "run_id": run_id, **summary,
                           "device_id": identity.get("device_id"), "protocol_id": identity["protocol_id"],
-                          "n_existing": len(existing), "n_todo": len(todo), "n_rows": len(appender.frame),
+                          "session_id": identity.get("session_id"), "n_existing": len(existing),
+                          "n_todo": len(todo), "n_rows": len(appender.frame),
                           "duration_s": time.perf_counter() - t_start, "setup_s": t_loop - t_start, "device": facts}
                 _report(result, appender, out, f"{space_name}-{slug}")
     from carb.commands.cli import say_run_page
@@ -222,8 +223,8 @@ def run_collect(cfg: Any, configs: Sequence[ArchConfig] | None = None) -> dict[s
 
 def _start_run(c: Mapping[str, Any], run_name: str, space_name: str, identity: Mapping[str, Any], index: int,
                count: int):
-    """The collection's MLflow run (a context manager yielding its id), tagged with the space, the device
-    and its protocol, and the shard."""
+    """The collection's MLflow run (a context manager yielding its id), tagged with the space, the device,
+    its protocol and session (the boot, ``session_id``), and the shard."""
     tr = c.get("tracking") or {}
     return tracking.start_run("collect", run_name, tracking_uri=tr.get("uri", "sqlite:///mlruns/mlflow.db"),
                               sweep=sweep_tags(),
@@ -231,6 +232,7 @@ def _start_run(c: Mapping[str, Any], run_name: str, space_name: str, identity: M
                               tags={"space": space_name, "device_name": identity["device_name"],
                                     "device_id": identity.get("device_id") or "unknown",
                                     "protocol_id": identity["protocol_id"],
+                                    "session_id": identity.get("session_id") or "unknown",
                                     "device_kind": identity["device_kind"], "shard": f"{index}/{count}"})
 
 
