@@ -1,5 +1,6 @@
-"""scripts/studies/transfer_sessions.py: the session split, the cross-session held-out rows, the summary and the
-machine-readable line (small frames; no model fitted)."""
+"""scripts/studies/transfer_sessions.py: the session split, the scenarios' rows, the summary and the machine-readable
+line (small frames; no model fitted). The cross-session held-out rows are score_pair's ``held_out``
+(tests/test_transfer_pairs_held_out.py)."""
 import numpy as np
 import pandas as pd
 
@@ -29,18 +30,6 @@ def test_scenarios_pick_and_hold_out_the_right_sessions():
     assert sc["mixed"][0] is rows and sc["mixed"][1] is None
     assert sc["s1->s2"][0] is parts[0] and sc["s1->s2"][1] is parts[1]
     assert sc["s2->s1"][0] is parts[1] and sc["s2->s1"][1] is parts[0]
-
-
-def test_held_out_from_keeps_the_k_rows_and_swaps_the_rest():
-    import carb.analysis.transfer as tr
-
-    parts = ts.sessions(_rows())
-    cal0, _ = tr.pick_split(parts[0], 2, 0)
-    with ts.held_out_from(parts[1]):
-        cal, rest = tr.pick_split(parts[0], 2, 0)
-    assert cal.equals(cal0)
-    assert rest is parts[1]
-    assert tr.pick_split(parts[0], 2, 0)[1] is not parts[1]   # restored after the block
 
 
 def _records() -> pd.DataFrame:

@@ -61,6 +61,14 @@ study the shipped table prior (:func:`set_prior_intervals`, leave-one-device-out
     python -m scripts.bench.transfer_pairs [--ks 0,10,12] [--no-gpu] [--csv out.csv] [--errors-out FILE]
         [--loo-stat median|mean|rms] [--prior-rows N] [--interval-sweep] [--precision-band pooled|widest]
         [--precision-sweep] [--error-sources] [--single-source] [--parts-out FILE] [--parts-in FILE]
+        [--extra-session DATASET=PROBE ...] [--pool-sessions]
+
+``--extra-session DATASET=PROBE`` (issue 44, k44d; repeatable): a further measuring session of a benchmark CPU (its
+rows and the device probe of the same session, e.g. ``carb/data/cpu-intel-xeon-2026-12-07.parquet`` with
+``scripts/data/xeon-probe-2026-12-07.csv``) joins the multi-source base of every CPU target that is not its device
+(never a target, never a pair's source; weighted as the other sources); with ``--pool-sessions`` its rows are moved
+by its own probe to its device's shipped probe and pooled with that device's rows into one source instead. A study
+option: measured not to help (docs/MODEL.md, "Round k44d").
 
 K-row picks (k44): every K > 0 figure is the mean over ``benchmark.picks`` picks of the K rows (``conf/calibrate.yaml``;
 :func:`carb.analysis.transfer.pick_split`: pick 0 carb-calibrate's own, the others the same rule on a random
@@ -92,6 +100,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -284,8 +293,8 @@ def _lodo_zero_shot_intervals(out: dict[tuple[str, str], object], devices: dict[
 SINGLE_SOURCE: list[bool] = [False]
 
 
-def multi_source_models(single: dict[tuple[str, str], object], devices: dict[str, pd.DataFrame]
-                        ) -> dict[tuple[str, str], object]:
+def multi_source_models(single: dict[tuple[str, str], object], devices: dict[str, pd.DataFrame],
+                        extra: dict[str, list] | None = None) -> dict[tuple[str, str], object]:
     """Each CPU pair's multi-source base (issue 44; :meth:`carb.model.transfer.TransferredCascade.add_sources`):
     the pair's probe zero-shot (``single``) combined with the zero-shots into the same target from every other
     CPU of ``devices`` (never the target: each is a source model fitted on its own device's rows, transferred by
@@ -295,7 +304,7 @@ def multi_source_models(single: dict[tuple[str, str], object], devices: dict[str
     from the other targets' multi-source errors (leave-one-device-out as :func:`zero_shot_models`)."""
     out = {}
     for (s, d), z in single.items():
-        others = [single[(u, d)] for u in devices if u not in (s, d) and (u, d) in single]
+        others = [single[(u, d)] for u in devices if u not in (s, d) and (u, d) in single] + (extra or {}).get(d, [])
         out[(s, d)] = copy.copy(z).add_sources(others) if others else z
     band = _lodo_zero_shot_intervals(out, devices)
     if band:
@@ -443,7 +452,7 @@ def average_picks(t: pd.DataFrame) -> pd.DataFrame:
 
 
 def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool, zero_shot=None, single=None,
-               pick: int = 0) -> tuple[list[dict], list[dict]]:
+               pick: int = 0, held_out: pd.DataFrame | None = None) -> tuple[list[dict], list[dict]]:
     """Records (target, precision, model, k, n, mape_pct, spearman[, coverage, width]) of ``source``
     transferred with ``k`` of the target's ``rows`` and scored on the rest, and the calibrated model's
     held-out errors (``pending``: its intervals are set later, from the other pairs' errors).
@@ -455,14 +464,16 @@ def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool
     ``single`` (a CPU pair's probe zero-shot from its source alone where ``zero_shot`` is the multi-source base):
     ``zero_shot_single`` (k = 0) and ``calibrated_single`` (k > 0), the single-source figures beside. ``pick``: which
     K-row pick (:func:`carb.analysis.transfer.pick_split` with :func:`pick_settings`; 0: carb-calibrate's own; the
-    baselines ``source_base`` and ``no_dispatch`` are fitted on pick 0 only)."""
+    baselines ``source_base`` and ``no_dispatch`` are fitted on pick 0 only). ``held_out``: rows to score on instead
+    of the pick's other rows (the K rows still picked from ``rows``; e.g. another measuring session's rows,
+    ``scripts/studies/transfer_sessions.py``); None: the rest of ``rows``."""
     from carb.analysis.transfer import flops_fit, pick_split
     from carb.model.intervals import interval, screening_predict
     from carb.model.transfer import TransferredCascade
 
     fitted = {}
     if k == 0:
-        cal, rest = rows.iloc[:0], rows
+        cal, rest = rows.iloc[:0], (rows if held_out is None else held_out)
         preds = {"source": screening_predict(source, rest)}
         ivs = {}
         if zero_shot is not None:
@@ -472,6 +483,7 @@ def score_pair(source, rows: pd.DataFrame, k: int, targets: list[str], cpu: bool
     else:
         picks = pick_settings()
         cal, rest = pick_split(rows, k, pick, picks["pool_fraction"], picks["seed"])
+        rest = rest if held_out is None else held_out
         preds, ivs = {"source": screening_predict(source, rest)}, {}
         base = copy.copy(zero_shot) if zero_shot is not None else TransferredCascade(source)
         fitted["calibrated"] = base.fit(cal)   # the zero-shot's probe models shared: fit replaces, never mutates them
@@ -671,6 +683,68 @@ def set_intervals(table: pd.DataFrame, pending: list[dict], kind: str | None = N
     return table
 
 
+#: ``--extra-session DATASET=PROBE`` (issue 44, k44d): further measuring sessions of a benchmark CPU, each its rows
+#: (a CARB dataset) and the device probe measured in the same session (a probe table): sources only, never a target
+#: nor a pair's source. ``--pool-sessions`` says how: ``False``, each session is one more source of the multi-source
+#: base of every target that is not its device (:func:`multi_source_models`); ``True``, its rows are moved by its own
+#: probe to the level of its device's shipped probe (:func:`session_rows_moved`) and pooled with that device's rows
+#: into one source model (:func:`pair_table`).
+EXTRA_SESSIONS: list[tuple[str, str]] = []
+POOL_SESSIONS: list[bool] = [False]
+
+
+def load_sessions() -> list[dict]:
+    """The sessions of :data:`EXTRA_SESSIONS`: per session its ``name`` (the file's stem), ok ``rows``, ``probe``
+    (conv_regular rows of its device id in the probe file), ``device_id`` and ``fingerprint``."""
+    from carb.data.io import load_dataset
+    from carb.data.probes import load_probe
+    from carb.data.schema import ok_rows
+
+    out = []
+    for data, probe in EXTRA_SESSIONS:
+        rows = ok_rows(load_dataset(data)).reset_index(drop=True)
+        name, dev_id, fp = _identity(rows)
+        pr = load_probe(str(dev_id), paths=[Path(probe)])
+        if pr is None:
+            print(f"--extra-session: the probe {probe} has no rows of the dataset's device {dev_id}", file=sys.stderr)
+            raise SystemExit(2)
+        out.append({"name": Path(data).stem, "rows": rows, "probe": pr, "device_id": str(dev_id), "fingerprint": fp})
+    return out
+
+
+def session_rows_moved(session: dict, model, level_probe: pd.DataFrame) -> pd.DataFrame:
+    """A session's rows with their latency moved by the probes' ratio (``TransferredCascade.probe_ratio``: the
+    network's convolution time replaced, the rest scaled by the fp32 convolution ratio) from the session's own
+    probe to ``level_probe`` (the same device's probe of another session), the measured latency standing in for
+    the source's prediction; ``model``: a source model of the session's rows (its fingerprint for dispatch)."""
+    from carb.model.transfer import TransferredCascade
+
+    rows = session["rows"].copy()
+    tr = TransferredCascade(model).fit_probe(session["probe"], level_probe, session["fingerprint"], "level",
+                                              session["device_id"])
+    y = rows["latency_ms"].to_numpy(float)
+    rows["latency_ms"] = y * tr.probe_ratio(rows, y)
+    return rows
+
+
+def session_zero_shots(sessions: list[dict], devices: dict[str, pd.DataFrame]) -> dict[str, list]:
+    """Per target device of ``devices``: the probe zero-shots (``fit_probe``) into it from every session of
+    ``sessions`` (each with its fitted ``model``) whose device is not the target's (leave-one-device-out: a
+    session of the target's CPU is never a source of it)."""
+    from carb.data.probes import load_probe
+    from carb.model.transfer import TransferredCascade
+
+    out = {}
+    for d, rows in devices.items():
+        name, dev_id, fp = _identity(rows)
+        probe = load_probe(str(dev_id))
+        out[d] = [TransferredCascade(s["model"], precision_shrink_single=configured_single_shrink(),
+                                     source_weighting=configured_source_weighting(),
+                                     offset_weighting=configured_offset_weighting()).fit_probe(
+            s["probe"], probe, fp, name, dev_id) for s in sessions if s["device_id"] != str(dev_id)]
+    return out
+
+
 def pair_table(devices: dict[str, pd.DataFrame], ks: list[int], targets: list[str], cpu: bool
                ) -> tuple[pd.DataFrame, list[dict]]:
     """Every ordered pair of ``devices``: :func:`score_pair` records with ``source`` and ``target_device``
@@ -685,11 +759,27 @@ def pair_table(devices: dict[str, pd.DataFrame], ks: list[int], targets: list[st
         models[name] = fit_cpu_source(d, use) if cpu else fit_source(d, use)
         print(f"  fitted {name} ({len(d)} rows) [{i + 1}/{len(devices)}, {time.perf_counter() - t0:.0f} s]",
               flush=True)
+    sessions = load_sessions() if cpu and EXTRA_SESSIONS else []
+    for s in sessions:
+        use = [t for t in targets if t in s["rows"] and np.isfinite(s["rows"][t].to_numpy(float)).any()]
+        s["model"] = fit_cpu_source(s["rows"], use)
+        own = [n for n, d in devices.items() if str(_identity(d)[1]) == s["device_id"]]
+        if POOL_SESSIONS[0] and own:
+            from carb.data.probes import load_probe
+
+            moved = session_rows_moved(s, s["model"], load_probe(s["device_id"]))
+            pooled = pd.concat([devices[own[0]], moved], ignore_index=True)
+            models[own[0]] = fit_cpu_source(pooled, use)
+            print(f"  session {s['name']} ({len(moved)} rows) moved by its probe and pooled into {own[0]}'s source "
+                  f"({len(pooled)} rows)", flush=True)
+        else:
+            print(f"  session {s['name']} ({len(s['rows'])} rows, its own probe) fitted as an extra source", flush=True)
+    extra = session_zero_shots(sessions, devices) if sessions and not POOL_SESSIONS[0] else {}
     single = {}
     if cpu:
         zs = zero_shot_models(models, devices)
         if not SINGLE_SOURCE[0]:
-            single, zs = zs, multi_source_models(zs, devices)
+            single, zs = zs, multi_source_models(zs, devices, extra)
     else:
         zs, w = spec_zero_shot_models(models, devices)
         print("  zero-shot spec weights, leaving each target device out:\n" + w.round(3).to_string(), flush=True)
@@ -1328,7 +1418,19 @@ def main() -> None:
     ap.add_argument("--parts-in", default=None,
                     help="skip the fits: rebuild only the intervals and tables from a --parts-out file (seconds; "
                          "for exploring interval rules, point accuracy as saved)")
+    ap.add_argument("--extra-session", action="append", default=[], metavar="DATASET=PROBE",
+                    help="a further session of a benchmark CPU (its rows and the probe of the same session) as an "
+                         "extra source of the other CPU targets (repeatable)")
+    ap.add_argument("--pool-sessions", action="store_true",
+                    help="pool each --extra-session's rows, moved by its own probe to its device's shipped probe, "
+                         "with that device's rows into one source instead")
     a = ap.parse_args()
+    bad = [v for v in a.extra_session if v.count("=") != 1 or not all(map(Path.exists, map(Path, v.split("="))))]
+    if bad:
+        print(f"--extra-session: {bad[0]!r} must be DATASET=PROBE, two existing files", file=sys.stderr)
+        raise SystemExit(2)
+    EXTRA_SESSIONS[:] = [tuple(v.split("=", 1)) for v in a.extra_session]
+    POOL_SESSIONS[0] = a.pool_sessions
     LEVEL_NOISE[0] = a.level_noise
     interval_rules()
     PRIOR_ROWS[0] = a.prior_rows

@@ -27,9 +27,7 @@ Usage: ``CARB_N_JOBS=1 python -m scripts.studies.transfer_sessions [--picks N] [
 from __future__ import annotations
 
 import argparse
-import contextlib
 import warnings
-from unittest import mock
 
 import numpy as np
 import pandas as pd
@@ -52,22 +50,6 @@ def short_session(name: str) -> str:
     return "-".join(parts[-2:]) if len(parts) >= 2 else str(name)
 
 
-@contextlib.contextmanager
-def held_out_from(other: pd.DataFrame):
-    """Within the block, :func:`carb.analysis.transfer.pick_split` keeps its K rows but returns ``other`` (another
-    session's rows) as the held-out rows: :func:`~scripts.bench.transfer_pairs.score_pair` unchanged, scored across
-    sessions."""
-    import carb.analysis.transfer as tr
-
-    real = tr.pick_split
-
-    def split(rows, k, pick=0, pool_fraction=0.5, seed=0):
-        return real(rows, k, pick, pool_fraction, seed)[0], other
-
-    with mock.patch.object(tr, "pick_split", split):
-        yield
-
-
 def scenario_rows(parts: list[pd.DataFrame], rows: pd.DataFrame) -> dict[str, tuple[pd.DataFrame, pd.DataFrame | None]]:
     """Per scenario of :data:`SCENARIOS`: (rows the K rows are picked from, held-out rows where they are another
     session's, else None: the pick's other rows)."""
@@ -84,9 +66,9 @@ def score_scenario(src: str, dst: str, model, zero, single, rows: pd.DataFrame, 
     out, pending = [], []
     for k in ks:
         for pick in range(picks):
-            with warnings.catch_warnings(), (held_out_from(held) if held is not None else contextlib.nullcontext()):
+            with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                recs, pend = score_pair(model, rows, k, TARGETS, True, zero, single, pick)
+                recs, pend = score_pair(model, rows, k, TARGETS, True, zero, single, pick, held_out=held)
             out += [{"source": src, "target_device": dst, **r} for r in recs]
             pending += [{"source": src, "target_device": dst, **q} for q in pend]
     return out, pending
