@@ -20,9 +20,14 @@ composed into each command's schema by :mod:`carb.commands.schema`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+
+#: Compute kinds the per-kind form may price at the linear layers' rate (:data:`carb.design.zoo_features.FLOP_KINDS`
+#: less ``linear``; a test holds the two equal).
+LinearRateKind = Literal["conv_regular", "conv_grouped", "conv_depthwise", "conv_pointwise", "matmul", "sdpa"]
 
 
 class PriorSettings(BaseModel):
@@ -74,6 +79,19 @@ class PriorSettings(BaseModel):
         "a 3 MMAC 1x1 conv 25 GMAC/s bf16 vs 34 fp32, 28-116 MMAC ones 1.6-2x faster; 10 lies between, chosen "
         "from the timings alone); CPU zoo leave-one-family-out: worst family 20.4 -> 15.5 % (densenet), 31 -> "
         "32/32 within 20 % (docs/MODEL.md); null: no such term"))
+    linear_rate_kinds: list[LinearRateKind] = Field(default_factory=lambda: ["matmul"], description=(
+        "CPU zoo rows (the per-kind form): compute kinds whose FLOPs are priced at the linear layers' per-FLOP cost "
+        "(one column per precision holds both), e.g. [matmul]: an explicit matrix product runs the same kind of "
+        "GEMM as a linear layer (device probes, attention's small shapes: 1.6-3.7x linear's ms per FLOP), but "
+        "fitted on its own (training rows: at most 3 % of their FLOPs) its cost came out 16x (fp32) and 57x (bf16) "
+        "linear's on the Xeon zoo and LeViT 53 % off; allowed: conv_regular, conv_grouped, "
+        "conv_depthwise, conv_pointwise, matmul, sdpa; []: every kind its own cost (docs/MODEL.md, round zx43b)"))
+    probe_flop_floor: bool = Field(False, description=(
+        "CPU zoo rows of one device with a device probe (the per-kind form), latency: no per-FLOP cost of a "
+        "precision below the fastest regular convolution the probe timed at that precision (ms per FLOP, "
+        "carb/data/device-probes.csv): a fit that prices a kind faster than the device ever ran a convolution "
+        "has moved its cost into other terms (Xeon zoo: fp32 pointwise 4.3e-9 ms/FLOP against the probe's "
+        "fastest 5.9e-9; docs/MODEL.md, round zx43b); false: 0"))
 
 
 #: The CPU-only and CUDA-only settings (which ``prior=cpu`` / ``prior=cuda`` keep).
