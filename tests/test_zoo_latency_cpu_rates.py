@@ -150,3 +150,11 @@ def test_the_study_flags_a_family_outside_the_training_composition(kinds_rows):
     inside = (table["family_median"] >= table["others_min"]) & (table["family_median"] <= table["others_max"])
     assert (table.loc[inside, "outside_sd"] == 0).all()
     assert table.index[0] in ("f_conv_regular", "f_conv_pointwise") and table["outside_sd"].iloc[0] > 0
+
+
+def test_the_probe_floor_is_a_latency_setting_only():
+    """An energy prior never takes the probe's ms-per-FLOP floor (a probe times kernels; it measures no energy)."""
+    from carb.model.physics import make_prior
+
+    assert make_prior("latency_ms", probe_flop_floor=True).probe_flop_floor is True
+    assert make_prior("energy_J", probe_flop_floor=True, static_power=False).probe_flop_floor is False

@@ -930,9 +930,9 @@ PRIORS: dict[str, type[_Prior]] = {"peak_memory_MB": MemoryPrior, "energy_J": La
 def make_prior(target: str, **settings: Any) -> _Prior:
     """An unfitted prior for ``target`` (see :data:`PRIORS`); ``settings`` (the ``prior`` config group's,
     :class:`carb.model.prior_config.PriorSettings`, less ``enabled``) go to the layer roofline and are ignored
-    by the others. ``device_probe`` and ``overlap_k`` apply to latency only (a probe times kernels; it measures
-    no energy; energy adds up where time overlaps); ``static_power`` to energy only, whose time prior gets
-    the latency settings."""
+    by the others. ``device_probe``, ``probe_flop_floor`` and ``overlap_k`` apply to latency only (a probe times
+    kernels, in ms; it measures no energy; energy adds up where time overlaps); ``static_power`` to energy only,
+    whose time prior gets the latency settings."""
     if target not in PRIORS:
         raise DatasetError(f"no physics prior for target {target!r}; known: {list(PRIORS)}")
     cls = PRIORS[target]
@@ -941,6 +941,6 @@ def make_prior(target: str, **settings: Any) -> _Prior:
     static = bool(settings.pop("static_power", False))
     if target != "latency_ms":   # energy adds up: static power over the overlapped time plus the work
         time_settings = dict(settings) if static else None
-        settings = {k: v for k, v in settings.items() if k not in ("device_probe", "overlap_k")}
+        settings = {k: v for k, v in settings.items() if k not in ("device_probe", "overlap_k", "probe_flop_floor")}
         return cls(**settings, static_power=static, time_settings=time_settings)
     return cls(**settings)
