@@ -158,3 +158,23 @@ def test_the_probe_floor_is_a_latency_setting_only():
 
     assert make_prior("latency_ms", probe_flop_floor=True).probe_flop_floor is True
     assert make_prior("energy_J", probe_flop_floor=True, static_power=False).probe_flop_floor is False
+
+
+def test_cpu_rows_price_each_call_at_its_precision_by_default(kinds_rows):
+    """``prior.cpu_op_cost_per_precision`` (true by default) gives CPU zoo rows a call cost per precision
+    (``per_op_fp32``, ``per_op_bf16``) while ``op_cost_per_precision`` stays false; CUDA rows keep one shared
+    ``per_op``; a CPU whose bf16 call costs 3x an fp32 one is fitted by the per-precision costs, not the shared one."""
+    from carb.model.physics import make_prior
+    from carb.model.prior_config import cascade_params
+
+    settings = cascade_params()["prior"]
+    assert settings["cpu_op_cost_per_precision"] is True and settings["op_cost_per_precision"] is False
+    bf16 = (kinds_rows["precision"] == "bf16").to_numpy()
+    y = _law(kinds_rows, 1e-8) + np.where(bf16, 0.006, 0.0) * kinds_rows["n_ops"].to_numpy(float)
+    cpu = make_prior("latency_ms", cpu_op_cost_per_precision=True).fit(kinds_rows, y)
+    assert {"per_op_fp32", "per_op_bf16"} <= set(cpu.coef_) and "per_op" not in cpu.coef_
+    assert cpu.coef_["per_op_bf16"] == pytest.approx(3 * cpu.coef_["per_op_fp32"], rel=0.15)
+    shared = make_prior("latency_ms").fit(kinds_rows, y)
+    assert "per_op" in shared.coef_ and shared.train_mape_ > 2 * cpu.train_mape_
+    cuda = kinds_rows.assign(device_kind="cuda")
+    assert "per_op" in make_prior("latency_ms", cpu_op_cost_per_precision=True).fit(cuda, y).coef_

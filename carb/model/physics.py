@@ -374,7 +374,8 @@ class LayerRooflinePrior(RooflinePrior):
                  overlap_k: float | None = None, static_power: bool = False,
                  time_settings: dict[str, Any] | None = None, op_cost_per_precision: bool = False,
                  bf16_elementwise_ratio: float = 1.0, bf16_small_conv_MMAC: float | None = None,
-                 linear_rate_kinds: tuple[str, ...] | list[str] | None = None, probe_flop_floor: bool = False):
+                 linear_rate_kinds: tuple[str, ...] | list[str] | None = None, probe_flop_floor: bool = False,
+                 cpu_op_cost_per_precision: bool = False):
         """large_alloc_MB: on CPU data (every training row ``device_kind == "cpu"``), add a cost per
         MB of convolution outputs at least this large (they get fresh pages every forward: glibc maps
         allocations of 32 MiB and more); None = no such term. channel_block: channels padded to a
@@ -429,7 +430,11 @@ class LayerRooflinePrior(RooflinePrior):
         ``[matmul]``). None (the default here) or []: every kind its own cost.
         probe_flop_floor: the per-kind form on CPU rows of one device with a device probe bounds each per-FLOP
         cost of a precision below by the fastest regular convolution the probe timed at that precision
-        (:func:`probe_flop_floor`; ``prior.probe_flop_floor``). False: 0."""
+        (:func:`probe_flop_floor`; ``prior.probe_flop_floor``). False: 0.
+        cpu_op_cost_per_precision: ``op_cost_per_precision`` on CPU rows only (``prior.cpu_op_cost_per_precision``,
+        whose default is true: on the Xeon zoo fp32 calls cost more than bf16 ones, and AlexNet's and ConvNeXt's
+        fp32 rows were 0.35 in log slow with one shared call cost). False (the default here): as
+        ``op_cost_per_precision``."""
         self.large_alloc_MB = large_alloc_MB
         self.channel_block = channel_block
         self.cpu_dispatch = cpu_dispatch
@@ -443,6 +448,7 @@ class LayerRooflinePrior(RooflinePrior):
         self.bf16_small_conv_MMAC = bf16_small_conv_MMAC
         self.linear_rate_kinds = linear_rate_kinds
         self.probe_flop_floor = probe_flop_floor
+        self.cpu_op_cost_per_precision = cpu_op_cost_per_precision
 
     def _learn_columns(self, X: pd.DataFrame) -> None:
         super()._learn_columns(X)
@@ -456,7 +462,8 @@ class LayerRooflinePrior(RooflinePrior):
         self.kind_weights_ = ZOO_WEIGHT_FEATURES   # the per-kind form's weight terms (read by it alone)
         self.kind_bytes_ = tuple(k for k in BYTE_KINDS if k not in self.UNPRICED_KINDS)
         self.kind_per_element_ = self.PER_ELEMENT_KINDS if cpu else ()
-        self.kind_ops_per_precision_ = bool(self.op_cost_per_precision)
+        self.kind_ops_per_precision_ = bool(self.op_cost_per_precision) or bool(
+            cpu and getattr(self, "cpu_op_cost_per_precision", False))
         self.kind_bf16_elementwise_ = float(getattr(self, "bf16_elementwise_ratio", 1.0)) if cpu else 1.0
         small = getattr(self, "bf16_small_conv_MMAC", None)
         self.kind_small_conv_ = (float(small) if small and cpu and "bf16" in self.precisions_ else None)

@@ -69,6 +69,12 @@ class PriorSettings(BaseModel):
         "leave-one-family-out (issue 43) pooled 12.28 -> 11.98 %, but densenet 20.4 -> 21.5 %, lowest "
         "Spearman 0.86 -> 0.80 (hrnet); with model.shrink on, densenet 12.2 % but squeezenet 20.0 % "
         "(docs/MODEL.md)"))
+    cpu_op_cost_per_precision: bool = Field(True, description=(
+        "CPU zoo rows (the per-kind form): op_cost_per_precision on CPU rows only, whatever op_cost_per_precision "
+        "says (the GPU zoo cascades keep one shared call cost). With linear_rate_kinds [matmul], CPU zoo "
+        "leave-one-family-out: Xeon 28 -> 31/32 families within 20 % (alexnet 24.4 -> 15.8, convnext 24.5 -> 18.3, "
+        "swin 20.2 -> 16.7 %; densenet 32.9 -> 40.6 %), Zen 4 32/32 kept, worst 16.9 -> 19.1 % (densenet), pooled "
+        "12.15 -> 11.70 % (docs/MODEL.md, round zx43b); false: op_cost_per_precision decides"))
     bf16_elementwise_ratio: float = Field(1.0, gt=0, description=(
         "CPU zoo rows (the per-kind form), times: a bf16 element of the element-wise kind (adds, muls) costs "
         "this many fp32 elements (Zen 4 VM quiet timings, scripts/data/cat_cost_34cc4b132c.csv: bf16 add 3x "
