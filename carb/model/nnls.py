@@ -8,10 +8,11 @@ import numpy as np
 from carb.errors import DatasetError
 
 
-def nnls_relative(A: np.ndarray, y: np.ndarray) -> np.ndarray:
+def nnls_relative(A: np.ndarray, y: np.ndarray, lower: np.ndarray | None = None) -> np.ndarray:
     """Non-negative ``c`` minimising ``sum(((A @ c) / y - 1) ** 2)``: least squares on relative error.
-    A: (n, k) non-negative design, y: (n,) positive targets. Columns are scaled before solving."""
-    from scipy.optimize import nnls
+    A: (n, k) non-negative design, y: (n,) positive targets. Columns are scaled before solving. ``lower``
+    (k,), >= 0: each coefficient at least this (bounded least squares); None: 0."""
+    from scipy.optimize import lsq_linear, nnls
 
     ok = np.isfinite(y) & (y > 0) & np.isfinite(A).all(axis=1)
     if ok.sum() < 2:
@@ -19,6 +20,9 @@ def nnls_relative(A: np.ndarray, y: np.ndarray) -> np.ndarray:
     Ar = A[ok] / y[ok, None]
     scale = np.sqrt((Ar ** 2).mean(axis=0))
     scale[~(scale > 0)] = 1.0
+    if lower is not None and np.any(np.asarray(lower) > 0):
+        res = lsq_linear(Ar / scale, np.ones(int(ok.sum())), bounds=(np.asarray(lower, float) * scale, np.inf))
+        return np.maximum(res.x / scale, lower)
     c, _ = nnls(Ar / scale, np.ones(int(ok.sum())), maxiter=50 * A.shape[1])
     return c / scale
 

@@ -373,7 +373,9 @@ class LayerRooflinePrior(RooflinePrior):
                  device_probe: bool = False, tensor_core_speedup: float | None = None,
                  overlap_k: float | None = None, static_power: bool = False,
                  time_settings: dict[str, Any] | None = None, op_cost_per_precision: bool = False,
-                 bf16_elementwise_ratio: float = 1.0, bf16_small_conv_MMAC: float | None = None):
+                 bf16_elementwise_ratio: float = 1.0, bf16_small_conv_MMAC: float | None = None,
+                 linear_rate_kinds: tuple[str, ...] | list[str] | None = None, probe_flop_floor: bool = False,
+                 cpu_op_cost_per_precision: bool = False):
         """large_alloc_MB: on CPU data (every training row ``device_kind == "cpu"``), add a cost per
         MB of convolution outputs at least this large (they get fresh pages every forward: glibc maps
         allocations of 32 MiB and more); None = no such term. channel_block: channels padded to a
@@ -420,7 +422,19 @@ class LayerRooflinePrior(RooflinePrior):
         fewer than this many million multiply-adds per image (:func:`carb.design.zoo_features.small_conv_flops`):
         the quiet timings put SqueezeNet's 3 MMAC fire squeeze at 25 GMAC/s at bf16 against 34 at fp32, while
         28-116 MMAC convolutions run 1.6-2x faster at bf16. None (the default here; ``prior.bf16_small_conv_MMAC``
-        is 10): no such term."""
+        is 10): no such term.
+        linear_rate_kinds: the per-kind form on CPU rows prices the FLOPs of these kinds at the linear layers'
+        per-FLOP cost (``["matmul"]``: the linear column of each precision holds both, its own column dropped): a
+        kind with few training FLOPs gets its cost from a kind the device runs alike (an explicit matrix product
+        is the same kind of GEMM) instead of a fit it cannot support (``prior.linear_rate_kinds``, whose default is
+        ``[matmul]``). None (the default here) or []: every kind its own cost.
+        probe_flop_floor: the per-kind form on CPU rows of one device with a device probe bounds each per-FLOP
+        cost of a precision below by the fastest regular convolution the probe timed at that precision
+        (:func:`probe_flop_floor`; ``prior.probe_flop_floor``). False: 0.
+        cpu_op_cost_per_precision: ``op_cost_per_precision`` on CPU rows only (``prior.cpu_op_cost_per_precision``,
+        whose default is true: on the Xeon zoo fp32 calls cost more than bf16 ones, and AlexNet's and ConvNeXt's
+        fp32 rows were 0.35 in log slow with one shared call cost). False (the default here): as
+        ``op_cost_per_precision``."""
         self.large_alloc_MB = large_alloc_MB
         self.channel_block = channel_block
         self.cpu_dispatch = cpu_dispatch
@@ -432,6 +446,9 @@ class LayerRooflinePrior(RooflinePrior):
         self.op_cost_per_precision = op_cost_per_precision
         self.bf16_elementwise_ratio = bf16_elementwise_ratio
         self.bf16_small_conv_MMAC = bf16_small_conv_MMAC
+        self.linear_rate_kinds = linear_rate_kinds
+        self.probe_flop_floor = probe_flop_floor
+        self.cpu_op_cost_per_precision = cpu_op_cost_per_precision
 
     def _learn_columns(self, X: pd.DataFrame) -> None:
         super()._learn_columns(X)
@@ -445,10 +462,14 @@ class LayerRooflinePrior(RooflinePrior):
         self.kind_weights_ = ZOO_WEIGHT_FEATURES   # the per-kind form's weight terms (read by it alone)
         self.kind_bytes_ = tuple(k for k in BYTE_KINDS if k not in self.UNPRICED_KINDS)
         self.kind_per_element_ = self.PER_ELEMENT_KINDS if cpu else ()
-        self.kind_ops_per_precision_ = bool(self.op_cost_per_precision)
+        self.kind_ops_per_precision_ = bool(self.op_cost_per_precision) or bool(
+            cpu and getattr(self, "cpu_op_cost_per_precision", False))
         self.kind_bf16_elementwise_ = float(getattr(self, "bf16_elementwise_ratio", 1.0)) if cpu else 1.0
         small = getattr(self, "bf16_small_conv_MMAC", None)
         self.kind_small_conv_ = (float(small) if small and cpu and "bf16" in self.precisions_ else None)
+        self.kind_floor_ = probe_flop_floor(X) if (getattr(self, "probe_flop_floor", False) and cpu) else {}
+        self.kind_ties_ = ({k: "linear" for k in (getattr(self, "linear_rate_kinds", None) or ()) if k != "linear"}
+                           if cpu else {})   # CPU zoo rows only: the GPU zoo cascades keep every kind's cost
         self.probe_, self.probe_reason_ = fit_device_probe(X, self.native_) if self.device_probe else (None, "off")
         self.tensor_speedup_ = (float(self.tensor_core_speedup)
                                 if self.tensor_core_speedup and tensor_core_device(X) else None)
@@ -500,10 +521,25 @@ class LayerRooflinePrior(RooflinePrior):
         ``coef_["static_W"]``, and :meth:`predict` adds ``static_W_ x static_s``."""
         if getattr(self, "time_prior_", None) is None:
             self.static_W_ = 0.0
+            if self.form_ == "kinds" and getattr(self, "kind_floor_", None):
+                return self._solve_floored(X, yv)
             return super()._solve(X, yv)
         c = nnls_relative(self._fit_design(X), yv)
         self.coef_values_, self.static_W_ = c[:-1], float(c[-1])
         self.coef_ = {**dict(zip(self.column_names(), map(float, self.coef_values_))), "static_W": self.static_W_}
+        ok = np.isfinite(yv) & (yv > 0)
+        self.train_mape_ = float(np.mean(np.abs(self.predict(X)[ok] / yv[ok] - 1.0)))
+        return self
+
+    def _solve_floored(self, X: pd.DataFrame, yv: np.ndarray) -> LayerRooflinePrior:
+        """The per-kind form's coefficients with each ``per_flop_<kind>_<precision>`` at least ``kind_floor_``'s
+        ms per FLOP of its precision (the extra bf16 small-convolution cost is not a rate: unbounded)."""
+        names = self.column_names()
+        floor = getattr(self, "kind_floor_", {})
+        lower = np.array([floor.get(n.rsplit("_", 1)[-1], 0.0) if n.startswith("per_flop_")
+                          and n != "per_flop_conv_small_bf16" else 0.0 for n in names])
+        self.coef_values_ = nnls_relative(self.design(X), yv, lower=lower)
+        self.coef_ = dict(zip(names, map(float, self.coef_values_)))
         ok = np.isfinite(yv) & (yv > 0)
         self.train_mape_ = float(np.mean(np.abs(self.predict(X)[ok] / yv[ok] - 1.0)))
         return self
@@ -560,11 +596,11 @@ class LayerRooflinePrior(RooflinePrior):
         """Coefficient names of the per-kind form: const, per precision a cost per FLOP of each compute kind,
         then a cost per MB of each memory-bound kind and per operator, then (fits since the term existed) a cost
         per MB of the weights of each :data:`carb.design.zoo_features.WEIGHT_KINDS` kind (read once a forward)."""
-        from carb.design.zoo_features import BYTE_KINDS, FLOP_KINDS
+        from carb.design.zoo_features import BYTE_KINDS
 
         ops = ([f"per_op_{p}" for p in self.precisions_] if getattr(self, "kind_ops_per_precision_", False)
                else ["per_op"])   # absent on priors pickled before: one shared cost
-        return ["const", *[f"per_flop_{k}_{p}" for p in self.precisions_ for k in FLOP_KINDS],
+        return ["const", *[f"per_flop_{k}_{p}" for p in self.precisions_ for k in self._flop_kinds()],
                 *[f"per_MB_{k}" for k in getattr(self, "kind_bytes_", BYTE_KINDS)], *ops,
                 *[f"per_{c}" for c in getattr(self, "kind_weights_", ())],   # absent on priors pickled before
                 *(["per_flop_conv_small_bf16"] if getattr(self, "kind_small_conv_", None) else [])]
@@ -576,9 +612,13 @@ class LayerRooflinePrior(RooflinePrior):
         from carb.design.zoo_features import BYTE_KINDS, FLOP_KINDS
 
         cols = [np.ones(len(X))]
+        ties = getattr(self, "kind_ties_", {})   # absent on priors pickled before: no ties
+        flops = {k: _num(X, f"flops_{k}") for k in FLOP_KINDS}
+        for k, into in ties.items():   # a tied kind's FLOPs in its partner's column
+            flops[into] = flops[into] + flops[k]
         for p in self.precisions_:
             mine = prec == p
-            cols += [np.where(mine, _num(X, f"flops_{k}"), 0.0) for k in FLOP_KINDS]
+            cols += [np.where(mine, flops[k], 0.0) for k in self._flop_kinds()]
         per_element = getattr(self, "kind_per_element_", ())   # these three absent on priors pickled before
         fp32_equivalent = 4.0 / lookup(X["precision"].astype(str), BYTES_PER_ELEMENT)
         cols += [_num(X, f"bytes_{k}_MB") * (fp32_equivalent if k in per_element else 1.0)
@@ -596,6 +636,14 @@ class LayerRooflinePrior(RooflinePrior):
 
             cols.append(np.where(prec == "bf16", small_conv_flops(X, self.kind_small_conv_), 0.0))
         return np.column_stack(cols)
+
+    def _flop_kinds(self) -> tuple[str, ...]:
+        """The compute kinds with a per-FLOP column of their own: :data:`carb.design.zoo_features.FLOP_KINDS` less
+        the tied ones (``kind_ties_``)."""
+        from carb.design.zoo_features import FLOP_KINDS
+
+        ties = getattr(self, "kind_ties_", {})
+        return tuple(k for k in FLOP_KINDS if k not in ties)
 
     def _bf16_elementwise(self, X: pd.DataFrame) -> np.ndarray | float:
         """Multiplier (n,) of the element-wise MB column: ``kind_bf16_elementwise_`` on bf16 rows, 1 elsewhere
@@ -804,6 +852,29 @@ def tensor_core_device(X: pd.DataFrame) -> bool:
     return X["device_fingerprint"].notna().all()
 
 
+def probe_flop_floor(X: pd.DataFrame) -> dict[str, float]:
+    """``{precision: ms per FLOP}`` of the fastest regular convolution in the device probe of the rows' one
+    ``device_id`` (:func:`carb.data.probes.load_probe`; FLOPs = 2 x multiply-adds, :func:`carb.data.probes.op_work`,
+    the tracer's convention), per precision the probe timed; {} for rows of several devices or none, or no
+    probe. A per-FLOP cost below it is faster than anything the device was seen to run."""
+    from carb.data.probes import load_probe, op_work
+
+    ids = X["device_id"].dropna().astype(str).unique() if "device_id" in X.columns else []
+    if len(ids) != 1:
+        return {}
+    try:
+        table = load_probe(ids[0])
+    except DatasetError:
+        return {}
+    if table is None or not len(table):
+        return {}
+    flops = 2.0 * op_work(table)["macs"].to_numpy(float)
+    rate = pd.to_numeric(table["time_ms"], errors="coerce").to_numpy(float) / flops
+    ok = np.isfinite(rate) & (rate > 0)
+    by = pd.Series(rate[ok]).groupby(table["precision"].astype(str).to_numpy()[ok]).min()
+    return {str(p): float(v) for p, v in by.items()}
+
+
 def native_dispatch(X: pd.DataFrame) -> dict[str, Any] | None:
     """``{"threads": int, "onednn": [precisions]}`` for the native-path term of CPU rows, or None when
     the rows do not record one torch thread count (``threads``). The precisions oneDNN runs come from
@@ -866,9 +937,9 @@ PRIORS: dict[str, type[_Prior]] = {"peak_memory_MB": MemoryPrior, "energy_J": La
 def make_prior(target: str, **settings: Any) -> _Prior:
     """An unfitted prior for ``target`` (see :data:`PRIORS`); ``settings`` (the ``prior`` config group's,
     :class:`carb.model.prior_config.PriorSettings`, less ``enabled``) go to the layer roofline and are ignored
-    by the others. ``device_probe`` and ``overlap_k`` apply to latency only (a probe times kernels; it measures
-    no energy; energy adds up where time overlaps); ``static_power`` to energy only, whose time prior gets
-    the latency settings."""
+    by the others. ``device_probe``, ``probe_flop_floor`` and ``overlap_k`` apply to latency only (a probe times
+    kernels, in ms; it measures no energy; energy adds up where time overlaps); ``static_power`` to energy only,
+    whose time prior gets the latency settings."""
     if target not in PRIORS:
         raise DatasetError(f"no physics prior for target {target!r}; known: {list(PRIORS)}")
     cls = PRIORS[target]
@@ -877,6 +948,6 @@ def make_prior(target: str, **settings: Any) -> _Prior:
     static = bool(settings.pop("static_power", False))
     if target != "latency_ms":   # energy adds up: static power over the overlapped time plus the work
         time_settings = dict(settings) if static else None
-        settings = {k: v for k, v in settings.items() if k not in ("device_probe", "overlap_k")}
+        settings = {k: v for k, v in settings.items() if k not in ("device_probe", "overlap_k", "probe_flop_floor")}
         return cls(**settings, static_power=static, time_settings=time_settings)
     return cls(**settings)

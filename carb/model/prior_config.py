@@ -20,9 +20,14 @@ composed into each command's schema by :mod:`carb.commands.schema`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+
+#: Compute kinds the per-kind form may price at the linear layers' rate (:data:`carb.design.zoo_features.FLOP_KINDS`
+#: less ``linear``; a test holds the two equal).
+LinearRateKind = Literal["conv_regular", "conv_grouped", "conv_depthwise", "conv_pointwise", "matmul", "sdpa"]
 
 
 class PriorSettings(BaseModel):
@@ -64,6 +69,12 @@ class PriorSettings(BaseModel):
         "leave-one-family-out (issue 43) pooled 12.28 -> 11.98 %, but densenet 20.4 -> 21.5 %, lowest "
         "Spearman 0.86 -> 0.80 (hrnet); with model.shrink on, densenet 12.2 % but squeezenet 20.0 % "
         "(docs/MODEL.md)"))
+    cpu_op_cost_per_precision: bool = Field(True, description=(
+        "CPU zoo rows (the per-kind form): op_cost_per_precision on CPU rows only, whatever op_cost_per_precision "
+        "says (the GPU zoo cascades keep one shared call cost). With linear_rate_kinds [matmul], CPU zoo "
+        "leave-one-family-out: Xeon 28 -> 31/32 families within 20 % (alexnet 24.4 -> 15.8, convnext 24.5 -> 18.3, "
+        "swin 20.2 -> 16.7 %; densenet 32.9 -> 40.6 %), Zen 4 32/32 kept, worst 16.9 -> 19.1 % (densenet), pooled "
+        "12.15 -> 11.70 % (docs/MODEL.md, round zx43b); false: op_cost_per_precision decides"))
     bf16_elementwise_ratio: float = Field(1.0, gt=0, description=(
         "CPU zoo rows (the per-kind form), times: a bf16 element of the element-wise kind (adds, muls) costs "
         "this many fp32 elements (Zen 4 VM quiet timings, scripts/data/cat_cost_34cc4b132c.csv: bf16 add 3x "
@@ -74,6 +85,19 @@ class PriorSettings(BaseModel):
         "a 3 MMAC 1x1 conv 25 GMAC/s bf16 vs 34 fp32, 28-116 MMAC ones 1.6-2x faster; 10 lies between, chosen "
         "from the timings alone); CPU zoo leave-one-family-out: worst family 20.4 -> 15.5 % (densenet), 31 -> "
         "32/32 within 20 % (docs/MODEL.md); null: no such term"))
+    linear_rate_kinds: list[LinearRateKind] = Field(default_factory=lambda: ["matmul"], description=(
+        "CPU zoo rows (the per-kind form): compute kinds whose FLOPs are priced at the linear layers' per-FLOP cost "
+        "(one column per precision holds both), e.g. [matmul]: an explicit matrix product runs the same kind of "
+        "GEMM as a linear layer (device probes, attention's small shapes: 1.6-3.7x linear's ms per FLOP), but "
+        "fitted on its own (training rows: at most 3 % of their FLOPs) its cost came out 16x (fp32) and 57x (bf16) "
+        "linear's on the Xeon zoo and LeViT 53 % off; allowed: conv_regular, conv_grouped, "
+        "conv_depthwise, conv_pointwise, matmul, sdpa; []: every kind its own cost (docs/MODEL.md, round zx43b)"))
+    probe_flop_floor: bool = Field(False, description=(
+        "CPU zoo rows of one device with a device probe (the per-kind form), latency: no per-FLOP cost of a "
+        "precision below the fastest regular convolution the probe timed at that precision (ms per FLOP, "
+        "carb/data/device-probes.csv): a fit that prices a kind faster than the device ever ran a convolution "
+        "has moved its cost into other terms (Xeon zoo: fp32 pointwise 4.3e-9 ms/FLOP against the probe's "
+        "fastest 5.9e-9; docs/MODEL.md, round zx43b); false: 0"))
 
 
 #: The CPU-only and CUDA-only settings (which ``prior=cpu`` / ``prior=cuda`` keep).
