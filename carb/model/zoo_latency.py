@@ -182,7 +182,7 @@ def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: b
                    dw_nonsquare: bool = False, bmm_tiles: bool = False,
                    input_bytes: bool = False, act_fp32: bool = False,
                    hidden_copies: bool = False, dw_native: bool = False,
-                   gn_reread: bool = False, cuda_layout: bool = False) -> pd.DataFrame:
+                   gn_reread: bool = False, cuda_layout: bool = False, conv_tile: int | str = 0) -> pd.DataFrame:
     """The terms of :class:`AdditiveBase` (n rows, each a time source per image in its own unit), from the
     ``tr_*`` columns (per image, fp32) and ``batch_size``: ``gflop_<kind>`` (GFLOPs of each compute kind,
     :data:`TRACE_COMPUTE_KINDS`), ``mb_<kind>`` (MB read + written by each memory-bound kind,
@@ -231,7 +231,10 @@ def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: b
     ``bytes_hidden_copy_cl`` / ``flops_conv_dw_native_cl`` (:func:`carb.design.zoo_features.hidden_copy_bytes` with
     ``cuda_layout``: cuDNN keeps a channels-last input channels-last, so ConvNeXt's and DaViT's permuted layer norms
     mostly read contiguous inputs), ``hidden_copies`` and ``dw_native`` read those in place of ``bytes_hidden_copy`` /
-    ``flops_conv_dw_native``. NaN in a row without a trace."""
+    ``flops_conv_dw_native``. With ``conv_tile`` (one of :data:`CONV_TILES`; 0: off) and the trace's
+    ``flops_conv_pad<conv_tile>`` (:func:`gpu_parts`), ``gflop_conv_pad``: the GFLOPs a GPU's implicit-GEMM convolution
+    computes in vain when its output channels per group do not fill a ``conv_tile``-wide tile (HRNet's 18-144-channel
+    branches, FastViT's and RegNetZ's narrow stages), on GPU rows (0 on a CPU row). NaN in a row without a trace."""
     who = "the zoo latency model's additive base"
     b = _col(frame, "batch_size", who)
     out = {f"gflop_{k}": _col(frame, f"tr_flops_{k}", who) / 1e9 for k in TRACE_COMPUTE_KINDS}
@@ -251,6 +254,9 @@ def additive_terms(frame: pd.DataFrame, gemm_regimes: bool = False, amp_split: b
         if dw_native and dwn in frame.columns:   # the square ones off cuDNN: a term of their own
             native = np.clip(_col(frame, dwn, who) / 1e9 - nonsq, 0.0, None)
             out["gflop_conv_dw_native"] = np.where(gpu_rows(frame), native, 0.0)
+    pad = f"tr_flops_conv_pad{conv_tile}"
+    if conv_tile and pad in frame.columns:   # output-channel tiles of convolutions left partly empty
+        out["gflop_conv_pad"] = np.where(gpu_rows(frame), _col(frame, pad, who) / 1e9, 0.0)
     if bmm_tiles and "tr_bmm_tiles" in frame.columns:   # a thread block per output tile of a batched product
         out["ktiles_bmm"] = np.where(gpu_rows(frame), _col(frame, "tr_bmm_tiles", who) / 1e3, 0.0)
     if gemm_regimes and all(f"tr_flops_gemm_{r}" in frame.columns for r in GEMM_REGIMES):   # GEMMs by regime
@@ -398,7 +404,61 @@ def gpu_parts(table: pd.DataFrame) -> dict[str, float]:
     flops = table["flops"].to_numpy(float)
     read = table.get("bytes_read", pd.Series(np.zeros(len(table)), index=table.index)).to_numpy(float)
     return {"flops_conv_dw_nonsquare": float(flops[nonsquare].sum()), "bmm_tiles": float(tiles),
-            "flops_conv_dw_native": float(flops[native].sum()), "bytes_norm_group_read": float(read[gn].sum())}
+            "flops_conv_dw_native": float(flops[native].sum()), "bytes_norm_group_read": float(read[gn].sum())} \
+        | conv_pad_flops(table)
+
+
+#: The output-channel tile widths :func:`conv_pad_flops` writes a column for (``flops_conv_pad<tile>``) and
+#: ``conf/zoo_latency/default.yaml``'s ``conv_tile`` chooses from (0: no term). cuDNN's and CUTLASS's
+#: half-precision implicit-GEMM convolution kernels compute tiles of output pixels x output channels, 32 to 256
+#: channels wide; a convolution with fewer output channels per group than the tile computes the rest in vain.
+#: ``pow2``: each convolution in the narrowest of :data:`POW2_TILES` that holds its channels per group, whole
+#: 128-wide tiles beyond (a kernel chosen for its width: 18 channels in a 32 tile, 144 in two of 128).
+CONV_TILES: tuple[int | str, ...] = (64, 128, 256, "pow2")
+#: The tile widths of ``pow2`` (:func:`conv_pad_flops`): the narrowest that holds a convolution's channels per group,
+#: multiples of the last beyond it.
+POW2_TILES: tuple[int, ...] = (32, 64, 128)
+#: The convolution kinds :func:`conv_pad_flops` counts: implicit GEMMs over the output channels (depthwise ones
+#: are memory-bound, their own kernels).
+CONV_PAD_KINDS: tuple[str, ...] = ("conv_regular", "conv_pointwise", "conv_grouped")
+
+
+def conv_pad_flops(table: pd.DataFrame, tiles: tuple[int | str, ...] = CONV_TILES) -> dict[str, float]:
+    """``flops_conv_pad<tile>`` per tile of ``tiles``: the FLOPs (at the table's batch) an implicit-GEMM convolution
+    of :data:`CONV_PAD_KINDS` computes in vain when its output channels per group, ``c = out / groups``, do not fill
+    whole ``tile``-wide tiles: ``flops * (ceil(c / tile) * tile / c - 1)`` summed (HRNet-W18's 18-channel branch
+    convolutions: 6.1x their FLOPs at a 128 tile, 0.78x with ``pow2``, :func:`_tiled`; a 256-channel convolution:
+    0). Rows of a layer table
+    (:func:`carb.design.trace.trace`: ``kind``, ``weight_shape`` ``(out, in / groups, kh, kw)``, ``groups``,
+    ``flops``)."""
+    conv = table["kind"].isin(CONV_PAD_KINDS).to_numpy()
+    groups = pd.to_numeric(table["groups"], errors="coerce").fillna(1).to_numpy(float) if "groups" in table \
+        else np.ones(len(table))
+    c = np.array([_out_channels(w) for w in table["weight_shape"]], float) / np.maximum(groups, 1)
+    ok = conv & np.isfinite(c) & (c > 0)
+    c = np.where(ok, c, 1.0)
+    flops = table["flops"].to_numpy(float)
+    return {f"flops_conv_pad{t}": float((flops * np.where(ok, _tiled(c, t) / c - 1, 0.0)).sum()) for t in tiles}
+
+
+def _tiled(c: np.ndarray, tile: int | str) -> np.ndarray:
+    """Channels (n,) rounded up to whole ``tile``-wide tiles; with ``tile="pow2"`` to the narrowest of
+    :data:`POW2_TILES` that holds them, or whole tiles of the last beyond it."""
+    if tile != "pow2":
+        return np.ceil(c / int(tile)) * int(tile)
+    out = np.ceil(c / POW2_TILES[-1]) * POW2_TILES[-1]
+    for t in POW2_TILES[::-1]:
+        out = np.where(c <= t, t, out)
+    return out
+
+
+def _out_channels(weight_shape: object) -> float:
+    """The output channels of a convolution weight shape ``(out, in / groups, kh, kw)``; NaN for any other shape."""
+    try:
+        shape = tuple(int(v) for v in weight_shape)
+    except TypeError:
+        return float("nan")
+    return float(shape[0]) if len(shape) == 4 else float("nan")
 
 
 def _bmm_tiles(out_shape: object) -> int:
@@ -521,15 +581,18 @@ class AdditiveBase:
     depthwise convolutions on GPU rows on top; ``bmm_tiles``: the output tiles of batched matrix products on GPU
     rows; ``input_bytes``: the fp32 input image's MB on GPU rows; ``act_fp32``: the bytes of fp32-list activations
     and reductions under autocast on top; ``hidden_copies``: the copies CUDA's softmax / norms make of a strided
-    input counted as copies on GPU rows (all :func:`additive_terms`); ``cpu_terms``: CPU
+    input counted as copies on GPU rows; ``conv_tile``: the FLOPs convolutions compute in vain in partly empty
+    output-channel tiles of that width on GPU rows (all :func:`additive_terms`); ``cpu_terms``: CPU
     terms on top (:mod:`carb.model.zoo_latency_cpu`, a per-device setting)."""
 
     def __init__(self, iterations: int = 10, huber: float | None = 0.1, gemm_regimes: bool = False,
                  amp_split: bool = False, sdpa_math_io: bool = False, other_bytes: bool = False,
                  cpu_terms: tuple[str, ...] = (), dw_nonsquare: bool = False, bmm_tiles: bool = False,
                  input_bytes: bool = False, act_fp32: bool = False, hidden_copies: bool = False,
-                 dw_native: bool = False, gn_reread: bool = False, cuda_layout: bool = False):
+                 dw_native: bool = False, gn_reread: bool = False, cuda_layout: bool = False,
+                 conv_tile: int | str = 0):
         self.iterations, self.huber, self.gemm_regimes = iterations, huber, gemm_regimes
+        self.conv_tile = conv_tile
         self.dw_native, self.gn_reread, self.cuda_layout = dw_native, gn_reread, cuda_layout
         self.amp_split, self.dw_nonsquare, self.bmm_tiles = amp_split, dw_nonsquare, bmm_tiles
         self.input_bytes, self.act_fp32, self.hidden_copies = input_bytes, act_fp32, hidden_copies
@@ -542,7 +605,7 @@ class AdditiveBase:
         :func:`additive_terms` columns those stand for (:func:`carb.model.zoo_latency_cpu.replaced_terms`)."""
         out = additive_terms(frame, self.gemm_regimes, self.amp_split, self.sdpa_math_io, self.other_bytes,
                              self.dw_nonsquare, self.bmm_tiles, self.input_bytes, self.act_fp32,
-                             self.hidden_copies, self.dw_native, self.gn_reread, self.cuda_layout)
+                             self.hidden_copies, self.dw_native, self.gn_reread, self.cuda_layout, self.conv_tile)
         if not self.cpu_terms:
             return out
         from carb.model.zoo_latency_cpu import cpu_terms, replaced_terms
@@ -657,6 +720,9 @@ class ZooLatencyModel:
     ``dw_native``: the non-square depthwise term takes every depthwise convolution PyTorch keeps off cuDNN
     (:func:`dw_on_native`); ``gn_reread``: group norms' input bytes counted once more among the normalisation bytes
     (both :func:`additive_terms`, GPU rows; docs/MODEL.md, round 7).
+    ``conv_tile``: the additive base prices the FLOPs convolutions compute in vain in partly empty output-channel
+    tiles of that width (:func:`conv_pad_flops`, one of :data:`CONV_TILES`; 0: off) on GPU rows (docs/MODEL.md,
+    round zg43c).
     """
 
     def __init__(self, n_estimators: int = 300, learning_rate: float = 0.03, num_leaves: int = 15,
@@ -668,7 +734,7 @@ class ZooLatencyModel:
                  dw_nonsquare: bool = True, bmm_tiles: bool = False, input_bytes: bool | str = "cv",
                  cv_folds: int = 5, cv_min_models: int = 5, cv_seed: int = 0, act_fp32: bool | str = False,
                  hidden_copies: bool = True, dw_native: bool = True, gn_reread: bool = False,
-                 cuda_layout: bool = True):
+                 cuda_layout: bool = True, conv_tile: int | str = 0):
         if base not in ("loglinear", "additive"):
             raise DatasetError(f"ZooLatencyModel: base={base!r} is not allowed; allowed: loglinear, additive")
         self.n_estimators, self.learning_rate = n_estimators, learning_rate
@@ -682,6 +748,10 @@ class ZooLatencyModel:
         self.act_fp32, self.hidden_copies = act_fp32, hidden_copies
         self.dw_native, self.gn_reread, self.cuda_layout = dw_native, gn_reread, cuda_layout
         self.cpu_terms = tuple(cpu_terms)   # per-device CPU terms of the additive base (timm's CPU file)
+        if conv_tile not in (0, *CONV_TILES):   # 0: off
+            raise DatasetError(f"ZooLatencyModel: conv_tile={conv_tile!r} is not allowed; allowed: "
+                               f"{', '.join(str(t) for t in (0, *CONV_TILES))}")
+        self.conv_tile = conv_tile
         for key, value in (("input_bytes", input_bytes), ("act_fp32", act_fp32)):
             if value not in (True, False, "cv"):
                 raise DatasetError(f"ZooLatencyModel: {key}={value!r} is not allowed; allowed: true, false, cv")
@@ -740,7 +810,7 @@ class ZooLatencyModel:
                             cpu_terms=self.cpu_terms, dw_nonsquare=self.dw_nonsquare,
                             bmm_tiles=self.bmm_tiles, input_bytes=input_bytes, act_fp32=act_fp32,
                             hidden_copies=self.hidden_copies, dw_native=self.dw_native, gn_reread=self.gn_reread,
-                            cuda_layout=self.cuda_layout)
+                            cuda_layout=self.cuda_layout, conv_tile=self.conv_tile)
 
     def components(self, frame: pd.DataFrame) -> pd.DataFrame:
         """The log time per image (n rows) of the base (``base``), the base times the correction

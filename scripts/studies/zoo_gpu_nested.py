@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts" / "bench"))
 
 BASE_KEYS = ("gemm_regimes", "amp_split", "sdpa_math_io", "other_bytes", "dw_nonsquare", "bmm_tiles", "act_fp32",
-             "hidden_copies", "dw_native", "gn_reread", "cuda_layout")
+             "hidden_copies", "dw_native", "gn_reread", "cuda_layout", "conv_tile")
 
 
 def base_settings(overrides: list[str]) -> dict:

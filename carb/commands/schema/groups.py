@@ -465,6 +465,7 @@ class ZooLatency(Section):
     dw_native: bool = True                      # square depthwise convs off cuDNN (7x7, ...): a term of their own
     gn_reread: bool = False                     # group norms' second read of their input among the norm bytes
     cuda_layout: bool = True                    # hidden copies / dw FLOPs off cuDNN as cuDNN lays tensors out (*_cl)
+    conv_tile: Literal[0, 64, 128, 256, "pow2"] = 0   # convs' FLOPs in partly empty output-channel tiles (0: off)
     census: bool
     trace: bool
     n_estimators: Count
