@@ -734,7 +734,7 @@ class ZooLatencyModel:
                  dw_nonsquare: bool = True, bmm_tiles: bool = False, input_bytes: bool | str = "cv",
                  cv_folds: int = 5, cv_min_models: int = 5, cv_seed: int = 0, act_fp32: bool | str = False,
                  hidden_copies: bool = True, dw_native: bool = True, gn_reread: bool = False,
-                 cuda_layout: bool = True, conv_tile: int | str = 0):
+                 cuda_layout: bool = True, conv_tile: int | str = 128):
         if base not in ("loglinear", "additive"):
             raise DatasetError(f"ZooLatencyModel: base={base!r} is not allowed; allowed: loglinear, additive")
         self.n_estimators, self.learning_rate = n_estimators, learning_rate
