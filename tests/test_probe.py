@@ -458,6 +458,9 @@ def test_carb_probe_command_writes_the_device_probe_where_training_finds_it(monk
     path = tmp_path / "probes" / f"{out['device_id']}.csv"
     assert out["out"] == str(path) and path.exists()
     assert path.with_suffix(".provenance.json").exists()
+    from carb.data.probes import probe_session
+    from carb.measure.fingerprint import session_id
+    assert probe_session(out["device_id"]) == session_id()   # the boot it was timed in (None off Linux)
     rows = load_probe(out["device_id"])
     assert rows is not None and len(rows) == out["rows"] >= 6
     assert set(rows["precision"]) == {"fp32"} and (rows["time_ms"] > 0).all()

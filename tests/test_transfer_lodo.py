@@ -265,6 +265,31 @@ def test_calibrate_warns_of_two_boots_on_one_kernel_build(tmp_path, capsys):
     assert sessions(both, None).iloc[0].endswith("boot b1")
 
 
+def test_calibrate_warns_when_the_probe_is_of_another_session(tmp_path, monkeypatch, capsys):
+    """A probe whose provenance names one session (boot) and rows of another: one warning line naming both and the
+    fix; rows of the probe's session, rows or probes that record no session: nothing said."""
+    import json
+
+    from carb.commands.calibrate import warn_probe_session
+    from carb.data.probes import probe_session, user_probe_path
+
+    monkeypatch.setenv("CARB_HOME", str(tmp_path))
+    dev = "6a0ea403ee"
+    rows = pd.DataFrame({"device_id": [dev] * 3, "session_id": ["aaaa", "aaaa", "bbbb"]})
+    assert probe_session(dev) is None or user_probe_path(dev).parent == tmp_path / "probes"
+    prov = user_probe_path(dev).with_suffix(".provenance.json")
+    prov.parent.mkdir(parents=True)
+    prov.write_text(json.dumps({"device_id": dev, "session_id": "cccc", "fingerprint": {"kind": "cpu"}}))
+    assert probe_session(dev) == "cccc"
+    assert warn_probe_session(rows, "rows.parquet") == "cccc"
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.count("warning:") == 1 and "session cccc" in out and "aaaa, bbbb" in out and "carb-probe" in out
+    assert warn_probe_session(rows.assign(session_id="cccc"), "x") is None
+    assert warn_probe_session(rows.drop(columns="session_id"), "x") is None
+    prov.write_text(json.dumps({"device_id": dev, "fingerprint": {"kind": "cpu"}}))   # written before the field
+    assert warn_probe_session(rows, "x") is None and "warning" not in capsys.readouterr().out
+
+
 @pytest.fixture(scope="module")
 def cpu_model():
     """A tiny cascade on synthetic rows of a CPU without AVX-512 FP16, the shipped reference probe as the

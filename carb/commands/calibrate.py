@@ -144,6 +144,24 @@ def warn_sessions(rows: pd.DataFrame, where: str, gap_h: float | None = None) ->
     return list(counts.index)
 
 
+def warn_probe_session(rows: pd.DataFrame, where: str) -> str | None:
+    """Say, in one warning line, when the target device's probe was timed in a measuring session none of its
+    ``rows`` come from (both recorded: the probe's provenance ``session_id`` and the rows' ``session_id``): the
+    probe ratio then moves the source to another session's speed (the Xeon moved 11-15 % between two boots).
+    Returns the probe's session (None when either side does not record it, or the sessions agree)."""
+    from carb.data.probes import probe_session
+
+    ids = rows["device_id"].dropna().astype(str).unique() if "device_id" in rows.columns else []
+    seen = set(rows["session_id"].dropna().astype(str)) if "session_id" in rows.columns else set()
+    probe = probe_session(str(ids[0])) if len(ids) == 1 else None
+    if probe is None or not seen or probe in seen:
+        return None
+    say(f"carb-calibrate: warning: the device probe of {ids[0]} was timed in session {probe}, the rows of {where} in "
+        f"{', '.join(sorted(seen))}; a device's speed moves between sessions (carb/data/cpu-intel-xeon.md): run "
+        "carb-probe again in the rows' session, or measure the rows and the probe together (carb-quickstart)")
+    return probe
+
+
 def measure_rows(cfg: Any, source: Any = None, target_probe: str | None = None) -> tuple[pd.DataFrame, str]:
     """Measure ``k`` configurations of ``space`` on this machine (through carb-collect's collector, rows
     appended to ``out``) and return their ``ok`` rows. With the ``source`` model the rows cover every
@@ -305,6 +323,8 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     prog.begin(f"fitting the transfer on {k} of {len(rows)} rows")
     layers = model_input_kind(source) in TRANSFERABLE_KINDS   # probe and spec ratios read ResNet layer tables
     probes = device_probes(source, rows) if layers and cfg.transfer.get("probe", True) else None
+    if probes is not None:
+        warn_probe_session(rows, where)
     spec = spec_records(cfg, source, rows) if layers and probes is None and cfg.transfer.get("spec", True) else None
     if not layers:
         say("carb-calibrate: a zoo source: the K rows calibrate the source's prediction (device probes and spec "

@@ -70,7 +70,7 @@ def run_probe_command(cfg: Any) -> dict[str, Any]:
     """Plan, time and write the probe; returns ``{"out", "device_id", "rows", "precisions"}``."""
     from carb.data.probes import conv_rows, for_csv, user_probe_path, with_op_columns
     from carb.measure.cpu import pin_malloc
-    from carb.measure.fingerprint import device_id, read_cpu_fingerprint
+    from carb.measure.fingerprint import device_id, read_cpu_fingerprint, session_id
     from carb.measure.probe import probe_plan, run_probe, space_layers, torch_threads_and_version
     from carb.files import write_atomic
 
@@ -104,7 +104,7 @@ def run_probe_command(cfg: Any) -> dict[str, Any]:
     merged = for_csv(pd.concat([old[old["device_id"].astype(str) != dev], probe], ignore_index=True))
     write_atomic(out, lambda tmp: merged.to_csv(tmp, index=False, float_format="%.6g"))
     prov = {"what": "single-convolution and operation timings per precision by carb-probe (carb.measure.probe)",
-            "device_id": dev, "fingerprint": fp, "torch_version": torch_version,
+            "device_id": dev, "fingerprint": fp, "session_id": session_id(), "torch_version": torch_version,
             "python": platform.python_version(), "allocator": allocator, "threads": threads,
             "measured_from": started, "measured_to": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "rows": len(probe), "space": str(cfg.space.name),

@@ -216,10 +216,9 @@ def probe_ids(paths: list[Path] | None = None) -> list[str]:
     return sorted(ids)
 
 
-def probe_fingerprint(device_id: str) -> str | None:
-    """The fingerprint (compact JSON, sorted keys: the datasets' ``device_fingerprint`` form) of the CPU a
-    probe of ``device_id`` ran on, from the probe's provenance (shipped: keyed by device id; carb-probe's:
-    ``<device_id>.provenance.json`` beside its table); None when none records it."""
+def probe_record(device_id: str) -> dict | None:
+    """The provenance record of the probe of ``device_id`` (shipped: keyed by device id; carb-probe's:
+    ``<device_id>.provenance.json`` beside its table, which wins); None when none records it."""
     import json
 
     found = None
@@ -229,6 +228,26 @@ def probe_fingerprint(device_id: str) -> str | None:
         except (OSError, ValueError):
             continue
         rec = d.get(str(device_id)) if str(device_id) in d else (d if str(d.get("device_id")) == str(device_id) else None)
-        if isinstance(rec, dict) and isinstance(rec.get("fingerprint"), dict):
-            found = json.dumps(rec["fingerprint"], sort_keys=True, separators=(",", ":"))
+        if isinstance(rec, dict):
+            found = rec
     return found
+
+
+def probe_fingerprint(device_id: str) -> str | None:
+    """The fingerprint (compact JSON, sorted keys: the datasets' ``device_fingerprint`` form) of the CPU a
+    probe of ``device_id`` ran on, from the probe's provenance (:func:`probe_record`); None when none records it."""
+    import json
+
+    rec = probe_record(device_id)
+    if not (isinstance(rec, dict) and isinstance(rec.get("fingerprint"), dict)):
+        return None
+    return json.dumps(rec["fingerprint"], sort_keys=True, separators=(",", ":"))
+
+
+def probe_session(device_id: str) -> str | None:
+    """The measuring session (``session_id``, the boot: :func:`carb.measure.fingerprint.session_id`) the probe of
+    ``device_id`` was timed in, from its provenance (:func:`probe_record`); None for probes written before
+    carb-probe recorded it."""
+    rec = probe_record(device_id)
+    sid = rec.get("session_id") if isinstance(rec, dict) else None
+    return str(sid) if sid else None
