@@ -19,6 +19,7 @@ and a last line per zoo: ``xeon_families: zoo=Z family=mape_prior/mape_cascade .
 
     PYTHONPATH=$PWD python scripts/studies/zoo_cpu_xeon_families.py [--zoo zoo-cpu-xeon --zoo zoo-cpu]
         [--families levit densenet ...] [--train-override KEY=VALUE ...] [--out rows.csv]
+        [--drop-feature bytes_concat_MB ...]   (round zd43: the correction without those features)
 """
 from __future__ import annotations
 
@@ -35,6 +36,20 @@ sys.path.insert(0, str(ROOT))
 
 #: The Xeon zoo's families over 20 % (or below 0.9 Spearman) in docs/RESULTS.md before this round.
 FAILING = ("levit", "densenet", "alexnet", "convnext", "swin", "cspresnet")
+
+
+def drop_features(names: list[str]) -> None:
+    """Study only: the zoo fits in this process leave the features ``names`` out of every stage's correction
+    (the trees' design columns; the physics priors and the features they read are unchanged)."""
+    from carb.model.cascade import CarbCascade
+
+    if not names:
+        return
+    base = CarbCascade._fit_stage
+
+    def fit_stage(self, t, cols, *args, **kwargs):
+        return base(self, t, [c for c in cols if c not in names], *args, **kwargs)
+    CarbCascade._fit_stage = fit_stage
 
 
 def make_cascade(zoo: str, overrides: list[str]):
@@ -121,7 +136,9 @@ def main() -> None:
     ap.add_argument("--families", nargs="*", default=list(FAILING))
     ap.add_argument("--train-override", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--out", default=None, help="CSV of every held-out row")
+    ap.add_argument("--drop-feature", action="append", default=[], help="leave a correction feature out (study)")
     args = ap.parse_args()
+    drop_features(args.drop_feature)
     pd.set_option("display.width", 200)
     lines, frames = [], []
     with warnings.catch_warnings():
