@@ -236,9 +236,8 @@ def fill_added_columns(df: pd.DataFrame) -> pd.DataFrame:
     """Fill the columns added to the schema after files were written: ``inner_mult`` (missing or NaN:
     1.0, the default knob), ``memory_kind`` (missing or NA where ``peak_memory_MB`` is given:
     ``allocator_peak``, what CARB's meters measure), ``source`` and ``session_id`` (missing: NA), the
-    repeatability columns
-    (:data:`REPEATABILITY`, missing: NaN, not measured). Returns a new frame (or ``df`` itself when nothing
-    is missing)."""
+    repeatability columns (:data:`REPEATABILITY`, missing: NaN, not measured). Returns a new frame (or ``df``
+    itself when nothing is missing)."""
     todo = (any(c not in df.columns or df[c].isna().any() for c in KNOB_DEFAULTS)
             or "memory_kind" not in df.columns or any(c not in df.columns for c in ("source", *ADDED_IDENTITY))
             or any(c not in df.columns for c in REPEATABILITY)

@@ -226,19 +226,6 @@ class CudaMeter(Meter):
         f["device_id"] = device_id(fp)
         return f
 
-    def identity(self) -> dict[str, str]:
-        """``device_name``, ``device_kind``, ``driver``, ``torch_version``, ``device_id`` and
-        ``device_fingerprint`` (canonical JSON of the GPU fingerprint)."""
-        from carb.measure.fingerprint import canonical_json
-
-        f = self.device_facts()
-        out = {k: str(f.get(k, "unknown")) for k in ("device_name", "device_kind", "driver", "torch_version")}
-        out["device_id"] = str(f["device_id"])
-        out["device_fingerprint"] = canonical_json(f["fingerprint"])
-        if f.get("session_id"):
-            out["session_id"] = str(f["session_id"])
-        return out
-
     # ------------------------------------------------------------------ hooks
     def sync(self) -> None:
         self.ops.sync()

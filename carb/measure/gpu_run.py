@@ -246,8 +246,9 @@ def start(a: argparse.Namespace, t_start: float, cfg: dict[str, Any], settings: 
     r.identity = {"device_name": str(r.facts.get("device_name")), "device_kind": "cpu" if a.fake_device else "cuda",
                   "driver": str(r.facts.get("driver")), "torch_version": torch.__version__, "device_id": did,
                   "device_fingerprint": canonical_json(fp), "protocol_id": protocol_id(vars(r.settings), did)}
-    if session_id():   # the boot these rows share (carb.data.schema: session_id)
-        r.identity["session_id"] = session_id()
+    boot = session_id()
+    if boot:   # the boot these rows share (carb.data.schema: session_id)
+        r.identity["session_id"] = boot
     log(f"device {r.identity['device_name']} ({did}), budget {a.minutes} min, out {out}")
     side = {"sm": lambda: r.gpu.utilization_pct()[0], "mem": lambda: r.gpu.utilization_pct()[1],
             "temp": r.gpu.temperature_C}
