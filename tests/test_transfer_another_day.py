@@ -36,3 +36,18 @@ def test_the_third_session_remeasures_the_second():
     assert set(third["driver"]) == set(second["driver"]) and (third["latency_passes"] >= 2).all()
     probe = pd.read_csv(data / "xeon-probe-2026-12-07b.csv")
     assert set(probe["device_id"]) == {"6a0ea403ee"} and set(probe["precision"]) == {"fp32", "bf16", "fp16"}
+
+
+def test_the_fourth_window_names_its_boot_and_remeasures_the_second():
+    """The fourth window's rows record one session_id (the boot), the one its probe's provenance records; they are
+    configurations of the second session's file on the same device and build, two passes each."""
+    import json
+
+    data = ROOT / "scripts" / "data"
+    fourth = pd.read_parquet(data / "cpu-intel-xeon-2026-12-07c.parquet")
+    second = pd.read_parquet(ROOT / "carb" / "data" / "cpu-intel-xeon-2026-12-07.parquet")
+    assert len(fourth) == 111 and set(fourth["config_id"]) <= set(second["config_id"])
+    assert set(fourth["device_id"]) == {"6a0ea403ee"} and set(fourth["driver"]) == set(second["driver"])
+    assert fourth["session_id"].nunique() == 1 and (fourth["latency_passes"] >= 2).all()
+    prov = json.loads((data / "xeon-probe-2026-12-07c.provenance.json").read_text())
+    assert prov["session_id"] == fourth["session_id"].iloc[0] and prov["measured_from"] > fourth["measured_at"].max()

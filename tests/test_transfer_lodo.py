@@ -290,6 +290,40 @@ def test_calibrate_warns_when_the_probe_is_of_another_session(tmp_path, monkeypa
     assert warn_probe_session(rows, "x") is None and "warning" not in capsys.readouterr().out
 
 
+def test_calibrate_warns_when_the_probe_is_hours_from_its_rows_on_one_boot(tmp_path, monkeypatch, capsys):
+    """One boot can hold two speeds hours apart: a probe of the rows' boot timed more than ``gap_h`` hours from
+    the nearest row warns (naming the window and the hours); within ``gap_h`` or without a gap rule it does not."""
+    import json
+
+    from carb.commands.calibrate import probe_gap_h, warn_probe_session
+    from carb.data.probes import probe_window, user_probe_path
+
+    monkeypatch.setenv("CARB_HOME", str(tmp_path))
+    dev = "6a0ea403ee"
+    rows = pd.DataFrame({"device_id": [dev] * 3, "session_id": ["aaaa"] * 3,
+                         "measured_at": ["2026-12-07T16:07:00+00:00", "2026-12-07T16:20:00+00:00",
+                                         "2026-12-07T16:30:00+00:00"]})
+    prov = user_probe_path(dev).with_suffix(".provenance.json")
+    prov.parent.mkdir(parents=True)
+
+    def probe_at(start: str, end: str) -> None:
+        prov.write_text(json.dumps({"device_id": dev, "session_id": "aaaa", "fingerprint": {"kind": "cpu"},
+                                    "measured_from": start, "measured_to": end}))
+
+    probe_at("2026-12-07T19:21:00+00:00", "2026-12-07T19:23:00+00:00")
+    assert probe_window(dev)[0].hour == 19 and probe_gap_h(rows, probe_window(dev)) == pytest.approx(2 + 51 / 60)
+    assert warn_probe_session(rows, "rows.parquet", 1.5) == "2026-12-07 19:21"
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.count("warning:") == 1 and "2.9 h" in out and "session_gap_h 1.5" in out and "carb-probe" in out
+    assert warn_probe_session(rows, "x", 3.0) is None and warn_probe_session(rows, "x", None) is None
+    probe_at("2026-12-07T16:10:00+00:00", "2026-12-07T16:12:00+00:00")   # between two rows: 3 min from the nearest
+    assert probe_gap_h(rows, probe_window(dev)) == pytest.approx(3 / 60) and warn_probe_session(rows, "x", 1.5) is None
+    probe_at("2026-12-07T16:00:00+00:00", "2026-12-07T16:40:00+00:00")   # a row falls inside the probe's window
+    assert probe_gap_h(rows, probe_window(dev)) == 0
+    assert "warning" not in capsys.readouterr().out
+    assert probe_gap_h(rows.drop(columns="measured_at"), probe_window(dev)) is None
+
+
 @pytest.fixture(scope="module")
 def cpu_model():
     """A tiny cascade on synthetic rows of a CPU without AVX-512 FP16, the shipped reference probe as the

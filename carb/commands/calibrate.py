@@ -126,7 +126,7 @@ def sessions(rows: pd.DataFrame, gap_h: float | None) -> pd.Series:
 def warn_sessions(rows: pd.DataFrame, where: str, gap_h: float | None = None) -> list[str]:
     """Say, in one warning line, when ``rows`` of one device come from several measuring sessions
     (:func:`sessions`: another boot or host kernel build, or a gap of more than ``gap_h`` hours in ``measured_at``).
-    The Xeon's speed moved 28-56 % between two kernel builds and 11-15 % between two boots on the same build
+    The Xeon's speed moved 28-56 % between two kernel builds and 11-15 % between two windows of one boot
     three hours apart (carb/data/cpu-intel-xeon.md), so K rows of two sessions calibrate a mix of speeds.
     Returns the session labels (sorted; empty without ``driver`` and ``measured_at``)."""
     if "driver" not in rows.columns and "measured_at" not in rows.columns:
@@ -144,22 +144,46 @@ def warn_sessions(rows: pd.DataFrame, where: str, gap_h: float | None = None) ->
     return list(counts.index)
 
 
-def warn_probe_session(rows: pd.DataFrame, where: str) -> str | None:
-    """Say, in one warning line, when the target device's probe was timed in a measuring session none of its
-    ``rows`` come from (both recorded: the probe's provenance ``session_id`` and the rows' ``session_id``): the
-    probe ratio then moves the source to another session's speed (the Xeon moved 11-15 % between two boots).
-    Returns the probe's session (None when either side does not record it, or the sessions agree)."""
-    from carb.data.probes import probe_session
+def warn_probe_session(rows: pd.DataFrame, where: str, gap_h: float | None = None) -> str | None:
+    """Say, in one warning line, when the target device's probe was timed in another measuring session than its
+    ``rows``: another boot (the probe's provenance ``session_id`` is none of the rows' ``session_id``), or, on the
+    same boot, more than ``gap_h`` hours from the nearest row's ``measured_at`` (the probe's ``measured_from`` to
+    ``measured_to``; None: no gap rule). The Xeon moved 11-15 % between two windows of one boot three hours apart
+    (carb/data/cpu-intel-xeon.md), so the probe ratio would move the source to another window's speed.
+    Returns what places the probe (its boot, or its window's start); None when nothing is recorded or they agree."""
+    from carb.data.probes import probe_session, probe_window
 
     ids = rows["device_id"].dropna().astype(str).unique() if "device_id" in rows.columns else []
-    seen = set(rows["session_id"].dropna().astype(str)) if "session_id" in rows.columns else set()
-    probe = probe_session(str(ids[0])) if len(ids) == 1 else None
-    if probe is None or not seen or probe in seen:
+    if len(ids) != 1:
         return None
-    say(f"carb-calibrate: warning: the device probe of {ids[0]} was timed in session {probe}, the rows of {where} in "
-        f"{', '.join(sorted(seen))}; a device's speed moves between sessions (carb/data/cpu-intel-xeon.md): run "
-        "carb-probe again in the rows' session, or measure the rows and the probe together (carb-quickstart)")
-    return probe
+    seen = set(rows["session_id"].dropna().astype(str)) if "session_id" in rows.columns else set()
+    probe = probe_session(str(ids[0]))
+    if probe is not None and seen and probe not in seen:
+        why, label = f"session {probe}, the rows of {where} in {', '.join(sorted(seen))}", probe
+    else:
+        window = probe_window(str(ids[0]))
+        hours = probe_gap_h(rows, window)
+        if gap_h is None or hours is None or hours <= gap_h:
+            return None
+        label = window[0].strftime("%Y-%m-%d %H:%M")
+        why = f"window from {label} UTC, {hours:.1f} h from the nearest row of {where} (data.session_gap_h {gap_h:g})"
+    say(f"carb-calibrate: warning: the device probe of {ids[0]} was timed in {why}; a device's speed moves between "
+        "sessions (carb/data/cpu-intel-xeon.md): run carb-probe again in the rows' session, or measure the rows and "
+        "the probe together (carb-quickstart)")
+    return label
+
+
+def probe_gap_h(rows: pd.DataFrame, window: tuple[pd.Timestamp, pd.Timestamp] | None) -> float | None:
+    """Hours between a probe's window (start, end; UTC) and the nearest row's ``measured_at`` (0 when a row falls
+    inside it); None without a window or without any readable ``measured_at``."""
+    if window is None or "measured_at" not in rows.columns:
+        return None
+    when = pd.to_datetime(rows["measured_at"], utc=True, errors="coerce", format="ISO8601").dropna()
+    if when.empty:
+        return None
+    before = (window[0] - when).dt.total_seconds().clip(lower=0)
+    after = (when - window[1]).dt.total_seconds().clip(lower=0)
+    return float((before + after).min()) / 3600
 
 
 def measure_rows(cfg: Any, source: Any = None, target_probe: str | None = None) -> tuple[pd.DataFrame, str]:
@@ -324,7 +348,7 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     layers = model_input_kind(source) in TRANSFERABLE_KINDS   # probe and spec ratios read ResNet layer tables
     probes = device_probes(source, rows) if layers and cfg.transfer.get("probe", True) else None
     if probes is not None:
-        warn_probe_session(rows, where)
+        warn_probe_session(rows, where, cfg.data.get("session_gap_h"))
     spec = spec_records(cfg, source, rows) if layers and probes is None and cfg.transfer.get("spec", True) else None
     if not layers:
         say("carb-calibrate: a zoo source: the K rows calibrate the source's prediction (device probes and spec "

@@ -251,3 +251,15 @@ def probe_session(device_id: str) -> str | None:
     rec = probe_record(device_id)
     sid = rec.get("session_id") if isinstance(rec, dict) else None
     return str(sid) if sid else None
+
+
+def probe_window(device_id: str) -> tuple[pd.Timestamp, pd.Timestamp] | None:
+    """When the probe of ``device_id`` was timed: its provenance's ``measured_from`` and ``measured_to`` as UTC
+    ``pandas.Timestamp`` (start, end); None when the provenance does not record both. One boot can hold several
+    speeds hours apart (carb/data/cpu-intel-xeon.md), so the boot alone does not place a probe."""
+    rec = probe_record(device_id)
+    if not isinstance(rec, dict):
+        return None
+    when = pd.to_datetime(pd.Series([rec.get("measured_from"), rec.get("measured_to")]), utc=True, errors="coerce",
+                          format="ISO8601")
+    return None if when.isna().any() else (when.iloc[0], when.iloc[1])

@@ -16,8 +16,9 @@ identity
     ``device_id`` (resume refuses to mix protocols in one file);
     ``driver`` [str]; ``torch_version`` [str]; ``measured_at`` [str, ISO-8601 UTC];
     ``session_id`` [str] short hash of the operating system's boot (Linux ``boot_id``) the row was measured
-    in: one device's speed moves between sessions (the Xeon VM ran 11-15 % apart on two boots of one kernel
-    build three hours apart); NA for files written before it;
+    in: a device's speed moves between sessions, and a session is a boot and an unbroken window of
+    ``measured_at`` (the Xeon VM ran 11-15 % apart in two windows of one boot three hours apart); NA for files
+    written before it;
     ``status`` [str] ok | oom | error | contended (the CPU's contention guard found no clean window
     after ``guard.max_tries`` tries); ``error`` [str] message for non-ok rows;
     ``missing_reason`` [str] why a target or runtime feature is NaN ("energy_J: ...; avg_sm_util: ...");

@@ -70,9 +70,10 @@ BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 
 
 def session_id(path: Path = BOOT_ID_PATH) -> str | None:
-    """Ten hex digits of the SHA-256 of the operating system's boot id (``path``): one measuring session of a
-    device. The same VM fingerprint ran 11-15 % apart on two boots of one kernel build (carb/data/cpu-intel-
-    xeon.md), so rows of two sessions hold two speeds. None where the file is missing or unreadable (not Linux)."""
+    """Ten hex digits of the SHA-256 of the operating system's boot id (``path``): the boot a row was measured in.
+    Two boots are two measuring sessions, but one boot can hold several: the Xeon VM ran 11-15 % apart in two
+    windows of one boot three hours apart (carb/data/cpu-intel-xeon.md), so carb-calibrate also splits a boot's
+    rows on gaps in ``measured_at`` (``data.session_gap_h``). None where the file is missing or unreadable."""
     try:
         text = Path(path).read_text().strip()
     except OSError:
