@@ -242,7 +242,8 @@ def test_calibrate_warns_of_two_boots_on_one_kernel_build(tmp_path, capsys):
     alone says one."""
     from omegaconf import OmegaConf
 
-    from carb.commands.calibrate import sessions, target_rows
+    from carb.commands.calibrate import target_rows
+    from carb.data.session_drift import sessions
     from carb.data.io import load_dataset
 
     second = load_dataset(str(ROOT / "carb" / "data" / "cpu-intel-xeon-2026-12-07.parquet")).head(8)

@@ -292,7 +292,8 @@ def _split_coverage(held: Mapping[str, Mapping[str, Any]], split: str, target: s
                                 {target: _precisions_by_split(held, exclude=split).get(target, {})})
     if target in extra:
         cal[target]["outside"] = extra[target]
-    iv = interval(cal, h["pred"], outside=h["outside"], groups=h.get("groups"), precision=row_precision(h["measured"]))
+    iv = interval(cal, h["pred"], outside=h["outside"], groups=h.get("groups"), precision=row_precision(h["measured"]),
+                  later_session=False)   # the split's test rows are of the training rows' session
     m = h["measured"][target].to_numpy(float)
     p = h["pred"][f"pred_{target}"].to_numpy(float)
     lo, hi = iv[f"lo_{target}"].to_numpy(float), iv[f"hi_{target}"].to_numpy(float)

@@ -19,7 +19,7 @@ import pandas as pd
 from carb.analysis.decisions import add_probabilities, decide
 from carb.analysis.axes import add_per_image
 from carb.analysis.zoo_predict import all_refused_line  # noqa: F401 - also this module's public name
-from carb.analysis.screening import PER_IMAGE, check_budget, domain_filter, model_targets, score
+from carb.analysis.screening import PER_IMAGE, check_budget, domain_filter, model_targets, score, scoped_model
 from carb.data.accuracy import join_top1
 from carb.design.arch import KNOBS, ArchConfig
 from carb.design.features import grid_features
@@ -161,7 +161,7 @@ class Predictor:
 
     def predict(self, knobs: Any, budget: Mapping[str, float] | None = None, coverage: float | None = None,
                 features: bool = False, accuracy: str | None = None, *, batch_size: Any = None,
-                precision: Any = None, input_size: Any = None) -> pd.DataFrame:
+                precision: Any = None, input_size: Any = None, interval_scope: str = "later_session") -> pd.DataFrame:
         """Predict n configurations in one call.
 
         ``knobs``: a DataFrame with knob columns (``block``, ``depth``, ``width_mult``, ``input_size``,
@@ -169,7 +169,10 @@ class Predictor:
         left out takes :class:`~carb.design.arch.ArchConfig`'s default; other columns, e.g. ``top1``, pass
         through), or a list of ``ArchConfig`` / dicts of knobs. ``budget``: ``{target: limit}`` in the
         target's unit per batch (``latency_ms``, ``energy_J``, ``peak_memory_MB``). ``coverage``: of the
-        intervals (default: the calibrated one, 0.9). ``features``: keep the feature columns too.
+        intervals (default: the calibrated one, 0.9). ``interval_scope``: ``later_session`` (default: a CPU model's
+        latency intervals include the measured drift of a device's speed between sessions) or ``this_session``
+        (the training rows' own window; :func:`carb.analysis.screening.scoped_model`; ``attrs["interval_scope"]``).
+        ``features``: keep the feature columns too.
         ``accuracy``: ``IMAGENET1K_V1`` / ``IMAGENET1K_V2`` adds ``top1``, ``top5`` and ``top1_model``
         (torchvision's published ImageNet accuracy, NaN for non-standard networks; :mod:`carb.data.accuracy`).
 
@@ -209,7 +212,8 @@ class Predictor:
         if kind == "mixed" and is_mixed_frame(knobs):   # rows of both kinds: each kind predicted, order kept
             return self._predict_mixed(knobs, budget=budget, coverage=coverage, features=features,
                                        accuracy=accuracy, batch_size=batch_size, precision=precision,
-                                       input_size=input_size)
+                                       input_size=input_size, interval_scope=interval_scope)
+        model, scope_note = scoped_model(model, interval_scope)
         zoo = kind == "zoo" or (kind == "mixed" and is_zoo_input(knobs))
         if zoo:
             frame, modules = zoo_knobs(knobs, batch_size, precision, input_size)
@@ -276,6 +280,8 @@ class Predictor:
         out = pd.concat([out.reset_index(drop=True), extra.reset_index(drop=True)], axis=1)
         out.index = frame.index
         out.attrs.update(self.provenance(coverage))
+        out.attrs.update({"interval_scope": interval_scope if scope_note else "this_session",
+                          "interval_scope_note": scope_note or "the intervals hold for the model's rows' session"})
         from carb.model.transfer import describe_origin
 
         out.attrs["origin"] = describe_origin(model) or f"trained on measured rows of {getattr(model, 'device_name_', '?')}"

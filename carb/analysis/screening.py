@@ -54,6 +54,37 @@ def as_cascade(model: Any) -> Any:
     return model.cascade if getattr(type(model), "WRAPS_CASCADE", False) else model
 
 
+#: Whose speed a screen's latency and energy intervals describe (``screen.interval_scope``).
+INTERVAL_SCOPES = ("later_session", "this_session")
+
+
+def scoped_model(model: Any, scope: str) -> tuple[Any, str | None]:
+    """``(model, note)``: ``model`` as screening should score it for ``scope`` (:data:`INTERVAL_SCOPES`). A model
+    whose intervals carry a session drift (:func:`carb.model.intervals.with_session`, ``carb-train`` on CPU rows)
+    keeps it for ``later_session`` (a measurement on a later day) and comes back as a copy without it for
+    ``this_session`` (the training rows' own window); the note says which, with the drift's figures (None for a
+    model without a session drift). A bad scope raises :class:`carb.errors.ConfigError` naming the values."""
+    import copy
+
+    from carb.model.intervals import session_term, without_session
+
+    if scope not in INTERVAL_SCOPES:
+        raise ConfigError(f"interval_scope: must be one of {', '.join(INTERVAL_SCOPES)}, got {scope!r}")
+    cal = getattr(as_cascade(model), "intervals_", None)
+    term = session_term(cal)
+    if term is None:
+        return model, None
+    if scope == "this_session":
+        inner = copy.copy(as_cascade(model))
+        inner.intervals_ = without_session(cal)
+        return inner, ("latency/energy intervals hold for the model's rows' own measuring session "
+                       "(interval_scope=this_session); a later session of the device moves its speed")
+    return model, (f"latency/energy intervals hold for a later session of this {str(term.get('kind', 'device')).upper()}: widened "
+                   f"by the measured session drift (log sd {float(term['sd_log']):.3f} over {term.get('windows', '?')} "
+                   f"windows of {term.get('devices', '?')} devices, carb/data/session-drift.csv; "
+                   "interval_scope=this_session for the rows' own session)")
+
+
 def model_targets(model: Any) -> list[str]:
     """Targets a fitted cascade predicts, in cascade order."""
     targets = getattr(model, "targets_", None)

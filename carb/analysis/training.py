@@ -120,7 +120,30 @@ def calibrate_intervals(cascade: Any, parts: tuple[Any, Any, Any], targets: list
         from carb.model.intervals import memory_floor, with_floor
 
         with_floor(cascade.intervals_, "peak_memory_MB", memory_floor(train, ev.get("memory_floor")))
+        add_session_drift(cascade, train, ev.get("session_drift"), note)
     return time.perf_counter() - t0
+
+
+def add_session_drift(cascade: Any, rows: Any, settings: dict[str, Any] | None,
+                      note: Callable[[str], None] = _quiet) -> dict[str, Any] | None:
+    """Store the measured session drift of the rows' device kind on the cascade's latency and energy intervals
+    (:func:`carb.model.intervals.with_session`; ``evaluate.session_drift``: ``enabled``, ``kinds``): screening's
+    intervals then hold for a later session of the device, not only the rows' own. Returns the term (None: not
+    applied: disabled, another kind, or no device of the kind measured in two windows; a line says which)."""
+    from carb.data.session_drift import shipped_drift
+    from carb.model.intervals import with_session
+
+    settings = settings or {}
+    kinds = [str(k) for k in settings.get("kinds") or []]
+    kind = str(rows["device_kind"].mode().iloc[0]) if "device_kind" in rows and rows["device_kind"].notna().any() else ""
+    if not settings.get("enabled") or kind not in kinds:
+        return None
+    term = shipped_drift(kind)
+    if term is None:
+        note(f"no {kind} device was measured in two sessions: the intervals hold for the rows' own session only")
+        return None
+    with_session(cascade.intervals_, term)
+    return term
 
 
 def start_refits(cascade: Any, train: Any, full: Any, ev: dict[str, Any], targets: list[str], calibrated: bool,

@@ -28,6 +28,7 @@ from carb.commands.cli import hydra_command, hydra_run_dir, sweep_suffix, sweep_
 from carb.commands.progress import Progress
 from carb.commands.zero_shot import extra_sources, say
 from carb.commands.zero_shot import print_unseen   # noqa: F401 - carb-calibrate's warnings for unseen precisions
+from carb.data.session_drift import sessions
 from carb.design.identity import RESNET, model_input_kind
 from carb.errors import ConfigError, DatasetError
 
@@ -98,29 +99,6 @@ def target_rows(cfg: Any) -> tuple[pd.DataFrame, str]:
                           f"(device_id {', '.join(found)}); calibrate one at a time; allowed: {found}")
     warn_sessions(rows, path, cfg.data.get("session_gap_h"))
     return rows.reset_index(drop=True), path
-
-
-def sessions(rows: pd.DataFrame, gap_h: float | None) -> pd.Series:
-    """A session label per row (``"<first measured_at> <driver>"``, `` boot <session_id>`` where recorded): rows
-    sorted by ``measured_at`` start a new session where the boot (``session_id``, rows measured since it was
-    recorded) or the host kernel build (``driver``) changes, or more than ``gap_h`` hours passed since the row
-    before (None: no gap rule). Rows without ``measured_at`` keep the order given."""
-    def text(col: str) -> pd.Series:
-        return (rows[col].astype("string").fillna("") if col in rows.columns
-                else pd.Series("", index=rows.index, dtype="string"))
-
-    when = (pd.to_datetime(rows["measured_at"], utc=True, errors="coerce", format="ISO8601")
-            if "measured_at" in rows.columns else pd.Series(pd.NaT, index=rows.index))
-    build, boot = text("driver"), text("session_id")
-    order = when.sort_values(kind="stable").index
-    hours = when[order].diff().dt.total_seconds().div(3600)
-    key = build[order] + "|" + boot[order]
-    changed = (key != key.shift()).fillna(True).to_numpy(dtype=bool)
-    new = changed | ((hours > gap_h).to_numpy(dtype=bool) if gap_h is not None else False)
-    label = pd.Series(np.cumsum(new), index=order)
-    first = when[order].groupby(label).transform("min").dt.strftime("%Y-%m-%d %H:%M").fillna("?")
-    tag = boot[order].map(lambda b: f" boot {b}" if b else "")
-    return (first + " " + build[order] + tag).reindex(rows.index)
 
 
 def warn_sessions(rows: pd.DataFrame, where: str, gap_h: float | None = None) -> list[str]:

@@ -366,9 +366,10 @@ def run_screen(cfg: Any) -> dict[str, Any]:
 def _load_models(cfg: Any, target_uri: str) -> tuple[Any, Any, list[str]]:
     """``(target model, source model or None, notes)``: the source is optional with
     ``screen.source_optional`` (a note says it is missing)."""
-    target = _load(target_uri, "target")
+    target, scope_note = screening.scoped_model(_load(target_uri, "target"),
+                                                str(cfg.screen.get("interval_scope", "later_session")))
     source = None
-    notes: list[str] = []
+    notes: list[str] = [scope_note] if scope_note else []
     if cfg.screen.get("source"):
         try:
             source = _load(cfg.screen.source, "source")
@@ -396,7 +397,7 @@ def _print_report(cfg: Any, result: Any, notes: list[str], target_uri: str, targ
     """The terminal report: notes, models, grid and budget, the networks refused (``{label: reason}``),
     training domain, decisions, shortlist."""
     for n in notes + result.notes:
-        print(f"note: {n}")
+        print(wrap_line(f"note: {n}"))
     print(f"carb-screen: {mode}; target {target_uri} "
           f"(v{target.registry_.get('version', '?')}, {getattr(target, 'device_name_', '?')}, "
           f"device_id {getattr(target, 'device_id_', None) or 'unknown'})"

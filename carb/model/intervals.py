@@ -40,6 +40,14 @@ again in another run or in the collector's passes (:func:`carb.data.repeatabilit
 half-width per device,
 shipped in ``carb/data/memory-repeatability.csv``; a device never measured twice takes the configured
 default, and every device at least the configured minimum (``evaluate.memory_floor`` of ``conf/train.yaml``).
+
+A later session: the calibration rows of one measuring window say nothing of how far the device's speed moves by
+the next (the Xeon VM moved 3-36 % between windows; a model's 90 % latency intervals covered 28-55 % of a later
+window's rows, carb/data/cpu-intel-xeon.md). :func:`with_session` stores the device class's measured session drift
+(:func:`carb.data.session_drift.shipped_drift`) as ``"session"`` on the latency and energy entries, and
+:func:`interval` with ``later_session`` adds its half-width in quadrature (:func:`session_widened`): the interval
+of a measurement on a later day, what screening answers. Evaluations on held-out rows of the rows' own window
+(``carb-train``'s coverage, the extrapolation splits) pass ``later_session=False``.
 """
 from __future__ import annotations
 
@@ -51,6 +59,7 @@ import numpy as np
 import pandas as pd
 
 from carb.data.schema import RUNTIME_FEATURES, TARGETS
+from carb.data.session_drift import drift_half
 from carb.data.tiers import batch_tier
 from carb.errors import ConfigError
 from carb.model.encoding import interaction_values, pred_name, with_columns
@@ -461,6 +470,47 @@ def with_floor(calibration: dict[str, Any], target: str, floor_log: float) -> di
     return calibration
 
 
+#: The targets a session's speed moves (peak memory repeats across windows: carb/data/cpu-intel-xeon.md).
+SESSION_TARGETS: tuple[str, ...] = ("latency_ms", "energy_J")
+
+
+def with_session(calibration: dict[str, Any], term: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``calibration`` (:func:`calibrate`'s form) with the session drift ``term`` (:func:`carb.data.session_drift.drift`:
+    ``sd_log``, ``df``, ...) as ``"session"`` on each entry of :data:`SESSION_TARGETS` it has; unchanged without
+    a term. Returns the same dict."""
+    if term:
+        for t in SESSION_TARGETS:
+            if isinstance(calibration.get(t), dict):
+                calibration[t]["session"] = dict(term)
+    return calibration
+
+
+def without_session(calibration: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``calibration`` without its ``"session"`` entries: intervals for the rows' own session."""
+    return {t: ({k: v for k, v in e.items() if k != "session"} if isinstance(e, Mapping) else e)
+            for t, e in calibration.items()}
+
+
+def session_term(calibration: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The session drift a calibration carries (the first of :data:`SESSION_TARGETS` that has one), or None."""
+    for t in SESSION_TARGETS:
+        e = (calibration or {}).get(t)
+        if isinstance(e, Mapping) and isinstance(e.get("session"), Mapping):
+            return dict(e["session"])
+    return None
+
+
+def session_widened(lo_log: np.ndarray, hi_log: np.ndarray, half: float) -> tuple[np.ndarray, np.ndarray]:
+    """Log-ratio bounds (n,) with a session's half-width ``half`` (>= 0) added in quadrature to each row's own
+    half-width about its centre (an independent level shift of the whole session): ``c -/+ sqrt(w^2 + h^2)``
+    with ``c = (lo + hi) / 2``, ``w = (hi - lo) / 2``. Rows with an infinite bound keep their bounds."""
+    finite = np.isfinite(lo_log) & np.isfinite(hi_log)
+    lo_f, hi_f = np.where(finite, lo_log, 0.0), np.where(finite, hi_log, 0.0)
+    c = (lo_f + hi_f) / 2
+    w = np.sqrt(np.square((hi_f - lo_f) / 2) + half ** 2)
+    return np.where(finite, c - w, lo_log), np.where(finite, c + w, hi_log)
+
+
 def floored(lo_log: np.ndarray, hi_log: np.ndarray, floor_log: float) -> tuple[np.ndarray, np.ndarray]:
     """Log-ratio bounds (n,) widened to at least ``[-floor_log, +floor_log]`` (infinite bounds stay infinite)."""
     return np.minimum(lo_log, -floor_log), np.maximum(hi_log, floor_log)
@@ -468,7 +518,8 @@ def floored(lo_log: np.ndarray, hi_log: np.ndarray, floor_log: float) -> tuple[n
 
 def interval(calibration: Mapping[str, Any], pred: pd.DataFrame, coverage: float | None = None,
              outside: np.ndarray | None = None, groups: np.ndarray | None = None,
-             precision: np.ndarray | None = None, new_arch: np.ndarray | None = None) -> pd.DataFrame:
+             precision: np.ndarray | None = None, new_arch: np.ndarray | None = None,
+             later_session: bool = True) -> pd.DataFrame:
     """``lo_<target>`` and ``hi_<target>`` (the target's unit) for the n rows of ``pred`` (with
     ``pred_<target>`` columns), at ``coverage`` (default: the calibrated one; another coverage is
     recomputed from the stored log-ratios). ``outside`` (bool, shape (n,)): rows outside the model's
@@ -481,7 +532,9 @@ def interval(calibration: Mapping[str, Any], pred: pd.DataFrame, coverage: float
     the pooled and its precision's bounds (:func:`carb.model.transfer_prior.precision_points`).
     ``new_arch`` (bool, shape (n,)): in-domain rows of an architecture the model never saw, which get the
     union with the target's ``"new_arch"`` calibration (:func:`architecture_calibration`, per regime where
-    it has regimes) when it has one. Targets without calibration are left out.
+    it has regimes) when it has one. Targets without calibration are left out. ``later_session``: a target
+    whose entry carries a session drift (``"session"``, :func:`with_session`) adds its half-width in quadrature
+    (:func:`session_widened`), the interval of a measurement in a later session; False: the rows' own session.
 
     Each target also gets ``interval_unbounded_<target>`` (bool: ``lo`` is 0 or ``hi`` infinite because
     some bound it needs has too few log-ratios for the coverage) and ``interval_reason_<target>`` (why,
@@ -528,6 +581,9 @@ def interval(calibration: Mapping[str, Any], pred: pd.DataFrame, coverage: float
             _union_new_arch(lo_v, hi_v, arch, new_arch, None, groups, cal, coverage)
         if float(cal.get("floor_log") or 0.0) > 0:   # never narrower than the device's run-to-run spread
             lo_v, hi_v = floored(lo_v, hi_v, float(cal["floor_log"]))
+        if later_session and isinstance(cal.get("session"), Mapping):   # the device's speed on a later day
+            lo_v, hi_v = session_widened(lo_v, hi_v, drift_half(cal["session"],
+                                                                float(cal["coverage"]) if coverage is None else coverage))
         p = pred[pred_name(t)].to_numpy(dtype=float)
         with np.errstate(over="ignore"):
             out[f"lo_{t}"] = np.where(np.isfinite(lo_v), p * np.exp(np.where(np.isfinite(lo_v), lo_v, 0.0)), 0.0)
@@ -612,7 +668,7 @@ def coverage_report(calibration: Mapping[str, Any], cascade: Any, X: pd.DataFram
     pred = screening_predict(cascade, X)
     groups = interval_groups(cascade, X)
     iv = interval(calibration, pred, coverage, outside=outside_mask(cascade, X), groups=groups,
-                  precision=row_precision(X), new_arch=new_architecture_mask(cascade, X))
+                  precision=row_precision(X), new_arch=new_architecture_mask(cascade, X), later_session=False)
     report: dict[str, dict[str, float]] = {}
     for t in TARGETS:
         if f"lo_{t}" not in iv or t not in y:

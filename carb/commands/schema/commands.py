@@ -115,6 +115,13 @@ class MemoryFloor(Section):
     min_log: NonNegative
 
 
+class SessionDrift(Section):
+    """``evaluate.session_drift``: intervals for a later session of the device (carb/data/session_drift.py)."""
+
+    enabled: bool
+    kinds: list[Literal["cpu", "gpu"]]
+
+
 class CrossConformal(Section):
     """``evaluate.cross_conformal``: intervals of data whose calibration part is too small."""
 
@@ -144,6 +151,7 @@ class Evaluate(Section):
     interval_coverage: Coverage
     cross_conformal: CrossConformal
     memory_floor: MemoryFloor
+    session_drift: SessionDrift
     budget: BudgetCheck
     lobo: Lobo
     extrapolation: Extrapolation

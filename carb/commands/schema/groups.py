@@ -503,6 +503,7 @@ class Screen(Section):
     profile_next: Index
     outside: Literal["flag", "drop", "only"]
     interval_coverage: Coverage
+    interval_scope: Literal["later_session", "this_session"]
     validate_: Text | None = Field(alias="validate")
     validate_split: Literal["all", "test"]
     chunk_rows: Count
