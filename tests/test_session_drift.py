@@ -142,3 +142,16 @@ def test_training_stores_the_drift_for_cpu_rows_only():
     for rows, settings in ((gpu, on), (cpu, {"enabled": False, "kinds": ["cpu"]})):
         m = model()
         assert add_session_drift(m, rows, settings) is None and "session" not in m.intervals_["latency_ms"]
+
+
+@pytest.mark.slow
+def test_the_later_session_study_widens_to_cover_more(capsys):
+    """scripts/studies/later_session.py on the shipped Xeon windows: the model of the 16:07 window covers the later
+    windows of its boot better with the session drift than without, and its intervals are wider."""
+    from scripts.studies import later_session
+
+    later_session.main()
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    fig = dict(kv.split("=") for kv in last.split()[1:])
+    assert last.startswith("later_session: device=6a0ea403ee") and fig["windows"] == "2"
+    assert float(fig["later_min"]) > float(fig["this_min"]) + 0.2 and float(fig["width_later"]) > float(fig["width_this"])
