@@ -155,3 +155,17 @@ def test_the_later_session_study_widens_to_cover_more(capsys):
     fig = dict(kv.split("=") for kv in last.split()[1:])
     assert last.startswith("later_session: device=6a0ea403ee") and fig["windows"] == "2"
     assert float(fig["later_min"]) > float(fig["this_min"]) + 0.2 and float(fig["width_later"]) > float(fig["width_this"])
+
+
+def test_a_transfer_does_not_inherit_the_source_session_drift():
+    """A calibrated transfer's entries copied from its source drop the source's session drift (they describe the
+    K rows' session); the source's own intervals keep it."""
+    from types import SimpleNamespace
+
+    from carb.model.transfer import source_intervals
+
+    src = SimpleNamespace(intervals_={"coverage": 0.9, "latency_ms": {"lower": -0.1, "upper": 0.1,
+                                                                      "session": {"sd_log": 0.139, "df": 15}}})
+    got = source_intervals(src)
+    assert "session" not in got["latency_ms"] and got["latency_ms"]["upper"] == 0.1 and got["coverage"] == 0.9
+    assert "session" in src.intervals_["latency_ms"] and source_intervals(SimpleNamespace()) == {}

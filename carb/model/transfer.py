@@ -136,6 +136,14 @@ def within_precision_var(d: np.ndarray, prec: np.ndarray) -> float:
     return float(sum(((d[prec == p] - d[prec == p].mean()) ** 2).sum() for p in ps) / dof)
 
 
+def source_intervals(source: Any) -> dict[str, Any]:
+    """The source model's ``intervals_`` without its session drift (:func:`carb.model.intervals.without_session`):
+    a transfer's entries describe the session of the K rows (or of the probes), not a later one of the source."""
+    from carb.model.intervals import without_session
+
+    return without_session(getattr(source, "intervals_", None) or {})
+
+
 def row_noise_var(X: pd.DataFrame, floor_sd: Any) -> np.ndarray:
     """Per K row of ``X``, the variance (log^2) of its latency's run-to-run noise: a row with a measured
     ``latency_repeat_spread`` of two passes ``a``, ``b`` keeps the mean of two windows, whose variance
@@ -612,7 +620,7 @@ class TransferredCascade:
             table = load_error_table(None if error_prior == "auto" else error_prior)
         else:
             table = error_prior
-        src_int = dict(getattr(self.source_, "intervals_", None) or {})
+        src_int = source_intervals(self.source_)
         self.intervals_: dict[str, Any] = {"coverage": self.coverage, "method": "carb-calibrate"}
         for t, info in self.transfer_.items():
             loo = np.asarray(info.get("loo") or [], float)
@@ -1183,7 +1191,7 @@ class TransferredCascade:
     def _zero_shot_intervals(self, method: str, log_errors: np.ndarray | None) -> None:
         """``intervals_`` of a zero-shot transfer: the source's for the targets it keeps; latency's from
         :meth:`calibrate_zero_shot` (none without ``log_errors``)."""
-        src_int = dict(getattr(self.source_, "intervals_", None) or {})
+        src_int = source_intervals(self.source_)
         self.intervals_ = {"coverage": self.coverage, "method": method}
         for t, info in self.transfer_.items():
             if info["form"] == "source" and t in src_int:
