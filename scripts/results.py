@@ -243,6 +243,27 @@ def later_runs_lines() -> list[str]:
                     f"covered {cov} ({names}).", ""]
 
 
+def later_session_lines() -> list[str]:
+    """A CPU model's latency intervals on later sessions of its device (``scripts/studies/later_session.py``)."""
+    from scripts.studies.later_session import later_session_report
+
+    t, terms, last = later_session_report()
+    cell = t.set_index(["window", "precision", "scope"])
+    scopes = ("this_session", "later_session", "later_session_lodo")
+    lines = ["A later session (`scripts/studies/later_session.py`): `carb-train` defaults on the Xeon's 2026-12-07 "
+             "16:07 window, its 90 % latency intervals scored on the device's other windows (coverage, median hi/lo) "
+             "with the rows' own session's intervals, with the session drift screening adds (pooled over the "
+             f"CPUs' windows, log sd {terms['later_session']['sd_log']:.3f}), and with the drift measured without "
+             f"the Xeon (log sd {terms['later_session_lodo']['sd_log']:.3f}: the fair score):", "",
+             "| window | precision | rows | this session | later session | later session, drift without the Xeon |",
+             "|---|---|---|---|---|---|"]
+    for (w, p), g in t.groupby(["window", "precision"], sort=False):
+        vals = [cell.loc[(w, p, s)] for s in scopes]
+        lines.append(f"| {w} | {p} | {int(vals[0]['n'])} | " + " | ".join(
+            f"{v['coverage']:.2f} ({v['hi_lo']:.2f})" for v in vals) + " |")
+    return lines + ["", f"`{last}`", ""]
+
+
 def coverage_table(m: dict, targets: list[str]) -> str:
     """Markdown table: one row per split (test first), per target ``coverage (width)`` from the
     ``interval_<split>_<target>_{coverage,width}`` metrics; empty when there are none."""
@@ -611,6 +632,7 @@ def section() -> str:
     parts += outside_check_lines()
     parts += h200
     parts += later_runs_lines()
+    parts += later_session_lines()
     parts += ["### Third-party GPU latency and few-shot calibration", "",
               "Real third-party GPU latency (timm benchmark, plain ResNets mapped to `ArchConfig`, one model per GPU):",
               "", timm_summary(), ""]

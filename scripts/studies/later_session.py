@@ -71,7 +71,9 @@ def scoped(model, term: dict | None):
     return m
 
 
-def main() -> None:
+def later_session_report() -> tuple[pd.DataFrame, dict, str]:
+    """``(table, terms, last line)``: per later window, scope and precision, n, coverage and median hi/lo of the
+    16:07 window's model; the drift terms used (``later_session``, ``later_session_lodo``); the last line."""
     from carb.data.io import load_dataset
     from carb.data.session_drift import drift, load_levels, shipped_drift
 
@@ -86,15 +88,22 @@ def main() -> None:
             rows = rows[rows["status"] == "ok"].reset_index(drop=True)
             frames += [coverage_table(scoped(model, t), rows, window, s) for s, t in terms.items()]
     t = pd.concat(frames, ignore_index=True)
-    print(f"model: carb-train on {TRAIN.name}; drift later_session {terms['later_session']}; lodo {lodo}")
-    print(t.pivot_table(index=["window", "precision"], columns="scope", values=["coverage", "hi_lo"]).round(2)
-          .to_string())
     same = t[~t["window"].str.contains("other build")]
     low = same.groupby("scope")["coverage"].min()
     width = same.groupby("scope")["hi_lo"].median()
-    print(f"later_session: device=6a0ea403ee windows={same['window'].nunique()} this_min={low['this_session']:.2f} "
-          f"later_min={low['later_session']:.2f} lodo_min={low['later_session_lodo']:.2f} "
-          f"width_this={width['this_session']:.2f} width_later={width['later_session']:.2f}")
+    last = (f"later_session: device=6a0ea403ee windows={same['window'].nunique()} this_min={low['this_session']:.2f} "
+            f"later_min={low['later_session']:.2f} lodo_min={low['later_session_lodo']:.2f} "
+            f"width_this={width['this_session']:.2f} width_later={width['later_session']:.2f}")
+    return t, terms, last
+
+
+def main() -> None:
+    t, terms, last = later_session_report()
+    print(f"model: carb-train on {TRAIN.name}; drift later_session {terms['later_session']}; "
+          f"lodo {terms['later_session_lodo']}")
+    print(t.pivot_table(index=["window", "precision"], columns="scope", values=["coverage", "hi_lo"]).round(2)
+          .to_string())
+    print(last)
 
 
 if __name__ == "__main__":
