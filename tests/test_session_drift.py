@@ -137,8 +137,9 @@ def test_training_stores_the_drift_for_cpu_rows_only():
 
     cpu, gpu = pd.DataFrame({"device_kind": ["cpu"] * 3}), pd.DataFrame({"device_kind": ["gpu"] * 3})
     on = {"enabled": True, "kinds": ["cpu"]}
-    m = model()
-    assert add_session_drift(m, cpu, on)["kind"] == "cpu" and "session" in m.intervals_["latency_ms"]
+    m, said = model(), []
+    assert add_session_drift(m, cpu, on, said.append)["kind"] == "cpu" and "session" in m.intervals_["latency_ms"]
+    assert len(said) == 1 and "later session of this CPU" in said[0] and "log sd" in said[0]
     for rows, settings in ((gpu, on), (cpu, {"enabled": False, "kinds": ["cpu"]})):
         m = model()
         assert add_session_drift(m, rows, settings) is None and "session" not in m.intervals_["latency_ms"]

@@ -143,6 +143,9 @@ def add_session_drift(cascade: Any, rows: Any, settings: dict[str, Any] | None,
         note(f"no {kind} device was measured in two sessions: the intervals hold for the rows' own session only")
         return None
     with_session(cascade.intervals_, term)
+    note(f"latency/energy intervals for a later session of this {kind.upper()}: screening adds the measured session "
+         f"drift (log sd {term['sd_log']:.3f}, {term['windows']} windows of {term['devices']} devices; "
+         "evaluate.session_drift); the coverage figures here are of this session's held-out rows")
     return term
 
 
