@@ -13,8 +13,11 @@ of every (device, precision) into one log standard deviation of a session's leve
 freedom (sum of squares over sum of (windows - 1)), and :func:`drift_half` turns it into the half-width of a
 two-sided interval at a coverage (Student t quantile x sd: a handful of windows gives a wide t). The shipped
 table ``carb/data/session-drift.csv`` (written by ``python -m scripts.data.session_drift`` from the shipped CPU
-files) holds the levels; :func:`shipped_drift` pools them for a device class. A GPU has no such table (its
-windows were never measured twice): its intervals say they hold for the rows' session only.
+files) holds the levels; :func:`shipped_drift` pools them for a device class. GPUs are not in it: the H200's two
+windows (2026-12-04 12:57 and 17:35 UTC) share 19-23 configurations per precision, but their per-configuration log
+ratios spread +-0.7 (launch-bound rows: the host), so a level fitted on them is mostly row noise, and the first
+window's model already covered the later window's rows at 0.91 (docs/RESULTS.md, the prospective check): GPU
+models carry no drift (``evaluate.session_drift.kinds``).
 """
 from __future__ import annotations
 
