@@ -79,7 +79,8 @@ def scoped_model(model: Any, scope: str) -> tuple[Any, str | None]:
         inner.intervals_ = without_session(cal)
         return inner, ("latency/energy intervals hold for the model's rows' own measuring session "
                        "(interval_scope=this_session); a later session of the device moves its speed")
-    return model, (f"latency/energy intervals hold for a later session of this {str(term.get('kind', 'device')).upper()}: widened "
+    kind = str(term.get("kind", "device")).upper()
+    return model, (f"latency/energy intervals hold for a later session of this {kind}: widened "
                    f"by the measured session drift (log sd {float(term['sd_log']):.3f} over {term.get('windows', '?')} "
                    f"windows of {term.get('devices', '?')} devices, carb/data/session-drift.csv; "
                    "interval_scope=this_session for the rows' own session)")

@@ -135,7 +135,8 @@ def add_session_drift(cascade: Any, rows: Any, settings: dict[str, Any] | None,
 
     settings = settings or {}
     kinds = [str(k) for k in settings.get("kinds") or []]
-    kind = str(rows["device_kind"].mode().iloc[0]) if "device_kind" in rows and rows["device_kind"].notna().any() else ""
+    known = rows["device_kind"].dropna() if "device_kind" in rows else []
+    kind = str(known.mode().iloc[0]) if len(known) else ""
     if not settings.get("enabled") or kind not in kinds:
         return None
     term = shipped_drift(kind)

@@ -139,7 +139,8 @@ def load_levels(path: str | Path | None = None) -> pd.DataFrame:
         return pd.DataFrame(columns=list(COLUMNS))
     t = pd.read_csv(p, dtype={"device_id": str, "device_kind": str, "precision": str, "window": str})
     if missing := sorted(set(COLUMNS) - set(t.columns)):
-        raise DatasetError(f"{p}: a session-drift table needs the columns {', '.join(COLUMNS)}; lacks {', '.join(missing)}")
+        raise DatasetError(f"{p}: a session-drift table needs the columns {', '.join(COLUMNS)}; "
+                           f"lacks {', '.join(missing)}")
     return t
 
 

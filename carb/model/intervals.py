@@ -475,9 +475,9 @@ SESSION_TARGETS: tuple[str, ...] = ("latency_ms", "energy_J")
 
 
 def with_session(calibration: dict[str, Any], term: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``calibration`` (:func:`calibrate`'s form) with the session drift ``term`` (:func:`carb.data.session_drift.drift`:
-    ``sd_log``, ``df``, ...) as ``"session"`` on each entry of :data:`SESSION_TARGETS` it has; unchanged without
-    a term. Returns the same dict."""
+    """``calibration`` (:func:`calibrate`'s form) with the session drift ``term``
+    (:func:`carb.data.session_drift.drift`: ``sd_log``, ``df``, ...) as ``"session"`` on each entry of
+    :data:`SESSION_TARGETS` it has; unchanged without a term. Returns the same dict."""
     if term:
         for t in SESSION_TARGETS:
             if isinstance(calibration.get(t), dict):
@@ -582,8 +582,8 @@ def interval(calibration: Mapping[str, Any], pred: pd.DataFrame, coverage: float
         if float(cal.get("floor_log") or 0.0) > 0:   # never narrower than the device's run-to-run spread
             lo_v, hi_v = floored(lo_v, hi_v, float(cal["floor_log"]))
         if later_session and isinstance(cal.get("session"), Mapping):   # the device's speed on a later day
-            lo_v, hi_v = session_widened(lo_v, hi_v, drift_half(cal["session"],
-                                                                float(cal["coverage"]) if coverage is None else coverage))
+            c = float(cal["coverage"]) if coverage is None else coverage
+            lo_v, hi_v = session_widened(lo_v, hi_v, drift_half(cal["session"], c))
         p = pred[pred_name(t)].to_numpy(dtype=float)
         with np.errstate(over="ignore"):
             out[f"lo_{t}"] = np.where(np.isfinite(lo_v), p * np.exp(np.where(np.isfinite(lo_v), lo_v, 0.0)), 0.0)
