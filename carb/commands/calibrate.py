@@ -337,6 +337,11 @@ def run_calibrate(cfg: Any) -> dict[str, Any]:
     tr.origin_ = {"how": "calibrated", "source": source_uri, "k": k,
                   "method": ", ".join(f"{t} {i['form']}" for t, i in tr.transfer_.items())}
     _print_transfer(tr, table, len(rows) - k)
+    if getattr(tr, "intervals_", None):   # screening later: the device's speed moves between sessions
+        from carb.analysis.training import add_session_drift
+
+        add_session_drift(tr, rows, to_dict(cfg.get("session_drift") or {}),
+                          lambda line: say(f"carb-calibrate: {line}"))
     prog.begin("logging to MLflow" + (" and registering" if cfg.register else ""))
     reg_name = name if cfg.register else None
     run_id, info = _log_run(cfg, tr, table, rows, k, where, {"uri": source_uri, **src_info}, name, bool(reg_name), kw)

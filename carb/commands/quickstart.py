@@ -110,6 +110,7 @@ def composed_first(name: str, common: list[str], screen_overrides: list[str],
         cfgs = {"train": compose("train", ["model=carb_fast", f"data={data}", *common]),
                 "promote": compose("promote", [f"promote.name={name}", *common]),
                 "screen": compose("screen", [f"screen={SCREEN_PRESET[data]}", f"screen.target=models:/{name}@champion",
+                                             *(["screen.interval_scope=this_session"] if calibrate is not None else []),
                                              *common, *screen_overrides])}
         if calibrate is not None:
             cfgs["calibrate"] = compose("calibrate", ["measure=cpu", "device=cpu",

@@ -318,6 +318,7 @@ class Calibrate(Command):
     transfer: Transfer
     benchmark: TransferBenchmark | None = None
     coverage: Coverage
+    session_drift: SessionDrift | None = None
     register_: bool = Field(alias="register")
     alias: Text
     run_name: Text | None
