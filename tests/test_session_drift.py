@@ -63,14 +63,14 @@ def test_the_shipped_table_matches_its_sources():
 
 
 def test_the_shipped_cpu_drift_and_its_gpu_absence():
-    """The CPU drift pools three devices' windows (the Xeon's four among them) to a log sd between the Zen 5's
+    """The CPU drift pools three devices' windows (the Xeon's five among them) to a log sd between the Zen 5's
     few percent and the Xeon's tens; no GPU was measured in two windows."""
     from carb.data.session_drift import load_levels, shipped_drift
 
     term = shipped_drift("cpu")
     assert term["devices"] == 3 and term["windows"] >= 9 and 0.05 < term["sd_log"] < 0.3
     xeon = load_levels().query("device_id == '6a0ea403ee' and precision == 'fp32'")
-    assert len(xeon) == 4 and xeon["level_log"].max() - xeon["level_log"].min() > 0.3
+    assert len(xeon) == 5 and xeon["level_log"].max() - xeon["level_log"].min() > 0.3
     assert shipped_drift("gpu") is None
 
 
@@ -154,7 +154,7 @@ def test_the_later_session_study_widens_to_cover_more(capsys):
     later_session.main()
     last = capsys.readouterr().out.strip().splitlines()[-1]
     fig = dict(kv.split("=") for kv in last.split()[1:])
-    assert last.startswith("later_session: device=6a0ea403ee") and fig["windows"] == "2"
+    assert last.startswith("later_session: device=6a0ea403ee") and int(fig["windows"]) >= 2
     assert float(fig["later_min"]) > float(fig["this_min"]) + 0.2 and float(fig["width_later"]) > float(fig["width_this"])
 
 

@@ -6,7 +6,7 @@ the configurations the project measured in more than one window of the same devi
 Sources (:data:`SOURCES`, every shipped CPU file of real rows): the EPYC Zen 5 reference (``cpu-reference``, the
 100-row calibration run before it and the outside-domain check with its anchors, another kernel build), the EPYC
 Zen 4 (its dataset, two kernel builds, and the 42 configurations re-measured in another window), and the Intel
-Xeon (2026-12-05, and the three windows of 2026-12-07 on one boot: 16:07, 19:16, 22:12 UTC). A model's latency
+Xeon (2026-12-05, and the four windows of 2026-12-07 on one boot: 16:07, 19:16, 22:12, 23:46 UTC). A model's latency
 intervals for a later session widen by the pooled drift (:func:`carb.data.session_drift.shipped_drift`).
 
     python -m scripts.data.session_drift [--check]
@@ -28,7 +28,8 @@ SOURCES = ("carb/data/cpu-reference.parquet", "scripts/data/cpu-calibration-100.
            "scripts/data/cpu-outside-check.parquet", "scripts/data/cpu-outside-check.anchors.parquet",
            "carb/data/cpu-amd-zen4.parquet", "scripts/data/cpu-amd-zen4-repeat.parquet",
            "carb/data/cpu-intel-xeon.parquet", "carb/data/cpu-intel-xeon-2026-12-07.parquet",
-           "scripts/data/cpu-intel-xeon-2026-12-07b.parquet", "scripts/data/cpu-intel-xeon-2026-12-07c.parquet")
+           "scripts/data/cpu-intel-xeon-2026-12-07b.parquet", "scripts/data/cpu-intel-xeon-2026-12-07c.parquet",
+           "scripts/data/cpu-intel-xeon-2026-12-07d.parquet")
 
 
 def gap_h() -> float:

@@ -1,7 +1,7 @@
 """Study: a CPU model's latency intervals on later measuring sessions of its device.
 
 The Intel Xeon VM ``6a0ea403ee`` was measured in four windows (carb/data/cpu-intel-xeon.md): 2026-12-05 (another
-host kernel build), and 2026-12-07 16:07, 19:16 and 22:12 UTC on one boot. A model trained on the 16:07 window
+host kernel build), and 2026-12-07 16:07, 19:16, 22:12 and 23:46 UTC on one boot. A model trained on the 16:07 window
 (``carb-train`` defaults, temporary store) is scored on the other windows as screening predicts
 (:func:`carb.analysis.screening.score`): 90 % latency coverage and median hi/lo per window and precision, with the
 session drift (``later_session``, the shipped pooled drift), without it (``this_session``), and with the drift
@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "carb" / "data" / "cpu-intel-xeon-2026-12-07.parquet"
 LATER = {"2026-12-07 19:16": ROOT / "scripts" / "data" / "cpu-intel-xeon-2026-12-07b.parquet",
          "2026-12-07 22:12": ROOT / "scripts" / "data" / "cpu-intel-xeon-2026-12-07c.parquet",
+         "2026-12-07 23:46": ROOT / "scripts" / "data" / "cpu-intel-xeon-2026-12-07d.parquet",
          "2026-12-05 (other build)": ROOT / "carb" / "data" / "cpu-intel-xeon.parquet"}
 
 
