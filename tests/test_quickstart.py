@@ -181,6 +181,13 @@ def test_validation_on_held_out_reference(qs):
         assert v[f"validate_{t}_false_accept_rate"] == pytest.approx(np.mean((p <= limit) & (m > limit)))
         assert v[f"validate_{t}_false_reject_rate"] == pytest.approx(np.mean((p > limit) & (m <= limit)))
     assert v["validate_latency_ms_accuracy"] >= 0.8               # the fast preset is useful on CPU
+    # the held-out rows are of the model's own session: their intervals carry no session drift
+    from carb.analysis.screening import score, scoped_model
+
+    own = score(scoped_model(model.cascade, "this_session")[0], test)
+    y = test["latency_ms"].to_numpy()
+    inside = (own["lo_latency_ms"].to_numpy() <= y) & (y <= own["hi_latency_ms"].to_numpy())
+    assert v["validate_screening_latency_ms_interval_coverage"] == pytest.approx(float(inside.mean()))
 
 
 @pytest.mark.slow

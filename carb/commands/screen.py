@@ -233,6 +233,7 @@ def _validation(cfg: Any, model: Any, budget: dict[str, float]) -> dict[str, Any
         seed = int(getattr(model, "split_seed_", 0) or 0)
         fractions = tuple(getattr(model, "split_fractions_", None) or (0.7, 0.15, 0.15))
         measured = split_dataset(measured, seed=seed, fractions=fractions).frames(measured)[2]
+        model, _ = screening.scoped_model(model, "this_session")   # held-out rows of the model's own window
     elif which != "all":
         raise ConfigError(f"screen.validate_split: {which!r} is not allowed; allowed: ['all', 'test']")
     if not budget:
