@@ -96,7 +96,7 @@ def test_interval_widens_only_for_a_later_session():
     with_session(cal, term)
     assert session_term(cal)["sd_log"] == 0.14 and "session" not in cal["peak_memory_MB"]
     pred = pd.DataFrame({"pred_latency_ms": [100.0], "pred_peak_memory_MB": [50.0]})
-    later, same = interval(cal, pred), interval(cal, pred, later_session=False)
+    later, same = interval(cal, pred), interval(without_session(cal), pred)
     half = {k: np.log(f["hi_latency_ms"].iloc[0] / f["lo_latency_ms"].iloc[0]) / 2 for k, f in (("later", later), ("same", same))}
     assert half["later"] == pytest.approx(np.hypot(half["same"], drift_half(term, 0.9))) and half["later"] > 1.5 * half["same"]
     assert later["hi_peak_memory_MB"].iloc[0] == same["hi_peak_memory_MB"].iloc[0]

@@ -282,7 +282,7 @@ def _split_coverage(held: Mapping[str, Mapping[str, Any]], split: str, target: s
                     coverage: float) -> list[float]:
     """``[coverage, mean relative width]`` of one split's intervals for ``target`` on its test rows,
     with the outside calibration from the other splits (NaN when not calibrated)."""
-    from carb.model.intervals import interval, outside_calibration, row_precision
+    from carb.model.intervals import interval, outside_calibration, row_precision, without_session
 
     h = held.get(split)
     if h is None or h["cal"] is None or target not in h["cal"]:
@@ -292,8 +292,8 @@ def _split_coverage(held: Mapping[str, Mapping[str, Any]], split: str, target: s
                                 {target: _precisions_by_split(held, exclude=split).get(target, {})})
     if target in extra:
         cal[target]["outside"] = extra[target]
-    iv = interval(cal, h["pred"], outside=h["outside"], groups=h.get("groups"), precision=row_precision(h["measured"]),
-                  later_session=False)   # the split's test rows are of the training rows' session
+    iv = interval(without_session(cal), h["pred"], outside=h["outside"], groups=h.get("groups"),   # the rows' session
+                  precision=row_precision(h["measured"]))
     m = h["measured"][target].to_numpy(float)
     p = h["pred"][f"pred_{target}"].to_numpy(float)
     lo, hi = iv[f"lo_{target}"].to_numpy(float), iv[f"hi_{target}"].to_numpy(float)

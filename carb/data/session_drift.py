@@ -4,7 +4,7 @@ interval that must hold on a later day.
 A session is a boot and an unbroken measuring window (:func:`sessions`): the Intel Xeon VM ``6a0ea403ee`` ran
 11-15 % faster at 19:16 UTC than at 16:07 on the same boot, 3 % faster again at 22:12, and 28-36 % faster on another
 host kernel build two days before (carb/data/cpu-intel-xeon.md). A model fitted on one window's rows has conformal
-intervals calibrated on that window: on the later windows its 90 % latency intervals covered 28-55 %.
+intervals calibrated on that window: on the later windows its 90 % latency intervals covered 17-55 %.
 
 :func:`window_levels` estimates each window's latency level (a log offset, per device and precision) from the
 configurations measured in more than one window: an additive fit ``log latency = configuration + window``

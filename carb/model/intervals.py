@@ -42,12 +42,12 @@ shipped in ``carb/data/memory-repeatability.csv``; a device never measured twice
 default, and every device at least the configured minimum (``evaluate.memory_floor`` of ``conf/train.yaml``).
 
 A later session: the calibration rows of one measuring window say nothing of how far the device's speed moves by
-the next (the Xeon VM moved 3-36 % between windows; a model's 90 % latency intervals covered 28-55 % of a later
+the next (the Xeon VM moved 2-36 % between windows; a model's 90 % latency intervals covered 17-55 % of a later
 window's rows, carb/data/cpu-intel-xeon.md). :func:`with_session` stores the device class's measured session drift
 (:func:`carb.data.session_drift.shipped_drift`) as ``"session"`` on the latency and energy entries, and
-:func:`interval` with ``later_session`` adds its half-width in quadrature (:func:`session_widened`): the interval
-of a measurement on a later day, what screening answers. Evaluations on held-out rows of the rows' own window
-(``carb-train``'s coverage, the extrapolation splits) pass ``later_session=False``.
+:func:`interval` adds its half-width in quadrature (:func:`session_widened`): the interval of a measurement on a
+later day, what screening answers. Evaluations on held-out rows of the rows' own window (``carb-train``'s coverage,
+the extrapolation splits, ``screen.interval_scope=this_session``) score :func:`without_session` of the calibration.
 """
 from __future__ import annotations
 
@@ -518,8 +518,7 @@ def floored(lo_log: np.ndarray, hi_log: np.ndarray, floor_log: float) -> tuple[n
 
 def interval(calibration: Mapping[str, Any], pred: pd.DataFrame, coverage: float | None = None,
              outside: np.ndarray | None = None, groups: np.ndarray | None = None,
-             precision: np.ndarray | None = None, new_arch: np.ndarray | None = None,
-             later_session: bool = True) -> pd.DataFrame:
+             precision: np.ndarray | None = None, new_arch: np.ndarray | None = None) -> pd.DataFrame:
     """``lo_<target>`` and ``hi_<target>`` (the target's unit) for the n rows of ``pred`` (with
     ``pred_<target>`` columns), at ``coverage`` (default: the calibrated one; another coverage is
     recomputed from the stored log-ratios). ``outside`` (bool, shape (n,)): rows outside the model's
@@ -532,9 +531,9 @@ def interval(calibration: Mapping[str, Any], pred: pd.DataFrame, coverage: float
     the pooled and its precision's bounds (:func:`carb.model.transfer_prior.precision_points`).
     ``new_arch`` (bool, shape (n,)): in-domain rows of an architecture the model never saw, which get the
     union with the target's ``"new_arch"`` calibration (:func:`architecture_calibration`, per regime where
-    it has regimes) when it has one. Targets without calibration are left out. ``later_session``: a target
-    whose entry carries a session drift (``"session"``, :func:`with_session`) adds its half-width in quadrature
-    (:func:`session_widened`), the interval of a measurement in a later session; False: the rows' own session.
+    it has regimes) when it has one. Targets without calibration are left out. A target whose entry carries a
+    session drift (``"session"``, :func:`with_session`) adds its half-width in quadrature (:func:`session_widened`):
+    the interval of a measurement in a later session (:func:`without_session`: the rows' own session).
 
     Each target also gets ``interval_unbounded_<target>`` (bool: ``lo`` is 0 or ``hi`` infinite because
     some bound it needs has too few log-ratios for the coverage) and ``interval_reason_<target>`` (why,
@@ -581,7 +580,7 @@ def interval(calibration: Mapping[str, Any], pred: pd.DataFrame, coverage: float
             _union_new_arch(lo_v, hi_v, arch, new_arch, None, groups, cal, coverage)
         if float(cal.get("floor_log") or 0.0) > 0:   # never narrower than the device's run-to-run spread
             lo_v, hi_v = floored(lo_v, hi_v, float(cal["floor_log"]))
-        if later_session and isinstance(cal.get("session"), Mapping):   # the device's speed on a later day
+        if isinstance(cal.get("session"), Mapping):   # the device's speed on a later day
             c = float(cal["coverage"]) if coverage is None else coverage
             lo_v, hi_v = session_widened(lo_v, hi_v, drift_half(cal["session"], c))
         p = pred[pred_name(t)].to_numpy(dtype=float)
@@ -667,8 +666,8 @@ def coverage_report(calibration: Mapping[str, Any], cascade: Any, X: pd.DataFram
     y = X if y is None else y
     pred = screening_predict(cascade, X)
     groups = interval_groups(cascade, X)
-    iv = interval(calibration, pred, coverage, outside=outside_mask(cascade, X), groups=groups,
-                  precision=row_precision(X), new_arch=new_architecture_mask(cascade, X), later_session=False)
+    iv = interval(without_session(calibration), pred, coverage, outside=outside_mask(cascade, X), groups=groups,
+                  precision=row_precision(X), new_arch=new_architecture_mask(cascade, X))   # the rows' own session
     report: dict[str, dict[str, float]] = {}
     for t in TARGETS:
         if f"lo_{t}" not in iv or t not in y:
