@@ -151,7 +151,7 @@ def test_the_later_session_study_widens_to_cover_more(capsys):
     windows of its boot better with the session drift than without, and its intervals are wider."""
     from scripts.studies import later_session
 
-    later_session.main()
+    later_session.main([])
     last = capsys.readouterr().out.strip().splitlines()[-1]
     fig = dict(kv.split("=") for kv in last.split()[1:])
     assert last.startswith("later_session: device=6a0ea403ee") and int(fig["windows"]) >= 2

@@ -98,7 +98,10 @@ def later_session_report() -> tuple[pd.DataFrame, dict, str]:
     return t, terms, last
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)   # no options: --help only
     t, terms, last = later_session_report()
     print(f"model: carb-train on {TRAIN.name}; drift later_session {terms['later_session']}; "
           f"lodo {terms['later_session_lodo']}")
